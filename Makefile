@@ -1,0 +1,223 @@
+# SPDX-License-Identifier: MIT
+# kvmm - the KV-cache memory manager.  Kbuild-shaped GNU make:
+# each directory's Kbuild lists its objects; this file holds the rules.
+#
+#   make [V=1] [O=dir] [DEBUG=0..3] [SAN=address,undefined|thread]
+#   make help
+
+VERSION		:= 0.1.0
+SONAME_MAJOR	:= 0
+
+MAKEFLAGS	+= -rR --no-print-directory
+comma		:= ,
+
+# ---- knobs ----
+ifeq ("$(origin V)", "command line")
+  KBUILD_VERBOSE := $(V)
+endif
+ifeq ($(KBUILD_VERBOSE),1)
+  quiet :=
+  Q :=
+else
+  quiet := quiet_
+  Q := @
+endif
+
+DEBUG		?= 0
+CHECK_DEBUG	?= 3
+SAN		?=
+O		?= build$(if $(SAN),-$(subst $(comma),-,$(SAN)))
+PREFIX		?= /usr/local
+LIBDIR		?= $(PREFIX)/lib
+INCLUDEDIR	?= $(PREFIX)/include
+BINDIR		?= $(PREFIX)/bin
+CC		?= cc
+AR		?= ar
+ifeq ($(origin AR),default)
+  AR := ar
+endif
+ifeq ($(origin CC),default)
+  CC := gcc
+endif
+
+srctree		:= $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+objtree		:= $(abspath $(O))
+SHARED		?= $(abspath $(srctree)/../shared)
+
+# ---- configuration (generated once per output tree) ----
+autoconf	:= $(objtree)/include/generated/autoconf.h
+-include $(objtree)/config.mk
+
+# ---- flags ----
+c_flags	:= -std=gnu11 -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes \
+	   -Wno-unused-parameter -fno-strict-aliasing -fPIC -fvisibility=hidden \
+	   -DKVMM_DEBUG=$(DEBUG) \
+	   -I$(srctree)/include -I$(srctree)/uapi -I$(objtree)/include/generated \
+	   -MMD -MP $(CFLAGS)
+ld_flags := $(LDFLAGS)
+ifneq ($(SAN),)
+  c_flags  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  ld_flags += -fsanitize=$(SAN)
+endif
+
+# ---- Kbuild: collect obj-y from each directory, recursing into dir/ ----
+define kbuild_dir
+obj-y :=
+include $(srctree)/$(1)/Kbuild
+$(2) := $$($(2)) $$(addprefix $(1)/,$$(filter %.o,$$(obj-y)))
+$$(foreach d,$$(filter %/,$$(obj-y)),$$(eval $$(call kbuild_dir,$(1)/$$(d:/=),$(2))))
+endef
+
+lib-objs :=
+$(eval $(call kbuild_dir,kvmm,lib-objs))
+$(eval $(call kbuild_dir,driver,lib-objs))
+
+progs-y :=
+-include $(srctree)/tools/Kbuild
+tests-y :=
+-include $(srctree)/tests/Kbuild
+
+LIB_A	:= $(objtree)/libkvmm.a
+LIB_SO	:= $(objtree)/libkvmm.so.$(VERSION)
+PROGS	:= $(addprefix $(objtree)/tools/,$(progs-y))
+TESTS	:= $(objtree)/tests/kvmm-tests
+
+all-objs := $(lib-objs) $(foreach p,$(progs-y),$(addprefix tools/,$($(p)-objs))) \
+	    $(addprefix tests/,$(tests-y))
+
+# ---- commands, quiet unless V=1 ----
+cmd = @$(if $($(quiet)cmd_$(1)),echo '  $($(quiet)cmd_$(1))';) $(cmd_$(1))
+quiet_cmd_cc	= CC      $(@:$(objtree)/%=%)
+      cmd_cc	= $(CC) $(c_flags) -c -o $@ $<
+quiet_cmd_ar	= AR      $(@:$(objtree)/%=%)
+      cmd_ar	= rm -f $@ && $(AR) rcs $@ $^
+quiet_cmd_so	= LD      $(@:$(objtree)/%=%)
+      cmd_so	= $(CC) -shared -Wl,-soname,libkvmm.so.$(SONAME_MAJOR) \
+		  -Wl,--version-script=$(srctree)/scripts/libkvmm.map \
+		  $(ld_flags) -o $@ $(filter %.o,$^) && \
+		  ln -sf libkvmm.so.$(VERSION) $(objtree)/libkvmm.so.$(SONAME_MAJOR) && \
+		  ln -sf libkvmm.so.$(VERSION) $(objtree)/libkvmm.so
+quiet_cmd_link	= LD      $(@:$(objtree)/%=%)
+      cmd_link	= $(CC) $(ld_flags) -o $@ $(filter %.o %.a,$^) $(link_libs)
+
+.PHONY: all lib tools tests check bench run demo install uninstall clean \
+	distclean help config deps FORCE
+.DEFAULT_GOAL := all
+
+all: lib tools
+
+lib: $(LIB_A) $(LIB_SO) $(objtree)/kvmm.pc
+
+tools: $(PROGS)
+
+tests: $(TESTS)
+
+$(autoconf): $(srctree)/scripts/config.sh
+	$(Q)$(srctree)/scripts/config.sh "$(CC)" "$(objtree)"
+
+config:
+	$(Q)$(srctree)/scripts/config.sh "$(CC)" "$(objtree)"
+
+# Objects depend on the flags they were built with: a change of DEBUG or
+# SAN rebuilds, as Kbuild's .cmd files do.
+$(objtree)/.flags: FORCE
+	@mkdir -p $(@D)
+	@echo '$(CC) $(c_flags) $(ld_flags)' | cmp -s - $@ || \
+		echo '$(CC) $(c_flags) $(ld_flags)' > $@
+
+$(objtree)/%.o: $(srctree)/%.c $(objtree)/.flags $(autoconf)
+	@mkdir -p $(@D)
+	$(call cmd,cc)
+
+$(LIB_A): $(addprefix $(objtree)/,$(lib-objs))
+	$(call cmd,ar)
+
+$(LIB_SO): $(addprefix $(objtree)/,$(lib-objs)) $(srctree)/scripts/libkvmm.map
+	$(call cmd,so)
+
+$(objtree)/kvmm.pc: $(srctree)/scripts/kvmm.pc.in $(objtree)/.flags
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' $< > $@
+
+# tools/<prog>: <prog>-objs from tools/Kbuild, <prog>-libs for extra libraries
+define prog_rule
+$(objtree)/tools/$(1): link_libs = $$($(1)-libs) -lm
+$(objtree)/tools/$(1): $$(addprefix $(objtree)/tools/,$$($(1)-objs)) $(LIB_A)
+	$$(call cmd,link)
+endef
+$(foreach p,$(progs-y),$(eval $(call prog_rule,$(p))))
+
+$(TESTS): link_libs = -lcunit -lm
+$(TESTS): $(addprefix $(objtree)/tests/,$(tests-y)) $(LIB_A)
+	$(call cmd,link)
+
+# ---- running ----
+# Tests run at DEBUG=$(CHECK_DEBUG) (invariant walks after every operation)
+# in their own output tree, so they never mix objects with a release build.
+check:
+	$(Q)$(srctree)/scripts/install-deps.sh
+	$(Q)$(MAKE) -f $(srctree)/Makefile DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-tests
+
+.PHONY: run-tests
+run-tests: $(TESTS)
+	@if [ "$(CONFIG_KVMM_CUNIT)" != y ]; then \
+		echo "check: CUnit not found: install libcunit1-dev (make deps)" >&2; exit 1; fi
+	$(Q)$(TESTS) $(TESTARGS)
+
+BENCH_OUT	?= $(objtree)/bench.jsonl
+WORKLOAD	?= $(SHARED)/bench/workload.txt
+bench: $(objtree)/tools/kvmm-bench
+	$(Q)$(srctree)/scripts/bench.sh $(objtree)/tools/kvmm-bench "$(WORKLOAD)" "$(BENCH_OUT)"
+
+run: deps
+	$(Q)$(MAKE) -f $(srctree)/Makefile O=$(O) DEBUG=$(DEBUG) SAN=$(SAN) all
+	$(Q)$(objtree)/tools/kvmm-bench demo
+
+demo: all
+	$(Q)$(objtree)/tools/kvmm-bench demo
+
+deps:
+	$(Q)$(srctree)/scripts/install-deps.sh
+
+install: lib
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/kvmm
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf libkvmm.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkvmm.so.$(SONAME_MAJOR)
+	ln -sf libkvmm.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkvmm.so
+	install -m 644 $(srctree)/include/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(srctree)/uapi/kvmm/kvmm.h $(DESTDIR)$(INCLUDEDIR)/kvmm/
+	install -m 644 $(objtree)/kvmm.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/libkvmm.a $(DESTDIR)$(LIBDIR)/libkvmm.so* \
+	      $(DESTDIR)$(INCLUDEDIR)/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/kvmm/kvmm.h \
+	      $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc
+
+clean:
+	rm -rf $(objtree)
+
+distclean:
+	rm -rf $(srctree)/build $(srctree)/build-*
+
+help:
+	@echo 'Targets:'
+	@echo '  all        library (libkvmm.a, libkvmm.so) and tools (default)'
+	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites'
+	@echo '  bench      run kvmm-bench micro and replay; JSON lines to BENCH_OUT'
+	@echo '  run        install missing packages (as root), build, run the demo'
+	@echo '  install    library, headers and kvmm.pc under DESTDIR/PREFIX'
+	@echo '  deps       install missing Debian packages (as root)'
+	@echo '  config     probe features again into O/include/generated/autoconf.h'
+	@echo '  clean      remove the output tree O'
+	@echo 'Variables:'
+	@echo '  V=1        print whole commands'
+	@echo '  O=dir      output tree (default build, build-<san> with SAN)'
+	@echo '  DEBUG=0..3 0 static checks, 1 cheap warnings, 2 asserts,'
+	@echo '             3 invariant walk after every operation'
+	@echo '  SAN=...    sanitizers: address,undefined or thread'
+	@echo '  WORKLOAD=  workload file for make bench (default ../shared/bench/workload.txt)'
+	@echo '  TESTARGS=  arguments for the test binary (e.g. -s kvmm_prefix_tree)'
+
+FORCE:
+
+-include $(addprefix $(objtree)/,$(all-objs:.o=.d))

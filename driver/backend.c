@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: MIT
+/*
+ * driver/backend.c - the table of backends compiled into this build.
+ *
+ * The core asks for a backend by name and talks to it only through
+ * struct kvmm_backend_ops; it never includes a backend's header.  A
+ * backend that needs a feature the build lacks is left out of the table
+ * by the generated config, so asking for it gives -EOPNOTSUPP.
+ */
+#include <string.h>
+
+#include <libkvmm.h>
+#include "autoconf.h"
+#include "backend.h"
+
+#define KVMM_EXPORT __attribute__((visibility("default")))
+
+static const struct kvmm_backend_ops *const backends[] = {
+	&kvmm_mock_backend,
+};
+
+/**
+ * kvmm_backend_lookup() - find a backend by name
+ * @name: e.g. "mock"
+ *
+ * Return: its ops, or NULL when this build has no such backend.
+ */
+KVMM_EXPORT const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name)
+{
+	size_t i;
+
+	for (i = 0; name && i < sizeof(backends) / sizeof(backends[0]); i++)
+		if (!strcmp(backends[i]->name, name))
+			return backends[i];
+	return NULL;
+}

@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * driver/backend.h - the backends this build can offer; only
+ * driver/backend.c includes it.
+ */
+#ifndef KVMM_DRIVER_BACKEND_H
+#define KVMM_DRIVER_BACKEND_H
+
+#include <libkvmm.h>
+
+extern const struct kvmm_backend_ops kvmm_mock_backend;
+
+#endif

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: MIT
+/*
+ * driver/mock/mock.c - the mock backend: the KV pool in plain host memory.
+ *
+ * Laid out exactly as a device pool: per layer one K and one V buffer of
+ * nr_pages * page_size slots (one latent buffer for MLA), each slot
+ * kv_heads * head_dim * dtype_bytes wide.  Deterministic and free of any
+ * device, it is what CI and the tests run on; an engine can also run on it
+ * end to end (its "attention" reads and writes the same slots a GPU
+ * kernel would).  Buffers come from calloc, which maps fresh pages lazily,
+ * so a large pool costs memory only where it is written.
+ *
+ * Fault injection: kvmm_mock_arg.fail_init makes init fail, for tests of
+ * the core's error paths.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include <libkvmm.h>
+#include "../backend.h"
+
+struct mock_pool {
+	uint32_t layers;
+	uint32_t nbufs;		/* 2 for MHA (K, V), 1 for MLA */
+	uint64_t slot_bytes;
+	uint64_t buf_bytes;
+	void **bufs;		/* layers * nbufs buffers */
+};
+
+static void mock_exit(void *priv)
+{
+	struct mock_pool *pool = priv;
+	uint32_t i;
+
+	if (!pool)
+		return;
+	for (i = 0; pool->bufs && i < pool->layers * pool->nbufs; i++)
+		free(pool->bufs[i]);
+	free(pool->bufs);
+	free(pool);
+}
+
+static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
+{
+	const struct kvmm_mock_arg *arg = cfg->arg;
+	const struct kvmm_model *m = &cfg->model;
+	struct mock_pool *pool;
+	uint64_t slots = (uint64_t)cfg->nr_pages * cfg->page_size;
+	uint32_t i;
+
+	if (arg && arg->fail_init)
+		return arg->fail_init < 0 ? arg->fail_init : -EIO;
+	pool = calloc(1, sizeof(*pool));
+	if (!pool)
+		return -ENOMEM;
+	pool->layers = m->layers;
+	if (m->attn == KVMM_ATTN_MLA) {
+		pool->nbufs = 1;
+		pool->slot_bytes = (uint64_t)m->latent_dim * m->dtype_bytes;
+	} else {
+		pool->nbufs = 2;
+		pool->slot_bytes = (uint64_t)m->kv_heads * m->head_dim * m->dtype_bytes;
+	}
+	pool->buf_bytes = slots * pool->slot_bytes;
+	pool->bufs = calloc((size_t)pool->layers * pool->nbufs, sizeof(*pool->bufs));
+	if (!pool->bufs)
+		goto out_nomem;
+	for (i = 0; i < pool->layers * pool->nbufs; i++) {
+		pool->bufs[i] = calloc(1, pool->buf_bytes);
+		if (!pool->bufs[i])
+			goto out_nomem;
+	}
+	*privp = pool;
+	return 0;
+
+out_nomem:
+	mock_exit(pool);
+	return -ENOMEM;
+}
+
+static int mock_kv_layer(void *priv, uint32_t layer, struct kvmm_kv_layer *out)
+{
+	struct mock_pool *pool = priv;
+
+	if (layer >= pool->layers)
+		return -EINVAL;
+	out->k = pool->bufs[layer * pool->nbufs];
+	out->v = pool->nbufs > 1 ? pool->bufs[layer * pool->nbufs + 1] : NULL;
+	out->slot_bytes = pool->slot_bytes;
+	out->bytes = pool->buf_bytes;
+	return 0;
+}
+
+const struct kvmm_backend_ops kvmm_mock_backend = {
+	.name = "mock",
+	.init = mock_init,
+	.exit = mock_exit,
+	.kv_layer = mock_kv_layer,
+};

@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/check.c - kvmm_check(): verify every invariant of the design
+ * (DESIGN.md section 6) by walking all of a context's state.
+ *
+ * DOC: what is checked
+ *
+ *  - Every page is in exactly one state.  A free page is on the free
+ *    bitmap with no reference; a cached page is held by exactly one tree
+ *    node; an owned page by exactly one open sequence's row.  The three
+ *    counts add up to the pool size, so a page that no owner claims (a
+ *    leak) or that two claim (handed out twice) is found.
+ *  - The free bitmap's summary levels agree with its pages.
+ *  - evictable + protected == cached; lock_ref of a node is the sum of its
+ *    children's plus the sequences and pins that end on it, so a locked
+ *    node's ancestors are locked and no count is negative or lost.
+ *  - pin_ref likewise; pinned pages match.
+ *  - Access times never decrease down a path; every reclaim list is sorted
+ *    by access time and holds exactly the unlocked leaves.
+ *  - Each open sequence's row starts with exactly the frames of the path
+ *    it locks, continues with its own frames and is -1 after them.
+ *  - Every node can be found through the child hash.
+ *
+ * The walk is O(pages + nodes + table) and allocates one byte per page
+ * with calloc (not through the context's allocator, so that fault
+ * injection never makes the checker itself fail).  It runs after every
+ * operation in DEBUG=3 builds and in the tests.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define CHECK(cond, ...)					\
+	do {							\
+		if (unlikely(!(cond))) {			\
+			kvmm_report(ctx, "check: " __VA_ARGS__);	\
+			ret = -EUCLEAN;				\
+			goto out;				\
+		}						\
+	} while (0)
+
+enum { MARK_NONE, MARK_TREE, MARK_SEQ };
+
+struct check_sums {
+	uint64_t cached, protected, evictable, pinned, nodes, leaves, direct;
+};
+
+static int check_zone(const struct kvmm_ctx *ctx)
+{
+	const struct kvmm_zone *zone = &ctx->zone;
+	const struct kvmm_hbitmap *hb = &zone->free;
+	uint64_t nfree = 0, w;
+	uint32_t pfn, l;
+	int ret = 0;
+
+	for (pfn = 0; pfn < zone->nr_pages; pfn++) {
+		const struct kvmm_page *page = &zone->pages[pfn];
+		bool bit = kvmm_zone_test_free(zone, pfn);
+
+		CHECK(page->tier == zone->tier, "pfn %u tier %u in zone of tier %u",
+		      pfn, page->tier, zone->tier);
+		CHECK(page->state < KVMM_NR_PAGE_STATES, "pfn %u bad state %u",
+		      pfn, page->state);
+		CHECK(bit == (page->state == KVMM_PAGE_FREE),
+		      "pfn %u state %u but free bit %d", pfn, page->state, bit);
+		CHECK((page->refcount == 0) == bit, "pfn %u refcount %u, free bit %d",
+		      pfn, page->refcount, bit);
+		nfree += bit;
+	}
+	CHECK(nfree == zone->nr_free, "zone counts %u free, bitmap has %llu",
+	      zone->nr_free, (unsigned long long)nfree);
+	for (w = zone->nr_pages; w < (uint64_t)hb->nwords[0] * 64; w++)
+		CHECK(!(hb->level[0][w >> 6] >> (w & 63) & 1), "bit %llu past the pool set",
+		      (unsigned long long)w);
+	for (l = 1; l < hb->nr_levels; l++) {
+		for (w = 0; w < hb->nwords[l - 1]; w++) {
+			bool sum = hb->level[l][w >> 6] >> (w & 63) & 1;
+
+			CHECK(sum == (hb->level[l - 1][w] != 0),
+			      "bitmap level %u bit %llu disagrees with the level below",
+			      l, (unsigned long long)w);
+		}
+	}
+out:
+	return ret;
+}
+
+static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
+		      uint8_t *mark, struct check_sums *sums)
+{
+	const struct kvmm_node *child;
+	struct kvmm_list *pos;
+	uint64_t child_locks = 0, child_pins = 0;
+	uint32_t nr = node->len >> ctx->page_shift, i;
+	bool leaf = kvmm_node_is_leaf(node), queued;
+	int ret = 0;
+
+	list_for_each(pos, &node->children) {
+		child = list_entry(pos, struct kvmm_node, sibling);
+		CHECK(child->parent == node, "child %p of %p names parent %p",
+		      (void *)child, (void *)node, (void *)child->parent);
+		child_locks += child->lock_ref;
+		child_pins += child->pin_ref;
+	}
+	if (node->flags & KVMM_NODE_ROOT) {
+		CHECK(!node->len && !node->lock_ref && !node->pins && !node->parent,
+		      "root of ns %u has len %u lock_ref %u", node->ns, node->len,
+		      node->lock_ref);
+		return 0;
+	}
+	CHECK(node->len && !(node->len & (ctx->page_size - 1)),
+	      "node %p edge of %u tokens", (void *)node, node->len);
+	CHECK(kvmm_tree_lookup_child(ctx, node->parent, node->tokens) == node,
+	      "node %p not found through the hash", (void *)node);
+	CHECK(node->atime >= node->parent->atime || (node->parent->flags & KVMM_NODE_ROOT),
+	      "node %p older than its parent", (void *)node);
+	CHECK(node->lock_ref >= child_locks + node->pins,
+	      "node %p lock_ref %u < children %llu + pins %u", (void *)node,
+	      node->lock_ref, (unsigned long long)child_locks, node->pins);
+	CHECK(node->pin_ref == child_pins + node->pins, "node %p pin_ref %u != %llu + %u",
+	      (void *)node, node->pin_ref, (unsigned long long)child_pins, node->pins);
+	CHECK(node->prio < KVMM_NR_PRIO, "node %p prio %u", (void *)node, node->prio);
+	queued = node->flags & KVMM_NODE_EVICTABLE;
+	CHECK(queued == (leaf && !node->lock_ref), "node %p queued %d, leaf %d lock_ref %u",
+	      (void *)node, queued, leaf, node->lock_ref);
+	for (i = 0; i < nr; i++) {
+		int32_t pfn = node->pfns[i];
+
+		CHECK(pfn >= 0 && (uint32_t)pfn < ctx->zone.nr_pages,
+		      "node %p maps pfn %d", (void *)node, pfn);
+		CHECK(ctx->zone.pages[pfn].state == KVMM_PAGE_CACHED,
+		      "node %p maps pfn %d in state %u", (void *)node, pfn,
+		      ctx->zone.pages[pfn].state);
+		CHECK(mark[pfn] == MARK_NONE, "pfn %d held twice", pfn);
+		mark[pfn] = MARK_TREE;
+	}
+	sums->nodes++;
+	sums->cached += nr;
+	sums->leaves += queued;
+	sums->direct += node->lock_ref - child_locks - node->pins;
+	if (node->lock_ref)
+		sums->protected += nr;
+	else
+		sums->evictable += nr;
+	if (node->pin_ref)
+		sums->pinned += nr;
+out:
+	return ret;
+}
+
+static int check_tree(const struct kvmm_ctx *ctx, uint8_t *mark,
+		      struct check_sums *sums)
+{
+	struct kvmm_list *pos;
+	int ret = 0;
+
+	list_for_each(pos, &ctx->tree.roots) {
+		struct kvmm_node *root = list_entry(pos, struct kvmm_node, sibling);
+		struct kvmm_node *node;
+
+		CHECK(root->flags & KVMM_NODE_ROOT, "non-root %p on the root list",
+		      (void *)root);
+		for (node = root; node; node = kvmm_tree_next(root, node)) {
+			ret = check_node(ctx, node, mark, sums);
+			if (ret)
+				return ret;
+		}
+	}
+	CHECK(sums->nodes == ctx->tree.nr_nodes, "%llu nodes counted as %llu",
+	      (unsigned long long)sums->nodes, (unsigned long long)ctx->tree.nr_nodes);
+	CHECK(sums->cached == ctx->tree.cached, "%llu cached pages counted as %llu",
+	      (unsigned long long)sums->cached, (unsigned long long)ctx->tree.cached);
+	CHECK(sums->protected == ctx->tree.protected, "protected %llu, counted %llu",
+	      (unsigned long long)sums->protected, (unsigned long long)ctx->tree.protected);
+	CHECK(sums->evictable == ctx->lruvec.evictable, "evictable %llu, counted %llu",
+	      (unsigned long long)sums->evictable,
+	      (unsigned long long)ctx->lruvec.evictable);
+	CHECK(ctx->lruvec.evictable + ctx->tree.protected == ctx->tree.cached,
+	      "evictable + protected != cached");
+	CHECK(sums->pinned == ctx->tree.pinned, "pinned %llu, counted %llu",
+	      (unsigned long long)sums->pinned, (unsigned long long)ctx->tree.pinned);
+out:
+	return ret;
+}
+
+static int check_lruvec(const struct kvmm_ctx *ctx, const struct check_sums *sums)
+{
+	const struct kvmm_lruvec *lv = &ctx->lruvec;
+	uint64_t queued = 0;
+	uint32_t prio, l;
+	int ret = 0;
+
+	for (prio = 0; prio < KVMM_NR_PRIO; prio++) {
+		for (l = 0; l < KVMM_LRU_LISTS; l++) {
+			const struct kvmm_list *head = &lv->lists[prio][l];
+			const struct kvmm_list *pos;
+			uint64_t last = 0;
+
+			for (pos = head->next; pos != head; pos = pos->next) {
+				const struct kvmm_node *node =
+					list_entry(pos, struct kvmm_node, lru);
+
+				CHECK(node->flags & KVMM_NODE_EVICTABLE,
+				      "unqueued node %p on a reclaim list", (void *)node);
+				CHECK(node->prio == prio, "node %p of prio %u on list %u",
+				      (void *)node, node->prio, prio);
+				CHECK(node->atime >= last, "reclaim list %u/%u out of order",
+				      prio, l);
+				last = node->atime;
+				queued++;
+			}
+		}
+	}
+	CHECK(queued == lv->nr_leaves && queued == sums->leaves,
+	      "%llu queued leaves, %llu counted, %llu found",
+	      (unsigned long long)queued, (unsigned long long)lv->nr_leaves,
+	      (unsigned long long)sums->leaves);
+out:
+	return ret;
+}
+
+static int check_seq(const struct kvmm_ctx *ctx, uint32_t id, int32_t *path,
+		     uint8_t *mark, uint64_t *locked)
+{
+	const struct kvmm_seq *s = &ctx->seqs[id];
+	const int32_t *row = kvmm_row(ctx, id);
+	const struct kvmm_node *n;
+	uint32_t depth = 0, i, shared, mapped;
+	int ret = 0;
+
+	if (!s->open) {
+		for (i = 0; i < ctx->row_pages; i++)
+			CHECK(row[i] == -1, "closed seq %u maps pfn %d at %u", id, row[i], i);
+		return 0;
+	}
+	CHECK(s->root && (s->root->flags & KVMM_NODE_ROOT) && s->root->ns == s->ns,
+	      "seq %u has a bad root", id);
+	for (n = s->node; n && n != s->root; n = n->parent)
+		depth += n->len;
+	CHECK(n == s->root, "seq %u locks a node outside its namespace", id);
+	CHECK(depth == s->cached, "seq %u cached %u but its path holds %u", id,
+	      s->cached, depth);
+	CHECK(s->cached <= s->len && s->len <= ctx->params.max_seq_len,
+	      "seq %u cached %u len %u", id, s->cached, s->len);
+	if (s->node != s->root) {
+		CHECK(s->node->lock_ref, "seq %u holds unlocked node %p", id,
+		      (void *)s->node);
+		(*locked)++;
+	}
+	shared = s->cached >> ctx->page_shift;
+	mapped = kvmm_pages_of(ctx, s->len);
+	kvmm_tree_fill(ctx, s->root, s->node, path);
+	for (i = 0; i < shared; i++)
+		CHECK(row[i] == path[i], "seq %u page %u maps %d, its path %d", id, i,
+		      row[i], path[i]);
+	for (; i < mapped; i++) {
+		int32_t pfn = row[i];
+
+		CHECK(pfn >= 0 && (uint32_t)pfn < ctx->zone.nr_pages,
+		      "seq %u page %u maps pfn %d", id, i, pfn);
+		CHECK(ctx->zone.pages[pfn].state == KVMM_PAGE_OWNED,
+		      "seq %u page %u: pfn %d in state %u", id, i, pfn,
+		      ctx->zone.pages[pfn].state);
+		CHECK(mark[pfn] == MARK_NONE, "pfn %d held twice (seq %u)", pfn, id);
+		mark[pfn] = MARK_SEQ;
+	}
+	for (; i < ctx->row_pages; i++)
+		CHECK(row[i] == -1, "seq %u maps pfn %d past its length", id, row[i]);
+out:
+	return ret;
+}
+
+/**
+ * kvmm_check() - verify every invariant of a context
+ * @ctx: the context
+ *
+ * The first violation found is reported through the log hook.
+ *
+ * Return: 0 when all hold; -EUCLEAN on a violation; -EINVAL for a NULL
+ * context; -ENOMEM when the checker's scratch memory cannot be had.
+ */
+KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
+{
+	struct check_sums sums = { 0 };
+	uint64_t locked = 0, owned = 0, nfree_seqs = 0;
+	uint8_t *mark;
+	int32_t *path;
+	uint32_t i;
+	int ret;
+
+	if (!ctx)
+		return -EINVAL;
+	ret = check_zone(ctx);
+	if (ret)
+		return ret;
+	mark = calloc(ctx->zone.nr_pages, 1);
+	path = calloc(ctx->row_pages, sizeof(*path));
+	if (!mark || !path) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = check_tree(ctx, mark, &sums);
+	if (ret)
+		goto out;
+	ret = check_lruvec(ctx, &sums);
+	if (ret)
+		goto out;
+	for (i = 0; i < ctx->max_seqs; i++) {
+		ret = check_seq(ctx, i, path, mark, &locked);
+		if (ret)
+			goto out;
+	}
+	CHECK(locked == sums.direct, "%llu sequences hold locks, nodes count %llu",
+	      (unsigned long long)locked, (unsigned long long)sums.direct);
+	for (i = 0; i < ctx->zone.nr_pages; i++) {
+		uint8_t state = ctx->zone.pages[i].state;
+
+		CHECK(state != KVMM_PAGE_OWNED || mark[i] == MARK_SEQ,
+		      "pfn %u owned by no sequence (leaked)", i);
+		CHECK(state != KVMM_PAGE_CACHED || mark[i] == MARK_TREE,
+		      "pfn %u cached by no node (leaked)", i);
+		owned += mark[i] == MARK_SEQ;
+	}
+	CHECK(owned + sums.cached + ctx->zone.nr_free == ctx->zone.nr_pages,
+	      "owned %llu + cached %llu + free %u != %u pages",
+	      (unsigned long long)owned, (unsigned long long)sums.cached,
+	      ctx->zone.nr_free, ctx->zone.nr_pages);
+	for (i = ctx->free_seq; i != UINT32_MAX; i = ctx->seqs[i].next_free) {
+		CHECK(i < ctx->max_seqs && !ctx->seqs[i].open, "free row list holds %u", i);
+		CHECK(++nfree_seqs <= ctx->max_seqs, "free row list loops");
+	}
+	CHECK(nfree_seqs + ctx->nr_open == ctx->max_seqs,
+	      "%llu free rows + %u open != %u", (unsigned long long)nfree_seqs,
+	      ctx->nr_open, ctx->max_seqs);
+out:
+	free(path);
+	free(mark);
+	return ret;
+}

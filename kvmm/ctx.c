@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/ctx.c - creating and destroying a context, its metadata allocator,
+ * pool sizing, corruption reports and the run-time tunables.
+ *
+ * A context owns everything: the zone, the tree, the page table and the
+ * backend's pool.  There is no global state, so an engine may run one
+ * context per GPU, or one per model on the same GPU.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+static void *default_alloc(size_t size, void *priv)
+{
+	(void)priv;
+	return malloc(size);
+}
+
+static void default_free(void *ptr, size_t size, void *priv)
+{
+	(void)size;
+	(void)priv;
+	free(ptr);
+}
+
+static const struct kvmm_alloc_ops default_alloc_ops = {
+	.alloc = default_alloc,
+	.free = default_free,
+};
+
+void *kvmm_malloc(struct kvmm_ctx *ctx, size_t size)
+{
+	void *p = ctx->alloc->alloc(size, ctx->alloc_priv);
+
+	if (p)
+		ctx->meta_bytes += size;
+	return p;
+}
+
+void *kvmm_zalloc(struct kvmm_ctx *ctx, size_t size)
+{
+	void *p = kvmm_malloc(ctx, size);
+
+	if (p)
+		memset(p, 0, size);
+	return p;
+}
+
+void kvmm_mfree(struct kvmm_ctx *ctx, void *ptr, size_t size)
+{
+	if (!ptr)
+		return;
+	ctx->meta_bytes -= size;
+	ctx->alloc->free(ptr, size, ctx->alloc_priv);
+}
+
+/**
+ * kvmm_report() - report corruption or a failed check through the log hook
+ * @ctx: the context
+ * @fmt: printf format of one line, without "kvmm: " or a newline
+ */
+void kvmm_report(const struct kvmm_ctx *ctx, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (ctx && ctx->params.log)
+		ctx->params.log(ctx->params.log_priv, msg);
+	else
+		fprintf(stderr, "kvmm: %s\n", msg);
+}
+
+void kvmm_bug(const struct kvmm_ctx *ctx, const char *cond, const char *file,
+	      int line)
+{
+	kvmm_report(ctx, "BUG: %s at %s:%d", cond, file, line);
+	abort();
+}
+
+#if KVMM_DEBUG >= 3
+void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
+{
+	if (kvmm_check(ctx)) {
+		kvmm_report(ctx, "invariant broken after %s", op);
+		abort();
+	}
+}
+#endif
+
+/**
+ * kvmm_cell_bytes() - bytes of KV one token occupies across all layers
+ * @model: the geometry
+ *
+ * SGLang's cell size: heads * head_dim * layers * 2 (K and V) * dtype
+ * bytes for MHA, latent_dim * layers * dtype bytes for MLA.
+ *
+ * Return: the size, 0 for a geometry that describes no KV.
+ */
+KVMM_EXPORT uint64_t kvmm_cell_bytes(const struct kvmm_model *model)
+{
+	uint64_t per_layer;
+
+	if (!model)
+		return 0;
+	if (model->attn == KVMM_ATTN_MLA)
+		per_layer = (uint64_t)model->latent_dim * model->dtype_bytes;
+	else if (model->attn == KVMM_ATTN_MHA)
+		per_layer = (uint64_t)model->kv_heads * model->head_dim * 2 *
+			    model->dtype_bytes;
+	else
+		return 0;
+	return per_layer * model->layers;
+}
+
+static int params_check_model(const struct kvmm_model *m)
+{
+	if (!m->layers || !m->dtype_bytes || m->dtype_bytes > 16)
+		return -EINVAL;
+	if (m->attn == KVMM_ATTN_MHA)
+		return m->kv_heads && m->head_dim && !m->latent_dim ? 0 : -EINVAL;
+	if (m->attn == KVMM_ATTN_MLA)
+		return m->latent_dim && !m->kv_heads && !m->head_dim ? 0 : -EINVAL;
+	return -EINVAL;
+}
+
+/* Pages of the pool: explicit, or SGLang's budget formula. */
+static int params_nr_pages(const struct kvmm_params *p, uint32_t *nrp)
+{
+	uint64_t cell, budget, reserved, nr;
+
+	if (p->nr_pages) {
+		if (p->mem_total || p->mem_avail || p->mem_fraction != 0.0)
+			return -EINVAL;
+		*nrp = p->nr_pages;
+		return p->nr_pages <= KVMM_MAX_PAGES ? 0 : -EINVAL;
+	}
+	if (!(p->mem_fraction > 0.0 && p->mem_fraction <= 1.0) || !p->mem_avail ||
+	    p->mem_avail > p->mem_total)
+		return -EINVAL;
+	cell = kvmm_cell_bytes(&p->model);
+	reserved = (uint64_t)((double)p->mem_total * (1.0 - p->mem_fraction));
+	if (p->mem_avail <= reserved)
+		return -ENOSPC;
+	budget = p->mem_avail - reserved;
+	nr = budget / (cell * p->page_size);
+	if (!nr)
+		return -ENOSPC;
+	*nrp = nr > KVMM_MAX_PAGES ? KVMM_MAX_PAGES : (uint32_t)nr;
+	return 0;
+}
+
+static int params_check(const struct kvmm_params *p, uint32_t *nr_pages)
+{
+	int ret = params_check_model(&p->model);
+
+	if (ret)
+		return ret;
+	if (!p->page_size || p->page_size > KVMM_MAX_PAGE_SIZE ||
+	    (p->page_size & (p->page_size - 1)))
+		return -EINVAL;
+	if (!p->max_seqs || p->max_seqs > KVMM_MAX_SEQS || !p->max_seq_len ||
+	    p->max_seq_len > INT32_MAX)
+		return -EINVAL;
+	if (p->alloc && (!p->alloc->alloc || !p->alloc->free))
+		return -EINVAL;
+	if (p->evict_policy && !kvmm_evict_ops_lookup(p->evict_policy))
+		return -EINVAL;
+	ret = params_nr_pages(p, nr_pages);
+	if (ret)
+		return ret;
+	if (p->wmark_min > p->wmark_low || p->wmark_low > p->wmark_high ||
+	    p->wmark_high > *nr_pages)
+		return -EINVAL;
+	return 0;
+}
+
+static int backend_init(struct kvmm_ctx *ctx)
+{
+	const struct kvmm_params *p = &ctx->params;
+	struct kvmm_backend_cfg cfg = {
+		.model = p->model,
+		.page_size = p->page_size,
+		.nr_pages = ctx->zone.nr_pages,
+		.tier = KVMM_TIER_DEVICE,
+		.arg = p->backend_arg,
+	};
+
+	return ctx->backend->init(&cfg, &ctx->backend_priv);
+}
+
+/**
+ * kvmm_create() - build a context: pool, page table, prefix tree
+ * @params: what to build; see struct kvmm_params
+ * @ctxp: out, the new context
+ *
+ * Return: 0; -EINVAL for bad parameters (a page size that is not a power
+ * of two, zero sizes, unknown policy or inconsistent watermarks);
+ * -EOPNOTSUPP for an unknown backend; -ENOSPC when the memory budget holds
+ * no page; -ENOMEM when metadata cannot be allocated; a backend's error
+ * from its init.  Nothing is held on failure.
+ */
+KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
+			    struct kvmm_ctx **ctxp)
+{
+	const struct kvmm_alloc_ops *aops;
+	const struct kvmm_backend_ops *bops;
+	struct kvmm_ctx *ctx;
+	uint32_t nr_pages = 0;
+	int ret;
+
+	if (!params || !ctxp)
+		return -EINVAL;
+	ret = params_check(params, &nr_pages);
+	if (ret)
+		return ret;
+	bops = kvmm_backend_lookup(params->backend ? params->backend : "mock");
+	if (!bops)
+		return -EOPNOTSUPP;
+
+	aops = params->alloc ? params->alloc : &default_alloc_ops;
+	ctx = aops->alloc(sizeof(*ctx), params->alloc_priv);
+	if (!ctx)
+		return -ENOMEM;
+	memset(ctx, 0, sizeof(*ctx));
+	ctx->params = *params;
+	ctx->params.evict_policy = NULL;
+	ctx->params.backend = NULL;
+	ctx->alloc = aops;
+	ctx->alloc_priv = params->alloc_priv;
+	ctx->meta_bytes = sizeof(*ctx);
+	ctx->page_size = params->page_size;
+	ctx->page_shift = (uint32_t)__builtin_ctz(params->page_size);
+	ctx->backend = bops;
+	kvmm_lruvec_init(&ctx->lruvec, kvmm_evict_ops_lookup(params->evict_policy ?
+							      params->evict_policy : "lru"));
+
+	ret = kvmm_zone_init(ctx, &ctx->zone, nr_pages, KVMM_TIER_DEVICE);
+	if (ret)
+		goto out_free_ctx;
+	ctx->zone.wmark[KVMM_WMARK_MIN] = params->wmark_min;
+	ctx->zone.wmark[KVMM_WMARK_LOW] = params->wmark_low;
+	ctx->zone.wmark[KVMM_WMARK_HIGH] = params->wmark_high;
+	ret = kvmm_seqs_init(ctx);
+	if (ret)
+		goto out_exit_zone;
+	ret = kvmm_tree_init(ctx);
+	if (ret)
+		goto out_exit_seqs;
+	ret = backend_init(ctx);
+	if (ret)
+		goto out_exit_tree;
+	*ctxp = ctx;
+	return 0;
+
+out_exit_tree:
+	kvmm_tree_exit(ctx);
+out_exit_seqs:
+	kvmm_seqs_exit(ctx);
+out_exit_zone:
+	kvmm_zone_exit(ctx, &ctx->zone);
+out_free_ctx:
+	aops->free(ctx, sizeof(*ctx), params->alloc_priv);
+	return ret;
+}
+
+/**
+ * kvmm_destroy() - free a context and everything it holds
+ * @ctx: the context, or NULL
+ *
+ * Open sequences are dropped with the rest; the backend's pool goes too.
+ */
+KVMM_EXPORT void kvmm_destroy(struct kvmm_ctx *ctx)
+{
+	const struct kvmm_alloc_ops *aops;
+	void *apriv;
+
+	if (!ctx)
+		return;
+	ctx->backend->exit(ctx->backend_priv);
+	kvmm_tree_exit(ctx);
+	kvmm_seqs_exit(ctx);
+	kvmm_zone_exit(ctx, &ctx->zone);
+	aops = ctx->alloc;
+	apriv = ctx->alloc_priv;
+	aops->free(ctx, sizeof(*ctx), apriv);
+}
+
+KVMM_EXPORT uint32_t kvmm_page_size(const struct kvmm_ctx *ctx)
+{
+	return ctx->page_size;
+}
+
+KVMM_EXPORT uint32_t kvmm_nr_pages(const struct kvmm_ctx *ctx)
+{
+	return ctx->zone.nr_pages;
+}
+
+/**
+ * kvmm_set_watermarks() - set the device zone's min, low and high marks
+ * @ctx: the context
+ * @min: pages ordinary allocations leave free
+ * @low: below this many free pages after an allocation, reclaim first
+ * @high: reclaim frees until this many would be free
+ *
+ * Return: 0, or -EINVAL unless min <= low <= high <= the pool size.
+ */
+KVMM_EXPORT int kvmm_set_watermarks(struct kvmm_ctx *ctx, uint32_t min,
+				    uint32_t low, uint32_t high)
+{
+	if (!ctx || min > low || low > high || high > ctx->zone.nr_pages)
+		return -EINVAL;
+	ctx->zone.wmark[KVMM_WMARK_MIN] = min;
+	ctx->zone.wmark[KVMM_WMARK_LOW] = low;
+	ctx->zone.wmark[KVMM_WMARK_HIGH] = high;
+	return 0;
+}
+
+/**
+ * kvmm_kv_layer() - where layer @layer's KV lives
+ * @ctx: the context
+ * @layer: 0 .. layers - 1
+ * @out: filled on success
+ *
+ * Return: 0, -EINVAL for a layer out of range, or the backend's error.
+ */
+KVMM_EXPORT int kvmm_kv_layer(const struct kvmm_ctx *ctx, uint32_t layer,
+			      struct kvmm_kv_layer *out)
+{
+	if (!ctx || !out || layer >= ctx->params.model.layers)
+		return -EINVAL;
+	return ctx->backend->kv_layer(ctx->backend_priv, layer, out);
+}

@@ -1,0 +1,457 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvmm/internal.h - the core's private types and the functions its files
+ * call in each other, grouped by the file that defines them.
+ *
+ * Coding conventions in the core:
+ * @ctx is the context, the one handle everything hangs off (no globals);
+ * @zone is a pool of pages of one tier; @pfn a page frame number in it;
+ * @node a prefix-tree node; @seq a sequence id, which is also its row in
+ * the page table; @n a count of tokens, @nr a count of pages.
+ * Token counts handed to the tree are page aligned unless said otherwise.
+ */
+#ifndef KVMM_INTERNAL_H
+#define KVMM_INTERNAL_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <libkvmm.h>
+#include "autoconf.h"
+
+#ifndef KVMM_DEBUG
+#define KVMM_DEBUG 0
+#endif
+
+#define likely(x)	__builtin_expect(!!(x), 1)
+#define unlikely(x)	__builtin_expect(!!(x), 0)
+#define KVMM_EXPORT	__attribute__((visibility("default")))
+
+#define container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+#define ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
+
+/* Internal asserts: compiled in at DEBUG >= 2, as mimalloc's. */
+#if KVMM_DEBUG >= 2
+#define kvmm_assert(ctx, cond) \
+	((cond) ? (void)0 : kvmm_bug(ctx, #cond, __FILE__, __LINE__))
+#else
+#define kvmm_assert(ctx, cond) ((void)(ctx))
+#endif
+
+/* ---- a minimal intrusive list, as the kernel's list.h ---- */
+struct kvmm_list {
+	struct kvmm_list *next, *prev;
+};
+
+static inline void list_init(struct kvmm_list *h)
+{
+	h->next = h->prev = h;
+}
+
+static inline bool list_empty(const struct kvmm_list *h)
+{
+	return h->next == h;
+}
+
+static inline void __list_add(struct kvmm_list *e, struct kvmm_list *prev,
+			      struct kvmm_list *next)
+{
+	next->prev = e;
+	e->next = next;
+	e->prev = prev;
+	prev->next = e;
+}
+
+static inline void list_add(struct kvmm_list *e, struct kvmm_list *h)
+{
+	__list_add(e, h, h->next);
+}
+
+static inline void list_add_tail(struct kvmm_list *e, struct kvmm_list *h)
+{
+	__list_add(e, h->prev, h);
+}
+
+static inline void list_del(struct kvmm_list *e)
+{
+	e->next->prev = e->prev;
+	e->prev->next = e->next;
+	e->next = e->prev = e;
+}
+
+#define list_entry(ptr, type, member) container_of(ptr, type, member)
+#define list_for_each(pos, head) \
+	for (pos = (head)->next; pos != (head); pos = pos->next)
+
+/* ---- ctx.c ---- */
+
+void *kvmm_malloc(struct kvmm_ctx *ctx, size_t size);
+void *kvmm_zalloc(struct kvmm_ctx *ctx, size_t size);
+void kvmm_mfree(struct kvmm_ctx *ctx, void *ptr, size_t size);
+void kvmm_report(const struct kvmm_ctx *ctx, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void kvmm_bug(const struct kvmm_ctx *ctx, const char *cond,
+	      const char *file, int line);
+
+#if KVMM_DEBUG >= 3
+void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op);
+#else
+static inline void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
+{
+	(void)ctx;
+	(void)op;
+}
+#endif
+
+/* ---- page_alloc.c ---- */
+
+/**
+ * struct kvmm_page - descriptor of one page frame (4 bytes; one per page)
+ * @state: KVMM_PAGE_*
+ * @tier: KVMM_TIER_* of the zone the frame belongs to
+ * @refcount: holders that keep the frame from being freed: the owning
+ *	sequence or tree node holds one; 0 exactly when the page is free
+ *
+ * Which sequence or node owns the page is not stored here: the owner's own
+ * pfn array says it, and kvmm_check() cross-checks both directions.  LRU
+ * links live on tree nodes, not pages, because reclaim works on leaves.
+ */
+struct kvmm_page {
+	uint8_t state;
+	uint8_t tier;
+	uint16_t refcount;
+};
+
+#define KVMM_HB_LEVELS	6	/* 64^6 bits: more than KVMM_MAX_PAGES */
+
+/*
+ * struct kvmm_hbitmap - free-page bitmap with summary levels.  A set bit
+ * in level 0 is a free page; a set bit in level l > 0 says word i of level
+ * l - 1 has a set bit.  Finding a free page is one word per level.
+ */
+struct kvmm_hbitmap {
+	uint64_t *level[KVMM_HB_LEVELS];
+	uint32_t nwords[KVMM_HB_LEVELS];
+	uint32_t nr_levels;
+	size_t bytes;
+};
+
+enum kvmm_wmark {
+	KVMM_WMARK_MIN,
+	KVMM_WMARK_LOW,
+	KVMM_WMARK_HIGH,
+	NR_KVMM_WMARK
+};
+
+/**
+ * struct kvmm_zone - a pool of page frames of one tier
+ * @pages: a descriptor per frame
+ * @free: bitmap of free frames
+ * @nr_pages: frames in the zone
+ * @nr_free: frames on @free
+ * @cursor: next-fit position, so bulk allocations come out contiguous
+ * @wmark: KVMM_WMARK_* levels, in pages
+ * @tier: KVMM_TIER_*
+ */
+struct kvmm_zone {
+	struct kvmm_page *pages;
+	struct kvmm_hbitmap free;
+	uint32_t nr_pages;
+	uint32_t nr_free;
+	uint32_t cursor;
+	uint32_t wmark[NR_KVMM_WMARK];
+	uint32_t tier;
+};
+
+#define KVMM_ALLOC_RESERVE	KVMM_EXTEND_RESERVE
+#define KVMM_ALLOC_NORECLAIM	KVMM_EXTEND_NORECLAIM
+
+int kvmm_zone_init(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+		   uint32_t nr_pages, uint32_t tier);
+void kvmm_zone_exit(struct kvmm_ctx *ctx, struct kvmm_zone *zone);
+int kvmm_zone_reserve(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+		      uint64_t nr, uint32_t flags);
+void __kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+			uint32_t nr, int32_t *pfns);
+int kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+		     uint32_t nr, int32_t *pfns, uint32_t flags);
+void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+		     const int32_t *pfns, uint32_t nr);
+void kvmm_set_page_state(struct kvmm_zone *zone, const int32_t *pfns,
+			 uint32_t nr, uint8_t state);
+bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn);
+
+/* ---- prefix_tree.c ---- */
+
+#define KVMM_NODE_EVICTABLE	(1u << 0)	/* on a reclaim list */
+#define KVMM_NODE_ROOT		(1u << 1)
+
+/**
+ * struct kvmm_node - a prefix-tree node: one edge of token ids and the
+ *	pages that hold their KV
+ * @parent: NULL for a namespace root
+ * @hnext: chain in the tree's child hash, keyed by (parent, first page)
+ * @sibling: link in @parent's @children
+ * @children: child nodes, no order
+ * @lru: link on a reclaim list, while KVMM_NODE_EVICTABLE
+ * @tokens: @len token ids; the same block holds @pfns
+ * @pfns: @len / page_size page frame numbers
+ * @atime: logical time of the last match or insert through this node;
+ *	never older than the parent's (see vmscan.c)
+ * @len: tokens on the edge, a multiple of the page size
+ * @lock_ref: sequences and pins that hold this node or a descendant
+ * @ns: namespace id (roots only)
+ * @hits: matches and inserts that reached this node (saturating)
+ * @pin_ref: pins ending at this node or below it
+ * @pins: pins ending at this node
+ * @prio: eviction priority, lower goes first
+ * @flags: KVMM_NODE_*
+ *
+ * All fields are protected by the context (one driver at a time).
+ */
+struct kvmm_node {
+	struct kvmm_node *parent;
+	struct kvmm_node *hnext;
+	struct kvmm_list sibling;
+	struct kvmm_list children;
+	struct kvmm_list lru;
+	uint32_t *tokens;
+	int32_t *pfns;
+	uint64_t atime;
+	uint32_t len;
+	uint32_t lock_ref;
+	uint32_t ns;
+	uint32_t pin_ref;
+	uint16_t hits;
+	uint8_t pins;
+	uint8_t prio;
+	uint8_t flags;
+};
+
+/**
+ * struct kvmm_tree - the prefix cache of one context
+ * @buckets: child hash; chains through kvmm_node.hnext
+ * @mask: bucket count - 1
+ * @nr_hashed: nodes in the hash, roots included
+ * @clock: logical time, advanced on every node access
+ * @nr_nodes: nodes, roots excluded
+ * @cached: pages held by nodes
+ * @protected: pages held by locked nodes
+ * @pinned: pages of nodes with a pin at or below them
+ * @roots: namespace roots, linked through kvmm_node.sibling
+ */
+struct kvmm_tree {
+	struct kvmm_list roots;
+	struct kvmm_node **buckets;
+	uint64_t mask;
+	uint64_t nr_hashed;
+	uint64_t clock;
+	uint64_t nr_nodes;
+	uint64_t cached;
+	uint64_t protected;
+	uint64_t pinned;
+};
+
+/*
+ * struct kvmm_path - where a walk of the tree stopped.  @node is the
+ * deepest node reached; @split is the number of its tokens the key
+ * matched when that is fewer than its length (0 when the walk ended on a
+ * node boundary); @matched counts tokens from the root.
+ */
+struct kvmm_path {
+	struct kvmm_node *node;
+	uint32_t split;
+	uint32_t matched;
+};
+
+int kvmm_tree_init(struct kvmm_ctx *ctx);
+void kvmm_tree_exit(struct kvmm_ctx *ctx);
+struct kvmm_node *kvmm_tree_root(struct kvmm_ctx *ctx, uint32_t ns,
+				 bool create);
+struct kvmm_node *kvmm_tree_lookup_child(const struct kvmm_ctx *ctx,
+					 const struct kvmm_node *parent,
+					 const uint32_t *key);
+void kvmm_tree_walk(struct kvmm_ctx *ctx, struct kvmm_node *from,
+		    const uint32_t *key, uint32_t n, struct kvmm_path *path);
+int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path);
+void kvmm_tree_touch(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_tree_lock(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node);
+int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
+		     const uint32_t *key, uint32_t n, int32_t *pfns,
+		     struct kvmm_node **endp, uint32_t *dupp);
+void kvmm_tree_delete_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
+uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from,
+			const struct kvmm_node *to, int32_t *dst);
+bool kvmm_node_is_leaf(const struct kvmm_node *node);
+struct kvmm_node *kvmm_tree_next(struct kvmm_node *root,
+				 struct kvmm_node *node);
+
+/* ---- vmscan.c ---- */
+
+struct kvmm_lruvec;
+
+/**
+ * struct kvmm_evict_ops - an eviction policy: which evictable leaf goes next
+ * @name: what kvmm_set_evict_policy() selects it by
+ * @add: @node became an evictable leaf; @oldest when it is the parent
+ *	of the victim just taken (its atime is no newer than any listed leaf)
+ * @del: @node stops being evictable
+ * @touch: @node, evictable, was accessed
+ * @victim: the next leaf to evict, or NULL; does not remove it
+ *
+ * Lists live in the lruvec so that switching policies only re-adds nodes.
+ */
+struct kvmm_evict_ops {
+	const char *name;
+	void (*add)(struct kvmm_lruvec *lv, struct kvmm_node *node, bool oldest);
+	void (*del)(struct kvmm_lruvec *lv, struct kvmm_node *node);
+	void (*touch)(struct kvmm_lruvec *lv, struct kvmm_node *node);
+	struct kvmm_node *(*victim)(struct kvmm_lruvec *lv);
+};
+
+#define KVMM_LRU_LISTS	2	/* per priority: inactive, active */
+
+/**
+ * struct kvmm_lruvec - the reclaim lists of a context
+ * @ops: the policy in force
+ * @lists: per priority, the policy's lists of evictable leaves
+ * @nr_leaves: nodes on any list
+ * @evictable: pages of unlocked nodes, leaves or not
+ */
+struct kvmm_lruvec {
+	const struct kvmm_evict_ops *ops;
+	struct kvmm_list lists[KVMM_NR_PRIO][KVMM_LRU_LISTS];
+	uint64_t nr_leaves;
+	uint64_t evictable;
+};
+
+/*
+ * struct kvmm_scan_control - one reclaim pass.  @nr_to_reclaim pages are
+ * wanted; @nr_reclaimed and @nr_evicted (nodes) say what it did.
+ */
+struct kvmm_scan_control {
+	uint64_t nr_to_reclaim;
+	uint64_t nr_reclaimed;
+	uint64_t nr_evicted;
+};
+
+void kvmm_lruvec_init(struct kvmm_lruvec *lv, const struct kvmm_evict_ops *ops);
+const struct kvmm_evict_ops *kvmm_evict_ops_lookup(const char *name);
+void kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_lru_touch(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc);
+
+/* ---- seq.c ---- */
+
+/**
+ * struct kvmm_seq - an open sequence (a request)
+ * @root: namespace root the sequence matches and inserts under
+ * @node: deepest node the sequence holds a lock on; @root when none
+ * @len: tokens with KV; the row maps ceil(len / page_size) pages
+ * @cached: leading tokens on tree pages; ends at @node's end
+ * @ns: namespace id
+ * @next_free: free-row list link while closed
+ * @mark: batch stamp, to refuse a sequence named twice in one batch
+ * @open: the row is in use
+ */
+struct kvmm_seq {
+	struct kvmm_node *root;
+	struct kvmm_node *node;
+	uint32_t len;
+	uint32_t cached;
+	uint32_t ns;
+	uint32_t next_free;
+	uint32_t mark;
+	bool open;
+};
+
+int kvmm_seqs_init(struct kvmm_ctx *ctx);
+void kvmm_seqs_exit(struct kvmm_ctx *ctx);
+
+/* ---- stats.c ---- */
+
+enum kvmm_event {
+	EV_MATCH_CALLS,
+	EV_MATCH_TOKENS,
+	EV_HIT_TOKENS,
+	EV_INSERT_TOKENS,
+	EV_DEDUP_PAGES,
+	EV_SPLITS,
+	EV_ALLOC_PAGES,
+	EV_FREE_PAGES,
+	EV_ALLOC_FAIL,
+	EV_RECLAIM_RUNS,
+	EV_EVICT_NODES,
+	EV_EVICT_PAGES,
+	EV_RETRACTS,
+	NR_KVMM_EVENTS
+};
+
+/* ---- the context ---- */
+
+/**
+ * struct kvmm_ctx - one KV pool and everything that manages it
+ * @params: a copy of the creation parameters (strings not kept)
+ * @alloc: metadata allocator and its cookie
+ * @meta_bytes: metadata memory held now
+ * @page_size: tokens per page; @page_shift its log2
+ * @zone: the device pool
+ * @tree: the prefix cache
+ * @lruvec: reclaim lists
+ * @seqs: a descriptor per page-table row
+ * @table: the page table, @max_seqs rows of @row_pages entries
+ * @free_seq: head of the free-row list, or UINT32_MAX
+ * @nr_open: open sequences
+ * @batch: stamp of the last extend batch
+ * @events: event counters, enum kvmm_event
+ * @backend: the backend holding the KV bytes, and its state
+ */
+struct kvmm_ctx {
+	struct kvmm_params params;
+	const struct kvmm_alloc_ops *alloc;
+	void *alloc_priv;
+	size_t meta_bytes;
+	uint32_t page_size;
+	uint32_t page_shift;
+	struct kvmm_zone zone;
+	struct kvmm_tree tree;
+	struct kvmm_lruvec lruvec;
+	struct kvmm_seq *seqs;
+	int32_t *table;
+	uint32_t max_seqs;
+	uint32_t row_pages;
+	uint32_t free_seq;
+	uint32_t nr_open;
+	uint32_t batch;
+	uint64_t events[NR_KVMM_EVENTS];
+	const struct kvmm_backend_ops *backend;
+	void *backend_priv;
+};
+
+static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,
+			      uint64_t n)
+{
+	ctx->events[ev] += n;
+}
+
+static inline uint32_t kvmm_pages_of(const struct kvmm_ctx *ctx, uint32_t n)
+{
+	return (uint32_t)(((uint64_t)n + ctx->page_size - 1) >> ctx->page_shift);
+}
+
+static inline uint32_t kvmm_align_down(const struct kvmm_ctx *ctx, uint32_t n)
+{
+	return n & ~(ctx->page_size - 1);
+}
+
+static inline int32_t *kvmm_row(const struct kvmm_ctx *ctx, uint32_t seq)
+{
+	return ctx->table + (size_t)seq * ctx->row_pages;
+}
+
+#endif /* KVMM_INTERNAL_H */

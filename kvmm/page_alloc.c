@@ -1,0 +1,381 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/page_alloc.c - the page-frame allocator of a zone.
+ *
+ * DOC: page frames
+ *
+ * A zone is an array of page frames numbered 0..nr_pages-1; frame f holds
+ * the KV of slots f * page_size .. f * page_size + page_size - 1 in the
+ * backend's buffers.  Each frame has a 4-byte descriptor (struct
+ * kvmm_page) and a bit in a hierarchical free bitmap.
+ *
+ * Why a bitmap and not free lists: engines gather KV by slot, and a run of
+ * consecutive frames is one contiguous copy for the offload paths and one
+ * cache line of page-table entries that differ by one.  A bitmap searched
+ * next-fit hands out runs whenever the free space has them, at no extra
+ * cost: a bulk allocation takes all the free bits of a word at once.  Each
+ * level of the bitmap summarises 64 words of the level below, so finding
+ * the next free frame reads one word per level (at most six for 2^30
+ * frames): O(1) for one frame, O(n) for n frames, whatever the fill.
+ *
+ * Watermarks (struct kvmm_zone.wmark), as in the kernel:
+ *  - an allocation that would leave fewer than LOW free frames first
+ *    reclaims cached leaves until HIGH frames would be free after it;
+ *  - ordinary allocations never take the last MIN frames; a caller that
+ *    must not fail mid-decode passes KVMM_ALLOC_RESERVE and may.
+ * With all three at zero (the default) this is SGLang's behaviour: evict
+ * exactly the shortfall, only when the free pool is short.
+ *
+ * An allocation that cannot be satisfied even after reclaiming every
+ * evictable page fails with -ENOSPC before evicting anything, so a failed
+ * allocation changes nothing.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+/* ---- hierarchical bitmap ---- */
+
+static int hb_init(struct kvmm_ctx *ctx, struct kvmm_hbitmap *hb, uint32_t nbits)
+{
+	uint64_t words = 0, n = nbits;
+	uint64_t *mem;
+	uint32_t l;
+
+	hb->nr_levels = 0;
+	do {
+		n = (n + 63) / 64;
+		hb->nwords[hb->nr_levels++] = (uint32_t)n;
+		words += n;
+	} while (n > 1 && hb->nr_levels < KVMM_HB_LEVELS);
+
+	hb->bytes = words * sizeof(uint64_t);
+	mem = kvmm_zalloc(ctx, hb->bytes);
+	if (!mem)
+		return -ENOMEM;
+	for (l = 0; l < hb->nr_levels; l++) {
+		hb->level[l] = mem;
+		mem += hb->nwords[l];
+	}
+	return 0;
+}
+
+/* Set bits in word @w of level 0 and mark the summaries above. */
+static void hb_set_mask(struct kvmm_hbitmap *hb, uint64_t w, uint64_t mask)
+{
+	uint32_t l;
+
+	for (l = 0; l < hb->nr_levels; l++) {
+		uint64_t old = hb->level[l][w];
+
+		hb->level[l][w] = old | mask;
+		if (old)
+			return;
+		mask = 1ULL << (w & 63);
+		w >>= 6;
+	}
+}
+
+/* Clear bits in word @w of level 0; an emptied word clears its summary. */
+static void hb_clear_mask(struct kvmm_hbitmap *hb, uint64_t w, uint64_t mask)
+{
+	uint32_t l;
+
+	for (l = 0; l < hb->nr_levels; l++) {
+		hb->level[l][w] &= ~mask;
+		if (hb->level[l][w])
+			return;
+		mask = 1ULL << (w & 63);
+		w >>= 6;
+	}
+}
+
+/* The first set bit at or after @pos, or -1. */
+static int64_t hb_find(const struct kvmm_hbitmap *hb, uint64_t pos)
+{
+	uint64_t idx = pos;
+	uint32_t l;
+
+	for (l = 0; l < hb->nr_levels; l++) {
+		uint64_t w = idx >> 6, bits;
+
+		if (w >= hb->nwords[l])
+			return -1;
+		bits = hb->level[l][w] & (~0ULL << (idx & 63));
+		if (bits) {
+			idx = (w << 6) | (uint64_t)__builtin_ctzll(bits);
+			break;
+		}
+		idx = w + 1;
+	}
+	if (l == hb->nr_levels)
+		return -1;
+	while (l-- > 0)
+		idx = (idx << 6) | (uint64_t)__builtin_ctzll(hb->level[l][idx]);
+	return (int64_t)idx;
+}
+
+static bool hb_test(const struct kvmm_hbitmap *hb, uint64_t bit)
+{
+	return hb->level[0][bit >> 6] >> (bit & 63) & 1;
+}
+
+/* ---- zones ---- */
+
+/**
+ * kvmm_zone_init() - set up a zone of @nr_pages free frames
+ * @ctx: the context whose allocator provides the metadata
+ * @zone: caller's memory
+ * @nr_pages: frames, at least 1
+ * @tier: KVMM_TIER_* the frames belong to
+ *
+ * Return: 0, or -ENOMEM with nothing held.
+ */
+int kvmm_zone_init(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+		   uint32_t nr_pages, uint32_t tier)
+{
+	uint64_t w;
+	uint32_t i;
+	int ret;
+
+	memset(zone, 0, sizeof(*zone));
+	zone->pages = kvmm_malloc(ctx, (size_t)nr_pages * sizeof(*zone->pages));
+	if (!zone->pages)
+		return -ENOMEM;
+	ret = hb_init(ctx, &zone->free, nr_pages);
+	if (ret) {
+		kvmm_mfree(ctx, zone->pages, (size_t)nr_pages * sizeof(*zone->pages));
+		zone->pages = NULL;
+		return ret;
+	}
+	for (i = 0; i < nr_pages; i++)
+		zone->pages[i] = (struct kvmm_page){ .state = KVMM_PAGE_FREE,
+						     .tier = (uint8_t)tier };
+	for (w = 0; w * 64 < nr_pages; w++) {
+		uint64_t left = nr_pages - w * 64;
+
+		hb_set_mask(&zone->free, w, left >= 64 ? ~0ULL : (1ULL << left) - 1);
+	}
+	zone->nr_pages = nr_pages;
+	zone->nr_free = nr_pages;
+	zone->tier = tier;
+	return 0;
+}
+
+void kvmm_zone_exit(struct kvmm_ctx *ctx, struct kvmm_zone *zone)
+{
+	if (!zone->pages)
+		return;
+	kvmm_mfree(ctx, zone->free.level[0], zone->free.bytes);
+	kvmm_mfree(ctx, zone->pages, (size_t)zone->nr_pages * sizeof(*zone->pages));
+	zone->pages = NULL;
+}
+
+bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn)
+{
+	return hb_test(&zone->free, pfn);
+}
+
+/* Take @nr frames off the bitmap, next-fit from the cursor; nr_free >= nr. */
+static void __rmqueue_bulk(struct kvmm_zone *zone, uint32_t nr, int32_t *pfns)
+{
+	uint64_t pos = zone->cursor;
+	uint32_t got = 0;
+
+	while (got < nr) {
+		int64_t bit = hb_find(&zone->free, pos);
+		uint64_t w, word, mask = 0;
+
+		if (bit < 0)
+			bit = hb_find(&zone->free, 0);
+		w = (uint64_t)bit >> 6;
+		word = zone->free.level[0][w] & (~0ULL << (bit & 63));
+		while (word && got < nr) {
+			uint32_t b = (uint32_t)__builtin_ctzll(word);
+
+			word &= word - 1;
+			mask |= 1ULL << b;
+			pfns[got++] = (int32_t)(w * 64 + b);
+		}
+		hb_clear_mask(&zone->free, w, mask);
+		pos = (uint64_t)pfns[got - 1] + 1;
+		if (pos >= zone->nr_pages)
+			pos = 0;
+	}
+	zone->cursor = (uint32_t)pos;
+	zone->nr_free -= nr;
+}
+
+/*
+ * Reclaim for an allocation of @nr frames that would break the low
+ * watermark.  Returns false, having evicted nothing, when even reclaiming
+ * everything evictable would not make room for it.
+ */
+static bool __alloc_pages_reclaim(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+				  uint64_t nr, uint64_t reserve)
+{
+	struct kvmm_scan_control sc = { 0 };
+	uint64_t target = nr + zone->wmark[KVMM_WMARK_HIGH];
+
+	if (zone->nr_free + ctx->lruvec.evictable < nr + reserve)
+		return false;
+	if (target < nr + reserve)
+		target = nr + reserve;
+	if (target <= zone->nr_free)
+		return true;
+	sc.nr_to_reclaim = target - zone->nr_free;
+	kvmm_shrink(ctx, &sc);
+	return true;
+}
+
+/**
+ * kvmm_zone_reserve() - make sure @nr frames can be allocated now
+ * @ctx: the context
+ * @zone: the zone
+ * @nr: frames the caller is about to take with __kvmm_alloc_pages()
+ * @flags: KVMM_ALLOC_RESERVE, KVMM_ALLOC_NORECLAIM
+ *
+ * Below the low watermark this reclaims cached leaves first.  Callers that
+ * allocate for several owners at once (a decode batch) reserve the total
+ * once, so that the batch either gets all its frames or none.
+ *
+ * Return: 0, or -ENOSPC with nothing evicted.
+ */
+int kvmm_zone_reserve(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+		      uint64_t nr, uint32_t flags)
+{
+	uint64_t reserve = (flags & KVMM_ALLOC_RESERVE) ? 0 : zone->wmark[KVMM_WMARK_MIN];
+
+	if (zone->nr_free < nr + zone->wmark[KVMM_WMARK_LOW] &&
+	    !(flags & KVMM_ALLOC_NORECLAIM)) {
+		if (!__alloc_pages_reclaim(ctx, zone, nr, reserve))
+			goto nospc;
+	}
+	if (zone->nr_free < nr + reserve)
+		goto nospc;
+	return 0;
+
+nospc:
+	kvmm_count(ctx, EV_ALLOC_FAIL, 1);
+	return -ENOSPC;
+}
+
+/**
+ * __kvmm_alloc_pages() - take @nr frames that kvmm_zone_reserve() made room for
+ * @ctx: the context
+ * @zone: the zone
+ * @nr: frames, at most nr_free
+ * @pfns: out, frame numbers; consecutive where the free space allows
+ *
+ * The frames come back OWNED with one reference each.
+ */
+void __kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+			uint32_t nr, int32_t *pfns)
+{
+	uint32_t i;
+
+	if (!nr)
+		return;
+	kvmm_assert(ctx, nr <= zone->nr_free);
+	__rmqueue_bulk(zone, nr, pfns);
+	for (i = 0; i < nr; i++) {
+		struct kvmm_page *page = &zone->pages[pfns[i]];
+
+		kvmm_assert(ctx, page->state == KVMM_PAGE_FREE && !page->refcount);
+		page->state = KVMM_PAGE_OWNED;
+		page->refcount = 1;
+	}
+	kvmm_count(ctx, EV_ALLOC_PAGES, nr);
+}
+
+/**
+ * kvmm_alloc_pages() - allocate @nr page frames
+ * @ctx: the context
+ * @zone: the zone to allocate from
+ * @nr: frames wanted, may be 0
+ * @pfns: out, @nr frame numbers
+ * @flags: KVMM_ALLOC_RESERVE, KVMM_ALLOC_NORECLAIM
+ *
+ * kvmm_zone_reserve() then __kvmm_alloc_pages().
+ *
+ * Return: 0, or -ENOSPC with nothing allocated and nothing evicted.
+ */
+int kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+		     uint32_t nr, int32_t *pfns, uint32_t flags)
+{
+	int ret = kvmm_zone_reserve(ctx, zone, nr, flags);
+
+	if (!ret)
+		__kvmm_alloc_pages(ctx, zone, nr, pfns);
+	return ret;
+}
+
+/**
+ * kvmm_free_pages() - drop the owner's reference on @nr frames
+ * @ctx: the context
+ * @zone: the zone they belong to
+ * @pfns: frame numbers; runs of consecutive frames are freed a word at a time
+ * @nr: how many
+ *
+ * A frame whose last reference goes returns to the free bitmap.  Freeing a
+ * free frame is reported as corruption and skipped: the release build
+ * carries on, a DEBUG >= 2 build stops.
+ */
+void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
+		     const int32_t *pfns, uint32_t nr)
+{
+	uint64_t w = UINT64_MAX, mask = 0;
+	uint32_t i, freed = 0;
+
+	for (i = 0; i < nr; i++) {
+		uint32_t pfn = (uint32_t)pfns[i];
+		struct kvmm_page *page = &zone->pages[pfn];
+
+		if (unlikely(pfn >= zone->nr_pages || page->state == KVMM_PAGE_FREE ||
+			     !page->refcount)) {
+			kvmm_report(ctx, "bad page free: pfn %u state %u refcount %u",
+				    pfn, pfn < zone->nr_pages ? page->state : 0,
+				    pfn < zone->nr_pages ? page->refcount : 0);
+			kvmm_assert(ctx, 0);
+			continue;
+		}
+		if (--page->refcount)
+			continue;
+		page->state = KVMM_PAGE_FREE;
+		if ((pfn >> 6) != w) {
+			if (mask)
+				hb_set_mask(&zone->free, w, mask);
+			w = pfn >> 6;
+			mask = 0;
+		}
+		mask |= 1ULL << (pfn & 63);
+		freed++;
+	}
+	if (mask)
+		hb_set_mask(&zone->free, w, mask);
+	zone->nr_free += freed;
+	kvmm_count(ctx, EV_FREE_PAGES, freed);
+}
+
+void kvmm_set_page_state(struct kvmm_zone *zone, const int32_t *pfns,
+			 uint32_t nr, uint8_t state)
+{
+	uint32_t i;
+
+	for (i = 0; i < nr; i++)
+		zone->pages[pfns[i]].state = state;
+}
+
+/**
+ * kvmm_page_state() - state of frame @pfn of the device pool
+ * @ctx: the context
+ * @pfn: frame number
+ *
+ * Return: KVMM_PAGE_*, or -EINVAL for a frame outside the pool.
+ */
+KVMM_EXPORT int kvmm_page_state(const struct kvmm_ctx *ctx, uint32_t pfn)
+{
+	if (!ctx || pfn >= ctx->zone.nr_pages)
+		return -EINVAL;
+	return ctx->zone.pages[pfn].state;
+}

@@ -1,0 +1,753 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/prefix_tree.c - the refcounted radix tree that shares prompt
+ * prefixes between sequences (SGLang's RadixCache).
+ *
+ * DOC: the prefix tree
+ *
+ * Each node holds an edge: a run of token ids and the page frames that
+ * hold their KV.  Edges are page granular: their length is a multiple of
+ * the page size, and only whole pages are ever shared, so a partly filled
+ * last page stays private to its sequence.  A path from a namespace root
+ * spells a cached prefix; the frames along it, in order, are exactly the
+ * page-table row a sequence with that prefix needs.
+ *
+ * Children are found by their first page of tokens in one hash table per
+ * context, keyed by (parent, first page): O(1) expected, and no per-node
+ * table, so a node costs the same whether it has one child or a thousand.
+ * The hash function is xxHash's XXH3 (libxxhash).
+ *
+ * Walk, then change.  Every operation first walks the tree without
+ * changing it (kvmm_tree_walk()), then allocates what it will need (a
+ * split, a new leaf), and only then changes anything.  An allocation that
+ * fails therefore leaves the tree exactly as it was.
+ *
+ * Splitting.  When a key stops inside an edge, the node is split: a new
+ * node takes the first part of the edge and becomes the parent; the old
+ * node keeps its identity (sequences and pins point at it), its lock
+ * count, its pins and the rest of the edge.  The new parent inherits the
+ * lock count and access time, so every accounting sum is unchanged.
+ *
+ * Locking.  A sequence holds a lock reference on the deepest node of its
+ * cached prefix, and on every ancestor: lock_ref counts the holders at or
+ * below a node, so a locked node's ancestors are locked and nothing on a
+ * path in use is evicted.  Pages of locked nodes are "protected", the rest
+ * "evictable"; both sums are kept exact on every change.  A pin is a lock
+ * held by the operator instead of a sequence.
+ *
+ * Access time.  kvmm_tree_touch() stamps a node and its ancestors from a
+ * logical clock, ancestors older, so a parent is never newer than its
+ * children.  vmscan.c relies on that to queue a parent whose last child was
+ * evicted in O(1).
+ */
+#include <stdlib.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "internal.h"
+
+#define KVMM_HASH_MIN_BUCKETS	256
+
+static size_t node_buf_bytes(const struct kvmm_ctx *ctx, uint32_t len)
+{
+	return (size_t)len * sizeof(uint32_t) +
+	       (size_t)(len >> ctx->page_shift) * sizeof(int32_t);
+}
+
+/* A buffer for @len tokens and their page frames, laid out as one block. */
+static uint32_t *node_buf_alloc(struct kvmm_ctx *ctx, uint32_t len)
+{
+	return kvmm_malloc(ctx, node_buf_bytes(ctx, len));
+}
+
+static void node_set_buf(struct kvmm_node *node, uint32_t *buf, uint32_t len)
+{
+	node->tokens = buf;
+	node->pfns = (int32_t *)(buf + len);
+	node->len = len;
+}
+
+static struct kvmm_node *node_alloc(struct kvmm_ctx *ctx, uint32_t len)
+{
+	struct kvmm_node *node = kvmm_zalloc(ctx, sizeof(*node));
+	uint32_t *buf = NULL;
+
+	if (!node)
+		return NULL;
+	if (len) {
+		buf = node_buf_alloc(ctx, len);
+		if (!buf) {
+			kvmm_mfree(ctx, node, sizeof(*node));
+			return NULL;
+		}
+	}
+	node_set_buf(node, buf, len);
+	list_init(&node->sibling);
+	list_init(&node->children);
+	list_init(&node->lru);
+	return node;
+}
+
+static void node_free(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	if (!node)
+		return;
+	kvmm_mfree(ctx, node->tokens, node_buf_bytes(ctx, node->len));
+	kvmm_mfree(ctx, node, sizeof(*node));
+}
+
+/* ---- the child hash ---- */
+
+static uint64_t child_hash(const struct kvmm_ctx *ctx,
+			   const struct kvmm_node *parent, const uint32_t *key)
+{
+	return XXH3_64bits_withSeed(key, (size_t)ctx->page_size * sizeof(*key),
+				    (uint64_t)(uintptr_t)parent);
+}
+
+static uint64_t root_hash(uint32_t ns)
+{
+	return XXH3_64bits_withSeed(&ns, sizeof(ns), 0);
+}
+
+static uint64_t node_hash(const struct kvmm_ctx *ctx, const struct kvmm_node *node)
+{
+	if (node->flags & KVMM_NODE_ROOT)
+		return root_hash(node->ns);
+	return child_hash(ctx, node->parent, node->tokens);
+}
+
+/* Double the buckets; on failure keep the old table (chains get longer). */
+static void htab_grow(struct kvmm_ctx *ctx)
+{
+	struct kvmm_tree *tree = &ctx->tree;
+	uint64_t old_nr = tree->mask + 1, nr = old_nr * 2, i;
+	struct kvmm_node **b = kvmm_zalloc(ctx, nr * sizeof(*b));
+
+	if (!b)
+		return;
+	for (i = 0; i < old_nr; i++) {
+		struct kvmm_node *node = tree->buckets[i], *next;
+
+		for (; node; node = next) {
+			uint64_t h = node_hash(ctx, node) & (nr - 1);
+
+			next = node->hnext;
+			node->hnext = b[h];
+			b[h] = node;
+		}
+	}
+	kvmm_mfree(ctx, tree->buckets, old_nr * sizeof(*b));
+	tree->buckets = b;
+	tree->mask = nr - 1;
+}
+
+static void htab_add(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct kvmm_tree *tree = &ctx->tree;
+	uint64_t h = node_hash(ctx, node) & tree->mask;
+
+	node->hnext = tree->buckets[h];
+	tree->buckets[h] = node;
+	if (++tree->nr_hashed > tree->mask + 1)
+		htab_grow(ctx);
+}
+
+static void htab_del(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct kvmm_tree *tree = &ctx->tree;
+	struct kvmm_node **pp = &tree->buckets[node_hash(ctx, node) & tree->mask];
+
+	while (*pp != node)
+		pp = &(*pp)->hnext;
+	*pp = node->hnext;
+	node->hnext = NULL;
+	tree->nr_hashed--;
+}
+
+/**
+ * kvmm_tree_lookup_child() - the child of @parent whose edge starts with
+ *	the page @key
+ * @ctx: the context
+ * @parent: a node
+ * @key: page_size token ids
+ *
+ * Return: the child, or NULL.
+ */
+struct kvmm_node *kvmm_tree_lookup_child(const struct kvmm_ctx *ctx,
+					 const struct kvmm_node *parent,
+					 const uint32_t *key)
+{
+	const struct kvmm_tree *tree = &ctx->tree;
+	struct kvmm_node *node = tree->buckets[child_hash(ctx, parent, key) & tree->mask];
+	size_t bytes = (size_t)ctx->page_size * sizeof(*key);
+
+	for (; node; node = node->hnext) {
+		if (node->parent == parent && node->tokens[0] == key[0] &&
+		    !memcmp(node->tokens, key, bytes))
+			return node;
+	}
+	return NULL;
+}
+
+int kvmm_tree_init(struct kvmm_ctx *ctx)
+{
+	struct kvmm_tree *tree = &ctx->tree;
+
+	memset(tree, 0, sizeof(*tree));
+	list_init(&tree->roots);
+	tree->buckets = kvmm_zalloc(ctx, KVMM_HASH_MIN_BUCKETS * sizeof(*tree->buckets));
+	if (!tree->buckets)
+		return -ENOMEM;
+	tree->mask = KVMM_HASH_MIN_BUCKETS - 1;
+	return 0;
+}
+
+void kvmm_tree_exit(struct kvmm_ctx *ctx)
+{
+	struct kvmm_tree *tree = &ctx->tree;
+
+	while (!list_empty(&tree->roots)) {
+		struct kvmm_node *root = list_entry(tree->roots.next,
+						    struct kvmm_node, sibling);
+		struct kvmm_node *node = root;
+
+		/* Post-order: free leaves first, climbing as parents empty. */
+		while (node) {
+			struct kvmm_node *parent;
+
+			if (!list_empty(&node->children)) {
+				node = list_entry(node->children.next,
+						  struct kvmm_node, sibling);
+				continue;
+			}
+			parent = node->parent;
+			list_del(&node->sibling);
+			node_free(ctx, node);
+			node = parent;
+		}
+	}
+	kvmm_mfree(ctx, tree->buckets, (tree->mask + 1) * sizeof(*tree->buckets));
+	tree->buckets = NULL;
+}
+
+/**
+ * kvmm_tree_root() - the root of namespace @ns
+ * @ctx: the context
+ * @ns: namespace id (tenant salt, adapter id: whatever the engine keys on)
+ * @create: make the root if the namespace has none yet
+ *
+ * Identical tokens under different roots never share a node, so they
+ * never share KV.
+ *
+ * Return: the root, or NULL when it does not exist (or cannot be made).
+ */
+struct kvmm_node *kvmm_tree_root(struct kvmm_ctx *ctx, uint32_t ns, bool create)
+{
+	struct kvmm_tree *tree = &ctx->tree;
+	struct kvmm_node *node = tree->buckets[root_hash(ns) & tree->mask];
+
+	for (; node; node = node->hnext) {
+		if ((node->flags & KVMM_NODE_ROOT) && node->ns == ns)
+			return node;
+	}
+	if (!create)
+		return NULL;
+	node = node_alloc(ctx, 0);
+	if (!node)
+		return NULL;
+	node->flags = KVMM_NODE_ROOT;
+	node->ns = ns;
+	list_add(&node->sibling, &tree->roots);
+	htab_add(ctx, node);
+	return node;
+}
+
+/* ---- walking ---- */
+
+/* How many leading tokens of @a and @b agree, at most @n. */
+static uint32_t key_match(const uint32_t *a, const uint32_t *b, uint32_t n)
+{
+	uint32_t i = 0;
+
+	while (i + 8 <= n) {
+		uint64_t x[4], y[4];
+
+		memcpy(x, a + i, sizeof(x));
+		memcpy(y, b + i, sizeof(y));
+		if ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]))
+			break;
+		i += 8;
+	}
+	while (i < n && a[i] == b[i])
+		i++;
+	return i;
+}
+
+/**
+ * kvmm_tree_walk() - find how much of @key is cached below @from
+ * @ctx: the context
+ * @from: where @key starts: a root, or a node whose end is the key's start
+ * @key: token ids
+ * @n: tokens of @key to look at; a trailing partial page is ignored
+ * @path: out, where the walk stopped
+ *
+ * Changes nothing: no access time, no lock, no split.
+ */
+void kvmm_tree_walk(struct kvmm_ctx *ctx, struct kvmm_node *from,
+		    const uint32_t *key, uint32_t n, struct kvmm_path *path)
+{
+	struct kvmm_node *node = from;
+	uint32_t matched = 0;
+
+	n = kvmm_align_down(ctx, n);
+	path->split = 0;
+	while (matched < n) {
+		struct kvmm_node *child = kvmm_tree_lookup_child(ctx, node, key + matched);
+		uint32_t want, m;
+
+		if (!child)
+			break;
+		want = n - matched < child->len ? n - matched : child->len;
+		m = ctx->page_size + key_match(child->tokens + ctx->page_size,
+					       key + matched + ctx->page_size,
+					       want - ctx->page_size);
+		m = kvmm_align_down(ctx, m);
+		matched += m;
+		node = child;
+		if (m < child->len) {
+			path->split = m;
+			break;
+		}
+	}
+	path->node = node;
+	path->matched = matched;
+}
+
+/**
+ * kvmm_tree_split() - make a walk that stopped inside an edge end on a node
+ * @ctx: the context
+ * @path: a path from kvmm_tree_walk(); updated to end on the new node
+ *
+ * Return: 0 (also when there was nothing to split), or -ENOMEM with the
+ * tree unchanged.
+ */
+int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
+{
+	struct kvmm_node *x = path->node, *p;
+	uint32_t k = path->split, rest = x->len - k;
+	uint32_t kp = k >> ctx->page_shift;
+	uint32_t *buf;
+
+	if (!k)
+		return 0;
+	p = node_alloc(ctx, k);
+	if (!p)
+		return -ENOMEM;
+	buf = node_buf_alloc(ctx, rest);
+	if (!buf) {
+		node_free(ctx, p);
+		return -ENOMEM;
+	}
+
+	htab_del(ctx, x);
+	memcpy(p->tokens, x->tokens, (size_t)k * sizeof(uint32_t));
+	memcpy(p->pfns, x->pfns, (size_t)kp * sizeof(int32_t));
+	memcpy(buf, x->tokens + k, (size_t)rest * sizeof(uint32_t));
+	memcpy(buf + rest, x->pfns + kp,
+	       (size_t)(rest >> ctx->page_shift) * sizeof(int32_t));
+	kvmm_mfree(ctx, x->tokens, node_buf_bytes(ctx, x->len));
+	node_set_buf(x, buf, rest);
+
+	p->parent = x->parent;
+	p->lock_ref = x->lock_ref;
+	p->pin_ref = x->pin_ref;
+	p->atime = x->atime;
+	p->hits = x->hits;
+	p->prio = x->prio;
+	list_del(&x->sibling);
+	list_add(&p->sibling, &p->parent->children);
+	list_add(&x->sibling, &p->children);
+	x->parent = p;
+	htab_add(ctx, p);
+	htab_add(ctx, x);
+
+	ctx->tree.nr_nodes++;
+	kvmm_count(ctx, EV_SPLITS, 1);
+	path->node = p;
+	path->split = 0;
+	return 0;
+}
+
+/**
+ * kvmm_tree_touch() - record an access to @node and the path above it
+ * @ctx: the context
+ * @node: the deepest node accessed
+ *
+ * Ancestors get older stamps than descendants, so a parent is never newer
+ * than a child.
+ */
+void kvmm_tree_touch(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct kvmm_node *n;
+	uint64_t depth = 0, t;
+
+	for (n = node; n; n = n->parent)
+		depth++;
+	t = ctx->tree.clock += depth;
+	for (n = node; n; n = n->parent) {
+		n->atime = t--;
+		if (n->hits < UINT16_MAX)
+			n->hits++;
+	}
+	if (node->flags & KVMM_NODE_EVICTABLE)
+		kvmm_lru_touch(ctx, node);
+}
+
+bool kvmm_node_is_leaf(const struct kvmm_node *node)
+{
+	return list_empty(&node->children);
+}
+
+/**
+ * kvmm_tree_lock() - take a lock reference on @node and its ancestors
+ * @ctx: the context
+ * @node: a node, or a root (which takes no reference)
+ */
+void kvmm_tree_lock(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	for (; !(node->flags & KVMM_NODE_ROOT); node = node->parent) {
+		uint32_t nr = node->len >> ctx->page_shift;
+
+		if (node->lock_ref++)
+			continue;
+		ctx->lruvec.evictable -= nr;
+		ctx->tree.protected += nr;
+		kvmm_lru_update(ctx, node);
+	}
+}
+
+/**
+ * kvmm_tree_unlock() - drop a lock reference taken by kvmm_tree_lock()
+ * @ctx: the context
+ * @node: the node that was locked
+ *
+ * If @node becomes an unlocked leaf it is touched (it was in use until
+ * now) and queued for reclaim.  Ancestors cannot become leaves here.
+ */
+void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct kvmm_node *n;
+
+	for (n = node; !(n->flags & KVMM_NODE_ROOT); n = n->parent) {
+		uint32_t nr = n->len >> ctx->page_shift;
+
+		kvmm_assert(ctx, n->lock_ref > 0);
+		if (--n->lock_ref)
+			continue;
+		ctx->lruvec.evictable += nr;
+		ctx->tree.protected -= nr;
+	}
+	if (!(node->flags & KVMM_NODE_ROOT) && !node->lock_ref &&
+	    kvmm_node_is_leaf(node)) {
+		kvmm_tree_touch(ctx, node);
+		kvmm_lru_update(ctx, node);
+	}
+}
+
+/**
+ * kvmm_tree_fill() - copy the page frames of the path @from..@to
+ * @ctx: the context
+ * @from: an ancestor of @to (or @to itself: nothing is copied)
+ * @to: the deepest node
+ * @dst: out, the frames of the edges below @from down to @to, in order
+ *
+ * Return: the number of frames written.
+ */
+uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from,
+			const struct kvmm_node *to, int32_t *dst)
+{
+	const struct kvmm_node *n;
+	uint32_t total = 0, pos;
+
+	for (n = to; n != from; n = n->parent)
+		total += n->len >> ctx->page_shift;
+	pos = total;
+	for (n = to; n != from; n = n->parent) {
+		uint32_t nr = n->len >> ctx->page_shift;
+
+		pos -= nr;
+		memcpy(dst + pos, n->pfns, (size_t)nr * sizeof(*dst));
+	}
+	return total;
+}
+
+/**
+ * kvmm_tree_insert() - add computed tokens below @from
+ * @ctx: the context
+ * @from: the node the key continues (locked by the caller, or a root)
+ * @key: token ids continuing @from's path
+ * @n: tokens, page aligned
+ * @pfns: in, the caller's private frames holding @key's KV; out, the
+ *	frames the tree now holds for them.  Where another sequence already
+ *	inserted the same tokens, the caller's frames are freed and replaced
+ *	by the shared ones (SGLang frees kv_indices[prefix:new_prefix]).
+ * @endp: out, the node the key ends on
+ * @dupp: out, frames that were already cached
+ *
+ * The caller's remaining frames become CACHED and owned by the tree.
+ *
+ * Return: 0, or -ENOMEM with nothing changed.
+ */
+int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
+		     const uint32_t *key, uint32_t n, int32_t *pfns,
+		     struct kvmm_node **endp, uint32_t *dupp)
+{
+	struct kvmm_node *leaf = NULL, *end;
+	struct kvmm_path path;
+	uint32_t rest, dup;
+	int ret;
+
+	kvmm_tree_walk(ctx, from, key, n, &path);
+	rest = n - path.matched;
+	if (rest) {
+		leaf = node_alloc(ctx, rest);
+		if (!leaf)
+			return -ENOMEM;
+	}
+	ret = kvmm_tree_split(ctx, &path);
+	if (ret) {
+		node_free(ctx, leaf);
+		return ret;
+	}
+
+	end = path.node;
+	dup = path.matched >> ctx->page_shift;
+	if (dup) {
+		kvmm_free_pages(ctx, &ctx->zone, pfns, dup);
+		kvmm_tree_fill(ctx, from, end, pfns);
+		kvmm_count(ctx, EV_DEDUP_PAGES, dup);
+	}
+	if (leaf) {
+		uint32_t nr = rest >> ctx->page_shift;
+
+		memcpy(leaf->tokens, key + path.matched, (size_t)rest * sizeof(*key));
+		memcpy(leaf->pfns, pfns + dup, (size_t)nr * sizeof(*pfns));
+		kvmm_set_page_state(&ctx->zone, leaf->pfns, nr, KVMM_PAGE_CACHED);
+		leaf->parent = end;
+		list_add(&leaf->sibling, &end->children);
+		htab_add(ctx, leaf);
+		kvmm_lru_update(ctx, end);
+		ctx->tree.nr_nodes++;
+		ctx->tree.cached += nr;
+		ctx->lruvec.evictable += nr;
+		kvmm_count(ctx, EV_INSERT_TOKENS, rest);
+		end = leaf;
+	}
+	kvmm_tree_touch(ctx, end);
+	kvmm_lru_update(ctx, end);
+	*endp = end;
+	*dupp = dup;
+	return 0;
+}
+
+/**
+ * kvmm_tree_delete_leaf() - unlink and free a leaf whose frames are gone
+ * @ctx: the context
+ * @node: an unlocked leaf, already off the reclaim lists
+ */
+void kvmm_tree_delete_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	htab_del(ctx, node);
+	list_del(&node->sibling);
+	ctx->tree.nr_nodes--;
+	node_free(ctx, node);
+}
+
+/**
+ * kvmm_tree_next() - pre-order successor of @node within @root's subtree
+ * @root: the subtree
+ * @node: the current node
+ *
+ * Return: the next node, or NULL after the last.
+ */
+struct kvmm_node *kvmm_tree_next(struct kvmm_node *root, struct kvmm_node *node)
+{
+	if (!list_empty(&node->children))
+		return list_entry(node->children.next, struct kvmm_node, sibling);
+	while (node != root) {
+		struct kvmm_node *parent = node->parent;
+
+		if (node->sibling.next != &parent->children)
+			return list_entry(node->sibling.next, struct kvmm_node, sibling);
+		node = parent;
+	}
+	return NULL;
+}
+
+/* ---- prefixes: pin, unpin, priority, lookup ---- */
+
+/*
+ * Resolve a whole cached prefix to the node it ends on, splitting if it
+ * ends inside an edge.  -EINVAL for a bad argument, -ENOENT when the
+ * prefix is not cached in full.
+ */
+static int prefix_resolve(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+			  uint32_t n, bool split, struct kvmm_path *path)
+{
+	struct kvmm_node *root;
+
+	path->node = NULL;
+	path->split = 0;
+	path->matched = 0;
+	if (!ctx || !tokens || !n || n > ctx->params.max_seq_len)
+		return -EINVAL;
+	n = kvmm_align_down(ctx, n);
+	if (!n)
+		return -EINVAL;
+	root = kvmm_tree_root(ctx, ns, false);
+	if (!root)
+		return -ENOENT;
+	kvmm_tree_walk(ctx, root, tokens, n, path);
+	if (path->matched < n)
+		return -ENOENT;
+	return split ? kvmm_tree_split(ctx, path) : 0;
+}
+
+static void pin_path(struct kvmm_ctx *ctx, struct kvmm_node *node, int delta)
+{
+	for (; !(node->flags & KVMM_NODE_ROOT); node = node->parent) {
+		uint32_t nr = node->len >> ctx->page_shift;
+
+		if (delta > 0 && node->pin_ref++ == 0)
+			ctx->tree.pinned += nr;
+		else if (delta < 0 && --node->pin_ref == 0)
+			ctx->tree.pinned -= nr;
+	}
+}
+
+/**
+ * kvmm_prefix_pin() - keep a cached prefix from ever being evicted
+ * @ctx: the context
+ * @ns: namespace
+ * @tokens: the prefix
+ * @n: its length; a trailing partial page is ignored
+ *
+ * Pins nest: a prefix pinned twice needs two unpins.
+ *
+ * Return: the pinned length in tokens; -EINVAL for a bad argument or a
+ * prefix shorter than a page; -ENOENT when the prefix is not cached in
+ * full; -EBUSY when the node has 255 pins already; -ENOMEM.
+ */
+KVMM_EXPORT int kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns,
+				const uint32_t *tokens, uint32_t n)
+{
+	struct kvmm_path path;
+	int ret = prefix_resolve(ctx, ns, tokens, n, false, &path);
+
+	if (ret)
+		return ret;
+	if (!path.split && path.node->pins == UINT8_MAX)
+		return -EBUSY;
+	ret = kvmm_tree_split(ctx, &path);
+	if (ret)
+		return ret;
+	kvmm_tree_touch(ctx, path.node);
+	kvmm_tree_lock(ctx, path.node);
+	path.node->pins++;
+	pin_path(ctx, path.node, 1);
+	kvmm_debug_check(ctx, "pin");
+	return (int)path.matched;
+}
+
+/**
+ * kvmm_prefix_unpin() - drop a pin taken by kvmm_prefix_pin()
+ * @ctx: the context
+ * @ns: namespace
+ * @tokens: the prefix, as pinned
+ * @n: its length, as pinned
+ *
+ * Return: the unpinned length; -EINVAL for a bad argument or a prefix that
+ * is not pinned.
+ */
+KVMM_EXPORT int kvmm_prefix_unpin(struct kvmm_ctx *ctx, uint32_t ns,
+				  const uint32_t *tokens, uint32_t n)
+{
+	struct kvmm_path path;
+	int ret = prefix_resolve(ctx, ns, tokens, n, false, &path);
+
+	if (ret == -ENOENT || (!ret && (path.split || !path.node->pins)))
+		return -EINVAL;
+	if (ret)
+		return ret;
+	path.node->pins--;
+	pin_path(ctx, path.node, -1);
+	kvmm_tree_unlock(ctx, path.node);
+	kvmm_debug_check(ctx, "unpin");
+	return (int)path.matched;
+}
+
+/**
+ * kvmm_prefix_set_prio() - set the eviction priority of a cached prefix
+ * @ctx: the context
+ * @ns: namespace
+ * @tokens: the prefix
+ * @n: its length; a trailing partial page is ignored
+ * @prio: 0 .. KVMM_NR_PRIO - 1; lower priorities are evicted first, and
+ *	recency only orders victims within a priority
+ *
+ * Every node of the path gets @prio; nodes added below later get 0.
+ *
+ * Return: the prefix length; -EINVAL, -ENOENT or -ENOMEM as for pin.
+ */
+KVMM_EXPORT int kvmm_prefix_set_prio(struct kvmm_ctx *ctx, uint32_t ns,
+				     const uint32_t *tokens, uint32_t n,
+				     uint32_t prio)
+{
+	struct kvmm_path path;
+	struct kvmm_node *node;
+	int ret;
+
+	if (prio >= KVMM_NR_PRIO)
+		return -EINVAL;
+	ret = prefix_resolve(ctx, ns, tokens, n, true, &path);
+	if (ret)
+		return ret;
+	for (node = path.node; !(node->flags & KVMM_NODE_ROOT); node = node->parent) {
+		bool queued = node->flags & KVMM_NODE_EVICTABLE;
+
+		if (queued) {
+			node->flags &= ~KVMM_NODE_EVICTABLE;
+			ctx->lruvec.ops->del(&ctx->lruvec, node);
+			ctx->lruvec.nr_leaves--;
+		}
+		node->prio = (uint8_t)prio;
+		if (queued)
+			kvmm_lru_update(ctx, node);
+	}
+	kvmm_debug_check(ctx, "set_prio");
+	return (int)path.matched;
+}
+
+/**
+ * kvmm_prefix_lookup() - how much of a prefix is cached, without using it
+ * @ctx: the context
+ * @ns: namespace
+ * @tokens: the prefix
+ * @n: its length
+ *
+ * Takes no reference and changes no access time.
+ *
+ * Return: cached tokens (page aligned), or -EINVAL.
+ */
+KVMM_EXPORT int kvmm_prefix_lookup(struct kvmm_ctx *ctx, uint32_t ns,
+				   const uint32_t *tokens, uint32_t n)
+{
+	struct kvmm_path path;
+	int ret = prefix_resolve(ctx, ns, tokens, n, false, &path);
+
+	if (ret == -ENOENT)
+		return (int)path.matched;
+	return ret ? ret : (int)path.matched;
+}

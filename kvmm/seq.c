@@ -1,0 +1,407 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/seq.c - sequences and their page tables (SGLang's
+ * req_to_token_pool, vLLM's block tables).
+ *
+ * DOC: sequences
+ *
+ * The page table is one dense int32 array of max_seqs rows; a sequence id
+ * is its row.  Entry i of a row is the frame of the sequence's page i, -1
+ * where none is mapped, so attention kernels read slot indices straight
+ * out of it.  A row has two parts:
+ *
+ *   [0, cached / page_size)            frames of the tree path the sequence
+ *                                      locks (shared, CACHED)
+ *   [cached / page_size, pages(len))   frames private to the sequence (OWNED),
+ *                                      the last one possibly partly filled
+ *
+ * MATCH fills the first part from the tree and locks the path; EXTEND
+ * appends private frames; COMMIT moves whole private pages into the tree
+ * (or swaps them for frames another sequence inserted meanwhile) and moves
+ * the lock down to the new end of the path; CLOSE commits, unlocks and
+ * frees the private frames; RETRACT does the same but keeps the sequence
+ * open and empty, so a preempted request can match again later.
+ *
+ * Every entry point validates all of its arguments before it changes
+ * anything, and allocates what it needs before it changes anything, so a
+ * call that fails leaves the context as it was.
+ */
+#include "internal.h"
+
+#define SEQ_NONE	UINT32_MAX
+
+int kvmm_seqs_init(struct kvmm_ctx *ctx)
+{
+	const struct kvmm_params *p = &ctx->params;
+	uint64_t row_pages = ((uint64_t)p->max_seq_len + p->page_size - 1) >>
+			     ctx->page_shift;
+	size_t entries = (size_t)row_pages * p->max_seqs;
+	uint32_t i;
+
+	ctx->seqs = kvmm_zalloc(ctx, (size_t)p->max_seqs * sizeof(*ctx->seqs));
+	if (!ctx->seqs)
+		return -ENOMEM;
+	ctx->table = kvmm_malloc(ctx, entries * sizeof(*ctx->table));
+	if (!ctx->table) {
+		kvmm_mfree(ctx, ctx->seqs, (size_t)p->max_seqs * sizeof(*ctx->seqs));
+		ctx->seqs = NULL;
+		return -ENOMEM;
+	}
+	memset(ctx->table, 0xff, entries * sizeof(*ctx->table));
+	ctx->max_seqs = p->max_seqs;
+	ctx->row_pages = (uint32_t)row_pages;
+	/* Low ids first, so a light load keeps the hot rows together. */
+	for (i = 0; i < p->max_seqs; i++)
+		ctx->seqs[i].next_free = i + 1 < p->max_seqs ? i + 1 : SEQ_NONE;
+	ctx->free_seq = 0;
+	return 0;
+}
+
+void kvmm_seqs_exit(struct kvmm_ctx *ctx)
+{
+	if (!ctx->seqs)
+		return;
+	kvmm_mfree(ctx, ctx->table,
+		   (size_t)ctx->row_pages * ctx->max_seqs * sizeof(*ctx->table));
+	kvmm_mfree(ctx, ctx->seqs, (size_t)ctx->max_seqs * sizeof(*ctx->seqs));
+	ctx->seqs = NULL;
+}
+
+static struct kvmm_seq *seq_get(struct kvmm_ctx *ctx, uint32_t seq)
+{
+	if (!ctx || seq >= ctx->max_seqs || !ctx->seqs[seq].open)
+		return NULL;
+	return &ctx->seqs[seq];
+}
+
+/**
+ * kvmm_seq_open() - open a sequence: take a page-table row
+ * @ctx: the context
+ * @ns: namespace the sequence shares prefixes in
+ * @seqp: out, the sequence id (its row)
+ *
+ * Return: 0; -EINVAL for a NULL argument; -EBUSY when every row is in use;
+ * -ENOMEM when a new namespace root cannot be allocated.
+ */
+KVMM_EXPORT int kvmm_seq_open(struct kvmm_ctx *ctx, uint32_t ns, uint32_t *seqp)
+{
+	struct kvmm_node *root;
+	struct kvmm_seq *s;
+	uint32_t id;
+
+	if (!ctx || !seqp)
+		return -EINVAL;
+	if (ctx->free_seq == SEQ_NONE)
+		return -EBUSY;
+	root = kvmm_tree_root(ctx, ns, true);
+	if (!root)
+		return -ENOMEM;
+	id = ctx->free_seq;
+	s = &ctx->seqs[id];
+	ctx->free_seq = s->next_free;
+	*s = (struct kvmm_seq){ .root = root, .node = root, .ns = ns, .open = true };
+	ctx->nr_open++;
+	*seqp = id;
+	kvmm_debug_check(ctx, "seq_open");
+	return 0;
+}
+
+/**
+ * kvmm_seq_match() - reuse the longest cached prefix of @tokens
+ * @ctx: the context
+ * @seq: an open sequence with nothing in it yet
+ * @tokens: the prompt (engines pass all but its last token, which they
+ *	always recompute)
+ * @n: tokens, at least 1
+ *
+ * The matched frames are copied into the row and the path is locked until
+ * the sequence commits past it, retracts or closes.  Only whole pages
+ * match.
+ *
+ * Return: matched tokens (page aligned, possibly 0); -EINVAL for a bad
+ * sequence, a sequence that already holds tokens, a NULL or empty key or
+ * one longer than max_seq_len; -ENOMEM when the split the match needs
+ * cannot be allocated.
+ */
+KVMM_EXPORT int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq,
+			       const uint32_t *tokens, uint32_t n)
+{
+	struct kvmm_seq *s = seq_get(ctx, seq);
+	struct kvmm_path path;
+	int ret;
+
+	if (!s || s->len || !tokens || !n || n > ctx->params.max_seq_len)
+		return -EINVAL;
+	kvmm_tree_walk(ctx, s->root, tokens, n, &path);
+	ret = kvmm_tree_split(ctx, &path);
+	if (ret)
+		return ret;
+	if (path.matched) {
+		kvmm_tree_touch(ctx, path.node);
+		kvmm_tree_lock(ctx, path.node);
+		kvmm_tree_fill(ctx, s->root, path.node, kvmm_row(ctx, seq));
+	}
+	s->node = path.node;
+	s->len = s->cached = path.matched;
+	kvmm_count(ctx, EV_MATCH_CALLS, 1);
+	kvmm_count(ctx, EV_MATCH_TOKENS, n);
+	kvmm_count(ctx, EV_HIT_TOKENS, path.matched);
+	kvmm_debug_check(ctx, "seq_match");
+	return (int)path.matched;
+}
+
+/**
+ * kvmm_seq_extend_batch() - allocate KV for more tokens of several sequences
+ * @ctx: the context
+ * @seqs: open sequences, each at most once
+ * @ns: tokens to add to each, at least 1
+ * @count: entries, at least 1
+ * @flags: KVMM_EXTEND_RESERVE, KVMM_EXTEND_NORECLAIM
+ *
+ * All or nothing: either every sequence gets its frames or none does.  A
+ * decode step passes its whole batch with ns[i] = 1.  Frames go to the
+ * end of each row; the first of them may complete a partly filled page,
+ * which takes no frame.
+ *
+ * Return: 0; -EINVAL for a bad, closed or repeated sequence, a zero count
+ * or a length past max_seq_len, or unknown flags; -ENOSPC when the pool
+ * cannot hold the batch even after reclaim (nothing evicted then).
+ */
+KVMM_EXPORT int kvmm_seq_extend_batch(struct kvmm_ctx *ctx, const uint32_t *seqs,
+				      const uint32_t *ns, uint32_t count,
+				      uint32_t flags)
+{
+	uint64_t total = 0;
+	uint32_t i, stamp;
+	int ret;
+
+	if (!ctx || !seqs || !ns || !count || (flags & ~KVMM_EXTEND_FLAGS))
+		return -EINVAL;
+	stamp = ++ctx->batch;
+	for (i = 0; i < count; i++) {
+		struct kvmm_seq *s = seq_get(ctx, seqs[i]);
+
+		if (!s || s->mark == stamp || !ns[i] ||
+		    ns[i] > ctx->params.max_seq_len - s->len)
+			goto out_einval;
+		s->mark = stamp;
+		total += kvmm_pages_of(ctx, s->len + ns[i]) - kvmm_pages_of(ctx, s->len);
+	}
+	ret = kvmm_zone_reserve(ctx, &ctx->zone, total, flags);
+	if (ret)
+		return ret;
+	for (i = 0; i < count; i++) {
+		struct kvmm_seq *s = &ctx->seqs[seqs[i]];
+		uint32_t have = kvmm_pages_of(ctx, s->len);
+		uint32_t need = kvmm_pages_of(ctx, s->len + ns[i]);
+
+		__kvmm_alloc_pages(ctx, &ctx->zone, need - have,
+				   kvmm_row(ctx, seqs[i]) + have);
+		s->len += ns[i];
+	}
+	kvmm_debug_check(ctx, "seq_extend");
+	return 0;
+
+out_einval:
+	/* The stamps left behind are harmless: the next batch takes a new one. */
+	return -EINVAL;
+}
+
+/**
+ * kvmm_seq_extend() - allocate KV for @n more tokens of one sequence
+ * @ctx: the context
+ * @seq: an open sequence
+ * @n: tokens, at least 1
+ * @flags: as for kvmm_seq_extend_batch()
+ *
+ * Return: as kvmm_seq_extend_batch().
+ */
+KVMM_EXPORT int kvmm_seq_extend(struct kvmm_ctx *ctx, uint32_t seq, uint32_t n,
+				uint32_t flags)
+{
+	return kvmm_seq_extend_batch(ctx, &seq, &n, 1, flags);
+}
+
+static int __seq_commit(struct kvmm_ctx *ctx, uint32_t seq, struct kvmm_seq *s,
+			const uint32_t *tokens, uint32_t n)
+{
+	struct kvmm_node *end;
+	uint32_t dup;
+	int ret;
+
+	n = kvmm_align_down(ctx, n);
+	if (n <= s->cached)
+		return 0;
+	ret = kvmm_tree_insert(ctx, s->node, tokens + s->cached, n - s->cached,
+			       kvmm_row(ctx, seq) + (s->cached >> ctx->page_shift),
+			       &end, &dup);
+	if (ret)
+		return ret;
+	kvmm_tree_lock(ctx, end);
+	if (s->node != s->root)
+		kvmm_tree_unlock(ctx, s->node);
+	s->node = end;
+	s->cached = n;
+	return 0;
+}
+
+static bool commit_args_ok(const struct kvmm_seq *s, const uint32_t *tokens,
+			   uint32_t n)
+{
+	return s && tokens && n && n <= s->len;
+}
+
+/**
+ * kvmm_seq_commit() - make a sequence's computed tokens shareable
+ * @ctx: the context
+ * @seq: an open sequence
+ * @tokens: all of the sequence's tokens from its start
+ * @n: how many have their KV computed, at most the sequence's length
+ *
+ * Whole pages of tokens[cached..n) go into the tree; a trailing partial
+ * page stays private.  Chunked prefill calls this after every chunk
+ * (SGLang's cache_unfinished_req).  Pages that another sequence inserted
+ * meanwhile are freed and the row points at the shared copies.
+ *
+ * Return: tokens now cached for the sequence; -EINVAL for a bad sequence,
+ * a NULL or empty key, or @n past the sequence's length; -ENOMEM.
+ */
+KVMM_EXPORT int kvmm_seq_commit(struct kvmm_ctx *ctx, uint32_t seq,
+				const uint32_t *tokens, uint32_t n)
+{
+	struct kvmm_seq *s = seq_get(ctx, seq);
+	int ret;
+
+	if (!commit_args_ok(s, tokens, n))
+		return -EINVAL;
+	ret = __seq_commit(ctx, seq, s, tokens, n);
+	if (ret)
+		return ret;
+	kvmm_debug_check(ctx, "seq_commit");
+	return (int)s->cached;
+}
+
+/* Unlock the path and free the private frames; the row is left empty. */
+static void seq_release(struct kvmm_ctx *ctx, uint32_t seq, struct kvmm_seq *s)
+{
+	int32_t *row = kvmm_row(ctx, seq);
+	uint32_t shared = s->cached >> ctx->page_shift;
+	uint32_t mapped = kvmm_pages_of(ctx, s->len);
+
+	if (s->node != s->root)
+		kvmm_tree_unlock(ctx, s->node);
+	kvmm_free_pages(ctx, &ctx->zone, row + shared, mapped - shared);
+	memset(row, 0xff, (size_t)mapped * sizeof(*row));
+	s->node = s->root;
+	s->len = s->cached = 0;
+}
+
+/*
+ * Close and retract share their arguments: @n == 0 (tokens may be NULL)
+ * releases without committing.
+ */
+static int seq_finish(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
+		      uint32_t n, struct kvmm_seq **sp)
+{
+	struct kvmm_seq *s = seq_get(ctx, seq);
+	int ret;
+
+	if (!s || (n && !commit_args_ok(s, tokens, n)))
+		return -EINVAL;
+	if (n) {
+		ret = __seq_commit(ctx, seq, s, tokens, n);
+		if (ret)
+			return ret;
+	}
+	seq_release(ctx, seq, s);
+	*sp = s;
+	return 0;
+}
+
+/**
+ * kvmm_seq_close() - finish a sequence
+ * @ctx: the context
+ * @seq: an open sequence
+ * @tokens: its tokens, or NULL with @n 0
+ * @n: tokens with computed KV to commit first (SGLang's
+ *	cache_finished_req), or 0 to drop everything private
+ *
+ * The committed pages stay cached, unlocked, and become evictable.
+ *
+ * Return: 0; -EINVAL for a bad or closed sequence (a double close) or bad
+ * commit arguments; -ENOMEM from the commit, with the sequence still open.
+ */
+KVMM_EXPORT int kvmm_seq_close(struct kvmm_ctx *ctx, uint32_t seq,
+			       const uint32_t *tokens, uint32_t n)
+{
+	struct kvmm_seq *s;
+	int ret = seq_finish(ctx, seq, tokens, n, &s);
+
+	if (ret)
+		return ret;
+	s->open = false;
+	s->next_free = ctx->free_seq;
+	ctx->free_seq = seq;
+	ctx->nr_open--;
+	kvmm_debug_check(ctx, "seq_close");
+	return 0;
+}
+
+/**
+ * kvmm_seq_retract() - give a running sequence's pages back, keep it open
+ * @ctx: the context
+ * @seq: an open sequence
+ * @tokens: its tokens, or NULL with @n 0
+ * @n: tokens to commit first so that a retried request hits them, or 0
+ *
+ * SGLang's retract_decode: the request goes back to the waiting queue and
+ * later matches again (the sequence is left empty).
+ *
+ * Return: as kvmm_seq_close().
+ */
+KVMM_EXPORT int kvmm_seq_retract(struct kvmm_ctx *ctx, uint32_t seq,
+				 const uint32_t *tokens, uint32_t n)
+{
+	struct kvmm_seq *s;
+	int ret = seq_finish(ctx, seq, tokens, n, &s);
+
+	if (ret)
+		return ret;
+	kvmm_count(ctx, EV_RETRACTS, 1);
+	kvmm_debug_check(ctx, "seq_retract");
+	return 0;
+}
+
+/**
+ * kvmm_seq_info() - where a sequence stands
+ * @ctx: the context
+ * @seq: an open sequence
+ * @info: out
+ *
+ * Return: 0, or -EINVAL for a bad or closed sequence.
+ */
+KVMM_EXPORT int kvmm_seq_info(const struct kvmm_ctx *ctx, uint32_t seq,
+			      struct kvmm_seq_info *info)
+{
+	const struct kvmm_seq *s;
+
+	if (!ctx || !info || seq >= ctx->max_seqs || !ctx->seqs[seq].open)
+		return -EINVAL;
+	s = &ctx->seqs[seq];
+	info->len = s->len;
+	info->cached = s->cached;
+	info->ns = s->ns;
+	return 0;
+}
+
+/**
+ * kvmm_seq_table() - the page table, for reading in place
+ * @ctx: the context
+ * @table: out
+ */
+KVMM_EXPORT void kvmm_seq_table(const struct kvmm_ctx *ctx, struct kvmm_table *table)
+{
+	table->base = ctx->table;
+	table->stride = ctx->row_pages;
+	table->rows = ctx->max_seqs;
+}

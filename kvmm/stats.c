@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/stats.c - the statistics snapshot: gauges read from the live
+ * structures, events from counters bumped where they happen.
+ */
+#include <assert.h>
+
+#include "internal.h"
+
+static const char *const stat_names[] = {
+	[KVMM_STAT_PAGES_TOTAL] = "pages_total",
+	[KVMM_STAT_PAGES_FREE] = "pages_free",
+	[KVMM_STAT_PAGES_OWNED] = "pages_owned",
+	[KVMM_STAT_PAGES_CACHED] = "pages_cached",
+	[KVMM_STAT_PAGES_EVICTABLE] = "pages_evictable",
+	[KVMM_STAT_PAGES_PROTECTED] = "pages_protected",
+	[KVMM_STAT_PAGES_PINNED] = "pages_pinned",
+	[KVMM_STAT_NODES] = "nodes",
+	[KVMM_STAT_LEAVES_EVICTABLE] = "leaves_evictable",
+	[KVMM_STAT_SEQS_OPEN] = "seqs_open",
+	[KVMM_STAT_WMARK_MIN] = "wmark_min",
+	[KVMM_STAT_WMARK_LOW] = "wmark_low",
+	[KVMM_STAT_WMARK_HIGH] = "wmark_high",
+	[KVMM_STAT_META_BYTES] = "meta_bytes",
+	[KVMM_STAT_MATCH_CALLS] = "match_calls",
+	[KVMM_STAT_MATCH_TOKENS] = "match_tokens",
+	[KVMM_STAT_HIT_TOKENS] = "hit_tokens",
+	[KVMM_STAT_MISS_TOKENS] = "miss_tokens",
+	[KVMM_STAT_INSERT_TOKENS] = "insert_tokens",
+	[KVMM_STAT_DEDUP_PAGES] = "dedup_pages",
+	[KVMM_STAT_SPLITS] = "splits",
+	[KVMM_STAT_ALLOC_PAGES] = "alloc_pages",
+	[KVMM_STAT_FREE_PAGES] = "free_pages",
+	[KVMM_STAT_ALLOC_FAIL] = "alloc_fail",
+	[KVMM_STAT_RECLAIM_RUNS] = "reclaim_runs",
+	[KVMM_STAT_EVICT_NODES] = "evict_nodes",
+	[KVMM_STAT_EVICT_PAGES] = "evict_pages",
+	[KVMM_STAT_RETRACTS] = "retracts",
+};
+static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
+
+/* Event counter + 1 behind each event item; 0 for a gauge. */
+static const uint8_t stat_event[NR_KVMM_STATS] = {
+	[KVMM_STAT_MATCH_CALLS] = EV_MATCH_CALLS + 1,
+	[KVMM_STAT_MATCH_TOKENS] = EV_MATCH_TOKENS + 1,
+	[KVMM_STAT_HIT_TOKENS] = EV_HIT_TOKENS + 1,
+	[KVMM_STAT_INSERT_TOKENS] = EV_INSERT_TOKENS + 1,
+	[KVMM_STAT_DEDUP_PAGES] = EV_DEDUP_PAGES + 1,
+	[KVMM_STAT_SPLITS] = EV_SPLITS + 1,
+	[KVMM_STAT_ALLOC_PAGES] = EV_ALLOC_PAGES + 1,
+	[KVMM_STAT_FREE_PAGES] = EV_FREE_PAGES + 1,
+	[KVMM_STAT_ALLOC_FAIL] = EV_ALLOC_FAIL + 1,
+	[KVMM_STAT_RECLAIM_RUNS] = EV_RECLAIM_RUNS + 1,
+	[KVMM_STAT_EVICT_NODES] = EV_EVICT_NODES + 1,
+	[KVMM_STAT_EVICT_PAGES] = EV_EVICT_PAGES + 1,
+	[KVMM_STAT_RETRACTS] = EV_RETRACTS + 1,
+};
+
+/**
+ * kvmm_stat_name() - the name of statistics item @item
+ * @item: enum kvmm_stat_item
+ *
+ * Return: a lower_case name, NULL past the last item.
+ */
+KVMM_EXPORT const char *kvmm_stat_name(uint32_t item)
+{
+	return item < NR_KVMM_STATS ? stat_names[item] : NULL;
+}
+
+/**
+ * kvmm_stats() - a snapshot of every statistics item
+ * @ctx: the context
+ * @vals: out, indexed by enum kvmm_stat_item
+ * @nr: room in @vals; fewer items than exist is fine (an older caller)
+ *
+ * Return: items this library has (NR_KVMM_STATS), or -EINVAL.
+ */
+KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t nr)
+{
+	uint64_t v[NR_KVMM_STATS];
+	uint32_t i;
+
+	if (!ctx || (!vals && nr))
+		return -EINVAL;
+	for (i = 0; i < NR_KVMM_STATS; i++)
+		v[i] = stat_event[i] ? ctx->events[stat_event[i] - 1] : 0;
+	v[KVMM_STAT_PAGES_TOTAL] = ctx->zone.nr_pages;
+	v[KVMM_STAT_PAGES_FREE] = ctx->zone.nr_free;
+	v[KVMM_STAT_PAGES_CACHED] = ctx->tree.cached;
+	v[KVMM_STAT_PAGES_OWNED] = ctx->zone.nr_pages - ctx->zone.nr_free -
+				   ctx->tree.cached;
+	v[KVMM_STAT_PAGES_EVICTABLE] = ctx->lruvec.evictable;
+	v[KVMM_STAT_PAGES_PROTECTED] = ctx->tree.protected;
+	v[KVMM_STAT_PAGES_PINNED] = ctx->tree.pinned;
+	v[KVMM_STAT_NODES] = ctx->tree.nr_nodes;
+	v[KVMM_STAT_LEAVES_EVICTABLE] = ctx->lruvec.nr_leaves;
+	v[KVMM_STAT_SEQS_OPEN] = ctx->nr_open;
+	v[KVMM_STAT_WMARK_MIN] = ctx->zone.wmark[KVMM_WMARK_MIN];
+	v[KVMM_STAT_WMARK_LOW] = ctx->zone.wmark[KVMM_WMARK_LOW];
+	v[KVMM_STAT_WMARK_HIGH] = ctx->zone.wmark[KVMM_WMARK_HIGH];
+	v[KVMM_STAT_META_BYTES] = ctx->meta_bytes;
+	v[KVMM_STAT_MISS_TOKENS] = v[KVMM_STAT_MATCH_TOKENS] - v[KVMM_STAT_HIT_TOKENS];
+	if (nr)
+		memcpy(vals, v, (nr < NR_KVMM_STATS ? nr : NR_KVMM_STATS) * sizeof(*v));
+	return NR_KVMM_STATS;
+}

@@ -1,0 +1,362 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/vmscan.c - reclaim: which cached prefixes give their pages back.
+ *
+ * DOC: reclaim
+ *
+ * Only a leaf of the prefix tree with no lock can be evicted: its pages are
+ * the tail of every prefix that uses them, so dropping it never leaves a
+ * hole in a cached path.  Such leaves sit on the reclaim lists of the
+ * context's lruvec; everything else (locked nodes, inner nodes, roots) is
+ * off the lists, so reclaim never scans past a page it cannot take.
+ *
+ *   match / insert / unlock ------------------------------+
+ *                                                          v
+ *   +---------------------------------------------------------------+
+ *   | prio 0 list | oldest leaf ......................... newest leaf |
+ *   +---------------------------------------------------------------+
+ *   | prio 1 list | ...                                              |
+ *   +---------------------------------------------------------------+
+ *     |
+ *     +--> victim: head of the lowest non-empty priority
+ *            evict: free its pages, unlink it; if its parent is now an
+ *            unlocked leaf, the parent goes in at the head (oldest)
+ *
+ * Every list is kept sorted by access time.  A touched leaf moves to the
+ * tail: its stamp is the newest.  A parent that becomes a leaf because
+ * its last child was evicted goes to the head: kvmm_tree_touch() never
+ * makes a parent newer than a child, and the child was the oldest leaf, so
+ * the parent is older than every leaf still queued.  Both are O(1); the
+ * sorted insert only walks the list when a priority change re-queues a
+ * node.  Evicting n pages thus costs O(n) whatever the size of the tree,
+ * and the victims are SGLang's: the unlocked leaf with the oldest access,
+ * repeatedly, until enough pages are free.
+ *
+ * Policies (struct kvmm_evict_ops) decide how the lists of a priority are
+ * used:
+ *  - "lru": one list per priority; the oldest leaf goes first.
+ *  - "slru": segmented LRU.  Leaves reached once (hits < 2) wait on an
+ *    inactive list, leaves reached again on an active one; the inactive
+ *    list is emptied first.  One-off prompts are evicted before prefixes
+ *    that proved to be shared, which resists scans of unique traffic.
+ */
+#include "internal.h"
+
+static struct kvmm_node *lru_node(struct kvmm_list *pos)
+{
+	return list_entry(pos, struct kvmm_node, lru);
+}
+
+/* Insert keeping @head sorted by atime, searching from the end @oldest says. */
+static void lru_insert_sorted(struct kvmm_list *head, struct kvmm_node *node,
+			      bool oldest)
+{
+	struct kvmm_list *pos;
+
+	if (oldest) {
+		for (pos = head->next; pos != head; pos = pos->next)
+			if (lru_node(pos)->atime > node->atime)
+				break;
+		__list_add(&node->lru, pos->prev, pos);
+		return;
+	}
+	for (pos = head->prev; pos != head; pos = pos->prev)
+		if (lru_node(pos)->atime <= node->atime)
+			break;
+	__list_add(&node->lru, pos, pos->next);
+}
+
+static void lru_del(struct kvmm_lruvec *lv, struct kvmm_node *node)
+{
+	(void)lv;
+	list_del(&node->lru);
+}
+
+/* ---- lru ---- */
+
+static void lru_add(struct kvmm_lruvec *lv, struct kvmm_node *node, bool oldest)
+{
+	lru_insert_sorted(&lv->lists[node->prio][0], node, oldest);
+}
+
+static void lru_touch(struct kvmm_lruvec *lv, struct kvmm_node *node)
+{
+	list_del(&node->lru);
+	list_add_tail(&node->lru, &lv->lists[node->prio][0]);
+}
+
+static struct kvmm_node *lru_victim(struct kvmm_lruvec *lv)
+{
+	uint32_t prio;
+
+	for (prio = 0; prio < KVMM_NR_PRIO; prio++) {
+		struct kvmm_list *head = &lv->lists[prio][0];
+
+		if (!list_empty(head))
+			return lru_node(head->next);
+	}
+	return NULL;
+}
+
+static const struct kvmm_evict_ops lru_ops = {
+	.name = "lru",
+	.add = lru_add,
+	.del = lru_del,
+	.touch = lru_touch,
+	.victim = lru_victim,
+};
+
+/* ---- slru ---- */
+
+static struct kvmm_list *slru_list(struct kvmm_lruvec *lv, struct kvmm_node *node)
+{
+	return &lv->lists[node->prio][node->hits >= 2];
+}
+
+static void slru_add(struct kvmm_lruvec *lv, struct kvmm_node *node, bool oldest)
+{
+	lru_insert_sorted(slru_list(lv, node), node, oldest);
+}
+
+static void slru_touch(struct kvmm_lruvec *lv, struct kvmm_node *node)
+{
+	list_del(&node->lru);
+	list_add_tail(&node->lru, slru_list(lv, node));
+}
+
+static struct kvmm_node *slru_victim(struct kvmm_lruvec *lv)
+{
+	uint32_t prio, l;
+
+	for (prio = 0; prio < KVMM_NR_PRIO; prio++) {
+		for (l = 0; l < KVMM_LRU_LISTS; l++) {
+			struct kvmm_list *head = &lv->lists[prio][l];
+
+			if (!list_empty(head))
+				return lru_node(head->next);
+		}
+	}
+	return NULL;
+}
+
+static const struct kvmm_evict_ops slru_ops = {
+	.name = "slru",
+	.add = slru_add,
+	.del = lru_del,
+	.touch = slru_touch,
+	.victim = slru_victim,
+};
+
+static const struct kvmm_evict_ops *const evict_policies[] = {
+	&lru_ops,
+	&slru_ops,
+};
+
+const struct kvmm_evict_ops *kvmm_evict_ops_lookup(const char *name)
+{
+	size_t i;
+
+	for (i = 0; name && i < ARRAY_SIZE(evict_policies); i++)
+		if (!strcmp(evict_policies[i]->name, name))
+			return evict_policies[i];
+	return NULL;
+}
+
+void kvmm_lruvec_init(struct kvmm_lruvec *lv, const struct kvmm_evict_ops *ops)
+{
+	uint32_t prio, l;
+
+	memset(lv, 0, sizeof(*lv));
+	lv->ops = ops;
+	for (prio = 0; prio < KVMM_NR_PRIO; prio++)
+		for (l = 0; l < KVMM_LRU_LISTS; l++)
+			list_init(&lv->lists[prio][l]);
+}
+
+/**
+ * kvmm_lru_update() - queue or unqueue @node after its state changed
+ * @ctx: the context
+ * @node: a node whose lock count, children or priority may have changed
+ *
+ * A node is queued exactly while it is an unlocked leaf that is not a
+ * root.  A newly queued node goes in by its access time.
+ */
+void kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct kvmm_lruvec *lv = &ctx->lruvec;
+	bool want = !(node->flags & KVMM_NODE_ROOT) && !node->lock_ref &&
+		    kvmm_node_is_leaf(node);
+	bool queued = node->flags & KVMM_NODE_EVICTABLE;
+
+	if (want == queued)
+		return;
+	if (want) {
+		lv->ops->add(lv, node, false);
+		node->flags |= KVMM_NODE_EVICTABLE;
+		lv->nr_leaves++;
+	} else {
+		lv->ops->del(lv, node);
+		node->flags &= ~KVMM_NODE_EVICTABLE;
+		lv->nr_leaves--;
+	}
+}
+
+void kvmm_lru_touch(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	ctx->lruvec.ops->touch(&ctx->lruvec, node);
+}
+
+static void evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
+		       struct kvmm_scan_control *sc)
+{
+	struct kvmm_lruvec *lv = &ctx->lruvec;
+	struct kvmm_node *parent = node->parent;
+	uint32_t nr = node->len >> ctx->page_shift;
+
+	kvmm_assert(ctx, !node->lock_ref && kvmm_node_is_leaf(node));
+	lv->ops->del(lv, node);
+	node->flags &= ~KVMM_NODE_EVICTABLE;
+	lv->nr_leaves--;
+	kvmm_free_pages(ctx, &ctx->zone, node->pfns, nr);
+	lv->evictable -= nr;
+	ctx->tree.cached -= nr;
+	kvmm_tree_delete_leaf(ctx, node);
+	sc->nr_reclaimed += nr;
+	sc->nr_evicted++;
+
+	if (!(parent->flags & KVMM_NODE_ROOT) && !parent->lock_ref &&
+	    kvmm_node_is_leaf(parent)) {
+		lv->ops->add(lv, parent, true);
+		parent->flags |= KVMM_NODE_EVICTABLE;
+		lv->nr_leaves++;
+	}
+}
+
+/**
+ * kvmm_shrink() - evict leaves until @sc->nr_to_reclaim pages are freed
+ * @ctx: the context
+ * @sc: the request; its counters say what was done
+ *
+ * Stops early when nothing evictable is left.  Whole leaves go, so a pass
+ * may free a little more than asked.
+ */
+void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
+{
+	struct kvmm_lruvec *lv = &ctx->lruvec;
+	uint64_t before_nodes = sc->nr_evicted, before = sc->nr_reclaimed;
+
+	kvmm_count(ctx, EV_RECLAIM_RUNS, 1);
+	while (sc->nr_reclaimed < sc->nr_to_reclaim) {
+		struct kvmm_node *victim = lv->ops->victim(lv);
+
+		if (!victim)
+			break;
+		evict_leaf(ctx, victim, sc);
+	}
+	kvmm_count(ctx, EV_EVICT_NODES, sc->nr_evicted - before_nodes);
+	kvmm_count(ctx, EV_EVICT_PAGES, sc->nr_reclaimed - before);
+}
+
+/**
+ * kvmm_reclaim() - evict at least @nr_pages cached pages if there are any
+ * @ctx: the context
+ * @nr_pages: pages wanted
+ *
+ * Return: pages freed (may exceed @nr_pages: whole leaves go), or -EINVAL.
+ */
+KVMM_EXPORT int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages)
+{
+	struct kvmm_scan_control sc = { .nr_to_reclaim = nr_pages };
+
+	if (!ctx || !nr_pages)
+		return -EINVAL;
+	kvmm_shrink(ctx, &sc);
+	kvmm_debug_check(ctx, "reclaim");
+	return (int64_t)sc.nr_reclaimed;
+}
+
+/**
+ * kvmm_drop_caches() - evict everything that is evictable
+ * @ctx: the context
+ *
+ * Locked and pinned prefixes stay.
+ *
+ * Return: pages freed, or -EINVAL.
+ */
+KVMM_EXPORT int64_t kvmm_drop_caches(struct kvmm_ctx *ctx)
+{
+	struct kvmm_scan_control sc = { .nr_to_reclaim = UINT64_MAX };
+
+	if (!ctx)
+		return -EINVAL;
+	kvmm_shrink(ctx, &sc);
+	kvmm_debug_check(ctx, "drop_caches");
+	return (int64_t)sc.nr_reclaimed;
+}
+
+/* Move the queued nodes of one priority onto @out, oldest first. */
+static void lruvec_drain_prio(struct kvmm_lruvec *lv, uint32_t prio,
+			      struct kvmm_list *out)
+{
+	for (;;) {
+		struct kvmm_node *best = NULL;
+		uint32_t l;
+
+		for (l = 0; l < KVMM_LRU_LISTS; l++) {
+			struct kvmm_list *head = &lv->lists[prio][l];
+			struct kvmm_node *first;
+
+			if (list_empty(head))
+				continue;
+			first = lru_node(head->next);
+			if (!best || first->atime < best->atime)
+				best = first;
+		}
+		if (!best)
+			return;
+		list_del(&best->lru);
+		list_add_tail(&best->lru, out);
+	}
+}
+
+/**
+ * kvmm_set_evict_policy() - switch the eviction policy
+ * @ctx: the context
+ * @name: "lru" or "slru"
+ *
+ * Queued leaves are re-queued under the new policy in access order; O(n)
+ * in the number of queued leaves.
+ *
+ * Return: 0, or -EINVAL for an unknown name.
+ */
+KVMM_EXPORT int kvmm_set_evict_policy(struct kvmm_ctx *ctx, const char *name)
+{
+	const struct kvmm_evict_ops *ops = kvmm_evict_ops_lookup(name);
+	struct kvmm_lruvec *lv;
+	uint32_t prio;
+
+	if (!ctx || !ops)
+		return -EINVAL;
+	lv = &ctx->lruvec;
+	for (prio = 0; prio < KVMM_NR_PRIO; prio++) {
+		struct kvmm_list tmp;
+
+		list_init(&tmp);
+		lruvec_drain_prio(lv, prio, &tmp);
+		lv->ops = ops;
+		while (!list_empty(&tmp)) {
+			struct kvmm_node *node = lru_node(tmp.next);
+
+			list_del(&node->lru);
+			ops->add(lv, node, false);
+		}
+	}
+	lv->ops = ops;
+	kvmm_debug_check(ctx, "set_evict_policy");
+	return 0;
+}
+
+KVMM_EXPORT const char *kvmm_evict_policy(const struct kvmm_ctx *ctx)
+{
+	return ctx->lruvec.ops->name;
+}

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: (GPL-2.0 WITH Linux-syscall-note) OR MIT */
+/*
+ * uapi/kvmm/kvmm.h - the parts of kvmm's ABI that the core already fixes:
+ * tier numbers, statistics item ids and the page states an admin tool may
+ * see.  Fixed-width types only; compiles alone as C99 and C++.  Values are
+ * append-only: a new item goes before the NR_ sentinel and never renumbers
+ * an old one.
+ */
+#ifndef _UAPI_KVMM_KVMM_H
+#define _UAPI_KVMM_KVMM_H
+
+#include <linux/types.h>
+
+#define KVMM_ABI_VERSION	1
+
+/* Tiers, fastest first.  A page lives on exactly one. */
+#define KVMM_TIER_DEVICE	0
+#define KVMM_TIER_HOST		1
+#define KVMM_TIER_NVME		2
+#define KVMM_NR_TIERS		3
+
+/* Page states as reported by dumps and kvmm_page_state(). */
+#define KVMM_PAGE_FREE		0	/* on the zone's free bitmap */
+#define KVMM_PAGE_OWNED		1	/* private to one open sequence */
+#define KVMM_PAGE_CACHED	2	/* owned by a prefix-tree node */
+#define KVMM_NR_PAGE_STATES	3
+
+/* Eviction priority levels: lower levels are reclaimed first. */
+#define KVMM_NR_PRIO		4
+
+/*
+ * Statistics items.  Items marked (gauge) are a current level, the rest
+ * are event counters that only grow.  Page figures are in pages of the
+ * context's page size, token figures in tokens.
+ */
+enum kvmm_stat_item {
+	KVMM_STAT_PAGES_TOTAL,		/* (gauge) pages in the device pool */
+	KVMM_STAT_PAGES_FREE,		/* (gauge) */
+	KVMM_STAT_PAGES_OWNED,		/* (gauge) private to open sequences */
+	KVMM_STAT_PAGES_CACHED,		/* (gauge) held by the prefix tree */
+	KVMM_STAT_PAGES_EVICTABLE,	/* (gauge) cached, in unlocked nodes */
+	KVMM_STAT_PAGES_PROTECTED,	/* (gauge) cached, in locked nodes */
+	KVMM_STAT_PAGES_PINNED,		/* (gauge) cached, under a pin */
+	KVMM_STAT_NODES,		/* (gauge) tree nodes, roots excluded */
+	KVMM_STAT_LEAVES_EVICTABLE,	/* (gauge) nodes on reclaim lists */
+	KVMM_STAT_SEQS_OPEN,		/* (gauge) */
+	KVMM_STAT_WMARK_MIN,		/* (gauge) */
+	KVMM_STAT_WMARK_LOW,		/* (gauge) */
+	KVMM_STAT_WMARK_HIGH,		/* (gauge) */
+	KVMM_STAT_META_BYTES,		/* (gauge) metadata memory in use */
+	KVMM_STAT_MATCH_CALLS,
+	KVMM_STAT_MATCH_TOKENS,		/* tokens asked for by MATCH */
+	KVMM_STAT_HIT_TOKENS,		/* of those, found cached */
+	KVMM_STAT_MISS_TOKENS,		/* of those, not found */
+	KVMM_STAT_INSERT_TOKENS,	/* tokens newly added to the tree */
+	KVMM_STAT_DEDUP_PAGES,		/* committed pages found already cached */
+	KVMM_STAT_SPLITS,
+	KVMM_STAT_ALLOC_PAGES,		/* pages handed out */
+	KVMM_STAT_FREE_PAGES,		/* pages given back */
+	KVMM_STAT_ALLOC_FAIL,		/* allocations refused with -ENOSPC */
+	KVMM_STAT_RECLAIM_RUNS,
+	KVMM_STAT_EVICT_NODES,
+	KVMM_STAT_EVICT_PAGES,
+	KVMM_STAT_RETRACTS,
+	NR_KVMM_STATS
+};
+
+#endif /* _UAPI_KVMM_KVMM_H */
