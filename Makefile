@@ -79,7 +79,7 @@ tests-y :=
 
 LIB_A	:= $(objtree)/libkvmm.a
 LIB_SO	:= $(objtree)/libkvmm.so.$(VERSION)
-PROGS	:= $(addprefix $(objtree)/tools/,$(progs-y))
+PROGS	:= $(addprefix $(objtree)/bin/,$(progs-y))
 TESTS	:= $(objtree)/tests/kvmm-tests
 
 all-objs := $(lib-objs) $(foreach p,$(progs-y),$(addprefix tools/,$($(p)-objs))) \
@@ -140,8 +140,9 @@ $(objtree)/kvmm.pc: $(srctree)/scripts/kvmm.pc.in $(objtree)/.flags
 
 # tools/<prog>: <prog>-objs from tools/Kbuild, <prog>-libs for extra libraries
 define prog_rule
-$(objtree)/tools/$(1): link_libs = $$($(1)-libs) -lm
-$(objtree)/tools/$(1): $$(addprefix $(objtree)/tools/,$$($(1)-objs)) $(LIB_A)
+$(objtree)/bin/$(1): link_libs = $$($(1)-libs) -lm
+$(objtree)/bin/$(1): $$(addprefix $(objtree)/tools/,$$($(1)-objs)) $(LIB_A)
+	@mkdir -p $$(@D)
 	$$(call cmd,link)
 endef
 $(foreach p,$(progs-y),$(eval $(call prog_rule,$(p))))
@@ -165,15 +166,15 @@ run-tests: $(TESTS)
 
 BENCH_OUT	?= $(objtree)/bench.jsonl
 WORKLOAD	?= $(SHARED)/bench/workload.txt
-bench: $(objtree)/tools/kvmm-bench
-	$(Q)$(srctree)/scripts/bench.sh $(objtree)/tools/kvmm-bench "$(WORKLOAD)" "$(BENCH_OUT)"
+bench: $(objtree)/bin/kvmm-bench
+	$(Q)$(srctree)/scripts/bench.sh $(objtree)/bin/kvmm-bench "$(WORKLOAD)" "$(BENCH_OUT)"
 
 run: deps
 	$(Q)$(MAKE) -f $(srctree)/Makefile O=$(O) DEBUG=$(DEBUG) SAN=$(SAN) all
-	$(Q)$(objtree)/tools/kvmm-bench demo
+	$(Q)$(objtree)/bin/kvmm-bench demo
 
 demo: all
-	$(Q)$(objtree)/tools/kvmm-bench demo
+	$(Q)$(objtree)/bin/kvmm-bench demo
 
 deps:
 	$(Q)$(srctree)/scripts/install-deps.sh

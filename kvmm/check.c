@@ -15,8 +15,8 @@
  *    children's plus the sequences and pins that end on it, so a locked
  *    node's ancestors are locked and no count is negative or lost.
  *  - pin_ref likewise; pinned pages match.
- *  - Access times never decrease down a path; every reclaim list is sorted
- *    by access time and holds exactly the unlocked leaves.
+ *  - Every reclaim list is sorted by access time and holds exactly the
+ *    unlocked leaves.
  *  - Each open sequence's row starts with exactly the frames of the path
  *    it locks, continues with its own frames and is -1 after them.
  *  - Every node can be found through the child hash.
@@ -112,8 +112,6 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	      "node %p edge of %u tokens", (void *)node, node->len);
 	CHECK(kvmm_tree_lookup_child(ctx, node->parent, node->tokens) == node,
 	      "node %p not found through the hash", (void *)node);
-	CHECK(node->atime >= node->parent->atime || (node->parent->flags & KVMM_NODE_ROOT),
-	      "node %p older than its parent", (void *)node);
 	CHECK(node->lock_ref >= child_locks + node->pins,
 	      "node %p lock_ref %u < children %llu + pins %u", (void *)node,
 	      node->lock_ref, (unsigned long long)child_locks, node->pins);

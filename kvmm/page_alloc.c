@@ -176,9 +176,14 @@ bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn)
 	return hb_test(&zone->free, pfn);
 }
 
-/* Take @nr frames off the bitmap, next-fit from the cursor; nr_free >= nr. */
+/*
+ * Take @nr frames off the bitmap, next-fit from the cursor, and mark them
+ * OWNED with one reference; nr_free >= nr.
+ */
 static void __rmqueue_bulk(struct kvmm_zone *zone, uint32_t nr, int32_t *pfns)
 {
+	const struct kvmm_page owned = { .state = KVMM_PAGE_OWNED,
+					 .tier = (uint8_t)zone->tier, .refcount = 1 };
 	uint64_t pos = zone->cursor;
 	uint32_t got = 0;
 
@@ -190,12 +195,22 @@ static void __rmqueue_bulk(struct kvmm_zone *zone, uint32_t nr, int32_t *pfns)
 			bit = hb_find(&zone->free, 0);
 		w = (uint64_t)bit >> 6;
 		word = zone->free.level[0][w] & (~0ULL << (bit & 63));
+		/* Whole runs of free frames at a time: iota into pfns[]. */
 		while (word && got < nr) {
 			uint32_t b = (uint32_t)__builtin_ctzll(word);
+			uint64_t rest = ~(word >> b);
+			uint32_t run = rest ? (uint32_t)__builtin_ctzll(rest) : 64 - b;
+			uint32_t base = (uint32_t)(w * 64 + b), i;
 
-			word &= word - 1;
-			mask |= 1ULL << b;
-			pfns[got++] = (int32_t)(w * 64 + b);
+			if (run > nr - got)
+				run = nr - got;
+			for (i = 0; i < run; i++) {
+				pfns[got + i] = (int32_t)(base + i);
+				zone->pages[base + i] = owned;
+			}
+			got += run;
+			mask |= (run == 64 ? ~0ULL : ((1ULL << run) - 1)) << b;
+			word &= ~mask;
 		}
 		hb_clear_mask(&zone->free, w, mask);
 		pos = (uint64_t)pfns[got - 1] + 1;
@@ -272,19 +287,10 @@ nospc:
 void __kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 			uint32_t nr, int32_t *pfns)
 {
-	uint32_t i;
-
 	if (!nr)
 		return;
 	kvmm_assert(ctx, nr <= zone->nr_free);
 	__rmqueue_bulk(zone, nr, pfns);
-	for (i = 0; i < nr; i++) {
-		struct kvmm_page *page = &zone->pages[pfns[i]];
-
-		kvmm_assert(ctx, page->state == KVMM_PAGE_FREE && !page->refcount);
-		page->state = KVMM_PAGE_OWNED;
-		page->refcount = 1;
-	}
 	kvmm_count(ctx, EV_ALLOC_PAGES, nr);
 }
 

@@ -22,15 +22,19 @@
  *            evict: free its pages, unlink it; if its parent is now an
  *            unlocked leaf, the parent goes in at the head (oldest)
  *
- * Every list is kept sorted by access time.  A touched leaf moves to the
- * tail: its stamp is the newest.  A parent that becomes a leaf because
- * its last child was evicted goes to the head: kvmm_tree_touch() never
- * makes a parent newer than a child, and the child was the oldest leaf, so
- * the parent is older than every leaf still queued.  Both are O(1); the
- * sorted insert only walks the list when a priority change re-queues a
- * node.  Evicting n pages thus costs O(n) whatever the size of the tree,
- * and the victims are SGLang's: the unlocked leaf with the oldest access,
- * repeatedly, until enough pages are free.
+ * Every list is kept sorted by access time, so the victims are exactly
+ * SGLang's: the unlocked leaf with the oldest access, repeatedly, until
+ * enough pages are free.  A touched leaf moves to the tail: its stamp is
+ * the newest, O(1).  A parent that becomes a leaf because its last child
+ * was evicted is inserted searching from the head.  Its stamp is usually
+ * no newer than that child's (every walk through it to the child stamped
+ * it first), and the child was the oldest leaf, so the search stops at
+ * once: O(1).  Only a parent whose own prefix was matched after the child
+ * was last used (a request that matched exactly the parent's prefix and
+ * inserted nothing below it) lands further in; the search then passes
+ * just the leaves that are older than it, which reclaim would take first
+ * anyway.  Evicting n pages costs O(n) whatever the size of the tree in
+ * every other case; kvmm-bench micro measures it at 1e3 to 1e6 nodes.
  *
  * Policies (struct kvmm_evict_ops) decide how the lists of a priority are
  * used:

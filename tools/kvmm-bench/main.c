@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/kvmm-bench/main.c - kvmm-bench: benchmarks of kvmm, machine
+ * readable (--json: one JSON object per line), never pass/fail.
+ *
+ *   kvmm-bench micro [--json] [--quick]
+ *   kvmm-bench replay --workload FILE [options] [--json]
+ *   kvmm-bench demo
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+double median(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void die_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("kvmm-bench: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(2);
+}
+
+uint64_t parse_u64(const char *opt, const char *s)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (!*s || *end || errno || *s == '-')
+		die_usage("%s: '%s' is not a non-negative number", opt, s);
+	return v;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvmm-bench COMMAND [options]\n"
+		"  micro [--json] [--quick]   allocator, tree and reclaim micro benchmarks\n"
+		"  replay --workload FILE ... replay a shared workload (see replay --help)\n"
+		"  demo                       a short generated replay with a readable summary\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "micro"))
+		return cmd_micro(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "replay"))
+		return cmd_replay(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "demo"))
+		return cmd_demo(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "kvmm-bench: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}
