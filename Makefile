@@ -112,8 +112,12 @@ tools: $(PROGS)
 
 tests: $(TESTS)
 
-$(autoconf): $(srctree)/scripts/config.sh
+# config.mk is an included makefile with a rule: on a fresh tree make
+# generates it, then restarts and sees the probed features.
+$(objtree)/config.mk: $(srctree)/scripts/config.sh
 	$(Q)$(srctree)/scripts/config.sh "$(CC)" "$(objtree)"
+
+$(autoconf): $(objtree)/config.mk
 
 config:
 	$(Q)$(srctree)/scripts/config.sh "$(CC)" "$(objtree)"
