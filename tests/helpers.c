@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: MIT
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "helpers.h"
+
+static void *t_alloc(size_t size, void *priv)
+{
+	struct test_alloc *ta = priv;
+	void *p;
+
+	ta->calls++;
+	if (ta->fail_at && ta->calls == ta->fail_at)
+		return NULL;
+	if (ta->fail_min_size && size >= ta->fail_min_size)
+		return NULL;
+	p = malloc(size);
+	if (p) {
+		ta->live_blocks++;
+		ta->live_bytes += (long long)size;
+	}
+	return p;
+}
+
+static void t_free(void *ptr, size_t size, void *priv)
+{
+	struct test_alloc *ta = priv;
+
+	ta->live_blocks--;
+	ta->live_bytes -= (long long)size;
+	free(ptr);
+}
+
+const struct kvmm_alloc_ops test_alloc_ops = { .alloc = t_alloc, .free = t_free };
+
+void test_log_fn(void *priv, const char *msg)
+{
+	struct test_log *tl = priv;
+
+	tl->count++;
+	snprintf(tl->last, sizeof(tl->last), "%s", msg);
+}
+
+struct kvmm_params test_params(uint32_t page_size, uint32_t nr_pages,
+			       uint32_t max_seqs, uint32_t max_seq_len)
+{
+	struct kvmm_params p = {
+		.model = { .layers = 2, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 2,
+			   .attn = KVMM_ATTN_MHA },
+		.page_size = page_size,
+		.nr_pages = nr_pages,
+		.max_seqs = max_seqs,
+		.max_seq_len = max_seq_len,
+	};
+	return p;
+}
+
+struct kvmm_ctx *test_ctx(uint32_t page_size, uint32_t nr_pages,
+			  uint32_t max_seqs, uint32_t max_seq_len)
+{
+	struct kvmm_params p = test_params(page_size, nr_pages, max_seqs, max_seq_len);
+	struct kvmm_ctx *ctx = NULL;
+
+	if (kvmm_create(&p, &ctx))
+		return NULL;
+	return ctx;
+}
+
+void test_stats(const struct kvmm_ctx *ctx, uint64_t *st)
+{
+	kvmm_stats(ctx, st, NR_KVMM_STATS);
+}
+
+uint64_t test_stat(const struct kvmm_ctx *ctx, unsigned item)
+{
+	uint64_t st[NR_KVMM_STATS];
+
+	test_stats(ctx, st);
+	return st[item];
+}
+
+void test_tokens(uint32_t *t, uint32_t n, uint32_t seed)
+{
+	uint32_t i, x = seed * 2654435761u + 1;
+
+	for (i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		t[i] = x % 32000;
+	}
+}
+
+/* Open a sequence, match, extend to @n tokens: a request after prefill. */
+int test_seq_fill(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok,
+		  uint32_t n, uint32_t *seqp)
+{
+	int m, ret = kvmm_seq_open(ctx, ns, seqp);
+
+	if (ret)
+		return ret;
+	m = kvmm_seq_match(ctx, *seqp, tok, n);
+	if (m < 0)
+		return m;
+	if ((uint32_t)m < n)
+		return kvmm_seq_extend(ctx, *seqp, n - (uint32_t)m, 0);
+	return 0;
+}
+
+/* Put @tok[0..n) in the cache, unlocked: a finished request. */
+int test_cache(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok, uint32_t n)
+{
+	uint32_t seq;
+	int ret = kvmm_seq_open(ctx, ns, &seq);
+
+	if (ret)
+		return ret;
+	ret = kvmm_seq_close(ctx, seq, NULL, 0);
+	if (ret)
+		return ret;
+	ret = test_seq_fill(ctx, ns, tok, n, &seq);
+	if (!ret)
+		ret = kvmm_seq_close(ctx, seq, tok, n);
+	if (ret)
+		kvmm_seq_close(ctx, seq, NULL, 0);
+	return ret;
+}

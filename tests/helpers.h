@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/helpers.h - fixtures shared by the CUnit suites: contexts of a
+ * given shape, an allocator that counts and fails on demand, log capture
+ * and stats snapshots.
+ */
+#ifndef KVMM_TESTS_HELPERS_H
+#define KVMM_TESTS_HELPERS_H
+
+#include <stdbool.h>
+#include <string.h>
+
+#include <CUnit/CUnit.h>
+#include <libkvmm.h>
+
+/* An allocator that counts live blocks and fails the fail_at-th call. */
+struct test_alloc {
+	unsigned long calls;
+	unsigned long fail_at;	/* 0: never */
+	size_t fail_min_size;	/* fail every block this big or bigger; 0: never */
+	long live_blocks;
+	long long live_bytes;
+};
+extern const struct kvmm_alloc_ops test_alloc_ops;
+
+/* Messages from kvmm's log hook, kept instead of printed. */
+struct test_log {
+	unsigned count;
+	char last[512];
+};
+void test_log_fn(void *priv, const char *msg);
+
+struct kvmm_params test_params(uint32_t page_size, uint32_t nr_pages,
+			       uint32_t max_seqs, uint32_t max_seq_len);
+struct kvmm_ctx *test_ctx(uint32_t page_size, uint32_t nr_pages,
+			  uint32_t max_seqs, uint32_t max_seq_len);
+void test_stats(const struct kvmm_ctx *ctx, uint64_t *st);
+uint64_t test_stat(const struct kvmm_ctx *ctx, unsigned item);
+void test_tokens(uint32_t *t, uint32_t n, uint32_t seed);
+int test_seq_fill(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok,
+		  uint32_t n, uint32_t *seqp);
+int test_cache(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok, uint32_t n);
+
+#define CHECK_OK(ctx) CU_ASSERT_EQUAL(kvmm_check(ctx), 0)
+
+/* Every stats item, byte for byte: "nothing changed". */
+#define ASSERT_STATS_SAME(a, b) \
+	CU_ASSERT(memcmp((a), (b), sizeof(uint64_t) * NR_KVMM_STATS) == 0)
+
+typedef int (*suite_register_fn)(void);
+int register_ctx_suite(void);
+int register_page_alloc_suite(void);
+int register_seq_suite(void);
+int register_prefix_tree_suite(void);
+int register_vmscan_suite(void);
+int register_stats_suite(void);
+int register_check_suite(void);
+int register_fault_suite(void);
+int register_diff_suite(void);
+int register_mock_suite(void);
+
+#define ADD_TEST(suite, fn) \
+	do { if (!CU_add_test(suite, #fn, fn)) return -1; } while (0)
+
+#endif

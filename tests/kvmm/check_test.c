@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/kvmm/check_test.c - kvmm_check: each kind of corruption is caught.
+ * White box: the tests break the context's internals on purpose, check,
+ * and put them back.
+ */
+#include <errno.h>
+
+#include "../helpers.h"
+#include "../../kvmm/internal.h"
+
+struct fixture {
+	struct kvmm_ctx *ctx;
+	struct test_log log;
+	uint32_t seq;
+};
+
+static void setup(struct fixture *f)
+{
+	struct kvmm_params p = test_params(2, 64, 3, 64);
+	uint32_t tok[40];
+
+	memset(f, 0, sizeof(*f));
+	p.log = test_log_fn;
+	p.log_priv = &f->log;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &f->ctx), 0);
+	test_tokens(tok, 40, 3);
+	CU_ASSERT_EQUAL_FATAL(test_cache(f->ctx, 0, tok, 30), 0);
+	CU_ASSERT_EQUAL_FATAL(test_seq_fill(f->ctx, 0, tok, 40, &f->seq), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_check(f->ctx), 0);
+}
+
+static void expect_broken(struct fixture *f, const char *what)
+{
+	unsigned before = f->log.count;
+
+	CU_ASSERT_EQUAL(kvmm_check(f->ctx), -EUCLEAN);
+	CU_ASSERT(f->log.count == before + 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(f->log.last, what));
+}
+
+static void check_clean_context_passes(void)
+{
+	struct fixture f;
+
+	setup(&f);
+	CU_ASSERT_EQUAL(kvmm_check(NULL), -EINVAL);
+	kvmm_destroy(f.ctx);
+}
+
+static void check_detects_leaked_page(void)
+{
+	struct fixture f;
+	int32_t pfn;
+
+	setup(&f);
+	/* a frame taken off the bitmap that no owner knows about */
+	CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(f.ctx, &f.ctx->zone, 1, &pfn, 0), 0);
+	expect_broken(&f, "leaked");
+	kvmm_free_pages(f.ctx, &f.ctx->zone, &pfn, 1);
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
+	kvmm_destroy(f.ctx);
+}
+
+static void check_detects_page_held_twice(void)
+{
+	struct fixture f;
+	int32_t *row, saved;
+	uint32_t other;
+
+	setup(&f);
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(f.ctx, 0, &other), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_extend(f.ctx, other, 2, 0), 0);
+	row = kvmm_row(f.ctx, other);
+	saved = row[0];
+	row[0] = kvmm_row(f.ctx, f.seq)[19];	/* f.seq's private page */
+	expect_broken(&f, "twice");
+	row[0] = saved;
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
+	kvmm_destroy(f.ctx);
+}
+
+static void check_detects_bad_accounting(void)
+{
+	struct fixture f;
+
+	setup(&f);
+	f.ctx->lruvec.evictable++;
+	expect_broken(&f, "evictable");
+	f.ctx->lruvec.evictable--;
+	f.ctx->tree.protected++;
+	expect_broken(&f, "protected");
+	f.ctx->tree.protected--;
+	f.ctx->zone.nr_free--;
+	expect_broken(&f, "free");
+	f.ctx->zone.nr_free++;
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
+	kvmm_destroy(f.ctx);
+}
+
+static void check_detects_lost_lock_reference(void)
+{
+	struct fixture f;
+	struct kvmm_node *node;
+
+	setup(&f);
+	node = f.ctx->seqs[f.seq].node;
+	node->lock_ref++;
+	expect_broken(&f, "lock");
+	node->lock_ref--;
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
+	kvmm_destroy(f.ctx);
+}
+
+static void check_detects_row_not_matching_path(void)
+{
+	struct fixture f;
+	int32_t *row, saved;
+
+	setup(&f);
+	row = kvmm_row(f.ctx, f.seq);
+	saved = row[3];
+	row[3] = row[4];
+	expect_broken(&f, "path");
+	row[3] = saved;
+	kvmm_destroy(f.ctx);
+}
+
+static void check_detects_free_bit_on_used_page(void)
+{
+	struct fixture f;
+	uint32_t pfn;
+
+	setup(&f);
+	pfn = (uint32_t)kvmm_row(f.ctx, f.seq)[19];
+	f.ctx->zone.free.level[0][pfn >> 6] |= 1ULL << (pfn & 63);
+	expect_broken(&f, "free bit");
+	f.ctx->zone.free.level[0][pfn >> 6] &= ~(1ULL << (pfn & 63));
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
+	kvmm_destroy(f.ctx);
+}
+
+int register_check_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_check", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, check_clean_context_passes);
+	ADD_TEST(s, check_detects_leaked_page);
+	ADD_TEST(s, check_detects_page_held_twice);
+	ADD_TEST(s, check_detects_bad_accounting);
+	ADD_TEST(s, check_detects_lost_lock_reference);
+	ADD_TEST(s, check_detects_row_not_matching_path);
+	ADD_TEST(s, check_detects_free_bit_on_used_page);
+	return 0;
+}

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/main.c - kvmm-tests: every CUnit suite in one binary.
+ *
+ *   kvmm-tests [-s SUITE] [-q]
+ *
+ * Prints CUnit's summary, then one line "N passed, N failed" counting
+ * tests, and exits non-zero when any test failed.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <CUnit/Basic.h>
+
+#include "helpers.h"
+
+static const suite_register_fn suites[] = {
+	register_ctx_suite,
+	register_page_alloc_suite,
+	register_seq_suite,
+	register_prefix_tree_suite,
+	register_vmscan_suite,
+	register_stats_suite,
+	register_check_suite,
+	register_fault_suite,
+	register_diff_suite,
+	register_mock_suite,
+};
+
+int main(int argc, char **argv)
+{
+	const char *only = NULL;
+	unsigned run, failed;
+	size_t i;
+	int opt;
+
+	while ((opt = getopt(argc, argv, "s:q")) != -1) {
+		switch (opt) {
+		case 's': only = optarg; break;
+		case 'q': break;
+		default:
+			fprintf(stderr, "usage: %s [-s SUITE]\n", argv[0]);
+			return 2;
+		}
+	}
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	for (i = 0; i < sizeof(suites) / sizeof(suites[0]); i++) {
+		if (suites[i]()) {
+			fprintf(stderr, "registering suite %zu: %s\n", i, CU_get_error_msg());
+			CU_cleanup_registry();
+			return 1;
+		}
+	}
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	if (only) {
+		CU_pSuite s = CU_get_suite(only);
+
+		if (!s) {
+			fprintf(stderr, "no suite named %s\n", only);
+			CU_cleanup_registry();
+			return 2;
+		}
+		CU_basic_run_suite(s);
+	} else {
+		CU_basic_run_tests();
+	}
+	run = CU_get_number_of_tests_run();
+	failed = CU_get_number_of_tests_failed();
+	printf("\n%u passed, %u failed\n", run - failed, failed);
+	CU_cleanup_registry();
+	return failed ? 1 : 0;
+}
