@@ -195,6 +195,8 @@ bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn);
  *	pages that hold their KV
  * @parent: NULL for a namespace root
  * @hnext: chain in the tree's child hash, keyed by (parent, first page)
+ * @hpprev: the pointer that points at this node in its chain (a bucket
+ *	or the previous node's @hnext), so unlinking needs no search
  * @sibling: link in @parent's @children
  * @children: child nodes, no order
  * @lru: link on a reclaim list, while KVMM_NODE_EVICTABLE
@@ -216,6 +218,7 @@ bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn);
 struct kvmm_node {
 	struct kvmm_node *parent;
 	struct kvmm_node *hnext;
+	struct kvmm_node **hpprev;
 	struct kvmm_list sibling;
 	struct kvmm_list children;
 	struct kvmm_list lru;
@@ -243,9 +246,14 @@ struct kvmm_node {
  * @protected: pages held by locked nodes
  * @pinned: pages of nodes with a pin at or below them
  * @roots: namespace roots, linked through kvmm_node.sibling
+ * @free_nodes: node cache: free node structs, chained through hnext
+ * @slabs: blocks the node cache carved nodes from, chained through their
+ *	first node's parent field
  */
 struct kvmm_tree {
 	struct kvmm_list roots;
+	struct kvmm_node *free_nodes;
+	struct kvmm_node *slabs;
 	struct kvmm_node **buckets;
 	uint64_t mask;
 	uint64_t nr_hashed;
@@ -285,6 +293,7 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		     const uint32_t *key, uint32_t n, int32_t *pfns,
 		     struct kvmm_node **endp, uint32_t *dupp);
 void kvmm_tree_delete_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_tree_prefetch(const struct kvmm_node *node);
 uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from,
 			const struct kvmm_node *to, int32_t *dst);
 bool kvmm_node_is_leaf(const struct kvmm_node *node);

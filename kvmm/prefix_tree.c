@@ -48,6 +48,7 @@
 #include "internal.h"
 
 #define KVMM_HASH_MIN_BUCKETS	256
+#define KVMM_NODES_PER_SLAB	64
 
 static size_t node_buf_bytes(const struct kvmm_ctx *ctx, uint32_t len)
 {
@@ -68,9 +69,47 @@ static void node_set_buf(struct kvmm_node *node, uint32_t *buf, uint32_t len)
 	node->len = len;
 }
 
+/*
+ * The node cache, as the kernel's slab: node structs are carved from
+ * blocks of KVMM_NODES_PER_SLAB and a freed node goes back on a free list,
+ * so reclaim never hands a node to the allocator (freeing small blocks in
+ * random order made glibc coalesce with random neighbours, most of an
+ * eviction's cost on a large tree).  The first struct of each block is
+ * not handed out: it chains the blocks for kvmm_tree_exit().
+ */
+static struct kvmm_node *node_cache_get(struct kvmm_ctx *ctx)
+{
+	struct kvmm_tree *tree = &ctx->tree;
+	struct kvmm_node *node = tree->free_nodes;
+	uint32_t i;
+
+	if (!node) {
+		struct kvmm_node *slab = kvmm_malloc(ctx, KVMM_NODES_PER_SLAB *
+							  sizeof(*slab));
+
+		if (!slab)
+			return NULL;
+		slab[0].parent = tree->slabs;
+		tree->slabs = slab;
+		for (i = KVMM_NODES_PER_SLAB - 1; i > 0; i--) {
+			slab[i].hnext = tree->free_nodes;
+			tree->free_nodes = &slab[i];
+		}
+		node = tree->free_nodes;
+	}
+	tree->free_nodes = node->hnext;
+	return node;
+}
+
+static void node_cache_put(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	node->hnext = ctx->tree.free_nodes;
+	ctx->tree.free_nodes = node;
+}
+
 static struct kvmm_node *node_alloc(struct kvmm_ctx *ctx, uint32_t len)
 {
-	struct kvmm_node *node = kvmm_zalloc(ctx, sizeof(*node));
+	struct kvmm_node *node = node_cache_get(ctx);
 	uint32_t *buf = NULL;
 
 	if (!node)
@@ -78,10 +117,11 @@ static struct kvmm_node *node_alloc(struct kvmm_ctx *ctx, uint32_t len)
 	if (len) {
 		buf = node_buf_alloc(ctx, len);
 		if (!buf) {
-			kvmm_mfree(ctx, node, sizeof(*node));
+			node_cache_put(ctx, node);
 			return NULL;
 		}
 	}
+	memset(node, 0, sizeof(*node));
 	node_set_buf(node, buf, len);
 	list_init(&node->sibling);
 	list_init(&node->children);
@@ -94,7 +134,7 @@ static void node_free(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	if (!node)
 		return;
 	kvmm_mfree(ctx, node->tokens, node_buf_bytes(ctx, node->len));
-	kvmm_mfree(ctx, node, sizeof(*node));
+	node_cache_put(ctx, node);
 }
 
 /* ---- the child hash ---- */
@@ -118,6 +158,15 @@ static uint64_t node_hash(const struct kvmm_ctx *ctx, const struct kvmm_node *no
 	return child_hash(ctx, node->parent, node->tokens);
 }
 
+static void hlink(struct kvmm_node **head, struct kvmm_node *node)
+{
+	node->hnext = *head;
+	if (node->hnext)
+		node->hnext->hpprev = &node->hnext;
+	node->hpprev = head;
+	*head = node;
+}
+
 /* Double the buckets; on failure keep the old table (chains get longer). */
 static void htab_grow(struct kvmm_ctx *ctx)
 {
@@ -131,11 +180,8 @@ static void htab_grow(struct kvmm_ctx *ctx)
 		struct kvmm_node *node = tree->buckets[i], *next;
 
 		for (; node; node = next) {
-			uint64_t h = node_hash(ctx, node) & (nr - 1);
-
 			next = node->hnext;
-			node->hnext = b[h];
-			b[h] = node;
+			hlink(&b[node_hash(ctx, node) & (nr - 1)], node);
 		}
 	}
 	kvmm_mfree(ctx, tree->buckets, old_nr * sizeof(*b));
@@ -146,24 +192,38 @@ static void htab_grow(struct kvmm_ctx *ctx)
 static void htab_add(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
 	struct kvmm_tree *tree = &ctx->tree;
-	uint64_t h = node_hash(ctx, node) & tree->mask;
 
-	node->hnext = tree->buckets[h];
-	tree->buckets[h] = node;
+	hlink(&tree->buckets[node_hash(ctx, node) & tree->mask], node);
 	if (++tree->nr_hashed > tree->mask + 1)
 		htab_grow(ctx);
 }
 
+/* O(1): the node knows who points at it. */
 static void htab_del(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
-	struct kvmm_tree *tree = &ctx->tree;
-	struct kvmm_node **pp = &tree->buckets[node_hash(ctx, node) & tree->mask];
-
-	while (*pp != node)
-		pp = &(*pp)->hnext;
-	*pp = node->hnext;
+	*node->hpprev = node->hnext;
+	if (node->hnext)
+		node->hnext->hpprev = node->hpprev;
 	node->hnext = NULL;
-	tree->nr_hashed--;
+	node->hpprev = NULL;
+	ctx->tree.nr_hashed--;
+}
+
+/**
+ * kvmm_tree_prefetch() - start loading what deleting @node will touch
+ * @node: a leaf reclaim is about to take
+ *
+ * Its neighbours in the hash chain are random memory; reclaim asks for
+ * them a few victims ahead so that the misses overlap.
+ */
+void kvmm_tree_prefetch(const struct kvmm_node *node)
+{
+	__builtin_prefetch(node->hpprev, 1);
+	if (node->hnext)
+		__builtin_prefetch(&node->hnext->hpprev, 1);
+	__builtin_prefetch(node->pfns);
+	__builtin_prefetch(node->sibling.next, 1);
+	__builtin_prefetch(node->sibling.prev, 1);
 }
 
 /**
@@ -228,6 +288,13 @@ void kvmm_tree_exit(struct kvmm_ctx *ctx)
 			node = parent;
 		}
 	}
+	while (tree->slabs) {
+		struct kvmm_node *slab = tree->slabs;
+
+		tree->slabs = slab[0].parent;
+		kvmm_mfree(ctx, slab, KVMM_NODES_PER_SLAB * sizeof(*slab));
+	}
+	tree->free_nodes = NULL;
 	kvmm_mfree(ctx, tree->buckets, (tree->mask + 1) * sizeof(*tree->buckets));
 	tree->buckets = NULL;
 }

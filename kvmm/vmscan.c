@@ -46,6 +46,15 @@
  */
 #include "internal.h"
 
+/* How far ahead on the reclaim list kvmm_shrink() prefetches. */
+#define KVMM_SHRINK_PREFETCH	6
+
+static bool lru_is_head(const struct kvmm_lruvec *lv, const struct kvmm_list *pos)
+{
+	return (const char *)pos >= (const char *)lv->lists &&
+	       (const char *)pos < (const char *)(lv->lists + KVMM_NR_PRIO);
+}
+
 static struct kvmm_node *lru_node(struct kvmm_list *pos)
 {
 	return list_entry(pos, struct kvmm_node, lru);
@@ -252,9 +261,34 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 	kvmm_count(ctx, EV_RECLAIM_RUNS, 1);
 	while (sc->nr_reclaimed < sc->nr_to_reclaim) {
 		struct kvmm_node *victim = lv->ops->victim(lv);
+		struct kvmm_list *ahead;
+		int i;
 
 		if (!victim)
 			break;
+		/*
+		 * The next victims are most likely the next ones on the list,
+		 * anywhere in memory.  Start their cache misses early so they
+		 * overlap with this eviction: the node line 2N places ahead; the
+		 * hash and sibling neighbours and the edge of the node N places
+		 * ahead (its line was asked for N evictions ago); the first page
+		 * descriptor of the one N/2 ahead.  A wrong guess costs nothing.
+		 */
+		ahead = &victim->lru;
+		for (i = 1; i <= 2 * KVMM_SHRINK_PREFETCH; i++) {
+			struct kvmm_node *next;
+
+			ahead = ahead->next;
+			if (lru_is_head(lv, ahead))
+				break;
+			next = lru_node(ahead);
+			if (i == KVMM_SHRINK_PREFETCH / 2)	/* its edge arrived */
+				__builtin_prefetch(&ctx->zone.pages[next->pfns[0]], 1);
+			else if (i == KVMM_SHRINK_PREFETCH)
+				kvmm_tree_prefetch(next);
+		}
+		if (i > 2 * KVMM_SHRINK_PREFETCH)
+			__builtin_prefetch(lru_node(ahead));
 		evict_leaf(ctx, victim, sc);
 	}
 	kvmm_count(ctx, EV_EVICT_NODES, sc->nr_evicted - before_nodes);
