@@ -20,7 +20,7 @@ int cmd_demo(int argc, char **argv)
 		{ 0 }
 	};
 	static const uint32_t page_sizes[] = { 1, 16 };
-	static const double fractions[] = { 1.0, 0.25, 0.10 };
+	static const double fractions[] = { 1.0, 0.5, 0.25 };
 	uint64_t seed = 20261122, unique = 0;
 	uint32_t nconv = 300, i, j;
 	struct workload wl;
