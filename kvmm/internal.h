@@ -110,20 +110,23 @@ static inline void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
 /* ---- page_alloc.c ---- */
 
 /**
- * struct kvmm_page - descriptor of one page frame (4 bytes; one per page)
+ * struct kvmm_page - descriptor of one page frame (2 bytes; one per page)
  * @state: KVMM_PAGE_*
  * @tier: KVMM_TIER_* of the zone the frame belongs to
  * @refcount: holders that keep the frame from being freed: the owning
  *	sequence or tree node holds one; 0 exactly when the page is free
  *
- * Which sequence or node owns the page is not stored here: the owner's own
- * pfn array says it, and kvmm_check() cross-checks both directions.  LRU
- * links live on tree nodes, not pages, because reclaim works on leaves.
+ * At page size 1 there is a descriptor per cached token, so it is kept as
+ * small as the information allows: the descriptors of a 250k-token pool
+ * fit in 500 KB of cache.  Which sequence or node owns the page is not
+ * stored here: the owner's own pfn array says it, and kvmm_check()
+ * cross-checks both directions.  LRU links live on tree nodes, not pages,
+ * because reclaim works on leaves.
  */
 struct kvmm_page {
-	uint8_t state;
-	uint8_t tier;
-	uint16_t refcount;
+	uint8_t state : 4;
+	uint8_t tier : 4;
+	uint8_t refcount;
 };
 
 #define KVMM_HB_LEVELS	6	/* 64^6 bits: more than KVMM_MAX_PAGES */

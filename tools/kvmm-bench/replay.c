@@ -11,6 +11,10 @@
  * FIFO rule, with a close that commits prompt + L-1 output tokens (SGLang's
  * cache_finished_req).  Eviction happens inside extend when the pool is
  * short, exactly as SGLang evicts in alloc_token_slots.
+ *
+ * A request's token array is built from its segments just before it is
+ * admitted, untimed, as an engine's tokenizer hands over a prompt it has
+ * just produced; it lives in the request's in-flight slot until finish.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -23,7 +27,7 @@ struct replay {
 	const struct workload *wl;
 	const struct replay_opts *o;
 	struct kvmm_ctx *ctx;
-	uint32_t **tokens;	/* per request: prompt, then output[:L-1] */
+	uint32_t **tokens;	/* per in-flight slot: prompt, then output[:L-1] */
 	uint32_t *fifo_req, *fifo_seq;
 	uint32_t head, count;
 	uint8_t *done;
@@ -37,7 +41,7 @@ static int replay_finish_oldest(struct replay *rp)
 	const struct wl_request *req = &rp->wl->reqs[r];
 	uint32_t n = req->prompt_len + (req->output_len ? req->output_len - 1 : 0);
 	uint64_t t0 = now_ns();
-	int ret = kvmm_seq_close(rp->ctx, rp->fifo_seq[slot], rp->tokens[r], n);
+	int ret = kvmm_seq_close(rp->ctx, rp->fifo_seq[slot], rp->tokens[slot], n);
 
 	rp->ns += now_ns() - t0;
 	if (ret) {
@@ -50,15 +54,33 @@ static int replay_finish_oldest(struct replay *rp)
 	return 0;
 }
 
+/* Untimed: the request's prompt and output tokens, from its segments. */
+static void build_tokens(const struct workload *wl, const struct wl_request *req,
+			 uint32_t *t)
+{
+	uint32_t i, pos = 0;
+
+	for (i = 0; i < req->nseg; i++) {
+		memcpy(t + pos, wl->seg_tokens[req->segs[i]],
+		       wl->seg_len[req->segs[i]] * sizeof(*t));
+		pos += wl->seg_len[req->segs[i]];
+	}
+	memcpy(t + pos, wl->seg_tokens[req->output_seg], req->output_len * sizeof(*t));
+}
+
 static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)
 {
 	const struct wl_request *req = &rp->wl->reqs[r];
-	const uint32_t *tok = rp->tokens[r];
+	uint32_t slot = (rp->head + rp->count) % rp->wl->max_inflight;
+	const uint32_t *tok = rp->tokens[slot];
 	uint32_t n = req->prompt_len, out = req->output_len ? req->output_len - 1 : 0;
 	uint32_t chunk = rp->o->decode_chunk ? rp->o->decode_chunk : (out ? out : 1);
-	uint32_t seq, m = 0, slot;
-	uint64_t t0 = now_ns();
+	uint32_t seq, m = 0;
+	uint64_t t0;
 	int ret;
+
+	build_tokens(rp->wl, req, rp->tokens[slot]);
+	t0 = now_ns();
 
 	ret = kvmm_seq_open(rp->ctx, 0, &seq);
 	if (!ret && n > 1) {
@@ -85,7 +107,6 @@ static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)
 		fprintf(stderr, "replay: admitting request %u: %s\n", r, strerror(-ret));
 		return ret;
 	}
-	slot = (rp->head + rp->count) % rp->wl->max_inflight;
 	rp->fifo_req[slot] = r;
 	rp->fifo_seq[slot] = seq;
 	rp->count++;
@@ -165,27 +186,16 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 	int ret = -ENOMEM;
 
 	memset(res, 0, sizeof(*res));
-	rp.tokens = calloc(wl->nreq, sizeof(*rp.tokens));
+	rp.tokens = calloc(wl->max_inflight, sizeof(*rp.tokens));
 	rp.fifo_req = calloc(wl->max_inflight, sizeof(uint32_t));
 	rp.fifo_seq = calloc(wl->max_inflight, sizeof(uint32_t));
 	rp.done = calloc(wl->nreq, 1);
 	if (!us || !rp.tokens || !rp.fifo_req || !rp.fifo_seq || !rp.done)
 		goto out;
-	/* Token arrays are built before timing: the replay rule does not time them. */
-	for (r = 0; r < wl->nreq; r++) {
-		const struct wl_request *req = &wl->reqs[r];
-		uint32_t *t = malloc(((size_t)req->prompt_len + req->output_len + 1) *
-				     sizeof(*t)), pos = 0;
-
-		if (!t)
+	for (r = 0; r < wl->max_inflight; r++) {
+		rp.tokens[r] = malloc(((size_t)wl->max_seq_len + 1) * sizeof(uint32_t));
+		if (!rp.tokens[r])
 			goto out;
-		rp.tokens[r] = t;
-		for (i = 0; i < req->nseg; i++) {
-			memcpy(t + pos, wl->seg_tokens[req->segs[i]],
-			       wl->seg_len[req->segs[i]] * sizeof(*t));
-			pos += wl->seg_len[req->segs[i]];
-		}
-		memcpy(t + pos, wl->seg_tokens[req->output_seg], req->output_len * sizeof(*t));
 	}
 	for (i = 0; i < rep; i++) {
 		ret = replay_once(&rp, res, &us[i]);
@@ -198,7 +208,7 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 	}
 	res->us_per_request = median(us, rep);
 out:
-	for (r = 0; rp.tokens && r < wl->nreq; r++)
+	for (r = 0; rp.tokens && r < wl->max_inflight; r++)
 		free(rp.tokens[r]);
 	free(rp.tokens);
 	free(rp.fifo_req);
