@@ -106,7 +106,7 @@ quiet_cmd_link	= LD      $(@:$(objtree)/%=%)
 
 all: lib tools
 
-lib: $(LIB_A) $(LIB_SO) $(objtree)/kvmm.pc
+lib: $(LIB_A) $(LIB_SO)
 
 tools: $(PROGS)
 
@@ -138,9 +138,6 @@ $(LIB_A): $(addprefix $(objtree)/,$(lib-objs))
 
 $(LIB_SO): $(addprefix $(objtree)/,$(lib-objs)) $(srctree)/scripts/libkvmm.map
 	$(call cmd,so)
-
-$(objtree)/kvmm.pc: $(srctree)/scripts/kvmm.pc.in $(objtree)/.flags
-	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' $< > $@
 
 # tools/<prog>: <prog>-objs from tools/Kbuild, <prog>-libs for extra libraries
 define prog_rule
@@ -191,7 +188,8 @@ install: lib
 	ln -sf libkvmm.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkvmm.so
 	install -m 644 $(srctree)/include/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(srctree)/uapi/kvmm/kvmm.h $(DESTDIR)$(INCLUDEDIR)/kvmm/
-	install -m 644 $(objtree)/kvmm.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' \
+		$(srctree)/scripts/kvmm.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libkvmm.a $(DESTDIR)$(LIBDIR)/libkvmm.so* \
