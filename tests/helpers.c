@@ -125,3 +125,16 @@ int test_cache(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok, uint32_t 
 		kvmm_seq_close(ctx, seq, NULL, 0);
 	return ret;
 }
+
+/* A request that matches @tok and finishes at once: the prefix is used again. */
+int test_reuse(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok, uint32_t n)
+{
+	uint32_t seq;
+	int m, ret = kvmm_seq_open(ctx, ns, &seq);
+
+	if (ret)
+		return ret;
+	m = kvmm_seq_match(ctx, seq, tok, n);
+	ret = kvmm_seq_close(ctx, seq, NULL, 0);
+	return m < 0 ? m : ret ? ret : m;
+}

@@ -40,6 +40,7 @@ void test_tokens(uint32_t *t, uint32_t n, uint32_t seed);
 int test_seq_fill(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok,
 		  uint32_t n, uint32_t *seqp);
 int test_cache(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok, uint32_t n);
+int test_reuse(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok, uint32_t n);
 
 #define CHECK_OK(ctx) CU_ASSERT_EQUAL(kvmm_check(ctx), 0)
 

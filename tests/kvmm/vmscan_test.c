@@ -22,13 +22,11 @@ static void cache_leaves(struct kvmm_ctx *ctx, uint32_t tok[NLEAF][8])
 static void reclaim_evicts_least_recently_used_leaf(void)
 {
 	struct kvmm_ctx *ctx = test_ctx(1, 64, 2, 16);
-	uint32_t tok[NLEAF][8], seq, i;
+	uint32_t tok[NLEAF][8], i;
 
 	cache_leaves(ctx, tok);
 	/* use leaf 0 again: now leaf 1 is the oldest */
-	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq), 0);
-	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, seq, tok[0], 8), 8);
-	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+	CU_ASSERT_EQUAL(test_reuse(ctx, 0, tok[0], 8), 8);
 	CU_ASSERT_EQUAL(kvmm_reclaim(ctx, 1), 8);
 	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok[1], 8), 0);
 	CU_ASSERT_EQUAL(kvmm_reclaim(ctx, 9), 16);	/* whole leaves: 2 and 3 */
@@ -81,15 +79,13 @@ static void slru_evicts_once_used_leaves_first(void)
 {
 	struct kvmm_params p = test_params(1, 64, 2, 16);
 	struct kvmm_ctx *ctx = NULL;
-	uint32_t tok[NLEAF][8], seq, i;
+	uint32_t tok[NLEAF][8], i;
 
 	p.evict_policy = "slru";
 	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
 	cache_leaves(ctx, tok);
 	/* leaf 0, the oldest, is used again: it is now active */
-	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq), 0);
-	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, seq, tok[0], 8), 8);
-	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+	CU_ASSERT_EQUAL(test_reuse(ctx, 0, tok[0], 8), 8);
 	/* every once-used leaf goes before it, whatever their age */
 	CU_ASSERT_EQUAL(kvmm_reclaim(ctx, 40), 40);
 	for (i = 1; i < NLEAF; i++)
@@ -102,12 +98,10 @@ static void slru_evicts_once_used_leaves_first(void)
 static void set_policy_switch_keeps_age_order(void)
 {
 	struct kvmm_ctx *ctx = test_ctx(1, 64, 2, 16);
-	uint32_t tok[NLEAF][8], seq;
+	uint32_t tok[NLEAF][8];
 
 	cache_leaves(ctx, tok);
-	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq), 0);
-	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, seq, tok[0], 8), 8);
-	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+	CU_ASSERT_EQUAL(test_reuse(ctx, 0, tok[0], 8), 8);
 	CU_ASSERT_EQUAL(kvmm_set_evict_policy(ctx, "slru"), 0);
 	CU_ASSERT_STRING_EQUAL(kvmm_evict_policy(ctx), "slru");
 	CHECK_OK(ctx);
