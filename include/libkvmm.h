@@ -116,6 +116,8 @@ struct kvmm_params {
 
 #define KVMM_MAX_PAGE_SIZE	4096
 #define KVMM_MAX_PAGES		(1u << 30)
+/* nr_pages * page_size: every slot index fits an int32, as kernels expect */
+#define KVMM_MAX_SLOTS		(1ull << 31)
 #define KVMM_MAX_SEQS		(1u << 20)
 
 /* Context */

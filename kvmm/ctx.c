@@ -138,7 +138,8 @@ static int params_nr_pages(const struct kvmm_params *p, uint32_t *nrp)
 		if (p->mem_total || p->mem_avail || p->mem_fraction != 0.0)
 			return -EINVAL;
 		*nrp = p->nr_pages;
-		return p->nr_pages <= KVMM_MAX_PAGES ? 0 : -EINVAL;
+		return p->nr_pages <= KVMM_MAX_PAGES &&
+		       (uint64_t)p->nr_pages * p->page_size <= KVMM_MAX_SLOTS ? 0 : -EINVAL;
 	}
 	if (!(p->mem_fraction > 0.0 && p->mem_fraction <= 1.0) || !p->mem_avail ||
 	    p->mem_avail > p->mem_total)
@@ -151,6 +152,8 @@ static int params_nr_pages(const struct kvmm_params *p, uint32_t *nrp)
 	nr = budget / (cell * p->page_size);
 	if (!nr)
 		return -ENOSPC;
+	if (nr > KVMM_MAX_SLOTS / p->page_size)
+		nr = KVMM_MAX_SLOTS / p->page_size;
 	*nrp = nr > KVMM_MAX_PAGES ? KVMM_MAX_PAGES : (uint32_t)nr;
 	return 0;
 }

@@ -93,6 +93,16 @@ static void create_unknown_backend_or_policy_fails(void)
 	CU_ASSERT_EQUAL(create(&p), 0);
 }
 
+static void create_pool_past_int32_slots_fails(void)
+{
+	struct kvmm_params p = test_params(4096, (1u << 19) + 1, 2, 64);
+
+	/* 2^19 + 1 pages of 4,096 slots: a slot index would overflow int32 */
+	CU_ASSERT_EQUAL(create(&p), -EINVAL);
+	p = test_params(1, KVMM_MAX_PAGES + 1, 2, 64);
+	CU_ASSERT_EQUAL(create(&p), -EINVAL);
+}
+
 static void create_bad_watermarks_fail(void)
 {
 	struct kvmm_params p = test_params(1, 8, 2, 64);
@@ -202,6 +212,7 @@ int register_ctx_suite(void)
 	ADD_TEST(s, create_zero_sizes_fail);
 	ADD_TEST(s, create_inconsistent_model_fails);
 	ADD_TEST(s, create_unknown_backend_or_policy_fails);
+	ADD_TEST(s, create_pool_past_int32_slots_fails);
 	ADD_TEST(s, create_bad_watermarks_fail);
 	ADD_TEST(s, cell_bytes_follows_sglang);
 	ADD_TEST(s, create_budget_sizing_matches_formula);
