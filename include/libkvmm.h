@@ -201,6 +201,7 @@ const char *kvmm_evict_policy(const struct kvmm_ctx *ctx);
 int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t nr);
 const char *kvmm_stat_name(uint32_t item);
 int kvmm_page_state(const struct kvmm_ctx *ctx, uint32_t pfn);
+int kvmm_page_flags(const struct kvmm_ctx *ctx, uint32_t pfn);
 int kvmm_check(const struct kvmm_ctx *ctx);
 
 /**

@@ -14,7 +14,8 @@
  *  - evictable + protected == cached; lock_ref of a node is the sum of its
  *    children's plus the sequences and pins that end on it, so a locked
  *    node's ancestors are locked and no count is negative or lost.
- *  - pin_ref likewise; pinned pages match.
+ *  - pin_ref likewise; pinned pages match, and exactly their frames carry
+ *    KVMM_PG_PINNED.
  *  - Every reclaim list is sorted by access time and holds exactly the
  *    unlocked leaves.
  *  - Each open sequence's row starts with exactly the frames of the path
@@ -65,6 +66,9 @@ static int check_zone(const struct kvmm_ctx *ctx)
 		      "pfn %u state %u but free bit %d", pfn, page->state, bit);
 		CHECK((page->refcount == 0) == bit, "pfn %u refcount %u, free bit %d",
 		      pfn, page->refcount, bit);
+		CHECK(!(page->flags & ~KVMM_PG_FLAGS) &&
+		      (page->state == KVMM_PAGE_CACHED || !page->flags),
+		      "pfn %u state %u has flags %#x", pfn, page->state, page->flags);
 		nfree += bit;
 	}
 	CHECK(nfree == zone->nr_free, "zone counts %u free, bitmap has %llu",
@@ -130,6 +134,9 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 		      "node %p maps pfn %d in state %u", (void *)node, pfn,
 		      ctx->zone.pages[pfn].state);
 		CHECK(mark[pfn] == MARK_NONE, "pfn %d held twice", pfn);
+		CHECK(!(ctx->zone.pages[pfn].flags & KVMM_PG_PINNED) == !node->pin_ref,
+		      "pfn %d pinned flag %u, node pin_ref %u", pfn,
+		      ctx->zone.pages[pfn].flags, node->pin_ref);
 		mark[pfn] = MARK_TREE;
 	}
 	sums->nodes++;

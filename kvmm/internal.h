@@ -113,6 +113,7 @@ static inline void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
  * struct kvmm_page - descriptor of one page frame (2 bytes; one per page)
  * @state: KVMM_PAGE_*
  * @tier: KVMM_TIER_* of the zone the frame belongs to
+ * @flags: KVMM_PG_*; 0 on free and owned pages
  * @refcount: holders that keep the frame from being freed: the owning
  *	sequence or tree node holds one; 0 exactly when the page is free
  *
@@ -124,8 +125,9 @@ static inline void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
  * because reclaim works on leaves.
  */
 struct kvmm_page {
-	uint8_t state : 4;
-	uint8_t tier : 4;
+	uint8_t state : 2;
+	uint8_t tier : 2;
+	uint8_t flags : 4;
 	uint8_t refcount;
 };
 
@@ -186,6 +188,8 @@ void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 		     const int32_t *pfns, uint32_t nr);
 void kvmm_set_page_state(struct kvmm_zone *zone, const int32_t *pfns,
 			 uint32_t nr, uint8_t state);
+void kvmm_set_page_flags(struct kvmm_zone *zone, const int32_t *pfns,
+			 uint32_t nr, uint8_t set, uint8_t clear);
 bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn);
 
 /* ---- prefix_tree.c ---- */

@@ -6,7 +6,7 @@
  *
  * A zone is an array of page frames numbered 0..nr_pages-1; frame f holds
  * the KV of slots f * page_size .. f * page_size + page_size - 1 in the
- * backend's buffers.  Each frame has a 4-byte descriptor (struct
+ * backend's buffers.  Each frame has a 2-byte descriptor (struct
  * kvmm_page) and a bit in a hierarchical free bitmap.
  *
  * Why a bitmap and not free lists: engines gather KV by slot, and a run of
@@ -348,6 +348,7 @@ void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 		if (--page->refcount)
 			continue;
 		page->state = KVMM_PAGE_FREE;
+		page->flags = 0;
 		if ((pfn >> 6) != w) {
 			if (mask)
 				hb_set_mask(&zone->free, w, mask);
@@ -370,6 +371,29 @@ void kvmm_set_page_state(struct kvmm_zone *zone, const int32_t *pfns,
 
 	for (i = 0; i < nr; i++)
 		zone->pages[pfns[i]].state = state;
+}
+
+void kvmm_set_page_flags(struct kvmm_zone *zone, const int32_t *pfns,
+			 uint32_t nr, uint8_t set, uint8_t clear)
+{
+	uint32_t i;
+
+	for (i = 0; i < nr; i++)
+		zone->pages[pfns[i]].flags = (zone->pages[pfns[i]].flags & ~clear) | set;
+}
+
+/**
+ * kvmm_page_flags() - flags of frame @pfn of the device pool
+ * @ctx: the context
+ * @pfn: frame number
+ *
+ * Return: KVMM_PG_* bits, or -EINVAL for a frame outside the pool.
+ */
+KVMM_EXPORT int kvmm_page_flags(const struct kvmm_ctx *ctx, uint32_t pfn)
+{
+	if (!ctx || pfn >= ctx->zone.nr_pages)
+		return -EINVAL;
+	return ctx->zone.pages[pfn].flags;
 }
 
 /**

@@ -680,15 +680,19 @@ static int prefix_resolve(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok
 	return split ? kvmm_tree_split(ctx, path) : 0;
 }
 
+/* Pin refs count the pins at or below a node; its frames carry the flag. */
 static void pin_path(struct kvmm_ctx *ctx, struct kvmm_node *node, int delta)
 {
 	for (; !(node->flags & KVMM_NODE_ROOT); node = node->parent) {
 		uint32_t nr = node->len >> ctx->page_shift;
 
-		if (delta > 0 && node->pin_ref++ == 0)
+		if (delta > 0 && node->pin_ref++ == 0) {
 			ctx->tree.pinned += nr;
-		else if (delta < 0 && --node->pin_ref == 0)
+			kvmm_set_page_flags(&ctx->zone, node->pfns, nr, KVMM_PG_PINNED, 0);
+		} else if (delta < 0 && --node->pin_ref == 0) {
 			ctx->tree.pinned -= nr;
+			kvmm_set_page_flags(&ctx->zone, node->pfns, nr, 0, KVMM_PG_PINNED);
+		}
 	}
 }
 

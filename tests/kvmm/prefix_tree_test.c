@@ -67,6 +67,16 @@ static void lock_protects_path_until_close(void)
 	kvmm_destroy(ctx);
 }
 
+/* Frames that carry KVMM_PG_PINNED, read one by one as a dump tool would. */
+static uint32_t pinned_frames(const struct kvmm_ctx *ctx)
+{
+	uint32_t pfn, n = 0;
+
+	for (pfn = 0; pfn < kvmm_nr_pages(ctx); pfn++)
+		n += (kvmm_page_flags(ctx, pfn) & KVMM_PG_PINNED) != 0;
+	return n;
+}
+
 static void pin_keeps_prefix_through_drop_caches(void)
 {
 	struct kvmm_ctx *ctx = test_ctx(2, 64, 2, 64);
@@ -76,6 +86,7 @@ static void pin_keeps_prefix_through_drop_caches(void)
 	CU_ASSERT_EQUAL_FATAL(test_cache(ctx, 0, tok, 40), 0);
 	CU_ASSERT_EQUAL(kvmm_prefix_pin(ctx, 0, tok, 21), 20);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_PINNED), 10);
+	CU_ASSERT_EQUAL(pinned_frames(ctx), 10);
 	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), 10);
 	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 40), 20);
 	/* pins nest */
@@ -84,6 +95,8 @@ static void pin_keeps_prefix_through_drop_caches(void)
 	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), 0);
 	CU_ASSERT_EQUAL(kvmm_prefix_unpin(ctx, 0, tok, 20), 20);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_PINNED), 0);
+	CU_ASSERT_EQUAL(pinned_frames(ctx), 0);
+	CU_ASSERT_EQUAL(kvmm_page_flags(ctx, 64), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), 10);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);

@@ -25,6 +25,10 @@
 #define KVMM_PAGE_CACHED	2	/* owned by a prefix-tree node */
 #define KVMM_NR_PAGE_STATES	3
 
+/* Page flags, as reported by kvmm_page_flags(). */
+#define KVMM_PG_PINNED		(1u << 0)	/* cached on a pinned prefix */
+#define KVMM_PG_FLAGS		KVMM_PG_PINNED
+
 /* Eviction priority levels: lower levels are reclaimed first. */
 #define KVMM_NR_PRIO		4
 
