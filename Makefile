@@ -22,6 +22,10 @@ else
   quiet := quiet_
   Q := @
 endif
+# make -s: no output at all, as Kbuild's silent_ mode
+ifneq ($(findstring s,$(firstword -$(MAKEFLAGS))),)
+  quiet := silent_
+endif
 
 DEBUG		?= 0
 CHECK_DEBUG	?= 3
