@@ -246,6 +246,10 @@ struct kvmm_node {
  * struct kvmm_tree - the prefix cache of one context
  * @buckets: child hash; chains through kvmm_node.hnext
  * @mask: bucket count - 1
+ * @old: while a resize is under way, the previous, half-size table;
+ *	its buckets below @rehash have been moved to @buckets
+ * @old_mask: its bucket count - 1
+ * @rehash: next bucket of @old to move
  * @nr_hashed: nodes in the hash, roots included
  * @clock: logical time, advanced on every node access
  * @nr_nodes: nodes, roots excluded
@@ -263,6 +267,9 @@ struct kvmm_tree {
 	struct kvmm_node *slabs;
 	struct kvmm_node **buckets;
 	uint64_t mask;
+	struct kvmm_node **old;
+	uint64_t old_mask;
+	uint64_t rehash;
 	uint64_t nr_hashed;
 	uint64_t clock;
 	uint64_t nr_nodes;

@@ -167,24 +167,64 @@ static void hlink(struct kvmm_node **head, struct kvmm_node *node)
 	*head = node;
 }
 
-/* Double the buckets; on failure keep the old table (chains get longer). */
+/*
+ * DOC: resizing the child hash
+ *
+ * The table doubles when it holds more nodes than buckets, but never all
+ * at once: rehashing a million nodes in one insert stalled it for a third
+ * of a second.  Instead the old table stays beside the new one and every
+ * insert moves the next KVMM_REHASH_STEP old buckets across; the doubling
+ * that follows needs as many inserts as the old table has buckets, so a
+ * resize always finishes before the next one starts.  While it runs, a
+ * node is in the old table exactly when its old bucket has not been moved
+ * yet (inserts follow the same rule), so a lookup still reads one chain.
+ * New buckets are zeroed as they are first used: old bucket i spreads
+ * into new buckets i and i + old size, and nothing reaches a new bucket
+ * before its old one moved.
+ */
+#define KVMM_REHASH_STEP	2
+
+static struct kvmm_node **bucket_of(const struct kvmm_tree *tree, uint64_t h)
+{
+	if (tree->old && (h & tree->old_mask) >= tree->rehash)
+		return &tree->old[h & tree->old_mask];
+	return &tree->buckets[h & tree->mask];
+}
+
+static void htab_rehash_step(struct kvmm_ctx *ctx)
+{
+	struct kvmm_tree *tree = &ctx->tree;
+	uint32_t step;
+
+	for (step = 0; step < KVMM_REHASH_STEP && tree->old; step++) {
+		uint64_t i = tree->rehash++;
+		struct kvmm_node *node = tree->old[i], *next;
+
+		tree->buckets[i] = NULL;
+		tree->buckets[i + tree->old_mask + 1] = NULL;
+		for (; node; node = next) {
+			next = node->hnext;
+			hlink(&tree->buckets[node_hash(ctx, node) & tree->mask], node);
+		}
+		if (tree->rehash > tree->old_mask) {
+			kvmm_mfree(ctx, tree->old, (tree->old_mask + 1) * sizeof(*tree->old));
+			tree->old = NULL;
+		}
+	}
+}
+
+/* Start doubling the table; on failure keep the old one (chains get longer). */
 static void htab_grow(struct kvmm_ctx *ctx)
 {
 	struct kvmm_tree *tree = &ctx->tree;
-	uint64_t old_nr = tree->mask + 1, nr = old_nr * 2, i;
-	struct kvmm_node **b = kvmm_zalloc(ctx, nr * sizeof(*b));
+	uint64_t nr = (tree->mask + 1) * 2;
+	struct kvmm_node **b = kvmm_malloc(ctx, nr * sizeof(*b));
 
 	if (!b)
 		return;
-	for (i = 0; i < old_nr; i++) {
-		struct kvmm_node *node = tree->buckets[i], *next;
-
-		for (; node; node = next) {
-			next = node->hnext;
-			hlink(&b[node_hash(ctx, node) & (nr - 1)], node);
-		}
-	}
-	kvmm_mfree(ctx, tree->buckets, old_nr * sizeof(*b));
+	tree->old = tree->buckets;
+	tree->old_mask = tree->mask;
+	tree->rehash = 0;
 	tree->buckets = b;
 	tree->mask = nr - 1;
 }
@@ -193,8 +233,11 @@ static void htab_add(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
 	struct kvmm_tree *tree = &ctx->tree;
 
-	hlink(&tree->buckets[node_hash(ctx, node) & tree->mask], node);
-	if (++tree->nr_hashed > tree->mask + 1)
+	hlink(bucket_of(tree, node_hash(ctx, node)), node);
+	tree->nr_hashed++;
+	if (tree->old)
+		htab_rehash_step(ctx);
+	else if (tree->nr_hashed > tree->mask + 1)
 		htab_grow(ctx);
 }
 
@@ -239,8 +282,7 @@ struct kvmm_node *kvmm_tree_lookup_child(const struct kvmm_ctx *ctx,
 					 const struct kvmm_node *parent,
 					 const uint32_t *key)
 {
-	const struct kvmm_tree *tree = &ctx->tree;
-	struct kvmm_node *node = tree->buckets[child_hash(ctx, parent, key) & tree->mask];
+	struct kvmm_node *node = *bucket_of(&ctx->tree, child_hash(ctx, parent, key));
 	size_t bytes = (size_t)ctx->page_size * sizeof(*key);
 
 	for (; node; node = node->hnext) {
@@ -295,6 +337,9 @@ void kvmm_tree_exit(struct kvmm_ctx *ctx)
 		kvmm_mfree(ctx, slab, KVMM_NODES_PER_SLAB * sizeof(*slab));
 	}
 	tree->free_nodes = NULL;
+	if (tree->old)
+		kvmm_mfree(ctx, tree->old, (tree->old_mask + 1) * sizeof(*tree->old));
+	tree->old = NULL;
 	kvmm_mfree(ctx, tree->buckets, (tree->mask + 1) * sizeof(*tree->buckets));
 	tree->buckets = NULL;
 }
@@ -313,7 +358,7 @@ void kvmm_tree_exit(struct kvmm_ctx *ctx)
 struct kvmm_node *kvmm_tree_root(struct kvmm_ctx *ctx, uint32_t ns, bool create)
 {
 	struct kvmm_tree *tree = &ctx->tree;
-	struct kvmm_node *node = tree->buckets[root_hash(ns) & tree->mask];
+	struct kvmm_node *node = *bucket_of(tree, root_hash(ns));
 
 	for (; node; node = node->hnext) {
 		if ((node->flags & KVMM_NODE_ROOT) && node->ns == ns)

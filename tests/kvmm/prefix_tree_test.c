@@ -196,6 +196,34 @@ static void many_children_grow_the_hash(void)
 	kvmm_destroy(ctx);
 }
 
+/*
+ * Roots and children of 3,000 namespaces: the hash resizes several times
+ * while they are added, and every one stays findable throughout (the
+ * DEBUG=3 build checks every node after every operation, mid-resize too).
+ */
+static void namespaces_stay_findable_across_resizes(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(2, 8192, 2, 8);
+	uint32_t tok[2], ns;
+
+	for (ns = 0; ns < 3000; ns++) {
+		tok[0] = ns % 7;
+		tok[1] = ns;
+		CU_ASSERT_EQUAL_FATAL(test_cache(ctx, ns, tok, 2), 0);
+		if (ns % 97 == 0) {
+			uint32_t back = ns / 2;
+
+			tok[0] = back % 7;
+			tok[1] = back;
+			CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, back, tok, 2), 2);
+			CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, back + 1, tok, 2), 0);
+		}
+	}
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_META_BYTES) > 4096 * sizeof(void *));
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 int register_prefix_tree_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_prefix_tree", NULL, NULL);
@@ -211,5 +239,6 @@ int register_prefix_tree_suite(void)
 	ADD_TEST(s, set_prio_orders_victims_before_recency);
 	ADD_TEST(s, lookup_takes_no_reference);
 	ADD_TEST(s, many_children_grow_the_hash);
+	ADD_TEST(s, namespaces_stay_findable_across_resizes);
 	return 0;
 }
