@@ -267,6 +267,46 @@ static void bench_evict(uint32_t nodes, bool shuffled)
 	       chunk, ns, RUNS, extra);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Tail latency of commits while the tree grows to 2M one-page leaves (the
+ * child hash resizes several times on the way): median, p99 and the
+ * single worst close, which is what an engine step would stall on.
+ */
+static void bench_insert_tail(void)
+{
+	uint32_t n = quick ? 1u << 17 : 1u << 21, i, seq;
+	uint64_t *lat = malloc(n * sizeof(*lat));
+	struct kvmm_ctx *ctx = make_ctx(1, n, 1, 2);
+	double med;
+	char extra[96];
+
+	for (i = 0; i < n; i++) {
+		uint32_t tok[1] = { i };
+		uint64_t t0;
+
+		must(kvmm_seq_open(ctx, 0, &seq), "open");
+		must(kvmm_seq_extend(ctx, seq, 1, 0), "extend");
+		t0 = now_ns();
+		must(kvmm_seq_close(ctx, seq, tok, 1), "close");
+		lat[i] = now_ns() - t0;
+	}
+	kvmm_destroy(ctx);
+	qsort(lat, n, sizeof(*lat), cmp_u64);
+	med = (double)lat[n / 2];
+	snprintf(extra, sizeof(extra), "\"nodes\":%u,\"p99_ns\":%llu,\"max_ns\":%llu", n,
+		 (unsigned long long)lat[(uint64_t)n * 99 / 100],
+		 (unsigned long long)lat[n - 1]);
+	report("insert_close_latency", 1, "close", n, &med, 1, extra);
+	free(lat);
+}
+
 /*
  * Metadata per cached token on a chat-shaped tree: 20 system prompts of
  * 2,000 tokens, each shared by 100 conversations of 500 tokens of their
@@ -336,6 +376,7 @@ int cmd_micro(int argc, char **argv)
 	bench_match(16);
 	bench_insert(1);
 	bench_insert(16);
+	bench_insert_tail();
 	for (n = 1000; n <= (quick ? 100000u : 1000000u); n *= 10)
 		bench_evict(n, false);
 	for (n = 1000; n <= (quick ? 100000u : 1000000u); n *= 10)
