@@ -55,10 +55,10 @@ autoconf	:= $(objtree)/include/generated/autoconf.h
 # ---- flags ----
 c_flags	:= -std=gnu11 -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes \
 	   -Wno-unused-parameter -fno-strict-aliasing -fPIC -fvisibility=hidden \
-	   -DKVMM_DEBUG=$(DEBUG) \
+	   -D_GNU_SOURCE -pthread -DKVMM_DEBUG=$(DEBUG) \
 	   -I$(srctree)/include -I$(srctree)/uapi -I$(objtree)/include/generated \
 	   -MMD -MP $(CFLAGS)
-ld_flags := $(LDFLAGS)
+ld_flags := -pthread $(LDFLAGS)
 ifneq ($(SAN),)
   c_flags  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
   ld_flags += -fsanitize=$(SAN)
@@ -75,6 +75,7 @@ endef
 lib-objs :=
 $(eval $(call kbuild_dir,kvmm,lib-objs))
 $(eval $(call kbuild_dir,driver,lib-objs))
+$(eval $(call kbuild_dir,ipc,lib-objs))
 
 progs-y :=
 -include $(srctree)/tools/Kbuild

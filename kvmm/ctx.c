@@ -240,6 +240,11 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	ctx->page_size = params->page_size;
 	ctx->page_shift = (uint32_t)__builtin_ctz(params->page_size);
 	ctx->backend = bops;
+	list_init(&ctx->disps);
+	if (pthread_mutex_init(&ctx->lock, NULL)) {
+		aops->free(ctx, sizeof(*ctx), params->alloc_priv);
+		return -ENOMEM;
+	}
 	kvmm_lruvec_init(&ctx->lruvec, kvmm_evict_ops_lookup(params->evict_policy ?
 							      params->evict_policy : "lru"));
 
@@ -268,6 +273,7 @@ out_exit_seqs:
 out_exit_zone:
 	kvmm_zone_exit(ctx, &ctx->zone);
 out_free_ctx:
+	pthread_mutex_destroy(&ctx->lock);
 	aops->free(ctx, sizeof(*ctx), params->alloc_priv);
 	return ret;
 }
@@ -277,6 +283,8 @@ out_free_ctx:
  * @ctx: the context, or NULL
  *
  * Open sequences are dropped with the rest; the backend's pool goes too.
+ * Rings must be exited (and servers stopped) first; a ring still attached
+ * loses its dispatcher here and must not be used again.
  */
 KVMM_EXPORT void kvmm_destroy(struct kvmm_ctx *ctx)
 {
@@ -285,6 +293,8 @@ KVMM_EXPORT void kvmm_destroy(struct kvmm_ctx *ctx)
 
 	if (!ctx)
 		return;
+	kvmm_disps_release(ctx);
+	pthread_mutex_destroy(&ctx->lock);
 	ctx->backend->exit(ctx->backend_priv);
 	kvmm_tree_exit(ctx);
 	kvmm_seqs_exit(ctx);

@@ -14,6 +14,7 @@
 #define KVMM_INTERNAL_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -217,8 +218,10 @@ bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn);
  * @hits: matches and inserts that reached this node (saturating)
  * @pin_ref: pins ending at this node or below it
  * @pins: pins ending at this node
+ * @keep_pins: of those, pins that belong to no ring (direct API, PIN_KEEP)
  * @prio: eviction priority, lower goes first
  * @flags: KVMM_NODE_*
+ * @id: unique for the context's life (dumps name nodes by it)
  *
  * All fields are protected by the context (one driver at a time).
  */
@@ -238,8 +241,10 @@ struct kvmm_node {
 	uint32_t pin_ref;
 	uint16_t hits;
 	uint8_t pins;
+	uint8_t keep_pins;
 	uint8_t prio;
 	uint8_t flags;
+	uint64_t id;
 };
 
 /**
@@ -257,12 +262,14 @@ struct kvmm_node {
  * @protected: pages held by locked nodes
  * @pinned: pages of nodes with a pin at or below them
  * @roots: namespace roots, linked through kvmm_node.sibling
+ * @next_id: the next node id
  * @free_nodes: node cache: free node structs, chained through hnext
  * @slabs: blocks the node cache carved nodes from, chained through their
  *	first node's parent field
  */
 struct kvmm_tree {
 	struct kvmm_list roots;
+	uint64_t next_id;
 	struct kvmm_node *free_nodes;
 	struct kvmm_node *slabs;
 	struct kvmm_node **buckets;
@@ -380,6 +387,7 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc);
  * @ns: namespace id
  * @next_free: free-row list link while closed
  * @mark: batch stamp, to refuse a sequence named twice in one batch
+ * @owner: id of the ring that opened it; 0 for the direct API
  * @open: the row is in use
  */
 struct kvmm_seq {
@@ -390,11 +398,26 @@ struct kvmm_seq {
 	uint32_t ns;
 	uint32_t next_free;
 	uint32_t mark;
+	uint32_t owner;
 	bool open;
 };
 
 int kvmm_seqs_init(struct kvmm_ctx *ctx);
 void kvmm_seqs_exit(struct kvmm_ctx *ctx);
+int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t *ns,
+		      size_t stride, uint32_t count, uint32_t flags);
+
+/* ---- prefix_tree.c: pins ---- */
+int __kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+		      uint32_t n, bool keep, struct kvmm_node **nodep);
+int __kvmm_prefix_pinned(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+			 uint32_t n, struct kvmm_node **nodep);
+void kvmm_node_unpin(struct kvmm_ctx *ctx, struct kvmm_node *node, bool keep);
+
+/* ---- ring.c ---- */
+struct kvmm_disp;
+void kvmm_disps_release(struct kvmm_ctx *ctx);
+uint64_t kvmm_disps_pins_on(const struct kvmm_ctx *ctx, const struct kvmm_node *node);
 
 /* ---- stats.c ---- */
 
@@ -433,6 +456,10 @@ enum kvmm_event {
  * @batch: stamp of the last extend batch
  * @events: event counters, enum kvmm_event
  * @backend: the backend holding the KV bytes, and its state
+ * @lock: taken once per ring batch (and by kvmm_lock()); the direct API
+ *	does not take it
+ * @disps: dispatchers of the rings attached to this context
+ * @next_ring_id: ids of rings, 1 up; 0 is the direct API
  */
 struct kvmm_ctx {
 	struct kvmm_params params;
@@ -454,6 +481,9 @@ struct kvmm_ctx {
 	uint64_t events[NR_KVMM_EVENTS];
 	const struct kvmm_backend_ops *backend;
 	void *backend_priv;
+	pthread_mutex_t lock;
+	struct kvmm_list disps;
+	uint32_t next_ring_id;
 };
 
 static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,

@@ -122,6 +122,7 @@ static struct kvmm_node *node_alloc(struct kvmm_ctx *ctx, uint32_t len)
 		}
 	}
 	memset(node, 0, sizeof(*node));
+	node->id = ++ctx->tree.next_id;
 	node_set_buf(node, buf, len);
 	list_init(&node->sibling);
 	list_init(&node->children);
@@ -742,6 +743,40 @@ static void pin_path(struct kvmm_ctx *ctx, struct kvmm_node *node, int delta)
 }
 
 /**
+ * __kvmm_prefix_pin() - pin a cached prefix, and say which node holds the pin
+ * @ctx: the context
+ * @ns: namespace
+ * @tokens: the prefix
+ * @n: its length; a trailing partial page is ignored
+ * @keep: a pin of nobody's (the direct API, KVMM_PIN_KEEP) rather than
+ *	one a ring owns and drops when it goes
+ * @nodep: out, the node the pin ends on
+ *
+ * Return: the pinned length, or -errno as kvmm_prefix_pin().
+ */
+int __kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+		      uint32_t n, bool keep, struct kvmm_node **nodep)
+{
+	struct kvmm_path path;
+	int ret = prefix_resolve(ctx, ns, tokens, n, false, &path);
+
+	if (ret)
+		return ret;
+	if (!path.split && path.node->pins == UINT8_MAX)
+		return -EBUSY;
+	ret = kvmm_tree_split(ctx, &path);
+	if (ret)
+		return ret;
+	kvmm_tree_touch(ctx, path.node);
+	kvmm_tree_lock(ctx, path.node);
+	path.node->pins++;
+	path.node->keep_pins += keep;
+	pin_path(ctx, path.node, 1);
+	*nodep = path.node;
+	return (int)path.matched;
+}
+
+/**
  * kvmm_prefix_pin() - keep a cached prefix from ever being evicted
  * @ctx: the context
  * @ns: namespace
@@ -757,22 +792,52 @@ static void pin_path(struct kvmm_ctx *ctx, struct kvmm_node *node, int delta)
 KVMM_EXPORT int kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns,
 				const uint32_t *tokens, uint32_t n)
 {
+	struct kvmm_node *node = NULL;
+	int ret = __kvmm_prefix_pin(ctx, ns, tokens, n, true, &node);
+
+	if (ret >= 0)
+		kvmm_debug_check(ctx, "pin");
+	return ret;
+}
+
+/**
+ * __kvmm_prefix_pinned() - the node a pin on this prefix ends on
+ * @ctx: the context
+ * @ns: namespace
+ * @tokens: the prefix, as pinned
+ * @n: its length, as pinned
+ * @nodep: out, the node
+ *
+ * Return: the prefix length; -EINVAL for a bad argument or a prefix with
+ * no pin ending exactly there.
+ */
+int __kvmm_prefix_pinned(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+			 uint32_t n, struct kvmm_node **nodep)
+{
 	struct kvmm_path path;
 	int ret = prefix_resolve(ctx, ns, tokens, n, false, &path);
 
+	if (ret == -ENOENT || (!ret && (path.split || !path.node->pins)))
+		return -EINVAL;
 	if (ret)
 		return ret;
-	if (!path.split && path.node->pins == UINT8_MAX)
-		return -EBUSY;
-	ret = kvmm_tree_split(ctx, &path);
-	if (ret)
-		return ret;
-	kvmm_tree_touch(ctx, path.node);
-	kvmm_tree_lock(ctx, path.node);
-	path.node->pins++;
-	pin_path(ctx, path.node, 1);
-	kvmm_debug_check(ctx, "pin");
+	*nodep = path.node;
 	return (int)path.matched;
+}
+
+/**
+ * kvmm_node_unpin() - drop one pin ending at @node
+ * @ctx: the context
+ * @node: a node with a pin of the kind @keep says
+ * @keep: drop a pin of nobody's rather than a ring's
+ */
+void kvmm_node_unpin(struct kvmm_ctx *ctx, struct kvmm_node *node, bool keep)
+{
+	kvmm_assert(ctx, node->pins > 0 && (!keep || node->keep_pins > 0));
+	node->pins--;
+	node->keep_pins -= keep;
+	pin_path(ctx, node, -1);
+	kvmm_tree_unlock(ctx, node);
 }
 
 /**
@@ -782,24 +847,24 @@ KVMM_EXPORT int kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns,
  * @tokens: the prefix, as pinned
  * @n: its length, as pinned
  *
+ * Pins a ring owns are dropped by that ring (or when it goes), not here.
+ *
  * Return: the unpinned length; -EINVAL for a bad argument or a prefix that
  * is not pinned.
  */
 KVMM_EXPORT int kvmm_prefix_unpin(struct kvmm_ctx *ctx, uint32_t ns,
 				  const uint32_t *tokens, uint32_t n)
 {
-	struct kvmm_path path;
-	int ret = prefix_resolve(ctx, ns, tokens, n, false, &path);
+	struct kvmm_node *node = NULL;
+	int ret = __kvmm_prefix_pinned(ctx, ns, tokens, n, &node);
 
-	if (ret == -ENOENT || (!ret && (path.split || !path.node->pins)))
-		return -EINVAL;
-	if (ret)
+	if (ret < 0)
 		return ret;
-	path.node->pins--;
-	pin_path(ctx, path.node, -1);
-	kvmm_tree_unlock(ctx, path.node);
+	if (!node->keep_pins)
+		return -EINVAL;
+	kvmm_node_unpin(ctx, node, true);
 	kvmm_debug_check(ctx, "unpin");
-	return (int)path.matched;
+	return ret;
 }
 
 /**

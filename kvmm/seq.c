@@ -150,6 +150,47 @@ KVMM_EXPORT int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq,
 	return (int)path.matched;
 }
 
+/*
+ * The batch extend behind both public forms and the ring's EXTEND: entry
+ * i is seqs[i * stride] / ns[i * stride], so the ring can pass its
+ * interleaved struct kvmm_extend_ent array without copying it.
+ */
+int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t *ns,
+		      size_t stride, uint32_t count, uint32_t flags)
+{
+	uint64_t total = 0;
+	uint32_t i, stamp;
+	int ret;
+
+	if (!ctx || !seqs || !ns || !count || (flags & ~KVMM_EXTEND_FLAGS))
+		return -EINVAL;
+	stamp = ++ctx->batch;
+	for (i = 0; i < count; i++) {
+		struct kvmm_seq *s = seq_get(ctx, seqs[i * stride]);
+		uint32_t n = ns[i * stride];
+
+		/* The stamps a refused batch leaves behind are harmless. */
+		if (!s || s->mark == stamp || !n || n > ctx->params.max_seq_len - s->len)
+			return -EINVAL;
+		s->mark = stamp;
+		total += kvmm_pages_of(ctx, s->len + n) - kvmm_pages_of(ctx, s->len);
+	}
+	ret = kvmm_zone_reserve(ctx, &ctx->zone, total, flags);
+	if (ret)
+		return ret;
+	for (i = 0; i < count; i++) {
+		uint32_t id = seqs[i * stride];
+		struct kvmm_seq *s = &ctx->seqs[id];
+		uint32_t have = kvmm_pages_of(ctx, s->len);
+		uint32_t need = kvmm_pages_of(ctx, s->len + ns[i * stride]);
+
+		__kvmm_alloc_pages(ctx, &ctx->zone, need - have, kvmm_row(ctx, id) + have);
+		s->len += ns[i * stride];
+	}
+	kvmm_debug_check(ctx, "seq_extend");
+	return 0;
+}
+
 /**
  * kvmm_seq_extend_batch() - allocate KV for more tokens of several sequences
  * @ctx: the context
@@ -171,40 +212,7 @@ KVMM_EXPORT int kvmm_seq_extend_batch(struct kvmm_ctx *ctx, const uint32_t *seqs
 				      const uint32_t *ns, uint32_t count,
 				      uint32_t flags)
 {
-	uint64_t total = 0;
-	uint32_t i, stamp;
-	int ret;
-
-	if (!ctx || !seqs || !ns || !count || (flags & ~KVMM_EXTEND_FLAGS))
-		return -EINVAL;
-	stamp = ++ctx->batch;
-	for (i = 0; i < count; i++) {
-		struct kvmm_seq *s = seq_get(ctx, seqs[i]);
-
-		if (!s || s->mark == stamp || !ns[i] ||
-		    ns[i] > ctx->params.max_seq_len - s->len)
-			goto out_einval;
-		s->mark = stamp;
-		total += kvmm_pages_of(ctx, s->len + ns[i]) - kvmm_pages_of(ctx, s->len);
-	}
-	ret = kvmm_zone_reserve(ctx, &ctx->zone, total, flags);
-	if (ret)
-		return ret;
-	for (i = 0; i < count; i++) {
-		struct kvmm_seq *s = &ctx->seqs[seqs[i]];
-		uint32_t have = kvmm_pages_of(ctx, s->len);
-		uint32_t need = kvmm_pages_of(ctx, s->len + ns[i]);
-
-		__kvmm_alloc_pages(ctx, &ctx->zone, need - have,
-				   kvmm_row(ctx, seqs[i]) + have);
-		s->len += ns[i];
-	}
-	kvmm_debug_check(ctx, "seq_extend");
-	return 0;
-
-out_einval:
-	/* The stamps left behind are harmless: the next batch takes a new one. */
-	return -EINVAL;
+	return __kvmm_seq_extend(ctx, seqs, ns, 1, count, flags);
 }
 
 /**

@@ -12,7 +12,7 @@ static void *t_alloc(size_t size, void *priv)
 	ta->calls++;
 	if (ta->fail_at && ta->calls == ta->fail_at)
 		return NULL;
-	if (ta->fail_min_size && size >= ta->fail_min_size)
+	if (ta->fail_size && size == ta->fail_size)
 		return NULL;
 	p = malloc(size);
 	if (p) {

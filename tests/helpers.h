@@ -17,7 +17,7 @@
 struct test_alloc {
 	unsigned long calls;
 	unsigned long fail_at;	/* 0: never */
-	size_t fail_min_size;	/* fail every block this big or bigger; 0: never */
+	size_t fail_size;	/* fail every block of exactly this size; 0: never */
 	long live_blocks;
 	long long live_bytes;
 };
@@ -59,6 +59,8 @@ int register_check_suite(void);
 int register_fault_suite(void);
 int register_diff_suite(void);
 int register_mock_suite(void);
+int register_ring_suite(void);
+int register_server_suite(void);
 
 #define ADD_TEST(suite, fn) \
 	do { if (!CU_add_test(suite, #fn, fn)) return -1; } while (0)

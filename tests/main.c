@@ -26,6 +26,8 @@ static const suite_register_fn suites[] = {
 	register_fault_suite,
 	register_diff_suite,
 	register_mock_suite,
+	register_ring_suite,
+	register_server_suite,
 };
 
 int main(int argc, char **argv)

@@ -202,20 +202,20 @@ static void hash_growth_failure_is_harmless(void)
 	p.alloc_priv = &ta;
 	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
 	/*
-	 * 1,000 leaves grow the 256-bucket hash to 512, then try 1,024.
-	 * Refuse every block of 1,024 pointers or more (a node slab is
-	 * smaller): the inserts must not notice, only the chains get longer.
+	 * 1,500 leaves grow the 256-bucket hash to 1,024, then try 2,048.
+	 * Refuse every bucket array of 2,048 (no other block has that size):
+	 * the inserts must not notice, only the chains get longer.
 	 */
-	ta.fail_min_size = 1024 * sizeof(void *);
-	for (i = 0; i < 1000; i++) {
+	ta.fail_size = 2048 * sizeof(void *);
+	for (i = 0; i < 1500; i++) {
 		tok[0] = i;
 		tok[1] = i + 1;
 		CU_ASSERT_EQUAL_FATAL(test_cache(ctx, 0, tok, 2), 0);
 	}
-	ta.fail_min_size = 0;
-	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NODES), 1000);
+	ta.fail_size = 0;
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NODES), 1500);
 	CU_ASSERT(ta.calls > 0);
-	for (i = 0; i < 1000; i += 97) {
+	for (i = 0; i < 1500; i += 97) {
 		tok[0] = i;
 		tok[1] = i + 1;
 		CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 2), 2);

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ipc/ipc.h - the transport layer's private declarations.  ipc/ knows the
+ * public API and the dispatcher interface (kvmm/disp.h), nothing else of
+ * the core.
+ */
+#ifndef KVMM_IPC_H
+#define KVMM_IPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libkvmm.h>
+#include "autoconf.h"
+#include "../kvmm/disp.h"
+
+#define KVMM_EXPORT		__attribute__((visibility("default")))
+#define KVMM_RING_MAX_ENTRIES	32768
+#define KVMM_RING_MAX_BUF	(1u << 30)
+
+size_t kvmm_ring_layout(const struct kvmm_ring_params *p, struct kvmm_ring_params *out);
+size_t kvmm_ring_buf_off(const struct kvmm_ring_params *p);
+void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params *p,
+			uint32_t ring_id);
+void kvmm_doorbell(int fd);
+
+#endif

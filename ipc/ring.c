@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ipc/ring.c - the user's side of a command ring: set up in-process or
+ * attached to a server in another process, submit, reap.
+ *
+ * DOC: rings and wake-ups
+ *
+ * Region layout (one block, shared across processes):
+ *
+ *   struct kvmm_ring_hdr | SQEs (64 B each) | CQEs (16 B each) | data area
+ *
+ * In-process, kvmm_submit() publishes the SQ tail and runs the dispatcher
+ * inline: no thread, no syscall.  Across processes it publishes the tail
+ * and rings the server's doorbell only if the server said it is going to
+ * sleep (sq_sleeping); kvmm_wait_cqe() spins briefly, then sets
+ * cq_sleeping, looks once more, and sleeps on its own doorbell.  Each side
+ * writes its flag, issues a full fence, then re-reads the other side's
+ * index, so a wake-up is never lost (the classic Dekker pairing with the
+ * other side's "publish, fence, read the flag").
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ipc.h"
+
+static bool is_pow2(uint32_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+/**
+ * kvmm_ring_layout() - check ring parameters and size the region
+ * @p: the parameters (cq_entries 0 is filled in as 2 * sq_entries)
+ * @out: the checked parameters
+ *
+ * Return: the region's size in bytes, or 0 for parameters out of range.
+ */
+size_t kvmm_ring_layout(const struct kvmm_ring_params *p, struct kvmm_ring_params *out)
+{
+	*out = *p;
+	if (!out->cq_entries)
+		out->cq_entries = out->sq_entries * 2;
+	if (!is_pow2(out->sq_entries) || out->sq_entries > KVMM_RING_MAX_ENTRIES ||
+	    !is_pow2(out->cq_entries) || out->cq_entries < out->sq_entries ||
+	    out->cq_entries > 2 * KVMM_RING_MAX_ENTRIES || out->buf_size > KVMM_RING_MAX_BUF ||
+	    (out->flags & ~KVMM_RING_F_FLAGS) || out->resv)
+		return 0;
+	return kvmm_ring_buf_off(out) + ((out->buf_size + 63) & ~(uint64_t)63);
+}
+
+size_t kvmm_ring_buf_off(const struct kvmm_ring_params *p)
+{
+	size_t off = sizeof(struct kvmm_ring_hdr) +
+		     (size_t)p->sq_entries * sizeof(struct kvmm_sqe) +
+		     (size_t)p->cq_entries * sizeof(struct kvmm_cqe);
+
+	return (off + 63) & ~(size_t)63;
+}
+
+/* Fill a fresh region's header; the creator does this before sharing it. */
+void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params *p,
+			uint32_t ring_id)
+{
+	memset(hdr, 0, sizeof(*hdr));
+	hdr->magic = KVMM_RING_MAGIC;
+	hdr->abi = KVMM_ABI_VERSION;
+	hdr->hdr_size = sizeof(*hdr);
+	hdr->sq_entries = p->sq_entries;
+	hdr->cq_entries = p->cq_entries;
+	hdr->sq_off = sizeof(*hdr);
+	hdr->cq_off = sizeof(*hdr) + p->sq_entries * (uint32_t)sizeof(struct kvmm_sqe);
+	hdr->buf_off = (uint32_t)kvmm_ring_buf_off(p);
+	hdr->buf_size = (uint32_t)p->buf_size;
+	hdr->flags = p->flags;
+	hdr->ring_id = ring_id;
+}
+
+static void ring_map(struct kvmm_ring *ring, void *region, const struct kvmm_ring_params *p)
+{
+	ring->hdr = region;
+	ring->sqes = (struct kvmm_sqe *)((char *)region + sizeof(struct kvmm_ring_hdr));
+	ring->cqes = (struct kvmm_cqe *)(ring->sqes + p->sq_entries);
+	ring->buf = p->buf_size ? (char *)region + kvmm_ring_buf_off(p) : NULL;
+	ring->buf_size = p->buf_size;
+	ring->sq_mask = p->sq_entries - 1;
+	ring->cq_mask = p->cq_entries - 1;
+	ring->sqe_tail = ring->sq_tail = ring->cq_head = 0;
+	ring->flags = p->flags;
+}
+
+/**
+ * kvmm_ring_init() - an in-process ring on @ctx
+ * @ctx: the context
+ * @p: the ring's shape
+ * @ring: caller's memory, set up on success
+ *
+ * Return: 0; -EINVAL for a shape out of range; -ENOMEM.
+ */
+KVMM_EXPORT int kvmm_ring_init(struct kvmm_ctx *ctx, const struct kvmm_ring_params *p,
+			       struct kvmm_ring *ring)
+{
+	struct kvmm_ring_params rp;
+	size_t size;
+	void *region;
+	int ret;
+
+	if (!ctx || !p || !ring)
+		return -EINVAL;
+	size = kvmm_ring_layout(p, &rp);
+	if (!size || (rp.flags & KVMM_RING_F_POLL))
+		return -EINVAL;
+	region = aligned_alloc(64, size);
+	if (!region)
+		return -ENOMEM;
+	memset(ring, 0, sizeof(*ring));
+	ret = kvmm_disp_create(ctx, false, &ring->disp);
+	if (ret) {
+		free(region);
+		return ret;
+	}
+	kvmm_ring_hdr_init(region, &rp, kvmm_disp_id(ring->disp));
+	ring_map(ring, region, &rp);
+	ring->ctx = ctx;
+	ring->sock = ring->sq_fd = ring->cq_fd = -1;
+	ring->map_size = size;
+	kvmm_disp_attach(ring->disp, ring->hdr, rp.sq_entries, rp.cq_entries);
+	kvmm_disp_set_buf(ring->disp, 0, ring->buf, ring->buf_size);
+	return 0;
+}
+
+/**
+ * kvmm_ring_register_buffers() - name memory payloads may live in
+ * @ring: an in-process ring
+ * @iov: buffers; iov[i] becomes buffer i + 1 (0 is the ring's data area)
+ * @nr: how many, at most KVMM_RING_MAX_BUFS - 1
+ *
+ * Replaces earlier registrations.  Across processes only the data area
+ * exists (the server cannot see the client's memory): -EOPNOTSUPP.
+ *
+ * Return: 0, -EINVAL or -EOPNOTSUPP.
+ */
+KVMM_EXPORT int kvmm_ring_register_buffers(struct kvmm_ring *ring,
+					   const struct kvmm_iovec *iov, uint32_t nr)
+{
+	uint32_t i;
+
+	if (!ring || nr >= KVMM_RING_MAX_BUFS || (nr && !iov))
+		return -EINVAL;
+	if (!ring->ctx)
+		return -EOPNOTSUPP;
+	for (i = 0; i < nr; i++)
+		if (!iov[i].base && iov[i].len)
+			return -EINVAL;
+	for (i = 1; i < KVMM_RING_MAX_BUFS; i++)
+		kvmm_disp_set_buf(ring->disp, i, i <= nr ? iov[i - 1].base : NULL,
+				  i <= nr ? iov[i - 1].len : 0);
+	return 0;
+}
+
+/* ---- across processes ---- */
+
+static int recv_welcome(int sock, struct kvmm_welcome *w, int fds[3])
+{
+	char cbuf[CMSG_SPACE(3 * sizeof(int))];
+	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+			      .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	do {
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	if (n != sizeof(*w))
+		return -EPROTO;
+	if (w->status)
+		return w->status < 0 ? w->status : -EPROTO;
+	cm = CMSG_FIRSTHDR(&msg);
+	if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+	    cm->cmsg_len != CMSG_LEN(3 * sizeof(int)))
+		return -EPROTO;
+	memcpy(fds, CMSG_DATA(cm), 3 * sizeof(int));
+	return 0;
+}
+
+/**
+ * kvmm_ring_connect() - attach a ring to a server (kvmmd, an admin socket)
+ * @path: the server's Unix socket
+ * @p: the ring's shape; buf_size is the data area payloads go in
+ * @ring: caller's memory, set up on success
+ *
+ * Return: 0; -EINVAL for a bad shape or path; the connect error
+ * (-ENOENT, -ECONNREFUSED, ...); the server's refusal; -EPROTO for a
+ * server that does not speak this ABI.
+ */
+KVMM_EXPORT int kvmm_ring_connect(const char *path, const struct kvmm_ring_params *p,
+				  struct kvmm_ring *ring)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kvmm_ring_params rp;
+	struct kvmm_hello hello;
+	struct kvmm_welcome w;
+	int fds[3] = { -1, -1, -1 }, sock, ret;
+	size_t size;
+	void *region;
+
+	if (!path || !p || !ring || strlen(path) >= sizeof(sa.sun_path))
+		return -EINVAL;
+	size = kvmm_ring_layout(p, &rp);
+	if (!size)
+		return -EINVAL;
+	strcpy(sa.sun_path, path);
+	sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (sock < 0)
+		return -errno;
+	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		ret = -errno;
+		goto out_close;
+	}
+	hello = (struct kvmm_hello){
+		.magic = KVMM_RING_MAGIC, .abi = KVMM_ABI_VERSION,
+		.sqe_size = sizeof(struct kvmm_sqe), .cqe_size = sizeof(struct kvmm_cqe),
+		.sq_entries = rp.sq_entries, .cq_entries = rp.cq_entries,
+		.flags = rp.flags, .buf_size = rp.buf_size,
+	};
+	if (send(sock, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
+		ret = -EPROTO;
+		goto out_close;
+	}
+	ret = recv_welcome(sock, &w, fds);
+	if (ret)
+		goto out_close;
+	if (w.map_size != size || w.sq_entries != rp.sq_entries ||
+	    w.cq_entries != rp.cq_entries || w.buf_size != rp.buf_size) {
+		ret = -EPROTO;
+		goto out_fds;
+	}
+	region = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	if (region == MAP_FAILED) {
+		ret = -errno;
+		goto out_fds;
+	}
+	close(fds[0]);
+	memset(ring, 0, sizeof(*ring));
+	ring_map(ring, region, &rp);
+	ring->sock = sock;
+	ring->sq_fd = fds[1];
+	ring->cq_fd = fds[2];
+	ring->map_size = size;
+	if (ring->hdr->magic != KVMM_RING_MAGIC || ring->hdr->abi != KVMM_ABI_VERSION) {
+		kvmm_ring_exit(ring);
+		return -EPROTO;
+	}
+	return 0;
+
+out_fds:
+	close(fds[0]);
+	close(fds[1]);
+	close(fds[2]);
+out_close:
+	close(sock);
+	return ret;
+}
+
+/**
+ * kvmm_ring_exit() - tear a ring down
+ * @ring: the ring
+ *
+ * In-process, the sequences and pins the ring still holds are released;
+ * across processes, closing the connection makes the server do it.
+ */
+KVMM_EXPORT void kvmm_ring_exit(struct kvmm_ring *ring)
+{
+	if (!ring || !ring->hdr)
+		return;
+	if (ring->ctx) {
+		kvmm_disp_destroy(ring->disp);
+		free(ring->hdr);
+	} else {
+		munmap(ring->hdr, ring->map_size);
+		close(ring->sq_fd);
+		close(ring->cq_fd);
+		close(ring->sock);
+	}
+	memset(ring, 0, sizeof(*ring));
+}
+
+/* Ring an eventfd doorbell. */
+void kvmm_doorbell(int fd)
+{
+	uint64_t one = 1;
+	ssize_t n;
+
+	do {
+		n = write(fd, &one, sizeof(one));
+	} while (n < 0 && errno == EINTR);
+}
+
+/**
+ * kvmm_submit() - hand the prepared entries to the dispatcher
+ * @ring: the ring
+ *
+ * Return: entries submitted (in-process: also executed, as far as the CQ
+ * has room).
+ */
+KVMM_EXPORT int kvmm_submit(struct kvmm_ring *ring)
+{
+	uint32_t n = ring->sqe_tail - ring->sq_tail;
+
+	if (!n)
+		return 0;
+	ring->sq_tail = ring->sqe_tail;
+	/* Pairs with the dispatcher's acquire load of sq_tail. */
+	__atomic_store_n(&ring->hdr->sq_tail, ring->sq_tail, __ATOMIC_RELEASE);
+	if (ring->ctx) {
+		while (kvmm_disp_pending(ring->disp) && kvmm_disp_process(ring->disp))
+			;
+		return (int)n;
+	}
+	/* Publish the tail, fence, then read the server's flag (Dekker). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&ring->hdr->sq_sleeping, __ATOMIC_RELAXED))
+		kvmm_doorbell(ring->sq_fd);
+	return (int)n;
+}
+
+#define KVMM_SPIN_CQ	4000
+
+static uint32_t cq_ready(const struct kvmm_ring *ring)
+{
+	/* Pairs with the dispatcher's release store of cq_tail. */
+	return __atomic_load_n(&ring->hdr->cq_tail, __ATOMIC_ACQUIRE) - ring->cq_head;
+}
+
+/* Across processes: wait until @want completions are ready. */
+static int wait_remote(struct kvmm_ring *ring, uint32_t want)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = ring->cq_fd, .events = POLLIN },
+		{ .fd = ring->sock, .events = POLLIN },
+	};
+	uint64_t v;
+	int i;
+
+	while (cq_ready(ring) < want) {
+		for (i = 0; i < KVMM_SPIN_CQ && cq_ready(ring) < want; i++)
+			__builtin_ia32_pause();
+		if (cq_ready(ring) >= want)
+			break;
+		/* Set our flag, fence, look again (pairs with the server). */
+		__atomic_store_n(&ring->hdr->cq_sleeping, 1, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (cq_ready(ring) < want) {
+			while (poll(pfd, 2, -1) < 0) {
+				if (errno != EINTR)
+					return -errno;
+			}
+			if ((pfd[0].revents & POLLIN) &&
+			    read(ring->cq_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				return -errno;
+			if (pfd[1].revents && cq_ready(ring) < want) {
+				__atomic_store_n(&ring->hdr->cq_sleeping, 0, __ATOMIC_RELAXED);
+				return -ECONNRESET;
+			}
+		}
+		__atomic_store_n(&ring->hdr->cq_sleeping, 0, __ATOMIC_RELAXED);
+	}
+	return 0;
+}
+
+/**
+ * kvmm_wait_cqe() - the oldest completion, waiting for one if needed
+ * @ring: the ring
+ * @cqep: out; mark it with kvmm_cqe_seen() when done
+ *
+ * Return: 0; -EAGAIN in-process when nothing is in flight (nothing will
+ * ever complete); -ECONNRESET when the server went away.
+ */
+KVMM_EXPORT int kvmm_wait_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep)
+{
+	int ret;
+
+	for (;;) {
+		if (!kvmm_peek_cqe(ring, cqep))
+			return 0;
+		if (ring->ctx) {
+			/* Entries the CQ had no room for run now. */
+			if (!kvmm_disp_pending(ring->disp) || !kvmm_disp_process(ring->disp))
+				return -EAGAIN;
+			continue;
+		}
+		ret = wait_remote(ring, 1);
+		if (ret)
+			return ret;
+	}
+}
+
+/**
+ * kvmm_submit_and_wait() - submit, then wait until @wait_nr completions
+ *	are ready to be reaped
+ * @ring: the ring
+ * @wait_nr: completions to wait for, counting those already ready; at
+ *	most the CQ's size
+ *
+ * In-process everything that can run has run when kvmm_submit() returns.
+ *
+ * Return: entries submitted, or -errno from waiting.
+ */
+KVMM_EXPORT int kvmm_submit_and_wait(struct kvmm_ring *ring, uint32_t wait_nr)
+{
+	int n = kvmm_submit(ring), ret;
+
+	if (!ring->ctx && wait_nr) {
+		ret = wait_remote(ring, wait_nr <= ring->cq_mask + 1 ? wait_nr
+								     : ring->cq_mask + 1);
+		if (ret)
+			return ret;
+	}
+	return n;
+}

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvmm/disp.h - the dispatcher behind a command ring, for the transport
+ * layer (ipc/): it owns the ring's memory and wake-ups, the dispatcher
+ * owns what the commands mean.  Not installed.
+ */
+#ifndef KVMM_DISP_H
+#define KVMM_DISP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <libkvmm.h>
+
+struct kvmm_disp;
+
+int kvmm_disp_create(struct kvmm_ctx *ctx, bool untrusted, struct kvmm_disp **dp);
+void kvmm_disp_destroy(struct kvmm_disp *d);
+uint32_t kvmm_disp_id(const struct kvmm_disp *d);
+int kvmm_disp_set_buf(struct kvmm_disp *d, uint32_t index, void *base, uint64_t len);
+void kvmm_disp_attach(struct kvmm_disp *d, struct kvmm_ring_hdr *hdr,
+		      uint32_t sq_entries, uint32_t cq_entries);
+uint32_t kvmm_disp_process(struct kvmm_disp *d);
+bool kvmm_disp_pending(const struct kvmm_disp *d);
+
+#define KVMM_RING_MAX_BUFS	64
+
+#endif

@@ -1,0 +1,766 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/ring.c - the command dispatcher: what a ring's entries mean.
+ *
+ * DOC: dispatching commands
+ *
+ * A dispatcher consumes submission entries and produces completions for
+ * one ring.  It never trusts the ring's memory: the other side may be
+ * another process, and a hostile one.  So
+ *  - the ring's geometry and the dispatcher's own indices (SQ head, CQ
+ *    tail) are kept here and only ever written out, never read back;
+ *  - the client's indices are read once per batch; a tail more than a
+ *    ring ahead is clamped to one ring;
+ *  - each entry is copied out of the ring, then validated, then used, so a
+ *    client rewriting it meanwhile changes nothing that was checked;
+ *  - every field the opcode does not use, every reserved field and every
+ *    flag must be zero (-EINVAL), so new fields can be added later;
+ *  - payloads are (buffer, offset, length) triples checked against the
+ *    registered buffers (-EFAULT), never pointers.  A dispatcher for
+ *    another process copies token and batch payloads into private memory
+ *    before reading them: the tree reads a key more than once (hash, then
+ *    compare, then copy), and a key that changed in between could give a
+ *    node two children with the same first page.
+ *
+ * A failed command changes nothing: validation happens before the core
+ * is called, and every core call is itself all-or-nothing.
+ *
+ * Ownership.  A sequence opened through a ring belongs to it: other rings
+ * (and the direct API) cannot touch it, and when the ring goes (the client
+ * exits or is killed) every sequence it still holds is closed without
+ * commit and every pin it took without KVMM_PIN_KEEP is dropped, so no
+ * page stays owned or locked for a client that is gone.
+ *
+ * Locking.  The context lock is taken once per batch of entries, not per
+ * command.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+#include "disp.h"
+
+/**
+ * struct kvmm_disp - the dispatcher of one ring
+ * @ctx: the context it drives
+ * @node: link on ctx->disps (under ctx->lock)
+ * @id: owner id of its sequences, 1 up; 0 for kvmm_ioctl()
+ * @keep_only: pins never belong to it (kvmm_ioctl)
+ * @bufs: registered buffers: base and length
+ * @hdr: the ring region, or NULL before kvmm_disp_attach()
+ * @sqes, @cqes: its arrays; @sq_mask, @cq_mask: entries - 1 (private)
+ * @sq_head, @cq_tail: the indices this side owns (private)
+ * @pins: nodes of the pins it holds; @nr_pins, @cap_pins
+ * @scratch: private copy of an untrusted payload (NULL when trusted)
+ * @scratch_bytes: its size
+ */
+struct kvmm_disp {
+	struct kvmm_ctx *ctx;
+	struct kvmm_list node;
+	uint32_t id;
+	bool keep_only;
+	struct kvmm_iovec bufs[KVMM_RING_MAX_BUFS];
+	struct kvmm_ring_hdr *hdr;
+	struct kvmm_sqe *sqes;
+	struct kvmm_cqe *cqes;
+	uint32_t sq_mask, cq_mask;
+	uint32_t sq_head, cq_tail;
+	struct kvmm_node **pins;
+	uint32_t nr_pins, cap_pins;
+	void *scratch;
+	size_t scratch_bytes;
+};
+
+/* Fields an opcode reads; every other field must be zero. */
+#define F_SEQ	(1u << 0)
+#define F_BUF	(1u << 1)	/* buf and off */
+#define F_LEN	(1u << 2)
+#define F_NS	(1u << 3)
+#define F_ARG	(1u << 4)
+#define F_ARG2	(1u << 5)
+#define F_TOK	(F_BUF | F_LEN)
+
+static const uint8_t op_fields[KVMM_OP_LAST] = {
+	[KVMM_OP_NOP] = 0,
+	[KVMM_OP_PROBE] = F_TOK,
+	[KVMM_OP_OPEN] = F_NS,
+	[KVMM_OP_MATCH] = F_SEQ | F_TOK,
+	[KVMM_OP_EXTEND] = F_SEQ | F_TOK | F_ARG | F_ARG2,
+	[KVMM_OP_COMMIT] = F_SEQ | F_TOK,
+	[KVMM_OP_CLOSE] = F_SEQ | F_TOK,
+	[KVMM_OP_RETRACT] = F_SEQ | F_TOK,
+	[KVMM_OP_PIN] = F_NS | F_TOK | F_ARG,
+	[KVMM_OP_UNPIN] = F_NS | F_TOK | F_ARG,
+	[KVMM_OP_RECLAIM] = F_ARG,
+	[KVMM_OP_STATS] = F_TOK,
+	[KVMM_OP_DUMP] = F_TOK | F_ARG | F_ARG2,
+	[KVMM_OP_SET] = F_ARG | F_ARG2,
+	[KVMM_OP_DROP_CACHES] = 0,
+	[KVMM_OP_PRIO] = F_NS | F_TOK | F_ARG,
+};
+
+static int sqe_check_fields(const struct kvmm_sqe *sqe)
+{
+	uint8_t f;
+
+	if (sqe->opcode >= KVMM_OP_LAST || sqe->flags || sqe->resv0 ||
+	    sqe->resv[0] || sqe->resv[1])
+		return -EINVAL;
+	f = op_fields[sqe->opcode];
+	if ((!(f & F_SEQ) && sqe->seq) || (!(f & F_BUF) && (sqe->buf || sqe->off)) ||
+	    (!(f & F_LEN) && sqe->len) || (!(f & F_NS) && sqe->ns) ||
+	    (!(f & F_ARG) && sqe->arg) || (!(f & F_ARG2) && sqe->arg2))
+		return -EINVAL;
+	return 0;
+}
+
+/* A payload of @bytes at (buf, off), or NULL when it leaves the buffer. */
+static void *payload(const struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		     uint64_t bytes)
+{
+	const struct kvmm_iovec *iov;
+
+	if (sqe->buf >= KVMM_RING_MAX_BUFS || (sqe->off & 3))
+		return NULL;
+	iov = &d->bufs[sqe->buf];
+	if (!iov->base || sqe->off > iov->len || bytes > iov->len - sqe->off)
+		return NULL;
+	return (char *)iov->base + sqe->off;
+}
+
+/*
+ * An input payload to read: in place for a trusted ring, else copied to
+ * the dispatcher's scratch (sized for the longest key or batch allowed;
+ * a longer payload is refused).  @err is -EFAULT or -EINVAL on NULL.
+ */
+static const void *input(const struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+			 uint64_t bytes, int *err)
+{
+	const void *p = payload(d, sqe, bytes);
+
+	*err = -EFAULT;
+	if (!p || !d->scratch)
+		return p;
+	*err = -EINVAL;
+	if (bytes > d->scratch_bytes)
+		return NULL;
+	memcpy(d->scratch, p, bytes);
+	return d->scratch;
+}
+
+/* The sequence @seq if this ring may use it. */
+static bool seq_mine(const struct kvmm_disp *d, uint32_t seq)
+{
+	const struct kvmm_ctx *ctx = d->ctx;
+
+	return seq < ctx->max_seqs && ctx->seqs[seq].open &&
+	       ctx->seqs[seq].owner == d->id;
+}
+
+static int pins_reserve(struct kvmm_disp *d)
+{
+	struct kvmm_node **p;
+	uint32_t cap;
+
+	if (d->nr_pins < d->cap_pins)
+		return 0;
+	cap = d->cap_pins ? d->cap_pins * 2 : 8;
+	p = kvmm_malloc(d->ctx, cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	if (d->pins)
+		memcpy(p, d->pins, d->nr_pins * sizeof(*p));
+	kvmm_mfree(d->ctx, d->pins, d->cap_pins * sizeof(*p));
+	d->pins = p;
+	d->cap_pins = cap;
+	return 0;
+}
+
+static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_t *tok)
+{
+	bool keep = d->keep_only || (sqe->arg & KVMM_PIN_KEEP);
+	struct kvmm_node *node = NULL;
+	int ret;
+
+	if (sqe->arg & ~KVMM_PIN_FLAGS)
+		return -EINVAL;
+	if (!keep) {
+		ret = pins_reserve(d);
+		if (ret)
+			return ret;
+	}
+	ret = __kvmm_prefix_pin(d->ctx, sqe->ns, tok, sqe->len, keep, &node);
+	if (ret >= 0 && !keep)
+		d->pins[d->nr_pins++] = node;
+	return ret;
+}
+
+static int op_unpin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_t *tok)
+{
+	bool keep = d->keep_only || (sqe->arg & KVMM_PIN_KEEP);
+	struct kvmm_node *node = NULL;
+	uint32_t i;
+	int ret;
+
+	if (sqe->arg & ~KVMM_PIN_FLAGS)
+		return -EINVAL;
+	ret = __kvmm_prefix_pinned(d->ctx, sqe->ns, tok, sqe->len, &node);
+	if (ret < 0)
+		return ret;
+	if (keep) {
+		if (!node->keep_pins)
+			return -EINVAL;
+	} else {
+		for (i = 0; i < d->nr_pins && d->pins[i] != node; i++)
+			;
+		if (i == d->nr_pins)
+			return -EINVAL;	/* not a pin of this ring's */
+		d->pins[i] = d->pins[--d->nr_pins];
+	}
+	kvmm_node_unpin(d->ctx, node, keep);
+	return ret;
+}
+
+static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+{
+	const struct kvmm_extend_ent *ents;
+	uint32_t i;
+	int ret;
+
+	if (sqe->arg2 > UINT32_MAX)
+		return -EINVAL;
+	if (!sqe->len) {
+		if (sqe->buf || sqe->off || !seq_mine(d, sqe->seq))
+			return -EINVAL;
+		return __kvmm_seq_extend(d->ctx, &sqe->seq, &sqe->arg, 1, 1,
+					 (uint32_t)sqe->arg2);
+	}
+	if (sqe->seq || sqe->arg)
+		return -EINVAL;
+	ents = input(d, sqe, (uint64_t)sqe->len * sizeof(*ents), &ret);
+	if (!ents)
+		return ret;
+	for (i = 0; i < sqe->len; i++)
+		if (!seq_mine(d, ents[i].seq))
+			return -EINVAL;
+	return __kvmm_seq_extend(d->ctx, &ents->seq, &ents->n,
+				 sizeof(*ents) / sizeof(uint32_t), sqe->len,
+				 (uint32_t)sqe->arg2);
+}
+
+static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+{
+	const struct kvmm_ctx *ctx = d->ctx;
+	struct kvmm_probe *p = payload(d, sqe, sqe->len);
+	uint32_t op;
+
+	if (!p)
+		return -EFAULT;
+	if (sqe->len < sizeof(*p))
+		return -EINVAL;
+	memset(p, 0, sizeof(*p));
+	p->abi = KVMM_ABI_VERSION;
+	p->nr_ops = KVMM_OP_LAST;
+	for (op = 0; op < KVMM_OP_LAST; op++)
+		p->ops[op / 64] |= 1ull << (op % 64);
+	p->features = KVMM_FEAT_NAMESPACES | KVMM_FEAT_PIN_KEEP | KVMM_FEAT_SLRU;
+	p->page_size = ctx->page_size;
+	p->nr_pages = ctx->zone.nr_pages;
+	p->max_seqs = ctx->max_seqs;
+	p->max_seq_len = ctx->params.max_seq_len;
+	p->sqe_size = sizeof(struct kvmm_sqe);
+	p->cqe_size = sizeof(struct kvmm_cqe);
+	return (int)sizeof(*p);
+}
+
+static int op_stats(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+{
+	struct kvmm_stats_snap *snap = payload(d, sqe, sqe->len);
+	uint32_t room;
+
+	if (!snap)
+		return -EFAULT;
+	if (sqe->len < sizeof(*snap) + sizeof(uint64_t))
+		return -EINVAL;
+	room = (sqe->len - (uint32_t)sizeof(*snap)) / sizeof(uint64_t);
+	snap->nr = room < NR_KVMM_STATS ? room : NR_KVMM_STATS;
+	snap->abi = KVMM_ABI_VERSION;
+	kvmm_stats(d->ctx, (uint64_t *)(snap + 1), snap->nr);
+	return (int)snap->nr;
+}
+
+static uint32_t node_depth(const struct kvmm_node *node)
+{
+	uint32_t depth = 0;
+
+	for (; node->parent; node = node->parent)
+		depth++;
+	return depth;
+}
+
+static void dump_node(const struct kvmm_node *node, struct kvmm_dump_node *rec)
+{
+	memset(rec, 0, sizeof(*rec));
+	rec->id = node->id;
+	rec->parent = node->parent ? node->parent->id : 0;
+	rec->atime = node->atime;
+	rec->len = node->len;
+	rec->lock_ref = node->lock_ref;
+	rec->pins = node->pins;
+	rec->hits = node->hits;
+	rec->depth = node_depth(node);
+	rec->prio = node->prio;
+	rec->tier = KVMM_TIER_DEVICE;
+	rec->token0 = node->len ? node->tokens[0] : 0;
+	if (node->flags & KVMM_NODE_ROOT)
+		rec->flags |= KVMM_DUMP_F_ROOT;
+	if (node->flags & KVMM_NODE_EVICTABLE)
+		rec->flags |= KVMM_DUMP_F_EVICTABLE;
+	for (; node->parent; node = node->parent)
+		;
+	rec->ns = node->ns;
+}
+
+/*
+ * DUMP of nodes: pre-order over every namespace; the cursor counts the
+ * records already returned, so a page costs O(cursor + page).  The tree
+ * may change between pages: a page is consistent, the whole dump is not.
+ */
+static int dump_nodes(struct kvmm_disp *d, uint64_t cursor, struct kvmm_dump_hdr *hdr,
+		      uint32_t room)
+{
+	struct kvmm_dump_node *rec = (struct kvmm_dump_node *)(hdr + 1);
+	uint64_t pos = 0;
+	struct kvmm_list *pos_root;
+
+	list_for_each(pos_root, &d->ctx->tree.roots) {
+		struct kvmm_node *root = list_entry(pos_root, struct kvmm_node, sibling);
+		struct kvmm_node *node;
+
+		for (node = root; node; node = kvmm_tree_next(root, node), pos++) {
+			if (pos < cursor)
+				continue;
+			if (hdr->nr == room) {
+				hdr->next = pos;
+				return 0;
+			}
+			dump_node(node, &rec[hdr->nr++]);
+		}
+	}
+	return 0;
+}
+
+static int dump_seqs(struct kvmm_disp *d, uint64_t cursor, struct kvmm_dump_hdr *hdr,
+		     uint32_t room)
+{
+	struct kvmm_dump_seq *rec = (struct kvmm_dump_seq *)(hdr + 1);
+	const struct kvmm_ctx *ctx = d->ctx;
+	uint64_t i;
+
+	for (i = cursor; i < ctx->max_seqs; i++) {
+		const struct kvmm_seq *s = &ctx->seqs[i];
+
+		if (!s->open)
+			continue;
+		if (hdr->nr == room) {
+			hdr->next = i;
+			return 0;
+		}
+		rec[hdr->nr++] = (struct kvmm_dump_seq){
+			.seq = (uint32_t)i, .ns = s->ns, .len = s->len, .cached = s->cached,
+			.owner = s->owner,
+			.node = s->node != s->root ? s->node->id : 0,
+		};
+	}
+	return 0;
+}
+
+static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
+{
+	struct kvmm_dump_hdr *hdr = payload(d, sqe, sqe->len);
+	uint32_t rec_size;
+
+	if (!hdr)
+		return -EFAULT;
+	if (sqe->arg >= KVMM_DUMP_LAST)
+		return -EINVAL;
+	rec_size = sqe->arg == KVMM_DUMP_NODES ? sizeof(struct kvmm_dump_node)
+					       : sizeof(struct kvmm_dump_seq);
+	if (sqe->len < sizeof(*hdr) + rec_size)
+		return -EINVAL;
+	memset(hdr, 0, sizeof(*hdr));
+	hdr->rec_size = rec_size;
+	if (sqe->arg == KVMM_DUMP_NODES)
+		dump_nodes(d, sqe->arg2, hdr, (sqe->len - (uint32_t)sizeof(*hdr)) / rec_size);
+	else
+		dump_seqs(d, sqe->arg2, hdr, (sqe->len - (uint32_t)sizeof(*hdr)) / rec_size);
+	if (hdr->next)
+		*cflags |= KVMM_CQE_F_MORE;
+	return (int)hdr->nr;
+}
+
+static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+{
+	struct kvmm_ctx *ctx = d->ctx;
+	uint32_t w[NR_KVMM_WMARK];
+	static const char *const policies[KVMM_POLICY_LAST] = {
+		[KVMM_POLICY_LRU] = "lru",
+		[KVMM_POLICY_SLRU] = "slru",
+	};
+
+	switch (sqe->arg) {
+	case KVMM_SET_WMARK_MIN:
+	case KVMM_SET_WMARK_LOW:
+	case KVMM_SET_WMARK_HIGH:
+		if (sqe->arg2 > UINT32_MAX)
+			return -EINVAL;
+		memcpy(w, ctx->zone.wmark, sizeof(w));
+		w[sqe->arg - KVMM_SET_WMARK_MIN] = (uint32_t)sqe->arg2;
+		return kvmm_set_watermarks(ctx, w[KVMM_WMARK_MIN], w[KVMM_WMARK_LOW],
+					   w[KVMM_WMARK_HIGH]);
+	case KVMM_SET_POLICY:
+		if (sqe->arg2 >= KVMM_POLICY_LAST)
+			return -EINVAL;
+		return kvmm_set_evict_policy(ctx, policies[sqe->arg2]);
+	default:
+		return -EINVAL;
+	}
+}
+
+static int64_t clamp_res(int64_t v)
+{
+	return v > INT32_MAX ? INT32_MAX : v;
+}
+
+/* Execute one validated-fields entry; context lock held. */
+static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
+{
+	struct kvmm_ctx *ctx = d->ctx;
+	const uint32_t *tok = NULL;
+	uint32_t seq;
+	int ret;
+
+	ret = sqe_check_fields(sqe);
+	if (ret)
+		return ret;
+	switch (sqe->opcode) {
+	case KVMM_OP_MATCH:
+	case KVMM_OP_COMMIT:
+	case KVMM_OP_CLOSE:
+	case KVMM_OP_RETRACT:
+		if (!seq_mine(d, sqe->seq))
+			return -EINVAL;
+		/* fall through */
+	case KVMM_OP_PIN:
+	case KVMM_OP_UNPIN:
+	case KVMM_OP_PRIO:
+		if (sqe->len) {
+			tok = input(d, sqe, (uint64_t)sqe->len * sizeof(*tok), &ret);
+			if (!tok)
+				return ret;
+		} else if (sqe->buf || sqe->off) {
+			return -EINVAL;
+		}
+		break;
+	}
+
+	switch (sqe->opcode) {
+	case KVMM_OP_NOP:
+		return 0;
+	case KVMM_OP_PROBE:
+		return op_probe(d, sqe);
+	case KVMM_OP_OPEN:
+		ret = kvmm_seq_open(ctx, sqe->ns, &seq);
+		if (ret)
+			return ret;
+		ctx->seqs[seq].owner = d->id;
+		return (int32_t)seq;
+	case KVMM_OP_MATCH:
+		return kvmm_seq_match(ctx, sqe->seq, tok, sqe->len);
+	case KVMM_OP_EXTEND:
+		return op_extend(d, sqe);
+	case KVMM_OP_COMMIT:
+		return kvmm_seq_commit(ctx, sqe->seq, tok, sqe->len);
+	case KVMM_OP_CLOSE:
+		return kvmm_seq_close(ctx, sqe->seq, tok, sqe->len);
+	case KVMM_OP_RETRACT:
+		return kvmm_seq_retract(ctx, sqe->seq, tok, sqe->len);
+	case KVMM_OP_PIN:
+		return op_pin(d, sqe, tok);
+	case KVMM_OP_UNPIN:
+		return op_unpin(d, sqe, tok);
+	case KVMM_OP_RECLAIM:
+		return (int32_t)clamp_res(kvmm_reclaim(ctx, sqe->arg));
+	case KVMM_OP_STATS:
+		return op_stats(d, sqe);
+	case KVMM_OP_DUMP:
+		return op_dump(d, sqe, cflags);
+	case KVMM_OP_SET:
+		return op_set(d, sqe);
+	case KVMM_OP_DROP_CACHES:
+		return (int32_t)clamp_res(kvmm_drop_caches(ctx));
+	case KVMM_OP_PRIO:
+		return kvmm_prefix_set_prio(ctx, sqe->ns, tok, sqe->len, sqe->arg);
+	}
+	return -EINVAL;
+}
+
+/**
+ * kvmm_disp_create() - a dispatcher for a new ring on @ctx
+ * @ctx: the context
+ * @untrusted: the ring's memory is shared with another process: copy
+ *	payloads before reading them
+ * @dp: out
+ *
+ * Context: takes ctx->lock.
+ * Return: 0, or -ENOMEM.
+ */
+int kvmm_disp_create(struct kvmm_ctx *ctx, bool untrusted, struct kvmm_disp **dp)
+{
+	size_t scratch = 0;
+	struct kvmm_disp *d;
+
+	if (untrusted) {
+		scratch = (size_t)ctx->params.max_seq_len * sizeof(uint32_t);
+		if (scratch < (size_t)ctx->max_seqs * sizeof(struct kvmm_extend_ent))
+			scratch = (size_t)ctx->max_seqs * sizeof(struct kvmm_extend_ent);
+	}
+	pthread_mutex_lock(&ctx->lock);
+	d = kvmm_zalloc(ctx, sizeof(*d));
+	if (d && scratch) {
+		d->scratch = kvmm_malloc(ctx, scratch);
+		if (!d->scratch) {
+			kvmm_mfree(ctx, d, sizeof(*d));
+			d = NULL;
+		}
+		d->scratch_bytes = scratch;
+	}
+	if (d) {
+		d->ctx = ctx;
+		d->id = ++ctx->next_ring_id;
+		list_add_tail(&d->node, &ctx->disps);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (!d)
+		return -ENOMEM;
+	*dp = d;
+	return 0;
+}
+
+/* Drop everything @d holds; ctx->lock held. */
+static void disp_release(struct kvmm_disp *d)
+{
+	struct kvmm_ctx *ctx = d->ctx;
+	uint32_t i;
+
+	for (i = 0; i < ctx->max_seqs; i++) {
+		if (ctx->seqs[i].open && ctx->seqs[i].owner == d->id)
+			kvmm_seq_close(ctx, i, NULL, 0);
+	}
+	while (d->nr_pins)
+		kvmm_node_unpin(ctx, d->pins[--d->nr_pins], false);
+	kvmm_mfree(ctx, d->pins, d->cap_pins * sizeof(*d->pins));
+	kvmm_mfree(ctx, d->scratch, d->scratch_bytes);
+	list_del(&d->node);
+	kvmm_mfree(ctx, d, sizeof(*d));
+}
+
+/**
+ * kvmm_disp_destroy() - release a ring's sequences and pins, then itself
+ * @d: the dispatcher, or NULL
+ *
+ * What a client that went away held is given back here: its sequences
+ * are closed without commit (their committed pages stay cached) and its
+ * pins dropped.
+ *
+ * Context: takes ctx->lock.
+ */
+void kvmm_disp_destroy(struct kvmm_disp *d)
+{
+	struct kvmm_ctx *ctx;
+
+	if (!d)
+		return;
+	ctx = d->ctx;
+	pthread_mutex_lock(&ctx->lock);
+	disp_release(d);
+	kvmm_debug_check(ctx, "ring release");
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/* kvmm_destroy(): rings still attached lose their dispatchers. */
+void kvmm_disps_release(struct kvmm_ctx *ctx)
+{
+	while (!list_empty(&ctx->disps))
+		disp_release(list_entry(ctx->disps.next, struct kvmm_disp, node));
+}
+
+/* kvmm_check(): how many ring-owned pins end at @node. */
+uint64_t kvmm_disps_pins_on(const struct kvmm_ctx *ctx, const struct kvmm_node *node)
+{
+	const struct kvmm_list *pos;
+	uint64_t n = 0;
+	uint32_t i;
+
+	list_for_each(pos, &ctx->disps) {
+		const struct kvmm_disp *d = list_entry(pos, struct kvmm_disp, node);
+
+		for (i = 0; i < d->nr_pins; i++)
+			n += d->pins[i] == node;
+	}
+	return n;
+}
+
+uint32_t kvmm_disp_id(const struct kvmm_disp *d)
+{
+	return d->id;
+}
+
+/**
+ * kvmm_disp_set_buf() - register buffer @index of the ring
+ * @d: the dispatcher
+ * @index: 0 .. KVMM_RING_MAX_BUFS - 1
+ * @base: its memory as the dispatcher sees it
+ * @len: its size in bytes
+ *
+ * Return: 0, or -EINVAL.
+ */
+int kvmm_disp_set_buf(struct kvmm_disp *d, uint32_t index, void *base, uint64_t len)
+{
+	if (index >= KVMM_RING_MAX_BUFS || (!base && len))
+		return -EINVAL;
+	d->bufs[index].base = base;
+	d->bufs[index].len = len;
+	return 0;
+}
+
+/**
+ * kvmm_disp_attach() - give the dispatcher its ring
+ * @d: the dispatcher
+ * @hdr: the ring region, laid out by its creator; sq_off and cq_off must
+ *	be the creator's, read before the region was shared
+ * @sq_entries: SQ size, a power of two (the creator's value, not the header's)
+ * @cq_entries: CQ size, a power of two
+ */
+void kvmm_disp_attach(struct kvmm_disp *d, struct kvmm_ring_hdr *hdr,
+		      uint32_t sq_entries, uint32_t cq_entries)
+{
+	d->hdr = hdr;
+	d->sqes = (struct kvmm_sqe *)((char *)hdr + sizeof(*hdr));
+	d->cqes = (struct kvmm_cqe *)(d->sqes + sq_entries);
+	d->sq_mask = sq_entries - 1;
+	d->cq_mask = cq_entries - 1;
+	d->sq_head = 0;
+	d->cq_tail = 0;
+}
+
+/**
+ * kvmm_disp_pending() - does the SQ hold entries the dispatcher has not taken
+ * @d: the dispatcher
+ */
+bool kvmm_disp_pending(const struct kvmm_disp *d)
+{
+	/* Pairs with the client's release store of sq_tail. */
+	return __atomic_load_n(&d->hdr->sq_tail, __ATOMIC_ACQUIRE) != d->sq_head;
+}
+
+/**
+ * kvmm_disp_process() - consume the ring's pending entries
+ * @d: the dispatcher
+ *
+ * Takes at most a ring's worth, and no more than the CQ has room for.
+ *
+ * Context: takes ctx->lock once for the batch.
+ * Return: entries consumed.
+ */
+uint32_t kvmm_disp_process(struct kvmm_disp *d)
+{
+	struct kvmm_ring_hdr *hdr = d->hdr;
+	uint32_t tail, cq_head, n, room, i;
+
+	/* Pairs with the client's release stores of sq_tail and cq_head. */
+	tail = __atomic_load_n(&hdr->sq_tail, __ATOMIC_ACQUIRE);
+	cq_head = __atomic_load_n(&hdr->cq_head, __ATOMIC_ACQUIRE);
+	n = tail - d->sq_head;
+	if (n > d->sq_mask + 1)
+		n = d->sq_mask + 1;	/* a tail that ran ahead: one ring at most */
+	room = d->cq_mask + 1 - (d->cq_tail - cq_head);
+	if (room > d->cq_mask + 1)
+		room = 0;		/* a head that ran ahead: the CQ looks full */
+	if (n > room)
+		n = room;
+	if (!n)
+		return 0;
+
+	pthread_mutex_lock(&d->ctx->lock);
+	for (i = 0; i < n; i++) {
+		struct kvmm_sqe sqe;
+		struct kvmm_cqe *cqe = &d->cqes[(d->cq_tail + i) & d->cq_mask];
+		uint32_t cflags = 0;
+		int32_t res;
+
+		memcpy(&sqe, &d->sqes[(d->sq_head + i) & d->sq_mask], sizeof(sqe));
+		res = disp_exec(d, &sqe, &cflags);
+		cqe->user_data = sqe.user_data;
+		cqe->res = res;
+		cqe->flags = cflags;
+	}
+	pthread_mutex_unlock(&d->ctx->lock);
+
+	d->cq_tail += n;
+	d->sq_head += n;
+	/* Pair with the client's acquire loads of cq_tail and sq_head. */
+	__atomic_store_n(&hdr->cq_tail, d->cq_tail, __ATOMIC_RELEASE);
+	__atomic_store_n(&hdr->sq_head, d->sq_head, __ATOMIC_RELEASE);
+	return n;
+}
+
+/**
+ * kvmm_ioctl() - one command, synchronously, without a ring
+ * @ctx: the context
+ * @sqe: the command, as it would be submitted
+ * @bufs: buffers the command's (buf, off) refer to
+ * @nr_bufs: how many, at most KVMM_RING_MAX_BUFS
+ *
+ * Sequences it opens belong to the direct API (owner 0); pins it takes
+ * belong to nobody, as if KVMM_PIN_KEEP were given.  The cqe flags are
+ * not returned; DUMP's header says whether more follows.
+ *
+ * Context: takes ctx->lock.
+ * Return: the completion's res.
+ */
+KVMM_EXPORT int kvmm_ioctl(struct kvmm_ctx *ctx, const struct kvmm_sqe *sqe,
+			   const struct kvmm_iovec *bufs, uint32_t nr_bufs)
+{
+	struct kvmm_disp d = { .ctx = ctx, .id = 0, .keep_only = true };
+	struct kvmm_sqe copy;
+	uint32_t cflags = 0, i;
+	int32_t res;
+
+	if (!ctx || !sqe || nr_bufs > KVMM_RING_MAX_BUFS || (nr_bufs && !bufs))
+		return -EINVAL;
+	for (i = 0; i < nr_bufs; i++)
+		d.bufs[i] = bufs[i];
+	memcpy(&copy, sqe, sizeof(copy));
+	pthread_mutex_lock(&ctx->lock);
+	res = disp_exec(&d, &copy, &cflags);
+	pthread_mutex_unlock(&ctx->lock);
+	return res;
+}
+
+/**
+ * kvmm_lock() - serialise with rings served by other threads
+ * @ctx: the context
+ *
+ * An engine that drives a context through the direct API while a server
+ * thread (kvmm_server_start()) serves rings on it must hold this around
+ * its calls; the rings take it once per batch.
+ */
+KVMM_EXPORT void kvmm_lock(struct kvmm_ctx *ctx)
+{
+	pthread_mutex_lock(&ctx->lock);
+}
+
+KVMM_EXPORT void kvmm_unlock(struct kvmm_ctx *ctx)
+{
+	pthread_mutex_unlock(&ctx->lock);
+}

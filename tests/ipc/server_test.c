@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/ipc/server_test.c - kvmm_server: rings across processes.  The
+ * server runs in this process; clients attach from this process and from
+ * forked children, one of which is killed with SIGKILL while it holds
+ * sequences and pins.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../helpers.h"
+
+static char sock_path[108];
+
+static const char *test_path(const char *tag)
+{
+	snprintf(sock_path, sizeof(sock_path), "/tmp/kvmm-test-%d-%s.sock", (int)getpid(), tag);
+	return sock_path;
+}
+
+static uint64_t locked_stat(struct kvmm_ctx *ctx, unsigned item)
+{
+	uint64_t v;
+
+	kvmm_lock(ctx);
+	v = test_stat(ctx, item);
+	kvmm_unlock(ctx);
+	return v;
+}
+
+/* Wait (at most 5 s) until the server has no client left. */
+static bool wait_no_clients(struct kvmm_server *srv)
+{
+	int i;
+
+	for (i = 0; i < 500; i++) {
+		if (!kvmm_server_clients(srv))
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+static int32_t remote1(struct kvmm_ring *ring)
+{
+	struct kvmm_cqe *cqe;
+	int32_t res;
+
+	CU_ASSERT_EQUAL(kvmm_submit_and_wait(ring, 1), 1);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(ring, &cqe), 0);
+	res = cqe->res;
+	kvmm_cqe_seen(ring, cqe);
+	return res;
+}
+
+static void server_serves_a_ring(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 256, 8, 128);
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 4096 };
+	struct kvmm_server *srv;
+	struct kvmm_ring ring;
+	uint32_t *tok;
+	int32_t seq;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("a"), 0, &srv), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock_path, &rp, &ring), 0);
+	CU_ASSERT_EQUAL(ring.buf_size, 4096);
+	tok = ring.buf;
+	test_tokens(tok, 100, 3);
+	kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+	seq = remote1(&ring);
+	CU_ASSERT_FATAL(seq >= 0);
+	kvmm_prep_match(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 99);
+	CU_ASSERT_EQUAL(remote1(&ring), 0);
+	kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 100, 0);
+	CU_ASSERT_EQUAL(remote1(&ring), 0);
+	kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 100);
+	CU_ASSERT_EQUAL(remote1(&ring), 0);
+	/* registering memory the server cannot see is refused */
+	CU_ASSERT_EQUAL(kvmm_ring_register_buffers(&ring, NULL, 0), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_CACHED), 100);
+	kvmm_ring_exit(&ring);
+	CU_ASSERT(wait_no_clients(srv));
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* Child: attach, take sequences and a pin, report, then wait to be killed. */
+static void child_hold_and_wait(const char *path, int fd)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 4096 };
+	struct kvmm_ring ring;
+	uint32_t *tok;
+	int i;
+
+	if (kvmm_ring_connect(path, &rp, &ring))
+		_exit(1);
+	tok = ring.buf;
+	test_tokens(tok, 64, 8);
+	for (i = 0; i < 3; i++) {
+		int32_t seq;
+
+		kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+		seq = remote1(&ring);
+		kvmm_prep_match(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 63);
+		remote1(&ring);
+		kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 64, 0);
+		remote1(&ring);
+		kvmm_prep_commit(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 40);
+		remote1(&ring);
+	}
+	kvmm_prep_pin(kvmm_get_sqe(&ring), 0, 0, 0, 32, 0);
+	if (remote1(&ring) != 32)
+		_exit(2);
+	if (write(fd, "x", 1) != 1)
+		_exit(3);
+	for (;;)
+		pause();
+}
+
+static void killed_client_releases_everything(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 512, 8, 128);
+	struct kvmm_server *srv;
+	int pfd[2], status;
+	pid_t pid;
+	char c;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("k"), 0, &srv), 0);
+	CU_ASSERT_EQUAL_FATAL(pipe(pfd), 0);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (!pid) {
+		close(pfd[0]);
+		child_hold_and_wait(sock_path, pfd[1]);
+	}
+	close(pfd[1]);
+	CU_ASSERT_EQUAL_FATAL(read(pfd[0], &c, 1), 1);
+	close(pfd[0]);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_SEQS_OPEN), 3);
+	CU_ASSERT(locked_stat(ctx, KVMM_STAT_PAGES_OWNED) > 0);
+	CU_ASSERT(locked_stat(ctx, KVMM_STAT_PAGES_PROTECTED) > 0);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_PINNED), 32);
+	kill(pid, SIGKILL);
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT(wait_no_clients(srv));
+	kvmm_lock(ctx);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_SEQS_OPEN), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_OWNED), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_PROTECTED), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_PINNED), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_CACHED), 40);
+	CHECK_OK(ctx);
+	kvmm_unlock(ctx);
+	kvmm_server_stop(srv);
+	kvmm_destroy(ctx);
+}
+
+static void server_refuses_a_bad_hello(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 16, 2, 8);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 64 };
+	struct kvmm_welcome w;
+	struct kvmm_server *srv;
+	struct kvmm_ring ring;
+	char junk[sizeof(struct kvmm_hello)];
+	int s;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("h"), 0, &srv), 0);
+	memset(junk, 0x5a, sizeof(junk));
+	strcpy(sa.sun_path, sock_path);
+	s = socket(AF_UNIX, SOCK_STREAM, 0);
+	CU_ASSERT_EQUAL_FATAL(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	CU_ASSERT_EQUAL(send(s, junk, sizeof(junk), 0), (ssize_t)sizeof(junk));
+	CU_ASSERT_EQUAL(recv(s, &w, sizeof(w), MSG_WAITALL), (ssize_t)sizeof(w));
+	CU_ASSERT_EQUAL(w.status, -EPROTO);
+	close(s);
+	/* a shape the server refuses comes back as its errno */
+	rp.sq_entries = 1u << 20;
+	CU_ASSERT_EQUAL(kvmm_ring_connect(sock_path, &rp, &ring), -EINVAL);
+	CU_ASSERT(wait_no_clients(srv));
+	kvmm_server_stop(srv);
+	kvmm_destroy(ctx);
+}
+
+static void server_start_checks_the_path(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 16, 2, 8);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kvmm_server *srv, *other;
+	FILE *f;
+	int s;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("p"), 0, &srv), 0);
+	CU_ASSERT_EQUAL(kvmm_server_start(ctx, sock_path, 0, &other), -EADDRINUSE);
+	kvmm_server_stop(srv);
+	/* a stale socket (its server died without unlinking) is replaced */
+	strcpy(sa.sun_path, sock_path);
+	s = socket(AF_UNIX, SOCK_STREAM, 0);
+	CU_ASSERT_EQUAL_FATAL(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(s);
+	CU_ASSERT_EQUAL(kvmm_server_start(ctx, sock_path, 0, &srv), 0);
+	kvmm_server_stop(srv);
+	/* something that is not a socket is left alone */
+	f = fopen(sock_path, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fclose(f);
+	CU_ASSERT_EQUAL(kvmm_server_start(ctx, sock_path, 0, &srv), -EEXIST);
+	unlink(sock_path);
+	CU_ASSERT_EQUAL(kvmm_server_start(ctx, "", 0, &srv), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_ring_connect(sock_path, &(struct kvmm_ring_params){
+					   .sq_entries = 4 }, &(struct kvmm_ring){ 0 }),
+			-ENOENT);
+	kvmm_destroy(ctx);
+}
+
+int register_server_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_server", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, server_serves_a_ring);
+	ADD_TEST(s, killed_client_releases_everything);
+	ADD_TEST(s, server_refuses_a_bad_hello);
+	ADD_TEST(s, server_start_checks_the_path);
+	return 0;
+}

@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/kvmm/ring_test.c - kvmm_ring: the command ring in-process and
+ * through kvmm_ioctl(): every opcode, ownership, paging, backpressure,
+ * and a table of malformed commands that must each fail with their errno
+ * and change nothing.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "../helpers.h"
+
+#define NTOK	64
+
+struct rfix {
+	struct kvmm_ctx *ctx;
+	struct kvmm_ring ring;
+	uint32_t tok[NTOK];
+	uint8_t out[8192];
+};
+
+static void rfix_init(struct rfix *f, uint32_t ps, uint32_t pages)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 16, .buf_size = 4096 };
+	struct kvmm_iovec iov[2];
+
+	memset(f, 0, sizeof(*f));
+	f->ctx = test_ctx(ps, pages, 4, NTOK);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f->ctx);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(f->ctx, &rp, &f->ring), 0);
+	test_tokens(f->tok, NTOK, 42);
+	iov[0] = (struct kvmm_iovec){ f->tok, sizeof(f->tok) };
+	iov[1] = (struct kvmm_iovec){ f->out, sizeof(f->out) };
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&f->ring, iov, 2), 0);
+}
+
+static void rfix_exit(struct rfix *f)
+{
+	kvmm_ring_exit(&f->ring);
+	CHECK_OK(f->ctx);
+	kvmm_destroy(f->ctx);
+}
+
+/* Submit what was prepared and return the one completion's res. */
+static int32_t run1(struct kvmm_ring *ring, uint32_t *flags)
+{
+	struct kvmm_cqe *cqe;
+	int32_t res;
+
+	CU_ASSERT_EQUAL(kvmm_submit_and_wait(ring, 1), 1);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(ring, &cqe), 0);
+	res = cqe->res;
+	if (flags)
+		*flags = cqe->flags;
+	kvmm_cqe_seen(ring, cqe);
+	return res;
+}
+
+static void ring_request_lifecycle_matches_direct_api(void)
+{
+	struct rfix f;
+	struct kvmm_sqe *sqe;
+	struct kvmm_seq_info info;
+	int32_t a, b;
+
+	rfix_init(&f, 4, 64);
+	sqe = kvmm_get_sqe(&f.ring);
+	kvmm_prep_open(sqe, 0);
+	a = run1(&f.ring, NULL);
+	CU_ASSERT_FATAL(a >= 0);
+	kvmm_prep_match(kvmm_get_sqe(&f.ring), (uint32_t)a, 1, 0, 40);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 0);
+	kvmm_prep_extend(kvmm_get_sqe(&f.ring), (uint32_t)a, 40, 0);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 0);
+	kvmm_prep_commit(kvmm_get_sqe(&f.ring), (uint32_t)a, 1, 0, 40);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 40);
+	kvmm_prep_close(kvmm_get_sqe(&f.ring), (uint32_t)a, 1, 0, 40);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 0);
+	/* a second request hits, in one batch of three linked by user_data */
+	kvmm_prep_open(kvmm_get_sqe(&f.ring), 0);
+	b = run1(&f.ring, NULL);
+	sqe = kvmm_get_sqe(&f.ring);
+	kvmm_prep_match(sqe, (uint32_t)b, 1, 0, 39);
+	kvmm_sqe_set_data(sqe, 7);
+	sqe = kvmm_get_sqe(&f.ring);
+	kvmm_prep_extend(sqe, (uint32_t)b, 3, 0);
+	kvmm_sqe_set_data(sqe, 8);
+	CU_ASSERT_EQUAL(kvmm_submit(&f.ring), 2);
+	{
+		struct kvmm_cqe *cqe;
+
+		CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&f.ring, &cqe), 0);
+		CU_ASSERT_EQUAL(cqe->user_data, 7);
+		CU_ASSERT_EQUAL(cqe->res, 36);
+		kvmm_cqe_seen(&f.ring, cqe);
+		CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&f.ring, &cqe), 0);
+		CU_ASSERT_EQUAL(cqe->user_data, 8);
+		CU_ASSERT_EQUAL(cqe->res, 0);
+		kvmm_cqe_seen(&f.ring, cqe);
+		CU_ASSERT_EQUAL(kvmm_wait_cqe(&f.ring, &cqe), -EAGAIN);
+	}
+	CU_ASSERT_EQUAL(kvmm_seq_info(f.ctx, (uint32_t)b, &info), 0);
+	CU_ASSERT_EQUAL(info.len, 39);
+	CU_ASSERT_EQUAL(info.cached, 36);
+	rfix_exit(&f);
+}
+
+static void ring_exit_releases_sequences_and_pins(void)
+{
+	struct rfix f;
+	int32_t a;
+
+	rfix_init(&f, 1, 128);
+	CU_ASSERT_EQUAL_FATAL(test_cache(f.ctx, 0, f.tok, 50), 0);
+	kvmm_prep_open(kvmm_get_sqe(&f.ring), 0);
+	a = run1(&f.ring, NULL);
+	kvmm_prep_match(kvmm_get_sqe(&f.ring), (uint32_t)a, 1, 0, 40);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 40);
+	kvmm_prep_extend(kvmm_get_sqe(&f.ring), (uint32_t)a, 20, 0);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 0);
+	kvmm_prep_pin(kvmm_get_sqe(&f.ring), 0, 1, 0, 30, 0);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 30);
+	kvmm_prep_pin(kvmm_get_sqe(&f.ring), 0, 1, 0, 10, KVMM_PIN_KEEP);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 10);
+	/* the direct API cannot touch the ring's sequence */
+	CU_ASSERT_EQUAL(kvmm_prefix_unpin(f.ctx, 0, f.tok, 30), -EINVAL);
+	CU_ASSERT_EQUAL(test_stat(f.ctx, KVMM_STAT_PAGES_OWNED), 20);
+	CU_ASSERT_EQUAL(test_stat(f.ctx, KVMM_STAT_PAGES_PINNED), 30);
+	CHECK_OK(f.ctx);
+	kvmm_ring_exit(&f.ring);
+	CU_ASSERT_EQUAL(test_stat(f.ctx, KVMM_STAT_PAGES_OWNED), 0);
+	CU_ASSERT_EQUAL(test_stat(f.ctx, KVMM_STAT_SEQS_OPEN), 0);
+	/* the kept pin stays; the ring's own went with it */
+	CU_ASSERT_EQUAL(test_stat(f.ctx, KVMM_STAT_PAGES_PINNED), 10);
+	CU_ASSERT_EQUAL(kvmm_prefix_unpin(f.ctx, 0, f.tok, 10), 10);
+	CHECK_OK(f.ctx);
+	kvmm_destroy(f.ctx);
+}
+
+static void ring_sequences_belong_to_their_ring(void)
+{
+	struct rfix f;
+	struct kvmm_ring other;
+	struct kvmm_ring_params rp = { .sq_entries = 4 };
+	int32_t a;
+	uint32_t direct;
+
+	rfix_init(&f, 1, 128);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(f.ctx, &rp, &other), 0);
+	kvmm_prep_open(kvmm_get_sqe(&f.ring), 0);
+	a = run1(&f.ring, NULL);
+	kvmm_prep_extend(kvmm_get_sqe(&other), (uint32_t)a, 1, 0);
+	CU_ASSERT_EQUAL(run1(&other, NULL), -EINVAL);
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(f.ctx, 0, &direct), 0);
+	kvmm_prep_extend(kvmm_get_sqe(&f.ring), direct, 1, 0);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), -EINVAL);
+	kvmm_ring_exit(&other);
+	rfix_exit(&f);
+}
+
+static void ring_stats_probe_dump_set(void)
+{
+	struct rfix f;
+	uint64_t direct[NR_KVMM_STATS];
+	struct kvmm_stats_snap *snap = (void *)f.out;
+	struct kvmm_probe *probe = (void *)f.out;
+	struct kvmm_dump_hdr *hdr = (void *)f.out;
+	uint32_t i, flags, seen = 0;
+	uint64_t cursor = 0;
+	int32_t res;
+
+	rfix_init(&f, 1, 4096);
+	for (i = 0; i < 200; i++) {
+		uint32_t t[2] = { 9000 + i, i };
+
+		CU_ASSERT_EQUAL_FATAL(test_cache(f.ctx, i % 3, t, 2), 0);
+	}
+	kvmm_prep_stats(kvmm_get_sqe(&f.ring), 2, 0, sizeof(f.out));
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), NR_KVMM_STATS);
+	test_stats(f.ctx, direct);
+	CU_ASSERT_EQUAL(snap->nr, NR_KVMM_STATS);
+	CU_ASSERT(!memcmp(snap + 1, direct, sizeof(direct)));
+	kvmm_prep_probe(kvmm_get_sqe(&f.ring), 2, 0);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), (int32_t)sizeof(*probe));
+	CU_ASSERT_EQUAL(probe->abi, KVMM_ABI_VERSION);
+	CU_ASSERT_EQUAL(probe->sqe_size, 64);
+	CU_ASSERT_EQUAL(probe->cqe_size, 16);
+	CU_ASSERT_EQUAL(probe->nr_pages, 4096);
+	CU_ASSERT_EQUAL(probe->ops[0], (1ull << KVMM_OP_LAST) - 1);
+	/* 3 roots + 200 leaves in pages of at most 2000 bytes: several pages */
+	do {
+		kvmm_prep_dump(kvmm_get_sqe(&f.ring), KVMM_DUMP_NODES, cursor, 2, 0, 2000);
+		res = run1(&f.ring, &flags);
+		CU_ASSERT(res > 0 && res <= (2000 - 16) / 64);
+		CU_ASSERT_EQUAL(hdr->rec_size, sizeof(struct kvmm_dump_node));
+		CU_ASSERT_EQUAL(!!(flags & KVMM_CQE_F_MORE), !!hdr->next);
+		seen += hdr->nr;
+		cursor = hdr->next;
+	} while (cursor);
+	CU_ASSERT_EQUAL(seen, 203);
+	kvmm_prep_set(kvmm_get_sqe(&f.ring), KVMM_SET_POLICY, KVMM_POLICY_SLRU);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 0);
+	CU_ASSERT_STRING_EQUAL(kvmm_evict_policy(f.ctx), "slru");
+	kvmm_prep_set(kvmm_get_sqe(&f.ring), KVMM_SET_WMARK_HIGH, 10);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 0);
+	CU_ASSERT_EQUAL(test_stat(f.ctx, KVMM_STAT_WMARK_HIGH), 10);
+	kvmm_prep_reclaim(kvmm_get_sqe(&f.ring), 4);
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 4);
+	kvmm_prep_drop_caches(kvmm_get_sqe(&f.ring));
+	CU_ASSERT_EQUAL(run1(&f.ring, NULL), 396);
+	rfix_exit(&f);
+}
+
+static void ring_full_cq_holds_back_until_reaped(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 16, 2, 8);
+	struct kvmm_ring_params rp = { .sq_entries = 4, .cq_entries = 4 };
+	struct kvmm_ring ring;
+	struct kvmm_cqe *cqe;
+	uint32_t i, got = 0;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
+	for (i = 0; i < 4; i++) {
+		struct kvmm_sqe *sqe = kvmm_get_sqe(&ring);
+
+		kvmm_prep_nop(sqe);
+		kvmm_sqe_set_data(sqe, i);
+	}
+	CU_ASSERT_PTR_NULL(kvmm_get_sqe(&ring) ? (void *)1 : NULL);
+	CU_ASSERT_EQUAL(kvmm_submit(&ring), 4);
+	/* CQ full: these four wait in the SQ until completions are reaped */
+	for (i = 4; i < 8; i++) {
+		struct kvmm_sqe *sqe = kvmm_get_sqe(&ring);
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(sqe);
+		kvmm_prep_nop(sqe);
+		kvmm_sqe_set_data(sqe, i);
+	}
+	CU_ASSERT_EQUAL(kvmm_submit(&ring), 4);
+	while (!kvmm_wait_cqe(&ring, &cqe)) {
+		CU_ASSERT_EQUAL(cqe->user_data, got);
+		got++;
+		kvmm_cqe_seen(&ring, cqe);
+	}
+	CU_ASSERT_EQUAL(got, 8);
+	CU_ASSERT_EQUAL(kvmm_ring_init(ctx, &(struct kvmm_ring_params){ .sq_entries = 3 },
+				       &ring) == -EINVAL, 1);
+	kvmm_ring_exit(&ring);
+	kvmm_destroy(ctx);
+}
+
+/* ---- malformed commands ---- */
+
+enum { S_NONE, S_ALL_ROWS };
+
+struct bad_case {
+	const char *what;
+	struct kvmm_sqe sqe;
+	int expect;
+	int setup;
+};
+
+#define SEQ_A	0	/* open, 18 tokens, 16 cached (pages of 4) */
+#define SEQ_C	3	/* never opened */
+
+#define BAD(w, e, ...) { .what = (w), .expect = (e), .sqe = { __VA_ARGS__ } }
+#define BAD_SETUP(w, e, st, ...) { .what = (w), .expect = (e), .setup = (st), .sqe = { __VA_ARGS__ } }
+
+static const struct bad_case bad_cases[] = {
+	BAD("opcode past the last", -EINVAL, .opcode = KVMM_OP_LAST),
+	BAD("opcode 255", -EINVAL, .opcode = 255),
+	BAD("sqe flags", -EINVAL, .opcode = KVMM_OP_NOP, .flags = 1),
+	BAD("resv0", -EINVAL, .opcode = KVMM_OP_NOP, .resv0 = 1),
+	BAD("resv[0]", -EINVAL, .opcode = KVMM_OP_NOP, .resv = { 1, 0 }),
+	BAD("resv[1]", -EINVAL, .opcode = KVMM_OP_NOP, .resv = { 0, 1 }),
+	BAD("NOP with a seq", -EINVAL, .opcode = KVMM_OP_NOP, .seq = 1),
+	BAD("NOP with a length", -EINVAL, .opcode = KVMM_OP_NOP, .len = 1),
+	BAD("OPEN with a buffer", -EINVAL, .opcode = KVMM_OP_OPEN, .buf = 1),
+	BAD("RECLAIM with ns", -EINVAL, .opcode = KVMM_OP_RECLAIM, .arg = 1, .ns = 3),
+	BAD("MATCH unknown seq", -EINVAL, .opcode = KVMM_OP_MATCH, .seq = 999, .len = 4),
+	BAD("MATCH never-opened seq", -EINVAL, .opcode = KVMM_OP_MATCH, .seq = SEQ_C, .len = 4),
+	BAD("MATCH on a non-empty seq", -EINVAL, .opcode = KVMM_OP_MATCH, .seq = SEQ_A, .len = 4),
+	BAD("MATCH unregistered buffer", -EFAULT, .opcode = KVMM_OP_MATCH, .seq = SEQ_A, .buf = 5, .len = 4),
+	BAD("MATCH buffer index past table", -EFAULT, .opcode = KVMM_OP_MATCH, .seq = SEQ_A, .buf = 999, .len = 4),
+	BAD("MATCH offset outside", -EFAULT, .opcode = KVMM_OP_MATCH, .seq = SEQ_A, .off = 4096, .len = 4),
+	BAD("MATCH length overflows", -EFAULT, .opcode = KVMM_OP_MATCH, .seq = SEQ_A, .len = UINT32_MAX),
+	BAD("MATCH offset + length wraps", -EFAULT, .opcode = KVMM_OP_MATCH, .seq = SEQ_A, .off = UINT64_MAX - 3, .len = 4),
+	BAD("MATCH unaligned offset", -EFAULT, .opcode = KVMM_OP_MATCH, .seq = SEQ_A, .off = 2, .len = 4),
+	BAD("MATCH zero length", -EINVAL, .opcode = KVMM_OP_MATCH, .seq = SEQ_A),
+	BAD("EXTEND by zero", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A),
+	BAD("EXTEND past max_seq_len", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 47),
+	BAD("EXTEND unknown flags", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 1, .arg2 = 4),
+	BAD("EXTEND flags past 32 bits", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 1, .arg2 = 1ull << 40),
+	BAD("EXTEND single with a buffer", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 1, .off = 4),
+	BAD("EXTEND batch with seq and arg", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 1, .buf = 2, .len = 1),
+	BAD("EXTEND batch repeats a seq", -EINVAL, .opcode = KVMM_OP_EXTEND, .buf = 2, .off = 0, .len = 2),
+	BAD("EXTEND batch names a closed seq", -EINVAL, .opcode = KVMM_OP_EXTEND, .buf = 2, .off = 16, .len = 1),
+	BAD("EXTEND batch too big for the pool", -ENOSPC, .opcode = KVMM_OP_EXTEND, .buf = 2, .off = 32, .len = 1),
+	BAD("COMMIT past the seq's length", -EINVAL, .opcode = KVMM_OP_COMMIT, .seq = SEQ_A, .len = 19),
+	BAD("CLOSE a closed seq (double close)", -EINVAL, .opcode = KVMM_OP_CLOSE, .seq = SEQ_C),
+	BAD("CLOSE without tokens but with a buffer", -EINVAL, .opcode = KVMM_OP_CLOSE, .seq = SEQ_A, .buf = 1),
+	BAD("RETRACT past the seq's length", -EINVAL, .opcode = KVMM_OP_RETRACT, .seq = SEQ_A, .len = 30),
+	BAD("PIN an uncached prefix", -ENOENT, .opcode = KVMM_OP_PIN, .ns = 7, .len = 8),
+	BAD("PIN unknown flags", -EINVAL, .opcode = KVMM_OP_PIN, .len = 8, .arg = 2),
+	BAD("UNPIN an unpinned prefix", -EINVAL, .opcode = KVMM_OP_UNPIN, .len = 12, .arg = KVMM_PIN_KEEP),
+	BAD("PRIO out of range", -EINVAL, .opcode = KVMM_OP_PRIO, .len = 8, .arg = KVMM_NR_PRIO),
+	BAD("RECLAIM zero pages", -EINVAL, .opcode = KVMM_OP_RECLAIM),
+	BAD("STATS buffer too small", -EINVAL, .opcode = KVMM_OP_STATS, .buf = 1, .len = 8),
+	BAD("PROBE buffer too small", -EINVAL, .opcode = KVMM_OP_PROBE, .buf = 1, .len = 64),
+	BAD("DUMP unknown kind", -EINVAL, .opcode = KVMM_OP_DUMP, .buf = 1, .len = 4096, .arg = 9),
+	BAD("DUMP buffer holds no record", -EINVAL, .opcode = KVMM_OP_DUMP, .buf = 1, .len = 40),
+	BAD("SET unknown key", -EINVAL, .opcode = KVMM_OP_SET, .arg = KVMM_SET_LAST),
+	BAD("SET low above high", -EINVAL, .opcode = KVMM_OP_SET, .arg = KVMM_SET_WMARK_LOW, .arg2 = 5),
+	BAD("SET unknown policy", -EINVAL, .opcode = KVMM_OP_SET, .arg = KVMM_SET_POLICY, .arg2 = 7),
+	BAD_SETUP("OPEN with every row taken", -EBUSY, S_ALL_ROWS, .opcode = KVMM_OP_OPEN),
+};
+
+static void ring_malformed_commands_fail_and_change_nothing(void)
+{
+	uint32_t tok[256], out[1024];
+	struct kvmm_extend_ent ents[6] = {
+		{ SEQ_A, 1 }, { SEQ_A, 1 },		/* repeated */
+		{ SEQ_C, 1 }, { 0, 0 },			/* closed */
+		{ SEQ_A, 40 }, { 0, 0 },		/* 10 pages: more than the pool */
+	};
+	size_t i;
+
+	CU_ASSERT(sizeof(bad_cases) / sizeof(bad_cases[0]) >= 25);
+	test_tokens(tok, 256, 5);
+	for (i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
+		const struct bad_case *bc = &bad_cases[i];
+		struct kvmm_iovec iov[3] = {
+			{ tok, sizeof(tok) }, { out, sizeof(out) }, { ents, sizeof(ents) },
+		};
+		uint64_t before[NR_KVMM_STATS], after[NR_KVMM_STATS];
+		struct kvmm_ctx *ctx = test_ctx(4, 12, 4, 64);
+		uint32_t seq, s;
+		int res;
+
+		/* seq A: 18 tokens, 16 committed; prefix tok[0..8) pinned (kept) */
+		CU_ASSERT_EQUAL_FATAL(test_seq_fill(ctx, 0, tok, 18, &seq), 0);
+		CU_ASSERT_EQUAL_FATAL(seq, SEQ_A);
+		CU_ASSERT_EQUAL_FATAL(kvmm_seq_commit(ctx, seq, tok, 18), 16);
+		CU_ASSERT_EQUAL_FATAL(kvmm_prefix_pin(ctx, 0, tok, 8), 8);
+		CU_ASSERT_EQUAL_FATAL(kvmm_set_watermarks(ctx, 0, 2, 3), 0);
+		if (bc->setup == S_ALL_ROWS)
+			while (!kvmm_seq_open(ctx, 1, &s))
+				;
+		test_stats(ctx, before);
+		res = kvmm_ioctl(ctx, &bc->sqe, iov, 3);
+		test_stats(ctx, after);
+		if (bc->expect == -ENOSPC)
+			after[KVMM_STAT_ALLOC_FAIL]--;	/* the refusal's own count */
+		if (res != bc->expect)
+			fprintf(stderr, "bad case '%s': %d, expected %d\n", bc->what, res,
+				bc->expect);
+		CU_ASSERT_EQUAL(res, bc->expect);
+		ASSERT_STATS_SAME(before, after);
+		CHECK_OK(ctx);
+		kvmm_destroy(ctx);
+	}
+	CU_ASSERT_EQUAL(kvmm_ioctl(NULL, &bad_cases[0].sqe, NULL, 0), -EINVAL);
+}
+
+int register_ring_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_ring", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, ring_request_lifecycle_matches_direct_api);
+	ADD_TEST(s, ring_exit_releases_sequences_and_pins);
+	ADD_TEST(s, ring_sequences_belong_to_their_ring);
+	ADD_TEST(s, ring_stats_probe_dump_set);
+	ADD_TEST(s, ring_full_cq_holds_back_until_reaped);
+	ADD_TEST(s, ring_malformed_commands_fail_and_change_nothing);
+	return 0;
+}

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: (GPL-2.0 WITH Linux-syscall-note) OR MIT */
+/*
+ * uapi/kvmm/ring.h - the command ring: the ABI through which an engine (in
+ * the same process or another) and the admin tools drive kvmm.
+ *
+ * Modelled on io_uring: a submission queue (SQ) and a completion queue
+ * (CQ) of fixed-size entries in one shared region, single producer and
+ * single consumer each, head/tail indices that only grow (wrapping at
+ * 2^32) and are masked into the arrays.  Payloads (token arrays, batch
+ * lists, output buffers) are addressed by (registered buffer, offset),
+ * never by pointer, so the same entries work in-process and across
+ * processes.  Documentation/userspace-api/ring.rst is the normative spec.
+ *
+ * Fixed-width types only; no pointers, no bitfields, no enum-typed fields;
+ * reserved fields must be zero; opcodes, flags and fields are only ever
+ * appended.  Compiles alone as C99 and C++.
+ */
+#ifndef _UAPI_KVMM_RING_H
+#define _UAPI_KVMM_RING_H
+
+#include <linux/types.h>
+#include <kvmm/kvmm.h>
+
+/* Opcodes.  Append only; a behaviour change gets a new opcode. */
+#define KVMM_OP_NOP		0	/* res 0 */
+#define KVMM_OP_PROBE		1	/* out: struct kvmm_probe */
+#define KVMM_OP_OPEN		2	/* ns; res: sequence id */
+#define KVMM_OP_MATCH		3	/* seq, tokens; res: matched tokens */
+#define KVMM_OP_EXTEND		4	/* seq + arg, or a batch; arg2: KVMM_EXTEND_* */
+#define KVMM_OP_COMMIT		5	/* seq, tokens; res: cached tokens */
+#define KVMM_OP_CLOSE		6	/* seq, tokens (len 0: no commit) */
+#define KVMM_OP_RETRACT		7	/* seq, tokens (len 0: no commit) */
+#define KVMM_OP_PIN		8	/* ns, tokens, arg: KVMM_PIN_*; res: pinned tokens */
+#define KVMM_OP_UNPIN		9	/* ns, tokens; res: unpinned tokens */
+#define KVMM_OP_RECLAIM		10	/* arg: pages; res: pages freed */
+#define KVMM_OP_STATS		11	/* out: struct kvmm_stats_snap; res: items */
+#define KVMM_OP_DUMP		12	/* arg: KVMM_DUMP_*, arg2: cursor; out: records */
+#define KVMM_OP_SET		13	/* arg: KVMM_SET_*, arg2: value */
+#define KVMM_OP_DROP_CACHES	14	/* res: pages freed */
+#define KVMM_OP_PRIO		15	/* ns, tokens, arg: priority; res: tokens */
+#define KVMM_OP_LAST		16
+
+/*
+ * struct kvmm_sqe - one command (64 bytes)
+ * @opcode: KVMM_OP_*
+ * @flags: KVMM_SQE_*; none defined yet, must be 0
+ * @buf: registered buffer index of the payload
+ * @seq: sequence id
+ * @off: payload offset in buffer @buf, in bytes; 4-byte aligned
+ * @len: payload length: tokens, batch entries, or output bytes (per opcode)
+ * @ns: namespace
+ * @arg: per opcode (tokens for a single EXTEND, pin flags, priority,
+ *	pages to reclaim, dump kind, SET key)
+ * @resv0: must be 0
+ * @arg2: per opcode (EXTEND flags, dump cursor, SET value)
+ * @user_data: copied to the completion untouched
+ * @resv: must be 0
+ */
+struct kvmm_sqe {
+	__u8	opcode;
+	__u8	flags;
+	__u16	buf;
+	__u32	seq;
+	__u64	off;
+	__u32	len;
+	__u32	ns;
+	__u32	arg;
+	__u32	resv0;
+	__u64	arg2;
+	__u64	user_data;
+	__u64	resv[2];
+};
+
+/*
+ * struct kvmm_cqe - one completion (16 bytes)
+ * @user_data: the command's user_data
+ * @res: result (>= 0) or -errno
+ * @flags: KVMM_CQE_F_*
+ */
+struct kvmm_cqe {
+	__u64	user_data;
+	__s32	res;
+	__u32	flags;
+};
+
+#define KVMM_CQE_F_MORE		(1u << 0)	/* DUMP: more records after the cursor */
+
+/* EXTEND: len 0 extends @seq by @arg tokens; len > 0 reads @len of these. */
+struct kvmm_extend_ent {
+	__u32	seq;
+	__u32	n;
+};
+
+/* PIN flags (arg) */
+#define KVMM_PIN_KEEP		(1u << 0)	/* outlives the ring that took it */
+#define KVMM_PIN_FLAGS		KVMM_PIN_KEEP
+
+/* SET keys (arg); value in arg2 */
+#define KVMM_SET_WMARK_MIN	0
+#define KVMM_SET_WMARK_LOW	1
+#define KVMM_SET_WMARK_HIGH	2
+#define KVMM_SET_POLICY		3	/* KVMM_POLICY_* */
+#define KVMM_SET_LAST		4
+
+#define KVMM_POLICY_LRU		0
+#define KVMM_POLICY_SLRU	1
+#define KVMM_POLICY_LAST	2
+
+/* DUMP kinds (arg) */
+#define KVMM_DUMP_NODES		0
+#define KVMM_DUMP_SEQS		1
+#define KVMM_DUMP_LAST		2
+
+/*
+ * struct kvmm_dump_hdr - starts a DUMP's output buffer
+ * @next: cursor to pass for the next page; 0 when this was the last
+ * @nr: records that follow
+ * @rec_size: bytes per record (records grow by appending fields)
+ */
+struct kvmm_dump_hdr {
+	__u64	next;
+	__u32	nr;
+	__u32	rec_size;
+};
+
+/*
+ * struct kvmm_dump_node - one prefix-tree node (64 bytes)
+ * @id: unique for the context's life; @parent: the parent's id, 0 for a root
+ * @atime: logical time of the last access (larger is more recent)
+ * @ns: namespace; @len: tokens on the edge (0 for a root)
+ * @lock_ref: sequences and pins holding it or a descendant
+ * @pins: pins ending here; @hits: accesses (saturating)
+ * @depth: 0 for a root; @prio: eviction priority; @tier: KVMM_TIER_*
+ * @flags: KVMM_DUMP_F_*
+ * @token0: first token id of the edge (display only)
+ */
+struct kvmm_dump_node {
+	__u64	id;
+	__u64	parent;
+	__u64	atime;
+	__u32	ns;
+	__u32	len;
+	__u32	lock_ref;
+	__u32	pins;
+	__u32	hits;
+	__u32	depth;
+	__u8	prio;
+	__u8	tier;
+	__u16	flags;
+	__u32	token0;
+	__u64	resv;
+};
+
+#define KVMM_DUMP_F_ROOT	(1u << 0)
+#define KVMM_DUMP_F_EVICTABLE	(1u << 1)	/* an unlocked leaf, on a reclaim list */
+
+/* struct kvmm_dump_seq - one open sequence (32 bytes) */
+struct kvmm_dump_seq {
+	__u32	seq;
+	__u32	ns;
+	__u32	len;
+	__u32	cached;
+	__u32	owner;		/* ring id that opened it, 0 for the direct API */
+	__u32	resv;
+	__u64	node;		/* id of the deepest node it locks, 0 if none */
+};
+
+/*
+ * struct kvmm_stats_snap - starts STATS output; @nr __u64 values follow,
+ * indexed by enum kvmm_stat_item
+ * @nr: the library's NR_KVMM_STATS, or fewer if the buffer is short
+ * @abi: KVMM_ABI_VERSION
+ */
+struct kvmm_stats_snap {
+	__u32	nr;
+	__u32	abi;
+};
+
+/* Feature bits of struct kvmm_probe.features */
+#define KVMM_FEAT_NAMESPACES	(1ull << 0)
+#define KVMM_FEAT_PIN_KEEP	(1ull << 1)
+#define KVMM_FEAT_SLRU		(1ull << 2)
+
+/*
+ * struct kvmm_probe - PROBE output (128 bytes)
+ * @abi: KVMM_ABI_VERSION
+ * @nr_ops: KVMM_OP_LAST of the library that answered
+ * @ops: bit n set: opcode n is supported
+ * @features: KVMM_FEAT_*
+ * @page_size, @nr_pages, @max_seqs, @max_seq_len: the context's shape
+ * @sqe_size, @cqe_size: sizeof the entries, to catch a mismatched build
+ * @resv: zero
+ */
+struct kvmm_probe {
+	__u32	abi;
+	__u32	nr_ops;
+	__u64	ops[2];
+	__u64	features;
+	__u32	page_size;
+	__u32	nr_pages;
+	__u32	max_seqs;
+	__u32	max_seq_len;
+	__u32	sqe_size;
+	__u32	cqe_size;
+	__u64	resv[9];
+};
+
+/*
+ * struct kvmm_ring_hdr - the start of a ring region.  The producer of the
+ * SQ is the client, its consumer the dispatcher; for the CQ the other way
+ * round.  Each index sits on its own 64-byte line.  A producer fills
+ * entries, then publishes the tail with a release store; the consumer
+ * reads the tail with an acquire load, consumes, then publishes the head
+ * with a release store.
+ * @magic: KVMM_RING_MAGIC
+ * @abi: KVMM_ABI_VERSION
+ * @sq_entries, @cq_entries: powers of two
+ * @sq_off, @cq_off: byte offsets of the SQE and CQE arrays in the region
+ * @buf_off, @buf_size: the region's data area (buffer 0 across processes)
+ * @flags: KVMM_RING_F_*
+ * @ring_id: the dispatcher's id of this ring (owner of its sequences)
+ */
+struct kvmm_ring_hdr {
+	__u64	magic;
+	__u32	abi;
+	__u32	hdr_size;
+	__u32	sq_entries;
+	__u32	cq_entries;
+	__u32	sq_off;
+	__u32	cq_off;
+	__u32	buf_off;
+	__u32	buf_size;
+	__u32	flags;
+	__u32	ring_id;
+	__u32	resv0[4];
+	__u32	sq_head;	/* offset 64: written by the dispatcher */
+	__u32	pad1[15];
+	__u32	sq_tail;	/* offset 128: written by the client */
+	__u32	pad2[15];
+	__u32	cq_head;	/* offset 192: written by the client */
+	__u32	pad3[15];
+	__u32	cq_tail;	/* offset 256: written by the dispatcher */
+	__u32	sq_sleeping;	/* the dispatcher waits for a doorbell */
+	__u32	cq_sleeping;	/* the client waits for a doorbell */
+	__u32	pad4[13];
+};
+
+#define KVMM_RING_MAGIC		0x474e49524d4d564bull	/* "KVMMRING" */
+#define KVMM_RING_F_POLL	(1u << 0)	/* the dispatcher polls the SQ */
+#define KVMM_RING_F_FLAGS	KVMM_RING_F_POLL
+
+/*
+ * Attaching across processes (a Unix stream socket): the client sends a
+ * struct kvmm_hello; the server answers with a struct kvmm_welcome and,
+ * when status is 0, three descriptors in SCM_RIGHTS: the ring region
+ * (map it shared, welcome.map_size bytes), the SQ doorbell and the CQ
+ * doorbell (eventfds).  The ring lives until the socket closes; closing
+ * it (or dying) releases everything the ring held.
+ */
+struct kvmm_hello {
+	__u64	magic;		/* KVMM_RING_MAGIC */
+	__u32	abi;		/* KVMM_ABI_VERSION */
+	__u32	sqe_size;
+	__u32	cqe_size;
+	__u32	sq_entries;
+	__u32	cq_entries;
+	__u32	flags;		/* KVMM_RING_F_* */
+	__u64	buf_size;
+	__u64	resv[2];
+};
+
+struct kvmm_welcome {
+	__s32	status;		/* 0, or -errno: why the ring was refused */
+	__u32	ring_id;
+	__u64	map_size;
+	__u32	sq_entries;
+	__u32	cq_entries;
+	__u64	buf_size;
+	__u64	resv[2];
+};
+
+#endif /* _UAPI_KVMM_RING_H */
