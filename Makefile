@@ -88,7 +88,7 @@ PROGS	:= $(addprefix $(objtree)/bin/,$(progs-y))
 TESTS	:= $(objtree)/tests/kvmm-tests
 
 all-objs := $(lib-objs) $(foreach p,$(progs-y),$(addprefix tools/,$($(p)-objs))) \
-	    $(addprefix tests/,$(tests-y))
+	    $(addprefix tests/,$(tests-y)) $(addprefix fuzz/,$(addsuffix .o,dispatch_fuzz ring_fuzz))
 
 # ---- commands, quiet unless V=1 ----
 cmd = @$(if $($(quiet)cmd_$(1)),echo '  $($(quiet)cmd_$(1))';) $(cmd_$(1))
@@ -185,6 +185,28 @@ demo: all
 deps:
 	$(Q)$(srctree)/scripts/install-deps.sh
 
+# libFuzzer harnesses (clang): each runs FUZZ_TIME seconds; a crash, a
+# sanitizer report or a broken invariant (abort) fails the target.
+FUZZ_TIME	?= 60
+FUZZERS		:= dispatch_fuzz ring_fuzz
+fuzz:
+	$(Q)$(MAKE) -f $(srctree)/Makefile CC=clang SAN=address,undefined DEBUG=2 \
+		O=$(abspath $(srctree))/build-fuzz CFLAGS=-fsanitize=fuzzer-no-link fuzz-run
+
+.PHONY: fuzz fuzz-run
+fuzz-run: $(addprefix $(objtree)/fuzz/,$(FUZZERS))
+	$(Q)set -e; for f in $(FUZZERS); do \
+		mkdir -p $(objtree)/corpus/$$f; \
+		echo "  FUZZ    $$f for $(FUZZ_TIME) s"; \
+		$(objtree)/fuzz/$$f -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
+			$(objtree)/corpus/$$f 2>$(objtree)/fuzz/$$f.log || \
+			{ tail -40 $(objtree)/fuzz/$$f.log; exit 1; }; \
+		grep -E 'stat::number_of_executed_units|stat::peak_rss' $(objtree)/fuzz/$$f.log; \
+	done
+
+$(objtree)/fuzz/%: $(objtree)/fuzz/%.o $(LIB_A)
+	$(Q)$(CC) $(ld_flags) -fsanitize=fuzzer -o $@ $^
+
 install: lib
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/kvmm
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
@@ -213,6 +235,7 @@ help:
 	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites'
 	@echo '  bench      run kvmm-bench micro and replay; JSON lines to BENCH_OUT'
 	@echo '  run        install missing packages (as root), build, run the demo'
+	@echo '  fuzz       libFuzzer harnesses (clang), FUZZ_TIME seconds each'
 	@echo '  install    library, headers and kvmm.pc under DESTDIR/PREFIX'
 	@echo '  deps       install missing Debian packages (as root)'
 	@echo '  config     probe features again into O/include/generated/autoconf.h'

@@ -65,7 +65,7 @@ static uint32_t *node_buf_alloc(struct kvmm_ctx *ctx, uint32_t len)
 static void node_set_buf(struct kvmm_node *node, uint32_t *buf, uint32_t len)
 {
 	node->tokens = buf;
-	node->pfns = (int32_t *)(buf + len);
+	node->pfns = buf ? (int32_t *)(buf + len) : NULL;	/* roots have no edge */
 	node->len = len;
 }
 

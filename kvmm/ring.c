@@ -113,18 +113,35 @@ static int sqe_check_fields(const struct kvmm_sqe *sqe)
 	return 0;
 }
 
-/* A payload of @bytes at (buf, off), or NULL when it leaves the buffer. */
-static void *payload(const struct kvmm_disp *d, const struct kvmm_sqe *sqe,
-		     uint64_t bytes)
+/*
+ * A payload of @bytes at (buf, off), or NULL when it leaves the buffer or
+ * its address is not @align aligned (4 for tokens and batch entries, 8 for
+ * the output records, which hold 64-bit fields).
+ */
+static void *payload_aligned(const struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+			     uint64_t bytes, uintptr_t align)
 {
 	const struct kvmm_iovec *iov;
+	char *p;
 
-	if (sqe->buf >= KVMM_RING_MAX_BUFS || (sqe->off & 3))
+	if (sqe->buf >= KVMM_RING_MAX_BUFS)
 		return NULL;
 	iov = &d->bufs[sqe->buf];
 	if (!iov->base || sqe->off > iov->len || bytes > iov->len - sqe->off)
 		return NULL;
-	return (char *)iov->base + sqe->off;
+	p = (char *)iov->base + sqe->off;
+	return ((uintptr_t)p & (align - 1)) ? NULL : p;
+}
+
+static void *payload(const struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		     uint64_t bytes)
+{
+	return payload_aligned(d, sqe, bytes, 4);
+}
+
+static void *output(const struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+{
+	return payload_aligned(d, sqe, sqe->len, 8);
 }
 
 /*
@@ -250,7 +267,7 @@ static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 {
 	const struct kvmm_ctx *ctx = d->ctx;
-	struct kvmm_probe *p = payload(d, sqe, sqe->len);
+	struct kvmm_probe *p = output(d, sqe);
 	uint32_t op;
 
 	if (!p)
@@ -274,7 +291,7 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 
 static int op_stats(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 {
-	struct kvmm_stats_snap *snap = payload(d, sqe, sqe->len);
+	struct kvmm_stats_snap *snap = output(d, sqe);
 	uint32_t room;
 
 	if (!snap)
@@ -376,7 +393,7 @@ static int dump_seqs(struct kvmm_disp *d, uint64_t cursor, struct kvmm_dump_hdr 
 
 static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
 {
-	struct kvmm_dump_hdr *hdr = payload(d, sqe, sqe->len);
+	struct kvmm_dump_hdr *hdr = output(d, sqe);
 	uint32_t rec_size;
 
 	if (!hdr)

@@ -16,7 +16,7 @@ struct rfix {
 	struct kvmm_ctx *ctx;
 	struct kvmm_ring ring;
 	uint32_t tok[NTOK];
-	uint8_t out[8192];
+	uint64_t out[1024];
 };
 
 static void rfix_init(struct rfix *f, uint32_t ps, uint32_t pages)
@@ -317,7 +317,8 @@ static const struct bad_case bad_cases[] = {
 
 static void ring_malformed_commands_fail_and_change_nothing(void)
 {
-	uint32_t tok[256], out[1024];
+	uint32_t tok[256];
+	uint64_t out[512];
 	struct kvmm_extend_ent ents[6] = {
 		{ SEQ_A, 1 }, { SEQ_A, 1 },		/* repeated */
 		{ SEQ_C, 1 }, { 0, 0 },			/* closed */

@@ -46,7 +46,9 @@
  * @flags: KVMM_SQE_*; none defined yet, must be 0
  * @buf: registered buffer index of the payload
  * @seq: sequence id
- * @off: payload offset in buffer @buf, in bytes; 4-byte aligned
+ * @off: payload offset in buffer @buf, in bytes; the payload's address
+ *	must be 4-byte aligned (tokens, batch entries) or 8-byte aligned
+ *	(PROBE, STATS and DUMP output), else the command fails with -EFAULT
  * @len: payload length: tokens, batch entries, or output bytes (per opcode)
  * @ns: namespace
  * @arg: per opcode (tokens for a single EXTEND, pin flags, priority,
