@@ -88,7 +88,8 @@ PROGS	:= $(addprefix $(objtree)/bin/,$(progs-y))
 TESTS	:= $(objtree)/tests/kvmm-tests
 
 all-objs := $(lib-objs) $(foreach p,$(progs-y),$(addprefix tools/,$($(p)-objs))) \
-	    $(addprefix tests/,$(tests-y)) $(addprefix fuzz/,$(addsuffix .o,dispatch_fuzz ring_fuzz))
+	    $(addprefix tests/,$(tests-y)) $(addprefix fuzz/,$(addsuffix .o,dispatch_fuzz ring_fuzz)) \
+	    tests/stress/stress.o tests/stress/stress_client.o
 
 # ---- commands, quiet unless V=1 ----
 cmd = @$(if $($(quiet)cmd_$(1)),echo '  $($(quiet)cmd_$(1))';) $(cmd_$(1))
@@ -157,6 +158,16 @@ $(TESTS): link_libs = -lcunit -lm
 $(TESTS): $(addprefix $(objtree)/tests/,$(tests-y)) $(LIB_A)
 	$(call cmd,link)
 
+# The multi-process stress test: kvmm-stress drives kvmm-stress-client
+# processes and kvmmctl.
+STRESS := $(objtree)/tests/kvmm-stress $(objtree)/tests/kvmm-stress-client
+$(objtree)/tests/kvmm-stress: link_libs = -lcunit -lm
+$(objtree)/tests/kvmm-stress: $(objtree)/tests/stress/stress.o $(objtree)/tests/helpers.o $(LIB_A)
+	$(call cmd,link)
+$(objtree)/tests/kvmm-stress-client: link_libs = -lm
+$(objtree)/tests/kvmm-stress-client: $(objtree)/tests/stress/stress_client.o $(LIB_A)
+	$(call cmd,link)
+
 # ---- running ----
 # Tests run at DEBUG=$(CHECK_DEBUG) (invariant walks after every operation)
 # in their own output tree, so they never mix objects with a release build.
@@ -169,6 +180,15 @@ run-tests: $(TESTS)
 	@if [ "$(CONFIG_KVMM_CUNIT)" != y ]; then \
 		echo "check: CUnit not found: install libcunit1-dev (make deps)" >&2; exit 1; fi
 	$(Q)$(TESTS) $(TESTARGS)
+
+# make stress [SAN=thread|address,undefined] [KILLS=N]
+KILLS		?= 120
+stress:
+	$(Q)$(MAKE) -f $(srctree)/Makefile DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-stress
+
+.PHONY: stress run-stress
+run-stress: $(STRESS) $(objtree)/bin/kvmmctl
+	$(Q)$(objtree)/tests/kvmm-stress -k $(KILLS) -b $(objtree)/tests
 
 BENCH_OUT	?= $(objtree)/bench.jsonl
 WORKLOAD	?= $(SHARED)/bench/workload.txt
@@ -236,6 +256,7 @@ help:
 	@echo '  bench      run kvmm-bench micro and replay; JSON lines to BENCH_OUT'
 	@echo '  run        install missing packages (as root), build, run the demo'
 	@echo '  fuzz       libFuzzer harnesses (clang), FUZZ_TIME seconds each'
+	@echo '  stress     clients killed at random while they use rings (KILLS=120)'
 	@echo '  install    library, headers and kvmm.pc under DESTDIR/PREFIX'
 	@echo '  deps       install missing Debian packages (as root)'
 	@echo '  config     probe features again into O/include/generated/autoconf.h'
