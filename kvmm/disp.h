@@ -23,6 +23,5 @@ void kvmm_disp_attach(struct kvmm_disp *d, struct kvmm_ring_hdr *hdr,
 uint32_t kvmm_disp_process(struct kvmm_disp *d);
 bool kvmm_disp_pending(const struct kvmm_disp *d);
 
-#define KVMM_RING_MAX_BUFS	64
 
 #endif

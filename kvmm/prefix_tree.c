@@ -609,7 +609,8 @@ uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from
  *
  * The caller's remaining frames become CACHED and owned by the tree.
  *
- * Return: 0, or -ENOMEM with nothing changed.
+ * Return: 0; -ENOMEM, or -EINVAL for a key that changed while it was read;
+ * nothing changed on failure.
  */
 int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		     const uint32_t *key, uint32_t n, int32_t *pfns,
@@ -626,6 +627,21 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		leaf = node_alloc(ctx, rest);
 		if (!leaf)
 			return -ENOMEM;
+		/*
+		 * Copy the new edge now and check it against what the walk saw:
+		 * a key that changed under us (another thread or process writing
+		 * the caller's buffer) must not give a node two children with
+		 * the same first page.  The walk stopped because no child starts
+		 * with the key's next page (or, inside an edge, because the
+		 * edge's next page differs), so the copy must not start with it.
+		 */
+		memcpy(leaf->tokens, key + path.matched, (size_t)rest * sizeof(*key));
+		if (path.split ? !memcmp(leaf->tokens, path.node->tokens + path.split,
+					 ctx->page_size * sizeof(*key)) :
+				 kvmm_tree_lookup_child(ctx, path.node, leaf->tokens) != NULL) {
+			node_free(ctx, leaf);
+			return -EINVAL;
+		}
 	}
 	ret = kvmm_tree_split(ctx, &path);
 	if (ret) {
@@ -643,7 +659,6 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 	if (leaf) {
 		uint32_t nr = rest >> ctx->page_shift;
 
-		memcpy(leaf->tokens, key + path.matched, (size_t)rest * sizeof(*key));
 		memcpy(leaf->pfns, pfns + dup, (size_t)nr * sizeof(*pfns));
 		kvmm_set_page_state(&ctx->zone, leaf->pfns, nr, KVMM_PAGE_CACHED);
 		leaf->parent = end;

@@ -16,11 +16,13 @@
  *  - every field the opcode does not use, every reserved field and every
  *    flag must be zero (-EINVAL), so new fields can be added later;
  *  - payloads are (buffer, offset, length) triples checked against the
- *    registered buffers (-EFAULT), never pointers.  A dispatcher for
- *    another process copies token and batch payloads into private memory
- *    before reading them: the tree reads a key more than once (hash, then
- *    compare, then copy), and a key that changed in between could give a
- *    node two children with the same first page.
+ *    registered buffers (-EFAULT), never pointers.  Token payloads are
+ *    read in place: a key rewritten while the tree reads it can only
+ *    change that command's own result, and the tree refuses an insert
+ *    whose copied edge no longer agrees with its walk (-EINVAL), so the
+ *    structure stays sound.  A dispatcher for another process copies
+ *    batch lists into private memory first, since they name sequences
+ *    that are checked once and then used.
  *
  * A failed command changes nothing: validation happens before the core
  * is called, and every core call is itself all-or-nothing.
@@ -50,7 +52,7 @@
  * @sqes, @cqes: its arrays; @sq_mask, @cq_mask: entries - 1 (private)
  * @sq_head, @cq_tail: the indices this side owns (private)
  * @pins: nodes of the pins it holds; @nr_pins, @cap_pins
- * @scratch: private copy of an untrusted payload (NULL when trusted)
+ * @scratch: private copy of an untrusted batch list (NULL when trusted)
  * @scratch_bytes: its size
  */
 struct kvmm_disp {
@@ -145,9 +147,9 @@ static void *output(const struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 }
 
 /*
- * An input payload to read: in place for a trusted ring, else copied to
- * the dispatcher's scratch (sized for the longest key or batch allowed;
- * a longer payload is refused).  @err is -EFAULT or -EINVAL on NULL.
+ * A batch list to read: in place for a trusted ring, else copied to the
+ * dispatcher's scratch (sized for the largest batch allowed, one entry per
+ * sequence; a longer one is refused).  @err is -EFAULT or -EINVAL on NULL.
  */
 static const void *input(const struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 			 uint64_t bytes, int *err)
@@ -471,9 +473,9 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 	case KVMM_OP_UNPIN:
 	case KVMM_OP_PRIO:
 		if (sqe->len) {
-			tok = input(d, sqe, (uint64_t)sqe->len * sizeof(*tok), &ret);
+			tok = payload(d, sqe, (uint64_t)sqe->len * sizeof(*tok));
 			if (!tok)
-				return ret;
+				return -EFAULT;
 		} else if (sqe->buf || sqe->off) {
 			return -EINVAL;
 		}
@@ -525,7 +527,7 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
  * kvmm_disp_create() - a dispatcher for a new ring on @ctx
  * @ctx: the context
  * @untrusted: the ring's memory is shared with another process: copy
- *	payloads before reading them
+ *	batch lists before reading them
  * @dp: out
  *
  * Context: takes ctx->lock.
@@ -536,11 +538,8 @@ int kvmm_disp_create(struct kvmm_ctx *ctx, bool untrusted, struct kvmm_disp **dp
 	size_t scratch = 0;
 	struct kvmm_disp *d;
 
-	if (untrusted) {
-		scratch = (size_t)ctx->params.max_seq_len * sizeof(uint32_t);
-		if (scratch < (size_t)ctx->max_seqs * sizeof(struct kvmm_extend_ent))
-			scratch = (size_t)ctx->max_seqs * sizeof(struct kvmm_extend_ent);
-	}
+	if (untrusted)
+		scratch = (size_t)ctx->max_seqs * sizeof(struct kvmm_extend_ent);
 	pthread_mutex_lock(&ctx->lock);
 	d = kvmm_zalloc(ctx, sizeof(*d));
 	if (d && scratch) {

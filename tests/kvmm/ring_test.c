@@ -6,6 +6,7 @@
  * and change nothing.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "../helpers.h"
@@ -363,6 +364,62 @@ static void ring_malformed_commands_fail_and_change_nothing(void)
 	CU_ASSERT_EQUAL(kvmm_ioctl(NULL, &bad_cases[0].sqe, NULL, 0), -EINVAL);
 }
 
+struct scribbler {
+	volatile uint32_t *tok;
+	volatile int stop;
+};
+
+static void *scribble(void *arg)
+{
+	struct scribbler *sc = arg;
+	uint32_t x = 1;
+
+	while (!sc->stop) {
+		x = x * 1103515245 + 12345;
+		sc->tok[(x >> 8) % 64] = (x >> 20) % 3;
+	}
+	return NULL;
+}
+
+/*
+ * A client rewriting its token buffer while commands read it (as another
+ * process can): results may be anything, inserts may be refused with
+ * -EINVAL (about half of them here), but every invariant must hold after
+ * every command (DEBUG=3 checks them) and at the end.
+ */
+static void ring_tokens_rewritten_while_read_keep_tree_sound(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 4096, 4, 64);
+	struct scribbler sc;
+	uint32_t tok[64] = { 0 }, i;
+	struct kvmm_iovec iov = { tok, sizeof(tok) };
+	pthread_t th;
+
+	sc.tok = tok;
+	sc.stop = 0;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, scribble, &sc), 0);
+	for (i = 0; i < 3000; i++) {
+		struct kvmm_sqe sqe = { .opcode = KVMM_OP_OPEN };
+		int32_t seq = kvmm_ioctl(ctx, &sqe, &iov, 1), res;
+
+		CU_ASSERT_FATAL(seq >= 0);
+		sqe = (struct kvmm_sqe){ .opcode = KVMM_OP_EXTEND, .seq = (uint32_t)seq, .arg = 64 };
+		CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &sqe, &iov, 1), 0);
+		sqe = (struct kvmm_sqe){ .opcode = KVMM_OP_COMMIT, .seq = (uint32_t)seq, .len = 64 };
+		res = kvmm_ioctl(ctx, &sqe, &iov, 1);
+		CU_ASSERT(res >= 0 || res == -EINVAL);
+		sqe = (struct kvmm_sqe){ .opcode = KVMM_OP_CLOSE, .seq = (uint32_t)seq };
+		CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &sqe, &iov, 1), 0);
+		if (i % 500 == 499)
+			kvmm_drop_caches(ctx);
+	}
+	sc.stop = 1;
+	pthread_join(th, NULL);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_OWNED), 0);
+	kvmm_destroy(ctx);
+}
+
 int register_ring_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_ring", NULL, NULL);
@@ -375,5 +432,6 @@ int register_ring_suite(void)
 	ADD_TEST(s, ring_stats_probe_dump_set);
 	ADD_TEST(s, ring_full_cq_holds_back_until_reaped);
 	ADD_TEST(s, ring_malformed_commands_fail_and_change_nothing);
+	ADD_TEST(s, ring_tokens_rewritten_while_read_keep_tree_sound);
 	return 0;
 }

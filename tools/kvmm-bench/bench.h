@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include <libkvmm.h>
@@ -43,12 +44,19 @@ int workload_load(const char *path, struct workload *wl);
 void workload_free(struct workload *wl);
 int workload_generate(uint64_t seed, uint32_t nconv, struct workload *wl);
 
+enum replay_via {
+	VIA_DIRECT,	/* the C API */
+	VIA_RING,	/* an in-process ring */
+	VIA_REMOTE,	/* a ring attached to a server in another process */
+};
+
 struct replay_opts {
 	uint32_t page_size;
 	uint64_t capacity_tokens;	/* 0: the workload's */
 	uint32_t decode_chunk;		/* 0: all output tokens at once */
 	uint32_t repeat;
 	const char *evict;		/* NULL: lru */
+	enum replay_via via;
 };
 
 struct replay_result {
@@ -69,6 +77,9 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 int cmd_replay(int argc, char **argv);
 int cmd_micro(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_ring(int argc, char **argv);
+pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags);
+int server_reap(pid_t pid);
 
 static inline uint64_t now_ns(void)
 {

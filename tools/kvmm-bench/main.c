@@ -6,6 +6,7 @@
  *   kvmm-bench micro [--json] [--quick]
  *   kvmm-bench replay --workload FILE [options] [--json]
  *   kvmm-bench demo
+ *   kvmm-bench ring [--json] [--quick]
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -57,7 +58,8 @@ static void usage(FILE *f)
 		"usage: kvmm-bench COMMAND [options]\n"
 		"  micro [--json] [--quick]   allocator, tree and reclaim micro benchmarks\n"
 		"  replay --workload FILE ... replay a shared workload (see replay --help)\n"
-		"  demo                       a short generated replay with a readable summary\n");
+		"  demo                       a short generated replay with a readable summary\n"
+		"  ring [--json] [--quick]    command ring throughput and latency, in and across processes\n");
 }
 
 int main(int argc, char **argv)
@@ -72,6 +74,8 @@ int main(int argc, char **argv)
 		return cmd_replay(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "demo"))
 		return cmd_demo(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "ring"))
+		return cmd_ring(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * tools/kvmm-bench/replay.c - replay a workload by the rule of
- * ../shared/bench/README.md through kvmm's public API, timing only the
- * cache-management calls.
+ * ../shared/bench/README.md through kvmm, timing only the cache-management
+ * calls.
  *
  * Per request: open a sequence; match prompt[:N-1] (the last prompt token
  * is always recomputed); extend by the unmatched prompt tokens; commit the
@@ -15,34 +15,109 @@
  * A request's token array is built from its segments just before it is
  * admitted, untimed, as an engine's tokenizer hands over a prompt it has
  * just produced; it lives in the request's in-flight slot until finish.
+ *
+ * --via says how the commands travel: the C API (direct), an in-process
+ * ring (the slots are registered buffers: zero copy), or a ring attached
+ * to a kvmm server in a forked process (the slots live in the ring's data
+ * area, where the engine writes its tokens).  Through a ring the replay
+ * batches as an engine's step would: it keeps finished sequences open for
+ * reuse (a finish is a RETRACT that commits: insert, release, keep the
+ * row), defers them into the next admission's batch before its MATCH, and
+ * sends EXTEND + COMMIT + the decode EXTENDs as one batch.  In steady
+ * state a request is two round trips; the cache sees the same commands in
+ * the same order as the direct replay.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bench.h"
+
+#define RING_SQ		64
 
 struct replay {
 	const struct workload *wl;
 	const struct replay_opts *o;
-	struct kvmm_ctx *ctx;
-	uint32_t **tokens;	/* per in-flight slot: prompt, then output[:L-1] */
-	uint32_t *fifo_req, *fifo_seq;
+	struct kvmm_ctx *ctx;		/* direct, ring */
+	struct kvmm_ring ring;		/* ring, remote */
+	pid_t server;			/* remote */
+	char sock[108];
+	uint32_t **tokens;		/* token slots: prompt, then output[:L-1] */
+	uint32_t nslots, next_slot;	/* twice the in-flight requests, round robin,
+					 * so a deferred finish still finds its tokens */
+	uint32_t *fifo_req, *fifo_seq, *fifo_tok;
 	uint32_t head, count;
+	uint32_t *idle, nidle;		/* ring: open, empty sequences to reuse */
+	uint32_t pending;		/* ring: finishes prepared, not submitted */
 	uint8_t *done;
 	uint64_t ns;
 };
 
+/* Where slot @slot's tokens are for a ring command. */
+static void slot_buf(const struct replay *rp, uint32_t slot, uint16_t *buf, uint64_t *off)
+{
+	if (rp->o->via == VIA_RING) {
+		*buf = (uint16_t)(slot + 1);
+		*off = 0;
+	} else {
+		*buf = 0;
+		*off = (uint64_t)((char *)rp->tokens[slot] - (char *)rp->ring.buf);
+	}
+}
+
+/* Submit the @n prepared entries, wait for and reap their completions. */
+static int ring_do(struct replay *rp, uint32_t n, int32_t *res)
+{
+	struct kvmm_cqe *cqe;
+	uint32_t i;
+	int ret = kvmm_submit_and_wait(&rp->ring, n);
+
+	if (ret < 0)
+		return ret;
+	for (i = 0; i < n; i++) {
+		ret = kvmm_wait_cqe(&rp->ring, &cqe);
+		if (ret)
+			return ret;
+		res[i] = cqe->res;
+		kvmm_cqe_seen(&rp->ring, cqe);
+	}
+	return 0;
+}
+
+static int first_error(const int32_t *res, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		if (res[i] < 0)
+			return res[i];
+	return 0;
+}
+
 static int replay_finish_oldest(struct replay *rp)
 {
-	uint32_t slot = rp->head % rp->wl->max_inflight;
-	uint32_t r = rp->fifo_req[slot];
+	uint32_t fifo = rp->head % rp->wl->max_inflight, slot = rp->fifo_tok[fifo];
+	uint32_t r = rp->fifo_req[fifo], seq = rp->fifo_seq[fifo];
 	const struct wl_request *req = &rp->wl->reqs[r];
 	uint32_t n = req->prompt_len + (req->output_len ? req->output_len - 1 : 0);
 	uint64_t t0 = now_ns();
-	int ret = kvmm_seq_close(rp->ctx, rp->fifo_seq[slot], rp->tokens[slot], n);
+	uint16_t buf;
+	uint64_t off;
+	int ret = 0;
 
+	if (rp->o->via == VIA_DIRECT) {
+		ret = kvmm_seq_close(rp->ctx, seq, rp->tokens[slot], n);
+	} else {
+		/* deferred: it runs first in the next batch (its slot stays put) */
+		slot_buf(rp, slot, &buf, &off);
+		kvmm_prep_retract(kvmm_get_sqe(&rp->ring), seq, buf, off, n);
+		rp->pending++;
+		rp->idle[rp->nidle++] = seq;
+	}
 	rp->ns += now_ns() - t0;
 	if (ret) {
 		fprintf(stderr, "replay: close of request %u: %s\n", r, strerror(-ret));
@@ -52,6 +127,22 @@ static int replay_finish_oldest(struct replay *rp)
 	rp->head++;
 	rp->count--;
 	return 0;
+}
+
+/* Ring: submit the deferred finishes alone (the end of the replay). */
+static int flush_pending(struct replay *rp)
+{
+	int32_t res[RING_SQ];
+	uint32_t n = rp->pending;
+	uint64_t t0 = now_ns();
+	int ret;
+
+	if (!n)
+		return 0;
+	rp->pending = 0;
+	ret = ring_do(rp, n, res);
+	rp->ns += now_ns() - t0;
+	return ret ? ret : first_error(res, n);
 }
 
 /* Untimed: the request's prompt and output tokens, from its segments. */
@@ -68,19 +159,11 @@ static void build_tokens(const struct workload *wl, const struct wl_request *req
 	memcpy(t + pos, wl->seg_tokens[req->output_seg], req->output_len * sizeof(*t));
 }
 
-static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)
+static int admit_direct(struct replay *rp, const uint32_t *tok, uint32_t n, uint32_t out,
+			uint32_t chunk, uint32_t *seqp, uint32_t *mp)
 {
-	const struct wl_request *req = &rp->wl->reqs[r];
-	uint32_t slot = (rp->head + rp->count) % rp->wl->max_inflight;
-	const uint32_t *tok = rp->tokens[slot];
-	uint32_t n = req->prompt_len, out = req->output_len ? req->output_len - 1 : 0;
-	uint32_t chunk = rp->o->decode_chunk ? rp->o->decode_chunk : (out ? out : 1);
 	uint32_t seq, m = 0;
-	uint64_t t0;
 	int ret;
-
-	build_tokens(rp->wl, req, rp->tokens[slot]);
-	t0 = now_ns();
 
 	ret = kvmm_seq_open(rp->ctx, 0, &seq);
 	if (!ret && n > 1) {
@@ -102,16 +185,170 @@ static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)
 		ret = kvmm_seq_extend(rp->ctx, seq, step, 0);
 		out -= step;
 	}
+	*seqp = seq;
+	*mp = m;
+	return ret;
+}
+
+static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out,
+		      uint32_t chunk, uint32_t *seqp, uint32_t *mp)
+{
+	int32_t res[RING_SQ];
+	uint32_t seq, m = 0, k, pend = rp->pending;
+	uint16_t buf;
+	uint64_t off;
+	int ret;
+
+	slot_buf(rp, slot, &buf, &off);
+	rp->pending = 0;
+	if (!rp->nidle) {
+		/* only while the replay fills up: no finished sequence to reuse */
+		kvmm_prep_open(kvmm_get_sqe(&rp->ring), 0);
+		ret = ring_do(rp, pend + 1, res);
+		if (ret || (ret = first_error(res, pend + 1)))
+			return ret;
+		rp->idle[rp->nidle++] = (uint32_t)res[pend];
+		pend = 0;
+	}
+	seq = rp->idle[--rp->nidle];
+	*seqp = seq;
+	if (n > 1) {
+		kvmm_prep_match(kvmm_get_sqe(&rp->ring), seq, buf, off, n - 1);
+		ret = ring_do(rp, pend + 1, res);
+		if (ret || (ret = first_error(res, pend + 1)))
+			return ret;
+		m = (uint32_t)res[pend];
+	} else if (pend) {
+		ret = ring_do(rp, pend, res);
+		if (ret || (ret = first_error(res, pend)))
+			return ret;
+	}
+	*mp = m;
+	kvmm_prep_extend(kvmm_get_sqe(&rp->ring), seq, n - m, 0);
+	kvmm_prep_commit(kvmm_get_sqe(&rp->ring), seq, buf, off, n);
+	k = 2;
+	while (out) {
+		uint32_t step = out < chunk ? out : chunk;
+
+		if (k == RING_SQ) {
+			ret = ring_do(rp, k, res);
+			if (ret || (ret = first_error(res, k)))
+				return ret;
+			k = 0;
+		}
+		kvmm_prep_extend(kvmm_get_sqe(&rp->ring), seq, step, 0);
+		k++;
+		out -= step;
+	}
+	ret = ring_do(rp, k, res);
+	return ret ? ret : first_error(res, k);
+}
+
+static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)
+{
+	const struct wl_request *req = &rp->wl->reqs[r];
+	uint32_t fifo = (rp->head + rp->count) % rp->wl->max_inflight;
+	uint32_t slot = rp->next_slot++ % rp->nslots;
+	uint32_t n = req->prompt_len, out = req->output_len ? req->output_len - 1 : 0;
+	uint32_t chunk = rp->o->decode_chunk ? rp->o->decode_chunk : (out ? out : 1);
+	uint32_t seq = 0, m = 0;
+	uint64_t t0;
+	int ret;
+
+	build_tokens(rp->wl, req, rp->tokens[slot]);
+	t0 = now_ns();
+	if (rp->o->via == VIA_DIRECT)
+		ret = admit_direct(rp, rp->tokens[slot], n, out, chunk, &seq, &m);
+	else
+		ret = admit_ring(rp, slot, n, out, chunk, &seq, &m);
 	rp->ns += now_ns() - t0;
 	if (ret) {
 		fprintf(stderr, "replay: admitting request %u: %s\n", r, strerror(-ret));
 		return ret;
 	}
-	rp->fifo_req[slot] = r;
-	rp->fifo_seq[slot] = seq;
+	rp->fifo_req[fifo] = r;
+	rp->fifo_seq[fifo] = seq;
+	rp->fifo_tok[fifo] = slot;
 	rp->count++;
 	*matched += m;
 	return 0;
+}
+
+static int fetch_stats(struct replay *rp, uint64_t *st)
+{
+	struct kvmm_stats_snap *snap;
+	size_t off = (size_t)rp->nslots * (rp->wl->max_seq_len + 1) * 4;
+	int32_t res;
+	int ret;
+
+	if (rp->o->via == VIA_DIRECT) {
+		kvmm_stats(rp->ctx, st, NR_KVMM_STATS);
+		return 0;
+	}
+	/* in-process: buffer 0 is the ring's small data area; remote: past the slots */
+	if (rp->o->via == VIA_RING)
+		off = 0;
+	off = (off + 7) & ~(size_t)7;
+	snap = (struct kvmm_stats_snap *)((char *)rp->ring.buf + off);
+	kvmm_prep_stats(kvmm_get_sqe(&rp->ring), 0, off, sizeof(*snap) + NR_KVMM_STATS * 8);
+	ret = ring_do(rp, 1, &res);
+	if (ret || res < 0)
+		return ret ? ret : res;
+	memcpy(st, snap + 1, NR_KVMM_STATS * sizeof(*st));
+	return 0;
+}
+
+static int session_start(struct replay *rp, const struct kvmm_params *p)
+{
+	const struct workload *wl = rp->wl;
+	size_t stride = (size_t)wl->max_seq_len + 1;
+	struct kvmm_ring_params rp_params = { .sq_entries = RING_SQ };
+	struct kvmm_iovec iov[KVMM_RING_MAX_BUFS - 1];
+	uint32_t i;
+	int ret;
+
+	if (rp->o->via == VIA_REMOTE) {
+		snprintf(rp->sock, sizeof(rp->sock), "/tmp/kvmm-bench-%d.sock", (int)getpid());
+		rp->server = server_fork(p, rp->sock, 0);
+		if (rp->server < 0)
+			return -ECHILD;
+		rp_params.buf_size = ((stride * 4 * rp->nslots + 7) & ~7ull) +
+				     sizeof(struct kvmm_stats_snap) + NR_KVMM_STATS * 8;
+		ret = kvmm_ring_connect(rp->sock, &rp_params, &rp->ring);
+		if (ret)
+			return ret;
+		for (i = 0; i < rp->nslots; i++)
+			rp->tokens[i] = (uint32_t *)rp->ring.buf + i * stride;
+		return 0;
+	}
+	ret = kvmm_create(p, &rp->ctx);
+	if (ret || rp->o->via == VIA_DIRECT)
+		return ret;
+	rp_params.buf_size = sizeof(struct kvmm_stats_snap) + NR_KVMM_STATS * 8;
+	ret = kvmm_ring_init(rp->ctx, &rp_params, &rp->ring);
+	if (ret)
+		return ret;
+	for (i = 0; i < rp->nslots; i++)
+		iov[i] = (struct kvmm_iovec){ rp->tokens[i], stride * sizeof(uint32_t) };
+	return kvmm_ring_register_buffers(&rp->ring, iov, rp->nslots);
+}
+
+/* Tear down; for a remote server, its kvmm_check() at exit is the verdict. */
+static bool session_end(struct replay *rp)
+{
+	bool ok = true;
+
+	if (rp->o->via != VIA_DIRECT)
+		kvmm_ring_exit(&rp->ring);
+	if (rp->o->via == VIA_REMOTE) {
+		ok = rp->server > 0 && !server_reap(rp->server);
+		rp->server = 0;
+	} else {
+		ok = kvmm_check(rp->ctx) == 0;
+		kvmm_destroy(rp->ctx);
+		rp->ctx = NULL;
+	}
+	return ok;
 }
 
 static int replay_once(struct replay *rp, struct replay_result *res, double *us)
@@ -128,14 +365,17 @@ static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 	};
 	uint64_t st[NR_KVMM_STATS], matched = 0;
 	uint32_t r;
+	bool checked;
 	int ret;
 
-	ret = kvmm_create(&p, &rp->ctx);
+	ret = session_start(rp, &p);
 	if (ret) {
-		fprintf(stderr, "replay: kvmm_create: %s\n", strerror(-ret));
+		fprintf(stderr, "replay: setting up: %s\n", strerror(-ret));
+		session_end(rp);
 		return ret;
 	}
 	rp->head = rp->count = 0;
+	rp->nidle = rp->pending = rp->next_slot = 0;
 	rp->ns = 0;
 	memset(rp->done, 0, wl->nreq);
 	for (r = 0; r < wl->nreq && !ret; r++) {
@@ -150,23 +390,24 @@ static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 	}
 	while (!ret && rp->count)
 		ret = replay_finish_oldest(rp);
-	if (!ret) {
-		kvmm_stats(rp->ctx, st, NR_KVMM_STATS);
-		res->requests = wl->nreq;
-		res->prompt_tokens = wl->prompt_tokens;
-		res->matched_tokens = matched;
-		res->evicted_tokens = st[KVMM_STAT_EVICT_PAGES] * p.page_size;
-		res->cached_tokens_end = st[KVMM_STAT_PAGES_CACHED] * p.page_size;
-		res->meta_bytes_end = st[KVMM_STAT_META_BYTES];
-		res->accounting_ok = kvmm_check(rp->ctx) == 0 &&
-				     st[KVMM_STAT_PAGES_OWNED] == 0 &&
-				     st[KVMM_STAT_PAGES_FREE] + st[KVMM_STAT_PAGES_CACHED] ==
-				     st[KVMM_STAT_PAGES_TOTAL];
-		*us = (double)rp->ns / 1e3 / wl->nreq;
-	}
-	kvmm_destroy(rp->ctx);
-	rp->ctx = NULL;
-	return ret;
+	if (!ret && rp->o->via != VIA_DIRECT)
+		ret = flush_pending(rp);
+	if (!ret)
+		ret = fetch_stats(rp, st);
+	checked = session_end(rp);
+	if (ret)
+		return ret;
+	res->requests = wl->nreq;
+	res->prompt_tokens = wl->prompt_tokens;
+	res->matched_tokens = matched;
+	res->evicted_tokens = st[KVMM_STAT_EVICT_PAGES] * p.page_size;
+	res->cached_tokens_end = st[KVMM_STAT_PAGES_CACHED] * p.page_size;
+	res->meta_bytes_end = st[KVMM_STAT_META_BYTES];
+	res->accounting_ok = checked && st[KVMM_STAT_PAGES_OWNED] == 0 &&
+			     st[KVMM_STAT_PAGES_FREE] + st[KVMM_STAT_PAGES_CACHED] ==
+			     st[KVMM_STAT_PAGES_TOTAL];
+	*us = (double)rp->ns / 1e3 / wl->nreq;
+	return 0;
 }
 
 /**
@@ -186,13 +427,23 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 	int ret = -ENOMEM;
 
 	memset(res, 0, sizeof(*res));
-	rp.tokens = calloc(wl->max_inflight, sizeof(*rp.tokens));
+	rp.nslots = 2 * wl->max_inflight;
+	if (o->via != VIA_DIRECT && rp.nslots > KVMM_RING_MAX_BUFS - 1) {
+		fprintf(stderr, "replay: max_inflight %u is more than a ring can name buffers for\n",
+			wl->max_inflight);
+		free(us);
+		return -EINVAL;
+	}
+	rp.tokens = calloc(rp.nslots, sizeof(*rp.tokens));
 	rp.fifo_req = calloc(wl->max_inflight, sizeof(uint32_t));
 	rp.fifo_seq = calloc(wl->max_inflight, sizeof(uint32_t));
+	rp.fifo_tok = calloc(wl->max_inflight, sizeof(uint32_t));
 	rp.done = calloc(wl->nreq, 1);
-	if (!us || !rp.tokens || !rp.fifo_req || !rp.fifo_seq || !rp.done)
+	rp.idle = calloc(wl->max_inflight + 1, sizeof(uint32_t));
+	if (!us || !rp.tokens || !rp.fifo_req || !rp.fifo_seq || !rp.fifo_tok || !rp.done ||
+	    !rp.idle)
 		goto out;
-	for (r = 0; r < wl->max_inflight; r++) {
+	for (r = 0; o->via != VIA_REMOTE && r < rp.nslots; r++) {
 		rp.tokens[r] = malloc(((size_t)wl->max_seq_len + 1) * sizeof(uint32_t));
 		if (!rp.tokens[r])
 			goto out;
@@ -208,12 +459,14 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 	}
 	res->us_per_request = median(us, rep);
 out:
-	for (r = 0; rp.tokens && r < wl->max_inflight; r++)
+	for (r = 0; o->via != VIA_REMOTE && rp.tokens && r < rp.nslots; r++)
 		free(rp.tokens[r]);
 	free(rp.tokens);
 	free(rp.fifo_req);
 	free(rp.fifo_seq);
+	free(rp.fifo_tok);
 	free(rp.done);
+	free(rp.idle);
 	free(us);
 	return ret;
 }
@@ -222,8 +475,11 @@ static void replay_usage(void)
 {
 	fprintf(stderr,
 		"usage: kvmm-bench replay --workload FILE [--page-size N] [--capacity-tokens N]\n"
-		"                         [--decode-chunk N] [--repeat N] [--evict lru|slru] [--json]\n");
+		"                         [--decode-chunk N] [--repeat N] [--evict lru|slru]\n"
+		"                         [--via direct|ring|remote] [--json]\n");
 }
+
+static const char *const via_names[] = { "direct", "ring", "remote" };
 
 int cmd_replay(int argc, char **argv)
 {
@@ -234,6 +490,7 @@ int cmd_replay(int argc, char **argv)
 		{ "decode-chunk", required_argument, NULL, 'd' },
 		{ "repeat", required_argument, NULL, 'r' },
 		{ "evict", required_argument, NULL, 'e' },
+		{ "via", required_argument, NULL, 'v' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
@@ -253,6 +510,13 @@ int cmd_replay(int argc, char **argv)
 		case 'd': o.decode_chunk = (uint32_t)parse_u64("--decode-chunk", optarg); break;
 		case 'r': o.repeat = (uint32_t)parse_u64("--repeat", optarg); break;
 		case 'e': o.evict = optarg; break;
+		case 'v':
+			for (o.via = VIA_DIRECT; o.via <= VIA_REMOTE; o.via++)
+				if (!strcmp(optarg, via_names[o.via]))
+					break;
+			if (o.via > VIA_REMOTE)
+				die_usage("replay: --via must be direct, ring or remote");
+			break;
 		case 'j': json = true; break;
 		case 'h': replay_usage(); return 0;
 		default: replay_usage(); return 2;
@@ -282,13 +546,13 @@ int cmd_replay(int argc, char **argv)
 		return 1;
 	}
 	if (json) {
-		printf("{\"bench\":\"replay\",\"workload\":\"%s\",\"page_size\":%u,"
+		printf("{\"bench\":\"replay\",\"workload\":\"%s\",\"via\":\"%s\",\"page_size\":%u,"
 		       "\"capacity_tokens\":%llu,\"evict\":\"%s\",\"requests\":%u,"
 		       "\"prompt_tokens\":%llu,\"matched_tokens\":%llu,\"hit_rate\":%.4f,"
 		       "\"evicted_tokens\":%llu,\"us_per_request\":%.3f,\"us_min\":%.3f,"
 		       "\"us_max\":%.3f,\"repeat\":%u,\"meta_bytes_per_cached_token\":%.2f,"
 		       "\"accounting_ok\":%s}\n",
-		       path, o.page_size, (unsigned long long)o.capacity_tokens,
+		       path, via_names[o.via], o.page_size, (unsigned long long)o.capacity_tokens,
 		       o.evict ? o.evict : "lru", res.requests,
 		       (unsigned long long)res.prompt_tokens,
 		       (unsigned long long)res.matched_tokens,
@@ -299,10 +563,10 @@ int cmd_replay(int argc, char **argv)
 					       (double)res.cached_tokens_end : 0.0,
 		       res.accounting_ok ? "true" : "false");
 	} else {
-		printf("requests        %u\nprompt tokens   %llu\nmatched tokens  %llu\n"
-		       "hit rate        %.4f\nevicted tokens  %llu\n"
+		printf("via             %s\nrequests        %u\nprompt tokens   %llu\n"
+		       "matched tokens  %llu\nhit rate        %.4f\nevicted tokens  %llu\n"
 		       "us per request  %.3f (median of %u)\naccounting      %s\n",
-		       res.requests, (unsigned long long)res.prompt_tokens,
+		       via_names[o.via], res.requests, (unsigned long long)res.prompt_tokens,
 		       (unsigned long long)res.matched_tokens,
 		       (double)res.matched_tokens / (double)res.prompt_tokens,
 		       (unsigned long long)res.evicted_tokens, res.us_per_request, o.repeat,

@@ -87,6 +87,9 @@ struct kvmm_cqe {
 
 #define KVMM_CQE_F_MORE		(1u << 0)	/* DUMP: more records after the cursor */
 
+/* Registered buffers a ring may name: indices 0 .. KVMM_RING_MAX_BUFS - 1. */
+#define KVMM_RING_MAX_BUFS	64
+
 /* EXTEND: len 0 extends @seq by @arg tokens; len > 0 reads @len of these. */
 struct kvmm_extend_ent {
 	__u32	seq;

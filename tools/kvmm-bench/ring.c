@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/kvmm-bench/ring.c - kvmm-bench ring: command throughput and
+ * round-trip latency of the ring, in-process and across processes (a
+ * server in a forked child), batched and one command at a time.
+ *
+ * NOP measures the ring itself; MATCH a real command (a 1,024-token cached
+ * prefix, page size 16; each MATCH is followed by a RETRACT that empties
+ * the sequence again, not counted).  Latencies are round trips of a whole
+ * batch (one command when the batch is 1), clock reads included.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+/**
+ * server_fork() - a kvmm server in a child process
+ * @p: the context to create there
+ * @path: its socket
+ * @flags: KVMM_SERVER_*
+ *
+ * The child serves until SIGTERM, then stops, runs kvmm_check() and exits
+ * 0 only if it passed.
+ *
+ * Return: the child's pid once it serves, or -1.
+ */
+pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags)
+{
+	int pfd[2];
+	char c = 'e';
+	pid_t pid;
+
+	if (pipe(pfd))
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (!pid) {
+		struct kvmm_server *srv = NULL;
+		struct kvmm_ctx *ctx = NULL;
+		sigset_t set;
+		int sig, bad;
+
+		close(pfd[0]);
+		sigemptyset(&set);
+		sigaddset(&set, SIGTERM);
+		sigprocmask(SIG_BLOCK, &set, NULL);
+		if (!kvmm_create(p, &ctx) && !kvmm_server_start(ctx, path, flags, &srv))
+			c = 'k';
+		if (write(pfd[1], &c, 1) != 1 || c != 'k')
+			_exit(2);
+		sigwait(&set, &sig);
+		kvmm_server_stop(srv);
+		bad = kvmm_check(ctx);
+		kvmm_destroy(ctx);
+		_exit(bad ? 1 : 0);
+	}
+	close(pfd[1]);
+	if (read(pfd[0], &c, 1) != 1 || c != 'k') {
+		close(pfd[0]);
+		waitpid(pid, NULL, 0);
+		return -1;
+	}
+	close(pfd[0]);
+	return pid;
+}
+
+/* Stop a server_fork() child; 0 when it exited clean. */
+int server_reap(pid_t pid)
+{
+	int status;
+
+	kill(pid, SIGTERM);
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) && !WEXITSTATUS(status) ? 0 : -1;
+}
+
+static bool json;
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void report(const char *op, const char *mode, uint32_t batch, double ops_s,
+		   uint64_t *lat, uint64_t nlat)
+{
+	uint64_t p50 = 0, p99 = 0;
+
+	if (nlat) {
+		qsort(lat, nlat, sizeof(*lat), cmp_u64);
+		p50 = lat[nlat / 2];
+		p99 = lat[nlat * 99 / 100];
+	}
+	if (json)
+		printf("{\"bench\":\"ring\",\"op\":\"%s\",\"mode\":\"%s\",\"batch\":%u,"
+		       "\"ops_per_s\":%.0f,\"p50_ns\":%llu,\"p99_ns\":%llu}\n", op, mode, batch,
+		       ops_s, (unsigned long long)p50, (unsigned long long)p99);
+	else
+		printf("%-6s %-8s batch %-4u %12.0f ops/s   p50 %6llu ns   p99 %6llu ns\n", op,
+		       mode, batch, ops_s, (unsigned long long)p50, (unsigned long long)p99);
+	fflush(stdout);
+}
+
+static int reap(struct kvmm_ring *ring, uint32_t n)
+{
+	struct kvmm_cqe *cqe;
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		int ret = kvmm_wait_cqe(ring, &cqe);
+
+		if (ret)
+			return ret;
+		if (cqe->res < 0)
+			return cqe->res;
+		kvmm_cqe_seen(ring, cqe);
+	}
+	return 0;
+}
+
+#define RUNS 5
+
+static int bench_nop(struct kvmm_ring *ring, const char *mode, uint32_t batch, uint64_t total)
+{
+	double rate[RUNS];
+	uint64_t *lat = malloc((total / batch + 1) * sizeof(*lat)), nlat = 0;
+	int r, ret;
+
+	for (r = 0; r < RUNS; r++) {
+		uint64_t done = 0, t0 = now_ns();
+
+		nlat = 0;
+		while (done < total) {
+			uint64_t t1 = now_ns();
+			uint32_t i;
+
+			for (i = 0; i < batch; i++)
+				kvmm_prep_nop(kvmm_get_sqe(ring));
+			ret = kvmm_submit_and_wait(ring, batch);
+			if (ret < 0 || (ret = reap(ring, batch)))
+				return ret;
+			if (lat)
+				lat[nlat++] = now_ns() - t1;
+			done += batch;
+		}
+		rate[r] = (double)done * 1e9 / (double)(now_ns() - t0);
+	}
+	report("nop", mode, batch, median(rate, RUNS), lat, nlat);
+	free(lat);
+	return 0;
+}
+
+/* MATCH on @nseq empty sequences, then RETRACT them; only MATCHes counted. */
+static int bench_match(struct kvmm_ring *ring, const char *mode, uint32_t batch,
+		       const int32_t *seqs, uint64_t rounds, uint16_t buf)
+{
+	double rate[RUNS];
+	uint64_t *lat = malloc((rounds + 1) * sizeof(*lat)), nlat = 0;
+	int r, ret;
+
+	for (r = 0; r < RUNS; r++) {
+		uint64_t done = 0, tmatch = 0;
+
+		nlat = 0;
+		while (done < rounds * batch) {
+			uint64_t t1 = now_ns();
+			uint32_t i;
+
+			for (i = 0; i < batch; i++)
+				kvmm_prep_match(kvmm_get_sqe(ring), (uint32_t)seqs[i], buf, 0, 1024);
+			ret = kvmm_submit_and_wait(ring, batch);
+			if (ret < 0 || (ret = reap(ring, batch)))
+				return ret;
+			t1 = now_ns() - t1;
+			tmatch += t1;
+			if (lat)
+				lat[nlat++] = t1;
+			for (i = 0; i < batch; i++)
+				kvmm_prep_retract(kvmm_get_sqe(ring), (uint32_t)seqs[i], 0, 0, 0);
+			ret = kvmm_submit_and_wait(ring, batch);
+			if (ret < 0 || (ret = reap(ring, batch)))
+				return ret;
+			done += batch;
+		}
+		rate[r] = (double)done * 1e9 / (double)tmatch;
+	}
+	report("match", mode, batch, median(rate, RUNS), lat, nlat);
+	free(lat);
+	return 0;
+}
+
+/* Cache the 1,024-token prefix and open @nseq sequences through @ring. */
+static int match_setup(struct kvmm_ring *ring, uint16_t buf, int32_t *seqs, uint32_t nseq)
+{
+	uint32_t i;
+	int32_t seq;
+	int ret;
+
+	for (i = 0; i < nseq; i++) {
+		kvmm_prep_open(kvmm_get_sqe(ring), 0);
+		kvmm_submit_and_wait(ring, 1);
+		{
+			struct kvmm_cqe *cqe;
+
+			ret = kvmm_wait_cqe(ring, &cqe);
+			if (ret)
+				return ret;
+			seqs[i] = cqe->res;
+			kvmm_cqe_seen(ring, cqe);
+		}
+		if (seqs[i] < 0)
+			return seqs[i];
+	}
+	seq = seqs[0];
+	kvmm_prep_extend(kvmm_get_sqe(ring), (uint32_t)seq, 1024, 0);
+	kvmm_prep_commit(kvmm_get_sqe(ring), (uint32_t)seq, buf, 0, 1024);
+	kvmm_prep_retract(kvmm_get_sqe(ring), (uint32_t)seq, 0, 0, 0);
+	ret = kvmm_submit_and_wait(ring, 3);
+	return ret < 0 ? ret : reap(ring, 3);
+}
+
+static int run_suite(struct kvmm_ring *ring, const char *mode, uint16_t buf, bool quick)
+{
+	int32_t seqs[128];
+	int ret;
+
+	ret = bench_nop(ring, mode, 256, quick ? 1u << 20 : 16u << 20);
+	if (!ret)
+		ret = bench_nop(ring, mode, 1, quick ? 1u << 16 : 1u << 20);
+	if (!ret)
+		ret = match_setup(ring, buf, seqs, 128);
+	if (!ret)
+		ret = bench_match(ring, mode, 128, seqs, quick ? 64 : 1024, buf);
+	if (!ret)
+		ret = bench_match(ring, mode, 1, seqs, quick ? 8192 : 100000, buf);
+	return ret;
+}
+
+int cmd_ring(int argc, char **argv)
+{
+	static const struct option lopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "quick", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	struct kvmm_params p = {
+		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
+			   .attn = KVMM_ATTN_MHA },
+		.page_size = 16, .nr_pages = 4096, .max_seqs = 256, .max_seq_len = 2048,
+	};
+	struct kvmm_ring_params rp = { .sq_entries = 256, .buf_size = 8192 };
+	uint32_t tokens[1024], i;
+	struct kvmm_iovec iov = { tokens, sizeof(tokens) };
+	struct kvmm_ring ring;
+	struct kvmm_ctx *ctx;
+	bool quick = false;
+	char sock[108];
+	pid_t srv;
+	int c, ret;
+
+	while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
+		switch (c) {
+		case 'j': json = true; break;
+		case 'q': quick = true; break;
+		case 'h': printf("usage: kvmm-bench ring [--json] [--quick]\n"); return 0;
+		default: return 2;
+		}
+	}
+	for (i = 0; i < 1024; i++)
+		tokens[i] = i * 7 + 3;
+
+	/* in-process: the tokens are a registered buffer (index 1) */
+	ret = kvmm_create(&p, &ctx);
+	if (!ret)
+		ret = kvmm_ring_init(ctx, &rp, &ring);
+	if (!ret)
+		ret = kvmm_ring_register_buffers(&ring, &iov, 1);
+	if (!ret)
+		ret = run_suite(&ring, "inproc", 1, quick);
+	kvmm_ring_exit(&ring);
+	kvmm_destroy(ctx);
+	if (ret) {
+		fprintf(stderr, "ring: in-process: %s\n", strerror(-ret));
+		return 1;
+	}
+
+	/* across processes: the tokens live in the ring's data area (buffer 0) */
+	snprintf(sock, sizeof(sock), "/tmp/kvmm-bench-ring-%d.sock", (int)getpid());
+	srv = server_fork(&p, sock, 0);
+	if (srv < 0) {
+		fprintf(stderr, "ring: cannot start a server\n");
+		return 1;
+	}
+	ret = kvmm_ring_connect(sock, &rp, &ring);
+	if (!ret) {
+		memcpy(ring.buf, tokens, sizeof(tokens));
+		ret = run_suite(&ring, "process", 0, quick);
+		kvmm_ring_exit(&ring);
+	}
+	if (server_reap(srv) && !ret)
+		ret = -EIO;
+	if (ret) {
+		fprintf(stderr, "ring: across processes: %s\n", strerror(-ret));
+		return 1;
+	}
+	return 0;
+}
