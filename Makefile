@@ -35,6 +35,7 @@ PREFIX		?= /usr/local
 LIBDIR		?= $(PREFIX)/lib
 INCLUDEDIR	?= $(PREFIX)/include
 BINDIR		?= $(PREFIX)/bin
+MANDIR		?= $(PREFIX)/share/man
 CC		?= cc
 AR		?= ar
 ifeq ($(origin AR),default)
@@ -227,20 +228,28 @@ fuzz-run: $(addprefix $(objtree)/fuzz/,$(FUZZERS))
 $(objtree)/fuzz/%: $(objtree)/fuzz/%.o $(LIB_A)
 	$(Q)$(CC) $(ld_flags) -fsanitize=fuzzer -o $@ $^
 
-install: lib
-	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/kvmm
+install: lib tools
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/kvmm \
+		$(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8
+	install -m 755 $(objtree)/bin/kvmmd $(objtree)/bin/kvmmctl $(DESTDIR)$(BINDIR)/
+	install -m 644 $(srctree)/Documentation/man/kvmmd.8 \
+		$(srctree)/Documentation/man/kvmmctl.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
 	ln -sf libkvmm.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkvmm.so.$(SONAME_MAJOR)
 	ln -sf libkvmm.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkvmm.so
 	install -m 644 $(srctree)/include/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/
-	install -m 644 $(srctree)/uapi/kvmm/kvmm.h $(DESTDIR)$(INCLUDEDIR)/kvmm/
+	install -m 644 $(srctree)/uapi/kvmm/kvmm.h $(srctree)/uapi/kvmm/ring.h \
+		$(DESTDIR)$(INCLUDEDIR)/kvmm/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' \
 		$(srctree)/scripts/kvmm.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libkvmm.a $(DESTDIR)$(LIBDIR)/libkvmm.so* \
 	      $(DESTDIR)$(INCLUDEDIR)/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/kvmm/kvmm.h \
+	      $(DESTDIR)$(INCLUDEDIR)/kvmm/ring.h $(DESTDIR)$(BINDIR)/kvmmd \
+	      $(DESTDIR)$(BINDIR)/kvmmctl $(DESTDIR)$(MANDIR)/man8/kvmmd.8 \
+	      $(DESTDIR)$(MANDIR)/man8/kvmmctl.8 \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc
 
 clean:
@@ -251,13 +260,13 @@ distclean:
 
 help:
 	@echo 'Targets:'
-	@echo '  all        library (libkvmm.a, libkvmm.so) and tools (default)'
+	@echo '  all        library (libkvmm.a, libkvmm.so) and tools: kvmmd, kvmmctl, kvmm-bench'
 	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites'
 	@echo '  bench      run kvmm-bench micro and replay; JSON lines to BENCH_OUT'
 	@echo '  run        install missing packages (as root), build, run the demo'
 	@echo '  fuzz       libFuzzer harnesses (clang), FUZZ_TIME seconds each'
 	@echo '  stress     clients killed at random while they use rings (KILLS=120)'
-	@echo '  install    library, headers and kvmm.pc under DESTDIR/PREFIX'
+	@echo '  install    library, headers, kvmm.pc, kvmmd, kvmmctl, man pages under DESTDIR/PREFIX'
 	@echo '  deps       install missing Debian packages (as root)'
 	@echo '  config     probe features again into O/include/generated/autoconf.h'
 	@echo '  clean      remove the output tree O'

@@ -1,8 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # scripts/bench.sh BENCH WORKLOAD OUT - what `make bench` runs: the micro
-# benchmarks, then the shared workload replay at page sizes 1 and 16
-# (median of 9).  JSON lines go to stdout and to OUT.  Benchmarks never
+# and ring benchmarks, then the shared workload replay at page sizes 1 and
+# 16 and through an in-process and a cross-process ring (median of 9).  JSON lines go to stdout and to OUT.  Benchmarks never
 # fail on a number: the figures are for people to read.
 set -eu
 bench=$1
@@ -12,10 +12,17 @@ mkdir -p "$(dirname "$out")"
 : > "$out"
 echo "bench: micro" >&2
 "$bench" micro --json | tee -a "$out"
+echo "bench: ring" >&2
+"$bench" ring --json | tee -a "$out"
 if [ -r "$workload" ]; then
 	for ps in 1 16; do
 		echo "bench: replay $workload, page size $ps" >&2
 		"$bench" replay --workload "$workload" --page-size "$ps" --repeat 9 --json |
+			tee -a "$out"
+	done
+	for via in ring remote; do
+		echo "bench: replay $workload, page size 1, via $via" >&2
+		"$bench" replay --workload "$workload" --via "$via" --repeat 9 --json |
 			tee -a "$out"
 	done
 else

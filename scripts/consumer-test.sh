@@ -31,4 +31,11 @@ c++ -x c++ -Wall -Werror -fsyntax-only $(pkg-config --cflags kvmm) - <<'CXX'
 #include <kvmm/kvmm.h>
 int main() { return kvmm_stat_name(0) ? 0 : 1; }
 CXX
-echo "consumer: README example builds against the installed kvmm (shared, static, C++ headers)"
+# the ABI headers alone, as C99 and as C++, pedantic
+for h in kvmm/kvmm.h kvmm/ring.h; do
+	printf '#include <%s>\nint main(void) { return 0; }\n' "$h" > "$tmp/abi.c"
+	cc -std=c99 -pedantic -Wall -Werror -fsyntax-only $(pkg-config --cflags kvmm) "$tmp/abi.c"
+	c++ -x c++ -std=c++11 -pedantic -Wall -Werror -fsyntax-only $(pkg-config --cflags kvmm) "$tmp/abi.c"
+done
+echo "consumer: README example builds against the installed kvmm (shared, static, C++ headers);"
+echo "consumer: uapi/kvmm/*.h compile alone as C99 and C++11 (-pedantic)"

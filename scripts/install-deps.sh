@@ -5,6 +5,8 @@
 # is missing and carry on (the build then uses what it finds).
 set -u
 PKGS="gcc make pkg-config libxxhash-dev libcunit1-dev libjansson-dev liburing-dev libnuma-dev"
+# make fuzz: clang with libFuzzer
+[ "${KVMM_FUZZ:-0}" = 1 ] && PKGS="$PKGS clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -61,6 +61,7 @@ int register_diff_suite(void);
 int register_mock_suite(void);
 int register_ring_suite(void);
 int register_server_suite(void);
+int register_abi_suite(void);
 
 #define ADD_TEST(suite, fn) \
 	do { if (!CU_add_test(suite, #fn, fn)) return -1; } while (0)

@@ -28,6 +28,7 @@ static const suite_register_fn suites[] = {
 	register_mock_suite,
 	register_ring_suite,
 	register_server_suite,
+	register_abi_suite,
 };
 
 int main(int argc, char **argv)

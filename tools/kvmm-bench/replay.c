@@ -302,7 +302,9 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 {
 	const struct workload *wl = rp->wl;
 	size_t stride = (size_t)wl->max_seq_len + 1;
-	struct kvmm_ring_params rp_params = { .sq_entries = RING_SQ };
+	struct kvmm_ring_params rp_params = { .sq_entries = RING_SQ,
+					      .flags = rp->o->via == VIA_REMOTE ?
+						       KVMM_RING_F_POLL : 0 };
 	struct kvmm_iovec iov[KVMM_RING_MAX_BUFS - 1];
 	uint32_t i;
 	int ret;

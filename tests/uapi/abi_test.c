@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/uapi/abi_test.c - kvmm_abi: the ABI's sizes and offsets are
+ * pinned here.  A change that moves a field fails to compile; append-only
+ * growth must update these numbers deliberately.
+ */
+#include <assert.h>
+#include <stddef.h>
+
+#include <kvmm/ring.h>
+
+#include "../helpers.h"
+
+#define PIN(type, field, off) \
+	static_assert(offsetof(struct type, field) == (off), #type "." #field " moved")
+#define SIZE(type, size) \
+	static_assert(sizeof(struct type) == (size), #type " changed size")
+
+SIZE(kvmm_sqe, 64);
+PIN(kvmm_sqe, opcode, 0);
+PIN(kvmm_sqe, flags, 1);
+PIN(kvmm_sqe, buf, 2);
+PIN(kvmm_sqe, seq, 4);
+PIN(kvmm_sqe, off, 8);
+PIN(kvmm_sqe, len, 16);
+PIN(kvmm_sqe, ns, 20);
+PIN(kvmm_sqe, arg, 24);
+PIN(kvmm_sqe, resv0, 28);
+PIN(kvmm_sqe, arg2, 32);
+PIN(kvmm_sqe, user_data, 40);
+PIN(kvmm_sqe, resv, 48);
+
+SIZE(kvmm_cqe, 16);
+PIN(kvmm_cqe, user_data, 0);
+PIN(kvmm_cqe, res, 8);
+PIN(kvmm_cqe, flags, 12);
+
+SIZE(kvmm_extend_ent, 8);
+SIZE(kvmm_dump_hdr, 16);
+SIZE(kvmm_dump_node, 64);
+PIN(kvmm_dump_node, atime, 16);
+PIN(kvmm_dump_node, prio, 48);
+PIN(kvmm_dump_node, token0, 52);
+SIZE(kvmm_dump_seq, 32);
+PIN(kvmm_dump_seq, node, 24);
+SIZE(kvmm_stats_snap, 8);
+SIZE(kvmm_probe, 128);
+PIN(kvmm_probe, features, 24);
+PIN(kvmm_probe, sqe_size, 48);
+
+SIZE(kvmm_ring_hdr, 320);
+PIN(kvmm_ring_hdr, sq_entries, 16);
+PIN(kvmm_ring_hdr, ring_id, 44);
+PIN(kvmm_ring_hdr, sq_head, 64);
+PIN(kvmm_ring_hdr, sq_tail, 128);
+PIN(kvmm_ring_hdr, cq_head, 192);
+PIN(kvmm_ring_hdr, cq_tail, 256);
+PIN(kvmm_ring_hdr, sq_sleeping, 260);
+PIN(kvmm_ring_hdr, cq_sleeping, 264);
+
+SIZE(kvmm_hello, 56);
+SIZE(kvmm_welcome, 48);
+
+static void abi_opcodes_and_stats_are_append_only(void)
+{
+	/* the numbers are ABI: a new one goes at the end */
+	CU_ASSERT_EQUAL(KVMM_OP_NOP, 0);
+	CU_ASSERT_EQUAL(KVMM_OP_PRIO, 15);
+	CU_ASSERT_EQUAL(KVMM_OP_LAST, 16);
+	CU_ASSERT_EQUAL(KVMM_STAT_PAGES_TOTAL, 0);
+	CU_ASSERT_EQUAL(KVMM_STAT_RETRACTS, 27);
+	CU_ASSERT_EQUAL(NR_KVMM_STATS, 28);
+	CU_ASSERT_EQUAL(KVMM_RING_MAGIC, 0x474e49524d4d564bull);
+	CU_ASSERT_EQUAL(KVMM_ABI_VERSION, 1);
+}
+
+int register_abi_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_abi", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, abi_opcodes_and_stats_are_append_only);
+	return 0;
+}
