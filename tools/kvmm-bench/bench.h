@@ -90,6 +90,7 @@ static inline uint64_t now_ns(void)
 }
 
 double median(double *v, unsigned n);
+void sort_u64(uint64_t *v, size_t n);
 void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 uint64_t parse_u64(const char *opt, const char *s);
 

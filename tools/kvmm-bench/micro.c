@@ -267,13 +267,6 @@ static void bench_evict(uint32_t nodes, bool shuffled)
 	       chunk, ns, RUNS, extra);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
 /*
  * Tail latency of commits while the tree grows to 2M one-page leaves (the
  * child hash resizes several times on the way): median, p99 and the
@@ -298,7 +291,7 @@ static void bench_insert_tail(void)
 		lat[i] = now_ns() - t0;
 	}
 	kvmm_destroy(ctx);
-	qsort(lat, n, sizeof(*lat), cmp_u64);
+	sort_u64(lat, n);
 	med = (double)lat[n / 2];
 	snprintf(extra, sizeof(extra), "\"nodes\":%u,\"p99_ns\":%llu,\"max_ns\":%llu", n,
 		 (unsigned long long)lat[(uint64_t)n * 99 / 100],

@@ -84,20 +84,13 @@ int server_reap(pid_t pid)
 
 static bool json;
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
 static void report(const char *op, const char *mode, uint32_t batch, double ops_s,
 		   uint64_t *lat, uint64_t nlat)
 {
 	uint64_t p50 = 0, p99 = 0;
 
 	if (nlat) {
-		qsort(lat, nlat, sizeof(*lat), cmp_u64);
+		sort_u64(lat, nlat);
 		p50 = lat[nlat / 2];
 		p99 = lat[nlat * 99 / 100];
 	}

@@ -143,6 +143,20 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The page columns of top: heading, and the statistic (its name is the JSON key). */
+static const struct {
+	const char *head;
+	unsigned item;
+} top_cols[] = {
+	{ "free", KVMM_STAT_PAGES_FREE },
+	{ "owned", KVMM_STAT_PAGES_OWNED },
+	{ "cached", KVMM_STAT_PAGES_CACHED },
+	{ "evictable", KVMM_STAT_PAGES_EVICTABLE },
+	{ "protected", KVMM_STAT_PAGES_PROTECTED },
+};
+
 static int cmd_top(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -188,32 +202,29 @@ static int cmd_top(int argc, char **argv)
 		dh = cur[KVMM_STAT_HIT_TOKENS] - prev[KVMM_STAT_HIT_TOKENS];
 		de = cur[KVMM_STAT_EVICT_PAGES] - prev[KVMM_STAT_EVICT_PAGES];
 		hit = dm ? (double)dh / (double)dm : 0.0;
-		if (json) {
-			printf("{\"t\":%.3f,\"pages_free\":%llu,\"pages_owned\":%llu,"
-			       "\"pages_cached\":%llu,\"pages_evictable\":%llu,"
-			       "\"pages_protected\":%llu,\"hit_rate\":%.4f,"
-			       "\"evicted_pages_per_s\":%.1f,\"seqs_open\":%llu}\n", t1,
-			       (unsigned long long)cur[KVMM_STAT_PAGES_FREE],
-			       (unsigned long long)cur[KVMM_STAT_PAGES_OWNED],
-			       (unsigned long long)cur[KVMM_STAT_PAGES_CACHED],
-			       (unsigned long long)cur[KVMM_STAT_PAGES_EVICTABLE],
-			       (unsigned long long)cur[KVMM_STAT_PAGES_PROTECTED], hit,
-			       (double)de / dt, (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
-		} else {
-			if (tty)
-				printf("\033[H\033[2J");
-			if (tty || k == 0)
-				printf("%10s %10s %10s %10s %10s %8s %10s %6s\n", "free", "owned",
-				       "cached", "evictable", "protected", "hit", "evict/s",
-				       "seqs");
-			printf("%10llu %10llu %10llu %10llu %10llu %8.4f %10.1f %6llu\n",
-			       (unsigned long long)cur[KVMM_STAT_PAGES_FREE],
-			       (unsigned long long)cur[KVMM_STAT_PAGES_OWNED],
-			       (unsigned long long)cur[KVMM_STAT_PAGES_CACHED],
-			       (unsigned long long)cur[KVMM_STAT_PAGES_EVICTABLE],
-			       (unsigned long long)cur[KVMM_STAT_PAGES_PROTECTED], hit,
-			       (double)de / dt, (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
+		if (!json && tty)
+			printf("\033[H\033[2J");
+		if (!json && (tty || k == 0)) {
+			for (c = 0; c < (int)ARRAY_LEN(top_cols); c++)
+				printf("%10s ", top_cols[c].head);
+			printf("%8s %10s %6s\n", "hit", "evict/s", "seqs");
 		}
+		if (json)
+			printf("{\"t\":%.3f", t1);
+		for (c = 0; c < (int)ARRAY_LEN(top_cols); c++) {
+			unsigned long long v = (unsigned long long)cur[top_cols[c].item];
+
+			if (json)
+				printf(",\"%s\":%llu", kvmm_stat_name(top_cols[c].item), v);
+			else
+				printf("%10llu ", v);
+		}
+		if (json)
+			printf(",\"hit_rate\":%.4f,\"evicted_pages_per_s\":%.1f,\"seqs_open\":%llu}\n",
+			       hit, (double)de / dt, (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
+		else
+			printf("%8.4f %10.1f %6llu\n", hit, (double)de / dt,
+			       (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
 		fflush(stdout);
 		memcpy(prev, cur, sizeof(prev));
 		t0 = t1;
