@@ -15,6 +15,8 @@
  *    client rewriting it meanwhile changes nothing that was checked;
  *  - every field the opcode does not use, every reserved field and every
  *    flag must be zero (-EINVAL), so new fields can be added later;
+ *  - output records are counted in the dispatcher's own variables and
+ *    only written to the client's buffer, never read back from it;
  *  - payloads are (buffer, offset, length) triples checked against the
  *    registered buffers (-EFAULT), never pointers.  Token payloads are
  *    read in place: a key rewritten while the tree reads it can only
@@ -294,17 +296,19 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 static int op_stats(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 {
 	struct kvmm_stats_snap *snap = output(d, sqe);
-	uint32_t room;
+	uint32_t room, nr;
 
 	if (!snap)
 		return -EFAULT;
 	if (sqe->len < sizeof(*snap) + sizeof(uint64_t))
 		return -EINVAL;
+	/* Counts stay in our variables: the client may rewrite its buffer. */
 	room = (sqe->len - (uint32_t)sizeof(*snap)) / sizeof(uint64_t);
-	snap->nr = room < NR_KVMM_STATS ? room : NR_KVMM_STATS;
+	nr = room < NR_KVMM_STATS ? room : NR_KVMM_STATS;
+	kvmm_stats(d->ctx, (uint64_t *)(snap + 1), nr);
+	snap->nr = nr;
 	snap->abi = KVMM_ABI_VERSION;
-	kvmm_stats(d->ctx, (uint64_t *)(snap + 1), snap->nr);
-	return (int)snap->nr;
+	return (int)nr;
 }
 
 static uint32_t node_depth(const struct kvmm_node *node)
@@ -343,14 +347,17 @@ static void dump_node(const struct kvmm_node *node, struct kvmm_dump_node *rec)
  * DUMP of nodes: pre-order over every namespace; the cursor counts the
  * records already returned, so a page costs O(cursor + page).  The tree
  * may change between pages: a page is consistent, the whole dump is not.
+ * Records go to @rec, at most @room; *@next is the cursor to resume at,
+ * 0 after the last.  Return: records written.
  */
-static int dump_nodes(struct kvmm_disp *d, uint64_t cursor, struct kvmm_dump_hdr *hdr,
-		      uint32_t room)
+static uint32_t dump_nodes(struct kvmm_disp *d, uint64_t cursor,
+			   struct kvmm_dump_node *rec, uint32_t room, uint64_t *next)
 {
-	struct kvmm_dump_node *rec = (struct kvmm_dump_node *)(hdr + 1);
-	uint64_t pos = 0;
 	struct kvmm_list *pos_root;
+	uint64_t pos = 0;
+	uint32_t nr = 0;
 
+	*next = 0;
 	list_for_each(pos_root, &d->ctx->tree.roots) {
 		struct kvmm_node *root = list_entry(pos_root, struct kvmm_node, sibling);
 		struct kvmm_node *node;
@@ -358,45 +365,51 @@ static int dump_nodes(struct kvmm_disp *d, uint64_t cursor, struct kvmm_dump_hdr
 		for (node = root; node; node = kvmm_tree_next(root, node), pos++) {
 			if (pos < cursor)
 				continue;
-			if (hdr->nr == room) {
-				hdr->next = pos;
-				return 0;
+			if (nr == room) {
+				*next = pos;
+				return nr;
 			}
-			dump_node(node, &rec[hdr->nr++]);
+			dump_node(node, &rec[nr++]);
 		}
 	}
-	return 0;
+	return nr;
 }
 
-static int dump_seqs(struct kvmm_disp *d, uint64_t cursor, struct kvmm_dump_hdr *hdr,
-		     uint32_t room)
+static uint32_t dump_seqs(struct kvmm_disp *d, uint64_t cursor,
+			  struct kvmm_dump_seq *rec, uint32_t room, uint64_t *next)
 {
-	struct kvmm_dump_seq *rec = (struct kvmm_dump_seq *)(hdr + 1);
 	const struct kvmm_ctx *ctx = d->ctx;
+	uint32_t nr = 0;
 	uint64_t i;
 
+	*next = 0;
 	for (i = cursor; i < ctx->max_seqs; i++) {
 		const struct kvmm_seq *s = &ctx->seqs[i];
 
 		if (!s->open)
 			continue;
-		if (hdr->nr == room) {
-			hdr->next = i;
-			return 0;
+		if (nr == room) {
+			*next = i;
+			return nr;
 		}
-		rec[hdr->nr++] = (struct kvmm_dump_seq){
+		rec[nr++] = (struct kvmm_dump_seq){
 			.seq = (uint32_t)i, .ns = s->ns, .len = s->len, .cached = s->cached,
 			.owner = s->owner,
 			.node = s->node != s->root ? s->node->id : 0,
 		};
 	}
-	return 0;
+	return nr;
 }
 
+/*
+ * The output buffer is the client's: everything is counted in our own
+ * variables and only written there, never read back.
+ */
 static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
 {
 	struct kvmm_dump_hdr *hdr = output(d, sqe);
-	uint32_t rec_size;
+	uint32_t rec_size, room, nr;
+	uint64_t next;
 
 	if (!hdr)
 		return -EFAULT;
@@ -406,15 +419,17 @@ static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cf
 					       : sizeof(struct kvmm_dump_seq);
 	if (sqe->len < sizeof(*hdr) + rec_size)
 		return -EINVAL;
-	memset(hdr, 0, sizeof(*hdr));
-	hdr->rec_size = rec_size;
+	room = (sqe->len - (uint32_t)sizeof(*hdr)) / rec_size;
 	if (sqe->arg == KVMM_DUMP_NODES)
-		dump_nodes(d, sqe->arg2, hdr, (sqe->len - (uint32_t)sizeof(*hdr)) / rec_size);
+		nr = dump_nodes(d, sqe->arg2, (struct kvmm_dump_node *)(hdr + 1), room, &next);
 	else
-		dump_seqs(d, sqe->arg2, hdr, (sqe->len - (uint32_t)sizeof(*hdr)) / rec_size);
-	if (hdr->next)
+		nr = dump_seqs(d, sqe->arg2, (struct kvmm_dump_seq *)(hdr + 1), room, &next);
+	hdr->next = next;
+	hdr->nr = nr;
+	hdr->rec_size = rec_size;
+	if (next)
 		*cflags |= KVMM_CQE_F_MORE;
-	return (int)hdr->nr;
+	return (int)nr;
 }
 
 static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe)

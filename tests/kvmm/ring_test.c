@@ -420,6 +420,62 @@ static void ring_tokens_rewritten_while_read_keep_tree_sound(void)
 	kvmm_destroy(ctx);
 }
 
+struct out_scribbler {
+	volatile uint32_t *words;
+	volatile int stop;
+};
+
+static void *scribble_out(void *arg)
+{
+	struct out_scribbler *sc = arg;
+	uint32_t x = 7;
+
+	while (!sc->stop) {
+		x = x * 1103515245 + 12345;
+		sc->words[(x >> 8) % 4] = x | 0x80000000u;	/* huge counts */
+	}
+	return NULL;
+}
+
+/*
+ * The output buffer belongs to the client, who may rewrite its header
+ * while DUMP and STATS fill it: the dispatcher must never read its own
+ * counts back from there (under ASan a stray write past the buffer is
+ * fatal).
+ */
+static void ring_output_rewritten_while_written_stays_in_bounds(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 4096, 4, 64);
+	uint64_t *out = malloc(1040);	/* header + 16 node records, exactly */
+	struct kvmm_iovec iov = { out, 1040 };
+	struct out_scribbler sc = { .words = (volatile uint32_t *)out };
+	pthread_t th;
+	uint32_t i;
+
+	for (i = 0; i < 300; i++) {
+		uint32_t t[2] = { i, i + 1 };
+
+		CU_ASSERT_EQUAL_FATAL(test_cache(ctx, 0, t, 2), 0);
+	}
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, scribble_out, &sc), 0);
+	for (i = 0; i < 2000; i++) {
+		struct kvmm_sqe dump = { .opcode = KVMM_OP_DUMP, .len = 1040,
+					 .arg = i % 2 ? KVMM_DUMP_NODES : KVMM_DUMP_SEQS,
+					 .arg2 = i % 50 };
+		struct kvmm_sqe stats = { .opcode = KVMM_OP_STATS, .len = 1040 };
+		int32_t res = kvmm_ioctl(ctx, &dump, &iov, 1);
+
+		CU_ASSERT(res >= 0 && res <= 16);
+		res = kvmm_ioctl(ctx, &stats, &iov, 1);
+		CU_ASSERT_EQUAL(res, NR_KVMM_STATS);
+	}
+	sc.stop = 1;
+	pthread_join(th, NULL);
+	CHECK_OK(ctx);
+	free(out);
+	kvmm_destroy(ctx);
+}
+
 int register_ring_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_ring", NULL, NULL);
@@ -433,5 +489,6 @@ int register_ring_suite(void)
 	ADD_TEST(s, ring_full_cq_holds_back_until_reaped);
 	ADD_TEST(s, ring_malformed_commands_fail_and_change_nothing);
 	ADD_TEST(s, ring_tokens_rewritten_while_read_keep_tree_sound);
+	ADD_TEST(s, ring_output_rewritten_while_written_stays_in_bounds);
 	return 0;
 }
