@@ -187,8 +187,7 @@ int kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 		     uint32_t nr, int32_t *pfns, uint32_t flags);
 void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 		     const int32_t *pfns, uint32_t nr);
-void kvmm_set_page_state(struct kvmm_zone *zone, const int32_t *pfns,
-			 uint32_t nr, uint8_t state);
+void kvmm_pages_to_tree(struct kvmm_zone *zone, const int32_t *pfns, uint32_t nr);
 void kvmm_set_page_flags(struct kvmm_zone *zone, const int32_t *pfns,
 			 uint32_t nr, uint8_t set, uint8_t clear);
 bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn);

@@ -330,25 +330,33 @@ int kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 		     const int32_t *pfns, uint32_t nr)
 {
+	const struct kvmm_page free_desc = { .state = KVMM_PAGE_FREE,
+					     .tier = (uint8_t)zone->tier };
 	uint64_t w = UINT64_MAX, mask = 0;
 	uint32_t i, freed = 0;
 
 	for (i = 0; i < nr; i++) {
 		uint32_t pfn = (uint32_t)pfns[i];
-		struct kvmm_page *page = &zone->pages[pfn];
+		struct kvmm_page *page;
 
-		if (unlikely(pfn >= zone->nr_pages || page->state == KVMM_PAGE_FREE ||
-			     !page->refcount)) {
-			kvmm_report(ctx, "bad page free: pfn %u state %u refcount %u",
-				    pfn, pfn < zone->nr_pages ? page->state : 0,
-				    pfn < zone->nr_pages ? page->refcount : 0);
+		if (unlikely(pfn >= zone->nr_pages)) {
+			kvmm_report(ctx, "bad page free: pfn %u outside the pool", pfn);
 			kvmm_assert(ctx, 0);
 			continue;
 		}
-		if (--page->refcount)
+		page = &zone->pages[pfn];
+		/* The common case, the owner's last reference: one 2-byte store. */
+		if (unlikely(page->refcount != 1 || page->state == KVMM_PAGE_FREE)) {
+			if (page->state != KVMM_PAGE_FREE && page->refcount > 1) {
+				page->refcount--;
+				continue;
+			}
+			kvmm_report(ctx, "bad page free: pfn %u state %u refcount %u",
+				    pfn, page->state, page->refcount);
+			kvmm_assert(ctx, 0);
 			continue;
-		page->state = KVMM_PAGE_FREE;
-		page->flags = 0;
+		}
+		*page = free_desc;
 		if ((pfn >> 6) != w) {
 			if (mask)
 				hb_set_mask(&zone->free, w, mask);
@@ -364,13 +372,22 @@ void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 	kvmm_count(ctx, EV_FREE_PAGES, freed);
 }
 
-void kvmm_set_page_state(struct kvmm_zone *zone, const int32_t *pfns,
-			 uint32_t nr, uint8_t state)
+/**
+ * kvmm_pages_to_tree() - hand an owner's frames to a tree node
+ * @zone: the zone
+ * @pfns: frames, OWNED with one reference and no flags
+ * @nr: how many
+ *
+ * They become CACHED; the reference passes from the sequence to the node.
+ */
+void kvmm_pages_to_tree(struct kvmm_zone *zone, const int32_t *pfns, uint32_t nr)
 {
+	const struct kvmm_page cached = { .state = KVMM_PAGE_CACHED,
+					  .tier = (uint8_t)zone->tier, .refcount = 1 };
 	uint32_t i;
 
 	for (i = 0; i < nr; i++)
-		zone->pages[pfns[i]].state = state;
+		zone->pages[pfns[i]] = cached;
 }
 
 void kvmm_set_page_flags(struct kvmm_zone *zone, const int32_t *pfns,

@@ -660,7 +660,7 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		uint32_t nr = rest >> ctx->page_shift;
 
 		memcpy(leaf->pfns, pfns + dup, (size_t)nr * sizeof(*pfns));
-		kvmm_set_page_state(&ctx->zone, leaf->pfns, nr, KVMM_PAGE_CACHED);
+		kvmm_pages_to_tree(&ctx->zone, leaf->pfns, nr);
 		leaf->parent = end;
 		list_add(&leaf->sibling, &end->children);
 		htab_add(ctx, leaf);
