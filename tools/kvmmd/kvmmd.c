@@ -160,10 +160,17 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 	case O_EVICT: o->evict = keep(val); return 0;
 	case O_POLL: o->server_flags |= KVMM_SERVER_POLL; return 0;
 	case O_QUIET: o->quiet = 1; return 0;
-	case O_MEM_FRAC:
-		p->mem_fraction = strtod(val, NULL);
+	case O_MEM_FRAC: {
+		char *end;
+
+		p->mem_fraction = strtod(val, &end);
+		if (!*val || *end || !(p->mem_fraction > 0.0 && p->mem_fraction <= 1.0)) {
+			fprintf(stderr, "kvmmd: %s: '%s' is not a fraction in (0, 1]\n", name, val);
+			return -1;
+		}
 		p->nr_pages = 0;
 		return 0;
+	}
 	}
 	if (parse_num(name, val, &v))
 		return -1;
@@ -214,8 +221,12 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		}
-		if (c == '?' || apply(&o, c, lopts[c - O_SOCKET].name, optarg)) {
+		if (c == '?') {
 			usage(stderr);
+			return 2;
+		}
+		if (apply(&o, c, lopts[c - O_SOCKET].name, optarg)) {
+			fprintf(stderr, "kvmmd: see 'kvmmd --help' for the options\n");
 			return 2;
 		}
 	}
