@@ -63,6 +63,21 @@ static void usage(FILE *f)
 }
 
 /* One command, synchronously: submit, wait, reap. */
+/* A number argument, or exit with a usage error naming the option. */
+static uint64_t num_arg(const char *opt, const char *s)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (!*s || *end || errno || *s == '-') {
+		fprintf(stderr, "kvmmctl: %s: '%s' is not a number\n", opt, s);
+		exit(EXIT_USAGE);
+	}
+	return v;
+}
+
 static int run1(struct kvmm_sqe *sqe, uint32_t *cflags)
 {
 	struct kvmm_cqe *cqe;
@@ -173,12 +188,17 @@ static int cmd_top(int argc, char **argv)
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-		if (c == 'i')
-			interval = strtod(optarg, NULL);
-		else if (c == 'c')
-			count = strtol(optarg, NULL, 10);
-		else
+		if (c == 'i') {
+			char *end;
+
+			interval = strtod(optarg, &end);
+			if (*end || !*optarg)
+				interval = 0;
+		} else if (c == 'c') {
+			count = (long)num_arg("--count", optarg);
+		} else {
 			return EXIT_USAGE;
+		}
 	}
 	if (interval <= 0) {
 		fprintf(stderr, "kvmmctl: top: --interval must be positive\n");
@@ -308,9 +328,9 @@ static int cmd_tree(int argc, char **argv)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		if (c == 'd')
-			o.max_depth = (uint32_t)strtoul(optarg, NULL, 10);
+			o.max_depth = (uint32_t)num_arg("--depth", optarg);
 		else if (c == 'l')
-			o.limit = strtoull(optarg, NULL, 10);
+			o.limit = num_arg("--limit", optarg);
 		else
 			return EXIT_USAGE;
 	}
@@ -371,7 +391,7 @@ static int cmd_pin(int argc, char **argv, bool pin)
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		if (c != 'n')
 			return EXIT_USAGE;
-		ns = (uint32_t)strtoul(optarg, NULL, 0);
+		ns = (uint32_t)num_arg("--ns", optarg);
 	}
 	for (; optind < argc; optind++) {
 		char *end;
