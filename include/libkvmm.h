@@ -253,14 +253,16 @@ struct kvmm_iovec {
  * @buf_size: bytes of the ring's data area, which is buffer 0 (payloads
  *	across processes live there); may be 0 in-process
  * @flags: KVMM_RING_F_POLL: the server polls the SQ instead of sleeping
- *	between doorbells (lower latency, a core busy)
+ *	between doorbells (lower latency, a core busy); KVMM_RING_F_NS: bind
+ *	the ring to namespace @ns (see uapi/kvmm/ring.h)
+ * @ns: the namespace, with KVMM_RING_F_NS
  */
 struct kvmm_ring_params {
 	uint32_t sq_entries;
 	uint32_t cq_entries;
 	uint64_t buf_size;
 	uint32_t flags;
-	uint32_t resv;
+	uint32_t ns;
 };
 
 struct kvmm_disp;
@@ -311,6 +313,7 @@ void kvmm_unlock(struct kvmm_ctx *ctx);
 /* Servers: kvmmd, or an engine's admin socket. */
 struct kvmm_server;
 #define KVMM_SERVER_POLL	(1u << 0)	/* serve every ring in polling mode */
+#define KVMM_SERVER_NS_UID	(1u << 1)	/* bind each non-root client to ns = its uid */
 int kvmm_server_start(struct kvmm_ctx *ctx, const char *path, uint32_t flags,
 		      struct kvmm_server **srvp);
 void kvmm_server_stop(struct kvmm_server *srv);

@@ -50,7 +50,7 @@ size_t kvmm_ring_layout(const struct kvmm_ring_params *p, struct kvmm_ring_param
 	if (!is_pow2(out->sq_entries) || out->sq_entries > KVMM_RING_MAX_ENTRIES ||
 	    !is_pow2(out->cq_entries) || out->cq_entries < out->sq_entries ||
 	    out->cq_entries > 2 * KVMM_RING_MAX_ENTRIES || out->buf_size > KVMM_RING_MAX_BUF ||
-	    (out->flags & ~KVMM_RING_F_FLAGS) || out->resv)
+	    (out->flags & ~KVMM_RING_F_FLAGS) || (out->ns && !(out->flags & KVMM_RING_F_NS)))
 		return 0;
 	return kvmm_ring_buf_off(out) + ((out->buf_size + 63) & ~(uint64_t)63);
 }
@@ -132,6 +132,8 @@ KVMM_EXPORT int kvmm_ring_init(struct kvmm_ctx *ctx, const struct kvmm_ring_para
 	ring->map_size = size;
 	kvmm_disp_attach(ring->disp, ring->hdr, rp.sq_entries, rp.cq_entries);
 	kvmm_disp_set_buf(ring->disp, 0, ring->buf, ring->buf_size);
+	if (rp.flags & KVMM_RING_F_NS)
+		kvmm_disp_bind_ns(ring->disp, rp.ns);
 	return 0;
 }
 
@@ -230,7 +232,7 @@ KVMM_EXPORT int kvmm_ring_connect(const char *path, const struct kvmm_ring_param
 		.magic = KVMM_RING_MAGIC, .abi = KVMM_ABI_VERSION,
 		.sqe_size = sizeof(struct kvmm_sqe), .cqe_size = sizeof(struct kvmm_cqe),
 		.sq_entries = rp.sq_entries, .cq_entries = rp.cq_entries,
-		.flags = rp.flags, .buf_size = rp.buf_size,
+		.flags = rp.flags, .buf_size = rp.buf_size, .ns = rp.ns,
 	};
 	if (send(sock, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
 		ret = -EPROTO;

@@ -127,6 +127,28 @@ static int recv_hello(int sock, struct kvmm_hello *hello)
 	return 0;
 }
 
+/*
+ * With KVMM_SERVER_NS_UID a client that is not root is bound to the
+ * namespace of its uid (SO_PEERCRED): a binding it asked for must agree.
+ */
+static int client_tenant(struct kvmm_client *c, struct kvmm_ring_params *p)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (!(c->srv->flags & KVMM_SERVER_NS_UID))
+		return 0;
+	if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &len))
+		return -errno;
+	if (!cred.uid)
+		return 0;
+	if ((p->flags & KVMM_RING_F_NS) && p->ns != cred.uid)
+		return -EPERM;
+	p->flags |= KVMM_RING_F_NS;
+	p->ns = cred.uid;
+	return 0;
+}
+
 /* Read the client's hello, build its ring, send it over. */
 static int client_setup(struct kvmm_client *c)
 {
@@ -140,13 +162,17 @@ static int client_setup(struct kvmm_client *c)
 		return ret;
 	if (hello.magic != KVMM_RING_MAGIC || hello.abi != KVMM_ABI_VERSION ||
 	    hello.sqe_size != sizeof(struct kvmm_sqe) ||
-	    hello.cqe_size != sizeof(struct kvmm_cqe) || hello.resv[0] || hello.resv[1]) {
+	    hello.cqe_size != sizeof(struct kvmm_cqe) || hello.resv0 || hello.resv1) {
 		ret = -EPROTO;
 		goto out_refuse;
 	}
 	p = (struct kvmm_ring_params){ .sq_entries = hello.sq_entries,
 				       .cq_entries = hello.cq_entries,
-				       .buf_size = hello.buf_size, .flags = hello.flags };
+				       .buf_size = hello.buf_size, .flags = hello.flags,
+				       .ns = hello.ns };
+	ret = client_tenant(c, &p);
+	if (ret)
+		goto out_refuse;
 	c->size = kvmm_ring_layout(&p, &rp);
 	if (!c->size) {
 		ret = -EINVAL;
@@ -173,6 +199,8 @@ static int client_setup(struct kvmm_client *c)
 	ret = kvmm_disp_create(c->srv->ctx, true, &c->disp);
 	if (ret)
 		goto out_refuse;
+	if (rp.flags & KVMM_RING_F_NS)
+		kvmm_disp_bind_ns(c->disp, rp.ns);
 	kvmm_ring_hdr_init(c->region, &rp, kvmm_disp_id(c->disp));
 	kvmm_disp_attach(c->disp, c->region, rp.sq_entries, rp.cq_entries);
 	kvmm_disp_set_buf(c->disp, 0, rp.buf_size ? (char *)c->region +
@@ -386,7 +414,9 @@ static int bind_path(int sock, const char *path)
  * kvmm_server_start() - serve rings on @ctx at a Unix socket
  * @ctx: the context
  * @path: socket path; a stale socket there is replaced
- * @flags: KVMM_SERVER_POLL
+ * @flags: KVMM_SERVER_POLL; KVMM_SERVER_NS_UID: bind every client that is
+ *	not root to the namespace of its uid (root clients, the admin's
+ *	kvmmctl among them, stay unbound)
  * @srvp: out
  *
  * The context is then driven by server threads too: the owner must use
@@ -402,7 +432,8 @@ KVMM_EXPORT int kvmm_server_start(struct kvmm_ctx *ctx, const char *path, uint32
 	struct kvmm_server *srv;
 	int ret;
 
-	if (!ctx || !path || !srvp || !*path || (flags & ~KVMM_SERVER_POLL))
+	if (!ctx || !path || !srvp || !*path ||
+	    (flags & ~(KVMM_SERVER_POLL | KVMM_SERVER_NS_UID)))
 		return -EINVAL;
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)

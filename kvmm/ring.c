@@ -29,6 +29,11 @@
  * A failed command changes nothing: validation happens before the core
  * is called, and every core call is itself all-or-nothing.
  *
+ * Tenants.  A ring bound to a namespace may only name that namespace
+ * (OPEN, PIN, UNPIN, PRIO) and may not run the commands that act on the
+ * whole context or show other tenants' tokens (RECLAIM, DROP_CACHES, SET,
+ * DUMP): -EPERM.
+ *
  * Ownership.  A sequence opened through a ring belongs to it: other rings
  * (and the direct API) cannot touch it, and when the ring goes (the client
  * exits or is killed) every sequence it still holds is closed without
@@ -54,6 +59,8 @@
  * @sqes, @cqes: its arrays; @sq_mask, @cq_mask: entries - 1 (private)
  * @sq_head, @cq_tail: the indices this side owns (private)
  * @pins: nodes of the pins it holds; @nr_pins, @cap_pins
+ * @ns_bound: the ring may only name namespace @ns, and no admin command
+ * @ns: its namespace when bound
  * @scratch: private copy of an untrusted batch list (NULL when trusted)
  * @scratch_bytes: its size
  */
@@ -70,6 +77,8 @@ struct kvmm_disp {
 	uint32_t sq_head, cq_tail;
 	struct kvmm_node **pins;
 	uint32_t nr_pins, cap_pins;
+	bool ns_bound;
+	uint32_t ns;
 	void *scratch;
 	size_t scratch_bytes;
 };
@@ -476,6 +485,13 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 	ret = sqe_check_fields(sqe);
 	if (ret)
 		return ret;
+	if (d->ns_bound) {
+		if ((op_fields[sqe->opcode] & F_NS) && sqe->ns != d->ns)
+			return -EPERM;
+		if (sqe->opcode == KVMM_OP_RECLAIM || sqe->opcode == KVMM_OP_DROP_CACHES ||
+		    sqe->opcode == KVMM_OP_SET || sqe->opcode == KVMM_OP_DUMP)
+			return -EPERM;
+	}
 	switch (sqe->opcode) {
 	case KVMM_OP_MATCH:
 	case KVMM_OP_COMMIT:
@@ -644,6 +660,17 @@ uint64_t kvmm_disps_pins_on(const struct kvmm_ctx *ctx, const struct kvmm_node *
 uint32_t kvmm_disp_id(const struct kvmm_disp *d)
 {
 	return d->id;
+}
+
+/**
+ * kvmm_disp_bind_ns() - confine a ring to one namespace, for good
+ * @d: the dispatcher
+ * @ns: the namespace
+ */
+void kvmm_disp_bind_ns(struct kvmm_disp *d, uint32_t ns)
+{
+	d->ns_bound = true;
+	d->ns = ns;
 }
 
 /**

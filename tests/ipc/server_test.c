@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -223,6 +224,78 @@ static void server_start_checks_the_path(void)
 	kvmm_destroy(ctx);
 }
 
+/* A client that binds its ring: the server holds it to that namespace. */
+static void server_keeps_a_bound_client_to_its_namespace(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 64, 4, 32);
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256,
+				       .flags = KVMM_RING_F_NS, .ns = 9 };
+	struct kvmm_server *srv;
+	struct kvmm_ring ring;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("b"), 0, &srv), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock_path, &rp, &ring), 0);
+	kvmm_prep_open(kvmm_get_sqe(&ring), 8);
+	CU_ASSERT_EQUAL(remote1(&ring), -EPERM);
+	kvmm_prep_open(kvmm_get_sqe(&ring), 9);
+	CU_ASSERT(remote1(&ring) >= 0);
+	kvmm_prep_drop_caches(kvmm_get_sqe(&ring));
+	CU_ASSERT_EQUAL(remote1(&ring), -EPERM);
+	kvmm_ring_exit(&ring);
+	CU_ASSERT(wait_no_clients(srv));
+	kvmm_server_stop(srv);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * KVMM_SERVER_NS_UID: a client running as another user is bound to the
+ * namespace of its uid, whatever it asks for.  Needs root (to become
+ * nobody); inactive otherwise.
+ */
+static void server_binds_each_user_to_its_uid(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 64, 4, 32);
+	struct kvmm_server *srv;
+	int status;
+	pid_t pid;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("u"), KVMM_SERVER_NS_UID,
+						&srv), 0);
+	CU_ASSERT_EQUAL_FATAL(chmod(sock_path, 0777), 0);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (!pid) {
+		struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+		struct kvmm_ring ring;
+		int32_t res;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(10);
+		if (kvmm_ring_connect(sock_path, &rp, &ring))
+			_exit(11);
+		kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+		if (remote1(&ring) != -EPERM)
+			_exit(12);
+		kvmm_prep_open(kvmm_get_sqe(&ring), 65534);
+		res = remote1(&ring);
+		if (res < 0)
+			_exit(13);
+		/* asking for another namespace than its uid's is refused */
+		kvmm_ring_exit(&ring);
+		rp.flags = KVMM_RING_F_NS;
+		rp.ns = 1;
+		_exit(kvmm_ring_connect(sock_path, &rp, &ring) == -EPERM ? 0 : 14);
+	}
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT(WIFEXITED(status));
+	if (WEXITSTATUS(status))
+		fprintf(stderr, "uid-bound client failed at step %d\n", WEXITSTATUS(status));
+	CU_ASSERT_EQUAL(WEXITSTATUS(status), 0);
+	CU_ASSERT(wait_no_clients(srv));
+	kvmm_server_stop(srv);
+	kvmm_destroy(ctx);
+}
+
 int register_server_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_server", NULL, NULL);
@@ -233,5 +306,18 @@ int register_server_suite(void)
 	ADD_TEST(s, killed_client_releases_everything);
 	ADD_TEST(s, server_refuses_a_bad_hello);
 	ADD_TEST(s, server_start_checks_the_path);
+	ADD_TEST(s, server_keeps_a_bound_client_to_its_namespace);
+	{
+		CU_pTest t = CU_add_test(s, "server_binds_each_user_to_its_uid",
+					 server_binds_each_user_to_its_uid);
+
+		if (!t)
+			return -1;
+		if (geteuid()) {
+			printf("kvmm_server: server_binds_each_user_to_its_uid inactive: "
+			       "needs root to run a client as another user\n");
+			CU_set_test_active(t, CU_FALSE);
+		}
+	}
 	return 0;
 }

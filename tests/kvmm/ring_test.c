@@ -251,6 +251,54 @@ static void ring_full_cq_holds_back_until_reaped(void)
 	kvmm_destroy(ctx);
 }
 
+static void ring_bound_to_a_namespace_keeps_to_it(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 256, 4, 64);
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 4096,
+				       .flags = KVMM_RING_F_NS, .ns = 3 };
+	uint64_t before[NR_KVMM_STATS], after[NR_KVMM_STATS];
+	struct kvmm_ring ring;
+	uint32_t *tok;
+	int32_t seq;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
+	tok = ring.buf;
+	test_tokens(tok, 32, 1);
+	kvmm_prep_open(kvmm_get_sqe(&ring), 3);
+	seq = run1(&ring, NULL);
+	CU_ASSERT(seq >= 0);
+	kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 32, 0);
+	CU_ASSERT_EQUAL(run1(&ring, NULL), 0);
+	kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 32);
+	CU_ASSERT_EQUAL(run1(&ring, NULL), 0);
+	test_stats(ctx, before);
+	kvmm_prep_open(kvmm_get_sqe(&ring), 4);
+	CU_ASSERT_EQUAL(run1(&ring, NULL), -EPERM);
+	kvmm_prep_pin(kvmm_get_sqe(&ring), 0, 0, 0, 16, KVMM_PIN_KEEP);
+	CU_ASSERT_EQUAL(run1(&ring, NULL), -EPERM);
+	kvmm_prep_drop_caches(kvmm_get_sqe(&ring));
+	CU_ASSERT_EQUAL(run1(&ring, NULL), -EPERM);
+	kvmm_prep_reclaim(kvmm_get_sqe(&ring), 1);
+	CU_ASSERT_EQUAL(run1(&ring, NULL), -EPERM);
+	kvmm_prep_set(kvmm_get_sqe(&ring), KVMM_SET_POLICY, KVMM_POLICY_SLRU);
+	CU_ASSERT_EQUAL(run1(&ring, NULL), -EPERM);
+	kvmm_prep_dump(kvmm_get_sqe(&ring), KVMM_DUMP_SEQS, 0, 0, 1024, 1024);
+	CU_ASSERT_EQUAL(run1(&ring, NULL), -EPERM);
+	test_stats(ctx, after);
+	ASSERT_STATS_SAME(before, after);
+	/* its own namespace still works, and stats are open to all */
+	kvmm_prep_pin(kvmm_get_sqe(&ring), 3, 0, 0, 16, KVMM_PIN_KEEP);
+	CU_ASSERT_EQUAL(run1(&ring, NULL), 16);
+	kvmm_prep_stats(kvmm_get_sqe(&ring), 0, 1024, 1024);
+	CU_ASSERT_EQUAL(run1(&ring, NULL), NR_KVMM_STATS);
+	/* a namespace without the flag is a malformed shape */
+	rp.flags = 0;
+	CU_ASSERT_EQUAL(kvmm_ring_init(ctx, &rp, &(struct kvmm_ring){ 0 }), -EINVAL);
+	kvmm_ring_exit(&ring);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 /* ---- malformed commands ---- */
 
 enum { S_NONE, S_ALL_ROWS };
@@ -510,6 +558,7 @@ int register_ring_suite(void)
 	ADD_TEST(s, ring_sequences_belong_to_their_ring);
 	ADD_TEST(s, ring_stats_probe_dump_set);
 	ADD_TEST(s, ring_full_cq_holds_back_until_reaped);
+	ADD_TEST(s, ring_bound_to_a_namespace_keeps_to_it);
 	ADD_TEST(s, ring_malformed_commands_fail_and_change_nothing);
 	if (add_racy(s, "ring_tokens_rewritten_while_read_keep_tree_sound",
 		     ring_tokens_rewritten_while_read_keep_tree_sound) ||

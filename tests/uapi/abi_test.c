@@ -59,6 +59,7 @@ PIN(kvmm_ring_hdr, sq_sleeping, 260);
 PIN(kvmm_ring_hdr, cq_sleeping, 264);
 
 SIZE(kvmm_hello, 56);
+PIN(kvmm_hello, ns, 40);
 SIZE(kvmm_welcome, 48);
 
 static void abi_opcodes_and_stats_are_append_only(void)

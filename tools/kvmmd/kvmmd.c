@@ -45,6 +45,7 @@ static void usage(FILE *f)
 		"  --wmark-min N --wmark-low N --wmark-high N   watermarks in pages (default 0)\n"
 		"  --evict lru|slru     eviction policy (default lru)\n"
 		"  --poll               serve every ring in polling mode (a core spins)\n"
+		"  --ns-per-uid         bind each client that is not root to the namespace of its uid\n"
 		"  --quiet              log only errors\n");
 }
 
@@ -71,7 +72,7 @@ struct opts {
 
 enum { O_SOCKET = 256, O_CONFIG, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
        O_MEM_FRAC, O_LAYERS, O_KV_HEADS, O_HEAD_DIM, O_DTYPE, O_MLA, O_MAX_SEQS,
-       O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_HELP };
+       O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_HELP, O_NS_UID };
 
 static const struct option lopts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
@@ -95,6 +96,7 @@ static const struct option lopts[] = {
 	{ "poll", no_argument, NULL, O_POLL },
 	{ "quiet", no_argument, NULL, O_QUIET },
 	{ "help", no_argument, NULL, O_HELP },
+	{ "ns-per-uid", no_argument, NULL, O_NS_UID },
 	{ 0 }
 };
 
@@ -159,6 +161,7 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 	case O_CONFIG: return read_config(o, val);
 	case O_EVICT: o->evict = keep(val); return 0;
 	case O_POLL: o->server_flags |= KVMM_SERVER_POLL; return 0;
+	case O_NS_UID: o->server_flags |= KVMM_SERVER_NS_UID; return 0;
 	case O_QUIET: o->quiet = 1; return 0;
 	case O_MEM_FRAC: {
 		char *end;

@@ -252,7 +252,8 @@ struct kvmm_ring_hdr {
 
 #define KVMM_RING_MAGIC		0x474e49524d4d564bull	/* "KVMMRING" */
 #define KVMM_RING_F_POLL	(1u << 0)	/* the dispatcher polls the SQ */
-#define KVMM_RING_F_FLAGS	KVMM_RING_F_POLL
+#define KVMM_RING_F_NS		(1u << 1)	/* bound to one namespace (hello.ns) */
+#define KVMM_RING_F_FLAGS	(KVMM_RING_F_POLL | KVMM_RING_F_NS)
 
 /*
  * Attaching across processes (a Unix stream socket): the client sends a
@@ -261,6 +262,10 @@ struct kvmm_ring_hdr {
  * (map it shared, welcome.map_size bytes), the SQ doorbell and the CQ
  * doorbell (eventfds).  The ring lives until the socket closes; closing
  * it (or dying) releases everything the ring held.
+ *
+ * A ring bound to a namespace (KVMM_RING_F_NS, or bound by the server)
+ * may only name that namespace and may not run the context-wide admin
+ * commands (RECLAIM, DROP_CACHES, SET, DUMP): those fail with -EPERM.
  */
 struct kvmm_hello {
 	__u64	magic;		/* KVMM_RING_MAGIC */
@@ -271,7 +276,9 @@ struct kvmm_hello {
 	__u32	cq_entries;
 	__u32	flags;		/* KVMM_RING_F_* */
 	__u64	buf_size;
-	__u64	resv[2];
+	__u32	ns;		/* the namespace, with KVMM_RING_F_NS */
+	__u32	resv0;
+	__u64	resv1;
 };
 
 struct kvmm_welcome {
