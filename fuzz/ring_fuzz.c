@@ -50,6 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	kvmm_disp_attach(d, hdr, SQ, CQ);
 	kvmm_disp_set_buf(d, 0, region + region_size - BUF, BUF);
+	if (size & 1)
+		kvmm_disp_bind_ns(d, 0);	/* half the inputs play a bound tenant */
 
 	for (pos = 0; pos + 65 <= size; pos += 65) {
 		const uint8_t *rec = data + pos + 1;
