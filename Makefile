@@ -193,8 +193,9 @@ run-stress: $(STRESS) $(objtree)/bin/kvmmctl
 
 BENCH_OUT	?= $(objtree)/bench.jsonl
 WORKLOAD	?= $(SHARED)/bench/workload.txt
+TRACE		?= $(SHARED)/traces/mooncake/conversation_trace.jsonl
 bench: $(objtree)/bin/kvmm-bench
-	$(Q)$(srctree)/scripts/bench.sh $(objtree)/bin/kvmm-bench "$(WORKLOAD)" "$(BENCH_OUT)"
+	$(Q)$(srctree)/scripts/bench.sh $(objtree)/bin/kvmm-bench "$(WORKLOAD)" "$(BENCH_OUT)" "$(TRACE)"
 
 run: deps
 	$(Q)$(MAKE) -f $(srctree)/Makefile O=$(O) DEBUG=$(DEBUG) SAN=$(SAN) all
@@ -277,6 +278,7 @@ help:
 	@echo '             3 invariant walk after every operation'
 	@echo '  SAN=...    sanitizers: address,undefined or thread'
 	@echo '  WORKLOAD=  workload file for make bench (default ../shared/bench/workload.txt)'
+	@echo '  TRACE=     Mooncake trace for make bench (default ../shared/traces/mooncake/...)'
 	@echo '  TESTARGS=  arguments for the test binary (e.g. -s kvmm_prefix_tree)'
 
 FORCE:

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# scripts/bench.sh BENCH WORKLOAD OUT - what `make bench` runs: the micro
+# scripts/bench.sh BENCH WORKLOAD OUT [TRACE] - what `make bench` runs: the micro
 # and ring benchmarks, then the shared workload replay at page sizes 1 and
 # 16 and through an in-process and a cross-process ring (median of 9).  JSON lines go to stdout and to OUT.  Benchmarks never
 # fail on a number: the figures are for people to read.
@@ -27,5 +27,14 @@ if [ -r "$workload" ]; then
 	done
 else
 	echo "bench: $workload not found: replay skipped (pass WORKLOAD=FILE)" >&2
+fi
+trace=${4:-}
+if [ -n "$trace" ] && [ -r "$trace" ]; then
+	for evict in lru slru; do
+		echo "bench: trace $trace, evict $evict" >&2
+		"$bench" trace --trace "$trace" --evict "$evict" --json | tee -a "$out"
+	done
+else
+	echo "bench: no Mooncake trace: trace skipped (pass TRACE=FILE)" >&2
 fi
 echo "bench: results in $out" >&2

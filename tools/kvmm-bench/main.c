@@ -71,7 +71,8 @@ static void usage(FILE *f)
 		"  micro [--json] [--quick]   allocator, tree and reclaim micro benchmarks\n"
 		"  replay --workload FILE ... replay a shared workload (see replay --help)\n"
 		"  demo                       a short generated replay with a readable summary\n"
-		"  ring [--json] [--quick]    command ring throughput and latency, in and across processes\n");
+		"  ring [--json] [--quick]    command ring throughput and latency, in and across processes\n"
+		"  trace --trace FILE ...     a Mooncake trace, one request at a time (see trace --help)\n");
 }
 
 int main(int argc, char **argv)
@@ -88,6 +89,8 @@ int main(int argc, char **argv)
 		return cmd_demo(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "ring"))
 		return cmd_ring(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "trace"))
+		return cmd_trace(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;
