@@ -231,8 +231,10 @@ $(objtree)/fuzz/%: $(objtree)/fuzz/%.o $(LIB_A)
 
 install: lib tools
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/kvmm \
-		$(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8
-	install -m 755 $(objtree)/bin/kvmmd $(objtree)/bin/kvmmctl $(DESTDIR)$(BINDIR)/
+		$(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1
+	install -m 755 $(objtree)/bin/kvmmd $(objtree)/bin/kvmmctl $(objtree)/bin/kvmm-bench \
+		$(DESTDIR)$(BINDIR)/
+	install -m 644 $(srctree)/Documentation/man/kvmm-bench.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 $(srctree)/Documentation/man/kvmmd.8 \
 		$(srctree)/Documentation/man/kvmmctl.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
@@ -249,7 +251,8 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libkvmm.a $(DESTDIR)$(LIBDIR)/libkvmm.so* \
 	      $(DESTDIR)$(INCLUDEDIR)/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/kvmm/kvmm.h \
 	      $(DESTDIR)$(INCLUDEDIR)/kvmm/ring.h $(DESTDIR)$(BINDIR)/kvmmd \
-	      $(DESTDIR)$(BINDIR)/kvmmctl $(DESTDIR)$(MANDIR)/man8/kvmmd.8 \
+	      $(DESTDIR)$(BINDIR)/kvmmctl $(DESTDIR)$(BINDIR)/kvmm-bench \
+	      $(DESTDIR)$(MANDIR)/man1/kvmm-bench.1 $(DESTDIR)$(MANDIR)/man8/kvmmd.8 \
 	      $(DESTDIR)$(MANDIR)/man8/kvmmctl.8 \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc
 
