@@ -92,6 +92,9 @@ static inline uint64_t now_ns(void)
 
 double median(double *v, unsigned n);
 void sort_u64(uint64_t *v, size_t n);
+struct kvmm_params bench_params(uint32_t page_size, uint32_t nr_pages, uint32_t max_seqs,
+				uint32_t max_seq_len);
+int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res);
 void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 uint64_t parse_u64(const char *opt, const char *s);
 

@@ -34,6 +34,51 @@ void sort_u64(uint64_t *v, size_t n)
 	qsort(v, n, sizeof(*v), cmp_u64);
 }
 
+/*
+ * The context every benchmark builds: the smallest real geometry (one
+ * layer, one head of one element), so the pool costs almost no memory and
+ * the figures are the manager's alone.
+ */
+struct kvmm_params bench_params(uint32_t page_size, uint32_t nr_pages, uint32_t max_seqs,
+				uint32_t max_seq_len)
+{
+	struct kvmm_params p = {
+		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
+			   .attn = KVMM_ATTN_MHA },
+		.page_size = page_size,
+		.nr_pages = nr_pages,
+		.max_seqs = max_seqs,
+		.max_seq_len = max_seq_len,
+	};
+	return p;
+}
+
+/*
+ * Submit the @n prepared entries, wait for their completions and reap
+ * them all.  With @res, each result goes there and the return is 0 or a
+ * transport error; without, the return is the first failed command's.
+ */
+int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res)
+{
+	struct kvmm_cqe *cqe;
+	int ret = kvmm_submit_and_wait(ring, n), first = 0;
+	uint32_t i;
+
+	if (ret < 0)
+		return ret;
+	for (i = 0; i < n; i++) {
+		ret = kvmm_wait_cqe(ring, &cqe);
+		if (ret)
+			return ret;
+		if (res)
+			res[i] = cqe->res;
+		else if (cqe->res < 0 && !first)
+			first = cqe->res;
+		kvmm_cqe_seen(ring, cqe);
+	}
+	return first;
+}
+
 double median(double *v, unsigned n)
 {
 	qsort(v, n, sizeof(*v), cmp_double);

@@ -42,14 +42,7 @@ static void report(const char *bench, uint32_t page_size, const char *unit,
 static struct kvmm_ctx *make_ctx(uint32_t page_size, uint32_t nr_pages,
 				 uint32_t max_seqs, uint32_t max_seq_len)
 {
-	struct kvmm_params p = {
-		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
-			   .attn = KVMM_ATTN_MHA },
-		.page_size = page_size,
-		.nr_pages = nr_pages,
-		.max_seqs = max_seqs,
-		.max_seq_len = max_seq_len,
-	};
+	struct kvmm_params p = bench_params(page_size, nr_pages, max_seqs, max_seq_len);
 	struct kvmm_ctx *ctx = NULL;
 	int ret = kvmm_create(&p, &ctx);
 

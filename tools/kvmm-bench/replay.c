@@ -69,25 +69,6 @@ static void slot_buf(const struct replay *rp, uint32_t slot, uint16_t *buf, uint
 	}
 }
 
-/* Submit the @n prepared entries, wait for and reap their completions. */
-static int ring_do(struct replay *rp, uint32_t n, int32_t *res)
-{
-	struct kvmm_cqe *cqe;
-	uint32_t i;
-	int ret = kvmm_submit_and_wait(&rp->ring, n);
-
-	if (ret < 0)
-		return ret;
-	for (i = 0; i < n; i++) {
-		ret = kvmm_wait_cqe(&rp->ring, &cqe);
-		if (ret)
-			return ret;
-		res[i] = cqe->res;
-		kvmm_cqe_seen(&rp->ring, cqe);
-	}
-	return 0;
-}
-
 static int first_error(const int32_t *res, uint32_t n)
 {
 	uint32_t i;
@@ -140,7 +121,7 @@ static int flush_pending(struct replay *rp)
 	if (!n)
 		return 0;
 	rp->pending = 0;
-	ret = ring_do(rp, n, res);
+	ret = ring_run(&rp->ring, n, res);
 	rp->ns += now_ns() - t0;
 	return ret ? ret : first_error(res, n);
 }
@@ -204,7 +185,7 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 	if (!rp->nidle) {
 		/* only while the replay fills up: no finished sequence to reuse */
 		kvmm_prep_open(kvmm_get_sqe(&rp->ring), 0);
-		ret = ring_do(rp, pend + 1, res);
+		ret = ring_run(&rp->ring, pend + 1, res);
 		if (ret || (ret = first_error(res, pend + 1)))
 			return ret;
 		rp->idle[rp->nidle++] = (uint32_t)res[pend];
@@ -214,12 +195,12 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 	*seqp = seq;
 	if (n > 1) {
 		kvmm_prep_match(kvmm_get_sqe(&rp->ring), seq, buf, off, n - 1);
-		ret = ring_do(rp, pend + 1, res);
+		ret = ring_run(&rp->ring, pend + 1, res);
 		if (ret || (ret = first_error(res, pend + 1)))
 			return ret;
 		m = (uint32_t)res[pend];
 	} else if (pend) {
-		ret = ring_do(rp, pend, res);
+		ret = ring_run(&rp->ring, pend, res);
 		if (ret || (ret = first_error(res, pend)))
 			return ret;
 	}
@@ -231,7 +212,7 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 		uint32_t step = out < chunk ? out : chunk;
 
 		if (k == RING_SQ) {
-			ret = ring_do(rp, k, res);
+			ret = ring_run(&rp->ring, k, res);
 			if (ret || (ret = first_error(res, k)))
 				return ret;
 			k = 0;
@@ -240,7 +221,7 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 		k++;
 		out -= step;
 	}
-	ret = ring_do(rp, k, res);
+	ret = ring_run(&rp->ring, k, res);
 	return ret ? ret : first_error(res, k);
 }
 
@@ -291,7 +272,7 @@ static int fetch_stats(struct replay *rp, uint64_t *st)
 	off = (off + 7) & ~(size_t)7;
 	snap = (struct kvmm_stats_snap *)((char *)rp->ring.buf + off);
 	kvmm_prep_stats(kvmm_get_sqe(&rp->ring), 0, off, sizeof(*snap) + NR_KVMM_STATS * 8);
-	ret = ring_do(rp, 1, &res);
+	ret = ring_run(&rp->ring, 1, &res);
 	if (ret || res < 0)
 		return ret ? ret : res;
 	memcpy(st, snap + 1, NR_KVMM_STATS * sizeof(*st));
@@ -356,20 +337,15 @@ static bool session_end(struct replay *rp)
 static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 {
 	const struct workload *wl = rp->wl;
-	struct kvmm_params p = {
-		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
-			   .attn = KVMM_ATTN_MHA },
-		.page_size = rp->o->page_size,
-		.nr_pages = (uint32_t)(rp->o->capacity_tokens / rp->o->page_size),
-		.max_seqs = wl->max_inflight,
-		.max_seq_len = wl->max_seq_len,
-		.evict_policy = rp->o->evict,
-	};
+	struct kvmm_params p = bench_params(rp->o->page_size,
+					    (uint32_t)(rp->o->capacity_tokens / rp->o->page_size),
+					    wl->max_inflight, wl->max_seq_len);
 	uint64_t st[NR_KVMM_STATS], matched = 0;
 	uint32_t r;
 	bool checked;
 	int ret;
 
+	p.evict_policy = rp->o->evict;
 	ret = session_start(rp, &p);
 	if (ret) {
 		fprintf(stderr, "replay: setting up: %s\n", strerror(-ret));

@@ -104,23 +104,6 @@ static void report(const char *op, const char *mode, uint32_t batch, double ops_
 	fflush(stdout);
 }
 
-static int reap(struct kvmm_ring *ring, uint32_t n)
-{
-	struct kvmm_cqe *cqe;
-	uint32_t i;
-
-	for (i = 0; i < n; i++) {
-		int ret = kvmm_wait_cqe(ring, &cqe);
-
-		if (ret)
-			return ret;
-		if (cqe->res < 0)
-			return cqe->res;
-		kvmm_cqe_seen(ring, cqe);
-	}
-	return 0;
-}
-
 #define RUNS 5
 
 static int bench_nop(struct kvmm_ring *ring, const char *mode, uint32_t batch, uint64_t total)
@@ -139,8 +122,8 @@ static int bench_nop(struct kvmm_ring *ring, const char *mode, uint32_t batch, u
 
 			for (i = 0; i < batch; i++)
 				kvmm_prep_nop(kvmm_get_sqe(ring));
-			ret = kvmm_submit_and_wait(ring, batch);
-			if (ret < 0 || (ret = reap(ring, batch)))
+			ret = ring_run(ring, batch, NULL);
+			if (ret)
 				return ret;
 			if (lat)
 				lat[nlat++] = now_ns() - t1;
@@ -171,8 +154,8 @@ static int bench_match(struct kvmm_ring *ring, const char *mode, uint32_t batch,
 
 			for (i = 0; i < batch; i++)
 				kvmm_prep_match(kvmm_get_sqe(ring), (uint32_t)seqs[i], buf, 0, 1024);
-			ret = kvmm_submit_and_wait(ring, batch);
-			if (ret < 0 || (ret = reap(ring, batch)))
+			ret = ring_run(ring, batch, NULL);
+			if (ret)
 				return ret;
 			t1 = now_ns() - t1;
 			tmatch += t1;
@@ -180,8 +163,8 @@ static int bench_match(struct kvmm_ring *ring, const char *mode, uint32_t batch,
 				lat[nlat++] = t1;
 			for (i = 0; i < batch; i++)
 				kvmm_prep_retract(kvmm_get_sqe(ring), (uint32_t)seqs[i], 0, 0, 0);
-			ret = kvmm_submit_and_wait(ring, batch);
-			if (ret < 0 || (ret = reap(ring, batch)))
+			ret = ring_run(ring, batch, NULL);
+			if (ret)
 				return ret;
 			done += batch;
 		}
@@ -201,16 +184,9 @@ static int match_setup(struct kvmm_ring *ring, uint16_t buf, int32_t *seqs, uint
 
 	for (i = 0; i < nseq; i++) {
 		kvmm_prep_open(kvmm_get_sqe(ring), 0);
-		kvmm_submit_and_wait(ring, 1);
-		{
-			struct kvmm_cqe *cqe;
-
-			ret = kvmm_wait_cqe(ring, &cqe);
-			if (ret)
-				return ret;
-			seqs[i] = cqe->res;
-			kvmm_cqe_seen(ring, cqe);
-		}
+		ret = ring_run(ring, 1, &seqs[i]);
+		if (ret)
+			return ret;
 		if (seqs[i] < 0)
 			return seqs[i];
 	}
@@ -218,8 +194,7 @@ static int match_setup(struct kvmm_ring *ring, uint16_t buf, int32_t *seqs, uint
 	kvmm_prep_extend(kvmm_get_sqe(ring), (uint32_t)seq, 1024, 0);
 	kvmm_prep_commit(kvmm_get_sqe(ring), (uint32_t)seq, buf, 0, 1024);
 	kvmm_prep_retract(kvmm_get_sqe(ring), (uint32_t)seq, 0, 0, 0);
-	ret = kvmm_submit_and_wait(ring, 3);
-	return ret < 0 ? ret : reap(ring, 3);
+	return ring_run(ring, 3, NULL);
 }
 
 static int run_suite(struct kvmm_ring *ring, const char *mode, uint16_t buf, bool quick)
@@ -247,11 +222,7 @@ int cmd_ring(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	struct kvmm_params p = {
-		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
-			   .attn = KVMM_ATTN_MHA },
-		.page_size = 16, .nr_pages = 4096, .max_seqs = 256, .max_seq_len = 2048,
-	};
+	struct kvmm_params p = bench_params(16, 4096, 256, 2048);
 	struct kvmm_ring_params rp = { .sq_entries = 256, .buf_size = 8192 };
 	uint32_t tokens[1024], i;
 	struct kvmm_iovec iov = { tokens, sizeof(tokens) };

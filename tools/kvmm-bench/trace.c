@@ -136,12 +136,7 @@ static int trace_run(const struct trace *t, uint32_t pages, const char *evict,
 		     double *block_hit, double *secs)
 {
 	uint32_t max_len = (t->max_len + BLOCK - 1) / BLOCK * BLOCK;
-	struct kvmm_params p = {
-		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
-			   .attn = KVMM_ATTN_MHA },
-		.page_size = BLOCK, .nr_pages = pages, .max_seqs = 1,
-		.max_seq_len = max_len, .evict_policy = evict,
-	};
+	struct kvmm_params p = bench_params(BLOCK, pages, 1, max_len);
 	uint32_t *tok = malloc((size_t)max_len * sizeof(*tok)), r, seq;
 	uint64_t hit_blocks = 0, t0 = now_ns();
 	struct kvmm_ctx *ctx;
@@ -149,6 +144,7 @@ static int trace_run(const struct trace *t, uint32_t pages, const char *evict,
 
 	if (!tok)
 		return -ENOMEM;
+	p.evict_policy = evict;
 	ret = kvmm_create(&p, &ctx);
 	if (ret) {
 		free(tok);
