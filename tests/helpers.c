@@ -138,3 +138,18 @@ int test_reuse(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok, uint32_t 
 	ret = kvmm_seq_close(ctx, seq, NULL, 0);
 	return m < 0 ? m : ret ? ret : m;
 }
+
+/* Submit what was prepared on @ring and return its one completion's res. */
+int32_t test_ring1(struct kvmm_ring *ring, uint32_t *flags)
+{
+	struct kvmm_cqe *cqe;
+	int32_t res;
+
+	CU_ASSERT_EQUAL(kvmm_submit_and_wait(ring, 1), 1);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(ring, &cqe), 0);
+	res = cqe->res;
+	if (flags)
+		*flags = cqe->flags;
+	kvmm_cqe_seen(ring, cqe);
+	return res;
+}

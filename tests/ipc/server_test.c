@@ -49,18 +49,6 @@ static bool wait_no_clients(struct kvmm_server *srv)
 	return false;
 }
 
-static int32_t remote1(struct kvmm_ring *ring)
-{
-	struct kvmm_cqe *cqe;
-	int32_t res;
-
-	CU_ASSERT_EQUAL(kvmm_submit_and_wait(ring, 1), 1);
-	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(ring, &cqe), 0);
-	res = cqe->res;
-	kvmm_cqe_seen(ring, cqe);
-	return res;
-}
-
 static void server_serves_a_ring(void)
 {
 	struct kvmm_ctx *ctx = test_ctx(1, 256, 8, 128);
@@ -76,14 +64,14 @@ static void server_serves_a_ring(void)
 	tok = ring.buf;
 	test_tokens(tok, 100, 3);
 	kvmm_prep_open(kvmm_get_sqe(&ring), 0);
-	seq = remote1(&ring);
+	seq = test_ring1(&ring, NULL);
 	CU_ASSERT_FATAL(seq >= 0);
 	kvmm_prep_match(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 99);
-	CU_ASSERT_EQUAL(remote1(&ring), 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 100, 0);
-	CU_ASSERT_EQUAL(remote1(&ring), 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 100);
-	CU_ASSERT_EQUAL(remote1(&ring), 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	/* registering memory the server cannot see is refused */
 	CU_ASSERT_EQUAL(kvmm_ring_register_buffers(&ring, NULL, 0), -EOPNOTSUPP);
 	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_CACHED), 100);
@@ -110,16 +98,16 @@ static void child_hold_and_wait(const char *path, int fd)
 		int32_t seq;
 
 		kvmm_prep_open(kvmm_get_sqe(&ring), 0);
-		seq = remote1(&ring);
+		seq = test_ring1(&ring, NULL);
 		kvmm_prep_match(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 63);
-		remote1(&ring);
+		test_ring1(&ring, NULL);
 		kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 64, 0);
-		remote1(&ring);
+		test_ring1(&ring, NULL);
 		kvmm_prep_commit(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 40);
-		remote1(&ring);
+		test_ring1(&ring, NULL);
 	}
 	kvmm_prep_pin(kvmm_get_sqe(&ring), 0, 0, 0, 32, 0);
-	if (remote1(&ring) != 32)
+	if (test_ring1(&ring, NULL) != 32)
 		_exit(2);
 	if (write(fd, "x", 1) != 1)
 		_exit(3);
@@ -236,11 +224,11 @@ static void server_keeps_a_bound_client_to_its_namespace(void)
 	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("b"), 0, &srv), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock_path, &rp, &ring), 0);
 	kvmm_prep_open(kvmm_get_sqe(&ring), 8);
-	CU_ASSERT_EQUAL(remote1(&ring), -EPERM);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	kvmm_prep_open(kvmm_get_sqe(&ring), 9);
-	CU_ASSERT(remote1(&ring) >= 0);
+	CU_ASSERT(test_ring1(&ring, NULL) >= 0);
 	kvmm_prep_drop_caches(kvmm_get_sqe(&ring));
-	CU_ASSERT_EQUAL(remote1(&ring), -EPERM);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	kvmm_ring_exit(&ring);
 	CU_ASSERT(wait_no_clients(srv));
 	kvmm_server_stop(srv);
@@ -274,10 +262,10 @@ static void server_binds_each_user_to_its_uid(void)
 		if (kvmm_ring_connect(sock_path, &rp, &ring))
 			_exit(11);
 		kvmm_prep_open(kvmm_get_sqe(&ring), 0);
-		if (remote1(&ring) != -EPERM)
+		if (test_ring1(&ring, NULL) != -EPERM)
 			_exit(12);
 		kvmm_prep_open(kvmm_get_sqe(&ring), 65534);
-		res = remote1(&ring);
+		res = test_ring1(&ring, NULL);
 		if (res < 0)
 			_exit(13);
 		/* asking for another namespace than its uid's is refused */
