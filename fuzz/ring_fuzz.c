@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	sqes = (struct kvmm_sqe *)(hdr + 1);
 	if (kvmm_disp_create(ctx, true, &d))
 		abort();
-	kvmm_disp_attach(d, hdr, SQ, CQ);
+	kvmm_disp_attach(d, hdr, sqes, SQ, (struct kvmm_cqe *)(sqes + SQ), CQ);
 	kvmm_disp_set_buf(d, 0, region + region_size - BUF, BUF);
 	if (size & 1)
 		kvmm_disp_bind_ns(d, 0);	/* half the inputs play a bound tenant */

@@ -22,6 +22,7 @@ size_t kvmm_ring_layout(const struct kvmm_ring_params *p, struct kvmm_ring_param
 size_t kvmm_ring_buf_off(const struct kvmm_ring_params *p);
 void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params *p,
 			uint32_t ring_id);
+void kvmm_ring_attach(struct kvmm_disp *d, void *region, const struct kvmm_ring_params *p);
 void kvmm_doorbell(int fd);
 
 #endif

@@ -55,13 +55,30 @@ size_t kvmm_ring_layout(const struct kvmm_ring_params *p, struct kvmm_ring_param
 	return kvmm_ring_buf_off(out) + ((out->buf_size + 63) & ~(uint64_t)63);
 }
 
+/* The region's layout, in one place: header | SQEs | CQEs | data area. */
+static size_t sq_off(void)
+{
+	return sizeof(struct kvmm_ring_hdr);
+}
+
+static size_t cq_off(const struct kvmm_ring_params *p)
+{
+	return sq_off() + (size_t)p->sq_entries * sizeof(struct kvmm_sqe);
+}
+
 size_t kvmm_ring_buf_off(const struct kvmm_ring_params *p)
 {
-	size_t off = sizeof(struct kvmm_ring_hdr) +
-		     (size_t)p->sq_entries * sizeof(struct kvmm_sqe) +
-		     (size_t)p->cq_entries * sizeof(struct kvmm_cqe);
+	size_t off = cq_off(p) + (size_t)p->cq_entries * sizeof(struct kvmm_cqe);
 
 	return (off + 63) & ~(size_t)63;
+}
+
+/* Give dispatcher @d the arrays of @region, laid out for @p. */
+void kvmm_ring_attach(struct kvmm_disp *d, void *region, const struct kvmm_ring_params *p)
+{
+	kvmm_disp_attach(d, region, (struct kvmm_sqe *)((char *)region + sq_off()),
+			 p->sq_entries, (struct kvmm_cqe *)((char *)region + cq_off(p)),
+			 p->cq_entries);
 }
 
 /* Fill a fresh region's header; the creator does this before sharing it. */
@@ -74,8 +91,8 @@ void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params
 	hdr->hdr_size = sizeof(*hdr);
 	hdr->sq_entries = p->sq_entries;
 	hdr->cq_entries = p->cq_entries;
-	hdr->sq_off = sizeof(*hdr);
-	hdr->cq_off = sizeof(*hdr) + p->sq_entries * (uint32_t)sizeof(struct kvmm_sqe);
+	hdr->sq_off = (uint32_t)sq_off();
+	hdr->cq_off = (uint32_t)cq_off(p);
 	hdr->buf_off = (uint32_t)kvmm_ring_buf_off(p);
 	hdr->buf_size = (uint32_t)p->buf_size;
 	hdr->flags = p->flags;
@@ -85,8 +102,8 @@ void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params
 static void ring_map(struct kvmm_ring *ring, void *region, const struct kvmm_ring_params *p)
 {
 	ring->hdr = region;
-	ring->sqes = (struct kvmm_sqe *)((char *)region + sizeof(struct kvmm_ring_hdr));
-	ring->cqes = (struct kvmm_cqe *)(ring->sqes + p->sq_entries);
+	ring->sqes = (struct kvmm_sqe *)((char *)region + sq_off());
+	ring->cqes = (struct kvmm_cqe *)((char *)region + cq_off(p));
 	ring->buf = p->buf_size ? (char *)region + kvmm_ring_buf_off(p) : NULL;
 	ring->buf_size = p->buf_size;
 	ring->sq_mask = p->sq_entries - 1;
@@ -130,7 +147,7 @@ KVMM_EXPORT int kvmm_ring_init(struct kvmm_ctx *ctx, const struct kvmm_ring_para
 	ring->ctx = ctx;
 	ring->sock = ring->sq_fd = ring->cq_fd = -1;
 	ring->map_size = size;
-	kvmm_disp_attach(ring->disp, ring->hdr, rp.sq_entries, rp.cq_entries);
+	kvmm_ring_attach(ring->disp, ring->hdr, &rp);
 	kvmm_disp_set_buf(ring->disp, 0, ring->buf, ring->buf_size);
 	if (rp.flags & KVMM_RING_F_NS)
 		kvmm_disp_bind_ns(ring->disp, rp.ns);

@@ -202,7 +202,7 @@ static int client_setup(struct kvmm_client *c)
 	if (rp.flags & KVMM_RING_F_NS)
 		kvmm_disp_bind_ns(c->disp, rp.ns);
 	kvmm_ring_hdr_init(c->region, &rp, kvmm_disp_id(c->disp));
-	kvmm_disp_attach(c->disp, c->region, rp.sq_entries, rp.cq_entries);
+	kvmm_ring_attach(c->disp, c->region, &rp);
 	kvmm_disp_set_buf(c->disp, 0, rp.buf_size ? (char *)c->region +
 			  kvmm_ring_buf_off(&rp) : NULL, rp.buf_size);
 

@@ -694,17 +694,20 @@ int kvmm_disp_set_buf(struct kvmm_disp *d, uint32_t index, void *base, uint64_t 
 /**
  * kvmm_disp_attach() - give the dispatcher its ring
  * @d: the dispatcher
- * @hdr: the ring region, laid out by its creator; sq_off and cq_off must
- *	be the creator's, read before the region was shared
- * @sq_entries: SQ size, a power of two (the creator's value, not the header's)
- * @cq_entries: CQ size, a power of two
+ * @hdr: the ring region's header
+ * @sqes: its SQE array, @sq_entries of them (a power of two)
+ * @cqes: its CQE array, @cq_entries of them (a power of two)
+ *
+ * The layout is the creator's (ipc/), passed here rather than read from
+ * the header, which the other side may rewrite.
  */
 void kvmm_disp_attach(struct kvmm_disp *d, struct kvmm_ring_hdr *hdr,
-		      uint32_t sq_entries, uint32_t cq_entries)
+		      struct kvmm_sqe *sqes, uint32_t sq_entries,
+		      struct kvmm_cqe *cqes, uint32_t cq_entries)
 {
 	d->hdr = hdr;
-	d->sqes = (struct kvmm_sqe *)((char *)hdr + sizeof(*hdr));
-	d->cqes = (struct kvmm_cqe *)(d->sqes + sq_entries);
+	d->sqes = sqes;
+	d->cqes = cqes;
 	d->sq_mask = sq_entries - 1;
 	d->cq_mask = cq_entries - 1;
 	d->sq_head = 0;
