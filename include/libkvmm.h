@@ -462,6 +462,14 @@ static inline void kvmm_prep_prio(struct kvmm_sqe *sqe, uint32_t ns, uint16_t bu
 	sqe->arg = prio;
 }
 
+/* How much of @n tokens at (buf, off) is cached in @ns; locks nothing. */
+static inline void kvmm_prep_lookup(struct kvmm_sqe *sqe, uint32_t ns, uint16_t buf,
+				    uint64_t off, uint32_t n)
+{
+	kvmm_prep_rw(sqe, KVMM_OP_LOOKUP, 0, buf, off, n);
+	sqe->ns = ns;
+}
+
 static inline void kvmm_prep_reclaim(struct kvmm_sqe *sqe, uint32_t pages)
 {
 	sqe->opcode = KVMM_OP_RECLAIM;

@@ -109,6 +109,7 @@ static const uint8_t op_fields[KVMM_OP_LAST] = {
 	[KVMM_OP_SET] = F_ARG | F_ARG2,
 	[KVMM_OP_DROP_CACHES] = 0,
 	[KVMM_OP_PRIO] = F_NS | F_TOK | F_ARG,
+	[KVMM_OP_LOOKUP] = F_NS | F_TOK,
 };
 
 static int sqe_check_fields(const struct kvmm_sqe *sqe)
@@ -503,6 +504,7 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 	case KVMM_OP_PIN:
 	case KVMM_OP_UNPIN:
 	case KVMM_OP_PRIO:
+	case KVMM_OP_LOOKUP:
 		if (sqe->len) {
 			tok = payload(d, sqe, (uint64_t)sqe->len * sizeof(*tok));
 			if (!tok)
@@ -550,6 +552,8 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 		return (int32_t)clamp_res(kvmm_drop_caches(ctx));
 	case KVMM_OP_PRIO:
 		return kvmm_prefix_set_prio(ctx, sqe->ns, tok, sqe->len, sqe->arg);
+	case KVMM_OP_LOOKUP:
+		return kvmm_prefix_lookup(ctx, sqe->ns, tok, sqe->len);
 	}
 	return -EINVAL;
 }

@@ -167,6 +167,16 @@ static void ring_stats_probe_dump_set(void)
 	test_stats(f.ctx, direct);
 	CU_ASSERT_EQUAL(snap->nr, NR_KVMM_STATS);
 	CU_ASSERT(!memcmp(snap + 1, direct, sizeof(direct)));
+	/* LOOKUP: how much is cached, per namespace; it locks and touches nothing */
+	memcpy(f.tok, (uint32_t[]){ 9000, 0, 7 }, 3 * sizeof(uint32_t));
+	kvmm_prep_lookup(kvmm_get_sqe(&f.ring), 0, 1, 0, 3);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 2);
+	kvmm_prep_lookup(kvmm_get_sqe(&f.ring), 1, 1, 0, 3);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
+	kvmm_prep_lookup(kvmm_get_sqe(&f.ring), 0, 1, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), -EINVAL);
+	test_stats(f.ctx, direct);
+	CU_ASSERT(!memcmp(snap + 1, direct, sizeof(direct)));
 	kvmm_prep_probe(kvmm_get_sqe(&f.ring), 2, 0);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), (int32_t)sizeof(*probe));
 	CU_ASSERT_EQUAL(probe->abi, KVMM_ABI_VERSION);
@@ -260,6 +270,8 @@ static void ring_bound_to_a_namespace_keeps_to_it(void)
 	kvmm_prep_open(kvmm_get_sqe(&ring), 4);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	kvmm_prep_pin(kvmm_get_sqe(&ring), 0, 0, 0, 16, KVMM_PIN_KEEP);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
+	kvmm_prep_lookup(kvmm_get_sqe(&ring), 0, 0, 0, 16);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	kvmm_prep_drop_caches(kvmm_get_sqe(&ring));
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);

@@ -38,7 +38,8 @@
 #define KVMM_OP_SET		13	/* arg: KVMM_SET_*, arg2: value */
 #define KVMM_OP_DROP_CACHES	14	/* res: pages freed */
 #define KVMM_OP_PRIO		15	/* ns, tokens, arg: priority; res: tokens */
-#define KVMM_OP_LAST		16
+#define KVMM_OP_LOOKUP		16	/* ns, tokens; res: cached tokens, nothing locked */
+#define KVMM_OP_LAST		17
 
 /*
  * struct kvmm_sqe - one command (64 bytes)
