@@ -10,39 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
-#include <time.h>
 
 #include <libkvmm.h>
 
-/* One request of a workload (format: ../shared/bench/README.md). */
-struct wl_request {
-	uint32_t id;
-	uint32_t arrival;
-	uint32_t conv;
-	uint32_t turn;
-	int32_t prev;		/* previous turn's request id, or -1 */
-	uint32_t prompt_len;
-	uint32_t output_seg;
-	uint32_t output_len;
-	uint32_t nseg;
-	uint32_t *segs;		/* prompt segment ids */
-};
-
-struct workload {
-	uint32_t nsegs;
-	uint32_t **seg_tokens;
-	uint32_t *seg_len;
-	uint32_t nreq;
-	struct wl_request *reqs;
-	uint64_t capacity_tokens;
-	uint32_t max_inflight;
-	uint64_t prompt_tokens;
-	uint32_t max_seq_len;	/* longest prompt + output */
-};
-
-int workload_load(const char *path, struct workload *wl);
-void workload_free(struct workload *wl);
-int workload_generate(uint64_t seed, uint32_t nconv, struct workload *wl);
+#include "../lib/tools.h"
 
 enum replay_via {
 	VIA_DIRECT,	/* the C API */
@@ -82,20 +53,8 @@ int cmd_trace(int argc, char **argv);
 pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags);
 int server_reap(pid_t pid);
 
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-double median(double *v, unsigned n);
-void sort_u64(uint64_t *v, size_t n);
 struct kvmm_params bench_params(uint32_t page_size, uint32_t nr_pages, uint32_t max_seqs,
 				uint32_t max_seq_len);
 int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res);
-void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-uint64_t parse_u64(const char *opt, const char *s);
 
 #endif

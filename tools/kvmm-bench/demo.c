@@ -15,31 +15,32 @@ int cmd_demo(int argc, char **argv)
 {
 	static const struct option lopts[] = {
 		{ "seed", required_argument, NULL, 's' },
-		{ "conversations", required_argument, NULL, 'c' },
+		{ "requests", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
 	static const uint32_t page_sizes[] = { 1, 16 };
 	static const double fractions[] = { 1.0, 0.5, 0.25 };
-	uint64_t seed = 20261122, unique = 0;
-	uint32_t nconv = 300, i, j;
+	uint64_t unique = 0;
+	struct wl_gen gen = { .seed = 20261122, .requests = 600, .rate = 2 };
+	uint32_t i, j;
 	struct workload wl;
 	int c, ret;
 
 	while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
 		switch (c) {
-		case 's': seed = parse_u64("--seed", optarg); break;
-		case 'c': nconv = (uint32_t)parse_u64("--conversations", optarg); break;
+		case 's': gen.seed = parse_u64("--seed", optarg); break;
+		case 'r': gen.requests = (uint32_t)parse_u64("--requests", optarg); break;
 		case 'h':
-			printf("usage: kvmm-bench demo [--seed N] [--conversations N]\n");
+			printf("usage: kvmm-bench demo [--seed N] [--requests N]\n");
 			return 0;
 		default:
 			return 2;
 		}
 	}
-	if (!nconv)
-		die_usage("demo: --conversations must be at least 1");
-	ret = workload_generate(seed, nconv, &wl);
+	if (!gen.requests)
+		die_usage("demo: --requests must be at least 1");
+	ret = workload_generate(&gen, &wl);
 	if (ret) {
 		fprintf(stderr, "demo: cannot generate the workload: out of memory\n");
 		return 1;
@@ -47,11 +48,11 @@ int cmd_demo(int argc, char **argv)
 	for (i = 0; i < wl.nsegs; i++)
 		unique += wl.seg_len[i];
 
-	printf("kvmm demo: %u requests from %u multi-turn conversations over 8 shared\n"
-	       "system prompts (seed %llu); %llu prompt tokens, about %llu distinct.\n"
+	printf("kvmm demo: %u generated requests (chats, few-shot prompts, agents; "
+	       "seed %llu);\n%llu prompt tokens, about %llu distinct.\n"
 	       "Each request matches its prompt against the prefix cache, allocates KV\n"
 	       "for the rest, decodes, and commits; at most %u run at once.\n\n",
-	       wl.nreq, nconv, (unsigned long long)seed,
+	       wl.nreq, (unsigned long long)gen.seed,
 	       (unsigned long long)wl.prompt_tokens, (unsigned long long)unique,
 	       wl.max_inflight);
 	printf("%-9s %-14s %10s %8s %12s %10s %6s\n", "page size", "cache tokens",

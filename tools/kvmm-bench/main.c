@@ -15,30 +15,6 @@
 
 #include "bench.h"
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-void sort_u64(uint64_t *v, size_t n)
-{
-	qsort(v, n, sizeof(*v), cmp_u64);
-}
-
-/*
- * The context every benchmark builds: the smallest real geometry (one
- * layer, one head of one element), so the pool costs almost no memory and
- * the figures are the manager's alone.
- */
 struct kvmm_params bench_params(uint32_t page_size, uint32_t nr_pages, uint32_t max_seqs,
 				uint32_t max_seq_len)
 {
@@ -79,35 +55,7 @@ int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res)
 	return first;
 }
 
-double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-void die_usage(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fputs("kvmm-bench: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	exit(2);
-}
-
-uint64_t parse_u64(const char *opt, const char *s)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (!*s || *end || errno || *s == '-')
-		die_usage("%s: '%s' is not a non-negative number", opt, s);
-	return v;
-}
+const char *tool_name = "kvmm-bench";
 
 static void usage(FILE *f)
 {

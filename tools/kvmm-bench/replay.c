@@ -130,14 +130,11 @@ static int flush_pending(struct replay *rp)
 static void build_tokens(const struct workload *wl, const struct wl_request *req,
 			 uint32_t *t)
 {
-	uint32_t i, pos = 0;
+	uint32_t i;
 
-	for (i = 0; i < req->nseg; i++) {
-		memcpy(t + pos, wl->seg_tokens[req->segs[i]],
-		       wl->seg_len[req->segs[i]] * sizeof(*t));
-		pos += wl->seg_len[req->segs[i]];
-	}
-	memcpy(t + pos, wl->seg_tokens[req->output_seg], req->output_len * sizeof(*t));
+	workload_prompt(wl, req, t);
+	for (i = 0; i < req->output_len; i++)
+		t[req->prompt_len + i] = workload_output_token(wl, req, i);
 }
 
 static int admit_direct(struct replay *rp, const uint32_t *tok, uint32_t n, uint32_t out,

@@ -19,123 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autoconf.h"
 #include "bench.h"
 
-#if CONFIG_KVMM_JANSSON
-#include <jansson.h>
-#endif
+#define BLOCK	WL_BLOCK
 
-#define BLOCK	512
-
-struct trace {
-	uint32_t nreq;
-	uint32_t *len;		/* input length per request */
-	uint32_t *nblk;		/* blocks per request */
-	uint64_t *first;	/* index of its first id in ids */
-	uint64_t *ids;
-	uint64_t total_blocks;
-	uint32_t max_len;
-};
-
-static uint32_t block_token(uint64_t h, uint32_t j, uint32_t k)
-{
-	uint64_t z = h * 0x9e3779b97f4a7c15ull ^ ((uint64_t)j << 32 | k);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (uint32_t)((z ^ (z >> 31)) % 100000);
-}
-
-#if CONFIG_KVMM_JANSSON
-static int trace_load(const char *path, struct trace *t)
-{
-	FILE *f = fopen(path, "r");
-	char *line = NULL;
-	size_t cap = 0, idcap = 0, rcap = 0;
-	unsigned long lineno = 0;
-	int ret = 0;
-
-	memset(t, 0, sizeof(*t));
-	if (!f) {
-		fprintf(stderr, "%s: %s\n", path, strerror(errno));
-		return -errno;
-	}
-	while (getline(&line, &cap, f) > 0) {
-		json_error_t err;
-		json_t *o = json_loads(line, 0, &err), *ids, *len, *x;
-		size_t i;
-
-		lineno++;
-		if (!o) {
-			fprintf(stderr, "%s:%lu: %s\n", path, lineno, err.text);
-			ret = -EINVAL;
-			break;
-		}
-		ids = json_object_get(o, "hash_ids");
-		len = json_object_get(o, "input_length");
-		if (!json_is_array(ids) || !json_is_integer(len) || json_integer_value(len) <= 0 ||
-		    json_array_size(ids) != (size_t)(json_integer_value(len) + BLOCK - 1) / BLOCK) {
-			fprintf(stderr, "%s:%lu: needs input_length and one hash id per %d "
-				"tokens\n", path, lineno, BLOCK);
-			json_decref(o);
-			ret = -EINVAL;
-			break;
-		}
-		if (t->nreq == rcap) {
-			rcap = rcap ? rcap * 2 : 4096;
-			t->len = realloc(t->len, rcap * sizeof(*t->len));
-			t->nblk = realloc(t->nblk, rcap * sizeof(*t->nblk));
-			t->first = realloc(t->first, rcap * sizeof(*t->first));
-		}
-		while (t->total_blocks + json_array_size(ids) > idcap) {
-			idcap = idcap ? idcap * 2 : 1 << 16;
-			t->ids = realloc(t->ids, idcap * sizeof(*t->ids));
-		}
-		if (!t->len || !t->nblk || !t->first || !t->ids) {
-			json_decref(o);
-			ret = -ENOMEM;
-			break;
-		}
-		t->len[t->nreq] = (uint32_t)json_integer_value(len);
-		t->nblk[t->nreq] = (uint32_t)json_array_size(ids);
-		t->first[t->nreq] = t->total_blocks;
-		json_array_foreach(ids, i, x)
-			t->ids[t->total_blocks++] = (uint64_t)json_integer_value(x);
-		if (t->len[t->nreq] > t->max_len)
-			t->max_len = t->len[t->nreq];
-		t->nreq++;
-		json_decref(o);
-	}
-	free(line);
-	fclose(f);
-	if (!ret && !t->nreq) {
-		fprintf(stderr, "%s: no requests\n", path);
-		ret = -EINVAL;
-	}
-	return ret;
-}
-#else
-static int trace_load(const char *path, struct trace *t)
-{
-	(void)t;
-	fprintf(stderr, "%s: this build has no JSON reader (libjansson-dev)\n", path);
-	return -EOPNOTSUPP;
-}
-#endif
-
-static void trace_free(struct trace *t)
-{
-	free(t->len);
-	free(t->nblk);
-	free(t->first);
-	free(t->ids);
-}
-
-static int trace_run(const struct trace *t, uint32_t pages, const char *evict,
+static int trace_run(const struct workload *t, uint32_t pages, const char *evict,
 		     double *block_hit, double *secs)
 {
-	uint32_t max_len = (t->max_len + BLOCK - 1) / BLOCK * BLOCK;
+	uint32_t max_len = (t->max_seq_len + BLOCK - 1) / BLOCK * BLOCK;
 	struct kvmm_params p = bench_params(BLOCK, pages, 1, max_len);
 	uint32_t *tok = malloc((size_t)max_len * sizeof(*tok)), r, seq;
 	uint64_t hit_blocks = 0, t0 = now_ns();
@@ -151,12 +42,10 @@ static int trace_run(const struct trace *t, uint32_t pages, const char *evict,
 		return ret;
 	}
 	for (r = 0; r < t->nreq && !ret; r++) {
-		uint32_t n = t->len[r], j, k;
+		uint32_t n = t->reqs[r].prompt_len;
 		int m;
 
-		for (j = 0; j < t->nblk[r]; j++)
-			for (k = 0; k < BLOCK && j * BLOCK + k < n; k++)
-				tok[j * BLOCK + k] = block_token(t->ids[t->first[r] + j], j, k);
+		workload_prompt(t, &t->reqs[r], tok);
 		ret = kvmm_seq_open(ctx, 0, &seq);
 		if (ret)
 			break;
@@ -192,7 +81,7 @@ int cmd_trace(int argc, char **argv)
 	};
 	uint32_t caps[16], ncap = 0, i;
 	const char *path = NULL, *evict = "lru";
-	struct trace t;
+	struct workload t;
 	bool json = false;
 	int c, ret;
 
@@ -226,7 +115,7 @@ int cmd_trace(int argc, char **argv)
 		caps[2] = 30000;
 		ncap = 3;
 	}
-	ret = trace_load(path, &t);
+	ret = workload_load_mooncake(path, &t);
 	if (ret)
 		return 1;
 	for (i = 0; i < ncap; i++) {
@@ -247,6 +136,6 @@ int cmd_trace(int argc, char **argv)
 			       caps[i], evict, hit, t.nreq, secs);
 		fflush(stdout);
 	}
-	trace_free(&t);
+	workload_free(&t);
 	return ret ? 1 : 0;
 }

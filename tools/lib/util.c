@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/lib/util.c - small helpers the tools share: sorting, medians and
+ * percentiles, and option parsing that refuses what it cannot read.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+void sort_u64(uint64_t *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_u64);
+}
+
+void sort_double(double *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+}
+
+double median(double *v, unsigned n)
+{
+	sort_double(v, n);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Nearest rank on sorted data; 0 for none. */
+double percentile(const double *sorted, size_t n, double q)
+{
+	size_t k;
+
+	if (!n)
+		return 0;
+	k = (size_t)ceil(q * (double)n);
+	return sorted[k ? k - 1 : 0];
+}
+
+void die_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", tool_name);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(2);
+}
+
+uint64_t parse_u64(const char *opt, const char *s)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (!*s || *end || errno || *s == '-')
+		die_usage("%s: '%s' is not a non-negative number", opt, s);
+	return v;
+}
+
+double parse_double(const char *opt, const char *s)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (!*s || *end || errno || !isfinite(v) || v < 0)
+		die_usage("%s: '%s' is not a non-negative number", opt, s);
+	return v;
+}
+
+/* A byte count with an optional K, M, G or T suffix (powers of 1024). */
+uint64_t parse_size(const char *opt, const char *s)
+{
+	static const char units[] = "KMGT";
+	const char *u;
+	char *end;
+	unsigned long long v;
+	int shift = 0;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (end == s || errno || *s == '-')
+		die_usage("%s: '%s' is not a size", opt, s);
+	if (*end) {
+		u = strchr(units, *end & ~0x20);
+		if (!u || (end[1] && strcmp(end + 1, "iB") && strcmp(end + 1, "B")))
+			die_usage("%s: '%s': the unit must be K, M, G or T", opt, s);
+		shift = 10 * (int)(u - units + 1);
+	}
+	if (v > (UINT64_MAX >> shift))
+		die_usage("%s: '%s' is too large", opt, s);
+	return v << shift;
+}
