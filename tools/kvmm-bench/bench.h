@@ -55,6 +55,5 @@ int server_reap(pid_t pid);
 
 struct kvmm_params bench_params(uint32_t page_size, uint32_t nr_pages, uint32_t max_seqs,
 				uint32_t max_seq_len);
-int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res);
 
 #endif

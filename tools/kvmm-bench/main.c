@@ -29,32 +29,6 @@ struct kvmm_params bench_params(uint32_t page_size, uint32_t nr_pages, uint32_t 
 	return p;
 }
 
-/*
- * Submit the @n prepared entries, wait for their completions and reap
- * them all.  With @res, each result goes there and the return is 0 or a
- * transport error; without, the return is the first failed command's.
- */
-int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res)
-{
-	struct kvmm_cqe *cqe;
-	int ret = kvmm_submit_and_wait(ring, n), first = 0;
-	uint32_t i;
-
-	if (ret < 0)
-		return ret;
-	for (i = 0; i < n; i++) {
-		ret = kvmm_wait_cqe(ring, &cqe);
-		if (ret)
-			return ret;
-		if (res)
-			res[i] = cqe->res;
-		else if (cqe->res < 0 && !first)
-			first = cqe->res;
-		kvmm_cqe_seen(ring, cqe);
-	}
-	return first;
-}
-
 const char *tool_name = "kvmm-bench";
 
 static void usage(FILE *f)

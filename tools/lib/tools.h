@@ -70,6 +70,8 @@ uint32_t workload_output_token(const struct workload *wl, const struct wl_reques
 			       uint32_t i);
 
 /* util.c */
+struct kvmm_ring;
+int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res);
 static inline uint64_t now_ns(void)
 {
 	struct timespec ts;

@@ -1,0 +1,887 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/kvmm-engine/engine.c - the scheduler: SGLang's event loop over
+ * kvmm's command ring, on a simulated clock.
+ *
+ * Each step is a prefill batch or a decode batch, as in SGLang's
+ * event_loop_normal: requests that have arrived wait in a queue ordered
+ * by the policy; get_new_batch_prefill admits from its head while the
+ * step's token budget, max-running-requests and the KV memory allow
+ * (free plus evictable pages, less a share of what running requests will
+ * still decode); a prompt larger than the budget is prefilled in chunks,
+ * each chunk committed so other requests can match it (SGLang's
+ * cache_unfinished_req).  With nothing to prefill, every running request
+ * decodes one token through one batched EXTEND; when that finds no
+ * memory, requests are retracted in SGLang's retract_decode order (fewest
+ * decoded tokens first, then the longest prompt), their KV committed to
+ * the cache, and queued again at the front.  A finished request closes,
+ * committing its prompt and output (or only its prompt when the output
+ * token ids are not what a later turn sends).
+ *
+ * Every kvmm command travels through an in-process ring; the tokens a
+ * command names are staged in the ring's data area, as an engine in
+ * another process would write them.  Time is the step-time model's.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <libkvmm.h>
+
+#include "engine.h"
+
+#define NONE		UINT32_MAX
+#define RING_SQ		256
+
+enum { R_PENDING, R_PARKED, R_WAITING, R_PREFILL, R_DECODE, R_DONE };
+
+struct ereq {
+	const struct wl_request *w;
+	uint32_t *tok;		/* prompt, then output; while admitted */
+	uint32_t seq;		/* kvmm sequence, or NONE */
+	uint32_t input;		/* tokens whose KV the next prefill needs */
+	uint32_t kvlen;		/* tokens with KV in the sequence */
+	uint32_t decoded;	/* output tokens produced */
+	uint32_t child, sibling;	/* later turns waiting for this one */
+	uint32_t cached;	/* LOOKUP result, for lpm */
+	double t_arrive, t_first;
+	uint8_t state;
+	bool admitted;
+};
+
+struct eng {
+	const struct workload *wl;
+	const struct eng_opts *o;
+	struct eng_report *rep;
+	struct kvmm_ctx *ctx;
+	struct kvmm_ring ring;
+	uint64_t staged;
+	uint32_t nsqe;
+	struct ereq *r;
+	uint32_t *waiting, nwait;
+	uint32_t *running, nrun;	/* decoding */
+	uint32_t chunked;		/* being prefilled in chunks */
+	uint32_t next_arrival;
+	double now;
+	double *tpot;
+	uint32_t ntpot;
+	double sample_dt, next_sample;
+	uint64_t stats[NR_KVMM_STATS];
+	uint64_t progress_ns;
+	struct kvmm_extend_ent *ents;
+};
+
+/* ---- the ring ---- */
+
+static uint64_t stage(struct eng *e, const uint32_t *tok, uint32_t n)
+{
+	uint64_t off = e->staged;
+
+	memcpy((char *)e->ring.buf + off, tok, (size_t)n * sizeof(*tok));
+	e->staged += ((uint64_t)n * sizeof(*tok) + 63) & ~63ull;
+	return off;
+}
+
+static bool stage_fits(const struct eng *e, uint32_t n)
+{
+	return e->staged + (uint64_t)n * sizeof(uint32_t) + 64 <= e->ring.buf_size &&
+	       e->nsqe < RING_SQ;
+}
+
+static struct kvmm_sqe *sqe(struct eng *e)
+{
+	e->nsqe++;
+	return kvmm_get_sqe(&e->ring);
+}
+
+/* Run what is prepared; results into @res (or the first error). */
+static int kv_run(struct eng *e, int32_t *res)
+{
+	uint32_t n = e->nsqe;
+
+	e->nsqe = 0;
+	e->staged = 0;
+	return ring_run(&e->ring, n, res);
+}
+
+static int kv1(struct eng *e)
+{
+	int32_t res;
+	int ret = kv_run(e, &res);
+
+	return ret ? ret : res;
+}
+
+static int kv_stats(struct eng *e)
+{
+	struct kvmm_stats_snap *snap = e->ring.buf;
+	int ret;
+
+	kvmm_prep_stats(sqe(e), 0, 0, sizeof(*snap) + sizeof(e->stats));
+	ret = kv1(e);
+	if (ret < 0)
+		return ret;
+	memcpy(e->stats, snap + 1, sizeof(e->stats));
+	return 0;
+}
+
+/* RETRACT: commit @n tokens (0: none), release, keep the sequence open */
+static int kv_retract(struct eng *e, struct ereq *r, uint32_t n)
+{
+	uint64_t off = n ? stage(e, r->tok, n) : 0;
+
+	kvmm_prep_retract(sqe(e), r->seq, 0, off, n);
+	r->kvlen = 0;
+	return kv1(e);
+}
+
+/* ---- scheduler pieces ---- */
+
+/**
+ * eng_chunk_len() - how much of a prefill fits this step
+ * @need: tokens still to compute
+ * @budget: tokens left in the step's budget
+ * @chunk: chunked-prefill size, 0 for none
+ * @page_size: tokens per page
+ *
+ * A prefill that does not finish stops on a page boundary, so what it
+ * commits is whole pages.
+ *
+ * Return: tokens to compute now; 0 when none fit.
+ */
+uint32_t eng_chunk_len(uint32_t need, uint32_t budget, uint32_t chunk, uint32_t page_size)
+{
+	uint32_t c = need;
+
+	if (!chunk)
+		return need <= budget ? need : 0;
+	if (c > budget)
+		c = budget;
+	if (c > chunk)
+		c = chunk;
+	if (c < need)
+		c -= c % page_size;
+	return c;
+}
+
+/*
+ * SGLang's retract_decode order: the request that decoded least goes
+ * first (it loses least work), among those the longest prompt (it frees
+ * most).  Negative: @a is retracted before @b.
+ */
+int eng_retract_cmp(const struct eng_victim *a, const struct eng_victim *b)
+{
+	if (a->decoded != b->decoded)
+		return a->decoded < b->decoded ? -1 : 1;
+	if (a->input != b->input)
+		return a->input > b->input ? -1 : 1;
+	return 0;
+}
+
+static void event(struct eng *e, int type, uint32_t req, uint32_t a, uint32_t b)
+{
+	if (e->o->event)
+		e->o->event(e->o->event_priv, type, req, a, b);
+}
+
+static uint64_t page_tokens(const struct eng *e, uint64_t pages)
+{
+	return pages * e->o->page_size;
+}
+
+/* What a request's output tokens are worth keeping: all, or none. */
+static uint32_t commit_len(const struct eng *e, const struct ereq *r, uint32_t kvlen)
+{
+	if (e->o->no_cache)
+		return 0;
+	if (!e->wl->outputs_known && kvlen > r->w->prompt_len)
+		return r->w->prompt_len;
+	return kvlen;
+}
+
+static void sample(struct eng *e, bool force);
+
+static void enqueue(struct eng *e, uint32_t i, bool front)
+{
+	struct ereq *r = &e->r[i];
+
+	r->state = R_WAITING;
+	if (front) {
+		memmove(e->waiting + 1, e->waiting, e->nwait * sizeof(*e->waiting));
+		e->waiting[0] = i;
+	} else {
+		e->waiting[e->nwait] = i;
+	}
+	e->nwait++;
+}
+
+static void arrivals(struct eng *e)
+{
+	const struct workload *wl = e->wl;
+
+	while (e->next_arrival < wl->nreq) {
+		uint32_t i = e->next_arrival;
+		const struct wl_request *w = &wl->reqs[i];
+		double t = wl->has_time ? w->t_ms / 1000.0 : (double)i / e->o->rate;
+		struct ereq *r = &e->r[i];
+
+		if (t > e->now)
+			break;
+		e->next_arrival++;
+		r->t_arrive = t;
+		if (w->prev >= 0 && e->r[w->prev].state != R_DONE) {
+			/* a later turn follows its previous one's answer */
+			r->state = R_PARKED;
+			r->sibling = e->r[w->prev].child;
+			e->r[w->prev].child = i;
+			continue;
+		}
+		enqueue(e, i, false);
+	}
+}
+
+static int cmp_prio(const void *a, const void *b, void *priv)
+{
+	const struct eng *e = priv;
+	const struct ereq *x = &e->r[*(const uint32_t *)a], *y = &e->r[*(const uint32_t *)b];
+
+	if (e->o->policy == ENG_LPM && x->cached != y->cached)
+		return x->cached > y->cached ? -1 : 1;
+	if (e->o->policy == ENG_PRIORITY && x->w->prio != y->w->prio)
+		return x->w->prio > y->w->prio ? -1 : 1;
+	return 0;
+}
+
+/* Stable insertion sort: queues are short and mostly in order already. */
+static void sort_waiting(struct eng *e)
+{
+	uint32_t i, j, x;
+
+	for (i = 1; i < e->nwait; i++) {
+		x = e->waiting[i];
+		for (j = i; j && cmp_prio(&x, &e->waiting[j - 1], e) < 0; j--)
+			e->waiting[j] = e->waiting[j - 1];
+		e->waiting[j] = x;
+	}
+}
+
+/* The request's tokens, built when it is first needed (untimed work). */
+static int fill_tokens(struct eng *e, struct ereq *r)
+{
+	uint32_t k;
+
+	if (r->tok)
+		return 0;
+	r->tok = malloc(((size_t)r->w->prompt_len + r->w->output_len) * sizeof(*r->tok));
+	if (!r->tok)
+		return -ENOMEM;
+	workload_prompt(e->wl, r->w, r->tok);
+	for (k = 0; k < r->w->output_len; k++)
+		r->tok[r->w->prompt_len + k] = workload_output_token(e->wl, r->w, k);
+	return 0;
+}
+
+/* lpm: how much of each waiting prompt is cached, without locking it */
+static int lookup_waiting(struct eng *e)
+{
+	int32_t res[RING_SQ];
+	uint32_t first = 0, i, k;
+	int ret;
+
+	while (first < e->nwait) {
+		for (i = first; i < e->nwait; i++) {
+			struct ereq *r = &e->r[e->waiting[i]];
+			uint32_t n = r->input > 1 ? r->input - 1 : 1;
+
+			ret = fill_tokens(e, r);
+			if (ret)
+				return ret;
+			if (!stage_fits(e, n))
+				break;
+			kvmm_prep_lookup(sqe(e), 0, 0, stage(e, r->tok, n), n);
+		}
+		ret = kv_run(e, res);
+		if (ret)
+			return ret;
+		for (k = first; k < i; k++)
+			e->r[e->waiting[k]].cached = res[k - first] > 0 ? (uint32_t)res[k - first] : 0;
+		first = i;
+	}
+	return 0;
+}
+
+static void park_release(struct eng *e, struct ereq *r)
+{
+	uint32_t c = r->child, next;
+
+	for (; c != NONE; c = next) {
+		next = e->r[c].sibling;
+		if (e->r[c].t_arrive < e->now)
+			e->r[c].t_arrive = e->now;
+		enqueue(e, c, false);
+	}
+	r->child = NONE;
+}
+
+static int finish(struct eng *e, uint32_t i)
+{
+	struct ereq *r = &e->r[i];
+	uint32_t n = commit_len(e, r, r->kvlen);
+	int ret;
+
+	kvmm_prep_close(sqe(e), r->seq, 0, n ? stage(e, r->tok, n) : 0, n);
+	ret = kv1(e);
+	if (ret < 0)
+		return ret;
+	r->seq = NONE;
+	r->kvlen = 0;
+	r->state = R_DONE;
+	free(r->tok);
+	r->tok = NULL;
+	if (r->w->output_len > 1)
+		e->tpot[e->ntpot++] = (e->now - r->t_first) / (r->w->output_len - 1);
+	e->rep->completed++;
+	event(e, ENG_EV_FINISH, i, 0, 0);
+	park_release(e, r);
+	return 0;
+}
+
+/* A prefill ended: the request has its next token. */
+static int prefill_done(struct eng *e, uint32_t i)
+{
+	struct ereq *r = &e->r[i];
+
+	r->decoded++;
+	if (r->decoded == 1) {
+		r->t_first = e->now;
+		e->rep->ttft[e->rep->nttft++] = e->now - r->t_arrive;
+	}
+	event(e, ENG_EV_FIRST, i, r->decoded, 0);
+	if (r->decoded >= r->w->output_len)
+		return finish(e, i);
+	r->state = R_DECODE;
+	e->running[e->nrun++] = i;
+	return 0;
+}
+
+/*
+ * Extend @r by @c tokens and commit what it has (SGLang's
+ * cache_unfinished_req), in one round trip.  -ENOSPC: no memory.
+ */
+static int prefill_chunk(struct eng *e, uint32_t i, uint32_t c, double *flops)
+{
+	struct ereq *r = &e->r[i];
+	uint32_t n = r->kvlen + c;
+	int32_t res[2];
+	int ret;
+
+	kvmm_prep_extend(sqe(e), r->seq, c, 0);
+	if (!e->o->no_cache)
+		kvmm_prep_commit(sqe(e), r->seq, 0, stage(e, r->tok, n), n);
+	ret = kv_run(e, res);
+	if (ret)
+		return ret;
+	if (res[0])
+		return res[0];
+	if (!e->o->no_cache && res[1] < 0)
+		return res[1];
+	*flops += eng_prefill_flops(&e->o->model, r->kvlen, c);
+	e->rep->prefill_tokens += c;
+	r->kvlen = n;
+	event(e, ENG_EV_CHUNK, i, c, e->o->no_cache ? 0 : (uint32_t)res[1]);
+	return 0;
+}
+
+/* Tokens running requests may still decode, the share held back for them. */
+static uint64_t decode_reserved(const struct eng *e)
+{
+	double t = 0;
+	uint32_t k;
+
+	for (k = 0; k < e->nrun; k++) {
+		const struct ereq *r = &e->r[e->running[k]];
+
+		t += r->w->output_len - r->decoded;
+	}
+	return (uint64_t)(t * e->o->decode_reserve);
+}
+
+/*
+ * get_new_batch_prefill(): the chunked request first, then the waiting
+ * queue in policy order.  Return: 1 if a prefill step ran, 0 if there
+ * was nothing to prefill, or a negative errno.
+ */
+static int step_prefill(struct eng *e)
+{
+	const struct eng_opts *o = e->o;
+	uint32_t budget = o->max_prefill_tokens, done[RING_SQ], ndone = 0, k;
+	uint64_t avail, reserved;
+	double flops = 0;
+	int ret;
+
+	if (!e->nwait && e->chunked == NONE)
+		return 0;
+	if (e->chunked == NONE && e->nrun >= o->max_running)
+		return 0;
+	ret = kv_stats(e);
+	if (ret)
+		return ret;
+	avail = page_tokens(e, e->stats[KVMM_STAT_PAGES_FREE] +
+			       e->stats[KVMM_STAT_PAGES_EVICTABLE]);
+	reserved = decode_reserved(e);
+	avail = avail > reserved ? avail - reserved : 0;
+
+	if (e->chunked != NONE) {
+		uint32_t i = e->chunked;
+		struct ereq *r = &e->r[i];
+		uint32_t c = eng_chunk_len(r->input - r->kvlen, budget, o->chunk, o->page_size);
+
+		ret = c ? prefill_chunk(e, i, c, &flops) : 0;
+		if (ret && ret != -ENOSPC)
+			return ret;
+		if (!ret && c) {
+			budget -= c;
+			avail = avail > c ? avail - c : 0;
+			if (r->kvlen == r->input) {
+				e->chunked = NONE;
+				done[ndone++] = i;
+			}
+		}
+	}
+	if (o->policy == ENG_LPM && e->nwait <= o->lpm_max_queue && e->chunked == NONE &&
+	    (avail >= o->page_size || !e->nrun)) {
+		ret = lookup_waiting(e);
+		if (ret)
+			return ret;
+	}
+	if (o->policy != ENG_FCFS)
+		sort_waiting(e);
+	while (e->nwait && e->chunked == NONE && budget && ndone < RING_SQ &&
+	       e->nrun + ndone < o->max_running) {
+		uint32_t i = e->waiting[0], m = 0, need, c;
+		/* with nothing else to run, the head goes in if it fits at all */
+		bool alone = !ndone && !e->nrun && e->chunked == NONE;
+		struct ereq *r = &e->r[i];
+		uint64_t want;
+
+		ret = fill_tokens(e, r);
+		if (ret)
+			return ret;
+		if (r->seq == NONE) {
+			kvmm_prep_open(sqe(e), 0);
+			ret = kv1(e);
+			if (ret < 0)
+				return ret;
+			r->seq = (uint32_t)ret;
+		}
+		if (!o->no_cache && r->input > 1) {
+			kvmm_prep_match(sqe(e), r->seq, 0, stage(e, r->tok, r->input - 1),
+					r->input - 1);
+			ret = kv1(e);
+			if (ret < 0)
+				return ret;
+			m = (uint32_t)ret;
+		}
+		need = r->input - m;
+		want = need + (uint64_t)((r->w->output_len - r->decoded) * o->decode_reserve);
+		/* without chunking, a prompt over the budget goes alone, whole */
+		c = eng_chunk_len(need, !o->chunk && !ndone && need > budget ? need : budget,
+				  o->chunk, o->page_size);
+		if (!c || (want > avail && !alone)) {
+			/* not this step: let go of the match */
+			ret = kv_retract(e, r, 0);
+			if (ret < 0)
+				return ret;
+			break;
+		}
+		r->kvlen = m;
+		ret = prefill_chunk(e, i, c, &flops);
+		if (ret == -ENOSPC) {
+			ret = kv_retract(e, r, 0);
+			if (ret < 0)
+				return ret;
+			break;
+		}
+		if (ret)
+			return ret;
+		memmove(e->waiting, e->waiting + 1, --e->nwait * sizeof(*e->waiting));
+		r->state = R_PREFILL;
+		e->rep->saved_tokens += m;
+		if (!r->admitted) {
+			r->admitted = true;
+			e->rep->cached_tokens += m;
+			e->rep->hit_blocks += m / WL_BLOCK;
+		}
+		event(e, ENG_EV_ADMIT, i, m, need);
+		budget -= c;
+		avail = avail > c ? avail - c : 0;
+		if (c < need)
+			e->chunked = i;
+		else
+			done[ndone++] = i;
+	}
+	if (flops == 0)
+		return 0;
+	e->now += eng_prefill_secs(&o->model, flops);
+	e->rep->prefill_steps++;
+	for (k = 0; k < ndone; k++) {
+		ret = prefill_done(e, done[k]);
+		if (ret)
+			return ret;
+	}
+	return 1;
+}
+
+static int cmp_victim(const void *a, const void *b, void *priv)
+{
+	const struct eng *e = priv;
+	const struct ereq *x = &e->r[*(const uint32_t *)a], *y = &e->r[*(const uint32_t *)b];
+	struct eng_victim vx = { x->decoded, x->w->prompt_len };
+	struct eng_victim vy = { y->decoded, y->w->prompt_len };
+
+	return eng_retract_cmp(&vx, &vy);
+}
+
+/* retract_decode(): the first victim in SGLang's order goes back to the queue */
+static int retract_one(struct eng *e)
+{
+	uint32_t best = 0, k, i;
+	struct ereq *r;
+	int ret;
+
+	for (k = 1; k < e->nrun; k++)
+		if (cmp_victim(&e->running[k], &e->running[best], e) < 0)
+			best = k;
+	i = e->running[best];
+	r = &e->r[i];
+	ret = kv_retract(e, r, commit_len(e, r, r->kvlen));
+	if (ret < 0)
+		return ret;
+	memmove(e->running + best, e->running + best + 1,
+		(--e->nrun - best) * sizeof(*e->running));
+	r->input = r->w->prompt_len + r->decoded;
+	e->rep->retractions++;
+	event(e, ENG_EV_RETRACT, i, r->decoded, 0);
+	enqueue(e, i, true);
+	return 0;
+}
+
+/* One token for every running request, in one batched EXTEND. */
+static int step_decode(struct eng *e)
+{
+	uint64_t ctx = 0;
+	uint32_t k, kept;
+	int ret;
+
+	for (;;) {
+		for (k = 0; k < e->nrun; k++)
+			e->ents[k] = (struct kvmm_extend_ent){ e->r[e->running[k]].seq, 1 };
+		memcpy(e->ring.buf, e->ents, e->nrun * sizeof(*e->ents));
+		kvmm_prep_extend_batch(sqe(e), 0, 0, e->nrun, 0);
+		ret = kv1(e);
+		if (ret != -ENOSPC)
+			break;
+		if (e->nrun == 1) {
+			fprintf(stderr, "%s: request %u cannot decode: the pool is full\n",
+				tool_name, e->running[0]);
+			return -ENOSPC;
+		}
+		ret = retract_one(e);
+		if (ret)
+			return ret;
+	}
+	if (ret)
+		return ret;
+	for (k = 0; k < e->nrun; k++)
+		ctx += e->r[e->running[k]].kvlen + 1;
+	e->now += eng_decode_secs(&e->o->model, e->nrun, ctx);
+	e->rep->decode_steps++;
+	for (k = 0, kept = 0; k < e->nrun; k++) {
+		uint32_t i = e->running[k];
+		struct ereq *r = &e->r[i];
+
+		r->kvlen++;
+		r->decoded++;
+		if (r->decoded >= r->w->output_len) {
+			ret = finish(e, i);
+			if (ret)
+				return ret;
+		} else {
+			e->running[kept++] = i;
+		}
+	}
+	e->nrun = kept;
+	return 1;
+}
+
+/* ---- what the run looked like ---- */
+
+static void sample(struct eng *e, bool force)
+{
+	struct eng_report *rep = e->rep;
+	struct eng_sample *s;
+	const uint64_t *st = e->stats;
+	uint32_t k;
+
+	if (!force && e->now < e->next_sample)
+		return;
+	if (rep->nsamples == ENG_MAX_SAMPLES) {
+		/* full: keep every other point, sample half as often */
+		for (k = 0; k < ENG_MAX_SAMPLES / 2; k++)
+			rep->samples[k] = rep->samples[2 * k + 1];
+		rep->nsamples = ENG_MAX_SAMPLES / 2;
+		e->sample_dt *= 2;
+	}
+	s = &rep->samples[rep->nsamples++];
+	s->t = e->now;
+	s->done = rep->completed;
+	s->hit_rate = rep->prompt_tokens ? (double)rep->cached_tokens / (double)rep->prompt_tokens : 0;
+	s->free = (uint32_t)st[KVMM_STAT_PAGES_FREE];
+	s->owned = (uint32_t)st[KVMM_STAT_PAGES_OWNED];
+	s->cached = (uint32_t)st[KVMM_STAT_PAGES_CACHED];
+	s->evictable = (uint32_t)st[KVMM_STAT_PAGES_EVICTABLE];
+	e->next_sample = e->now + e->sample_dt;
+}
+
+static void peaks(struct eng *e)
+{
+	struct eng_report *rep = e->rep;
+	const uint64_t *st = e->stats;
+	uint32_t prot = (uint32_t)(st[KVMM_STAT_PAGES_CACHED] - st[KVMM_STAT_PAGES_EVICTABLE]);
+
+#define PEAK(f, v)	do { if ((v) > rep->f) rep->f = (v); } while (0)
+	PEAK(peak_owned, (uint32_t)st[KVMM_STAT_PAGES_OWNED]);
+	PEAK(peak_cached, (uint32_t)st[KVMM_STAT_PAGES_CACHED]);
+	PEAK(peak_evictable, (uint32_t)st[KVMM_STAT_PAGES_EVICTABLE]);
+	PEAK(peak_protected, prot);
+	PEAK(max_running_seen, e->nrun);
+#undef PEAK
+	if (st[KVMM_STAT_PAGES_FREE] < rep->peak_free_min)
+		rep->peak_free_min = (uint32_t)st[KVMM_STAT_PAGES_FREE];
+}
+
+static void progress(struct eng *e, bool last)
+{
+	const struct eng_report *rep = e->rep;
+	uint64_t t = now_ns();
+	uint32_t k, w = 30, fill;
+
+	if (!e->o->progress || (!last && t - e->progress_ns < 100000000ull))
+		return;
+	e->progress_ns = t;
+	fill = rep->requests ? (uint32_t)((uint64_t)w * rep->completed / rep->requests) : w;
+	fputs("\r[", stderr);
+	for (k = 0; k < w; k++)
+		fputc(k < fill ? '#' : '.', stderr);
+	fprintf(stderr, "] %u/%u requests  t=%.1f s  hit %.4f ", rep->completed, rep->requests,
+		e->now, rep->prompt_tokens ? (double)rep->cached_tokens / (double)rep->prompt_tokens : 0.0);
+	if (last)
+		fputc('\n', stderr);
+}
+
+/* ---- the loop ---- */
+
+static int setup(struct eng *e, const struct workload *wl, const struct eng_opts *o,
+		 struct eng_report *rep)
+{
+	struct kvmm_params p = { 0 };
+	struct kvmm_ring_params rp = { .sq_entries = RING_SQ };
+	uint64_t pool = (uint64_t)o->device_pages * o->page_size;
+	uint32_t i, max_len = (wl->max_seq_len + o->page_size - 1) / o->page_size * o->page_size;
+	int ret;
+
+	for (i = 0; i < wl->nreq; i++)
+		if ((uint64_t)wl->reqs[i].prompt_len + wl->reqs[i].output_len > pool) {
+			fprintf(stderr, "%s: request %u needs %u tokens of KV; the pool holds %llu "
+				"(%u pages of %u): raise --device-pages\n", tool_name, i,
+				wl->reqs[i].prompt_len + wl->reqs[i].output_len,
+				(unsigned long long)pool, o->device_pages, o->page_size);
+			return -ENOSPC;
+		}
+	/*
+	 * The engine computes no attention: the mock backend holds a
+	 * 2-byte stand-in per token, and the model's real KV bytes per
+	 * token size the pool (--device-mem) and price the steps.
+	 */
+	p.model = (struct kvmm_model){ .layers = 1, .kv_heads = 1, .head_dim = 1,
+				       .dtype_bytes = 2, .attn = KVMM_ATTN_MHA };
+	p.page_size = o->page_size;
+	p.nr_pages = o->device_pages;
+	p.max_seqs = o->max_running + RING_SQ + 1;
+	p.max_seq_len = max_len;
+	p.evict_policy = o->evict;
+	p.backend = "mock";
+	ret = kvmm_create(&p, &e->ctx);
+	if (ret) {
+		fprintf(stderr, "%s: kvmm_create: %s\n", tool_name, strerror(-ret));
+		return ret;
+	}
+	/* room to stage a batch of lookups, or a whole request's tokens twice */
+	rp.buf_size = (uint64_t)max_len * 8 + (1u << 20);
+	if (rp.buf_size < ((uint64_t)o->max_running + 1) * sizeof(struct kvmm_extend_ent))
+		rp.buf_size = ((uint64_t)o->max_running + 1) * sizeof(struct kvmm_extend_ent);
+	ret = kvmm_ring_init(e->ctx, &rp, &e->ring);
+	if (ret) {
+		fprintf(stderr, "%s: kvmm_ring_init: %s\n", tool_name, strerror(-ret));
+		kvmm_destroy(e->ctx);
+		return ret;
+	}
+	e->r = calloc(wl->nreq, sizeof(*e->r));
+	e->waiting = malloc(wl->nreq * sizeof(*e->waiting));
+	e->running = malloc(((size_t)o->max_running + 1) * sizeof(*e->running));
+	e->ents = malloc(((size_t)o->max_running + 1) * sizeof(*e->ents));
+	e->tpot = malloc(wl->nreq * sizeof(*e->tpot));
+	rep->ttft = malloc(wl->nreq * sizeof(*rep->ttft));
+	if (!e->r || !e->waiting || !e->running || !e->ents || !e->tpot || !rep->ttft)
+		return -ENOMEM;
+	for (i = 0; i < wl->nreq; i++) {
+		e->r[i] = (struct ereq){ .w = &wl->reqs[i], .seq = NONE, .child = NONE,
+					 .sibling = NONE, .input = wl->reqs[i].prompt_len };
+		rep->blocks += (wl->reqs[i].prompt_len + WL_BLOCK - 1) / WL_BLOCK;
+	}
+	rep->requests = wl->nreq;
+	rep->prompt_tokens = wl->prompt_tokens;
+	rep->output_tokens = wl->output_tokens;
+	rep->peak_free_min = o->device_pages;
+	e->chunked = NONE;
+	e->sample_dt = wl->has_time && wl->nreq ?
+		       wl->reqs[wl->nreq - 1].t_ms / 1000.0 / (ENG_MAX_SAMPLES / 2) :
+		       (double)wl->nreq / o->rate / (ENG_MAX_SAMPLES / 2);
+	if (!(e->sample_dt > 0))
+		e->sample_dt = 0.01;
+	return 0;
+}
+
+static void teardown(struct eng *e)
+{
+	uint32_t i;
+
+	if (e->r)
+		for (i = 0; i < e->wl->nreq; i++)
+			free(e->r[i].tok);
+	free(e->r);
+	free(e->waiting);
+	free(e->running);
+	free(e->ents);
+	free(e->tpot);
+	if (e->ctx) {
+		kvmm_ring_exit(&e->ring);
+		kvmm_destroy(e->ctx);
+	}
+}
+
+static void summarize(struct eng *e)
+{
+	struct eng_report *rep = e->rep;
+	double sum = 0;
+	uint32_t k;
+
+	rep->sim_secs = e->now;
+	rep->evicted_pages = e->stats[KVMM_STAT_EVICT_PAGES];
+	rep->steps = rep->prefill_steps + rep->decode_steps;
+	sort_double(rep->ttft, rep->nttft);
+	for (k = 0; k < rep->nttft; k++)
+		sum += rep->ttft[k];
+	rep->ttft_mean = rep->nttft ? sum / rep->nttft : 0;
+	rep->ttft_p50 = percentile(rep->ttft, rep->nttft, 0.50);
+	rep->ttft_p99 = percentile(rep->ttft, rep->nttft, 0.99);
+	sort_double(e->tpot, e->ntpot);
+	for (sum = 0, k = 0; k < e->ntpot; k++)
+		sum += e->tpot[k];
+	rep->tpot_mean = e->ntpot ? sum / e->ntpot : 0;
+	rep->tpot_p50 = percentile(e->tpot, e->ntpot, 0.50);
+	rep->tpot_p99 = percentile(e->tpot, e->ntpot, 0.99);
+	rep->throughput = e->now > 0 ? (double)rep->output_tokens / e->now : 0;
+}
+
+/**
+ * eng_run() - serve a workload through kvmm
+ * @wl: the requests
+ * @o: options (eng_opts_default() first)
+ * @rep: out; eng_report_free() it
+ *
+ * Return: 0; -ENOSPC when a request can never fit (said on stderr);
+ * -EUCLEAN when kvmm_check() fails at the end; another negative errno
+ * from kvmm.
+ */
+int eng_run(const struct workload *wl, const struct eng_opts *o, struct eng_report *rep)
+{
+	struct eng e = { .wl = wl, .o = o, .rep = rep };
+	uint64_t t0 = now_ns();
+	int ret;
+
+	memset(rep, 0, sizeof(*rep));
+	ret = setup(&e, wl, o, rep);
+	while (!ret && rep->completed < wl->nreq) {
+		arrivals(&e);
+		ret = step_prefill(&e);
+		if (ret == 0 && e.nrun)
+			ret = step_decode(&e);
+		if (ret < 0)
+			break;
+		if (ret == 0) {
+			/* idle: nothing fits or nothing is here; on to the next arrival */
+			if (e.nwait || e.chunked != NONE) {
+				fprintf(stderr, "%s: request %u cannot be admitted with nothing "
+					"running\n", tool_name, e.nwait ? e.waiting[0] : e.chunked);
+				ret = -ENOSPC;
+				break;
+			}
+			if (e.next_arrival >= wl->nreq) {
+				fprintf(stderr, "%s: %u requests never became ready\n", tool_name,
+					wl->nreq - rep->completed);
+				ret = -EDEADLK;
+				break;
+			}
+			e.now = wl->has_time ? wl->reqs[e.next_arrival].t_ms / 1000.0 :
+					       (double)e.next_arrival / o->rate;
+			continue;
+		}
+		ret = kv_stats(&e);
+		if (ret)
+			break;
+		peaks(&e);
+		sample(&e, false);
+		progress(&e, false);
+	}
+	if (!ret) {
+		ret = kv_stats(&e);
+		sample(&e, true);
+		progress(&e, true);
+		summarize(&e);
+		rep->check_ok = kvmm_check(e.ctx) == 0 &&
+				e.stats[KVMM_STAT_PAGES_OWNED] == 0 &&
+				e.stats[KVMM_STAT_PAGES_FREE] + e.stats[KVMM_STAT_PAGES_CACHED] ==
+				o->device_pages;
+		if (!ret && !rep->check_ok)
+			ret = -EUCLEAN;
+	}
+	rep->wall_secs = (double)(now_ns() - t0) / 1e9;
+	teardown(&e);
+	return ret;
+}
+
+void eng_report_free(struct eng_report *rep)
+{
+	free(rep->ttft);
+	rep->ttft = NULL;
+}
+
+void eng_opts_default(struct eng_opts *o)
+{
+	*o = (struct eng_opts){
+		.page_size = 16,
+		.device_pages = 8192,
+		.evict = "lru",
+		.policy = ENG_LPM,
+		.lpm_max_queue = 128,
+		.max_running = 64,
+		.max_prefill_tokens = 16384,
+		.chunk = 8192,
+		.decode_reserve = 0.3,
+		.rate = 4,
+	};
+	eng_model_default(&o->model);
+}
