@@ -89,7 +89,7 @@ PROGS	:= $(addprefix $(objtree)/bin/,$(progs-y))
 TESTS	:= $(objtree)/tests/kvmm-tests
 
 all-objs := $(lib-objs) $(foreach p,$(progs-y),$(addprefix tools/,$($(p)-objs))) \
-	    $(addprefix tests/,$(tests-y)) $(addprefix fuzz/,$(addsuffix .o,dispatch_fuzz ring_fuzz)) \
+	    $(addprefix tests/,$(tests-y)) $(addprefix tools/,$(tests-tools-y)) $(addprefix fuzz/,$(addsuffix .o,dispatch_fuzz ring_fuzz)) \
 	    tests/stress/stress.o tests/stress/stress_client.o
 
 # ---- commands, quiet unless V=1 ----
@@ -155,8 +155,8 @@ $(objtree)/bin/$(1): $$(addprefix $(objtree)/tools/,$$($(1)-objs)) $(LIB_A)
 endef
 $(foreach p,$(progs-y),$(eval $(call prog_rule,$(p))))
 
-$(TESTS): link_libs = -lcunit -lm
-$(TESTS): $(addprefix $(objtree)/tests/,$(tests-y)) $(LIB_A)
+$(TESTS): link_libs = -lcunit -lm $(if $(filter y,$(CONFIG_KVMM_JANSSON)),-ljansson)
+$(TESTS): $(addprefix $(objtree)/tests/,$(tests-y)) $(addprefix $(objtree)/tools/,$(tests-tools-y)) $(LIB_A)
 	$(call cmd,link)
 
 # The multi-process stress test: kvmm-stress drives kvmm-stress-client
@@ -197,9 +197,12 @@ TRACE		?= $(SHARED)/traces/mooncake/conversation_trace.jsonl
 bench: $(objtree)/bin/kvmm-bench
 	$(Q)$(srctree)/scripts/bench.sh $(objtree)/bin/kvmm-bench "$(WORKLOAD)" "$(BENCH_OUT)" "$(TRACE)"
 
+# make run: the reference engine on generated traffic, with and without
+# the prefix cache, and its plots.  ENGINE_ARGS adds flags.
+ENGINE_ARGS	?=
 run: deps
 	$(Q)$(MAKE) -f $(srctree)/Makefile O=$(O) DEBUG=$(DEBUG) SAN=$(SAN) all
-	$(Q)$(objtree)/bin/kvmm-bench demo
+	$(Q)$(objtree)/bin/kvmm-engine --compare --plot $(objtree)/plots $(ENGINE_ARGS)
 
 demo: all
 	$(Q)$(objtree)/bin/kvmm-bench demo
@@ -233,8 +236,9 @@ install: lib tools
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/kvmm \
 		$(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1
 	install -m 755 $(objtree)/bin/kvmmd $(objtree)/bin/kvmmctl $(objtree)/bin/kvmm-bench \
-		$(DESTDIR)$(BINDIR)/
-	install -m 644 $(srctree)/Documentation/man/kvmm-bench.1 $(DESTDIR)$(MANDIR)/man1/
+		$(objtree)/bin/kvmm-engine $(DESTDIR)$(BINDIR)/
+	install -m 644 $(srctree)/Documentation/man/kvmm-bench.1 \
+		$(srctree)/Documentation/man/kvmm-engine.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 $(srctree)/Documentation/man/kvmmd.8 \
 		$(srctree)/Documentation/man/kvmmctl.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
@@ -252,6 +256,7 @@ uninstall:
 	      $(DESTDIR)$(INCLUDEDIR)/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/kvmm/kvmm.h \
 	      $(DESTDIR)$(INCLUDEDIR)/kvmm/ring.h $(DESTDIR)$(BINDIR)/kvmmd \
 	      $(DESTDIR)$(BINDIR)/kvmmctl $(DESTDIR)$(BINDIR)/kvmm-bench \
+	      $(DESTDIR)$(BINDIR)/kvmm-engine $(DESTDIR)$(MANDIR)/man1/kvmm-engine.1 \
 	      $(DESTDIR)$(MANDIR)/man1/kvmm-bench.1 $(DESTDIR)$(MANDIR)/man8/kvmmd.8 \
 	      $(DESTDIR)$(MANDIR)/man8/kvmmctl.8 \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc
@@ -264,10 +269,10 @@ distclean:
 
 help:
 	@echo 'Targets:'
-	@echo '  all        library (libkvmm.a, libkvmm.so) and tools: kvmmd, kvmmctl, kvmm-bench'
+	@echo '  all        library (libkvmm.a, libkvmm.so) and tools: kvmmd, kvmmctl, kvmm-bench, kvmm-engine'
 	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites'
 	@echo '  bench      run kvmm-bench micro and replay; JSON lines to BENCH_OUT'
-	@echo '  run        install missing packages (as root), build, run the demo'
+	@echo '  run        install missing packages (as root), build, run kvmm-engine (ENGINE_ARGS)'
 	@echo '  fuzz       libFuzzer harnesses (clang), FUZZ_TIME seconds each'
 	@echo '  stress     clients killed at random while they use rings (KILLS=120)'
 	@echo '  install    library, headers, kvmm.pc, kvmmd, kvmmctl, man pages under DESTDIR/PREFIX'

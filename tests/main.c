@@ -29,6 +29,7 @@ static const suite_register_fn suites[] = {
 	register_ring_suite,
 	register_server_suite,
 	register_abi_suite,
+	register_engine_suite,
 };
 
 int main(int argc, char **argv)

@@ -535,14 +535,13 @@ static int write_plots(const struct cli *c, const struct workload *wl,
 		struct eng_report s;
 		double pages = o.device_pages * scale[k];
 
-		if (pages < 1 || pages > KVMM_MAX_PAGES)
+		/* too small for the longest request, or too large: no point */
+		if (pages * o.page_size < wl->max_seq_len || pages > KVMM_MAX_PAGES)
 			continue;
 		o.device_pages = (uint32_t)pages;
 		o.progress = false;
 		ret = eng_run(wl, &o, &s);
 		eng_report_free(&s);
-		if (ret == -ENOSPC)
-			continue;	/* too small for the longest request: no point */
 		if (ret)
 			break;
 		fprintf(f, "%u %.5f\n", o.device_pages, hit_rate(&s));
@@ -550,7 +549,7 @@ static int write_plots(const struct cli *c, const struct workload *wl,
 			fprintf(stderr, "sweep: %u pages: hit rate %.4f\n", o.device_pages,
 				hit_rate(&s));
 	}
-	if (fclose(f) || (ret && ret != -ENOSPC))
+	if (fclose(f) || ret)
 		return ret ? ret : -errno;
 	f = plot_file(c->plot, "plots.gp");
 	if (!f)

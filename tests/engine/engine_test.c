@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/engine/engine_test.c - kvmm-engine's scheduler: its arithmetic,
+ * its order of admission and retraction, chunk commits, and whole runs
+ * that must finish with every page accounted for.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <CUnit/CUnit.h>
+
+#include "../../tools/kvmm-engine/engine.h"
+#include "../helpers.h"
+
+const char *tool_name = "kvmm-tests";
+
+#define MAX_EV	4096
+
+struct evlog {
+	uint32_t n;
+	struct { int type; uint32_t req, a, b; } ev[MAX_EV];
+};
+
+static void log_event(void *priv, int type, uint32_t req, uint32_t a, uint32_t b)
+{
+	struct evlog *l = priv;
+
+	if (l->n < MAX_EV)
+		l->ev[l->n++] = (typeof(l->ev[0])){ type, req, a, b };
+}
+
+/* The first event of @type, or -1. */
+static int first_of(const struct evlog *l, int type)
+{
+	uint32_t k;
+
+	for (k = 0; k < l->n; k++)
+		if (l->ev[k].type == type)
+			return (int)k;
+	return -1;
+}
+
+/*
+ * A workload in the shared text form: segments of @len[i] tokens (segment
+ * i's tokens are i * 10000 + position), requests of "segs... | out_seg
+ * out_len" given as a string each, arriving at --rate.
+ */
+static int load_text(struct workload *wl, const uint32_t *len, uint32_t nseg,
+		     const char *const *reqs, uint32_t nreq)
+{
+	char path[] = "/tmp/kvmm-engine-test-XXXXXX";
+	int fd = mkstemp(path), ret;
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	uint32_t i, k;
+
+	if (!f)
+		return -errno;
+	for (i = 0; i < nseg; i++) {
+		fprintf(f, "S %u user %u", i, len[i]);
+		for (k = 0; k < len[i]; k++)
+			fprintf(f, " %u", i * 10000 + k);
+		fputc('\n', f);
+	}
+	for (i = 0; i < nreq; i++)
+		fprintf(f, "R %u %u 0 0 -1 %s\n", i, i, reqs[i]);
+	fclose(f);
+	ret = workload_load(path, wl);
+	unlink(path);
+	return ret;
+}
+
+static void engine_chunk_arithmetic(void)
+{
+	/* fits whole: no rounding */
+	CU_ASSERT_EQUAL(eng_chunk_len(100, 16384, 256, 16), 100);
+	/* the chunk size caps it; a partial prefill stops on a page */
+	CU_ASSERT_EQUAL(eng_chunk_len(1000, 16384, 256, 16), 256);
+	CU_ASSERT_EQUAL(eng_chunk_len(1000, 100, 256, 16), 96);
+	CU_ASSERT_EQUAL(eng_chunk_len(1000, 250, 256, 100), 200);
+	/* less than a page of budget left: nothing this step */
+	CU_ASSERT_EQUAL(eng_chunk_len(1000, 10, 256, 16), 0);
+	/* the last chunk of a prompt ends where the prompt does */
+	CU_ASSERT_EQUAL(eng_chunk_len(37, 256, 256, 16), 37);
+	/* no chunking: all or nothing */
+	CU_ASSERT_EQUAL(eng_chunk_len(400, 500, 0, 16), 400);
+	CU_ASSERT_EQUAL(eng_chunk_len(1000, 500, 0, 16), 0);
+}
+
+static void engine_retract_order(void)
+{
+	struct eng_victim a = { .decoded = 3, .input = 100 }, b = { .decoded = 9, .input = 500 };
+	struct eng_victim c = { .decoded = 3, .input = 400 };
+
+	/* the one that decoded least goes first... */
+	CU_ASSERT(eng_retract_cmp(&a, &b) < 0);
+	CU_ASSERT(eng_retract_cmp(&b, &a) > 0);
+	/* ...and among equals, the longest prompt */
+	CU_ASSERT(eng_retract_cmp(&c, &a) < 0);
+	CU_ASSERT_EQUAL(eng_retract_cmp(&a, &a), 0);
+}
+
+static void opts_small(struct eng_opts *o, struct evlog *l)
+{
+	eng_opts_default(o);
+	o->device_pages = 256;
+	o->page_size = 16;
+	o->rate = 1000;
+	o->event = log_event;
+	o->event_priv = l;
+}
+
+/* Each chunk is committed as it is prefilled: later requests match it. */
+static void engine_chunks_are_committed(void)
+{
+	static const uint32_t len[] = { 1000, 8, 8 };
+	static const char *const reqs[] = { "1000 1 4 1 0", "1000 2 4 1 0" };
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct eng_report rep;
+	struct eng_opts o;
+	struct workload wl;
+	uint32_t k, chunks = 0, kv = 0;
+	int adm1 = -1;
+
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl, len, 3, reqs, 2), 0);
+	opts_small(&o, l);
+	o.chunk = 256;
+	o.max_prefill_tokens = 256;
+	CU_ASSERT_EQUAL_FATAL(eng_run(&wl, &o, &rep), 0);
+	for (k = 0; k < l->n; k++) {
+		if (l->ev[k].type == ENG_EV_CHUNK && l->ev[k].req == 0) {
+			kv += l->ev[k].a;
+			/* everything prefilled so far is cached, in whole pages */
+			CU_ASSERT_EQUAL(l->ev[k].b, kv / 16 * 16);
+			chunks++;
+		}
+		if (l->ev[k].type == ENG_EV_ADMIT && l->ev[k].req == 1)
+			adm1 = (int)k;
+	}
+	CU_ASSERT_EQUAL(chunks, 4);	/* 256 + 256 + 256 + 232 */
+	CU_ASSERT_EQUAL(kv, 1000);
+	/* the second request, same prompt, matched what the first committed */
+	CU_ASSERT_FATAL(adm1 >= 0);
+	CU_ASSERT_EQUAL(l->ev[adm1].a, 992);
+	CU_ASSERT_EQUAL(rep.completed, 2);
+	CU_ASSERT(rep.check_ok);
+	eng_report_free(&rep);
+	workload_free(&wl);
+	free(l);
+}
+
+/* Decode runs out of memory: retract in order, re-admit, finish all. */
+static void engine_retracts_and_readmits(void)
+{
+	static const uint32_t len[] = { 100, 150, 200, 120, 300 };
+	static const char *const reqs[] = {
+		"100 4 300 1 0", "150 4 300 1 1", "200 4 300 1 2", "120 4 300 1 3",
+	};
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct eng_report rep;
+	struct eng_opts o;
+	struct workload wl;
+	int r, fin;
+
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl, len, 5, reqs, 4), 0);
+	opts_small(&o, l);
+	o.device_pages = 64;		/* 1,024 tokens: all four cannot finish at once */
+	o.decode_reserve = 0;		/* admit on what prefill needs alone */
+	o.rate = 1e6;			/* all waiting at the first step */
+	CU_ASSERT_EQUAL_FATAL(eng_run(&wl, &o, &rep), 0);
+	CU_ASSERT(rep.retractions > 0);
+	r = first_of(l, ENG_EV_RETRACT);
+	CU_ASSERT_FATAL(r >= 0);
+	/* all decoded alike when memory ran out: the longest prompt goes */
+	CU_ASSERT_EQUAL(l->ev[r].req, 2);
+	/* it comes back and finishes */
+	fin = -1;
+	for (uint32_t k = (uint32_t)r; k < l->n; k++)
+		if (l->ev[k].type == ENG_EV_FINISH && l->ev[k].req == 2)
+			fin = (int)k;
+	CU_ASSERT(fin > r);
+	CU_ASSERT_EQUAL(rep.completed, 4);
+	CU_ASSERT(rep.check_ok);
+	eng_report_free(&rep);
+	workload_free(&wl);
+	free(l);
+}
+
+/* lpm admits the request with the longest cached prefix first. */
+static void engine_lpm_orders_by_cached_prefix(void)
+{
+	static const uint32_t len[] = { 400, 400, 50, 64 };
+	/* 0: prompt A; 1: prompt B; 2: prompt A + more */
+	static const char *const reqs[] = { "400 3 50 1 0", "400 3 4 1 1", "450 3 4 2 0 2" };
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct eng_report rep;
+	struct eng_opts o;
+	struct workload wl;
+	enum eng_policy pol;
+
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl, len, 4, reqs, 3), 0);
+	for (pol = ENG_FCFS; pol <= ENG_LPM; pol++) {
+		uint32_t k, order[3], n = 0;
+
+		opts_small(&o, l);
+		l->n = 0;
+		o.policy = pol;
+		o.max_running = 1;	/* 1 and 2 wait while 0 decodes */
+		CU_ASSERT_EQUAL_FATAL(eng_run(&wl, &o, &rep), 0);
+		for (k = 0; k < l->n && n < 3; k++)
+			if (l->ev[k].type == ENG_EV_ADMIT)
+				order[n++] = l->ev[k].req;
+		CU_ASSERT_EQUAL_FATAL(n, 3);
+		CU_ASSERT_EQUAL(order[0], 0);
+		CU_ASSERT_EQUAL(order[1], pol == ENG_LPM ? 2 : 1);
+		CU_ASSERT(rep.check_ok);
+		eng_report_free(&rep);
+	}
+	workload_free(&wl);
+	free(l);
+}
+
+/* A request larger than the whole pool: a clear error at once. */
+static void engine_pool_too_small_fails_cleanly(void)
+{
+	static const uint32_t len[] = { 100, 5000, 8 };
+	static const char *const reqs[] = { "100 2 4 1 0", "5000 2 4 1 1" };
+	struct eng_report rep;
+	struct eng_opts o;
+	struct workload wl;
+
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl, len, 3, reqs, 2), 0);
+	opts_small(&o, NULL);
+	o.event = NULL;
+	o.device_pages = 64;
+	CU_ASSERT_EQUAL(eng_run(&wl, &o, &rep), -ENOSPC);
+	eng_report_free(&rep);
+	workload_free(&wl);
+}
+
+static int run_generated(uint32_t pages, bool no_cache, bool sequential, const char *evict,
+			 struct eng_report *rep)
+{
+	struct wl_gen g = { .seed = 7, .requests = 200, .rate = 2 };
+	struct eng_opts o;
+	struct workload wl;
+	int ret;
+
+	ret = workload_generate(&g, &wl);
+	if (ret)
+		return ret;
+	eng_opts_default(&o);
+	o.device_pages = pages;
+	o.no_cache = no_cache;
+	o.evict = evict;
+	if (sequential) {
+		o.sequential = true;
+		o.max_running = 1;
+		o.policy = ENG_FCFS;
+	}
+	ret = eng_run(&wl, &o, rep);
+	workload_free(&wl);
+	return ret;
+}
+
+static void engine_generated_runs_end_clean_and_repeat(void)
+{
+	static const uint32_t pages[] = { 8192, 1200 };
+	uint32_t i;
+
+	for (i = 0; i < 2; i++) {
+		struct eng_report a, b, nc, seq;
+
+		CU_ASSERT_EQUAL_FATAL(run_generated(pages[i], false, false, "lru", &a), 0);
+		CU_ASSERT_EQUAL_FATAL(run_generated(pages[i], false, false, "lru", &b), 0);
+		CU_ASSERT_EQUAL(a.completed, a.requests);
+		CU_ASSERT(a.check_ok);
+		CU_ASSERT(a.cached_tokens > 0);
+		/* deterministic: the same traffic gives the same run */
+		CU_ASSERT_EQUAL(a.cached_tokens, b.cached_tokens);
+		CU_ASSERT_EQUAL(a.steps, b.steps);
+		CU_ASSERT_EQUAL(a.evicted_pages, b.evicted_pages);
+		CU_ASSERT_EQUAL(a.retractions, b.retractions);
+		CU_ASSERT_DOUBLE_EQUAL(a.ttft_p99, b.ttft_p99, 1e-12);
+		CU_ASSERT_DOUBLE_EQUAL(a.sim_secs, b.sim_secs, 1e-12);
+		/* no cache: nothing matched, nothing kept, everything computed */
+		CU_ASSERT_EQUAL_FATAL(run_generated(pages[i], true, false, "lru", &nc), 0);
+		CU_ASSERT_EQUAL(nc.cached_tokens, 0);
+		if (!nc.retractions)
+			CU_ASSERT_EQUAL(nc.prefill_tokens, nc.prompt_tokens);
+		CU_ASSERT(nc.prefill_tokens >= nc.prompt_tokens);
+		CU_ASSERT_EQUAL(nc.peak_cached, 0);
+		CU_ASSERT(nc.check_ok);
+		/* one at a time */
+		CU_ASSERT_EQUAL_FATAL(run_generated(pages[i], false, true, "slru", &seq), 0);
+		CU_ASSERT_EQUAL(seq.max_running_seen, 1);
+		CU_ASSERT_EQUAL(seq.retractions, 0);
+		CU_ASSERT(seq.check_ok);
+		CU_ASSERT(seq.hit_blocks <= seq.blocks);
+		eng_report_free(&a);
+		eng_report_free(&b);
+		eng_report_free(&nc);
+		eng_report_free(&seq);
+	}
+}
+
+int register_engine_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_engine", NULL, NULL);
+
+	if (!s ||
+	    !CU_add_test(s, "chunk arithmetic", engine_chunk_arithmetic) ||
+	    !CU_add_test(s, "retract order", engine_retract_order) ||
+	    !CU_add_test(s, "chunks are committed", engine_chunks_are_committed) ||
+	    !CU_add_test(s, "retracts and re-admits", engine_retracts_and_readmits) ||
+	    !CU_add_test(s, "lpm orders by cached prefix", engine_lpm_orders_by_cached_prefix) ||
+	    !CU_add_test(s, "pool too small fails cleanly", engine_pool_too_small_fails_cleanly) ||
+	    !CU_add_test(s, "generated runs end clean and repeat",
+			 engine_generated_runs_end_clean_and_repeat))
+		return -1;
+	return 0;
+}
