@@ -231,6 +231,23 @@ static void parse_args(int argc, char **argv, struct cli *c)
 				  (unsigned long long)page);
 		o->device_pages = (uint32_t)(c->device_mem / page);
 	}
+	{
+		/* ask the library whether it knows the eviction policy */
+		struct kvmm_params p = { .model = { .layers = 1, .kv_heads = 1, .head_dim = 1,
+						    .dtype_bytes = 2 },
+					 .page_size = 1, .nr_pages = 1, .max_seqs = 1,
+					 .max_seq_len = 1, .backend = "mock" };
+		struct kvmm_ctx *ctx;
+
+		if (!kvmm_create(&p, &ctx)) {
+			int bad_policy = kvmm_set_evict_policy(ctx, o->evict);
+
+			kvmm_destroy(ctx);
+			if (bad_policy)
+				die_usage("--evict: '%s' is not an eviction policy kvmm knows "
+					  "(lru, slru)", o->evict);
+		}
+	}
 	if (o->model.mfu > 1 || o->model.bw_eff > 1)
 		die_usage("--mfu and --bw-eff are shares of peak: at most 1");
 	if (o->model.kv_heads > o->model.heads)
