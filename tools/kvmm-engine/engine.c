@@ -23,10 +23,8 @@
  * another process would write them.  Time is the step-time model's.
  */
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <libkvmm.h>
 
@@ -200,8 +198,6 @@ static uint32_t commit_len(const struct eng *e, const struct ereq *r, uint32_t k
 		return r->w->prompt_len;
 	return kvlen;
 }
-
-static void sample(struct eng *e, bool force);
 
 static void enqueue(struct eng *e, uint32_t i, bool front)
 {
@@ -425,9 +421,7 @@ static int step_prefill(struct eng *e)
 		return 0;
 	if (e->chunked == NONE && e->nrun >= o->max_running)
 		return 0;
-	ret = kv_stats(e);
-	if (ret)
-		return ret;
+	/* e->stats: read at the end of the last step; nothing ran since */
 	avail = page_tokens(e, e->stats[KVMM_STAT_PAGES_FREE] +
 			       e->stats[KVMM_STAT_PAGES_EVICTABLE]);
 	reserved = decode_reserved(e);
@@ -746,6 +740,9 @@ static int setup(struct eng *e, const struct workload *wl, const struct eng_opts
 	rep->output_tokens = wl->output_tokens;
 	rep->peak_free_min = o->device_pages;
 	e->chunked = NONE;
+	ret = kv_stats(e);
+	if (ret)
+		return ret;
 	e->sample_dt = wl->has_time && wl->nreq ?
 		       wl->reqs[wl->nreq - 1].t_ms / 1000.0 / (ENG_MAX_SAMPLES / 2) :
 		       (double)wl->nreq / o->rate / (ENG_MAX_SAMPLES / 2);
