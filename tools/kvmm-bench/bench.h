@@ -53,7 +53,5 @@ int cmd_trace(int argc, char **argv);
 pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags);
 int server_reap(pid_t pid);
 
-struct kvmm_params bench_params(uint32_t page_size, uint32_t nr_pages, uint32_t max_seqs,
-				uint32_t max_seq_len);
 
 #endif

@@ -15,20 +15,6 @@
 
 #include "bench.h"
 
-struct kvmm_params bench_params(uint32_t page_size, uint32_t nr_pages, uint32_t max_seqs,
-				uint32_t max_seq_len)
-{
-	struct kvmm_params p = {
-		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
-			   .attn = KVMM_ATTN_MHA },
-		.page_size = page_size,
-		.nr_pages = nr_pages,
-		.max_seqs = max_seqs,
-		.max_seq_len = max_seq_len,
-	};
-	return p;
-}
-
 const char *tool_name = "kvmm-bench";
 
 static void usage(FILE *f)

@@ -42,7 +42,7 @@ static void report(const char *bench, uint32_t page_size, const char *unit,
 static struct kvmm_ctx *make_ctx(uint32_t page_size, uint32_t nr_pages,
 				 uint32_t max_seqs, uint32_t max_seq_len)
 {
-	struct kvmm_params p = bench_params(page_size, nr_pages, max_seqs, max_seq_len);
+	struct kvmm_params p = tool_params(page_size, nr_pages, max_seqs, max_seq_len);
 	struct kvmm_ctx *ctx = NULL;
 	int ret = kvmm_create(&p, &ctx);
 

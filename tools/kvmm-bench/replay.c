@@ -126,17 +126,6 @@ static int flush_pending(struct replay *rp)
 	return ret ? ret : first_error(res, n);
 }
 
-/* Untimed: the request's prompt and output tokens, from its segments. */
-static void build_tokens(const struct workload *wl, const struct wl_request *req,
-			 uint32_t *t)
-{
-	uint32_t i;
-
-	workload_prompt(wl, req, t);
-	for (i = 0; i < req->output_len; i++)
-		t[req->prompt_len + i] = workload_output_token(wl, req, i);
-}
-
 static int admit_direct(struct replay *rp, const uint32_t *tok, uint32_t n, uint32_t out,
 			uint32_t chunk, uint32_t *seqp, uint32_t *mp)
 {
@@ -233,7 +222,7 @@ static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)
 	uint64_t t0;
 	int ret;
 
-	build_tokens(rp->wl, req, rp->tokens[slot]);
+	workload_tokens(rp->wl, req, rp->tokens[slot]);	/* untimed */
 	t0 = now_ns();
 	if (rp->o->via == VIA_DIRECT)
 		ret = admit_direct(rp, rp->tokens[slot], n, out, chunk, &seq, &m);
@@ -334,7 +323,7 @@ static bool session_end(struct replay *rp)
 static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 {
 	const struct workload *wl = rp->wl;
-	struct kvmm_params p = bench_params(rp->o->page_size,
+	struct kvmm_params p = tool_params(rp->o->page_size,
 					    (uint32_t)(rp->o->capacity_tokens / rp->o->page_size),
 					    wl->max_inflight, wl->max_seq_len);
 	uint64_t st[NR_KVMM_STATS], matched = 0;

@@ -222,7 +222,7 @@ int cmd_ring(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	struct kvmm_params p = bench_params(16, 4096, 256, 2048);
+	struct kvmm_params p = tool_params(16, 4096, 256, 2048);
 	struct kvmm_ring_params rp = { .sq_entries = 256, .buf_size = 8192 };
 	uint32_t tokens[1024], i;
 	struct kvmm_iovec iov = { tokens, sizeof(tokens) };

@@ -27,7 +27,7 @@ static int trace_run(const struct workload *t, uint32_t pages, const char *evict
 		     double *block_hit, double *secs)
 {
 	uint32_t max_len = (t->max_seq_len + BLOCK - 1) / BLOCK * BLOCK;
-	struct kvmm_params p = bench_params(BLOCK, pages, 1, max_len);
+	struct kvmm_params p = tool_params(BLOCK, pages, 1, max_len);
 	uint32_t *tok = malloc((size_t)max_len * sizeof(*tok)), r, seq;
 	uint64_t hit_blocks = 0, t0 = now_ns();
 	struct kvmm_ctx *ctx;

@@ -266,16 +266,12 @@ static void sort_waiting(struct eng *e)
 /* The request's tokens, built when it is first needed (untimed work). */
 static int fill_tokens(struct eng *e, struct ereq *r)
 {
-	uint32_t k;
-
 	if (r->tok)
 		return 0;
 	r->tok = malloc(((size_t)r->w->prompt_len + r->w->output_len) * sizeof(*r->tok));
 	if (!r->tok)
 		return -ENOMEM;
-	workload_prompt(e->wl, r->w, r->tok);
-	for (k = 0; k < r->w->output_len; k++)
-		r->tok[r->w->prompt_len + k] = workload_output_token(e->wl, r->w, k);
+	workload_tokens(e->wl, r->w, r->tok);
 	return 0;
 }
 
@@ -680,7 +676,7 @@ static void progress(struct eng *e, bool last)
 static int setup(struct eng *e, const struct workload *wl, const struct eng_opts *o,
 		 struct eng_report *rep)
 {
-	struct kvmm_params p = { 0 };
+	struct kvmm_params p;
 	struct kvmm_ring_params rp = { .sq_entries = RING_SQ };
 	uint64_t pool = (uint64_t)o->device_pages * o->page_size;
 	uint32_t i, max_len = (wl->max_seq_len + o->page_size - 1) / o->page_size * o->page_size;
@@ -695,16 +691,11 @@ static int setup(struct eng *e, const struct workload *wl, const struct eng_opts
 			return -ENOSPC;
 		}
 	/*
-	 * The engine computes no attention: the mock backend holds a
-	 * 2-byte stand-in per token, and the model's real KV bytes per
-	 * token size the pool (--device-mem) and price the steps.
+	 * The engine computes no attention: kvmm gets a stand-in per token,
+	 * and the model's real KV bytes per token size the pool
+	 * (--device-mem) and price the steps.
 	 */
-	p.model = (struct kvmm_model){ .layers = 1, .kv_heads = 1, .head_dim = 1,
-				       .dtype_bytes = 2, .attn = KVMM_ATTN_MHA };
-	p.page_size = o->page_size;
-	p.nr_pages = o->device_pages;
-	p.max_seqs = o->max_running + RING_SQ + 1;
-	p.max_seq_len = max_len;
+	p = tool_params(o->page_size, o->device_pages, o->max_running + RING_SQ + 1, max_len);
 	p.evict_policy = o->evict;
 	p.backend = "mock";
 	ret = kvmm_create(&p, &e->ctx);

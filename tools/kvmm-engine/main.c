@@ -233,10 +233,7 @@ static void parse_args(int argc, char **argv, struct cli *c)
 	}
 	{
 		/* ask the library whether it knows the eviction policy */
-		struct kvmm_params p = { .model = { .layers = 1, .kv_heads = 1, .head_dim = 1,
-						    .dtype_bytes = 2 },
-					 .page_size = 1, .nr_pages = 1, .max_seqs = 1,
-					 .max_seq_len = 1, .backend = "mock" };
+		struct kvmm_params p = tool_params(1, 1, 1, 1);
 		struct kvmm_ctx *ctx;
 
 		if (!kvmm_create(&p, &ctx)) {

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <time.h>
 
+#include <libkvmm.h>
+
 /* One request of a workload (format: ../shared/bench/README.md). */
 struct wl_request {
 	uint32_t id;
@@ -66,11 +68,13 @@ struct wl_gen {
 int workload_generate(const struct wl_gen *g, struct workload *wl);
 
 void workload_prompt(const struct workload *wl, const struct wl_request *r, uint32_t *tok);
+void workload_tokens(const struct workload *wl, const struct wl_request *r, uint32_t *tok);
 uint32_t workload_output_token(const struct workload *wl, const struct wl_request *r,
 			       uint32_t i);
 
 /* util.c */
-struct kvmm_ring;
+struct kvmm_params tool_params(uint32_t page_size, uint32_t nr_pages, uint32_t max_seqs,
+			       uint32_t max_seq_len);
 int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res);
 static inline uint64_t now_ns(void)
 {

@@ -115,6 +115,25 @@ uint64_t parse_size(const char *opt, const char *s)
 }
 
 /*
+ * Context parameters for a tool that computes no attention: a 2-byte
+ * stand-in per token, so the mock backend's pool costs next to nothing
+ * and only the page and sequence counts matter.
+ */
+struct kvmm_params tool_params(uint32_t page_size, uint32_t nr_pages, uint32_t max_seqs,
+			       uint32_t max_seq_len)
+{
+	struct kvmm_params p = {
+		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
+			   .attn = KVMM_ATTN_MHA },
+		.page_size = page_size,
+		.nr_pages = nr_pages,
+		.max_seqs = max_seqs,
+		.max_seq_len = max_seq_len,
+	};
+	return p;
+}
+
+/*
  * Submit the @n prepared entries, wait for their completions and reap
  * them all.  With @res, each result goes there and the return is 0 or a
  * transport error; without, the return is the first failed command's.

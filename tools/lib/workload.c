@@ -213,17 +213,17 @@ static int text_line(struct loader *ld, char *p)
 	}
 }
 
-static int load_text(struct loader *ld, FILE *f)
+/* Each non-empty line of @f to @fn, counting lines for messages; stops at an error. */
+static int load_lines(struct loader *ld, FILE *f, int (*fn)(struct loader *ld, char *line))
 {
 	char *line = NULL;
 	size_t cap = 0;
 	int ret = 0;
 
-	while (getline(&line, &cap, f) > 0) {
+	while (!ret && getline(&line, &cap, f) > 0) {
 		ld->line++;
-		ret = text_line(ld, line);
-		if (ret)
-			break;
+		if (line[0] != '\n' && line[0])
+			ret = fn(ld, line);
 	}
 	free(line);
 	return ret;
@@ -269,7 +269,7 @@ static int json_array_u32(struct loader *ld, json_t *obj, const char *key,
 	return 0;
 }
 
-static int json_line(struct loader *ld, const char *text)
+static int json_line(struct loader *ld, char *text)
 {
 	struct workload *wl = ld->wl;
 	json_error_t err;
@@ -328,23 +328,6 @@ static int json_line(struct loader *ld, const char *text)
 	return ret;
 }
 
-static int load_jsonl(struct loader *ld, FILE *f)
-{
-	char *line = NULL;
-	size_t cap = 0;
-	int ret = 0;
-
-	while (getline(&line, &cap, f) > 0) {
-		ld->line++;
-		if (line[0] == '\n' || line[0] == '\0')
-			continue;
-		ret = json_line(ld, line);
-		if (ret)
-			break;
-	}
-	free(line);
-	return ret;
-}
 #endif
 
 void workload_free(struct workload *wl)
@@ -385,14 +368,14 @@ int workload_load(const char *path, struct workload *wl)
 	}
 	if (len > 6 && !strcmp(path + len - 6, ".jsonl")) {
 #if CONFIG_KVMM_JANSSON
-		ret = load_jsonl(&ld, f);
+		ret = load_lines(&ld, f, json_line);
 #else
 		fprintf(stderr, "%s: this build has no JSON reader (libjansson-dev); "
 			"use the .txt form\n", path);
 		ret = -EOPNOTSUPP;
 #endif
 	} else {
-		ret = load_text(&ld, f);
+		ret = load_lines(&ld, f, text_line);
 	}
 	fclose(f);
 	if (!ret && !wl->nreq) {
@@ -412,7 +395,7 @@ int workload_load(const char *path, struct workload *wl)
 /* ---- Mooncake traces: JSON lines of timestamp, lengths and hash ids ---- */
 
 #if CONFIG_KVMM_JANSSON
-static int mooncake_line(struct loader *ld, const char *text)
+static int mooncake_line(struct loader *ld, char *text)
 {
 	struct workload *wl = ld->wl;
 	struct wl_request r = { .id = wl->nreq, .arrival = wl->nreq, .prev = -1,
@@ -497,18 +480,7 @@ int workload_load_mooncake(const char *path, struct workload *wl)
 		return ret;
 	}
 #if CONFIG_KVMM_JANSSON
-	{
-		char *line = NULL;
-		size_t cap = 0;
-
-		ret = 0;
-		while (!ret && getline(&line, &cap, f) > 0) {
-			ld.line++;
-			if (line[0] != '\n' && line[0])
-				ret = mooncake_line(&ld, line);
-		}
-		free(line);
-	}
+	ret = load_lines(&ld, f, mooncake_line);
 #else
 	fprintf(stderr, "%s: this build has no JSON reader (libjansson-dev)\n", path);
 #endif
@@ -559,6 +531,16 @@ void workload_prompt(const struct workload *wl, const struct wl_request *r, uint
 		       wl->seg_len[r->segs[i]] * sizeof(*tok));
 		pos += wl->seg_len[r->segs[i]];
 	}
+}
+
+/* workload_tokens() - prompt_len + output_len token ids: the prompt, then the output */
+void workload_tokens(const struct workload *wl, const struct wl_request *r, uint32_t *tok)
+{
+	uint32_t i;
+
+	workload_prompt(wl, r, tok);
+	for (i = 0; i < r->output_len; i++)
+		tok[r->prompt_len + i] = workload_output_token(wl, r, i);
 }
 
 /*
