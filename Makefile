@@ -92,6 +92,9 @@ all-objs := $(lib-objs) $(foreach p,$(progs-y),$(addprefix tools/,$($(p)-objs)))
 	    $(addprefix tests/,$(tests-y)) $(addprefix tools/,$(tests-tools-y)) $(addprefix fuzz/,$(addsuffix .o,dispatch_fuzz ring_fuzz)) \
 	    tests/stress/stress.o tests/stress/stress_client.o
 
+# Libraries libkvmm itself needs, for every link against libkvmm.a.
+lib_libs := $(if $(filter y,$(CONFIG_KVMM_LIBNUMA)),-lnuma)
+
 # ---- commands, quiet unless V=1 ----
 cmd = @$(if $($(quiet)cmd_$(1)),echo '  $($(quiet)cmd_$(1))';) $(cmd_$(1))
 quiet_cmd_cc	= CC      $(@:$(objtree)/%=%)
@@ -101,11 +104,11 @@ quiet_cmd_ar	= AR      $(@:$(objtree)/%=%)
 quiet_cmd_so	= LD      $(@:$(objtree)/%=%)
       cmd_so	= $(CC) -shared -Wl,-soname,libkvmm.so.$(SONAME_MAJOR) \
 		  -Wl,--version-script=$(srctree)/scripts/libkvmm.map \
-		  $(ld_flags) -o $@ $(filter %.o,$^) && \
+		  $(ld_flags) -o $@ $(filter %.o,$^) $(lib_libs) && \
 		  ln -sf libkvmm.so.$(VERSION) $(objtree)/libkvmm.so.$(SONAME_MAJOR) && \
 		  ln -sf libkvmm.so.$(VERSION) $(objtree)/libkvmm.so
 quiet_cmd_link	= LD      $(@:$(objtree)/%=%)
-      cmd_link	= $(CC) $(ld_flags) -o $@ $(filter %.o %.a,$^) $(link_libs)
+      cmd_link	= $(CC) $(ld_flags) -o $@ $(filter %.o %.a,$^) $(link_libs) $(lib_libs)
 
 .PHONY: all lib tools tests check bench run demo install uninstall clean \
 	distclean help config deps FORCE
@@ -248,7 +251,7 @@ install: lib tools
 	install -m 644 $(srctree)/include/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(srctree)/uapi/kvmm/kvmm.h $(srctree)/uapi/kvmm/ring.h \
 		$(DESTDIR)$(INCLUDEDIR)/kvmm/
-	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|; s|@LIBS_PRIVATE@|$(lib_libs)|' \
 		$(srctree)/scripts/kvmm.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc
 
 uninstall:

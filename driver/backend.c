@@ -34,3 +34,14 @@ KVMM_EXPORT const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name)
 			return backends[i];
 	return NULL;
 }
+
+/**
+ * kvmm_store_lookup() - the store that holds the pages of a lower tier
+ * @tier: KVMM_TIER_HOST (KVMM_TIER_NVME has none yet)
+ *
+ * Return: its ops, or NULL when this build has none for @tier.
+ */
+KVMM_EXPORT const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier)
+{
+	return tier == KVMM_TIER_HOST ? &kvmm_host_store : NULL;
+}

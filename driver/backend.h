@@ -9,5 +9,6 @@
 #include <libkvmm.h>
 
 extern const struct kvmm_backend_ops kvmm_mock_backend;
+extern const struct kvmm_store_ops kvmm_host_store;
 
 #endif

@@ -85,8 +85,13 @@ struct kvmm_alloc_ops {
  * @wmark_low: an allocation that would leave fewer free pages reclaims first
  * @wmark_high: reclaim frees until this many pages are free after the allocation
  * @evict_policy: "lru" (default when NULL) or "slru"
+ * @host_pages: pages of the host tier (0: none); reclaim demotes cold
+ *	prefixes there instead of dropping them
+ * @host_node: NUMA node of the host tier's memory, or KVMM_NODE_NEAREST
+ *	(-1) for the node nearest the device (see the tiers doc)
  * @backend: backend name, "mock" (default when NULL)
  * @backend_arg: passed to the backend's init, backend specific (may be NULL)
+ * @host_arg: passed to the host store's init (struct kvmm_host_arg, or NULL)
  * @alloc: metadata allocator, NULL for malloc/free
  * @alloc_priv: passed to @alloc's hooks
  * @log: where kvmm reports corruption and check failures; NULL for stderr
@@ -109,6 +114,9 @@ struct kvmm_params {
 	uint32_t wmark_low;
 	uint32_t wmark_high;
 	const char *evict_policy;
+	uint32_t host_pages;
+	int32_t host_node;
+	void *host_arg;
 	const char *backend;
 	void *backend_arg;
 	const struct kvmm_alloc_ops *alloc;
@@ -116,6 +124,8 @@ struct kvmm_params {
 	void (*log)(void *priv, const char *msg);
 	void *log_priv;
 };
+
+#define KVMM_NODE_NEAREST	(-1)
 
 #define KVMM_MAX_PAGE_SIZE	4096
 #define KVMM_MAX_PAGES		(1u << 30)
@@ -149,6 +159,20 @@ int kvmm_seq_close(struct kvmm_ctx *ctx, uint32_t seq,
 		   const uint32_t *tokens, uint32_t n);
 int kvmm_seq_retract(struct kvmm_ctx *ctx, uint32_t seq,
 		     const uint32_t *tokens, uint32_t n);
+int kvmm_seq_promote(struct kvmm_ctx *ctx, uint32_t seq,
+		     const uint32_t *tokens, uint32_t n);
+
+/**
+ * struct kvmm_tier_hits - how much of a prefix is cached, per tier
+ * @tokens: tokens[t] of the prefix are on tier t; the device part comes
+ *	first, then host, then NVMe (a prefix never climbs back up)
+ */
+struct kvmm_tier_hits {
+	uint32_t tokens[KVMM_NR_TIERS];
+	uint32_t resv;
+};
+int kvmm_prefix_tiers(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+		      uint32_t n, struct kvmm_tier_hits *hits);
 
 /**
  * struct kvmm_seq_info - where one sequence stands
@@ -532,22 +556,95 @@ struct kvmm_backend_cfg {
  * @init: allocate the pool for @cfg; store private state in *@privp
  * @exit: release everything @init took
  * @kv_layer: describe layer @layer of the pool
+ * @gather: copy pages @pfns[0..nr) out of the pool, page i to @dst[i]
+ *	(host memory, kvmm_page_bytes() each, in the staging layout below)
+ * @scatter: the reverse: @src[i] into page @pfns[i] of the pool
+ * @numa_node: the NUMA node nearest the pool's memory, or -1 if unknown
+ *
+ * Staging layout of one page: for each layer, the page's K slots then
+ * its V slots (MLA: its latent slots), slot after slot, as they sit in
+ * the pool.  @gather and @scatter return 0 or a negative errno; on error
+ * the destination's contents are undefined and nothing else changed.
  */
 struct kvmm_backend_ops {
 	const char *name;
 	int (*init)(const struct kvmm_backend_cfg *cfg, void **privp);
 	void (*exit)(void *priv);
 	int (*kv_layer)(void *priv, uint32_t layer, struct kvmm_kv_layer *out);
+	int (*gather)(void *priv, const int32_t *pfns, uint32_t nr, void *const *dst);
+	int (*scatter)(void *priv, const int32_t *pfns, uint32_t nr,
+		       void *const *src);
+	int (*numa_node)(void *priv);
 };
 
 const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name);
+uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t page_size);
+
+/**
+ * struct kvmm_store_cfg - what a lower-tier store is asked to hold
+ * @page_bytes: bytes of one page in the staging layout
+ * @nr_pages: pages
+ * @tier: KVMM_TIER_*
+ * @numa_node: node to place the memory on, -1 for no preference
+ * @arg: kvmm_params.host_arg (for the host tier)
+ */
+struct kvmm_store_cfg {
+	uint64_t page_bytes;
+	uint32_t nr_pages;
+	uint32_t tier;
+	int32_t numa_node;
+	void *arg;
+};
+
+/**
+ * struct kvmm_store_ops - the bytes of a lower tier's pages
+ * @name: what selects it
+ * @init: allocate @cfg->nr_pages pages; store private state in *@privp
+ * @exit: release everything @init took
+ * @page: the address of page @pfn (kvmm_page_bytes() long)
+ * @seal: pages @pfns were just written: record what they must read back as
+ * @verify: check pages @pfns against what @seal recorded; return the
+ *	number of leading pages that verify (nr when all do)
+ *
+ * A store keeps a checksum of every sealed page; a page that fails
+ * verification is treated as a miss by the core and never served.
+ */
+struct kvmm_store_ops {
+	const char *name;
+	int (*init)(const struct kvmm_store_cfg *cfg, void **privp);
+	void (*exit)(void *priv);
+	void *(*page)(void *priv, uint32_t pfn);
+	void (*seal)(void *priv, const int32_t *pfns, uint32_t nr);
+	uint32_t (*verify)(void *priv, const int32_t *pfns, uint32_t nr);
+};
+
+const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier);
 
 /**
  * struct kvmm_mock_arg - kvmm_params.backend_arg of the mock backend
  * @fail_init: make init fail with this negative errno (fault injection)
+ * @fail_copy: make gather/scatter calls fail with this negative errno ...
+ * @fail_every: ... on every @fail_every-th call (1: every call; 0: never)
+ *
+ * The backend keeps the pointer and reads @fail_copy and @fail_every at
+ * every call, so a test can turn faults on and off while it runs.
  */
 struct kvmm_mock_arg {
 	int fail_init;
+	int fail_copy;
+	uint32_t fail_every;
+};
+
+/**
+ * struct kvmm_host_arg - kvmm_params.host_arg: fault injection in the
+ *	host store
+ * @fail_init: make init fail with this negative errno
+ * @flip_every: flip one bit of every @flip_every-th page verified, before
+ *	verifying it (0: never), as memory corruption would
+ */
+struct kvmm_host_arg {
+	int fail_init;
+	uint32_t flip_every;
 };
 
 #ifdef __cplusplus

@@ -5,19 +5,22 @@
  *
  * DOC: what is checked
  *
- *  - Every page is in exactly one state.  A free page is on the free
+ *  - Every page of every tier is in exactly one state.  A free page is on the free
  *    bitmap with no reference; a cached page is held by exactly one tree
  *    node; an owned page by exactly one open sequence's row.  The three
  *    counts add up to the pool size, so a page that no owner claims (a
  *    leak) or that two claim (handed out twice) is found.
  *  - The free bitmap's summary levels agree with its pages.
- *  - evictable + protected == cached; lock_ref of a node is the sum of its
+ *  - A node is never on a faster tier than its parent, counts its
+ *    children on its own tier right, and is locked or pinned only on
+ *    the device.
+ *  - Per tier, evictable + protected == cached; lock_ref of a node is the sum of its
  *    children's plus the sequences and pins that end on it, so a locked
  *    node's ancestors are locked and no count is negative or lost.
  *  - pin_ref likewise; pinned pages match, and exactly their frames carry
  *    KVMM_PG_PINNED.
  *  - Every reclaim list is sorted by access time and holds exactly the
- *    unlocked leaves.
+ *    unlocked leaves of its tier.
  *  - Each open sequence's row starts with exactly the frames of the path
  *    it locks, continues with its own frames and is -1 after them.
  *  - Every node can be found through the child hash.
@@ -43,12 +46,14 @@
 enum { MARK_NONE, MARK_TREE, MARK_SEQ };
 
 struct check_sums {
-	uint64_t cached, protected, evictable, pinned, nodes, leaves, direct;
+	uint64_t cached[KVMM_NR_TIERS], protected[KVMM_NR_TIERS];
+	uint64_t evictable[KVMM_NR_TIERS], leaves[KVMM_NR_TIERS];
+	uint64_t pinned, nodes, direct;
 };
 
-static int check_zone(const struct kvmm_ctx *ctx)
+static int check_zone(const struct kvmm_ctx *ctx, uint32_t tier)
 {
-	const struct kvmm_zone *zone = &ctx->zone;
+	const struct kvmm_zone *zone = &ctx->zone[tier];
 	const struct kvmm_hbitmap *hb = &zone->free;
 	uint64_t nfree = 0, w;
 	uint32_t pfn, l;
@@ -90,21 +95,26 @@ out:
 }
 
 static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
-		      uint8_t *mark, struct check_sums *sums)
+		      uint8_t **marks, struct check_sums *sums)
 {
+	const struct kvmm_zone *zone = &ctx->zone[node->tier];
+	uint8_t *mark = marks[node->tier];
 	const struct kvmm_node *child;
 	struct kvmm_list *pos;
-	uint64_t child_locks = 0, child_pins = 0;
+	uint64_t child_locks = 0, child_pins = 0, tkids = 0;
 	uint32_t nr = node->len >> ctx->page_shift, i;
-	bool leaf = kvmm_node_is_leaf(node), queued;
+	bool queued;
 	int ret = 0;
 
 	list_for_each(pos, &node->children) {
 		child = list_entry(pos, struct kvmm_node, sibling);
 		CHECK(child->parent == node, "child %p of %p names parent %p",
 		      (void *)child, (void *)node, (void *)child->parent);
+		CHECK(child->tier >= node->tier, "child %p on tier %u below %p on tier %u",
+		      (void *)child, child->tier, (void *)node, node->tier);
 		child_locks += child->lock_ref;
 		child_pins += child->pin_ref;
+		tkids += child->tier == node->tier;
 	}
 	if (node->flags & KVMM_NODE_ROOT) {
 		CHECK(!node->len && !node->lock_ref && !node->pins && !node->parent,
@@ -126,41 +136,51 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	CHECK(node->pin_ref == child_pins + node->pins, "node %p pin_ref %u != %llu + %u",
 	      (void *)node, node->pin_ref, (unsigned long long)child_pins, node->pins);
 	CHECK(node->prio < KVMM_NR_PRIO, "node %p prio %u", (void *)node, node->prio);
+	CHECK(node->tier < KVMM_NR_TIERS && zone->nr_pages, "node %p on absent tier %u",
+	      (void *)node, node->tier);
+	CHECK(node->tkids == tkids, "node %p counts %u children on its tier, has %llu",
+	      (void *)node, node->tkids, (unsigned long long)tkids);
+	CHECK(node->tier == KVMM_TIER_DEVICE || (!node->lock_ref && !node->pin_ref),
+	      "node %p on tier %u is locked (%u) or pinned (%u)", (void *)node,
+	      node->tier, node->lock_ref, node->pin_ref);
 	queued = node->flags & KVMM_NODE_EVICTABLE;
-	CHECK(queued == (leaf && !node->lock_ref), "node %p queued %d, leaf %d lock_ref %u",
-	      (void *)node, queued, leaf, node->lock_ref);
+	CHECK(queued == (!tkids && !node->lock_ref),
+	      "node %p queued %d, %llu children on its tier, lock_ref %u",
+	      (void *)node, queued, (unsigned long long)tkids, node->lock_ref);
 	for (i = 0; i < nr; i++) {
 		int32_t pfn = node->pfns[i];
 
-		CHECK(pfn >= 0 && (uint32_t)pfn < ctx->zone.nr_pages,
-		      "node %p maps pfn %d", (void *)node, pfn);
-		CHECK(ctx->zone.pages[pfn].state == KVMM_PAGE_CACHED,
+		CHECK(pfn >= 0 && (uint32_t)pfn < zone->nr_pages,
+		      "node %p maps pfn %d of tier %u", (void *)node, pfn, node->tier);
+		CHECK(zone->pages[pfn].state == KVMM_PAGE_CACHED,
 		      "node %p maps pfn %d in state %u", (void *)node, pfn,
-		      ctx->zone.pages[pfn].state);
-		CHECK(mark[pfn] == MARK_NONE, "pfn %d held twice", pfn);
-		CHECK(!(ctx->zone.pages[pfn].flags & KVMM_PG_PINNED) == !node->pin_ref,
+		      zone->pages[pfn].state);
+		CHECK(mark[pfn] == MARK_NONE, "pfn %d of tier %u held twice", pfn,
+		      node->tier);
+		CHECK(!(zone->pages[pfn].flags & KVMM_PG_PINNED) == !node->pin_ref,
 		      "pfn %d pinned flag %u, node pin_ref %u", pfn,
-		      ctx->zone.pages[pfn].flags, node->pin_ref);
+		      zone->pages[pfn].flags, node->pin_ref);
 		mark[pfn] = MARK_TREE;
 	}
 	sums->nodes++;
-	sums->cached += nr;
-	sums->leaves += queued;
+	sums->cached[node->tier] += nr;
+	sums->leaves[node->tier] += queued;
 	sums->direct += node->lock_ref - child_locks - node->pins;
 	if (node->lock_ref)
-		sums->protected += nr;
+		sums->protected[node->tier] += nr;
 	else
-		sums->evictable += nr;
+		sums->evictable[node->tier] += nr;
 	if (node->pin_ref)
 		sums->pinned += nr;
 out:
 	return ret;
 }
 
-static int check_tree(const struct kvmm_ctx *ctx, uint8_t *mark,
+static int check_tree(const struct kvmm_ctx *ctx, uint8_t **marks,
 		      struct check_sums *sums)
 {
 	struct kvmm_list *pos;
+	uint32_t t;
 	int ret = 0;
 
 	list_for_each(pos, &ctx->tree.roots) {
@@ -170,31 +190,39 @@ static int check_tree(const struct kvmm_ctx *ctx, uint8_t *mark,
 		CHECK(root->flags & KVMM_NODE_ROOT, "non-root %p on the root list",
 		      (void *)root);
 		for (node = root; node; node = kvmm_tree_next(root, node)) {
-			ret = check_node(ctx, node, mark, sums);
+			ret = check_node(ctx, node, marks, sums);
 			if (ret)
 				return ret;
 		}
 	}
 	CHECK(sums->nodes == ctx->tree.nr_nodes, "%llu nodes counted as %llu",
 	      (unsigned long long)sums->nodes, (unsigned long long)ctx->tree.nr_nodes);
-	CHECK(sums->cached == ctx->tree.cached, "%llu cached pages counted as %llu",
-	      (unsigned long long)sums->cached, (unsigned long long)ctx->tree.cached);
-	CHECK(sums->protected == ctx->tree.protected, "protected %llu, counted %llu",
-	      (unsigned long long)sums->protected, (unsigned long long)ctx->tree.protected);
-	CHECK(sums->evictable == ctx->lruvec.evictable, "evictable %llu, counted %llu",
-	      (unsigned long long)sums->evictable,
-	      (unsigned long long)ctx->lruvec.evictable);
-	CHECK(ctx->lruvec.evictable + ctx->tree.protected == ctx->tree.cached,
-	      "evictable + protected != cached");
+	for (t = 0; t < KVMM_NR_TIERS; t++) {
+		CHECK(sums->cached[t] == ctx->tree.cached[t],
+		      "tier %u: %llu cached pages counted as %llu", t,
+		      (unsigned long long)sums->cached[t],
+		      (unsigned long long)ctx->tree.cached[t]);
+		CHECK(sums->protected[t] == ctx->tree.protected[t],
+		      "tier %u: protected %llu, counted %llu", t,
+		      (unsigned long long)sums->protected[t],
+		      (unsigned long long)ctx->tree.protected[t]);
+		CHECK(sums->evictable[t] == ctx->lruvec[t].evictable,
+		      "tier %u: evictable %llu, counted %llu", t,
+		      (unsigned long long)sums->evictable[t],
+		      (unsigned long long)ctx->lruvec[t].evictable);
+		CHECK(ctx->lruvec[t].evictable + ctx->tree.protected[t] == ctx->tree.cached[t],
+		      "tier %u: evictable + protected != cached", t);
+	}
 	CHECK(sums->pinned == ctx->tree.pinned, "pinned %llu, counted %llu",
 	      (unsigned long long)sums->pinned, (unsigned long long)ctx->tree.pinned);
 out:
 	return ret;
 }
 
-static int check_lruvec(const struct kvmm_ctx *ctx, const struct check_sums *sums)
+static int check_lruvec(const struct kvmm_ctx *ctx, const struct check_sums *sums,
+			uint32_t tier)
 {
-	const struct kvmm_lruvec *lv = &ctx->lruvec;
+	const struct kvmm_lruvec *lv = &ctx->lruvec[tier];
 	uint64_t queued = 0;
 	uint32_t prio, l;
 	int ret = 0;
@@ -213,6 +241,8 @@ static int check_lruvec(const struct kvmm_ctx *ctx, const struct check_sums *sum
 				      "unqueued node %p on a reclaim list", (void *)node);
 				CHECK(node->prio == prio, "node %p of prio %u on list %u",
 				      (void *)node, node->prio, prio);
+				CHECK(node->tier == tier, "node %p of tier %u on tier %u's list",
+				      (void *)node, node->tier, tier);
 				CHECK(node->atime >= last, "reclaim list %u/%u out of order",
 				      prio, l);
 				last = node->atime;
@@ -220,10 +250,10 @@ static int check_lruvec(const struct kvmm_ctx *ctx, const struct check_sums *sum
 			}
 		}
 	}
-	CHECK(queued == lv->nr_leaves && queued == sums->leaves,
-	      "%llu queued leaves, %llu counted, %llu found",
+	CHECK(queued == lv->nr_leaves && queued == sums->leaves[tier],
+	      "tier %u: %llu queued leaves, %llu counted, %llu found", tier,
 	      (unsigned long long)queued, (unsigned long long)lv->nr_leaves,
-	      (unsigned long long)sums->leaves);
+	      (unsigned long long)sums->leaves[tier]);
 out:
 	return ret;
 }
@@ -265,11 +295,11 @@ static int check_seq(const struct kvmm_ctx *ctx, uint32_t id, int32_t *path,
 	for (; i < mapped; i++) {
 		int32_t pfn = row[i];
 
-		CHECK(pfn >= 0 && (uint32_t)pfn < ctx->zone.nr_pages,
+		CHECK(pfn >= 0 && (uint32_t)pfn < ctx->zone[KVMM_TIER_DEVICE].nr_pages,
 		      "seq %u page %u maps pfn %d", id, i, pfn);
-		CHECK(ctx->zone.pages[pfn].state == KVMM_PAGE_OWNED,
+		CHECK(ctx->zone[KVMM_TIER_DEVICE].pages[pfn].state == KVMM_PAGE_OWNED,
 		      "seq %u page %u: pfn %d in state %u", id, i, pfn,
-		      ctx->zone.pages[pfn].state);
+		      ctx->zone[KVMM_TIER_DEVICE].pages[pfn].state);
 		CHECK(mark[pfn] == MARK_NONE, "pfn %d held twice (seq %u)", pfn, id);
 		mark[pfn] = MARK_SEQ;
 	}
@@ -291,49 +321,62 @@ out:
 KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 {
 	struct check_sums sums = { 0 };
-	uint64_t locked = 0, owned = 0, nfree_seqs = 0;
-	uint8_t *mark;
+	uint64_t locked = 0, nfree_seqs = 0;
+	uint8_t *marks[KVMM_NR_TIERS] = { NULL };
 	int32_t *path;
-	uint32_t i;
-	int ret;
+	uint32_t i, t;
+	int ret = 0;
 
 	if (!ctx)
 		return -EINVAL;
-	ret = check_zone(ctx);
-	if (ret)
-		return ret;
-	mark = calloc(ctx->zone.nr_pages, 1);
 	path = calloc(ctx->row_pages, sizeof(*path));
-	if (!mark || !path) {
-		ret = -ENOMEM;
-		goto out;
+	if (!path)
+		return -ENOMEM;
+	for (t = 0; t < KVMM_NR_TIERS; t++) {
+		if (!ctx->zone[t].nr_pages)
+			continue;
+		ret = check_zone(ctx, t);
+		if (ret)
+			goto out;
+		marks[t] = calloc(ctx->zone[t].nr_pages, 1);
+		if (!marks[t]) {
+			ret = -ENOMEM;
+			goto out;
+		}
 	}
-	ret = check_tree(ctx, mark, &sums);
+	ret = check_tree(ctx, marks, &sums);
 	if (ret)
 		goto out;
-	ret = check_lruvec(ctx, &sums);
-	if (ret)
-		goto out;
+	for (t = 0; t < KVMM_NR_TIERS; t++) {
+		ret = check_lruvec(ctx, &sums, t);
+		if (ret)
+			goto out;
+	}
 	for (i = 0; i < ctx->max_seqs; i++) {
-		ret = check_seq(ctx, i, path, mark, &locked);
+		ret = check_seq(ctx, i, path, marks[KVMM_TIER_DEVICE], &locked);
 		if (ret)
 			goto out;
 	}
 	CHECK(locked == sums.direct, "%llu sequences hold locks, nodes count %llu",
 	      (unsigned long long)locked, (unsigned long long)sums.direct);
-	for (i = 0; i < ctx->zone.nr_pages; i++) {
-		uint8_t state = ctx->zone.pages[i].state;
+	for (t = 0; t < KVMM_NR_TIERS; t++) {
+		const struct kvmm_zone *zone = &ctx->zone[t];
+		uint64_t owned = 0;
 
-		CHECK(state != KVMM_PAGE_OWNED || mark[i] == MARK_SEQ,
-		      "pfn %u owned by no sequence (leaked)", i);
-		CHECK(state != KVMM_PAGE_CACHED || mark[i] == MARK_TREE,
-		      "pfn %u cached by no node (leaked)", i);
-		owned += mark[i] == MARK_SEQ;
+		for (i = 0; i < zone->nr_pages; i++) {
+			uint8_t state = zone->pages[i].state;
+
+			CHECK(state != KVMM_PAGE_OWNED || marks[t][i] == MARK_SEQ,
+			      "pfn %u of tier %u owned by no sequence (leaked)", i, t);
+			CHECK(state != KVMM_PAGE_CACHED || marks[t][i] == MARK_TREE,
+			      "pfn %u of tier %u cached by no node (leaked)", i, t);
+			owned += marks[t][i] == MARK_SEQ;
+		}
+		CHECK(owned + sums.cached[t] + zone->nr_free == zone->nr_pages,
+		      "tier %u: owned %llu + cached %llu + free %u != %u pages", t,
+		      (unsigned long long)owned, (unsigned long long)sums.cached[t],
+		      zone->nr_free, zone->nr_pages);
 	}
-	CHECK(owned + sums.cached + ctx->zone.nr_free == ctx->zone.nr_pages,
-	      "owned %llu + cached %llu + free %u != %u pages",
-	      (unsigned long long)owned, (unsigned long long)sums.cached,
-	      ctx->zone.nr_free, ctx->zone.nr_pages);
 	for (i = ctx->free_seq; i != UINT32_MAX; i = ctx->seqs[i].next_free) {
 		CHECK(i < ctx->max_seqs && !ctx->seqs[i].open, "free row list holds %u", i);
 		CHECK(++nfree_seqs <= ctx->max_seqs, "free row list loops");
@@ -343,6 +386,7 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 	      ctx->nr_open, ctx->max_seqs);
 out:
 	free(path);
-	free(mark);
+	for (t = 0; t < KVMM_NR_TIERS; t++)
+		free(marks[t]);
 	return ret;
 }

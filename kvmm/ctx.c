@@ -118,6 +118,18 @@ KVMM_EXPORT uint64_t kvmm_cell_bytes(const struct kvmm_model *model)
 	return per_layer * model->layers;
 }
 
+/**
+ * kvmm_page_bytes() - bytes of one page of KV in the staging layout
+ * @model: the geometry
+ * @page_size: tokens per page
+ *
+ * Return: the size a lower tier stores per page, 0 for no KV.
+ */
+KVMM_EXPORT uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t page_size)
+{
+	return kvmm_cell_bytes(model) * page_size;
+}
+
 static int params_check_model(const struct kvmm_model *m)
 {
 	if (!m->layers || !m->dtype_bytes || m->dtype_bytes > 16)
@@ -174,6 +186,8 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages)
 		return -EINVAL;
 	if (p->evict_policy && !kvmm_evict_ops_lookup(p->evict_policy))
 		return -EINVAL;
+	if (p->host_pages > KVMM_MAX_PAGES || p->host_node < KVMM_NODE_NEAREST)
+		return -EINVAL;
 	ret = params_nr_pages(p, nr_pages);
 	if (ret)
 		return ret;
@@ -189,7 +203,7 @@ static int backend_init(struct kvmm_ctx *ctx)
 	struct kvmm_backend_cfg cfg = {
 		.model = p->model,
 		.page_size = p->page_size,
-		.nr_pages = ctx->zone.nr_pages,
+		.nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages,
 		.tier = KVMM_TIER_DEVICE,
 		.arg = p->backend_arg,
 	};
@@ -214,7 +228,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	const struct kvmm_alloc_ops *aops;
 	const struct kvmm_backend_ops *bops;
 	struct kvmm_ctx *ctx;
-	uint32_t nr_pages = 0;
+	uint32_t nr_pages = 0, tier;
 	int ret;
 
 	if (!params || !ctxp)
@@ -245,15 +259,17 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 		aops->free(ctx, sizeof(*ctx), params->alloc_priv);
 		return -ENOMEM;
 	}
-	kvmm_lruvec_init(&ctx->lruvec, kvmm_evict_ops_lookup(params->evict_policy ?
-							      params->evict_policy : "lru"));
+	for (tier = 0; tier < KVMM_NR_TIERS; tier++)
+		kvmm_lruvec_init(&ctx->lruvec[tier],
+				 kvmm_evict_ops_lookup(params->evict_policy ?
+						       params->evict_policy : "lru"));
 
-	ret = kvmm_zone_init(ctx, &ctx->zone, nr_pages, KVMM_TIER_DEVICE);
+	ret = kvmm_zone_init(ctx, &ctx->zone[KVMM_TIER_DEVICE], nr_pages, KVMM_TIER_DEVICE);
 	if (ret)
 		goto out_free_ctx;
-	ctx->zone.wmark[KVMM_WMARK_MIN] = params->wmark_min;
-	ctx->zone.wmark[KVMM_WMARK_LOW] = params->wmark_low;
-	ctx->zone.wmark[KVMM_WMARK_HIGH] = params->wmark_high;
+	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_MIN] = params->wmark_min;
+	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_LOW] = params->wmark_low;
+	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_HIGH] = params->wmark_high;
 	ret = kvmm_seqs_init(ctx);
 	if (ret)
 		goto out_exit_zone;
@@ -263,15 +279,20 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	ret = backend_init(ctx);
 	if (ret)
 		goto out_exit_tree;
+	ret = kvmm_tiers_init(ctx);
+	if (ret)
+		goto out_exit_backend;
 	*ctxp = ctx;
 	return 0;
 
+out_exit_backend:
+	ctx->backend->exit(ctx->backend_priv);
 out_exit_tree:
 	kvmm_tree_exit(ctx);
 out_exit_seqs:
 	kvmm_seqs_exit(ctx);
 out_exit_zone:
-	kvmm_zone_exit(ctx, &ctx->zone);
+	kvmm_zone_exit(ctx, &ctx->zone[KVMM_TIER_DEVICE]);
 out_free_ctx:
 	pthread_mutex_destroy(&ctx->lock);
 	aops->free(ctx, sizeof(*ctx), params->alloc_priv);
@@ -295,10 +316,11 @@ KVMM_EXPORT void kvmm_destroy(struct kvmm_ctx *ctx)
 		return;
 	kvmm_disps_release(ctx);
 	pthread_mutex_destroy(&ctx->lock);
-	ctx->backend->exit(ctx->backend_priv);
 	kvmm_tree_exit(ctx);
+	kvmm_tiers_exit(ctx);
+	ctx->backend->exit(ctx->backend_priv);
 	kvmm_seqs_exit(ctx);
-	kvmm_zone_exit(ctx, &ctx->zone);
+	kvmm_zone_exit(ctx, &ctx->zone[KVMM_TIER_DEVICE]);
 	aops = ctx->alloc;
 	apriv = ctx->alloc_priv;
 	aops->free(ctx, sizeof(*ctx), apriv);
@@ -311,7 +333,7 @@ KVMM_EXPORT uint32_t kvmm_page_size(const struct kvmm_ctx *ctx)
 
 KVMM_EXPORT uint32_t kvmm_nr_pages(const struct kvmm_ctx *ctx)
 {
-	return ctx->zone.nr_pages;
+	return ctx->zone[KVMM_TIER_DEVICE].nr_pages;
 }
 
 /**
@@ -326,11 +348,11 @@ KVMM_EXPORT uint32_t kvmm_nr_pages(const struct kvmm_ctx *ctx)
 KVMM_EXPORT int kvmm_set_watermarks(struct kvmm_ctx *ctx, uint32_t min,
 				    uint32_t low, uint32_t high)
 {
-	if (!ctx || min > low || low > high || high > ctx->zone.nr_pages)
+	if (!ctx || min > low || low > high || high > ctx->zone[KVMM_TIER_DEVICE].nr_pages)
 		return -EINVAL;
-	ctx->zone.wmark[KVMM_WMARK_MIN] = min;
-	ctx->zone.wmark[KVMM_WMARK_LOW] = low;
-	ctx->zone.wmark[KVMM_WMARK_HIGH] = high;
+	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_MIN] = min;
+	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_LOW] = low;
+	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_HIGH] = high;
 	return 0;
 }
 

@@ -214,12 +214,15 @@ bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn);
  * @len: tokens on the edge, a multiple of the page size
  * @lock_ref: sequences and pins that hold this node or a descendant
  * @ns: namespace id (roots only)
+ * @tkids: children on the same tier as this node (non-roots only); a
+ *	node with none is a leaf of its tier, which reclaim may take
  * @hits: matches and inserts that reached this node (saturating)
  * @pin_ref: pins ending at this node or below it
  * @pins: pins ending at this node
  * @keep_pins: of those, pins that belong to no ring (direct API, PIN_KEEP)
  * @prio: eviction priority, lower goes first
  * @flags: KVMM_NODE_*
+ * @tier: KVMM_TIER_* holding @pfns; never faster than the parent's
  * @id: unique for the context's life (dumps name nodes by it)
  *
  * All fields are protected by the context (one driver at a time).
@@ -236,13 +239,17 @@ struct kvmm_node {
 	uint64_t atime;
 	uint32_t len;
 	uint32_t lock_ref;
-	uint32_t ns;
+	union {
+		uint32_t ns;
+		uint32_t tkids;
+	};
 	uint32_t pin_ref;
 	uint16_t hits;
 	uint8_t pins;
 	uint8_t keep_pins;
 	uint8_t prio;
 	uint8_t flags;
+	uint8_t tier;
 	uint64_t id;
 };
 
@@ -257,8 +264,8 @@ struct kvmm_node {
  * @nr_hashed: nodes in the hash, roots included
  * @clock: logical time, advanced on every node access
  * @nr_nodes: nodes, roots excluded
- * @cached: pages held by nodes
- * @protected: pages held by locked nodes
+ * @cached: per tier, pages held by nodes
+ * @protected: per tier, pages held by locked nodes
  * @pinned: pages of nodes with a pin at or below them
  * @roots: namespace roots, linked through kvmm_node.sibling
  * @next_id: the next node id
@@ -279,8 +286,8 @@ struct kvmm_tree {
 	uint64_t nr_hashed;
 	uint64_t clock;
 	uint64_t nr_nodes;
-	uint64_t cached;
-	uint64_t protected;
+	uint64_t cached[KVMM_NR_TIERS];
+	uint64_t protected[KVMM_NR_TIERS];
 	uint64_t pinned;
 };
 
@@ -360,20 +367,42 @@ struct kvmm_lruvec {
 };
 
 /*
- * struct kvmm_scan_control - one reclaim pass.  @nr_to_reclaim pages are
- * wanted; @nr_reclaimed and @nr_evicted (nodes) say what it did.
+ * struct kvmm_scan_control - one reclaim pass on tier @tier.  @nr_to_reclaim
+ * pages are wanted; @nr_reclaimed (pages freed on @tier), @nr_evicted
+ * (nodes dropped) and @nr_demoted (pages moved a tier down) say what it did.
+ * With @drop set nothing is demoted: victims go, with what hangs below them.
  */
 struct kvmm_scan_control {
 	uint64_t nr_to_reclaim;
 	uint64_t nr_reclaimed;
 	uint64_t nr_evicted;
+	uint64_t nr_demoted;
+	uint32_t tier;
+	bool drop;
 };
 
 void kvmm_lruvec_init(struct kvmm_lruvec *lv, const struct kvmm_evict_ops *ops);
 const struct kvmm_evict_ops *kvmm_evict_ops_lookup(const char *name);
 void kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void __kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node, bool oldest);
 void kvmm_lru_touch(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc);
+
+/* ---- tier.c ---- */
+int kvmm_tiers_init(struct kvmm_ctx *ctx);
+void kvmm_tiers_exit(struct kvmm_ctx *ctx);
+bool kvmm_tier_below(const struct kvmm_ctx *ctx, uint32_t tier, uint32_t *lower);
+int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_drop_subtree(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_tree_drop_below(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_path_tiers(const struct kvmm_node *root, const struct kvmm_path *path,
+		     uint32_t *tokens);
+void kvmm_path_clip(struct kvmm_path *path);
+uint32_t kvmm_tier_adopt(struct kvmm_ctx *ctx, struct kvmm_node *from,
+			 struct kvmm_node *end, int32_t *pfns, uint32_t nr);
+void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
+int kvmm_promote_path(struct kvmm_ctx *ctx, struct kvmm_node *from,
+		      struct kvmm_path *path);
 
 /* ---- seq.c ---- */
 
@@ -437,6 +466,21 @@ enum kvmm_event {
 	NR_KVMM_EVENTS
 };
 
+/* Per-tier events of the lower tiers (kvmm_ctx.tier_events[tier]). */
+enum kvmm_tier_event {
+	TEV_HIT_TOKENS,		/* matched tokens found on the tier */
+	TEV_DEMOTE_PAGES,	/* pages moved onto the tier */
+	TEV_PROMOTE_PAGES,	/* pages moved back to the device */
+	TEV_EVICT_PAGES,	/* pages dropped from the tier */
+	TEV_BYTES_IN,
+	TEV_BYTES_OUT,
+	TEV_NS_IN,
+	TEV_NS_OUT,
+	TEV_CSUM_FAIL,		/* pages that failed verification (now misses) */
+	TEV_IO_ERRORS,
+	NR_KVMM_TIER_EVENTS
+};
+
 /* ---- the context ---- */
 
 /**
@@ -445,9 +489,14 @@ enum kvmm_event {
  * @alloc: metadata allocator and its cookie
  * @meta_bytes: metadata memory held now
  * @page_size: tokens per page; @page_shift its log2
- * @zone: the device pool
+ * @zone: per tier, its pool of pages; a lower tier with no pages is absent
  * @tree: the prefix cache
- * @lruvec: reclaim lists
+ * @lruvec: per tier, its reclaim lists
+ * @store: per lower tier, the store holding its bytes, and its state
+ * @staging: page addresses for one node's move between tiers
+ * @tier_pfns, @tier_nodes: frames and path nodes for the same (one
+ *	allocation with @staging)
+ * @tier_events: per lower tier, enum kvmm_tier_event counters
  * @seqs: a descriptor per page-table row
  * @table: the page table, @max_seqs rows of @row_pages entries
  * @free_seq: head of the free-row list, or UINT32_MAX
@@ -467,9 +516,14 @@ struct kvmm_ctx {
 	size_t meta_bytes;
 	uint32_t page_size;
 	uint32_t page_shift;
-	struct kvmm_zone zone;
+	struct kvmm_zone zone[KVMM_NR_TIERS];
 	struct kvmm_tree tree;
-	struct kvmm_lruvec lruvec;
+	struct kvmm_lruvec lruvec[KVMM_NR_TIERS];
+	const struct kvmm_store_ops *store[KVMM_NR_TIERS];
+	void *store_priv[KVMM_NR_TIERS];
+	void **staging;
+	int32_t *tier_pfns;
+	struct kvmm_node **tier_nodes;
 	struct kvmm_seq *seqs;
 	int32_t *table;
 	uint32_t max_seqs;
@@ -478,6 +532,7 @@ struct kvmm_ctx {
 	uint32_t nr_open;
 	uint32_t batch;
 	uint64_t events[NR_KVMM_EVENTS];
+	uint64_t tier_events[KVMM_NR_TIERS][NR_KVMM_TIER_EVENTS];
 	const struct kvmm_backend_ops *backend;
 	void *backend_priv;
 	pthread_mutex_t lock;
@@ -489,6 +544,24 @@ static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,
 			      uint64_t n)
 {
 	ctx->events[ev] += n;
+}
+
+static inline void kvmm_tier_count(struct kvmm_ctx *ctx, uint32_t tier,
+				   enum kvmm_tier_event ev, uint64_t n)
+{
+	ctx->tier_events[tier][ev] += n;
+}
+
+static inline struct kvmm_zone *kvmm_node_zone(struct kvmm_ctx *ctx,
+					       const struct kvmm_node *node)
+{
+	return &ctx->zone[node->tier];
+}
+
+static inline struct kvmm_lruvec *kvmm_node_lruvec(struct kvmm_ctx *ctx,
+						   const struct kvmm_node *node)
+{
+	return &ctx->lruvec[node->tier];
 }
 
 static inline uint32_t kvmm_pages_of(const struct kvmm_ctx *ctx, uint32_t n)

@@ -232,7 +232,7 @@ static bool __alloc_pages_reclaim(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 	struct kvmm_scan_control sc = { 0 };
 	uint64_t target = nr + zone->wmark[KVMM_WMARK_HIGH];
 
-	if (zone->nr_free + ctx->lruvec.evictable < nr + reserve)
+	if (zone->nr_free + ctx->lruvec[KVMM_TIER_DEVICE].evictable < nr + reserve)
 		return false;
 	if (target < nr + reserve)
 		target = nr + reserve;
@@ -291,7 +291,8 @@ void __kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 		return;
 	kvmm_assert(ctx, nr <= zone->nr_free);
 	__rmqueue_bulk(zone, nr, pfns);
-	kvmm_count(ctx, EV_ALLOC_PAGES, nr);
+	if (zone->tier == KVMM_TIER_DEVICE)
+		kvmm_count(ctx, EV_ALLOC_PAGES, nr);
 }
 
 /**
@@ -369,7 +370,8 @@ void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 	if (mask)
 		hb_set_mask(&zone->free, w, mask);
 	zone->nr_free += freed;
-	kvmm_count(ctx, EV_FREE_PAGES, freed);
+	if (zone->tier == KVMM_TIER_DEVICE)
+		kvmm_count(ctx, EV_FREE_PAGES, freed);
 }
 
 /**
@@ -408,9 +410,9 @@ void kvmm_set_page_flags(struct kvmm_zone *zone, const int32_t *pfns,
  */
 KVMM_EXPORT int kvmm_page_flags(const struct kvmm_ctx *ctx, uint32_t pfn)
 {
-	if (!ctx || pfn >= ctx->zone.nr_pages)
+	if (!ctx || pfn >= ctx->zone[KVMM_TIER_DEVICE].nr_pages)
 		return -EINVAL;
-	return ctx->zone.pages[pfn].flags;
+	return ctx->zone[KVMM_TIER_DEVICE].pages[pfn].flags;
 }
 
 /**
@@ -422,7 +424,7 @@ KVMM_EXPORT int kvmm_page_flags(const struct kvmm_ctx *ctx, uint32_t pfn)
  */
 KVMM_EXPORT int kvmm_page_state(const struct kvmm_ctx *ctx, uint32_t pfn)
 {
-	if (!ctx || pfn >= ctx->zone.nr_pages)
+	if (!ctx || pfn >= ctx->zone[KVMM_TIER_DEVICE].nr_pages)
 		return -EINVAL;
-	return ctx->zone.pages[pfn].state;
+	return ctx->zone[KVMM_TIER_DEVICE].pages[pfn].state;
 }

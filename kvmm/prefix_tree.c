@@ -478,6 +478,8 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
 	p->atime = x->atime;
 	p->hits = x->hits;
 	p->prio = x->prio;
+	p->tier = x->tier;
+	p->tkids = 1;
 	list_del(&x->sibling);
 	list_add(&p->sibling, &p->parent->children);
 	list_add(&x->sibling, &p->children);
@@ -516,6 +518,7 @@ void kvmm_tree_touch(struct kvmm_ctx *ctx, struct kvmm_node *node)
 		kvmm_lru_touch(ctx, node);
 }
 
+/* No children at all; reclaim lists hold leaves of a tier (tkids == 0). */
 bool kvmm_node_is_leaf(const struct kvmm_node *node)
 {
 	return list_empty(&node->children);
@@ -533,8 +536,8 @@ void kvmm_tree_lock(struct kvmm_ctx *ctx, struct kvmm_node *node)
 
 		if (node->lock_ref++)
 			continue;
-		ctx->lruvec.evictable -= nr;
-		ctx->tree.protected += nr;
+		ctx->lruvec[node->tier].evictable -= nr;
+		ctx->tree.protected[node->tier] += nr;
 		kvmm_lru_update(ctx, node);
 	}
 }
@@ -544,8 +547,9 @@ void kvmm_tree_lock(struct kvmm_ctx *ctx, struct kvmm_node *node)
  * @ctx: the context
  * @node: the node that was locked
  *
- * If @node becomes an unlocked leaf it is touched (it was in use until
- * now) and queued for reclaim.  Ancestors cannot become leaves here.
+ * If @node becomes an unlocked leaf of its tier it is touched (it was in
+ * use until now) and queued for reclaim.  Ancestors cannot become leaves
+ * here.
  */
 void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
@@ -557,11 +561,10 @@ void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node)
 		kvmm_assert(ctx, n->lock_ref > 0);
 		if (--n->lock_ref)
 			continue;
-		ctx->lruvec.evictable += nr;
-		ctx->tree.protected -= nr;
+		ctx->lruvec[n->tier].evictable += nr;
+		ctx->tree.protected[n->tier] -= nr;
 	}
-	if (!(node->flags & KVMM_NODE_ROOT) && !node->lock_ref &&
-	    kvmm_node_is_leaf(node)) {
+	if (!(node->flags & KVMM_NODE_ROOT) && !node->lock_ref && !node->tkids) {
 		kvmm_tree_touch(ctx, node);
 		kvmm_lru_update(ctx, node);
 	}
@@ -607,7 +610,9 @@ uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from
  * @endp: out, the node the key ends on
  * @dupp: out, frames that were already cached
  *
- * The caller's remaining frames become CACHED and owned by the tree.
+ * The caller's remaining frames become CACHED and owned by the tree.  A
+ * matched node on a lower tier takes the caller's frames for its tokens
+ * and gives back its lower copy (kvmm_tier_adopt()).
  *
  * Return: 0; -ENOMEM, or -EINVAL for a key that changed while it was read;
  * nothing changed on failure.
@@ -618,7 +623,7 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 {
 	struct kvmm_node *leaf = NULL, *end;
 	struct kvmm_path path;
-	uint32_t rest, dup;
+	uint32_t rest, dup, matched;
 	int ret;
 
 	kvmm_tree_walk(ctx, from, key, n, &path);
@@ -650,24 +655,27 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 	}
 
 	end = path.node;
-	dup = path.matched >> ctx->page_shift;
+	matched = path.matched >> ctx->page_shift;
+	dup = kvmm_tier_adopt(ctx, from, end, pfns, matched);
 	if (dup) {
-		kvmm_free_pages(ctx, &ctx->zone, pfns, dup);
+		kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], pfns, dup);
 		kvmm_tree_fill(ctx, from, end, pfns);
 		kvmm_count(ctx, EV_DEDUP_PAGES, dup);
 	}
 	if (leaf) {
 		uint32_t nr = rest >> ctx->page_shift;
 
-		memcpy(leaf->pfns, pfns + dup, (size_t)nr * sizeof(*pfns));
-		kvmm_pages_to_tree(&ctx->zone, leaf->pfns, nr);
+		memcpy(leaf->pfns, pfns + matched, (size_t)nr * sizeof(*pfns));
+		kvmm_pages_to_tree(&ctx->zone[KVMM_TIER_DEVICE], leaf->pfns, nr);
 		leaf->parent = end;
 		list_add(&leaf->sibling, &end->children);
 		htab_add(ctx, leaf);
+		if (!(end->flags & KVMM_NODE_ROOT))
+			end->tkids++;
 		kvmm_lru_update(ctx, end);
 		ctx->tree.nr_nodes++;
-		ctx->tree.cached += nr;
-		ctx->lruvec.evictable += nr;
+		ctx->tree.cached[KVMM_TIER_DEVICE] += nr;
+		ctx->lruvec[KVMM_TIER_DEVICE].evictable += nr;
 		kvmm_count(ctx, EV_INSERT_TOKENS, rest);
 		end = leaf;
 	}
@@ -716,8 +724,9 @@ struct kvmm_node *kvmm_tree_next(struct kvmm_node *root, struct kvmm_node *node)
 
 /*
  * Resolve a whole cached prefix to the node it ends on, splitting if it
- * ends inside an edge.  -EINVAL for a bad argument, -ENOENT when the
- * prefix is not cached in full.
+ * ends inside an edge.  Only the device tier counts: a prefix partly
+ * demoted is not cached in full until it is promoted.  -EINVAL for a bad
+ * argument, -ENOENT when the prefix is not cached in full.
  */
 static int prefix_resolve(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 			  uint32_t n, bool split, struct kvmm_path *path)
@@ -736,6 +745,7 @@ static int prefix_resolve(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok
 	if (!root)
 		return -ENOENT;
 	kvmm_tree_walk(ctx, root, tokens, n, path);
+	kvmm_path_clip(path);
 	if (path->matched < n)
 		return -ENOENT;
 	return split ? kvmm_tree_split(ctx, path) : 0;
@@ -749,10 +759,12 @@ static void pin_path(struct kvmm_ctx *ctx, struct kvmm_node *node, int delta)
 
 		if (delta > 0 && node->pin_ref++ == 0) {
 			ctx->tree.pinned += nr;
-			kvmm_set_page_flags(&ctx->zone, node->pfns, nr, KVMM_PG_PINNED, 0);
+			kvmm_set_page_flags(kvmm_node_zone(ctx, node), node->pfns, nr,
+					    KVMM_PG_PINNED, 0);
 		} else if (delta < 0 && --node->pin_ref == 0) {
 			ctx->tree.pinned -= nr;
-			kvmm_set_page_flags(&ctx->zone, node->pfns, nr, 0, KVMM_PG_PINNED);
+			kvmm_set_page_flags(kvmm_node_zone(ctx, node), node->pfns, nr,
+					    0, KVMM_PG_PINNED);
 		}
 	}
 }
@@ -912,9 +924,11 @@ KVMM_EXPORT int kvmm_prefix_set_prio(struct kvmm_ctx *ctx, uint32_t ns,
 		bool queued = node->flags & KVMM_NODE_EVICTABLE;
 
 		if (queued) {
+			struct kvmm_lruvec *lv = kvmm_node_lruvec(ctx, node);
+
 			node->flags &= ~KVMM_NODE_EVICTABLE;
-			ctx->lruvec.ops->del(&ctx->lruvec, node);
-			ctx->lruvec.nr_leaves--;
+			lv->ops->del(lv, node);
+			lv->nr_leaves--;
 		}
 		node->prio = (uint8_t)prio;
 		if (queued)
@@ -944,4 +958,40 @@ KVMM_EXPORT int kvmm_prefix_lookup(struct kvmm_ctx *ctx, uint32_t ns,
 	if (ret == -ENOENT)
 		return (int)path.matched;
 	return ret ? ret : (int)path.matched;
+}
+
+/**
+ * kvmm_prefix_tiers() - how much of a prefix is cached on each tier
+ * @ctx: the context
+ * @ns: namespace
+ * @tokens: the prefix
+ * @n: its length
+ * @hits: out, tokens per tier (may be NULL)
+ *
+ * Takes no reference and changes no access time.  The device part is what
+ * kvmm_seq_match() would map; the rest is what kvmm_seq_promote() would
+ * bring back.
+ *
+ * Return: cached tokens on all tiers together, or -EINVAL.
+ */
+KVMM_EXPORT int kvmm_prefix_tiers(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+				  uint32_t n, struct kvmm_tier_hits *hits)
+{
+	uint32_t t[KVMM_NR_TIERS] = { 0 };
+	struct kvmm_node *root;
+	struct kvmm_path path;
+
+	if (!ctx || !tokens || !n || n > ctx->params.max_seq_len)
+		return -EINVAL;
+	root = kvmm_tree_root(ctx, ns, false);
+	path.matched = 0;
+	if (root) {
+		kvmm_tree_walk(ctx, root, tokens, n, &path);
+		kvmm_path_tiers(root, &path, t);
+	}
+	if (hits) {
+		memset(hits, 0, sizeof(*hits));
+		memcpy(hits->tokens, t, sizeof(t));
+	}
+	return (int)path.matched;
 }

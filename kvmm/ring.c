@@ -295,7 +295,7 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 		p->ops[op / 64] |= 1ull << (op % 64);
 	p->features = KVMM_FEAT_NAMESPACES | KVMM_FEAT_PIN_KEEP | KVMM_FEAT_SLRU;
 	p->page_size = ctx->page_size;
-	p->nr_pages = ctx->zone.nr_pages;
+	p->nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
 	p->max_seqs = ctx->max_seqs;
 	p->max_seq_len = ctx->params.max_seq_len;
 	p->sqe_size = sizeof(struct kvmm_sqe);
@@ -457,7 +457,7 @@ static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 	case KVMM_SET_WMARK_HIGH:
 		if (sqe->arg2 > UINT32_MAX)
 			return -EINVAL;
-		memcpy(w, ctx->zone.wmark, sizeof(w));
+		memcpy(w, ctx->zone[KVMM_TIER_DEVICE].wmark, sizeof(w));
 		w[sqe->arg - KVMM_SET_WMARK_MIN] = (uint32_t)sqe->arg2;
 		return kvmm_set_watermarks(ctx, w[KVMM_WMARK_MIN], w[KVMM_WMARK_LOW],
 					   w[KVMM_WMARK_HIGH]);

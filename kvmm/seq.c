@@ -127,12 +127,15 @@ KVMM_EXPORT int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq,
 			       const uint32_t *tokens, uint32_t n)
 {
 	struct kvmm_seq *s = seq_get(ctx, seq);
+	uint32_t tiers[KVMM_NR_TIERS], t;
 	struct kvmm_path path;
 	int ret;
 
 	if (!s || s->len || !tokens || !n || n > ctx->params.max_seq_len)
 		return -EINVAL;
 	kvmm_tree_walk(ctx, s->root, tokens, n, &path);
+	kvmm_path_tiers(s->root, &path, tiers);
+	kvmm_path_clip(&path);
 	ret = kvmm_tree_split(ctx, &path);
 	if (ret)
 		return ret;
@@ -146,8 +149,63 @@ KVMM_EXPORT int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq,
 	kvmm_count(ctx, EV_MATCH_CALLS, 1);
 	kvmm_count(ctx, EV_MATCH_TOKENS, n);
 	kvmm_count(ctx, EV_HIT_TOKENS, path.matched);
+	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++)
+		kvmm_tier_count(ctx, t, TEV_HIT_TOKENS, tiers[t]);
 	kvmm_debug_check(ctx, "seq_match");
 	return (int)path.matched;
+}
+
+/**
+ * kvmm_seq_promote() - bring the demoted rest of a matched prefix back
+ * @ctx: the context
+ * @seq: a sequence that matched and holds nothing else yet
+ * @tokens: the prompt, as given to kvmm_seq_match()
+ * @n: its length
+ *
+ * The part of the prefix that kvmm_seq_match() found on the host or NVMe
+ * tier is copied back to the device and mapped into the row, exactly as
+ * if it had matched there.  A page that fails verification ends the
+ * prefix there (its node and what hangs below it are dropped): a miss,
+ * never wrong KV.
+ *
+ * Return: the sequence's cached tokens now (page aligned); -EINVAL for a
+ * bad sequence or key, or one that has tokens of its own; -ENOSPC when the
+ * device cannot make room (nothing changed); -ENOMEM for a split.
+ */
+KVMM_EXPORT int kvmm_seq_promote(struct kvmm_ctx *ctx, uint32_t seq,
+				 const uint32_t *tokens, uint32_t n)
+{
+	struct kvmm_seq *s = seq_get(ctx, seq);
+	struct kvmm_path path;
+	struct kvmm_node *old;
+	int ret;
+
+	if (!s || s->len != s->cached || !tokens || !n ||
+	    n > ctx->params.max_seq_len)
+		return -EINVAL;
+	n = kvmm_align_down(ctx, n);
+	if (n <= s->cached)
+		return (int)s->cached;
+	kvmm_tree_walk(ctx, s->node, tokens + s->cached, n - s->cached, &path);
+	if (!path.matched)
+		return (int)s->cached;
+	ret = kvmm_tree_split(ctx, &path);
+	if (ret)
+		return ret;
+	ret = kvmm_promote_path(ctx, s->node, &path);
+	if (ret)
+		return ret;
+	if (path.matched) {
+		old = s->node;
+		kvmm_tree_lock(ctx, path.node);
+		kvmm_tree_unlock(ctx, old);
+		kvmm_tree_fill(ctx, old, path.node,
+			       kvmm_row(ctx, seq) + (s->cached >> ctx->page_shift));
+		s->node = path.node;
+		s->len = s->cached += path.matched;
+	}
+	kvmm_debug_check(ctx, "seq_promote");
+	return (int)s->cached;
 }
 
 /*
@@ -175,7 +233,7 @@ int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t
 		s->mark = stamp;
 		total += kvmm_pages_of(ctx, s->len + n) - kvmm_pages_of(ctx, s->len);
 	}
-	ret = kvmm_zone_reserve(ctx, &ctx->zone, total, flags);
+	ret = kvmm_zone_reserve(ctx, &ctx->zone[KVMM_TIER_DEVICE], total, flags);
 	if (ret)
 		return ret;
 	for (i = 0; i < count; i++) {
@@ -184,7 +242,7 @@ int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t
 		uint32_t have = kvmm_pages_of(ctx, s->len);
 		uint32_t need = kvmm_pages_of(ctx, s->len + ns[i * stride]);
 
-		__kvmm_alloc_pages(ctx, &ctx->zone, need - have, kvmm_row(ctx, id) + have);
+		__kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], need - have, kvmm_row(ctx, id) + have);
 		s->len += ns[i * stride];
 	}
 	kvmm_debug_check(ctx, "seq_extend");
@@ -298,7 +356,7 @@ static void seq_release(struct kvmm_ctx *ctx, uint32_t seq, struct kvmm_seq *s)
 
 	if (s->node != s->root)
 		kvmm_tree_unlock(ctx, s->node);
-	kvmm_free_pages(ctx, &ctx->zone, row + shared, mapped - shared);
+	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], row + shared, mapped - shared);
 	memset(row, 0xff, (size_t)mapped * sizeof(*row));
 	s->node = s->root;
 	s->len = s->cached = 0;

@@ -36,6 +36,32 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_EVICT_NODES] = "evict_nodes",
 	[KVMM_STAT_EVICT_PAGES] = "evict_pages",
 	[KVMM_STAT_RETRACTS] = "retracts",
+	[KVMM_STAT_HOST_PAGES_TOTAL] = "host_pages_total",
+	[KVMM_STAT_HOST_PAGES_FREE] = "host_pages_free",
+	[KVMM_STAT_HOST_PAGES_CACHED] = "host_pages_cached",
+	[KVMM_STAT_HOST_HIT_TOKENS] = "host_hit_tokens",
+	[KVMM_STAT_HOST_DEMOTE_PAGES] = "host_demote_pages",
+	[KVMM_STAT_HOST_PROMOTE_PAGES] = "host_promote_pages",
+	[KVMM_STAT_HOST_EVICT_PAGES] = "host_evict_pages",
+	[KVMM_STAT_HOST_BYTES_IN] = "host_bytes_in",
+	[KVMM_STAT_HOST_BYTES_OUT] = "host_bytes_out",
+	[KVMM_STAT_HOST_NS_IN] = "host_ns_in",
+	[KVMM_STAT_HOST_NS_OUT] = "host_ns_out",
+	[KVMM_STAT_HOST_CSUM_FAIL] = "host_csum_fail",
+	[KVMM_STAT_HOST_IO_ERRORS] = "host_io_errors",
+	[KVMM_STAT_NVME_PAGES_TOTAL] = "nvme_pages_total",
+	[KVMM_STAT_NVME_PAGES_FREE] = "nvme_pages_free",
+	[KVMM_STAT_NVME_PAGES_CACHED] = "nvme_pages_cached",
+	[KVMM_STAT_NVME_HIT_TOKENS] = "nvme_hit_tokens",
+	[KVMM_STAT_NVME_DEMOTE_PAGES] = "nvme_demote_pages",
+	[KVMM_STAT_NVME_PROMOTE_PAGES] = "nvme_promote_pages",
+	[KVMM_STAT_NVME_EVICT_PAGES] = "nvme_evict_pages",
+	[KVMM_STAT_NVME_BYTES_IN] = "nvme_bytes_in",
+	[KVMM_STAT_NVME_BYTES_OUT] = "nvme_bytes_out",
+	[KVMM_STAT_NVME_NS_IN] = "nvme_ns_in",
+	[KVMM_STAT_NVME_NS_OUT] = "nvme_ns_out",
+	[KVMM_STAT_NVME_CSUM_FAIL] = "nvme_csum_fail",
+	[KVMM_STAT_NVME_IO_ERRORS] = "nvme_io_errors",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -67,6 +93,33 @@ KVMM_EXPORT const char *kvmm_stat_name(uint32_t item)
 	return item < NR_KVMM_STATS ? stat_names[item] : NULL;
 }
 
+/* The items of lower tier @t, from its zone and its event counters. */
+static void tier_stats(const struct kvmm_ctx *ctx, uint32_t t, uint64_t *v)
+{
+	static const uint8_t tev[KVMM_STAT_TIER_ITEMS] = {
+		[KVMM_STAT_HOST_HIT_TOKENS - KVMM_STAT_HOST_PAGES_TOTAL] = TEV_HIT_TOKENS + 1,
+		[KVMM_STAT_HOST_DEMOTE_PAGES - KVMM_STAT_HOST_PAGES_TOTAL] = TEV_DEMOTE_PAGES + 1,
+		[KVMM_STAT_HOST_PROMOTE_PAGES - KVMM_STAT_HOST_PAGES_TOTAL] = TEV_PROMOTE_PAGES + 1,
+		[KVMM_STAT_HOST_EVICT_PAGES - KVMM_STAT_HOST_PAGES_TOTAL] = TEV_EVICT_PAGES + 1,
+		[KVMM_STAT_HOST_BYTES_IN - KVMM_STAT_HOST_PAGES_TOTAL] = TEV_BYTES_IN + 1,
+		[KVMM_STAT_HOST_BYTES_OUT - KVMM_STAT_HOST_PAGES_TOTAL] = TEV_BYTES_OUT + 1,
+		[KVMM_STAT_HOST_NS_IN - KVMM_STAT_HOST_PAGES_TOTAL] = TEV_NS_IN + 1,
+		[KVMM_STAT_HOST_NS_OUT - KVMM_STAT_HOST_PAGES_TOTAL] = TEV_NS_OUT + 1,
+		[KVMM_STAT_HOST_CSUM_FAIL - KVMM_STAT_HOST_PAGES_TOTAL] = TEV_CSUM_FAIL + 1,
+		[KVMM_STAT_HOST_IO_ERRORS - KVMM_STAT_HOST_PAGES_TOTAL] = TEV_IO_ERRORS + 1,
+	};
+	uint64_t *tv = v + KVMM_STAT_HOST_PAGES_TOTAL +
+		       (t - KVMM_TIER_HOST) * KVMM_STAT_TIER_ITEMS;
+	uint32_t i;
+
+	for (i = 0; i < KVMM_STAT_TIER_ITEMS; i++)
+		tv[i] = tev[i] ? ctx->tier_events[t][tev[i] - 1] : 0;
+	tv[0] = ctx->zone[t].nr_pages;
+	tv[KVMM_STAT_HOST_PAGES_FREE - KVMM_STAT_HOST_PAGES_TOTAL] = ctx->zone[t].nr_free;
+	tv[KVMM_STAT_HOST_PAGES_CACHED - KVMM_STAT_HOST_PAGES_TOTAL] = ctx->tree.cached[t];
+	v[KVMM_STAT_MISS_TOKENS] -= tv[KVMM_STAT_HOST_HIT_TOKENS - KVMM_STAT_HOST_PAGES_TOTAL];
+}
+
 /**
  * kvmm_stats() - a snapshot of every statistics item
  * @ctx: the context
@@ -78,28 +131,30 @@ KVMM_EXPORT const char *kvmm_stat_name(uint32_t item)
 KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t nr)
 {
 	uint64_t v[NR_KVMM_STATS];
-	uint32_t i;
+	uint32_t i, t;
 
 	if (!ctx || (!vals && nr))
 		return -EINVAL;
 	for (i = 0; i < NR_KVMM_STATS; i++)
 		v[i] = stat_event[i] ? ctx->events[stat_event[i] - 1] : 0;
-	v[KVMM_STAT_PAGES_TOTAL] = ctx->zone.nr_pages;
-	v[KVMM_STAT_PAGES_FREE] = ctx->zone.nr_free;
-	v[KVMM_STAT_PAGES_CACHED] = ctx->tree.cached;
-	v[KVMM_STAT_PAGES_OWNED] = ctx->zone.nr_pages - ctx->zone.nr_free -
-				   ctx->tree.cached;
-	v[KVMM_STAT_PAGES_EVICTABLE] = ctx->lruvec.evictable;
-	v[KVMM_STAT_PAGES_PROTECTED] = ctx->tree.protected;
+	v[KVMM_STAT_PAGES_TOTAL] = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
+	v[KVMM_STAT_PAGES_FREE] = ctx->zone[KVMM_TIER_DEVICE].nr_free;
+	v[KVMM_STAT_PAGES_CACHED] = ctx->tree.cached[KVMM_TIER_DEVICE];
+	v[KVMM_STAT_PAGES_OWNED] = ctx->zone[KVMM_TIER_DEVICE].nr_pages - ctx->zone[KVMM_TIER_DEVICE].nr_free -
+				   ctx->tree.cached[KVMM_TIER_DEVICE];
+	v[KVMM_STAT_PAGES_EVICTABLE] = ctx->lruvec[KVMM_TIER_DEVICE].evictable;
+	v[KVMM_STAT_PAGES_PROTECTED] = ctx->tree.protected[KVMM_TIER_DEVICE];
 	v[KVMM_STAT_PAGES_PINNED] = ctx->tree.pinned;
 	v[KVMM_STAT_NODES] = ctx->tree.nr_nodes;
-	v[KVMM_STAT_LEAVES_EVICTABLE] = ctx->lruvec.nr_leaves;
+	v[KVMM_STAT_LEAVES_EVICTABLE] = ctx->lruvec[KVMM_TIER_DEVICE].nr_leaves;
 	v[KVMM_STAT_SEQS_OPEN] = ctx->nr_open;
-	v[KVMM_STAT_WMARK_MIN] = ctx->zone.wmark[KVMM_WMARK_MIN];
-	v[KVMM_STAT_WMARK_LOW] = ctx->zone.wmark[KVMM_WMARK_LOW];
-	v[KVMM_STAT_WMARK_HIGH] = ctx->zone.wmark[KVMM_WMARK_HIGH];
+	v[KVMM_STAT_WMARK_MIN] = ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_MIN];
+	v[KVMM_STAT_WMARK_LOW] = ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_LOW];
+	v[KVMM_STAT_WMARK_HIGH] = ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_HIGH];
 	v[KVMM_STAT_META_BYTES] = ctx->meta_bytes;
 	v[KVMM_STAT_MISS_TOKENS] = v[KVMM_STAT_MATCH_TOKENS] - v[KVMM_STAT_HIT_TOKENS];
+	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++)
+		tier_stats(ctx, t, v);
 	if (nr)
 		memcpy(vals, v, (nr < NR_KVMM_STATS ? nr : NR_KVMM_STATS) * sizeof(*v));
 	return NR_KVMM_STATS;

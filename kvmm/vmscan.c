@@ -187,24 +187,27 @@ void kvmm_lruvec_init(struct kvmm_lruvec *lv, const struct kvmm_evict_ops *ops)
 }
 
 /**
- * kvmm_lru_update() - queue or unqueue @node after its state changed
+ * __kvmm_lru_update() - queue or unqueue @node after its state changed
  * @ctx: the context
- * @node: a node whose lock count, children or priority may have changed
+ * @node: a node whose lock count, children, tier or priority may have
+ *	changed
+ * @oldest: a newly queued node is probably among the oldest (a parent
+ *	whose last child on its tier just went): search from that end
  *
- * A node is queued exactly while it is an unlocked leaf that is not a
- * root.  A newly queued node goes in by its access time.
+ * A node is queued on its tier's lists exactly while it is an unlocked
+ * leaf of its tier that is not a root.  It goes in by its access time.
  */
-void kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node)
+void __kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node, bool oldest)
 {
-	struct kvmm_lruvec *lv = &ctx->lruvec;
+	struct kvmm_lruvec *lv = kvmm_node_lruvec(ctx, node);
 	bool want = !(node->flags & KVMM_NODE_ROOT) && !node->lock_ref &&
-		    kvmm_node_is_leaf(node);
+		    !node->tkids;
 	bool queued = node->flags & KVMM_NODE_EVICTABLE;
 
 	if (want == queued)
 		return;
 	if (want) {
-		lv->ops->add(lv, node, false);
+		lv->ops->add(lv, node, oldest);
 		node->flags |= KVMM_NODE_EVICTABLE;
 		lv->nr_leaves++;
 	} else {
@@ -214,35 +217,37 @@ void kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	}
 }
 
-void kvmm_lru_touch(struct kvmm_ctx *ctx, struct kvmm_node *node)
+void kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
-	ctx->lruvec.ops->touch(&ctx->lruvec, node);
+	__kvmm_lru_update(ctx, node, false);
 }
 
+void kvmm_lru_touch(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct kvmm_lruvec *lv = kvmm_node_lruvec(ctx, node);
+
+	lv->ops->touch(lv, node);
+}
+
+/*
+ * Take @node, a leaf of tier sc->tier, off the tier: demote it when a
+ * lower tier takes it, else drop it with whatever lower-tier nodes hang
+ * below it.
+ */
 static void evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
 		       struct kvmm_scan_control *sc)
 {
-	struct kvmm_lruvec *lv = &ctx->lruvec;
-	struct kvmm_node *parent = node->parent;
 	uint32_t nr = node->len >> ctx->page_shift;
 
-	kvmm_assert(ctx, !node->lock_ref && kvmm_node_is_leaf(node));
-	lv->ops->del(lv, node);
-	node->flags &= ~KVMM_NODE_EVICTABLE;
-	lv->nr_leaves--;
-	kvmm_free_pages(ctx, &ctx->zone, node->pfns, nr);
-	lv->evictable -= nr;
-	ctx->tree.cached -= nr;
-	kvmm_tree_delete_leaf(ctx, node);
+	kvmm_assert(ctx, !node->lock_ref && !node->tkids);
 	sc->nr_reclaimed += nr;
-	sc->nr_evicted++;
-
-	if (!(parent->flags & KVMM_NODE_ROOT) && !parent->lock_ref &&
-	    kvmm_node_is_leaf(parent)) {
-		lv->ops->add(lv, parent, true);
-		parent->flags |= KVMM_NODE_EVICTABLE;
-		lv->nr_leaves++;
+	if (!sc->drop && !kvmm_demote(ctx, node)) {
+		sc->nr_demoted += nr;
+		return;
 	}
+	kvmm_tree_drop_below(ctx, node);
+	kvmm_drop_leaf(ctx, node);
+	sc->nr_evicted++;
 }
 
 /**
@@ -255,10 +260,13 @@ static void evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
  */
 void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 {
-	struct kvmm_lruvec *lv = &ctx->lruvec;
+	struct kvmm_lruvec *lv = &ctx->lruvec[sc->tier];
+	struct kvmm_zone *zone = &ctx->zone[sc->tier];
 	uint64_t before_nodes = sc->nr_evicted, before = sc->nr_reclaimed;
+	uint64_t before_demoted = sc->nr_demoted;
 
-	kvmm_count(ctx, EV_RECLAIM_RUNS, 1);
+	if (sc->tier == KVMM_TIER_DEVICE)
+		kvmm_count(ctx, EV_RECLAIM_RUNS, 1);
 	while (sc->nr_reclaimed < sc->nr_to_reclaim) {
 		struct kvmm_node *victim = lv->ops->victim(lv);
 		struct kvmm_list *ahead;
@@ -283,7 +291,7 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 				break;
 			next = lru_node(ahead);
 			if (i == KVMM_SHRINK_PREFETCH / 2)	/* its edge arrived */
-				__builtin_prefetch(&ctx->zone.pages[next->pfns[0]], 1);
+				__builtin_prefetch(&zone->pages[next->pfns[0]], 1);
 			else if (i == KVMM_SHRINK_PREFETCH)
 				kvmm_tree_prefetch(next);
 		}
@@ -291,8 +299,11 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 			__builtin_prefetch(lru_node(ahead));
 		evict_leaf(ctx, victim, sc);
 	}
+	if (sc->tier != KVMM_TIER_DEVICE)
+		return;
 	kvmm_count(ctx, EV_EVICT_NODES, sc->nr_evicted - before_nodes);
-	kvmm_count(ctx, EV_EVICT_PAGES, sc->nr_reclaimed - before);
+	kvmm_count(ctx, EV_EVICT_PAGES, sc->nr_reclaimed - before - sc->nr_demoted +
+				       before_demoted);
 }
 
 /**
@@ -314,22 +325,30 @@ KVMM_EXPORT int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages)
 }
 
 /**
- * kvmm_drop_caches() - evict everything that is evictable
+ * kvmm_drop_caches() - drop everything that is evictable, on every tier
  * @ctx: the context
  *
- * Locked and pinned prefixes stay.
+ * Locked and pinned prefixes stay.  Nothing is demoted on the way.
  *
- * Return: pages freed, or -EINVAL.
+ * Return: device pages freed, or -EINVAL.
  */
 KVMM_EXPORT int64_t kvmm_drop_caches(struct kvmm_ctx *ctx)
 {
-	struct kvmm_scan_control sc = { .nr_to_reclaim = UINT64_MAX };
+	struct kvmm_scan_control sc = { .nr_to_reclaim = UINT64_MAX, .drop = true };
+	uint64_t freed;
+	uint32_t tier;
 
 	if (!ctx)
 		return -EINVAL;
 	kvmm_shrink(ctx, &sc);
+	freed = sc.nr_reclaimed;
+	for (tier = KVMM_TIER_HOST; tier < KVMM_NR_TIERS; tier++) {
+		sc = (struct kvmm_scan_control){ .nr_to_reclaim = UINT64_MAX,
+						 .drop = true, .tier = tier };
+		kvmm_shrink(ctx, &sc);
+	}
 	kvmm_debug_check(ctx, "drop_caches");
-	return (int64_t)sc.nr_reclaimed;
+	return (int64_t)freed;
 }
 
 /* Move the queued nodes of one priority onto @out, oldest first. */
@@ -357,25 +376,11 @@ static void lruvec_drain_prio(struct kvmm_lruvec *lv, uint32_t prio,
 	}
 }
 
-/**
- * kvmm_set_evict_policy() - switch the eviction policy
- * @ctx: the context
- * @name: "lru" or "slru"
- *
- * Queued leaves are re-queued under the new policy in access order; O(n)
- * in the number of queued leaves.
- *
- * Return: 0, or -EINVAL for an unknown name.
- */
-KVMM_EXPORT int kvmm_set_evict_policy(struct kvmm_ctx *ctx, const char *name)
+/* Re-queue @lv's leaves under @ops, in access order. */
+static void lruvec_set_ops(struct kvmm_lruvec *lv, const struct kvmm_evict_ops *ops)
 {
-	const struct kvmm_evict_ops *ops = kvmm_evict_ops_lookup(name);
-	struct kvmm_lruvec *lv;
 	uint32_t prio;
 
-	if (!ctx || !ops)
-		return -EINVAL;
-	lv = &ctx->lruvec;
 	for (prio = 0; prio < KVMM_NR_PRIO; prio++) {
 		struct kvmm_list tmp;
 
@@ -390,11 +395,33 @@ KVMM_EXPORT int kvmm_set_evict_policy(struct kvmm_ctx *ctx, const char *name)
 		}
 	}
 	lv->ops = ops;
+}
+
+/**
+ * kvmm_set_evict_policy() - switch the eviction policy
+ * @ctx: the context
+ * @name: "lru" or "slru"
+ *
+ * Queued leaves are re-queued under the new policy in access order; O(n)
+ * in the number of queued leaves.
+ *
+ * Return: 0, or -EINVAL for an unknown name.
+ */
+KVMM_EXPORT int kvmm_set_evict_policy(struct kvmm_ctx *ctx, const char *name)
+{
+	const struct kvmm_evict_ops *ops = kvmm_evict_ops_lookup(name);
+	uint32_t tier;
+
+	if (!ctx || !ops)
+		return -EINVAL;
+	for (tier = 0; tier < KVMM_NR_TIERS; tier++)
+		lruvec_set_ops(&ctx->lruvec[tier], ops);
 	kvmm_debug_check(ctx, "set_evict_policy");
 	return 0;
 }
 
+
 KVMM_EXPORT const char *kvmm_evict_policy(const struct kvmm_ctx *ctx)
 {
-	return ctx->lruvec.ops->name;
+	return ctx->lruvec[KVMM_TIER_DEVICE].ops->name;
 }

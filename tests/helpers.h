@@ -64,6 +64,7 @@ int register_engine_suite(void);
 int register_ring_suite(void);
 int register_server_suite(void);
 int register_abi_suite(void);
+int register_tier_suite(void);
 
 #define ADD_TEST(suite, fn) \
 	do { if (!CU_add_test(suite, #fn, fn)) return -1; } while (0)

@@ -10,16 +10,25 @@
  * kernel would).  Buffers come from calloc, which maps fresh pages lazily,
  * so a large pool costs memory only where it is written.
  *
- * Fault injection: kvmm_mock_arg.fail_init makes init fail, for tests of
- * the core's error paths.
+ * Gather and scatter move whole pages between the pool and host staging
+ * memory with memcpy, one slot run per layer and buffer.
+ *
+ * Fault injection: kvmm_mock_arg.fail_init makes init fail;
+ * fail_copy/fail_every make chosen gather/scatter calls fail, for tests
+ * of the core's error paths.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <libkvmm.h>
 #include "../backend.h"
 
 struct mock_pool {
+	uint32_t page_size;
+	const struct kvmm_mock_arg *arg;	/* read live: tests change it */
+	uint64_t copies;	/* gather/scatter calls, for fail_every */
 	uint32_t layers;
 	uint32_t nbufs;		/* 2 for MHA (K, V), 1 for MLA */
 	uint64_t slot_bytes;
@@ -54,6 +63,8 @@ static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 	if (!pool)
 		return -ENOMEM;
 	pool->layers = m->layers;
+	pool->page_size = cfg->page_size;
+	pool->arg = arg;
 	if (m->attn == KVMM_ATTN_MLA) {
 		pool->nbufs = 1;
 		pool->slot_bytes = (uint64_t)m->latent_dim * m->dtype_bytes;
@@ -91,9 +102,76 @@ static int mock_kv_layer(void *priv, uint32_t layer, struct kvmm_kv_layer *out)
 	return 0;
 }
 
+/* Should this gather/scatter call fail?  Counts every call. */
+static int mock_copy_fault(struct mock_pool *pool)
+{
+	const struct kvmm_mock_arg *arg = pool->arg;
+
+	pool->copies++;
+	if (arg && arg->fail_every && !(pool->copies % arg->fail_every))
+		return arg->fail_copy ? arg->fail_copy : -EIO;
+	return 0;
+}
+
+/*
+ * Copy page @pfn between the pool and @host in the staging layout: per
+ * layer, the page's run of slots in each buffer.  @out: pool to host.
+ */
+static void mock_copy_page(struct mock_pool *pool, int32_t pfn, char *host, bool out)
+{
+	uint64_t run = pool->page_size * pool->slot_bytes;
+	uint64_t at = (uint64_t)pfn * run;
+	uint32_t b;
+
+	for (b = 0; b < pool->layers * pool->nbufs; b++, host += run) {
+		char *dev = (char *)pool->bufs[b] + at;
+
+		if (out)
+			memcpy(host, dev, run);
+		else
+			memcpy(dev, host, run);
+	}
+}
+
+static int mock_gather(void *priv, const int32_t *pfns, uint32_t nr, void *const *dst)
+{
+	struct mock_pool *pool = priv;
+	int ret = mock_copy_fault(pool);
+	uint32_t i;
+
+	if (ret)
+		return ret;
+	for (i = 0; i < nr; i++)
+		mock_copy_page(pool, pfns[i], dst[i], true);
+	return 0;
+}
+
+static int mock_scatter(void *priv, const int32_t *pfns, uint32_t nr, void *const *src)
+{
+	struct mock_pool *pool = priv;
+	int ret = mock_copy_fault(pool);
+	uint32_t i;
+
+	if (ret)
+		return ret;
+	for (i = 0; i < nr; i++)
+		mock_copy_page(pool, pfns[i], src[i], false);
+	return 0;
+}
+
+/* Plain host memory: no node is nearer than another. */
+static int mock_numa_node(void *priv)
+{
+	(void)priv;
+	return -1;
+}
+
 const struct kvmm_backend_ops kvmm_mock_backend = {
 	.name = "mock",
 	.init = mock_init,
 	.exit = mock_exit,
 	.kv_layer = mock_kv_layer,
+	.gather = mock_gather,
+	.scatter = mock_scatter,
+	.numa_node = mock_numa_node,
 };

@@ -55,9 +55,9 @@ static void check_detects_leaked_page(void)
 
 	setup(&f);
 	/* a frame taken off the bitmap that no owner knows about */
-	CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(f.ctx, &f.ctx->zone, 1, &pfn, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(f.ctx, &f.ctx->zone[KVMM_TIER_DEVICE], 1, &pfn, 0), 0);
 	expect_broken(&f, "leaked");
-	kvmm_free_pages(f.ctx, &f.ctx->zone, &pfn, 1);
+	kvmm_free_pages(f.ctx, &f.ctx->zone[KVMM_TIER_DEVICE], &pfn, 1);
 	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
 	kvmm_destroy(f.ctx);
 }
@@ -85,15 +85,15 @@ static void check_detects_bad_accounting(void)
 	struct fixture f;
 
 	setup(&f);
-	f.ctx->lruvec.evictable++;
+	f.ctx->lruvec[KVMM_TIER_DEVICE].evictable++;
 	expect_broken(&f, "evictable");
-	f.ctx->lruvec.evictable--;
-	f.ctx->tree.protected++;
+	f.ctx->lruvec[KVMM_TIER_DEVICE].evictable--;
+	f.ctx->tree.protected[KVMM_TIER_DEVICE]++;
 	expect_broken(&f, "protected");
-	f.ctx->tree.protected--;
-	f.ctx->zone.nr_free--;
+	f.ctx->tree.protected[KVMM_TIER_DEVICE]--;
+	f.ctx->zone[KVMM_TIER_DEVICE].nr_free--;
 	expect_broken(&f, "free");
-	f.ctx->zone.nr_free++;
+	f.ctx->zone[KVMM_TIER_DEVICE].nr_free++;
 	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
 	kvmm_destroy(f.ctx);
 }
@@ -133,9 +133,9 @@ static void check_detects_free_bit_on_used_page(void)
 
 	setup(&f);
 	pfn = (uint32_t)kvmm_row(f.ctx, f.seq)[19];
-	f.ctx->zone.free.level[0][pfn >> 6] |= 1ULL << (pfn & 63);
+	f.ctx->zone[KVMM_TIER_DEVICE].free.level[0][pfn >> 6] |= 1ULL << (pfn & 63);
 	expect_broken(&f, "free bit");
-	f.ctx->zone.free.level[0][pfn >> 6] &= ~(1ULL << (pfn & 63));
+	f.ctx->zone[KVMM_TIER_DEVICE].free.level[0][pfn >> 6] &= ~(1ULL << (pfn & 63));
 	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
 	kvmm_destroy(f.ctx);
 }

@@ -16,26 +16,26 @@ static void alloc_pages_single_all_distinct_then_enospc(void)
 	uint32_t i;
 
 	for (i = 0; i < 5000; i++) {
-		CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(ctx, &ctx->zone, 1, &pfn, 0), 0);
+		CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 1, &pfn, 0), 0);
 		CU_ASSERT_FATAL(pfn >= 0 && pfn < 5000 && !seen[pfn]);
 		seen[pfn] = 1;
 		CU_ASSERT_EQUAL(kvmm_page_state(ctx, (uint32_t)pfn), KVMM_PAGE_OWNED);
 	}
-	CU_ASSERT_EQUAL(ctx->zone.nr_free, 0);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 1, &pfn, 0), -ENOSPC);
+	CU_ASSERT_EQUAL(ctx->zone[KVMM_TIER_DEVICE].nr_free, 0);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 1, &pfn, 0), -ENOSPC);
 	for (i = 0; i < 5000; i += 2) {
 		pfn = (int32_t)i;
-		kvmm_free_pages(ctx, &ctx->zone, &pfn, 1);
+		kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], &pfn, 1);
 	}
-	CU_ASSERT_EQUAL(ctx->zone.nr_free, 2500);
+	CU_ASSERT_EQUAL(ctx->zone[KVMM_TIER_DEVICE].nr_free, 2500);
 	for (i = 0; i < 2500; i++) {
-		CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(ctx, &ctx->zone, 1, &pfn, 0), 0);
+		CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 1, &pfn, 0), 0);
 		CU_ASSERT(pfn % 2 == 0);
 	}
 	free(seen);
 	for (i = 0; i < 5000; i++) {
 		pfn = (int32_t)i;
-		kvmm_free_pages(ctx, &ctx->zone, &pfn, 1);
+		kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], &pfn, 1);
 	}
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
@@ -47,11 +47,11 @@ static void alloc_pages_bulk_on_fresh_zone_is_contiguous(void)
 	int32_t pfns[300];
 	uint32_t i;
 
-	CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(ctx, &ctx->zone, 300, pfns, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 300, pfns, 0), 0);
 	for (i = 1; i < 300; i++)
 		CU_ASSERT_EQUAL(pfns[i], pfns[0] + (int32_t)i);
-	kvmm_free_pages(ctx, &ctx->zone, pfns, 300);
-	CU_ASSERT_EQUAL(ctx->zone.nr_free, 1000);
+	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], pfns, 300);
+	CU_ASSERT_EQUAL(ctx->zone[KVMM_TIER_DEVICE].nr_free, 1000);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -62,15 +62,15 @@ static void alloc_pages_bulk_wraps_and_fills_holes(void)
 	int32_t a[200], b[120];
 	uint32_t i;
 
-	CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(ctx, &ctx->zone, 200, a, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 200, a, 0), 0);
 	/* free every third frame, then ask for all of them in one go */
 	for (i = 0; i < 200; i += 3)
-		kvmm_free_pages(ctx, &ctx->zone, &a[i], 1);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 67, b, 0), 0);
+		kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], &a[i], 1);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 67, b, 0), 0);
 	for (i = 0; i < 67; i++)
 		CU_ASSERT_EQUAL(b[i] % 3, 0);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 1, b, 0), -ENOSPC);
-	CU_ASSERT_EQUAL(ctx->zone.nr_free, 0);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 1, b, 0), -ENOSPC);
+	CU_ASSERT_EQUAL(ctx->zone[KVMM_TIER_DEVICE].nr_free, 0);
 	kvmm_destroy(ctx);
 }
 
@@ -81,7 +81,7 @@ static void alloc_pages_enospc_changes_nothing(void)
 	int32_t pfns[65];
 
 	test_stats(ctx, before);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 65, pfns, 0), -ENOSPC);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 65, pfns, 0), -ENOSPC);
 	test_stats(ctx, after);
 	after[KVMM_STAT_ALLOC_FAIL]--;	/* the one thing a refusal counts */
 	ASSERT_STATS_SAME(before, after);
@@ -94,14 +94,14 @@ static void alloc_pages_below_min_watermark_fails(void)
 	int32_t pfns[100];
 
 	CU_ASSERT_EQUAL(kvmm_set_watermarks(ctx, 10, 10, 10), 0);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 91, pfns, 0), -ENOSPC);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 90, pfns, 0), 0);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 1, pfns + 90, 0), -ENOSPC);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 91, pfns, 0), -ENOSPC);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 90, pfns, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 1, pfns + 90, 0), -ENOSPC);
 	/* the reserve is there for callers that must not fail */
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 10, pfns + 90,
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 10, pfns + 90,
 					 KVMM_ALLOC_RESERVE), 0);
-	CU_ASSERT_EQUAL(ctx->zone.nr_free, 0);
-	kvmm_free_pages(ctx, &ctx->zone, pfns, 100);
+	CU_ASSERT_EQUAL(ctx->zone[KVMM_TIER_DEVICE].nr_free, 0);
+	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], pfns, 100);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -118,14 +118,14 @@ static void alloc_pages_low_watermark_reclaims_to_high(void)
 		tok[0] = 1000 + i;
 		CU_ASSERT_EQUAL_FATAL(test_cache(ctx, 0, tok, 8), 0);
 	}
-	CU_ASSERT_EQUAL(ctx->zone.nr_free, 20);
+	CU_ASSERT_EQUAL(ctx->zone[KVMM_TIER_DEVICE].nr_free, 20);
 	CU_ASSERT_EQUAL(kvmm_set_watermarks(ctx, 0, 10, 30), 0);
 	/* 15 would leave 5 < low: reclaim until 15 + high are free */
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 15, pfns, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 15, pfns, 0), 0);
 	/* 25 short of 15 + high: 4 leaves of 8 went, 15 taken */
-	CU_ASSERT_EQUAL(ctx->zone.nr_free, 20 + 32 - 15);
+	CU_ASSERT_EQUAL(ctx->zone[KVMM_TIER_DEVICE].nr_free, 20 + 32 - 15);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVICT_NODES), 4);
-	kvmm_free_pages(ctx, &ctx->zone, pfns, 15);
+	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], pfns, 15);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -138,12 +138,12 @@ static void alloc_pages_noreclaim_fails_without_evicting(void)
 
 	test_tokens(tok, 16, 3);
 	CU_ASSERT_EQUAL_FATAL(test_cache(ctx, 0, tok, 16), 0);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 1, pfns,
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 1, pfns,
 					 KVMM_ALLOC_NORECLAIM), -ENOSPC);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_CACHED), 16);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 1, pfns, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 1, pfns, 0), 0);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_CACHED), 0);
-	kvmm_free_pages(ctx, &ctx->zone, pfns, 1);
+	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], pfns, 1);
 	kvmm_destroy(ctx);
 }
 
@@ -153,13 +153,13 @@ static void alloc_pages_large_pool_finds_last_frame(void)
 	struct kvmm_ctx *ctx = test_ctx(1, 300000, 1, 8);
 	int32_t *pfns = malloc(300000 * sizeof(*pfns));
 
-	CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(ctx, &ctx->zone, 299999, pfns, 0), 0);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 1, pfns + 299999, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 299999, pfns, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 1, pfns + 299999, 0), 0);
 	CU_ASSERT_EQUAL(pfns[299999], 299999);
-	kvmm_free_pages(ctx, &ctx->zone, pfns + 123456, 1);
-	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone, 1, pfns + 123456, 0), 0);
+	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], pfns + 123456, 1);
+	CU_ASSERT_EQUAL(kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], 1, pfns + 123456, 0), 0);
 	CU_ASSERT_EQUAL(pfns[123456], 123456);
-	kvmm_free_pages(ctx, &ctx->zone, pfns, 300000);
+	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], pfns, 300000);
 	CHECK_OK(ctx);
 	free(pfns);
 	kvmm_destroy(ctx);

@@ -54,8 +54,8 @@ enum kvmm_stat_item {
 	KVMM_STAT_META_BYTES,		/* (gauge) metadata memory in use */
 	KVMM_STAT_MATCH_CALLS,
 	KVMM_STAT_MATCH_TOKENS,		/* tokens asked for by MATCH */
-	KVMM_STAT_HIT_TOKENS,		/* of those, found cached */
-	KVMM_STAT_MISS_TOKENS,		/* of those, not found */
+	KVMM_STAT_HIT_TOKENS,		/* of those, found on the device */
+	KVMM_STAT_MISS_TOKENS,		/* of those, found on no tier */
 	KVMM_STAT_INSERT_TOKENS,	/* tokens newly added to the tree */
 	KVMM_STAT_DEDUP_PAGES,		/* committed pages found already cached */
 	KVMM_STAT_SPLITS,
@@ -66,7 +66,40 @@ enum kvmm_stat_item {
 	KVMM_STAT_EVICT_NODES,
 	KVMM_STAT_EVICT_PAGES,
 	KVMM_STAT_RETRACTS,
+	/*
+	 * Per lower tier, the same items in the same order: host first, then
+	 * NVMe (KVMM_STAT_NVME_x == KVMM_STAT_HOST_x + KVMM_STAT_TIER_ITEMS).
+	 * A tier that is not configured reads 0 everywhere.
+	 */
+	KVMM_STAT_HOST_PAGES_TOTAL,     /* (gauge) pages of the tier */
+	KVMM_STAT_HOST_PAGES_FREE,      /* (gauge) */
+	KVMM_STAT_HOST_PAGES_CACHED,    /* (gauge) held by demoted prefixes */
+	KVMM_STAT_HOST_HIT_TOKENS,      /* tokens MATCH found on the tier (promotable) */
+	KVMM_STAT_HOST_DEMOTE_PAGES,    /* pages moved onto the tier */
+	KVMM_STAT_HOST_PROMOTE_PAGES,   /* pages moved from the tier back to the device */
+	KVMM_STAT_HOST_EVICT_PAGES,     /* pages dropped from the tier */
+	KVMM_STAT_HOST_BYTES_IN,        /* bytes written to the tier */
+	KVMM_STAT_HOST_BYTES_OUT,       /* bytes read back from the tier */
+	KVMM_STAT_HOST_NS_IN,           /* nanoseconds spent writing */
+	KVMM_STAT_HOST_NS_OUT,          /* nanoseconds spent reading back */
+	KVMM_STAT_HOST_CSUM_FAIL,       /* pages that failed verification (served as misses) */
+	KVMM_STAT_HOST_IO_ERRORS,       /* copies or I/O that failed */
+	KVMM_STAT_NVME_PAGES_TOTAL,     /* (gauge) pages of the tier */
+	KVMM_STAT_NVME_PAGES_FREE,      /* (gauge) */
+	KVMM_STAT_NVME_PAGES_CACHED,    /* (gauge) held by demoted prefixes */
+	KVMM_STAT_NVME_HIT_TOKENS,      /* tokens MATCH found on the tier (promotable) */
+	KVMM_STAT_NVME_DEMOTE_PAGES,    /* pages moved onto the tier */
+	KVMM_STAT_NVME_PROMOTE_PAGES,   /* pages moved from the tier back to the device */
+	KVMM_STAT_NVME_EVICT_PAGES,     /* pages dropped from the tier */
+	KVMM_STAT_NVME_BYTES_IN,        /* bytes written to the tier */
+	KVMM_STAT_NVME_BYTES_OUT,       /* bytes read back from the tier */
+	KVMM_STAT_NVME_NS_IN,           /* nanoseconds spent writing */
+	KVMM_STAT_NVME_NS_OUT,          /* nanoseconds spent reading back */
+	KVMM_STAT_NVME_CSUM_FAIL,       /* pages that failed verification (served as misses) */
+	KVMM_STAT_NVME_IO_ERRORS,       /* copies or I/O that failed */
 	NR_KVMM_STATS
 };
+
+#define KVMM_STAT_TIER_ITEMS	(KVMM_STAT_NVME_PAGES_TOTAL - KVMM_STAT_HOST_PAGES_TOTAL)
 
 #endif /* _UAPI_KVMM_KVMM_H */

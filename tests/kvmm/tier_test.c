@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/kvmm/tier_test.c - the host tier: demotion on reclaim, promotion
+ * with verification, adoption of recomputed pages, and the faults on the
+ * way (a corrupted page, a failed copy, a full tier, a store that will not
+ * start).  Every sequence's KV is stamped from its tokens when computed,
+ * and every promotion is checked against the stamps: promoted KV must be
+ * exactly the KV that was demoted for those tokens.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "../helpers.h"
+
+#define PS	4	/* tokens per page */
+
+static struct kvmm_ctx *tier_ctx(uint32_t dev_pages, uint32_t host_pages,
+				 struct kvmm_mock_arg *mock, struct kvmm_host_arg *host)
+{
+	struct kvmm_params p = test_params(PS, dev_pages, 8, 256);
+	struct kvmm_ctx *ctx = NULL;
+
+	p.host_pages = host_pages;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.backend_arg = mock;
+	p.host_arg = host;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	return ctx;
+}
+
+/* The byte token @t at position @pos holds in @layer's K (kv 0) or V. */
+static uint8_t stamp_of(uint32_t t, uint32_t pos, uint32_t layer, uint32_t kv,
+			uint32_t byte)
+{
+	return (uint8_t)((t * 131u) ^ (pos * 7u) ^ (layer << 5) ^ (kv << 4) ^ byte);
+}
+
+/* Write (or, with @check, compare) the KV of tokens [from, n) of @seq. */
+static int stamp(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tok,
+		 uint32_t from, uint32_t n, bool check)
+{
+	struct kvmm_table tab;
+	struct kvmm_kv_layer kl;
+	uint32_t i, layer, kv, b;
+	int bad = 0;
+
+	kvmm_seq_table(ctx, &tab);
+	for (layer = 0; kvmm_kv_layer(ctx, layer, &kl) == 0; layer++) {
+		for (i = from; i < n; i++) {
+			int32_t pfn = tab.base[seq * tab.stride + i / PS];
+			uint64_t slot = (uint64_t)pfn * PS + i % PS;
+
+			for (kv = 0; kv < 2; kv++) {
+				uint8_t *p = (uint8_t *)(kv ? kl.v : kl.k) + slot * kl.slot_bytes;
+
+				for (b = 0; b < kl.slot_bytes; b++) {
+					uint8_t want = stamp_of(tok[i], i, layer, kv, b);
+
+					if (!check)
+						p[b] = want;
+					else
+						bad += p[b] != want;
+				}
+			}
+		}
+	}
+	return bad;
+}
+
+/* A request: match (and promote), verify what came back, compute the rest, finish. */
+static int serve(struct kvmm_ctx *ctx, const uint32_t *tok, uint32_t n, bool promote)
+{
+	uint32_t seq;
+	int m, ret;
+
+	ret = kvmm_seq_open(ctx, 0, &seq);
+	if (ret)
+		return ret;
+	m = kvmm_seq_match(ctx, seq, tok, n);
+	if (m >= 0 && promote)
+		m = kvmm_seq_promote(ctx, seq, tok, n);
+	if (m < 0) {
+		kvmm_seq_close(ctx, seq, NULL, 0);
+		return m;
+	}
+	CU_ASSERT_EQUAL(stamp(ctx, seq, tok, 0, (uint32_t)m, true), 0);
+	if ((uint32_t)m < n) {
+		ret = kvmm_seq_extend(ctx, seq, n - (uint32_t)m, 0);
+		if (ret) {
+			kvmm_seq_close(ctx, seq, NULL, 0);
+			return ret;
+		}
+		stamp(ctx, seq, tok, (uint32_t)m, n, false);
+	}
+	ret = kvmm_seq_close(ctx, seq, tok, n);
+	return ret ? ret : m;
+}
+
+static uint64_t host_stat(struct kvmm_ctx *ctx, unsigned item)
+{
+	return test_stat(ctx, item);
+}
+
+/* Fill the device with other prompts until @tok's prefix is demoted. */
+static void push_down(struct kvmm_ctx *ctx, uint32_t seed, uint32_t count)
+{
+	uint32_t other[32], i;
+
+	for (i = 0; i < count; i++) {
+		test_tokens(other, 32, seed + i);
+		CU_ASSERT_EQUAL(serve(ctx, other, 32, false), 0);
+		CHECK_OK(ctx);
+	}
+}
+
+static void test_demote_promote_roundtrip(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, NULL, NULL);
+	struct kvmm_tier_hits hits;
+	uint32_t tok[32];
+
+	test_tokens(tok, 32, 1);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 100, 2);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES) >= 8);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED) >= 8);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 0);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_HOST], 32);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 0);
+
+	/* the whole prompt comes back and reads as it was computed */
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 8);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_HIT_TOKENS), 32);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_BYTES_OUT) > 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_CSUM_FAIL), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* A prompt partly on the device, partly demoted: a split path. */
+static void test_promote_partial_path(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, NULL, NULL);
+	struct kvmm_tier_hits hits;
+	uint32_t tok[32];
+
+	test_tokens(tok, 32, 2);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 200, 2);
+	/* the first half comes back by itself, then the whole */
+	CU_ASSERT_EQUAL(serve(ctx, tok, 16, true), 16);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 16);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_HOST], 16);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 30, true), 28);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* A page whose bytes changed on the host is a miss, never served. */
+static void test_corrupt_page_is_a_miss(void)
+{
+	struct kvmm_host_arg host = { .flip_every = 1 };
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, NULL, &host);
+	uint32_t tok[32];
+
+	test_tokens(tok, 32, 3);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 300, 2);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_CSUM_FAIL), 1);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 0);
+	CHECK_OK(ctx);
+	/* the recomputed prompt is cached again, on the device */
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
+	kvmm_destroy(ctx);
+}
+
+/* A failed scatter is a miss; a failed gather drops instead of demoting. */
+static void test_copy_faults(void)
+{
+	struct kvmm_mock_arg mock = { .fail_copy = -EIO, .fail_every = 0 };
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, &mock, NULL);
+	uint32_t tok[32];
+	uint64_t demoted;
+
+	test_tokens(tok, 32, 4);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 400, 2);
+	demoted = host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES);
+	CU_ASSERT(demoted >= 8);
+	kvmm_destroy(ctx);
+
+	/* every copy fails: demotion falls back to dropping, promotion to a miss */
+	mock.fail_every = 1;
+	ctx = tier_ctx(16, 64, &mock, NULL);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 400, 2);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES), 0);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_IO_ERRORS) > 0);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_EVICT_PAGES) >= 8);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+
+	/* demotions work, then promotion's scatter fails: a miss */
+	mock.fail_every = 0;
+	ctx = tier_ctx(16, 64, &mock, NULL);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 400, 2);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 32);
+	mock.fail_every = 1;
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 0);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_IO_ERRORS) >= 1);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* A full host tier drops its own coldest prefixes to take new ones. */
+static void test_host_full(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(16, 16, NULL, NULL);
+	uint32_t tok[32];
+
+	test_tokens(tok, 32, 5);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 500, 6);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_EVICT_PAGES) > 0);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED) <= 16);
+	/* the oldest prompt went first: it is nowhere now */
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 0);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* Recomputing a demoted prefix hands the node the new device pages. */
+static void test_adopt_recomputed(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, NULL, NULL);
+	struct kvmm_tier_hits hits;
+	uint32_t tok[32];
+
+	test_tokens(tok, 32, 6);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 600, 2);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_HOST], 32);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);	/* no promote: recompute */
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 32);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+static void test_drop_caches_all_tiers(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, NULL, NULL);
+	uint32_t tok[32];
+
+	test_tokens(tok, 32, 7);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 700, 3);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED) > 0);
+	CU_ASSERT(kvmm_drop_caches(ctx) > 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 64);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NODES), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+static void test_bad_params(void)
+{
+	struct kvmm_host_arg host = { .fail_init = -ENOMEM };
+	struct test_alloc ta = { 0 };
+	struct kvmm_params p = test_params(PS, 16, 8, 256);
+	struct kvmm_ctx *ctx = NULL;
+	uint32_t tok[8];
+
+	p.host_pages = 16;
+	p.host_node = -2;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EINVAL);
+	p.host_node = KVMM_NODE_NEAREST;
+	p.host_arg = &host;
+	p.alloc = &test_alloc_ops;
+	p.alloc_priv = &ta;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -ENOMEM);
+	CU_ASSERT_EQUAL(ta.live_blocks, 0);
+	/* promote with nothing demoted, or on a bad sequence */
+	ctx = tier_ctx(16, 16, NULL, NULL);
+	test_tokens(tok, 8, 8);
+	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, 3, tok, 8), -EINVAL);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 8, true), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 0, NULL), -EINVAL);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * Conversations over shared system prompts on a small device and host:
+ * random turns, some promoted, some recomputed.  Every promotion is checked
+ * byte for byte and the invariants after every request.
+ */
+static void test_random_conversations(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(48, 96, NULL, NULL);
+	uint32_t conv[12][96], len[12] = { 0 }, i, x = 12345;
+
+	for (i = 0; i < 12; i++) {
+		test_tokens(conv[i], 96, 1000 + i);
+		if (i % 3)	/* three system prompts of 16 tokens */
+			memcpy(conv[i], conv[i - i % 3], 16 * sizeof(uint32_t));
+	}
+	for (i = 0; i < 600; i++) {
+		uint32_t c, n;
+		int m;
+
+		x = x * 1103515245u + 12345u;
+		c = (x >> 8) % 12;
+		n = len[c] + 8 + (x >> 20) % 9;
+		if (n > 96)
+			n = 24;
+		len[c] = n;
+		m = serve(ctx, conv[c], n, (x >> 4) & 1);
+		CU_ASSERT(m >= 0);
+		if (kvmm_check(ctx)) {
+			CU_FAIL("invariants broken");
+			break;
+		}
+	}
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES) > 0);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_EVICT_PAGES) > 0);
+	CU_ASSERT(kvmm_drop_caches(ctx) >= 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 48);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 96);
+	kvmm_destroy(ctx);
+}
+
+int register_tier_suite(void)
+{
+	CU_pSuite s = CU_add_suite("tier", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, test_demote_promote_roundtrip);
+	ADD_TEST(s, test_promote_partial_path);
+	ADD_TEST(s, test_corrupt_page_is_a_miss);
+	ADD_TEST(s, test_copy_faults);
+	ADD_TEST(s, test_host_full);
+	ADD_TEST(s, test_adopt_recomputed);
+	ADD_TEST(s, test_drop_caches_all_tiers);
+	ADD_TEST(s, test_bad_params);
+	ADD_TEST(s, test_random_conversations);
+	return 0;
+}
