@@ -486,7 +486,21 @@ static inline void kvmm_prep_prio(struct kvmm_sqe *sqe, uint32_t ns, uint16_t bu
 	sqe->arg = prio;
 }
 
-/* How much of @n tokens at (buf, off) is cached in @ns; locks nothing. */
+/*
+ * The demoted rest of what @seq matched: @n tokens at (buf, off), as given
+ * to MATCH.  Completes when the pages are on the device and mapped.
+ */
+static inline void kvmm_prep_promote(struct kvmm_sqe *sqe, uint32_t seq, uint16_t buf,
+				     uint64_t off, uint32_t n)
+{
+	kvmm_prep_rw(sqe, KVMM_OP_PROMOTE, seq, buf, off, n);
+}
+
+/*
+ * How much of @n tokens at (buf, off) is cached in @ns; locks nothing.
+ * For every tier's share, set sqe->arg = KVMM_LOOKUP_TIERS and sqe->arg2
+ * to where in buffer @buf the struct kvmm_tier_hits goes.
+ */
 static inline void kvmm_prep_lookup(struct kvmm_sqe *sqe, uint32_t ns, uint16_t buf,
 				    uint64_t off, uint32_t n)
 {

@@ -109,7 +109,8 @@ static const uint8_t op_fields[KVMM_OP_LAST] = {
 	[KVMM_OP_SET] = F_ARG | F_ARG2,
 	[KVMM_OP_DROP_CACHES] = 0,
 	[KVMM_OP_PRIO] = F_NS | F_TOK | F_ARG,
-	[KVMM_OP_LOOKUP] = F_NS | F_TOK,
+	[KVMM_OP_LOOKUP] = F_NS | F_TOK | F_ARG | F_ARG2,
+	[KVMM_OP_PROMOTE] = F_SEQ | F_TOK,
 };
 
 static int sqe_check_fields(const struct kvmm_sqe *sqe)
@@ -293,7 +294,8 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 	p->nr_ops = KVMM_OP_LAST;
 	for (op = 0; op < KVMM_OP_LAST; op++)
 		p->ops[op / 64] |= 1ull << (op % 64);
-	p->features = KVMM_FEAT_NAMESPACES | KVMM_FEAT_PIN_KEEP | KVMM_FEAT_SLRU;
+	p->features = KVMM_FEAT_NAMESPACES | KVMM_FEAT_PIN_KEEP | KVMM_FEAT_SLRU |
+		      KVMM_FEAT_TIERS;
 	p->page_size = ctx->page_size;
 	p->nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
 	p->max_seqs = ctx->max_seqs;
@@ -301,6 +303,40 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 	p->sqe_size = sizeof(struct kvmm_sqe);
 	p->cqe_size = sizeof(struct kvmm_cqe);
 	return (int)sizeof(*p);
+}
+
+/* MATCH, flagging a prefix that goes on below the device. */
+static int op_match(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		    const uint32_t *tok, uint32_t *cflags)
+{
+	int ret = kvmm_seq_match(d->ctx, sqe->seq, tok, sqe->len);
+
+	if (ret >= 0 && d->ctx->store[KVMM_TIER_HOST] &&
+	    kvmm_prefix_tiers(d->ctx, d->ctx->seqs[sqe->seq].ns, tok, sqe->len,
+			      NULL) > ret)
+		*cflags |= KVMM_CQE_F_LOWER;
+	return ret;
+}
+
+static int op_lookup(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		     const uint32_t *tok)
+{
+	struct kvmm_sqe out = *sqe;
+	struct kvmm_tier_hits hits, *dst;
+	int ret;
+
+	if (sqe->arg & ~KVMM_LOOKUP_FLAGS)
+		return -EINVAL;
+	if (!(sqe->arg & KVMM_LOOKUP_TIERS))
+		return sqe->arg2 ? -EINVAL : kvmm_prefix_lookup(d->ctx, sqe->ns, tok, sqe->len);
+	out.off = sqe->arg2;
+	dst = payload(d, &out, sizeof(*dst));
+	if (!dst)
+		return -EFAULT;
+	ret = kvmm_prefix_tiers(d->ctx, sqe->ns, tok, sqe->len, &hits);
+	if (ret >= 0)
+		memcpy(dst, &hits, sizeof(hits));
+	return ret;
 }
 
 static int op_stats(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
@@ -342,7 +378,7 @@ static void dump_node(const struct kvmm_node *node, struct kvmm_dump_node *rec)
 	rec->hits = node->hits;
 	rec->depth = node_depth(node);
 	rec->prio = node->prio;
-	rec->tier = KVMM_TIER_DEVICE;
+	rec->tier = node->tier;
 	rec->token0 = node->len ? node->tokens[0] : 0;
 	if (node->flags & KVMM_NODE_ROOT)
 		rec->flags |= KVMM_DUMP_F_ROOT;
@@ -498,6 +534,7 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 	case KVMM_OP_COMMIT:
 	case KVMM_OP_CLOSE:
 	case KVMM_OP_RETRACT:
+	case KVMM_OP_PROMOTE:
 		if (!seq_mine(d, sqe->seq))
 			return -EINVAL;
 		/* fall through */
@@ -527,7 +564,9 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 		ctx->seqs[seq].owner = d->id;
 		return (int32_t)seq;
 	case KVMM_OP_MATCH:
-		return kvmm_seq_match(ctx, sqe->seq, tok, sqe->len);
+		return op_match(d, sqe, tok, cflags);
+	case KVMM_OP_PROMOTE:
+		return kvmm_seq_promote(ctx, sqe->seq, tok, sqe->len);
 	case KVMM_OP_EXTEND:
 		return op_extend(d, sqe);
 	case KVMM_OP_COMMIT:
@@ -553,7 +592,7 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 	case KVMM_OP_PRIO:
 		return kvmm_prefix_set_prio(ctx, sqe->ns, tok, sqe->len, sqe->arg);
 	case KVMM_OP_LOOKUP:
-		return kvmm_prefix_lookup(ctx, sqe->ns, tok, sqe->len);
+		return op_lookup(d, sqe, tok);
 	}
 	return -EINVAL;
 }

@@ -8,6 +8,7 @@
  * exactly the KV that was demoted for those tokens.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "../helpers.h"
@@ -345,6 +346,59 @@ static void test_random_conversations(void)
 	kvmm_destroy(ctx);
 }
 
+/* The same through the ring: MATCH flags the rest, LOOKUP splits it, PROMOTE maps it. */
+static void test_ring_promote(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, NULL, NULL);
+	struct kvmm_ring_params rp = { .sq_entries = 8 };
+	struct {
+		uint32_t tok[32];
+		struct kvmm_tier_hits hits;
+	} buf;
+	struct kvmm_iovec iov = { &buf, sizeof(buf) };
+	struct kvmm_ring ring;
+	struct kvmm_sqe *sqe;
+	uint32_t flags;
+	int32_t seq;
+
+	test_tokens(buf.tok, 32, 9);
+	CU_ASSERT_EQUAL(serve(ctx, buf.tok, 32, false), 0);
+	push_down(ctx, 900, 2);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&ring, &iov, 1), 0);
+
+	sqe = kvmm_get_sqe(&ring);
+	kvmm_prep_lookup(sqe, 0, 1, 0, 32);
+	sqe->arg = KVMM_LOOKUP_TIERS;
+	sqe->arg2 = offsetof(typeof(buf), hits);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 32);
+	CU_ASSERT_EQUAL(buf.hits.tokens[KVMM_TIER_HOST], 32);
+	sqe = kvmm_get_sqe(&ring);
+	kvmm_prep_lookup(sqe, 0, 1, 0, 32);
+	sqe->arg = 2;
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EINVAL);
+	sqe = kvmm_get_sqe(&ring);
+	kvmm_prep_lookup(sqe, 0, 1, 0, 32);
+	sqe->arg = KVMM_LOOKUP_TIERS;
+	sqe->arg2 = sizeof(buf);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EFAULT);
+
+	kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+	seq = test_ring1(&ring, NULL);
+	CU_ASSERT_FATAL(seq >= 0);
+	kvmm_prep_match(kvmm_get_sqe(&ring), (uint32_t)seq, 1, 0, 32);
+	CU_ASSERT_EQUAL(test_ring1(&ring, &flags), 0);
+	CU_ASSERT(flags & KVMM_CQE_F_LOWER);
+	kvmm_prep_promote(kvmm_get_sqe(&ring), (uint32_t)seq, 1, 0, 32);
+	CU_ASSERT_EQUAL(test_ring1(&ring, &flags), 32);
+	CU_ASSERT_EQUAL(stamp(ctx, (uint32_t)seq, buf.tok, 0, 32, true), 0);
+	kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	CHECK_OK(ctx);
+	kvmm_ring_exit(&ring);
+	kvmm_destroy(ctx);
+}
+
 int register_tier_suite(void)
 {
 	CU_pSuite s = CU_add_suite("tier", NULL, NULL);
@@ -360,5 +414,6 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_drop_caches_all_tiers);
 	ADD_TEST(s, test_bad_params);
 	ADD_TEST(s, test_random_conversations);
+	ADD_TEST(s, test_ring_promote);
 	return 0;
 }

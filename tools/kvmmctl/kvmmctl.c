@@ -170,6 +170,7 @@ static const struct {
 	{ "cached", KVMM_STAT_PAGES_CACHED },
 	{ "evictable", KVMM_STAT_PAGES_EVICTABLE },
 	{ "protected", KVMM_STAT_PAGES_PROTECTED },
+	{ "host", KVMM_STAT_HOST_PAGES_CACHED },
 };
 
 static int cmd_top(int argc, char **argv)

@@ -38,8 +38,9 @@
 #define KVMM_OP_SET		13	/* arg: KVMM_SET_*, arg2: value */
 #define KVMM_OP_DROP_CACHES	14	/* res: pages freed */
 #define KVMM_OP_PRIO		15	/* ns, tokens, arg: priority; res: tokens */
-#define KVMM_OP_LOOKUP		16	/* ns, tokens; res: cached tokens, nothing locked */
-#define KVMM_OP_LAST		17
+#define KVMM_OP_LOOKUP		16	/* ns, tokens, arg: KVMM_LOOKUP_*; res: cached tokens */
+#define KVMM_OP_PROMOTE		17	/* seq, tokens; res: the sequence's cached tokens */
+#define KVMM_OP_LAST		18
 
 /*
  * struct kvmm_sqe - one command (64 bytes)
@@ -87,6 +88,17 @@ struct kvmm_cqe {
 };
 
 #define KVMM_CQE_F_MORE		(1u << 0)	/* DUMP: more records after the cursor */
+#define KVMM_CQE_F_LOWER	(1u << 1)	/* MATCH: the prefix goes on below the
+						 * device: PROMOTE brings it back */
+
+/*
+ * LOOKUP: with KVMM_LOOKUP_TIERS in arg, res counts the prefix on every
+ * tier and a struct kvmm_tier_hits goes to buffer @buf at byte offset
+ * arg2 (4-byte aligned): tokens[t] on tier t.  Without it, res is the
+ * device part, what MATCH would map.
+ */
+#define KVMM_LOOKUP_TIERS	(1u << 0)
+#define KVMM_LOOKUP_FLAGS	KVMM_LOOKUP_TIERS
 
 /* Registered buffers a ring may name: indices 0 .. KVMM_RING_MAX_BUFS - 1. */
 #define KVMM_RING_MAX_BUFS	64
@@ -186,6 +198,7 @@ struct kvmm_stats_snap {
 #define KVMM_FEAT_NAMESPACES	(1ull << 0)
 #define KVMM_FEAT_PIN_KEEP	(1ull << 1)
 #define KVMM_FEAT_SLRU		(1ull << 2)
+#define KVMM_FEAT_TIERS		(1ull << 3)	/* PROMOTE, LOOKUP_TIERS, F_LOWER */
 
 /*
  * struct kvmm_probe - PROBE output (128 bytes)
