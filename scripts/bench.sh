@@ -20,6 +20,9 @@ if [ -r "$workload" ]; then
 		"$bench" replay --workload "$workload" --page-size "$ps" --repeat 9 --json |
 			tee -a "$out"
 	done
+	echo "bench: replay $workload, device 10%, host tier 4x" >&2
+	"$bench" replay --workload "$workload" --capacity-tokens 100208 \
+		--host-tokens 400832 --repeat 3 --json | tee -a "$out"
 	for via in ring remote; do
 		echo "bench: replay $workload, page size 1, via $via" >&2
 		"$bench" replay --workload "$workload" --via "$via" --repeat 9 --json |

@@ -28,6 +28,7 @@ struct replay_opts {
 	uint32_t repeat;
 	const char *evict;		/* NULL: lru */
 	enum replay_via via;
+	uint64_t host_tokens;		/* host tier; 0: none */
 };
 
 struct replay_result {
@@ -35,6 +36,8 @@ struct replay_result {
 	uint64_t prompt_tokens;
 	uint64_t matched_tokens;
 	uint64_t evicted_tokens;
+	uint64_t promoted_tokens;	/* of matched_tokens, brought back from the host */
+	uint64_t demoted_tokens;
 	uint64_t cached_tokens_end;
 	uint64_t meta_bytes_end;
 	double us_per_request;		/* median over repeats */

@@ -135,6 +135,8 @@ static int admit_direct(struct replay *rp, const uint32_t *tok, uint32_t n, uint
 	ret = kvmm_seq_open(rp->ctx, 0, &seq);
 	if (!ret && n > 1) {
 		ret = kvmm_seq_match(rp->ctx, seq, tok, n - 1);
+		if (ret >= 0 && rp->o->host_tokens)
+			ret = kvmm_seq_promote(rp->ctx, seq, tok, n - 1);
 		if (ret >= 0) {
 			m = (uint32_t)ret;
 			ret = 0;
@@ -181,10 +183,14 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 	*seqp = seq;
 	if (n > 1) {
 		kvmm_prep_match(kvmm_get_sqe(&rp->ring), seq, buf, off, n - 1);
-		ret = ring_run(&rp->ring, pend + 1, res);
-		if (ret || (ret = first_error(res, pend + 1)))
+		k = pend + 1;
+		if (rp->o->host_tokens)	/* in the same batch: runs after the match */
+			kvmm_prep_promote(kvmm_get_sqe(&rp->ring), seq, buf, off, n - 1);
+		k += !!rp->o->host_tokens;
+		ret = ring_run(&rp->ring, k, res);
+		if (ret || (ret = first_error(res, k)))
 			return ret;
-		m = (uint32_t)res[pend];
+		m = (uint32_t)res[k - 1];
 	} else if (pend) {
 		ret = ring_run(&rp->ring, pend, res);
 		if (ret || (ret = first_error(res, pend)))
@@ -332,6 +338,8 @@ static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 	int ret;
 
 	p.evict_policy = rp->o->evict;
+	p.host_pages = (uint32_t)(rp->o->host_tokens / rp->o->page_size);
+	p.host_node = KVMM_NODE_NEAREST;
 	ret = session_start(rp, &p);
 	if (ret) {
 		fprintf(stderr, "replay: setting up: %s\n", strerror(-ret));
@@ -365,6 +373,8 @@ static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 	res->prompt_tokens = wl->prompt_tokens;
 	res->matched_tokens = matched;
 	res->evicted_tokens = st[KVMM_STAT_EVICT_PAGES] * p.page_size;
+	res->promoted_tokens = st[KVMM_STAT_HOST_PROMOTE_PAGES] * p.page_size;
+	res->demoted_tokens = st[KVMM_STAT_HOST_DEMOTE_PAGES] * p.page_size;
 	res->cached_tokens_end = st[KVMM_STAT_PAGES_CACHED] * p.page_size;
 	res->meta_bytes_end = st[KVMM_STAT_META_BYTES];
 	res->accounting_ok = checked && st[KVMM_STAT_PAGES_OWNED] == 0 &&
@@ -440,7 +450,7 @@ static void replay_usage(void)
 	fprintf(stderr,
 		"usage: kvmm-bench replay --workload FILE [--page-size N] [--capacity-tokens N]\n"
 		"                         [--decode-chunk N] [--repeat N] [--evict lru|slru]\n"
-		"                         [--via direct|ring|remote] [--json]\n");
+		"                         [--via direct|ring|remote] [--host-tokens N] [--json]\n");
 }
 
 static const char *const via_names[] = { "direct", "ring", "remote" };
@@ -455,6 +465,7 @@ int cmd_replay(int argc, char **argv)
 		{ "repeat", required_argument, NULL, 'r' },
 		{ "evict", required_argument, NULL, 'e' },
 		{ "via", required_argument, NULL, 'v' },
+		{ "host-tokens", required_argument, NULL, 'H' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
@@ -481,6 +492,7 @@ int cmd_replay(int argc, char **argv)
 			if (o.via > VIA_REMOTE)
 				die_usage("replay: --via must be direct, ring or remote");
 			break;
+		case 'H': o.host_tokens = parse_u64("--host-tokens", optarg); break;
 		case 'j': json = true; break;
 		case 'h': replay_usage(); return 0;
 		default: replay_usage(); return 2;
@@ -492,6 +504,10 @@ int cmd_replay(int argc, char **argv)
 		die_usage("replay: --page-size must be a power of two");
 	if (!o.repeat)
 		die_usage("replay: --repeat must be at least 1");
+	if (o.host_tokens && o.via == VIA_REMOTE)
+		die_usage("replay: --host-tokens needs --via direct or ring (kvmmd sets its own tiers)");
+	if (o.host_tokens && o.host_tokens < o.page_size)
+		die_usage("replay: --host-tokens holds no page");
 	if (o.evict && strcmp(o.evict, "lru") && strcmp(o.evict, "slru"))
 		die_usage("replay: --evict must be lru or slru");
 	ret = workload_load(path, &wl);
@@ -513,7 +529,8 @@ int cmd_replay(int argc, char **argv)
 		printf("{\"bench\":\"replay\",\"workload\":\"%s\",\"via\":\"%s\",\"page_size\":%u,"
 		       "\"capacity_tokens\":%llu,\"evict\":\"%s\",\"requests\":%u,"
 		       "\"prompt_tokens\":%llu,\"matched_tokens\":%llu,\"hit_rate\":%.4f,"
-		       "\"evicted_tokens\":%llu,\"us_per_request\":%.3f,\"us_min\":%.3f,"
+		       "\"evicted_tokens\":%llu,\"host_tokens\":%llu,\"demoted_tokens\":%llu,"
+		       "\"promoted_tokens\":%llu,\"us_per_request\":%.3f,\"us_min\":%.3f,"
 		       "\"us_max\":%.3f,\"repeat\":%u,\"meta_bytes_per_cached_token\":%.2f,"
 		       "\"accounting_ok\":%s}\n",
 		       path, via_names[o.via], o.page_size, (unsigned long long)o.capacity_tokens,
@@ -521,7 +538,10 @@ int cmd_replay(int argc, char **argv)
 		       (unsigned long long)res.prompt_tokens,
 		       (unsigned long long)res.matched_tokens,
 		       (double)res.matched_tokens / (double)res.prompt_tokens,
-		       (unsigned long long)res.evicted_tokens, res.us_per_request,
+		       (unsigned long long)res.evicted_tokens,
+		       (unsigned long long)o.host_tokens,
+		       (unsigned long long)res.demoted_tokens,
+		       (unsigned long long)res.promoted_tokens, res.us_per_request,
 		       res.us_min, res.us_max, o.repeat,
 		       res.cached_tokens_end ? (double)res.meta_bytes_end /
 					       (double)res.cached_tokens_end : 0.0,
@@ -529,11 +549,14 @@ int cmd_replay(int argc, char **argv)
 	} else {
 		printf("via             %s\nrequests        %u\nprompt tokens   %llu\n"
 		       "matched tokens  %llu\nhit rate        %.4f\nevicted tokens  %llu\n"
+		       "promoted tokens %llu (from the host tier of %llu)\n"
 		       "us per request  %.3f (median of %u)\naccounting      %s\n",
 		       via_names[o.via], res.requests, (unsigned long long)res.prompt_tokens,
 		       (unsigned long long)res.matched_tokens,
 		       (double)res.matched_tokens / (double)res.prompt_tokens,
-		       (unsigned long long)res.evicted_tokens, res.us_per_request, o.repeat,
+		       (unsigned long long)res.evicted_tokens,
+		       (unsigned long long)res.promoted_tokens,
+		       (unsigned long long)o.host_tokens, res.us_per_request, o.repeat,
 		       res.accounting_ok ? "ok" : "BROKEN");
 	}
 	workload_free(&wl);
