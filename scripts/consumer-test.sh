@@ -25,7 +25,8 @@ flags=$(pkg-config --cflags --libs kvmm)
 case "$flags" in *"$tmp/root/usr/include"*) ;; *) echo "kvmm.pc: wrong prefix: $flags" >&2; exit 1;; esac
 cc -std=c99 -Wall -Wextra -Werror "$tmp/example.c" -o "$tmp/ex-shared" $flags
 cc -std=c99 -Wall -Wextra -Werror "$tmp/example.c" -o "$tmp/ex-static" \
-	$(pkg-config --cflags kvmm) "$tmp/root/usr/lib/libkvmm.a"
+	$(pkg-config --cflags kvmm) "$tmp/root/usr/lib/libkvmm.a" \
+	$(pkg-config --static --libs-only-l kvmm | sed "s/-lkvmm//")
 c++ -x c++ -Wall -Werror -fsyntax-only $(pkg-config --cflags kvmm) - <<'CXX'
 #include <libkvmm.h>
 #include <kvmm/kvmm.h>
