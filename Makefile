@@ -233,7 +233,7 @@ fuzz-run: $(addprefix $(objtree)/fuzz/,$(FUZZERS))
 	done
 
 $(objtree)/fuzz/%: $(objtree)/fuzz/%.o $(LIB_A)
-	$(Q)$(CC) $(ld_flags) -fsanitize=fuzzer -o $@ $^
+	$(Q)$(CC) $(ld_flags) -fsanitize=fuzzer -o $@ $^ $(lib_libs)
 
 install: lib tools
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/kvmm \
