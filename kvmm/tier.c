@@ -204,6 +204,25 @@ static uint64_t tier_bytes(const struct kvmm_ctx *ctx, uint32_t nr)
 	return nr * kvmm_page_bytes(&ctx->params.model, ctx->page_size);
 }
 
+/*
+ * The copy of @node's pages into @pfns on tier @to, begun at @t0, is done:
+ * count it against lower tier @lt (a demotion when @to is @lt), give the
+ * tree the new frames and free the old ones.
+ */
+static void node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
+		       const int32_t *pfns, uint32_t lt, uint64_t t0)
+{
+	uint32_t nr = node->len >> ctx->page_shift;
+	bool in = to == lt;
+
+	kvmm_tier_count(ctx, lt, in ? TEV_NS_IN : TEV_NS_OUT, now_ns() - t0);
+	kvmm_tier_count(ctx, lt, in ? TEV_BYTES_IN : TEV_BYTES_OUT, tier_bytes(ctx, nr));
+	kvmm_tier_count(ctx, lt, in ? TEV_DEMOTE_PAGES : TEV_PROMOTE_PAGES, nr);
+	kvmm_pages_to_tree(&ctx->zone[to], pfns, nr);
+	kvmm_free_pages(ctx, kvmm_node_zone(ctx, node), node->pfns, nr);
+	node_set_tier(ctx, node, to, pfns);
+}
+
 /**
  * kvmm_demote() - move a device leaf's pages down a tier
  * @ctx: the context
@@ -244,12 +263,7 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 		return ret;
 	}
 	ctx->store[lower]->seal(ctx->store_priv[lower], pfns, nr);
-	kvmm_tier_count(ctx, lower, TEV_NS_IN, now_ns() - t0);
-	kvmm_tier_count(ctx, lower, TEV_BYTES_IN, tier_bytes(ctx, nr));
-	kvmm_tier_count(ctx, lower, TEV_DEMOTE_PAGES, nr);
-	kvmm_pages_to_tree(zone, pfns, nr);
-	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], node->pfns, nr);
-	node_set_tier(ctx, node, lower, pfns);
+	node_moved(ctx, node, lower, pfns, lower, t0);
 	return 0;
 }
 
@@ -377,12 +391,7 @@ static int promote_node(struct kvmm_ctx *ctx, struct kvmm_node *node)
 		kvmm_free_pages(ctx, dev, pfns, nr);
 		return ret;
 	}
-	kvmm_tier_count(ctx, tier, TEV_NS_OUT, now_ns() - t0);
-	kvmm_tier_count(ctx, tier, TEV_BYTES_OUT, tier_bytes(ctx, nr));
-	kvmm_tier_count(ctx, tier, TEV_PROMOTE_PAGES, nr);
-	kvmm_pages_to_tree(dev, pfns, nr);
-	kvmm_free_pages(ctx, &ctx->zone[tier], node->pfns, nr);
-	node_set_tier(ctx, node, KVMM_TIER_DEVICE, pfns);
+	node_moved(ctx, node, KVMM_TIER_DEVICE, pfns, tier, t0);
 	return 0;
 }
 

@@ -133,30 +133,25 @@ static void mock_copy_page(struct mock_pool *pool, int32_t pfn, char *host, bool
 	}
 }
 
-static int mock_gather(void *priv, const int32_t *pfns, uint32_t nr, void *const *dst)
+static int mock_copy(struct mock_pool *pool, const int32_t *pfns, uint32_t nr,
+		     void *const *host, bool out)
 {
-	struct mock_pool *pool = priv;
 	int ret = mock_copy_fault(pool);
 	uint32_t i;
 
-	if (ret)
-		return ret;
-	for (i = 0; i < nr; i++)
-		mock_copy_page(pool, pfns[i], dst[i], true);
-	return 0;
+	for (i = 0; !ret && i < nr; i++)
+		mock_copy_page(pool, pfns[i], host[i], out);
+	return ret;
+}
+
+static int mock_gather(void *priv, const int32_t *pfns, uint32_t nr, void *const *dst)
+{
+	return mock_copy(priv, pfns, nr, dst, true);
 }
 
 static int mock_scatter(void *priv, const int32_t *pfns, uint32_t nr, void *const *src)
 {
-	struct mock_pool *pool = priv;
-	int ret = mock_copy_fault(pool);
-	uint32_t i;
-
-	if (ret)
-		return ret;
-	for (i = 0; i < nr; i++)
-		mock_copy_page(pool, pfns[i], src[i], false);
-	return 0;
+	return mock_copy(priv, pfns, nr, src, false);
 }
 
 /* Plain host memory: no node is nearer than another. */
