@@ -385,6 +385,7 @@ void kvmm_lruvec_init(struct kvmm_lruvec *lv, const struct kvmm_evict_ops *ops);
 const struct kvmm_evict_ops *kvmm_evict_ops_lookup(const char *name);
 void kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void __kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node, bool oldest);
+void kvmm_lru_del(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_lru_touch(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc);
 
@@ -394,7 +395,6 @@ void kvmm_tiers_exit(struct kvmm_ctx *ctx);
 bool kvmm_tier_below(const struct kvmm_ctx *ctx, uint32_t tier, uint32_t *lower);
 int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_drop_subtree(struct kvmm_ctx *ctx, struct kvmm_node *node);
-void kvmm_tree_drop_below(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_path_tiers(const struct kvmm_node *root, const struct kvmm_path *path,
 		     uint32_t *tokens);
 void kvmm_path_clip(struct kvmm_path *path);
@@ -432,6 +432,8 @@ struct kvmm_seq {
 
 int kvmm_seqs_init(struct kvmm_ctx *ctx);
 void kvmm_seqs_exit(struct kvmm_ctx *ctx);
+int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
+		     uint32_t n, uint32_t *below);
 int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t *ns,
 		      size_t stride, uint32_t count, uint32_t flags);
 

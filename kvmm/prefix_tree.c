@@ -921,18 +921,10 @@ KVMM_EXPORT int kvmm_prefix_set_prio(struct kvmm_ctx *ctx, uint32_t ns,
 	if (ret)
 		return ret;
 	for (node = path.node; !(node->flags & KVMM_NODE_ROOT); node = node->parent) {
-		bool queued = node->flags & KVMM_NODE_EVICTABLE;
-
-		if (queued) {
-			struct kvmm_lruvec *lv = kvmm_node_lruvec(ctx, node);
-
-			node->flags &= ~KVMM_NODE_EVICTABLE;
-			lv->ops->del(lv, node);
-			lv->nr_leaves--;
-		}
+		/* off and back on: the lists are per priority */
+		kvmm_lru_del(ctx, node);
 		node->prio = (uint8_t)prio;
-		if (queued)
-			kvmm_lru_update(ctx, node);
+		kvmm_lru_update(ctx, node);
 	}
 	kvmm_debug_check(ctx, "set_prio");
 	return (int)path.matched;

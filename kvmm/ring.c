@@ -309,11 +309,10 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 static int op_match(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		    const uint32_t *tok, uint32_t *cflags)
 {
-	int ret = kvmm_seq_match(d->ctx, sqe->seq, tok, sqe->len);
+	uint32_t below = 0;
+	int ret = __kvmm_seq_match(d->ctx, sqe->seq, tok, sqe->len, &below);
 
-	if (ret >= 0 && d->ctx->store[KVMM_TIER_HOST] &&
-	    kvmm_prefix_tiers(d->ctx, d->ctx->seqs[sqe->seq].ns, tok, sqe->len,
-			      NULL) > ret)
+	if (ret >= 0 && below)
 		*cflags |= KVMM_CQE_F_LOWER;
 	return ret;
 }

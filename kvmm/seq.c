@@ -126,6 +126,16 @@ KVMM_EXPORT int kvmm_seq_open(struct kvmm_ctx *ctx, uint32_t ns, uint32_t *seqp)
 KVMM_EXPORT int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq,
 			       const uint32_t *tokens, uint32_t n)
 {
+	return __kvmm_seq_match(ctx, seq, tokens, n, NULL);
+}
+
+/*
+ * kvmm_seq_match(), also saying in *@below (when not NULL) how many
+ * tokens of the prefix go on below the device: the ring's CQE_F_LOWER.
+ */
+int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
+		     uint32_t n, uint32_t *below)
+{
 	struct kvmm_seq *s = seq_get(ctx, seq);
 	uint32_t tiers[KVMM_NR_TIERS], t;
 	struct kvmm_path path;
@@ -151,6 +161,8 @@ KVMM_EXPORT int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq,
 	kvmm_count(ctx, EV_HIT_TOKENS, path.matched);
 	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++)
 		kvmm_tier_count(ctx, t, TEV_HIT_TOKENS, tiers[t]);
+	if (below)
+		*below = tiers[KVMM_TIER_HOST] + tiers[KVMM_TIER_NVME];
 	kvmm_debug_check(ctx, "seq_match");
 	return (int)path.matched;
 }

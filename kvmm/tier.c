@@ -157,11 +157,7 @@ static void node_set_tier(struct kvmm_ctx *ctx, struct kvmm_node *node,
 	bool proper = !(parent->flags & KVMM_NODE_ROOT);
 	struct kvmm_list *pos;
 
-	if (node->flags & KVMM_NODE_EVICTABLE) {
-		kvmm_node_lruvec(ctx, node)->ops->del(kvmm_node_lruvec(ctx, node), node);
-		kvmm_node_lruvec(ctx, node)->nr_leaves--;
-		node->flags &= ~KVMM_NODE_EVICTABLE;
-	}
+	kvmm_lru_del(ctx, node);
 	ctx->tree.cached[old] -= nr;
 	ctx->tree.cached[tier] += nr;
 	if (node->lock_ref) {
@@ -276,18 +272,13 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
  */
 void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
-	struct kvmm_lruvec *lv = kvmm_node_lruvec(ctx, node);
 	struct kvmm_node *parent = node->parent;
 	uint32_t nr = node->len >> ctx->page_shift;
 
 	kvmm_assert(ctx, !node->lock_ref && kvmm_node_is_leaf(node));
-	if (node->flags & KVMM_NODE_EVICTABLE) {
-		lv->ops->del(lv, node);
-		node->flags &= ~KVMM_NODE_EVICTABLE;
-		lv->nr_leaves--;
-	}
+	kvmm_lru_del(ctx, node);
 	kvmm_free_pages(ctx, kvmm_node_zone(ctx, node), node->pfns, nr);
-	lv->evictable -= nr;
+	kvmm_node_lruvec(ctx, node)->evictable -= nr;
 	ctx->tree.cached[node->tier] -= nr;
 	if (node->tier != KVMM_TIER_DEVICE)
 		kvmm_tier_count(ctx, node->tier, TEV_EVICT_PAGES, nr);
@@ -299,11 +290,12 @@ void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 }
 
 /**
- * kvmm_tree_drop_below() - drop every descendant of @node
+ * kvmm_drop_subtree() - drop @node and everything below it, leaves first
  * @ctx: the context
- * @node: a node whose descendants are all unlocked (lower-tier nodes are)
+ * @node: an unlocked node whose descendants are unlocked (lower-tier
+ *	nodes always are)
  */
-void kvmm_tree_drop_below(struct kvmm_ctx *ctx, struct kvmm_node *node)
+void kvmm_drop_subtree(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
 	while (!kvmm_node_is_leaf(node)) {
 		struct kvmm_node *n = list_entry(node->children.next,
@@ -313,16 +305,6 @@ void kvmm_tree_drop_below(struct kvmm_ctx *ctx, struct kvmm_node *node)
 			n = list_entry(n->children.next, struct kvmm_node, sibling);
 		kvmm_drop_leaf(ctx, n);
 	}
-}
-
-/**
- * kvmm_drop_subtree() - drop @node and everything below it
- * @ctx: the context
- * @node: an unlocked node with unlocked descendants
- */
-void kvmm_drop_subtree(struct kvmm_ctx *ctx, struct kvmm_node *node)
-{
-	kvmm_tree_drop_below(ctx, node);
 	kvmm_drop_leaf(ctx, node);
 }
 

@@ -211,10 +211,24 @@ void __kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node, bool oldest
 		node->flags |= KVMM_NODE_EVICTABLE;
 		lv->nr_leaves++;
 	} else {
-		lv->ops->del(lv, node);
-		node->flags &= ~KVMM_NODE_EVICTABLE;
-		lv->nr_leaves--;
+		kvmm_lru_del(ctx, node);
 	}
+}
+
+/**
+ * kvmm_lru_del() - take @node off its tier's reclaim lists, if it is on them
+ * @ctx: the context
+ * @node: a node about to change tier, priority, or go
+ */
+void kvmm_lru_del(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct kvmm_lruvec *lv = kvmm_node_lruvec(ctx, node);
+
+	if (!(node->flags & KVMM_NODE_EVICTABLE))
+		return;
+	lv->ops->del(lv, node);
+	node->flags &= ~KVMM_NODE_EVICTABLE;
+	lv->nr_leaves--;
 }
 
 void kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node)
@@ -245,8 +259,7 @@ static void evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
 		sc->nr_demoted += nr;
 		return;
 	}
-	kvmm_tree_drop_below(ctx, node);
-	kvmm_drop_leaf(ctx, node);
+	kvmm_drop_subtree(ctx, node);
 	sc->nr_evicted++;
 }
 
@@ -419,7 +432,6 @@ KVMM_EXPORT int kvmm_set_evict_policy(struct kvmm_ctx *ctx, const char *name)
 	kvmm_debug_check(ctx, "set_evict_policy");
 	return 0;
 }
-
 
 KVMM_EXPORT const char *kvmm_evict_policy(const struct kvmm_ctx *ctx)
 {
