@@ -37,11 +37,18 @@ KVMM_EXPORT const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name)
 
 /**
  * kvmm_store_lookup() - the store that holds the pages of a lower tier
- * @tier: KVMM_TIER_HOST (KVMM_TIER_NVME has none yet)
+ * @tier: KVMM_TIER_HOST or KVMM_TIER_NVME
  *
- * Return: its ops, or NULL when this build has none for @tier.
+ * Return: its ops, or NULL when this build has none for @tier (the NVMe
+ * store needs liburing).
  */
 KVMM_EXPORT const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier)
 {
-	return tier == KVMM_TIER_HOST ? &kvmm_host_store : NULL;
+	if (tier == KVMM_TIER_HOST)
+		return &kvmm_host_store;
+#if CONFIG_KVMM_LIBURING
+	if (tier == KVMM_TIER_NVME)
+		return &kvmm_nvme_store;
+#endif
+	return NULL;
 }

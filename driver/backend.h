@@ -10,5 +10,6 @@
 
 extern const struct kvmm_backend_ops kvmm_mock_backend;
 extern const struct kvmm_store_ops kvmm_host_store;
+extern const struct kvmm_store_ops kvmm_nvme_store;
 
 #endif

@@ -92,6 +92,13 @@ struct kvmm_alloc_ops {
  * @backend: backend name, "mock" (default when NULL)
  * @backend_arg: passed to the backend's init, backend specific (may be NULL)
  * @host_arg: passed to the host store's init (struct kvmm_host_arg, or NULL)
+ * @nvme_pages: pages of the NVMe tier (0: none); needs a host tier, which
+ *	stages its pages (see the tiers doc)
+ * @nvme_qd: io_uring queue depth of the NVMe tier (0: 32)
+ * @nvme_path: the file or block device of the NVMe tier; an existing
+ *	kvmm file of the same geometry is recovered (restart), an empty or
+ *	new one is formatted, anything else is refused
+ * @nvme_arg: passed to the NVMe store's init (struct kvmm_nvme_arg, or NULL)
  * @alloc: metadata allocator, NULL for malloc/free
  * @alloc_priv: passed to @alloc's hooks
  * @log: where kvmm reports corruption and check failures; NULL for stderr
@@ -117,6 +124,10 @@ struct kvmm_params {
 	uint32_t host_pages;
 	int32_t host_node;
 	void *host_arg;
+	uint32_t nvme_pages;
+	uint32_t nvme_qd;
+	const char *nvme_path;
+	void *nvme_arg;
 	const char *backend;
 	void *backend_arg;
 	const struct kvmm_alloc_ops *alloc;
@@ -600,7 +611,13 @@ uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t page_size);
  * @nr_pages: pages
  * @tier: KVMM_TIER_*
  * @numa_node: node to place the memory on, -1 for no preference
- * @arg: kvmm_params.host_arg (for the host tier)
+ * @arg: kvmm_params.host_arg or nvme_arg
+ * @model: the model geometry (a persistent store refuses another's file)
+ * @page_size: tokens per page
+ * @path: file or block device of a persistent store
+ * @qd: I/O queue depth of a persistent store
+ * @err: where init may write a line saying why it failed
+ * @err_len: bytes at @err
  */
 struct kvmm_store_cfg {
 	uint64_t page_bytes;
@@ -608,20 +625,56 @@ struct kvmm_store_cfg {
 	uint32_t tier;
 	int32_t numa_node;
 	void *arg;
+	struct kvmm_model model;
+	uint32_t page_size;
+	const char *path;
+	uint32_t qd;
+	char *err;
+	size_t err_len;
+};
+
+/**
+ * struct kvmm_store_key - what a page of a persistent store holds
+ * @id: the page's identity: XXH3-128, seeded with @ns, of the token ids of
+ *	its whole prefix up to and including its own
+ * @parent: the identity of the page before it; zero for a first page
+ * @ns: namespace of the prefix
+ * @tokens: the page's own token ids (page_size of them)
+ */
+struct kvmm_store_key {
+	uint64_t id[2];
+	uint64_t parent[2];
+	uint32_t ns;
+	const uint32_t *tokens;
 };
 
 /**
  * struct kvmm_store_ops - the bytes of a lower tier's pages
  * @name: what selects it
- * @init: allocate @cfg->nr_pages pages; store private state in *@privp
+ * @init: set up @cfg->nr_pages pages; store private state in *@privp
  * @exit: release everything @init took
+ *
+ * A memory store (the host tier) has its pages in addressable memory:
  * @page: the address of page @pfn (kvmm_page_bytes() long)
  * @seal: pages @pfns were just written: record what they must read back as
  * @verify: check pages @pfns against what @seal recorded; return the
  *	number of leading pages that verify (nr when all do)
  *
- * A store keeps a checksum of every sealed page; a page that fails
- * verification is treated as a miss by the core and never served.
+ * An I/O store (the NVMe tier) has them behind reads and writes:
+ * @write: write @src[i] as page @pfns[i], labelled @keys[i]; 0, or a
+ *	negative errno after which no page of the call can be trusted
+ * @read: read pages @pfns and check them against @keys (identity) and
+ *	their checksums; set @dst[i] to page i's bytes, valid until the next
+ *	call.  Return the number of leading pages that read and verified; a
+ *	store may stop early at its batch size, with *@err 0; otherwise *@err
+ *	says why page [return] failed: -EBADMSG (it does not verify) or the
+ *	I/O error
+ * @recover: call @fn for every page found valid on the store at init
+ *	(restart), with its key and a write sequence number (higher is newer);
+ *	a nonzero return from @fn stops the walk and is returned
+ *
+ * Every page is checksummed; a page that fails verification is treated as
+ * a miss by the core and never served.
  */
 struct kvmm_store_ops {
 	const char *name;
@@ -630,6 +683,14 @@ struct kvmm_store_ops {
 	void *(*page)(void *priv, uint32_t pfn);
 	void (*seal)(void *priv, const int32_t *pfns, uint32_t nr);
 	uint32_t (*verify)(void *priv, const int32_t *pfns, uint32_t nr);
+	int (*write)(void *priv, const int32_t *pfns, uint32_t nr,
+		     void *const *src, const struct kvmm_store_key *keys);
+	uint32_t (*read)(void *priv, const int32_t *pfns, uint32_t nr,
+			 const struct kvmm_store_key *keys, void **dst, int *err);
+	int (*recover)(void *priv,
+		       int (*fn)(void *arg, uint32_t pfn,
+				 const struct kvmm_store_key *key, uint64_t seq),
+		       void *arg);
 };
 
 const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier);
@@ -659,6 +720,36 @@ struct kvmm_mock_arg {
 struct kvmm_host_arg {
 	int fail_init;
 	uint32_t flip_every;
+};
+
+#define KVMM_NVME_SHORT		1	/* kvmm_nvme_arg.fault: a short transfer */
+
+#define KVMM_NVME_SITE_WRITE	(1u << 0)
+#define KVMM_NVME_SITE_READ	(1u << 1)
+#define KVMM_NVME_SITE_SCAN	(1u << 2)	/* the restart scan */
+
+/**
+ * struct kvmm_nvme_arg - kvmm_params.nvme_arg: fault injection in the NVMe
+ *	store, under its I/O path
+ * @fail_init: make init fail with this negative errno
+ * @fault: what a chosen completion turns into: a negative errno (-EIO,
+ *	-ENOSPC, -EAGAIN, ...) or KVMM_NVME_SHORT (half the bytes moved)
+ * @fault_every: choose every @fault_every-th completion (0: none) ...
+ * @fault_sites: ... at these KVMM_NVME_SITE_* (0: all)
+ * @flip_every: flip a bit in the data of every @flip_every-th page
+ *	written, on its way to the file (0: never)
+ * @tear_every: write only the first half of every @tear_every-th page, as
+ *	a power cut would (0: never)
+ *
+ * The store keeps the pointer and reads the fields at every I/O.
+ */
+struct kvmm_nvme_arg {
+	int fail_init;
+	int fault;
+	uint32_t fault_every;
+	uint32_t fault_sites;
+	uint32_t flip_every;
+	uint32_t tear_every;
 };
 
 #ifdef __cplusplus

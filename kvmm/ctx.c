@@ -188,6 +188,10 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages)
 		return -EINVAL;
 	if (p->host_pages > KVMM_MAX_PAGES || p->host_node < KVMM_NODE_NEAREST)
 		return -EINVAL;
+	/* The NVMe tier is staged through the host tier's pages. */
+	if (p->nvme_pages > KVMM_MAX_PAGES || p->nvme_qd > 4096 ||
+	    (p->nvme_pages && (!p->host_pages || !p->nvme_path)))
+		return -EINVAL;
 	ret = params_nr_pages(p, nr_pages);
 	if (ret)
 		return ret;

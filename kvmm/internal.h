@@ -191,6 +191,7 @@ void kvmm_pages_to_tree(struct kvmm_zone *zone, const int32_t *pfns, uint32_t nr
 void kvmm_set_page_flags(struct kvmm_zone *zone, const int32_t *pfns,
 			 uint32_t nr, uint8_t set, uint8_t clear);
 bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn);
+bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn);
 
 /* ---- prefix_tree.c ---- */
 
@@ -320,6 +321,9 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		     const uint32_t *key, uint32_t n, int32_t *pfns,
 		     struct kvmm_node **endp, uint32_t *dupp);
 void kvmm_tree_delete_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
+struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
+				     const uint32_t *key, uint32_t n,
+				     const int32_t *pfns, uint32_t tier);
 void kvmm_tree_prefetch(const struct kvmm_node *node);
 uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from,
 			const struct kvmm_node *to, int32_t *dst);
@@ -403,6 +407,7 @@ uint32_t kvmm_tier_adopt(struct kvmm_ctx *ctx, struct kvmm_node *from,
 void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
 int kvmm_promote_path(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		      struct kvmm_path *path);
+int kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
 
 /* ---- seq.c ---- */
 
@@ -496,8 +501,9 @@ enum kvmm_tier_event {
  * @lruvec: per tier, its reclaim lists
  * @store: per lower tier, the store holding its bytes, and its state
  * @staging: page addresses for one node's move between tiers
- * @tier_pfns, @tier_nodes: frames and path nodes for the same (one
- *	allocation with @staging)
+ * @tier_pfns, @tier_nodes: frames and path nodes for the same
+ * @tier_keys, @tier_path: identities of a node's pages for an I/O store,
+ *	and the ancestors they are hashed from (one allocation with @staging)
  * @tier_events: per lower tier, enum kvmm_tier_event counters
  * @seqs: a descriptor per page-table row
  * @table: the page table, @max_seqs rows of @row_pages entries
@@ -526,6 +532,8 @@ struct kvmm_ctx {
 	void **staging;
 	int32_t *tier_pfns;
 	struct kvmm_node **tier_nodes;
+	struct kvmm_store_key *tier_keys;
+	struct kvmm_node **tier_path;
 	struct kvmm_seq *seqs;
 	int32_t *table;
 	uint32_t max_seqs;

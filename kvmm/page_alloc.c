@@ -176,6 +176,28 @@ bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn)
 	return hb_test(&zone->free, pfn);
 }
 
+/**
+ * kvmm_alloc_pfn() - take one given frame, if it is free
+ * @zone: its zone
+ * @pfn: the frame
+ *
+ * For a restart, where pages come back to the frames their bytes are in.
+ *
+ * Return: whether it was free; it is now OWNED with one reference.
+ */
+bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn)
+{
+	const struct kvmm_page owned = { .state = KVMM_PAGE_OWNED,
+					 .tier = (uint8_t)zone->tier, .refcount = 1 };
+
+	if (pfn >= zone->nr_pages || !hb_test(&zone->free, pfn))
+		return false;
+	hb_clear_mask(&zone->free, pfn >> 6, 1ULL << (pfn & 63));
+	zone->pages[pfn] = owned;
+	zone->nr_free--;
+	return true;
+}
+
 /*
  * Take @nr frames off the bitmap, next-fit from the cursor, and mark them
  * OWNED with one reference; nr_free >= nr.

@@ -597,6 +597,61 @@ uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from
 	return total;
 }
 
+/*
+ * Hang @leaf (tokens and frames filled in; the frames OWNED on @tier) under
+ * @parent: the frames become the tree's, the accounting follows.
+ */
+static void link_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
+		      struct kvmm_node *leaf, uint32_t tier)
+{
+	uint32_t nr = leaf->len >> ctx->page_shift;
+
+	kvmm_pages_to_tree(&ctx->zone[tier], leaf->pfns, nr);
+	leaf->tier = (uint8_t)tier;
+	leaf->parent = parent;
+	list_add(&leaf->sibling, &parent->children);
+	htab_add(ctx, leaf);
+	if (!(parent->flags & KVMM_NODE_ROOT) && parent->tier == tier)
+		parent->tkids++;
+	kvmm_lru_update(ctx, parent);
+	ctx->tree.nr_nodes++;
+	ctx->tree.cached[tier] += nr;
+	ctx->lruvec[tier].evictable += nr;
+}
+
+/**
+ * kvmm_tree_add_leaf() - hang cached pages of any tier under a node
+ * @ctx: the context
+ * @parent: a root or a node on a tier no slower than @tier
+ * @key: the new edge's tokens, continuing @parent's path
+ * @n: tokens, page aligned
+ * @pfns: its OWNED frames on @tier, which become the tree's
+ * @tier: KVMM_TIER_*
+ *
+ * For a restart, which finds an NVMe tier's pages again.
+ *
+ * Return: the new leaf; NULL, with nothing changed, when @parent has a
+ * child that starts the same way (-EEXIST) or on -ENOMEM.
+ */
+struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
+				     const uint32_t *key, uint32_t n,
+				     const int32_t *pfns, uint32_t tier)
+{
+	struct kvmm_node *leaf;
+
+	if (kvmm_tree_lookup_child(ctx, parent, key))
+		return NULL;
+	leaf = node_alloc(ctx, n);
+	if (!leaf)
+		return NULL;
+	memcpy(leaf->tokens, key, (size_t)n * sizeof(*key));
+	memcpy(leaf->pfns, pfns, (size_t)(n >> ctx->page_shift) * sizeof(*pfns));
+	link_leaf(ctx, parent, leaf, tier);
+	leaf->atime = ++ctx->tree.clock;	/* newer than its parent */
+	kvmm_lru_update(ctx, leaf);
+	return leaf;
+}
+
 /**
  * kvmm_tree_insert() - add computed tokens below @from
  * @ctx: the context
@@ -663,19 +718,9 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		kvmm_count(ctx, EV_DEDUP_PAGES, dup);
 	}
 	if (leaf) {
-		uint32_t nr = rest >> ctx->page_shift;
-
-		memcpy(leaf->pfns, pfns + matched, (size_t)nr * sizeof(*pfns));
-		kvmm_pages_to_tree(&ctx->zone[KVMM_TIER_DEVICE], leaf->pfns, nr);
-		leaf->parent = end;
-		list_add(&leaf->sibling, &end->children);
-		htab_add(ctx, leaf);
-		if (!(end->flags & KVMM_NODE_ROOT))
-			end->tkids++;
-		kvmm_lru_update(ctx, end);
-		ctx->tree.nr_nodes++;
-		ctx->tree.cached[KVMM_TIER_DEVICE] += nr;
-		ctx->lruvec[KVMM_TIER_DEVICE].evictable += nr;
+		memcpy(leaf->pfns, pfns + matched,
+		       (size_t)(rest >> ctx->page_shift) * sizeof(*pfns));
+		link_leaf(ctx, end, leaf, KVMM_TIER_DEVICE);
 		kvmm_count(ctx, EV_INSERT_TOKENS, rest);
 		end = leaf;
 	}

@@ -13,7 +13,18 @@
  *
  *   device reclaim:  victim leaf --demote--> host (room made by host reclaim)
  *                                  \--drop--> when no lower tier can take it
- *   host reclaim:    victim leaf --drop--> (or demote, once a tier is below)
+ *   host reclaim:    victim leaf --demote--> NVMe (room made by NVMe reclaim)
+ *                                  \--drop--> when there is none, or it fails
+ *   NVMe reclaim:    victim leaf --drop-->
+ *
+ * The host tier is a memory store: the backend gathers and scatters
+ * straight into its pages.  The NVMe tier is an I/O store below it: its
+ * pages are written from the host tier's and read into the store's own
+ * buffers, which the backend scatters from; so the NVMe tier needs a host
+ * tier.  Every page written to NVMe carries its identity, a hash of its
+ * whole prefix (tier_keys()), which is how a restart puts it back in the
+ * tree (kvmm_tier_recover()) and how a read knows the slot holds the page
+ * the tree expects.
  *
  * Demotion keeps the node and moves its pages: the backend gathers the
  * device pages into the lower store's pages, the store seals them (a
@@ -28,7 +39,11 @@
  * The core never reads KV bytes: it hands page addresses from the store to
  * the backend's gather and scatter.
  */
+#include <stdlib.h>
 #include <time.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "internal.h"
 
@@ -62,13 +77,14 @@ bool kvmm_tier_below(const struct kvmm_ctx *ctx, uint32_t tier, uint32_t *lower)
 }
 
 /*
- * Scratch for moving one path between tiers: page addresses, frames and
- * nodes, a row's worth each (a path has no more nodes than pages).
+ * Scratch for moving one path between tiers: page addresses, keys, nodes
+ * twice and frames, a row's worth each (a path has no more nodes than
+ * pages).
  */
 static size_t scratch_bytes(const struct kvmm_ctx *ctx)
 {
-	return (size_t)ctx->row_pages * (sizeof(void *) + sizeof(int32_t) +
-					 sizeof(struct kvmm_node *));
+	return (size_t)ctx->row_pages * (sizeof(void *) + sizeof(struct kvmm_store_key) +
+					 2 * sizeof(struct kvmm_node *) + sizeof(int32_t));
 }
 
 /* The node nearest the device, for a host tier with no node configured. */
@@ -79,52 +95,84 @@ static int tier_numa_node(const struct kvmm_ctx *ctx)
 	return ctx->backend->numa_node(ctx->backend_priv);
 }
 
+/*
+ * Set up lower tier @tier of @nr pages: its zone and its store.  Nothing
+ * is held on failure; a store's reason is reported.
+ */
+static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg)
+{
+	const struct kvmm_params *p = &ctx->params;
+	const struct kvmm_store_ops *ops = kvmm_store_lookup(tier);
+	struct kvmm_store_cfg cfg;
+	char why[256] = "";
+	int ret;
+
+	if (!ops) {
+		kvmm_report(ctx, "tier %u: this build has no store for it", tier);
+		return -EOPNOTSUPP;
+	}
+	ret = kvmm_zone_init(ctx, &ctx->zone[tier], nr, tier);
+	if (ret)
+		return ret;
+	cfg = (struct kvmm_store_cfg){
+		.page_bytes = kvmm_page_bytes(&p->model, p->page_size),
+		.nr_pages = nr,
+		.tier = tier,
+		.numa_node = tier == KVMM_TIER_HOST ? tier_numa_node(ctx) : -1,
+		.arg = arg,
+		.model = p->model,
+		.page_size = p->page_size,
+		.path = p->nvme_path,
+		.qd = p->nvme_qd,
+		.err = why,
+		.err_len = sizeof(why),
+	};
+	ret = ops->init(&cfg, &ctx->store_priv[tier]);
+	if (ret) {
+		if (why[0])
+			kvmm_report(ctx, "%s tier: %s", ops->name, why);
+		kvmm_zone_exit(ctx, &ctx->zone[tier]);
+		return ret;
+	}
+	ctx->store[tier] = ops;
+	return 0;
+}
+
 /**
  * kvmm_tiers_init() - set up the lower tiers the parameters ask for
  * @ctx: the context, with its backend up
  *
- * Return: 0; -EOPNOTSUPP when the backend cannot copy pages out; -ENOMEM;
- * the store's error.  Nothing is held on failure.
+ * An NVMe tier that holds pages from an earlier run (same file, same
+ * geometry) gives them back to the tree, as lower-tier nodes.
+ *
+ * Return: 0; -EOPNOTSUPP when the backend cannot copy pages out or the
+ * build has no store for a tier; -ENOMEM; the store's error.  Nothing is
+ * held on failure.
  */
 int kvmm_tiers_init(struct kvmm_ctx *ctx)
 {
 	const struct kvmm_params *p = &ctx->params;
-	const struct kvmm_store_ops *ops;
-	struct kvmm_store_cfg cfg;
 	int ret;
 
 	if (!p->host_pages)
 		return 0;
-	ops = kvmm_store_lookup(KVMM_TIER_HOST);
-	if (!ops || !ctx->backend->gather || !ctx->backend->scatter)
+	if (!ctx->backend->gather || !ctx->backend->scatter)
 		return -EOPNOTSUPP;
 	ctx->staging = kvmm_malloc(ctx, scratch_bytes(ctx));
 	if (!ctx->staging)
 		return -ENOMEM;
-	ctx->tier_nodes = (struct kvmm_node **)(ctx->staging + ctx->row_pages);
-	ctx->tier_pfns = (int32_t *)(ctx->tier_nodes + ctx->row_pages);
-	ret = kvmm_zone_init(ctx, &ctx->zone[KVMM_TIER_HOST], p->host_pages,
-			     KVMM_TIER_HOST);
+	ctx->tier_keys = (struct kvmm_store_key *)(ctx->staging + ctx->row_pages);
+	ctx->tier_nodes = (struct kvmm_node **)(ctx->tier_keys + ctx->row_pages);
+	ctx->tier_path = ctx->tier_nodes + ctx->row_pages;
+	ctx->tier_pfns = (int32_t *)(ctx->tier_path + ctx->row_pages);
+	ret = tier_init(ctx, KVMM_TIER_HOST, p->host_pages, p->host_arg);
+	if (!ret && p->nvme_pages) {
+		ret = tier_init(ctx, KVMM_TIER_NVME, p->nvme_pages, p->nvme_arg);
+		if (!ret)
+			ret = kvmm_tier_recover(ctx, KVMM_TIER_NVME);
+	}
 	if (ret)
-		goto out_staging;
-	cfg = (struct kvmm_store_cfg){
-		.page_bytes = kvmm_page_bytes(&p->model, p->page_size),
-		.nr_pages = p->host_pages,
-		.tier = KVMM_TIER_HOST,
-		.numa_node = tier_numa_node(ctx),
-		.arg = p->host_arg,
-	};
-	ret = ops->init(&cfg, &ctx->store_priv[KVMM_TIER_HOST]);
-	if (ret)
-		goto out_zone;
-	ctx->store[KVMM_TIER_HOST] = ops;
-	return 0;
-
-out_zone:
-	kvmm_zone_exit(ctx, &ctx->zone[KVMM_TIER_HOST]);
-out_staging:
-	kvmm_mfree(ctx, ctx->staging, scratch_bytes(ctx));
-	ctx->staging = NULL;
+		kvmm_tiers_exit(ctx);
 	return ret;
 }
 
@@ -219,15 +267,83 @@ static void node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to
 	node_set_tier(ctx, node, to, pfns);
 }
 
+/*
+ * The identities of @node's pages (see struct kvmm_store_key), into
+ * ctx->tier_keys: one pass over the tokens of its path from the root,
+ * taking a digest after each of its own pages.
+ */
+static struct kvmm_store_key *tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node)
+{
+	struct kvmm_store_key *keys = ctx->tier_keys;
+	struct kvmm_node **path = ctx->tier_path;
+	uint32_t depth = 0, i, ps = ctx->page_size, ns;
+	XXH128_hash_t h = { 0, 0 };
+	const struct kvmm_node *n;
+	XXH3_state_t st;
+
+	for (n = node->parent; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
+		path[depth++] = (struct kvmm_node *)n;
+	ns = n->ns;
+	XXH3_128bits_reset_withSeed(&st, ns);
+	while (depth--)
+		XXH3_128bits_update(&st, path[depth]->tokens,
+				    (size_t)path[depth]->len * sizeof(uint32_t));
+	if (node->parent != n)
+		h = XXH3_128bits_digest(&st);
+	for (i = 0; i < node->len >> ctx->page_shift; i++) {
+		keys[i].parent[0] = h.low64;
+		keys[i].parent[1] = h.high64;
+		XXH3_128bits_update(&st, node->tokens + i * ps, ps * sizeof(uint32_t));
+		h = XXH3_128bits_digest(&st);
+		keys[i].id[0] = h.low64;
+		keys[i].id[1] = h.high64;
+		keys[i].ns = ns;
+		keys[i].tokens = node->tokens + i * ps;
+	}
+	return keys;
+}
+
+/*
+ * Copy @node's @nr pages from their tier into @pfns on tier @to: the
+ * backend gathers device pages into a memory store; pages of a memory
+ * store are verified and written to an I/O store.
+ */
+static int tier_copy_down(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
+			  const int32_t *pfns, uint32_t nr)
+{
+	uint32_t from = node->tier;
+	int ret;
+
+	if (from == KVMM_TIER_DEVICE) {
+		ret = ctx->backend->gather(ctx->backend_priv, node->pfns, nr,
+					   tier_addrs(ctx, to, pfns, nr));
+		if (!ret)
+			ctx->store[to]->seal(ctx->store_priv[to], pfns, nr);
+	} else {
+		/* Never give a corrupted page a fresh checksum. */
+		if (ctx->store[from]->verify(ctx->store_priv[from], node->pfns, nr) < nr) {
+			kvmm_tier_count(ctx, from, TEV_CSUM_FAIL, 1);
+			return -EBADMSG;
+		}
+		ret = ctx->store[to]->write(ctx->store_priv[to], pfns, nr,
+					    tier_addrs(ctx, from, node->pfns, nr),
+					    tier_keys(ctx, node));
+	}
+	if (ret)
+		kvmm_tier_count(ctx, to, TEV_IO_ERRORS, 1);
+	return ret;
+}
+
 /**
- * kvmm_demote() - move a device leaf's pages down a tier
+ * kvmm_demote() - move a leaf's pages down a tier
  * @ctx: the context
- * @node: an unlocked leaf of the device tier
+ * @node: an unlocked leaf of its tier
  *
  * The lower tier makes room by its own reclaim.  On failure nothing moved.
  *
- * Return: 0; -ENOSPC when the lower tier cannot make room; the backend's
- * error from the copy.
+ * Return: 0; -ENOSPC when there is no lower tier or it cannot make room;
+ * -EBADMSG when the pages fail verification on the way; the backend's or
+ * the store's error from the copy.
  */
 int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
@@ -237,7 +353,7 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	uint64_t t0;
 	int ret;
 
-	if (node->tier != KVMM_TIER_DEVICE || !kvmm_tier_below(ctx, node->tier, &lower))
+	if (!kvmm_tier_below(ctx, node->tier, &lower))
 		return -ENOSPC;
 	zone = &ctx->zone[lower];
 	pfns = ctx->tier_pfns;
@@ -251,14 +367,11 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	}
 	__kvmm_alloc_pages(ctx, zone, nr, pfns);
 	t0 = now_ns();
-	ret = ctx->backend->gather(ctx->backend_priv, node->pfns, nr,
-				   tier_addrs(ctx, lower, pfns, nr));
+	ret = tier_copy_down(ctx, node, lower, pfns, nr);
 	if (ret) {
 		kvmm_free_pages(ctx, zone, pfns, nr);
-		kvmm_tier_count(ctx, lower, TEV_IO_ERRORS, 1);
 		return ret;
 	}
-	ctx->store[lower]->seal(ctx->store_priv[lower], pfns, nr);
 	node_moved(ctx, node, lower, pfns, lower, t0);
 	return 0;
 }
@@ -347,9 +460,49 @@ void kvmm_path_clip(struct kvmm_path *path)
 }
 
 /*
+ * Copy @node's pages from its lower tier into device frames @pfns: verify
+ * and scatter a memory store's pages in place; read an I/O store's into
+ * its buffers and scatter from there, a batch at a time.
+ * Return: 0; -EBADMSG when a page fails verification; the error of the
+ * read or the copy.
+ */
+static int tier_copy_up(struct kvmm_ctx *ctx, struct kvmm_node *node, const int32_t *pfns)
+{
+	uint32_t nr = node->len >> ctx->page_shift, tier = node->tier, done, got;
+	const struct kvmm_store_ops *ops = ctx->store[tier];
+	void *priv = ctx->store_priv[tier];
+	struct kvmm_store_key *keys;
+	int ret = 0, err;
+
+	if (ops->page) {
+		if (ops->verify(priv, node->pfns, nr) < nr)
+			ret = -EBADMSG;
+		else
+			ret = ctx->backend->scatter(ctx->backend_priv, pfns, nr,
+						    tier_addrs(ctx, tier, node->pfns, nr));
+	} else {
+		keys = tier_keys(ctx, node);
+		for (done = 0; done < nr && !ret; done += got) {
+			got = ops->read(priv, node->pfns + done, nr - done, keys + done,
+					ctx->staging, &err);
+			if (got)
+				ret = ctx->backend->scatter(ctx->backend_priv, pfns + done,
+							    got, ctx->staging);
+			if (!ret && err)
+				ret = err;
+			else if (!ret && !got)
+				ret = -EIO;	/* a store that makes no progress */
+		}
+	}
+	if (ret)
+		kvmm_tier_count(ctx, tier, ret == -EBADMSG ? TEV_CSUM_FAIL : TEV_IO_ERRORS, 1);
+	return ret;
+}
+
+/*
  * Bring one lower-tier node up to the device into the frames reserved for
- * it.  Return: 0; -EBADMSG when a page fails verification; the backend's
- * error.  On failure nothing moved and the frames are given back.
+ * it.  Return: 0, or tier_copy_up()'s error, after which nothing moved and
+ * the frames are given back.
  */
 static int promote_node(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
@@ -357,18 +510,10 @@ static int promote_node(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	struct kvmm_zone *dev = &ctx->zone[KVMM_TIER_DEVICE];
 	int32_t *pfns = ctx->tier_pfns;
 	uint64_t t0 = now_ns();
-	int ret = 0;
+	int ret;
 
 	__kvmm_alloc_pages(ctx, dev, nr, pfns);
-	if (ctx->store[tier]->verify(ctx->store_priv[tier], node->pfns, nr) < nr) {
-		kvmm_tier_count(ctx, tier, TEV_CSUM_FAIL, 1);
-		ret = -EBADMSG;
-	} else {
-		ret = ctx->backend->scatter(ctx->backend_priv, pfns, nr,
-					    tier_addrs(ctx, tier, node->pfns, nr));
-		if (ret)
-			kvmm_tier_count(ctx, tier, TEV_IO_ERRORS, 1);
-	}
+	ret = tier_copy_up(ctx, node, pfns);
 	if (ret) {
 		kvmm_free_pages(ctx, dev, pfns, nr);
 		return ret;
@@ -458,4 +603,168 @@ uint32_t kvmm_tier_adopt(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		node_set_tier(ctx, n, KVMM_TIER_DEVICE, pfns + at);
 	}
 	return at;
+}
+
+/* ---- restart: an I/O store's pages back into the tree ---- */
+
+enum { REC_NEW, REC_VISITING, REC_DONE, REC_FAILED };
+
+/* One page found on the store, while the tree is rebuilt. */
+struct tier_rec {
+	uint64_t id[2];
+	uint64_t parent[2];
+	uint64_t seq;
+	struct kvmm_node *node;
+	uint32_t pfn;
+	uint32_t ns;
+	uint32_t tok;		/* its tokens: tier_scan.tokens[tok * page_size] */
+	uint32_t state;
+};
+
+struct tier_scan {
+	struct kvmm_ctx *ctx;
+	struct tier_rec *recs;
+	uint32_t *tokens;	/* page_size per record */
+	uint32_t nr, max;
+};
+
+static int scan_one(void *arg, uint32_t pfn, const struct kvmm_store_key *key,
+		    uint64_t seq)
+{
+	struct tier_scan *ts = arg;
+	uint32_t ps = ts->ctx->page_size;
+	struct tier_rec *r;
+
+	if (ts->nr == ts->max)
+		return -E2BIG;	/* the store broke its promise: keep what we have */
+	r = &ts->recs[ts->nr];
+	*r = (struct tier_rec){
+		.id = { key->id[0], key->id[1] },
+		.parent = { key->parent[0], key->parent[1] },
+		.seq = seq, .pfn = pfn, .ns = key->ns, .tok = ts->nr,
+	};
+	memcpy(ts->tokens + (size_t)ts->nr * ps, key->tokens, ps * sizeof(uint32_t));
+	ts->nr++;
+	return 0;
+}
+
+static int id_cmp(const uint64_t *a, const uint64_t *b)
+{
+	if (a[0] != b[0])
+		return a[0] < b[0] ? -1 : 1;
+	return a[1] < b[1] ? -1 : a[1] > b[1];
+}
+
+/* By identity, and the newest copy of each first. */
+static int rec_cmp(const void *pa, const void *pb)
+{
+	const struct tier_rec *a = pa, *b = pb;
+	int c = id_cmp(a->id, b->id);
+
+	if (c)
+		return c;
+	return a->seq > b->seq ? -1 : a->seq < b->seq;
+}
+
+static int rec_key_cmp(const void *key, const void *pr)
+{
+	return id_cmp(key, ((const struct tier_rec *)pr)->id);
+}
+
+/*
+ * Hang record @r's page in the tree below its parent's node, attaching
+ * the parent first: an explicit stack (@stack) rather than recursion, as
+ * chains are as long as prompts.
+ */
+static void rec_attach(struct tier_scan *ts, uint32_t tier, uint32_t r, uint32_t *stack)
+{
+	static const uint64_t none[2];
+	struct kvmm_ctx *ctx = ts->ctx;
+	uint32_t sp = 0;
+
+	stack[sp++] = r;
+	while (sp) {
+		struct tier_rec *rec = &ts->recs[stack[sp - 1]], *p = NULL;
+		struct kvmm_node *parent;
+		int32_t pfn = (int32_t)rec->pfn;
+
+		if (rec->state == REC_DONE || rec->state == REC_FAILED) {
+			sp--;
+			continue;
+		}
+		if (id_cmp(rec->parent, none)) {
+			p = bsearch(rec->parent, ts->recs, ts->nr, sizeof(*p), rec_key_cmp);
+			if (p && p->state == REC_NEW && p->ns == rec->ns) {
+				rec->state = REC_VISITING;
+				stack[sp++] = (uint32_t)(p - ts->recs);
+				continue;
+			}
+		}
+		sp--;
+		/* An orphan (its parent lost or torn) or a cycle of forged ids. */
+		if (p ? p->state != REC_DONE || p->ns != rec->ns : id_cmp(rec->parent, none)) {
+			rec->state = REC_FAILED;
+			continue;
+		}
+		parent = p ? p->node : kvmm_tree_root(ctx, rec->ns, true);
+		rec->state = REC_FAILED;
+		if (!parent || !kvmm_alloc_pfn(&ctx->zone[tier], rec->pfn))
+			continue;
+		rec->node = kvmm_tree_add_leaf(ctx, parent,
+					       ts->tokens + (size_t)rec->tok * ctx->page_size,
+					       ctx->page_size, &pfn, tier);
+		if (!rec->node) {
+			kvmm_free_pages(ctx, &ctx->zone[tier], &pfn, 1);
+			continue;
+		}
+		rec->state = REC_DONE;
+	}
+}
+
+/**
+ * kvmm_tier_recover() - give the tree back the pages an I/O store kept
+ * @ctx: the context, its tier @tier just set up
+ * @tier: a tier with an I/O store
+ *
+ * Each page the store found valid becomes a one-page node under the page
+ * its header names as its parent; pages whose parent is missing (lost,
+ * torn, dropped) are left out and their slots are free, as are older
+ * copies of a page.  Best effort: a context that cannot get the memory to
+ * recover starts cold, with a report.
+ *
+ * Return: 0.
+ */
+int kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier)
+{
+	struct tier_scan ts = { .ctx = ctx, .max = ctx->zone[tier].nr_pages };
+	size_t rec_bytes = (size_t)ts.max * sizeof(*ts.recs);
+	size_t tok_bytes = (size_t)ts.max * ctx->page_size * sizeof(uint32_t);
+	size_t stack_bytes = (size_t)ts.max * sizeof(uint32_t);
+	uint32_t *stack, i, u;
+
+	if (!ctx->store[tier]->recover)
+		return 0;
+	ts.recs = kvmm_malloc(ctx, rec_bytes);
+	ts.tokens = kvmm_malloc(ctx, tok_bytes);
+	stack = kvmm_malloc(ctx, stack_bytes);
+	if (!ts.recs || !ts.tokens || !stack) {
+		kvmm_report(ctx, "%s tier: no memory to recover its pages; starting cold",
+			    ctx->store[tier]->name);
+		goto out;
+	}
+	ctx->store[tier]->recover(ctx->store_priv[tier], scan_one, &ts);
+	qsort(ts.recs, ts.nr, sizeof(*ts.recs), rec_cmp);
+	for (i = 0, u = 0; i < ts.nr; i++) {	/* keep the newest of each id */
+		if (u && !id_cmp(ts.recs[u - 1].id, ts.recs[i].id))
+			continue;
+		ts.recs[u++] = ts.recs[i];
+	}
+	ts.nr = u;
+	for (i = 0; i < ts.nr; i++)
+		rec_attach(&ts, tier, i, stack);
+out:
+	kvmm_mfree(ctx, stack, stack_bytes);
+	kvmm_mfree(ctx, ts.tokens, tok_bytes);
+	kvmm_mfree(ctx, ts.recs, rec_bytes);
+	return 0;
 }

@@ -1,19 +1,24 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/kvmm/tier_test.c - the host tier: demotion on reclaim, promotion
+ * tests/kvmm/tier_test.c - the lower tiers: demotion on reclaim, promotion
  * with verification, adoption of recomputed pages, and the faults on the
  * way (a corrupted page, a failed copy, a full tier, a store that will not
- * start).  Every sequence's KV is stamped from its tokens when computed,
+ * start); for the NVMe tier also restart, bad files and an I/O fault sweep.  Every sequence's KV is stamped from its tokens when computed,
  * and every promotion is checked against the stamps: promoted KV must be
  * exactly the KV that was demoted for those tokens.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../helpers.h"
 
 #define PS	4	/* tokens per page */
+#define ARRAY_LEN(a)	(sizeof(a) / sizeof((a)[0]))
 
 static struct kvmm_ctx *tier_ctx(uint32_t dev_pages, uint32_t host_pages,
 				 struct kvmm_mock_arg *mock, struct kvmm_host_arg *host)
@@ -311,9 +316,8 @@ static void test_bad_params(void)
  * random turns, some promoted, some recomputed.  Every promotion is checked
  * byte for byte and the invariants after every request.
  */
-static void test_random_conversations(void)
+static void random_conversations(struct kvmm_ctx *ctx, uint32_t turns)
 {
-	struct kvmm_ctx *ctx = tier_ctx(48, 96, NULL, NULL);
 	uint32_t conv[12][96], len[12] = { 0 }, i, x = 12345;
 
 	for (i = 0; i < 12; i++) {
@@ -321,7 +325,7 @@ static void test_random_conversations(void)
 		if (i % 3)	/* three system prompts of 16 tokens */
 			memcpy(conv[i], conv[i - i % 3], 16 * sizeof(uint32_t));
 	}
-	for (i = 0; i < 600; i++) {
+	for (i = 0; i < turns; i++) {
 		uint32_t c, n;
 		int m;
 
@@ -338,6 +342,13 @@ static void test_random_conversations(void)
 			break;
 		}
 	}
+}
+
+static void test_random_conversations(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(48, 96, NULL, NULL);
+
+	random_conversations(ctx, 600);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES) > 0);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_EVICT_PAGES) > 0);
 	CU_ASSERT(kvmm_drop_caches(ctx) >= 0);
@@ -399,9 +410,326 @@ static void test_ring_promote(void)
 	kvmm_destroy(ctx);
 }
 
+/* ---- the NVMe tier: an io_uring store below the host tier ---- */
+
+static char nvme_dir[256];
+
+/* A file in this run's scratch directory (under $TMPDIR, else /tmp). */
+static const char *nvme_file(const char *name)
+{
+	static char path[512];
+	const char *tmp = getenv("TMPDIR");
+
+	if (!nvme_dir[0]) {
+		snprintf(nvme_dir, sizeof(nvme_dir), "%s/kvmm-tier-XXXXXX",
+			 tmp && *tmp ? tmp : "/tmp");
+		if (!mkdtemp(nvme_dir))
+			nvme_dir[0] = 0;
+		CU_ASSERT_FATAL(nvme_dir[0] != 0);
+	}
+	snprintf(path, sizeof(path), "%s/%s", nvme_dir, name);
+	return path;
+}
+
+static int nvme_create(uint32_t dev, uint32_t host, uint32_t nvme, const char *path,
+		       struct kvmm_nvme_arg *arg, struct test_log *log,
+		       struct kvmm_ctx **ctxp)
+{
+	struct kvmm_params p = test_params(PS, dev, 8, 256);
+
+	p.host_pages = host;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.nvme_pages = nvme;
+	p.nvme_path = path;
+	p.nvme_arg = arg;
+	p.nvme_qd = 4;		/* a node of 8 pages takes two batches */
+	if (log) {
+		p.log = test_log_fn;
+		p.log_priv = log;
+	}
+	*ctxp = NULL;
+	return kvmm_create(&p, ctxp);
+}
+
+static struct kvmm_ctx *nvme_ctx(uint32_t dev, uint32_t host, uint32_t nvme,
+				 const char *path, struct kvmm_nvme_arg *arg)
+{
+	struct kvmm_ctx *ctx;
+
+	CU_ASSERT_EQUAL_FATAL(nvme_create(dev, host, nvme, path, arg, NULL, &ctx), 0);
+	return ctx;
+}
+
+/* Serve @tok, then push it down past the host tier onto NVMe. */
+static void to_nvme(struct kvmm_ctx *ctx, const uint32_t *tok, uint32_t seed)
+{
+	struct kvmm_tier_hits hits;
+
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, seed, 4);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_NVME], 32);
+}
+
+static void test_nvme_roundtrip(void)
+{
+	const char *path = nvme_file("roundtrip");
+	struct kvmm_ctx *ctx = nvme_ctx(16, 8, 64, path, NULL);
+	uint32_t tok[32];
+
+	test_tokens(tok, 32, 11);
+	to_nvme(ctx, tok, 1100);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_DEMOTE_PAGES) >= 8);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_BYTES_IN) > 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_HIT_TOKENS), 32);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_IO_ERRORS), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
+	CHECK_OK(ctx);
+	CU_ASSERT(kvmm_drop_caches(ctx) > 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 64);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/* A restarted context on the same file finds its prefixes again. */
+static void test_nvme_restart(void)
+{
+	const char *path = nvme_file("restart");
+	struct kvmm_ctx *ctx = nvme_ctx(16, 8, 64, path, NULL);
+	struct kvmm_tier_hits hits;
+	uint32_t tok[32];
+	uint64_t cached;
+	struct stat st;
+
+	test_tokens(tok, 32, 12);
+	to_nvme(ctx, tok, 1200);
+	cached = host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
+	kvmm_destroy(ctx);
+
+	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED), cached);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_NVME], 32);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);	/* the bytes are checked */
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
+	CHECK_OK(ctx);
+	/* it goes down again, then the file loses its tail: fewer pages, all good */
+	push_down(ctx, 1250, 4);
+	cached = host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(stat(path, &st), 0);
+	CU_ASSERT_EQUAL(truncate(path, st.st_size / 3 / 4096 * 4096), 0);
+	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) < cached);
+	CHECK_OK(ctx);
+	CU_ASSERT(serve(ctx, tok, 32, true) >= 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	/* a bigger tier on the same file keeps what it had */
+	ctx = nvme_ctx(16, 8, 128, path, NULL);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) > 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+static void write_file(const char *path, const void *buf, size_t n, off_t at)
+{
+	int fd = open(path, O_WRONLY | O_CREAT, 0600);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(pwrite(fd, buf, n, at), (ssize_t)n);
+	close(fd);
+}
+
+/* Files that are not ours, or not usable: a clear error, or a cold start. */
+static void test_nvme_bad_files(void)
+{
+	struct kvmm_nvme_arg fail = { .fail_init = -EIO };
+	const char *path = nvme_file("bad");
+	struct test_log log = { 0 };
+	struct test_alloc ta = { 0 };
+	struct kvmm_params p;
+	struct kvmm_ctx *ctx;
+	char text[] = "precious data, not a kvmm file", back[sizeof(text)];
+	uint32_t tok[32];
+	int fd;
+
+	/* the NVMe tier needs a host tier and a path */
+	CU_ASSERT_EQUAL(nvme_create(16, 0, 64, path, NULL, NULL, &ctx), -EINVAL);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, NULL, NULL, NULL, &ctx), -EINVAL);
+	/* a missing directory, a directory */
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, "/nonexistent-kvmm/x", NULL, &log, &ctx),
+			-ENOENT);
+	CU_ASSERT(strstr(log.last, "/nonexistent-kvmm/x") != NULL);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, nvme_dir, NULL, &log, &ctx), -EISDIR);
+	/* someone else's file is refused and left alone */
+	write_file(path, text, sizeof(text), 0);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EINVAL);
+	CU_ASSERT(strstr(log.last, "not a kvmm") != NULL);
+	fd = open(path, O_RDONLY);
+	CU_ASSERT_EQUAL(read(fd, back, sizeof(back)), (ssize_t)sizeof(back));
+	CU_ASSERT_EQUAL(memcmp(back, text, sizeof(text)), 0);
+	close(fd);
+	unlink(path);
+
+	/* a file of another geometry is refused */
+	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	kvmm_destroy(ctx);
+	p = test_params(PS * 2, 16, 8, 256);
+	p.host_pages = 8;
+	p.nvme_pages = 64;
+	p.nvme_path = path;
+	p.log = test_log_fn;
+	p.log_priv = &log;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EINVAL);
+	CU_ASSERT(strstr(log.last, "another geometry") != NULL);
+
+	/* a torn superblock: a cold start, nothing recovered */
+	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	test_tokens(tok, 32, 13);
+	to_nvme(ctx, tok, 1300);
+	kvmm_destroy(ctx);
+	write_file(path, "X", 1, 40);
+	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 0);
+	kvmm_destroy(ctx);
+	/* ... and the pages of the old format never come back */
+	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED), 0);
+	kvmm_destroy(ctx);
+
+	/* a store that fails to start leaks nothing */
+	p = test_params(PS, 16, 8, 256);
+	p.host_pages = 8;
+	p.nvme_pages = 64;
+	p.nvme_path = path;
+	p.nvme_arg = &fail;
+	p.alloc = &test_alloc_ops;
+	p.alloc_priv = &ta;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EIO);
+	CU_ASSERT_EQUAL(ta.live_blocks, 0);
+	unlink(path);
+}
+
+/*
+ * Every fault the injection layer can make, at every I/O site: no crash,
+ * no leak, no wrong KV (serve() checks every promoted byte), failed pages
+ * become misses, and errors are counted.
+ */
+static void test_nvme_fault_sweep(void)
+{
+	static const int faults[] = { -EIO, -ENOSPC, -EAGAIN, KVMM_NVME_SHORT };
+	static const uint32_t sites[] = { KVMM_NVME_SITE_WRITE, KVMM_NVME_SITE_READ };
+	static const uint32_t every[] = { 1, 3 };
+	const char *path = nvme_file("faults");
+	uint32_t f, s, e;
+
+	for (f = 0; f < ARRAY_LEN(faults); f++)
+	for (s = 0; s < ARRAY_LEN(sites); s++)
+	for (e = 0; e < ARRAY_LEN(every); e++) {
+		struct kvmm_nvme_arg arg = { .fault = faults[f], .fault_every = every[e],
+					     .fault_sites = sites[s] };
+		/* short and -EAGAIN are retried, but not for ever */
+		bool hard = every[e] == 1 ||
+			    (faults[f] != KVMM_NVME_SHORT && faults[f] != -EAGAIN);
+		struct kvmm_ctx *ctx = nvme_ctx(48, 16, 96, path, &arg);
+
+		random_conversations(ctx, 150);
+		if (hard)
+			CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_IO_ERRORS) > 0);
+		if (!hard && sites[s] == KVMM_NVME_SITE_READ)
+			CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) > 0);
+		CU_ASSERT(kvmm_drop_caches(ctx) >= 0);
+		CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 96);
+		CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 48);
+		CHECK_OK(ctx);
+		kvmm_destroy(ctx);
+		unlink(path);
+	}
+}
+
+/* Bits flipped and pages torn on the file: misses, counted, never served. */
+static void test_nvme_flip_tear(void)
+{
+	const char *path = nvme_file("flip");
+	uint32_t i;
+
+	for (i = 0; i < 2; i++) {
+		struct kvmm_nvme_arg arg = { .flip_every = i ? 0 : 2, .tear_every = i ? 2 : 0 };
+		struct kvmm_ctx *ctx = nvme_ctx(48, 16, 96, path, &arg);
+
+		random_conversations(ctx, 200);
+		CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL) > 0);
+		CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) > 0);
+		CHECK_OK(ctx);
+		kvmm_destroy(ctx);
+		/* and after a restart, the same pages are still misses */
+		arg = (struct kvmm_nvme_arg){ 0 };
+		ctx = nvme_ctx(48, 16, 96, path, &arg);
+		random_conversations(ctx, 100);
+		CHECK_OK(ctx);
+		kvmm_destroy(ctx);
+		unlink(path);
+	}
+}
+
+/*
+ * Conversations over all three tiers, a restart in the middle, and faults
+ * on the restart scan: whatever comes back is exactly what was computed.
+ */
+static void test_nvme_conversations_restart(void)
+{
+	struct kvmm_nvme_arg scan = { .fault = -EIO, .fault_every = 2,
+				      .fault_sites = KVMM_NVME_SITE_SCAN };
+	const char *path = nvme_file("conv");
+	struct kvmm_ctx *ctx = nvme_ctx(48, 24, 96, path, NULL);
+	uint64_t cached;
+
+	random_conversations(ctx, 400);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) > 0);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_EVICT_PAGES) > 0);
+	cached = host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
+	kvmm_destroy(ctx);
+
+	/*
+	 * What hung below prefixes that were on the device or the host is
+	 * lost with them; the rest comes back.
+	 */
+	ctx = nvme_ctx(48, 24, 96, path, NULL);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) > 0);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) <= cached);
+	CHECK_OK(ctx);
+	random_conversations(ctx, 200);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) > 0);
+	cached = host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
+	kvmm_destroy(ctx);
+
+	/* half the headers unreadable at start: fewer pages, all of them right */
+	ctx = nvme_ctx(48, 24, 96, path, &scan);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) < cached);
+	CHECK_OK(ctx);
+	random_conversations(ctx, 200);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+static int tier_suite_clean(void)
+{
+	if (nvme_dir[0])
+		rmdir(nvme_dir);
+	return 0;
+}
+
 int register_tier_suite(void)
 {
-	CU_pSuite s = CU_add_suite("tier", NULL, NULL);
+	CU_pSuite s = CU_add_suite("tier", NULL, tier_suite_clean);
 
 	if (!s)
 		return -1;
@@ -415,5 +743,11 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_bad_params);
 	ADD_TEST(s, test_random_conversations);
 	ADD_TEST(s, test_ring_promote);
+	ADD_TEST(s, test_nvme_roundtrip);
+	ADD_TEST(s, test_nvme_restart);
+	ADD_TEST(s, test_nvme_bad_files);
+	ADD_TEST(s, test_nvme_fault_sweep);
+	ADD_TEST(s, test_nvme_flip_tear);
+	ADD_TEST(s, test_nvme_conversations_restart);
 	return 0;
 }

@@ -1,0 +1,647 @@
+// SPDX-License-Identifier: MIT
+/*
+ * driver/nvme/nvme.c - the NVMe tier's store: KV pages in a file or on a
+ * block device, through io_uring.
+ *
+ * DOC: on-disk format
+ *
+ *   offset 0        superblock (4 KiB): magic, version, geometry, epoch
+ *   offset 4096     slot 0, slot 1, ... each slot_bytes (a 4 KiB multiple)
+ *
+ * A slot is one page: a header, the page's token ids, then its KV bytes in
+ * the staging layout (at data_off):
+ *
+ *   magic | ns | seq | epoch | id | parent | data_csum | hdr_csum | tokens[]
+ *
+ * id is the page's identity (XXH3-128 of its namespace and every token of
+ * its prefix through this page) and parent the identity of the page
+ * before it, so at a restart the pages find their places in the tree again
+ * without any other index: the slot headers are the journal.  A header
+ * counts only when its own checksum (hdr_csum, over the header and tokens)
+ * holds and its epoch is the superblock's (a reformatted file's old slots
+ * never come back); a slot whose data was torn fails data_csum when it is
+ * read and is a miss.  Reads also compare the header with the identity the
+ * core expects, so a lost write (a slot still holding an older page) is a
+ * miss too, never wrong KV.  seq orders two copies of the same page.
+ *
+ * I/O is O_DIRECT where the filesystem takes it (buffered otherwise), in
+ * batches of up to the queue depth through one io_uring, from bounce
+ * buffers registered with it (IORING_OP_{READ,WRITE}_FIXED) on a
+ * registered file.  Short transfers and -EAGAIN are resubmitted for the
+ * rest, a few times; anything else fails the pages of that I/O.
+ *
+ * Fault injection (kvmm_nvme_arg, read at every I/O) rewrites completions
+ * as they are reaped, and flips or tears pages on their way to the file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <linux/fs.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <libkvmm.h>
+#include "autoconf.h"
+#include "../backend.h"
+
+#if CONFIG_KVMM_LIBURING
+#include <liburing.h>
+
+#define NVME_MAGIC		"KVMMNVM1"
+#define NVME_VERSION		1
+#define NVME_SLOT_MAGIC		0x504d564bu	/* "KVMP" */
+#define NVME_BLOCK		4096u
+#define NVME_TRIES		4	/* submissions of one I/O before it fails */
+#define NVME_DEFAULT_QD		32
+
+struct nvme_super {
+	char magic[8];
+	uint32_t version;
+	uint32_t page_size;
+	uint64_t page_bytes;
+	uint64_t slot_bytes;
+	uint64_t epoch;
+	uint32_t nr_slots;
+	uint32_t data_off;
+	struct kvmm_model model;
+	uint64_t csum;		/* XXH3-64 of everything before it */
+};
+
+struct nvme_slot_hdr {
+	uint32_t magic;
+	uint32_t ns;
+	uint64_t seq;
+	uint64_t epoch;
+	uint64_t id[2];
+	uint64_t parent[2];
+	uint64_t data_csum;
+	uint64_t hdr_csum;	/* XXH3-64 of the header (this field 0) and tokens */
+	uint32_t tokens[];
+};
+
+/* One transfer of a batch: bounce buffer i to or from the file. */
+struct nvme_io {
+	uint64_t off;
+	uint32_t len;
+	uint32_t done;
+	int res;
+	int tries;
+};
+
+struct nvme_store {
+	int fd;
+	bool direct;		/* O_DIRECT took */
+	bool fixed_bufs;	/* bounce buffers registered */
+	bool fixed_file;
+	struct io_uring ring;
+	bool ring_up;
+	bool broken;		/* the ring failed: every later I/O fails */
+	uint32_t qd;
+	uint32_t page_size;
+	uint64_t page_bytes;
+	uint64_t slot_bytes;
+	uint32_t data_off;
+	uint32_t hdr_len;	/* header and tokens */
+	uint32_t nr_slots;
+	uint32_t old_slots;	/* slots of a recovered file to scan */
+	uint64_t epoch;
+	uint64_t seq;		/* next write's sequence number */
+	char *bounce;		/* qd slots */
+	struct nvme_io *io;	/* qd */
+	const struct kvmm_nvme_arg *arg;
+	uint64_t completions;	/* for arg->fault_every */
+	uint64_t written;	/* pages, for flip_every and tear_every */
+};
+
+static int nvme_err(const struct kvmm_store_cfg *cfg, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Say why init fails, in the caller's buffer, and return @err. */
+static int nvme_err(const struct kvmm_store_cfg *cfg, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (cfg->err && cfg->err_len) {
+		va_start(ap, fmt);
+		vsnprintf(cfg->err, cfg->err_len, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+static uint64_t round_up(uint64_t x, uint64_t to)
+{
+	return (x + to - 1) / to * to;
+}
+
+static char *slot_buf(const struct nvme_store *ns, uint32_t i)
+{
+	return ns->bounce + (uint64_t)i * ns->slot_bytes;
+}
+
+static uint64_t slot_off(const struct nvme_store *ns, uint32_t slot)
+{
+	return NVME_BLOCK + (uint64_t)slot * ns->slot_bytes;
+}
+
+static uint64_t hdr_csum(const struct nvme_slot_hdr *h, uint32_t hdr_len)
+{
+	XXH3_state_t st;
+	struct nvme_slot_hdr copy = *h;
+
+	copy.hdr_csum = 0;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, &copy, sizeof(copy));
+	XXH3_64bits_update(&st, h->tokens, hdr_len - sizeof(copy));
+	return XXH3_64bits_digest(&st);
+}
+
+static uint64_t super_csum(const struct nvme_super *sb)
+{
+	return XXH3_64bits(sb, offsetof(struct nvme_super, csum));
+}
+
+static void nvme_exit(void *priv)
+{
+	struct nvme_store *ns = priv;
+
+	if (!ns)
+		return;
+	if (ns->ring_up)
+		io_uring_queue_exit(&ns->ring);
+	if (ns->fd >= 0)
+		close(ns->fd);
+	free(ns->bounce);
+	free(ns->io);
+	free(ns);
+}
+
+/* ---- the I/O engine: one batch through the ring, retried as needed ---- */
+
+static bool fault_due(struct nvme_store *ns, uint32_t site)
+{
+	const struct kvmm_nvme_arg *a = ns->arg;
+
+	if (!a || !a->fault_every || (a->fault_sites && !(a->fault_sites & site)))
+		return false;
+	return !(++ns->completions % a->fault_every);
+}
+
+static void nvme_prep(struct nvme_store *ns, bool write, uint32_t i)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&ns->ring);
+	struct nvme_io *io = &ns->io[i];
+	char *buf = slot_buf(ns, i) + io->done;
+	unsigned int len = io->len - io->done;
+	int fd = ns->fixed_file ? 0 : ns->fd;
+	uint64_t off = io->off + io->done;
+
+	/* Never more than qd in flight, so there is always an sqe. */
+	if (ns->fixed_bufs && write)
+		io_uring_prep_write_fixed(sqe, fd, buf, len, off, (int)i);
+	else if (ns->fixed_bufs)
+		io_uring_prep_read_fixed(sqe, fd, buf, len, off, (int)i);
+	else if (write)
+		io_uring_prep_write(sqe, fd, buf, len, off);
+	else
+		io_uring_prep_read(sqe, fd, buf, len, off);
+	if (ns->fixed_file)
+		sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data64(sqe, i);
+	io->tries++;
+}
+
+/*
+ * Run ns->io[0..n) (filled with off and len) against bounce buffers
+ * 0..n: submit all, reap all, resubmit short and -EAGAIN ones.  Each
+ * io->res ends 0 or a negative errno.
+ */
+static void nvme_batch(struct nvme_store *ns, bool write, uint32_t site, uint32_t n)
+{
+	uint32_t i, inflight = 0;
+
+	for (i = 0; i < n; i++) {
+		ns->io[i].done = 0;
+		ns->io[i].tries = 0;
+		ns->io[i].res = ns->broken ? -EIO : 0;
+		if (ns->broken)
+			continue;
+		nvme_prep(ns, write, i);
+		inflight++;
+	}
+	while (inflight) {
+		struct io_uring_cqe *cqe;
+		struct nvme_io *io;
+		int ret, res;
+
+		ret = io_uring_submit_and_wait(&ns->ring, 1);
+		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+			/*
+			 * The ring itself broke.  Completions still owed to
+			 * this batch could land on a later one's buffers, so
+			 * the store gives up: this and every later I/O fails.
+			 */
+			ns->broken = true;
+			for (i = 0; i < n; i++)
+				if (ns->io[i].done < ns->io[i].len && !ns->io[i].res)
+					ns->io[i].res = ret;
+			return;
+		}
+		while (io_uring_peek_cqe(&ns->ring, &cqe) == 0) {
+			io = &ns->io[io_uring_cqe_get_data64(cqe)];
+			res = cqe->res;
+			io_uring_cqe_seen(&ns->ring, cqe);
+			inflight--;
+			if (fault_due(ns, site)) {
+				if (ns->arg->fault != KVMM_NVME_SHORT)
+					res = ns->arg->fault;
+				else if (res > 0)
+					res = (int)((uint32_t)res / 2 / NVME_BLOCK * NVME_BLOCK);
+			}
+			if (res > 0)
+				io->done += (uint32_t)res;
+			if (io->done >= io->len)
+				continue;
+			if ((res >= 0 || res == -EAGAIN || res == -EINTR) &&
+			    io->tries < NVME_TRIES) {
+				nvme_prep(ns, write, (uint32_t)(io - ns->io));
+				inflight++;
+				continue;
+			}
+			io->res = res < 0 ? res : -EIO;
+		}
+	}
+}
+
+/* ---- pages ---- */
+
+static bool flip_due(struct nvme_store *ns, uint32_t every)
+{
+	return every && !(ns->written % every);
+}
+
+static int nvme_write(void *priv, const int32_t *pfns, uint32_t nr,
+		      void *const *src, const struct kvmm_store_key *keys)
+{
+	struct nvme_store *ns = priv;
+	uint32_t done = 0, n, i;
+
+	for (; done < nr; done += n) {
+		n = nr - done < ns->qd ? nr - done : ns->qd;
+		for (i = 0; i < n; i++) {
+			const struct kvmm_store_key *k = &keys[done + i];
+			struct nvme_slot_hdr *h = (void *)slot_buf(ns, i);
+			char *data = slot_buf(ns, i) + ns->data_off;
+
+			*h = (struct nvme_slot_hdr){
+				.magic = NVME_SLOT_MAGIC, .ns = k->ns, .seq = ns->seq++,
+				.epoch = ns->epoch,
+				.id = { k->id[0], k->id[1] },
+				.parent = { k->parent[0], k->parent[1] },
+			};
+			memcpy(h->tokens, k->tokens, (size_t)ns->page_size * sizeof(uint32_t));
+			memcpy(data, src[done + i], ns->page_bytes);
+			h->data_csum = XXH3_64bits(data, ns->page_bytes);
+			h->hdr_csum = hdr_csum(h, ns->hdr_len);
+			ns->written++;
+			ns->io[i].off = slot_off(ns, (uint32_t)pfns[done + i]);
+			ns->io[i].len = (uint32_t)ns->slot_bytes;
+			if (ns->arg && flip_due(ns, ns->arg->flip_every))
+				data[ns->written % ns->page_bytes] ^= 0x10;
+			if (ns->arg && flip_due(ns, ns->arg->tear_every))
+				ns->io[i].len = (uint32_t)(ns->slot_bytes / 2 / NVME_BLOCK *
+							   NVME_BLOCK);
+		}
+		nvme_batch(ns, true, KVMM_NVME_SITE_WRITE, n);
+		for (i = 0; i < n; i++)
+			if (ns->io[i].res)
+				return ns->io[i].res;
+	}
+	return 0;
+}
+
+/* A header read back from the file: does it hold what @k says? */
+static bool hdr_valid(const struct nvme_store *ns, const struct nvme_slot_hdr *h)
+{
+	return h->magic == NVME_SLOT_MAGIC && h->epoch == ns->epoch &&
+	       h->hdr_csum == hdr_csum(h, ns->hdr_len);
+}
+
+static bool hdr_is(const struct nvme_store *ns, const struct nvme_slot_hdr *h,
+		   const struct kvmm_store_key *k)
+{
+	return hdr_valid(ns, h) && h->ns == k->ns &&
+	       h->id[0] == k->id[0] && h->id[1] == k->id[1] &&
+	       h->parent[0] == k->parent[0] && h->parent[1] == k->parent[1] &&
+	       !memcmp(h->tokens, k->tokens, (size_t)ns->page_size * sizeof(uint32_t));
+}
+
+static uint32_t nvme_read(void *priv, const int32_t *pfns, uint32_t nr,
+			  const struct kvmm_store_key *keys, void **dst, int *err)
+{
+	struct nvme_store *ns = priv;
+	uint32_t n = nr < ns->qd ? nr : ns->qd, i;
+
+	for (i = 0; i < n; i++) {
+		ns->io[i].off = slot_off(ns, (uint32_t)pfns[i]);
+		ns->io[i].len = (uint32_t)ns->slot_bytes;
+	}
+	nvme_batch(ns, false, KVMM_NVME_SITE_READ, n);
+	for (i = 0; i < n; i++) {
+		const struct nvme_slot_hdr *h = (void *)slot_buf(ns, i);
+		char *data = slot_buf(ns, i) + ns->data_off;
+
+		if (ns->io[i].res) {
+			*err = ns->io[i].res;
+			return i;
+		}
+		if (!hdr_is(ns, h, &keys[i]) ||
+		    XXH3_64bits(data, ns->page_bytes) != h->data_csum) {
+			*err = -EBADMSG;
+			return i;
+		}
+		dst[i] = data;
+	}
+	*err = 0;
+	return n;
+}
+
+/*
+ * The restart scan: read every old slot's header block and hand the valid
+ * ones to @fn.  A slot whose read fails is skipped, as an empty one.
+ */
+static int nvme_recover(void *priv,
+			int (*fn)(void *arg, uint32_t pfn,
+				  const struct kvmm_store_key *key, uint64_t seq),
+			void *arg)
+{
+	struct nvme_store *ns = priv;
+	uint32_t len = (uint32_t)round_up(ns->data_off, NVME_BLOCK);
+	uint32_t slot, n, i;
+	int ret;
+
+	for (slot = 0; slot < ns->old_slots; slot += n) {
+		n = ns->old_slots - slot < ns->qd ? ns->old_slots - slot : ns->qd;
+		for (i = 0; i < n; i++) {
+			ns->io[i].off = slot_off(ns, slot + i);
+			ns->io[i].len = len;
+		}
+		nvme_batch(ns, false, KVMM_NVME_SITE_SCAN, n);
+		for (i = 0; i < n; i++) {
+			const struct nvme_slot_hdr *h = (void *)slot_buf(ns, i);
+			struct kvmm_store_key k;
+
+			if (ns->io[i].res || !hdr_valid(ns, h))
+				continue;
+			k = (struct kvmm_store_key){
+				.id = { h->id[0], h->id[1] },
+				.parent = { h->parent[0], h->parent[1] },
+				.ns = h->ns, .tokens = h->tokens,
+			};
+			if (h->seq >= ns->seq)
+				ns->seq = h->seq + 1;
+			ret = fn(arg, slot + i, &k, h->seq);
+			if (ret)
+				return ret;
+		}
+	}
+	return 0;
+}
+
+/* ---- opening the file ---- */
+
+static int open_file(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
+{
+	ns->fd = open(cfg->path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	ns->direct = ns->fd >= 0;
+	if (ns->fd < 0 && errno == EINVAL)	/* tmpfs and friends */
+		ns->fd = open(cfg->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (ns->fd < 0)
+		return nvme_err(cfg, -errno, "cannot open %s: %s", cfg->path,
+				strerror(errno));
+	return 0;
+}
+
+static int file_size(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
+		     uint64_t *size, bool *blk)
+{
+	struct stat st;
+
+	if (fstat(ns->fd, &st))
+		return nvme_err(cfg, -errno, "cannot stat %s: %s", cfg->path,
+				strerror(errno));
+	*blk = S_ISBLK(st.st_mode);
+	if (*blk) {
+		if (ioctl(ns->fd, BLKGETSIZE64, size))
+			return nvme_err(cfg, -errno, "cannot size %s: %s", cfg->path,
+					strerror(errno));
+		return 0;
+	}
+	if (!S_ISREG(st.st_mode))
+		return nvme_err(cfg, -EINVAL, "%s is neither a file nor a block device",
+				cfg->path);
+	*size = (uint64_t)st.st_size;
+	return 0;
+}
+
+static bool all_zero(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	return !n || (!c[0] && !memcmp(c, c + 1, n - 1));
+}
+
+/*
+ * Read the superblock of a file of @size bytes: a kvmm file of this
+ * geometry is recovered (old_slots set), an empty or zeroed one or one
+ * whose superblock was torn is formatted, anything else is refused.
+ */
+static int read_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
+		      uint64_t size, struct nvme_super *sb)
+{
+	ssize_t got;
+	uint64_t have;
+
+	ns->old_slots = 0;
+	if (!size)
+		return 0;
+	memset(sb, 0, NVME_BLOCK);
+	got = pread(ns->fd, sb, NVME_BLOCK, 0);	/* short for a short file */
+	if (got < 0)
+		return nvme_err(cfg, -errno, "cannot read the superblock of %s: %s",
+				cfg->path, strerror(errno));
+	if (memcmp(sb->magic, NVME_MAGIC, sizeof(sb->magic)))
+		return all_zero(sb, NVME_BLOCK) ? 0 :
+		       nvme_err(cfg, -EINVAL, "%s is not a kvmm NVMe tier file; "
+				"refusing to overwrite it", cfg->path);
+	if (got < NVME_BLOCK || sb->csum != super_csum(sb))
+		return 0;	/* torn at format time: start cold */
+	if (sb->version != NVME_VERSION || sb->page_size != cfg->page_size ||
+	    sb->page_bytes != cfg->page_bytes || sb->slot_bytes != ns->slot_bytes ||
+	    memcmp(&sb->model, &cfg->model, sizeof(sb->model)))
+		return nvme_err(cfg, -EINVAL, "%s holds another geometry (version %u, "
+				"page size %u, %llu bytes a page; this context: page "
+				"size %u, %llu bytes a page); use another file or "
+				"remove it", cfg->path, sb->version, sb->page_size,
+				(unsigned long long)sb->page_bytes, cfg->page_size,
+				(unsigned long long)cfg->page_bytes);
+	have = (size - NVME_BLOCK) / ns->slot_bytes;	/* a truncated file has fewer */
+	ns->old_slots = sb->nr_slots;
+	if (ns->old_slots > have)
+		ns->old_slots = (uint32_t)have;
+	if (ns->old_slots > ns->nr_slots)
+		ns->old_slots = ns->nr_slots;
+	ns->epoch = sb->epoch;
+	return 0;
+}
+
+static uint64_t new_epoch(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return XXH3_64bits_withSeed(&ts, sizeof(ts), (uint64_t)getpid()) | 1;
+}
+
+/* Make the file big enough and write the superblock. */
+static int write_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
+		       uint64_t size, bool blk, struct nvme_super *sb)
+{
+	uint64_t need = slot_off(ns, ns->nr_slots);
+	int ret;
+
+	if (blk && size < need)
+		return nvme_err(cfg, -ENOSPC, "%s holds %llu bytes; %u pages need %llu",
+				cfg->path, (unsigned long long)size, ns->nr_slots,
+				(unsigned long long)need);
+	if (!blk && size < need) {
+		ret = posix_fallocate(ns->fd, 0, (off_t)need);
+		if (ret == EINVAL || ret == EOPNOTSUPP)
+			ret = ftruncate(ns->fd, (off_t)need) ? errno : 0;
+		if (ret)
+			return nvme_err(cfg, -ret, "cannot make %s %llu bytes for %u pages: %s",
+					cfg->path, (unsigned long long)need, ns->nr_slots,
+					strerror(ret));
+	}
+	if (!ns->epoch)
+		ns->epoch = new_epoch();
+	memset(sb, 0, NVME_BLOCK);
+	memcpy(sb->magic, NVME_MAGIC, sizeof(sb->magic));
+	sb->version = NVME_VERSION;
+	sb->page_size = cfg->page_size;
+	sb->page_bytes = cfg->page_bytes;
+	sb->slot_bytes = ns->slot_bytes;
+	sb->epoch = ns->epoch;
+	sb->nr_slots = ns->nr_slots;
+	sb->data_off = ns->data_off;
+	sb->model = cfg->model;
+	sb->csum = super_csum(sb);
+	if (pwrite(ns->fd, sb, NVME_BLOCK, 0) != NVME_BLOCK)
+		return nvme_err(cfg, errno ? -errno : -EIO, "cannot write the superblock of %s",
+				cfg->path);
+	return 0;
+}
+
+static int setup_ring(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
+{
+	struct iovec *iov;
+	uint32_t i;
+	int ret;
+
+	if (posix_memalign((void **)&ns->bounce, NVME_BLOCK, ns->qd * ns->slot_bytes))
+		return nvme_err(cfg, -ENOMEM, "no memory for %u bounce pages", ns->qd);
+	ns->io = calloc(ns->qd, sizeof(*ns->io));
+	iov = calloc(ns->qd, sizeof(*iov));
+	if (!ns->io || !iov) {
+		free(iov);
+		return nvme_err(cfg, -ENOMEM, "no memory for the I/O state");
+	}
+	ret = io_uring_queue_init(ns->qd, &ns->ring, 0);
+	if (ret) {
+		free(iov);
+		return nvme_err(cfg, ret, "io_uring_queue_init(%u): %s", ns->qd,
+				strerror(-ret));
+	}
+	ns->ring_up = true;
+	for (i = 0; i < ns->qd; i++)
+		iov[i] = (struct iovec){ slot_buf(ns, i), ns->slot_bytes };
+	/* Both registrations only speed things up: go on without them. */
+	ns->fixed_bufs = !io_uring_register_buffers(&ns->ring, iov, ns->qd);
+	ns->fixed_file = !io_uring_register_files(&ns->ring, &ns->fd, 1);
+	free(iov);
+	return 0;
+}
+
+static int nvme_init(const struct kvmm_store_cfg *cfg, void **privp)
+{
+	const struct kvmm_nvme_arg *arg = cfg->arg;
+	struct nvme_store *ns;
+	struct nvme_super *sb = NULL;
+	uint64_t size = 0;
+	bool blk = false;
+	int ret;
+
+	if (arg && arg->fail_init)
+		return nvme_err(cfg, arg->fail_init < 0 ? arg->fail_init : -EIO,
+				"injected init failure");
+	if (!cfg->page_bytes || !cfg->nr_pages || !cfg->page_size || !cfg->path ||
+	    !*cfg->path)
+		return nvme_err(cfg, -EINVAL, "the NVMe tier needs a path and pages");
+	ns = calloc(1, sizeof(*ns));
+	if (!ns)
+		return -ENOMEM;
+	ns->fd = -1;
+	ns->arg = arg;
+	ns->qd = cfg->qd ? cfg->qd : NVME_DEFAULT_QD;
+	ns->page_size = cfg->page_size;
+	ns->page_bytes = cfg->page_bytes;
+	ns->nr_slots = cfg->nr_pages;
+	ns->hdr_len = (uint32_t)(sizeof(struct nvme_slot_hdr) +
+				 cfg->page_size * sizeof(uint32_t));
+	ns->data_off = (uint32_t)round_up(ns->hdr_len, 64);
+	ns->slot_bytes = round_up(ns->data_off + cfg->page_bytes, NVME_BLOCK);
+	ns->seq = 1;
+	ret = -ENOMEM;
+	if (ns->qd > 4096 || ns->slot_bytes > (1ull << 30)) {
+		ret = nvme_err(cfg, -EINVAL, "queue depth %u or page of %llu bytes too large",
+			       ns->qd, (unsigned long long)cfg->page_bytes);
+		goto out;
+	}
+	if (posix_memalign((void **)&sb, NVME_BLOCK, NVME_BLOCK))
+		goto out;
+	ret = open_file(ns, cfg);
+	if (!ret)
+		ret = file_size(ns, cfg, &size, &blk);
+	if (!ret)
+		ret = read_super(ns, cfg, size, sb);
+	if (!ret)
+		ret = write_super(ns, cfg, size, blk, sb);
+	if (!ret)
+		ret = setup_ring(ns, cfg);
+	free(sb);
+	if (!ret) {
+		*privp = ns;
+		return 0;
+	}
+out:
+	nvme_exit(ns);
+	return ret;
+}
+
+const struct kvmm_store_ops kvmm_nvme_store = {
+	.name = "nvme",
+	.init = nvme_init,
+	.exit = nvme_exit,
+	.write = nvme_write,
+	.read = nvme_read,
+	.recover = nvme_recover,
+};
+#endif /* CONFIG_KVMM_LIBURING */
