@@ -23,6 +23,12 @@ if [ -r "$workload" ]; then
 	echo "bench: replay $workload, device 10%, host tier 4x" >&2
 	"$bench" replay --workload "$workload" --capacity-tokens 100208 \
 		--host-tokens 400832 --repeat 3 --json | tee -a "$out"
+	nvme_file="$(dirname "$out")/replay.nvme"
+	echo "bench: replay $workload, device 10%, host 1x, NVMe 3x ($nvme_file)" >&2
+	"$bench" replay --workload "$workload" --capacity-tokens 100208 \
+		--host-tokens 100208 --nvme-tokens 300624 --nvme-file "$nvme_file" \
+		--json | tee -a "$out"
+	rm -f "$nvme_file"
 	for via in ring remote; do
 		echo "bench: replay $workload, page size 1, via $via" >&2
 		"$bench" replay --workload "$workload" --via "$via" --repeat 9 --json |
@@ -31,6 +37,8 @@ if [ -r "$workload" ]; then
 else
 	echo "bench: $workload not found: replay skipped (pass WORKLOAD=FILE)" >&2
 fi
+echo "bench: tiers (host gather/scatter vs memcpy, NVMe vs fio)" >&2
+"$bench" tiers --json --nvme-file "$(dirname "$out")/tiers.nvme" | tee -a "$out"
 trace=${4:-}
 if [ -n "$trace" ] && [ -r "$trace" ]; then
 	for evict in lru slru; do

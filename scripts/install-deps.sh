@@ -4,7 +4,7 @@
 # tests with, when they are missing and we are root.  Not root: say what
 # is missing and carry on (the build then uses what it finds).
 set -u
-PKGS="gcc make pkg-config libxxhash-dev libcunit1-dev libjansson-dev liburing-dev libnuma-dev gnuplot-nox"
+PKGS="gcc make pkg-config libxxhash-dev libcunit1-dev libjansson-dev liburing-dev libnuma-dev gnuplot-nox fio"
 # make fuzz: clang with libFuzzer
 [ "${KVMM_FUZZ:-0}" = 1 ] && PKGS="$PKGS clang libclang-rt-14-dev"
 missing=""

@@ -61,6 +61,7 @@
 #define NVME_BLOCK		4096u
 #define NVME_TRIES		4	/* submissions of one I/O before it fails */
 #define NVME_DEFAULT_QD		32
+#define NVME_BOUNCE_BYTES	(256ull << 20)	/* beyond qd slots */
 
 struct nvme_super {
 	char magic[8];
@@ -104,7 +105,8 @@ struct nvme_store {
 	struct io_uring ring;
 	bool ring_up;
 	bool broken;		/* the ring failed: every later I/O fails */
-	uint32_t qd;
+	uint32_t qd;		/* I/Os in flight at most */
+	uint32_t nbounce;	/* bounce slots: qd, or more for deeper reads */
 	uint32_t page_size;
 	uint64_t page_bytes;
 	uint64_t slot_bytes;
@@ -116,6 +118,7 @@ struct nvme_store {
 	uint64_t seq;		/* next write's sequence number */
 	char *bounce;		/* qd slots */
 	struct nvme_io *io;	/* qd */
+	uint32_t *free_slots;	/* qd: the pump's free bounce slots */
 	const struct kvmm_nvme_arg *arg;
 	uint64_t completions;	/* for arg->fault_every */
 	uint64_t written;	/* pages, for flip_every and tear_every */
@@ -181,6 +184,7 @@ static void nvme_exit(void *priv)
 		close(ns->fd);
 	free(ns->bounce);
 	free(ns->io);
+	free(ns->free_slots);
 	free(ns);
 }
 
@@ -220,44 +224,70 @@ static void nvme_prep(struct nvme_store *ns, bool write, uint32_t i)
 }
 
 /*
- * Run ns->io[0..n) (filled with off and len) against bounce buffers
- * 0..n: submit all, reap all, resubmit short and -EAGAIN ones.  Each
- * io->res ends 0 or a negative errno.
+ * The I/O pump.  While @fill(ns, slot, arg) has pages, it puts the next one
+ * into the free bounce slot it is given (data, io->off, io->len) and it is
+ * submitted at once; completions free their slots for more, so the queue
+ * stays full across a request of any length and the copies into the bounce
+ * buffers overlap the device's work.  Short transfers and -EAGAIN are
+ * resubmitted for the rest.  Each finished slot's io->res is 0 or a
+ * negative errno (a write looks only at the first; a read, which never
+ * asks for more than nbounce pages, finds each page's in its slot), and
+ * @done, if given, sees the slot then, while the rest is still in flight.
+ * After a failure nothing more is filled.
+ *
+ * Return: 0 or the first failure's errno.
  */
-static void nvme_batch(struct nvme_store *ns, bool write, uint32_t site, uint32_t n)
+static int nvme_pump(struct nvme_store *ns, bool write, uint32_t site,
+		     bool (*fill)(struct nvme_store *ns, uint32_t slot, void *arg),
+		     void (*done)(struct nvme_store *ns, uint32_t slot, void *arg),
+		     void *arg)
 {
-	uint32_t i, inflight = 0;
+	uint32_t nfree = ns->nbounce, head = 0, inflight = 0, i;
+	bool more = !ns->broken;
+	int first = ns->broken ? -EIO : 0;
 
-	for (i = 0; i < n; i++) {
-		ns->io[i].done = 0;
-		ns->io[i].tries = 0;
-		ns->io[i].res = ns->broken ? -EIO : 0;
-		if (ns->broken)
-			continue;
-		nvme_prep(ns, write, i);
-		inflight++;
-	}
-	while (inflight) {
+	/*
+	 * Free slots are a FIFO from slot 0 up, freed ones joining at the
+	 * back: a request of at most nbounce pages gets slots 0, 1, 2, ...
+	 */
+	for (i = 0; i < ns->nbounce; i++)
+		ns->free_slots[i] = i;
+	while (more || inflight) {
 		struct io_uring_cqe *cqe;
-		struct nvme_io *io;
-		int ret, res;
+		int ret;
 
+		while (more && nfree && inflight < ns->qd) {
+			uint32_t slot = ns->free_slots[head];
+			struct nvme_io *io = &ns->io[slot];
+
+			if (!(more = fill(ns, slot, arg)))
+				break;
+			head = (head + 1) % ns->nbounce;
+			nfree--;
+			io->done = 0;
+			io->tries = 0;
+			io->res = 0;
+			nvme_prep(ns, write, slot);
+			inflight++;
+			io_uring_submit(&ns->ring);
+		}
+		if (!inflight)
+			break;
 		ret = io_uring_submit_and_wait(&ns->ring, 1);
 		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
 			/*
-			 * The ring itself broke.  Completions still owed to
-			 * this batch could land on a later one's buffers, so
-			 * the store gives up: this and every later I/O fails.
+			 * The ring itself broke.  Completions still owed could
+			 * land on a later request's buffers, so the store gives
+			 * up: this and every later I/O fails.
 			 */
 			ns->broken = true;
-			for (i = 0; i < n; i++)
-				if (ns->io[i].done < ns->io[i].len && !ns->io[i].res)
-					ns->io[i].res = ret;
-			return;
+			return ret;
 		}
 		while (io_uring_peek_cqe(&ns->ring, &cqe) == 0) {
-			io = &ns->io[io_uring_cqe_get_data64(cqe)];
-			res = cqe->res;
+			uint32_t slot = (uint32_t)io_uring_cqe_get_data64(cqe);
+			struct nvme_io *io = &ns->io[slot];
+			int res = cqe->res;
+
 			io_uring_cqe_seen(&ns->ring, cqe);
 			inflight--;
 			if (fault_due(ns, site)) {
@@ -268,17 +298,24 @@ static void nvme_batch(struct nvme_store *ns, bool write, uint32_t site, uint32_
 			}
 			if (res > 0)
 				io->done += (uint32_t)res;
-			if (io->done >= io->len)
-				continue;
-			if ((res >= 0 || res == -EAGAIN || res == -EINTR) &&
-			    io->tries < NVME_TRIES) {
-				nvme_prep(ns, write, (uint32_t)(io - ns->io));
-				inflight++;
-				continue;
+			if (io->done < io->len) {
+				if ((res >= 0 || res == -EAGAIN || res == -EINTR) &&
+				    io->tries < NVME_TRIES) {
+					nvme_prep(ns, write, slot);
+					inflight++;
+					continue;
+				}
+				io->res = res < 0 ? res : -EIO;
+				if (!first)
+					first = io->res;
+				more = false;
 			}
-			io->res = res < 0 ? res : -EIO;
+			if (done)
+				done(ns, slot, arg);
+			ns->free_slots[(head + nfree++) % ns->nbounce] = slot;
 		}
 	}
+	return first;
 }
 
 /* ---- pages ---- */
@@ -288,44 +325,75 @@ static bool flip_due(struct nvme_store *ns, uint32_t every)
 	return every && !(ns->written % every);
 }
 
+struct nvme_wr {
+	const int32_t *pfns;
+	void *const *src;
+	const struct kvmm_store_key *keys;
+	uint32_t nr, next;
+};
+
+/* Put the next page of a write, with its header, into bounce slot @slot. */
+static bool write_fill(struct nvme_store *ns, uint32_t slot, void *arg)
+{
+	struct nvme_wr *wr = arg;
+	const struct kvmm_store_key *k = &wr->keys[wr->next];
+	struct nvme_slot_hdr *h = (void *)slot_buf(ns, slot);
+	char *data = slot_buf(ns, slot) + ns->data_off;
+	struct nvme_io *io = &ns->io[slot];
+
+	if (wr->next == wr->nr)
+		return false;
+	*h = (struct nvme_slot_hdr){
+		.magic = NVME_SLOT_MAGIC, .ns = k->ns, .seq = ns->seq++,
+		.epoch = ns->epoch,
+		.id = { k->id[0], k->id[1] },
+		.parent = { k->parent[0], k->parent[1] },
+	};
+	memcpy(h->tokens, k->tokens, (size_t)ns->page_size * sizeof(uint32_t));
+	memcpy(data, wr->src[wr->next], ns->page_bytes);
+	h->data_csum = XXH3_64bits(data, ns->page_bytes);
+	h->hdr_csum = hdr_csum(h, ns->hdr_len);
+	ns->written++;
+	io->off = slot_off(ns, (uint32_t)wr->pfns[wr->next]);
+	io->len = (uint32_t)ns->slot_bytes;
+	if (ns->arg && flip_due(ns, ns->arg->flip_every))
+		data[ns->written % ns->page_bytes] ^= 0x10;
+	if (ns->arg && flip_due(ns, ns->arg->tear_every))
+		io->len = (uint32_t)(ns->slot_bytes / 2 / NVME_BLOCK * NVME_BLOCK);
+	wr->next++;
+	return true;
+}
+
 static int nvme_write(void *priv, const int32_t *pfns, uint32_t nr,
 		      void *const *src, const struct kvmm_store_key *keys)
 {
-	struct nvme_store *ns = priv;
-	uint32_t done = 0, n, i;
+	struct nvme_wr wr = { .pfns = pfns, .src = src, .keys = keys, .nr = nr };
 
-	for (; done < nr; done += n) {
-		n = nr - done < ns->qd ? nr - done : ns->qd;
-		for (i = 0; i < n; i++) {
-			const struct kvmm_store_key *k = &keys[done + i];
-			struct nvme_slot_hdr *h = (void *)slot_buf(ns, i);
-			char *data = slot_buf(ns, i) + ns->data_off;
+	return nvme_pump(priv, true, KVMM_NVME_SITE_WRITE, write_fill, NULL, &wr);
+}
 
-			*h = (struct nvme_slot_hdr){
-				.magic = NVME_SLOT_MAGIC, .ns = k->ns, .seq = ns->seq++,
-				.epoch = ns->epoch,
-				.id = { k->id[0], k->id[1] },
-				.parent = { k->parent[0], k->parent[1] },
-			};
-			memcpy(h->tokens, k->tokens, (size_t)ns->page_size * sizeof(uint32_t));
-			memcpy(data, src[done + i], ns->page_bytes);
-			h->data_csum = XXH3_64bits(data, ns->page_bytes);
-			h->hdr_csum = hdr_csum(h, ns->hdr_len);
-			ns->written++;
-			ns->io[i].off = slot_off(ns, (uint32_t)pfns[done + i]);
-			ns->io[i].len = (uint32_t)ns->slot_bytes;
-			if (ns->arg && flip_due(ns, ns->arg->flip_every))
-				data[ns->written % ns->page_bytes] ^= 0x10;
-			if (ns->arg && flip_due(ns, ns->arg->tear_every))
-				ns->io[i].len = (uint32_t)(ns->slot_bytes / 2 / NVME_BLOCK *
-							   NVME_BLOCK);
-		}
-		nvme_batch(ns, true, KVMM_NVME_SITE_WRITE, n);
-		for (i = 0; i < n; i++)
-			if (ns->io[i].res)
-				return ns->io[i].res;
-	}
-	return 0;
+/* Reads and the scan: @n blocks of @len at the slots @pfns or from @first. */
+struct nvme_rd {
+	const int32_t *pfns;
+	const struct kvmm_store_key *keys;	/* a read checks each page against */
+	uint32_t first;
+	uint32_t n, next;
+	uint32_t len;
+};
+
+static bool read_fill(struct nvme_store *ns, uint32_t slot, void *arg)
+{
+	struct nvme_rd *rd = arg;
+	struct nvme_io *io = &ns->io[slot];
+
+	if (rd->next == rd->n)
+		return false;
+	/* n <= nbounce, so slots are never reused: page i is in slot i. */
+	io->off = slot_off(ns, rd->pfns ? (uint32_t)rd->pfns[rd->next] :
+				  rd->first + rd->next);
+	io->len = rd->len;
+	rd->next++;
+	return true;
 }
 
 /* A header read back from the file: does it hold what @k says? */
@@ -344,34 +412,36 @@ static bool hdr_is(const struct nvme_store *ns, const struct nvme_slot_hdr *h,
 	       !memcmp(h->tokens, k->tokens, (size_t)ns->page_size * sizeof(uint32_t));
 }
 
+/* A page read has landed in @slot: check it while the others are in flight. */
+static void read_done(struct nvme_store *ns, uint32_t slot, void *arg)
+{
+	const struct nvme_rd *rd = arg;
+	const struct nvme_slot_hdr *h = (void *)slot_buf(ns, slot);
+
+	if (!ns->io[slot].res &&
+	    (!hdr_is(ns, h, &rd->keys[slot]) ||
+	     XXH3_64bits(slot_buf(ns, slot) + ns->data_off, ns->page_bytes) != h->data_csum))
+		ns->io[slot].res = -EBADMSG;
+}
+
 static uint32_t nvme_read(void *priv, const int32_t *pfns, uint32_t nr,
 			  const struct kvmm_store_key *keys, void **dst, int *err)
 {
 	struct nvme_store *ns = priv;
-	uint32_t n = nr < ns->qd ? nr : ns->qd, i;
+	uint32_t n = nr < ns->nbounce ? nr : ns->nbounce, i;
+	struct nvme_rd rd = { .pfns = pfns, .keys = keys, .n = n,
+			      .len = (uint32_t)ns->slot_bytes };
 
-	for (i = 0; i < n; i++) {
-		ns->io[i].off = slot_off(ns, (uint32_t)pfns[i]);
-		ns->io[i].len = (uint32_t)ns->slot_bytes;
-	}
-	nvme_batch(ns, false, KVMM_NVME_SITE_READ, n);
-	for (i = 0; i < n; i++) {
-		const struct nvme_slot_hdr *h = (void *)slot_buf(ns, i);
-		char *data = slot_buf(ns, i) + ns->data_off;
-
+	nvme_pump(ns, false, KVMM_NVME_SITE_READ, read_fill, read_done, &rd);
+	for (i = 0; i < rd.next; i++) {
 		if (ns->io[i].res) {
 			*err = ns->io[i].res;
 			return i;
 		}
-		if (!hdr_is(ns, h, &keys[i]) ||
-		    XXH3_64bits(data, ns->page_bytes) != h->data_csum) {
-			*err = -EBADMSG;
-			return i;
-		}
-		dst[i] = data;
+		dst[i] = slot_buf(ns, i) + ns->data_off;
 	}
-	*err = 0;
-	return n;
+	*err = i < n ? -EIO : 0;	/* the ring broke before all were asked */
+	return i;
 }
 
 /*
@@ -389,13 +459,12 @@ static int nvme_recover(void *priv,
 	int ret;
 
 	for (slot = 0; slot < ns->old_slots; slot += n) {
-		n = ns->old_slots - slot < ns->qd ? ns->old_slots - slot : ns->qd;
-		for (i = 0; i < n; i++) {
-			ns->io[i].off = slot_off(ns, slot + i);
-			ns->io[i].len = len;
-		}
-		nvme_batch(ns, false, KVMM_NVME_SITE_SCAN, n);
-		for (i = 0; i < n; i++) {
+		struct nvme_rd rd = { .first = slot, .len = len };
+
+		n = ns->old_slots - slot < ns->nbounce ? ns->old_slots - slot : ns->nbounce;
+		rd.n = n;
+		nvme_pump(ns, false, KVMM_NVME_SITE_SCAN, read_fill, NULL, &rd);
+		for (i = 0; i < rd.next; i++) {
 			const struct nvme_slot_hdr *h = (void *)slot_buf(ns, i);
 			struct kvmm_store_key k;
 
@@ -556,11 +625,22 @@ static int setup_ring(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
 	uint32_t i;
 	int ret;
 
-	if (posix_memalign((void **)&ns->bounce, NVME_BLOCK, ns->qd * ns->slot_bytes))
-		return nvme_err(cfg, -ENOMEM, "no memory for %u bounce pages", ns->qd);
-	ns->io = calloc(ns->qd, sizeof(*ns->io));
-	iov = calloc(ns->qd, sizeof(*iov));
-	if (!ns->io || !iov) {
+	/*
+	 * A read hands back pages in bounce slots, so it asks for at most
+	 * nbounce at a time and the queue drains at its end: with four
+	 * queues' worth of slots (up to NVME_BOUNCE_BYTES) it stays full
+	 * for most of it.
+	 */
+	ns->nbounce = ns->qd;
+	while (ns->nbounce < 4 * ns->qd &&
+	       (ns->nbounce + ns->qd) * ns->slot_bytes <= NVME_BOUNCE_BYTES)
+		ns->nbounce += ns->qd;
+	if (posix_memalign((void **)&ns->bounce, NVME_BLOCK, ns->nbounce * ns->slot_bytes))
+		return nvme_err(cfg, -ENOMEM, "no memory for %u bounce pages", ns->nbounce);
+	ns->io = calloc(ns->nbounce, sizeof(*ns->io));
+	ns->free_slots = calloc(ns->nbounce, sizeof(*ns->free_slots));
+	iov = calloc(ns->nbounce, sizeof(*iov));
+	if (!ns->io || !ns->free_slots || !iov) {
 		free(iov);
 		return nvme_err(cfg, -ENOMEM, "no memory for the I/O state");
 	}
@@ -571,10 +651,10 @@ static int setup_ring(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
 				strerror(-ret));
 	}
 	ns->ring_up = true;
-	for (i = 0; i < ns->qd; i++)
+	for (i = 0; i < ns->nbounce; i++)
 		iov[i] = (struct iovec){ slot_buf(ns, i), ns->slot_bytes };
 	/* Both registrations only speed things up: go on without them. */
-	ns->fixed_bufs = !io_uring_register_buffers(&ns->ring, iov, ns->qd);
+	ns->fixed_bufs = !io_uring_register_buffers(&ns->ring, iov, ns->nbounce);
 	ns->fixed_file = !io_uring_register_files(&ns->ring, &ns->fd, 1);
 	free(iov);
 	return 0;

@@ -29,6 +29,8 @@ struct replay_opts {
 	const char *evict;		/* NULL: lru */
 	enum replay_via via;
 	uint64_t host_tokens;		/* host tier; 0: none */
+	uint64_t nvme_tokens;		/* NVMe tier below it; 0: none */
+	const char *nvme_file;		/* its file, recreated for every run */
 };
 
 struct replay_result {
@@ -38,6 +40,8 @@ struct replay_result {
 	uint64_t evicted_tokens;
 	uint64_t promoted_tokens;	/* of matched_tokens, brought back from the host */
 	uint64_t demoted_tokens;
+	uint64_t nvme_promoted_tokens;	/* the same for the NVMe tier */
+	uint64_t nvme_demoted_tokens;
 	uint64_t cached_tokens_end;
 	uint64_t meta_bytes_end;
 	double us_per_request;		/* median over repeats */
@@ -52,6 +56,7 @@ int cmd_replay(int argc, char **argv);
 int cmd_micro(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_ring(int argc, char **argv);
+int cmd_tiers(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags);
 int server_reap(pid_t pid);

@@ -7,6 +7,7 @@
  *   kvmm-bench replay --workload FILE [options] [--json]
  *   kvmm-bench demo
  *   kvmm-bench ring [--json] [--quick]
+ *   kvmm-bench tiers [--json] [--quick]
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -25,7 +26,8 @@ static void usage(FILE *f)
 		"  replay --workload FILE ... replay a shared workload (see replay --help)\n"
 		"  demo                       a short generated replay with a readable summary\n"
 		"  ring [--json] [--quick]    command ring throughput and latency, in and across processes\n"
-		"  trace --trace FILE ...     a Mooncake trace, one request at a time (see trace --help)\n");
+		"  trace --trace FILE ...     a Mooncake trace, one request at a time (see trace --help)\n"
+		"  tiers [--json] [--quick]   host and NVMe tier bandwidth beside memcpy and fio\n");
 }
 
 int main(int argc, char **argv)
@@ -44,6 +46,8 @@ int main(int argc, char **argv)
 		return cmd_ring(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "trace"))
 		return cmd_trace(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "tiers"))
+		return cmd_tiers(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;

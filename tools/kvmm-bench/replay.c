@@ -340,6 +340,10 @@ static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 	p.evict_policy = rp->o->evict;
 	p.host_pages = (uint32_t)(rp->o->host_tokens / rp->o->page_size);
 	p.host_node = KVMM_NODE_NEAREST;
+	p.nvme_pages = (uint32_t)(rp->o->nvme_tokens / rp->o->page_size);
+	p.nvme_path = rp->o->nvme_file;
+	if (p.nvme_path)	/* every run starts cold: nothing from the last one */
+		unlink(p.nvme_path);
 	ret = session_start(rp, &p);
 	if (ret) {
 		fprintf(stderr, "replay: setting up: %s\n", strerror(-ret));
@@ -375,6 +379,8 @@ static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 	res->evicted_tokens = st[KVMM_STAT_EVICT_PAGES] * p.page_size;
 	res->promoted_tokens = st[KVMM_STAT_HOST_PROMOTE_PAGES] * p.page_size;
 	res->demoted_tokens = st[KVMM_STAT_HOST_DEMOTE_PAGES] * p.page_size;
+	res->nvme_promoted_tokens = st[KVMM_STAT_NVME_PROMOTE_PAGES] * p.page_size;
+	res->nvme_demoted_tokens = st[KVMM_STAT_NVME_DEMOTE_PAGES] * p.page_size;
 	res->cached_tokens_end = st[KVMM_STAT_PAGES_CACHED] * p.page_size;
 	res->meta_bytes_end = st[KVMM_STAT_META_BYTES];
 	res->accounting_ok = checked && st[KVMM_STAT_PAGES_OWNED] == 0 &&
@@ -450,7 +456,8 @@ static void replay_usage(void)
 	fprintf(stderr,
 		"usage: kvmm-bench replay --workload FILE [--page-size N] [--capacity-tokens N]\n"
 		"                         [--decode-chunk N] [--repeat N] [--evict lru|slru]\n"
-		"                         [--via direct|ring|remote] [--host-tokens N] [--json]\n");
+		"                         [--via direct|ring|remote] [--host-tokens N]\n"
+		"                         [--nvme-tokens N --nvme-file PATH] [--json]\n");
 }
 
 static const char *const via_names[] = { "direct", "ring", "remote" };
@@ -466,6 +473,8 @@ int cmd_replay(int argc, char **argv)
 		{ "evict", required_argument, NULL, 'e' },
 		{ "via", required_argument, NULL, 'v' },
 		{ "host-tokens", required_argument, NULL, 'H' },
+		{ "nvme-tokens", required_argument, NULL, 'N' },
+		{ "nvme-file", required_argument, NULL, 'F' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
@@ -493,6 +502,8 @@ int cmd_replay(int argc, char **argv)
 				die_usage("replay: --via must be direct, ring or remote");
 			break;
 		case 'H': o.host_tokens = parse_u64("--host-tokens", optarg); break;
+		case 'N': o.nvme_tokens = parse_u64("--nvme-tokens", optarg); break;
+		case 'F': o.nvme_file = optarg; break;
 		case 'j': json = true; break;
 		case 'h': replay_usage(); return 0;
 		default: replay_usage(); return 2;
@@ -508,6 +519,10 @@ int cmd_replay(int argc, char **argv)
 		die_usage("replay: --host-tokens needs --via direct or ring (kvmmd sets its own tiers)");
 	if (o.host_tokens && o.host_tokens < o.page_size)
 		die_usage("replay: --host-tokens holds no page");
+	if (!o.nvme_tokens != !o.nvme_file)
+		die_usage("replay: --nvme-tokens and --nvme-file go together");
+	if (o.nvme_tokens && (!o.host_tokens || o.nvme_tokens < o.page_size))
+		die_usage("replay: --nvme-tokens needs --host-tokens and must hold a page");
 	if (o.evict && strcmp(o.evict, "lru") && strcmp(o.evict, "slru"))
 		die_usage("replay: --evict must be lru or slru");
 	ret = workload_load(path, &wl);
@@ -530,7 +545,8 @@ int cmd_replay(int argc, char **argv)
 		       "\"capacity_tokens\":%llu,\"evict\":\"%s\",\"requests\":%u,"
 		       "\"prompt_tokens\":%llu,\"matched_tokens\":%llu,\"hit_rate\":%.4f,"
 		       "\"evicted_tokens\":%llu,\"host_tokens\":%llu,\"demoted_tokens\":%llu,"
-		       "\"promoted_tokens\":%llu,\"us_per_request\":%.3f,\"us_min\":%.3f,"
+		       "\"promoted_tokens\":%llu,\"nvme_tokens\":%llu,\"nvme_demoted_tokens\":%llu,"
+		       "\"nvme_promoted_tokens\":%llu,\"us_per_request\":%.3f,\"us_min\":%.3f,"
 		       "\"us_max\":%.3f,\"repeat\":%u,\"meta_bytes_per_cached_token\":%.2f,"
 		       "\"accounting_ok\":%s}\n",
 		       path, via_names[o.via], o.page_size, (unsigned long long)o.capacity_tokens,
@@ -541,7 +557,10 @@ int cmd_replay(int argc, char **argv)
 		       (unsigned long long)res.evicted_tokens,
 		       (unsigned long long)o.host_tokens,
 		       (unsigned long long)res.demoted_tokens,
-		       (unsigned long long)res.promoted_tokens, res.us_per_request,
+		       (unsigned long long)res.promoted_tokens,
+		       (unsigned long long)o.nvme_tokens,
+		       (unsigned long long)res.nvme_demoted_tokens,
+		       (unsigned long long)res.nvme_promoted_tokens, res.us_per_request,
 		       res.us_min, res.us_max, o.repeat,
 		       res.cached_tokens_end ? (double)res.meta_bytes_end /
 					       (double)res.cached_tokens_end : 0.0,
@@ -550,13 +569,16 @@ int cmd_replay(int argc, char **argv)
 		printf("via             %s\nrequests        %u\nprompt tokens   %llu\n"
 		       "matched tokens  %llu\nhit rate        %.4f\nevicted tokens  %llu\n"
 		       "promoted tokens %llu (from the host tier of %llu)\n"
+		       "                %llu (from the NVMe tier of %llu)\n"
 		       "us per request  %.3f (median of %u)\naccounting      %s\n",
 		       via_names[o.via], res.requests, (unsigned long long)res.prompt_tokens,
 		       (unsigned long long)res.matched_tokens,
 		       (double)res.matched_tokens / (double)res.prompt_tokens,
 		       (unsigned long long)res.evicted_tokens,
 		       (unsigned long long)res.promoted_tokens,
-		       (unsigned long long)o.host_tokens, res.us_per_request, o.repeat,
+		       (unsigned long long)o.host_tokens,
+		       (unsigned long long)res.nvme_promoted_tokens,
+		       (unsigned long long)o.nvme_tokens, res.us_per_request, o.repeat,
 		       res.accounting_ok ? "ok" : "BROKEN");
 	}
 	workload_free(&wl);

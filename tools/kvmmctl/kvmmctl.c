@@ -171,6 +171,7 @@ static const struct {
 	{ "evictable", KVMM_STAT_PAGES_EVICTABLE },
 	{ "protected", KVMM_STAT_PAGES_PROTECTED },
 	{ "host", KVMM_STAT_HOST_PAGES_CACHED },
+	{ "nvme", KVMM_STAT_NVME_PAGES_CACHED },
 };
 
 static int cmd_top(int argc, char **argv)

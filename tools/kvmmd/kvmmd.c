@@ -44,6 +44,12 @@ static void usage(FILE *f)
 		"  --max-seq-len N      tokens per sequence (default 32768)\n"
 		"  --wmark-min N --wmark-low N --wmark-high N   watermarks in pages (default 0)\n"
 		"  --evict lru|slru     eviction policy (default lru)\n"
+		"  --host-pages N       a host tier of N pages: reclaim demotes there (default 0: none)\n"
+		"  --host-node N|nearest  its NUMA node (default nearest the device)\n"
+		"  --nvme-file PATH     an NVMe tier below the host tier, in this file or block device;\n"
+		"                       a kvmm file of the same geometry is recovered (restart)\n"
+		"  --nvme-pages N       pages of the NVMe tier\n"
+		"  --nvme-qd N          its io_uring queue depth (default 32)\n"
 		"  --poll               serve every ring in polling mode (a core spins)\n"
 		"  --ns-per-uid         bind each client that is not root to the namespace of its uid\n"
 		"  --quiet              log only errors\n");
@@ -72,7 +78,8 @@ struct opts {
 
 enum { O_SOCKET = 256, O_CONFIG, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
        O_MEM_FRAC, O_LAYERS, O_KV_HEADS, O_HEAD_DIM, O_DTYPE, O_MLA, O_MAX_SEQS,
-       O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_HELP, O_NS_UID };
+       O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_HELP, O_NS_UID,
+       O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD };
 
 static const struct option lopts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
@@ -97,6 +104,11 @@ static const struct option lopts[] = {
 	{ "quiet", no_argument, NULL, O_QUIET },
 	{ "help", no_argument, NULL, O_HELP },
 	{ "ns-per-uid", no_argument, NULL, O_NS_UID },
+	{ "host-pages", required_argument, NULL, O_HOST_PAGES },
+	{ "host-node", required_argument, NULL, O_HOST_NODE },
+	{ "nvme-file", required_argument, NULL, O_NVME_FILE },
+	{ "nvme-pages", required_argument, NULL, O_NVME_PAGES },
+	{ "nvme-qd", required_argument, NULL, O_NVME_QD },
 	{ 0 }
 };
 
@@ -163,6 +175,13 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 	case O_POLL: o->server_flags |= KVMM_SERVER_POLL; return 0;
 	case O_NS_UID: o->server_flags |= KVMM_SERVER_NS_UID; return 0;
 	case O_QUIET: o->quiet = 1; return 0;
+	case O_NVME_FILE: p->nvme_path = keep(val); return 0;
+	case O_HOST_NODE:
+		if (!strcmp(val, "nearest")) {
+			p->host_node = KVMM_NODE_NEAREST;
+			return 0;
+		}
+		break;
 	case O_MEM_FRAC: {
 		char *end;
 
@@ -200,6 +219,10 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 	case O_WMIN: p->wmark_min = (uint32_t)v; break;
 	case O_WLOW: p->wmark_low = (uint32_t)v; break;
 	case O_WHIGH: p->wmark_high = (uint32_t)v; break;
+	case O_HOST_PAGES: p->host_pages = (uint32_t)v; break;
+	case O_HOST_NODE: p->host_node = v > INT32_MAX ? -2 : (int32_t)v; break;
+	case O_NVME_PAGES: p->nvme_pages = (uint32_t)v; break;
+	case O_NVME_QD: p->nvme_qd = (uint32_t)v; break;
 	}
 	return 0;
 }
@@ -212,6 +235,7 @@ int main(int argc, char **argv)
 				   .dtype_bytes = 2, .attn = KVMM_ATTN_MHA },
 			.page_size = 16, .nr_pages = 65536,
 			.max_seqs = 1024, .max_seq_len = 32768,
+			.host_node = KVMM_NODE_NEAREST,
 		},
 	};
 	struct kvmm_server *srv = NULL;
@@ -247,7 +271,8 @@ int main(int argc, char **argv)
 	ret = kvmm_create(&o.p, &ctx);
 	if (ret) {
 		fprintf(stderr, "kvmmd: cannot create the pool: %s%s\n", strerror(-ret),
-			ret == -EINVAL ? " (check the geometry, page size, sizes and watermarks)" :
+			ret == -EINVAL ? " (check the geometry, page size, sizes and watermarks; "
+					 "an NVMe tier needs --host-pages and --nvme-file)" :
 			ret == -ENOSPC ? " (the memory budget holds no page)" : "");
 		return 1;
 	}
@@ -267,6 +292,17 @@ int main(int argc, char **argv)
 			"%u tokens, eviction %s\n", o.socket, kvmm_nr_pages(ctx),
 			kvmm_page_size(ctx), o.p.max_seqs, o.p.max_seq_len,
 			kvmm_evict_policy(ctx));
+	if (!o.quiet && o.p.host_pages) {
+		uint64_t st[NR_KVMM_STATS];
+
+		kvmm_stats(ctx, st, NR_KVMM_STATS);
+		fprintf(stderr, "kvmmd: host tier %u pages", o.p.host_pages);
+		if (o.p.nvme_pages)
+			fprintf(stderr, ", NVMe tier %u pages in %s (%llu recovered)",
+				o.p.nvme_pages, o.p.nvme_path,
+				(unsigned long long)st[KVMM_STAT_NVME_PAGES_CACHED]);
+		fputc('\n', stderr);
+	}
 	while (!stop)
 		pause();
 	if (!o.quiet)

@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/kvmm-bench/tiers.c - kvmm-bench tiers: how fast pages move between
+ * tiers, against what the machine itself can do, measured in the same run.
+ *
+ * Host: the mock backend's gather and scatter of a scattered page set
+ * between its pool (per layer K and V buffers, as a device pool is laid
+ * out) and the host store's pages, beside one plain memcpy of the same
+ * bytes between two contiguous buffers.  NVMe: the NVMe store writing and
+ * reading pages (with its copies into bounce buffers and its checksums),
+ * beside fio on the same file, block size (one slot) and queue depth.
+ *
+ * The geometry is a Llama-3-8B-shaped KV (32 layers, 8 KV heads of 128,
+ * bf16: 128 KiB a token), at the page sizes engines use.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#define TIERS_REPEAT	5
+
+struct tiers_opts {
+	uint64_t set_bytes;	/* bytes moved per measurement */
+	const char *nvme_file;
+	uint32_t qd;
+	bool fio;
+	bool json;
+};
+
+static const struct kvmm_model tiers_model = {
+	.layers = 32, .kv_heads = 8, .head_dim = 128, .dtype_bytes = 2,
+	.attn = KVMM_ATTN_MHA,
+};
+
+/* Touch every page of @p so first-touch faults stay out of the timings. */
+static void prefault(void *p, size_t n)
+{
+	memset(p, 0x5a, n);
+}
+
+/* A shuffled 0..n-1: engines move pages scattered over the pool. */
+static int32_t *shuffled(uint32_t n)
+{
+	int32_t *v = malloc(n * sizeof(*v));
+	uint64_t x = 88172645463325252ull;
+	uint32_t i;
+
+	if (!v)
+		return NULL;
+	for (i = 0; i < n; i++)
+		v[i] = (int32_t)i;
+	for (i = n; i > 1; i--) {
+		uint32_t j;
+		int32_t t;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		j = (uint32_t)(x % i);
+		t = v[i - 1];
+		v[i - 1] = v[j];
+		v[j] = t;
+	}
+	return v;
+}
+
+static double gbps(uint64_t bytes, double ns)
+{
+	return ns > 0 ? (double)bytes / ns : 0.0;
+}
+
+/* memcpy of @bytes between two contiguous buffers: median GB/s. */
+static double memcpy_gbps(uint64_t bytes)
+{
+	double t[TIERS_REPEAT];
+	char *a = malloc(bytes), *b = malloc(bytes);
+	unsigned r;
+
+	if (!a || !b) {
+		free(a);
+		free(b);
+		return 0.0;
+	}
+	prefault(a, bytes);
+	prefault(b, bytes);
+	for (r = 0; r < TIERS_REPEAT; r++) {
+		uint64_t t0 = now_ns();
+
+		memcpy(b, a, bytes);
+		t[r] = gbps(bytes, (double)(now_ns() - t0));
+	}
+	free(a);
+	free(b);
+	return median(t, TIERS_REPEAT);
+}
+
+static int host_bench(const struct tiers_opts *o, uint32_t page_size)
+{
+	const struct kvmm_backend_ops *be = kvmm_backend_lookup("mock");
+	const struct kvmm_store_ops *st = kvmm_store_lookup(KVMM_TIER_HOST);
+	uint64_t page_bytes = kvmm_page_bytes(&tiers_model, page_size);
+	uint32_t nr = (uint32_t)(o->set_bytes / page_bytes), i;
+	struct kvmm_backend_cfg bcfg = { .model = tiers_model, .page_size = page_size,
+					 .nr_pages = nr, .tier = KVMM_TIER_DEVICE };
+	struct kvmm_store_cfg scfg = { .page_bytes = page_bytes, .nr_pages = nr,
+				       .tier = KVMM_TIER_HOST, .numa_node = -1,
+				       .model = tiers_model, .page_size = page_size };
+	double g[TIERS_REPEAT], s[TIERS_REPEAT], mc;
+	void *bpriv = NULL, *spriv = NULL, **addr = NULL;
+	int32_t *pfns = NULL;
+	struct kvmm_kv_layer kl;
+	unsigned r;
+	int ret;
+
+	if (!nr)
+		nr = 1;
+	ret = be->init(&bcfg, &bpriv);
+	if (ret)
+		goto out;
+	ret = st->init(&scfg, &spriv);
+	if (ret)
+		goto out;
+	pfns = shuffled(nr);
+	addr = malloc(nr * sizeof(*addr));
+	ret = -ENOMEM;
+	if (!pfns || !addr)
+		goto out;
+	for (i = 0; be->kv_layer(bpriv, i, &kl) == 0; i++) {
+		prefault(kl.k, (size_t)kl.slot_bytes * nr * page_size);
+		if (kl.v)
+			prefault(kl.v, (size_t)kl.slot_bytes * nr * page_size);
+	}
+	for (i = 0; i < nr; i++) {
+		addr[i] = st->page(spriv, i);
+		prefault(addr[i], page_bytes);
+	}
+	for (r = 0; r < TIERS_REPEAT; r++) {
+		uint64_t t0 = now_ns();
+
+		ret = be->gather(bpriv, pfns, nr, addr);
+		g[r] = gbps(nr * page_bytes, (double)(now_ns() - t0));
+		t0 = now_ns();
+		ret = ret ? ret : be->scatter(bpriv, pfns, nr, addr);
+		s[r] = gbps(nr * page_bytes, (double)(now_ns() - t0));
+		if (ret)
+			goto out;
+	}
+	mc = memcpy_gbps(nr * page_bytes);
+	if (o->json)
+		printf("{\"bench\":\"tiers\",\"tier\":\"host\",\"page_size\":%u,\"page_bytes\":%llu,"
+		       "\"pages\":%u,\"gather_gbps\":%.2f,\"scatter_gbps\":%.2f,"
+		       "\"memcpy_gbps\":%.2f,\"gather_vs_memcpy\":%.3f,"
+		       "\"scatter_vs_memcpy\":%.3f,\"repeat\":%u}\n",
+		       page_size, (unsigned long long)page_bytes, nr, median(g, TIERS_REPEAT),
+		       median(s, TIERS_REPEAT), mc, median(g, TIERS_REPEAT) / mc,
+		       median(s, TIERS_REPEAT) / mc, TIERS_REPEAT);
+	else
+		printf("host  page size %-3u %4u pages of %7llu B: gather %6.2f GB/s, "
+		       "scatter %6.2f GB/s, memcpy %6.2f GB/s (%.2f, %.2f of it)\n",
+		       page_size, nr, (unsigned long long)page_bytes, median(g, TIERS_REPEAT),
+		       median(s, TIERS_REPEAT), mc, median(g, TIERS_REPEAT) / mc,
+		       median(s, TIERS_REPEAT) / mc);
+	ret = 0;
+out:
+	if (ret)
+		fprintf(stderr, "tiers: host, page size %u: %s\n", page_size, strerror(-ret));
+	free(addr);
+	free(pfns);
+	if (spriv)
+		st->exit(spriv);
+	if (bpriv)
+		be->exit(bpriv);
+	return ret;
+}
+
+struct fio_result {
+	double gbps;
+	double iops;
+};
+
+/*
+ * fio on @path: @rw ("write" or "read") of @bytes from offset 4096 (past
+ * the superblock) in blocks of @bs at queue depth @qd, io_uring, O_DIRECT,
+ * registered buffers and file, as the NVMe store does.
+ */
+static int run_fio(const char *path, const char *rw, uint64_t bs, uint64_t bytes,
+		   uint32_t qd, struct fio_result *res)
+{
+	char cmd[1024], line[4096];
+	uint64_t bw = 0;
+	double iops = 0;
+	FILE *f;
+	int status;
+
+	snprintf(cmd, sizeof(cmd),
+		 "fio --name=kvmm --filename='%s' --rw=%s --bs=%llu --iodepth=%u "
+		 "--ioengine=io_uring --direct=1 --fixedbufs --registerfiles "
+		 "--offset=4096 --size=%llu --output-format=json 2>/dev/null",
+		 path, rw, (unsigned long long)bs, qd, (unsigned long long)bytes);
+	f = popen(cmd, "r");
+	if (!f)
+		return -errno;
+	/* Pick "bw_bytes" and "iops" out of the job's rw section. */
+	while (fgets(line, sizeof(line), f)) {
+		static char section[16];
+		char *p;
+
+		if (strstr(line, "\"read\" :") || strstr(line, "\"write\" :"))
+			snprintf(section, sizeof(section), "%s",
+				 strstr(line, "\"read\"") ? "read" : "write");
+		if (strcmp(section, rw))
+			continue;
+		if ((p = strstr(line, "\"bw_bytes\" :")) && !bw)
+			bw = strtoull(p + 12, NULL, 10);
+		if ((p = strstr(line, "\"iops\" :")) && !iops)
+			iops = strtod(p + 8, NULL);
+	}
+	status = pclose(f);
+	if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) || !bw)
+		return -EIO;
+	res->gbps = (double)bw / 1e9;
+	res->iops = iops;
+	return 0;
+}
+
+static int fio_present(void)
+{
+	return system("fio --version >/dev/null 2>&1") == 0;
+}
+
+static int nvme_bench(const struct tiers_opts *o, uint32_t page_size)
+{
+	const struct kvmm_store_ops *host = kvmm_store_lookup(KVMM_TIER_HOST);
+	const struct kvmm_store_ops *nv = kvmm_store_lookup(KVMM_TIER_NVME);
+	uint64_t page_bytes = kvmm_page_bytes(&tiers_model, page_size);
+	uint32_t nr = (uint32_t)(o->set_bytes / page_bytes), i, done, got;
+	struct kvmm_store_cfg hcfg = { .page_bytes = page_bytes, .nr_pages = nr,
+				       .tier = KVMM_TIER_HOST, .numa_node = -1,
+				       .model = tiers_model, .page_size = page_size };
+	char why[256] = "";
+	struct kvmm_store_cfg ncfg = { .page_bytes = page_bytes, .nr_pages = nr,
+				       .tier = KVMM_TIER_NVME, .numa_node = -1,
+				       .model = tiers_model, .page_size = page_size,
+				       .path = o->nvme_file, .qd = o->qd,
+				       .err = why, .err_len = sizeof(why) };
+	double w[TIERS_REPEAT], rd[TIERS_REPEAT];
+	struct fio_result fw = { 0 }, fr = { 0 };
+	struct kvmm_store_key *keys = NULL;
+	void *hpriv = NULL, *npriv = NULL, **src = NULL, **dst = NULL;
+	uint32_t *tokens = NULL;
+	int32_t *pfns = NULL;
+	uint64_t slot_bytes;
+	struct stat sb;
+	unsigned r;
+	int ret, err;
+
+	if (!nv) {
+		fprintf(stderr, "tiers: this build has no NVMe store (liburing)\n");
+		return -EOPNOTSUPP;
+	}
+	if (!nr)
+		nr = 1;
+	unlink(o->nvme_file);
+	ret = host->init(&hcfg, &hpriv);
+	if (!ret)
+		ret = nv->init(&ncfg, &npriv);
+	if (ret)
+		goto out;
+	ret = -ENOMEM;
+	pfns = malloc(nr * sizeof(*pfns));
+	src = malloc(nr * sizeof(*src));
+	dst = malloc(nr * sizeof(*dst));
+	keys = calloc(nr, sizeof(*keys));
+	tokens = calloc((size_t)nr * page_size, sizeof(*tokens));
+	if (!pfns || !src || !dst || !keys || !tokens)
+		goto out;
+	for (i = 0; i < nr; i++) {
+		pfns[i] = (int32_t)i;	/* the slot allocator hands out runs */
+		src[i] = host->page(hpriv, i);
+		prefault(src[i], page_bytes);
+		tokens[i * page_size] = i;
+		keys[i] = (struct kvmm_store_key){ .id = { i + 1, 0 }, .parent = { i, 0 },
+						   .tokens = tokens + (size_t)i * page_size };
+	}
+	for (r = 0; r < TIERS_REPEAT; r++) {
+		uint64_t t0 = now_ns();
+
+		ret = nv->write(npriv, pfns, nr, src, keys);
+		w[r] = gbps(nr * page_bytes, (double)(now_ns() - t0));
+		if (ret)
+			goto out;
+		t0 = now_ns();
+		for (done = 0; done < nr; done += got) {
+			got = nv->read(npriv, pfns + done, nr - done, keys + done, dst, &err);
+			if (err || !got) {
+				ret = err ? err : -EIO;
+				goto out;
+			}
+		}
+		rd[r] = gbps(nr * page_bytes, (double)(now_ns() - t0));
+	}
+	/* A slot (header and page, in 4 KiB blocks), from what the store made. */
+	if (stat(o->nvme_file, &sb) || (uint64_t)sb.st_size < 4096 + nr * page_bytes) {
+		ret = -EIO;
+		goto out;
+	}
+	slot_bytes = ((uint64_t)sb.st_size - 4096) / nr;
+	if (o->fio && fio_present()) {
+		ret = run_fio(o->nvme_file, "write", slot_bytes, nr * slot_bytes, o->qd, &fw);
+		if (!ret)
+			ret = run_fio(o->nvme_file, "read", slot_bytes, nr * slot_bytes, o->qd, &fr);
+		if (ret)
+			fprintf(stderr, "tiers: fio failed on %s\n", o->nvme_file);
+	}
+	/* kvmm's rate counts page bytes; fio's counts slot bytes: compare slots. */
+	{
+		double kw = median(w, TIERS_REPEAT) * (double)slot_bytes / (double)page_bytes;
+		double kr = median(rd, TIERS_REPEAT) * (double)slot_bytes / (double)page_bytes;
+
+		if (o->json)
+			printf("{\"bench\":\"tiers\",\"tier\":\"nvme\",\"page_size\":%u,"
+			       "\"page_bytes\":%llu,\"slot_bytes\":%llu,\"pages\":%u,\"qd\":%u,"
+			       "\"write_gbps\":%.3f,\"read_gbps\":%.3f,\"write_iops\":%.0f,"
+			       "\"read_iops\":%.0f,\"fio_write_gbps\":%.3f,\"fio_read_gbps\":%.3f,"
+			       "\"fio_write_iops\":%.0f,\"fio_read_iops\":%.0f,"
+			       "\"write_vs_fio\":%.3f,\"read_vs_fio\":%.3f,\"repeat\":%u}\n",
+			       page_size, (unsigned long long)page_bytes,
+			       (unsigned long long)slot_bytes, nr, o->qd ? o->qd : 32, kw, kr,
+			       kw * 1e9 / (double)slot_bytes, kr * 1e9 / (double)slot_bytes,
+			       fw.gbps, fr.gbps, fw.iops, fr.iops,
+			       fw.gbps > 0 ? kw / fw.gbps : 0.0, fr.gbps > 0 ? kr / fr.gbps : 0.0,
+			       TIERS_REPEAT);
+		else
+			printf("nvme  page size %-3u %4u slots of %7llu B, qd %u: write %.3f GB/s "
+			       "(fio %.3f), read %.3f GB/s (fio %.3f)\n",
+			       page_size, nr, (unsigned long long)slot_bytes, o->qd ? o->qd : 32,
+			       kw, fw.gbps, kr, fr.gbps);
+	}
+	ret = 0;
+out:
+	if (ret)
+		fprintf(stderr, "tiers: nvme, page size %u: %s%s%s\n", page_size,
+			strerror(-ret), why[0] ? ": " : "", why);
+	free(tokens);
+	free(keys);
+	free(dst);
+	free(src);
+	free(pfns);
+	if (npriv)
+		nv->exit(npriv);
+	if (hpriv)
+		host->exit(hpriv);
+	unlink(o->nvme_file);
+	return ret;
+}
+
+static void tiers_usage(void)
+{
+	fprintf(stderr,
+		"usage: kvmm-bench tiers [--json] [--quick] [--set-mib N] [--nvme-file PATH]\n"
+		"                        [--qd N] [--no-fio]\n");
+}
+
+int cmd_tiers(int argc, char **argv)
+{
+	static const struct option lopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "quick", no_argument, NULL, 'q' },
+		{ "set-mib", required_argument, NULL, 's' },
+		{ "nvme-file", required_argument, NULL, 'f' },
+		{ "qd", required_argument, NULL, 'd' },
+		{ "no-fio", no_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	static const uint32_t page_sizes[] = { 1, 16, 64 };
+	struct tiers_opts o = { .set_bytes = 256ull << 20, .nvme_file = "kvmm-tiers.nvme",
+				.qd = 32, .fio = true };
+	unsigned i;
+	int c, ret = 0;
+
+	while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
+		switch (c) {
+		case 'j': o.json = true; break;
+		case 'q': o.set_bytes = 32ull << 20; break;
+		case 's': o.set_bytes = parse_u64("--set-mib", optarg) << 20; break;
+		case 'f': o.nvme_file = optarg; break;
+		case 'd': o.qd = (uint32_t)parse_u64("--qd", optarg); break;
+		case 'n': o.fio = false; break;
+		case 'h': tiers_usage(); return 0;
+		default: tiers_usage(); return 2;
+		}
+	}
+	if (!o.set_bytes || !o.qd || o.qd > 4096)
+		die_usage("tiers: --set-mib and --qd (at most 4096) must be positive");
+	if (o.fio && !fio_present())
+		fprintf(stderr, "tiers: fio not found (apt-get install fio): NVMe without "
+				"its baseline\n");
+	for (i = 0; i < sizeof(page_sizes) / sizeof(page_sizes[0]); i++)
+		ret |= host_bench(&o, page_sizes[i]);
+	for (i = 0; i < sizeof(page_sizes) / sizeof(page_sizes[0]); i++)
+		ret |= nvme_bench(&o, page_sizes[i]);
+	return ret ? 1 : 0;
+}
