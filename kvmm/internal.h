@@ -407,7 +407,7 @@ uint32_t kvmm_tier_adopt(struct kvmm_ctx *ctx, struct kvmm_node *from,
 void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
 int kvmm_promote_path(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		      struct kvmm_path *path);
-int kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
+void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
 
 /* ---- seq.c ---- */
 

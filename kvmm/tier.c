@@ -169,7 +169,7 @@ int kvmm_tiers_init(struct kvmm_ctx *ctx)
 	if (!ret && p->nvme_pages) {
 		ret = tier_init(ctx, KVMM_TIER_NVME, p->nvme_pages, p->nvme_arg);
 		if (!ret)
-			ret = kvmm_tier_recover(ctx, KVMM_TIER_NVME);
+			kvmm_tier_recover(ctx, KVMM_TIER_NVME);
 	}
 	if (ret)
 		kvmm_tiers_exit(ctx);
@@ -729,12 +729,10 @@ static void rec_attach(struct tier_scan *ts, uint32_t tier, uint32_t r, uint32_t
  * Each page the store found valid becomes a one-page node under the page
  * its header names as its parent; pages whose parent is missing (lost,
  * torn, dropped) are left out and their slots are free, as are older
- * copies of a page.  Best effort: a context that cannot get the memory to
- * recover starts cold, with a report.
- *
- * Return: 0.
+ * copies of a page.  Best effort, so it cannot fail: a context that cannot
+ * get the memory to recover starts cold, with a report.
  */
-int kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier)
+void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier)
 {
 	struct tier_scan ts = { .ctx = ctx, .max = ctx->zone[tier].nr_pages };
 	size_t rec_bytes = (size_t)ts.max * sizeof(*ts.recs);
@@ -743,7 +741,7 @@ int kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier)
 	uint32_t *stack, i, u;
 
 	if (!ctx->store[tier]->recover)
-		return 0;
+		return;
 	ts.recs = kvmm_malloc(ctx, rec_bytes);
 	ts.tokens = kvmm_malloc(ctx, tok_bytes);
 	stack = kvmm_malloc(ctx, stack_bytes);
@@ -766,5 +764,4 @@ out:
 	kvmm_mfree(ctx, stack, stack_bytes);
 	kvmm_mfree(ctx, ts.tokens, tok_bytes);
 	kvmm_mfree(ctx, ts.recs, rec_bytes);
-	return 0;
 }
