@@ -8,6 +8,7 @@
  * by the generated config, so asking for it gives -EOPNOTSUPP.
  */
 #include <string.h>
+#include <sys/mman.h>
 
 #include <libkvmm.h>
 #include "autoconf.h"
@@ -51,4 +52,34 @@ KVMM_EXPORT const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier)
 		return &kvmm_nvme_store;
 #endif
 	return NULL;
+}
+
+/**
+ * kvmm_hint_huge() - ask for transparent huge pages under a large buffer
+ * @p: page aligned
+ * @bytes: its length
+ *
+ * Pools and tiers copy pages scattered over them: with 4 KiB pages every
+ * slot run would be a TLB miss.  A hint only: a kernel without THP is fine.
+ */
+void kvmm_hint_huge(void *p, uint64_t bytes)
+{
+	madvise(p, bytes, MADV_HUGEPAGE);
+}
+
+/**
+ * kvmm_map_anon() - zeroed memory for a pool or a tier, mapped lazily
+ * @bytes: how much
+ *
+ * Return: the mapping (with kvmm_hint_huge()), or NULL; munmap() frees it.
+ */
+void *kvmm_map_anon(uint64_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	kvmm_hint_huge(p, bytes);
+	return p;
 }

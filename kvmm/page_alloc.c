@@ -176,6 +176,13 @@ bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn)
 	return hb_test(&zone->free, pfn);
 }
 
+/* The descriptor of a frame just allocated from @zone. */
+static struct kvmm_page page_owned(const struct kvmm_zone *zone)
+{
+	return (struct kvmm_page){ .state = KVMM_PAGE_OWNED,
+				   .tier = (uint8_t)zone->tier, .refcount = 1 };
+}
+
 /**
  * kvmm_alloc_pfn() - take one given frame, if it is free
  * @zone: its zone
@@ -187,8 +194,7 @@ bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn)
  */
 bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn)
 {
-	const struct kvmm_page owned = { .state = KVMM_PAGE_OWNED,
-					 .tier = (uint8_t)zone->tier, .refcount = 1 };
+	const struct kvmm_page owned = page_owned(zone);
 
 	if (pfn >= zone->nr_pages || !hb_test(&zone->free, pfn))
 		return false;
@@ -204,8 +210,7 @@ bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn)
  */
 static void __rmqueue_bulk(struct kvmm_zone *zone, uint32_t nr, int32_t *pfns)
 {
-	const struct kvmm_page owned = { .state = KVMM_PAGE_OWNED,
-					 .tier = (uint8_t)zone->tier, .refcount = 1 };
+	const struct kvmm_page owned = page_owned(zone);
 	uint64_t pos = zone->cursor;
 	uint32_t got = 0;
 

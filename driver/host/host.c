@@ -60,30 +60,20 @@ struct host_store {
 	uint64_t *csum;		/* per page */
 };
 
-/*
- * A chunk, asked for in transparent huge pages (a hint: the kernel may
- * have none), so copies of pages scattered over the tier are not a TLB
- * miss per slot run.
- */
+/* A chunk, on @node where libnuma places it, in huge pages where it can. */
 static void *chunk_alloc(struct host_store *hs, int node)
 {
-	void *p;
-
 #if CONFIG_KVMM_LIBNUMA
 	if (hs->numa) {
-		p = numa_alloc_onnode(hs->chunk_bytes, node);
+		void *p = numa_alloc_onnode(hs->chunk_bytes, node);
+
 		if (p)
-			madvise(p, hs->chunk_bytes, MADV_HUGEPAGE);
+			kvmm_hint_huge(p, hs->chunk_bytes);
 		return p;
 	}
 #endif
 	(void)node;
-	p = mmap(NULL, hs->chunk_bytes, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	madvise(p, hs->chunk_bytes, MADV_HUGEPAGE);
-	return p;
+	return kvmm_map_anon(hs->chunk_bytes);
 }
 
 static void chunk_free(struct host_store *hs, void *p)

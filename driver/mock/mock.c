@@ -40,22 +40,6 @@ struct mock_pool {
 	void **bufs;		/* layers * nbufs buffers */
 };
 
-/*
- * A pool buffer: zeroed, mapped lazily, in transparent huge pages where
- * the kernel has them, so that copying pages scattered over a large pool
- * is not one TLB miss per slot run (a device's memory has no such cost).
- */
-static void *pool_buf_alloc(uint64_t bytes)
-{
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (p == MAP_FAILED)
-		return NULL;
-	madvise(p, bytes, MADV_HUGEPAGE);	/* a hint: no THP is fine */
-	return p;
-}
-
 static void mock_exit(void *priv)
 {
 	struct mock_pool *pool = priv;
@@ -98,7 +82,7 @@ static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 	if (!pool->bufs)
 		goto out_nomem;
 	for (i = 0; i < pool->layers * pool->nbufs; i++) {
-		pool->bufs[i] = pool_buf_alloc(pool->buf_bytes);
+		pool->bufs[i] = kvmm_map_anon(pool->buf_bytes);
 		if (!pool->bufs[i])
 			goto out_nomem;
 	}

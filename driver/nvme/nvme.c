@@ -321,7 +321,8 @@ static int nvme_pump(struct nvme_store *ns, bool write, uint32_t site,
 
 /* ---- pages ---- */
 
-static bool flip_due(struct nvme_store *ns, uint32_t every)
+/* Is the page just written an every-th one (fault injection)? */
+static bool nth_written(const struct nvme_store *ns, uint32_t every)
 {
 	return every && !(ns->written % every);
 }
@@ -357,9 +358,9 @@ static bool write_fill(struct nvme_store *ns, uint32_t slot, void *arg)
 	ns->written++;
 	io->off = slot_off(ns, (uint32_t)wr->pfns[wr->next]);
 	io->len = (uint32_t)ns->slot_bytes;
-	if (ns->arg && flip_due(ns, ns->arg->flip_every))
+	if (ns->arg && nth_written(ns, ns->arg->flip_every))
 		data[ns->written % ns->page_bytes] ^= 0x10;
-	if (ns->arg && flip_due(ns, ns->arg->tear_every))
+	if (ns->arg && nth_written(ns, ns->arg->tear_every))
 		io->len = (uint32_t)(ns->slot_bytes / 2 / NVME_BLOCK * NVME_BLOCK);
 	wr->next++;
 	return true;

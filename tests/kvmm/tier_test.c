@@ -431,11 +431,11 @@ static const char *nvme_file(const char *name)
 	return path;
 }
 
-static int nvme_create(uint32_t dev, uint32_t host, uint32_t nvme, const char *path,
-		       struct kvmm_nvme_arg *arg, struct test_log *log,
-		       struct kvmm_ctx **ctxp)
+static struct kvmm_params nvme_params(uint32_t ps, uint32_t dev, uint32_t host,
+				      uint32_t nvme, const char *path,
+				      struct kvmm_nvme_arg *arg)
 {
-	struct kvmm_params p = test_params(PS, dev, 8, 256);
+	struct kvmm_params p = test_params(ps, dev, 8, 256);
 
 	p.host_pages = host;
 	p.host_node = KVMM_NODE_NEAREST;
@@ -443,6 +443,15 @@ static int nvme_create(uint32_t dev, uint32_t host, uint32_t nvme, const char *p
 	p.nvme_path = path;
 	p.nvme_arg = arg;
 	p.nvme_qd = 4;		/* a node of 8 pages takes two batches */
+	return p;
+}
+
+static int nvme_create(uint32_t dev, uint32_t host, uint32_t nvme, const char *path,
+		       struct kvmm_nvme_arg *arg, struct test_log *log,
+		       struct kvmm_ctx **ctxp)
+{
+	struct kvmm_params p = nvme_params(PS, dev, host, nvme, path, arg);
+
 	if (log) {
 		p.log = test_log_fn;
 		p.log_priv = log;
@@ -581,10 +590,7 @@ static void test_nvme_bad_files(void)
 	/* a file of another geometry is refused */
 	ctx = nvme_ctx(16, 8, 64, path, NULL);
 	kvmm_destroy(ctx);
-	p = test_params(PS * 2, 16, 8, 256);
-	p.host_pages = 8;
-	p.nvme_pages = 64;
-	p.nvme_path = path;
+	p = nvme_params(PS * 2, 16, 8, 64, path, NULL);
 	p.log = test_log_fn;
 	p.log_priv = &log;
 	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EINVAL);
@@ -606,11 +612,7 @@ static void test_nvme_bad_files(void)
 	kvmm_destroy(ctx);
 
 	/* a store that fails to start leaks nothing */
-	p = test_params(PS, 16, 8, 256);
-	p.host_pages = 8;
-	p.nvme_pages = 64;
-	p.nvme_path = path;
-	p.nvme_arg = &fail;
+	p = nvme_params(PS, 16, 8, 64, path, &fail);
 	p.alloc = &test_alloc_ops;
 	p.alloc_priv = &ta;
 	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EIO);

@@ -101,6 +101,15 @@ static double memcpy_gbps(uint64_t bytes)
 	return median(t, TIERS_REPEAT);
 }
 
+/* What a store of @nr pages on @tier is asked for, in this geometry. */
+static struct kvmm_store_cfg store_cfg(uint32_t tier, uint32_t page_size, uint32_t nr)
+{
+	return (struct kvmm_store_cfg){
+		.page_bytes = kvmm_page_bytes(&tiers_model, page_size), .nr_pages = nr,
+		.tier = tier, .numa_node = -1, .model = tiers_model, .page_size = page_size,
+	};
+}
+
 static int host_bench(const struct tiers_opts *o, uint32_t page_size)
 {
 	const struct kvmm_backend_ops *be = kvmm_backend_lookup("mock");
@@ -109,9 +118,7 @@ static int host_bench(const struct tiers_opts *o, uint32_t page_size)
 	uint32_t nr = (uint32_t)(o->set_bytes / page_bytes), i;
 	struct kvmm_backend_cfg bcfg = { .model = tiers_model, .page_size = page_size,
 					 .nr_pages = nr, .tier = KVMM_TIER_DEVICE };
-	struct kvmm_store_cfg scfg = { .page_bytes = page_bytes, .nr_pages = nr,
-				       .tier = KVMM_TIER_HOST, .numa_node = -1,
-				       .model = tiers_model, .page_size = page_size };
+	struct kvmm_store_cfg scfg = store_cfg(KVMM_TIER_HOST, page_size, nr);
 	double g[TIERS_REPEAT], s[TIERS_REPEAT], mc;
 	void *bpriv = NULL, *spriv = NULL, **addr = NULL;
 	int32_t *pfns = NULL;
@@ -241,15 +248,9 @@ static int nvme_bench(const struct tiers_opts *o, uint32_t page_size)
 	const struct kvmm_store_ops *nv = kvmm_store_lookup(KVMM_TIER_NVME);
 	uint64_t page_bytes = kvmm_page_bytes(&tiers_model, page_size);
 	uint32_t nr = (uint32_t)(o->set_bytes / page_bytes), i, done, got;
-	struct kvmm_store_cfg hcfg = { .page_bytes = page_bytes, .nr_pages = nr,
-				       .tier = KVMM_TIER_HOST, .numa_node = -1,
-				       .model = tiers_model, .page_size = page_size };
+	struct kvmm_store_cfg hcfg = store_cfg(KVMM_TIER_HOST, page_size, nr);
+	struct kvmm_store_cfg ncfg = store_cfg(KVMM_TIER_NVME, page_size, nr);
 	char why[256] = "";
-	struct kvmm_store_cfg ncfg = { .page_bytes = page_bytes, .nr_pages = nr,
-				       .tier = KVMM_TIER_NVME, .numa_node = -1,
-				       .model = tiers_model, .page_size = page_size,
-				       .path = o->nvme_file, .qd = o->qd,
-				       .err = why, .err_len = sizeof(why) };
 	double w[TIERS_REPEAT], rd[TIERS_REPEAT];
 	struct fio_result fw = { 0 }, fr = { 0 };
 	struct kvmm_store_key *keys = NULL;
@@ -267,6 +268,10 @@ static int nvme_bench(const struct tiers_opts *o, uint32_t page_size)
 	}
 	if (!nr)
 		nr = 1;
+	ncfg.path = o->nvme_file;
+	ncfg.qd = o->qd;
+	ncfg.err = why;
+	ncfg.err_len = sizeof(why);
 	unlink(o->nvme_file);
 	ret = host->init(&hcfg, &hpriv);
 	if (!ret)
