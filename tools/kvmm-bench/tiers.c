@@ -110,12 +110,20 @@ static struct kvmm_store_cfg store_cfg(uint32_t tier, uint32_t page_size, uint32
 	};
 }
 
+/* Pages in the measured set: at least one, however large a page is. */
+static uint32_t set_pages(const struct tiers_opts *o, uint64_t page_bytes)
+{
+	uint64_t nr = o->set_bytes / page_bytes;
+
+	return nr ? (uint32_t)nr : 1;
+}
+
 static int host_bench(const struct tiers_opts *o, uint32_t page_size)
 {
 	const struct kvmm_backend_ops *be = kvmm_backend_lookup("mock");
 	const struct kvmm_store_ops *st = kvmm_store_lookup(KVMM_TIER_HOST);
 	uint64_t page_bytes = kvmm_page_bytes(&tiers_model, page_size);
-	uint32_t nr = (uint32_t)(o->set_bytes / page_bytes), i;
+	uint32_t nr = set_pages(o, page_bytes), i;
 	struct kvmm_backend_cfg bcfg = { .model = tiers_model, .page_size = page_size,
 					 .nr_pages = nr, .tier = KVMM_TIER_DEVICE };
 	struct kvmm_store_cfg scfg = store_cfg(KVMM_TIER_HOST, page_size, nr);
@@ -126,8 +134,6 @@ static int host_bench(const struct tiers_opts *o, uint32_t page_size)
 	unsigned r;
 	int ret;
 
-	if (!nr)
-		nr = 1;
 	ret = be->init(&bcfg, &bpriv);
 	if (ret)
 		goto out;
@@ -247,7 +253,7 @@ static int nvme_bench(const struct tiers_opts *o, uint32_t page_size)
 	const struct kvmm_store_ops *host = kvmm_store_lookup(KVMM_TIER_HOST);
 	const struct kvmm_store_ops *nv = kvmm_store_lookup(KVMM_TIER_NVME);
 	uint64_t page_bytes = kvmm_page_bytes(&tiers_model, page_size);
-	uint32_t nr = (uint32_t)(o->set_bytes / page_bytes), i, done, got;
+	uint32_t nr = set_pages(o, page_bytes), i, done, got;
 	struct kvmm_store_cfg hcfg = store_cfg(KVMM_TIER_HOST, page_size, nr);
 	struct kvmm_store_cfg ncfg = store_cfg(KVMM_TIER_NVME, page_size, nr);
 	char why[256] = "";
@@ -266,8 +272,6 @@ static int nvme_bench(const struct tiers_opts *o, uint32_t page_size)
 		fprintf(stderr, "tiers: this build has no NVMe store (liburing)\n");
 		return -EOPNOTSUPP;
 	}
-	if (!nr)
-		nr = 1;
 	ncfg.path = o->nvme_file;
 	ncfg.qd = o->qd;
 	ncfg.err = why;
