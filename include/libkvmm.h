@@ -590,6 +590,8 @@ struct kvmm_backend_cfg {
  * its V slots (MLA: its latent slots), slot after slot, as they sit in
  * the pool.  @gather and @scatter return 0 or a negative errno; on error
  * the destination's contents are undefined and nothing else changed.
+ * @scatter may be called from the I/O worker (a promotion from NVMe)
+ * while other calls run under the context lock, on other pages.
  */
 struct kvmm_backend_ops {
 	const char *name;
@@ -665,17 +667,22 @@ struct kvmm_store_key {
  *	negative errno after which no page of the call can be trusted
  * @read: read pages @pfns and check them against @keys (identity) and
  *	their checksums; set @dst[i] to page i's bytes, valid until the next
- *	call.  Return the number of leading pages that read and verified; a
- *	store may stop early at its batch size, with *@err 0; otherwise *@err
- *	says why page [return] failed: -EBADMSG (it does not verify) or the
- *	I/O error
+ *	call on channel @chan.  Return the number of leading pages that read
+ *	and verified; a store may stop early at its batch size, with *@err 0;
+ *	otherwise *@err says why page [return] failed: -EBADMSG (it does not
+ *	verify) or the I/O error.  Channel 0 is called under the context
+ *	lock, channel 1 only from the I/O worker (promote.c), each by one
+ *	thread at a time; the two may run at once, on different pages
  * @recover: call @fn for every page found valid on the store at init
  *	(restart), with its key and a write sequence number (higher is newer);
  *	a nonzero return from @fn stops the walk and is returned
  *
  * Every page is checksummed; a page that fails verification is treated as
- * a miss by the core and never served.
+ * a miss by the core and never served.  @page and @verify may be called
+ * from the I/O worker while other calls run under the context lock, on
+ * pages of other nodes.
  */
+#define KVMM_STORE_CHANS	2
 struct kvmm_store_ops {
 	const char *name;
 	int (*init)(const struct kvmm_store_cfg *cfg, void **privp);
@@ -685,7 +692,7 @@ struct kvmm_store_ops {
 	uint32_t (*verify)(void *priv, const int32_t *pfns, uint32_t nr);
 	int (*write)(void *priv, const int32_t *pfns, uint32_t nr,
 		     void *const *src, const struct kvmm_store_key *keys);
-	uint32_t (*read)(void *priv, const int32_t *pfns, uint32_t nr,
+	uint32_t (*read)(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
 			 const struct kvmm_store_key *keys, void **dst, int *err);
 	int (*recover)(void *priv,
 		       int (*fn)(void *arg, uint32_t pfn,
@@ -740,6 +747,8 @@ struct kvmm_host_arg {
  *	written, on its way to the file (0: never)
  * @tear_every: write only the first half of every @tear_every-th page, as
  *	a power cut would (0: never)
+ * @hold: when not NULL, reads on the I/O worker's channel wait while
+ *	*@hold is nonzero, so a test can keep a promotion in flight
  *
  * The store keeps the pointer and reads the fields at every I/O.
  */
@@ -750,6 +759,7 @@ struct kvmm_nvme_arg {
 	uint32_t fault_sites;
 	uint32_t flip_every;
 	uint32_t tear_every;
+	const int *hold;
 };
 
 #ifdef __cplusplus

@@ -24,5 +24,6 @@ void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params
 			uint32_t ring_id);
 void kvmm_ring_attach(struct kvmm_disp *d, void *region, const struct kvmm_ring_params *p);
 void kvmm_doorbell(int fd);
+void kvmm_ring_wake(struct kvmm_ring_hdr *hdr, int cq_fd);
 
 #endif

@@ -99,6 +99,8 @@ void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params
 	hdr->ring_id = ring_id;
 }
 
+static void ring_notify(void *arg);
+
 static void ring_map(struct kvmm_ring *ring, void *region, const struct kvmm_ring_params *p)
 {
 	ring->hdr = region;
@@ -137,17 +139,25 @@ KVMM_EXPORT int kvmm_ring_init(struct kvmm_ctx *ctx, const struct kvmm_ring_para
 	if (!region)
 		return -ENOMEM;
 	memset(ring, 0, sizeof(*ring));
+	/* The I/O worker's deferred completions wake a waiter through it. */
+	ring->cq_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ring->cq_fd < 0) {
+		free(region);
+		return -errno;
+	}
 	ret = kvmm_disp_create(ctx, false, &ring->disp);
 	if (ret) {
+		close(ring->cq_fd);
 		free(region);
 		return ret;
 	}
 	kvmm_ring_hdr_init(region, &rp, kvmm_disp_id(ring->disp));
 	ring_map(ring, region, &rp);
 	ring->ctx = ctx;
-	ring->sock = ring->sq_fd = ring->cq_fd = -1;
+	ring->sock = ring->sq_fd = -1;
 	ring->map_size = size;
 	kvmm_ring_attach(ring->disp, ring->hdr, &rp);
+	kvmm_disp_set_notify(ring->disp, ring_notify, ring);
 	kvmm_disp_set_buf(ring->disp, 0, ring->buf, ring->buf_size);
 	if (rp.flags & KVMM_RING_F_NS)
 		kvmm_disp_bind_ns(ring->disp, rp.ns);
@@ -303,6 +313,7 @@ KVMM_EXPORT void kvmm_ring_exit(struct kvmm_ring *ring)
 		return;
 	if (ring->ctx) {
 		kvmm_disp_destroy(ring->disp);
+		close(ring->cq_fd);
 		free(ring->hdr);
 	} else {
 		munmap(ring->hdr, ring->map_size);
@@ -322,6 +333,26 @@ void kvmm_doorbell(int fd)
 	do {
 		n = write(fd, &one, sizeof(one));
 	} while (n < 0 && errno == EINTR);
+}
+
+/*
+ * Completions were published: ring the CQ doorbell @cq_fd if the client
+ * said it sleeps (it sets cq_sleeping, fences and looks at the CQ again:
+ * Dekker's pairing, so one of the two sees the other).
+ */
+void kvmm_ring_wake(struct kvmm_ring_hdr *hdr, int cq_fd)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&hdr->cq_sleeping, __ATOMIC_RELAXED))
+		kvmm_doorbell(cq_fd);
+}
+
+/* In-process: a deferred completion was posted by the I/O worker. */
+static void ring_notify(void *arg)
+{
+	struct kvmm_ring *ring = arg;
+
+	kvmm_ring_wake(ring->hdr, ring->cq_fd);
 }
 
 /**
@@ -360,8 +391,11 @@ static uint32_t cq_ready(const struct kvmm_ring *ring)
 	return __atomic_load_n(&ring->hdr->cq_tail, __ATOMIC_ACQUIRE) - ring->cq_head;
 }
 
-/* Across processes: wait until @want completions are ready. */
-static int wait_remote(struct kvmm_ring *ring, uint32_t want)
+/*
+ * Wait until @want completions are ready: across processes, or in-process
+ * for completions the I/O worker owes (there is no socket then).
+ */
+static int wait_cq(struct kvmm_ring *ring, uint32_t want)
 {
 	struct pollfd pfd[2] = {
 		{ .fd = ring->cq_fd, .events = POLLIN },
@@ -402,7 +436,8 @@ static int wait_remote(struct kvmm_ring *ring, uint32_t want)
  * @cqep: out; mark it with kvmm_cqe_seen() when done
  *
  * Return: 0; -EAGAIN in-process when nothing is in flight (nothing will
- * ever complete); -ECONNRESET when the server went away.
+ * ever complete: no entry waits and the I/O worker owes none);
+ * -ECONNRESET when the server went away.
  */
 KVMM_EXPORT int kvmm_wait_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep)
 {
@@ -413,11 +448,12 @@ KVMM_EXPORT int kvmm_wait_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep)
 			return 0;
 		if (ring->ctx) {
 			/* Entries the CQ had no room for run now. */
-			if (!kvmm_disp_pending(ring->disp) || !kvmm_disp_process(ring->disp))
+			if (kvmm_disp_pending(ring->disp) && kvmm_disp_process(ring->disp))
+				continue;
+			if (!kvmm_disp_deferred(ring->disp) && !cq_ready(ring))
 				return -EAGAIN;
-			continue;
 		}
-		ret = wait_remote(ring, 1);
+		ret = wait_cq(ring, 1);
 		if (ret)
 			return ret;
 	}
@@ -430,17 +466,27 @@ KVMM_EXPORT int kvmm_wait_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep)
  * @wait_nr: completions to wait for, counting those already ready; at
  *	most the CQ's size
  *
- * In-process everything that can run has run when kvmm_submit() returns.
+ * In-process everything that can run has run when kvmm_submit() returns,
+ * and only the completions the I/O worker owes (a PROMOTE from NVMe) are
+ * waited for.
  *
  * Return: entries submitted, or -errno from waiting.
  */
 KVMM_EXPORT int kvmm_submit_and_wait(struct kvmm_ring *ring, uint32_t wait_nr)
 {
 	int n = kvmm_submit(ring), ret;
+	uint32_t owed;
 
-	if (!ring->ctx && wait_nr) {
-		ret = wait_remote(ring, wait_nr <= ring->cq_mask + 1 ? wait_nr
-								     : ring->cq_mask + 1);
+	if (wait_nr > ring->cq_mask + 1)
+		wait_nr = ring->cq_mask + 1;
+	if (ring->ctx) {
+		/* Only the worker's deferred completions are still to come. */
+		owed = cq_ready(ring) + kvmm_disp_deferred(ring->disp);
+		if (wait_nr > owed)
+			wait_nr = owed;
+	}
+	if (wait_nr) {
+		ret = wait_cq(ring, wait_nr);
 		if (ret)
 			return ret;
 	}

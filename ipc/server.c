@@ -149,6 +149,14 @@ static int client_tenant(struct kvmm_client *c, struct kvmm_ring_params *p)
 	return 0;
 }
 
+/* After a batch or a deferred completion: wake the client if it sleeps. */
+static void notify_client(void *arg)
+{
+	struct kvmm_client *c = arg;
+
+	kvmm_ring_wake(c->region, c->cq_fd);
+}
+
 /* Read the client's hello, build its ring, send it over. */
 static int client_setup(struct kvmm_client *c)
 {
@@ -203,6 +211,7 @@ static int client_setup(struct kvmm_client *c)
 		kvmm_disp_bind_ns(c->disp, rp.ns);
 	kvmm_ring_hdr_init(c->region, &rp, kvmm_disp_id(c->disp));
 	kvmm_ring_attach(c->disp, c->region, &rp);
+	kvmm_disp_set_notify(c->disp, notify_client, c);
 	kvmm_disp_set_buf(c->disp, 0, rp.buf_size ? (char *)c->region +
 			  kvmm_ring_buf_off(&rp) : NULL, rp.buf_size);
 
@@ -226,15 +235,6 @@ out_refuse:
 	return ret;
 }
 
-/* After a batch: wake the client if it went to sleep (Dekker pairing). */
-static void notify_client(struct kvmm_client *c)
-{
-	struct kvmm_ring_hdr *hdr = c->region;
-
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&hdr->cq_sleeping, __ATOMIC_RELAXED))
-		kvmm_doorbell(c->cq_fd);
-}
 
 /* Serve until the client goes or the server stops. */
 static void client_serve(struct kvmm_client *c)

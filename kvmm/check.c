@@ -7,13 +7,16 @@
  *
  *  - Every page of every tier is in exactly one state.  A free page is on the free
  *    bitmap with no reference; a cached page is held by exactly one tree
- *    node; an owned page by exactly one open sequence's row.  The three
- *    counts add up to the pool size, so a page that no owner claims (a
- *    leak) or that two claim (handed out twice) is found.
+ *    node; an owned page by exactly one open sequence's row; an IO page
+ *    by exactly one promotion in flight.  The four counts add up to the
+ *    pool size, so a page that no owner claims (a leak) or that two claim
+ *    (handed out twice) is found.
+ *  - A promotion's nodes are marked, locked and on a lower tier; its
+ *    sequence names it, and holds nothing of its own meanwhile.
  *  - The free bitmap's summary levels agree with its pages.
  *  - A node is never on a faster tier than its parent, counts its
- *    children on its own tier right, and is locked or pinned only on
- *    the device.
+ *    children on its own tier right, and is pinned only on the device
+ *    and locked only there or by a promotion.
  *  - Per tier, evictable + protected == cached; lock_ref of a node is the sum of its
  *    children's plus the sequences and pins that end on it, so a locked
  *    node's ancestors are locked and no count is negative or lost.
@@ -43,12 +46,12 @@
 		}						\
 	} while (0)
 
-enum { MARK_NONE, MARK_TREE, MARK_SEQ };
+enum { MARK_NONE, MARK_TREE, MARK_SEQ, MARK_IO };
 
 struct check_sums {
 	uint64_t cached[KVMM_NR_TIERS], protected[KVMM_NR_TIERS];
 	uint64_t evictable[KVMM_NR_TIERS], leaves[KVMM_NR_TIERS];
-	uint64_t pinned, nodes, direct;
+	uint64_t pinned, nodes, direct, io_nodes;
 };
 
 static int check_zone(const struct kvmm_ctx *ctx, uint32_t tier)
@@ -140,9 +143,13 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	      (void *)node, node->tier);
 	CHECK(node->tkids == tkids, "node %p counts %u children on its tier, has %llu",
 	      (void *)node, node->tkids, (unsigned long long)tkids);
-	CHECK(node->tier == KVMM_TIER_DEVICE || (!node->lock_ref && !node->pin_ref),
+	CHECK(node->tier == KVMM_TIER_DEVICE ||
+	      (!node->pin_ref && (!node->lock_ref || (node->flags & KVMM_NODE_IO))),
 	      "node %p on tier %u is locked (%u) or pinned (%u)", (void *)node,
 	      node->tier, node->lock_ref, node->pin_ref);
+	CHECK(!(node->flags & KVMM_NODE_IO) || node->tier != KVMM_TIER_DEVICE,
+	      "node %p on the device is marked as promoting", (void *)node);
+	sums->io_nodes += !!(node->flags & KVMM_NODE_IO);
 	queued = node->flags & KVMM_NODE_EVICTABLE;
 	CHECK(queued == (!tkids && !node->lock_ref),
 	      "node %p queued %d, %llu children on its tier, lock_ref %u",
@@ -281,6 +288,8 @@ static int check_seq(const struct kvmm_ctx *ctx, uint32_t id, int32_t *path,
 	      s->cached, depth);
 	CHECK(s->cached <= s->len && s->len <= ctx->params.max_seq_len,
 	      "seq %u cached %u len %u", id, s->cached, s->len);
+	CHECK(!s->promo || s->len == s->cached,
+	      "seq %u holds tokens of its own while it promotes", id);
 	if (s->node != s->root) {
 		CHECK(s->node->lock_ref, "seq %u holds unlocked node %p", id,
 		      (void *)s->node);
@@ -321,7 +330,8 @@ out:
 KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 {
 	struct check_sums sums = { 0 };
-	uint64_t locked = 0, nfree_seqs = 0;
+	uint64_t locked = 0, nfree_seqs = 0, io = 0, io_t, job_locks, job_nodes;
+	const char *why = "";
 	uint8_t *marks[KVMM_NR_TIERS] = { NULL };
 	int32_t *path;
 	uint32_t i, t;
@@ -357,8 +367,16 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 		if (ret)
 			goto out;
 	}
-	CHECK(locked == sums.direct, "%llu sequences hold locks, nodes count %llu",
-	      (unsigned long long)locked, (unsigned long long)sums.direct);
+	io = kvmm_promos_check(ctx, marks[KVMM_TIER_DEVICE], &job_locks, &job_nodes, &why);
+	CHECK(io != UINT64_MAX, "%s", why);
+	CHECK(io == ctx->io_pages, "promotions hold %llu frames, counted %llu",
+	      (unsigned long long)io, (unsigned long long)ctx->io_pages);
+	CHECK(job_nodes == sums.io_nodes, "promotions arm %llu nodes, %llu are marked",
+	      (unsigned long long)job_nodes, (unsigned long long)sums.io_nodes);
+	CHECK(locked + job_locks == sums.direct,
+	      "%llu sequences and %llu promotions hold locks, nodes count %llu",
+	      (unsigned long long)locked, (unsigned long long)job_locks,
+	      (unsigned long long)sums.direct);
 	for (t = 0; t < KVMM_NR_TIERS; t++) {
 		const struct kvmm_zone *zone = &ctx->zone[t];
 		uint64_t owned = 0;
@@ -370,12 +388,15 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 			      "pfn %u of tier %u owned by no sequence (leaked)", i, t);
 			CHECK(state != KVMM_PAGE_CACHED || marks[t][i] == MARK_TREE,
 			      "pfn %u of tier %u cached by no node (leaked)", i, t);
+			CHECK(state != KVMM_PAGE_IO || marks[t][i] == MARK_IO,
+			      "pfn %u of tier %u held by no promotion (leaked)", i, t);
 			owned += marks[t][i] == MARK_SEQ;
 		}
-		CHECK(owned + sums.cached[t] + zone->nr_free == zone->nr_pages,
-		      "tier %u: owned %llu + cached %llu + free %u != %u pages", t,
+		io_t = t == KVMM_TIER_DEVICE ? io : 0;
+		CHECK(owned + sums.cached[t] + io_t + zone->nr_free == zone->nr_pages,
+		      "tier %u: owned %llu + cached %llu + io %llu + free %u != %u pages", t,
 		      (unsigned long long)owned, (unsigned long long)sums.cached[t],
-		      zone->nr_free, zone->nr_pages);
+		      (unsigned long long)io_t, zone->nr_free, zone->nr_pages);
 	}
 	for (i = ctx->free_seq; i != UINT32_MAX; i = ctx->seqs[i].next_free) {
 		CHECK(i < ctx->max_seqs && !ctx->seqs[i].open, "free row list holds %u", i);

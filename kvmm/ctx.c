@@ -259,6 +259,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	ctx->page_shift = (uint32_t)__builtin_ctz(params->page_size);
 	ctx->backend = bops;
 	list_init(&ctx->disps);
+	list_init(&ctx->promos);
 	if (pthread_mutex_init(&ctx->lock, NULL)) {
 		aops->free(ctx, sizeof(*ctx), params->alloc_priv);
 		return -ENOMEM;
@@ -319,6 +320,7 @@ KVMM_EXPORT void kvmm_destroy(struct kvmm_ctx *ctx)
 	if (!ctx)
 		return;
 	kvmm_disps_release(ctx);
+	kvmm_iow_stop(ctx);	/* promotions in flight finish first */
 	pthread_mutex_destroy(&ctx->lock);
 	kvmm_tree_exit(ctx);
 	kvmm_tiers_exit(ctx);

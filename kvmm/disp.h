@@ -24,6 +24,8 @@ void kvmm_disp_attach(struct kvmm_disp *d, struct kvmm_ring_hdr *hdr,
 		      struct kvmm_cqe *cqes, uint32_t cq_entries);
 uint32_t kvmm_disp_process(struct kvmm_disp *d);
 bool kvmm_disp_pending(const struct kvmm_disp *d);
+uint32_t kvmm_disp_deferred(const struct kvmm_disp *d);
+void kvmm_disp_set_notify(struct kvmm_disp *d, void (*fn)(void *arg), void *arg);
 
 
 #endif

@@ -188,6 +188,8 @@ int kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 		     const int32_t *pfns, uint32_t nr);
 void kvmm_pages_to_tree(struct kvmm_zone *zone, const int32_t *pfns, uint32_t nr);
+void kvmm_pages_set_state(struct kvmm_zone *zone, const int32_t *pfns, uint32_t nr,
+			  uint8_t state);
 void kvmm_set_page_flags(struct kvmm_zone *zone, const int32_t *pfns,
 			 uint32_t nr, uint8_t set, uint8_t clear);
 bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn);
@@ -197,6 +199,10 @@ bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn);
 
 #define KVMM_NODE_EVICTABLE	(1u << 0)	/* on a reclaim list */
 #define KVMM_NODE_ROOT		(1u << 1)
+#define KVMM_NODE_IO		(1u << 2)	/* its pages are being read up by a
+						 * promotion (promote.c): it is
+						 * locked, and nothing splits it,
+						 * moves it or adopts into it */
 
 /**
  * struct kvmm_node - a prefix-tree node: one edge of token ids and the
@@ -405,9 +411,25 @@ void kvmm_path_clip(struct kvmm_path *path);
 uint32_t kvmm_tier_adopt(struct kvmm_ctx *ctx, struct kvmm_node *from,
 			 struct kvmm_node *end, int32_t *pfns, uint32_t nr);
 void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
-int kvmm_promote_path(struct kvmm_ctx *ctx, struct kvmm_node *from,
-		      struct kvmm_path *path);
 void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
+void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
+		     const int32_t *pfns, uint32_t lt, uint64_t t0);
+struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node);
+uint64_t kvmm_now_ns(void);
+
+/* ---- promote.c ---- */
+
+struct kvmm_promo;
+struct kvmm_iow;
+
+int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
+		 uint32_t n, struct kvmm_disp *disp, uint64_t user_data);
+void kvmm_promo_cancel(struct kvmm_ctx *ctx, struct kvmm_promo *job);
+void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_disp *disp);
+int kvmm_iow_start(struct kvmm_ctx *ctx);
+void kvmm_iow_stop(struct kvmm_ctx *ctx);
+uint64_t kvmm_promos_check(const struct kvmm_ctx *ctx, uint8_t *mark, uint64_t *locks,
+			   uint64_t *nodes, const char **why);
 
 /* ---- seq.c ---- */
 
@@ -421,6 +443,8 @@ void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
  * @next_free: free-row list link while closed
  * @mark: batch stamp, to refuse a sequence named twice in one batch
  * @owner: id of the ring that opened it; 0 for the direct API
+ * @promo: its promotion in flight (promote.c), or NULL; while there is
+ *	one, only CLOSE and RETRACT (which cancel it) may touch the sequence
  * @open: the row is in use
  */
 struct kvmm_seq {
@@ -432,6 +456,7 @@ struct kvmm_seq {
 	uint32_t next_free;
 	uint32_t mark;
 	uint32_t owner;
+	struct kvmm_promo *promo;
 	bool open;
 };
 
@@ -453,6 +478,7 @@ void kvmm_node_unpin(struct kvmm_ctx *ctx, struct kvmm_node *node, bool keep);
 struct kvmm_disp;
 void kvmm_disps_release(struct kvmm_ctx *ctx);
 uint64_t kvmm_disps_pins_on(const struct kvmm_ctx *ctx, const struct kvmm_node *node);
+void kvmm_disp_complete(struct kvmm_disp *d, uint64_t user_data, int32_t res);
 
 /* ---- stats.c ---- */
 
@@ -470,6 +496,8 @@ enum kvmm_event {
 	EV_EVICT_NODES,
 	EV_EVICT_PAGES,
 	EV_RETRACTS,
+	EV_PROMOTE_ASYNC,
+	EV_PROMOTE_CANCELED,
 	NR_KVMM_EVENTS
 };
 
@@ -500,8 +528,8 @@ enum kvmm_tier_event {
  * @tree: the prefix cache
  * @lruvec: per tier, its reclaim lists
  * @store: per lower tier, the store holding its bytes, and its state
- * @staging: page addresses for one node's move between tiers
- * @tier_pfns, @tier_nodes: frames and path nodes for the same
+ * @staging: page addresses for one node's move down a tier
+ * @tier_pfns: frames for the same
  * @tier_keys, @tier_path: identities of a node's pages for an I/O store,
  *	and the ancestors they are hashed from (one allocation with @staging)
  * @tier_events: per lower tier, enum kvmm_tier_event counters
@@ -516,6 +544,9 @@ enum kvmm_tier_event {
  *	does not take it
  * @disps: dispatchers of the rings attached to this context
  * @next_ring_id: ids of rings, 1 up; 0 is the direct API
+ * @promos: promotions in flight (struct kvmm_promo.link)
+ * @io_pages: device frames they hold (KVMM_PAGE_IO)
+ * @iow: the I/O worker that runs them, when an I/O store exists
  */
 struct kvmm_ctx {
 	struct kvmm_params params;
@@ -531,7 +562,6 @@ struct kvmm_ctx {
 	void *store_priv[KVMM_NR_TIERS];
 	void **staging;
 	int32_t *tier_pfns;
-	struct kvmm_node **tier_nodes;
 	struct kvmm_store_key *tier_keys;
 	struct kvmm_node **tier_path;
 	struct kvmm_seq *seqs;
@@ -548,6 +578,9 @@ struct kvmm_ctx {
 	pthread_mutex_t lock;
 	struct kvmm_list disps;
 	uint32_t next_ring_id;
+	struct kvmm_list promos;
+	uint64_t io_pages;
+	struct kvmm_iow *iow;
 };
 
 static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,

@@ -411,12 +411,25 @@ void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
  */
 void kvmm_pages_to_tree(struct kvmm_zone *zone, const int32_t *pfns, uint32_t nr)
 {
-	const struct kvmm_page cached = { .state = KVMM_PAGE_CACHED,
-					  .tier = (uint8_t)zone->tier, .refcount = 1 };
+	kvmm_pages_set_state(zone, pfns, nr, KVMM_PAGE_CACHED);
+}
+
+/**
+ * kvmm_pages_set_state() - pass held frames to another kind of holder
+ * @zone: the zone
+ * @pfns: frames, not FREE, with one reference and no flags
+ * @nr: how many
+ * @state: KVMM_PAGE_OWNED, _CACHED or _IO
+ */
+void kvmm_pages_set_state(struct kvmm_zone *zone, const int32_t *pfns, uint32_t nr,
+			  uint8_t state)
+{
+	const struct kvmm_page desc = { .state = state, .tier = (uint8_t)zone->tier,
+					.refcount = 1 };
 	uint32_t i;
 
 	for (i = 0; i < nr; i++)
-		zone->pages[pfns[i]] = cached;
+		zone->pages[pfns[i]] = desc;
 }
 
 void kvmm_set_page_flags(struct kvmm_zone *zone, const int32_t *pfns,

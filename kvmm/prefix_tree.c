@@ -442,8 +442,8 @@ void kvmm_tree_walk(struct kvmm_ctx *ctx, struct kvmm_node *from,
  * @ctx: the context
  * @path: a path from kvmm_tree_walk(); updated to end on the new node
  *
- * Return: 0 (also when there was nothing to split), or -ENOMEM with the
- * tree unchanged.
+ * Return: 0 (also when there was nothing to split), -ENOMEM, or -EBUSY
+ * for a node a promotion is reading up, with the tree unchanged.
  */
 int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
 {
@@ -454,6 +454,8 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
 
 	if (!k)
 		return 0;
+	if (x->flags & KVMM_NODE_IO)
+		return -EBUSY;	/* a promotion holds its tokens and frames */
 	p = node_alloc(ctx, k);
 	if (!p)
 		return -ENOMEM;
@@ -652,6 +654,31 @@ struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *par
 	return leaf;
 }
 
+/*
+ * Where an insert along @path (a walk of @n tokens from @from) must stop:
+ * before the first node on it that a promotion is reading.  @path is
+ * walked again to end there.  Return: the tokens the insert may take.
+ */
+static uint32_t insert_limit(struct kvmm_node *from, struct kvmm_path *path, uint32_t n)
+{
+	struct kvmm_node *x = path->node, *busy = NULL;
+	uint32_t start = path->matched, len = path->split ? path->split : x->len;
+
+	for (; x != from; x = x->parent, len = x->len) {
+		start -= len;	/* where x starts, from @from */
+		if (x->flags & KVMM_NODE_IO) {
+			busy = x;
+			n = start;
+		}
+	}
+	if (busy) {
+		path->node = busy->parent;
+		path->matched = n;
+		path->split = 0;
+	}
+	return n;
+}
+
 /**
  * kvmm_tree_insert() - add computed tokens below @from
  * @ctx: the context
@@ -669,8 +696,12 @@ struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *par
  * matched node on a lower tier takes the caller's frames for its tokens
  * and gives back its lower copy (kvmm_tier_adopt()).
  *
- * Return: 0; -ENOMEM, or -EINVAL for a key that changed while it was read;
- * nothing changed on failure.
+ * A node a promotion is reading up (KVMM_NODE_IO) can take nothing: the
+ * insert stops before it, and the caller keeps the rest of its frames.
+ *
+ * Return: tokens inserted (from the start of @key: 0 when it stopped
+ * before its first node, and then @endp is not set); -ENOMEM, or -EINVAL
+ * for a key that changed while it was read; nothing changed on failure.
  */
 int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		     const uint32_t *key, uint32_t n, int32_t *pfns,
@@ -682,6 +713,7 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 	int ret;
 
 	kvmm_tree_walk(ctx, from, key, n, &path);
+	n = insert_limit(from, &path, n);
 	rest = n - path.matched;
 	if (rest) {
 		leaf = node_alloc(ctx, rest);
@@ -724,11 +756,13 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		kvmm_count(ctx, EV_INSERT_TOKENS, rest);
 		end = leaf;
 	}
+	if (!n)
+		return 0;
 	kvmm_tree_touch(ctx, end);
 	kvmm_lru_update(ctx, end);
 	*endp = end;
 	*dupp = dup;
-	return 0;
+	return (int)n;
 }
 
 /**

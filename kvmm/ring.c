@@ -63,6 +63,11 @@
  * @ns: its namespace when bound
  * @scratch: private copy of an untrusted batch list (NULL when trusted)
  * @scratch_bytes: its size
+ * @deferred: commands whose completion comes later (a PROMOTE on the I/O
+ *	worker); the CQ keeps room for them.  Written under ctx->lock.
+ * @notify: called, under ctx->lock, after a deferred completion is posted,
+ *	so the transport can wake a client that sleeps on the CQ
+ * @notify_arg: its argument
  */
 struct kvmm_disp {
 	struct kvmm_ctx *ctx;
@@ -81,7 +86,13 @@ struct kvmm_disp {
 	uint32_t ns;
 	void *scratch;
 	size_t scratch_bytes;
+	uint32_t deferred;
+	void (*notify)(void *arg);
+	void *notify_arg;
 };
+
+/* disp_exec()'s result for a command that completes later. */
+#define RES_DEFERRED	INT32_MIN
 
 /* Fields an opcode reads; every other field must be zero. */
 #define F_SEQ	(1u << 0)
@@ -565,7 +576,10 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 	case KVMM_OP_MATCH:
 		return op_match(d, sqe, tok, cflags);
 	case KVMM_OP_PROMOTE:
-		return kvmm_seq_promote(ctx, sqe->seq, tok, sqe->len);
+		/* A ring's PROMOTE may complete later; kvmm_ioctl() waits. */
+		ret = kvmm_promote(ctx, sqe->seq, tok, sqe->len, d->hdr ? d : NULL,
+				   sqe->user_data);
+		return ret == -EINPROGRESS ? RES_DEFERRED : ret;
 	case KVMM_OP_EXTEND:
 		return op_extend(d, sqe);
 	case KVMM_OP_COMMIT:
@@ -645,6 +659,7 @@ static void disp_release(struct kvmm_disp *d)
 		if (ctx->seqs[i].open && ctx->seqs[i].owner == d->id)
 			kvmm_seq_close(ctx, i, NULL, 0);
 	}
+	kvmm_promos_forget(ctx, d);
 	while (d->nr_pins)
 		kvmm_node_unpin(ctx, d->pins[--d->nr_pins], false);
 	kvmm_mfree(ctx, d->pins, d->cap_pins * sizeof(*d->pins));
@@ -786,35 +801,87 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 	n = tail - d->sq_head;
 	if (n > d->sq_mask + 1)
 		n = d->sq_mask + 1;	/* a tail that ran ahead: one ring at most */
-	room = d->cq_mask + 1 - (d->cq_tail - cq_head);
-	if (room > d->cq_mask + 1)
-		room = 0;		/* a head that ran ahead: the CQ looks full */
-	if (n > room)
-		n = room;
 	if (!n)
 		return 0;
 
 	pthread_mutex_lock(&d->ctx->lock);
+	/* Every command completes once, now or later: room for both. */
+	room = d->cq_mask + 1 - (d->cq_tail - cq_head);
+	if (room > d->cq_mask + 1)
+		room = 0;		/* a head that ran ahead: the CQ looks full */
+	room = room > d->deferred ? room - d->deferred : 0;
+	if (n > room)
+		n = room;
 	for (i = 0; i < n; i++) {
 		struct kvmm_sqe sqe;
-		struct kvmm_cqe *cqe = &d->cqes[(d->cq_tail + i) & d->cq_mask];
+		struct kvmm_cqe *cqe = &d->cqes[d->cq_tail & d->cq_mask];
 		uint32_t cflags = 0;
 		int32_t res;
 
 		memcpy(&sqe, &d->sqes[(d->sq_head + i) & d->sq_mask], sizeof(sqe));
 		res = disp_exec(d, &sqe, &cflags);
+		if (res == RES_DEFERRED) {
+			__atomic_store_n(&d->deferred, d->deferred + 1, __ATOMIC_RELAXED);
+			continue;
+		}
 		cqe->user_data = sqe.user_data;
 		cqe->res = res;
 		cqe->flags = cflags;
+		d->cq_tail++;
 	}
-	pthread_mutex_unlock(&d->ctx->lock);
-
-	d->cq_tail += n;
 	d->sq_head += n;
 	/* Pair with the client's acquire loads of cq_tail and sq_head. */
 	__atomic_store_n(&hdr->cq_tail, d->cq_tail, __ATOMIC_RELEASE);
 	__atomic_store_n(&hdr->sq_head, d->sq_head, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&d->ctx->lock);
 	return n;
+}
+
+/**
+ * kvmm_disp_complete() - post the completion of a deferred command
+ * @d: the dispatcher that deferred it
+ * @user_data: the command's user_data
+ * @res: its result
+ *
+ * The CQ kept room for it when the command was taken.
+ *
+ * Context: ctx->lock held.
+ */
+void kvmm_disp_complete(struct kvmm_disp *d, uint64_t user_data, int32_t res)
+{
+	struct kvmm_cqe *cqe = &d->cqes[d->cq_tail & d->cq_mask];
+
+	cqe->user_data = user_data;
+	cqe->res = res;
+	cqe->flags = 0;
+	d->cq_tail++;
+	__atomic_store_n(&d->deferred, d->deferred - 1, __ATOMIC_RELAXED);
+	/* Pairs with the client's acquire load of cq_tail. */
+	__atomic_store_n(&d->hdr->cq_tail, d->cq_tail, __ATOMIC_RELEASE);
+	if (d->notify)
+		d->notify(d->notify_arg);
+}
+
+/**
+ * kvmm_disp_deferred() - commands of the ring whose completion is still due
+ * @d: the dispatcher
+ */
+uint32_t kvmm_disp_deferred(const struct kvmm_disp *d)
+{
+	return __atomic_load_n(&d->deferred, __ATOMIC_RELAXED);
+}
+
+/**
+ * kvmm_disp_set_notify() - say how to wake the client after a deferred
+ *	completion
+ * @d: the dispatcher
+ * @fn: called with @arg, under ctx->lock, from whichever thread posts it
+ * @arg: its argument
+ */
+void kvmm_disp_set_notify(struct kvmm_disp *d, void (*fn)(void *arg), void *arg)
+{
+	d->notify = fn;
+	d->notify_arg = arg;
 }
 
 /**

@@ -120,8 +120,9 @@ KVMM_EXPORT int kvmm_seq_open(struct kvmm_ctx *ctx, uint32_t ns, uint32_t *seqp)
  *
  * Return: matched tokens (page aligned, possibly 0); -EINVAL for a bad
  * sequence, a sequence that already holds tokens, a NULL or empty key or
- * one longer than max_seq_len; -ENOMEM when the split the match needs
- * cannot be allocated.
+ * one longer than max_seq_len; -EBUSY while a promotion of the sequence
+ * is in flight; -ENOMEM when the split the match needs cannot be
+ * allocated.
  */
 KVMM_EXPORT int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq,
 			       const uint32_t *tokens, uint32_t n)
@@ -141,6 +142,8 @@ int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 	struct kvmm_path path;
 	int ret;
 
+	if (s && s->promo)
+		return -EBUSY;
 	if (!s || s->len || !tokens || !n || n > ctx->params.max_seq_len)
 		return -EINVAL;
 	kvmm_tree_walk(ctx, s->root, tokens, n, &path);
@@ -167,59 +170,6 @@ int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 	return (int)path.matched;
 }
 
-/**
- * kvmm_seq_promote() - bring the demoted rest of a matched prefix back
- * @ctx: the context
- * @seq: a sequence that matched and holds nothing else yet
- * @tokens: the prompt, as given to kvmm_seq_match()
- * @n: its length
- *
- * The part of the prefix that kvmm_seq_match() found on the host or NVMe
- * tier is copied back to the device and mapped into the row, exactly as
- * if it had matched there.  A page that fails verification ends the
- * prefix there (its node and what hangs below it are dropped): a miss,
- * never wrong KV.
- *
- * Return: the sequence's cached tokens now (page aligned); -EINVAL for a
- * bad sequence or key, or one that has tokens of its own; -ENOSPC when the
- * device cannot make room (nothing changed); -ENOMEM for a split.
- */
-KVMM_EXPORT int kvmm_seq_promote(struct kvmm_ctx *ctx, uint32_t seq,
-				 const uint32_t *tokens, uint32_t n)
-{
-	struct kvmm_seq *s = seq_get(ctx, seq);
-	struct kvmm_path path;
-	struct kvmm_node *old;
-	int ret;
-
-	if (!s || s->len != s->cached || !tokens || !n ||
-	    n > ctx->params.max_seq_len)
-		return -EINVAL;
-	n = kvmm_align_down(ctx, n);
-	if (n <= s->cached)
-		return (int)s->cached;
-	kvmm_tree_walk(ctx, s->node, tokens + s->cached, n - s->cached, &path);
-	if (!path.matched)
-		return (int)s->cached;
-	ret = kvmm_tree_split(ctx, &path);
-	if (ret)
-		return ret;
-	ret = kvmm_promote_path(ctx, s->node, &path);
-	if (ret)
-		return ret;
-	if (path.matched) {
-		old = s->node;
-		kvmm_tree_lock(ctx, path.node);
-		kvmm_tree_unlock(ctx, old);
-		kvmm_tree_fill(ctx, old, path.node,
-			       kvmm_row(ctx, seq) + (s->cached >> ctx->page_shift));
-		s->node = path.node;
-		s->len = s->cached += path.matched;
-	}
-	kvmm_debug_check(ctx, "seq_promote");
-	return (int)s->cached;
-}
-
 /*
  * The batch extend behind both public forms and the ring's EXTEND: entry
  * i is seqs[i * stride] / ns[i * stride], so the ring can pass its
@@ -242,6 +192,8 @@ int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t
 		/* The stamps a refused batch leaves behind are harmless. */
 		if (!s || s->mark == stamp || !n || n > ctx->params.max_seq_len - s->len)
 			return -EINVAL;
+		if (s->promo)
+			return -EBUSY;
 		s->mark = stamp;
 		total += kvmm_pages_of(ctx, s->len + n) - kvmm_pages_of(ctx, s->len);
 	}
@@ -275,8 +227,9 @@ int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t
  * which takes no frame.
  *
  * Return: 0; -EINVAL for a bad, closed or repeated sequence, a zero count
- * or a length past max_seq_len, or unknown flags; -ENOSPC when the pool
- * cannot hold the batch even after reclaim (nothing evicted then).
+ * or a length past max_seq_len, or unknown flags; -EBUSY for a sequence
+ * whose promotion is in flight; -ENOSPC when the pool cannot hold the
+ * batch even after reclaim (nothing evicted then).
  */
 KVMM_EXPORT int kvmm_seq_extend_batch(struct kvmm_ctx *ctx, const uint32_t *seqs,
 				      const uint32_t *ns, uint32_t count,
@@ -313,13 +266,13 @@ static int __seq_commit(struct kvmm_ctx *ctx, uint32_t seq, struct kvmm_seq *s,
 	ret = kvmm_tree_insert(ctx, s->node, tokens + s->cached, n - s->cached,
 			       kvmm_row(ctx, seq) + (s->cached >> ctx->page_shift),
 			       &end, &dup);
-	if (ret)
+	if (ret <= 0)
 		return ret;
 	kvmm_tree_lock(ctx, end);
 	if (s->node != s->root)
 		kvmm_tree_unlock(ctx, s->node);
 	s->node = end;
-	s->cached = n;
+	s->cached += (uint32_t)ret;
 	return 0;
 }
 
@@ -341,8 +294,12 @@ static bool commit_args_ok(const struct kvmm_seq *s, const uint32_t *tokens,
  * (SGLang's cache_unfinished_req).  Pages that another sequence inserted
  * meanwhile are freed and the row points at the shared copies.
  *
+ * Tokens whose node a promotion is reading up just now stay private (the
+ * commit stops before them), as does everything after them.
+ *
  * Return: tokens now cached for the sequence; -EINVAL for a bad sequence,
- * a NULL or empty key, or @n past the sequence's length; -ENOMEM.
+ * a NULL or empty key, or @n past the sequence's length; -EBUSY while a
+ * promotion of the sequence is in flight; -ENOMEM.
  */
 KVMM_EXPORT int kvmm_seq_commit(struct kvmm_ctx *ctx, uint32_t seq,
 				const uint32_t *tokens, uint32_t n)
@@ -350,6 +307,8 @@ KVMM_EXPORT int kvmm_seq_commit(struct kvmm_ctx *ctx, uint32_t seq,
 	struct kvmm_seq *s = seq_get(ctx, seq);
 	int ret;
 
+	if (s && s->promo)
+		return -EBUSY;
 	if (!commit_args_ok(s, tokens, n))
 		return -EINVAL;
 	ret = __seq_commit(ctx, seq, s, tokens, n);
@@ -391,6 +350,8 @@ static int seq_finish(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens
 		if (ret)
 			return ret;
 	}
+	if (s->promo)
+		kvmm_promo_cancel(ctx, s->promo);
 	seq_release(ctx, seq, s);
 	*sp = s;
 	return 0;
@@ -404,7 +365,9 @@ static int seq_finish(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens
  * @n: tokens with computed KV to commit first (SGLang's
  *	cache_finished_req), or 0 to drop everything private
  *
- * The committed pages stay cached, unlocked, and become evictable.
+ * The committed pages stay cached, unlocked, and become evictable.  A
+ * promotion of the sequence still in flight is cancelled: it keeps its
+ * frames until its I/O is over, then completes with -ECANCELED.
  *
  * Return: 0; -EINVAL for a bad or closed sequence (a double close) or bad
  * commit arguments; -ENOMEM from the commit, with the sequence still open.

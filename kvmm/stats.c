@@ -62,6 +62,9 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_NVME_NS_OUT] = "nvme_ns_out",
 	[KVMM_STAT_NVME_CSUM_FAIL] = "nvme_csum_fail",
 	[KVMM_STAT_NVME_IO_ERRORS] = "nvme_io_errors",
+	[KVMM_STAT_PAGES_IO] = "pages_io",
+	[KVMM_STAT_PROMOTE_ASYNC] = "promote_async",
+	[KVMM_STAT_PROMOTE_CANCELED] = "promote_canceled",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -80,6 +83,8 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_EVICT_NODES] = EV_EVICT_NODES + 1,
 	[KVMM_STAT_EVICT_PAGES] = EV_EVICT_PAGES + 1,
 	[KVMM_STAT_RETRACTS] = EV_RETRACTS + 1,
+	[KVMM_STAT_PROMOTE_ASYNC] = EV_PROMOTE_ASYNC + 1,
+	[KVMM_STAT_PROMOTE_CANCELED] = EV_PROMOTE_CANCELED + 1,
 };
 
 /**
@@ -141,7 +146,8 @@ KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t 
 	v[KVMM_STAT_PAGES_FREE] = ctx->zone[KVMM_TIER_DEVICE].nr_free;
 	v[KVMM_STAT_PAGES_CACHED] = ctx->tree.cached[KVMM_TIER_DEVICE];
 	v[KVMM_STAT_PAGES_OWNED] = ctx->zone[KVMM_TIER_DEVICE].nr_pages - ctx->zone[KVMM_TIER_DEVICE].nr_free -
-				   ctx->tree.cached[KVMM_TIER_DEVICE];
+				   ctx->tree.cached[KVMM_TIER_DEVICE] - ctx->io_pages;
+	v[KVMM_STAT_PAGES_IO] = ctx->io_pages;
 	v[KVMM_STAT_PAGES_EVICTABLE] = ctx->lruvec[KVMM_TIER_DEVICE].evictable;
 	v[KVMM_STAT_PAGES_PROTECTED] = ctx->tree.protected[KVMM_TIER_DEVICE];
 	v[KVMM_STAT_PAGES_PINNED] = ctx->tree.pinned;

@@ -22,15 +22,16 @@
  * pages are written from the host tier's and read into the store's own
  * buffers, which the backend scatters from; so the NVMe tier needs a host
  * tier.  Every page written to NVMe carries its identity, a hash of its
- * whole prefix (tier_keys()), which is how a restart puts it back in the
+ * whole prefix (kvmm_tier_keys()), which is how a restart puts it back in the
  * tree (kvmm_tier_recover()) and how a read knows the slot holds the page
  * the tree expects.
  *
  * Demotion keeps the node and moves its pages: the backend gathers the
  * device pages into the lower store's pages, the store seals them (a
  * checksum per page), the device pages are freed.  Promotion is the
- * reverse, after the store verified the pages; a page that fails is a miss:
- * its node and everything below it is dropped, never served.
+ * reverse, after the store verified the pages (promote.c); a page that
+ * fails is a miss: its node and everything below it is dropped, never
+ * served.
  *
  * Where a sequence commits tokens whose prefix node was demoted, the node
  * adopts the freshly computed device pages and its lower copy is freed
@@ -47,7 +48,7 @@
 
 #include "internal.h"
 
-static uint64_t now_ns(void)
+uint64_t kvmm_now_ns(void)
 {
 	struct timespec ts;
 
@@ -77,14 +78,14 @@ bool kvmm_tier_below(const struct kvmm_ctx *ctx, uint32_t tier, uint32_t *lower)
 }
 
 /*
- * Scratch for moving one path between tiers: page addresses, keys, nodes
- * twice and frames, a row's worth each (a path has no more nodes than
- * pages).
+ * Scratch for moving one node down a tier: page addresses, keys, the
+ * path's nodes and frames, a row's worth each (a path has no more nodes
+ * than pages).
  */
 static size_t scratch_bytes(const struct kvmm_ctx *ctx)
 {
 	return (size_t)ctx->row_pages * (sizeof(void *) + sizeof(struct kvmm_store_key) +
-					 2 * sizeof(struct kvmm_node *) + sizeof(int32_t));
+					 sizeof(struct kvmm_node *) + sizeof(int32_t));
 }
 
 /* The node nearest the device, for a host tier with no node configured. */
@@ -145,9 +146,12 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
  * An NVMe tier that holds pages from an earlier run (same file, same
  * geometry) gives them back to the tree, as lower-tier nodes.
  *
+ * An I/O store gets the context's I/O worker, which runs the ring's
+ * promotions from it (promote.c).
+ *
  * Return: 0; -EOPNOTSUPP when the backend cannot copy pages out or the
- * build has no store for a tier; -ENOMEM; the store's error.  Nothing is
- * held on failure.
+ * build has no store for a tier; -ENOMEM; the store's error; the error of
+ * starting the worker.  Nothing is held on failure.
  */
 int kvmm_tiers_init(struct kvmm_ctx *ctx)
 {
@@ -162,14 +166,15 @@ int kvmm_tiers_init(struct kvmm_ctx *ctx)
 	if (!ctx->staging)
 		return -ENOMEM;
 	ctx->tier_keys = (struct kvmm_store_key *)(ctx->staging + ctx->row_pages);
-	ctx->tier_nodes = (struct kvmm_node **)(ctx->tier_keys + ctx->row_pages);
-	ctx->tier_path = ctx->tier_nodes + ctx->row_pages;
+	ctx->tier_path = (struct kvmm_node **)(ctx->tier_keys + ctx->row_pages);
 	ctx->tier_pfns = (int32_t *)(ctx->tier_path + ctx->row_pages);
 	ret = tier_init(ctx, KVMM_TIER_HOST, p->host_pages, p->host_arg);
 	if (!ret && p->nvme_pages) {
 		ret = tier_init(ctx, KVMM_TIER_NVME, p->nvme_pages, p->nvme_arg);
 		if (!ret)
 			kvmm_tier_recover(ctx, KVMM_TIER_NVME);
+		if (!ret)
+			ret = kvmm_iow_start(ctx);
 	}
 	if (ret)
 		kvmm_tiers_exit(ctx);
@@ -180,6 +185,7 @@ void kvmm_tiers_exit(struct kvmm_ctx *ctx)
 {
 	uint32_t t;
 
+	kvmm_iow_stop(ctx);
 	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++) {
 		if (!ctx->store[t])
 			continue;
@@ -253,13 +259,13 @@ static uint64_t tier_bytes(const struct kvmm_ctx *ctx, uint32_t nr)
  * count it against lower tier @lt (a demotion when @to is @lt), give the
  * tree the new frames and free the old ones.
  */
-static void node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
-		       const int32_t *pfns, uint32_t lt, uint64_t t0)
+void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
+		     const int32_t *pfns, uint32_t lt, uint64_t t0)
 {
 	uint32_t nr = node->len >> ctx->page_shift;
 	bool in = to == lt;
 
-	kvmm_tier_count(ctx, lt, in ? TEV_NS_IN : TEV_NS_OUT, now_ns() - t0);
+	kvmm_tier_count(ctx, lt, in ? TEV_NS_IN : TEV_NS_OUT, kvmm_now_ns() - t0);
 	kvmm_tier_count(ctx, lt, in ? TEV_BYTES_IN : TEV_BYTES_OUT, tier_bytes(ctx, nr));
 	kvmm_tier_count(ctx, lt, in ? TEV_DEMOTE_PAGES : TEV_PROMOTE_PAGES, nr);
 	kvmm_pages_to_tree(&ctx->zone[to], pfns, nr);
@@ -272,7 +278,7 @@ static void node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to
  * ctx->tier_keys: one pass over the tokens of its path from the root,
  * taking a digest after each of its own pages.
  */
-static struct kvmm_store_key *tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node)
+struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node)
 {
 	struct kvmm_store_key *keys = ctx->tier_keys;
 	struct kvmm_node **path = ctx->tier_path;
@@ -327,7 +333,7 @@ static int tier_copy_down(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t
 		}
 		ret = ctx->store[to]->write(ctx->store_priv[to], pfns, nr,
 					    tier_addrs(ctx, from, node->pfns, nr),
-					    tier_keys(ctx, node));
+					    kvmm_tier_keys(ctx, node));
 	}
 	if (ret)
 		kvmm_tier_count(ctx, to, TEV_IO_ERRORS, 1);
@@ -366,13 +372,13 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 			return -ENOSPC;
 	}
 	__kvmm_alloc_pages(ctx, zone, nr, pfns);
-	t0 = now_ns();
+	t0 = kvmm_now_ns();
 	ret = tier_copy_down(ctx, node, lower, pfns, nr);
 	if (ret) {
 		kvmm_free_pages(ctx, zone, pfns, nr);
 		return ret;
 	}
-	node_moved(ctx, node, lower, pfns, lower, t0);
+	kvmm_node_moved(ctx, node, lower, pfns, lower, t0);
 	return 0;
 }
 
@@ -457,119 +463,6 @@ void kvmm_path_clip(struct kvmm_path *path)
 		n = n->parent;
 	}
 	path->node = n;
-}
-
-/*
- * Copy @node's pages from its lower tier into device frames @pfns: verify
- * and scatter a memory store's pages in place; read an I/O store's into
- * its buffers and scatter from there, a batch at a time.
- * Return: 0; -EBADMSG when a page fails verification; the error of the
- * read or the copy.
- */
-static int tier_copy_up(struct kvmm_ctx *ctx, struct kvmm_node *node, const int32_t *pfns)
-{
-	uint32_t nr = node->len >> ctx->page_shift, tier = node->tier, done, got;
-	const struct kvmm_store_ops *ops = ctx->store[tier];
-	void *priv = ctx->store_priv[tier];
-	struct kvmm_store_key *keys;
-	int ret = 0, err;
-
-	if (ops->page) {
-		if (ops->verify(priv, node->pfns, nr) < nr)
-			ret = -EBADMSG;
-		else
-			ret = ctx->backend->scatter(ctx->backend_priv, pfns, nr,
-						    tier_addrs(ctx, tier, node->pfns, nr));
-	} else {
-		keys = tier_keys(ctx, node);
-		for (done = 0; done < nr && !ret; done += got) {
-			got = ops->read(priv, node->pfns + done, nr - done, keys + done,
-					ctx->staging, &err);
-			if (got)
-				ret = ctx->backend->scatter(ctx->backend_priv, pfns + done,
-							    got, ctx->staging);
-			if (!ret && err)
-				ret = err;
-			else if (!ret && !got)
-				ret = -EIO;	/* a store that makes no progress */
-		}
-	}
-	if (ret)
-		kvmm_tier_count(ctx, tier, ret == -EBADMSG ? TEV_CSUM_FAIL : TEV_IO_ERRORS, 1);
-	return ret;
-}
-
-/*
- * Bring one lower-tier node up to the device into the frames reserved for
- * it.  Return: 0, or tier_copy_up()'s error, after which nothing moved and
- * the frames are given back.
- */
-static int promote_node(struct kvmm_ctx *ctx, struct kvmm_node *node)
-{
-	uint32_t nr = node->len >> ctx->page_shift, tier = node->tier;
-	struct kvmm_zone *dev = &ctx->zone[KVMM_TIER_DEVICE];
-	int32_t *pfns = ctx->tier_pfns;
-	uint64_t t0 = now_ns();
-	int ret;
-
-	__kvmm_alloc_pages(ctx, dev, nr, pfns);
-	ret = tier_copy_up(ctx, node, pfns);
-	if (ret) {
-		kvmm_free_pages(ctx, dev, pfns, nr);
-		return ret;
-	}
-	node_moved(ctx, node, KVMM_TIER_DEVICE, pfns, tier, t0);
-	return 0;
-}
-
-/**
- * kvmm_promote_path() - bring the lower-tier part of a path to the device
- * @ctx: the context
- * @from: the node the path starts below (a root or a device node)
- * @path: a walk from @from that ends on a node boundary; on return it
- *	ends on the deepest node now on the device (see kvmm_path_clip())
- *
- * The path is locked while its pages move, so reclaim making room on the
- * device cannot take it.  A node whose pages fail verification or whose
- * copy fails is dropped with everything below it: a miss, never wrong KV.
- *
- * Return: 0, also when only part of the path came up; -ENOSPC, with
- * nothing moved, when the device cannot make room for the whole path.
- */
-int kvmm_promote_path(struct kvmm_ctx *ctx, struct kvmm_node *from,
-		      struct kvmm_path *path)
-{
-	struct kvmm_node **nodes = ctx->tier_nodes, *n, *failed = NULL;
-	uint32_t nr_nodes = 0, pages = 0, i;
-	int ret;
-
-	for (n = path->node; n != from && n->tier != KVMM_TIER_DEVICE; n = n->parent) {
-		nodes[nr_nodes++] = n;
-		pages += n->len >> ctx->page_shift;
-	}
-	if (!nr_nodes)
-		return 0;
-	kvmm_tree_lock(ctx, path->node);
-	ret = kvmm_zone_reserve(ctx, &ctx->zone[KVMM_TIER_DEVICE], pages, 0);
-	for (i = nr_nodes; !ret && i-- > 0; ) {
-		if (promote_node(ctx, nodes[i]))
-			failed = nodes[i];
-		if (failed)
-			break;
-	}
-	kvmm_tree_unlock(ctx, path->node);
-	if (failed) {
-		for (n = path->node; n != failed; n = n->parent)
-			path->matched -= n->len;
-		path->matched -= failed->len;
-		path->node = failed->parent;
-		path->split = 0;
-		kvmm_drop_subtree(ctx, failed);
-	} else if (!ret) {
-		kvmm_tree_touch(ctx, path->node);
-	}
-	kvmm_path_clip(path);
-	return ret;
 }
 
 /**

@@ -191,9 +191,13 @@ static uint32_t host_verify(void *priv, const int32_t *pfns, uint32_t nr)
 
 	for (i = 0; i < nr; i++) {
 		unsigned char *p = host_page(hs, (uint32_t)pfns[i]);
+		uint64_t nth;
 
-		if (hs->flip_every && !(++hs->verified % hs->flip_every))
-			p[hs->verified % hs->page_bytes] ^= 0x10;
+		/* Called from the I/O worker too: count atomically. */
+		if (hs->flip_every &&
+		    !((nth = __atomic_add_fetch(&hs->verified, 1, __ATOMIC_RELAXED)) %
+		      hs->flip_every))
+			p[nth % hs->page_bytes] ^= 0x10;
 		if (XXH3_64bits(p, hs->page_bytes) != hs->csum[pfns[i]])
 			break;
 	}

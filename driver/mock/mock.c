@@ -112,8 +112,10 @@ static int mock_copy_fault(struct mock_pool *pool)
 {
 	const struct kvmm_mock_arg *arg = pool->arg;
 
-	pool->copies++;
-	if (arg && arg->fail_every && !(pool->copies % arg->fail_every))
+	/* The I/O worker scatters while other copies run: count atomically. */
+	uint64_t n = __atomic_add_fetch(&pool->copies, 1, __ATOMIC_RELAXED);
+
+	if (arg && arg->fail_every && !(n % arg->fail_every))
 		return arg->fail_copy ? arg->fail_copy : -EIO;
 	return 0;
 }

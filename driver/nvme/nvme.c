@@ -25,9 +25,13 @@
  * miss too, never wrong KV.  seq orders two copies of the same page.
  *
  * I/O is O_DIRECT where the filesystem takes it (buffered otherwise), in
- * batches of up to the queue depth through one io_uring, from bounce
+ * batches of up to the queue depth through an io_uring, from bounce
  * buffers registered with it (IORING_OP_{READ,WRITE}_FIXED) on a
- * registered file.  Short transfers and -EAGAIN are resubmitted for the
+ * registered file.  There are two channels, each a ring and its bounce
+ * buffers: channel 0 for calls under the context lock (writes, the
+ * restart scan, synchronous reads), channel 1 for the I/O worker's reads
+ * (set up at its first use), so a promotion's reads never wait for a
+ * demotion's writes or share their buffers.  Short transfers and -EAGAIN are resubmitted for the
  * rest, a few times; anything else fails the pages of that I/O.
  *
  * Fault injection (kvmm_nvme_arg, read at every I/O) rewrites completions
@@ -97,16 +101,26 @@ struct nvme_io {
 	int tries;
 };
 
+/* A ring and its bounce buffers, used by one thread at a time. */
+struct nvme_chan {
+	struct io_uring ring;
+	bool ring_up;
+	bool fixed_bufs;	/* bounce buffers registered */
+	bool fixed_file;
+	bool broken;		/* the ring failed: every later I/O fails */
+	int err;		/* why setting it up failed, for good */
+	uint32_t nbounce;	/* bounce slots: qd, or more for deeper reads */
+	char *bounce;		/* nbounce slots */
+	struct nvme_io *io;	/* nbounce */
+	uint32_t *free_slots;	/* nbounce: the pump's free bounce slots */
+	uint64_t completions;	/* for arg->fault_every */
+};
+
 struct nvme_store {
 	int fd;
 	bool direct;		/* O_DIRECT took */
-	bool fixed_bufs;	/* bounce buffers registered */
-	bool fixed_file;
-	struct io_uring ring;
-	bool ring_up;
-	bool broken;		/* the ring failed: every later I/O fails */
+	struct nvme_chan chan[KVMM_STORE_CHANS];
 	uint32_t qd;		/* I/Os in flight at most */
-	uint32_t nbounce;	/* bounce slots: qd, or more for deeper reads */
 	uint32_t page_size;
 	uint64_t page_bytes;
 	uint64_t slot_bytes;
@@ -116,11 +130,7 @@ struct nvme_store {
 	uint32_t old_slots;	/* slots of a recovered file to scan */
 	uint64_t epoch;
 	uint64_t seq;		/* next write's sequence number */
-	char *bounce;		/* qd slots */
-	struct nvme_io *io;	/* qd */
-	uint32_t *free_slots;	/* qd: the pump's free bounce slots */
 	const struct kvmm_nvme_arg *arg;
-	uint64_t completions;	/* for arg->fault_every */
 	uint64_t written;	/* pages, for flip_every and tear_every */
 };
 
@@ -145,9 +155,9 @@ static uint64_t round_up(uint64_t x, uint64_t to)
 	return (x + to - 1) / to * to;
 }
 
-static char *slot_buf(const struct nvme_store *ns, uint32_t i)
+static char *slot_buf(const struct nvme_store *ns, const struct nvme_chan *ch, uint32_t i)
 {
-	return ns->bounce + (uint64_t)i * ns->slot_bytes;
+	return ch->bounce + (uint64_t)i * ns->slot_bytes;
 }
 
 static uint64_t slot_off(const struct nvme_store *ns, uint32_t slot)
@@ -172,52 +182,59 @@ static uint64_t super_csum(const struct nvme_super *sb)
 	return XXH3_64bits(sb, offsetof(struct nvme_super, csum));
 }
 
+static void chan_exit(struct nvme_chan *ch)
+{
+	if (ch->ring_up)
+		io_uring_queue_exit(&ch->ring);
+	free(ch->bounce);
+	free(ch->io);
+	free(ch->free_slots);
+}
+
 static void nvme_exit(void *priv)
 {
 	struct nvme_store *ns = priv;
+	uint32_t c;
 
 	if (!ns)
 		return;
-	if (ns->ring_up)
-		io_uring_queue_exit(&ns->ring);
+	for (c = 0; c < KVMM_STORE_CHANS; c++)
+		chan_exit(&ns->chan[c]);
 	if (ns->fd >= 0)
 		close(ns->fd);
-	free(ns->bounce);
-	free(ns->io);
-	free(ns->free_slots);
 	free(ns);
 }
 
 /* ---- the I/O engine: one batch through the ring, retried as needed ---- */
 
-static bool fault_due(struct nvme_store *ns, uint32_t site)
+static bool fault_due(const struct nvme_store *ns, struct nvme_chan *ch, uint32_t site)
 {
 	const struct kvmm_nvme_arg *a = ns->arg;
 
 	if (!a || !a->fault_every || (a->fault_sites && !(a->fault_sites & site)))
 		return false;
-	return !(++ns->completions % a->fault_every);
+	return !(++ch->completions % a->fault_every);
 }
 
-static void nvme_prep(struct nvme_store *ns, bool write, uint32_t i)
+static void nvme_prep(struct nvme_store *ns, struct nvme_chan *ch, bool write, uint32_t i)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&ns->ring);
-	struct nvme_io *io = &ns->io[i];
-	char *buf = slot_buf(ns, i) + io->done;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&ch->ring);
+	struct nvme_io *io = &ch->io[i];
+	char *buf = slot_buf(ns, ch, i) + io->done;
 	unsigned int len = io->len - io->done;
-	int fd = ns->fixed_file ? 0 : ns->fd;
+	int fd = ch->fixed_file ? 0 : ns->fd;
 	uint64_t off = io->off + io->done;
 
 	/* Never more than qd in flight, so there is always an sqe. */
-	if (ns->fixed_bufs && write)
+	if (ch->fixed_bufs && write)
 		io_uring_prep_write_fixed(sqe, fd, buf, len, off, (int)i);
-	else if (ns->fixed_bufs)
+	else if (ch->fixed_bufs)
 		io_uring_prep_read_fixed(sqe, fd, buf, len, off, (int)i);
 	else if (write)
 		io_uring_prep_write(sqe, fd, buf, len, off);
 	else
 		io_uring_prep_read(sqe, fd, buf, len, off);
-	if (ns->fixed_file)
+	if (ch->fixed_file)
 		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data64(sqe, i);
 	io->tries++;
@@ -237,61 +254,63 @@ static void nvme_prep(struct nvme_store *ns, bool write, uint32_t i)
  *
  * Return: 0 or the first failure's errno.
  */
-static int nvme_pump(struct nvme_store *ns, bool write, uint32_t site,
-		     bool (*fill)(struct nvme_store *ns, uint32_t slot, void *arg),
-		     void (*done)(struct nvme_store *ns, uint32_t slot, void *arg),
+static int nvme_pump(struct nvme_store *ns, struct nvme_chan *ch, bool write, uint32_t site,
+		     bool (*fill)(struct nvme_store *ns, struct nvme_chan *ch,
+				  uint32_t slot, void *arg),
+		     void (*done)(struct nvme_store *ns, struct nvme_chan *ch,
+				  uint32_t slot, void *arg),
 		     void *arg)
 {
-	uint32_t nfree = ns->nbounce, head = 0, inflight = 0, i;
-	bool more = !ns->broken;
-	int first = ns->broken ? -EIO : 0;
+	uint32_t nfree = ch->nbounce, head = 0, inflight = 0, i;
+	bool more = !ch->broken;
+	int first = ch->broken ? -EIO : 0;
 
 	/*
 	 * Free slots are a FIFO from slot 0 up, freed ones joining at the
 	 * back: a request of at most nbounce pages gets slots 0, 1, 2, ...
 	 */
-	for (i = 0; i < ns->nbounce; i++)
-		ns->free_slots[i] = i;
+	for (i = 0; i < ch->nbounce; i++)
+		ch->free_slots[i] = i;
 	while (more || inflight) {
 		struct io_uring_cqe *cqe;
 		int ret;
 
 		while (more && nfree && inflight < ns->qd) {
-			uint32_t slot = ns->free_slots[head];
-			struct nvme_io *io = &ns->io[slot];
+			uint32_t slot = ch->free_slots[head];
+			struct nvme_io *io = &ch->io[slot];
 
-			if (!(more = fill(ns, slot, arg)))
+			if (!(more = fill(ns, ch, slot, arg)))
 				break;
-			head = (head + 1) % ns->nbounce;
+			head = (head + 1) % ch->nbounce;
 			nfree--;
 			io->done = 0;
 			io->tries = 0;
 			io->res = 0;
-			nvme_prep(ns, write, slot);
+			nvme_prep(ns, ch, write, slot);
 			/* the device starts early; then in eights, saving syscalls */
 			if (++inflight % 8 == 1)
-				io_uring_submit(&ns->ring);
+				io_uring_submit(&ch->ring);
 		}
 		if (!inflight)
 			break;
-		ret = io_uring_submit_and_wait(&ns->ring, 1);
+		ret = io_uring_submit_and_wait(&ch->ring, 1);
 		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
 			/*
 			 * The ring itself broke.  Completions still owed could
 			 * land on a later request's buffers, so the store gives
 			 * up: this and every later I/O fails.
 			 */
-			ns->broken = true;
+			ch->broken = true;
 			return ret;
 		}
-		while (io_uring_peek_cqe(&ns->ring, &cqe) == 0) {
+		while (io_uring_peek_cqe(&ch->ring, &cqe) == 0) {
 			uint32_t slot = (uint32_t)io_uring_cqe_get_data64(cqe);
-			struct nvme_io *io = &ns->io[slot];
+			struct nvme_io *io = &ch->io[slot];
 			int res = cqe->res;
 
-			io_uring_cqe_seen(&ns->ring, cqe);
+			io_uring_cqe_seen(&ch->ring, cqe);
 			inflight--;
-			if (fault_due(ns, site)) {
+			if (fault_due(ns, ch, site)) {
 				if (ns->arg->fault != KVMM_NVME_SHORT)
 					res = ns->arg->fault;
 				else if (res > 0)
@@ -302,7 +321,7 @@ static int nvme_pump(struct nvme_store *ns, bool write, uint32_t site,
 			if (io->done < io->len) {
 				if ((res >= 0 || res == -EAGAIN || res == -EINTR) &&
 				    io->tries < NVME_TRIES) {
-					nvme_prep(ns, write, slot);
+					nvme_prep(ns, ch, write, slot);
 					inflight++;
 					continue;
 				}
@@ -312,8 +331,8 @@ static int nvme_pump(struct nvme_store *ns, bool write, uint32_t site,
 				more = false;
 			}
 			if (done)
-				done(ns, slot, arg);
-			ns->free_slots[(head + nfree++) % ns->nbounce] = slot;
+				done(ns, ch, slot, arg);
+			ch->free_slots[(head + nfree++) % ch->nbounce] = slot;
 		}
 	}
 	return first;
@@ -335,13 +354,14 @@ struct nvme_wr {
 };
 
 /* Put the next page of a write, with its header, into bounce slot @slot. */
-static bool write_fill(struct nvme_store *ns, uint32_t slot, void *arg)
+static bool write_fill(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slot,
+		       void *arg)
 {
 	struct nvme_wr *wr = arg;
 	const struct kvmm_store_key *k = &wr->keys[wr->next];
-	struct nvme_slot_hdr *h = (void *)slot_buf(ns, slot);
-	char *data = slot_buf(ns, slot) + ns->data_off;
-	struct nvme_io *io = &ns->io[slot];
+	struct nvme_slot_hdr *h = (void *)slot_buf(ns, ch, slot);
+	char *data = slot_buf(ns, ch, slot) + ns->data_off;
+	struct nvme_io *io = &ch->io[slot];
 
 	if (wr->next == wr->nr)
 		return false;
@@ -369,9 +389,10 @@ static bool write_fill(struct nvme_store *ns, uint32_t slot, void *arg)
 static int nvme_write(void *priv, const int32_t *pfns, uint32_t nr,
 		      void *const *src, const struct kvmm_store_key *keys)
 {
+	struct nvme_store *ns = priv;
 	struct nvme_wr wr = { .pfns = pfns, .src = src, .keys = keys, .nr = nr };
 
-	return nvme_pump(priv, true, KVMM_NVME_SITE_WRITE, write_fill, NULL, &wr);
+	return nvme_pump(ns, &ns->chan[0], true, KVMM_NVME_SITE_WRITE, write_fill, NULL, &wr);
 }
 
 /* Reads and the scan: @n blocks of @len at the slots @pfns or from @first. */
@@ -383,10 +404,11 @@ struct nvme_rd {
 	uint32_t len;
 };
 
-static bool read_fill(struct nvme_store *ns, uint32_t slot, void *arg)
+static bool read_fill(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slot,
+		      void *arg)
 {
 	struct nvme_rd *rd = arg;
-	struct nvme_io *io = &ns->io[slot];
+	struct nvme_io *io = &ch->io[slot];
 
 	if (rd->next == rd->n)
 		return false;
@@ -415,34 +437,46 @@ static bool hdr_is(const struct nvme_store *ns, const struct nvme_slot_hdr *h,
 }
 
 /* A page read has landed in @slot: check it while the others are in flight. */
-static void read_done(struct nvme_store *ns, uint32_t slot, void *arg)
+static void read_done(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slot,
+		      void *arg)
 {
 	const struct nvme_rd *rd = arg;
-	const struct nvme_slot_hdr *h = (void *)slot_buf(ns, slot);
+	const struct nvme_slot_hdr *h = (void *)slot_buf(ns, ch, slot);
 
-	if (!ns->io[slot].res &&
+	if (!ch->io[slot].res &&
 	    (!hdr_is(ns, h, &rd->keys[slot]) ||
-	     XXH3_64bits(slot_buf(ns, slot) + ns->data_off, ns->page_bytes) != h->data_csum))
-		ns->io[slot].res = -EBADMSG;
+	     XXH3_64bits(slot_buf(ns, ch, slot) + ns->data_off, ns->page_bytes) != h->data_csum))
+		ch->io[slot].res = -EBADMSG;
 }
 
-static uint32_t nvme_read(void *priv, const int32_t *pfns, uint32_t nr,
+static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch);
+
+static uint32_t nvme_read(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
 			  const struct kvmm_store_key *keys, void **dst, int *err)
 {
 	struct nvme_store *ns = priv;
-	uint32_t n = nr < ns->nbounce ? nr : ns->nbounce, i;
-	struct nvme_rd rd = { .pfns = pfns, .keys = keys, .n = n,
+	struct nvme_chan *ch = &ns->chan[chan < KVMM_STORE_CHANS ? chan : 0];
+	struct nvme_rd rd = { .pfns = pfns, .keys = keys,
 			      .len = (uint32_t)ns->slot_bytes };
+	uint32_t i;
 
-	nvme_pump(ns, false, KVMM_NVME_SITE_READ, read_fill, read_done, &rd);
+	*err = ch->ring_up ? 0 : chan_setup(ns, ch);
+	if (*err)
+		return 0;
+	/* A test holds the worker's reads to keep a promotion in flight. */
+	while (chan && ns->arg && ns->arg->hold &&
+	       __atomic_load_n(ns->arg->hold, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	rd.n = nr < ch->nbounce ? nr : ch->nbounce;
+	nvme_pump(ns, ch, false, KVMM_NVME_SITE_READ, read_fill, read_done, &rd);
 	for (i = 0; i < rd.next; i++) {
-		if (ns->io[i].res) {
-			*err = ns->io[i].res;
+		if (ch->io[i].res) {
+			*err = ch->io[i].res;
 			return i;
 		}
-		dst[i] = slot_buf(ns, i) + ns->data_off;
+		dst[i] = slot_buf(ns, ch, i) + ns->data_off;
 	}
-	*err = i < n ? -EIO : 0;	/* the ring broke before all were asked */
+	*err = i < rd.n ? -EIO : 0;	/* the ring broke before all were asked */
 	return i;
 }
 
@@ -456,6 +490,7 @@ static int nvme_recover(void *priv,
 			void *arg)
 {
 	struct nvme_store *ns = priv;
+	struct nvme_chan *ch = &ns->chan[0];
 	uint32_t len = (uint32_t)round_up(ns->data_off, NVME_BLOCK);
 	uint32_t slot, n, i;
 	int ret;
@@ -463,14 +498,14 @@ static int nvme_recover(void *priv,
 	for (slot = 0; slot < ns->old_slots; slot += n) {
 		struct nvme_rd rd = { .first = slot, .len = len };
 
-		n = ns->old_slots - slot < ns->nbounce ? ns->old_slots - slot : ns->nbounce;
+		n = ns->old_slots - slot < ch->nbounce ? ns->old_slots - slot : ch->nbounce;
 		rd.n = n;
-		nvme_pump(ns, false, KVMM_NVME_SITE_SCAN, read_fill, NULL, &rd);
+		nvme_pump(ns, ch, false, KVMM_NVME_SITE_SCAN, read_fill, NULL, &rd);
 		for (i = 0; i < rd.next; i++) {
-			const struct nvme_slot_hdr *h = (void *)slot_buf(ns, i);
+			const struct nvme_slot_hdr *h = (void *)slot_buf(ns, ch, i);
 			struct kvmm_store_key k;
 
-			if (ns->io[i].res || !hdr_valid(ns, h))
+			if (ch->io[i].res || !hdr_valid(ns, h))
 				continue;
 			k = (struct kvmm_store_key){
 				.id = { h->id[0], h->id[1] },
@@ -621,45 +656,58 @@ static int write_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 	return 0;
 }
 
-static int setup_ring(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
+/*
+ * Set up channel @ch: its bounce buffers and its ring.  A failure is kept,
+ * so a channel that cannot be had fails every call the same way.
+ */
+static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch)
 {
 	struct iovec *iov;
 	uint32_t i;
 	int ret;
 
+	if (ch->err)
+		return ch->err;
 	/*
 	 * A read hands back pages in bounce slots, so it asks for at most
 	 * nbounce at a time and the queue drains at its end: with four
 	 * queues' worth of slots (up to NVME_BOUNCE_BYTES) it stays full
 	 * for most of it.
 	 */
-	ns->nbounce = ns->qd;
-	while (ns->nbounce < 4 * ns->qd &&
-	       (ns->nbounce + ns->qd) * ns->slot_bytes <= NVME_BOUNCE_BYTES)
-		ns->nbounce += ns->qd;
-	if (posix_memalign((void **)&ns->bounce, NVME_BLOCK, ns->nbounce * ns->slot_bytes))
-		return nvme_err(cfg, -ENOMEM, "no memory for %u bounce pages", ns->nbounce);
-	ns->io = calloc(ns->nbounce, sizeof(*ns->io));
-	ns->free_slots = calloc(ns->nbounce, sizeof(*ns->free_slots));
-	iov = calloc(ns->nbounce, sizeof(*iov));
-	if (!ns->io || !ns->free_slots || !iov) {
-		free(iov);
-		return nvme_err(cfg, -ENOMEM, "no memory for the I/O state");
+	ch->nbounce = ns->qd;
+	while (ch->nbounce < 4 * ns->qd &&
+	       (ch->nbounce + ns->qd) * ns->slot_bytes <= NVME_BOUNCE_BYTES)
+		ch->nbounce += ns->qd;
+	ret = -ENOMEM;
+	if (posix_memalign((void **)&ch->bounce, NVME_BLOCK, ch->nbounce * ns->slot_bytes)) {
+		ch->bounce = NULL;
+		goto fail;
 	}
-	ret = io_uring_queue_init(ns->qd, &ns->ring, 0);
+	ch->io = calloc(ch->nbounce, sizeof(*ch->io));
+	ch->free_slots = calloc(ch->nbounce, sizeof(*ch->free_slots));
+	iov = calloc(ch->nbounce, sizeof(*iov));
+	if (!ch->io || !ch->free_slots || !iov) {
+		free(iov);
+		goto fail;
+	}
+	ret = io_uring_queue_init(ns->qd, &ch->ring, 0);
 	if (ret) {
 		free(iov);
-		return nvme_err(cfg, ret, "io_uring_queue_init(%u): %s", ns->qd,
-				strerror(-ret));
+		goto fail;
 	}
-	ns->ring_up = true;
-	for (i = 0; i < ns->nbounce; i++)
-		iov[i] = (struct iovec){ slot_buf(ns, i), ns->slot_bytes };
+	ch->ring_up = true;
+	for (i = 0; i < ch->nbounce; i++)
+		iov[i] = (struct iovec){ slot_buf(ns, ch, i), ns->slot_bytes };
 	/* Both registrations only speed things up: go on without them. */
-	ns->fixed_bufs = !io_uring_register_buffers(&ns->ring, iov, ns->nbounce);
-	ns->fixed_file = !io_uring_register_files(&ns->ring, &ns->fd, 1);
+	ch->fixed_bufs = !io_uring_register_buffers(&ch->ring, iov, ch->nbounce);
+	ch->fixed_file = !io_uring_register_files(&ch->ring, &ns->fd, 1);
 	free(iov);
 	return 0;
+fail:
+	chan_exit(ch);
+	memset(ch, 0, sizeof(*ch));
+	ch->err = ret;
+	return ret;
 }
 
 static int nvme_init(const struct kvmm_store_cfg *cfg, void **privp)
@@ -706,8 +754,15 @@ static int nvme_init(const struct kvmm_store_cfg *cfg, void **privp)
 		ret = read_super(ns, cfg, size, sb);
 	if (!ret)
 		ret = write_super(ns, cfg, size, blk, sb);
-	if (!ret)
-		ret = setup_ring(ns, cfg);
+	if (!ret) {
+		ret = chan_setup(ns, &ns->chan[0]);
+		if (ret == -ENOMEM)
+			nvme_err(cfg, ret, "no memory for the bounce buffers of queue depth %u",
+				 ns->qd);
+		else if (ret)
+			nvme_err(cfg, ret, "io_uring_queue_init(%u): %s", ns->qd,
+				 strerror(-ret));
+	}
 	free(sb);
 	if (!ret) {
 		*privp = ns;

@@ -15,6 +15,7 @@ struct scenario {
 	uint32_t page_size;
 	void (*setup)(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t *seq);
 	int (*op)(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t seq);
+	uint32_t host_pages;
 };
 
 #define NTOK 48
@@ -52,6 +53,16 @@ static void setup_slab_full(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t *seq)
 		CU_ASSERT_EQUAL_FATAL(test_cache(ctx, 0, &one, 1), 0);
 	}
 	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, seq), 0);
+}
+
+/* @tok cached, then demoted to the host tier; a sequence matched it (0). */
+static void setup_demoted(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t *seq)
+{
+	CU_ASSERT_EQUAL_FATAL(test_cache(ctx, 0, tok, NTOK), 0);
+	CU_ASSERT_FATAL(kvmm_reclaim(ctx, 1u << 20) > 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_prefix_tiers(ctx, 0, tok, NTOK, NULL), NTOK);
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, seq), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_match(ctx, *seq, tok, NTOK), 0);
 }
 
 static int op_open_new_ns(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t seq)
@@ -95,6 +106,12 @@ static int op_set_prio(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t seq)
 	return kvmm_prefix_set_prio(ctx, 0, tok, 16, 3);
 }
 
+/* a promotion whose path ends inside a demoted node */
+static int op_promote_split(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t seq)
+{
+	return kvmm_seq_promote(ctx, seq, tok, 24);
+}
+
 static const struct scenario scenarios[] = {
 	{ "open in a new namespace", 1, setup_slab_full, op_open_new_ns },
 	{ "match that splits, node cache empty", 1, setup_slab_full, op_match_split },
@@ -106,6 +123,8 @@ static const struct scenario scenarios[] = {
 	{ "retract that commits", 1, setup_diverging, op_retract },
 	{ "pin that splits", 1, setup_cached, op_pin },
 	{ "set_prio that splits", 4, setup_cached, op_set_prio },
+	{ "promote that splits", 1, setup_demoted, op_promote_split, 256 },
+	{ "promote, pages of 4", 4, setup_demoted, op_promote_split, 256 },
 };
 
 static void run_scenario(const struct scenario *sc)
@@ -124,6 +143,8 @@ static void run_scenario(const struct scenario *sc)
 
 		p.alloc = &test_alloc_ops;
 		p.alloc_priv = &ta;
+		p.host_pages = sc->host_pages;
+		p.host_node = KVMM_NODE_NEAREST;
 		CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
 		sc->setup(ctx, tok, &seq);
 		test_stats(ctx, before);

@@ -722,6 +722,318 @@ static void test_nvme_conversations_restart(void)
 	unlink(path);
 }
 
+/* ---- asynchronous PROMOTE: the ring's promotions from NVMe ---- */
+
+/*
+ * While the I/O worker may be applying a promotion, the direct API needs
+ * the context lock (as with a server thread); these take it.
+ */
+static uint64_t locked_stat(struct kvmm_ctx *ctx, unsigned item)
+{
+	uint64_t v;
+
+	kvmm_lock(ctx);
+	v = test_stat(ctx, item);
+	kvmm_unlock(ctx);
+	return v;
+}
+
+static int lcheck(struct kvmm_ctx *ctx)
+{
+	int ret;
+
+	kvmm_lock(ctx);
+	ret = kvmm_check(ctx);
+	kvmm_unlock(ctx);
+	return ret;
+}
+
+/* A ring on @ctx whose buffer 1 is @mem. */
+static void async_ring(struct kvmm_ctx *ctx, struct kvmm_ring *ring, void *mem, size_t bytes)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 16 };
+	struct kvmm_iovec iov = { mem, bytes };
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, ring), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(ring, &iov, 1), 0);
+}
+
+/* OPEN and MATCH @tok (in buffer 1 at @off): the sequence. */
+static uint32_t ring_open_match(struct kvmm_ring *ring, uint64_t off, uint32_t n,
+				int32_t *matched)
+{
+	int32_t seq;
+
+	kvmm_prep_open(kvmm_get_sqe(ring), 0);
+	seq = test_ring1(ring, NULL);
+	CU_ASSERT_FATAL(seq >= 0);
+	kvmm_prep_match(kvmm_get_sqe(ring), (uint32_t)seq, 1, off, n);
+	*matched = test_ring1(ring, NULL);
+	return (uint32_t)seq;
+}
+
+static void ring_promote(struct kvmm_ring *ring, uint32_t seq, uint64_t off, uint32_t n,
+			 uint64_t data)
+{
+	struct kvmm_sqe *sqe = kvmm_get_sqe(ring);
+
+	kvmm_prep_promote(sqe, seq, 1, off, n);
+	kvmm_sqe_set_data(sqe, data);
+	CU_ASSERT_EQUAL(kvmm_submit(ring), 1);
+}
+
+/* The next completion, which must be @data's. */
+static int32_t ring_reap(struct kvmm_ring *ring, uint64_t data)
+{
+	struct kvmm_cqe *cqe;
+	int32_t res;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->user_data, data);
+	res = cqe->res;
+	kvmm_cqe_seen(ring, cqe);
+	return res;
+}
+
+/*
+ * A PROMOTE from NVMe completes later: meanwhile the ring serves other
+ * requests, the sequence is busy, the device frames it reads into are in
+ * state IO (and kvmm_check() accounts for them), and a commit of the same
+ * tokens by another sequence stops before them.
+ */
+static void test_nvme_async_promote(void)
+{
+	const char *path = nvme_file("async");
+	int hold = 0;
+	struct kvmm_nvme_arg arg = { .hold = &hold };
+	struct kvmm_ctx *ctx = nvme_ctx(24, 8, 64, path, &arg);
+	uint32_t tok[2][32], seq, other;
+	struct kvmm_ring ring;
+	struct kvmm_cqe *cqe;
+	int32_t m;
+
+	test_tokens(tok[0], 32, 21);
+	test_tokens(tok[1], 32, 22);
+	to_nvme(ctx, tok[0], 2100);
+	async_ring(ctx, &ring, tok, sizeof(tok));
+	seq = ring_open_match(&ring, 0, 32, &m);
+	CU_ASSERT_EQUAL(m, 0);
+
+	__atomic_store_n(&hold, 1, __ATOMIC_RELEASE);
+	ring_promote(&ring, seq, 0, 32, 77);
+	CU_ASSERT_EQUAL(kvmm_peek_cqe(&ring, &cqe), -EAGAIN);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_IO), 8);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PROMOTE_ASYNC), 1);
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+
+	/* the sequence is busy; the ring and the context are not */
+	kvmm_prep_match(kvmm_get_sqe(&ring), seq, 1, 0, 32);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EBUSY);
+	kvmm_prep_extend(kvmm_get_sqe(&ring), seq, 4, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EBUSY);
+	kvmm_prep_promote(kvmm_get_sqe(&ring), seq, 1, 0, 32);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EBUSY);
+	kvmm_lock(ctx);
+	CU_ASSERT_EQUAL(serve(ctx, tok[1], 32, false), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, seq, tok[0], 32), -EBUSY);
+
+	/* recomputing the same prompt meanwhile caches nothing of it */
+	CU_ASSERT_EQUAL(kvmm_seq_open(ctx, 0, &other), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, other, tok[0], 32), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, other, tok[0], 32), -EBUSY);
+	CU_ASSERT_EQUAL(kvmm_seq_extend(ctx, other, 32, 0), 0);
+	stamp(ctx, other, tok[0], 0, 32, false);
+	CU_ASSERT_EQUAL(kvmm_seq_commit(ctx, other, tok[0], 32), 0);
+	CHECK_OK(ctx);
+	kvmm_unlock(ctx);
+
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(ring_reap(&ring, 77), 32);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_IO), 0);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
+	kvmm_lock(ctx);
+	CU_ASSERT_EQUAL(stamp(ctx, seq, tok[0], 0, 32, true), 0);
+	CHECK_OK(ctx);
+	/* now the other sequence's copy is a duplicate */
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, other, tok[0], 32), 0);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_DEDUP_PAGES) >= 8);
+	kvmm_unlock(ctx);
+	kvmm_prep_close(kvmm_get_sqe(&ring), seq, 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	CU_ASSERT_EQUAL(kvmm_wait_cqe(&ring, &cqe), -EAGAIN);
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+	kvmm_ring_exit(&ring);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * Closing a sequence whose promotion is in flight frees nothing until the
+ * I/O is over; a second promotion of the same prefix waits for the first;
+ * a ring that goes away with a promotion in flight leaves nothing behind.
+ */
+static void test_nvme_async_cancel(void)
+{
+	const char *path = nvme_file("cancel");
+	int hold = 1;
+	struct kvmm_nvme_arg arg = { .hold = &hold };
+	struct kvmm_ctx *ctx = nvme_ctx(24, 8, 64, path, &arg);
+	uint32_t tok[32], a, b;
+	struct kvmm_ring ring;
+	int32_t m;
+
+	test_tokens(tok, 32, 23);
+	to_nvme(ctx, tok, 2300);
+	async_ring(ctx, &ring, tok, sizeof(tok));
+	a = ring_open_match(&ring, 0, 32, &m);
+	b = ring_open_match(&ring, 0, 32, &m);
+	ring_promote(&ring, a, 0, 32, 1);
+	ring_promote(&ring, b, 0, 32, 2);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PROMOTE_ASYNC), 2);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_IO), 8);	/* b waits */
+	kvmm_prep_close(kvmm_get_sqe(&ring), a, 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_IO), 8);	/* still held */
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_SEQS_OPEN), 1);
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(ring_reap(&ring, 1), -ECANCELED);
+	CU_ASSERT_EQUAL(ring_reap(&ring, 2), 32);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PROMOTE_CANCELED), 1);
+	kvmm_lock(ctx);
+	CU_ASSERT_EQUAL(stamp(ctx, b, tok, 0, 32, true), 0);
+	kvmm_unlock(ctx);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+	kvmm_ring_exit(&ring);
+
+	/* a ring that goes with its promotion in flight */
+	kvmm_lock(ctx);
+	push_down(ctx, 2400, 6);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 32);
+	kvmm_unlock(ctx);
+	__atomic_store_n(&hold, 1, __ATOMIC_RELEASE);
+	async_ring(ctx, &ring, tok, sizeof(tok));
+	a = ring_open_match(&ring, 0, 32, &m);
+	ring_promote(&ring, a, 0, 32, 3);
+	kvmm_ring_exit(&ring);
+	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_SEQS_OPEN), 0);
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	kvmm_destroy(ctx);	/* waits for the I/O */
+	unlink(path);
+}
+
+/*
+ * Conversations driven through a ring, promotions of a group of requests
+ * submitted together so that several are in flight (and some wait for
+ * others' prefixes): every promoted byte checked, invariants after every
+ * group.
+ */
+static void ring_conversations(struct kvmm_ctx *ctx, uint32_t turns)
+{
+	static uint32_t conv[12][96];
+	uint32_t len[12] = { 0 }, i, g, x = 777;
+	struct kvmm_ring ring;
+
+	for (i = 0; i < 12; i++) {
+		test_tokens(conv[i], 96, 3000 + i);
+		if (i % 3)
+			memcpy(conv[i], conv[i - i % 3], 16 * sizeof(uint32_t));
+	}
+	async_ring(ctx, &ring, conv, sizeof(conv));
+	for (i = 0; i < turns; i += 3) {
+		uint32_t c[3], n[3], seq[3];
+		int32_t m[3];
+
+		for (g = 0; g < 3; g++) {
+			x = x * 1103515245u + 12345u;
+			c[g] = (x >> 8) % 12;
+			n[g] = len[c[g]] + 8 + (x >> 20) % 9;
+			if (n[g] > 96)
+				n[g] = 24;
+			len[c[g]] = n[g];
+			seq[g] = ring_open_match(&ring, c[g] * sizeof(conv[0]), n[g], &m[g]);
+			CU_ASSERT(m[g] >= 0);
+		}
+		for (g = 0; g < 3; g++)
+			ring_promote(&ring, seq[g], c[g] * sizeof(conv[0]), n[g], g);
+		for (g = 0; g < 3; g++) {
+			struct kvmm_cqe *cqe;
+			int32_t res;
+
+			CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&ring, &cqe), 0);
+			CU_ASSERT_FATAL(cqe->user_data < 3);
+			res = cqe->res;
+			/* three requests at once may not fit: then they recompute */
+			CU_ASSERT(res >= 0 || res == -ENOSPC);
+			if (res >= 0)
+				m[cqe->user_data] = res;
+			kvmm_cqe_seen(&ring, cqe);
+		}
+		for (g = 0; g < 3; g++) {
+			uint64_t off = c[g] * sizeof(conv[0]);
+			int32_t ret = 0;
+
+			kvmm_lock(ctx);
+			CU_ASSERT_EQUAL(stamp(ctx, seq[g], conv[c[g]], 0, (uint32_t)m[g], true), 0);
+			kvmm_unlock(ctx);
+			if ((uint32_t)m[g] < n[g]) {
+				kvmm_prep_extend(kvmm_get_sqe(&ring), seq[g], n[g] - (uint32_t)m[g], 0);
+				ret = test_ring1(&ring, NULL);
+				CU_ASSERT(ret == 0 || ret == -ENOSPC);
+				kvmm_lock(ctx);
+				if (!ret)
+					stamp(ctx, seq[g], conv[c[g]], (uint32_t)m[g], n[g], false);
+				kvmm_unlock(ctx);
+			}
+			if (ret)
+				kvmm_prep_close(kvmm_get_sqe(&ring), seq[g], 0, 0, 0);
+			else
+				kvmm_prep_close(kvmm_get_sqe(&ring), seq[g], 1, off, n[g]);
+			CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+		}
+		if (lcheck(ctx)) {
+			CU_FAIL("invariants broken");
+			break;
+		}
+	}
+	kvmm_ring_exit(&ring);
+}
+
+/* The asynchronous path under the I/O fault sweep and with flipped bits. */
+static void test_nvme_async_conversations(void)
+{
+	static const int faults[] = { 0, -EIO, -EAGAIN, KVMM_NVME_SHORT };
+	const char *path = nvme_file("async-conv");
+	uint32_t f;
+
+	for (f = 0; f < ARRAY_LEN(faults); f++) {
+		struct kvmm_nvme_arg arg = { .fault = faults[f], .fault_every = faults[f] ? 3 : 0,
+					     .fault_sites = KVMM_NVME_SITE_READ,
+					     .flip_every = faults[f] ? 0 : 7 };
+		struct kvmm_ctx *ctx = nvme_ctx(48, 16, 96, path, &arg);
+
+		ring_conversations(ctx, 240);
+		CU_ASSERT(locked_stat(ctx, KVMM_STAT_PROMOTE_ASYNC) > 0);
+		CU_ASSERT(locked_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) > 0);
+		if (faults[f] == -EIO)
+			CU_ASSERT(locked_stat(ctx, KVMM_STAT_NVME_IO_ERRORS) > 0);
+		if (!faults[f])
+			CU_ASSERT(locked_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL) > 0);
+		CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_IO), 0);
+		kvmm_lock(ctx);
+		CU_ASSERT(kvmm_drop_caches(ctx) >= 0);
+		kvmm_unlock(ctx);
+		CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 96);
+		CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_FREE), 48);
+		CU_ASSERT_EQUAL(lcheck(ctx), 0);
+		kvmm_destroy(ctx);
+		unlink(path);
+	}
+}
+
 static int tier_suite_clean(void)
 {
 	if (nvme_dir[0])
@@ -751,5 +1063,8 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_fault_sweep);
 	ADD_TEST(s, test_nvme_flip_tear);
 	ADD_TEST(s, test_nvme_conversations_restart);
+	ADD_TEST(s, test_nvme_async_promote);
+	ADD_TEST(s, test_nvme_async_cancel);
+	ADD_TEST(s, test_nvme_async_conversations);
 	return 0;
 }

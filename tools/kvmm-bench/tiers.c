@@ -307,7 +307,7 @@ static int nvme_bench(const struct tiers_opts *o, uint32_t page_size)
 			goto out;
 		t0 = now_ns();
 		for (done = 0; done < nr; done += got) {
-			got = nv->read(npriv, pfns + done, nr - done, keys + done, dst, &err);
+			got = nv->read(npriv, 0, pfns + done, nr - done, keys + done, dst, &err);
 			if (err || !got) {
 				ret = err ? err : -EIO;
 				goto out;

@@ -23,7 +23,8 @@
 #define KVMM_PAGE_FREE		0	/* on the zone's free bitmap */
 #define KVMM_PAGE_OWNED		1	/* private to one open sequence */
 #define KVMM_PAGE_CACHED	2	/* owned by a prefix-tree node */
-#define KVMM_NR_PAGE_STATES	3
+#define KVMM_PAGE_IO		3	/* held by a promotion in flight */
+#define KVMM_NR_PAGE_STATES	4
 
 /* Page flags, as reported by kvmm_page_flags(). */
 #define KVMM_PG_PINNED		(1u << 0)	/* cached on a pinned prefix */
@@ -97,6 +98,10 @@ enum kvmm_stat_item {
 	KVMM_STAT_NVME_NS_OUT,          /* nanoseconds spent reading back */
 	KVMM_STAT_NVME_CSUM_FAIL,       /* pages that failed verification (served as misses) */
 	KVMM_STAT_NVME_IO_ERRORS,       /* copies or I/O that failed */
+	KVMM_STAT_PAGES_IO,		/* (gauge) device pages promotions in
+					 * flight are reading into */
+	KVMM_STAT_PROMOTE_ASYNC,	/* PROMOTEs that completed later */
+	KVMM_STAT_PROMOTE_CANCELED,	/* of those, whose sequence closed first */
 	NR_KVMM_STATS
 };
 
