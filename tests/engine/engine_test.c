@@ -265,6 +265,61 @@ static int run_generated(uint32_t pages, bool no_cache, bool sequential, const c
 	return ret;
 }
 
+/* 200 generated requests on @pages device pages over @host and @nvme pages of tiers. */
+static int run_tiered(uint32_t pages, uint32_t host, uint32_t nvme, const char *path,
+		      struct eng_report *rep)
+{
+	struct wl_gen g = { .seed = 7, .requests = 200, .rate = 2 };
+	struct eng_opts o;
+	struct workload wl;
+	int ret;
+
+	ret = workload_generate(&g, &wl);
+	if (ret)
+		return ret;
+	eng_opts_default(&o);
+	o.device_pages = pages;
+	o.host_pages = host;
+	o.nvme_pages = nvme;
+	o.nvme_file = path;
+	ret = eng_run(&wl, &o, rep);
+	workload_free(&wl);
+	return ret;
+}
+
+/*
+ * Lower tiers under a small device: what is demoted comes back, is
+ * counted per tier and charged on the clock; the run ends clean.
+ */
+static void engine_tiers_keep_the_cache(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	struct eng_report none, host, nvme;
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/kvmm-engine-test-%d.nvme", tmp && *tmp ? tmp : "/tmp",
+		 (int)getpid());
+	CU_ASSERT_EQUAL_FATAL(run_tiered(1200, 0, 0, NULL, &none), 0);
+	CU_ASSERT_EQUAL_FATAL(run_tiered(1200, 4800, 0, NULL, &host), 0);
+	CU_ASSERT_EQUAL_FATAL(run_tiered(1200, 1200, 4800, path, &nvme), 0);
+	unlink(path);
+	CU_ASSERT(none.check_ok && host.check_ok && nvme.check_ok);
+	CU_ASSERT_EQUAL(none.host_tokens + none.nvme_tokens, 0);
+	CU_ASSERT_EQUAL(none.promote_secs, 0);
+	CU_ASSERT(host.host_demoted > 0);
+	CU_ASSERT(host.host_tokens > 0);
+	CU_ASSERT_EQUAL(host.nvme_tokens, 0);
+	CU_ASSERT(host.promote_secs > 0);
+	CU_ASSERT(host.cached_tokens > none.cached_tokens);
+	CU_ASSERT(nvme.nvme_demoted > 0);
+	CU_ASSERT(nvme.nvme_tokens > 0);
+	CU_ASSERT(nvme.cached_tokens > none.cached_tokens);
+	CU_ASSERT(host.cached_tokens >= host.host_tokens);
+	eng_report_free(&none);
+	eng_report_free(&host);
+	eng_report_free(&nvme);
+}
+
 static void engine_generated_runs_end_clean_and_repeat(void)
 {
 	static const uint32_t pages[] = { 8192, 1200 };
@@ -318,7 +373,8 @@ int register_engine_suite(void)
 	    !CU_add_test(s, "lpm orders by cached prefix", engine_lpm_orders_by_cached_prefix) ||
 	    !CU_add_test(s, "pool too small fails cleanly", engine_pool_too_small_fails_cleanly) ||
 	    !CU_add_test(s, "generated runs end clean and repeat",
-			 engine_generated_runs_end_clean_and_repeat))
+			 engine_generated_runs_end_clean_and_repeat) ||
+	    !CU_add_test(s, "tiers keep the cache", engine_tiers_keep_the_cache))
 		return -1;
 	return 0;
 }

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <libkvmm.h>
 
@@ -44,6 +45,8 @@ struct ereq {
 	uint32_t decoded;	/* output tokens produced */
 	uint32_t child, sibling;	/* later turns waiting for this one */
 	uint32_t cached;	/* LOOKUP result, for lpm */
+	uint32_t from_host;	/* of the last match, tokens promoted from the host */
+	uint32_t from_nvme;	/* ... and from NVMe */
 	double t_arrive, t_first;
 	uint8_t state;
 	bool admitted;
@@ -386,6 +389,62 @@ static int prefill_chunk(struct eng *e, uint32_t i, uint32_t c, double *flops)
 	return 0;
 }
 
+/*
+ * MATCH @r's prompt; with lower tiers, in the same batch LOOKUP how much
+ * sits on each tier and PROMOTE it (which may complete later, from the
+ * I/O worker).  *@m: tokens the sequence holds now; the copy's estimated
+ * time is added to *@secs, host and NVMe at their bandwidths.  A PROMOTE
+ * the device has no room for is a miss: those tokens are recomputed.
+ */
+static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
+{
+	const struct eng_opts *o = e->o;
+	uint32_t n = r->input - 1, promoted, host, nvme;
+	struct kvmm_tier_hits *hits;
+	uint64_t off = stage(e, r->tok, n), hoff;
+	double tb = (double)eng_model_token_bytes(&o->model);
+	struct kvmm_sqe *q;
+	int32_t res[3];
+	int ret;
+
+	r->from_host = r->from_nvme = 0;
+	if (!o->host_pages) {
+		kvmm_prep_match(sqe(e), r->seq, 0, off, n);
+		ret = kv1(e);
+		if (ret >= 0)
+			*m = (uint32_t)ret;
+		return ret;
+	}
+	hoff = e->staged;
+	e->staged += 64;
+	hits = (struct kvmm_tier_hits *)((char *)e->ring.buf + hoff);
+	q = sqe(e);
+	kvmm_prep_lookup(q, 0, 0, off, n);
+	q->arg = KVMM_LOOKUP_TIERS;
+	q->arg2 = hoff;
+	kvmm_prep_match(sqe(e), r->seq, 0, off, n);
+	kvmm_prep_promote(sqe(e), r->seq, 0, off, n);
+	ret = kv_run(e, res);
+	if (ret)
+		return ret;
+	if (res[0] < 0 || res[1] < 0)
+		return res[0] < 0 ? res[0] : res[1];
+	if (res[2] == -ENOSPC) {
+		e->rep->promote_failed++;
+		res[2] = res[1];
+	}
+	if (res[2] < 0)
+		return res[2];
+	*m = (uint32_t)res[2];
+	promoted = (uint32_t)(res[2] - res[1]);
+	host = hits->tokens[KVMM_TIER_HOST] < promoted ? hits->tokens[KVMM_TIER_HOST] : promoted;
+	nvme = promoted - host;
+	r->from_host = host;
+	r->from_nvme = nvme;
+	*secs += host * tb / (o->host_gbps * 1e9) + nvme * tb / (o->nvme_gbps * 1e9);
+	return 0;
+}
+
 /* Tokens running requests may still decode, the share held back for them. */
 static uint64_t decode_reserved(const struct eng *e)
 {
@@ -410,7 +469,7 @@ static int step_prefill(struct eng *e)
 	const struct eng_opts *o = e->o;
 	uint32_t budget = o->max_prefill_tokens, done[RING_SQ], ndone = 0, k;
 	uint64_t avail, reserved;
-	double flops = 0;
+	double flops = 0, promote_secs = 0;
 	int ret;
 
 	if (!e->nwait && e->chunked == NONE)
@@ -467,12 +526,9 @@ static int step_prefill(struct eng *e)
 			r->seq = (uint32_t)ret;
 		}
 		if (!o->no_cache && r->input > 1) {
-			kvmm_prep_match(sqe(e), r->seq, 0, stage(e, r->tok, r->input - 1),
-					r->input - 1);
-			ret = kv1(e);
+			ret = match(e, r, &m, &promote_secs);
 			if (ret < 0)
 				return ret;
-			m = (uint32_t)ret;
 		}
 		need = r->input - m;
 		want = need + (uint64_t)((r->w->output_len - r->decoded) * o->decode_reserve);
@@ -502,6 +558,8 @@ static int step_prefill(struct eng *e)
 		if (!r->admitted) {
 			r->admitted = true;
 			e->rep->cached_tokens += m;
+			e->rep->host_tokens += r->from_host;
+			e->rep->nvme_tokens += r->from_nvme;
 			e->rep->hit_blocks += m / WL_BLOCK;
 		}
 		event(e, ENG_EV_ADMIT, i, m, need);
@@ -512,6 +570,9 @@ static int step_prefill(struct eng *e)
 		else
 			done[ndone++] = i;
 	}
+	/* promotions are charged before the compute, not overlapped with it */
+	e->now += promote_secs;
+	e->rep->promote_secs += promote_secs;
 	if (flops == 0)
 		return 0;
 	e->now += eng_prefill_secs(&o->model, flops);
@@ -698,6 +759,18 @@ static int setup(struct eng *e, const struct workload *wl, const struct eng_opts
 	p = tool_params(o->page_size, o->device_pages, o->max_running + RING_SQ + 1, max_len);
 	p.evict_policy = o->evict;
 	p.backend = "mock";
+	if (!o->no_cache && o->host_pages) {
+		p.host_pages = o->host_pages;
+		p.host_node = KVMM_NODE_NEAREST;
+		p.nvme_pages = o->nvme_pages;
+		p.nvme_path = o->nvme_file;
+		/* every run starts cold, so runs (and --compare, --plot) compare */
+		if (o->nvme_file && unlink(o->nvme_file) && errno != ENOENT) {
+			fprintf(stderr, "%s: cannot empty %s: %s\n", tool_name, o->nvme_file,
+				strerror(errno));
+			return -errno;
+		}
+	}
 	ret = kvmm_create(&p, &e->ctx);
 	if (ret) {
 		fprintf(stderr, "%s: kvmm_create: %s\n", tool_name, strerror(-ret));
@@ -768,6 +841,8 @@ static void summarize(struct eng *e)
 
 	rep->sim_secs = e->now;
 	rep->evicted_pages = e->stats[KVMM_STAT_EVICT_PAGES];
+	rep->host_demoted = e->stats[KVMM_STAT_HOST_DEMOTE_PAGES];
+	rep->nvme_demoted = e->stats[KVMM_STAT_NVME_DEMOTE_PAGES];
 	rep->steps = rep->prefill_steps + rep->decode_steps;
 	sort_double(rep->ttft, rep->nttft);
 	for (k = 0; k < rep->nttft; k++)
@@ -860,6 +935,7 @@ void eng_report_free(struct eng_report *rep)
 void eng_opts_default(struct eng_opts *o)
 {
 	*o = (struct eng_opts){
+		.host_gbps = 25, .nvme_gbps = 6,
 		.page_size = 16,
 		.device_pages = 8192,
 		.evict = "lru",

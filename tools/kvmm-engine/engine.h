@@ -48,6 +48,11 @@ struct eng_opts {
 	double rate;			/* requests/s when the workload has no times */
 	bool sequential;
 	bool no_cache;
+	uint32_t host_pages;		/* host tier pages; 0: none */
+	uint32_t nvme_pages;		/* NVMe tier pages; 0: none (needs a host tier) */
+	const char *nvme_file;		/* its file, emptied at the start of a run */
+	double host_gbps;		/* host-to-device copy bandwidth, GB/s */
+	double nvme_gbps;		/* NVMe read bandwidth, GB/s */
 	bool progress;			/* a progress bar on stderr */
 	struct eng_model model;
 	/* tests: every scheduling event */
@@ -78,6 +83,10 @@ struct eng_sample {
 struct eng_report {
 	uint32_t requests, completed;
 	uint64_t prompt_tokens, cached_tokens;	/* first admission of each request */
+	uint64_t host_tokens, nvme_tokens;	/* of cached_tokens, promoted from there */
+	uint64_t host_demoted, nvme_demoted;	/* pages moved onto the tier */
+	uint64_t promote_failed;		/* PROMOTEs refused (-ENOSPC): recomputed */
+	double promote_secs;			/* charged for promotions (estimated) */
 	uint64_t prefill_tokens, saved_tokens;	/* over every admission */
 	uint64_t output_tokens;
 	uint64_t evicted_pages, retractions, steps, prefill_steps, decode_steps;

@@ -56,6 +56,14 @@ static void usage(FILE *f)
 "  --evict NAME            eviction policy: lru, slru (lru)\n"
 "  --no-cache              prefix caching off: nothing matched, nothing kept\n"
 "  --compare               run with and without the cache, side by side\n"
+"  --host-pages N          a host DRAM tier of N pages below the device (0)\n"
+"  --nvme-file PATH        an NVMe tier in PATH (emptied first) below the host\n"
+"  --nvme-pages N          its pages (with --nvme-file; needs --host-pages)\n"
+"  --write-policy NAME     when KV is copied down: write-back (on demotion);\n"
+"                          write-through is not built yet\n"
+"  --host-gbps F           host-to-device copy bandwidth charged for a\n"
+"                          promotion from the host tier, GB/s (25)\n"
+"  --nvme-gbps F           NVMe read bandwidth charged for one from NVMe (6)\n"
 "\n"
 "Scheduler:\n"
 "  --policy NAME           fcfs, lpm (longest cached prefix first), priority (lpm)\n"
@@ -89,6 +97,7 @@ enum {
 	O_LPM_MAX_QUEUE, O_MAX_RUNNING, O_MAX_PREFILL, O_CHUNK, O_DECODE_RESERVE, O_SEQUENTIAL,
 	O_LAYERS, O_HEADS, O_KV_HEADS, O_HEAD_DIM, O_PARAMS, O_DTYPE_BYTES, O_PEAK_TFLOPS,
 	O_MFU, O_MEM_GBPS, O_BW_EFF, O_STEP_US, O_JSON, O_PLOT, O_QUIET, O_HELP,
+	O_HOST_PAGES, O_NVME_FILE, O_NVME_PAGES, O_WRITE_POLICY, O_HOST_GBPS, O_NVME_GBPS,
 };
 
 static uint32_t parse_u32(const char *opt, const char *s, uint32_t min)
@@ -147,6 +156,12 @@ static void parse_args(int argc, char **argv, struct cli *c)
 		{ "plot", required_argument, NULL, O_PLOT },
 		{ "quiet", no_argument, NULL, O_QUIET },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "host-pages", required_argument, NULL, O_HOST_PAGES },
+		{ "nvme-file", required_argument, NULL, O_NVME_FILE },
+		{ "nvme-pages", required_argument, NULL, O_NVME_PAGES },
+		{ "write-policy", required_argument, NULL, O_WRITE_POLICY },
+		{ "host-gbps", required_argument, NULL, O_HOST_GBPS },
+		{ "nvme-gbps", required_argument, NULL, O_NVME_GBPS },
 		{ 0 }
 	};
 	struct eng_opts *o = &c->o;
@@ -212,6 +227,19 @@ static void parse_args(int argc, char **argv, struct cli *c)
 		case O_JSON: c->json = optarg; break;
 		case O_PLOT: c->plot = optarg; break;
 		case O_QUIET: c->quiet = true; break;
+		case O_HOST_PAGES: o->host_pages = parse_u32("--host-pages", optarg, 0); break;
+		case O_NVME_FILE: o->nvme_file = optarg; break;
+		case O_NVME_PAGES: o->nvme_pages = parse_u32("--nvme-pages", optarg, 0); break;
+		case O_WRITE_POLICY:
+			if (!strcmp(optarg, "write-through"))
+				die_usage("--write-policy: write-through is not built in this "
+					  "version; write-back is");
+			if (strcmp(optarg, "write-back"))
+				die_usage("--write-policy: '%s' is not write-back or "
+					  "write-through", optarg);
+			break;
+		case O_HOST_GBPS: o->host_gbps = parse_pos("--host-gbps", optarg); break;
+		case O_NVME_GBPS: o->nvme_gbps = parse_pos("--nvme-gbps", optarg); break;
 		case O_HELP: usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
@@ -251,6 +279,13 @@ static void parse_args(int argc, char **argv, struct cli *c)
 		die_usage("--kv-heads cannot exceed --heads");
 	if (c->compare && o->no_cache)
 		die_usage("--compare already runs --no-cache beside the cache");
+	if (!!o->nvme_file != !!o->nvme_pages)
+		die_usage("--nvme-file and --nvme-pages go together");
+	if (o->nvme_pages && !o->host_pages)
+		die_usage("--nvme-pages: the NVMe tier stages through a host tier: "
+			  "give --host-pages too");
+	if ((o->host_pages || o->nvme_pages) && o->no_cache)
+		die_usage("--host-pages and --nvme-pages hold the cache: not with --no-cache");
 	if (c->quiet && !c->json && !c->plot)
 		die_usage("--quiet with neither --json nor --plot prints nothing");
 	if (o->sequential) {
@@ -266,6 +301,11 @@ static void parse_args(int argc, char **argv, struct cli *c)
 static double hit_rate(const struct eng_report *r)
 {
 	return r->prompt_tokens ? (double)r->cached_tokens / (double)r->prompt_tokens : 0;
+}
+
+static double tier_rate(const struct eng_report *r, uint64_t tokens)
+{
+	return r->prompt_tokens ? (double)tokens / (double)r->prompt_tokens : 0;
 }
 
 static void row_u(const char *label, uint64_t a, uint64_t b, const void *two)
@@ -314,6 +354,23 @@ static void print_summary(const struct cli *c, const char *input, const struct e
 		      nc && nc->blocks ? (double)nc->hit_blocks / (double)nc->blocks : 0, nc);
 	row_u("prefill tokens computed", r->prefill_tokens, nc ? nc->prefill_tokens : 0, nc);
 	row_u("prefill tokens saved", r->saved_tokens, nc ? nc->saved_tokens : 0, nc);
+	if (o->host_pages) {
+		row_u("  of those, promoted from host", r->host_tokens,
+		      nc ? nc->host_tokens : 0, nc);
+		row_f("  host tier hit rate", "%14.4f", tier_rate(r, r->host_tokens),
+		      nc ? tier_rate(nc, nc->host_tokens) : 0, nc);
+		row_u("pages demoted to host", r->host_demoted, nc ? nc->host_demoted : 0, nc);
+	}
+	if (o->nvme_pages) {
+		row_u("  of those, promoted from NVMe", r->nvme_tokens,
+		      nc ? nc->nvme_tokens : 0, nc);
+		row_f("  NVMe tier hit rate", "%14.4f", tier_rate(r, r->nvme_tokens),
+		      nc ? tier_rate(nc, nc->nvme_tokens) : 0, nc);
+		row_u("pages demoted to NVMe", r->nvme_demoted, nc ? nc->nvme_demoted : 0, nc);
+	}
+	if (o->host_pages)
+		row_u("promotions refused (recomputed)", r->promote_failed,
+		      nc ? nc->promote_failed : 0, nc);
 	row_u("pages evicted", r->evicted_pages, nc ? nc->evicted_pages : 0, nc);
 	row_u("retractions", r->retractions, nc ? nc->retractions : 0, nc);
 	row_u("steps (prefill + decode)", r->steps, nc ? nc->steps : 0, nc);
@@ -325,6 +382,9 @@ static void print_summary(const struct cli *c, const char *input, const struct e
 	row_u("fewest pages free", r->peak_free_min, nc ? nc->peak_free_min : 0, nc);
 	printf("  estimated (step-time model: %s, %.0f TFLOP/s x %.2f, %.0f GB/s x %.2f):\n",
 	       m->name, m->peak_tflops, m->mfu, m->mem_gbps, m->bw_eff);
+	if (o->host_pages)
+		row_f("promotion time (s)", "%14.3f", r->promote_secs,
+		      nc ? nc->promote_secs : 0, nc);
 	row_f("TTFT p50 (s)", "%14.3f", r->ttft_p50, nc ? nc->ttft_p50 : 0, nc);
 	row_f("TTFT p99 (s)", "%14.3f", r->ttft_p99, nc ? nc->ttft_p99 : 0, nc);
 	row_f("TPOT mean (ms)", "%14.2f", r->tpot_mean * 1e3, nc ? nc->tpot_mean * 1e3 : 0, nc);
@@ -368,6 +428,15 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
 	if (sequential)
 		json_object_set_new(j, "block_hit_rate",
 				    json_real(r->blocks ? (double)r->hit_blocks / r->blocks : 0));
+	json_object_set_new(j, "tiers", json_pack("{s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:f}",
+		"host_tokens", (json_int_t)r->host_tokens,
+		"nvme_tokens", (json_int_t)r->nvme_tokens,
+		"host_hit_rate", tier_rate(r, r->host_tokens),
+		"nvme_hit_rate", tier_rate(r, r->nvme_tokens),
+		"host_demoted_pages", (json_int_t)r->host_demoted,
+		"nvme_demoted_pages", (json_int_t)r->nvme_demoted,
+		"promotions_refused", (json_int_t)r->promote_failed,
+		"promote_seconds", r->promote_secs));
 	json_object_set_new(j, "wall_seconds", json_real(r->wall_secs));
 	json_object_set_new(j, "check_ok", json_boolean(r->check_ok));
 	return j;
@@ -393,6 +462,12 @@ static int write_json(const struct cli *c, const char *input, const struct eng_r
 		"chunk", (json_int_t)o->chunk,
 		"decode_reserve", o->decode_reserve,
 		"sequential", o->sequential, "no_cache", o->no_cache));
+	json_object_set_new(json_object_get(j, "config"), "tiers", json_pack(
+		"{s:I,s:I,s:s?,s:s,s:f,s:f}",
+		"host_pages", (json_int_t)o->host_pages,
+		"nvme_pages", (json_int_t)o->nvme_pages,
+		"nvme_file", o->nvme_file, "write_policy", "write-back",
+		"host_gbps", o->host_gbps, "nvme_gbps", o->nvme_gbps));
 	json_object_set_new(j, "model", json_pack(
 		"{s:s,s:I,s:I,s:I,s:I,s:f,s:I,s:f,s:f,s:f,s:f,s:f,s:I}",
 		"name", m->name, "layers", (json_int_t)m->layers, "heads", (json_int_t)m->heads,

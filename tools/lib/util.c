@@ -135,24 +135,30 @@ struct kvmm_params tool_params(uint32_t page_size, uint32_t nr_pages, uint32_t m
 
 /*
  * Submit the @n prepared entries, wait for their completions and reap
- * them all.  With @res, each result goes there and the return is 0 or a
- * transport error; without, the return is the first failed command's.
+ * them all.  With @res, each result goes there (res[i] for the i-th entry
+ * prepared: completions are matched by user_data, which this sets, as a
+ * PROMOTE from NVMe completes after the entries behind it) and the return
+ * is 0 or a transport error; without, the return is the first failed
+ * command's.
  */
 int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res)
 {
 	struct kvmm_cqe *cqe;
-	int ret = kvmm_submit_and_wait(ring, n), first = 0;
+	int ret, first = 0;
 	uint32_t i;
 
+	for (i = 0; i < n; i++)
+		ring->sqes[(ring->sqe_tail - n + i) & ring->sq_mask].user_data = i;
+	ret = kvmm_submit_and_wait(ring, n);
 	if (ret < 0)
 		return ret;
 	for (i = 0; i < n; i++) {
 		ret = kvmm_wait_cqe(ring, &cqe);
 		if (ret)
 			return ret;
-		if (res)
-			res[i] = cqe->res;
-		else if (cqe->res < 0 && !first)
+		if (res && cqe->user_data < n)
+			res[cqe->user_data] = cqe->res;
+		else if (!res && cqe->res < 0 && !first)
 			first = cqe->res;
 		kvmm_cqe_seen(ring, cqe);
 	}
