@@ -79,6 +79,17 @@ uint64_t test_stat(const struct kvmm_ctx *ctx, unsigned item)
 	return st[item];
 }
 
+/* test_stat() under kvmm_lock(), for a context another thread drives */
+uint64_t test_stat_locked(struct kvmm_ctx *ctx, unsigned item)
+{
+	uint64_t v;
+
+	kvmm_lock(ctx);
+	v = test_stat(ctx, item);
+	kvmm_unlock(ctx);
+	return v;
+}
+
 void test_tokens(uint32_t *t, uint32_t n, uint32_t seed)
 {
 	uint32_t i, x = seed * 2654435761u + 1;

@@ -36,6 +36,7 @@ struct kvmm_ctx *test_ctx(uint32_t page_size, uint32_t nr_pages,
 			  uint32_t max_seqs, uint32_t max_seq_len);
 void test_stats(const struct kvmm_ctx *ctx, uint64_t *st);
 uint64_t test_stat(const struct kvmm_ctx *ctx, unsigned item);
+uint64_t test_stat_locked(struct kvmm_ctx *ctx, unsigned item);
 void test_tokens(uint32_t *t, uint32_t n, uint32_t seed);
 int test_seq_fill(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok,
 		  uint32_t n, uint32_t *seqp);

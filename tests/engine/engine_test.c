@@ -240,17 +240,26 @@ static void engine_pool_too_small_fails_cleanly(void)
 	workload_free(&wl);
 }
 
-static int run_generated(uint32_t pages, bool no_cache, bool sequential, const char *evict,
-			 struct eng_report *rep)
+/* 200 generated requests under @o. */
+static int run_with(const struct eng_opts *o, struct eng_report *rep)
 {
 	struct wl_gen g = { .seed = 7, .requests = 200, .rate = 2 };
-	struct eng_opts o;
 	struct workload wl;
 	int ret;
 
 	ret = workload_generate(&g, &wl);
 	if (ret)
 		return ret;
+	ret = eng_run(&wl, o, rep);
+	workload_free(&wl);
+	return ret;
+}
+
+static int run_generated(uint32_t pages, bool no_cache, bool sequential, const char *evict,
+			 struct eng_report *rep)
+{
+	struct eng_opts o;
+
 	eng_opts_default(&o);
 	o.device_pages = pages;
 	o.no_cache = no_cache;
@@ -260,31 +269,21 @@ static int run_generated(uint32_t pages, bool no_cache, bool sequential, const c
 		o.max_running = 1;
 		o.policy = ENG_FCFS;
 	}
-	ret = eng_run(&wl, &o, rep);
-	workload_free(&wl);
-	return ret;
+	return run_with(&o, rep);
 }
 
-/* 200 generated requests on @pages device pages over @host and @nvme pages of tiers. */
+/* The same on @pages device pages over @host and @nvme pages of tiers. */
 static int run_tiered(uint32_t pages, uint32_t host, uint32_t nvme, const char *path,
 		      struct eng_report *rep)
 {
-	struct wl_gen g = { .seed = 7, .requests = 200, .rate = 2 };
 	struct eng_opts o;
-	struct workload wl;
-	int ret;
 
-	ret = workload_generate(&g, &wl);
-	if (ret)
-		return ret;
 	eng_opts_default(&o);
 	o.device_pages = pages;
 	o.host_pages = host;
 	o.nvme_pages = nvme;
 	o.nvme_file = path;
-	ret = eng_run(&wl, &o, rep);
-	workload_free(&wl);
-	return ret;
+	return run_with(&o, rep);
 }
 
 /*

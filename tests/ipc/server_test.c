@@ -26,16 +26,6 @@ static const char *test_path(const char *tag)
 	return sock_path;
 }
 
-static uint64_t locked_stat(struct kvmm_ctx *ctx, unsigned item)
-{
-	uint64_t v;
-
-	kvmm_lock(ctx);
-	v = test_stat(ctx, item);
-	kvmm_unlock(ctx);
-	return v;
-}
-
 /* Wait (at most 5 s) until the server has no client left. */
 static bool wait_no_clients(struct kvmm_server *srv)
 {
@@ -74,7 +64,7 @@ static void server_serves_a_ring(void)
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	/* registering memory the server cannot see is refused */
 	CU_ASSERT_EQUAL(kvmm_ring_register_buffers(&ring, NULL, 0), -EOPNOTSUPP);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_CACHED), 100);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_CACHED), 100);
 	kvmm_ring_exit(&ring);
 	CU_ASSERT(wait_no_clients(srv));
 	kvmm_server_stop(srv);
@@ -134,10 +124,10 @@ static void killed_client_releases_everything(void)
 	close(pfd[1]);
 	CU_ASSERT_EQUAL_FATAL(read(pfd[0], &c, 1), 1);
 	close(pfd[0]);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_SEQS_OPEN), 3);
-	CU_ASSERT(locked_stat(ctx, KVMM_STAT_PAGES_OWNED) > 0);
-	CU_ASSERT(locked_stat(ctx, KVMM_STAT_PAGES_PROTECTED) > 0);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_PINNED), 32);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_SEQS_OPEN), 3);
+	CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_PAGES_OWNED) > 0);
+	CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_PAGES_PROTECTED) > 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_PINNED), 32);
 	kill(pid, SIGKILL);
 	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
 	CU_ASSERT(wait_no_clients(srv));

@@ -728,16 +728,6 @@ static void test_nvme_conversations_restart(void)
  * While the I/O worker may be applying a promotion, the direct API needs
  * the context lock (as with a server thread); these take it.
  */
-static uint64_t locked_stat(struct kvmm_ctx *ctx, unsigned item)
-{
-	uint64_t v;
-
-	kvmm_lock(ctx);
-	v = test_stat(ctx, item);
-	kvmm_unlock(ctx);
-	return v;
-}
-
 static int lcheck(struct kvmm_ctx *ctx)
 {
 	int ret;
@@ -822,8 +812,8 @@ static void test_nvme_async_promote(void)
 	__atomic_store_n(&hold, 1, __ATOMIC_RELEASE);
 	ring_promote(&ring, seq, 0, 32, 77);
 	CU_ASSERT_EQUAL(kvmm_peek_cqe(&ring, &cqe), -EAGAIN);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_IO), 8);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PROMOTE_ASYNC), 1);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 8);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PROMOTE_ASYNC), 1);
 	CU_ASSERT_EQUAL(lcheck(ctx), 0);
 
 	/* the sequence is busy; the ring and the context are not */
@@ -849,8 +839,8 @@ static void test_nvme_async_promote(void)
 
 	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
 	CU_ASSERT_EQUAL(ring_reap(&ring, 77), 32);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_IO), 0);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
 	kvmm_lock(ctx);
 	CU_ASSERT_EQUAL(stamp(ctx, seq, tok[0], 0, 32, true), 0);
 	CHECK_OK(ctx);
@@ -889,22 +879,22 @@ static void test_nvme_async_cancel(void)
 	b = ring_open_match(&ring, 0, 32, &m);
 	ring_promote(&ring, a, 0, 32, 1);
 	ring_promote(&ring, b, 0, 32, 2);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PROMOTE_ASYNC), 2);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_IO), 8);	/* b waits */
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PROMOTE_ASYNC), 2);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 8);	/* b waits */
 	kvmm_prep_close(kvmm_get_sqe(&ring), a, 0, 0, 0);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_IO), 8);	/* still held */
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_SEQS_OPEN), 1);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 8);	/* still held */
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_SEQS_OPEN), 1);
 	CU_ASSERT_EQUAL(lcheck(ctx), 0);
 
 	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
 	CU_ASSERT_EQUAL(ring_reap(&ring, 1), -ECANCELED);
 	CU_ASSERT_EQUAL(ring_reap(&ring, 2), 32);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PROMOTE_CANCELED), 1);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PROMOTE_CANCELED), 1);
 	kvmm_lock(ctx);
 	CU_ASSERT_EQUAL(stamp(ctx, b, tok, 0, 32, true), 0);
 	kvmm_unlock(ctx);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
 	CU_ASSERT_EQUAL(lcheck(ctx), 0);
 	kvmm_ring_exit(&ring);
 
@@ -918,7 +908,7 @@ static void test_nvme_async_cancel(void)
 	a = ring_open_match(&ring, 0, 32, &m);
 	ring_promote(&ring, a, 0, 32, 3);
 	kvmm_ring_exit(&ring);
-	CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_SEQS_OPEN), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_SEQS_OPEN), 0);
 	CU_ASSERT_EQUAL(lcheck(ctx), 0);
 	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
 	kvmm_destroy(ctx);	/* waits for the I/O */
@@ -1016,18 +1006,18 @@ static void test_nvme_async_conversations(void)
 		struct kvmm_ctx *ctx = nvme_ctx(48, 16, 96, path, &arg);
 
 		ring_conversations(ctx, 240);
-		CU_ASSERT(locked_stat(ctx, KVMM_STAT_PROMOTE_ASYNC) > 0);
-		CU_ASSERT(locked_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) > 0);
+		CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_PROMOTE_ASYNC) > 0);
+		CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) > 0);
 		if (faults[f] == -EIO)
-			CU_ASSERT(locked_stat(ctx, KVMM_STAT_NVME_IO_ERRORS) > 0);
+			CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_NVME_IO_ERRORS) > 0);
 		if (!faults[f])
-			CU_ASSERT(locked_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL) > 0);
-		CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_IO), 0);
+			CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_NVME_CSUM_FAIL) > 0);
+		CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 0);
 		kvmm_lock(ctx);
 		CU_ASSERT(kvmm_drop_caches(ctx) >= 0);
 		kvmm_unlock(ctx);
-		CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 96);
-		CU_ASSERT_EQUAL(locked_stat(ctx, KVMM_STAT_PAGES_FREE), 48);
+		CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_PAGES_FREE), 96);
+		CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_FREE), 48);
 		CU_ASSERT_EQUAL(lcheck(ctx), 0);
 		kvmm_destroy(ctx);
 		unlink(path);

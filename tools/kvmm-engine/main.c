@@ -298,14 +298,15 @@ static void parse_args(int argc, char **argv, struct cli *c)
 
 /* ---- the summary ---- */
 
-static double hit_rate(const struct eng_report *r)
-{
-	return r->prompt_tokens ? (double)r->cached_tokens / (double)r->prompt_tokens : 0;
-}
-
+/* @tokens of @r's prompt tokens, as a share */
 static double tier_rate(const struct eng_report *r, uint64_t tokens)
 {
 	return r->prompt_tokens ? (double)tokens / (double)r->prompt_tokens : 0;
+}
+
+static double hit_rate(const struct eng_report *r)
+{
+	return tier_rate(r, r->cached_tokens);
 }
 
 static void row_u(const char *label, uint64_t a, uint64_t b, const void *two)
@@ -325,6 +326,21 @@ static void row_f(const char *label, const char *fmt, double a, double b, const 
 		printf(fmt, b);
 	}
 	putchar('\n');
+}
+
+/* A lower tier's rows: tokens promoted from it and pages demoted to it. */
+static void tier_rows(const char *tier, uint64_t tokens, uint64_t demoted, uint64_t nc_tokens,
+		      uint64_t nc_demoted, const struct eng_report *r,
+		      const struct eng_report *nc)
+{
+	char label[64];
+
+	snprintf(label, sizeof(label), "  of those, promoted from %s", tier);
+	row_u(label, tokens, nc_tokens, nc);
+	snprintf(label, sizeof(label), "  %s tier hit rate", tier);
+	row_f(label, "%14.4f", tier_rate(r, tokens), nc ? tier_rate(nc, nc_tokens) : 0, nc);
+	snprintf(label, sizeof(label), "pages demoted to %s", tier);
+	row_u(label, demoted, nc_demoted, nc);
 }
 
 static void print_summary(const struct cli *c, const char *input, const struct eng_report *r,
@@ -348,29 +364,21 @@ static void print_summary(const struct cli *c, const char *input, const struct e
 	row_u("prompt tokens", r->prompt_tokens, nc ? nc->prompt_tokens : 0, nc);
 	row_u("tokens served from cache", r->cached_tokens, nc ? nc->cached_tokens : 0, nc);
 	row_f("hit rate", "%14.4f", hit_rate(r), nc ? hit_rate(nc) : 0, nc);
+	if (o->host_pages)
+		tier_rows("host", r->host_tokens, r->host_demoted, nc ? nc->host_tokens : 0,
+			  nc ? nc->host_demoted : 0, r, nc);
+	if (o->nvme_pages)
+		tier_rows("NVMe", r->nvme_tokens, r->nvme_demoted, nc ? nc->nvme_tokens : 0,
+			  nc ? nc->nvme_demoted : 0, r, nc);
+	if (o->host_pages)
+		row_u("promotions refused (recomputed)", r->promote_failed,
+		      nc ? nc->promote_failed : 0, nc);
 	if (o->sequential)
 		row_f("block hit rate (512 tokens)", "%14.4f",
 		      r->blocks ? (double)r->hit_blocks / (double)r->blocks : 0,
 		      nc && nc->blocks ? (double)nc->hit_blocks / (double)nc->blocks : 0, nc);
 	row_u("prefill tokens computed", r->prefill_tokens, nc ? nc->prefill_tokens : 0, nc);
 	row_u("prefill tokens saved", r->saved_tokens, nc ? nc->saved_tokens : 0, nc);
-	if (o->host_pages) {
-		row_u("  of those, promoted from host", r->host_tokens,
-		      nc ? nc->host_tokens : 0, nc);
-		row_f("  host tier hit rate", "%14.4f", tier_rate(r, r->host_tokens),
-		      nc ? tier_rate(nc, nc->host_tokens) : 0, nc);
-		row_u("pages demoted to host", r->host_demoted, nc ? nc->host_demoted : 0, nc);
-	}
-	if (o->nvme_pages) {
-		row_u("  of those, promoted from NVMe", r->nvme_tokens,
-		      nc ? nc->nvme_tokens : 0, nc);
-		row_f("  NVMe tier hit rate", "%14.4f", tier_rate(r, r->nvme_tokens),
-		      nc ? tier_rate(nc, nc->nvme_tokens) : 0, nc);
-		row_u("pages demoted to NVMe", r->nvme_demoted, nc ? nc->nvme_demoted : 0, nc);
-	}
-	if (o->host_pages)
-		row_u("promotions refused (recomputed)", r->promote_failed,
-		      nc ? nc->promote_failed : 0, nc);
 	row_u("pages evicted", r->evicted_pages, nc ? nc->evicted_pages : 0, nc);
 	row_u("retractions", r->retractions, nc ? nc->retractions : 0, nc);
 	row_u("steps (prefill + decode)", r->steps, nc ? nc->steps : 0, nc);
