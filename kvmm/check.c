@@ -367,7 +367,8 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 		if (ret)
 			goto out;
 	}
-	io = kvmm_promos_check(ctx, marks[KVMM_TIER_DEVICE], &job_locks, &job_nodes, &why);
+	io = kvmm_promos_check(ctx, marks[KVMM_TIER_DEVICE], MARK_IO, &job_locks,
+			       &job_nodes, &why);
 	CHECK(io != UINT64_MAX, "%s", why);
 	CHECK(io == ctx->io_pages, "promotions hold %llu frames, counted %llu",
 	      (unsigned long long)io, (unsigned long long)ctx->io_pages);

@@ -414,7 +414,8 @@ void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
 void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 		     const int32_t *pfns, uint32_t lt, uint64_t t0);
-struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node);
+struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
+				      struct kvmm_store_key *keys);
 uint64_t kvmm_now_ns(void);
 
 /* ---- promote.c ---- */
@@ -428,8 +429,8 @@ void kvmm_promo_cancel(struct kvmm_ctx *ctx, struct kvmm_promo *job);
 void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_disp *disp);
 int kvmm_iow_start(struct kvmm_ctx *ctx);
 void kvmm_iow_stop(struct kvmm_ctx *ctx);
-uint64_t kvmm_promos_check(const struct kvmm_ctx *ctx, uint8_t *mark, uint64_t *locks,
-			   uint64_t *nodes, const char **why);
+uint64_t kvmm_promos_check(const struct kvmm_ctx *ctx, uint8_t *mark, uint8_t mark_io,
+			   uint64_t *locks, uint64_t *nodes, const char **why);
 
 /* ---- seq.c ---- */
 
@@ -461,6 +462,7 @@ struct kvmm_seq {
 };
 
 int kvmm_seqs_init(struct kvmm_ctx *ctx);
+struct kvmm_seq *kvmm_seq_get(struct kvmm_ctx *ctx, uint32_t seq);
 void kvmm_seqs_exit(struct kvmm_ctx *ctx);
 int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		     uint32_t n, uint32_t *below);

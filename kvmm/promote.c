@@ -74,7 +74,6 @@ struct promo_node {
  * @err: why node @done could not be copied
  * @io: the chain reaches an I/O store
  * @t0: when it was armed
- * @arm_bytes: size of the allocation behind @chain
  */
 struct kvmm_promo {
 	struct kvmm_list link;
@@ -95,7 +94,6 @@ struct kvmm_promo {
 	int err;
 	bool io;
 	uint64_t t0;
-	size_t arm_bytes;
 };
 
 /**
@@ -121,10 +119,19 @@ static size_t job_bytes(uint32_t n)
 	return sizeof(struct kvmm_promo) + (size_t)n * sizeof(uint32_t);
 }
 
+/* The allocation behind an armed chain: @chain and the per-page arrays. */
+static size_t arm_bytes(uint32_t nr_nodes, uint32_t nr_pages)
+{
+	return nr_nodes * sizeof(struct promo_node) +
+	       nr_pages * (2 * sizeof(int32_t) + sizeof(struct kvmm_store_key) +
+			   sizeof(void *));
+}
+
 static void job_free(struct kvmm_ctx *ctx, struct kvmm_promo *job)
 {
 	list_del(&job->link);
-	kvmm_mfree(ctx, job->chain, job->arm_bytes);
+	if (job->chain)
+		kvmm_mfree(ctx, job->chain, arm_bytes(job->nr_nodes, job->nr_pages));
 	kvmm_mfree(ctx, job, job_bytes(job->n));
 }
 
@@ -144,13 +151,6 @@ static struct kvmm_promo *job_of(struct kvmm_ctx *ctx, const struct kvmm_node *n
 	return NULL;
 }
 
-static size_t arm_bytes(uint32_t nr_nodes, uint32_t nr_pages)
-{
-	return nr_nodes * sizeof(struct promo_node) +
-	       nr_pages * (2 * sizeof(int32_t) + sizeof(struct kvmm_store_key) +
-			   sizeof(void *));
-}
-
 /*
  * Arm the chain of @path below @from with the arrays at @p (arm_bytes()
  * long, taken over): see the DOC above.  Nothing changes on failure.
@@ -160,7 +160,6 @@ static int job_arm(struct kvmm_ctx *ctx, struct kvmm_promo *job, struct kvmm_nod
 		   struct kvmm_path *path, uint32_t nr_nodes, uint32_t nr_pages, char *p)
 {
 	struct kvmm_zone *dev = &ctx->zone[KVMM_TIER_DEVICE];
-	size_t bytes = arm_bytes(nr_nodes, nr_pages);
 	struct kvmm_node *n;
 	uint32_t i, at;
 	int ret;
@@ -169,7 +168,7 @@ static int job_arm(struct kvmm_ctx *ctx, struct kvmm_promo *job, struct kvmm_nod
 	ret = kvmm_zone_reserve(ctx, dev, nr_pages, 0);
 	if (ret) {
 		kvmm_tree_unlock(ctx, path->node);
-		kvmm_mfree(ctx, p, bytes);
+		kvmm_mfree(ctx, p, arm_bytes(nr_nodes, nr_pages));
 		return ret;
 	}
 	job->chain = (struct promo_node *)p;
@@ -177,7 +176,6 @@ static int job_arm(struct kvmm_ctx *ctx, struct kvmm_promo *job, struct kvmm_nod
 	job->addrs = (void **)(job->keys + nr_pages);
 	job->src = (int32_t *)(job->addrs + nr_pages);
 	job->dst = job->src + nr_pages;
-	job->arm_bytes = bytes;
 	job->nr_nodes = nr_nodes;
 	job->nr_pages = nr_pages;
 	job->done = 0;
@@ -193,7 +191,7 @@ static int job_arm(struct kvmm_ctx *ctx, struct kvmm_promo *job, struct kvmm_nod
 		*pn = (struct promo_node){ .node = n, .first = at, .nr = nr, .tier = n->tier };
 		memcpy(job->src + at, n->pfns, nr * sizeof(*n->pfns));
 		if (!ctx->store[n->tier]->page) {
-			memcpy(job->keys + at, kvmm_tier_keys(ctx, n), nr * sizeof(*job->keys));
+			kvmm_tier_keys(ctx, n, job->keys + at);
 			job->io = true;
 		}
 		n->flags |= KVMM_NODE_IO;
@@ -448,13 +446,12 @@ static void job_complete(struct kvmm_ctx *ctx, struct kvmm_promo *job, int res)
 int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		 uint32_t n, struct kvmm_disp *disp, uint64_t user_data)
 {
-	struct kvmm_seq *s;
+	struct kvmm_seq *s = kvmm_seq_get(ctx, seq);
 	struct kvmm_promo *job;
 	int ret;
 
-	if (!ctx || seq >= ctx->max_seqs || !ctx->seqs[seq].open)
+	if (!s)
 		return -EINVAL;
-	s = &ctx->seqs[seq];
 	if (s->promo)
 		return -EBUSY;
 	if (s->len != s->cached || !tokens || !n || n > ctx->params.max_seq_len)
@@ -614,15 +611,16 @@ void kvmm_iow_stop(struct kvmm_ctx *ctx)
 /**
  * kvmm_promos_check() - kvmm_check()'s view of the jobs
  * @ctx: the context
- * @mark: a byte per device frame; the jobs' frames are marked 3 here
+ * @mark: a byte per device frame; the jobs' frames are set to @mark_io
+ * @mark_io: kvmm_check()'s mark for a frame a promotion holds
  * @locks: out, node locks the jobs hold
  * @nodes: out, nodes the jobs have armed
  * @why: out, what is wrong
  *
  * Return: device frames the jobs hold, or UINT64_MAX with @why set.
  */
-uint64_t kvmm_promos_check(const struct kvmm_ctx *ctx, uint8_t *mark, uint64_t *locks,
-			   uint64_t *nodes, const char **why)
+uint64_t kvmm_promos_check(const struct kvmm_ctx *ctx, uint8_t *mark, uint8_t mark_io,
+			   uint64_t *locks, uint64_t *nodes, const char **why)
 {
 	const struct kvmm_zone *dev = &ctx->zone[KVMM_TIER_DEVICE];
 	const struct kvmm_list *pos;
@@ -656,7 +654,7 @@ uint64_t kvmm_promos_check(const struct kvmm_ctx *ctx, uint8_t *mark, uint64_t *
 				*why = "a promotion's frame is not in state IO, or is held twice";
 				return UINT64_MAX;
 			}
-			mark[pfn] = 3;
+			mark[pfn] = mark_io;
 		}
 		pages += job->nr_pages;
 		*locks += 1;

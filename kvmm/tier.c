@@ -275,12 +275,12 @@ void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 
 /*
  * The identities of @node's pages (see struct kvmm_store_key), into
- * ctx->tier_keys: one pass over the tokens of its path from the root,
- * taking a digest after each of its own pages.
+ * @keys (one per page): one pass over the tokens of its path from the
+ * root, taking a digest after each of its own pages.  Return: @keys.
  */
-struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node)
+struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
+				      struct kvmm_store_key *keys)
 {
-	struct kvmm_store_key *keys = ctx->tier_keys;
 	struct kvmm_node **path = ctx->tier_path;
 	uint32_t depth = 0, i, ps = ctx->page_size, ns;
 	XXH128_hash_t h = { 0, 0 };
@@ -333,7 +333,7 @@ static int tier_copy_down(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t
 		}
 		ret = ctx->store[to]->write(ctx->store_priv[to], pfns, nr,
 					    tier_addrs(ctx, from, node->pfns, nr),
-					    kvmm_tier_keys(ctx, node));
+					    kvmm_tier_keys(ctx, node, ctx->tier_keys));
 	}
 	if (ret)
 		kvmm_tier_count(ctx, to, TEV_IO_ERRORS, 1);

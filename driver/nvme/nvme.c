@@ -31,8 +31,9 @@
  * buffers: channel 0 for calls under the context lock (writes, the
  * restart scan, synchronous reads), channel 1 for the I/O worker's reads
  * (set up at its first use), so a promotion's reads never wait for a
- * demotion's writes or share their buffers.  Short transfers and -EAGAIN are resubmitted for the
- * rest, a few times; anything else fails the pages of that I/O.
+ * demotion's writes or share their buffers.  Short transfers and -EAGAIN
+ * are resubmitted for the rest, a few times; anything else fails the
+ * pages of that I/O.
  *
  * Fault injection (kvmm_nvme_arg, read at every I/O) rewrites completions
  * as they are reaped, and flips or tears pages on their way to the file.
