@@ -103,6 +103,11 @@ struct kvmm_alloc_ops {
  * @alloc_priv: passed to @alloc's hooks
  * @log: where kvmm reports corruption and check failures; NULL for stderr
  * @log_priv: passed to @log
+ * @write_policy: when device KV gets a copy on the host tier:
+ *	KVMM_WRITE_BACK (0, the default) copies a prefix down when reclaim
+ *	demotes it; KVMM_WRITE_THROUGH copies it when it is committed, so
+ *	that its later demotion copies nothing (needs a host tier; see the
+ *	tiers doc)
  *
  * Budget sizing follows SGLang: with @nr_pages 0 the pool gets
  * (mem_avail - mem_total * (1 - mem_fraction)) bytes, divided by the cell
@@ -134,9 +139,13 @@ struct kvmm_params {
 	void *alloc_priv;
 	void (*log)(void *priv, const char *msg);
 	void *log_priv;
+	uint32_t write_policy;
 };
 
 #define KVMM_NODE_NEAREST	(-1)
+
+#define KVMM_WRITE_BACK		0
+#define KVMM_WRITE_THROUGH	1
 
 #define KVMM_MAX_PAGE_SIZE	4096
 #define KVMM_MAX_PAGES		(1u << 30)

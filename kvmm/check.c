@@ -7,10 +7,13 @@
  *
  *  - Every page of every tier is in exactly one state.  A free page is on the free
  *    bitmap with no reference; a cached page is held by exactly one tree
- *    node; an owned page by exactly one open sequence's row; an IO page
- *    by exactly one promotion in flight.  The four counts add up to the
- *    pool size, so a page that no owner claims (a leak) or that two claim
- *    (handed out twice) is found.
+ *    node (or one node's write-through copy); an owned page by exactly
+ *    one open sequence's row; an IO page by exactly one promotion in
+ *    flight.  The counts add up to the pool size, so a page that no
+ *    owner claims (a leak) or that two claim (handed out twice) is found.
+ *  - A write-through copy belongs to a device node, under that policy;
+ *    its frames are CACHED on the host tier and held by no one else, and
+ *    exactly the nodes with a copy are on the copy list.
  *  - A promotion's nodes are marked, locked and on a lower tier; its
  *    sequence names it, and holds nothing of its own meanwhile.
  *  - The free bitmap's summary levels agree with its pages.
@@ -52,6 +55,7 @@ struct check_sums {
 	uint64_t cached[KVMM_NR_TIERS], protected[KVMM_NR_TIERS];
 	uint64_t evictable[KVMM_NR_TIERS], leaves[KVMM_NR_TIERS];
 	uint64_t pinned, nodes, direct, io_nodes;
+	uint64_t shadowed, shadow_nodes;
 };
 
 static int check_zone(const struct kvmm_ctx *ctx, uint32_t tier)
@@ -92,6 +96,35 @@ static int check_zone(const struct kvmm_ctx *ctx, uint32_t tier)
 			      "bitmap level %u bit %llu disagrees with the level below",
 			      l, (unsigned long long)w);
 		}
+	}
+out:
+	return ret;
+}
+
+/* A write-through copy: a device node's, of its length, in CACHED host frames. */
+static int check_shadow(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
+			uint8_t *mark)
+{
+	const struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	const int32_t *copy = kvmm_node_shadow(ctx, node);
+	uint32_t nr = node->len >> ctx->page_shift, i;
+	int ret = 0;
+
+	CHECK(ctx->params.write_policy == KVMM_WRITE_THROUGH && mark &&
+	      node->tier == KVMM_TIER_DEVICE,
+	      "node %p on tier %u has a copy (policy %u)", (void *)node, node->tier,
+	      ctx->params.write_policy);
+	for (i = 0; i < nr; i++) {
+		int32_t pfn = copy[i];
+
+		CHECK(pfn >= 0 && (uint32_t)pfn < host->nr_pages,
+		      "node %p copy maps host pfn %d", (void *)node, pfn);
+		CHECK(host->pages[pfn].state == KVMM_PAGE_CACHED && !host->pages[pfn].flags,
+		      "node %p copy: host pfn %d in state %u flags %#x", (void *)node, pfn,
+		      host->pages[pfn].state, host->pages[pfn].flags);
+		CHECK(mark[pfn] == MARK_NONE, "host pfn %d held twice (copy of %p)", pfn,
+		      (void *)node);
+		mark[pfn] = MARK_TREE;
 	}
 out:
 	return ret;
@@ -169,6 +202,13 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 		      zone->pages[pfn].flags, node->pin_ref);
 		mark[pfn] = MARK_TREE;
 	}
+	if (node->flags & KVMM_NODE_SHADOW) {
+		ret = check_shadow(ctx, node, marks[KVMM_TIER_HOST]);
+		if (ret)
+			goto out;
+		sums->shadowed += nr;
+		sums->shadow_nodes++;
+	}
 	sums->nodes++;
 	sums->cached[node->tier] += nr;
 	sums->leaves[node->tier] += queued;
@@ -222,6 +262,17 @@ static int check_tree(const struct kvmm_ctx *ctx, uint8_t **marks,
 	}
 	CHECK(sums->pinned == ctx->tree.pinned, "pinned %llu, counted %llu",
 	      (unsigned long long)sums->pinned, (unsigned long long)ctx->tree.pinned);
+	CHECK(sums->shadowed == ctx->tree.shadowed, "copies hold %llu pages, counted %llu",
+	      (unsigned long long)sums->shadowed, (unsigned long long)ctx->tree.shadowed);
+	list_for_each(pos, &ctx->tree.shadows) {
+		const struct kvmm_node *node = list_entry(pos, struct kvmm_node, shadow);
+
+		CHECK(node->flags & KVMM_NODE_SHADOW, "node %p on the copy list has none",
+		      (void *)node);
+		CHECK(sums->shadow_nodes--, "more nodes on the copy list than have copies");
+	}
+	CHECK(!sums->shadow_nodes, "%llu nodes with copies are not on the copy list",
+	      (unsigned long long)sums->shadow_nodes);
 out:
 	return ret;
 }
@@ -330,7 +381,7 @@ out:
 KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 {
 	struct check_sums sums = { 0 };
-	uint64_t locked = 0, nfree_seqs = 0, io = 0, io_t, job_locks, job_nodes;
+	uint64_t locked = 0, nfree_seqs = 0, io = 0, io_t, job_locks, job_nodes, copies;
 	const char *why = "";
 	uint8_t *marks[KVMM_NR_TIERS] = { NULL };
 	int32_t *path;
@@ -394,9 +445,11 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 			owned += marks[t][i] == MARK_SEQ;
 		}
 		io_t = t == KVMM_TIER_DEVICE ? io : 0;
-		CHECK(owned + sums.cached[t] + io_t + zone->nr_free == zone->nr_pages,
-		      "tier %u: owned %llu + cached %llu + io %llu + free %u != %u pages", t,
-		      (unsigned long long)owned, (unsigned long long)sums.cached[t],
+		copies = t == KVMM_TIER_HOST ? sums.shadowed : 0;
+		CHECK(owned + sums.cached[t] + copies + io_t + zone->nr_free == zone->nr_pages,
+		      "tier %u: owned %llu + cached %llu + copies %llu + io %llu + free %u "
+		      "!= %u pages", t, (unsigned long long)owned,
+		      (unsigned long long)sums.cached[t], (unsigned long long)copies,
 		      (unsigned long long)io_t, zone->nr_free, zone->nr_pages);
 	}
 	for (i = ctx->free_seq; i != UINT32_MAX; i = ctx->seqs[i].next_free) {

@@ -192,6 +192,10 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages)
 	if (p->nvme_pages > KVMM_MAX_PAGES || p->nvme_qd > 4096 ||
 	    (p->nvme_pages && (!p->host_pages || !p->nvme_path)))
 		return -EINVAL;
+	/* Write-through copies to the host tier. */
+	if (p->write_policy > KVMM_WRITE_THROUGH ||
+	    (p->write_policy == KVMM_WRITE_THROUGH && !p->host_pages))
+		return -EINVAL;
 	ret = params_nr_pages(p, nr_pages);
 	if (ret)
 		return ret;

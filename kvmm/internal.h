@@ -203,6 +203,8 @@ bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn);
 						 * promotion (promote.c): it is
 						 * locked, and nothing splits it,
 						 * moves it or adopts into it */
+#define KVMM_NODE_SHADOW	(1u << 3)	/* on the device, with a copy of its
+						 * pages on the host tier (tier.c) */
 
 /**
  * struct kvmm_node - a prefix-tree node: one edge of token ids and the
@@ -214,6 +216,8 @@ bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn);
  * @sibling: link in @parent's @children
  * @children: child nodes, no order
  * @lru: link on a reclaim list, while KVMM_NODE_EVICTABLE
+ * @shadow: link on the context's list of copies, while KVMM_NODE_SHADOW;
+ *	the copy's frames follow @pfns in the same block (kvmm_node_shadow())
  * @tokens: @len token ids; the same block holds @pfns
  * @pfns: @len / page_size page frame numbers
  * @atime: logical time of the last match or insert through this node;
@@ -241,6 +245,7 @@ struct kvmm_node {
 	struct kvmm_list sibling;
 	struct kvmm_list children;
 	struct kvmm_list lru;
+	struct kvmm_list shadow;
 	uint32_t *tokens;
 	int32_t *pfns;
 	uint64_t atime;
@@ -274,6 +279,9 @@ struct kvmm_node {
  * @cached: per tier, pages held by nodes
  * @protected: per tier, pages held by locked nodes
  * @pinned: pages of nodes with a pin at or below them
+ * @shadowed: pages of nodes with a copy on the host tier (the copies'
+ *	frames are CACHED on that tier, not counted in @cached)
+ * @shadows: those nodes, oldest copy first (struct kvmm_node.shadow)
  * @roots: namespace roots, linked through kvmm_node.sibling
  * @next_id: the next node id
  * @free_nodes: node cache: free node structs, chained through hnext
@@ -296,6 +304,8 @@ struct kvmm_tree {
 	uint64_t cached[KVMM_NR_TIERS];
 	uint64_t protected[KVMM_NR_TIERS];
 	uint64_t pinned;
+	uint64_t shadowed;
+	struct kvmm_list shadows;
 };
 
 /*
@@ -412,6 +422,10 @@ uint32_t kvmm_tier_adopt(struct kvmm_ctx *ctx, struct kvmm_node *from,
 			 struct kvmm_node *end, int32_t *pfns, uint32_t nr);
 void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
+void kvmm_write_through(struct kvmm_ctx *ctx, struct kvmm_node *from,
+			struct kvmm_node *end);
+void kvmm_shadow_drop(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_shadows_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc);
 void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 		     const int32_t *pfns, uint32_t lt, uint64_t t0);
 struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
@@ -500,6 +514,10 @@ enum kvmm_event {
 	EV_RETRACTS,
 	EV_PROMOTE_ASYNC,
 	EV_PROMOTE_CANCELED,
+	EV_WT_PAGES,
+	EV_WT_SKIP_PAGES,
+	EV_DEMOTE_FREE_PAGES,
+	EV_SHADOW_DROP_PAGES,
 	NR_KVMM_EVENTS
 };
 
@@ -601,6 +619,16 @@ static inline struct kvmm_zone *kvmm_node_zone(struct kvmm_ctx *ctx,
 					       const struct kvmm_node *node)
 {
 	return &ctx->zone[node->tier];
+}
+
+/*
+ * The frames of @node's copy on the host tier (write-through), valid while
+ * KVMM_NODE_SHADOW: with that policy every node's block has room for them.
+ */
+static inline int32_t *kvmm_node_shadow(const struct kvmm_ctx *ctx,
+					const struct kvmm_node *node)
+{
+	return node->pfns + (node->len >> ctx->page_shift);
 }
 
 static inline struct kvmm_lruvec *kvmm_node_lruvec(struct kvmm_ctx *ctx,

@@ -50,13 +50,19 @@
 #define KVMM_HASH_MIN_BUCKETS	256
 #define KVMM_NODES_PER_SLAB	64
 
+/* Frame arrays per node: its own, and room for a copy's with write-through. */
 static size_t node_buf_bytes(const struct kvmm_ctx *ctx, uint32_t len)
 {
+	size_t arrays = ctx->params.write_policy == KVMM_WRITE_THROUGH ? 2 : 1;
+
 	return (size_t)len * sizeof(uint32_t) +
-	       (size_t)(len >> ctx->page_shift) * sizeof(int32_t);
+	       arrays * (len >> ctx->page_shift) * sizeof(int32_t);
 }
 
-/* A buffer for @len tokens and their page frames, laid out as one block. */
+/*
+ * A buffer for @len tokens and their page frames (then the frames of the
+ * node's copy, see kvmm_node_shadow()), laid out as one block.
+ */
 static uint32_t *node_buf_alloc(struct kvmm_ctx *ctx, uint32_t len)
 {
 	return kvmm_malloc(ctx, node_buf_bytes(ctx, len));
@@ -127,6 +133,7 @@ static struct kvmm_node *node_alloc(struct kvmm_ctx *ctx, uint32_t len)
 	list_init(&node->sibling);
 	list_init(&node->children);
 	list_init(&node->lru);
+	list_init(&node->shadow);
 	return node;
 }
 
@@ -300,6 +307,7 @@ int kvmm_tree_init(struct kvmm_ctx *ctx)
 
 	memset(tree, 0, sizeof(*tree));
 	list_init(&tree->roots);
+	list_init(&tree->shadows);
 	tree->buckets = kvmm_zalloc(ctx, KVMM_HASH_MIN_BUCKETS * sizeof(*tree->buckets));
 	if (!tree->buckets)
 		return -ENOMEM;
@@ -471,6 +479,15 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
 	memcpy(buf, x->tokens + k, (size_t)rest * sizeof(uint32_t));
 	memcpy(buf + rest, x->pfns + kp,
 	       (size_t)(rest >> ctx->page_shift) * sizeof(int32_t));
+	if (x->flags & KVMM_NODE_SHADOW) {	/* the copy splits the same way */
+		int32_t *shadow = kvmm_node_shadow(ctx, x);
+
+		memcpy(kvmm_node_shadow(ctx, p), shadow, (size_t)kp * sizeof(int32_t));
+		memcpy(buf + rest + (rest >> ctx->page_shift), shadow + kp,
+		       (size_t)(rest >> ctx->page_shift) * sizeof(int32_t));
+		p->flags |= KVMM_NODE_SHADOW;
+		list_add_tail(&p->shadow, &x->shadow);	/* just as old */
+	}
 	kvmm_mfree(ctx, x->tokens, node_buf_bytes(ctx, x->len));
 	node_set_buf(x, buf, rest);
 
@@ -696,6 +713,10 @@ static uint32_t insert_limit(struct kvmm_node *from, struct kvmm_path *path, uin
  * matched node on a lower tier takes the caller's frames for its tokens
  * and gives back its lower copy (kvmm_tier_adopt()).
  *
+ * With write-through, the device nodes of the path that have no copy on
+ * the host tier get one (kvmm_write_through()); that copy may fail and
+ * the insert still succeeds.
+ *
  * A node a promotion is reading up (KVMM_NODE_IO) can take nothing: the
  * insert stops before it, and the caller keeps the rest of its frames.
  *
@@ -760,6 +781,7 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		return 0;
 	kvmm_tree_touch(ctx, end);
 	kvmm_lru_update(ctx, end);
+	kvmm_write_through(ctx, from, end);
 	*endp = end;
 	*dupp = dup;
 	return (int)n;

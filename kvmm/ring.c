@@ -394,6 +394,8 @@ static void dump_node(const struct kvmm_node *node, struct kvmm_dump_node *rec)
 		rec->flags |= KVMM_DUMP_F_ROOT;
 	if (node->flags & KVMM_NODE_EVICTABLE)
 		rec->flags |= KVMM_DUMP_F_EVICTABLE;
+	if (node->flags & KVMM_NODE_SHADOW)
+		rec->flags |= KVMM_DUMP_F_SHADOW;
 	for (; node->parent; node = node->parent)
 		;
 	rec->ns = node->ns;

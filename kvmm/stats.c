@@ -65,6 +65,11 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_PAGES_IO] = "pages_io",
 	[KVMM_STAT_PROMOTE_ASYNC] = "promote_async",
 	[KVMM_STAT_PROMOTE_CANCELED] = "promote_canceled",
+	[KVMM_STAT_PAGES_SHADOWED] = "pages_shadowed",
+	[KVMM_STAT_WT_PAGES] = "wt_pages",
+	[KVMM_STAT_WT_SKIP_PAGES] = "wt_skip_pages",
+	[KVMM_STAT_DEMOTE_FREE_PAGES] = "demote_free_pages",
+	[KVMM_STAT_SHADOW_DROP_PAGES] = "shadow_drop_pages",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -85,6 +90,10 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_RETRACTS] = EV_RETRACTS + 1,
 	[KVMM_STAT_PROMOTE_ASYNC] = EV_PROMOTE_ASYNC + 1,
 	[KVMM_STAT_PROMOTE_CANCELED] = EV_PROMOTE_CANCELED + 1,
+	[KVMM_STAT_WT_PAGES] = EV_WT_PAGES + 1,
+	[KVMM_STAT_WT_SKIP_PAGES] = EV_WT_SKIP_PAGES + 1,
+	[KVMM_STAT_DEMOTE_FREE_PAGES] = EV_DEMOTE_FREE_PAGES + 1,
+	[KVMM_STAT_SHADOW_DROP_PAGES] = EV_SHADOW_DROP_PAGES + 1,
 };
 
 /**
@@ -148,6 +157,7 @@ KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t 
 	v[KVMM_STAT_PAGES_OWNED] = ctx->zone[KVMM_TIER_DEVICE].nr_pages - ctx->zone[KVMM_TIER_DEVICE].nr_free -
 				   ctx->tree.cached[KVMM_TIER_DEVICE] - ctx->io_pages;
 	v[KVMM_STAT_PAGES_IO] = ctx->io_pages;
+	v[KVMM_STAT_PAGES_SHADOWED] = ctx->tree.shadowed;
 	v[KVMM_STAT_PAGES_EVICTABLE] = ctx->lruvec[KVMM_TIER_DEVICE].evictable;
 	v[KVMM_STAT_PAGES_PROTECTED] = ctx->tree.protected[KVMM_TIER_DEVICE];
 	v[KVMM_STAT_PAGES_PINNED] = ctx->tree.pinned;

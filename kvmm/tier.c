@@ -37,6 +37,12 @@
  * adopts the freshly computed device pages and its lower copy is freed
  * (kvmm_tree_insert), so no work is done twice.
  *
+ * Write-through (kvmm_params.write_policy) gives a device node a copy on
+ * the host tier when it is committed (kvmm_write_through()), or keeps
+ * its host frames as that copy when it moves up from the host tier; its
+ * demotion is then a swap that moves no byte.  The host tier gives up
+ * copies only when it has no leaf left to reclaim.
+ *
  * The core never reads KV bytes: it hands page addresses from the store to
  * the backend's gather and scatter.
  */
@@ -254,10 +260,99 @@ static uint64_t tier_bytes(const struct kvmm_ctx *ctx, uint32_t nr)
 	return nr * kvmm_page_bytes(&ctx->params.model, ctx->page_size);
 }
 
+/* ---- write-through: copies of device nodes on the host tier ---- */
+
+static bool write_through(const struct kvmm_ctx *ctx)
+{
+	return ctx->params.write_policy == KVMM_WRITE_THROUGH;
+}
+
+static void shadow_attach(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	node->flags |= KVMM_NODE_SHADOW;
+	list_add_tail(&node->shadow, &ctx->tree.shadows);
+	ctx->tree.shadowed += node->len >> ctx->page_shift;
+}
+
+static void shadow_detach(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	node->flags &= (uint8_t)~KVMM_NODE_SHADOW;
+	list_del(&node->shadow);
+	ctx->tree.shadowed -= node->len >> ctx->page_shift;
+}
+
+/**
+ * kvmm_shadow_drop() - give up @node's copy on the host tier, if it has one
+ * @ctx: the context
+ * @node: a node
+ */
+void kvmm_shadow_drop(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	uint32_t nr = node->len >> ctx->page_shift;
+
+	if (!(node->flags & KVMM_NODE_SHADOW))
+		return;
+	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_HOST], kvmm_node_shadow(ctx, node), nr);
+	shadow_detach(ctx, node);
+	kvmm_count(ctx, EV_SHADOW_DROP_PAGES, nr);
+}
+
+/**
+ * kvmm_shadows_shrink() - host reclaim, last resort: give up copies
+ * @ctx: the context
+ * @sc: a reclaim pass on the host tier, its leaves all taken
+ *
+ * A copy belongs to a prefix still on the device, which is hotter than
+ * anything reclaim demoted, so the host tier keeps copies over demoted
+ * prefixes (as SGLang's HiCache keeps the host backups of device nodes):
+ * they go last, the oldest first.
+ */
+void kvmm_shadows_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
+{
+	while (sc->nr_reclaimed < sc->nr_to_reclaim && !list_empty(&ctx->tree.shadows)) {
+		struct kvmm_node *node = list_entry(ctx->tree.shadows.next,
+						    struct kvmm_node, shadow);
+
+		sc->nr_reclaimed += node->len >> ctx->page_shift;
+		kvmm_shadow_drop(ctx, node);
+	}
+}
+
+/*
+ * Whether a node moving from tier @from to tier @to keeps its frames on
+ * @from as its copy: under write-through, when it leaves the host tier
+ * for the device.
+ */
+static bool keeps_copy(const struct kvmm_ctx *ctx, uint32_t from, uint32_t to)
+{
+	return write_through(ctx) && from == KVMM_TIER_HOST && to == KVMM_TIER_DEVICE;
+}
+
+/*
+ * @node's pages are now @pfns on tier @to (held there, not free): give
+ * the tree the new frames, and free the old ones or keep them as the
+ * node's copy (keeps_copy()).
+ */
+static void node_rehome(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
+			const int32_t *pfns)
+{
+	uint32_t nr = node->len >> ctx->page_shift, from = node->tier;
+	bool keep = keeps_copy(ctx, from, to);
+
+	kvmm_pages_to_tree(&ctx->zone[to], pfns, nr);
+	if (keep)
+		memcpy(kvmm_node_shadow(ctx, node), node->pfns, (size_t)nr * sizeof(*pfns));
+	else
+		kvmm_free_pages(ctx, &ctx->zone[from], node->pfns, nr);
+	node_set_tier(ctx, node, to, pfns);
+	if (keep)
+		shadow_attach(ctx, node);
+}
+
 /*
  * The copy of @node's pages into @pfns on tier @to, begun at @t0, is done:
  * count it against lower tier @lt (a demotion when @to is @lt), give the
- * tree the new frames and free the old ones.
+ * tree the new frames and free the old ones (or keep them, keeps_copy()).
  */
 void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 		     const int32_t *pfns, uint32_t lt, uint64_t t0)
@@ -268,9 +363,7 @@ void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 	kvmm_tier_count(ctx, lt, in ? TEV_NS_IN : TEV_NS_OUT, kvmm_now_ns() - t0);
 	kvmm_tier_count(ctx, lt, in ? TEV_BYTES_IN : TEV_BYTES_OUT, tier_bytes(ctx, nr));
 	kvmm_tier_count(ctx, lt, in ? TEV_DEMOTE_PAGES : TEV_PROMOTE_PAGES, nr);
-	kvmm_pages_to_tree(&ctx->zone[to], pfns, nr);
-	kvmm_free_pages(ctx, kvmm_node_zone(ctx, node), node->pfns, nr);
-	node_set_tier(ctx, node, to, pfns);
+	node_rehome(ctx, node, to, pfns);
 }
 
 /*
@@ -307,6 +400,20 @@ struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_no
 		keys[i].tokens = node->tokens + i * ps;
 	}
 	return keys;
+}
+
+/* Whether lower tier @tier has @nr free pages, after its reclaim if need be. */
+static bool tier_make_room(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr)
+{
+	struct kvmm_zone *zone = &ctx->zone[tier];
+
+	if (zone->nr_free < nr) {
+		struct kvmm_scan_control sc = { .nr_to_reclaim = nr - zone->nr_free,
+						.tier = tier };
+
+		kvmm_shrink(ctx, &sc);
+	}
+	return zone->nr_free >= nr;
 }
 
 /*
@@ -354,28 +461,26 @@ static int tier_copy_down(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t
 int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
 	uint32_t nr = node->len >> ctx->page_shift, lower;
-	struct kvmm_zone *zone;
-	int32_t *pfns;
+	int32_t *pfns = ctx->tier_pfns;
 	uint64_t t0;
 	int ret;
 
+	if (node->flags & KVMM_NODE_SHADOW) {	/* the copy is there: no byte moves */
+		shadow_detach(ctx, node);
+		kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_DEMOTE_PAGES, nr);
+		kvmm_count(ctx, EV_DEMOTE_FREE_PAGES, nr);
+		node_rehome(ctx, node, KVMM_TIER_HOST, kvmm_node_shadow(ctx, node));
+		return 0;
+	}
 	if (!kvmm_tier_below(ctx, node->tier, &lower))
 		return -ENOSPC;
-	zone = &ctx->zone[lower];
-	pfns = ctx->tier_pfns;
-	if (zone->nr_free < nr) {
-		struct kvmm_scan_control sc = { .nr_to_reclaim = nr - zone->nr_free,
-						.tier = lower };
-
-		kvmm_shrink(ctx, &sc);
-		if (zone->nr_free < nr)
-			return -ENOSPC;
-	}
-	__kvmm_alloc_pages(ctx, zone, nr, pfns);
+	if (!tier_make_room(ctx, lower, nr))
+		return -ENOSPC;
+	__kvmm_alloc_pages(ctx, &ctx->zone[lower], nr, pfns);
 	t0 = kvmm_now_ns();
 	ret = tier_copy_down(ctx, node, lower, pfns, nr);
 	if (ret) {
-		kvmm_free_pages(ctx, zone, pfns, nr);
+		kvmm_free_pages(ctx, &ctx->zone[lower], pfns, nr);
 		return ret;
 	}
 	kvmm_node_moved(ctx, node, lower, pfns, lower, t0);
@@ -396,6 +501,7 @@ void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 
 	kvmm_assert(ctx, !node->lock_ref && kvmm_node_is_leaf(node));
 	kvmm_lru_del(ctx, node);
+	kvmm_shadow_drop(ctx, node);
 	kvmm_free_pages(ctx, kvmm_node_zone(ctx, node), node->pfns, nr);
 	kvmm_node_lruvec(ctx, node)->evictable -= nr;
 	ctx->tree.cached[node->tier] -= nr;
@@ -475,7 +581,8 @@ void kvmm_path_clip(struct kvmm_path *path)
  *
  * A sequence that recomputed tokens whose node was demoted has their KV on
  * the device already: the node takes those frames (now CACHED) and frees
- * its lower copy, which is cheaper than a promotion and can never fail.
+ * its lower copy (or keeps it, under write-through, when it is on the host
+ * tier), which is cheaper than a promotion and can never fail.
  *
  * Return: the leading pages of the path that were on the device all
  * along, which the caller frees as duplicates.
@@ -490,12 +597,57 @@ uint32_t kvmm_tier_adopt(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		uint32_t len = n->len >> ctx->page_shift, tier = n->tier;
 
 		at -= len;
-		kvmm_pages_to_tree(&ctx->zone[KVMM_TIER_DEVICE], pfns + at, len);
-		kvmm_free_pages(ctx, &ctx->zone[tier], n->pfns, len);
-		kvmm_tier_count(ctx, tier, TEV_EVICT_PAGES, len);
-		node_set_tier(ctx, n, KVMM_TIER_DEVICE, pfns + at);
+		if (!keeps_copy(ctx, tier, KVMM_TIER_DEVICE))
+			kvmm_tier_count(ctx, tier, TEV_EVICT_PAGES, len);
+		node_rehome(ctx, n, KVMM_TIER_DEVICE, pfns + at);
 	}
 	return at;
+}
+
+/**
+ * kvmm_write_through() - copy freshly committed device nodes to the host tier
+ * @ctx: the context
+ * @from: where the committed path starts (exclusive)
+ * @end: where it ends
+ *
+ * Under write-through, every device node of the path without a copy gets
+ * one, room made by host reclaim as for a demotion; so its demotion
+ * later moves no byte (kvmm_demote()).  Best effort: a node that cannot
+ * get its copy (no room, a failed copy) just has none, counted.  Nothing
+ * on the device changes.
+ */
+void kvmm_write_through(struct kvmm_ctx *ctx, struct kvmm_node *from,
+			struct kvmm_node *end)
+{
+	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	struct kvmm_node *n;
+
+	if (!write_through(ctx))
+		return;
+	for (n = end; n != from; n = n->parent) {
+		uint32_t nr = n->len >> ctx->page_shift;
+		int32_t *copy = kvmm_node_shadow(ctx, n);
+		uint64_t t0;
+
+		if (n->tier != KVMM_TIER_DEVICE || (n->flags & KVMM_NODE_SHADOW))
+			continue;
+		if (!tier_make_room(ctx, KVMM_TIER_HOST, nr)) {
+			kvmm_count(ctx, EV_WT_SKIP_PAGES, nr);
+			continue;
+		}
+		__kvmm_alloc_pages(ctx, host, nr, copy);
+		t0 = kvmm_now_ns();
+		if (tier_copy_down(ctx, n, KVMM_TIER_HOST, copy, nr)) {
+			kvmm_free_pages(ctx, host, copy, nr);
+			kvmm_count(ctx, EV_WT_SKIP_PAGES, nr);
+			continue;
+		}
+		kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_NS_IN, kvmm_now_ns() - t0);
+		kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN, tier_bytes(ctx, nr));
+		kvmm_count(ctx, EV_WT_PAGES, nr);
+		kvmm_pages_to_tree(host, copy, nr);
+		shadow_attach(ctx, n);
+	}
 }
 
 /* ---- restart: an I/O store's pages back into the tree ---- */

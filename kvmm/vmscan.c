@@ -269,7 +269,8 @@ static void evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
  * @sc: the request; its counters say what was done
  *
  * Stops early when nothing evictable is left.  Whole leaves go, so a pass
- * may free a little more than asked.
+ * may free a little more than asked.  On the host tier, write-through
+ * copies of device nodes go only when no leaf is left (kvmm_shadows_shrink()).
  */
 void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 {
@@ -312,6 +313,8 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 			__builtin_prefetch(lru_node(ahead));
 		evict_leaf(ctx, victim, sc);
 	}
+	if (sc->tier == KVMM_TIER_HOST)
+		kvmm_shadows_shrink(ctx, sc);
 	if (sc->tier != KVMM_TIER_DEVICE)
 		return;
 	kvmm_count(ctx, EV_EVICT_NODES, sc->nr_evicted - before_nodes);

@@ -274,11 +274,12 @@ static int run_generated(uint32_t pages, bool no_cache, bool sequential, const c
 
 /* The same on @pages device pages over @host and @nvme pages of tiers. */
 static int run_tiered(uint32_t pages, uint32_t host, uint32_t nvme, const char *path,
-		      struct eng_report *rep)
+		      uint32_t write_policy, struct eng_report *rep)
 {
 	struct eng_opts o;
 
 	eng_opts_default(&o);
+	o.write_policy = write_policy;
 	o.device_pages = pages;
 	o.host_pages = host;
 	o.nvme_pages = nvme;
@@ -293,16 +294,25 @@ static int run_tiered(uint32_t pages, uint32_t host, uint32_t nvme, const char *
 static void engine_tiers_keep_the_cache(void)
 {
 	const char *tmp = getenv("TMPDIR");
-	struct eng_report none, host, nvme;
+	struct eng_report none, host, nvme, wt;
 	char path[512];
 
 	snprintf(path, sizeof(path), "%s/kvmm-engine-test-%d.nvme", tmp && *tmp ? tmp : "/tmp",
 		 (int)getpid());
-	CU_ASSERT_EQUAL_FATAL(run_tiered(1200, 0, 0, NULL, &none), 0);
-	CU_ASSERT_EQUAL_FATAL(run_tiered(1200, 4800, 0, NULL, &host), 0);
-	CU_ASSERT_EQUAL_FATAL(run_tiered(1200, 1200, 4800, path, &nvme), 0);
+	CU_ASSERT_EQUAL_FATAL(run_tiered(1200, 0, 0, NULL, KVMM_WRITE_BACK, &none), 0);
+	CU_ASSERT_EQUAL_FATAL(run_tiered(1200, 4800, 0, NULL, KVMM_WRITE_BACK, &host), 0);
+	CU_ASSERT_EQUAL_FATAL(run_tiered(1200, 1200, 4800, path, KVMM_WRITE_BACK, &nvme), 0);
+	CU_ASSERT_EQUAL_FATAL(run_tiered(1200, 1200, 4800, path, KVMM_WRITE_THROUGH, &wt), 0);
 	unlink(path);
-	CU_ASSERT(none.check_ok && host.check_ok && nvme.check_ok);
+	CU_ASSERT(none.check_ok && host.check_ok && nvme.check_ok && wt.check_ok);
+	/* write-back copies at demotion only; write-through mostly at commit */
+	CU_ASSERT_EQUAL(host.host_copied, host.host_demoted);
+	CU_ASSERT_EQUAL(host.wt_pages + host.free_demoted, 0);
+	CU_ASSERT(wt.wt_pages > 0);
+	CU_ASSERT(wt.free_demoted > 0 && wt.free_demoted <= wt.host_demoted);
+	CU_ASSERT_EQUAL(wt.host_copied, wt.host_demoted - wt.free_demoted + wt.wt_pages);
+	CU_ASSERT(wt.nvme_tokens > 0);
+	CU_ASSERT(wt.cached_tokens > none.cached_tokens);
 	CU_ASSERT_EQUAL(none.host_tokens + none.nvme_tokens, 0);
 	CU_ASSERT_EQUAL(none.promote_secs, 0);
 	CU_ASSERT(host.host_demoted > 0);
@@ -317,6 +327,7 @@ static void engine_tiers_keep_the_cache(void)
 	eng_report_free(&none);
 	eng_report_free(&host);
 	eng_report_free(&nvme);
+	eng_report_free(&wt);
 }
 
 static void engine_generated_runs_end_clean_and_repeat(void)

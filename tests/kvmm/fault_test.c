@@ -16,6 +16,7 @@ struct scenario {
 	void (*setup)(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t *seq);
 	int (*op)(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t seq);
 	uint32_t host_pages;
+	uint32_t write_policy;
 };
 
 #define NTOK 48
@@ -113,18 +114,22 @@ static int op_promote_split(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t seq)
 }
 
 static const struct scenario scenarios[] = {
-	{ "open in a new namespace", 1, setup_slab_full, op_open_new_ns },
-	{ "match that splits, node cache empty", 1, setup_slab_full, op_match_split },
-	{ "match that splits", 1, setup_cached, op_match_split },
-	{ "match that splits, pages of 8", 8, setup_cached, op_match_split },
-	{ "commit that splits and adds a leaf", 1, setup_diverging, op_commit },
-	{ "commit, pages of 4", 4, setup_diverging, op_commit },
-	{ "close that commits", 2, setup_diverging, op_close },
-	{ "retract that commits", 1, setup_diverging, op_retract },
-	{ "pin that splits", 1, setup_cached, op_pin },
-	{ "set_prio that splits", 4, setup_cached, op_set_prio },
-	{ "promote that splits", 1, setup_demoted, op_promote_split, 256 },
-	{ "promote, pages of 4", 4, setup_demoted, op_promote_split, 256 },
+	{ "open in a new namespace", 1, setup_slab_full, .op = op_open_new_ns },
+	{ "match that splits, node cache empty", 1, setup_slab_full, .op = op_match_split },
+	{ "match that splits", 1, setup_cached, .op = op_match_split },
+	{ "match that splits, pages of 8", 8, setup_cached, .op = op_match_split },
+	{ "commit that splits and adds a leaf", 1, setup_diverging, .op = op_commit },
+	{ "commit, pages of 4", 4, setup_diverging, .op = op_commit },
+	{ "close that commits", 2, setup_diverging, .op = op_close },
+	{ "retract that commits", 1, setup_diverging, .op = op_retract },
+	{ "pin that splits", 1, setup_cached, .op = op_pin },
+	{ "set_prio that splits", 4, setup_cached, .op = op_set_prio },
+	{ "promote that splits", 1, setup_demoted, .op = op_promote_split, .host_pages = 256 },
+	{ "promote, pages of 4", 4, setup_demoted, .op = op_promote_split, .host_pages = 256 },
+	{ "commit that splits a copied node", 1, setup_diverging, .op = op_commit,
+	  .host_pages = 256, .write_policy = KVMM_WRITE_THROUGH },
+	{ "promote that keeps the copy", 1, setup_demoted, .op = op_promote_split,
+	  .host_pages = 256, .write_policy = KVMM_WRITE_THROUGH },
 };
 
 static void run_scenario(const struct scenario *sc)
@@ -145,6 +150,7 @@ static void run_scenario(const struct scenario *sc)
 		p.alloc_priv = &ta;
 		p.host_pages = sc->host_pages;
 		p.host_node = KVMM_NODE_NEAREST;
+		p.write_policy = sc->write_policy;
 		CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
 		sc->setup(ctx, tok, &seq);
 		test_stats(ctx, before);

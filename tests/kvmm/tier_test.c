@@ -20,12 +20,16 @@
 #define PS	4	/* tokens per page */
 #define ARRAY_LEN(a)	(sizeof(a) / sizeof((a)[0]))
 
+/* The write policy of every context made here; the write-through tests set it. */
+static uint32_t policy = KVMM_WRITE_BACK;
+
 static struct kvmm_ctx *tier_ctx(uint32_t dev_pages, uint32_t host_pages,
 				 struct kvmm_mock_arg *mock, struct kvmm_host_arg *host)
 {
 	struct kvmm_params p = test_params(PS, dev_pages, 8, 256);
 	struct kvmm_ctx *ctx = NULL;
 
+	p.write_policy = policy;
 	p.host_pages = host_pages;
 	p.host_node = KVMM_NODE_NEAREST;
 	p.backend_arg = mock;
@@ -443,6 +447,7 @@ static struct kvmm_params nvme_params(uint32_t ps, uint32_t dev, uint32_t host,
 	p.nvme_path = path;
 	p.nvme_arg = arg;
 	p.nvme_qd = 4;		/* a node of 8 pages takes two batches */
+	p.write_policy = policy;
 	return p;
 }
 
@@ -1024,6 +1029,158 @@ static void test_nvme_async_conversations(void)
 	}
 }
 
+/* ---- write-through: a copy on the host tier from the commit on ---- */
+
+/* Every test above that holds under either policy, under write-through. */
+static void test_wt_suite_again(void)
+{
+	policy = KVMM_WRITE_THROUGH;
+	test_demote_promote_roundtrip();
+	test_promote_partial_path();
+	test_corrupt_page_is_a_miss();
+	test_copy_faults();
+	test_host_full();
+	test_adopt_recomputed();
+	test_drop_caches_all_tiers();
+	test_random_conversations();
+	test_ring_promote();
+	test_nvme_roundtrip();
+	test_nvme_fault_sweep();
+	test_nvme_async_promote();
+	test_nvme_async_conversations();
+	policy = KVMM_WRITE_BACK;
+}
+
+/* A commit copies its pages down; every demotion after that moves no byte. */
+static void test_wt_demotion_is_free(void)
+{
+	struct kvmm_ctx *ctx;
+	struct kvmm_tier_hits hits;
+	uint64_t per_page;
+	uint32_t tok[32], round;
+
+	policy = KVMM_WRITE_THROUGH;
+	ctx = tier_ctx(16, 64, NULL, NULL);
+	policy = KVMM_WRITE_BACK;
+	test_tokens(tok, 32, 11);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WT_PAGES), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_SHADOWED), 8);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 56);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED), 0);
+	per_page = host_stat(ctx, KVMM_STAT_HOST_BYTES_IN) / 8;
+	CU_ASSERT(per_page > 0);
+	CHECK_OK(ctx);
+	for (round = 0; round < 3; round++) {
+		push_down(ctx, 1100 + 10 * round, 2);
+		CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+		CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_HOST], 32);
+		/* every page that went down was there already */
+		CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES) >= 8 * (round + 1));
+		CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_DEMOTE_FREE_PAGES),
+				host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES));
+		CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_BYTES_IN),
+				test_stat(ctx, KVMM_STAT_WT_PAGES) * per_page);
+		/* it comes back as computed, and keeps its host frames as its copy */
+		CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+		CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+		CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 32);
+		CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 8 * (round + 1));
+		CHECK_OK(ctx);
+	}
+	/* the prompt was copied once, when it was first committed */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WT_PAGES), 8 + 3 * 2 * 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WT_SKIP_PAGES), 0);
+	CU_ASSERT(kvmm_drop_caches(ctx) > 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_SHADOWED), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 64);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* Splitting a node splits its copy; both halves demote for free. */
+static void test_wt_split_keeps_copies(void)
+{
+	struct kvmm_ctx *ctx;
+	uint32_t tok[32], fork[32];
+
+	policy = KVMM_WRITE_THROUGH;
+	ctx = tier_ctx(24, 64, NULL, NULL);
+	policy = KVMM_WRITE_BACK;
+	test_tokens(tok, 32, 12);
+	test_tokens(fork, 32, 13);
+	memcpy(fork, tok, 16 * sizeof(*tok));
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(serve(ctx, fork, 32, false), 16);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_SPLITS), 1);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_SHADOWED), 12);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WT_PAGES), 12);
+	CHECK_OK(ctx);
+	push_down(ctx, 1200, 3);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, fork, 32, NULL), 32);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_DEMOTE_FREE_PAGES),
+			host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES));
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(serve(ctx, fork, 32, true), 32);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * A host tier too small for every copy: copies give way to demoted
+ * prefixes (oldest first), and a commit whose copy cannot be made, or
+ * fails, still commits.
+ */
+static void test_wt_host_pressure_and_faults(void)
+{
+	struct kvmm_mock_arg mock = { .fail_copy = -EIO };
+	struct kvmm_ctx *ctx;
+	uint32_t tok[32];
+
+	policy = KVMM_WRITE_THROUGH;
+	ctx = tier_ctx(48, 24, &mock, NULL);
+	random_conversations(ctx, 600);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_SHADOW_DROP_PAGES) > 0);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_DEMOTE_FREE_PAGES) > 0);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES) > 0);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED) +
+		  test_stat(ctx, KVMM_STAT_PAGES_SHADOWED) <= 24);
+
+	/* every copy fails: the commit stands, the pages are counted skipped */
+	CU_ASSERT(kvmm_drop_caches(ctx) >= 0);
+	mock.fail_every = 1;
+	test_tokens(tok, 32, 14);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WT_SKIP_PAGES), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_SHADOWED), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 24);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+
+	/* a copy larger than the host tier is skipped, not forced */
+	ctx = tier_ctx(48, 4, NULL, NULL);
+	policy = KVMM_WRITE_BACK;
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WT_SKIP_PAGES), 8);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+static void test_wt_bad_params(void)
+{
+	struct kvmm_params p = test_params(PS, 16, 8, 256);
+	struct kvmm_ctx *ctx = NULL;
+
+	p.write_policy = KVMM_WRITE_THROUGH;	/* no host tier to copy to */
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EINVAL);
+	p.host_pages = 16;
+	p.write_policy = 2;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EINVAL);
+	CU_ASSERT_PTR_NULL(ctx);
+}
+
 static int tier_suite_clean(void)
 {
 	if (nvme_dir[0])
@@ -1056,5 +1213,10 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_async_promote);
 	ADD_TEST(s, test_nvme_async_cancel);
 	ADD_TEST(s, test_nvme_async_conversations);
+	ADD_TEST(s, test_wt_suite_again);
+	ADD_TEST(s, test_wt_demotion_is_free);
+	ADD_TEST(s, test_wt_split_keeps_copies);
+	ADD_TEST(s, test_wt_host_pressure_and_faults);
+	ADD_TEST(s, test_wt_bad_params);
 	return 0;
 }

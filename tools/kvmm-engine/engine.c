@@ -762,6 +762,7 @@ static int setup(struct eng *e, const struct workload *wl, const struct eng_opts
 	if (!o->no_cache && o->host_pages) {
 		p.host_pages = o->host_pages;
 		p.host_node = KVMM_NODE_NEAREST;
+		p.write_policy = o->write_policy;
 		p.nvme_pages = o->nvme_pages;
 		p.nvme_path = o->nvme_file;
 		/* every run starts cold, so runs (and --compare, --plot) compare */
@@ -843,6 +844,9 @@ static void summarize(struct eng *e)
 	rep->evicted_pages = e->stats[KVMM_STAT_EVICT_PAGES];
 	rep->host_demoted = e->stats[KVMM_STAT_HOST_DEMOTE_PAGES];
 	rep->nvme_demoted = e->stats[KVMM_STAT_NVME_DEMOTE_PAGES];
+	rep->wt_pages = e->stats[KVMM_STAT_WT_PAGES];
+	rep->free_demoted = e->stats[KVMM_STAT_DEMOTE_FREE_PAGES];
+	rep->host_copied = rep->host_demoted - rep->free_demoted + rep->wt_pages;
 	rep->steps = rep->prefill_steps + rep->decode_steps;
 	sort_double(rep->ttft, rep->nttft);
 	for (k = 0; k < rep->nttft; k++)

@@ -51,6 +51,7 @@ struct eng_opts {
 	uint32_t host_pages;		/* host tier pages; 0: none */
 	uint32_t nvme_pages;		/* NVMe tier pages; 0: none (needs a host tier) */
 	const char *nvme_file;		/* its file, emptied at the start of a run */
+	uint32_t write_policy;		/* KVMM_WRITE_BACK or KVMM_WRITE_THROUGH */
 	double host_gbps;		/* host-to-device copy bandwidth, GB/s */
 	double nvme_gbps;		/* NVMe read bandwidth, GB/s */
 	bool progress;			/* a progress bar on stderr */
@@ -85,6 +86,9 @@ struct eng_report {
 	uint64_t prompt_tokens, cached_tokens;	/* first admission of each request */
 	uint64_t host_tokens, nvme_tokens;	/* of cached_tokens, promoted from there */
 	uint64_t host_demoted, nvme_demoted;	/* pages moved onto the tier */
+	uint64_t host_copied;			/* pages copied to the host tier */
+	uint64_t wt_pages, free_demoted;	/* of those, when committed; demoted
+						 * pages that were there already */
 	uint64_t promote_failed;		/* PROMOTEs refused (-ENOSPC): recomputed */
 	double promote_secs;			/* charged for promotions (estimated) */
 	uint64_t prefill_tokens, saved_tokens;	/* over every admission */

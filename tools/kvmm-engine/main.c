@@ -59,8 +59,8 @@ static void usage(FILE *f)
 "  --host-pages N          a host DRAM tier of N pages below the device (0)\n"
 "  --nvme-file PATH        an NVMe tier in PATH (emptied first) below the host\n"
 "  --nvme-pages N          its pages (with --nvme-file; needs --host-pages)\n"
-"  --write-policy NAME     when KV is copied down: write-back (on demotion);\n"
-"                          write-through is not built yet\n"
+"  --write-policy NAME     when KV is copied to the host tier: write-back\n"
+"                          (when demoted) or write-through (when committed)\n"
 "  --host-gbps F           host-to-device copy bandwidth charged for a\n"
 "                          promotion from the host tier, GB/s (25)\n"
 "  --nvme-gbps F           NVMe read bandwidth charged for one from NVMe (6)\n"
@@ -232,9 +232,10 @@ static void parse_args(int argc, char **argv, struct cli *c)
 		case O_NVME_PAGES: o->nvme_pages = parse_u32("--nvme-pages", optarg, 0); break;
 		case O_WRITE_POLICY:
 			if (!strcmp(optarg, "write-through"))
-				die_usage("--write-policy: write-through is not built in this "
-					  "version; write-back is");
-			if (strcmp(optarg, "write-back"))
+				o->write_policy = KVMM_WRITE_THROUGH;
+			else if (!strcmp(optarg, "write-back"))
+				o->write_policy = KVMM_WRITE_BACK;
+			else
 				die_usage("--write-policy: '%s' is not write-back or "
 					  "write-through", optarg);
 			break;
@@ -283,6 +284,9 @@ static void parse_args(int argc, char **argv, struct cli *c)
 		die_usage("--nvme-file and --nvme-pages go together");
 	if (o->nvme_pages && !o->host_pages)
 		die_usage("--nvme-pages: the NVMe tier stages through a host tier: "
+			  "give --host-pages too");
+	if (o->write_policy == KVMM_WRITE_THROUGH && !o->host_pages)
+		die_usage("--write-policy write-through copies to the host tier: "
 			  "give --host-pages too");
 	if ((o->host_pages || o->nvme_pages) && o->no_cache)
 		die_usage("--host-pages and --nvme-pages hold the cache: not with --no-cache");
@@ -370,9 +374,16 @@ static void print_summary(const struct cli *c, const char *input, const struct e
 	if (o->nvme_pages)
 		tier_rows("NVMe", r->nvme_tokens, r->nvme_demoted, nc ? nc->nvme_tokens : 0,
 			  nc ? nc->nvme_demoted : 0, r, nc);
-	if (o->host_pages)
+	if (o->host_pages) {
 		row_u("promotions refused (recomputed)", r->promote_failed,
 		      nc ? nc->promote_failed : 0, nc);
+		row_u("pages copied to host", r->host_copied, nc ? nc->host_copied : 0, nc);
+	}
+	if (o->write_policy == KVMM_WRITE_THROUGH) {
+		row_u("  of those, when committed", r->wt_pages, nc ? nc->wt_pages : 0, nc);
+		row_u("demoted pages already copied", r->free_demoted,
+		      nc ? nc->free_demoted : 0, nc);
+	}
 	if (o->sequential)
 		row_f("block hit rate (512 tokens)", "%14.4f",
 		      r->blocks ? (double)r->hit_blocks / (double)r->blocks : 0,
@@ -436,13 +447,16 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
 	if (sequential)
 		json_object_set_new(j, "block_hit_rate",
 				    json_real(r->blocks ? (double)r->hit_blocks / r->blocks : 0));
-	json_object_set_new(j, "tiers", json_pack("{s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:f}",
+	json_object_set_new(j, "tiers", json_pack("{s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:f}",
 		"host_tokens", (json_int_t)r->host_tokens,
 		"nvme_tokens", (json_int_t)r->nvme_tokens,
 		"host_hit_rate", tier_rate(r, r->host_tokens),
 		"nvme_hit_rate", tier_rate(r, r->nvme_tokens),
 		"host_demoted_pages", (json_int_t)r->host_demoted,
 		"nvme_demoted_pages", (json_int_t)r->nvme_demoted,
+		"host_copied_pages", (json_int_t)r->host_copied,
+		"write_through_pages", (json_int_t)r->wt_pages,
+		"free_demoted_pages", (json_int_t)r->free_demoted,
 		"promotions_refused", (json_int_t)r->promote_failed,
 		"promote_seconds", r->promote_secs));
 	json_object_set_new(j, "wall_seconds", json_real(r->wall_secs));
@@ -474,7 +488,8 @@ static int write_json(const struct cli *c, const char *input, const struct eng_r
 		"{s:I,s:I,s:s?,s:s,s:f,s:f}",
 		"host_pages", (json_int_t)o->host_pages,
 		"nvme_pages", (json_int_t)o->nvme_pages,
-		"nvme_file", o->nvme_file, "write_policy", "write-back",
+		"nvme_file", o->nvme_file, "write_policy",
+		o->write_policy == KVMM_WRITE_THROUGH ? "write-through" : "write-back",
 		"host_gbps", o->host_gbps, "nvme_gbps", o->nvme_gbps));
 	json_object_set_new(j, "model", json_pack(
 		"{s:s,s:I,s:I,s:I,s:I,s:f,s:I,s:f,s:f,s:f,s:f,s:f,s:I}",

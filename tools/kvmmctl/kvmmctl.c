@@ -171,6 +171,7 @@ static const struct {
 	{ "evictable", KVMM_STAT_PAGES_EVICTABLE },
 	{ "protected", KVMM_STAT_PAGES_PROTECTED },
 	{ "host", KVMM_STAT_HOST_PAGES_CACHED },
+	{ "copies", KVMM_STAT_PAGES_SHADOWED },
 	{ "nvme", KVMM_STAT_NVME_PAGES_CACHED },
 };
 
@@ -299,20 +300,23 @@ static int show_node(const void *rec, void *arg)
 	if (json) {
 		printf("%s{\"id\":%llu,\"parent\":%llu,\"ns\":%u,\"depth\":%u,\"len\":%u,"
 		       "\"lock_ref\":%u,\"pins\":%u,\"prio\":%u,\"tier\":%u,\"hits\":%u,"
-		       "\"atime\":%llu,\"evictable\":%s,\"token0\":%u}", o->shown > 1 ? "," : "",
+		       "\"atime\":%llu,\"evictable\":%s,\"host_copy\":%s,\"token0\":%u}",
+		       o->shown > 1 ? "," : "",
 		       (unsigned long long)n->id, (unsigned long long)n->parent, n->ns, n->depth,
 		       n->len, n->lock_ref, n->pins, n->prio, n->tier, n->hits,
 		       (unsigned long long)n->atime,
-		       n->flags & KVMM_DUMP_F_EVICTABLE ? "true" : "false", n->token0);
+		       n->flags & KVMM_DUMP_F_EVICTABLE ? "true" : "false",
+		       n->flags & KVMM_DUMP_F_SHADOW ? "true" : "false", n->token0);
 		return 0;
 	}
 	if (n->flags & KVMM_DUMP_F_ROOT) {
 		printf("ns %u\n", n->ns);
 		return 0;
 	}
-	printf("%*s%-8u lock %-3u pins %-2u prio %u hits %-5u atime %-10llu tier %u%s  [%u...]\n",
+	printf("%*s%-8u lock %-3u pins %-2u prio %u hits %-5u atime %-10llu tier %u%s%s  [%u...]\n",
 	       2 * n->depth, "", n->len, n->lock_ref, n->pins, n->prio, n->hits,
 	       (unsigned long long)n->atime, n->tier,
+	       n->flags & KVMM_DUMP_F_SHADOW ? "+host" : "",
 	       n->flags & KVMM_DUMP_F_EVICTABLE ? " evictable" : "", n->token0);
 	return 0;
 }

@@ -50,6 +50,8 @@ static void usage(FILE *f)
 		"                       a kvmm file of the same geometry is recovered (restart)\n"
 		"  --nvme-pages N       pages of the NVMe tier\n"
 		"  --nvme-qd N          its io_uring queue depth (default 32)\n"
+		"  --write-policy write-back|write-through   copy KV to the host tier when\n"
+		"                       reclaim demotes it (default), or when it is committed\n"
 		"  --poll               serve every ring in polling mode (a core spins)\n"
 		"  --ns-per-uid         bind each client that is not root to the namespace of its uid\n"
 		"  --quiet              log only errors\n");
@@ -79,7 +81,7 @@ struct opts {
 enum { O_SOCKET = 256, O_CONFIG, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
        O_MEM_FRAC, O_LAYERS, O_KV_HEADS, O_HEAD_DIM, O_DTYPE, O_MLA, O_MAX_SEQS,
        O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_HELP, O_NS_UID,
-       O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD };
+       O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY };
 
 static const struct option lopts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
@@ -109,6 +111,7 @@ static const struct option lopts[] = {
 	{ "nvme-file", required_argument, NULL, O_NVME_FILE },
 	{ "nvme-pages", required_argument, NULL, O_NVME_PAGES },
 	{ "nvme-qd", required_argument, NULL, O_NVME_QD },
+	{ "write-policy", required_argument, NULL, O_WRITE_POLICY },
 	{ 0 }
 };
 
@@ -176,6 +179,13 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 	case O_NS_UID: o->server_flags |= KVMM_SERVER_NS_UID; return 0;
 	case O_QUIET: o->quiet = 1; return 0;
 	case O_NVME_FILE: p->nvme_path = keep(val); return 0;
+	case O_WRITE_POLICY:
+		if (!strcmp(val, "write-back") || !strcmp(val, "write-through")) {
+			p->write_policy = val[6] == 't' ? KVMM_WRITE_THROUGH : KVMM_WRITE_BACK;
+			return 0;
+		}
+		fprintf(stderr, "kvmmd: %s: '%s' is not write-back or write-through\n", name, val);
+		return -1;
 	case O_HOST_NODE:
 		if (!strcmp(val, "nearest")) {
 			p->host_node = KVMM_NODE_NEAREST;
@@ -272,7 +282,8 @@ int main(int argc, char **argv)
 	if (ret) {
 		fprintf(stderr, "kvmmd: cannot create the pool: %s%s\n", strerror(-ret),
 			ret == -EINVAL ? " (check the geometry, page size, sizes and watermarks; "
-					 "an NVMe tier needs --host-pages and --nvme-file)" :
+					 "an NVMe tier needs --host-pages and --nvme-file, "
+					 "write-through needs --host-pages)" :
 			ret == -ENOSPC ? " (the memory budget holds no page)" : "");
 		return 1;
 	}
@@ -296,7 +307,8 @@ int main(int argc, char **argv)
 		uint64_t st[NR_KVMM_STATS];
 
 		kvmm_stats(ctx, st, NR_KVMM_STATS);
-		fprintf(stderr, "kvmmd: host tier %u pages", o.p.host_pages);
+		fprintf(stderr, "kvmmd: host tier %u pages, %s", o.p.host_pages,
+			o.p.write_policy == KVMM_WRITE_THROUGH ? "write-through" : "write-back");
 		if (o.p.nvme_pages)
 			fprintf(stderr, ", NVMe tier %u pages in %s (%llu recovered)",
 				o.p.nvme_pages, o.p.nvme_path,

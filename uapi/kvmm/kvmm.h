@@ -102,6 +102,17 @@ enum kvmm_stat_item {
 					 * flight are reading into */
 	KVMM_STAT_PROMOTE_ASYNC,	/* PROMOTEs that completed later */
 	KVMM_STAT_PROMOTE_CANCELED,	/* of those, whose sequence closed first */
+	/* Write-through (struct kvmm_params.write_policy): */
+	KVMM_STAT_PAGES_SHADOWED,	/* (gauge) device pages with a copy on the
+					 * host tier; those host pages are in use
+					 * but not in host_pages_cached */
+	KVMM_STAT_WT_PAGES,		/* pages copied down when committed */
+	KVMM_STAT_WT_SKIP_PAGES,	/* pages committed without a copy: no room
+					 * below, or the copy failed */
+	KVMM_STAT_DEMOTE_FREE_PAGES,	/* demoted pages whose copy was there: no
+					 * byte moved */
+	KVMM_STAT_SHADOW_DROP_PAGES,	/* copies given up: reclaimed on the host
+					 * tier, or their device pages dropped */
 	NR_KVMM_STATS
 };
 

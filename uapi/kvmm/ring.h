@@ -171,6 +171,8 @@ struct kvmm_dump_node {
 
 #define KVMM_DUMP_F_ROOT	(1u << 0)
 #define KVMM_DUMP_F_EVICTABLE	(1u << 1)	/* an unlocked leaf, on a reclaim list */
+#define KVMM_DUMP_F_SHADOW	(1u << 2)	/* on the device, with a copy on the
+						 * host tier (write-through) */
 
 /* struct kvmm_dump_seq - one open sequence (32 bytes) */
 struct kvmm_dump_seq {
