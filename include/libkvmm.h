@@ -20,6 +20,7 @@
 #define LIBKVMM_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -594,6 +595,11 @@ struct kvmm_backend_cfg {
  *	(host memory, kvmm_page_bytes() each, in the staging layout below)
  * @scatter: the reverse: @src[i] into page @pfns[i] of the pool
  * @numa_node: the NUMA node nearest the pool's memory, or -1 if unknown
+ * @mem_register: optional (with @mem_unregister): make host memory
+ *	[@addr, +@len) a place @gather may copy to and @scatter from by
+ *	DMA (CUDA: page-locked and mapped); 0 or a negative errno.  The
+ *	lower tiers' stores register every such buffer (struct kvmm_dma)
+ * @mem_unregister: undo @mem_register of the same range
  *
  * Staging layout of one page: for each layer, the page's K slots then
  * its V slots (MLA: its latent slots), slot after slot, as they sit in
@@ -611,10 +617,26 @@ struct kvmm_backend_ops {
 	int (*scatter)(void *priv, const int32_t *pfns, uint32_t nr,
 		       void *const *src);
 	int (*numa_node)(void *priv);
+	int (*mem_register)(void *priv, void *addr, size_t len);
+	void (*mem_unregister)(void *priv, void *addr, size_t len);
 };
 
 const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name);
 uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t page_size);
+
+/**
+ * struct kvmm_dma - how a store makes its memory reachable by the
+ *	backend's copies: the backend's mem_register/mem_unregister
+ * @reg: register [@addr, +@len) before the backend copies to or from it;
+ *	0 or a negative errno (the store then fails what needed it)
+ * @unreg: undo @reg of the same range, before the memory is freed
+ * @priv: the backend's state, for both
+ */
+struct kvmm_dma {
+	int (*reg)(void *priv, void *addr, size_t len);
+	void (*unreg)(void *priv, void *addr, size_t len);
+	void *priv;
+};
 
 /**
  * struct kvmm_store_cfg - what a lower-tier store is asked to hold
@@ -629,6 +651,9 @@ uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t page_size);
  * @qd: I/O queue depth of a persistent store
  * @err: where init may write a line saying why it failed
  * @err_len: bytes at @err
+ * @dma: registration for memory the backend copies to or from (a memory
+ *	store's pages, an I/O store's buffers), or NULL when the backend
+ *	needs none; valid until the store's exit
  */
 struct kvmm_store_cfg {
 	uint64_t page_bytes;
@@ -642,6 +667,7 @@ struct kvmm_store_cfg {
 	uint32_t qd;
 	char *err;
 	size_t err_len;
+	const struct kvmm_dma *dma;
 };
 
 /**
@@ -716,6 +742,12 @@ const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier);
  * @fail_init: make init fail with this negative errno (fault injection)
  * @fail_copy: make gather/scatter calls fail with this negative errno ...
  * @fail_every: ... on every @fail_every-th call (1: every call; 0: never)
+ * @dma_strict: act as a device that reaches only registered host memory:
+ *	a gather or scatter to or from memory outside every range given to
+ *	mem_register fails with -EFAULT
+ * @fail_register: make mem_register fail with this negative errno ...
+ * @fail_register_at: ... on its @fail_register_at-th call (0: every call)
+ * @dma_ranges: out: ranges registered now (0 after a clean destroy)
  *
  * The backend keeps the pointer and reads @fail_copy and @fail_every at
  * every call, so a test can turn faults on and off while it runs.
@@ -724,6 +756,10 @@ struct kvmm_mock_arg {
 	int fail_init;
 	int fail_copy;
 	uint32_t fail_every;
+	bool dma_strict;
+	int fail_register;
+	uint32_t fail_register_at;
+	uint32_t dma_ranges;
 };
 
 /**

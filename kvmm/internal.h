@@ -560,6 +560,7 @@ enum kvmm_tier_event {
  * @batch: stamp of the last extend batch
  * @events: event counters, enum kvmm_event
  * @backend: the backend holding the KV bytes, and its state
+ * @dma: the backend's registration hooks, handed to the stores
  * @lock: taken once per ring batch (and by kvmm_lock()); the direct API
  *	does not take it
  * @disps: dispatchers of the rings attached to this context
@@ -595,6 +596,7 @@ struct kvmm_ctx {
 	uint64_t tier_events[KVMM_NR_TIERS][NR_KVMM_TIER_EVENTS];
 	const struct kvmm_backend_ops *backend;
 	void *backend_priv;
+	struct kvmm_dma dma;
 	pthread_mutex_t lock;
 	struct kvmm_list disps;
 	uint32_t next_ring_id;

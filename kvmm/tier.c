@@ -110,6 +110,7 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
 {
 	const struct kvmm_params *p = &ctx->params;
 	const struct kvmm_store_ops *ops = kvmm_store_lookup(tier);
+	const struct kvmm_backend_ops *b = ctx->backend;
 	struct kvmm_store_cfg cfg;
 	char why[256] = "";
 	int ret;
@@ -133,7 +134,9 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
 		.qd = p->nvme_qd,
 		.err = why,
 		.err_len = sizeof(why),
+		.dma = b->mem_register && b->mem_unregister ? &ctx->dma : NULL,
 	};
+	ctx->dma = (struct kvmm_dma){ b->mem_register, b->mem_unregister, ctx->backend_priv };
 	ret = ops->init(&cfg, &ctx->store_priv[tier]);
 	if (ret) {
 		if (why[0])

@@ -10,6 +10,11 @@
  * libnuma, or where the kernel has no NUMA support, the chunks come from
  * plain anonymous mmap.
  *
+ * Each chunk is registered with the backend for DMA (struct kvmm_dma:
+ * page-locked, for the CUDA backend) as soon as it is allocated, and
+ * unregistered before it is freed; a chunk that cannot be registered
+ * fails init, with the reason.
+ *
  * Every sealed page's XXH3-64 checksum is kept beside it; verify recomputes
  * it, so a page whose bytes changed after it was written (memory
  * corruption, a stray write, an injected fault) is a miss, never served.
@@ -20,6 +25,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -58,6 +64,8 @@ struct host_store {
 	uint64_t chunk_bytes;
 	char **chunks;
 	uint64_t *csum;		/* per page */
+	struct kvmm_dma dma;	/* .reg NULL: the backend needs no registration */
+	uint32_t nr_reg;	/* leading chunks registered */
 };
 
 /* A chunk, on @node where libnuma places it, in huge pages where it can. */
@@ -94,6 +102,8 @@ static void host_exit(void *priv)
 
 	if (!hs)
 		return;
+	for (i = 0; i < hs->nr_reg; i++)
+		hs->dma.unreg(hs->dma.priv, hs->chunks[i], hs->chunk_bytes);
 	for (i = 0; hs->chunks && i < hs->nr_chunks; i++)
 		if (hs->chunks[i])
 			chunk_free(hs, hs->chunks[i]);
@@ -122,7 +132,7 @@ static int host_init(const struct kvmm_store_cfg *cfg, void **privp)
 	const struct kvmm_host_arg *arg = cfg->arg;
 	struct host_store *hs;
 	uint32_t i;
-	int node;
+	int node, ret;
 
 	if (arg && arg->fail_init)
 		return arg->fail_init < 0 ? arg->fail_init : -EIO;
@@ -150,10 +160,24 @@ static int host_init(const struct kvmm_store_cfg *cfg, void **privp)
 	hs->csum = calloc(hs->nr_pages, sizeof(*hs->csum));
 	if (!hs->chunks || !hs->csum)
 		goto out_nomem;
+	if (cfg->dma)
+		hs->dma = *cfg->dma;
 	for (i = 0; i < hs->nr_chunks; i++) {
 		hs->chunks[i] = chunk_alloc(hs, node);
 		if (!hs->chunks[i])
 			goto out_nomem;
+		if (!hs->dma.reg)
+			continue;
+		ret = hs->dma.reg(hs->dma.priv, hs->chunks[i], hs->chunk_bytes);
+		if (ret) {
+			if (cfg->err && cfg->err_len)
+				snprintf(cfg->err, cfg->err_len,
+					 "cannot register %llu MiB of host memory for DMA: %s",
+					 (unsigned long long)(hs->chunk_bytes >> 20), strerror(-ret));
+			host_exit(hs);
+			return ret;
+		}
+		hs->nr_reg++;
 	}
 	*privp = hs;
 	return 0;

@@ -16,8 +16,15 @@
  * Fault injection: kvmm_mock_arg.fail_init makes init fail;
  * fail_copy/fail_every make chosen gather/scatter calls fail, for tests
  * of the core's error paths.
+ *
+ * DMA registration is modelled, not needed: mem_register records ranges,
+ * and with kvmm_mock_arg.dma_strict a copy to or from host memory outside
+ * them fails as a device's DMA would, so tests prove that every buffer a
+ * store hands the backend was registered first (the CUDA backend's
+ * contract).  fail_register/fail_register_at fail chosen registrations.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +36,19 @@
 #include <libkvmm.h>
 #include "../backend.h"
 
+/* A registered host range. */
+struct mock_range {
+	uintptr_t start, end;
+};
+
 struct mock_pool {
 	uint32_t page_size;
-	const struct kvmm_mock_arg *arg;	/* read live: tests change it */
+	struct kvmm_mock_arg *arg;	/* read live: tests change it */
 	uint64_t copies;	/* gather/scatter calls, for fail_every */
+	pthread_mutex_t dma_lock;	/* the worker scatters while others register */
+	struct mock_range *ranges;
+	uint32_t nr_ranges, max_ranges;
+	uint32_t registers;	/* mem_register calls, for fail_register_at */
 	uint32_t layers;
 	uint32_t nbufs;		/* 2 for MHA (K, V), 1 for MLA */
 	uint64_t slot_bytes;
@@ -51,12 +67,14 @@ static void mock_exit(void *priv)
 		if (pool->bufs[i])
 			munmap(pool->bufs[i], pool->buf_bytes);
 	free(pool->bufs);
+	free(pool->ranges);
+	pthread_mutex_destroy(&pool->dma_lock);
 	free(pool);
 }
 
 static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 {
-	const struct kvmm_mock_arg *arg = cfg->arg;
+	struct kvmm_mock_arg *arg = cfg->arg;
 	const struct kvmm_model *m = &cfg->model;
 	struct mock_pool *pool;
 	uint64_t slots = (uint64_t)cfg->nr_pages * cfg->page_size;
@@ -67,6 +85,7 @@ static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 	pool = calloc(1, sizeof(*pool));
 	if (!pool)
 		return -ENOMEM;
+	pthread_mutex_init(&pool->dma_lock, NULL);
 	pool->layers = m->layers;
 	pool->page_size = cfg->page_size;
 	pool->arg = arg;
@@ -169,10 +188,33 @@ static void mock_copy_page(struct mock_pool *pool, int32_t pfn, char *host, bool
 	}
 }
 
+/* With dma_strict: is every page of @host inside one registered range? */
+static int mock_dma_check(struct mock_pool *pool, uint32_t nr, void *const *host)
+{
+	uint64_t bytes = pool->page_size * pool->slot_bytes * pool->layers * pool->nbufs;
+	uint32_t i, r;
+	int ret = 0;
+
+	if (!pool->arg || !pool->arg->dma_strict)
+		return 0;
+	pthread_mutex_lock(&pool->dma_lock);
+	for (i = 0; i < nr && !ret; i++) {
+		uintptr_t a = (uintptr_t)host[i];
+
+		for (r = 0; r < pool->nr_ranges; r++)
+			if (a >= pool->ranges[r].start && a + bytes <= pool->ranges[r].end)
+				break;
+		if (r == pool->nr_ranges)
+			ret = -EFAULT;
+	}
+	pthread_mutex_unlock(&pool->dma_lock);
+	return ret;
+}
+
 static int mock_copy(struct mock_pool *pool, const int32_t *pfns, uint32_t nr,
 		     void *const *host, bool out)
 {
-	int ret = mock_copy_fault(pool);
+	int ret = mock_copy_fault(pool) ?: mock_dma_check(pool, nr, host);
 	uint32_t i;
 
 	for (i = 0; !ret && i < nr; i++)
@@ -200,6 +242,59 @@ static int mock_numa_node(void *priv)
 	return -1;
 }
 
+static int mock_mem_register(void *priv, void *addr, size_t len)
+{
+	struct mock_pool *pool = priv;
+	struct kvmm_mock_arg *arg = pool->arg;
+	int ret = 0;
+
+	pthread_mutex_lock(&pool->dma_lock);
+	pool->registers++;
+	if (arg && arg->fail_register &&
+	    (!arg->fail_register_at || pool->registers == arg->fail_register_at)) {
+		ret = arg->fail_register;
+	} else if (!addr || !len) {
+		ret = -EINVAL;
+	} else if (pool->nr_ranges == pool->max_ranges) {
+		uint32_t max = pool->max_ranges ? 2 * pool->max_ranges : 8;
+		struct mock_range *r = realloc(pool->ranges, max * sizeof(*r));
+
+		if (r) {
+			pool->ranges = r;
+			pool->max_ranges = max;
+		} else {
+			ret = -ENOMEM;
+		}
+	}
+	if (!ret) {
+		pool->ranges[pool->nr_ranges++] = (struct mock_range){
+			(uintptr_t)addr, (uintptr_t)addr + len };
+		if (arg)
+			arg->dma_ranges = pool->nr_ranges;
+	}
+	pthread_mutex_unlock(&pool->dma_lock);
+	return ret;
+}
+
+/* An unknown range is a caller's bug: left counted, so the test sees it. */
+static void mock_mem_unregister(void *priv, void *addr, size_t len)
+{
+	struct mock_pool *pool = priv;
+	uint32_t r;
+
+	pthread_mutex_lock(&pool->dma_lock);
+	for (r = 0; r < pool->nr_ranges; r++) {
+		if (pool->ranges[r].start == (uintptr_t)addr &&
+		    pool->ranges[r].end == (uintptr_t)addr + len) {
+			pool->ranges[r] = pool->ranges[--pool->nr_ranges];
+			break;
+		}
+	}
+	if (pool->arg)
+		pool->arg->dma_ranges = pool->nr_ranges;
+	pthread_mutex_unlock(&pool->dma_lock);
+}
+
 const struct kvmm_backend_ops kvmm_mock_backend = {
 	.name = "mock",
 	.init = mock_init,
@@ -208,4 +303,6 @@ const struct kvmm_backend_ops kvmm_mock_backend = {
 	.gather = mock_gather,
 	.scatter = mock_scatter,
 	.numa_node = mock_numa_node,
+	.mem_register = mock_mem_register,
+	.mem_unregister = mock_mem_unregister,
 };

@@ -107,6 +107,8 @@ struct nvme_chan {
 	struct io_uring ring;
 	bool ring_up;
 	bool fixed_bufs;	/* bounce buffers registered */
+	bool dma_reg;		/* bounce buffers registered with the backend */
+	const char *why;	/* what failed, with err */
 	bool fixed_file;
 	bool broken;		/* the ring failed: every later I/O fails */
 	int err;		/* why setting it up failed, for good */
@@ -133,6 +135,7 @@ struct nvme_store {
 	uint64_t seq;		/* next write's sequence number */
 	const struct kvmm_nvme_arg *arg;
 	uint64_t written;	/* pages, for flip_every and tear_every */
+	struct kvmm_dma dma;	/* .reg NULL: the backend needs no registration */
 };
 
 static int nvme_err(const struct kvmm_store_cfg *cfg, int err, const char *fmt, ...)
@@ -183,10 +186,12 @@ static uint64_t super_csum(const struct nvme_super *sb)
 	return XXH3_64bits(sb, offsetof(struct nvme_super, csum));
 }
 
-static void chan_exit(struct nvme_chan *ch)
+static void chan_exit(struct nvme_store *ns, struct nvme_chan *ch)
 {
 	if (ch->ring_up)
 		io_uring_queue_exit(&ch->ring);
+	if (ch->dma_reg)
+		ns->dma.unreg(ns->dma.priv, ch->bounce, ch->nbounce * ns->slot_bytes);
 	free(ch->bounce);
 	free(ch->io);
 	free(ch->free_slots);
@@ -200,7 +205,7 @@ static void nvme_exit(void *priv)
 	if (!ns)
 		return;
 	for (c = 0; c < KVMM_STORE_CHANS; c++)
-		chan_exit(&ns->chan[c]);
+		chan_exit(ns, &ns->chan[c]);
 	if (ns->fd >= 0)
 		close(ns->fd);
 	free(ns);
@@ -663,6 +668,7 @@ static int write_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
  */
 static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch)
 {
+	const char *why = "no memory for the bounce buffers";
 	struct iovec *iov;
 	uint32_t i;
 	int ret;
@@ -684,6 +690,16 @@ static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch)
 		ch->bounce = NULL;
 		goto fail;
 	}
+	/* The backend scatters promoted pages straight from the bounce slots. */
+	if (ns->dma.reg) {
+		why = "cannot register the bounce buffers for DMA";
+		ret = ns->dma.reg(ns->dma.priv, ch->bounce, ch->nbounce * ns->slot_bytes);
+		if (ret)
+			goto fail;
+		why = "no memory for the bounce buffers";
+		ch->dma_reg = true;
+		ret = -ENOMEM;
+	}
 	ch->io = calloc(ch->nbounce, sizeof(*ch->io));
 	ch->free_slots = calloc(ch->nbounce, sizeof(*ch->free_slots));
 	iov = calloc(ch->nbounce, sizeof(*iov));
@@ -691,6 +707,7 @@ static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch)
 		free(iov);
 		goto fail;
 	}
+	why = "io_uring_queue_init";
 	ret = io_uring_queue_init(ns->qd, &ch->ring, 0);
 	if (ret) {
 		free(iov);
@@ -705,9 +722,10 @@ static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch)
 	free(iov);
 	return 0;
 fail:
-	chan_exit(ch);
+	chan_exit(ns, ch);
 	memset(ch, 0, sizeof(*ch));
 	ch->err = ret;
+	ch->why = why;
 	return ret;
 }
 
@@ -731,6 +749,8 @@ static int nvme_init(const struct kvmm_store_cfg *cfg, void **privp)
 		return -ENOMEM;
 	ns->fd = -1;
 	ns->arg = arg;
+	if (cfg->dma)
+		ns->dma = *cfg->dma;
 	ns->qd = cfg->qd ? cfg->qd : NVME_DEFAULT_QD;
 	ns->page_size = cfg->page_size;
 	ns->page_bytes = cfg->page_bytes;
@@ -757,11 +777,8 @@ static int nvme_init(const struct kvmm_store_cfg *cfg, void **privp)
 		ret = write_super(ns, cfg, size, blk, sb);
 	if (!ret) {
 		ret = chan_setup(ns, &ns->chan[0]);
-		if (ret == -ENOMEM)
-			nvme_err(cfg, ret, "no memory for the bounce buffers of queue depth %u",
-				 ns->qd);
-		else if (ret)
-			nvme_err(cfg, ret, "io_uring_queue_init(%u): %s", ns->qd,
+		if (ret)
+			nvme_err(cfg, ret, "%s (queue depth %u): %s", ns->chan[0].why, ns->qd,
 				 strerror(-ret));
 	}
 	free(sb);

@@ -1181,6 +1181,118 @@ static void test_wt_bad_params(void)
 	CU_ASSERT_PTR_NULL(ctx);
 }
 
+/* ---- DMA registration: every buffer the backend copies with is registered ---- */
+
+/* The mock's strict mode refuses unregistered memory: the check is live. */
+static void test_dma_strict_mock(void)
+{
+	struct kvmm_mock_arg mock = { .dma_strict = true };
+	const struct kvmm_backend_ops *b = kvmm_backend_lookup("mock");
+	struct kvmm_params p = test_params(PS, 4, 1, 8);
+	struct kvmm_backend_cfg cfg = { .model = p.model, .page_size = PS, .nr_pages = 4,
+					.arg = &mock };
+	size_t len = kvmm_page_bytes(&p.model, PS);
+	void *priv, *buf = malloc(len);
+	int32_t pfn = 1;
+
+	CU_ASSERT_FATAL(buf != NULL);
+	CU_ASSERT_EQUAL_FATAL(b->init(&cfg, &priv), 0);
+	CU_ASSERT_EQUAL(b->gather(priv, &pfn, 1, &buf), -EFAULT);
+	CU_ASSERT_EQUAL(b->mem_register(priv, buf, len - 1), 0);
+	CU_ASSERT_EQUAL(b->scatter(priv, &pfn, 1, &buf), -EFAULT);	/* one byte short */
+	CU_ASSERT_EQUAL(b->mem_register(priv, buf, len), 0);
+	CU_ASSERT_EQUAL(mock.dma_ranges, 2);
+	CU_ASSERT_EQUAL(b->gather(priv, &pfn, 1, &buf), 0);
+	CU_ASSERT_EQUAL(b->scatter(priv, &pfn, 1, &buf), 0);
+	b->mem_unregister(priv, buf, len);
+	b->mem_unregister(priv, buf, len - 1);
+	CU_ASSERT_EQUAL(mock.dma_ranges, 0);
+	CU_ASSERT_EQUAL(b->gather(priv, &pfn, 1, &buf), -EFAULT);
+	b->exit(priv);
+	free(buf);
+}
+
+/*
+ * Against a device that reaches only registered memory, both tiers work:
+ * the host store's chunks and both NVMe channels' bounce buffers are
+ * registered, and all of it is unregistered at destroy.
+ */
+static void test_dma_registered_tiers(void)
+{
+	struct kvmm_mock_arg mock = { .dma_strict = true };
+	const char *path = nvme_file("dma");
+	struct kvmm_params p;
+	struct kvmm_ctx *ctx;
+
+	ctx = tier_ctx(48, 96, &mock, NULL);
+	CU_ASSERT(mock.dma_ranges >= 1);
+	random_conversations(ctx, 300);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES) > 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_IO_ERRORS), 0);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(mock.dma_ranges, 0);
+
+	p = nvme_params(PS, 48, 16, 96, path, NULL);
+	p.backend_arg = &mock;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	ring_conversations(ctx, 120);
+	CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_PROMOTE_ASYNC) > 0);
+	CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) > 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_IO_ERRORS), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_HOST_IO_ERRORS), 0);
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(mock.dma_ranges, 0);
+	unlink(path);
+}
+
+/*
+ * Fail each registration in turn: create fails with the error and a
+ * message, holding nothing; the first that create does not make (the I/O
+ * worker's channel, set up at its first read) fails that promotion into
+ * a miss.
+ */
+static void test_dma_register_faults(void)
+{
+	const char *path = nvme_file("dma-fault");
+	uint32_t at;
+
+	for (at = 1; at < 16; at++) {
+		struct kvmm_mock_arg mock = { .fail_register = -EPERM, .fail_register_at = at };
+		struct test_log log = { 0 };
+		struct test_alloc ta = { 0 };
+		struct kvmm_params p = nvme_params(PS, 48, 16, 96, path, NULL);
+		struct kvmm_ctx *ctx = NULL;
+		int ret;
+
+		p.backend_arg = &mock;
+		p.log = test_log_fn;
+		p.log_priv = &log;
+		p.alloc = &test_alloc_ops;
+		p.alloc_priv = &ta;
+		ret = kvmm_create(&p, &ctx);
+		if (ret) {
+			CU_ASSERT_EQUAL(ret, -EPERM);
+			CU_ASSERT_EQUAL(mock.dma_ranges, 0);
+			CU_ASSERT(strstr(log.last, "DMA") != NULL);
+			CU_ASSERT_EQUAL(ta.live_blocks, 0);
+			unlink(path);
+			continue;
+		}
+		CU_ASSERT(at > 1);	/* create registered something */
+		ring_conversations(ctx, 120);
+		CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_NVME_IO_ERRORS) > 0);
+		CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 0);
+		CU_ASSERT_EQUAL(lcheck(ctx), 0);
+		kvmm_destroy(ctx);
+		CU_ASSERT_EQUAL(mock.dma_ranges, 0);
+		CU_ASSERT_EQUAL(ta.live_blocks, 0);
+		unlink(path);
+		break;
+	}
+	CU_ASSERT(at < 16);
+}
+
 static int tier_suite_clean(void)
 {
 	if (nvme_dir[0])
@@ -1218,5 +1330,8 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_wt_split_keeps_copies);
 	ADD_TEST(s, test_wt_host_pressure_and_faults);
 	ADD_TEST(s, test_wt_bad_params);
+	ADD_TEST(s, test_dma_strict_mock);
+	ADD_TEST(s, test_dma_registered_tiers);
+	ADD_TEST(s, test_dma_register_faults);
 	return 0;
 }
