@@ -110,7 +110,6 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
 {
 	const struct kvmm_params *p = &ctx->params;
 	const struct kvmm_store_ops *ops = kvmm_store_lookup(tier);
-	const struct kvmm_backend_ops *b = ctx->backend;
 	struct kvmm_store_cfg cfg;
 	char why[256] = "";
 	int ret;
@@ -134,9 +133,8 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
 		.qd = p->nvme_qd,
 		.err = why,
 		.err_len = sizeof(why),
-		.dma = b->mem_register && b->mem_unregister ? &ctx->dma : NULL,
+		.dma = ctx->dma.reg ? &ctx->dma : NULL,
 	};
-	ctx->dma = (struct kvmm_dma){ b->mem_register, b->mem_unregister, ctx->backend_priv };
 	ret = ops->init(&cfg, &ctx->store_priv[tier]);
 	if (ret) {
 		if (why[0])
@@ -171,6 +169,9 @@ int kvmm_tiers_init(struct kvmm_ctx *ctx)
 		return 0;
 	if (!ctx->backend->gather || !ctx->backend->scatter)
 		return -EOPNOTSUPP;
+	if (ctx->backend->mem_register && ctx->backend->mem_unregister)
+		ctx->dma = (struct kvmm_dma){ ctx->backend->mem_register,
+					      ctx->backend->mem_unregister, ctx->backend_priv };
 	ctx->staging = kvmm_malloc(ctx, scratch_bytes(ctx));
 	if (!ctx->staging)
 		return -ENOMEM;

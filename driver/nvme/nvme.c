@@ -690,22 +690,22 @@ static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch)
 		ch->bounce = NULL;
 		goto fail;
 	}
-	/* The backend scatters promoted pages straight from the bounce slots. */
-	if (ns->dma.reg) {
-		why = "cannot register the bounce buffers for DMA";
-		ret = ns->dma.reg(ns->dma.priv, ch->bounce, ch->nbounce * ns->slot_bytes);
-		if (ret)
-			goto fail;
-		why = "no memory for the bounce buffers";
-		ch->dma_reg = true;
-		ret = -ENOMEM;
-	}
 	ch->io = calloc(ch->nbounce, sizeof(*ch->io));
 	ch->free_slots = calloc(ch->nbounce, sizeof(*ch->free_slots));
 	iov = calloc(ch->nbounce, sizeof(*iov));
 	if (!ch->io || !ch->free_slots || !iov) {
 		free(iov);
 		goto fail;
+	}
+	/* The backend scatters promoted pages straight from the bounce slots. */
+	if (ns->dma.reg) {
+		why = "cannot register the bounce buffers for DMA";
+		ret = ns->dma.reg(ns->dma.priv, ch->bounce, ch->nbounce * ns->slot_bytes);
+		if (ret) {
+			free(iov);
+			goto fail;
+		}
+		ch->dma_reg = true;
 	}
 	why = "io_uring_queue_init";
 	ret = io_uring_queue_init(ns->qd, &ch->ring, 0);
