@@ -77,6 +77,7 @@ lib-objs :=
 $(eval $(call kbuild_dir,kvmm,lib-objs))
 $(eval $(call kbuild_dir,driver,lib-objs))
 $(eval $(call kbuild_dir,ipc,lib-objs))
+$(eval $(call kbuild_dir,kernels,lib-objs))
 
 progs-y :=
 -include $(srctree)/tools/Kbuild
@@ -143,6 +144,28 @@ $(objtree)/%.o: $(srctree)/%.c $(objtree)/.flags $(autoconf)
 	@mkdir -p $(@D)
 	$(call cmd,cc)
 
+# driver/cuda builds against the toolkit's cuda.h alone: libcuda.so.1 is
+# opened at run time.
+$(objtree)/driver/cuda/%.o: c_flags += -I$(CUDA_HOME)/include
+
+# kernels/: nvcc builds kv.cu into a fatbin (SASS for sm_80 and sm_90, PTX
+# for anything newer), which fatbin.S embeds in the library.
+NVCC_FLAGS	:= -O3 -std=c++17 -I$(srctree)/kernels \
+		   -gencode arch=compute_80,code=sm_80 \
+		   -gencode arch=compute_90,code=sm_90 \
+		   -gencode arch=compute_90,code=compute_90
+quiet_cmd_nvcc	= NVCC    $(@:$(objtree)/%=%)
+      cmd_nvcc	= $(NVCC) -fatbin $(NVCC_FLAGS) -o $@ $<
+$(objtree)/kernels/kv.fatbin: $(srctree)/kernels/kv.cu $(srctree)/kernels/kv.h $(autoconf)
+	@mkdir -p $(@D)
+	$(call cmd,nvcc)
+
+quiet_cmd_as	= AS      $(@:$(objtree)/%=%)
+      cmd_as	= $(CC) $(c_flags) -DKVMM_FATBIN='"$(objtree)/kernels/kv.fatbin"' -c -o $@ $<
+$(objtree)/kernels/fatbin.o: $(srctree)/kernels/fatbin.S $(objtree)/kernels/kv.fatbin
+	@mkdir -p $(@D)
+	$(call cmd,as)
+
 $(LIB_A): $(addprefix $(objtree)/,$(lib-objs))
 	$(call cmd,ar)
 
@@ -158,9 +181,19 @@ $(objtree)/bin/$(1): $$(addprefix $(objtree)/tools/,$$($(1)-objs)) $(LIB_A)
 endef
 $(foreach p,$(progs-y),$(eval $(call prog_rule,$(p))))
 
-$(TESTS): link_libs = -lcunit -lm $(if $(filter y,$(CONFIG_KVMM_JANSSON)),-ljansson)
-$(TESTS): $(addprefix $(objtree)/tests/,$(tests-y)) $(addprefix $(objtree)/tools/,$(tests-tools-y)) $(LIB_A)
+FAKECUDA := $(objtree)/tests/libfakecuda.so
+$(TESTS): link_libs = -lcunit -lm -ldl $(if $(filter y,$(CONFIG_KVMM_JANSSON)),-ljansson)
+$(TESTS): $(addprefix $(objtree)/tests/,$(tests-y)) $(addprefix $(objtree)/tools/,$(tests-tools-y)) $(LIB_A) \
+	  $(if $(filter y,$(CONFIG_KVMM_CUDA_H)),$(FAKECUDA))
 	$(call cmd,link)
+
+# A CUDA driver made of host memory, which the tests point the cuda
+# backend at (tests/fakecuda/fakecuda.c); it sits beside kvmm-tests.
+$(objtree)/tests/fakecuda/%.o: c_flags += -I$(CUDA_HOME)/include
+quiet_cmd_fakecuda = LD      $(@:$(objtree)/%=%)
+      cmd_fakecuda = $(CC) -shared $(ld_flags) -o $@ $^
+$(FAKECUDA): $(objtree)/tests/fakecuda/fakecuda.o $(objtree)/kernels/ref.o
+	$(call cmd,fakecuda)
 
 # The multi-process stress test: kvmm-stress drives kvmm-stress-client
 # processes and kvmmctl.
@@ -294,4 +327,4 @@ help:
 
 FORCE:
 
--include $(addprefix $(objtree)/,$(all-objs:.o=.d))
+-include $(addprefix $(objtree)/,$(all-objs:.o=.d) tests/fakecuda/fakecuda.d)

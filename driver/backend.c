@@ -18,6 +18,9 @@
 
 static const struct kvmm_backend_ops *const backends[] = {
 	&kvmm_mock_backend,
+#if CONFIG_KVMM_CUDA_H
+	&kvmm_cuda_backend,
+#endif
 };
 
 /**

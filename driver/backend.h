@@ -9,10 +9,14 @@
 #include <libkvmm.h>
 
 extern const struct kvmm_backend_ops kvmm_mock_backend;
+extern const struct kvmm_backend_ops kvmm_cuda_backend;
 extern const struct kvmm_store_ops kvmm_host_store;
 extern const struct kvmm_store_ops kvmm_nvme_store;
 
 void *kvmm_map_anon(uint64_t bytes);
 void kvmm_hint_huge(void *p, uint64_t bytes);
+
+/* driver/cuda: the one CUresult-to-errno map (tests check it) */
+int kvmm_cu_errno(int r);
 
 #endif

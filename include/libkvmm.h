@@ -112,7 +112,9 @@ struct kvmm_alloc_ops {
  *
  * Budget sizing follows SGLang: with @nr_pages 0 the pool gets
  * (mem_avail - mem_total * (1 - mem_fraction)) bytes, divided by the cell
- * size times @page_size.  Unused fields must be zero.
+ * size times @page_size.  With @mem_total and @mem_avail both 0 the
+ * backend is asked for them (cuda: cuMemGetInfo on its device).  Unused
+ * fields must be zero.
  */
 struct kvmm_params {
 	struct kvmm_model model;
@@ -270,6 +272,41 @@ struct kvmm_kv_layer {
 };
 int kvmm_kv_layer(const struct kvmm_ctx *ctx, uint32_t layer,
 		  struct kvmm_kv_layer *out);
+int kvmm_kv_copy(struct kvmm_ctx *ctx, const int32_t *src, const int32_t *dst,
+		 uint32_t nr, uint32_t slots);
+
+/**
+ * struct kvmm_kv_batch - a batch whose paged-KV arrays kvmm_kv_indices()
+ *	builds, FlashInfer's layout (SGLang's create_flashinfer_kv_indices)
+ * @seqs: the batch's open sequences (host memory); each covers its
+ *	whole length (kvmm_seq_info().len)
+ * @count: how many
+ * @max_indices: room at @indices
+ * @indptr: out, @count + 1 entries: sequence i's pages are
+ *	indices[indptr[i] .. indptr[i + 1])
+ * @indices: out: the page frame numbers (slots, at page size 1)
+ * @last_page_len: out, @count entries: tokens in each last page
+ *	(1..page_size; 0 for an empty sequence)
+ * @stream: cuda: the CUstream the attention kernels run on; the build is
+ *	ordered on it and the call returns without waiting.  NULL: the call
+ *	returns when the arrays are written.  The sequences must not change
+ *	until the stream has passed the build.
+ *
+ * The out arrays are in the backend's memory: host for mock, device for
+ * cuda.
+ */
+struct kvmm_kv_batch {
+	const uint32_t *seqs;
+	uint32_t count;
+	uint32_t max_indices;
+	int32_t *indptr;
+	int32_t *indices;
+	int32_t *last_page_len;
+	void *stream;
+};
+int64_t kvmm_kv_indices(struct kvmm_ctx *ctx, const struct kvmm_kv_batch *batch);
+int kvmm_backend_info(struct kvmm_ctx *ctx, char *buf, size_t len);
+int kvmm_stream_wait(struct kvmm_ctx *ctx, void *stream);
 
 
 /*
@@ -576,6 +613,8 @@ static inline void kvmm_prep_drop_caches(struct kvmm_sqe *sqe)
  * @nr_pages: pages in the pool
  * @tier: KVMM_TIER_* of the pool
  * @arg: kvmm_params.backend_arg
+ * @err: where init may write a line saying why it failed
+ * @err_len: bytes at @err
  */
 struct kvmm_backend_cfg {
 	struct kvmm_model model;
@@ -583,6 +622,38 @@ struct kvmm_backend_cfg {
 	uint32_t nr_pages;
 	uint32_t tier;
 	void *arg;
+	char *err;
+	size_t err_len;
+};
+
+/**
+ * struct kvmm_kv_index_job - a batch's page-table rows, to be turned into
+ *	FlashInfer's paged-KV arrays by the backend
+ * @table: the page table (struct kvmm_table.base), host memory
+ * @table_bytes: its size
+ * @stride: entries per row
+ * @page_size: tokens per page
+ * @rows: each sequence's row (host)
+ * @lens: each sequence's tokens (host)
+ * @count: sequences
+ * @indptr: out (backend memory), @count + 1 entries
+ * @indices: out (backend memory), the total pages
+ * @last: out (backend memory), @count entries
+ * @stream: cuda: the CUstream the build is ordered on (NULL: the
+ *	backend's own, and the call waits for it); ignored by mock
+ */
+struct kvmm_kv_index_job {
+	const int32_t *table;
+	size_t table_bytes;
+	uint32_t stride;
+	uint32_t page_size;
+	const uint32_t *rows;
+	const uint32_t *lens;
+	uint32_t count;
+	int32_t *indptr;
+	int32_t *indices;
+	int32_t *last;
+	void *stream;
 };
 
 /**
@@ -600,6 +671,17 @@ struct kvmm_backend_cfg {
  *	DMA (CUDA: page-locked and mapped); 0 or a negative errno.  The
  *	lower tiers' stores register every such buffer (struct kvmm_dma)
  * @mem_unregister: undo @mem_register of the same range
+ * @copy: optional: copy the leading @slots slots of page @src[i] onto page
+ *	@dst[i], in every buffer (copy-on-write of a shared partial page)
+ * @kv_indices: optional: build FlashInfer's kv_indptr, kv_indices and
+ *	kv_last_page_len for a batch (struct kvmm_kv_index_job)
+ * @mem_info: optional: the device memory this backend would hold its pool
+ *	in, total and free now, before @init (for kvmm_params.mem_fraction
+ *	sizing); called with kvmm_params.backend_arg, may write why it
+ *	failed to @err
+ * @info: optional: one line describing the pool (device, layout, mode)
+ * @stream_wait: optional: make the engine's @stream (cuda: a CUstream)
+ *	wait for every copy this backend has issued
  *
  * Staging layout of one page: for each layer, the page's K slots then
  * its V slots (MLA: its latent slots), slot after slot, as they sit in
@@ -619,6 +701,13 @@ struct kvmm_backend_ops {
 	int (*numa_node)(void *priv);
 	int (*mem_register)(void *priv, void *addr, size_t len);
 	void (*mem_unregister)(void *priv, void *addr, size_t len);
+	int (*copy)(void *priv, const int32_t *src, const int32_t *dst,
+		    uint32_t nr, uint32_t slots);
+	int (*kv_indices)(void *priv, const struct kvmm_kv_index_job *job);
+	int (*mem_info)(void *arg, uint64_t *total, uint64_t *avail, char *err,
+			size_t err_len);
+	int (*info)(void *priv, char *buf, size_t len);
+	int (*stream_wait)(void *priv, void *stream);
 };
 
 const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name);
@@ -748,6 +837,8 @@ const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier);
  * @fail_register: make mem_register fail with this negative errno ...
  * @fail_register_at: ... on its @fail_register_at-th call (0: every call)
  * @dma_ranges: out: ranges registered now (0 after a clean destroy)
+ * @mem_total: the device memory the mock reports for mem_fraction sizing
+ * @mem_avail: ... and how much of it is free (both 0: it reports none)
  *
  * The backend keeps the pointer and reads @fail_copy and @fail_every at
  * every call, so a test can turn faults on and off while it runs.
@@ -760,6 +851,23 @@ struct kvmm_mock_arg {
 	int fail_register;
 	uint32_t fail_register_at;
 	uint32_t dma_ranges;
+	uint64_t mem_total;
+	uint64_t mem_avail;
+};
+
+/**
+ * struct kvmm_cuda_arg - kvmm_params.backend_arg of the cuda backend
+ * @device: CUDA device ordinal
+ * @driver: the driver library to open (NULL: "libcuda.so.1")
+ * @no_kernels: copy with the copy engines (a cuMemcpyAsync per page run)
+ *	instead of the kernels, as a baseline
+ *
+ * NULL as backend_arg means device 0, the default driver.
+ */
+struct kvmm_cuda_arg {
+	int device;
+	const char *driver;
+	bool no_kernels;
 };
 
 /**

@@ -208,15 +208,46 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages)
 static int backend_init(struct kvmm_ctx *ctx)
 {
 	const struct kvmm_params *p = &ctx->params;
+	char why[256] = "";
 	struct kvmm_backend_cfg cfg = {
 		.model = p->model,
 		.page_size = p->page_size,
 		.nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages,
 		.tier = KVMM_TIER_DEVICE,
 		.arg = p->backend_arg,
+		.err = why,
+		.err_len = sizeof(why),
 	};
+	int ret = ctx->backend->init(&cfg, &ctx->backend_priv);
 
-	return ctx->backend->init(&cfg, &ctx->backend_priv);
+	if (ret && why[0])
+		kvmm_report(ctx, "%s backend: %s", ctx->backend->name, why);
+	return ret;
+}
+
+/*
+ * mem_fraction sizing with no memory figures given: ask the backend what
+ * its device has (into *@p, a copy of the caller's parameters).
+ */
+static int params_mem_info(const struct kvmm_backend_ops *bops, struct kvmm_params *p)
+{
+	char why[256] = "";
+	int ret;
+
+	if (p->nr_pages || p->mem_total || p->mem_avail || p->mem_fraction == 0.0)
+		return 0;
+	if (!bops->mem_info) {
+		snprintf(why, sizeof(why), "cannot tell its device memory: give mem_total and mem_avail");
+		ret = -EINVAL;
+	} else {
+		ret = bops->mem_info(p->backend_arg, &p->mem_total, &p->mem_avail, why, sizeof(why));
+	}
+	if (ret && why[0]) {
+		struct kvmm_ctx tmp = { .params = *p };
+
+		kvmm_report(&tmp, "%s backend: %s", bops->name, why);
+	}
+	return ret;
 }
 
 /**
@@ -228,25 +259,32 @@ static int backend_init(struct kvmm_ctx *ctx)
  * of two, zero sizes, unknown policy or inconsistent watermarks);
  * -EOPNOTSUPP for an unknown backend; -ENOSPC when the memory budget holds
  * no page; -ENOMEM when metadata cannot be allocated; a backend's error
- * from its init.  Nothing is held on failure.
+ * from its init or its mem_info (cuda: -ENODEV with no driver or device,
+ * with the reason sent to @params->log).  Nothing is held on failure.
  */
 KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 			    struct kvmm_ctx **ctxp)
 {
 	const struct kvmm_alloc_ops *aops;
 	const struct kvmm_backend_ops *bops;
+	struct kvmm_params sized;
 	struct kvmm_ctx *ctx;
 	uint32_t nr_pages = 0, tier;
 	int ret;
 
 	if (!params || !ctxp)
 		return -EINVAL;
-	ret = params_check(params, &nr_pages);
-	if (ret)
-		return ret;
 	bops = kvmm_backend_lookup(params->backend ? params->backend : "mock");
 	if (!bops)
 		return -EOPNOTSUPP;
+	sized = *params;
+	ret = params_mem_info(bops, &sized);
+	if (ret)
+		return ret;
+	params = &sized;
+	ret = params_check(params, &nr_pages);
+	if (ret)
+		return ret;
 
 	aops = params->alloc ? params->alloc : &default_alloc_ops;
 	ctx = aops->alloc(sizeof(*ctx), params->alloc_priv);

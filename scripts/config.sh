@@ -43,6 +43,19 @@ cuda_home=${CUDA_HOME:-/usr/local/cuda}
 probe CUDA_H "-I$cuda_home/include" '' '#include <cuda.h>
 int main(void) { CUresult r = CUDA_SUCCESS; return (int)r; }'
 echo "CUDA_HOME := $cuda_home" >> "$tmp/config.mk"
+# nvcc builds kernels/kv.cu; without it the CUDA backend copies with the
+# copy engines alone (see driver/cuda/cuda.c).
+nvcc=${NVCC:-$cuda_home/bin/nvcc}
+if grep -q 'CONFIG_KVMM_CUDA_H 1' "$tmp/autoconf.h" && "$nvcc" --version >/dev/null 2>&1; then
+	echo "#define CONFIG_KVMM_NVCC 1" >> "$tmp/autoconf.h"
+	echo "CONFIG_KVMM_NVCC := y" >> "$tmp/config.mk"
+	echo "NVCC := $nvcc" >> "$tmp/config.mk"
+	printf '  %-10s yes\n' NVCC
+else
+	echo "#define CONFIG_KVMM_NVCC 0" >> "$tmp/autoconf.h"
+	echo "CONFIG_KVMM_NVCC := n" >> "$tmp/config.mk"
+	printf '  %-10s no\n' NVCC
+fi
 
 if ! grep -q 'CONFIG_KVMM_XXHASH 1' "$tmp/autoconf.h"; then
 	echo "config: xxhash.h not found: install libxxhash-dev (make deps)" >&2

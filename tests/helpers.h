@@ -61,6 +61,7 @@ int register_check_suite(void);
 int register_fault_suite(void);
 int register_diff_suite(void);
 int register_mock_suite(void);
+int register_backend_suite(void);
 int register_engine_suite(void);
 int register_ring_suite(void);
 int register_server_suite(void);

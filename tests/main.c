@@ -26,6 +26,7 @@ static const suite_register_fn suites[] = {
 	register_fault_suite,
 	register_diff_suite,
 	register_mock_suite,
+	register_backend_suite,
 	register_tier_suite,
 	register_ring_suite,
 	register_server_suite,

@@ -10,8 +10,9 @@
  * kernel would).  Buffers come from calloc, which maps fresh pages lazily,
  * so a large pool costs memory only where it is written.
  *
- * Gather and scatter move whole pages between the pool and host staging
- * memory with memcpy, one slot run per layer and buffer.
+ * Gather, scatter, copy and the kv_indices build run the kernels' C
+ * references (kernels/ref.c), so the engine and the tiers on this backend
+ * move exactly the bytes the GPU kernels would.
  *
  * Fault injection: kvmm_mock_arg.fail_init makes init fail;
  * fail_copy/fail_every make chosen gather/scatter calls fail, for tests
@@ -28,13 +29,12 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 #include <libkvmm.h>
 #include "../backend.h"
+#include "../../kernels/kv.h"
 
 /* A registered host range. */
 struct mock_range {
@@ -53,6 +53,7 @@ struct mock_pool {
 	uint32_t nbufs;		/* 2 for MHA (K, V), 1 for MLA */
 	uint64_t slot_bytes;
 	uint64_t buf_bytes;
+	struct kvmm_kv_geom geom;	/* all buffers, for kernels/ref.c */
 	void **bufs;		/* layers * nbufs buffers */
 };
 
@@ -97,6 +98,8 @@ static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 		pool->slot_bytes = (uint64_t)m->kv_heads * m->head_dim * m->dtype_bytes;
 	}
 	pool->buf_bytes = slots * pool->slot_bytes;
+	pool->geom = (struct kvmm_kv_geom){ pool->layers * pool->nbufs, cfg->page_size,
+					    pool->slot_bytes };
 	pool->bufs = calloc((size_t)pool->layers * pool->nbufs, sizeof(*pool->bufs));
 	if (!pool->bufs)
 		goto out_nomem;
@@ -139,59 +142,10 @@ static int mock_copy_fault(struct mock_pool *pool)
 	return 0;
 }
 
-/*
- * Copy a slot run with streaming stores where it can: a page set is moved
- * once and not read again soon, and write-allocating every destination
- * line would cost a read of it too (glibc's memcpy streams only copies
- * far larger than a run).  The caller fences.
- */
-static void copy_run(char *dst, const char *src, uint64_t n)
-{
-#ifdef __SSE2__
-	if (n >= 1024 && !(n % 64) && !(((uintptr_t)dst | (uintptr_t)src) % 16)) {
-		__m128i *d = (__m128i *)dst;
-		const __m128i *s = (const __m128i *)src;
-		uint64_t i;
-
-		for (i = 0; i < n / 64; i++, d += 4, s += 4) {
-			__m128i a = _mm_load_si128(s), b = _mm_load_si128(s + 1);
-			__m128i c = _mm_load_si128(s + 2), e = _mm_load_si128(s + 3);
-
-			_mm_stream_si128(d, a);
-			_mm_stream_si128(d + 1, b);
-			_mm_stream_si128(d + 2, c);
-			_mm_stream_si128(d + 3, e);
-		}
-		return;
-	}
-#endif
-	memcpy(dst, src, n);
-}
-
-/*
- * Copy page @pfn between the pool and @host in the staging layout: per
- * layer, the page's run of slots in each buffer.  @out: pool to host.
- */
-static void mock_copy_page(struct mock_pool *pool, int32_t pfn, char *host, bool out)
-{
-	uint64_t run = pool->page_size * pool->slot_bytes;
-	uint64_t at = (uint64_t)pfn * run;
-	uint32_t b;
-
-	for (b = 0; b < pool->layers * pool->nbufs; b++, host += run) {
-		char *dev = (char *)pool->bufs[b] + at;
-
-		if (out)
-			copy_run(host, dev, run);
-		else
-			copy_run(dev, host, run);
-	}
-}
-
 /* With dma_strict: is every page of @host inside one registered range? */
 static int mock_dma_check(struct mock_pool *pool, uint32_t nr, void *const *host)
 {
-	uint64_t bytes = pool->page_size * pool->slot_bytes * pool->layers * pool->nbufs;
+	uint64_t bytes = kvmm_kv_page_bytes(&pool->geom);
 	uint32_t i, r;
 	int ret = 0;
 
@@ -212,27 +166,24 @@ static int mock_dma_check(struct mock_pool *pool, uint32_t nr, void *const *host
 }
 
 static int mock_copy(struct mock_pool *pool, const int32_t *pfns, uint32_t nr,
-		     void *const *host, bool out)
+		     void *const *host, int dir)
 {
 	int ret = mock_copy_fault(pool) ?: mock_dma_check(pool, nr, host);
-	uint32_t i;
 
-	for (i = 0; !ret && i < nr; i++)
-		mock_copy_page(pool, pfns[i], host[i], out);
-#ifdef __SSE2__
-	_mm_sfence();	/* streaming stores are visible before we return */
-#endif
+	if (!ret)
+		kvmm_ref_move(&pool->geom, (char *const *)pool->bufs, pfns, nr,
+			      (char *const *)host, dir);
 	return ret;
 }
 
 static int mock_gather(void *priv, const int32_t *pfns, uint32_t nr, void *const *dst)
 {
-	return mock_copy(priv, pfns, nr, dst, true);
+	return mock_copy(priv, pfns, nr, dst, KVMM_KV_GATHER);
 }
 
 static int mock_scatter(void *priv, const int32_t *pfns, uint32_t nr, void *const *src)
 {
-	return mock_copy(priv, pfns, nr, src, false);
+	return mock_copy(priv, pfns, nr, src, KVMM_KV_SCATTER);
 }
 
 /* Plain host memory: no node is nearer than another. */
@@ -295,6 +246,56 @@ static void mock_mem_unregister(void *priv, void *addr, size_t len)
 	pthread_mutex_unlock(&pool->dma_lock);
 }
 
+static int mock_kv_copy(void *priv, const int32_t *src, const int32_t *dst,
+			uint32_t nr, uint32_t slots)
+{
+	struct mock_pool *pool = priv;
+	int ret = mock_copy_fault(pool);
+
+	if (!ret)
+		kvmm_ref_copy(&pool->geom, (char *const *)pool->bufs, src, dst, nr, slots);
+	return ret;
+}
+
+static int mock_kv_indices(void *priv, const struct kvmm_kv_index_job *job)
+{
+	struct mock_pool *pool = priv;
+	int ret = mock_copy_fault(pool);
+
+	if (ret)
+		return ret;
+	if (kvmm_ref_kv_indptr(job->lens, job->count, job->page_size, job->indptr,
+			       job->last) < 0)
+		return -EOVERFLOW;
+	kvmm_ref_kv_indices(job->table, job->stride, job->rows, job->indptr,
+			    job->count, job->indices);
+	return 0;
+}
+
+/* A pretend device of the size the test says (both zero: none). */
+static int mock_mem_info(void *arg, uint64_t *total, uint64_t *avail, char *err,
+			 size_t err_len)
+{
+	const struct kvmm_mock_arg *a = arg;
+
+	if (!a || !a->mem_total) {
+		snprintf(err, err_len, "mock: no device memory to size from (kvmm_mock_arg.mem_total)");
+		return -EOPNOTSUPP;
+	}
+	*total = a->mem_total;
+	*avail = a->mem_avail;
+	return 0;
+}
+
+static int mock_info(void *priv, char *buf, size_t len)
+{
+	struct mock_pool *pool = priv;
+
+	return snprintf(buf, len, "mock: host memory, %u buffers of %.1f MiB, "
+			"copies by the C reference kernels", pool->geom.nbufs,
+			pool->buf_bytes / 1048576.0);
+}
+
 const struct kvmm_backend_ops kvmm_mock_backend = {
 	.name = "mock",
 	.init = mock_init,
@@ -305,4 +306,8 @@ const struct kvmm_backend_ops kvmm_mock_backend = {
 	.numa_node = mock_numa_node,
 	.mem_register = mock_mem_register,
 	.mem_unregister = mock_mem_unregister,
+	.copy = mock_kv_copy,
+	.kv_indices = mock_kv_indices,
+	.mem_info = mock_mem_info,
+	.info = mock_info,
 };

@@ -8,6 +8,7 @@
  *   kvmm-bench demo
  *   kvmm-bench ring [--json] [--quick]
  *   kvmm-bench tiers [--json] [--quick]
+ *   kvmm-bench cuda [--json] [--driver LIB] [--set-mib N]
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -27,7 +28,9 @@ static void usage(FILE *f)
 		"  demo                       a short generated replay with a readable summary\n"
 		"  ring [--json] [--quick]    command ring throughput and latency, in and across processes\n"
 		"  trace --trace FILE ...     a Mooncake trace, one request at a time (see trace --help)\n"
-		"  tiers [--json] [--quick]   host and NVMe tier bandwidth beside memcpy and fio\n");
+		"  tiers [--json] [--quick]   host and NVMe tier bandwidth beside memcpy and fio\n"
+		"  cuda [--json] [--driver LIB] [--set-mib N]\n"
+		"                             GPU demote/promote and kv_indices beside the driver's copies\n");
 }
 
 int main(int argc, char **argv)
@@ -48,6 +51,8 @@ int main(int argc, char **argv)
 		return cmd_trace(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "tiers"))
 		return cmd_tiers(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "cuda"))
+		return cmd_cuda(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;

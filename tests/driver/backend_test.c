@@ -1,0 +1,781 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/driver/backend_test.c - the backend contract, and the kernels held
+ * to their C references.
+ *
+ * One set of tests runs as three suites:
+ *   kvmm_contract_mock     the mock backend (always);
+ *   kvmm_contract_fakecuda the cuda backend on tests/fakecuda, a driver
+ *                          made of host memory: the backend's host code,
+ *                          error paths and fault injection, without a GPU;
+ *   kvmm_contract_cuda     the cuda backend on the real driver: registered
+ *                          always, inactive (with the reason printed) when
+ *                          there is no driver or device.
+ * Every copy is checked bit for bit against a mirror of the pool that the
+ * C references (kernels/ref.c) update alongside: on a GPU that holds the
+ * kernels to their references on random page sets, sizes and geometries.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "../helpers.h"
+#include "../../kernels/kv.h"
+#include "../../driver/backend.h"
+#include "autoconf.h"
+
+/* How a suite reaches the backend's memory (device memory for cuda). */
+struct devmem {
+	void *(*alloc)(size_t n);
+	void (*free)(void *p);
+	void (*put)(void *dev, const void *host, size_t n);
+	void (*get)(void *host, const void *dev, size_t n);
+};
+
+struct target {
+	const char *backend;
+	char driver[PATH_MAX];		/* cuda: the library, "" for the default */
+	const struct devmem *mem;
+};
+
+static struct target tgt;
+
+/* ---- mock: the pool is host memory ---- */
+
+static void *host_alloc(size_t n) { return calloc(1, n ? n : 1); }
+static void host_put(void *d, const void *h, size_t n) { memcpy(d, h, n); }
+static void host_get(void *h, const void *d, size_t n) { memcpy(h, d, n); }
+
+static const struct devmem host_mem = { host_alloc, free, host_put, host_get };
+
+/* ---- cuda: through the same driver library the backend opened ---- */
+
+static void *cu_dl;
+static int (*cu_alloc)(uint64_t *p, size_t n);
+static int (*cu_free)(uint64_t p);
+static int (*cu_htod)(uint64_t d, const void *h, size_t n);
+static int (*cu_dtoh)(void *h, uint64_t d, size_t n);
+
+static void *dev_alloc(size_t n)
+{
+	uint64_t p = 0;
+
+	return cu_alloc(&p, n ? n : 1) ? NULL : (void *)(uintptr_t)p;
+}
+
+static void dev_free(void *p) { cu_free((uint64_t)(uintptr_t)p); }
+static void dev_put(void *d, const void *h, size_t n)
+{
+	CU_ASSERT_EQUAL(cu_htod((uint64_t)(uintptr_t)d, h, n), 0);
+}
+static void dev_get(void *h, const void *d, size_t n)
+{
+	CU_ASSERT_EQUAL(cu_dtoh(h, (uint64_t)(uintptr_t)d, n), 0);
+}
+
+static const struct devmem dev_mem = { dev_alloc, dev_free, dev_put, dev_get };
+
+static int cu_bind(const char *lib)
+{
+	if (cu_dl)
+		dlclose(cu_dl);
+	cu_dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (!cu_dl)
+		return -ENODEV;
+	cu_alloc = (int (*)(uint64_t *, size_t))dlsym(cu_dl, "cuMemAlloc_v2");
+	cu_free = (int (*)(uint64_t))dlsym(cu_dl, "cuMemFree_v2");
+	cu_htod = (int (*)(uint64_t, const void *, size_t))dlsym(cu_dl, "cuMemcpyHtoD_v2");
+	cu_dtoh = (int (*)(void *, uint64_t, size_t))dlsym(cu_dl, "cuMemcpyDtoH_v2");
+	return cu_alloc && cu_free && cu_htod && cu_dtoh ? 0 : -ENODEV;
+}
+
+/* The fake driver's controls (tests/fakecuda/fakecuda.h). */
+static void (*fake_reset)(void);
+static void (*fake_devices)(int);
+static void (*fake_mem)(size_t, size_t);
+static void (*fake_fail)(const char *, unsigned, int);
+static unsigned (*fake_calls)(const char *);
+static long (*fake_live)(void);
+
+/* The cuda backend's argument for the current suite. */
+static struct kvmm_cuda_arg cuda_arg;
+static struct kvmm_mock_arg mock_arg;
+
+static void *backend_arg(void)
+{
+	if (!strcmp(tgt.backend, "cuda")) {
+		cuda_arg.driver = tgt.driver[0] ? tgt.driver : NULL;
+		return &cuda_arg;
+	}
+	return &mock_arg;
+}
+
+/* ---- the pool, directly through the ops, and its mirror ---- */
+
+struct pool {
+	const struct kvmm_backend_ops *ops;
+	void *priv;
+	struct kvmm_kv_geom g;
+	uint32_t nr_pages;
+	char **dbufs;		/* the backend's buffers (its addresses) */
+	char **mirror;		/* host copies the references keep up to date */
+};
+
+static void fill_random(void *p, size_t n, unsigned *seed)
+{
+	unsigned char *c = p;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		c[i] = (unsigned char)rand_r(seed);
+}
+
+static int pool_open(struct pool *pl, const struct kvmm_model *m, uint32_t page_size,
+		     uint32_t nr_pages, unsigned *seed)
+{
+	struct kvmm_backend_cfg cfg = { .model = *m, .page_size = page_size,
+					.nr_pages = nr_pages, .tier = KVMM_TIER_DEVICE,
+					.arg = backend_arg() };
+	uint32_t per = m->attn == KVMM_ATTN_MLA ? 1 : 2, l, b;
+	struct kvmm_kv_layer kl;
+	int ret;
+
+	memset(pl, 0, sizeof(*pl));
+	pl->ops = kvmm_backend_lookup(tgt.backend);
+	if (!pl->ops)
+		return -EOPNOTSUPP;
+	ret = pl->ops->init(&cfg, &pl->priv);
+	if (ret)
+		return ret;
+	pl->nr_pages = nr_pages;
+	pl->g.nbufs = m->layers * per;
+	pl->g.page_size = page_size;
+	pl->dbufs = calloc(pl->g.nbufs, sizeof(char *));
+	pl->mirror = calloc(pl->g.nbufs, sizeof(char *));
+	for (l = 0; l < m->layers; l++) {
+		CU_ASSERT_EQUAL_FATAL(pl->ops->kv_layer(pl->priv, l, &kl), 0);
+		pl->g.slot_bytes = kl.slot_bytes;
+		pl->dbufs[l * per] = kl.k;
+		if (per > 1)
+			pl->dbufs[l * per + 1] = kl.v;
+		CU_ASSERT(kl.bytes >= (uint64_t)nr_pages * page_size * kl.slot_bytes);
+	}
+	for (b = 0; b < pl->g.nbufs; b++) {
+		size_t n = (size_t)nr_pages * kvmm_kv_run(&pl->g);
+
+		pl->mirror[b] = malloc(n);
+		fill_random(pl->mirror[b], n, seed);
+		tgt.mem->put(pl->dbufs[b], pl->mirror[b], n);
+	}
+	return 0;
+}
+
+/* Does the backend's pool hold exactly the mirror? */
+static bool pool_same(struct pool *pl)
+{
+	size_t n = (size_t)pl->nr_pages * kvmm_kv_run(&pl->g);
+	char *tmp = malloc(n);
+	bool same = true;
+	uint32_t b;
+
+	for (b = 0; b < pl->g.nbufs && same; b++) {
+		tgt.mem->get(tmp, pl->dbufs[b], n);
+		same = !memcmp(tmp, pl->mirror[b], n);
+	}
+	free(tmp);
+	return same;
+}
+
+static void pool_close(struct pool *pl)
+{
+	uint32_t b;
+
+	for (b = 0; b < pl->g.nbufs; b++)
+		free(pl->mirror[b]);
+	free(pl->mirror);
+	free(pl->dbufs);
+	pl->ops->exit(pl->priv);
+}
+
+/* @nr distinct pages of @nr_pages, in random order. */
+static void random_pfns(int32_t *pfns, uint32_t nr, uint32_t nr_pages, unsigned *seed)
+{
+	int32_t *all = malloc(nr_pages * sizeof(*all));
+	uint32_t i;
+
+	for (i = 0; i < nr_pages; i++)
+		all[i] = (int32_t)i;
+	for (i = 0; i < nr; i++) {
+		uint32_t j = i + (uint32_t)rand_r(seed) % (nr_pages - i);
+		int32_t t = all[i];
+
+		all[i] = all[j];
+		all[j] = t;
+		pfns[i] = all[i];
+	}
+	free(all);
+}
+
+static const struct kvmm_model geoms[] = {
+	{ .layers = 2, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 2, .attn = KVMM_ATTN_MHA },
+	{ .layers = 3, .kv_heads = 2, .head_dim = 64, .dtype_bytes = 2, .attn = KVMM_ATTN_MHA },
+	{ .layers = 2, .kv_heads = 1, .head_dim = 3, .dtype_bytes = 1, .attn = KVMM_ATTN_MHA },
+	{ .layers = 2, .latent_dim = 576, .dtype_bytes = 2, .attn = KVMM_ATTN_MLA },
+	{ .layers = 4, .kv_heads = 8, .head_dim = 128, .dtype_bytes = 2, .attn = KVMM_ATTN_MHA },
+};
+static const uint32_t page_sizes[] = { 1, 4, 16, 64 };
+
+/*
+ * Gather, scatter and copy on random page sets, for every geometry and
+ * page size, each checked against the references' result on the mirror.
+ */
+static void contract_copies_match_reference(void)
+{
+	unsigned seed = 12345;
+	size_t gi, pi;
+
+	for (gi = 0; gi < sizeof(geoms) / sizeof(geoms[0]); gi++) {
+		for (pi = 0; pi < sizeof(page_sizes) / sizeof(page_sizes[0]); pi++) {
+			uint32_t ps = page_sizes[pi], nr_pages = 4096 / ps + 3, round, i;
+			uint64_t page;
+			struct pool pl;
+			char *staging, **host;
+			int32_t *pfns, *dst;
+
+			CU_ASSERT_EQUAL_FATAL(pool_open(&pl, &geoms[gi], ps, nr_pages, &seed), 0);
+			page = kvmm_kv_page_bytes(&pl.g);
+			staging = malloc(page * nr_pages);
+			host = malloc(nr_pages * sizeof(*host));
+			pfns = malloc(nr_pages * sizeof(*pfns));
+			dst = malloc(nr_pages * sizeof(*dst));
+			CU_ASSERT_EQUAL_FATAL(pl.ops->mem_register(pl.priv, staging, page * nr_pages), 0);
+			for (round = 0; round < 4; round++) {
+				uint32_t nr = 1 + (uint32_t)rand_r(&seed) % (nr_pages / 2);
+				char *want = malloc(page * nr);
+				char **wh = malloc(nr * sizeof(*wh));
+
+				random_pfns(pfns, 2 * nr, nr_pages, &seed);
+				/* staging pages in a random order too: they need not be adjacent */
+				random_pfns(dst, nr, nr_pages, &seed);
+				for (i = 0; i < nr; i++) {
+					host[i] = staging + page * (uint32_t)dst[i];
+					wh[i] = want + page * i;
+				}
+				CU_ASSERT_EQUAL(pl.ops->gather(pl.priv, pfns, nr, (void *const *)host), 0);
+				kvmm_ref_move(&pl.g, pl.mirror, pfns, nr, wh, KVMM_KV_GATHER);
+				for (i = 0; i < nr; i++)
+					CU_ASSERT(!memcmp(host[i], wh[i], page));
+
+				for (i = 0; i < nr; i++)
+					fill_random(host[i], page, &seed);
+				CU_ASSERT_EQUAL(pl.ops->scatter(pl.priv, pfns + nr, nr,
+								(void *const *)host), 0);
+				kvmm_ref_move(&pl.g, pl.mirror, pfns + nr, nr, host, KVMM_KV_SCATTER);
+				CU_ASSERT(pool_same(&pl));
+
+				if (pl.ops->copy) {
+					uint32_t slots = 1 + (uint32_t)rand_r(&seed) % ps;
+
+					CU_ASSERT_EQUAL(pl.ops->copy(pl.priv, pfns, pfns + nr, nr, slots), 0);
+					kvmm_ref_copy(&pl.g, pl.mirror, pfns, pfns + nr, nr, slots);
+					CU_ASSERT(pool_same(&pl));
+				}
+				free(want);
+				free(wh);
+			}
+			pl.ops->mem_unregister(pl.priv, staging, page * nr_pages);
+			pool_close(&pl);
+			free(staging);
+			free(host);
+			free(pfns);
+			free(dst);
+		}
+	}
+}
+
+/* A copy to or from staging the backend was never told about is refused. */
+static void contract_unregistered_staging_is_efault(void)
+{
+	struct kvmm_model m = geoms[0];
+	unsigned seed = 7;
+	struct pool pl;
+	int32_t pfn = 3;
+	char *page;
+
+	mock_arg.dma_strict = true;
+	CU_ASSERT_EQUAL_FATAL(pool_open(&pl, &m, 4, 16, &seed), 0);
+	page = malloc(kvmm_kv_page_bytes(&pl.g));
+	CU_ASSERT_EQUAL(pl.ops->gather(pl.priv, &pfn, 1, (void *const *)&page), -EFAULT);
+	CU_ASSERT_EQUAL(pl.ops->scatter(pl.priv, &pfn, 1, (void *const *)&page), -EFAULT);
+	CU_ASSERT(pool_same(&pl));
+	pool_close(&pl);
+	free(page);
+	mock_arg.dma_strict = false;
+}
+
+static struct kvmm_ctx *target_ctx(uint32_t ps, uint32_t nr_pages, uint32_t host_pages)
+{
+	struct kvmm_params p = test_params(ps, nr_pages, 64, 4096);
+	struct kvmm_ctx *ctx = NULL;
+
+	p.backend = tgt.backend;
+	p.backend_arg = backend_arg();
+	p.host_pages = host_pages;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), 0);
+	return ctx;
+}
+
+/* kvmm_kv_indices() against kvmm_ref_kv_*() on the page table itself. */
+static void contract_kv_indices_match_reference(void)
+{
+	unsigned seed = 99;
+	size_t pi;
+
+	for (pi = 0; pi < sizeof(page_sizes) / sizeof(page_sizes[0]); pi++) {
+		uint32_t ps = page_sizes[pi], seqs[40], lens[40], n = 0, i;
+		struct kvmm_ctx *ctx = target_ctx(ps, 8192 / ps + 64, 0);
+		int32_t *indptr, *indices, *last, want_ptr[41], want_last[40];
+		int32_t *got_ptr, *got_idx, *got_last, *want_idx;
+		struct kvmm_kv_batch b = { 0 };
+		struct kvmm_table tab;
+		struct kvmm_seq_info info;
+		int64_t total, wtotal;
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+		for (i = 0; i < 40; i++) {
+			uint32_t len = (uint32_t)rand_r(&seed) % 200;
+
+			CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seqs[n]), 0);
+			if (len)
+				CU_ASSERT_EQUAL_FATAL(kvmm_seq_extend(ctx, seqs[n], len, 0), 0);
+			n++;
+		}
+		/* a batch in another order than the rows */
+		for (i = 0; i < n; i++) {
+			uint32_t j = (uint32_t)rand_r(&seed) % n, t = seqs[i];
+
+			seqs[i] = seqs[j];
+			seqs[j] = t;
+		}
+		for (i = 0; i < n; i++) {
+			CU_ASSERT_EQUAL(kvmm_seq_info(ctx, seqs[i], &info), 0);
+			lens[i] = info.len;
+		}
+		kvmm_seq_table(ctx, &tab);
+		wtotal = kvmm_ref_kv_indptr(lens, n, ps, want_ptr, want_last);
+		want_idx = malloc((size_t)wtotal * 4 + 4);
+		kvmm_ref_kv_indices(tab.base, tab.stride, seqs, want_ptr, n, want_idx);
+
+		indptr = tgt.mem->alloc(41 * 4);
+		indices = tgt.mem->alloc((size_t)wtotal * 4 + 4);
+		last = tgt.mem->alloc(40 * 4);
+		b = (struct kvmm_kv_batch){ .seqs = seqs, .count = n, .max_indices = (uint32_t)wtotal,
+					    .indptr = indptr, .indices = indices,
+					    .last_page_len = last };
+		total = kvmm_kv_indices(ctx, &b);
+		CU_ASSERT_EQUAL(total, wtotal);
+		got_ptr = malloc(41 * 4);
+		got_idx = malloc((size_t)wtotal * 4 + 4);
+		got_last = malloc(40 * 4);
+		tgt.mem->get(got_ptr, indptr, (n + 1) * 4);
+		tgt.mem->get(got_idx, indices, (size_t)wtotal * 4);
+		tgt.mem->get(got_last, last, n * 4);
+		CU_ASSERT(!memcmp(got_ptr, want_ptr, (n + 1) * 4));
+		CU_ASSERT(!memcmp(got_idx, want_idx, (size_t)wtotal * 4));
+		CU_ASSERT(!memcmp(got_last, want_last, n * 4));
+
+		/* refusals: too little room, a sequence twice, a closed one */
+		b.max_indices = (uint32_t)wtotal - 1;
+		CU_ASSERT_EQUAL(wtotal ? kvmm_kv_indices(ctx, &b) : -ENOSPC, -ENOSPC);
+		b.max_indices = (uint32_t)wtotal;
+		b.count = 2;
+		seqs[1] = seqs[0];
+		CU_ASSERT_EQUAL(kvmm_kv_indices(ctx, &b), -EINVAL);
+		seqs[1] = 63;
+		CU_ASSERT_EQUAL(kvmm_kv_indices(ctx, &b), -EINVAL);
+		CHECK_OK(ctx);
+		tgt.mem->free(indptr);
+		tgt.mem->free(indices);
+		tgt.mem->free(last);
+		free(got_ptr);
+		free(got_idx);
+		free(got_last);
+		free(want_idx);
+		kvmm_destroy(ctx);
+	}
+}
+
+/* The KV of @seq's tokens [0, n): read (@get) or written from @buf. */
+static void seq_kv(struct kvmm_ctx *ctx, uint32_t seq, uint32_t n, char *buf, bool get)
+{
+	struct kvmm_table tab;
+	struct kvmm_kv_layer kl;
+	uint32_t ps = kvmm_page_size(ctx), layer, i;
+
+	kvmm_seq_table(ctx, &tab);
+	for (layer = 0; kvmm_kv_layer(ctx, layer, &kl) == 0; layer++) {
+		for (i = 0; i < n; i++) {
+			uint64_t slot = (uint64_t)tab.base[seq * tab.stride + i / ps] * ps + i % ps;
+			char *k = (char *)kl.k + slot * kl.slot_bytes;
+			char *v = (char *)kl.v + slot * kl.slot_bytes;
+
+			if (get) {
+				tgt.mem->get(buf, k, kl.slot_bytes);
+				tgt.mem->get(buf + kl.slot_bytes, v, kl.slot_bytes);
+			} else {
+				tgt.mem->put(k, buf, kl.slot_bytes);
+				tgt.mem->put(v, buf + kl.slot_bytes, kl.slot_bytes);
+			}
+			buf += 2 * kl.slot_bytes;
+		}
+	}
+}
+
+/*
+ * A prefix computed, demoted to the host tier by reclaim, and promoted
+ * back reads exactly as it was written, and kv_copy of a partial page
+ * copies the filled slots into a page of the sequence's own.
+ */
+static void contract_promote_after_demote_is_identical(void)
+{
+	struct kvmm_ctx *ctx = target_ctx(4, 16, 64);
+	uint32_t tok[32], seq, kvb = 32 * 2 * 2 * 8;
+	char want[40 * 2 * 2 * 8], got[sizeof(want)];
+	unsigned seed = 5;
+	struct kvmm_table tab;
+	int32_t src, dst;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	test_tokens(tok, 32, 77);
+	fill_random(want, kvb, &seed);
+	CU_ASSERT_EQUAL_FATAL(test_seq_fill(ctx, 0, tok, 32, &seq), 0);
+	seq_kv(ctx, seq, 32, want, false);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, tok, 32), 0);
+	CU_ASSERT(kvmm_reclaim(ctx, 16) >= 0);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES) >= 8);
+	CHECK_OK(ctx);
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq), 0);
+	CU_ASSERT(kvmm_seq_match(ctx, seq, tok, 32) >= 0);
+	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, seq, tok, 32), 32);
+	memset(got, 0, sizeof(got));
+	seq_kv(ctx, seq, 32, got, true);
+	CU_ASSERT(!memcmp(got, want, kvb));
+
+	/* copy-on-write: the last shared page's 3 filled slots into a new page */
+	CU_ASSERT_EQUAL(kvmm_seq_extend(ctx, seq, 4, 0), 0);
+	kvmm_seq_table(ctx, &tab);
+	src = tab.base[seq * tab.stride + 7];
+	dst = tab.base[seq * tab.stride + 8];
+	CU_ASSERT_EQUAL(kvmm_kv_copy(ctx, &src, &dst, 1, 3), 0);
+	memset(got, 0, sizeof(got));
+	seq_kv(ctx, seq, 35, got, true);
+	CU_ASSERT(!memcmp(got + 32 * 2 * 8, want + 28 * 2 * 8, 3 * 2 * 8));	/* layer 0 */
+	/* a shared (cached) page is never the destination, nor a page twice */
+	CU_ASSERT_EQUAL(kvmm_kv_copy(ctx, &dst, &src, 1, 3), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_kv_copy(ctx, &src, &dst, 1, 5), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_kv_copy(ctx, &dst, &dst, 1, 1), -EINVAL);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+	kvmm_destroy(ctx);
+}
+
+static void contract_info_names_the_backend(void)
+{
+	struct kvmm_ctx *ctx = target_ctx(16, 64, 0);
+	char line[256];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT(kvmm_backend_info(ctx, line, sizeof(line)) > 0);
+	CU_ASSERT(!strncmp(line, tgt.backend, strlen(tgt.backend)));
+	printf("\n    %s ", line);
+	CU_ASSERT_EQUAL(kvmm_backend_info(ctx, line, 0), -EINVAL);
+	kvmm_destroy(ctx);
+}
+
+/* ---- cuda on the fake driver: errors, faults, sizing ---- */
+
+static void cuda_errno_is_mapped_in_one_place(void)
+{
+	CU_ASSERT_EQUAL(kvmm_cu_errno(0), 0);
+	CU_ASSERT_EQUAL(kvmm_cu_errno(2), -ENOMEM);		/* OUT_OF_MEMORY */
+	CU_ASSERT_EQUAL(kvmm_cu_errno(1), -EINVAL);		/* INVALID_VALUE */
+	CU_ASSERT_EQUAL(kvmm_cu_errno(100), -ENODEV);		/* NO_DEVICE */
+	CU_ASSERT_EQUAL(kvmm_cu_errno(34), -ENODEV);		/* STUB_LIBRARY */
+	CU_ASSERT_EQUAL(kvmm_cu_errno(209), -ENOEXEC);		/* NO_BINARY_FOR_GPU */
+	CU_ASSERT_EQUAL(kvmm_cu_errno(801), -EOPNOTSUPP);	/* NOT_SUPPORTED */
+	CU_ASSERT_EQUAL(kvmm_cu_errno(712), -EEXIST);		/* HOST_MEMORY_ALREADY_REGISTERED */
+	CU_ASSERT_EQUAL(kvmm_cu_errno(700), -EIO);		/* ILLEGAL_ADDRESS */
+	CU_ASSERT_EQUAL(kvmm_cu_errno(999), -EIO);		/* UNKNOWN */
+}
+
+static int create_logged(struct kvmm_params *p, struct test_log *log, struct kvmm_ctx **ctxp)
+{
+	memset(log, 0, sizeof(*log));
+	p->log = test_log_fn;
+	p->log_priv = log;
+	return kvmm_create(p, ctxp);
+}
+
+static void cuda_without_driver_is_enodev(void)
+{
+	struct kvmm_params p = test_params(16, 64, 4, 256);
+	struct kvmm_cuda_arg arg = { .driver = "/nonexistent/libcuda.so.1" };
+	struct kvmm_ctx *ctx = NULL;
+	struct test_log log;
+
+	p.backend = "cuda";
+	p.backend_arg = &arg;
+	CU_ASSERT_EQUAL(create_logged(&p, &log, &ctx), -ENODEV);
+	CU_ASSERT_PTR_NULL(ctx);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "no driver"));
+	/* sizing asks the driver first: the same answer */
+	p.nr_pages = 0;
+	p.mem_fraction = 0.5;
+	CU_ASSERT_EQUAL(create_logged(&p, &log, &ctx), -ENODEV);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "no driver"));
+}
+
+static void cuda_without_device_is_enodev(void)
+{
+	struct kvmm_params p = test_params(16, 64, 4, 256);
+	struct kvmm_ctx *ctx = NULL;
+	struct test_log log;
+
+	p.backend = "cuda";
+	p.backend_arg = backend_arg();
+	fake_devices(0);
+	CU_ASSERT_EQUAL(create_logged(&p, &log, &ctx), -ENODEV);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "no device"));
+	fake_devices(1);
+	cuda_arg.device = 3;
+	CU_ASSERT_EQUAL(create_logged(&p, &log, &ctx), -ENODEV);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "no device 3"));
+	cuda_arg.device = 0;
+	CU_ASSERT_EQUAL(fake_live(), 0);
+}
+
+/* Fail each driver call init makes, in turn: a clean error, nothing left. */
+static void cuda_init_faults_leave_nothing(void)
+{
+	static const char *const fns[] = {
+		"cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuStreamCreate",
+		"cuEventCreate", "cuMemAllocHost", "cuMemAlloc", "cuMemGetAllocationGranularity",
+		"cuMemAddressReserve", "cuMemCreate", "cuMemMap", "cuMemSetAccess",
+		"cuMemcpyHtoDAsync", "cuEventSynchronize",
+	};
+	struct kvmm_params p = test_params(4, 600, 4, 256);
+	struct kvmm_ctx *ctx = NULL;
+	struct test_log log;
+	unsigned nth;
+	size_t i;
+
+	p.backend = "cuda";
+	p.backend_arg = backend_arg();
+	p.model.layers = 3;
+	for (i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
+		for (nth = 1; nth <= 3; nth++) {
+			fake_fail(fns[i], nth, 2 /* OUT_OF_MEMORY */);
+			ctx = NULL;
+			if (create_logged(&p, &log, &ctx) == 0) {
+				kvmm_destroy(ctx);	/* fewer calls than nth */
+				continue;
+			}
+			CU_ASSERT_PTR_NULL(ctx);
+			CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "out of memory"));
+			CU_ASSERT_EQUAL(fake_live(), 0);
+		}
+	}
+	fake_fail("", 0, 0);
+	CU_ASSERT_EQUAL(create_logged(&p, &log, &ctx), 0);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(fake_live(), 0);
+}
+
+/* A copy the device fails during demotion demotes nothing and loses no page. */
+static void cuda_copy_fault_is_contained(void)
+{
+	struct kvmm_ctx *ctx = target_ctx(4, 16, 64);
+	uint64_t before[NR_KVMM_STATS], after[NR_KVMM_STATS];
+	uint32_t tok[32];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	test_tokens(tok, 32, 3);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, tok, 32), 0);
+	fake_fail("cuLaunchKernel", 1, 700 /* ILLEGAL_ADDRESS */);
+	test_stats(ctx, before);
+	CU_ASSERT(kvmm_reclaim(ctx, 16) >= 0);
+	test_stats(ctx, after);
+	CU_ASSERT(after[KVMM_STAT_HOST_DEMOTE_PAGES] < 8);
+	CHECK_OK(ctx);
+	fake_fail("", 0, 0);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(fake_live(), 0);
+}
+
+/* The copy engines give the same bytes as the kernels, one copy per run. */
+static void cuda_copy_engines_match_reference(void)
+{
+	cuda_arg.no_kernels = true;
+	fake_reset();
+	contract_copies_match_reference();
+	CU_ASSERT_EQUAL(fake_calls("cuLaunchKernel"), 0);
+	CU_ASSERT(fake_calls("cuMemcpyDtoHAsync") > 0);
+	cuda_arg.no_kernels = false;
+	fake_reset();
+	contract_copies_match_reference();
+	CU_ASSERT(fake_calls("cuLaunchKernel") > 0);
+	CU_ASSERT_EQUAL(fake_calls("cuMemcpyDtoHAsync"), 0);
+}
+
+/* mem_fraction sizing from what the device reports, as SGLang does. */
+static void cuda_pool_sized_from_device_memory(void)
+{
+	struct kvmm_params p = test_params(16, 0, 4, 256);
+	struct kvmm_ctx *ctx = NULL;
+	uint64_t cell = kvmm_cell_bytes(&p.model) * 16;
+
+	p.backend = "cuda";
+	p.backend_arg = backend_arg();
+	p.mem_fraction = 0.75;
+	fake_mem(64ull << 20, 56ull << 20);
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	/* 56 MiB free - 64 MiB * 0.25 kept back = 40 MiB for the pool */
+	CU_ASSERT_EQUAL(kvmm_nr_pages(ctx), (40ull << 20) / cell);
+	kvmm_destroy(ctx);
+	fake_mem(64ull << 20, 8ull << 20);
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -ENOSPC);
+	fake_reset();
+}
+
+static void mock_pool_sized_from_its_pretend_device(void)
+{
+	struct kvmm_params p = test_params(16, 0, 4, 256);
+	struct kvmm_mock_arg arg = { .mem_total = 1 << 20, .mem_avail = 1 << 19 };
+	struct kvmm_ctx *ctx = NULL;
+	struct test_log log;
+
+	p.backend_arg = &arg;
+	p.mem_fraction = 1.0;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL(kvmm_nr_pages(ctx), (1u << 19) / (kvmm_cell_bytes(&p.model) * 16));
+	kvmm_destroy(ctx);
+	arg.mem_total = 0;
+	CU_ASSERT_EQUAL(create_logged(&p, &log, &ctx), -EOPNOTSUPP);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "mem_total"));
+}
+
+/* ---- suites ---- */
+
+static int mock_setup(void)
+{
+	tgt = (struct target){ .backend = "mock", .mem = &host_mem };
+	return 0;
+}
+
+static int cuda_setup_fake(void)
+{
+	tgt.backend = "cuda";
+	tgt.mem = &dev_mem;
+	/* the fake sits beside kvmm-tests */
+	if (readlink("/proc/self/exe", tgt.driver, sizeof(tgt.driver) - 32) < 0)
+		return -1;
+	strcpy(strrchr(tgt.driver, '/'), "/libfakecuda.so");
+	if (cu_bind(tgt.driver))
+		return -1;
+	fake_reset = (void (*)(void))dlsym(cu_dl, "fakecuda_reset");
+	fake_devices = (void (*)(int))dlsym(cu_dl, "fakecuda_devices");
+	fake_mem = (void (*)(size_t, size_t))dlsym(cu_dl, "fakecuda_mem");
+	fake_fail = (void (*)(const char *, unsigned, int))dlsym(cu_dl, "fakecuda_fail");
+	fake_calls = (unsigned (*)(const char *))dlsym(cu_dl, "fakecuda_calls");
+	fake_live = (long (*)(void))dlsym(cu_dl, "fakecuda_live");
+	return fake_reset && fake_live ? 0 : -1;
+}
+
+static int cuda_setup_real(void)
+{
+	tgt.backend = "cuda";
+	tgt.driver[0] = 0;
+	tgt.mem = &dev_mem;
+	return cu_bind("libcuda.so.1");
+}
+
+/*
+ * The context the device suite needs; NULL and a reason when this
+ * machine cannot give one.
+ */
+static int cuda_probe(char *why, size_t len)
+{
+	struct kvmm_params p = test_params(16, 64, 4, 256);
+	struct kvmm_cuda_arg arg = { 0 };
+	struct kvmm_ctx *ctx = NULL;
+	struct test_log log;
+	int ret;
+
+	p.backend = "cuda";
+	p.backend_arg = &arg;
+	ret = create_logged(&p, &log, &ctx);
+	if (ret)
+		snprintf(why, len, "%.250s", log.last[0] ? log.last : strerror(-ret));
+	kvmm_destroy(ctx);
+	return ret;
+}
+
+static int suite_teardown(void)
+{
+	if (cu_dl)
+		dlclose(cu_dl);
+	cu_dl = NULL;
+	return 0;
+}
+
+#define ADD_CONTRACT(s) do { \
+	ADD_TEST(s, contract_copies_match_reference); \
+	ADD_TEST(s, contract_unregistered_staging_is_efault); \
+	ADD_TEST(s, contract_kv_indices_match_reference); \
+	ADD_TEST(s, contract_promote_after_demote_is_identical); \
+	ADD_TEST(s, contract_info_names_the_backend); \
+} while (0)
+
+int register_backend_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_contract_mock", mock_setup, NULL);
+
+	if (!s)
+		return -1;
+	ADD_CONTRACT(s);
+	ADD_TEST(s, mock_pool_sized_from_its_pretend_device);
+#if CONFIG_KVMM_CUDA_H
+	{
+		char why[300] = "";
+
+		s = CU_add_suite("kvmm_contract_fakecuda", cuda_setup_fake, suite_teardown);
+		if (!s)
+			return -1;
+		ADD_CONTRACT(s);
+		ADD_TEST(s, cuda_errno_is_mapped_in_one_place);
+		ADD_TEST(s, cuda_without_driver_is_enodev);
+		ADD_TEST(s, cuda_without_device_is_enodev);
+		ADD_TEST(s, cuda_init_faults_leave_nothing);
+		ADD_TEST(s, cuda_copy_fault_is_contained);
+		ADD_TEST(s, cuda_copy_engines_match_reference);
+		ADD_TEST(s, cuda_pool_sized_from_device_memory);
+
+		s = CU_add_suite("kvmm_contract_cuda", cuda_setup_real, suite_teardown);
+		if (!s)
+			return -1;
+		ADD_CONTRACT(s);
+		if (cuda_probe(why, sizeof(why))) {
+			printf("kvmm_contract_cuda: inactive: %s\n", why);
+			CU_set_suite_active(s, CU_FALSE);
+		}
+	}
+#else
+	printf("kvmm_contract_cuda: not built: no cuda.h (CUDA toolkit) at build time\n");
+#endif
+	return 0;
+}

@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/kvmm-bench/cuda.c - kvmm-bench cuda: the cuda backend's copies
+ * against what the GPU itself can do, measured in the same run.
+ *
+ *   demote/promote  the backend's gather/scatter of a scattered page set
+ *                   between its pool and registered (pinned) host memory,
+ *                   beside one contiguous pinned copy of the same bytes;
+ *   copy engines    the same page set with no_kernels (one cuMemcpyAsync
+ *                   per page run, as engines without a gather kernel do);
+ *   kv_indices      kvmm_kv_indices() for 256 sequences of 4k tokens.
+ *
+ * Geometry: 32 layers, 8 KV heads of 128, bf16, page sizes 1, 16 and 64.
+ * The references are the driver's own copies, which this file makes
+ * directly through the same libcuda.so.1 the backend opens (--driver
+ * names another: tests/fakecuda runs the whole bench without a GPU,
+ * with meaningless figures).  Without a driver or a device it prints why
+ * and exits 0, so `make bench` runs everywhere.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "bench.h"
+
+#define CUDA_REPEAT	7
+
+static const struct kvmm_model cuda_model = {
+	.layers = 32, .kv_heads = 8, .head_dim = 128, .dtype_bytes = 2,
+	.attn = KVMM_ATTN_MHA,
+};
+
+/* The driver calls the references need (CUresult as int, CUdeviceptr as u64). */
+struct drv {
+	void *dl;
+	int (*alloc)(uint64_t *p, size_t n);
+	int (*free)(uint64_t p);
+	int (*alloc_host)(void **p, size_t n);
+	int (*free_host)(void *p);
+	int (*dtoh)(void *h, uint64_t d, size_t n);
+	int (*htod)(uint64_t d, const void *h, size_t n);
+	int (*sync)(void);
+};
+
+static int drv_open(struct drv *d, const char *lib)
+{
+	d->dl = dlopen(lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!d->dl)
+		return -ENODEV;
+	d->alloc = (int (*)(uint64_t *, size_t))dlsym(d->dl, "cuMemAlloc_v2");
+	d->free = (int (*)(uint64_t))dlsym(d->dl, "cuMemFree_v2");
+	d->alloc_host = (int (*)(void **, size_t))dlsym(d->dl, "cuMemAllocHost_v2");
+	d->free_host = (int (*)(void *))dlsym(d->dl, "cuMemFreeHost");
+	d->dtoh = (int (*)(void *, uint64_t, size_t))dlsym(d->dl, "cuMemcpyDtoH_v2");
+	d->htod = (int (*)(uint64_t, const void *, size_t))dlsym(d->dl, "cuMemcpyHtoD_v2");
+	return d->alloc && d->free && d->alloc_host && d->free_host && d->dtoh && d->htod ?
+	       0 : -ENODEV;
+}
+
+/* Host staging, as a host tier's chunk is: anonymous, prefaulted. */
+static char *staging_map(uint64_t bytes)
+{
+	char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	memset(p, 0x5a, bytes);
+	return p;
+}
+
+static double gbps(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (double)bytes / (double)ns : 0.0;
+}
+
+/* One contiguous pinned copy of @bytes each way: median GB/s. */
+static int ref_copy(struct drv *d, uint64_t bytes, double *dtoh, double *htod)
+{
+	double a[CUDA_REPEAT], b[CUDA_REPEAT];
+	uint64_t dev = 0;
+	void *host = NULL;
+	unsigned r;
+	int ret;
+
+	ret = d->alloc(&dev, bytes) || d->alloc_host(&host, bytes) ? -ENOMEM : 0;
+	for (r = 0; !ret && r < CUDA_REPEAT; r++) {
+		uint64_t t0 = now_ns();
+
+		ret = d->dtoh(host, dev, bytes) ? -EIO : 0;
+		a[r] = gbps(bytes, now_ns() - t0);
+		t0 = now_ns();
+		ret = ret ?: d->htod(dev, host, bytes) ? -EIO : 0;
+		b[r] = gbps(bytes, now_ns() - t0);
+	}
+	if (host)
+		d->free_host(host);
+	if (dev)
+		d->free(dev);
+	*dtoh = ret ? 0 : median(a, CUDA_REPEAT);
+	*htod = ret ? 0 : median(b, CUDA_REPEAT);
+	return ret;
+}
+
+/* Gather and scatter of @nr scattered pages: median GB/s each way. */
+static int move_bench(const struct kvmm_cuda_arg *arg, uint32_t page_size, uint32_t nr,
+		      double *g, double *s, char *why, size_t len)
+{
+	const struct kvmm_backend_ops *be = kvmm_backend_lookup("cuda");
+	uint64_t page = kvmm_page_bytes(&cuda_model, page_size);
+	struct kvmm_backend_cfg cfg = { .model = cuda_model, .page_size = page_size,
+					.nr_pages = 4 * nr, .tier = KVMM_TIER_DEVICE,
+					.arg = (void *)arg, .err = why, .err_len = len };
+	double tg[CUDA_REPEAT], ts[CUDA_REPEAT];
+	void *priv = NULL, **addr = NULL;
+	int32_t *pfns = NULL;
+	char *staging = NULL;
+	unsigned r;
+	uint32_t i;
+	int ret;
+
+	if (!be)
+		return -EOPNOTSUPP;
+	ret = be->init(&cfg, &priv);
+	if (ret)
+		return ret;
+	staging = staging_map(page * nr);
+	pfns = malloc(nr * sizeof(*pfns));
+	addr = malloc(nr * sizeof(*addr));
+	ret = staging && pfns && addr ? be->mem_register(priv, staging, page * nr) : -ENOMEM;
+	if (ret)
+		goto out;
+	for (i = 0; i < nr; i++) {
+		pfns[i] = (int32_t)((i * 2654435761u) % (4 * nr));	/* scattered, distinct */
+		addr[i] = staging + page * i;
+	}
+	for (r = 0; !ret && r < CUDA_REPEAT; r++) {
+		uint64_t t0 = now_ns();
+
+		ret = be->gather(priv, pfns, nr, addr);
+		tg[r] = gbps(page * nr, now_ns() - t0);
+		t0 = now_ns();
+		ret = ret ?: be->scatter(priv, pfns, nr, addr);
+		ts[r] = gbps(page * nr, now_ns() - t0);
+	}
+	be->mem_unregister(priv, staging, page * nr);
+	*g = median(tg, CUDA_REPEAT);
+	*s = median(ts, CUDA_REPEAT);
+out:
+	free(pfns);
+	free(addr);
+	if (staging)
+		munmap(staging, page * nr);
+	be->exit(priv);
+	return ret;
+}
+
+/* kvmm_kv_indices() for 256 sequences of 4096 tokens at page size 1: median µs. */
+static int indices_bench(const struct kvmm_cuda_arg *arg, struct drv *d, double *us)
+{
+	struct kvmm_params p = {
+		.model = { .layers = 1, .kv_heads = 1, .head_dim = 8, .dtype_bytes = 2,
+			   .attn = KVMM_ATTN_MHA },
+		.page_size = 1, .nr_pages = 256 * 4096 + 1024, .max_seqs = 256,
+		.max_seq_len = 4096, .backend = "cuda", .backend_arg = (void *)arg,
+	};
+	uint64_t dptr = 0, didx = 0, dlast = 0;
+	double t[CUDA_REPEAT];
+	struct kvmm_ctx *ctx = NULL;
+	uint32_t seqs[256], i;
+	unsigned r;
+	int ret;
+
+	ret = kvmm_create(&p, &ctx);
+	for (i = 0; !ret && i < 256; i++)
+		ret = kvmm_seq_open(ctx, 0, &seqs[i]) ?: kvmm_seq_extend(ctx, seqs[i], 4096, 0);
+	if (!ret && (d->alloc(&dptr, 257 * 4) || d->alloc(&didx, 256 * 4096 * 4) ||
+		     d->alloc(&dlast, 256 * 4)))
+		ret = -ENOMEM;
+	for (r = 0; !ret && r < CUDA_REPEAT; r++) {
+		struct kvmm_kv_batch b = {
+			.seqs = seqs, .count = 256, .max_indices = 256 * 4096,
+			.indptr = (int32_t *)(uintptr_t)dptr, .indices = (int32_t *)(uintptr_t)didx,
+			.last_page_len = (int32_t *)(uintptr_t)dlast,
+		};
+		uint64_t t0 = now_ns();
+		int64_t n = kvmm_kv_indices(ctx, &b);
+
+		t[r] = (double)(now_ns() - t0) / 1e3;
+		ret = n < 0 ? (int)n : n == 256 * 4096 ? 0 : -EIO;
+	}
+	*us = ret ? 0 : median(t, CUDA_REPEAT);
+	if (dptr)
+		d->free(dptr);
+	if (didx)
+		d->free(didx);
+	if (dlast)
+		d->free(dlast);
+	kvmm_destroy(ctx);
+	return ret;
+}
+
+int cmd_cuda(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "driver", required_argument, NULL, 'd' },
+		{ "set-mib", required_argument, NULL, 's' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const uint32_t sizes[] = { 1, 16, 64 };
+	struct kvmm_cuda_arg arg = { 0 }, ce;
+	uint64_t set = 256ull << 20;
+	bool json = false;
+	char why[256] = "";
+	struct drv d = { 0 };
+	double rd, ru, us;
+	size_t i;
+	int opt, ret;
+
+	while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'j': json = true; break;
+		case 'd': arg.driver = optarg; break;
+		case 's': set = strtoull(optarg, NULL, 0) << 20; break;
+		default:
+			fprintf(stderr, "usage: kvmm-bench cuda [--json] [--driver LIB] [--set-mib N]\n");
+			return 2;
+		}
+	}
+	ret = drv_open(&d, arg.driver);
+	if (!ret && move_bench(&arg, 1, 1, &rd, &ru, why, sizeof(why)) == -ENODEV)
+		ret = -ENODEV;
+	if (ret) {
+		if (!why[0])
+			snprintf(why, sizeof(why), "no CUDA driver (%s)", dlerror());
+		if (json)
+			printf("{\"bench\":\"cuda\",\"skipped\":\"%s\"}\n", why);
+		else
+			printf("cuda: skipped: %s\n", why);
+		return 0;
+	}
+	ret = ref_copy(&d, set, &rd, &ru);
+	for (i = 0; !ret && i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		uint64_t page = kvmm_page_bytes(&cuda_model, sizes[i]);
+		uint32_t nr = (uint32_t)(set / page);
+		double g, s, cg = 0, cs = 0;
+
+		ce = arg;
+		ce.no_kernels = true;
+		ret = move_bench(&arg, sizes[i], nr, &g, &s, why, sizeof(why)) ?:
+		      move_bench(&ce, sizes[i], nr, &cg, &cs, why, sizeof(why));
+		if (ret)
+			break;
+		if (json)
+			printf("{\"bench\":\"cuda\",\"op\":\"move\",\"page_size\":%u,\"pages\":%u,"
+			       "\"page_bytes\":%llu,\"demote_gbps\":%.2f,\"promote_gbps\":%.2f,"
+			       "\"pinned_dtoh_gbps\":%.2f,\"pinned_htod_gbps\":%.2f,"
+			       "\"demote_vs_pinned\":%.3f,\"promote_vs_pinned\":%.3f,"
+			       "\"memcpy_per_run_demote_gbps\":%.2f,\"memcpy_per_run_promote_gbps\":%.2f,"
+			       "\"kernel_vs_memcpy_per_run\":%.2f,\"repeat\":%u}\n",
+			       sizes[i], nr, (unsigned long long)page, g, s, rd, ru, g / rd, s / ru,
+			       cg, cs, cg > 0 ? g / cg : 0.0, CUDA_REPEAT);
+		else
+			printf("page size %-2u %5u pages: demote %6.2f GB/s (%.2f of pinned DtoH %.2f), "
+			       "promote %6.2f GB/s (%.2f of HtoD %.2f); per-run cuMemcpyAsync "
+			       "%.2f / %.2f GB/s (kernel %.1fx)\n",
+			       sizes[i], nr, g, g / rd, rd, s, s / ru, ru, cg, cs,
+			       cg > 0 ? g / cg : 0.0);
+	}
+	ret = ret ?: indices_bench(&arg, &d, &us);
+	if (!ret) {
+		if (json)
+			printf("{\"bench\":\"cuda\",\"op\":\"kv_indices\",\"seqs\":256,"
+			       "\"tokens\":4096,\"page_size\":1,\"us\":%.1f,\"repeat\":%u}\n",
+			       us, CUDA_REPEAT);
+		else
+			printf("kv_indices: 256 sequences of 4096 tokens: %.1f us\n", us);
+	}
+	dlclose(d.dl);
+	if (ret)
+		fprintf(stderr, "cuda: %s%s%s\n", strerror(-ret), why[0] ? ": " : "", why);
+	return ret ? 1 : 0;
+}
