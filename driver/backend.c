@@ -7,6 +7,8 @@
  * backend that needs a feature the build lacks is left out of the table
  * by the generated config, so asking for it gives -EOPNOTSUPP.
  */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -85,4 +87,115 @@ void *kvmm_map_anon(uint64_t bytes)
 		return NULL;
 	kvmm_hint_huge(p, bytes);
 	return p;
+}
+
+/**
+ * kvmm_kv_geom_of() - a pool's shape as the kernels see it
+ * @m: the model
+ * @page_size: tokens per page
+ * @g: out: every buffer of every layer (K and V for MHA, the latent for
+ *	MLA), and the bytes of one slot in one buffer
+ */
+void kvmm_kv_geom_of(const struct kvmm_model *m, uint32_t page_size,
+		     struct kvmm_kv_geom *g)
+{
+	g->page_size = page_size;
+	if (m->attn == KVMM_ATTN_MLA) {
+		g->nbufs = m->layers;
+		g->slot_bytes = (uint64_t)m->latent_dim * m->dtype_bytes;
+	} else {
+		g->nbufs = m->layers * 2;
+		g->slot_bytes = (uint64_t)m->kv_heads * m->head_dim * m->dtype_bytes;
+	}
+}
+
+void kvmm_dma_ranges_init(struct kvmm_dma_ranges *rs)
+{
+	memset(rs, 0, sizeof(*rs));
+	pthread_mutex_init(&rs->lock, NULL);
+}
+
+/* A store unregisters its ranges before the backend exits; any left are its leak. */
+void kvmm_dma_ranges_exit(struct kvmm_dma_ranges *rs)
+{
+	free(rs->r);
+	pthread_mutex_destroy(&rs->lock);
+}
+
+/**
+ * kvmm_dma_ranges_add() - record registered host memory
+ * @rs: the table
+ * @addr: its start
+ * @len: its length
+ * @dev: where the device sees @addr
+ *
+ * Return: the number of ranges now, or -EINVAL for an empty range or
+ * -ENOMEM.
+ */
+int kvmm_dma_ranges_add(struct kvmm_dma_ranges *rs, void *addr, size_t len, uint64_t dev)
+{
+	int ret = 0;
+
+	if (!addr || !len)
+		return -EINVAL;
+	pthread_mutex_lock(&rs->lock);
+	if (rs->nr == rs->max) {
+		uint32_t max = rs->max ? 2 * rs->max : 8;
+		struct kvmm_dma_range *r = realloc(rs->r, max * sizeof(*r));
+
+		if (r) {
+			rs->r = r;
+			rs->max = max;
+		} else {
+			ret = -ENOMEM;
+		}
+	}
+	if (!ret) {
+		rs->r[rs->nr++] = (struct kvmm_dma_range){ (uintptr_t)addr,
+							   (uintptr_t)addr + len, dev };
+		ret = (int)rs->nr;
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return ret;
+}
+
+/*
+ * kvmm_dma_ranges_del() - forget the range registered as [@addr, +@len);
+ * an unknown range is left alone.  Return: the ranges left.
+ */
+uint32_t kvmm_dma_ranges_del(struct kvmm_dma_ranges *rs, void *addr, size_t len)
+{
+	uint32_t i, nr;
+
+	pthread_mutex_lock(&rs->lock);
+	for (i = 0; i < rs->nr; i++) {
+		if (rs->r[i].start == (uintptr_t)addr && rs->r[i].end == (uintptr_t)addr + len) {
+			rs->r[i] = rs->r[--rs->nr];
+			break;
+		}
+	}
+	nr = rs->nr;
+	pthread_mutex_unlock(&rs->lock);
+	return nr;
+}
+
+/*
+ * kvmm_dma_ranges_find() - where the device sees [@addr, +@bytes), which
+ * must lie inside one registered range.  Return: that address, or 0.
+ */
+uint64_t kvmm_dma_ranges_find(struct kvmm_dma_ranges *rs, const void *addr, uint64_t bytes)
+{
+	uintptr_t a = (uintptr_t)addr;
+	uint64_t dev = 0;
+	uint32_t i;
+
+	pthread_mutex_lock(&rs->lock);
+	for (i = 0; i < rs->nr; i++) {
+		if (a >= rs->r[i].start && a + bytes <= rs->r[i].end) {
+			dev = rs->r[i].dev + (a - rs->r[i].start);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return dev;
 }

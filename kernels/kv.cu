@@ -8,7 +8,7 @@
  * kernel must produce exactly what its C reference in kernels/ref.c does.
  *
  * The copies are memory bound.  Work is cut into pieces of at most
- * KV_PIECE bytes of one run (one page of one buffer), a warp per piece,
+ * KVMM_KV_PIECE bytes of one run (one page of one buffer), a warp per piece,
  * so that a batch of one large page and a batch of many small ones both
  * spread over every SM; lanes move 16 bytes each where both ends are 16-byte
  * aligned (always, for real head dims), bytes otherwise.  Consecutive
@@ -18,8 +18,6 @@
 #include <stdint.h>
 
 #include "kv.h"
-
-#define KV_PIECE	8192u
 
 __device__ static void warp_copy(char *dst, const char *src, uint64_t n,
 				 unsigned lane)
@@ -66,19 +64,19 @@ struct piece {
 
 __device__ static inline struct piece piece_of(uint64_t w, uint32_t nbufs, uint64_t bytes)
 {
-	uint64_t pieces = (bytes + KV_PIECE - 1) / KV_PIECE, rb = w / pieces;
+	uint64_t pieces = (bytes + KVMM_KV_PIECE - 1) / KVMM_KV_PIECE, rb = w / pieces;
 	struct piece p;
 
 	p.b = rb % nbufs;
 	p.i = rb / nbufs;
-	p.off = w % pieces * KV_PIECE;
-	p.n = bytes - p.off < KV_PIECE ? bytes - p.off : KV_PIECE;
+	p.off = w % pieces * KVMM_KV_PIECE;
+	p.n = bytes - p.off < KVMM_KV_PIECE ? bytes - p.off : KVMM_KV_PIECE;
 	return p;
 }
 
 __device__ static inline uint64_t nr_pieces(uint32_t nr, uint32_t nbufs, uint64_t bytes)
 {
-	return (uint64_t)nr * nbufs * ((bytes + KV_PIECE - 1) / KV_PIECE);
+	return (uint64_t)nr * nbufs * ((bytes + KVMM_KV_PIECE - 1) / KVMM_KV_PIECE);
 }
 
 /*

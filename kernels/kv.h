@@ -75,7 +75,8 @@ extern const unsigned char kvmm_kv_fatbin_end[];
 #define KVMM_KV_COPY_FN		"kvmm_kv_copy"
 #define KVMM_KV_INDPTR_FN	"kvmm_kv_indptr"
 #define KVMM_KV_INDICES_FN	"kvmm_kv_indices"
-#define KVMM_KV_THREADS		256	/* per block; a warp per run */
+#define KVMM_KV_THREADS		256	/* per block; a warp per piece */
+#define KVMM_KV_PIECE		8192u	/* most bytes of one run a warp moves */
 #define KVMM_KV_SCAN_THREADS	1024	/* the one block of kvmm_kv_indptr */
 
 #endif

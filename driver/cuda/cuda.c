@@ -49,11 +49,10 @@
 #include <libkvmm.h>
 #include "autoconf.h"
 #include "../backend.h"
-#include "../../kernels/kv.h"
 
 /* The Driver API entry points we use; cuda.h's macros pick the versions. */
 #define CU_FUNCS(X) \
-	X(cuInit) X(cuGetErrorString) X(cuDriverGetVersion) X(cuDeviceGet) \
+	X(cuInit) X(cuGetErrorString) X(cuDeviceGet) \
 	X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName) \
 	X(cuDeviceGetPCIBusId) X(cuDevicePrimaryCtxRetain) \
 	X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuMemGetInfo) \
@@ -90,12 +89,6 @@ struct cuda_lane {
 	size_t args_bytes;
 };
 
-/* A registered host range, and where the device sees it. */
-struct cuda_range {
-	uintptr_t start, end;
-	CUdeviceptr dev;
-};
-
 /* Physical memory mapped at pages [first, first + pages) of every buffer. */
 struct cuda_extent {
 	uint32_t first, pages;
@@ -125,9 +118,7 @@ struct cuda_pool {
 	CUfunction fn_move, fn_copy, fn_indptr, fn_indices;
 	bool kernels;
 	struct cuda_lane lane[2];
-	pthread_mutex_t reg_lock;	/* the worker copies while stores register */
-	struct cuda_range *ranges;
-	uint32_t nr_ranges, max_ranges;
+	struct kvmm_dma_ranges dma;	/* registered host memory */
 	const int32_t *table;	/* the page table, registered on first use */
 	size_t table_bytes;
 	int numa;
@@ -503,10 +494,8 @@ static void cuda_exit(void *priv)
 		if (pool->mod)
 			pool->api.cuModuleUnload(pool->mod);
 	}
-	/* A store's ranges are its own to unregister; any left are a leak. */
-	free(pool->ranges);
+	kvmm_dma_ranges_exit(&pool->dma);
 	free(pool->ext);
-	pthread_mutex_destroy(&pool->reg_lock);
 	cu_close(pool);
 	free(pool);
 }
@@ -514,7 +503,6 @@ static void cuda_exit(void *priv)
 static int cuda_init(const struct kvmm_backend_cfg *cfg, void **privp)
 {
 	const struct kvmm_cuda_arg *arg = cfg->arg;
-	const struct kvmm_model *m = &cfg->model;
 	struct cuda_pool *pool;
 	uint32_t i;
 	int ret;
@@ -522,18 +510,11 @@ static int cuda_init(const struct kvmm_backend_cfg *cfg, void **privp)
 	pool = calloc(1, sizeof(*pool));
 	if (!pool)
 		return -ENOMEM;
-	pthread_mutex_init(&pool->reg_lock, NULL);
+	kvmm_dma_ranges_init(&pool->dma);
 	for (i = 0; i < 2; i++)
 		pthread_mutex_init(&pool->lane[i].lock, NULL);
-	pool->layers = m->layers;
-	pool->geom.page_size = cfg->page_size;
-	if (m->attn == KVMM_ATTN_MLA) {
-		pool->geom.nbufs = m->layers;
-		pool->geom.slot_bytes = (uint64_t)m->latent_dim * m->dtype_bytes;
-	} else {
-		pool->geom.nbufs = m->layers * 2;
-		pool->geom.slot_bytes = (uint64_t)m->kv_heads * m->head_dim * m->dtype_bytes;
-	}
+	pool->layers = cfg->model.layers;
+	kvmm_kv_geom_of(&cfg->model, cfg->page_size, &pool->geom);
 	ret = cu_open(pool, arg, cfg->err, cfg->err_len);
 	if (ret)
 		goto out;
@@ -603,24 +584,6 @@ static int lane_wait(struct cuda_pool *pool, struct cuda_lane *lane)
 	       CUQ(pool, cuEventSynchronize(lane->done));
 }
 
-/* Where the device sees registered host @addr (@bytes long); 0: not registered. */
-static CUdeviceptr host_dev(struct cuda_pool *pool, const void *addr, uint64_t bytes)
-{
-	uintptr_t a = (uintptr_t)addr;
-	CUdeviceptr d = 0;
-	uint32_t r;
-
-	pthread_mutex_lock(&pool->reg_lock);
-	for (r = 0; r < pool->nr_ranges; r++) {
-		if (a >= pool->ranges[r].start && a + bytes <= pool->ranges[r].end) {
-			d = pool->ranges[r].dev + (a - pool->ranges[r].start);
-			break;
-		}
-	}
-	pthread_mutex_unlock(&pool->reg_lock);
-	return d;
-}
-
 static uint32_t launch_blocks(const struct cuda_pool *pool, uint64_t warps)
 {
 	uint64_t per = KVMM_KV_THREADS / 32, blocks = (warps + per - 1) / per;
@@ -639,10 +602,10 @@ static int move_kernel(struct cuda_pool *pool, struct cuda_lane *lane,
 	CUdeviceptr dpfn = lane->dargs + nr * sizeof(uint64_t), daddr = lane->dargs;
 	uint32_t nbufs = pool->geom.nbufs, i;
 	void *params[] = { &pool->dbufs, &nbufs, &run, &dpfn, &daddr, &nr, &dir };
-	uint64_t pieces = (run + 8191) / 8192;
+	uint64_t pieces = (run + KVMM_KV_PIECE - 1) / KVMM_KV_PIECE;
 
 	for (i = 0; i < nr; i++) {
-		haddr[i] = host_dev(pool, host[i], page);
+		haddr[i] = kvmm_dma_ranges_find(&pool->dma, host[i], page);
 		if (!haddr[i])
 			return -EFAULT;	/* a store handed us unregistered memory */
 		hpfn[i] = pfns[i];
@@ -666,7 +629,7 @@ static int move_memcpy(struct cuda_pool *pool, struct cuda_lane *lane,
 	for (i = 0; i < nr && !ret; i++) {
 		char *h = host[i];
 
-		if (!host_dev(pool, h, page))
+		if (!kvmm_dma_ranges_find(&pool->dma, h, page))
 			return -EFAULT;
 		for (b = 0; b < pool->geom.nbufs && !ret; b++, h += run) {
 			CUdeviceptr d = buf_base(pool, b) + (uint64_t)pfns[i] * run;
@@ -716,7 +679,7 @@ static int cuda_copy(void *priv, const int32_t *src, const int32_t *dst,
 	struct cuda_pool *pool = priv;
 	struct cuda_lane *lane = lane_get(pool);
 	uint64_t run = kvmm_kv_run(&pool->geom), bytes = slots * pool->geom.slot_bytes;
-	uint64_t pieces = (bytes + 8191) / 8192;
+	uint64_t pieces = (bytes + KVMM_KV_PIECE - 1) / KVMM_KV_PIECE;
 	uint32_t nbufs = pool->geom.nbufs, done, n, i, b;
 	int ret = 0;
 
@@ -751,21 +714,6 @@ static int cuda_copy(void *priv, const int32_t *src, const int32_t *dst,
 	return ret;
 }
 
-static int range_add(struct cuda_pool *pool, uintptr_t start, size_t len, CUdeviceptr dev)
-{
-	if (pool->nr_ranges == pool->max_ranges) {
-		uint32_t max = pool->max_ranges ? 2 * pool->max_ranges : 8;
-		struct cuda_range *r = realloc(pool->ranges, max * sizeof(*r));
-
-		if (!r)
-			return -ENOMEM;
-		pool->ranges = r;
-		pool->max_ranges = max;
-	}
-	pool->ranges[pool->nr_ranges++] = (struct cuda_range){ start, start + len, dev };
-	return 0;
-}
-
 /* Pin and map host memory, so kernels and copy engines reach it directly. */
 static int cuda_mem_register(void *priv, void *addr, size_t len)
 {
@@ -782,29 +730,19 @@ static int cuda_mem_register(void *priv, void *addr, size_t len)
 		return ret;
 	ret = CUQ(pool, cuMemHostGetDevicePointer(&dev, addr, 0));
 	if (!ret) {
-		pthread_mutex_lock(&pool->reg_lock);
-		ret = range_add(pool, (uintptr_t)addr, len, dev);
-		pthread_mutex_unlock(&pool->reg_lock);
+		ret = kvmm_dma_ranges_add(&pool->dma, addr, len, dev);
+		if (ret > 0)
+			return 0;
 	}
-	if (ret)
-		pool->api.cuMemHostUnregister(addr);
+	pool->api.cuMemHostUnregister(addr);
 	return ret;
 }
 
 static void cuda_mem_unregister(void *priv, void *addr, size_t len)
 {
 	struct cuda_pool *pool = priv;
-	uint32_t r;
 
-	pthread_mutex_lock(&pool->reg_lock);
-	for (r = 0; r < pool->nr_ranges; r++) {
-		if (pool->ranges[r].start == (uintptr_t)addr &&
-		    pool->ranges[r].end == (uintptr_t)addr + len) {
-			pool->ranges[r] = pool->ranges[--pool->nr_ranges];
-			break;
-		}
-	}
-	pthread_mutex_unlock(&pool->reg_lock);
+	kvmm_dma_ranges_del(&pool->dma, addr, len);
 	pool->api.cuCtxSetCurrent(pool->cuctx);
 	pool->api.cuMemHostUnregister(addr);
 }

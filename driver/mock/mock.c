@@ -25,7 +25,6 @@
  * contract).  fail_register/fail_register_at fail chosen registrations.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,27 +33,16 @@
 
 #include <libkvmm.h>
 #include "../backend.h"
-#include "../../kernels/kv.h"
-
-/* A registered host range. */
-struct mock_range {
-	uintptr_t start, end;
-};
 
 struct mock_pool {
-	uint32_t page_size;
 	struct kvmm_mock_arg *arg;	/* read live: tests change it */
 	uint64_t copies;	/* gather/scatter calls, for fail_every */
-	pthread_mutex_t dma_lock;	/* the worker scatters while others register */
-	struct mock_range *ranges;
-	uint32_t nr_ranges, max_ranges;
 	uint32_t registers;	/* mem_register calls, for fail_register_at */
+	struct kvmm_dma_ranges dma;
 	uint32_t layers;
-	uint32_t nbufs;		/* 2 for MHA (K, V), 1 for MLA */
-	uint64_t slot_bytes;
 	uint64_t buf_bytes;
-	struct kvmm_kv_geom geom;	/* all buffers, for kernels/ref.c */
-	void **bufs;		/* layers * nbufs buffers */
+	struct kvmm_kv_geom geom;	/* every buffer, for kernels/ref.c */
+	void **bufs;		/* geom.nbufs buffers, a layer's adjacent */
 };
 
 static void mock_exit(void *priv)
@@ -64,21 +52,18 @@ static void mock_exit(void *priv)
 
 	if (!pool)
 		return;
-	for (i = 0; pool->bufs && i < pool->layers * pool->nbufs; i++)
+	for (i = 0; pool->bufs && i < pool->geom.nbufs; i++)
 		if (pool->bufs[i])
 			munmap(pool->bufs[i], pool->buf_bytes);
 	free(pool->bufs);
-	free(pool->ranges);
-	pthread_mutex_destroy(&pool->dma_lock);
+	kvmm_dma_ranges_exit(&pool->dma);
 	free(pool);
 }
 
 static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 {
 	struct kvmm_mock_arg *arg = cfg->arg;
-	const struct kvmm_model *m = &cfg->model;
 	struct mock_pool *pool;
-	uint64_t slots = (uint64_t)cfg->nr_pages * cfg->page_size;
 	uint32_t i;
 
 	if (arg && arg->fail_init)
@@ -86,24 +71,15 @@ static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 	pool = calloc(1, sizeof(*pool));
 	if (!pool)
 		return -ENOMEM;
-	pthread_mutex_init(&pool->dma_lock, NULL);
-	pool->layers = m->layers;
-	pool->page_size = cfg->page_size;
+	kvmm_dma_ranges_init(&pool->dma);
+	pool->layers = cfg->model.layers;
 	pool->arg = arg;
-	if (m->attn == KVMM_ATTN_MLA) {
-		pool->nbufs = 1;
-		pool->slot_bytes = (uint64_t)m->latent_dim * m->dtype_bytes;
-	} else {
-		pool->nbufs = 2;
-		pool->slot_bytes = (uint64_t)m->kv_heads * m->head_dim * m->dtype_bytes;
-	}
-	pool->buf_bytes = slots * pool->slot_bytes;
-	pool->geom = (struct kvmm_kv_geom){ pool->layers * pool->nbufs, cfg->page_size,
-					    pool->slot_bytes };
-	pool->bufs = calloc((size_t)pool->layers * pool->nbufs, sizeof(*pool->bufs));
+	kvmm_kv_geom_of(&cfg->model, cfg->page_size, &pool->geom);
+	pool->buf_bytes = cfg->nr_pages * kvmm_kv_run(&pool->geom);
+	pool->bufs = calloc(pool->geom.nbufs, sizeof(*pool->bufs));
 	if (!pool->bufs)
 		goto out_nomem;
-	for (i = 0; i < pool->layers * pool->nbufs; i++) {
+	for (i = 0; i < pool->geom.nbufs; i++) {
 		pool->bufs[i] = kvmm_map_anon(pool->buf_bytes);
 		if (!pool->bufs[i])
 			goto out_nomem;
@@ -119,12 +95,13 @@ out_nomem:
 static int mock_kv_layer(void *priv, uint32_t layer, struct kvmm_kv_layer *out)
 {
 	struct mock_pool *pool = priv;
+	uint32_t per = pool->geom.nbufs / pool->layers;
 
 	if (layer >= pool->layers)
 		return -EINVAL;
-	out->k = pool->bufs[layer * pool->nbufs];
-	out->v = pool->nbufs > 1 ? pool->bufs[layer * pool->nbufs + 1] : NULL;
-	out->slot_bytes = pool->slot_bytes;
+	out->k = pool->bufs[layer * per];
+	out->v = per > 1 ? pool->bufs[layer * per + 1] : NULL;
+	out->slot_bytes = pool->geom.slot_bytes;
 	out->bytes = pool->buf_bytes;
 	return 0;
 }
@@ -146,23 +123,14 @@ static int mock_copy_fault(struct mock_pool *pool)
 static int mock_dma_check(struct mock_pool *pool, uint32_t nr, void *const *host)
 {
 	uint64_t bytes = kvmm_kv_page_bytes(&pool->geom);
-	uint32_t i, r;
-	int ret = 0;
+	uint32_t i;
 
 	if (!pool->arg || !pool->arg->dma_strict)
 		return 0;
-	pthread_mutex_lock(&pool->dma_lock);
-	for (i = 0; i < nr && !ret; i++) {
-		uintptr_t a = (uintptr_t)host[i];
-
-		for (r = 0; r < pool->nr_ranges; r++)
-			if (a >= pool->ranges[r].start && a + bytes <= pool->ranges[r].end)
-				break;
-		if (r == pool->nr_ranges)
-			ret = -EFAULT;
-	}
-	pthread_mutex_unlock(&pool->dma_lock);
-	return ret;
+	for (i = 0; i < nr; i++)
+		if (!kvmm_dma_ranges_find(&pool->dma, host[i], bytes))
+			return -EFAULT;
+	return 0;
 }
 
 static int mock_copy(struct mock_pool *pool, const int32_t *pfns, uint32_t nr,
@@ -197,53 +165,28 @@ static int mock_mem_register(void *priv, void *addr, size_t len)
 {
 	struct mock_pool *pool = priv;
 	struct kvmm_mock_arg *arg = pool->arg;
-	int ret = 0;
+	uint32_t n = __atomic_add_fetch(&pool->registers, 1, __ATOMIC_RELAXED);
+	int ret;
 
-	pthread_mutex_lock(&pool->dma_lock);
-	pool->registers++;
-	if (arg && arg->fail_register &&
-	    (!arg->fail_register_at || pool->registers == arg->fail_register_at)) {
-		ret = arg->fail_register;
-	} else if (!addr || !len) {
-		ret = -EINVAL;
-	} else if (pool->nr_ranges == pool->max_ranges) {
-		uint32_t max = pool->max_ranges ? 2 * pool->max_ranges : 8;
-		struct mock_range *r = realloc(pool->ranges, max * sizeof(*r));
-
-		if (r) {
-			pool->ranges = r;
-			pool->max_ranges = max;
-		} else {
-			ret = -ENOMEM;
-		}
-	}
-	if (!ret) {
-		pool->ranges[pool->nr_ranges++] = (struct mock_range){
-			(uintptr_t)addr, (uintptr_t)addr + len };
-		if (arg)
-			arg->dma_ranges = pool->nr_ranges;
-	}
-	pthread_mutex_unlock(&pool->dma_lock);
-	return ret;
+	if (arg && arg->fail_register && (!arg->fail_register_at || n == arg->fail_register_at))
+		return arg->fail_register;
+	/* Plain memory: the "device" sees it where the host does. */
+	ret = kvmm_dma_ranges_add(&pool->dma, addr, len, (uintptr_t)addr);
+	if (ret < 0)
+		return ret;
+	if (arg)
+		arg->dma_ranges = (uint32_t)ret;
+	return 0;
 }
 
 /* An unknown range is a caller's bug: left counted, so the test sees it. */
 static void mock_mem_unregister(void *priv, void *addr, size_t len)
 {
 	struct mock_pool *pool = priv;
-	uint32_t r;
+	uint32_t left = kvmm_dma_ranges_del(&pool->dma, addr, len);
 
-	pthread_mutex_lock(&pool->dma_lock);
-	for (r = 0; r < pool->nr_ranges; r++) {
-		if (pool->ranges[r].start == (uintptr_t)addr &&
-		    pool->ranges[r].end == (uintptr_t)addr + len) {
-			pool->ranges[r] = pool->ranges[--pool->nr_ranges];
-			break;
-		}
-	}
 	if (pool->arg)
-		pool->arg->dma_ranges = pool->nr_ranges;
-	pthread_mutex_unlock(&pool->dma_lock);
+		pool->arg->dma_ranges = left;
 }
 
 static int mock_kv_copy(void *priv, const int32_t *src, const int32_t *dst,

@@ -239,12 +239,6 @@ API CUresult cuGetErrorString(CUresult r, const char **s)
 	return CUDA_SUCCESS;
 }
 
-API CUresult cuDriverGetVersion(int *v)
-{
-	*v = CUDA_VERSION;
-	return CUDA_SUCCESS;
-}
-
 API CUresult cuDeviceGetCount(int *n)
 {
 	ENTER();
