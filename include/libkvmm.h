@@ -109,6 +109,11 @@ struct kvmm_alloc_ops {
  *	demotes it; KVMM_WRITE_THROUGH copies it when it is committed, so
  *	that its later demotion copies nothing (needs a host tier; see the
  *	tiers doc)
+ * @max_pages: pages the device pool may grow to at run time with
+ *	kvmm_resize() (0: the pool's size, fixed); the backend reserves
+ *	address space for them and the core sizes its page descriptors
+ *	(2 bytes each) for them, while memory is held only for the pages
+ *	in use
  *
  * Budget sizing follows SGLang: with @nr_pages 0 the pool gets
  * (mem_avail - mem_total * (1 - mem_fraction)) bytes, divided by the cell
@@ -143,6 +148,7 @@ struct kvmm_params {
 	void (*log)(void *priv, const char *msg);
 	void *log_priv;
 	uint32_t write_policy;
+	uint32_t max_pages;
 };
 
 #define KVMM_NODE_NEAREST	(-1)
@@ -162,6 +168,7 @@ void kvmm_destroy(struct kvmm_ctx *ctx);
 uint64_t kvmm_cell_bytes(const struct kvmm_model *model);
 uint32_t kvmm_page_size(const struct kvmm_ctx *ctx);
 uint32_t kvmm_nr_pages(const struct kvmm_ctx *ctx);
+int kvmm_resize(struct kvmm_ctx *ctx, uint32_t nr_pages);
 
 /* Sequences (SGLang's req_to_token_pool rows) */
 int kvmm_seq_open(struct kvmm_ctx *ctx, uint32_t ns, uint32_t *seqp);
@@ -308,6 +315,22 @@ int64_t kvmm_kv_indices(struct kvmm_ctx *ctx, const struct kvmm_kv_batch *batch)
 int kvmm_backend_info(struct kvmm_ctx *ctx, char *buf, size_t len);
 int kvmm_stream_wait(struct kvmm_ctx *ctx, void *stream);
 
+/*
+ * Sharing the pool with another process: the owner describes it
+ * (kvmm_kv_share(), what kvmmd sends a client that asks), the other side
+ * maps the same memory (kvmm_kv_import(), or kvmm_kv_attach() over a ring
+ * connected to kvmmd) and hands its kernels the addresses it gets.
+ */
+struct kvmm_kv_pool;
+int kvmm_kv_share(struct kvmm_ctx *ctx, struct kvmm_share *share,
+		  struct kvmm_share_ext **ext, int **fds);
+int kvmm_kv_import(const struct kvmm_share *share, const struct kvmm_share_ext *ext,
+		   const int *fds, void *backend_arg, struct kvmm_kv_pool **poolp);
+int kvmm_kv_pool_layer(const struct kvmm_kv_pool *pool, uint32_t layer,
+		       struct kvmm_kv_layer *out);
+uint32_t kvmm_kv_pool_pages(const struct kvmm_kv_pool *pool);
+void kvmm_kv_pool_close(struct kvmm_kv_pool *pool);
+
 
 /*
  * The command ring (uapi/kvmm/ring.h; Documentation/userspace-api/ring.rst).
@@ -387,6 +410,7 @@ void kvmm_ring_exit(struct kvmm_ring *ring);
 int kvmm_submit(struct kvmm_ring *ring);
 int kvmm_submit_and_wait(struct kvmm_ring *ring, uint32_t wait_nr);
 int kvmm_wait_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep);
+int kvmm_kv_attach(struct kvmm_ring *ring, void *backend_arg, struct kvmm_kv_pool **poolp);
 int kvmm_ioctl(struct kvmm_ctx *ctx, const struct kvmm_sqe *sqe,
 	       const struct kvmm_iovec *bufs, uint32_t nr_bufs);
 void kvmm_lock(struct kvmm_ctx *ctx);
@@ -615,6 +639,8 @@ static inline void kvmm_prep_drop_caches(struct kvmm_sqe *sqe)
  * @arg: kvmm_params.backend_arg
  * @err: where init may write a line saying why it failed
  * @err_len: bytes at @err
+ * @max_pages: pages the pool may be resized to (at least @nr_pages):
+ *	reserve addresses for them, back only @nr_pages
  */
 struct kvmm_backend_cfg {
 	struct kvmm_model model;
@@ -624,6 +650,7 @@ struct kvmm_backend_cfg {
 	void *arg;
 	char *err;
 	size_t err_len;
+	uint32_t max_pages;
 };
 
 /**
@@ -682,6 +709,21 @@ struct kvmm_kv_index_job {
  * @info: optional: one line describing the pool (device, layout, mode)
  * @stream_wait: optional: make the engine's @stream (cuda: a CUstream)
  *	wait for every copy this backend has issued
+ * @resize: optional: back pages [0, @nr_pages) of every buffer and no
+ *	more than the backend's unit of mapping needs, without moving any
+ *	byte of the pages that stay; @nr_pages is at most cfg->max_pages.
+ *	Shrinking is asked only for pages the core holds free.  0, or a
+ *	negative errno with the mapping as it was
+ * @share: optional: describe the pool so another process can map it:
+ *	fill @share's nbufs, mapped_pages, max_pages, nr_ext, nr_fds,
+ *	granularity and device (the core fills the rest), and set *@ext to
+ *	nr_ext extents and *@fds to nr_fds new descriptors (the order of
+ *	struct kvmm_share), both from malloc; the caller closes and frees
+ *	them.  -EOPNOTSUPP when this pool's memory cannot be exported
+ * @import: optional: map a pool another process shared (@share, @ext,
+ *	@fds; the descriptors stay the caller's) with the geometry in @cfg
+ *	(nr_pages and max_pages as shared, arg the importer's backend_arg);
+ *	the state stored in *@privp serves @kv_layer, @info and @exit only
  *
  * Staging layout of one page: for each layer, the page's K slots then
  * its V slots (MLA: its latent slots), slot after slot, as they sit in
@@ -708,6 +750,11 @@ struct kvmm_backend_ops {
 			size_t err_len);
 	int (*info)(void *priv, char *buf, size_t len);
 	int (*stream_wait)(void *priv, void *stream);
+	int (*resize)(void *priv, uint32_t nr_pages);
+	int (*share)(void *priv, struct kvmm_share *share, struct kvmm_share_ext **ext,
+		     int **fds);
+	int (*import)(const struct kvmm_backend_cfg *cfg, const struct kvmm_share *share,
+		      const struct kvmm_share_ext *ext, const int *fds, void **privp);
 };
 
 const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name);
@@ -839,6 +886,9 @@ const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier);
  * @dma_ranges: out: ranges registered now (0 after a clean destroy)
  * @mem_total: the device memory the mock reports for mem_fraction sizing
  * @mem_avail: ... and how much of it is free (both 0: it reports none)
+
+ * @fail_resize: make resize fail with this negative errno (0: never)
+ * @fail_share: make share (export) fail with this negative errno
  *
  * The backend keeps the pointer and reads @fail_copy and @fail_every at
  * every call, so a test can turn faults on and off while it runs.
@@ -853,6 +903,8 @@ struct kvmm_mock_arg {
 	uint32_t dma_ranges;
 	uint64_t mem_total;
 	uint64_t mem_avail;
+	int fail_resize;
+	int fail_share;
 };
 
 /**

@@ -25,5 +25,9 @@ void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params
 void kvmm_ring_attach(struct kvmm_disp *d, void *region, const struct kvmm_ring_params *p);
 void kvmm_doorbell(int fd);
 void kvmm_ring_wake(struct kvmm_ring_hdr *hdr, int cq_fd);
+int kvmm_sock_send(int sock, const void *buf, size_t len, const int *fds, uint32_t nfds);
+int kvmm_sock_recv(int sock, void *buf, size_t len, int *fds, uint32_t max,
+		   uint32_t *nfds);
+int kvmm_share_serve(struct kvmm_ctx *ctx, int sock);
 
 #endif

@@ -197,28 +197,17 @@ KVMM_EXPORT int kvmm_ring_register_buffers(struct kvmm_ring *ring,
 
 static int recv_welcome(int sock, struct kvmm_welcome *w, int fds[3])
 {
-	char cbuf[CMSG_SPACE(3 * sizeof(int))];
-	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-			      .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *cm;
-	ssize_t n;
+	uint32_t n;
+	int ret = kvmm_sock_recv(sock, w, sizeof(*w), fds, 3, &n);
 
-	do {
-		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-	} while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -errno;
-	if (n != sizeof(*w))
-		return -EPROTO;
-	if (w->status)
-		return w->status < 0 ? w->status : -EPROTO;
-	cm = CMSG_FIRSTHDR(&msg);
-	if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-	    cm->cmsg_len != CMSG_LEN(3 * sizeof(int)))
-		return -EPROTO;
-	memcpy(fds, CMSG_DATA(cm), 3 * sizeof(int));
-	return 0;
+	if (!ret && w->status)
+		ret = w->status < 0 ? w->status : -EPROTO;
+	else if (!ret && n != 3)
+		ret = -EPROTO;
+	if (ret)
+		while (n)
+			close(fds[--n]);
+	return ret;
 }
 
 /**

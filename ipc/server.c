@@ -12,13 +12,15 @@
  * eventfd doorbells back with SCM_RIGHTS, and then serves the ring:
  * consume pending entries (one context lock per batch), ring the client's
  * doorbell if it sleeps, spin a little (long in polling mode), then sleep
- * on the SQ doorbell, the socket and the server's stop event.
+ * on the SQ doorbell, the socket and the server's stop event.  The only
+ * thing a client may write after its hello is a request for the KV pool
+ * (ipc/share.c), answered on the same thread.
  *
  * A client that closes its socket, exits or is killed leaves the socket at
  * EOF; its thread then destroys its dispatcher, which closes every
  * sequence the ring still holds and drops every pin it took: no page stays
- * owned or locked for a client that is gone.  The client never writes to
- * the socket after its hello, so any byte it sends is treated the same.
+ * owned or locked for a client that is gone.  Bytes that are not a share
+ * request are treated the same.
  *
  * Nothing the client can write into the shared region is trusted: the
  * dispatcher keeps its own copy of the geometry and of its indices (see
@@ -88,43 +90,38 @@ struct kvmm_server {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
-static int send_welcome(int sock, const struct kvmm_welcome *w, const int *fds, int nfds)
-{
-	char cbuf[CMSG_SPACE(3 * sizeof(int))];
-	struct iovec iov = { .iov_base = (void *)w, .iov_len = sizeof(*w) };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct cmsghdr *cm;
-
-	if (nfds) {
-		memset(cbuf, 0, sizeof(cbuf));
-		msg.msg_control = cbuf;
-		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
-	}
-	return sendmsg(sock, &msg, MSG_NOSIGNAL) == sizeof(*w) ? 0 : -EPIPE;
-}
-
-static int recv_hello(int sock, struct kvmm_hello *hello)
+/* @len bytes from the client, each part within KVMM_HELLO_TIMEOUT_MS. */
+static int recv_timed(int sock, void *buf, size_t len)
 {
 	struct pollfd pfd = { .fd = sock, .events = POLLIN };
 	size_t got = 0;
 
-	while (got < sizeof(*hello)) {
+	while (got < len) {
 		ssize_t n;
 		int r = poll(&pfd, 1, KVMM_HELLO_TIMEOUT_MS);
 
 		if (r <= 0)
 			return r ? -errno : -ETIMEDOUT;
-		n = recv(sock, (char *)hello + got, sizeof(*hello) - got, 0);
+		n = recv(sock, (char *)buf + got, len - got, 0);
 		if (n <= 0)
 			return n ? -errno : -ECONNRESET;
 		got += (size_t)n;
 	}
 	return 0;
+}
+
+/*
+ * The client wrote to its socket: a share request is answered; anything
+ * else (end of file, stray bytes) ends the connection (nonzero return).
+ */
+static int client_request(struct kvmm_client *c)
+{
+	struct kvmm_share_req req;
+
+	if (recv_timed(c->sock, &req, sizeof(req)) || req.magic != KVMM_SHARE_MAGIC ||
+	    req.resv[0] || req.resv[1])
+		return -EPROTO;
+	return kvmm_share_serve(c->srv->ctx, c->sock);
 }
 
 /*
@@ -165,7 +162,7 @@ static int client_setup(struct kvmm_client *c)
 	struct kvmm_hello hello;
 	int memfd = -1, fds[3], ret;
 
-	ret = recv_hello(c->sock, &hello);
+	ret = recv_timed(c->sock, &hello, sizeof(hello));
 	if (ret)
 		return ret;
 	if (hello.magic != KVMM_RING_MAGIC || hello.abi != KVMM_ABI_VERSION ||
@@ -223,7 +220,7 @@ static int client_setup(struct kvmm_client *c)
 	fds[0] = memfd;
 	fds[1] = c->sq_fd;
 	fds[2] = c->cq_fd;
-	ret = send_welcome(c->sock, &w, fds, 3);
+	ret = kvmm_sock_send(c->sock, &w, sizeof(w), fds, 3);
 	close(memfd);
 	return ret;
 
@@ -231,7 +228,7 @@ out_refuse:
 	if (memfd >= 0)
 		close(memfd);
 	w.status = ret;
-	send_welcome(c->sock, &w, NULL, 0);
+	kvmm_sock_send(c->sock, &w, sizeof(w), NULL, 0);
 	return ret;
 }
 
@@ -274,8 +271,10 @@ static void client_serve(struct kvmm_client *c)
 		__atomic_store_n(&hdr->sq_sleeping, 0, __ATOMIC_RELAXED);
 		if (pfd[0].revents & POLLIN)
 			(void)!read(c->sq_fd, &v, sizeof(v));
-		if (pfd[1].revents || pfd[2].revents)
-			return;	/* EOF, error, stray bytes, or stop */
+		if (pfd[2].revents)
+			return;	/* stop */
+		if (pfd[1].revents && client_request(c))
+			return;	/* EOF, error, stray bytes */
 	}
 }
 
@@ -338,7 +337,7 @@ static void accept_one(struct kvmm_server *srv)
 		struct kvmm_welcome w = { .status = -EBUSY };
 
 		pthread_mutex_unlock(&srv->lock);
-		send_welcome(sock, &w, NULL, 0);
+		kvmm_sock_send(sock, &w, sizeof(w), NULL, 0);
 		close(sock);
 		return;
 	}

@@ -85,6 +85,10 @@ static int check_zone(const struct kvmm_ctx *ctx, uint32_t tier)
 	}
 	CHECK(nfree == zone->nr_free, "zone counts %u free, bitmap has %llu",
 	      zone->nr_free, (unsigned long long)nfree);
+	for (pfn = zone->nr_pages; pfn < zone->max_pages; pfn++)
+		CHECK(zone->pages[pfn].state == KVMM_PAGE_FREE && !zone->pages[pfn].refcount &&
+		      !zone->pages[pfn].flags, "offline pfn %u is in state %u",
+		      pfn, zone->pages[pfn].state);
 	for (w = zone->nr_pages; w < (uint64_t)hb->nwords[0] * 64; w++)
 		CHECK(!(hb->level[0][w >> 6] >> (w & 63) & 1), "bit %llu past the pool set",
 		      (unsigned long long)w);

@@ -130,7 +130,8 @@ KVMM_EXPORT uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t pa
 	return kvmm_cell_bytes(model) * page_size;
 }
 
-static int params_check_model(const struct kvmm_model *m)
+/* Is @m a geometry that describes KV?  (Also for an imported pool.) */
+int kvmm_check_model(const struct kvmm_model *m)
 {
 	if (!m->layers || !m->dtype_bytes || m->dtype_bytes > 16)
 		return -EINVAL;
@@ -170,9 +171,10 @@ static int params_nr_pages(const struct kvmm_params *p, uint32_t *nrp)
 	return 0;
 }
 
-static int params_check(const struct kvmm_params *p, uint32_t *nr_pages)
+static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
+			uint32_t *max_pages)
 {
-	int ret = params_check_model(&p->model);
+	int ret = kvmm_check_model(&p->model);
 
 	if (ret)
 		return ret;
@@ -202,6 +204,10 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages)
 	if (p->wmark_min > p->wmark_low || p->wmark_low > p->wmark_high ||
 	    p->wmark_high > *nr_pages)
 		return -EINVAL;
+	*max_pages = p->max_pages ? p->max_pages : *nr_pages;
+	if (*max_pages < *nr_pages || *max_pages > KVMM_MAX_PAGES ||
+	    (uint64_t)*max_pages * p->page_size > KVMM_MAX_SLOTS)
+		return -EINVAL;
 	return 0;
 }
 
@@ -217,8 +223,16 @@ static int backend_init(struct kvmm_ctx *ctx)
 		.arg = p->backend_arg,
 		.err = why,
 		.err_len = sizeof(why),
+		.max_pages = ctx->zone[KVMM_TIER_DEVICE].max_pages,
 	};
-	int ret = ctx->backend->init(&cfg, &ctx->backend_priv);
+	int ret;
+
+	if (cfg.max_pages > cfg.nr_pages && !ctx->backend->resize) {
+		kvmm_report(ctx, "%s backend: cannot resize its pool (max_pages)",
+			    ctx->backend->name);
+		return -EOPNOTSUPP;
+	}
+	ret = ctx->backend->init(&cfg, &ctx->backend_priv);
 
 	if (ret && why[0])
 		kvmm_report(ctx, "%s backend: %s", ctx->backend->name, why);
@@ -257,7 +271,8 @@ static int params_mem_info(const struct kvmm_backend_ops *bops, struct kvmm_para
  *
  * Return: 0; -EINVAL for bad parameters (a page size that is not a power
  * of two, zero sizes, unknown policy or inconsistent watermarks);
- * -EOPNOTSUPP for an unknown backend; -ENOSPC when the memory budget holds
+ * -EOPNOTSUPP for an unknown backend, or max_pages on a backend that
+ * cannot resize; -ENOSPC when the memory budget holds
  * no page; -ENOMEM when metadata cannot be allocated; a backend's error
  * from its init or its mem_info (cuda: -ENODEV with no driver or device,
  * with the reason sent to @params->log).  Nothing is held on failure.
@@ -269,7 +284,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	const struct kvmm_backend_ops *bops;
 	struct kvmm_params sized;
 	struct kvmm_ctx *ctx;
-	uint32_t nr_pages = 0, tier;
+	uint32_t nr_pages = 0, max_pages = 0, tier;
 	int ret;
 
 	if (!params || !ctxp)
@@ -282,7 +297,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	if (ret)
 		return ret;
 	params = &sized;
-	ret = params_check(params, &nr_pages);
+	ret = params_check(params, &nr_pages, &max_pages);
 	if (ret)
 		return ret;
 
@@ -311,7 +326,8 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 				 kvmm_evict_ops_lookup(params->evict_policy ?
 						       params->evict_policy : "lru"));
 
-	ret = kvmm_zone_init(ctx, &ctx->zone[KVMM_TIER_DEVICE], nr_pages, KVMM_TIER_DEVICE);
+	ret = kvmm_zone_init(ctx, &ctx->zone[KVMM_TIER_DEVICE], nr_pages, max_pages,
+			     KVMM_TIER_DEVICE);
 	if (ret)
 		goto out_free_ctx;
 	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_MIN] = params->wmark_min;

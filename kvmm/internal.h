@@ -108,6 +108,10 @@ static inline void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
 }
 #endif
 
+/* ---- ctx.c ---- */
+
+int kvmm_check_model(const struct kvmm_model *m);
+
 /* ---- page_alloc.c ---- */
 
 /**
@@ -157,7 +161,10 @@ enum kvmm_wmark {
  * struct kvmm_zone - a pool of page frames of one tier
  * @pages: a descriptor per frame
  * @free: bitmap of free frames
- * @nr_pages: frames in the zone
+ * @nr_pages: frames in the zone now (online): 0 .. nr_pages - 1
+ * @max_pages: frames it may grow to; descriptors and bitmap cover these,
+ *	and frames from @nr_pages up are offline: free-looking descriptors,
+ *	no bit, never allocated
  * @nr_free: frames on @free
  * @cursor: next-fit position, so bulk allocations come out contiguous
  * @wmark: KVMM_WMARK_* levels, in pages
@@ -167,6 +174,7 @@ struct kvmm_zone {
 	struct kvmm_page *pages;
 	struct kvmm_hbitmap free;
 	uint32_t nr_pages;
+	uint32_t max_pages;
 	uint32_t nr_free;
 	uint32_t cursor;
 	uint32_t wmark[NR_KVMM_WMARK];
@@ -177,8 +185,13 @@ struct kvmm_zone {
 #define KVMM_ALLOC_NORECLAIM	KVMM_EXTEND_NORECLAIM
 
 int kvmm_zone_init(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
-		   uint32_t nr_pages, uint32_t tier);
+		   uint32_t nr_pages, uint32_t max_pages, uint32_t tier);
 void kvmm_zone_exit(struct kvmm_ctx *ctx, struct kvmm_zone *zone);
+void kvmm_zone_online(struct kvmm_zone *zone, uint32_t nr_pages);
+void kvmm_zone_offline(struct kvmm_zone *zone, uint32_t nr_pages);
+void kvmm_zone_isolate(struct kvmm_zone *zone, uint32_t from);
+void kvmm_zone_unisolate(struct kvmm_zone *zone, uint32_t from);
+uint32_t kvmm_zone_count_free(const struct kvmm_zone *zone, uint32_t from, uint32_t to);
 int kvmm_zone_reserve(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 		      uint64_t nr, uint32_t flags);
 void __kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
@@ -518,6 +531,7 @@ enum kvmm_event {
 	EV_WT_SKIP_PAGES,
 	EV_DEMOTE_FREE_PAGES,
 	EV_SHADOW_DROP_PAGES,
+	EV_MIGRATED,
 	NR_KVMM_EVENTS
 };
 

@@ -11,6 +11,9 @@
  * engine that also serves rings from other threads brackets them with
  * kvmm_lock().
  */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "internal.h"
 
 /**
@@ -159,4 +162,167 @@ KVMM_EXPORT int kvmm_stream_wait(struct kvmm_ctx *ctx, void *stream)
 	if (!ctx->backend->stream_wait)
 		return -EOPNOTSUPP;
 	return ctx->backend->stream_wait(ctx->backend_priv, stream);
+}
+
+/**
+ * kvmm_kv_share() - describe the pool so another process can map it
+ * @ctx: the context; its lock held when rings are served
+ * @share: out: the description (uapi struct kvmm_share)
+ * @ext: out: share->nr_ext extents, from malloc; the caller frees it
+ * @fds: out: share->nr_fds new descriptors, from malloc; the caller closes
+ *	them and frees the array
+ *
+ * What kvmmd sends a client that asks (kvmm_kv_attach()).  The pages the
+ * importer maps are the same memory: what it writes there the pool has.
+ * The description is of the pool as it is now; after kvmm_resize() a
+ * client maps it again.
+ *
+ * Return: 0; -EOPNOTSUPP when the backend cannot export its memory (cuda:
+ * a device without POSIX file-descriptor handles); its error.
+ */
+KVMM_EXPORT int kvmm_kv_share(struct kvmm_ctx *ctx, struct kvmm_share *share,
+			      struct kvmm_share_ext **ext, int **fds)
+{
+	const struct kvmm_model *m;
+	int ret;
+
+	if (!ctx || !share || !ext || !fds)
+		return -EINVAL;
+	if (!ctx->backend->share)
+		return -EOPNOTSUPP;
+	m = &ctx->params.model;
+	memset(share, 0, sizeof(*share));
+	share->magic = KVMM_SHARE_MAGIC;
+	snprintf(share->backend, sizeof(share->backend), "%s", ctx->backend->name);
+	share->layers = m->layers;
+	share->kv_heads = m->kv_heads;
+	share->head_dim = m->head_dim;
+	share->latent_dim = m->latent_dim;
+	share->dtype_bytes = m->dtype_bytes;
+	share->attn = m->attn;
+	share->page_size = ctx->page_size;
+	share->nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
+	*ext = NULL;
+	*fds = NULL;
+	ret = ctx->backend->share(ctx->backend_priv, share, ext, fds);
+	if (ret) {
+		share->status = ret;
+		return ret;
+	}
+	return 0;
+}
+
+/*
+ * struct kvmm_kv_pool - another process's pool, mapped here
+ * @ops: the backend that mapped it; @priv: its state
+ * @nr_pages: pages shared; @layers: the model's
+ */
+struct kvmm_kv_pool {
+	const struct kvmm_backend_ops *ops;
+	void *priv;
+	uint32_t nr_pages;
+	uint32_t layers;
+};
+
+/**
+ * kvmm_kv_import() - map a pool another process shared
+ * @share: its description (from kvmm_kv_share() there)
+ * @ext: its share->nr_ext extents
+ * @fds: its share->nr_fds descriptors; they stay the caller's
+ * @backend_arg: this side's backend argument (cuda: struct kvmm_cuda_arg;
+ *	the device is the one named in @share whatever its ordinal here)
+ * @poolp: out
+ *
+ * Return: 0; -EINVAL for a description that does not hold together;
+ * -EOPNOTSUPP for a backend this build lacks or that cannot import; its
+ * error (-ENODEV: the device is not visible here).
+ */
+KVMM_EXPORT int kvmm_kv_import(const struct kvmm_share *share,
+			       const struct kvmm_share_ext *ext, const int *fds,
+			       void *backend_arg, struct kvmm_kv_pool **poolp)
+{
+	struct kvmm_backend_cfg cfg = { 0 };
+	const struct kvmm_backend_ops *ops;
+	struct kvmm_kv_pool *pool;
+	uint64_t covered = 0;
+	uint32_t i;
+	int ret;
+
+	if (!share || !poolp || share->magic != KVMM_SHARE_MAGIC || share->status ||
+	    !share->nr_ext || (!ext || !fds) ||
+	    share->nr_fds != (uint64_t)share->nr_ext * share->nbufs ||
+	    memchr(share->backend, 0, sizeof(share->backend)) == NULL)
+		return -EINVAL;
+	cfg.model = (struct kvmm_model){
+		.layers = share->layers, .kv_heads = share->kv_heads,
+		.head_dim = share->head_dim, .latent_dim = share->latent_dim,
+		.dtype_bytes = share->dtype_bytes, .attn = share->attn,
+	};
+	if (kvmm_check_model(&cfg.model) || !share->page_size ||
+	    (share->page_size & (share->page_size - 1)) ||
+	    share->page_size > KVMM_MAX_PAGE_SIZE || !share->nr_pages ||
+	    share->nr_pages > share->mapped_pages || share->mapped_pages > share->max_pages ||
+	    (uint64_t)share->max_pages * share->page_size > KVMM_MAX_SLOTS ||
+	    share->nbufs != cfg.model.layers * (cfg.model.attn == KVMM_ATTN_MLA ? 1 : 2))
+		return -EINVAL;
+	/* The extents tile [0, mapped_pages) in order. */
+	for (i = 0; i < share->nr_ext; i++) {
+		if (ext[i].first != covered || !ext[i].pages)
+			return -EINVAL;
+		covered += ext[i].pages;
+	}
+	if (covered != share->mapped_pages)
+		return -EINVAL;
+	ops = kvmm_backend_lookup(share->backend);
+	if (!ops || !ops->import)
+		return -EOPNOTSUPP;
+	pool = calloc(1, sizeof(*pool));
+	if (!pool)
+		return -ENOMEM;
+	cfg.page_size = share->page_size;
+	cfg.nr_pages = share->nr_pages;
+	cfg.max_pages = share->max_pages;
+	cfg.tier = KVMM_TIER_DEVICE;
+	cfg.arg = backend_arg;
+	ret = ops->import(&cfg, share, ext, fds, &pool->priv);
+	if (ret) {
+		free(pool);
+		return ret;
+	}
+	pool->ops = ops;
+	pool->nr_pages = share->nr_pages;
+	pool->layers = share->layers;
+	*poolp = pool;
+	return 0;
+}
+
+/**
+ * kvmm_kv_pool_layer() - where layer @layer's KV is in an imported pool
+ * @pool: from kvmm_kv_import() or kvmm_kv_attach()
+ * @layer: 0 .. layers - 1
+ * @out: filled on success, as kvmm_kv_layer() does for the owner
+ *
+ * Return: 0, or -EINVAL.
+ */
+KVMM_EXPORT int kvmm_kv_pool_layer(const struct kvmm_kv_pool *pool, uint32_t layer,
+				   struct kvmm_kv_layer *out)
+{
+	if (!pool || !out || layer >= pool->layers)
+		return -EINVAL;
+	return pool->ops->kv_layer(pool->priv, layer, out);
+}
+
+/* kvmm_kv_pool_pages() - pages of the pool as shared (0 for NULL) */
+KVMM_EXPORT uint32_t kvmm_kv_pool_pages(const struct kvmm_kv_pool *pool)
+{
+	return pool ? pool->nr_pages : 0;
+}
+
+/* kvmm_kv_pool_close() - unmap an imported pool; the owner's is untouched */
+KVMM_EXPORT void kvmm_kv_pool_close(struct kvmm_kv_pool *pool)
+{
+	if (!pool)
+		return;
+	pool->ops->exit(pool->priv);
+	free(pool);
 }

@@ -126,39 +126,32 @@ static bool hb_test(const struct kvmm_hbitmap *hb, uint64_t bit)
  * kvmm_zone_init() - set up a zone of @nr_pages free frames
  * @ctx: the context whose allocator provides the metadata
  * @zone: caller's memory
- * @nr_pages: frames, at least 1
+ * @nr_pages: frames online now, at least 1
+ * @max_pages: frames the zone may grow to (kvmm_zone_online()), at least
+ *	@nr_pages; the descriptors and the bitmap are sized for these
  * @tier: KVMM_TIER_* the frames belong to
  *
  * Return: 0, or -ENOMEM with nothing held.
  */
 int kvmm_zone_init(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
-		   uint32_t nr_pages, uint32_t tier)
+		   uint32_t nr_pages, uint32_t max_pages, uint32_t tier)
 {
-	uint64_t w;
-	uint32_t i;
 	int ret;
 
 	memset(zone, 0, sizeof(*zone));
-	zone->pages = kvmm_malloc(ctx, (size_t)nr_pages * sizeof(*zone->pages));
+	zone->pages = kvmm_malloc(ctx, (size_t)max_pages * sizeof(*zone->pages));
 	if (!zone->pages)
 		return -ENOMEM;
-	ret = hb_init(ctx, &zone->free, nr_pages);
+	ret = hb_init(ctx, &zone->free, max_pages);
 	if (ret) {
-		kvmm_mfree(ctx, zone->pages, (size_t)nr_pages * sizeof(*zone->pages));
+		kvmm_mfree(ctx, zone->pages, (size_t)max_pages * sizeof(*zone->pages));
 		zone->pages = NULL;
 		return ret;
 	}
-	for (i = 0; i < nr_pages; i++)
-		zone->pages[i] = (struct kvmm_page){ .state = KVMM_PAGE_FREE,
-						     .tier = (uint8_t)tier };
-	for (w = 0; w * 64 < nr_pages; w++) {
-		uint64_t left = nr_pages - w * 64;
-
-		hb_set_mask(&zone->free, w, left >= 64 ? ~0ULL : (1ULL << left) - 1);
-	}
-	zone->nr_pages = nr_pages;
-	zone->nr_free = nr_pages;
+	zone->max_pages = max_pages;
 	zone->tier = tier;
+	kvmm_zone_offline(zone, 0);	/* every descriptor, no bit */
+	kvmm_zone_online(zone, nr_pages);
 	return 0;
 }
 
@@ -167,8 +160,117 @@ void kvmm_zone_exit(struct kvmm_ctx *ctx, struct kvmm_zone *zone)
 	if (!zone->pages)
 		return;
 	kvmm_mfree(ctx, zone->free.level[0], zone->free.bytes);
-	kvmm_mfree(ctx, zone->pages, (size_t)zone->nr_pages * sizeof(*zone->pages));
+	kvmm_mfree(ctx, zone->pages, (size_t)zone->max_pages * sizeof(*zone->pages));
 	zone->pages = NULL;
+}
+
+/*
+ * The bits of frames [*@pfn, @to) that lie in *@pfn's bitmap word; moves
+ * *@pfn to the first frame of the next word (or @to).
+ */
+static uint64_t word_span(uint64_t *pfn, uint64_t to)
+{
+	uint64_t from = *pfn, end = (from | 63) + 1 < to ? (from | 63) + 1 : to;
+
+	*pfn = end;
+	return (end - from == 64 ? ~0ULL : ((1ULL << (end - from)) - 1)) << (from & 63);
+}
+
+/**
+ * kvmm_zone_online() - grow the zone to @nr_pages frames
+ * @zone: the zone
+ * @nr_pages: at least its size now, at most max_pages
+ *
+ * Frames [nr_pages now, @nr_pages) join as free frames, a word of the
+ * bitmap at a time.  As memory hotplug onlines a section: the backing
+ * memory must be there first.
+ */
+void kvmm_zone_online(struct kvmm_zone *zone, uint32_t nr_pages)
+{
+	const struct kvmm_page free_desc = { .state = KVMM_PAGE_FREE,
+					     .tier = (uint8_t)zone->tier };
+	uint64_t pfn;
+
+	for (pfn = zone->nr_pages; pfn < nr_pages; pfn++)
+		zone->pages[pfn] = free_desc;
+	for (pfn = zone->nr_pages; pfn < nr_pages;) {
+		uint64_t w = pfn >> 6;
+
+		hb_set_mask(&zone->free, w, word_span(&pfn, nr_pages));
+	}
+	zone->nr_free += nr_pages - zone->nr_pages;
+	zone->nr_pages = nr_pages;
+}
+
+/**
+ * kvmm_zone_isolate() - keep the allocator off frames @from and up
+ * @zone: the zone
+ * @from: first frame isolated, at most nr_pages
+ *
+ * The free ones leave the bitmap (and nr_free); the rest keep their state.
+ * Undone by kvmm_zone_unisolate(), completed by kvmm_zone_offline().
+ */
+void kvmm_zone_isolate(struct kvmm_zone *zone, uint32_t from)
+{
+	uint64_t pfn;
+
+	zone->nr_free -= kvmm_zone_count_free(zone, from, zone->nr_pages);
+	for (pfn = from; pfn < zone->nr_pages;) {
+		uint64_t w = pfn >> 6;
+
+		hb_clear_mask(&zone->free, w, word_span(&pfn, zone->nr_pages));
+	}
+	if (zone->cursor >= from)
+		zone->cursor = 0;
+}
+
+/* Give the free frames from @from up back to the allocator. */
+void kvmm_zone_unisolate(struct kvmm_zone *zone, uint32_t from)
+{
+	uint32_t pfn;
+
+	for (pfn = from; pfn < zone->nr_pages; pfn++) {
+		if (zone->pages[pfn].state != KVMM_PAGE_FREE)
+			continue;
+		hb_set_mask(&zone->free, pfn >> 6, 1ULL << (pfn & 63));
+		zone->nr_free++;
+	}
+}
+
+/**
+ * kvmm_zone_offline() - shrink the zone to @nr_pages frames
+ * @zone: the zone
+ * @nr_pages: at most its size now
+ *
+ * Frames from @nr_pages up must hold nothing: free, or isolated and
+ * emptied by the caller (whose descriptors say what they held before).
+ * They are isolated if they are not yet and get offline descriptors;
+ * nothing allocates them until kvmm_zone_online().
+ */
+void kvmm_zone_offline(struct kvmm_zone *zone, uint32_t nr_pages)
+{
+	const struct kvmm_page off_desc = { .state = KVMM_PAGE_FREE,
+					    .tier = (uint8_t)zone->tier };
+	uint32_t pfn;
+
+	kvmm_zone_isolate(zone, nr_pages);
+	for (pfn = nr_pages; pfn < zone->max_pages; pfn++)
+		zone->pages[pfn] = off_desc;
+	zone->nr_pages = nr_pages;
+}
+
+/* Free frames in [@from, @to): a popcount a word at a time. */
+uint32_t kvmm_zone_count_free(const struct kvmm_zone *zone, uint32_t from, uint32_t to)
+{
+	uint64_t pfn = from, n = 0;
+
+	while (pfn < to) {
+		uint64_t w = pfn >> 6;
+
+		n += (uint64_t)__builtin_popcountll(zone->free.level[0][w] &
+						    word_span(&pfn, to));
+	}
+	return (uint32_t)n;
 }
 
 bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn)

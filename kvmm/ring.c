@@ -513,6 +513,10 @@ static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 		if (sqe->arg2 >= KVMM_POLICY_LAST)
 			return -EINVAL;
 		return kvmm_set_evict_policy(ctx, policies[sqe->arg2]);
+	case KVMM_SET_NR_PAGES:
+		if (sqe->arg2 > UINT32_MAX)
+			return -EINVAL;
+		return kvmm_resize(ctx, (uint32_t)sqe->arg2);
 	default:
 		return -EINVAL;
 	}

@@ -70,6 +70,8 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_WT_SKIP_PAGES] = "wt_skip_pages",
 	[KVMM_STAT_DEMOTE_FREE_PAGES] = "demote_free_pages",
 	[KVMM_STAT_SHADOW_DROP_PAGES] = "shadow_drop_pages",
+	[KVMM_STAT_PAGES_MAX] = "pages_max",
+	[KVMM_STAT_MIGRATE_PAGES] = "migrate_pages",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -94,6 +96,7 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_WT_SKIP_PAGES] = EV_WT_SKIP_PAGES + 1,
 	[KVMM_STAT_DEMOTE_FREE_PAGES] = EV_DEMOTE_FREE_PAGES + 1,
 	[KVMM_STAT_SHADOW_DROP_PAGES] = EV_SHADOW_DROP_PAGES + 1,
+	[KVMM_STAT_MIGRATE_PAGES] = EV_MIGRATED + 1,
 };
 
 /**
@@ -152,6 +155,7 @@ KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t 
 	for (i = 0; i < NR_KVMM_STATS; i++)
 		v[i] = stat_event[i] ? ctx->events[stat_event[i] - 1] : 0;
 	v[KVMM_STAT_PAGES_TOTAL] = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
+	v[KVMM_STAT_PAGES_MAX] = ctx->zone[KVMM_TIER_DEVICE].max_pages;
 	v[KVMM_STAT_PAGES_FREE] = ctx->zone[KVMM_TIER_DEVICE].nr_free;
 	v[KVMM_STAT_PAGES_CACHED] = ctx->tree.cached[KVMM_TIER_DEVICE];
 	v[KVMM_STAT_PAGES_OWNED] = ctx->zone[KVMM_TIER_DEVICE].nr_pages - ctx->zone[KVMM_TIER_DEVICE].nr_free -

@@ -118,7 +118,7 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
 		kvmm_report(ctx, "tier %u: this build has no store for it", tier);
 		return -EOPNOTSUPP;
 	}
-	ret = kvmm_zone_init(ctx, &ctx->zone[tier], nr, tier);
+	ret = kvmm_zone_init(ctx, &ctx->zone[tier], nr, nr, tier);
 	if (ret)
 		return ret;
 	cfg = (struct kvmm_store_cfg){

@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -65,7 +66,8 @@
 	X(cuStreamDestroy) X(cuStreamWaitEvent) X(cuEventCreate) \
 	X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) \
 	X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) \
-	X(cuLaunchKernel)
+	X(cuLaunchKernel) X(cuMemExportToShareableHandle) \
+	X(cuMemImportFromShareableHandle) X(cuDeviceGetByPCIBusId)
 
 #define STR_(x)	#x
 #define STR(x)	STR_(x)
@@ -216,7 +218,7 @@ static int cu_fail(const struct cu_api *api, CUresult r, const char *what,
  * -ENODEV, with the reason in @err, when there is no driver or device.
  */
 static int cu_open(struct cuda_pool *pool, const struct kvmm_cuda_arg *arg,
-		   char *err, size_t len)
+		   const char *bus, char *err, size_t len)
 {
 	const char *lib = arg && arg->driver ? arg->driver : "libcuda.so.1";
 	struct cu_api *api = &pool->api;
@@ -243,12 +245,20 @@ static int cu_open(struct cuda_pool *pool, const struct kvmm_cuda_arg *arg,
 		set_err(err, len, "cuda: the driver sees no device");
 		return -ENODEV;
 	}
-	if (arg && (arg->device < 0 || arg->device >= count)) {
+	if (bus) {
+		if (api->cuDeviceGetByPCIBusId(&pool->dev, bus)) {
+			set_err(err, len, "cuda: no device at %s here", bus);
+			return -ENODEV;
+		}
+	} else if (arg && (arg->device < 0 || arg->device >= count)) {
 		set_err(err, len, "cuda: no device %d (%d present)", arg->device, count);
 		return -ENODEV;
+	} else {
+		ret = CU(pool, cuDeviceGet(&pool->dev, arg ? arg->device : 0), err, len);
+		if (ret)
+			return ret;
 	}
-	ret = CU(pool, cuDeviceGet(&pool->dev, arg ? arg->device : 0), err, len) ?:
-	      CU(pool, cuDevicePrimaryCtxRetain(&pool->cuctx, pool->dev), err, len);
+	ret = CU(pool, cuDevicePrimaryCtxRetain(&pool->cuctx, pool->dev), err, len);
 	if (ret)
 		return ret;
 	return CU(pool, cuCtxSetCurrent(pool->cuctx), err, len);
@@ -316,10 +326,12 @@ static void extent_free(struct cuda_pool *pool, struct cuda_extent *e)
 
 /*
  * Map pages [pool->nr_pages, +pages) of every buffer: one allocation per
- * buffer, mapped behind the last extent and made accessible.  @pages is a
- * whole number of chunks.  On failure nothing stays mapped.
+ * buffer (created, or imported from @fds[b] when @fds is not NULL), mapped
+ * behind the last extent and made accessible.  @pages is a whole number
+ * of chunks.  On failure nothing stays mapped.
  */
-static int extent_map(struct cuda_pool *pool, uint32_t pages, char *err, size_t len)
+static int extent_map(struct cuda_pool *pool, uint32_t pages, const int *fds,
+		      char *err, size_t len)
 {
 	uint64_t run = kvmm_kv_run(&pool->geom), bytes = pages * run;
 	CUmemAccessDesc acc = {
@@ -342,7 +354,10 @@ static int extent_map(struct cuda_pool *pool, uint32_t pages, char *err, size_t 
 	for (b = 0; b < pool->geom.nbufs && !ret; b++) {
 		CUdeviceptr at = buf_base(pool, b) + e->first * run;
 
-		ret = CU(pool, cuMemCreate(&e->h[b], bytes, &pool->prop, 0), err, len);
+		ret = fds ? CU(pool, cuMemImportFromShareableHandle(&e->h[b],
+				(void *)(intptr_t)fds[b], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+				err, len) :
+			    CU(pool, cuMemCreate(&e->h[b], bytes, &pool->prop, 0), err, len);
 		if (ret)
 			break;
 		ret = CU(pool, cuMemMap(at, bytes, 0, e->h[b], 0), err, len);
@@ -362,6 +377,30 @@ static int extent_map(struct cuda_pool *pool, uint32_t pages, char *err, size_t 
 	return 0;
 }
 
+/* @pages rounded up to whole chunks */
+static uint32_t chunks(const struct cuda_pool *pool, uint32_t pages)
+{
+	return (uint32_t)(((uint64_t)pages + pool->chunk - 1) / pool->chunk * pool->chunk);
+}
+
+/*
+ * Granularity, chunk and the reservation: address space for @max_pages
+ * (rounded up to a chunk) of every buffer.
+ */
+static int pool_reserve(struct cuda_pool *pool, uint64_t gran, uint32_t max_pages,
+			char *err, size_t len)
+{
+	uint64_t run = kvmm_kv_run(&pool->geom);
+
+	pool->gran = gran;
+	/* The fewest pages whose run in one buffer is a multiple of gran. */
+	pool->chunk = (uint32_t)(gran / gcd64(run, gran));
+	pool->max_pages = chunks(pool, max_pages);
+	pool->buf_va = pool->max_pages * run;
+	pool->va_bytes = pool->buf_va * pool->geom.nbufs;
+	return CU(pool, cuMemAddressReserve(&pool->va, pool->va_bytes, gran, 0, 0), err, len);
+}
+
 /*
  * The pool's layout: granularity, chunk, the reservation, the first
  * extent, and the device's table of buffer bases.
@@ -369,11 +408,10 @@ static int extent_map(struct cuda_pool *pool, uint32_t pages, char *err, size_t 
 static int pool_map(struct cuda_pool *pool, uint32_t nr_pages, uint32_t max_pages,
 		    char *err, size_t len)
 {
-	uint64_t run = kvmm_kv_run(&pool->geom), span;
 	CUdeviceptr bases[2 * 1024];
 	int vmm = 0, fd_ok = 0, ret;
-	uint32_t b, want;
 	size_t gran = 0;
+	uint32_t b;
 
 	ret = CU(pool, cuDeviceGetAttribute(&vmm,
 			CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, pool->dev), err, len) ?:
@@ -397,21 +435,11 @@ static int pool_map(struct cuda_pool *pool, uint32_t nr_pages, uint32_t max_page
 						CU_MEM_HANDLE_TYPE_NONE,
 	};
 	ret = CU(pool, cuMemGetAllocationGranularity(&gran, &pool->prop,
-			CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), err, len);
+			CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), err, len) ?:
+	      pool_reserve(pool, gran, max_pages > nr_pages ? max_pages : nr_pages, err, len);
 	if (ret)
 		return ret;
-	pool->gran = gran;
-	/* The fewest pages whose run in one buffer is a multiple of gran. */
-	pool->chunk = (uint32_t)(gran / gcd64(run, gran));
-	want = max_pages > nr_pages ? max_pages : nr_pages;
-	pool->max_pages = (uint32_t)(((uint64_t)want + pool->chunk - 1) / pool->chunk * pool->chunk);
-	pool->buf_va = pool->max_pages * run;
-	pool->va_bytes = pool->buf_va * pool->geom.nbufs;
-	ret = CU(pool, cuMemAddressReserve(&pool->va, pool->va_bytes, gran, 0, 0), err, len);
-	if (ret)
-		return ret;
-	span = ((uint64_t)nr_pages + pool->chunk - 1) / pool->chunk * pool->chunk;
-	ret = extent_map(pool, (uint32_t)span, err, len);
+	ret = extent_map(pool, chunks(pool, nr_pages), NULL, err, len);
 	if (ret)
 		return ret;
 	for (b = 0; b < pool->geom.nbufs; b++)
@@ -500,6 +528,23 @@ static void cuda_exit(void *priv)
 	free(pool);
 }
 
+/* A pool of @cfg's shape holding nothing yet (cuda_exit() undoes it). */
+static struct cuda_pool *pool_new(const struct kvmm_backend_cfg *cfg)
+{
+	struct cuda_pool *pool = calloc(1, sizeof(*pool));
+	uint32_t i;
+
+	if (!pool)
+		return NULL;
+	kvmm_dma_ranges_init(&pool->dma);
+	for (i = 0; i < 2; i++)
+		pthread_mutex_init(&pool->lane[i].lock, NULL);
+	pool->layers = cfg->model.layers;
+	pool->numa = -1;
+	kvmm_kv_geom_of(&cfg->model, cfg->page_size, &pool->geom);
+	return pool;
+}
+
 static int cuda_init(const struct kvmm_backend_cfg *cfg, void **privp)
 {
 	const struct kvmm_cuda_arg *arg = cfg->arg;
@@ -507,15 +552,10 @@ static int cuda_init(const struct kvmm_backend_cfg *cfg, void **privp)
 	uint32_t i;
 	int ret;
 
-	pool = calloc(1, sizeof(*pool));
+	pool = pool_new(cfg);
 	if (!pool)
 		return -ENOMEM;
-	kvmm_dma_ranges_init(&pool->dma);
-	for (i = 0; i < 2; i++)
-		pthread_mutex_init(&pool->lane[i].lock, NULL);
-	pool->layers = cfg->model.layers;
-	kvmm_kv_geom_of(&cfg->model, cfg->page_size, &pool->geom);
-	ret = cu_open(pool, arg, cfg->err, cfg->err_len);
+	ret = cu_open(pool, arg, NULL, cfg->err, cfg->err_len);
 	if (ret)
 		goto out;
 	pool->api.cuDeviceGetName(pool->name, sizeof(pool->name), pool->dev);
@@ -525,11 +565,56 @@ static int cuda_init(const struct kvmm_backend_cfg *cfg, void **privp)
 		ret = lane_init(pool, &pool->lane[i], cfg->err, cfg->err_len);
 	if (ret)
 		goto out;
-	ret = pool_map(pool, cfg->nr_pages, cfg->nr_pages, cfg->err, cfg->err_len);
+	ret = pool_map(pool, cfg->nr_pages, cfg->max_pages, cfg->err, cfg->err_len);
 	if (ret)
 		goto out;
 	kernels_load(pool, arg);
 	pool->numa = cu_numa_node(pool);
+	*privp = pool;
+	return 0;
+out:
+	cuda_exit(pool);
+	return ret;
+}
+
+/*
+ * Map the extents another process shared: the same physical allocations
+ * behind a reservation of the same shape.  Only kv_layer, info and exit
+ * serve the result (no lanes, no kernels).
+ */
+static int cuda_import(const struct kvmm_backend_cfg *cfg, const struct kvmm_share *sh,
+		       const struct kvmm_share_ext *ext, const int *fds, void **privp)
+{
+	struct cuda_pool *pool = pool_new(cfg);
+	uint64_t run;
+	uint32_t i;
+	int ret;
+
+	if (!pool)
+		return -ENOMEM;
+	run = kvmm_kv_run(&pool->geom);
+	ret = cu_open(pool, cfg->arg, sh->device, cfg->err, cfg->err_len);
+	if (ret)
+		goto out;
+	pool->api.cuDeviceGetName(pool->name, sizeof(pool->name), pool->dev);
+	ret = -EINVAL;
+	if (!sh->granularity || sh->nbufs != pool->geom.nbufs)
+		goto out;
+	for (i = 0; i < sh->nr_ext; i++)
+		if (ext[i].pages * run % sh->granularity)
+			goto out;
+	ret = pool_reserve(pool, sh->granularity, sh->max_pages, cfg->err, cfg->err_len);
+	if (ret)
+		goto out;
+	if (pool->max_pages != sh->max_pages) {
+		ret = -EINVAL;
+		goto out;
+	}
+	for (i = 0; i < sh->nr_ext && !ret; i++)
+		ret = extent_map(pool, ext[i].pages, fds + (size_t)i * sh->nbufs,
+				 cfg->err, cfg->err_len);
+	if (ret)
+		goto out;
 	*privp = pool;
 	return 0;
 out:
@@ -822,12 +907,83 @@ static int cuda_mem_info(void *arg, uint64_t *total, uint64_t *avail, char *err,
 
 	if (!pool)
 		return -ENOMEM;
-	ret = cu_open(pool, arg, err, err_len) ?:
+	ret = cu_open(pool, arg, NULL, err, err_len) ?:
 	      CU(pool, cuMemGetInfo(&f, &t), err, err_len);
 	cu_close(pool);
 	free(pool);
 	*total = t;
 	*avail = f;
+	return ret;
+}
+
+/*
+ * Map or unmap whole extents so that pages [0, @nr_pages) are backed:
+ * growth is one new extent behind the last; shrinking releases the
+ * extents wholly above the new end (the first always stays).
+ */
+static int cuda_resize(void *priv, uint32_t nr_pages)
+{
+	struct cuda_pool *pool = priv;
+	uint32_t want = chunks(pool, nr_pages);
+
+	if (want > pool->max_pages || !nr_pages)
+		return -EINVAL;
+	pool->api.cuCtxSetCurrent(pool->cuctx);
+	if (want > pool->nr_pages)
+		return extent_map(pool, want - pool->nr_pages, NULL, NULL, 0);
+	while (pool->nr_ext > 1 && pool->ext[pool->nr_ext - 1].first >= want) {
+		struct cuda_extent *e = &pool->ext[--pool->nr_ext];
+
+		pool->nr_pages = e->first;
+		extent_free(pool, e);
+	}
+	return 0;
+}
+
+/* Every allocation as a POSIX descriptor, extent by extent. */
+static int cuda_share(void *priv, struct kvmm_share *sh, struct kvmm_share_ext **ext,
+		      int **fds)
+{
+	struct cuda_pool *pool = priv;
+	uint32_t nbufs = pool->geom.nbufs, n = 0, e, b;
+	int ret = 0;
+
+	if (pool->prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return -EOPNOTSUPP;
+	pool->api.cuCtxSetCurrent(pool->cuctx);
+	*ext = malloc(pool->nr_ext * sizeof(**ext));
+	*fds = malloc((size_t)pool->nr_ext * nbufs * sizeof(**fds));
+	if (!*ext || !*fds) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (e = 0; e < pool->nr_ext && !ret; e++) {
+		(*ext)[e] = (struct kvmm_share_ext){ .first = pool->ext[e].first,
+						     .pages = pool->ext[e].pages };
+		for (b = 0; b < nbufs && !ret; b++) {
+			ret = CUQ(pool, cuMemExportToShareableHandle(&(*fds)[n],
+					pool->ext[e].h[b], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+			n += !ret;
+		}
+	}
+	if (!ret)
+		ret = CUQ(pool, cuDeviceGetPCIBusId(sh->device, sizeof(sh->device), pool->dev));
+	if (ret)
+		goto out;
+	sh->nbufs = nbufs;
+	sh->mapped_pages = pool->nr_pages;
+	sh->max_pages = pool->max_pages;
+	sh->nr_ext = pool->nr_ext;
+	sh->nr_fds = n;
+	sh->granularity = pool->gran;
+	return 0;
+out:
+	while (n--)
+		close((*fds)[n]);
+	free(*ext);
+	free(*fds);
+	*ext = NULL;
+	*fds = NULL;
 	return ret;
 }
 
@@ -871,4 +1027,7 @@ const struct kvmm_backend_ops kvmm_cuda_backend = {
 	.mem_info = cuda_mem_info,
 	.info = cuda_info,
 	.stream_wait = cuda_stream_wait,
+	.resize = cuda_resize,
+	.share = cuda_share,
+	.import = cuda_import,
 };

@@ -7,16 +7,21 @@
  * kv_heads * head_dim * dtype_bytes wide.  Deterministic and free of any
  * device, it is what CI and the tests run on; an engine can also run on it
  * end to end (its "attention" reads and writes the same slots a GPU
- * kernel would).  Buffers come from calloc, which maps fresh pages lazily,
- * so a large pool costs memory only where it is written.
+ * kernel would).  Each buffer is a memfd mapped shared for max_pages and
+ * sized to nr_pages: memory is taken lazily, only where pages are
+ * written; a resize is an ftruncate (shrinking gives the memory back,
+ * nothing moves); and the descriptors are what share hands another
+ * process, which maps the same bytes (import), as a GPU's exportable
+ * allocations are.
  *
  * Gather, scatter, copy and the kv_indices build run the kernels' C
  * references (kernels/ref.c), so the engine and the tiers on this backend
  * move exactly the bytes the GPU kernels would.
  *
  * Fault injection: kvmm_mock_arg.fail_init makes init fail;
- * fail_copy/fail_every make chosen gather/scatter calls fail, for tests
- * of the core's error paths.
+ * fail_copy/fail_every make chosen gather/scatter calls fail, and
+ * fail_resize/fail_share make resize and share fail, for tests of the
+ * core's error paths.
  *
  * DMA registration is modelled, not needed: mem_register records ranges,
  * and with kvmm_mock_arg.dma_strict a copy to or from host memory outside
@@ -25,11 +30,13 @@
  * contract).  fail_register/fail_register_at fail chosen registrations.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <libkvmm.h>
 #include "../backend.h"
@@ -40,9 +47,13 @@ struct mock_pool {
 	uint32_t registers;	/* mem_register calls, for fail_register_at */
 	struct kvmm_dma_ranges dma;
 	uint32_t layers;
-	uint64_t buf_bytes;
+	uint32_t nr_pages;	/* backed now */
+	uint32_t max_pages;	/* mapped */
+	uint64_t buf_bytes;	/* nr_pages of one buffer */
+	uint64_t max_bytes;	/* max_pages of one buffer */
 	struct kvmm_kv_geom geom;	/* every buffer, for kernels/ref.c */
 	void **bufs;		/* geom.nbufs buffers, a layer's adjacent */
+	int *fds;		/* their memfds; -1 in an imported pool */
 };
 
 static void mock_exit(void *priv)
@@ -52,12 +63,55 @@ static void mock_exit(void *priv)
 
 	if (!pool)
 		return;
-	for (i = 0; pool->bufs && i < pool->geom.nbufs; i++)
+	for (i = 0; pool->bufs && i < pool->geom.nbufs; i++) {
 		if (pool->bufs[i])
-			munmap(pool->bufs[i], pool->buf_bytes);
+			munmap(pool->bufs[i], pool->max_bytes);
+		if (pool->fds[i] >= 0)
+			close(pool->fds[i]);
+	}
 	free(pool->bufs);
 	kvmm_dma_ranges_exit(&pool->dma);
 	free(pool);
+}
+
+/* A pool of @cfg's shape with no buffer yet (fds -1). */
+static struct mock_pool *pool_new(const struct kvmm_backend_cfg *cfg)
+{
+	struct mock_pool *pool = calloc(1, sizeof(*pool));
+	uint32_t i;
+
+	if (!pool)
+		return NULL;
+	kvmm_dma_ranges_init(&pool->dma);
+	pool->layers = cfg->model.layers;
+	pool->arg = cfg->arg;
+	kvmm_kv_geom_of(&cfg->model, cfg->page_size, &pool->geom);
+	pool->nr_pages = cfg->nr_pages;
+	pool->max_pages = cfg->max_pages > cfg->nr_pages ? cfg->max_pages : cfg->nr_pages;
+	pool->buf_bytes = pool->nr_pages * kvmm_kv_run(&pool->geom);
+	pool->max_bytes = pool->max_pages * kvmm_kv_run(&pool->geom);
+	/* bufs and fds in one block */
+	pool->bufs = calloc(pool->geom.nbufs, sizeof(*pool->bufs) + sizeof(*pool->fds));
+	if (!pool->bufs) {
+		mock_exit(pool);
+		return NULL;
+	}
+	pool->fds = (int *)(pool->bufs + pool->geom.nbufs);
+	for (i = 0; i < pool->geom.nbufs; i++)
+		pool->fds[i] = -1;
+	return pool;
+}
+
+/* Map buffer @b from @fd, all max_bytes of it: pages past the file fault. */
+static int buf_map(struct mock_pool *pool, uint32_t b, int fd)
+{
+	void *p = mmap(NULL, pool->max_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	kvmm_hint_huge(p, pool->max_bytes);
+	pool->bufs[b] = p;
+	return 0;
 }
 
 static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
@@ -65,31 +119,28 @@ static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 	struct kvmm_mock_arg *arg = cfg->arg;
 	struct mock_pool *pool;
 	uint32_t i;
+	int ret = 0;
 
 	if (arg && arg->fail_init)
 		return arg->fail_init < 0 ? arg->fail_init : -EIO;
-	pool = calloc(1, sizeof(*pool));
+	pool = pool_new(cfg);
 	if (!pool)
 		return -ENOMEM;
-	kvmm_dma_ranges_init(&pool->dma);
-	pool->layers = cfg->model.layers;
-	pool->arg = arg;
-	kvmm_kv_geom_of(&cfg->model, cfg->page_size, &pool->geom);
-	pool->buf_bytes = cfg->nr_pages * kvmm_kv_run(&pool->geom);
-	pool->bufs = calloc(pool->geom.nbufs, sizeof(*pool->bufs));
-	if (!pool->bufs)
-		goto out_nomem;
-	for (i = 0; i < pool->geom.nbufs; i++) {
-		pool->bufs[i] = kvmm_map_anon(pool->buf_bytes);
-		if (!pool->bufs[i])
-			goto out_nomem;
+	for (i = 0; i < pool->geom.nbufs && !ret; i++) {
+		pool->fds[i] = memfd_create("kvmm-kv", MFD_CLOEXEC);
+		if (pool->fds[i] < 0 || ftruncate(pool->fds[i], (off_t)pool->buf_bytes))
+			ret = -errno;
+		else
+			ret = buf_map(pool, i, pool->fds[i]);
+	}
+	if (ret) {
+		snprintf(cfg->err, cfg->err_len, "mock: a %llu-byte buffer: %s",
+			 (unsigned long long)pool->buf_bytes, strerror(-ret));
+		mock_exit(pool);
+		return ret;
 	}
 	*privp = pool;
 	return 0;
-
-out_nomem:
-	mock_exit(pool);
-	return -ENOMEM;
 }
 
 static int mock_kv_layer(void *priv, uint32_t layer, struct kvmm_kv_layer *out)
@@ -239,6 +290,92 @@ static int mock_info(void *priv, char *buf, size_t len)
 			pool->buf_bytes / 1048576.0);
 }
 
+/* Every buffer's file to @nr_pages: memory comes and goes, nothing moves. */
+static int mock_resize(void *priv, uint32_t nr_pages)
+{
+	struct mock_pool *pool = priv;
+	uint64_t bytes = nr_pages * kvmm_kv_run(&pool->geom);
+	uint32_t i;
+	int ret = 0;
+
+	if (nr_pages > pool->max_pages || pool->fds[0] < 0)
+		return -EINVAL;
+	if (pool->arg && pool->arg->fail_resize)
+		return pool->arg->fail_resize;
+	for (i = 0; i < pool->geom.nbufs && !ret; i++)
+		if (ftruncate(pool->fds[i], (off_t)bytes))
+			ret = -errno;
+	if (ret) {
+		while (i--)	/* back as it was; growing back cannot fail */
+			(void)!ftruncate(pool->fds[i], (off_t)pool->buf_bytes);
+		return ret;
+	}
+	pool->nr_pages = nr_pages;
+	pool->buf_bytes = bytes;
+	return 0;
+}
+
+/* One extent per buffer: its memfd, whatever size it has now. */
+static int mock_share(void *priv, struct kvmm_share *sh, struct kvmm_share_ext **ext,
+		      int **fds)
+{
+	struct mock_pool *pool = priv;
+	uint32_t i;
+
+	if (pool->arg && pool->arg->fail_share)
+		return pool->arg->fail_share;
+	*ext = malloc(sizeof(**ext));
+	*fds = malloc(pool->geom.nbufs * sizeof(**fds));
+	if (!*ext || !*fds)
+		goto out_nomem;
+	for (i = 0; i < pool->geom.nbufs; i++) {
+		(*fds)[i] = fcntl(pool->fds[i], F_DUPFD_CLOEXEC, 0);
+		if ((*fds)[i] < 0) {
+			while (i--)
+				close((*fds)[i]);
+			goto out_nomem;
+		}
+	}
+	**ext = (struct kvmm_share_ext){ .first = 0, .pages = pool->nr_pages };
+	sh->nbufs = pool->geom.nbufs;
+	sh->mapped_pages = pool->nr_pages;
+	sh->max_pages = pool->max_pages;
+	sh->nr_ext = 1;
+	sh->nr_fds = pool->geom.nbufs;
+	sh->granularity = (uint64_t)sysconf(_SC_PAGESIZE);
+	snprintf(sh->device, sizeof(sh->device), "host");
+	return 0;
+
+out_nomem:
+	free(*ext);
+	free(*fds);
+	*ext = NULL;
+	*fds = NULL;
+	return -ENOMEM;
+}
+
+static int mock_import(const struct kvmm_backend_cfg *cfg, const struct kvmm_share *sh,
+		       const struct kvmm_share_ext *ext, const int *fds, void **privp)
+{
+	struct mock_pool *pool;
+	uint32_t i;
+	int ret = 0;
+
+	if (sh->nr_ext != 1 || ext[0].first || strcmp(sh->device, "host"))
+		return -EINVAL;
+	pool = pool_new(cfg);
+	if (!pool)
+		return -ENOMEM;
+	for (i = 0; i < pool->geom.nbufs && !ret; i++)
+		ret = buf_map(pool, i, fds[i]);
+	if (ret) {
+		mock_exit(pool);
+		return ret;
+	}
+	*privp = pool;
+	return 0;
+}
+
 const struct kvmm_backend_ops kvmm_mock_backend = {
 	.name = "mock",
 	.init = mock_init,
@@ -253,4 +390,7 @@ const struct kvmm_backend_ops kvmm_mock_backend = {
 	.kv_indices = mock_kv_indices,
 	.mem_info = mock_mem_info,
 	.info = mock_info,
+	.resize = mock_resize,
+	.share = mock_share,
+	.import = mock_import,
 };

@@ -317,7 +317,8 @@ static void contract_unregistered_staging_is_efault(void)
 	mock_arg.dma_strict = false;
 }
 
-static struct kvmm_ctx *target_ctx(uint32_t ps, uint32_t nr_pages, uint32_t host_pages)
+static struct kvmm_ctx *target_ctx_max(uint32_t ps, uint32_t nr_pages, uint32_t host_pages,
+				       uint32_t max_pages)
 {
 	struct kvmm_params p = test_params(ps, nr_pages, 64, 4096);
 	struct kvmm_ctx *ctx = NULL;
@@ -325,8 +326,14 @@ static struct kvmm_ctx *target_ctx(uint32_t ps, uint32_t nr_pages, uint32_t host
 	p.backend = tgt.backend;
 	p.backend_arg = backend_arg();
 	p.host_pages = host_pages;
+	p.max_pages = max_pages;
 	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), 0);
 	return ctx;
+}
+
+static struct kvmm_ctx *target_ctx(uint32_t ps, uint32_t nr_pages, uint32_t host_pages)
+{
+	return target_ctx_max(ps, nr_pages, host_pages, 0);
 }
 
 /* kvmm_kv_indices() against kvmm_ref_kv_*() on the page table itself. */
@@ -484,6 +491,201 @@ static void contract_promote_after_demote_is_identical(void)
 	kvmm_destroy(ctx);
 }
 
+/* Cache @n tokens of @tok with KV @kv (2 layers of K and V, 8-byte slots). */
+static void cache_with_kv(struct kvmm_ctx *ctx, const uint32_t *tok, uint32_t n, char *kv)
+{
+	uint32_t seq;
+
+	CU_ASSERT_EQUAL_FATAL(test_seq_fill(ctx, 0, tok, n, &seq), 0);
+	seq_kv(ctx, seq, n, kv, false);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, tok, n), 0);
+}
+
+/* Does the cache hold @kv for @tok?  Matched (and promoted) in a sequence. */
+static bool cached_kv_is(struct kvmm_ctx *ctx, const uint32_t *tok, uint32_t n,
+			 const char *kv)
+{
+	char *got = calloc(n, 2 * 2 * 8);
+	uint32_t seq;
+	bool same;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, seq, tok, n) >= 0, 1);
+	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, seq, tok, n), (int)n);
+	seq_kv(ctx, seq, n, got, true);
+	same = !memcmp(got, kv, (size_t)n * 2 * 2 * 8);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+	free(got);
+	return same;
+}
+
+/*
+ * The pool grows and shrinks while it holds KV: growing maps memory the
+ * engine can use at once; shrinking refuses while a page above the cut is
+ * in use, refuses when its cached pages would not fit below, and
+ * otherwise migrates them, bytes and all, and gives the memory back.
+ */
+static void contract_resize_keeps_every_byte(void)
+{
+	struct kvmm_ctx *ctx = target_ctx_max(4, 32, 64, 128);
+	uint32_t tok[3][120], seq, i;
+	char *kv[3];
+	uint64_t st[NR_KVMM_STATS], st2[NR_KVMM_STATS];
+	struct kvmm_kv_layer kl;
+	struct kvmm_sqe sqe = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_NR_PAGES };
+	unsigned seed = 31;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_MAX), 128);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 129), -EINVAL);
+	/* grow, through the ring's SET as kvmmctl does */
+	sqe.arg2 = 128;
+	CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &sqe, NULL, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_nr_pages(ctx), 128);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 128);
+	CU_ASSERT_EQUAL(kvmm_kv_layer(ctx, 1, &kl), 0);
+	CU_ASSERT(kl.bytes >= 128ull * 4 * kl.slot_bytes);
+	CHECK_OK(ctx);
+
+	/* three 30-page prefixes: pages 0-29, 30-59, 60-89 */
+	for (i = 0; i < 3; i++) {
+		test_tokens(tok[i], 120, 100 + i);
+		kv[i] = malloc(120 * 2 * 2 * 8);
+		fill_random(kv[i], 120 * 2 * 2 * 8, &seed);
+		cache_with_kv(ctx, tok[i], 120, kv[i]);
+	}
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_CACHED), 90);
+
+	/* the third is in use: its pages above 64 cannot move */
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, seq, tok[2], 120), 120);
+	test_stats(ctx, st);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 64), -EBUSY);
+	test_stats(ctx, st2);
+	ASSERT_STATS_SAME(st, st2);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+
+	/* unlocked, but 26 pages do not fit in the 4 free below 64 */
+	test_stats(ctx, st);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 64), -ENOSPC);
+	test_stats(ctx, st2);
+	ASSERT_STATS_SAME(st, st2);
+	CHECK_OK(ctx);
+
+	/* demote the coldest prefix to the host tier: now they fit */
+	CU_ASSERT(kvmm_reclaim(ctx, 30) >= 30);
+	sqe.arg2 = 64;
+	CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &sqe, NULL, 0), 26);
+	CU_ASSERT_EQUAL(kvmm_nr_pages(ctx), 64);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_MIGRATE_PAGES), 26);
+	CHECK_OK(ctx);
+	for (i = 0; i < 3; i++)
+		CU_ASSERT(cached_kv_is(ctx, tok[i], 120, kv[i]));
+	CHECK_OK(ctx);
+
+	/* below the high watermark is refused; growing again works */
+	CU_ASSERT_EQUAL(kvmm_set_watermarks(ctx, 0, 0, 40), 0);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 39), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_set_watermarks(ctx, 0, 0, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 100), 0);
+	CU_ASSERT_EQUAL(test_seq_fill(ctx, 0, tok[0], 120, &seq), 0);
+	CU_ASSERT_EQUAL(test_seq_fill(ctx, 1, tok[1], 120, &seq), 0);
+	CHECK_OK(ctx);
+	for (i = 0; i < 3; i++)
+		free(kv[i]);
+	kvmm_destroy(ctx);
+}
+
+/* Open descriptors of this process, to prove none leaked. */
+static int open_fds(void)
+{
+	char path[32];
+	int fd, n = 0;
+
+	for (fd = 0; fd < 4096; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n += access(path, F_OK) == 0;
+	}
+	return n;
+}
+
+/*
+ * What kvmm_kv_share() describes, kvmm_kv_import() maps to the same
+ * memory at addresses of its own: bytes written through either side are
+ * there on the other.  A grown pool is shared again, bigger.
+ */
+static void contract_share_maps_the_same_bytes(void)
+{
+	int *fds, nfd = open_fds();
+	struct kvmm_ctx *ctx = target_ctx_max(16, 8, 0, 64);
+	struct kvmm_share_ext *ext;
+	struct kvmm_kv_pool *pool;
+	struct kvmm_kv_layer mine, theirs;
+	struct kvmm_share sh, bad;
+	char a[512], b[512];
+	unsigned seed = 8;
+	uint32_t l, i;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT_EQUAL_FATAL(kvmm_kv_share(ctx, &sh, &ext, &fds), 0);
+	CU_ASSERT_STRING_EQUAL(sh.backend, tgt.backend);
+	CU_ASSERT_EQUAL(sh.nbufs, 4);
+	CU_ASSERT_EQUAL(sh.nr_pages, 8);
+	CU_ASSERT(sh.mapped_pages >= 8 && sh.max_pages >= 64);
+	CU_ASSERT_EQUAL(sh.nr_fds, sh.nr_ext * sh.nbufs);
+
+	/* descriptions that do not hold together are refused */
+	bad = sh;
+	bad.nbufs = 3;
+	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
+	bad = sh;
+	bad.mapped_pages = sh.mapped_pages + 1;
+	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
+	bad = sh;
+	strcpy(bad.backend, "nosuch");
+	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EOPNOTSUPP);
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_kv_import(&sh, ext, fds, backend_arg(), &pool), 0);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_pages(pool), 8);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_layer(pool, 2, &theirs), -EINVAL);
+	for (l = 0; l < 2; l++) {
+		CU_ASSERT_EQUAL(kvmm_kv_layer(ctx, l, &mine), 0);
+		CU_ASSERT_EQUAL_FATAL(kvmm_kv_pool_layer(pool, l, &theirs), 0);
+		CU_ASSERT(theirs.k != mine.k && theirs.slot_bytes == mine.slot_bytes);
+		CU_ASSERT(theirs.bytes >= 8ull * 16 * mine.slot_bytes);
+		/* the last page of each buffer: written here, read there, and back */
+		fill_random(a, sizeof(a), &seed);
+		tgt.mem->put((char *)theirs.k + 7 * 16 * mine.slot_bytes, a, 16 * mine.slot_bytes);
+		tgt.mem->get(b, (char *)mine.k + 7 * 16 * mine.slot_bytes, 16 * mine.slot_bytes);
+		CU_ASSERT(!memcmp(a, b, 16 * mine.slot_bytes));
+		fill_random(a, sizeof(a), &seed);
+		tgt.mem->put(mine.v, a, 16 * mine.slot_bytes);
+		tgt.mem->get(b, theirs.v, 16 * mine.slot_bytes);
+		CU_ASSERT(!memcmp(a, b, 16 * mine.slot_bytes));
+	}
+	kvmm_kv_pool_close(pool);
+	for (i = 0; i < sh.nr_fds; i++)
+		close(fds[i]);
+	free(fds);
+	free(ext);
+
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 64), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_kv_share(ctx, &sh, &ext, &fds), 0);
+	CU_ASSERT_EQUAL(sh.nr_pages, 64);
+	CU_ASSERT(sh.mapped_pages >= 64);
+	CU_ASSERT_EQUAL_FATAL(kvmm_kv_import(&sh, ext, fds, backend_arg(), &pool), 0);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_pages(pool), 64);
+	kvmm_kv_pool_close(pool);
+	for (i = 0; i < sh.nr_fds; i++)
+		close(fds[i]);
+	free(fds);
+	free(ext);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(open_fds(), nfd);
+}
+
 static void contract_info_names_the_backend(void)
 {
 	struct kvmm_ctx *ctx = target_ctx(16, 64, 0);
@@ -596,6 +798,51 @@ static void cuda_init_faults_leave_nothing(void)
 	CU_ASSERT_EQUAL(fake_live(), 0);
 }
 
+/*
+ * Resizing maps and unmaps whole extents: with 32 KiB page runs and the
+ * fake's 64 KiB granularity a chunk is 2 pages, so 2 -> 7 pages maps one
+ * 6-page extent per buffer and 7 -> 2 releases it.  A device that runs
+ * out of memory mid-growth leaves the pool as it was; a share whose export
+ * fails leaves no descriptor behind.
+ */
+static void cuda_resize_maps_whole_extents(void)
+{
+	struct kvmm_ctx *ctx = target_ctx_max(4096, 2, 0, 16);
+	struct kvmm_share_ext *ext;
+	struct kvmm_share sh;
+	char line[256];
+	long live;
+	int *fds, nfd;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	live = fake_live();
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 7), 0);
+	CU_ASSERT_EQUAL(fake_live(), live + 8);	/* a handle and a mapping per buffer */
+	CU_ASSERT(kvmm_backend_info(ctx, line, sizeof(line)) > 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(line, "8 pages mapped of 16 reserved"));
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 3), 0);	/* the extent still backs page 2 */
+	CU_ASSERT_EQUAL(fake_live(), live + 8);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 2), 0);
+	CU_ASSERT_EQUAL(fake_live(), live);
+	CHECK_OK(ctx);
+
+	fake_fail("cuMemMap", 3, 2 /* OUT_OF_MEMORY */);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 16), -ENOMEM);
+	fake_fail("", 0, 0);
+	CU_ASSERT_EQUAL(fake_live(), live);
+	CU_ASSERT_EQUAL(kvmm_nr_pages(ctx), 2);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 16), 0);
+
+	nfd = open_fds();
+	fake_fail("cuMemExportToShareableHandle", 3, 2);
+	CU_ASSERT_EQUAL(kvmm_kv_share(ctx, &sh, &ext, &fds), -ENOMEM);
+	fake_fail("", 0, 0);
+	CU_ASSERT_EQUAL(open_fds(), nfd);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(fake_live(), 0);
+}
+
 /* A copy the device fails during demotion demotes nothing and loses no page. */
 static void cuda_copy_fault_is_contained(void)
 {
@@ -669,6 +916,43 @@ static void mock_pool_sized_from_its_pretend_device(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "mem_total"));
 }
 
+/* A resize the backend refuses changes nothing; so does a share it refuses. */
+static void mock_resize_and_share_faults_change_nothing(void)
+{
+	struct kvmm_ctx *ctx = target_ctx_max(4, 32, 0, 64);
+	struct kvmm_share_ext *ext = (void *)1;
+	struct kvmm_share sh;
+	uint64_t st[NR_KVMM_STATS], st2[NR_KVMM_STATS];
+	struct kvmm_params p = test_params(4, 32, 4, 256);
+	struct kvmm_ctx *c2 = NULL;
+	int *fds = (void *)1;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	mock_arg.fail_resize = -ENOMEM;
+	test_stats(ctx, st);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 64), -ENOMEM);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 16), -ENOMEM);
+	test_stats(ctx, st2);
+	ASSERT_STATS_SAME(st, st2);
+	CHECK_OK(ctx);
+	mock_arg.fail_resize = 0;
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, 16), 0);
+	CU_ASSERT_EQUAL(kvmm_nr_pages(ctx), 16);
+	CHECK_OK(ctx);
+
+	mock_arg.fail_share = -EIO;
+	CU_ASSERT_EQUAL(kvmm_kv_share(ctx, &sh, &ext, &fds), -EIO);
+	CU_ASSERT(ext == NULL && fds == NULL && sh.status == -EIO);
+	mock_arg.fail_share = 0;
+	kvmm_destroy(ctx);
+
+	/* max_pages below the pool, or past the limits, is refused */
+	p.max_pages = 31;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &c2), -EINVAL);
+	p.max_pages = KVMM_MAX_PAGES + 1;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &c2), -EINVAL);
+}
+
 /* ---- suites ---- */
 
 static int mock_setup(void)
@@ -739,6 +1023,8 @@ static int suite_teardown(void)
 	ADD_TEST(s, contract_kv_indices_match_reference); \
 	ADD_TEST(s, contract_promote_after_demote_is_identical); \
 	ADD_TEST(s, contract_info_names_the_backend); \
+	ADD_TEST(s, contract_resize_keeps_every_byte); \
+	ADD_TEST(s, contract_share_maps_the_same_bytes); \
 } while (0)
 
 int register_backend_suite(void)
@@ -749,6 +1035,7 @@ int register_backend_suite(void)
 		return -1;
 	ADD_CONTRACT(s);
 	ADD_TEST(s, mock_pool_sized_from_its_pretend_device);
+	ADD_TEST(s, mock_resize_and_share_faults_change_nothing);
 #if CONFIG_KVMM_CUDA_H
 	{
 		char why[300] = "";
@@ -764,6 +1051,7 @@ int register_backend_suite(void)
 		ADD_TEST(s, cuda_copy_fault_is_contained);
 		ADD_TEST(s, cuda_copy_engines_match_reference);
 		ADD_TEST(s, cuda_pool_sized_from_device_memory);
+		ADD_TEST(s, cuda_resize_maps_whole_extents);
 
 		s = CU_add_suite("kvmm_contract_cuda", cuda_setup_real, suite_teardown);
 		if (!s)

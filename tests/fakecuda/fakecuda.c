@@ -281,9 +281,21 @@ API CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 	return CUDA_SUCCESS;
 }
 
+/* Device d sits at bus 0xf0 + d. */
 API CUresult cuDeviceGetPCIBusId(char *bus, int len, CUdevice d)
 {
-	strncpy(bus, "0000:FF:00.0", (size_t)len);
+	snprintf(bus, (size_t)len, "0000:%02X:00.0", 0xf0 + d);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetByPCIBusId(CUdevice *d, const char *bus)
+{
+	unsigned b;
+
+	ENTER();
+	if (sscanf(bus, "0000:%x:00.0", &b) != 1 || b < 0xf0 || b - 0xf0 >= (unsigned)devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*d = (CUdevice)(b - 0xf0);
 	return CUDA_SUCCESS;
 }
 

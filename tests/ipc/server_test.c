@@ -105,6 +105,90 @@ static void child_hold_and_wait(const char *path, int fd)
 		pause();
 }
 
+/*
+ * Child: map the server's KV pool, write page 5 of every buffer (byte
+ * 0x40 + buffer), check the ring still works, and exit: 0 when all went
+ * as @want_attach (the attach's expected result) says.
+ */
+static void child_write_shared_kv(const char *path, int want_attach)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 4096 };
+	struct kvmm_kv_pool *pool = NULL;
+	struct kvmm_kv_layer kl, none;
+	struct kvmm_ring ring;
+	uint32_t l;
+
+	if (kvmm_ring_connect(path, &rp, &ring))
+		_exit(10);
+	if (kvmm_kv_attach(&ring, NULL, &pool) != want_attach)
+		_exit(11);
+	for (l = 0; pool && kvmm_kv_pool_layer(pool, l, &kl) == 0; l++) {
+		if (kvmm_kv_pool_pages(pool) != 64)
+			_exit(12);
+		memset((char *)kl.k + 5 * 16 * kl.slot_bytes, 0x40 + 2 * l, 16 * kl.slot_bytes);
+		memset((char *)kl.v + 5 * 16 * kl.slot_bytes, 0x41 + 2 * l, 16 * kl.slot_bytes);
+	}
+	if (pool && (l != 2 || kvmm_kv_pool_layer(pool, 2, &none) != -EINVAL))
+		_exit(13);
+	kvmm_kv_pool_close(pool);
+	kvmm_prep_nop(kvmm_get_sqe(&ring));
+	if (test_ring1(&ring, NULL) != 0)
+		_exit(14);
+	kvmm_ring_exit(&ring);
+	_exit(0);
+}
+
+static int run_child_writer(int want_attach)
+{
+	int status = -1;
+	pid_t pid = fork();
+
+	if (!pid)
+		child_write_shared_kv(sock_path, want_attach);
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status);
+}
+
+/*
+ * kvmmd owns the pool; an engine process maps the same KV buffers through
+ * its ring's socket (descriptors passed with SCM_RIGHTS) and what it
+ * writes is in the server's pool.  A refused share reaches the client as
+ * its errno and the ring goes on.
+ */
+static void server_shares_the_pool_with_another_process(void)
+{
+	struct kvmm_mock_arg arg = { 0 };
+	struct kvmm_params p = test_params(16, 64, 8, 256);
+	struct kvmm_ctx *ctx = NULL;
+	struct kvmm_server *srv;
+	struct kvmm_kv_layer kl;
+	char want[16 * 8];
+	uint32_t l;
+
+	p.backend_arg = &arg;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("s"), 0, &srv), 0);
+	CU_ASSERT_EQUAL(run_child_writer(0), 0);
+	for (l = 0; l < 2; l++) {
+		CU_ASSERT_EQUAL_FATAL(kvmm_kv_layer(ctx, l, &kl), 0);
+		CU_ASSERT_EQUAL_FATAL(kl.slot_bytes, 8);
+		memset(want, 0x40 + 2 * l, sizeof(want));
+		CU_ASSERT(!memcmp((char *)kl.k + 5 * sizeof(want), want, sizeof(want)));
+		memset(want, 0x41 + 2 * l, sizeof(want));
+		CU_ASSERT(!memcmp((char *)kl.v + 5 * sizeof(want), want, sizeof(want)));
+		CU_ASSERT(((char *)kl.k)[4 * sizeof(want)] == 0);	/* page 4 untouched */
+	}
+	kvmm_lock(ctx);		/* the server reads it under the lock */
+	arg.fail_share = -EIO;
+	kvmm_unlock(ctx);
+	CU_ASSERT_EQUAL(run_child_writer(-EIO), 0);
+	CU_ASSERT(wait_no_clients(srv));
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 static void killed_client_releases_everything(void)
 {
 	struct kvmm_ctx *ctx = test_ctx(1, 512, 8, 128);
@@ -282,6 +366,7 @@ int register_server_suite(void)
 		return -1;
 	ADD_TEST(s, server_serves_a_ring);
 	ADD_TEST(s, killed_client_releases_everything);
+	ADD_TEST(s, server_shares_the_pool_with_another_process);
 	ADD_TEST(s, server_refuses_a_bad_hello);
 	ADD_TEST(s, server_start_checks_the_path);
 	ADD_TEST(s, server_keeps_a_bound_client_to_its_namespace);

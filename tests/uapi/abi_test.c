@@ -61,6 +61,14 @@ PIN(kvmm_ring_hdr, cq_sleeping, 264);
 SIZE(kvmm_hello, 56);
 PIN(kvmm_hello, ns, 40);
 SIZE(kvmm_welcome, 48);
+SIZE(kvmm_share_req, 24);
+SIZE(kvmm_share, 152);
+PIN(kvmm_share, backend, 16);
+PIN(kvmm_share, page_size, 56);
+PIN(kvmm_share, nr_fds, 76);
+PIN(kvmm_share, granularity, 80);
+PIN(kvmm_share, device, 88);
+SIZE(kvmm_share_ext, 8);
 
 static void abi_opcodes_and_stats_are_append_only(void)
 {
@@ -76,7 +84,11 @@ static void abi_opcodes_and_stats_are_append_only(void)
 	CU_ASSERT_EQUAL(KVMM_STAT_RETRACTS, 27);
 	CU_ASSERT_EQUAL(KVMM_STAT_PAGES_IO, 54);
 	CU_ASSERT_EQUAL(KVMM_STAT_PAGES_SHADOWED, 57);
-	CU_ASSERT_EQUAL(NR_KVMM_STATS, 62);
+	CU_ASSERT_EQUAL(KVMM_STAT_SHADOW_DROP_PAGES, 61);
+	CU_ASSERT_EQUAL(KVMM_STAT_MIGRATE_PAGES, 63);
+	CU_ASSERT_EQUAL(NR_KVMM_STATS, 64);
+	CU_ASSERT_EQUAL(KVMM_SET_NR_PAGES, 4);
+	CU_ASSERT_EQUAL(KVMM_SHARE_FDS_MAX, 253);
 	CU_ASSERT_EQUAL(KVMM_DUMP_F_SHADOW, 4);
 	CU_ASSERT_EQUAL(KVMM_PAGE_IO, 3);
 	CU_ASSERT_EQUAL(KVMM_STAT_HOST_PAGES_TOTAL, 28);

@@ -57,7 +57,8 @@ static void usage(FILE *f)
 		"  unpin [--ns N] TOKEN...    drop such a pin\n"
 		"  reclaim PAGES              evict at least PAGES cached pages\n"
 		"  drop-caches                evict everything evictable\n"
-		"  set KEY VALUE              wmark_min | wmark_low | wmark_high PAGES, policy lru|slru\n"
+		"  set KEY VALUE              wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
+		"                             nr_pages PAGES (resize the pool, up to pages_max)\n"
 		"  probe                      ABI version, opcodes, features, pool shape\n"
 		"The socket defaults to $KVMM_SOCKET, then /run/kvmm/kvmmd.sock.\n");
 }
@@ -446,7 +447,11 @@ static int cmd_simple(const char *what, struct kvmm_sqe *sqe, const char *unit)
 
 static int cmd_set(int argc, char **argv)
 {
-	static const char *const keys[] = { "wmark_min", "wmark_low", "wmark_high", "policy" };
+	static const char *const keys[KVMM_SET_LAST] = {
+		[KVMM_SET_WMARK_MIN] = "wmark_min", [KVMM_SET_WMARK_LOW] = "wmark_low",
+		[KVMM_SET_WMARK_HIGH] = "wmark_high", [KVMM_SET_POLICY] = "policy",
+		[KVMM_SET_NR_PAGES] = "nr_pages",
+	};
 	struct kvmm_sqe *sqe;
 	uint64_t value;
 	uint32_t key;
@@ -455,9 +460,9 @@ static int cmd_set(int argc, char **argv)
 
 	if (argc != 3)
 		return EXIT_USAGE;
-	for (key = 0; key < 4 && strcmp(keys[key], argv[1]); key++)
+	for (key = 0; key < KVMM_SET_LAST && strcmp(keys[key], argv[1]); key++)
 		;
-	if (key == 4) {
+	if (key == KVMM_SET_LAST) {
 		fprintf(stderr, "kvmmctl: set: unknown key '%s'\n", argv[1]);
 		return EXIT_USAGE;
 	}
@@ -482,10 +487,16 @@ static int cmd_set(int argc, char **argv)
 	res = run1(sqe, NULL);
 	if (res < 0)
 		return refused("set", res);
-	if (!json)
+	if (key == KVMM_SET_NR_PAGES) {
+		if (!json)
+			printf("nr_pages = %s (%d cached pages migrated)\n", argv[2], res);
+		else
+			printf("{\"nr_pages\":%s,\"migrated\":%d}\n", argv[2], res);
+	} else if (!json) {
 		printf("%s = %s\n", argv[1], argv[2]);
-	else
+	} else {
 		printf("{\"%s\":\"%s\"}\n", argv[1], argv[2]);
+	}
 	return 0;
 }
 

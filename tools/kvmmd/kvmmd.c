@@ -38,6 +38,10 @@ static void usage(FILE *f)
 		"  --mem-avail BYTES    ... or size it from free memory (with --mem-total, --mem-fraction)\n"
 		"  --mem-total BYTES    total device memory\n"
 		"  --mem-fraction F     SGLang's mem_fraction_static (default 0.88)\n"
+		"  --max-pages N        pages the pool may be resized to at run time\n"
+		"                       (kvmmctl set nr_pages; default: its size, fixed)\n"
+		"  --backend mock|cuda  where the KV lives (default mock: host memory)\n"
+		"  --cuda-device N      the GPU of the cuda backend (default 0)\n"
 		"  --layers N --kv-heads N --head-dim N --dtype-bytes N   MHA geometry (default 32 8 128 2)\n"
 		"  --mla-dim N          MLA latent width instead of heads and head dim\n"
 		"  --max-seqs N         page-table rows (default 1024)\n"
@@ -72,6 +76,7 @@ static int parse_num(const char *opt, const char *s, uint64_t *v)
 
 struct opts {
 	struct kvmm_params p;
+	struct kvmm_cuda_arg cuda;
 	const char *socket;
 	const char *evict;
 	uint32_t server_flags;
@@ -81,7 +86,8 @@ struct opts {
 enum { O_SOCKET = 256, O_CONFIG, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
        O_MEM_FRAC, O_LAYERS, O_KV_HEADS, O_HEAD_DIM, O_DTYPE, O_MLA, O_MAX_SEQS,
        O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_HELP, O_NS_UID,
-       O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY };
+       O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY,
+       O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE };
 
 static const struct option lopts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
@@ -112,6 +118,9 @@ static const struct option lopts[] = {
 	{ "nvme-pages", required_argument, NULL, O_NVME_PAGES },
 	{ "nvme-qd", required_argument, NULL, O_NVME_QD },
 	{ "write-policy", required_argument, NULL, O_WRITE_POLICY },
+	{ "max-pages", required_argument, NULL, O_MAX_PAGES },
+	{ "backend", required_argument, NULL, O_BACKEND },
+	{ "cuda-device", required_argument, NULL, O_CUDA_DEVICE },
 	{ 0 }
 };
 
@@ -179,6 +188,14 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 	case O_NS_UID: o->server_flags |= KVMM_SERVER_NS_UID; return 0;
 	case O_QUIET: o->quiet = 1; return 0;
 	case O_NVME_FILE: p->nvme_path = keep(val); return 0;
+	case O_BACKEND:
+		if (!kvmm_backend_lookup(val)) {
+			fprintf(stderr, "kvmmd: %s: no backend '%s' in this build\n", name, val);
+			return -1;
+		}
+		p->backend = keep(val);
+		p->backend_arg = strcmp(val, "cuda") ? NULL : &o->cuda;
+		return 0;
 	case O_WRITE_POLICY:
 		if (!strcmp(val, "write-back") || !strcmp(val, "write-through")) {
 			p->write_policy = val[6] == 't' ? KVMM_WRITE_THROUGH : KVMM_WRITE_BACK;
@@ -233,6 +250,8 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 	case O_HOST_NODE: p->host_node = v > INT32_MAX ? -2 : (int32_t)v; break;
 	case O_NVME_PAGES: p->nvme_pages = (uint32_t)v; break;
 	case O_NVME_QD: p->nvme_qd = (uint32_t)v; break;
+	case O_MAX_PAGES: p->max_pages = (uint32_t)v; break;
+	case O_CUDA_DEVICE: o->cuda.device = v > INT32_MAX ? -1 : (int)v; break;
 	}
 	return 0;
 }
@@ -281,7 +300,7 @@ int main(int argc, char **argv)
 	ret = kvmm_create(&o.p, &ctx);
 	if (ret) {
 		fprintf(stderr, "kvmmd: cannot create the pool: %s%s\n", strerror(-ret),
-			ret == -EINVAL ? " (check the geometry, page size, sizes and watermarks; "
+			ret == -EINVAL ? " (check the geometry, page size, sizes, --max-pages and watermarks; "
 					 "an NVMe tier needs --host-pages and --nvme-file, "
 					 "write-through needs --host-pages)" :
 			ret == -ENOSPC ? " (the memory budget holds no page)" : "");

@@ -113,6 +113,9 @@ enum kvmm_stat_item {
 					 * byte moved */
 	KVMM_STAT_SHADOW_DROP_PAGES,	/* copies given up: reclaimed on the host
 					 * tier, or their device pages dropped */
+	/* Resizing (kvmm_resize(), SET nr_pages): */
+	KVMM_STAT_PAGES_MAX,		/* (gauge) pages the pool may grow to */
+	KVMM_STAT_MIGRATE_PAGES,	/* cached pages moved down by a shrink */
 	NR_KVMM_STATS
 };
 

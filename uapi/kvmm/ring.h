@@ -118,7 +118,8 @@ struct kvmm_extend_ent {
 #define KVMM_SET_WMARK_LOW	1
 #define KVMM_SET_WMARK_HIGH	2
 #define KVMM_SET_POLICY		3	/* KVMM_POLICY_* */
-#define KVMM_SET_LAST		4
+#define KVMM_SET_NR_PAGES	4	/* resize the device pool; res: pages migrated */
+#define KVMM_SET_LAST		5
 
 #define KVMM_POLICY_LRU		0
 #define KVMM_POLICY_SLRU	1
@@ -305,6 +306,52 @@ struct kvmm_welcome {
 	__u32	cq_entries;
 	__u64	buf_size;
 	__u64	resv[2];
+};
+
+/*
+ * Sharing the KV pool with a client (kvmm_kv_attach()).  After its hello
+ * a client may send a struct kvmm_share_req on the socket, at any time
+ * and as often as it likes (after a resize, say).  The server answers
+ * with a struct kvmm_share; when its status is 0 there follow nr_ext
+ * struct kvmm_share_ext, then nr_fds descriptors in messages of at most
+ * KVMM_SHARE_FDS_MAX each, every message carrying one __u32 of data (its
+ * count).  Descriptor e * nbufs + b backs buffer b over extent e: bytes
+ * [0, pages * page_size * slot_bytes) of it are pages [first, +pages) of
+ * that buffer.  Any other byte a client sends ends its connection.
+ */
+#define KVMM_SHARE_MAGIC	0x6b766d6d73686172ULL	/* "kvmmshar" */
+#define KVMM_SHARE_FDS_MAX	253			/* the kernel's SCM_MAX_FD */
+
+struct kvmm_share_req {
+	__u64	magic;		/* KVMM_SHARE_MAGIC */
+	__u64	resv[2];
+};
+
+struct kvmm_share {
+	__u64	magic;		/* KVMM_SHARE_MAGIC */
+	__s32	status;		/* 0, or -errno: why not (nothing follows) */
+	__u32	nbufs;		/* buffers: 2 per layer (K, V), 1 for MLA */
+	char	backend[16];	/* the backend that must import it */
+	__u32	layers;		/* the model geometry, as struct kvmm_model */
+	__u32	kv_heads;
+	__u32	head_dim;
+	__u32	latent_dim;
+	__u32	dtype_bytes;
+	__u32	attn;
+	__u32	page_size;
+	__u32	nr_pages;	/* pages the pool holds now */
+	__u32	mapped_pages;	/* pages the descriptors back (>= nr_pages) */
+	__u32	max_pages;	/* address space to reserve per buffer, in pages */
+	__u32	nr_ext;
+	__u32	nr_fds;		/* nr_ext * nbufs */
+	__u64	granularity;	/* bytes the importer maps in (cuda) */
+	char	device[32];	/* the device the memory is on (cuda: PCI bus id) */
+	__u64	resv[4];
+};
+
+struct kvmm_share_ext {
+	__u32	first;		/* first page the extent backs */
+	__u32	pages;
 };
 
 #endif /* _UAPI_KVMM_RING_H */

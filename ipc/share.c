@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ipc/share.c - descriptors over the socket: the ring's welcome, and the
+ * KV pool shared with a client (kvmm_kv_attach()).
+ *
+ * DOC: sharing the pool across processes
+ *
+ * kvmmd owns the device memory; an engine in another process must write
+ * the KV its attention computes into the very pages the page table names.
+ * The client sends a struct kvmm_share_req on its ring's socket; the
+ * server thread serving that ring takes the context lock, asks the core
+ * for a description (kvmm_kv_share(): the backend exports every physical
+ * allocation as a file descriptor: a memfd for mock, a CUDA POSIX handle
+ * for cuda), and sends it: the struct kvmm_share, its extents, then the
+ * descriptors with SCM_RIGHTS in batches of at most KVMM_SHARE_FDS_MAX
+ * (the kernel takes no more in one message).  The client hands them to
+ * the same backend's import (kvmm_kv_import()), which maps the memory at
+ * addresses of its own, and closes them.  The wire format is in
+ * uapi/kvmm/ring.h.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ipc.h"
+
+#define KVMM_SHARE_MAX_FDS	(1u << 20)	/* a client's sanity bound */
+
+/**
+ * kvmm_sock_send() - send @len bytes and, with them, @nfds descriptors
+ * @sock: a connected Unix stream socket
+ * @buf: the data, at least one byte
+ * @len: its length
+ * @fds: descriptors (sent as SCM_RIGHTS; the caller keeps its own)
+ * @nfds: how many, at most KVMM_SHARE_FDS_MAX
+ *
+ * Return: 0, or -EPIPE.
+ */
+int kvmm_sock_send(int sock, const void *buf, size_t len, const int *fds, uint32_t nfds)
+{
+	union {
+		char buf[CMSG_SPACE(KVMM_SHARE_FDS_MAX * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *cm;
+
+	if (nfds) {
+		memset(&cbuf, 0, sizeof(cbuf));
+		msg.msg_control = cbuf.buf;
+		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+	}
+	return sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -EPIPE;
+}
+
+/**
+ * kvmm_sock_recv() - receive exactly @len bytes and the descriptors
+ *	that came with them
+ * @sock: a connected Unix stream socket
+ * @buf: where the data goes
+ * @len: bytes expected
+ * @fds: where descriptors go (close-on-exec), room for @max
+ * @max: at most this many are expected; 0 for none
+ * @nfds: out: how many came
+ *
+ * Return: 0; -ECONNRESET at end of file; -EPROTO for more descriptors
+ * than @max (all of them closed); the socket's error.
+ */
+int kvmm_sock_recv(int sock, void *buf, size_t len, int *fds, uint32_t max,
+		   uint32_t *nfds)
+{
+	union {
+		char buf[CMSG_SPACE(KVMM_SHARE_FDS_MAX * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
+	size_t got = 0;
+	int ret = 0;
+
+	*nfds = 0;
+	while (got < len) {
+		struct iovec iov = { .iov_base = (char *)buf + got, .iov_len = len - got };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+				      .msg_control = cbuf.buf, .msg_controllen = sizeof(cbuf) };
+		struct cmsghdr *cm;
+		ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n ? -errno : -ECONNRESET;
+		got += (size_t)n;
+		for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+			uint32_t i, k;
+
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			k = (uint32_t)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			for (i = 0; i < k; i++) {
+				int fd;
+
+				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+				if (*nfds < max)
+					fds[(*nfds)++] = fd;
+				else {
+					close(fd);
+					ret = -EPROTO;
+				}
+			}
+		}
+		if (msg.msg_flags & MSG_CTRUNC)
+			ret = -EPROTO;
+	}
+	if (ret)
+		while (*nfds)
+			close(fds[--*nfds]);
+	return ret;
+}
+
+/* Send @nr descriptors in messages of KVMM_SHARE_FDS_MAX, each with its count. */
+static int send_fds(int sock, const int *fds, uint32_t nr)
+{
+	uint32_t at, n;
+	int ret = 0;
+
+	for (at = 0; at < nr && !ret; at += n) {
+		n = nr - at < KVMM_SHARE_FDS_MAX ? nr - at : KVMM_SHARE_FDS_MAX;
+		ret = kvmm_sock_send(sock, &n, sizeof(n), fds + at, n);
+	}
+	return ret;
+}
+
+/**
+ * kvmm_share_serve() - answer a client's struct kvmm_share_req
+ * @ctx: the context whose pool is shared
+ * @sock: the client's socket
+ *
+ * Return: 0 when the answer went out (a refusal included), -EPIPE when
+ * the client cannot be written to.
+ */
+int kvmm_share_serve(struct kvmm_ctx *ctx, int sock)
+{
+	struct kvmm_share_ext *ext = NULL;
+	struct kvmm_share sh;
+	int *fds = NULL, ret;
+	uint32_t i;
+
+	kvmm_lock(ctx);
+	ret = kvmm_kv_share(ctx, &sh, &ext, &fds);
+	kvmm_unlock(ctx);
+	if (ret) {
+		memset(&sh, 0, sizeof(sh));
+		sh.magic = KVMM_SHARE_MAGIC;
+		sh.status = ret;
+		return kvmm_sock_send(sock, &sh, sizeof(sh), NULL, 0);
+	}
+	ret = kvmm_sock_send(sock, &sh, sizeof(sh), NULL, 0) ?:
+	      kvmm_sock_send(sock, ext, sh.nr_ext * sizeof(*ext), NULL, 0) ?:
+	      send_fds(sock, fds, sh.nr_fds);
+	for (i = 0; i < sh.nr_fds; i++)
+		close(fds[i]);
+	free(fds);
+	free(ext);
+	return ret;
+}
+
+/* The description, its extents and its descriptors, off the socket. */
+static int share_recv(int sock, struct kvmm_share *sh, struct kvmm_share_ext **extp,
+		      int **fdsp)
+{
+	struct kvmm_share_ext *ext = NULL;
+	uint32_t got = 0, n, k;
+	int *fds = NULL, ret;
+
+	ret = kvmm_sock_recv(sock, sh, sizeof(*sh), NULL, 0, &k);
+	if (ret)
+		return ret;
+	if (sh->magic != KVMM_SHARE_MAGIC)
+		return -EPROTO;
+	if (sh->status)
+		return sh->status < 0 ? sh->status : -EPROTO;
+	if (!sh->nr_ext || sh->nr_ext > KVMM_SHARE_MAX_FDS || sh->nr_fds > KVMM_SHARE_MAX_FDS)
+		return -EPROTO;
+	ext = malloc(sh->nr_ext * sizeof(*ext));
+	fds = malloc((sh->nr_fds ? sh->nr_fds : 1) * sizeof(*fds));
+	if (!ext || !fds) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = kvmm_sock_recv(sock, ext, sh->nr_ext * sizeof(*ext), NULL, 0, &k);
+	while (!ret && got < sh->nr_fds) {
+		ret = kvmm_sock_recv(sock, &n, sizeof(n), fds + got, sh->nr_fds - got, &k);
+		got += k;
+		if (!ret && (n != k || !k))
+			ret = -EPROTO;
+	}
+	if (!ret) {
+		*extp = ext;
+		*fdsp = fds;
+		return 0;
+	}
+out:
+	while (got)
+		close(fds[--got]);
+	free(fds);
+	free(ext);
+	return ret;
+}
+
+/**
+ * kvmm_kv_attach() - map the KV pool of the server a ring is connected to
+ * @ring: a ring from kvmm_ring_connect()
+ * @backend_arg: this side's backend argument (cuda: struct kvmm_cuda_arg,
+ *	NULL for the defaults; the device is the server's, found by its PCI
+ *	bus id)
+ * @poolp: out: the pool as mapped here; kvmm_kv_pool_layer() gives each
+ *	layer's addresses, kvmm_kv_pool_close() unmaps it
+ *
+ * Not concurrently with other calls on @ring.  The mapping covers the
+ * pool as it was when attached; after the server resizes it, attach again.
+ *
+ * Return: 0; -EINVAL for an in-process ring (kvmm_kv_layer() serves
+ * those); the server's refusal (-EOPNOTSUPP: its memory cannot be
+ * exported); kvmm_kv_import()'s errors; -EPROTO or -ECONNRESET for a
+ * broken conversation.
+ */
+KVMM_EXPORT int kvmm_kv_attach(struct kvmm_ring *ring, void *backend_arg,
+			       struct kvmm_kv_pool **poolp)
+{
+	struct kvmm_share_req req = { .magic = KVMM_SHARE_MAGIC };
+	struct kvmm_share_ext *ext;
+	struct kvmm_share sh;
+	uint32_t i;
+	int *fds, ret;
+
+	if (!ring || !ring->hdr || ring->ctx || ring->sock < 0 || !poolp)
+		return -EINVAL;
+	ret = kvmm_sock_send(ring->sock, &req, sizeof(req), NULL, 0) ?:
+	      share_recv(ring->sock, &sh, &ext, &fds);
+	if (ret)
+		return ret;
+	ret = kvmm_kv_import(&sh, ext, fds, backend_arg, poolp);
+	for (i = 0; i < sh.nr_fds; i++)
+		close(fds[i]);
+	free(fds);
+	free(ext);
+	return ret;
+}
