@@ -686,6 +686,86 @@ static void contract_share_maps_the_same_bytes(void)
 	CU_ASSERT_EQUAL(open_fds(), nfd);
 }
 
+/*
+ * The I/O worker's scatter (a promotion from NVMe) runs while the thread
+ * under the context lock gathers (demotions to the host tier): the two
+ * copy paths share the backend (cuda: on different lanes) and neither
+ * loses or mixes a byte.  Run under SAN=thread for the races.
+ */
+static void contract_promotion_beside_demotions(void)
+{
+	char path[] = "/tmp/kvmm-contract-XXXXXX";
+	int hold = 1, fd = mkstemp(path);
+	struct kvmm_nvme_arg narg = { .hold = &hold };
+	struct kvmm_params p = test_params(4, 16, 64, 4096);
+	struct kvmm_ring_params rp = { .sq_entries = 8 };
+	uint32_t tok[6][32], i;
+	struct kvmm_iovec iov = { tok[0], sizeof(tok[0]) };
+	struct kvmm_tier_hits hits;
+	struct kvmm_ctx *ctx = NULL;
+	struct kvmm_ring ring;
+	struct kvmm_sqe *sqe;
+	struct kvmm_cqe *cqe;
+	unsigned seed = 4;
+	char *kv[6];
+	int32_t seq;
+
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+	p.backend = tgt.backend;
+	p.backend_arg = backend_arg();
+	p.host_pages = 8;
+	p.nvme_pages = 64;
+	p.nvme_path = path;
+	p.nvme_arg = &narg;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	for (i = 0; i < 6; i++) {
+		test_tokens(tok[i], 32, 600 + i);
+		kv[i] = malloc(32 * 2 * 2 * 8);
+		fill_random(kv[i], 32 * 2 * 2 * 8, &seed);
+	}
+	/* four prefixes of 8 pages through 16 device and 8 host pages: the first lands on NVMe */
+	for (i = 0; i < 4; i++)
+		cache_with_kv(ctx, tok[i], 32, kv[i]);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok[0], 32, &hits), 32);
+	CU_ASSERT_EQUAL_FATAL(hits.tokens[KVMM_TIER_NVME], 32);
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&ring, &iov, 1), 0);
+	kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+	seq = test_ring1(&ring, NULL);
+	CU_ASSERT_FATAL(seq >= 0);
+	kvmm_prep_match(kvmm_get_sqe(&ring), (uint32_t)seq, 1, 0, 32);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	sqe = kvmm_get_sqe(&ring);
+	kvmm_prep_promote(sqe, (uint32_t)seq, 1, 0, 32);
+	CU_ASSERT_EQUAL(kvmm_submit(&ring), 1);
+
+	/* let the worker go, and demote meanwhile */
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	kvmm_lock(ctx);
+	for (i = 4; i < 6; i++) {
+		cache_with_kv(ctx, tok[i], 32, kv[i]);
+		CU_ASSERT(kvmm_reclaim(ctx, 8) >= 0);
+	}
+	kvmm_unlock(ctx);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&ring, &cqe), 0);	/* the PROMOTE's */
+	CU_ASSERT_EQUAL(cqe->res, 32);
+	kvmm_cqe_seen(&ring, cqe);
+	kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	kvmm_ring_exit(&ring);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
+	CHECK_OK(ctx);
+	CU_ASSERT(cached_kv_is(ctx, tok[0], 32, kv[0]));
+	CU_ASSERT(cached_kv_is(ctx, tok[5], 32, kv[5]));
+	CHECK_OK(ctx);
+	for (i = 0; i < 6; i++)
+		free(kv[i]);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 static void contract_info_names_the_backend(void)
 {
 	struct kvmm_ctx *ctx = target_ctx(16, 64, 0);
@@ -1025,6 +1105,7 @@ static int suite_teardown(void)
 	ADD_TEST(s, contract_info_names_the_backend); \
 	ADD_TEST(s, contract_resize_keeps_every_byte); \
 	ADD_TEST(s, contract_share_maps_the_same_bytes); \
+	ADD_TEST(s, contract_promotion_beside_demotions); \
 } while (0)
 
 int register_backend_suite(void)
