@@ -695,7 +695,8 @@ struct kvmm_kv_index_job {
  * @numa_node: the NUMA node nearest the pool's memory, or -1 if unknown
  * @mem_register: optional (with @mem_unregister): make host memory
  *	[@addr, +@len) a place @gather may copy to and @scatter from by
- *	DMA (CUDA: page-locked and mapped); 0 or a negative errno.  The
+ *	DMA (CUDA: page-locked and mapped; device memory, as staging on
+ *	the GPU, is taken as it is); 0 or a negative errno.  The
  *	lower tiers' stores register every such buffer (struct kvmm_dma)
  * @mem_unregister: undo @mem_register of the same range
  * @copy: optional: copy the leading @slots slots of page @src[i] onto page

@@ -67,7 +67,8 @@
 	X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) \
 	X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) \
 	X(cuLaunchKernel) X(cuMemExportToShareableHandle) \
-	X(cuMemImportFromShareableHandle) X(cuDeviceGetByPCIBusId)
+	X(cuMemImportFromShareableHandle) X(cuDeviceGetByPCIBusId) \
+	X(cuPointerGetAttribute) X(cuMemcpyAsync)
 
 #define STR_(x)	#x
 #define STR(x)	STR_(x)
@@ -716,12 +717,14 @@ static int move_memcpy(struct cuda_pool *pool, struct cuda_lane *lane,
 
 		if (!kvmm_dma_ranges_find(&pool->dma, h, page))
 			return -EFAULT;
+		/* Unified addressing: the driver tells host staging from device staging. */
 		for (b = 0; b < pool->geom.nbufs && !ret; b++, h += run) {
 			CUdeviceptr d = buf_base(pool, b) + (uint64_t)pfns[i] * run;
+			CUdeviceptr s = (CUdeviceptr)(uintptr_t)h;
 
 			ret = dir == KVMM_KV_GATHER ?
-			      CUQ(pool, cuMemcpyDtoHAsync(h, d, run, lane->stream)) :
-			      CUQ(pool, cuMemcpyHtoDAsync(d, h, run, lane->stream));
+			      CUQ(pool, cuMemcpyAsync(s, d, run, lane->stream)) :
+			      CUQ(pool, cuMemcpyAsync(d, s, run, lane->stream));
 		}
 	}
 	return ret;
@@ -800,6 +803,21 @@ static int cuda_copy(void *priv, const int32_t *src, const int32_t *dst,
 }
 
 /* Pin and map host memory, so kernels and copy engines reach it directly. */
+/* Is @addr device memory (cuMemAlloc'ed staging), not host memory? */
+static bool is_device_mem(struct cuda_pool *pool, const void *addr)
+{
+	unsigned int type = 0;
+
+	return !pool->api.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+						(CUdeviceptr)(uintptr_t)addr) &&
+	       type == CU_MEMORYTYPE_DEVICE;
+}
+
+/*
+ * Host memory is page-locked and mapped; device memory (staging on the
+ * GPU, as a device-to-device baseline or a GPUDirect path would use) needs
+ * nothing and is recorded as it is.
+ */
 static int cuda_mem_register(void *priv, void *addr, size_t len)
 {
 	struct cuda_pool *pool = priv;
@@ -809,6 +827,10 @@ static int cuda_mem_register(void *priv, void *addr, size_t len)
 	if (!addr || !len)
 		return -EINVAL;
 	pool->api.cuCtxSetCurrent(pool->cuctx);
+	if (is_device_mem(pool, addr)) {
+		ret = kvmm_dma_ranges_add(&pool->dma, addr, len, (uintptr_t)addr);
+		return ret > 0 ? 0 : ret;
+	}
 	ret = CUQ(pool, cuMemHostRegister(addr, len, CU_MEMHOSTREGISTER_PORTABLE |
 						     CU_MEMHOSTREGISTER_DEVICEMAP));
 	if (ret)
@@ -829,7 +851,8 @@ static void cuda_mem_unregister(void *priv, void *addr, size_t len)
 
 	kvmm_dma_ranges_del(&pool->dma, addr, len);
 	pool->api.cuCtxSetCurrent(pool->cuctx);
-	pool->api.cuMemHostUnregister(addr);
+	if (!is_device_mem(pool, addr))
+		pool->api.cuMemHostUnregister(addr);
 }
 
 /*

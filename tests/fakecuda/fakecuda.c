@@ -585,6 +585,39 @@ API CUresult cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr sp, size_t n, CUstream
 	return copy((uintptr_t)d, (uintptr_t)sp, n, 1, 1);
 }
 
+/* Unified addressing: both sides must be memory the device reaches. */
+API CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr sp, size_t n, CUstream s)
+{
+	ENTER();
+	return copy((uintptr_t)d, (uintptr_t)sp, n, 1, 1);
+}
+
+API CUresult cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr sp, size_t n)
+{
+	ENTER();
+	return copy((uintptr_t)d, (uintptr_t)sp, n, 1, 1);
+}
+
+API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr p)
+{
+	unsigned i;
+
+	ENTER();
+	if (a != CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&lock);
+	for (i = 0; i < nr_regions; i++) {
+		if (p >= regions[i].start && p < regions[i].end) {
+			*(unsigned int *)data = regions[i].kind == R_DEV || regions[i].kind == R_MAPPED ?
+						CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+			pthread_mutex_unlock(&lock);
+			return CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return CUDA_ERROR_INVALID_VALUE;	/* memory the driver never saw */
+}
+
 API CUresult cuMemcpyHtoD(CUdeviceptr d, const void *h, size_t n)
 {
 	ENTER();

@@ -8,6 +8,10 @@
  *                   beside one contiguous pinned copy of the same bytes;
  *   copy engines    the same page set with no_kernels (one cuMemcpyAsync
  *                   per page run, as engines without a gather kernel do);
+ *   on the device   the gather kernel into staging in device memory, and
+ *                   the scatter back, beside one contiguous device-to-
+ *                   device copy of the same bytes (the kernel's own limit,
+ *                   with no PCIe in the way);
  *   kv_indices      kvmm_kv_indices() for 256 sequences of 4k tokens.
  *
  * Geometry: 32 layers, 8 KV heads of 128, bf16, page sizes 1, 16 and 64.
@@ -42,6 +46,7 @@ struct drv {
 	int (*free_host)(void *p);
 	int (*dtoh)(void *h, uint64_t d, size_t n);
 	int (*htod)(uint64_t d, const void *h, size_t n);
+	int (*dtod)(uint64_t d, uint64_t s, size_t n);
 	int (*sync)(void);
 };
 
@@ -56,8 +61,9 @@ static int drv_open(struct drv *d, const char *lib)
 	d->free_host = (int (*)(void *))dlsym(d->dl, "cuMemFreeHost");
 	d->dtoh = (int (*)(void *, uint64_t, size_t))dlsym(d->dl, "cuMemcpyDtoH_v2");
 	d->htod = (int (*)(uint64_t, const void *, size_t))dlsym(d->dl, "cuMemcpyHtoD_v2");
-	return d->alloc && d->free && d->alloc_host && d->free_host && d->dtoh && d->htod ?
-	       0 : -ENODEV;
+	d->dtod = (int (*)(uint64_t, uint64_t, size_t))dlsym(d->dl, "cuMemcpyDtoD_v2");
+	return d->alloc && d->free && d->alloc_host && d->free_host && d->dtoh && d->htod &&
+	       d->dtod ? 0 : -ENODEV;
 }
 
 /* Host staging, as a host tier's chunk is: anonymous, prefaulted. */
@@ -104,9 +110,35 @@ static int ref_copy(struct drv *d, uint64_t bytes, double *dtoh, double *htod)
 	return ret;
 }
 
-/* Gather and scatter of @nr scattered pages: median GB/s each way. */
-static int move_bench(const struct kvmm_cuda_arg *arg, uint32_t page_size, uint32_t nr,
-		      double *g, double *s, char *why, size_t len)
+/* One contiguous device-to-device copy of @bytes: median GB/s. */
+static int ref_d2d(struct drv *d, uint64_t bytes, double *gb)
+{
+	double a[CUDA_REPEAT];
+	uint64_t src = 0, dst = 0;
+	unsigned r;
+	int ret;
+
+	ret = d->alloc(&src, bytes) || d->alloc(&dst, bytes) ? -ENOMEM : 0;
+	for (r = 0; !ret && r < CUDA_REPEAT; r++) {
+		uint64_t t0 = now_ns();
+
+		ret = d->dtod(dst, src, bytes) ? -EIO : 0;
+		a[r] = gbps(bytes, now_ns() - t0);
+	}
+	if (src)
+		d->free(src);
+	if (dst)
+		d->free(dst);
+	*gb = ret ? 0 : median(a, CUDA_REPEAT);
+	return ret;
+}
+
+/*
+ * Gather and scatter of @nr scattered pages: median GB/s each way.  The
+ * staging is registered host memory, or with @d device memory from it.
+ */
+static int move_bench(const struct kvmm_cuda_arg *arg, struct drv *d, uint32_t page_size,
+		      uint32_t nr, double *g, double *s, char *why, size_t len)
 {
 	const struct kvmm_backend_ops *be = kvmm_backend_lookup("cuda");
 	uint64_t page = kvmm_page_bytes(&cuda_model, page_size);
@@ -117,6 +149,7 @@ static int move_bench(const struct kvmm_cuda_arg *arg, uint32_t page_size, uint3
 	void *priv = NULL, **addr = NULL;
 	int32_t *pfns = NULL;
 	char *staging = NULL;
+	uint64_t dev = 0;
 	unsigned r;
 	uint32_t i;
 	int ret;
@@ -126,7 +159,10 @@ static int move_bench(const struct kvmm_cuda_arg *arg, uint32_t page_size, uint3
 	ret = be->init(&cfg, &priv);
 	if (ret)
 		return ret;
-	staging = staging_map(page * nr);
+	if (!d)
+		staging = staging_map(page * nr);
+	else if (!d->alloc(&dev, page * nr))
+		staging = (char *)(uintptr_t)dev;
 	pfns = malloc(nr * sizeof(*pfns));
 	addr = malloc(nr * sizeof(*addr));
 	ret = staging && pfns && addr ? be->mem_register(priv, staging, page * nr) : -ENOMEM;
@@ -151,7 +187,9 @@ static int move_bench(const struct kvmm_cuda_arg *arg, uint32_t page_size, uint3
 out:
 	free(pfns);
 	free(addr);
-	if (staging)
+	if (dev)
+		d->free(dev);
+	else if (staging)
 		munmap(staging, page * nr);
 	be->exit(priv);
 	return ret;
@@ -216,7 +254,7 @@ int cmd_cuda(int argc, char **argv)
 	bool json = false;
 	char why[256] = "";
 	struct drv d = { 0 };
-	double rd, ru, us;
+	double rd, ru, rdd = 0, us;
 	size_t i;
 	int opt, ret;
 
@@ -231,7 +269,7 @@ int cmd_cuda(int argc, char **argv)
 		}
 	}
 	ret = drv_open(&d, arg.driver);
-	if (!ret && move_bench(&arg, 1, 1, &rd, &ru, why, sizeof(why)) == -ENODEV)
+	if (!ret && move_bench(&arg, NULL, 1, 1, &rd, &ru, why, sizeof(why)) == -ENODEV)
 		ret = -ENODEV;
 	if (ret) {
 		if (!why[0])
@@ -242,16 +280,17 @@ int cmd_cuda(int argc, char **argv)
 			printf("cuda: skipped: %s\n", why);
 		return 0;
 	}
-	ret = ref_copy(&d, set, &rd, &ru);
+	ret = ref_copy(&d, set, &rd, &ru) ?: ref_d2d(&d, set, &rdd);
 	for (i = 0; !ret && i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		uint64_t page = kvmm_page_bytes(&cuda_model, sizes[i]);
 		uint32_t nr = (uint32_t)(set / page);
-		double g, s, cg = 0, cs = 0;
+		double g, s, cg = 0, cs = 0, dg = 0, ds = 0;
 
 		ce = arg;
 		ce.no_kernels = true;
-		ret = move_bench(&arg, sizes[i], nr, &g, &s, why, sizeof(why)) ?:
-		      move_bench(&ce, sizes[i], nr, &cg, &cs, why, sizeof(why));
+		ret = move_bench(&arg, NULL, sizes[i], nr, &g, &s, why, sizeof(why)) ?:
+		      move_bench(&ce, NULL, sizes[i], nr, &cg, &cs, why, sizeof(why)) ?:
+		      move_bench(&arg, &d, sizes[i], nr, &dg, &ds, why, sizeof(why));
 		if (ret)
 			break;
 		if (json)
@@ -260,15 +299,19 @@ int cmd_cuda(int argc, char **argv)
 			       "\"pinned_dtoh_gbps\":%.2f,\"pinned_htod_gbps\":%.2f,"
 			       "\"demote_vs_pinned\":%.3f,\"promote_vs_pinned\":%.3f,"
 			       "\"memcpy_per_run_demote_gbps\":%.2f,\"memcpy_per_run_promote_gbps\":%.2f,"
-			       "\"kernel_vs_memcpy_per_run\":%.2f,\"repeat\":%u}\n",
+			       "\"kernel_vs_memcpy_per_run\":%.2f,\"gather_dev_gbps\":%.2f,"
+			       "\"scatter_dev_gbps\":%.2f,\"d2d_gbps\":%.2f,\"gather_vs_d2d\":%.3f,"
+			       "\"scatter_vs_d2d\":%.3f,\"repeat\":%u}\n",
 			       sizes[i], nr, (unsigned long long)page, g, s, rd, ru, g / rd, s / ru,
-			       cg, cs, cg > 0 ? g / cg : 0.0, CUDA_REPEAT);
+			       cg, cs, cg > 0 ? g / cg : 0.0, dg, ds, rdd, dg / rdd, ds / rdd,
+			       CUDA_REPEAT);
 		else
 			printf("page size %-2u %5u pages: demote %6.2f GB/s (%.2f of pinned DtoH %.2f), "
 			       "promote %6.2f GB/s (%.2f of HtoD %.2f); per-run cuMemcpyAsync "
-			       "%.2f / %.2f GB/s (kernel %.1fx)\n",
+			       "%.2f / %.2f GB/s (kernel %.1fx); on the device %.2f / %.2f GB/s "
+			       "(%.2f / %.2f of D2D %.2f)\n",
 			       sizes[i], nr, g, g / rd, rd, s, s / ru, ru, cg, cs,
-			       cg > 0 ? g / cg : 0.0);
+			       cg > 0 ? g / cg : 0.0, dg, ds, dg / rdd, ds / rdd, rdd);
 	}
 	ret = ret ?: indices_bench(&arg, &d, &us);
 	if (!ret) {
