@@ -66,6 +66,7 @@ int register_engine_suite(void);
 int register_ring_suite(void);
 int register_server_suite(void);
 int register_abi_suite(void);
+int cuda_attach_child(const char *path, const char *driver);
 int register_tier_suite(void);
 
 #define ADD_TEST(suite, fn) \

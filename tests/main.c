@@ -14,6 +14,7 @@
 #include <CUnit/Basic.h>
 
 #include "helpers.h"
+#include "autoconf.h"
 
 static const suite_register_fn suites[] = {
 	register_ctx_suite,
@@ -41,6 +42,11 @@ int main(int argc, char **argv)
 	size_t i;
 	int opt;
 
+#if CONFIG_KVMM_CUDA_H
+	/* the second process of a test that shares the pool across processes */
+	if (argc == 4 && !strcmp(argv[1], "--cuda-attach-child"))
+		return cuda_attach_child(argv[2], argv[3]);
+#endif
 	while ((opt = getopt(argc, argv, "s:q")) != -1) {
 		switch (opt) {
 		case 's': only = optarg; break;

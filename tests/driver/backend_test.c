@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../helpers.h"
@@ -923,6 +924,87 @@ static void cuda_resize_maps_whole_extents(void)
 	CU_ASSERT_EQUAL(fake_live(), 0);
 }
 
+/**
+ * cuda_attach_child() - the second process of cuda_pool_shared_across_processes
+ * @path: the server's socket
+ * @driver: the driver library ("" for libcuda.so.1)
+ *
+ * kvmm-tests runs this when exec'ed as "kvmm-tests --cuda-attach-child
+ * PATH DRIVER": a fresh process (a CUDA driver does not survive fork()),
+ * which attaches to the server's pool through the cuda backend, imports
+ * the allocations from the descriptors it was sent and writes page 3 of
+ * every K buffer with byte 0x60 + layer.
+ *
+ * Return: the exit status, 0 when all went well.
+ */
+int cuda_attach_child(const char *path, const char *driver)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 4096 };
+	struct kvmm_cuda_arg arg = { .driver = driver[0] ? driver : NULL };
+	struct kvmm_kv_pool *pool;
+	struct kvmm_kv_layer kl;
+	struct kvmm_ring ring;
+	char page[16 * 256];
+	uint32_t l;
+
+	if (cu_bind(driver[0] ? driver : "libcuda.so.1"))
+		return 9;
+	if (kvmm_ring_connect(path, &rp, &ring) || kvmm_kv_attach(&ring, &arg, &pool))
+		return 10;
+	for (l = 0; kvmm_kv_pool_layer(pool, l, &kl) == 0; l++) {
+		if (16 * kl.slot_bytes > sizeof(page))
+			return 11;
+		memset(page, 0x60 + (int)l, 16 * kl.slot_bytes);
+		if (cu_htod((uint64_t)(uintptr_t)kl.k + 3 * 16 * kl.slot_bytes, page,
+			    16 * kl.slot_bytes))
+			return 12;
+	}
+	kvmm_kv_pool_close(pool);
+	kvmm_ring_exit(&ring);
+	return l == 2 ? 0 : 13;
+}
+
+/*
+ * kvmmd's way: the pool's device allocations mapped by another process,
+ * an exec'ed kvmm-tests, through the descriptors sent over the socket.
+ */
+static void contract_pool_shared_across_processes(void)
+{
+	struct kvmm_ctx *ctx = target_ctx(16, 64, 0);
+	struct kvmm_server *srv;
+	struct kvmm_kv_layer kl;
+	char path[64], exe[PATH_MAX], got[16 * 256], want[16 * 256];
+	int status = -1;
+	ssize_t n;
+	uint32_t l;
+	pid_t pid;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	CU_ASSERT_FATAL(n > 0);
+	exe[n] = 0;
+	snprintf(path, sizeof(path), "/tmp/kvmm-share-%d.sock", (int)getpid());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, path, 0, &srv), 0);
+	pid = fork();
+	if (!pid) {
+		execl(exe, exe, "--cuda-attach-child", path, tgt.driver, (char *)NULL);
+		_exit(127);
+	}
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		printf("\n    child status %#x ", status);
+	for (l = 0; l < 2; l++) {
+		CU_ASSERT_EQUAL_FATAL(kvmm_kv_layer(ctx, l, &kl), 0);
+		memset(want, 0x60 + (int)l, 16 * kl.slot_bytes);
+		tgt.mem->get(got, (char *)kl.k + 3 * 16 * kl.slot_bytes, 16 * kl.slot_bytes);
+		CU_ASSERT(!memcmp(got, want, 16 * kl.slot_bytes));
+	}
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 /* A copy the device fails during demotion demotes nothing and loses no page. */
 static void cuda_copy_fault_is_contained(void)
 {
@@ -1184,11 +1266,13 @@ int register_backend_suite(void)
 		ADD_TEST(s, cuda_pool_sized_from_device_memory);
 		ADD_TEST(s, cuda_resize_maps_whole_extents);
 		ADD_TEST(s, cuda_gathers_into_device_staging);
+		ADD_TEST(s, contract_pool_shared_across_processes);
 
 		s = CU_add_suite("kvmm_contract_cuda", cuda_setup_real, suite_teardown);
 		if (!s)
 			return -1;
 		ADD_CONTRACT(s);
+		ADD_TEST(s, contract_pool_shared_across_processes);
 		if (cuda_probe(why, sizeof(why))) {
 			printf("kvmm_contract_cuda: inactive: %s\n", why);
 			CU_set_suite_active(s, CU_FALSE);
