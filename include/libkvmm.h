@@ -890,6 +890,9 @@ const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier);
 
  * @fail_resize: make resize fail with this negative errno (0: never)
  * @fail_share: make share (export) fail with this negative errno
+ * @shareable: back the pool with memfds, which share can hand another
+ *	process; shared memory gets no transparent huge pages on a default
+ *	kernel, so copies are slower (without it share is -EOPNOTSUPP)
  *
  * The backend keeps the pointer and reads @fail_copy and @fail_every at
  * every call, so a test can turn faults on and off while it runs.
@@ -906,6 +909,7 @@ struct kvmm_mock_arg {
 	uint64_t mem_avail;
 	int fail_resize;
 	int fail_share;
+	bool shareable;
 };
 
 /**

@@ -7,12 +7,16 @@
  * kv_heads * head_dim * dtype_bytes wide.  Deterministic and free of any
  * device, it is what CI and the tests run on; an engine can also run on it
  * end to end (its "attention" reads and writes the same slots a GPU
- * kernel would).  Each buffer is a memfd mapped shared for max_pages and
- * sized to nr_pages: memory is taken lazily, only where pages are
- * written; a resize is an ftruncate (shrinking gives the memory back,
- * nothing moves); and the descriptors are what share hands another
- * process, which maps the same bytes (import), as a GPU's exportable
- * allocations are.
+ * kernel would).  Each buffer is mapped for max_pages, and memory is
+ * taken lazily, only where pages are written.  By default a buffer is
+ * private anonymous memory with transparent huge pages (copies run at
+ * memcpy speed); a shrink gives the tail back with MADV_DONTNEED and a
+ * growth needs nothing.  With kvmm_mock_arg.shareable each buffer is a
+ * memfd sized to nr_pages instead: a resize is an ftruncate, and the
+ * descriptors are what share hands another process, which maps the same
+ * bytes (import), as a GPU's exportable allocations are.  Shared memory
+ * gets no huge pages on a default kernel (shmem_enabled "never"), which
+ * costs the copies about a quarter of their bandwidth, so it is opt-in.
  *
  * Gather, scatter, copy and the kv_indices build run the kernels' C
  * references (kernels/ref.c), so the engine and the tiers on this backend
@@ -127,6 +131,11 @@ static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 	if (!pool)
 		return -ENOMEM;
 	for (i = 0; i < pool->geom.nbufs && !ret; i++) {
+		if (!arg || !arg->shareable) {
+			pool->bufs[i] = kvmm_map_anon(pool->max_bytes);
+			ret = pool->bufs[i] ? 0 : -ENOMEM;
+			continue;
+		}
 		pool->fds[i] = memfd_create("kvmm-kv", MFD_CLOEXEC);
 		if (pool->fds[i] < 0 || ftruncate(pool->fds[i], (off_t)pool->buf_bytes))
 			ret = -errno;
@@ -290,21 +299,29 @@ static int mock_info(void *priv, char *buf, size_t len)
 			pool->buf_bytes / 1048576.0);
 }
 
-/* Every buffer's file to @nr_pages: memory comes and goes, nothing moves. */
+/*
+ * Pages [0, @nr_pages) backed, the rest given back; nothing moves.  A
+ * memfd is truncated; anonymous memory is always mapped, and a shrink
+ * drops the whole OS pages past the new end.
+ */
 static int mock_resize(void *priv, uint32_t nr_pages)
 {
 	struct mock_pool *pool = priv;
 	uint64_t bytes = nr_pages * kvmm_kv_run(&pool->geom);
+	uint64_t os = (uint64_t)sysconf(_SC_PAGESIZE), tail = (bytes + os - 1) / os * os;
 	uint32_t i;
 	int ret = 0;
 
-	if (nr_pages > pool->max_pages || pool->fds[0] < 0)
+	if (nr_pages > pool->max_pages)
 		return -EINVAL;
 	if (pool->arg && pool->arg->fail_resize)
 		return pool->arg->fail_resize;
-	for (i = 0; i < pool->geom.nbufs && !ret; i++)
-		if (ftruncate(pool->fds[i], (off_t)bytes))
+	for (i = 0; i < pool->geom.nbufs && !ret; i++) {
+		if (pool->fds[i] >= 0 && ftruncate(pool->fds[i], (off_t)bytes))
 			ret = -errno;
+		else if (pool->fds[i] < 0 && tail < pool->max_bytes && bytes < pool->buf_bytes)
+			madvise((char *)pool->bufs[i] + tail, pool->max_bytes - tail, MADV_DONTNEED);
+	}
 	if (ret) {
 		while (i--)	/* back as it was; growing back cannot fail */
 			(void)!ftruncate(pool->fds[i], (off_t)pool->buf_bytes);
@@ -324,6 +341,8 @@ static int mock_share(void *priv, struct kvmm_share *sh, struct kvmm_share_ext *
 
 	if (pool->arg && pool->arg->fail_share)
 		return pool->arg->fail_share;
+	if (pool->fds[0] < 0)
+		return -EOPNOTSUPP;	/* anonymous memory: not shareable */
 	*ext = malloc(sizeof(**ext));
 	*fds = malloc(pool->geom.nbufs * sizeof(**fds));
 	if (!*ext || !*fds)

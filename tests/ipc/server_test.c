@@ -158,7 +158,7 @@ static int run_child_writer(int want_attach)
  */
 static void server_shares_the_pool_with_another_process(void)
 {
-	struct kvmm_mock_arg arg = { 0 };
+	struct kvmm_mock_arg arg = { .shareable = true };
 	struct kvmm_params p = test_params(16, 64, 8, 256);
 	struct kvmm_ctx *ctx = NULL;
 	struct kvmm_server *srv;

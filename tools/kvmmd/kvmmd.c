@@ -77,6 +77,7 @@ static int parse_num(const char *opt, const char *s, uint64_t *v)
 struct opts {
 	struct kvmm_params p;
 	struct kvmm_cuda_arg cuda;
+	struct kvmm_mock_arg mock;
 	const char *socket;
 	const char *evict;
 	uint32_t server_flags;
@@ -194,7 +195,7 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 			return -1;
 		}
 		p->backend = keep(val);
-		p->backend_arg = strcmp(val, "cuda") ? NULL : &o->cuda;
+		p->backend_arg = strcmp(val, "cuda") ? (void *)&o->mock : (void *)&o->cuda;
 		return 0;
 	case O_WRITE_POLICY:
 		if (!strcmp(val, "write-back") || !strcmp(val, "write-through")) {
@@ -266,12 +267,15 @@ int main(int argc, char **argv)
 			.max_seqs = 1024, .max_seq_len = 32768,
 			.host_node = KVMM_NODE_NEAREST,
 		},
+		/* clients may map the pool (kvmm_kv_attach()) */
+		.mock = { .shareable = true },
 	};
 	struct kvmm_server *srv = NULL;
 	struct kvmm_ctx *ctx = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
 	int c, ret;
 
+	o.p.backend_arg = &o.mock;
 	while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
 		if (c == O_HELP) {
 			usage(stdout);
