@@ -122,6 +122,20 @@ static bool hb_test(const struct kvmm_hbitmap *hb, uint64_t bit)
 
 /* ---- zones ---- */
 
+/* The descriptor of a free frame of @zone (offline frames have it too). */
+static struct kvmm_page page_free(const struct kvmm_zone *zone)
+{
+	return (struct kvmm_page){ .state = KVMM_PAGE_FREE, .tier = (uint8_t)zone->tier };
+}
+
+/* The descriptor of a frame just allocated from @zone. */
+static struct kvmm_page page_owned(const struct kvmm_zone *zone)
+{
+	return (struct kvmm_page){ .state = KVMM_PAGE_OWNED,
+				   .tier = (uint8_t)zone->tier, .refcount = 1 };
+}
+
+
 /**
  * kvmm_zone_init() - set up a zone of @nr_pages free frames
  * @ctx: the context whose allocator provides the metadata
@@ -187,8 +201,7 @@ static uint64_t word_span(uint64_t *pfn, uint64_t to)
  */
 void kvmm_zone_online(struct kvmm_zone *zone, uint32_t nr_pages)
 {
-	const struct kvmm_page free_desc = { .state = KVMM_PAGE_FREE,
-					     .tier = (uint8_t)zone->tier };
+	const struct kvmm_page free_desc = page_free(zone);
 	uint64_t pfn;
 
 	for (pfn = zone->nr_pages; pfn < nr_pages; pfn++)
@@ -249,8 +262,7 @@ void kvmm_zone_unisolate(struct kvmm_zone *zone, uint32_t from)
  */
 void kvmm_zone_offline(struct kvmm_zone *zone, uint32_t nr_pages)
 {
-	const struct kvmm_page off_desc = { .state = KVMM_PAGE_FREE,
-					    .tier = (uint8_t)zone->tier };
+	const struct kvmm_page off_desc = page_free(zone);
 	uint32_t pfn;
 
 	kvmm_zone_isolate(zone, nr_pages);
@@ -276,13 +288,6 @@ uint32_t kvmm_zone_count_free(const struct kvmm_zone *zone, uint32_t from, uint3
 bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn)
 {
 	return hb_test(&zone->free, pfn);
-}
-
-/* The descriptor of a frame just allocated from @zone. */
-static struct kvmm_page page_owned(const struct kvmm_zone *zone)
-{
-	return (struct kvmm_page){ .state = KVMM_PAGE_OWNED,
-				   .tier = (uint8_t)zone->tier, .refcount = 1 };
 }
 
 /**
@@ -460,8 +465,7 @@ int kvmm_alloc_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 void kvmm_free_pages(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 		     const int32_t *pfns, uint32_t nr)
 {
-	const struct kvmm_page free_desc = { .state = KVMM_PAGE_FREE,
-					     .tier = (uint8_t)zone->tier };
+	const struct kvmm_page free_desc = page_free(zone);
 	uint64_t w = UINT64_MAX, mask = 0;
 	uint32_t i, freed = 0;
 

@@ -139,13 +139,14 @@ out:
 static int shrink(struct kvmm_ctx *ctx, uint32_t nr_pages)
 {
 	struct kvmm_zone *zone = &ctx->zone[KVMM_TIER_DEVICE];
-	uint32_t old = zone->nr_pages;
-	uint32_t free_cut = kvmm_zone_count_free(zone, nr_pages, old);
-	uint64_t stuck = 0, movable = walk_cut(ctx, nr_pages, NULL, false, &stuck);
+	uint32_t old = zone->nr_pages, free_cut;
+	uint64_t stuck = 0, movable;
 	int ret;
 
 	if (zone->wmark[KVMM_WMARK_HIGH] > nr_pages)
 		return -EINVAL;
+	free_cut = kvmm_zone_count_free(zone, nr_pages, old);
+	movable = walk_cut(ctx, nr_pages, NULL, false, &stuck);
 	if (stuck || free_cut + movable != old - nr_pages)
 		return -EBUSY;
 	if (zone->nr_free - free_cut < movable)
