@@ -156,12 +156,8 @@ int kvmm_share_serve(struct kvmm_ctx *ctx, int sock)
 	kvmm_lock(ctx);
 	ret = kvmm_kv_share(ctx, &sh, &ext, &fds);
 	kvmm_unlock(ctx);
-	if (ret) {
-		memset(&sh, 0, sizeof(sh));
-		sh.magic = KVMM_SHARE_MAGIC;
-		sh.status = ret;
+	if (ret)	/* sh is the refusal */
 		return kvmm_sock_send(sock, &sh, sizeof(sh), NULL, 0);
-	}
 	ret = kvmm_sock_send(sock, &sh, sizeof(sh), NULL, 0) ?:
 	      kvmm_sock_send(sock, ext, sh.nr_ext * sizeof(*ext), NULL, 0) ?:
 	      send_fds(sock, fds, sh.nr_fds);

@@ -164,10 +164,20 @@ KVMM_EXPORT int kvmm_stream_wait(struct kvmm_ctx *ctx, void *stream)
 	return ctx->backend->stream_wait(ctx->backend_priv, stream);
 }
 
+/* A bare description: magic and @status, all else zero; returns @status. */
+static int share_header(struct kvmm_share *share, int status)
+{
+	memset(share, 0, sizeof(*share));
+	share->magic = KVMM_SHARE_MAGIC;
+	share->status = status;
+	return status;
+}
+
 /**
  * kvmm_kv_share() - describe the pool so another process can map it
  * @ctx: the context; its lock held when rings are served
- * @share: out: the description (uapi struct kvmm_share)
+ * @share: out: the description (uapi struct kvmm_share); on failure a
+ *	refusal: magic set, status the negative errno, nothing else
  * @ext: out: share->nr_ext extents, from malloc; the caller frees it
  * @fds: out: share->nr_fds new descriptors, from malloc; the caller closes
  *	them and frees the array
@@ -188,11 +198,12 @@ KVMM_EXPORT int kvmm_kv_share(struct kvmm_ctx *ctx, struct kvmm_share *share,
 
 	if (!ctx || !share || !ext || !fds)
 		return -EINVAL;
+	*ext = NULL;
+	*fds = NULL;
 	if (!ctx->backend->share)
-		return -EOPNOTSUPP;
+		return share_header(share, -EOPNOTSUPP);
+	share_header(share, 0);
 	m = &ctx->params.model;
-	memset(share, 0, sizeof(*share));
-	share->magic = KVMM_SHARE_MAGIC;
 	snprintf(share->backend, sizeof(share->backend), "%s", ctx->backend->name);
 	share->layers = m->layers;
 	share->kv_heads = m->kv_heads;
@@ -202,14 +213,8 @@ KVMM_EXPORT int kvmm_kv_share(struct kvmm_ctx *ctx, struct kvmm_share *share,
 	share->attn = m->attn;
 	share->page_size = ctx->page_size;
 	share->nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
-	*ext = NULL;
-	*fds = NULL;
 	ret = ctx->backend->share(ctx->backend_priv, share, ext, fds);
-	if (ret) {
-		share->status = ret;
-		return ret;
-	}
-	return 0;
+	return ret ? share_header(share, ret) : 0;
 }
 
 /*
