@@ -147,17 +147,24 @@ static void regions_unmap(uintptr_t start, uintptr_t end)
 	pthread_mutex_unlock(&lock);
 }
 
+/* The kind (R_*) of the region holding [a, a + len), or -1 for none. */
+static int region_kind(uintptr_t a, uint64_t len)
+{
+	unsigned i;
+	int kind = -1;
+
+	pthread_mutex_lock(&lock);
+	for (i = 0; i < nr_regions && kind < 0; i++)
+		if (a >= regions[i].start && a + len <= regions[i].end)
+			kind = regions[i].kind;
+	pthread_mutex_unlock(&lock);
+	return kind;
+}
+
 /* Can the device touch [a, a + len)? */
 static int reachable(uintptr_t a, uint64_t len)
 {
-	unsigned i;
-	int ok = 0;
-
-	pthread_mutex_lock(&lock);
-	for (i = 0; i < nr_regions && !ok; i++)
-		ok = a >= regions[i].start && a + len <= regions[i].end;
-	pthread_mutex_unlock(&lock);
-	return ok;
+	return region_kind(a, len) >= 0;
 }
 
 static void live_add(long n)
@@ -600,22 +607,17 @@ API CUresult cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr sp, size_t n)
 
 API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr p)
 {
-	unsigned i;
+	int kind;
 
 	ENTER();
 	if (a != CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	pthread_mutex_lock(&lock);
-	for (i = 0; i < nr_regions; i++) {
-		if (p >= regions[i].start && p < regions[i].end) {
-			*(unsigned int *)data = regions[i].kind == R_DEV || regions[i].kind == R_MAPPED ?
-						CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
-			pthread_mutex_unlock(&lock);
-			return CUDA_SUCCESS;
-		}
-	}
-	pthread_mutex_unlock(&lock);
-	return CUDA_ERROR_INVALID_VALUE;	/* memory the driver never saw */
+	kind = region_kind((uintptr_t)p, 1);
+	if (kind < 0)
+		return CUDA_ERROR_INVALID_VALUE;	/* memory the driver never saw */
+	*(unsigned int *)data = kind == R_DEV || kind == R_MAPPED ? CU_MEMORYTYPE_DEVICE :
+								   CU_MEMORYTYPE_HOST;
+	return CUDA_SUCCESS;
 }
 
 API CUresult cuMemcpyHtoD(CUdeviceptr d, const void *h, size_t n)
