@@ -213,7 +213,7 @@ check:
 	$(Q)$(MAKE) -f $(srctree)/Makefile DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-tests
 
 .PHONY: run-tests
-run-tests: $(TESTS)
+run-tests: $(TESTS) $(PROGS)
 	@if [ "$(CONFIG_KVMM_CUNIT)" != y ]; then \
 		echo "check: CUnit not found: install libcunit1-dev (make deps)" >&2; exit 1; fi
 	$(Q)$(TESTS) $(TESTARGS)
