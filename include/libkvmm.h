@@ -625,6 +625,20 @@ static inline void kvmm_prep_drop_caches(struct kvmm_sqe *sqe)
 }
 
 /*
+ * PIN_DROP: @how is KVMM_PIN_DROP_ID (drop the pins ending at node @id;
+ * @ns must be 0) or KVMM_PIN_DROP_NS (every pin in namespace @ns; @id
+ * must be 0).  Operator rings only.
+ */
+static inline void kvmm_prep_pin_drop(struct kvmm_sqe *sqe, uint32_t how, uint32_t ns,
+				      uint64_t id)
+{
+	sqe->opcode = KVMM_OP_PIN_DROP;
+	sqe->arg = how;
+	sqe->ns = ns;
+	sqe->arg2 = id;
+}
+
+/*
  * Backends.  A backend owns the KV bytes of a pool; the core never touches
  * them.  Backends register in driver/backend.c; an embedder selects one by
  * name in kvmm_params.backend.

@@ -25,6 +25,9 @@
  *    node's ancestors are locked and no count is negative or lost.
  *  - pin_ref likewise; pinned pages match, and exactly their frames carry
  *    KVMM_PG_PINNED.
+ *  - Per namespace, the pinned pages and the device pages cached that its
+ *    struct kvmm_ns counts are those of the nodes under its root (the
+ *    pin and cache limits are enforced against these counters).
  *  - Every reclaim list is sorted by access time and holds exactly the
  *    unlocked leaves of its tier.
  *  - Each open sequence's row starts with exactly the frames of the path
@@ -236,6 +239,9 @@ static int check_tree(const struct kvmm_ctx *ctx, uint8_t **marks,
 
 	list_for_each(pos, &ctx->tree.roots) {
 		struct kvmm_node *root = list_entry(pos, struct kvmm_node, sibling);
+		const struct kvmm_ns *ns = kvmm_root_ns(root);
+		uint64_t pinned = sums->pinned;
+		uint64_t cached = sums->cached[KVMM_TIER_DEVICE];
 		struct kvmm_node *node;
 
 		CHECK(root->flags & KVMM_NODE_ROOT, "non-root %p on the root list",
@@ -245,6 +251,12 @@ static int check_tree(const struct kvmm_ctx *ctx, uint8_t **marks,
 			if (ret)
 				return ret;
 		}
+		pinned = sums->pinned - pinned;
+		cached = sums->cached[KVMM_TIER_DEVICE] - cached;
+		CHECK(ns->pinned == pinned, "namespace %u: pinned %llu, counted %llu",
+		      root->ns, (unsigned long long)pinned, (unsigned long long)ns->pinned);
+		CHECK(ns->cached == cached, "namespace %u: %llu device pages cached, counted %llu",
+		      root->ns, (unsigned long long)cached, (unsigned long long)ns->cached);
 	}
 	CHECK(sums->nodes == ctx->tree.nr_nodes, "%llu nodes counted as %llu",
 	      (unsigned long long)sums->nodes, (unsigned long long)ctx->tree.nr_nodes);

@@ -316,6 +316,8 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	ctx->page_shift = (uint32_t)__builtin_ctz(params->page_size);
 	ctx->backend = bops;
 	list_init(&ctx->disps);
+	ctx->ns_pin_pages = KVMM_NS_PIN_AUTO;
+	ctx->ns_cache_share = 100;
 	list_init(&ctx->promos);
 	if (pthread_mutex_init(&ctx->lock, NULL)) {
 		aops->free(ctx, sizeof(*ctx), params->alloc_priv);

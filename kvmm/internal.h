@@ -321,6 +321,22 @@ struct kvmm_tree {
 	struct kvmm_list shadows;
 };
 
+/**
+ * struct kvmm_ns - a namespace: its root, and what it holds of the pool
+ * @root: the namespace's root node (KVMM_NODE_ROOT); roots are allocated
+ *	as part of this, never from the node cache
+ * @pinned: pages of its nodes with a pin at or below them (device only:
+ *	pinned nodes never leave it)
+ * @cached: device pages its nodes hold
+ *
+ * Protected by the context, as the tree.  kvmm_check() recounts both.
+ */
+struct kvmm_ns {
+	struct kvmm_node root;
+	uint64_t pinned;
+	uint64_t cached;
+};
+
 /*
  * struct kvmm_path - where a walk of the tree stopped.  @node is the
  * deepest node reached; @split is the number of its tokens the key
@@ -359,6 +375,28 @@ uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from
 bool kvmm_node_is_leaf(const struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_next(struct kvmm_node *root,
 				 struct kvmm_node *node);
+struct kvmm_node *kvmm_tree_find_id(struct kvmm_ctx *ctx, uint64_t id);
+
+static inline struct kvmm_ns *kvmm_root_ns(const struct kvmm_node *root)
+{
+	return container_of(root, struct kvmm_ns, root);
+}
+
+/* The namespace @node is in: O(depth), as every upward walk. */
+static inline struct kvmm_ns *kvmm_node_ns(const struct kvmm_node *node)
+{
+	while (node->parent)
+		node = node->parent;
+	return kvmm_root_ns(node);
+}
+
+/* Device pages the namespace of @node holds change by @delta. */
+static inline void kvmm_ns_cached_add(const struct kvmm_node *node, uint32_t tier,
+				      int64_t delta)
+{
+	if (tier == KVMM_TIER_DEVICE)
+		kvmm_node_ns(node)->cached += (uint64_t)delta;
+}
 
 /* ---- vmscan.c ---- */
 
@@ -497,8 +535,13 @@ int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t
 		      size_t stride, uint32_t count, uint32_t flags);
 
 /* ---- prefix_tree.c: pins ---- */
+#define KVMM_NO_LIMIT	UINT64_MAX
 int __kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
-		      uint32_t n, bool keep, struct kvmm_node **nodep);
+		      uint32_t n, bool keep, uint64_t limit, struct kvmm_node **nodep);
+uint64_t kvmm_ns_pin_limit(const struct kvmm_ctx *ctx);
+uint64_t kvmm_ns_cache_limit(const struct kvmm_ctx *ctx);
+int kvmm_set_ns_pin_pages(struct kvmm_ctx *ctx, uint64_t pages);
+int kvmm_set_ns_cache_share(struct kvmm_ctx *ctx, uint64_t pct);
 int __kvmm_prefix_pinned(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 			 uint32_t n, struct kvmm_node **nodep);
 void kvmm_node_unpin(struct kvmm_ctx *ctx, struct kvmm_node *node, bool keep);
@@ -582,6 +625,10 @@ enum kvmm_tier_event {
  * @promos: promotions in flight (struct kvmm_promo.link)
  * @io_pages: device frames they hold (KVMM_PAGE_IO)
  * @iow: the I/O worker that runs them, when an I/O store exists
+ * @ns_pin_pages: pages a ring bound to a namespace may have pinned in it;
+ *	KVMM_NS_PIN_AUTO for half the device pool
+ * @ns_cache_share: percent of the device pool one namespace may cache
+ *	before reclaim takes its own cache first; 100 for no share
  */
 struct kvmm_ctx {
 	struct kvmm_params params;
@@ -617,6 +664,8 @@ struct kvmm_ctx {
 	struct kvmm_list promos;
 	uint64_t io_pages;
 	struct kvmm_iow *iow;
+	uint64_t ns_pin_pages;
+	uint32_t ns_cache_share;
 };
 
 static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,

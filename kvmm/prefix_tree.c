@@ -137,10 +137,31 @@ static struct kvmm_node *node_alloc(struct kvmm_ctx *ctx, uint32_t len)
 	return node;
 }
 
+/* A namespace root: the node inside its struct kvmm_ns. */
+static struct kvmm_node *root_alloc(struct kvmm_ctx *ctx)
+{
+	struct kvmm_ns *ns = kvmm_zalloc(ctx, sizeof(*ns));
+	struct kvmm_node *node;
+
+	if (!ns)
+		return NULL;
+	node = &ns->root;
+	node->id = ++ctx->tree.next_id;
+	list_init(&node->sibling);
+	list_init(&node->children);
+	list_init(&node->lru);
+	list_init(&node->shadow);
+	return node;
+}
+
 static void node_free(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
 	if (!node)
 		return;
+	if (node->flags & KVMM_NODE_ROOT) {
+		kvmm_mfree(ctx, kvmm_root_ns(node), sizeof(struct kvmm_ns));
+		return;
+	}
 	kvmm_mfree(ctx, node->tokens, node_buf_bytes(ctx, node->len));
 	node_cache_put(ctx, node);
 }
@@ -375,7 +396,7 @@ struct kvmm_node *kvmm_tree_root(struct kvmm_ctx *ctx, uint32_t ns, bool create)
 	}
 	if (!create)
 		return NULL;
-	node = node_alloc(ctx, 0);
+	node = root_alloc(ctx);
 	if (!node)
 		return NULL;
 	node->flags = KVMM_NODE_ROOT;
@@ -635,6 +656,7 @@ static void link_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
 	kvmm_lru_update(ctx, parent);
 	ctx->tree.nr_nodes++;
 	ctx->tree.cached[tier] += nr;
+	kvmm_ns_cached_add(parent, tier, nr);
 	ctx->lruvec[tier].evictable += nr;
 }
 
@@ -852,22 +874,139 @@ static int prefix_resolve(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok
 	return split ? kvmm_tree_split(ctx, path) : 0;
 }
 
-/* Pin refs count the pins at or below a node; its frames carry the flag. */
+/*
+ * Pin refs count the pins at or below a node; its frames carry the flag.
+ * The walk ends at the root, whose namespace counts the pages too.
+ */
 static void pin_path(struct kvmm_ctx *ctx, struct kvmm_node *node, int delta)
 {
+	uint64_t pages = 0;
+
 	for (; !(node->flags & KVMM_NODE_ROOT); node = node->parent) {
 		uint32_t nr = node->len >> ctx->page_shift;
 
 		if (delta > 0 && node->pin_ref++ == 0) {
-			ctx->tree.pinned += nr;
+			pages += nr;
 			kvmm_set_page_flags(kvmm_node_zone(ctx, node), node->pfns, nr,
 					    KVMM_PG_PINNED, 0);
 		} else if (delta < 0 && --node->pin_ref == 0) {
-			ctx->tree.pinned -= nr;
+			pages += nr;
 			kvmm_set_page_flags(kvmm_node_zone(ctx, node), node->pfns, nr,
 					    0, KVMM_PG_PINNED);
 		}
 	}
+	if (delta > 0) {
+		ctx->tree.pinned += pages;
+		kvmm_root_ns(node)->pinned += pages;
+	} else {
+		ctx->tree.pinned -= pages;
+		kvmm_root_ns(node)->pinned -= pages;
+	}
+}
+
+/*
+ * Pages a pin on @path would newly pin: those of the unpinned nodes on
+ * it.  pin_ref only grows towards the root, so the walk stops at the
+ * first pinned node.  A pin ending inside an edge pins only its head.
+ */
+static uint64_t pin_cost(const struct kvmm_ctx *ctx, const struct kvmm_path *path)
+{
+	const struct kvmm_node *node = path->node;
+	uint64_t pages = 0;
+
+	if (node->pin_ref)
+		return 0;
+	pages = (path->split ? path->split : node->len) >> ctx->page_shift;
+	for (node = node->parent; !(node->flags & KVMM_NODE_ROOT) && !node->pin_ref;
+	     node = node->parent)
+		pages += node->len >> ctx->page_shift;
+	return pages;
+}
+
+/**
+ * kvmm_ns_pin_limit() - pages a ring bound to a namespace may pin in it
+ * @ctx: the context
+ *
+ * Return: the limit set with KVMM_SET_NS_PIN_PAGES, or half the device
+ * pool (as it is now) by default.
+ */
+uint64_t kvmm_ns_pin_limit(const struct kvmm_ctx *ctx)
+{
+	if (ctx->ns_pin_pages == KVMM_NS_PIN_AUTO)
+		return ctx->zone[KVMM_TIER_DEVICE].nr_pages / 2;
+	return ctx->ns_pin_pages;
+}
+
+/**
+ * kvmm_ns_cache_limit() - device pages one namespace may cache before
+ *	reclaim takes its cache first
+ * @ctx: the context
+ */
+uint64_t kvmm_ns_cache_limit(const struct kvmm_ctx *ctx)
+{
+	return (uint64_t)ctx->zone[KVMM_TIER_DEVICE].nr_pages * ctx->ns_cache_share / 100;
+}
+
+/**
+ * kvmm_set_ns_pin_pages() - set the pin limit of bound namespaces
+ * @ctx: the context
+ * @pages: the limit in pages, or KVMM_NS_PIN_AUTO for half the pool
+ *
+ * Pins already taken stay; only new ones are refused.
+ *
+ * Return: 0, or -EINVAL for a value above 2^32 - 1 (other than AUTO).
+ */
+int kvmm_set_ns_pin_pages(struct kvmm_ctx *ctx, uint64_t pages)
+{
+	if (pages != KVMM_NS_PIN_AUTO && pages > UINT32_MAX) {
+		kvmm_report(ctx, "ns_pin_pages: %llu is above 2^32 - 1",
+			    (unsigned long long)pages);
+		return -EINVAL;
+	}
+	ctx->ns_pin_pages = pages;
+	return 0;
+}
+
+/**
+ * kvmm_set_ns_cache_share() - set the share of the pool a namespace may cache
+ * @ctx: the context
+ * @pct: percent of the device pool, 1 .. 100; 100 turns the share off
+ *
+ * Return: 0, or -EINVAL outside 1 .. 100.
+ */
+int kvmm_set_ns_cache_share(struct kvmm_ctx *ctx, uint64_t pct)
+{
+	if (pct < 1 || pct > 100) {
+		kvmm_report(ctx, "ns_cache_share: %llu is not a percentage in 1..100",
+			    (unsigned long long)pct);
+		return -EINVAL;
+	}
+	ctx->ns_cache_share = (uint32_t)pct;
+	return 0;
+}
+
+/**
+ * kvmm_tree_find_id() - the node with id @id, roots excluded
+ * @ctx: the context
+ * @id: a node id, as dumps show it
+ *
+ * A walk of the whole tree: for admin commands only.
+ *
+ * Return: the node, or NULL.
+ */
+struct kvmm_node *kvmm_tree_find_id(struct kvmm_ctx *ctx, uint64_t id)
+{
+	struct kvmm_list *pos;
+
+	list_for_each(pos, &ctx->tree.roots) {
+		struct kvmm_node *root = list_entry(pos, struct kvmm_node, sibling);
+		struct kvmm_node *node;
+
+		for (node = kvmm_tree_next(root, root); node; node = kvmm_tree_next(root, node))
+			if (node->id == id)
+				return node;
+	}
+	return NULL;
 }
 
 /**
@@ -878,20 +1017,31 @@ static void pin_path(struct kvmm_ctx *ctx, struct kvmm_node *node, int delta)
  * @n: its length; a trailing partial page is ignored
  * @keep: a pin of nobody's (the direct API, KVMM_PIN_KEEP) rather than
  *	one a ring owns and drops when it goes
+ * @limit: pages the namespace may have pinned after this pin, or
+ *	KVMM_NO_LIMIT
  * @nodep: out, the node the pin ends on
  *
- * Return: the pinned length, or -errno as kvmm_prefix_pin().
+ * Return: the pinned length, or -errno as kvmm_prefix_pin(); -EDQUOT
+ * when the pin would take the namespace's pinned pages past @limit (a pin
+ * on pages already pinned adds none, and is not refused).
  */
 int __kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
-		      uint32_t n, bool keep, struct kvmm_node **nodep)
+		      uint32_t n, bool keep, uint64_t limit, struct kvmm_node **nodep)
 {
 	struct kvmm_path path;
+	uint64_t cost;
 	int ret = prefix_resolve(ctx, ns, tokens, n, false, &path);
 
 	if (ret)
 		return ret;
 	if (!path.split && path.node->pins == UINT8_MAX)
 		return -EBUSY;
+	/* a pin that pins no new page (nested, or under one) takes nothing */
+	if (limit != KVMM_NO_LIMIT) {
+		cost = pin_cost(ctx, &path);
+		if (cost && kvmm_node_ns(path.node)->pinned + cost > limit)
+			return -EDQUOT;
+	}
 	ret = kvmm_tree_split(ctx, &path);
 	if (ret)
 		return ret;
@@ -921,7 +1071,7 @@ KVMM_EXPORT int kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns,
 				const uint32_t *tokens, uint32_t n)
 {
 	struct kvmm_node *node = NULL;
-	int ret = __kvmm_prefix_pin(ctx, ns, tokens, n, true, &node);
+	int ret = __kvmm_prefix_pin(ctx, ns, tokens, n, true, KVMM_NO_LIMIT, &node);
 
 	if (ret >= 0)
 		kvmm_debug_check(ctx, "pin");

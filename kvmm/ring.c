@@ -32,7 +32,11 @@
  * Tenants.  A ring bound to a namespace may only name that namespace
  * (OPEN, PIN, UNPIN, PRIO) and may not run the commands that act on the
  * whole context or show other tenants' tokens (RECLAIM, DROP_CACHES, SET,
- * DUMP): -EPERM.
+ * DUMP, PIN_DROP): -EPERM.  Its pins, KVMM_PIN_KEEP or not, count against
+ * the namespace's pin limit (-EDQUOT past it), so a tenant cannot pin the
+ * pool away from the others; the operator (an unbound ring) lists every
+ * pin with DUMP_PINS and drops any of them, whoever took it, with
+ * PIN_DROP.
  *
  * Ownership.  A sequence opened through a ring belongs to it: other rings
  * (and the direct API) cannot touch it, and when the ring goes (the client
@@ -122,6 +126,7 @@ static const uint8_t op_fields[KVMM_OP_LAST] = {
 	[KVMM_OP_PRIO] = F_NS | F_TOK | F_ARG,
 	[KVMM_OP_LOOKUP] = F_NS | F_TOK | F_ARG | F_ARG2,
 	[KVMM_OP_PROMOTE] = F_SEQ | F_TOK,
+	[KVMM_OP_PIN_DROP] = F_NS | F_ARG | F_ARG2,
 };
 
 static int sqe_check_fields(const struct kvmm_sqe *sqe)
@@ -231,7 +236,9 @@ static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_
 		if (ret)
 			return ret;
 	}
-	ret = __kvmm_prefix_pin(d->ctx, sqe->ns, tok, sqe->len, keep, &node);
+	ret = __kvmm_prefix_pin(d->ctx, sqe->ns, tok, sqe->len, keep,
+				d->ns_bound ? kvmm_ns_pin_limit(d->ctx) : KVMM_NO_LIMIT,
+				&node);
 	if (ret >= 0 && !keep)
 		d->pins[d->nr_pins++] = node;
 	return ret;
@@ -261,6 +268,67 @@ static int op_unpin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint3
 	}
 	kvmm_node_unpin(d->ctx, node, keep);
 	return ret;
+}
+
+/* Drop every pin ending at @node, the rings' and nobody's; ctx->lock held. */
+static uint32_t pins_drop_node(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct kvmm_list *pos;
+	uint32_t n = 0, i;
+
+	list_for_each(pos, &ctx->disps) {
+		struct kvmm_disp *d = list_entry(pos, struct kvmm_disp, node);
+
+		for (i = 0; i < d->nr_pins;) {
+			if (d->pins[i] != node) {
+				i++;
+				continue;
+			}
+			d->pins[i] = d->pins[--d->nr_pins];
+			kvmm_node_unpin(ctx, node, false);
+			n++;
+		}
+	}
+	while (node->keep_pins) {
+		kvmm_node_unpin(ctx, node, true);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * PIN_DROP: the operator's way out of pins nobody will drop (a tenant's
+ * KVMM_PIN_KEEP pins after it exited, or a live ring's).  A ring whose
+ * pin was dropped finds it gone: its UNPIN gets -EINVAL.
+ */
+static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+{
+	struct kvmm_ctx *ctx = d->ctx;
+	struct kvmm_node *root, *node;
+	uint64_t n = 0;
+
+	switch (sqe->arg) {
+	case KVMM_PIN_DROP_ID:
+		if (sqe->ns)
+			return -EINVAL;
+		node = sqe->arg2 ? kvmm_tree_find_id(ctx, sqe->arg2) : NULL;
+		if (!node || !node->pins)
+			return -ENOENT;
+		n = pins_drop_node(ctx, node);
+		break;
+	case KVMM_PIN_DROP_NS:
+		if (sqe->arg2)
+			return -EINVAL;
+		root = kvmm_tree_root(ctx, sqe->ns, false);
+		for (node = root; node; node = kvmm_tree_next(root, node))
+			if (node->pins)
+				n += pins_drop_node(ctx, node);
+		break;
+	default:
+		return -EINVAL;
+	}
+	kvmm_debug_check(ctx, "pin drop");
+	return n > INT32_MAX ? INT32_MAX : (int)n;
 }
 
 static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
@@ -306,7 +374,7 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 	for (op = 0; op < KVMM_OP_LAST; op++)
 		p->ops[op / 64] |= 1ull << (op % 64);
 	p->features = KVMM_FEAT_NAMESPACES | KVMM_FEAT_PIN_KEEP | KVMM_FEAT_SLRU |
-		      KVMM_FEAT_TIERS;
+		      KVMM_FEAT_TIERS | KVMM_FEAT_NS_LIMITS;
 	p->page_size = ctx->page_size;
 	p->nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
 	p->max_seqs = ctx->max_seqs;
@@ -459,6 +527,104 @@ static uint32_t dump_seqs(struct kvmm_disp *d, uint64_t cursor,
 	return nr;
 }
 
+/* The ring owning one of the pins ending at @node, 0 if none does. */
+static uint32_t pin_owner(const struct kvmm_ctx *ctx, const struct kvmm_node *node)
+{
+	const struct kvmm_list *pos;
+	uint32_t i;
+
+	list_for_each(pos, &ctx->disps) {
+		const struct kvmm_disp *d = list_entry(pos, struct kvmm_disp, node);
+
+		for (i = 0; i < d->nr_pins; i++)
+			if (d->pins[i] == node)
+				return d->id;
+	}
+	return 0;
+}
+
+static void dump_pin(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
+		     struct kvmm_dump_pin *rec)
+{
+	const struct kvmm_node *n;
+	uint64_t tokens = 0;
+
+	for (n = node; n->parent; n = n->parent)
+		tokens += n->len;
+	*rec = (struct kvmm_dump_pin){
+		.id = node->id, .ns = n->ns,
+		.tokens = (uint32_t)tokens,
+		.pages = (uint32_t)(tokens >> ctx->page_shift),
+		.pins = node->pins, .keep = node->keep_pins,
+		.owner = pin_owner(ctx, node),
+	};
+}
+
+/*
+ * DUMP of pins: the nodes pins end at, in the order of DUMP_NODES; the
+ * cursor is a position in that walk.
+ */
+static uint32_t dump_pins(struct kvmm_disp *d, uint64_t cursor,
+			  struct kvmm_dump_pin *rec, uint32_t room, uint64_t *next)
+{
+	struct kvmm_list *pos_root;
+	uint64_t pos = 0;
+	uint32_t nr = 0;
+
+	*next = 0;
+	list_for_each(pos_root, &d->ctx->tree.roots) {
+		struct kvmm_node *root = list_entry(pos_root, struct kvmm_node, sibling);
+		struct kvmm_node *node;
+
+		for (node = root; node; node = kvmm_tree_next(root, node), pos++) {
+			if (pos < cursor || !node->pins)
+				continue;
+			if (nr == room) {
+				*next = pos;
+				return nr;
+			}
+			dump_pin(d->ctx, node, &rec[nr++]);
+		}
+	}
+	return nr;
+}
+
+/* DUMP of namespaces; the cursor counts the namespaces already returned. */
+static uint32_t dump_ns(struct kvmm_disp *d, uint64_t cursor,
+			struct kvmm_dump_ns *rec, uint32_t room, uint64_t *next)
+{
+	const struct kvmm_ctx *ctx = d->ctx;
+	const struct kvmm_list *pos;
+	uint64_t i = 0;
+	uint32_t nr = 0;
+
+	*next = 0;
+	list_for_each(pos, &ctx->tree.roots) {
+		const struct kvmm_node *root = list_entry(pos, struct kvmm_node, sibling);
+		const struct kvmm_ns *ns = kvmm_root_ns(root);
+
+		if (i++ < cursor)
+			continue;
+		if (nr == room) {
+			*next = i - 1;
+			return nr;
+		}
+		rec[nr++] = (struct kvmm_dump_ns){
+			.ns = root->ns, .pinned = ns->pinned, .cached = ns->cached,
+			.pin_limit = kvmm_ns_pin_limit(ctx),
+			.cache_limit = kvmm_ns_cache_limit(ctx),
+		};
+	}
+	return nr;
+}
+
+static const uint32_t dump_rec_size[KVMM_DUMP_LAST] = {
+	[KVMM_DUMP_NODES] = sizeof(struct kvmm_dump_node),
+	[KVMM_DUMP_SEQS] = sizeof(struct kvmm_dump_seq),
+	[KVMM_DUMP_PINS] = sizeof(struct kvmm_dump_pin),
+	[KVMM_DUMP_NS] = sizeof(struct kvmm_dump_ns),
+};
+
 /*
  * The output buffer is the client's: everything is counted in our own
  * variables and only written there, never read back.
@@ -466,22 +632,31 @@ static uint32_t dump_seqs(struct kvmm_disp *d, uint64_t cursor,
 static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
 {
 	struct kvmm_dump_hdr *hdr = output(d, sqe);
-	uint32_t rec_size, room, nr;
-	uint64_t next;
+	uint32_t rec_size, room, nr = 0;
+	uint64_t next = 0;
 
 	if (!hdr)
 		return -EFAULT;
 	if (sqe->arg >= KVMM_DUMP_LAST)
 		return -EINVAL;
-	rec_size = sqe->arg == KVMM_DUMP_NODES ? sizeof(struct kvmm_dump_node)
-					       : sizeof(struct kvmm_dump_seq);
+	rec_size = dump_rec_size[sqe->arg];
 	if (sqe->len < sizeof(*hdr) + rec_size)
 		return -EINVAL;
 	room = (sqe->len - (uint32_t)sizeof(*hdr)) / rec_size;
-	if (sqe->arg == KVMM_DUMP_NODES)
+	switch (sqe->arg) {
+	case KVMM_DUMP_NODES:
 		nr = dump_nodes(d, sqe->arg2, (struct kvmm_dump_node *)(hdr + 1), room, &next);
-	else
+		break;
+	case KVMM_DUMP_SEQS:
 		nr = dump_seqs(d, sqe->arg2, (struct kvmm_dump_seq *)(hdr + 1), room, &next);
+		break;
+	case KVMM_DUMP_PINS:
+		nr = dump_pins(d, sqe->arg2, (struct kvmm_dump_pin *)(hdr + 1), room, &next);
+		break;
+	case KVMM_DUMP_NS:
+		nr = dump_ns(d, sqe->arg2, (struct kvmm_dump_ns *)(hdr + 1), room, &next);
+		break;
+	}
 	hdr->next = next;
 	hdr->nr = nr;
 	hdr->rec_size = rec_size;
@@ -517,6 +692,10 @@ static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 		if (sqe->arg2 > UINT32_MAX)
 			return -EINVAL;
 		return kvmm_resize(ctx, (uint32_t)sqe->arg2);
+	case KVMM_SET_NS_PIN_PAGES:
+		return kvmm_set_ns_pin_pages(ctx, sqe->arg2);
+	case KVMM_SET_NS_CACHE_SHARE:
+		return kvmm_set_ns_cache_share(ctx, sqe->arg2);
 	default:
 		return -EINVAL;
 	}
@@ -542,7 +721,8 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 		if ((op_fields[sqe->opcode] & F_NS) && sqe->ns != d->ns)
 			return -EPERM;
 		if (sqe->opcode == KVMM_OP_RECLAIM || sqe->opcode == KVMM_OP_DROP_CACHES ||
-		    sqe->opcode == KVMM_OP_SET || sqe->opcode == KVMM_OP_DUMP)
+		    sqe->opcode == KVMM_OP_SET || sqe->opcode == KVMM_OP_DUMP ||
+		    sqe->opcode == KVMM_OP_PIN_DROP)
 			return -EPERM;
 	}
 	switch (sqe->opcode) {
@@ -612,6 +792,8 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 		return kvmm_prefix_set_prio(ctx, sqe->ns, tok, sqe->len, sqe->arg);
 	case KVMM_OP_LOOKUP:
 		return op_lookup(d, sqe, tok);
+	case KVMM_OP_PIN_DROP:
+		return op_pin_drop(d, sqe);
 	}
 	return -EINVAL;
 }

@@ -224,6 +224,8 @@ static void node_set_tier(struct kvmm_ctx *ctx, struct kvmm_node *node,
 	kvmm_lru_del(ctx, node);
 	ctx->tree.cached[old] -= nr;
 	ctx->tree.cached[tier] += nr;
+	kvmm_ns_cached_add(node, old, -(int64_t)nr);
+	kvmm_ns_cached_add(node, tier, nr);
 	if (node->lock_ref) {
 		ctx->tree.protected[old] -= nr;
 		ctx->tree.protected[tier] += nr;
@@ -509,6 +511,7 @@ void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	kvmm_free_pages(ctx, kvmm_node_zone(ctx, node), node->pfns, nr);
 	kvmm_node_lruvec(ctx, node)->evictable -= nr;
 	ctx->tree.cached[node->tier] -= nr;
+	kvmm_ns_cached_add(node, node->tier, -(int64_t)nr);
 	if (node->tier != KVMM_TIER_DEVICE)
 		kvmm_tier_count(ctx, node->tier, TEV_EVICT_PAGES, nr);
 	if (!(parent->flags & KVMM_NODE_ROOT) && parent->tier == node->tier)

@@ -43,11 +43,24 @@
  *    inactive list, leaves reached again on an active one; the inactive
  *    list is emptied first.  One-off prompts are evicted before prefixes
  *    that proved to be shared, which resists scans of unique traffic.
+ *
+ * Shares.  Tenants share one pool; with a cache share set
+ * (KVMM_SET_NS_CACHE_SHARE) a namespace that caches more of the device
+ * pool than its share gives back first: device reclaim takes the oldest
+ * leaves of such namespaces, in list order, before it takes anyone
+ * else's.  The lists are not split per namespace, so this costs a scan
+ * from the oldest end, bounded by KVMM_SHARE_SCAN leaves per pass; past
+ * it (a namespace whose leaves are all young) reclaim goes on in plain
+ * list order.  The namespace of a leaf is found by walking up to its
+ * root, O(depth).
  */
 #include "internal.h"
 
 /* How far ahead on the reclaim list kvmm_shrink() prefetches. */
 #define KVMM_SHRINK_PREFETCH	6
+
+/* Leaves a pass looks at for namespaces over their cache share. */
+#define KVMM_SHARE_SCAN		1024
 
 static bool lru_is_head(const struct kvmm_lruvec *lv, const struct kvmm_list *pos)
 {
@@ -263,6 +276,36 @@ static void evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
 	sc->nr_evicted++;
 }
 
+/*
+ * Device reclaim, first part: the oldest leaves of namespaces over their
+ * share of the pool (see "Shares" above).  A leaf's eviction only ever
+ * queues its parent (never the next leaf on the list), so the walk may go
+ * on from the next one.
+ */
+static void shrink_over_share(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
+{
+	struct kvmm_lruvec *lv = &ctx->lruvec[KVMM_TIER_DEVICE];
+	uint64_t limit = kvmm_ns_cache_limit(ctx);
+	uint32_t prio, l, scanned = 0;
+
+	for (prio = 0; prio < KVMM_NR_PRIO; prio++) {
+		for (l = 0; l < KVMM_LRU_LISTS; l++) {
+			struct kvmm_list *head = &lv->lists[prio][l], *pos, *next;
+
+			for (pos = head->next; pos != head; pos = next) {
+				struct kvmm_node *node = lru_node(pos);
+
+				next = pos->next;
+				if (sc->nr_reclaimed >= sc->nr_to_reclaim ||
+				    scanned++ == KVMM_SHARE_SCAN)
+					return;
+				if (kvmm_node_ns(node)->cached > limit)
+					evict_leaf(ctx, node, sc);
+			}
+		}
+	}
+}
+
 /**
  * kvmm_shrink() - evict leaves until @sc->nr_to_reclaim pages are freed
  * @ctx: the context
@@ -279,8 +322,11 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 	uint64_t before_nodes = sc->nr_evicted, before = sc->nr_reclaimed;
 	uint64_t before_demoted = sc->nr_demoted;
 
-	if (sc->tier == KVMM_TIER_DEVICE)
+	if (sc->tier == KVMM_TIER_DEVICE) {
 		kvmm_count(ctx, EV_RECLAIM_RUNS, 1);
+		if (ctx->ns_cache_share < 100)
+			shrink_over_share(ctx, sc);
+	}
 	while (sc->nr_reclaimed < sc->nr_to_reclaim) {
 		struct kvmm_node *victim = lv->ops->victim(lv);
 		struct kvmm_list *ahead;

@@ -41,6 +41,8 @@ static const char *errname(int err)
 	case EFAULT: return "EFAULT";
 	case EOPNOTSUPP: return "EOPNOTSUPP";
 	case EIO: return "EIO";
+	case EDQUOT: return "EDQUOT";
+	case EPERM: return "EPERM";
 	default: return "E?";
 	}
 }
@@ -58,7 +60,8 @@ static void usage(FILE *f)
 		"  reclaim PAGES              evict at least PAGES cached pages\n"
 		"  drop-caches                evict everything evictable\n"
 		"  set KEY VALUE              wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
-		"                             nr_pages PAGES (resize the pool, up to pages_max)\n"
+		"                             nr_pages PAGES (resize the pool, up to pages_max),\n"
+		"                             ns_pin_pages PAGES|auto, ns_cache_share PERCENT\n"
 		"  probe                      ABI version, opcodes, features, pool shape\n"
 		"The socket defaults to $KVMM_SOCKET, then /run/kvmm/kvmmd.sock.\n");
 }
@@ -451,6 +454,8 @@ static int cmd_set(int argc, char **argv)
 		[KVMM_SET_WMARK_MIN] = "wmark_min", [KVMM_SET_WMARK_LOW] = "wmark_low",
 		[KVMM_SET_WMARK_HIGH] = "wmark_high", [KVMM_SET_POLICY] = "policy",
 		[KVMM_SET_NR_PAGES] = "nr_pages",
+		[KVMM_SET_NS_PIN_PAGES] = "ns_pin_pages",
+		[KVMM_SET_NS_CACHE_SHARE] = "ns_cache_share",
 	};
 	struct kvmm_sqe *sqe;
 	uint64_t value;
@@ -475,6 +480,8 @@ static int cmd_set(int argc, char **argv)
 			fprintf(stderr, "kvmmctl: set policy: lru or slru\n");
 			return EXIT_USAGE;
 		}
+	} else if (key == KVMM_SET_NS_PIN_PAGES && !strcmp(argv[2], "auto")) {
+		value = KVMM_NS_PIN_AUTO;
 	} else {
 		value = strtoull(argv[2], &end, 0);
 		if (*end || !*argv[2]) {

@@ -40,7 +40,9 @@
 #define KVMM_OP_PRIO		15	/* ns, tokens, arg: priority; res: tokens */
 #define KVMM_OP_LOOKUP		16	/* ns, tokens, arg: KVMM_LOOKUP_*; res: cached tokens */
 #define KVMM_OP_PROMOTE		17	/* seq, tokens; res: the sequence's cached tokens */
-#define KVMM_OP_LAST		18
+#define KVMM_OP_PIN_DROP	18	/* arg: KVMM_PIN_DROP_*, ns or arg2: node id;
+					 * res: pins dropped (operator only) */
+#define KVMM_OP_LAST		19
 
 /*
  * struct kvmm_sqe - one command (64 bytes)
@@ -113,13 +115,31 @@ struct kvmm_extend_ent {
 #define KVMM_PIN_KEEP		(1u << 0)	/* outlives the ring that took it */
 #define KVMM_PIN_FLAGS		KVMM_PIN_KEEP
 
+/*
+ * PIN_DROP (arg): which pins the operator drops, whoever took them (a
+ * ring, the direct API, KVMM_PIN_KEEP).  KVMM_PIN_DROP_ID: every pin
+ * ending at node arg2 (an id from DUMP_PINS); ns must be 0.
+ * KVMM_PIN_DROP_NS: every pin in namespace ns; arg2 must be 0.  A ring
+ * bound to a namespace gets -EPERM.
+ */
+#define KVMM_PIN_DROP_ID	0
+#define KVMM_PIN_DROP_NS	1
+#define KVMM_PIN_DROP_LAST	2
+
 /* SET keys (arg); value in arg2 */
 #define KVMM_SET_WMARK_MIN	0
 #define KVMM_SET_WMARK_LOW	1
 #define KVMM_SET_WMARK_HIGH	2
 #define KVMM_SET_POLICY		3	/* KVMM_POLICY_* */
 #define KVMM_SET_NR_PAGES	4	/* resize the device pool; res: pages migrated */
-#define KVMM_SET_LAST		5
+#define KVMM_SET_NS_PIN_PAGES	5	/* pages a bound namespace may pin;
+					 * KVMM_NS_PIN_AUTO: half the pool */
+#define KVMM_SET_NS_CACHE_SHARE	6	/* percent of the pool a namespace may
+					 * cache before its own cache goes first
+					 * (1 .. 100; 100: no share) */
+#define KVMM_SET_LAST		7
+
+#define KVMM_NS_PIN_AUTO	(~0ull)	/* SET_NS_PIN_PAGES: the default */
 
 #define KVMM_POLICY_LRU		0
 #define KVMM_POLICY_SLRU	1
@@ -128,7 +148,9 @@ struct kvmm_extend_ent {
 /* DUMP kinds (arg) */
 #define KVMM_DUMP_NODES		0
 #define KVMM_DUMP_SEQS		1
-#define KVMM_DUMP_LAST		2
+#define KVMM_DUMP_PINS		2	/* struct kvmm_dump_pin per pinned node */
+#define KVMM_DUMP_NS		3	/* struct kvmm_dump_ns per namespace */
+#define KVMM_DUMP_LAST		4
 
 /*
  * struct kvmm_dump_hdr - starts a DUMP's output buffer
@@ -187,6 +209,44 @@ struct kvmm_dump_seq {
 };
 
 /*
+ * struct kvmm_dump_pin - a node where pins end (32 bytes)
+ * @id: the node (KVMM_OP_PIN_DROP by id takes it)
+ * @ns: its namespace
+ * @tokens: the pinned prefix's length, from the root
+ * @pages: device pages the prefix holds
+ * @pins: pins ending at the node
+ * @keep: of those, pins that belong to no ring (KVMM_PIN_KEEP, direct API)
+ * @owner: a ring holding one of the others (its ring id), 0 if none
+ */
+struct kvmm_dump_pin {
+	__u64	id;
+	__u32	ns;
+	__u32	tokens;
+	__u32	pages;
+	__u32	pins;
+	__u32	keep;
+	__u32	owner;
+};
+
+/*
+ * struct kvmm_dump_ns - one namespace's use of the device pool (40 bytes)
+ * @ns: the namespace
+ * @pinned: device pages under its pins
+ * @cached: device pages its prefixes hold
+ * @pin_limit: pages a ring bound to it may pin (KVMM_SET_NS_PIN_PAGES)
+ * @cache_limit: pages it may cache before its own cache is reclaimed
+ *	first (KVMM_SET_NS_CACHE_SHARE)
+ */
+struct kvmm_dump_ns {
+	__u32	ns;
+	__u32	resv;
+	__u64	pinned;
+	__u64	cached;
+	__u64	pin_limit;
+	__u64	cache_limit;
+};
+
+/*
  * struct kvmm_stats_snap - starts STATS output; @nr __u64 values follow,
  * indexed by enum kvmm_stat_item
  * @nr: the library's NR_KVMM_STATS, or fewer if the buffer is short
@@ -202,6 +262,8 @@ struct kvmm_stats_snap {
 #define KVMM_FEAT_PIN_KEEP	(1ull << 1)
 #define KVMM_FEAT_SLRU		(1ull << 2)
 #define KVMM_FEAT_TIERS		(1ull << 3)	/* PROMOTE, LOOKUP_TIERS, F_LOWER */
+#define KVMM_FEAT_NS_LIMITS	(1ull << 4)	/* PIN_DROP, DUMP_PINS, DUMP_NS,
+						 * SET_NS_*: -EDQUOT */
 
 /*
  * struct kvmm_probe - PROBE output (128 bytes)
@@ -282,7 +344,8 @@ struct kvmm_ring_hdr {
  *
  * A ring bound to a namespace (KVMM_RING_F_NS, or bound by the server)
  * may only name that namespace and may not run the context-wide admin
- * commands (RECLAIM, DROP_CACHES, SET, DUMP): those fail with -EPERM.
+ * commands (RECLAIM, DROP_CACHES, SET, DUMP, PIN_DROP): those fail with
+ * -EPERM.  Its PINs fail with -EDQUOT past the namespace's pin limit.
  */
 struct kvmm_hello {
 	__u64	magic;		/* KVMM_RING_MAGIC */
