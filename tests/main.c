@@ -34,6 +34,7 @@ static const suite_register_fn suites[] = {
 	register_abi_suite,
 	register_engine_suite,
 	register_ns_suite,
+	register_hostile_tenant_suite,
 };
 
 int main(int argc, char **argv)

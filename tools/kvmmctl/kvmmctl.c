@@ -21,6 +21,8 @@
 
 #include <libkvmm.h>
 
+#include "pins.h"
+
 #define EXIT_REFUSED	1
 #define EXIT_USAGE	2
 #define EXIT_CONNECT	3
@@ -57,6 +59,9 @@ static void usage(FILE *f)
 		"  seqs                       open sequences\n"
 		"  pin [--ns N] TOKEN...      pin a cached prefix (it outlives kvmmctl)\n"
 		"  unpin [--ns N] TOKEN...    drop such a pin\n"
+		"  pins [--ns N]              every pin: node id, ns, size, owning ring\n"
+		"  unpin --id ID | --ns N     drop every pin at node ID, or in namespace N\n"
+		"  ns                         per namespace: pinned and cached pages, limits\n"
 		"  reclaim PAGES              evict at least PAGES cached pages\n"
 		"  drop-caches                evict everything evictable\n"
 		"  set KEY VALUE              wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
@@ -579,6 +584,8 @@ int main(int argc, char **argv)
 		ret = cmd_tree(argc, argv);
 	} else if (!strcmp(cmd, "seqs")) {
 		ret = cmd_seqs();
+	} else if (kvmmctl_pins_owns(cmd, argc, argv)) {
+		ret = kvmmctl_pins_run(&ring, json, cmd, argc, argv);
 	} else if (!strcmp(cmd, "pin") || !strcmp(cmd, "unpin")) {
 		ret = cmd_pin(argc, argv, cmd[0] == 'p');
 	} else if (!strcmp(cmd, "reclaim")) {

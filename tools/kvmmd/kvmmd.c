@@ -58,7 +58,10 @@ static void usage(FILE *f)
 		"                       reclaim demotes it (default), or when it is committed\n"
 		"  --poll               serve every ring in polling mode (a core spins)\n"
 		"  --ns-per-uid         bind each client that is not root to the namespace of its uid\n"
-		"  --quiet              log only errors\n");
+		"  --quiet              log only errors\n"
+		"  --ns-pin-pages N|auto  pages a bound namespace may pin (default auto: half the pool)\n"
+		"  --ns-cache-share PCT   percent of the pool a namespace may cache before its own\n"
+		"                       cache is reclaimed first (1..100, default 100: no share)\n");
 }
 
 static int parse_num(const char *opt, const char *s, uint64_t *v)
@@ -82,13 +85,15 @@ struct opts {
 	const char *evict;
 	uint32_t server_flags;
 	int quiet;
+	uint64_t ns_pin_pages;		/* KVMM_SET_NS_PIN_PAGES */
+	uint64_t ns_cache_share;	/* KVMM_SET_NS_CACHE_SHARE */
 };
 
 enum { O_SOCKET = 256, O_CONFIG, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
        O_MEM_FRAC, O_LAYERS, O_KV_HEADS, O_HEAD_DIM, O_DTYPE, O_MLA, O_MAX_SEQS,
        O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_HELP, O_NS_UID,
        O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY,
-       O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE };
+       O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE };
 
 static const struct option lopts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
@@ -122,6 +127,8 @@ static const struct option lopts[] = {
 	{ "max-pages", required_argument, NULL, O_MAX_PAGES },
 	{ "backend", required_argument, NULL, O_BACKEND },
 	{ "cuda-device", required_argument, NULL, O_CUDA_DEVICE },
+	{ "ns-pin-pages", required_argument, NULL, O_NS_PIN_PAGES },
+	{ "ns-cache-share", required_argument, NULL, O_NS_CACHE_SHARE },
 	{ 0 }
 };
 
@@ -204,6 +211,12 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 		}
 		fprintf(stderr, "kvmmd: %s: '%s' is not write-back or write-through\n", name, val);
 		return -1;
+	case O_NS_PIN_PAGES:
+		if (!strcmp(val, "auto")) {
+			o->ns_pin_pages = KVMM_NS_PIN_AUTO;
+			return 0;
+		}
+		break;
 	case O_HOST_NODE:
 		if (!strcmp(val, "nearest")) {
 			p->host_node = KVMM_NODE_NEAREST;
@@ -253,6 +266,15 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 	case O_NVME_QD: p->nvme_qd = (uint32_t)v; break;
 	case O_MAX_PAGES: p->max_pages = (uint32_t)v; break;
 	case O_CUDA_DEVICE: o->cuda.device = v > INT32_MAX ? -1 : (int)v; break;
+	case O_NS_PIN_PAGES: o->ns_pin_pages = v; break;
+	case O_NS_CACHE_SHARE:
+		if (v < 1 || v > 100) {
+			fprintf(stderr, "kvmmd: %s: '%s' is not a percentage in 1..100\n",
+				name, val);
+			return -1;
+		}
+		o->ns_cache_share = v;
+		break;
 	}
 	return 0;
 }
@@ -269,7 +291,10 @@ int main(int argc, char **argv)
 		},
 		/* clients may map the pool (kvmm_kv_attach()) */
 		.mock = { .shareable = true },
+		.ns_pin_pages = KVMM_NS_PIN_AUTO,
+		.ns_cache_share = 100,
 	};
+	struct kvmm_sqe set = { .opcode = KVMM_OP_SET };
 	struct kvmm_server *srv = NULL;
 	struct kvmm_ctx *ctx = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
@@ -308,6 +333,18 @@ int main(int argc, char **argv)
 					 "an NVMe tier needs --host-pages and --nvme-file, "
 					 "write-through needs --host-pages)" :
 			ret == -ENOSPC ? " (the memory budget holds no page)" : "");
+		return 1;
+	}
+	/* the tenants' limits, set as kvmmctl set would (the values are checked) */
+	set.arg = KVMM_SET_NS_PIN_PAGES;
+	set.arg2 = o.ns_pin_pages;
+	ret = kvmm_ioctl(ctx, &set, NULL, 0);
+	set.arg = KVMM_SET_NS_CACHE_SHARE;
+	set.arg2 = o.ns_cache_share;
+	ret = ret ? ret : kvmm_ioctl(ctx, &set, NULL, 0);
+	if (ret) {
+		fprintf(stderr, "kvmmd: cannot set the namespace limits: %s\n", strerror(-ret));
+		kvmm_destroy(ctx);
 		return 1;
 	}
 	ret = kvmm_server_start(ctx, o.socket, o.server_flags, &srv);

@@ -1,0 +1,296 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/hostile/tenant_test.c - kvmm_hostile_tenant: a tenant of kvmmd
+ * (bound to its uid's namespace by --ns-per-uid, running as another uid)
+ * tries to hold the pool: it caches nearly all of it, pins all it can
+ * with KVMM_PIN_KEEP and exits.  Its pins stop at the namespace's pin
+ * limit (-EDQUOT); another tenant can still allocate; the operator lists
+ * the pins with kvmmctl, drops them by node id and by namespace, and
+ * drop-caches then frees the rest.  kvmmd stays up and its kvmm_check()
+ * at exit holds.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../helpers.h"
+#include "hostile.h"
+
+#define PAGE		16		/* tokens per page */
+#define POOL		128		/* pages */
+#define HOG_TOKENS	(120 * PAGE)	/* what the hog caches */
+#define OTHER_UID	65533u
+#define TIMEOUT_MS	10000
+
+struct tenant {
+	char dir[64];
+	char sock[96];
+	pid_t kvmmd;
+};
+
+/* kvmmd --ns-per-uid on a small pool, its socket open to every uid. */
+static int tenant_start(struct tenant *t, const char *extra1, const char *extra2)
+{
+	const char *argv[] = { "kvmmd", "--socket", t->sock, "--ns-per-uid", "--quiet",
+			       "--pages", "128", "--page-size", "16", "--layers", "1",
+			       "--kv-heads", "1", "--head-dim", "8", "--max-seqs", "8",
+			       "--max-seq-len", "4096", extra1, extra2, NULL };
+
+	memset(t, 0, sizeof(*t));
+	t->kvmmd = -1;
+	if (hostile_tmpdir(t->dir, sizeof(t->dir)))
+		return -1;
+	snprintf(t->sock, sizeof(t->sock), "%s/kvmmd.sock", t->dir);
+	t->kvmmd = hostile_spawn(argv, -1);
+	if (t->kvmmd < 0 || hostile_wait_socket(t->sock, TIMEOUT_MS))
+		return -1;
+	return chmod(t->sock, 0777);
+}
+
+/* Stop kvmmd; Return: its exit status (0: kvmm_check() held at exit). */
+static int tenant_stop(struct tenant *t)
+{
+	int st = -1;
+
+	if (t->kvmmd > 0) {
+		kill(t->kvmmd, SIGTERM);
+		st = hostile_reap(t->kvmmd, TIMEOUT_MS);
+		if (st == -ETIMEDOUT) {
+			kill(t->kvmmd, SIGKILL);
+			hostile_reap(t->kvmmd, TIMEOUT_MS);
+		}
+	}
+	unlink(t->sock);
+	rmdir(t->dir);
+	return st;
+}
+
+static int32_t ring1(struct kvmm_ring *ring)
+{
+	struct kvmm_cqe *cqe;
+	int32_t res;
+
+	if (kvmm_submit_and_wait(ring, 1) != 1 || kvmm_wait_cqe(ring, &cqe))
+		return INT32_MIN;
+	res = cqe->res;
+	kvmm_cqe_seen(ring, cqe);
+	return res;
+}
+
+static struct kvmm_sqe *sqe_of(struct kvmm_ring *ring)
+{
+	struct kvmm_sqe *sqe = kvmm_get_sqe(ring);
+
+	if (!sqe)
+		_exit(99);	/* one command in flight at a time: never */
+	return sqe;
+}
+
+/*
+ * The hog, as uid nobody: cache 120 of the 128 pages in its namespace,
+ * pin them all with KVMM_PIN_KEEP (refused past the limit), pin half the
+ * pool and a quarter, then leave.  Return: 0, or the step that went wrong.
+ */
+static int hog(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 65536 };
+	const char *sock = arg;
+	struct kvmm_ring ring;
+	uint32_t ns = getuid(), *tok, i;
+	int32_t seq;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		return 10;
+	tok = ring.buf;
+	for (i = 0; i < HOG_TOKENS; i++)
+		tok[i] = 1000 + i;
+	kvmm_prep_open(sqe_of(&ring), ns);
+	seq = ring1(&ring);
+	if (seq < 0)
+		return 11;
+	kvmm_prep_extend(sqe_of(&ring), (uint32_t)seq, HOG_TOKENS, 0);
+	if (ring1(&ring))
+		return 12;
+	kvmm_prep_close(sqe_of(&ring), (uint32_t)seq, 0, 0, HOG_TOKENS);
+	if (ring1(&ring))
+		return 13;
+	kvmm_prep_pin(sqe_of(&ring), ns, 0, 0, HOG_TOKENS, KVMM_PIN_KEEP);
+	if (ring1(&ring) != -EDQUOT)
+		return 14;
+	kvmm_prep_pin(sqe_of(&ring), ns, 0, 0, POOL / 2 * PAGE, KVMM_PIN_KEEP);
+	if (ring1(&ring) != POOL / 2 * PAGE)
+		return 15;
+	kvmm_prep_pin(sqe_of(&ring), ns, 0, 0, POOL / 4 * PAGE, KVMM_PIN_KEEP);
+	if (ring1(&ring) != POOL / 4 * PAGE)
+		return 16;
+	/* not a token more */
+	kvmm_prep_pin(sqe_of(&ring), ns, 0, 0, (POOL / 2 + 1) * PAGE, KVMM_PIN_KEEP);
+	if (ring1(&ring) != -EDQUOT)
+		return 17;
+	/* nor may it drop the operator's way, or see others' pins */
+	kvmm_prep_pin_drop(sqe_of(&ring), KVMM_PIN_DROP_NS, ns, 0);
+	if (ring1(&ring) != -EPERM)
+		return 18;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+/* Another tenant: 60 pages must be had, from the hog's unpinned cache. */
+static int other(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 4096 };
+	const char *sock = arg;
+	struct kvmm_ring ring;
+	int32_t seq;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		return 20;
+	kvmm_prep_open(sqe_of(&ring), getuid());
+	seq = ring1(&ring);
+	if (seq < 0)
+		return 21;
+	kvmm_prep_extend(sqe_of(&ring), (uint32_t)seq, 60 * PAGE, 0);
+	if (ring1(&ring))
+		return 22;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+/* kvmmctl --socket S ARGS...; its output in @out.  Return: its exit status. */
+static int ctl(struct tenant *t, char *out, size_t len, const char *a1, const char *a2,
+	       const char *a3, const char *a4)
+{
+	const char *argv[] = { "kvmmctl", "--socket", t->sock, a1, a2, a3, a4, NULL };
+
+	return hostile_run(argv, out, len, TIMEOUT_MS);
+}
+
+/* As a tenant: kvmmctl pins and unpin --ns are refused (exit 1, EPERM). */
+static int ctl_as_tenant(void *arg)
+{
+	struct tenant *t = arg;
+	const char *pins[] = { "kvmmctl", "--socket", t->sock, "pins", NULL };
+	const char *unpin[] = { "kvmmctl", "--socket", t->sock, "unpin", "--ns", "65534",
+				NULL };
+	char out[1024];
+
+	if (hostile_run(pins, out, sizeof(out), TIMEOUT_MS) != 1 || !strstr(out, "EPERM"))
+		return 30;
+	if (hostile_run(unpin, out, sizeof(out), TIMEOUT_MS) != 1 || !strstr(out, "EPERM"))
+		return 31;
+	return 0;
+}
+
+/* The id of the pin record of @tokens tokens in kvmmctl pins --json output. */
+static unsigned long long pin_id(const char *json, unsigned tokens)
+{
+	char want[64];
+	const char *p;
+
+	snprintf(want, sizeof(want), "\"tokens\":%u,", tokens);
+	p = strstr(json, want);
+	if (!p)
+		return 0;
+	while (p > json && strncmp(p, "{\"id\":", 6))
+		p--;
+	return strtoull(p + 6, NULL, 10);
+}
+
+static void tenant_pins_stop_at_the_limit_and_the_operator_drops_them(void)
+{
+	char out[4096], arg[32];
+	unsigned long long id;
+	struct tenant t;
+
+	if (tenant_start(&t, NULL, NULL)) {
+		CU_FAIL("kvmmd did not start");
+		tenant_stop(&t);
+		return;
+	}
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, hog, t.sock, TIMEOUT_MS), 0);
+	CU_ASSERT(hostile_alive(t.kvmmd));
+	/* the hog is gone, its kept pins are not: half the pool is still there */
+	CU_ASSERT_EQUAL(hostile_child(OTHER_UID, other, t.sock, TIMEOUT_MS), 0);
+
+	/* the operator sees both pins, by node id, namespace and size */
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "pins", NULL, NULL), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"ns\":65534,\"tokens\":1024,\"pages\":64,"
+				      "\"pins\":1,\"keep\":1"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"ns\":65534,\"tokens\":512,\"pages\":32,"));
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, ctl_as_tenant, &t, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "ns", NULL, NULL), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "{\"ns\":65534,\"pinned\":64,\"cached\":64,"
+				      "\"pin_limit\":64,"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "pins", NULL, NULL), 0);
+	id = pin_id(out, 1024);
+	CU_ASSERT(id != 0);
+	snprintf(arg, sizeof(arg), "%llu", id);
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "unpin", "--id", arg, NULL), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "unpinned 1 pins"));
+	/* the same id again: nothing pinned there any more */
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "unpin", "--id", arg, NULL), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ENOENT"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "pins", "--ns", "65534", NULL), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "65534"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "unpin", "--ns", "65534", NULL), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "unpinned 1 pins"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "pins", NULL, NULL), 0);
+	CU_ASSERT_STRING_EQUAL(out, "[]\n");
+	/* and the hog's cache is everyone's again */
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "drop-caches", NULL, NULL), 0);
+	CU_ASSERT_STRING_EQUAL(out, "{\"pages\":64}\n");
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "ns", NULL, NULL), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "{\"ns\":65534,\"pinned\":0,\"cached\":0,"));
+	/* usage errors name what is wrong */
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "unpin", "--id", "1", "--ns"), 2);
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "unpin", "--id", "x", NULL), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--id"));
+	CU_ASSERT(hostile_alive(t.kvmmd));
+	CU_ASSERT_EQUAL(tenant_stop(&t), 0);
+}
+
+static void tenant_limits_are_set_by_kvmmd_and_kvmmctl(void)
+{
+	const char *bad1[] = { "kvmmd", "--socket", "/nonexistent/s", "--ns-cache-share", "0",
+			       NULL };
+	const char *bad2[] = { "kvmmd", "--socket", "/nonexistent/s", "--ns-pin-pages",
+			       "4294967296", NULL };
+	char out[4096];
+	struct tenant t;
+
+	CU_ASSERT_EQUAL(hostile_run(bad1, out, sizeof(out), TIMEOUT_MS), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns-cache-share"));
+	CU_ASSERT_EQUAL(hostile_run(bad2, out, sizeof(out), TIMEOUT_MS), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns-pin-pages"));
+	if (tenant_start(&t, "--ns-pin-pages=16", "--ns-cache-share=50")) {
+		CU_FAIL("kvmmd did not start");
+		tenant_stop(&t);
+		return;
+	}
+	CU_ASSERT_EQUAL(hostile_child(OTHER_UID, other, t.sock, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "ns", NULL, NULL), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"pin_limit\":16,\"cache_limit\":64}"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_pin_pages", "auto", NULL), 0);
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_cache_share", "25", NULL), 0);
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "ns", NULL, NULL), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"pin_limit\":64,\"cache_limit\":32}"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_cache_share", "101", NULL), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "EINVAL"));
+	CU_ASSERT(hostile_alive(t.kvmmd));
+	CU_ASSERT_EQUAL(tenant_stop(&t), 0);
+}
+
+int register_hostile_tenant_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_hostile_tenant", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, tenant_pins_stop_at_the_limit_and_the_operator_drops_them);
+	ADD_TEST(s, tenant_limits_are_set_by_kvmmd_and_kvmmctl);
+	return 0;
+}
