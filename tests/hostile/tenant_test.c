@@ -249,6 +249,14 @@ static void tenant_pins_stop_at_the_limit_and_the_operator_drops_them(void)
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "unpin", "--id", "1", "--ns"), 2);
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "unpin", "--id", "x", NULL), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--id"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "unpin", "--id", "1", "--ns=2"), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "give --id ID or --ns NS"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "unpin", "--ns", "4294967296", NULL), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--ns"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "pins", "now", NULL, NULL), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "pins: unexpected argument 'now'"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "ns", "all", NULL, NULL), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns: unexpected argument 'all'"));
 	CU_ASSERT(hostile_alive(t.kvmmd));
 	CU_ASSERT_EQUAL(tenant_stop(&t), 0);
 }
