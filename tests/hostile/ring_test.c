@@ -144,6 +144,46 @@ static void ring_completion_never_visible_before_its_slot_is_free(void)
 	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, order_tracer, NULL, 60000), 0);
 }
 
+/* kvmmd with @geom (NULL-terminated flags): refused, exit 1, naming @field. */
+static void kvmmd_refuses(const char *const *geom, const char *field)
+{
+	const char *argv[16] = { "kvmmd", "--socket", NULL };
+	char dir[256], sock[300], out[4096];
+	int i, n = 3, st;
+
+	CU_ASSERT_EQUAL_FATAL(hostile_tmpdir(dir, sizeof(dir)), 0);
+	snprintf(sock, sizeof(sock), "%s/kvmmd.sock", dir);
+	argv[2] = sock;
+	for (i = 0; geom[i] && n < 15; i++)
+		argv[n++] = geom[i];
+	argv[n] = NULL;
+	st = hostile_run(argv, out, sizeof(out), 10000);
+	if (st != 1 || !strstr(out, field))
+		fprintf(stderr, "kvmmd %s ...: status %d, output '%s'\n", geom[0], st, out);
+	CU_ASSERT_EQUAL(st, 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, field));
+	unlink(sock);
+	CU_ASSERT_EQUAL(rmdir(dir), 0);
+}
+
+/* Item 2: absurd geometry on kvmmd's command line, as the issue gives it. */
+static void kvmmd_absurd_geometry_exits_naming_the_field(void)
+{
+	static const char *const zero[] = {
+		"--kv-heads", "2147483648", "--head-dim", "2147483648",
+		"--mem-avail", "1073741824", NULL,
+	};
+	static const char *const small[] = {
+		"--kv-heads", "3340214413", "--head-dim", "2761311370",
+		"--dtype-bytes", "1", NULL,
+	};
+	static const char *const layers[] = { "--layers", "4294967295", NULL };
+
+	kvmmd_refuses(zero, "kv_heads");	/* was SIGFPE: exit 136 */
+	kvmmd_refuses(small, "head_dim");	/* was accepted and served */
+	kvmmd_refuses(layers, "layers");
+}
+
 int register_hostile_ring_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_hostile_ring", NULL, NULL);
@@ -151,5 +191,6 @@ int register_hostile_ring_suite(void)
 	if (!s)
 		return -1;
 	ADD_TEST(s, ring_completion_never_visible_before_its_slot_is_free);
+	ADD_TEST(s, kvmmd_absurd_geometry_exits_naming_the_field);
 	return 0;
 }
