@@ -9,17 +9,20 @@
  *    naming the field, not a SIGFPE;
  *  - the server kvmm-bench ring forks dies with the benchmark.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../tools/lib/tools.h"
 #include "../helpers.h"
 #include "hostile.h"
 
@@ -184,6 +187,135 @@ static void kvmmd_absurd_geometry_exits_naming_the_field(void)
 	kvmmd_refuses(layers, "layers");
 }
 
+/* The one child of @parent (its pid), or -1: a scan of /proc/N/stat. */
+static pid_t child_of(pid_t parent)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	pid_t found = -1;
+
+	while (d && (de = readdir(d))) {
+		char path[300], buf[512], *rp;
+		int ppid = 0;
+		FILE *f;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f) && (rp = strrchr(buf, ')')) &&
+		    sscanf(rp + 1, " %*c %d", &ppid) == 1 && ppid == parent)
+			found = atoi(de->d_name);
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/*
+ * As a subreaper, so that the benchmark's orphaned server is ours to
+ * reap: start kvmm-bench ring, wait until its forked server listens,
+ * SIGKILL the benchmark (a crash), and give the server 10 s to go.
+ * Return: 0 when it went, 1 when it outlived its parent, 2 + n otherwise.
+ */
+static int bench_orphan(void *arg)
+{
+	const char *argv[] = { "kvmm-bench", "ring", "--quick", NULL };
+	char sock[108];
+	pid_t bench, srv;
+	int ret = 0;
+
+	(void)arg;
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1))
+		return 2;
+	bench = hostile_spawn(argv, -1);
+	if (bench < 0)
+		return 3;
+	snprintf(sock, sizeof(sock), "/tmp/kvmm-bench-ring-%d.sock", (int)bench);
+	if (hostile_wait_socket(sock, 120000)) {
+		ret = 4;
+		goto out_bench;
+	}
+	srv = child_of(bench);
+	if (srv < 0) {
+		ret = 5;
+		goto out_bench;
+	}
+	kill(bench, SIGKILL);
+	hostile_reap(bench, 10000);
+	if (hostile_reap(srv, 10000) == -ETIMEDOUT) {
+		fprintf(stderr, "kvmm-bench ring's server %d outlived the benchmark\n", (int)srv);
+		kill(srv, SIGKILL);
+		hostile_reap(srv, 10000);
+		ret = 1;
+	}
+	unlink(sock);
+	return ret;
+
+out_bench:
+	kill(bench, SIGKILL);
+	hostile_reap(bench, 10000);
+	srv = child_of(getpid());	/* a server orphaned meanwhile */
+	if (srv > 0) {
+		kill(srv, SIGKILL);
+		hostile_reap(srv, 10000);
+	}
+	unlink(sock);
+	return ret;
+}
+
+/* Item 9: the server kvmm-bench ring forks dies with the benchmark. */
+static void bench_ring_server_dies_with_its_parent(void)
+{
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, bench_orphan, NULL, 180000), 0);
+}
+
+/*
+ * ring_sqe(), the tools' kvmm_get_sqe() that never hands out NULL: a full
+ * SQ of the caller's own unsubmitted entries is -ENOSPC at once; one of
+ * submitted entries the dispatcher cannot take (the CQ is full) is -EBUSY
+ * after its wait; after reaping, there is room again.
+ */
+static void ring_sqe_full_sq_fails_instead_of_null(void)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .cq_entries = 4 };
+	struct kvmm_ctx *ctx = test_ctx(1, 16, 2, 16);
+	struct kvmm_ring ring;
+	struct kvmm_sqe *sqe;
+	struct kvmm_cqe *cqe;
+	int i;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
+	for (i = 0; i < 4; i++) {
+		CU_ASSERT_EQUAL_FATAL(ring_sqe(&ring, &sqe), 0);
+		kvmm_prep_nop(sqe);
+	}
+	CU_ASSERT_EQUAL(ring_sqe(&ring, &sqe), -ENOSPC);
+	CU_ASSERT_PTR_NULL(sqe);
+	CU_ASSERT_EQUAL(kvmm_submit(&ring), 4);		/* the CQ is now full */
+	for (i = 0; i < 4; i++) {
+		CU_ASSERT_EQUAL_FATAL(ring_sqe(&ring, &sqe), 0);
+		kvmm_prep_nop(sqe);
+	}
+	CU_ASSERT_EQUAL(kvmm_submit(&ring), 4);		/* not taken: no CQ room */
+	CU_ASSERT_EQUAL(ring_sqe(&ring, &sqe), -EBUSY);
+	for (i = 0; i < 8; i++) {
+		CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&ring, &cqe), 0);
+		CU_ASSERT_EQUAL(cqe->res, 0);
+		kvmm_cqe_seen(&ring, cqe);
+		if (i == 3)
+			CU_ASSERT_EQUAL(kvmm_submit_and_wait(&ring, 4), 0);
+	}
+	CU_ASSERT_EQUAL(ring_sqe(&ring, &sqe), 0);
+	kvmm_ring_exit(&ring);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 int register_hostile_ring_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_hostile_ring", NULL, NULL);
@@ -192,5 +324,7 @@ int register_hostile_ring_suite(void)
 		return -1;
 	ADD_TEST(s, ring_completion_never_visible_before_its_slot_is_free);
 	ADD_TEST(s, kvmmd_absurd_geometry_exits_naming_the_field);
+	ADD_TEST(s, bench_ring_server_dies_with_its_parent);
+	ADD_TEST(s, ring_sqe_full_sq_fails_instead_of_null);
 	return 0;
 }
