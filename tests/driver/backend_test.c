@@ -742,12 +742,12 @@ static void contract_promotion_beside_demotions(void)
 
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&ring, &iov, 1), 0);
-	kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+	kvmm_prep_open(TEST_SQE(&ring), 0);
 	seq = test_ring1(&ring, NULL);
 	CU_ASSERT_FATAL(seq >= 0);
-	kvmm_prep_match(kvmm_get_sqe(&ring), (uint32_t)seq, 1, 0, 32);
+	kvmm_prep_match(TEST_SQE(&ring), (uint32_t)seq, 1, 0, 32);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
-	sqe = kvmm_get_sqe(&ring);
+	sqe = TEST_SQE(&ring);
 	kvmm_prep_promote(sqe, (uint32_t)seq, 1, 0, 32);
 	CU_ASSERT_EQUAL(kvmm_submit(&ring), 1);
 
@@ -762,7 +762,7 @@ static void contract_promotion_beside_demotions(void)
 	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&ring, &cqe), 0);	/* the PROMOTE's */
 	CU_ASSERT_EQUAL(cqe->res, 32);
 	kvmm_cqe_seen(&ring, cqe);
-	kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 0);
+	kvmm_prep_close(TEST_SQE(&ring), (uint32_t)seq, 0, 0, 0);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	kvmm_ring_exit(&ring);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
