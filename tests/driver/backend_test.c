@@ -653,6 +653,15 @@ static void contract_share_maps_the_same_bytes(void)
 	bad = sh;
 	bad.mapped_pages = sh.mapped_pages + 1;
 	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
+	/*
+	 * geometry whose bytes per slot (2^54 + 1) pass the model check but
+	 * whose pool bytes wrap to a small number: mapped short, written far
+	 */
+	bad = sh;
+	bad.kv_heads = 37u * 109 * 246241;
+	bad.head_dim = 13u * 279073;
+	bad.dtype_bytes = 5;
+	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
 	bad = sh;
 	strcpy(bad.backend, "nosuch");
 	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EOPNOTSUPP);
