@@ -93,6 +93,59 @@ void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
 }
 #endif
 
+/*
+ * The largest size, in bytes, computed from parameters: a pool, a tier or
+ * a file must fit an off_t and a ssize_t as well as a size_t.
+ */
+#define KVMM_MAX_BYTES	((uint64_t)INT64_MAX)
+
+/*
+ * model_cell() - check @m and compute its bytes per token, every product
+ * checked for overflow.  On -EINVAL, @why (when not NULL) names the field.
+ */
+static int model_cell(const struct kvmm_model *m, uint64_t *cellp, char *why, size_t len)
+{
+	uint64_t slot, cell;
+	uint32_t nbufs;
+
+#define BAD(...) do { if (why) snprintf(why, len, __VA_ARGS__); return -EINVAL; } while (0)
+	if (!m->layers)
+		BAD("layers is 0");
+	if (!m->dtype_bytes || m->dtype_bytes > 16)
+		BAD("dtype_bytes %u is not 1..16", m->dtype_bytes);
+	if (m->attn == KVMM_ATTN_MHA) {
+		if (!m->kv_heads)
+			BAD("kv_heads is 0");
+		if (!m->head_dim)
+			BAD("head_dim is 0");
+		if (m->latent_dim)
+			BAD("latent_dim %u given for MHA attention", m->latent_dim);
+		if (__builtin_mul_overflow(m->layers, 2u, &nbufs))
+			BAD("layers %u: its K and V buffers overflow 32 bits", m->layers);
+		if (__builtin_mul_overflow((uint64_t)m->kv_heads, m->head_dim, &slot) ||
+		    __builtin_mul_overflow(slot, m->dtype_bytes, &slot) ||
+		    __builtin_mul_overflow(slot, nbufs, &cell) || cell > KVMM_MAX_BYTES)
+			BAD("kv_heads %u * head_dim %u * dtype_bytes %u * 2 * layers %u: "
+			    "the bytes per token exceed 2^63 - 1", m->kv_heads, m->head_dim,
+			    m->dtype_bytes, m->layers);
+	} else if (m->attn == KVMM_ATTN_MLA) {
+		if (!m->latent_dim)
+			BAD("latent_dim is 0");
+		if (m->kv_heads || m->head_dim)
+			BAD("kv_heads/head_dim given for MLA attention");
+		slot = (uint64_t)m->latent_dim * m->dtype_bytes;	/* < 2^36 */
+		if (__builtin_mul_overflow(slot, m->layers, &cell) || cell > KVMM_MAX_BYTES)
+			BAD("latent_dim %u * dtype_bytes %u * layers %u: "
+			    "the bytes per token exceed 2^63 - 1", m->latent_dim,
+			    m->dtype_bytes, m->layers);
+	} else {
+		BAD("attn %u is neither MHA nor MLA", m->attn);
+	}
+#undef BAD
+	*cellp = cell;
+	return 0;
+}
+
 /**
  * kvmm_cell_bytes() - bytes of KV one token occupies across all layers
  * @model: the geometry
@@ -100,22 +153,16 @@ void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
  * SGLang's cell size: heads * head_dim * layers * 2 (K and V) * dtype
  * bytes for MHA, latent_dim * layers * dtype bytes for MLA.
  *
- * Return: the size, 0 for a geometry that describes no KV.
+ * Return: the size, 0 for a geometry that describes no KV or whose size
+ * overflows (kvmm_create() refuses both with -EINVAL).
  */
 KVMM_EXPORT uint64_t kvmm_cell_bytes(const struct kvmm_model *model)
 {
-	uint64_t per_layer;
+	uint64_t cell;
 
-	if (!model)
+	if (!model || model_cell(model, &cell, NULL, 0))
 		return 0;
-	if (model->attn == KVMM_ATTN_MLA)
-		per_layer = (uint64_t)model->latent_dim * model->dtype_bytes;
-	else if (model->attn == KVMM_ATTN_MHA)
-		per_layer = (uint64_t)model->kv_heads * model->head_dim * 2 *
-			    model->dtype_bytes;
-	else
-		return 0;
-	return per_layer * model->layers;
+	return cell;
 }
 
 /**
@@ -123,29 +170,62 @@ KVMM_EXPORT uint64_t kvmm_cell_bytes(const struct kvmm_model *model)
  * @model: the geometry
  * @page_size: tokens per page
  *
- * Return: the size a lower tier stores per page, 0 for no KV.
+ * Return: the size a lower tier stores per page, 0 for no KV or a size
+ * that overflows.
  */
 KVMM_EXPORT uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t page_size)
 {
-	return kvmm_cell_bytes(model) * page_size;
+	uint64_t page;
+
+	if (__builtin_mul_overflow(kvmm_cell_bytes(model), page_size, &page) ||
+	    page > KVMM_MAX_BYTES)
+		return 0;
+	return page;
 }
 
-/* Is @m a geometry that describes KV?  (Also for an imported pool.) */
+/* Is @m a geometry that describes KV, of a size that fits?  (Also for an imported pool.) */
 int kvmm_check_model(const struct kvmm_model *m)
 {
-	if (!m->layers || !m->dtype_bytes || m->dtype_bytes > 16)
-		return -EINVAL;
-	if (m->attn == KVMM_ATTN_MHA)
-		return m->kv_heads && m->head_dim && !m->latent_dim ? 0 : -EINVAL;
-	if (m->attn == KVMM_ATTN_MLA)
-		return m->latent_dim && !m->kv_heads && !m->head_dim ? 0 : -EINVAL;
+	uint64_t cell;
+
+	return model_cell(m, &cell, NULL, 0);
+}
+
+/* Report a refused parameter through @p's log hook (there is no context yet). */
+static int __attribute__((format(printf, 2, 3)))
+params_bad(const struct kvmm_params *p, const char *fmt, ...)
+{
+	struct kvmm_ctx *tmp = calloc(1, sizeof(*tmp));
+	char msg[400];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (tmp)
+		tmp->params = *p;
+	kvmm_report(tmp, "create: %s", msg);
+	free(tmp);
 	return -EINVAL;
 }
 
-/* Pages of the pool: explicit, or SGLang's budget formula. */
-static int params_nr_pages(const struct kvmm_params *p, uint32_t *nrp)
+/* @pages pages of @page_bytes each: does the tier's size fit? */
+static int params_tier_bytes(const struct kvmm_params *p, const char *field,
+			     uint64_t pages, uint64_t page_bytes)
 {
-	uint64_t cell, budget, reserved, nr;
+	uint64_t bytes;
+
+	if (__builtin_mul_overflow(pages, page_bytes, &bytes) || bytes > KVMM_MAX_BYTES)
+		return params_bad(p, "%s %llu * %llu bytes per page overflows the largest size (2^63 - 1)",
+				  field, (unsigned long long)pages,
+				  (unsigned long long)page_bytes);
+	return 0;
+}
+
+/* Pages of the pool: explicit, or SGLang's budget formula. */
+static int params_nr_pages(const struct kvmm_params *p, uint64_t page_bytes, uint32_t *nrp)
+{
+	uint64_t budget, reserved, nr;
 
 	if (p->nr_pages) {
 		if (p->mem_total || p->mem_avail || p->mem_fraction != 0.0)
@@ -157,12 +237,11 @@ static int params_nr_pages(const struct kvmm_params *p, uint32_t *nrp)
 	if (!(p->mem_fraction > 0.0 && p->mem_fraction <= 1.0) || !p->mem_avail ||
 	    p->mem_avail > p->mem_total)
 		return -EINVAL;
-	cell = kvmm_cell_bytes(&p->model);
 	reserved = (uint64_t)((double)p->mem_total * (1.0 - p->mem_fraction));
 	if (p->mem_avail <= reserved)
 		return -ENOSPC;
 	budget = p->mem_avail - reserved;
-	nr = budget / (cell * p->page_size);
+	nr = budget / page_bytes;	/* page_bytes != 0: params_geometry() */
 	if (!nr)
 		return -ENOSPC;
 	if (nr > KVMM_MAX_SLOTS / p->page_size)
@@ -171,16 +250,33 @@ static int params_nr_pages(const struct kvmm_params *p, uint32_t *nrp)
 	return 0;
 }
 
+/* The model and the page size; *@page_bytes: the bytes of one page. */
+static int params_geometry(const struct kvmm_params *p, uint64_t *page_bytes)
+{
+	char why[200];
+	uint64_t cell;
+
+	if (model_cell(&p->model, &cell, why, sizeof(why)))
+		return params_bad(p, "model: %s", why);
+	if (!p->page_size || p->page_size > KVMM_MAX_PAGE_SIZE ||
+	    (p->page_size & (p->page_size - 1)))
+		return params_bad(p, "page_size %u is not a power of two in 1..%u",
+				  p->page_size, KVMM_MAX_PAGE_SIZE);
+	if (__builtin_mul_overflow(cell, p->page_size, page_bytes) ||
+	    *page_bytes > KVMM_MAX_BYTES)
+		return params_bad(p, "bytes per page overflow: %llu bytes per token * page_size %u",
+				  (unsigned long long)cell, p->page_size);
+	return 0;
+}
+
 static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 			uint32_t *max_pages)
 {
-	int ret = kvmm_check_model(&p->model);
+	uint64_t page_bytes = 0;
+	int ret = params_geometry(p, &page_bytes);
 
 	if (ret)
 		return ret;
-	if (!p->page_size || p->page_size > KVMM_MAX_PAGE_SIZE ||
-	    (p->page_size & (p->page_size - 1)))
-		return -EINVAL;
 	if (!p->max_seqs || p->max_seqs > KVMM_MAX_SEQS || !p->max_seq_len ||
 	    p->max_seq_len > INT32_MAX)
 		return -EINVAL;
@@ -198,7 +294,7 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 	if (p->write_policy > KVMM_WRITE_THROUGH ||
 	    (p->write_policy == KVMM_WRITE_THROUGH && !p->host_pages))
 		return -EINVAL;
-	ret = params_nr_pages(p, nr_pages);
+	ret = params_nr_pages(p, page_bytes, nr_pages);
 	if (ret)
 		return ret;
 	if (p->wmark_min > p->wmark_low || p->wmark_low > p->wmark_high ||
@@ -208,7 +304,10 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 	if (*max_pages < *nr_pages || *max_pages > KVMM_MAX_PAGES ||
 	    (uint64_t)*max_pages * p->page_size > KVMM_MAX_SLOTS)
 		return -EINVAL;
-	return 0;
+	/* Every tier's bytes, as its backend or store will compute them. */
+	return params_tier_bytes(p, "nr_pages/max_pages", *max_pages, page_bytes) ?:
+	       params_tier_bytes(p, "host_pages", p->host_pages, page_bytes) ?:
+	       params_tier_bytes(p, "nvme_pages", p->nvme_pages, page_bytes);
 }
 
 static int backend_init(struct kvmm_ctx *ctx)
@@ -270,7 +369,9 @@ static int params_mem_info(const struct kvmm_backend_ops *bops, struct kvmm_para
  * @ctxp: out, the new context
  *
  * Return: 0; -EINVAL for bad parameters (a page size that is not a power
- * of two, zero sizes, unknown policy or inconsistent watermarks);
+ * of two, zero sizes, unknown policy or inconsistent watermarks; geometry
+ * whose bytes per token, page or tier overflow, reported through
+ * @params->log naming the field);
  * -EOPNOTSUPP for an unknown backend, or max_pages on a backend that
  * cannot resize; -ENOSPC when the memory budget holds
  * no page; -ENOMEM when metadata cannot be allocated; a backend's error

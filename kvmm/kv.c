@@ -238,8 +238,8 @@ struct kvmm_kv_pool {
  *	the device is the one named in @share whatever its ordinal here)
  * @poolp: out
  *
- * Return: 0; -EINVAL for a description that does not hold together;
- * -EOPNOTSUPP for a backend this build lacks or that cannot import; its
+ * Return: 0; -EINVAL for a description that does not hold together
+ * (geometry whose pool bytes overflow included); -EOPNOTSUPP for a backend this build lacks or that cannot import; its
  * error (-ENODEV: the device is not visible here).
  */
 KVMM_EXPORT int kvmm_kv_import(const struct kvmm_share *share,
@@ -249,7 +249,7 @@ KVMM_EXPORT int kvmm_kv_import(const struct kvmm_share *share,
 	struct kvmm_backend_cfg cfg = { 0 };
 	const struct kvmm_backend_ops *ops;
 	struct kvmm_kv_pool *pool;
-	uint64_t covered = 0;
+	uint64_t covered = 0, page_bytes, bytes;
 	uint32_t i;
 	int ret;
 
@@ -269,6 +269,11 @@ KVMM_EXPORT int kvmm_kv_import(const struct kvmm_share *share,
 	    share->nr_pages > share->mapped_pages || share->mapped_pages > share->max_pages ||
 	    (uint64_t)share->max_pages * share->page_size > KVMM_MAX_SLOTS ||
 	    share->nbufs != cfg.model.layers * (cfg.model.attn == KVMM_ATTN_MLA ? 1 : 2))
+		return -EINVAL;
+	/* The bytes the backend maps, as kvmm_create() bounds them there. */
+	page_bytes = kvmm_page_bytes(&cfg.model, share->page_size);
+	if (!page_bytes || __builtin_mul_overflow(page_bytes, (uint64_t)share->max_pages, &bytes) ||
+	    bytes > INT64_MAX)
 		return -EINVAL;
 	/* The extents tile [0, mapped_pages) in order. */
 	for (i = 0; i < share->nr_ext; i++) {

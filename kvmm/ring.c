@@ -1018,9 +1018,16 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 		d->cq_tail++;
 	}
 	d->sq_head += n;
-	/* Pair with the client's acquire loads of cq_tail and sq_head. */
-	__atomic_store_n(&hdr->cq_tail, d->cq_tail, __ATOMIC_RELEASE);
+	/*
+	 * Free the slots before the completions show, io_uring's order: a
+	 * client that reaped every completion of a full SQ and refills at
+	 * once must find kvmm_get_sqe() non-NULL.  The sq_head store pairs
+	 * with the acquire load in kvmm_get_sqe(); the cq_tail store, which
+	 * the client's acquire load of cq_tail orders after it, pairs with
+	 * kvmm_peek_cqe() and the CQ waiters.
+	 */
 	__atomic_store_n(&hdr->sq_head, d->sq_head, __ATOMIC_RELEASE);
+	__atomic_store_n(&hdr->cq_tail, d->cq_tail, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&d->ctx->lock);
 	return n;
 }

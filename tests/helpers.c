@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -163,4 +164,24 @@ int32_t test_ring1(struct kvmm_ring *ring, uint32_t *flags)
 		*flags = cqe->flags;
 	kvmm_cqe_seen(ring, cqe);
 	return res;
+}
+
+struct kvmm_sqe *test_sqe(struct kvmm_ring *ring, const char *file, unsigned int line)
+{
+	struct kvmm_sqe *sqe = kvmm_get_sqe(ring);
+
+	CU_assertImplementation(sqe != NULL, line, "kvmm_get_sqe() != NULL (the SQ is full)",
+				file, "", CU_TRUE);
+	return sqe;
+}
+
+struct kvmm_sqe *child_sqe(struct kvmm_ring *ring, const char *file, unsigned int line)
+{
+	struct kvmm_sqe *sqe = kvmm_get_sqe(ring);
+
+	if (!sqe) {
+		fprintf(stderr, "%s:%u: kvmm_get_sqe(): the SQ is full\n", file, line);
+		_exit(99);
+	}
+	return sqe;
 }

@@ -46,6 +46,16 @@ int32_t test_ring1(struct kvmm_ring *ring, uint32_t *flags);
 
 #define CHECK_OK(ctx) CU_ASSERT_EQUAL(kvmm_check(ctx), 0)
 
+/*
+ * kvmm_get_sqe() for tests: a full SQ fails the test (fatally) instead of
+ * handing out NULL to write through.  CHILD_SQE() is for forked children,
+ * where CUnit must not run: the child exits 99 instead.
+ */
+struct kvmm_sqe *test_sqe(struct kvmm_ring *ring, const char *file, unsigned int line);
+struct kvmm_sqe *child_sqe(struct kvmm_ring *ring, const char *file, unsigned int line);
+#define TEST_SQE(ring) test_sqe((ring), __FILE__, __LINE__)
+#define CHILD_SQE(ring) child_sqe((ring), __FILE__, __LINE__)
+
 /* Every stats item, byte for byte: "nothing changed". */
 #define ASSERT_STATS_SAME(a, b) \
 	CU_ASSERT(memcmp((a), (b), sizeof(uint64_t) * NR_KVMM_STATS) == 0)
@@ -70,6 +80,7 @@ int cuda_attach_child(const char *path, const char *driver);
 int register_tier_suite(void);
 int register_ns_suite(void);
 int register_hostile_tenant_suite(void);
+int register_hostile_ring_suite(void);
 
 #define ADD_TEST(suite, fn) \
 	do { if (!CU_add_test(suite, #fn, fn)) return -1; } while (0)

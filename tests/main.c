@@ -35,6 +35,7 @@ static const suite_register_fn suites[] = {
 	register_engine_suite,
 	register_ns_suite,
 	register_hostile_tenant_suite,
+	register_hostile_ring_suite,
 };
 
 int main(int argc, char **argv)

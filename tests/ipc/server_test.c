@@ -53,14 +53,14 @@ static void server_serves_a_ring(void)
 	CU_ASSERT_EQUAL(ring.buf_size, 4096);
 	tok = ring.buf;
 	test_tokens(tok, 100, 3);
-	kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+	kvmm_prep_open(TEST_SQE(&ring), 0);
 	seq = test_ring1(&ring, NULL);
 	CU_ASSERT_FATAL(seq >= 0);
-	kvmm_prep_match(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 99);
+	kvmm_prep_match(TEST_SQE(&ring), (uint32_t)seq, 0, 0, 99);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
-	kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 100, 0);
+	kvmm_prep_extend(TEST_SQE(&ring), (uint32_t)seq, 100, 0);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
-	kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 100);
+	kvmm_prep_close(TEST_SQE(&ring), (uint32_t)seq, 0, 0, 100);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	/* registering memory the server cannot see is refused */
 	CU_ASSERT_EQUAL(kvmm_ring_register_buffers(&ring, NULL, 0), -EOPNOTSUPP);
@@ -87,16 +87,16 @@ static void child_hold_and_wait(const char *path, int fd)
 	for (i = 0; i < 3; i++) {
 		int32_t seq;
 
-		kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+		kvmm_prep_open(CHILD_SQE(&ring), 0);
 		seq = test_ring1(&ring, NULL);
-		kvmm_prep_match(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 63);
+		kvmm_prep_match(CHILD_SQE(&ring), (uint32_t)seq, 0, 0, 63);
 		test_ring1(&ring, NULL);
-		kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 64, 0);
+		kvmm_prep_extend(CHILD_SQE(&ring), (uint32_t)seq, 64, 0);
 		test_ring1(&ring, NULL);
-		kvmm_prep_commit(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 40);
+		kvmm_prep_commit(CHILD_SQE(&ring), (uint32_t)seq, 0, 0, 40);
 		test_ring1(&ring, NULL);
 	}
-	kvmm_prep_pin(kvmm_get_sqe(&ring), 0, 0, 0, 32, 0);
+	kvmm_prep_pin(CHILD_SQE(&ring), 0, 0, 0, 32, 0);
 	if (test_ring1(&ring, NULL) != 32)
 		_exit(2);
 	if (write(fd, "x", 1) != 1)
@@ -131,7 +131,7 @@ static void child_write_shared_kv(const char *path, int want_attach)
 	if (pool && (l != 2 || kvmm_kv_pool_layer(pool, 2, &none) != -EINVAL))
 		_exit(13);
 	kvmm_kv_pool_close(pool);
-	kvmm_prep_nop(kvmm_get_sqe(&ring));
+	kvmm_prep_nop(CHILD_SQE(&ring));
 	if (test_ring1(&ring, NULL) != 0)
 		_exit(14);
 	kvmm_ring_exit(&ring);
@@ -297,11 +297,11 @@ static void server_keeps_a_bound_client_to_its_namespace(void)
 
 	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("b"), 0, &srv), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock_path, &rp, &ring), 0);
-	kvmm_prep_open(kvmm_get_sqe(&ring), 8);
+	kvmm_prep_open(TEST_SQE(&ring), 8);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
-	kvmm_prep_open(kvmm_get_sqe(&ring), 9);
+	kvmm_prep_open(TEST_SQE(&ring), 9);
 	CU_ASSERT(test_ring1(&ring, NULL) >= 0);
-	kvmm_prep_drop_caches(kvmm_get_sqe(&ring));
+	kvmm_prep_drop_caches(TEST_SQE(&ring));
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	kvmm_ring_exit(&ring);
 	CU_ASSERT(wait_no_clients(srv));
@@ -335,10 +335,10 @@ static void server_binds_each_user_to_its_uid(void)
 			_exit(10);
 		if (kvmm_ring_connect(sock_path, &rp, &ring))
 			_exit(11);
-		kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+		kvmm_prep_open(CHILD_SQE(&ring), 0);
 		if (test_ring1(&ring, NULL) != -EPERM)
 			_exit(12);
-		kvmm_prep_open(kvmm_get_sqe(&ring), 65534);
+		kvmm_prep_open(CHILD_SQE(&ring), 65534);
 		res = test_ring1(&ring, NULL);
 		if (res < 0)
 			_exit(13);

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 /* tests/kvmm/ctx_test.c - kvmm_ctx: creation parameters, sizing, unwinding. */
 #include <errno.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "../helpers.h"
+#include "../hostile/hostile.h"
 
 static int create(struct kvmm_params *p)
 {
@@ -131,6 +134,94 @@ static void cell_bytes_follows_sglang(void)
 	CU_ASSERT_EQUAL(kvmm_cell_bytes(NULL), 0);
 }
 
+/*
+ * Absurd geometry: every size computed from the parameters is checked for
+ * overflow, and the refusal names the field.  Each case runs in a child,
+ * since the unchecked code divided by a product that wrapped to 0.
+ */
+struct geom_case {
+	const char *what;
+	const char *field;	/* the log message must name it */
+	struct kvmm_model model;
+	uint32_t page_size, nr_pages, host_pages, nvme_pages;
+	uint64_t mem_avail;	/* budget sizing when not 0 */
+};
+
+#define MHA(l, h, d, b) { .layers = (l), .kv_heads = (h), .head_dim = (d), \
+			  .dtype_bytes = (b), .attn = KVMM_ATTN_MHA }
+
+static const struct geom_case geom_cases[] = {
+	{ "bytes per token wrap to 0 (SIGFPE)", "kv_heads",
+	  MHA(32, 2147483648u, 2147483648u, 2), .page_size = 16, .mem_avail = 1ull << 30 },
+	{ "bytes per token wrap to a small number", "head_dim",
+	  MHA(32, 3340214413u, 2761311370u, 1), .page_size = 16, .nr_pages = 8 },
+	{ "K and V buffers past 32 bits", "layers", MHA(1u << 31, 1, 1, 1),
+	  .page_size = 1, .nr_pages = 8 },
+	{ "MLA bytes per token", "latent_dim",
+	  { .layers = UINT32_MAX, .latent_dim = UINT32_MAX, .dtype_bytes = 16,
+	    .attn = KVMM_ATTN_MLA }, .page_size = 1, .nr_pages = 8 },
+	{ "bytes per page", "page_size", MHA(65536, 65536, 65536, 16),
+	  .page_size = 4096, .nr_pages = 8 },
+	{ "device pool bytes", "nr_pages", MHA(65536, 65536, 65536, 16),
+	  .page_size = 512, .nr_pages = 2 },
+	{ "host tier bytes", "host_pages", MHA(65536, 65536, 65536, 16),
+	  .page_size = 512, .nr_pages = 1, .host_pages = 2 },
+	{ "NVMe tier bytes", "nvme_pages", MHA(65536, 65536, 65536, 16),
+	  .page_size = 512, .nr_pages = 1, .host_pages = 1, .nvme_pages = 2 },
+	{ "page size not a power of two", "page_size", MHA(2, 1, 4, 2),
+	  .page_size = 3, .nr_pages = 8 },
+	{ "dtype_bytes past 16", "dtype_bytes", MHA(2, 1, 4, 17),
+	  .page_size = 1, .nr_pages = 8 },
+	{ "unknown attention", "attn", { .layers = 2, .kv_heads = 1, .head_dim = 4,
+					 .dtype_bytes = 2, .attn = 7 },
+	  .page_size = 1, .nr_pages = 8 },
+};
+
+/* In the child: 0 when refused with -EINVAL and a message naming the field. */
+static int geom_refused(void *arg)
+{
+	const struct geom_case *gc = arg;
+	struct kvmm_params p = test_params(gc->page_size, gc->nr_pages, 2, 64);
+	struct test_log log = { 0 };
+	struct kvmm_ctx *ctx = NULL;
+	int ret;
+
+	p.model = gc->model;
+	p.host_pages = gc->host_pages;
+	p.nvme_pages = gc->nvme_pages;
+	p.nvme_path = gc->nvme_pages ? "/nonexistent/kvmm-nvme" : NULL;
+	if (gc->mem_avail) {
+		p.mem_avail = p.mem_total = gc->mem_avail;
+		p.mem_fraction = 0.88;
+	}
+	p.log = test_log_fn;
+	p.log_priv = &log;
+	ret = kvmm_create(&p, &ctx);
+	if (!ret)
+		kvmm_destroy(ctx);
+	if (ret != -EINVAL || !strstr(log.last, gc->field)) {
+		fprintf(stderr, "geometry '%s': %d, log '%s' (wants -EINVAL naming %s)\n",
+			gc->what, ret, log.last, gc->field);
+		return 1;
+	}
+	return 0;
+}
+
+static void create_absurd_geometry_fails_naming_the_field(void)
+{
+	struct kvmm_model wrap = MHA(32, 2147483648u, 2147483648u, 2);
+	size_t i;
+
+	for (i = 0; i < sizeof(geom_cases) / sizeof(geom_cases[0]); i++)
+		CU_ASSERT_EQUAL(hostile_child((uid_t)-1, geom_refused,
+					      (void *)&geom_cases[i], 20000), 0);
+	/* the public size helpers say 0 rather than a wrapped size */
+	CU_ASSERT_EQUAL(kvmm_cell_bytes(&wrap), 0);
+	wrap = (struct kvmm_model)MHA(65536, 65536, 65536, 16);
+	CU_ASSERT_EQUAL(kvmm_cell_bytes(&wrap), 1ull << 53);
+	CU_ASSERT_EQUAL(kvmm_page_bytes(&wrap, 4096), 0);
+}
+
 static void create_budget_sizing_matches_formula(void)
 {
 	struct kvmm_params p = test_params(16, 0, 2, 64);
@@ -215,6 +306,7 @@ int register_ctx_suite(void)
 	ADD_TEST(s, create_pool_past_int32_slots_fails);
 	ADD_TEST(s, create_bad_watermarks_fail);
 	ADD_TEST(s, cell_bytes_follows_sglang);
+	ADD_TEST(s, create_absurd_geometry_fails_naming_the_field);
 	ADD_TEST(s, create_budget_sizing_matches_formula);
 	ADD_TEST(s, create_backend_failure_unwinds_everything);
 	ADD_TEST(s, destroy_with_open_sequences_frees_all);

@@ -51,25 +51,25 @@ static void ring_request_lifecycle_matches_direct_api(void)
 	int32_t a, b;
 
 	rfix_init(&f, 4, 64);
-	sqe = kvmm_get_sqe(&f.ring);
+	sqe = TEST_SQE(&f.ring);
 	kvmm_prep_open(sqe, 0);
 	a = test_ring1(&f.ring, NULL);
 	CU_ASSERT_FATAL(a >= 0);
-	kvmm_prep_match(kvmm_get_sqe(&f.ring), (uint32_t)a, 1, 0, 40);
+	kvmm_prep_match(TEST_SQE(&f.ring), (uint32_t)a, 1, 0, 40);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
-	kvmm_prep_extend(kvmm_get_sqe(&f.ring), (uint32_t)a, 40, 0);
+	kvmm_prep_extend(TEST_SQE(&f.ring), (uint32_t)a, 40, 0);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
-	kvmm_prep_commit(kvmm_get_sqe(&f.ring), (uint32_t)a, 1, 0, 40);
+	kvmm_prep_commit(TEST_SQE(&f.ring), (uint32_t)a, 1, 0, 40);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 40);
-	kvmm_prep_close(kvmm_get_sqe(&f.ring), (uint32_t)a, 1, 0, 40);
+	kvmm_prep_close(TEST_SQE(&f.ring), (uint32_t)a, 1, 0, 40);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
 	/* a second request hits, in one batch of three linked by user_data */
-	kvmm_prep_open(kvmm_get_sqe(&f.ring), 0);
+	kvmm_prep_open(TEST_SQE(&f.ring), 0);
 	b = test_ring1(&f.ring, NULL);
-	sqe = kvmm_get_sqe(&f.ring);
+	sqe = TEST_SQE(&f.ring);
 	kvmm_prep_match(sqe, (uint32_t)b, 1, 0, 39);
 	kvmm_sqe_set_data(sqe, 7);
-	sqe = kvmm_get_sqe(&f.ring);
+	sqe = TEST_SQE(&f.ring);
 	kvmm_prep_extend(sqe, (uint32_t)b, 3, 0);
 	kvmm_sqe_set_data(sqe, 8);
 	CU_ASSERT_EQUAL(kvmm_submit(&f.ring), 2);
@@ -99,15 +99,15 @@ static void ring_exit_releases_sequences_and_pins(void)
 
 	rfix_init(&f, 1, 128);
 	CU_ASSERT_EQUAL_FATAL(test_cache(f.ctx, 0, f.tok, 50), 0);
-	kvmm_prep_open(kvmm_get_sqe(&f.ring), 0);
+	kvmm_prep_open(TEST_SQE(&f.ring), 0);
 	a = test_ring1(&f.ring, NULL);
-	kvmm_prep_match(kvmm_get_sqe(&f.ring), (uint32_t)a, 1, 0, 40);
+	kvmm_prep_match(TEST_SQE(&f.ring), (uint32_t)a, 1, 0, 40);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 40);
-	kvmm_prep_extend(kvmm_get_sqe(&f.ring), (uint32_t)a, 20, 0);
+	kvmm_prep_extend(TEST_SQE(&f.ring), (uint32_t)a, 20, 0);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
-	kvmm_prep_pin(kvmm_get_sqe(&f.ring), 0, 1, 0, 30, 0);
+	kvmm_prep_pin(TEST_SQE(&f.ring), 0, 1, 0, 30, 0);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 30);
-	kvmm_prep_pin(kvmm_get_sqe(&f.ring), 0, 1, 0, 10, KVMM_PIN_KEEP);
+	kvmm_prep_pin(TEST_SQE(&f.ring), 0, 1, 0, 10, KVMM_PIN_KEEP);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 10);
 	/* the direct API cannot touch the ring's sequence */
 	CU_ASSERT_EQUAL(kvmm_prefix_unpin(f.ctx, 0, f.tok, 30), -EINVAL);
@@ -134,12 +134,12 @@ static void ring_sequences_belong_to_their_ring(void)
 
 	rfix_init(&f, 1, 128);
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(f.ctx, &rp, &other), 0);
-	kvmm_prep_open(kvmm_get_sqe(&f.ring), 0);
+	kvmm_prep_open(TEST_SQE(&f.ring), 0);
 	a = test_ring1(&f.ring, NULL);
-	kvmm_prep_extend(kvmm_get_sqe(&other), (uint32_t)a, 1, 0);
+	kvmm_prep_extend(TEST_SQE(&other), (uint32_t)a, 1, 0);
 	CU_ASSERT_EQUAL(test_ring1(&other, NULL), -EINVAL);
 	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(f.ctx, 0, &direct), 0);
-	kvmm_prep_extend(kvmm_get_sqe(&f.ring), direct, 1, 0);
+	kvmm_prep_extend(TEST_SQE(&f.ring), direct, 1, 0);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), -EINVAL);
 	kvmm_ring_exit(&other);
 	rfix_exit(&f);
@@ -162,22 +162,22 @@ static void ring_stats_probe_dump_set(void)
 
 		CU_ASSERT_EQUAL_FATAL(test_cache(f.ctx, i % 3, t, 2), 0);
 	}
-	kvmm_prep_stats(kvmm_get_sqe(&f.ring), 2, 0, sizeof(f.out));
+	kvmm_prep_stats(TEST_SQE(&f.ring), 2, 0, sizeof(f.out));
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), NR_KVMM_STATS);
 	test_stats(f.ctx, direct);
 	CU_ASSERT_EQUAL(snap->nr, NR_KVMM_STATS);
 	CU_ASSERT(!memcmp(snap + 1, direct, sizeof(direct)));
 	/* LOOKUP: how much is cached, per namespace; it locks and touches nothing */
 	memcpy(f.tok, (uint32_t[]){ 9000, 0, 7 }, 3 * sizeof(uint32_t));
-	kvmm_prep_lookup(kvmm_get_sqe(&f.ring), 0, 1, 0, 3);
+	kvmm_prep_lookup(TEST_SQE(&f.ring), 0, 1, 0, 3);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 2);
-	kvmm_prep_lookup(kvmm_get_sqe(&f.ring), 1, 1, 0, 3);
+	kvmm_prep_lookup(TEST_SQE(&f.ring), 1, 1, 0, 3);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
-	kvmm_prep_lookup(kvmm_get_sqe(&f.ring), 0, 1, 0, 0);
+	kvmm_prep_lookup(TEST_SQE(&f.ring), 0, 1, 0, 0);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), -EINVAL);
 	test_stats(f.ctx, direct);
 	CU_ASSERT(!memcmp(snap + 1, direct, sizeof(direct)));
-	kvmm_prep_probe(kvmm_get_sqe(&f.ring), 2, 0);
+	kvmm_prep_probe(TEST_SQE(&f.ring), 2, 0);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), (int32_t)sizeof(*probe));
 	CU_ASSERT_EQUAL(probe->abi, KVMM_ABI_VERSION);
 	CU_ASSERT_EQUAL(probe->sqe_size, 64);
@@ -186,7 +186,7 @@ static void ring_stats_probe_dump_set(void)
 	CU_ASSERT_EQUAL(probe->ops[0], (1ull << KVMM_OP_LAST) - 1);
 	/* 3 roots + 200 leaves in pages of at most 2000 bytes: several pages */
 	do {
-		kvmm_prep_dump(kvmm_get_sqe(&f.ring), KVMM_DUMP_NODES, cursor, 2, 0, 2000);
+		kvmm_prep_dump(TEST_SQE(&f.ring), KVMM_DUMP_NODES, cursor, 2, 0, 2000);
 		res = test_ring1(&f.ring, &flags);
 		CU_ASSERT(res > 0 && res <= (2000 - 16) / 64);
 		CU_ASSERT_EQUAL(hdr->rec_size, sizeof(struct kvmm_dump_node));
@@ -195,15 +195,15 @@ static void ring_stats_probe_dump_set(void)
 		cursor = hdr->next;
 	} while (cursor);
 	CU_ASSERT_EQUAL(seen, 203);
-	kvmm_prep_set(kvmm_get_sqe(&f.ring), KVMM_SET_POLICY, KVMM_POLICY_SLRU);
+	kvmm_prep_set(TEST_SQE(&f.ring), KVMM_SET_POLICY, KVMM_POLICY_SLRU);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
 	CU_ASSERT_STRING_EQUAL(kvmm_evict_policy(f.ctx), "slru");
-	kvmm_prep_set(kvmm_get_sqe(&f.ring), KVMM_SET_WMARK_HIGH, 10);
+	kvmm_prep_set(TEST_SQE(&f.ring), KVMM_SET_WMARK_HIGH, 10);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
 	CU_ASSERT_EQUAL(test_stat(f.ctx, KVMM_STAT_WMARK_HIGH), 10);
-	kvmm_prep_reclaim(kvmm_get_sqe(&f.ring), 4);
+	kvmm_prep_reclaim(TEST_SQE(&f.ring), 4);
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 4);
-	kvmm_prep_drop_caches(kvmm_get_sqe(&f.ring));
+	kvmm_prep_drop_caches(TEST_SQE(&f.ring));
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 396);
 	rfix_exit(&f);
 }
@@ -218,7 +218,7 @@ static void ring_full_cq_holds_back_until_reaped(void)
 
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
 	for (i = 0; i < 4; i++) {
-		struct kvmm_sqe *sqe = kvmm_get_sqe(&ring);
+		struct kvmm_sqe *sqe = TEST_SQE(&ring);
 
 		kvmm_prep_nop(sqe);
 		kvmm_sqe_set_data(sqe, i);
@@ -227,7 +227,7 @@ static void ring_full_cq_holds_back_until_reaped(void)
 	CU_ASSERT_EQUAL(kvmm_submit(&ring), 4);
 	/* CQ full: these four wait in the SQ until completions are reaped */
 	for (i = 4; i < 8; i++) {
-		struct kvmm_sqe *sqe = kvmm_get_sqe(&ring);
+		struct kvmm_sqe *sqe = TEST_SQE(&ring);
 
 		CU_ASSERT_PTR_NOT_NULL_FATAL(sqe);
 		kvmm_prep_nop(sqe);
@@ -259,34 +259,34 @@ static void ring_bound_to_a_namespace_keeps_to_it(void)
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
 	tok = ring.buf;
 	test_tokens(tok, 32, 1);
-	kvmm_prep_open(kvmm_get_sqe(&ring), 3);
+	kvmm_prep_open(TEST_SQE(&ring), 3);
 	seq = test_ring1(&ring, NULL);
 	CU_ASSERT(seq >= 0);
-	kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 32, 0);
+	kvmm_prep_extend(TEST_SQE(&ring), (uint32_t)seq, 32, 0);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
-	kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 32);
+	kvmm_prep_close(TEST_SQE(&ring), (uint32_t)seq, 0, 0, 32);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	test_stats(ctx, before);
-	kvmm_prep_open(kvmm_get_sqe(&ring), 4);
+	kvmm_prep_open(TEST_SQE(&ring), 4);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
-	kvmm_prep_pin(kvmm_get_sqe(&ring), 0, 0, 0, 16, KVMM_PIN_KEEP);
+	kvmm_prep_pin(TEST_SQE(&ring), 0, 0, 0, 16, KVMM_PIN_KEEP);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
-	kvmm_prep_lookup(kvmm_get_sqe(&ring), 0, 0, 0, 16);
+	kvmm_prep_lookup(TEST_SQE(&ring), 0, 0, 0, 16);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
-	kvmm_prep_drop_caches(kvmm_get_sqe(&ring));
+	kvmm_prep_drop_caches(TEST_SQE(&ring));
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
-	kvmm_prep_reclaim(kvmm_get_sqe(&ring), 1);
+	kvmm_prep_reclaim(TEST_SQE(&ring), 1);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
-	kvmm_prep_set(kvmm_get_sqe(&ring), KVMM_SET_POLICY, KVMM_POLICY_SLRU);
+	kvmm_prep_set(TEST_SQE(&ring), KVMM_SET_POLICY, KVMM_POLICY_SLRU);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
-	kvmm_prep_dump(kvmm_get_sqe(&ring), KVMM_DUMP_SEQS, 0, 0, 1024, 1024);
+	kvmm_prep_dump(TEST_SQE(&ring), KVMM_DUMP_SEQS, 0, 0, 1024, 1024);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	test_stats(ctx, after);
 	ASSERT_STATS_SAME(before, after);
 	/* its own namespace still works, and stats are open to all */
-	kvmm_prep_pin(kvmm_get_sqe(&ring), 3, 0, 0, 16, KVMM_PIN_KEEP);
+	kvmm_prep_pin(TEST_SQE(&ring), 3, 0, 0, 16, KVMM_PIN_KEEP);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 16);
-	kvmm_prep_stats(kvmm_get_sqe(&ring), 0, 1024, 1024);
+	kvmm_prep_stats(TEST_SQE(&ring), 0, 1024, 1024);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), NR_KVMM_STATS);
 	/* a namespace without the flag is a malformed shape */
 	rp.flags = 0;
@@ -351,6 +351,7 @@ static const struct bad_case bad_cases[] = {
 	BAD("PIN unknown flags", -EINVAL, .opcode = KVMM_OP_PIN, .len = 8, .arg = 2),
 	BAD("UNPIN an unpinned prefix", -EINVAL, .opcode = KVMM_OP_UNPIN, .len = 12, .arg = KVMM_PIN_KEEP),
 	BAD("PRIO out of range", -EINVAL, .opcode = KVMM_OP_PRIO, .len = 8, .arg = KVMM_NR_PRIO),
+	BAD("LOOKUP longer than max_seq_len", -EINVAL, .opcode = KVMM_OP_LOOKUP, .len = 65),
 	BAD("RECLAIM zero pages", -EINVAL, .opcode = KVMM_OP_RECLAIM),
 	BAD("STATS buffer too small", -EINVAL, .opcode = KVMM_OP_STATS, .buf = 1, .len = 8),
 	BAD("PROBE buffer too small", -EINVAL, .opcode = KVMM_OP_PROBE, .buf = 1, .len = 64),

@@ -382,32 +382,32 @@ static void test_ring_promote(void)
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&ring, &iov, 1), 0);
 
-	sqe = kvmm_get_sqe(&ring);
+	sqe = TEST_SQE(&ring);
 	kvmm_prep_lookup(sqe, 0, 1, 0, 32);
 	sqe->arg = KVMM_LOOKUP_TIERS;
 	sqe->arg2 = offsetof(typeof(buf), hits);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 32);
 	CU_ASSERT_EQUAL(buf.hits.tokens[KVMM_TIER_HOST], 32);
-	sqe = kvmm_get_sqe(&ring);
+	sqe = TEST_SQE(&ring);
 	kvmm_prep_lookup(sqe, 0, 1, 0, 32);
 	sqe->arg = 2;
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EINVAL);
-	sqe = kvmm_get_sqe(&ring);
+	sqe = TEST_SQE(&ring);
 	kvmm_prep_lookup(sqe, 0, 1, 0, 32);
 	sqe->arg = KVMM_LOOKUP_TIERS;
 	sqe->arg2 = sizeof(buf);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EFAULT);
 
-	kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+	kvmm_prep_open(TEST_SQE(&ring), 0);
 	seq = test_ring1(&ring, NULL);
 	CU_ASSERT_FATAL(seq >= 0);
-	kvmm_prep_match(kvmm_get_sqe(&ring), (uint32_t)seq, 1, 0, 32);
+	kvmm_prep_match(TEST_SQE(&ring), (uint32_t)seq, 1, 0, 32);
 	CU_ASSERT_EQUAL(test_ring1(&ring, &flags), 0);
 	CU_ASSERT(flags & KVMM_CQE_F_LOWER);
-	kvmm_prep_promote(kvmm_get_sqe(&ring), (uint32_t)seq, 1, 0, 32);
+	kvmm_prep_promote(TEST_SQE(&ring), (uint32_t)seq, 1, 0, 32);
 	CU_ASSERT_EQUAL(test_ring1(&ring, &flags), 32);
 	CU_ASSERT_EQUAL(stamp(ctx, (uint32_t)seq, buf.tok, 0, 32, true), 0);
-	kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 0);
+	kvmm_prep_close(TEST_SQE(&ring), (uint32_t)seq, 0, 0, 0);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	CHECK_OK(ctx);
 	kvmm_ring_exit(&ring);
@@ -759,10 +759,10 @@ static uint32_t ring_open_match(struct kvmm_ring *ring, uint64_t off, uint32_t n
 {
 	int32_t seq;
 
-	kvmm_prep_open(kvmm_get_sqe(ring), 0);
+	kvmm_prep_open(TEST_SQE(ring), 0);
 	seq = test_ring1(ring, NULL);
 	CU_ASSERT_FATAL(seq >= 0);
-	kvmm_prep_match(kvmm_get_sqe(ring), (uint32_t)seq, 1, off, n);
+	kvmm_prep_match(TEST_SQE(ring), (uint32_t)seq, 1, off, n);
 	*matched = test_ring1(ring, NULL);
 	return (uint32_t)seq;
 }
@@ -770,7 +770,7 @@ static uint32_t ring_open_match(struct kvmm_ring *ring, uint64_t off, uint32_t n
 static void ring_promote(struct kvmm_ring *ring, uint32_t seq, uint64_t off, uint32_t n,
 			 uint64_t data)
 {
-	struct kvmm_sqe *sqe = kvmm_get_sqe(ring);
+	struct kvmm_sqe *sqe = TEST_SQE(ring);
 
 	kvmm_prep_promote(sqe, seq, 1, off, n);
 	kvmm_sqe_set_data(sqe, data);
@@ -822,11 +822,11 @@ static void test_nvme_async_promote(void)
 	CU_ASSERT_EQUAL(lcheck(ctx), 0);
 
 	/* the sequence is busy; the ring and the context are not */
-	kvmm_prep_match(kvmm_get_sqe(&ring), seq, 1, 0, 32);
+	kvmm_prep_match(TEST_SQE(&ring), seq, 1, 0, 32);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EBUSY);
-	kvmm_prep_extend(kvmm_get_sqe(&ring), seq, 4, 0);
+	kvmm_prep_extend(TEST_SQE(&ring), seq, 4, 0);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EBUSY);
-	kvmm_prep_promote(kvmm_get_sqe(&ring), seq, 1, 0, 32);
+	kvmm_prep_promote(TEST_SQE(&ring), seq, 1, 0, 32);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EBUSY);
 	kvmm_lock(ctx);
 	CU_ASSERT_EQUAL(serve(ctx, tok[1], 32, false), 0);
@@ -853,7 +853,7 @@ static void test_nvme_async_promote(void)
 	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, other, tok[0], 32), 0);
 	CU_ASSERT(test_stat(ctx, KVMM_STAT_DEDUP_PAGES) >= 8);
 	kvmm_unlock(ctx);
-	kvmm_prep_close(kvmm_get_sqe(&ring), seq, 0, 0, 0);
+	kvmm_prep_close(TEST_SQE(&ring), seq, 0, 0, 0);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	CU_ASSERT_EQUAL(kvmm_wait_cqe(&ring, &cqe), -EAGAIN);
 	CU_ASSERT_EQUAL(lcheck(ctx), 0);
@@ -886,7 +886,7 @@ static void test_nvme_async_cancel(void)
 	ring_promote(&ring, b, 0, 32, 2);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PROMOTE_ASYNC), 2);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 8);	/* b waits */
-	kvmm_prep_close(kvmm_get_sqe(&ring), a, 0, 0, 0);
+	kvmm_prep_close(TEST_SQE(&ring), a, 0, 0, 0);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 8);	/* still held */
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_SEQS_OPEN), 1);
@@ -975,7 +975,7 @@ static void ring_conversations(struct kvmm_ctx *ctx, uint32_t turns)
 			CU_ASSERT_EQUAL(stamp(ctx, seq[g], conv[c[g]], 0, (uint32_t)m[g], true), 0);
 			kvmm_unlock(ctx);
 			if ((uint32_t)m[g] < n[g]) {
-				kvmm_prep_extend(kvmm_get_sqe(&ring), seq[g], n[g] - (uint32_t)m[g], 0);
+				kvmm_prep_extend(TEST_SQE(&ring), seq[g], n[g] - (uint32_t)m[g], 0);
 				ret = test_ring1(&ring, NULL);
 				CU_ASSERT(ret == 0 || ret == -ENOSPC);
 				kvmm_lock(ctx);
@@ -984,9 +984,9 @@ static void ring_conversations(struct kvmm_ctx *ctx, uint32_t turns)
 				kvmm_unlock(ctx);
 			}
 			if (ret)
-				kvmm_prep_close(kvmm_get_sqe(&ring), seq[g], 0, 0, 0);
+				kvmm_prep_close(TEST_SQE(&ring), seq[g], 0, 0, 0);
 			else
-				kvmm_prep_close(kvmm_get_sqe(&ring), seq[g], 1, off, n[g]);
+				kvmm_prep_close(TEST_SQE(&ring), seq[g], 1, off, n[g]);
 			CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 		}
 		if (lcheck(ctx)) {

@@ -86,6 +86,7 @@ static int replay_finish_oldest(struct replay *rp)
 	const struct wl_request *req = &rp->wl->reqs[r];
 	uint32_t n = req->prompt_len + (req->output_len ? req->output_len - 1 : 0);
 	uint64_t t0 = now_ns();
+	struct kvmm_sqe *sqe;
 	uint16_t buf;
 	uint64_t off;
 	int ret = 0;
@@ -95,9 +96,12 @@ static int replay_finish_oldest(struct replay *rp)
 	} else {
 		/* deferred: it runs first in the next batch (its slot stays put) */
 		slot_buf(rp, slot, &buf, &off);
-		kvmm_prep_retract(kvmm_get_sqe(&rp->ring), seq, buf, off, n);
-		rp->pending++;
-		rp->idle[rp->nidle++] = seq;
+		ret = ring_sqe(&rp->ring, &sqe);
+		if (!ret) {
+			kvmm_prep_retract(sqe, seq, buf, off, n);
+			rp->pending++;
+			rp->idle[rp->nidle++] = seq;
+		}
 	}
 	rp->ns += now_ns() - t0;
 	if (ret) {
@@ -164,6 +168,7 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 {
 	int32_t res[RING_SQ];
 	uint32_t seq, m = 0, k, pend = rp->pending;
+	struct kvmm_sqe *sqe[2];
 	uint16_t buf;
 	uint64_t off;
 	int ret;
@@ -172,7 +177,10 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 	rp->pending = 0;
 	if (!rp->nidle) {
 		/* only while the replay fills up: no finished sequence to reuse */
-		kvmm_prep_open(kvmm_get_sqe(&rp->ring), 0);
+		ret = ring_sqe(&rp->ring, &sqe[0]);
+		if (ret)
+			return ret;
+		kvmm_prep_open(sqe[0], 0);
 		ret = ring_run(&rp->ring, pend + 1, res);
 		if (ret || (ret = first_error(res, pend + 1)))
 			return ret;
@@ -182,10 +190,15 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 	seq = rp->idle[--rp->nidle];
 	*seqp = seq;
 	if (n > 1) {
-		kvmm_prep_match(kvmm_get_sqe(&rp->ring), seq, buf, off, n - 1);
+		ret = ring_sqe(&rp->ring, &sqe[0]);
+		if (!ret && rp->o->host_tokens)
+			ret = ring_sqe(&rp->ring, &sqe[1]);
+		if (ret)
+			return ret;
+		kvmm_prep_match(sqe[0], seq, buf, off, n - 1);
 		k = pend + 1;
 		if (rp->o->host_tokens)	/* in the same batch: runs after the match */
-			kvmm_prep_promote(kvmm_get_sqe(&rp->ring), seq, buf, off, n - 1);
+			kvmm_prep_promote(sqe[1], seq, buf, off, n - 1);
 		k += !!rp->o->host_tokens;
 		ret = ring_run(&rp->ring, k, res);
 		if (ret || (ret = first_error(res, k)))
@@ -197,8 +210,13 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 			return ret;
 	}
 	*mp = m;
-	kvmm_prep_extend(kvmm_get_sqe(&rp->ring), seq, n - m, 0);
-	kvmm_prep_commit(kvmm_get_sqe(&rp->ring), seq, buf, off, n);
+	ret = ring_sqe(&rp->ring, &sqe[0]);
+	if (!ret)
+		ret = ring_sqe(&rp->ring, &sqe[1]);
+	if (ret)
+		return ret;
+	kvmm_prep_extend(sqe[0], seq, n - m, 0);
+	kvmm_prep_commit(sqe[1], seq, buf, off, n);
 	k = 2;
 	while (out) {
 		uint32_t step = out < chunk ? out : chunk;
@@ -209,7 +227,10 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 				return ret;
 			k = 0;
 		}
-		kvmm_prep_extend(kvmm_get_sqe(&rp->ring), seq, step, 0);
+		ret = ring_sqe(&rp->ring, &sqe[0]);
+		if (ret)
+			return ret;
+		kvmm_prep_extend(sqe[0], seq, step, 0);
 		k++;
 		out -= step;
 	}
@@ -250,6 +271,7 @@ static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)
 static int fetch_stats(struct replay *rp, uint64_t *st)
 {
 	struct kvmm_stats_snap *snap;
+	struct kvmm_sqe *sqe;
 	size_t off = (size_t)rp->nslots * (rp->wl->max_seq_len + 1) * 4;
 	int32_t res;
 	int ret;
@@ -263,7 +285,10 @@ static int fetch_stats(struct replay *rp, uint64_t *st)
 		off = 0;
 	off = (off + 7) & ~(size_t)7;
 	snap = (struct kvmm_stats_snap *)((char *)rp->ring.buf + off);
-	kvmm_prep_stats(kvmm_get_sqe(&rp->ring), 0, off, sizeof(*snap) + NR_KVMM_STATS * 8);
+	ret = ring_sqe(&rp->ring, &sqe);
+	if (ret)
+		return ret;
+	kvmm_prep_stats(sqe, 0, off, sizeof(*snap) + NR_KVMM_STATS * 8);
 	ret = ring_run(&rp->ring, 1, &res);
 	if (ret || res < 0)
 		return ret ? ret : res;

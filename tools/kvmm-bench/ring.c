@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,15 +27,17 @@
  * @flags: KVMM_SERVER_*
  *
  * The child serves until SIGTERM, then stops, runs kvmm_check() and exits
- * 0 only if it passed.
+ * 0 only if it passed.  It gets that SIGTERM too when the benchmark dies
+ * (PR_SET_PDEATHSIG), even of a crash, so it never outlives its parent
+ * holding the parent's output open and its socket bound.
  *
  * Return: the child's pid once it serves, or -1.
  */
 pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags)
 {
+	pid_t parent = getpid(), pid;
 	int pfd[2];
 	char c = 'e';
-	pid_t pid;
 
 	if (pipe(pfd))
 		return -1;
@@ -51,6 +54,9 @@ pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags)
 		sigemptyset(&set);
 		sigaddset(&set, SIGTERM);
 		sigprocmask(SIG_BLOCK, &set, NULL);
+		/* blocked until sigwait(): a parent gone meanwhile still stops us */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent)
+			_exit(2);
 		if (!kvmm_create(p, &ctx) && !kvmm_server_start(ctx, path, flags, &srv))
 			c = 'k';
 		if (write(pfd[1], &c, 1) != 1 || c != 'k')
@@ -110,7 +116,8 @@ static int bench_nop(struct kvmm_ring *ring, const char *mode, uint32_t batch, u
 {
 	double rate[RUNS];
 	uint64_t *lat = malloc((total / batch + 1) * sizeof(*lat)), nlat = 0;
-	int r, ret;
+	struct kvmm_sqe *sqe;
+	int r, ret = 0;
 
 	for (r = 0; r < RUNS; r++) {
 		uint64_t done = 0, t0 = now_ns();
@@ -120,11 +127,15 @@ static int bench_nop(struct kvmm_ring *ring, const char *mode, uint32_t batch, u
 			uint64_t t1 = now_ns();
 			uint32_t i;
 
-			for (i = 0; i < batch; i++)
-				kvmm_prep_nop(kvmm_get_sqe(ring));
+			for (i = 0; i < batch; i++) {
+				ret = ring_sqe(ring, &sqe);
+				if (ret)
+					goto out;
+				kvmm_prep_nop(sqe);
+			}
 			ret = ring_run(ring, batch, NULL);
 			if (ret)
-				return ret;
+				goto out;
 			if (lat)
 				lat[nlat++] = now_ns() - t1;
 			done += batch;
@@ -132,8 +143,9 @@ static int bench_nop(struct kvmm_ring *ring, const char *mode, uint32_t batch, u
 		rate[r] = (double)done * 1e9 / (double)(now_ns() - t0);
 	}
 	report("nop", mode, batch, median(rate, RUNS), lat, nlat);
+out:
 	free(lat);
-	return 0;
+	return ret;
 }
 
 /* MATCH on @nseq empty sequences, then RETRACT them; only MATCHes counted. */
@@ -142,7 +154,8 @@ static int bench_match(struct kvmm_ring *ring, const char *mode, uint32_t batch,
 {
 	double rate[RUNS];
 	uint64_t *lat = malloc((rounds + 1) * sizeof(*lat)), nlat = 0;
-	int r, ret;
+	struct kvmm_sqe *sqe;
+	int r, ret = 0;
 
 	for (r = 0; r < RUNS; r++) {
 		uint64_t done = 0, tmatch = 0;
@@ -152,38 +165,51 @@ static int bench_match(struct kvmm_ring *ring, const char *mode, uint32_t batch,
 			uint64_t t1 = now_ns();
 			uint32_t i;
 
-			for (i = 0; i < batch; i++)
-				kvmm_prep_match(kvmm_get_sqe(ring), (uint32_t)seqs[i], buf, 0, 1024);
+			for (i = 0; i < batch; i++) {
+				ret = ring_sqe(ring, &sqe);
+				if (ret)
+					goto out;
+				kvmm_prep_match(sqe, (uint32_t)seqs[i], buf, 0, 1024);
+			}
 			ret = ring_run(ring, batch, NULL);
 			if (ret)
-				return ret;
+				goto out;
 			t1 = now_ns() - t1;
 			tmatch += t1;
 			if (lat)
 				lat[nlat++] = t1;
-			for (i = 0; i < batch; i++)
-				kvmm_prep_retract(kvmm_get_sqe(ring), (uint32_t)seqs[i], 0, 0, 0);
+			for (i = 0; i < batch; i++) {
+				ret = ring_sqe(ring, &sqe);
+				if (ret)
+					goto out;
+				kvmm_prep_retract(sqe, (uint32_t)seqs[i], 0, 0, 0);
+			}
 			ret = ring_run(ring, batch, NULL);
 			if (ret)
-				return ret;
+				goto out;
 			done += batch;
 		}
 		rate[r] = (double)done * 1e9 / (double)tmatch;
 	}
 	report("match", mode, batch, median(rate, RUNS), lat, nlat);
+out:
 	free(lat);
-	return 0;
+	return ret;
 }
 
 /* Cache the 1,024-token prefix and open @nseq sequences through @ring. */
 static int match_setup(struct kvmm_ring *ring, uint16_t buf, int32_t *seqs, uint32_t nseq)
 {
+	struct kvmm_sqe *sqe[3];
 	uint32_t i;
 	int32_t seq;
 	int ret;
 
 	for (i = 0; i < nseq; i++) {
-		kvmm_prep_open(kvmm_get_sqe(ring), 0);
+		ret = ring_sqe(ring, &sqe[0]);
+		if (ret)
+			return ret;
+		kvmm_prep_open(sqe[0], 0);
 		ret = ring_run(ring, 1, &seqs[i]);
 		if (ret)
 			return ret;
@@ -191,9 +217,14 @@ static int match_setup(struct kvmm_ring *ring, uint16_t buf, int32_t *seqs, uint
 			return seqs[i];
 	}
 	seq = seqs[0];
-	kvmm_prep_extend(kvmm_get_sqe(ring), (uint32_t)seq, 1024, 0);
-	kvmm_prep_commit(kvmm_get_sqe(ring), (uint32_t)seq, buf, 0, 1024);
-	kvmm_prep_retract(kvmm_get_sqe(ring), (uint32_t)seq, 0, 0, 0);
+	for (i = 0; i < 3; i++) {
+		ret = ring_sqe(ring, &sqe[i]);
+		if (ret)
+			return ret;
+	}
+	kvmm_prep_extend(sqe[0], (uint32_t)seq, 1024, 0);
+	kvmm_prep_commit(sqe[1], (uint32_t)seq, buf, 0, 1024);
+	kvmm_prep_retract(sqe[2], (uint32_t)seq, 0, 0, 0);
 	return ring_run(ring, 3, NULL);
 }
 

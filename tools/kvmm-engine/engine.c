@@ -60,6 +60,8 @@ struct eng {
 	struct kvmm_ring ring;
 	uint64_t staged;
 	uint32_t nsqe;
+	int sqe_err;			/* ring_sqe() failed in this batch */
+	struct kvmm_sqe spare;		/* stands in for the entry it gave none */
 	struct ereq *r;
 	uint32_t *waiting, nwait;
 	uint32_t *running, nrun;	/* decoding */
@@ -91,20 +93,37 @@ static bool stage_fits(const struct eng *e, uint32_t n)
 	       e->nsqe < RING_SQ;
 }
 
+/*
+ * The next entry of the batch being prepared.  Should the ring give none
+ * (ring_sqe() failed), a spare that is never submitted stands in and the
+ * error is kept for kv_run(), so callers may prepare unconditionally.
+ */
 static struct kvmm_sqe *sqe(struct eng *e)
 {
+	struct kvmm_sqe *s;
+	int ret = ring_sqe(&e->ring, &s);
+
+	if (ret) {
+		if (!e->sqe_err)
+			e->sqe_err = ret;
+		memset(&e->spare, 0, sizeof(e->spare));
+		return &e->spare;
+	}
 	e->nsqe++;
-	return kvmm_get_sqe(&e->ring);
+	return s;
 }
 
 /* Run what is prepared; results into @res (or the first error). */
 static int kv_run(struct eng *e, int32_t *res)
 {
 	uint32_t n = e->nsqe;
+	int ret, err = e->sqe_err;
 
 	e->nsqe = 0;
 	e->staged = 0;
-	return ring_run(&e->ring, n, res);
+	e->sqe_err = 0;
+	ret = ring_run(&e->ring, n, res);	/* what did go in still runs */
+	return err ? err : ret;
 }
 
 static int kv1(struct eng *e)

@@ -76,6 +76,7 @@ uint32_t workload_output_token(const struct workload *wl, const struct wl_reques
 struct kvmm_params tool_params(uint32_t page_size, uint32_t nr_pages, uint32_t max_seqs,
 			       uint32_t max_seq_len);
 int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res);
+int ring_sqe(struct kvmm_ring *ring, struct kvmm_sqe **sqep);
 static inline uint64_t now_ns(void)
 {
 	struct timespec ts;

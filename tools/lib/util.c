@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 
 #include <libkvmm.h>
@@ -131,6 +132,42 @@ struct kvmm_params tool_params(uint32_t page_size, uint32_t nr_pages, uint32_t m
 		.max_seq_len = max_seq_len,
 	};
 	return p;
+}
+
+/* How long ring_sqe() waits for the server to take submitted entries. */
+#define RING_SQE_WAIT_NS	(2 * 1000000000ull)
+
+/**
+ * ring_sqe() - the next free submission entry, waiting for room if need be
+ * @ring: the ring
+ * @sqep: out: the entry, zeroed
+ *
+ * kvmm_get_sqe() returns NULL when the SQ is full.  When what fills it
+ * has been submitted, the server frees the slots as it takes them (it
+ * publishes sq_head before the completions), so this submits nothing and
+ * waits, yielding, for one to free.  When entries prepared but not yet
+ * submitted fill it, the caller's batch is larger than the ring: waiting
+ * would never end.  Tools use this rather than kvmm_get_sqe(), whose NULL
+ * they would otherwise write through.
+ *
+ * Return: 0; -ENOSPC when the caller's own unsubmitted entries fill the
+ * SQ; -EBUSY when the server took none within 2 s (its CQ is full: reap
+ * first).
+ */
+int ring_sqe(struct kvmm_ring *ring, struct kvmm_sqe **sqep)
+{
+	uint64_t deadline = 0;
+
+	while (!(*sqep = kvmm_get_sqe(ring))) {
+		if (ring->sqe_tail - ring->sq_tail > ring->sq_mask)
+			return -ENOSPC;
+		if (!deadline)
+			deadline = now_ns() + RING_SQE_WAIT_NS;
+		else if (now_ns() > deadline)
+			return -EBUSY;
+		sched_yield();
+	}
+	return 0;
 }
 
 /*

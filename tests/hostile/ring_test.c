@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/hostile/ring_test.c - the ring's own ordering, and what a ring
+ * client or a careless operator can do to the processes around a ring:
+ *  - a completion is never visible before the submission slot it came
+ *    from is free again (io_uring's order), observed instruction by
+ *    instruction with ptrace so the test cannot pass by luck;
+ *  - absurd pool geometry given to kvmmd is refused with a message
+ *    naming the field, not a SIGFPE;
+ *  - the server kvmm-bench ring forks dies with the benchmark.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../tools/lib/tools.h"
+#include "../helpers.h"
+#include "hostile.h"
+
+#define ORDER_SQ	8	/* entries: the SQ is full when the batch goes in */
+#define ORDER_STEPS	2000000	/* single-steps before the tracer gives up */
+
+/*
+ * The traced side: an in-process ring, its SQ filled to the brim with
+ * NOPs, stopped until the tracer is ready, then one kvmm_submit() that
+ * runs the dispatcher on this thread.
+ */
+static void order_tracee(int wfd)
+{
+	struct kvmm_ring_params rp = { .sq_entries = ORDER_SQ };
+	struct kvmm_ring ring;
+	struct kvmm_ctx *ctx;
+	struct kvmm_sqe *sqe;
+	uintptr_t addr;
+	int i;
+
+	if (ptrace(PTRACE_TRACEME, 0, NULL, NULL))
+		_exit(10);
+	ctx = test_ctx(1, 64, 4, 64);
+	if (!ctx || kvmm_ring_init(ctx, &rp, &ring))
+		_exit(11);
+	for (i = 0; i < ORDER_SQ; i++) {
+		sqe = kvmm_get_sqe(&ring);
+		if (!sqe)
+			_exit(12);
+		kvmm_prep_nop(sqe);
+	}
+	if (kvmm_get_sqe(&ring))
+		_exit(13);		/* the SQ must be full */
+	addr = (uintptr_t)ring.hdr;
+	if (write(wfd, &addr, sizeof(addr)) != sizeof(addr))
+		_exit(14);
+	close(wfd);
+	raise(SIGSTOP);
+	if (kvmm_submit(&ring) != ORDER_SQ)
+		_exit(15);
+	kvmm_ring_exit(&ring);
+	_exit(kvmm_check(ctx) ? 16 : 0);
+}
+
+static int peek_indices(pid_t pid, uintptr_t hdr, uint32_t *sq_head, uint32_t *cq_tail)
+{
+	struct iovec local[2] = { { sq_head, 4 }, { cq_tail, 4 } };
+	struct iovec remote[2] = {
+		{ (void *)(hdr + offsetof(struct kvmm_ring_hdr, sq_head)), 4 },
+		{ (void *)(hdr + offsetof(struct kvmm_ring_hdr, cq_tail)), 4 },
+	};
+
+	return process_vm_readv(pid, local, 2, remote, 2, 0) == 8 ? 0 : -1;
+}
+
+/*
+ * The tracer: single-step the tracee through its submit and read the
+ * ring header's published indices after every instruction.  Every
+ * completion is of a NOP taken from the SQ, so at every instant the
+ * published sq_head must be at least the published cq_tail.
+ * Return: 0 when the order held, 1 when a completion was visible first,
+ * 2 + n on a tracing failure.
+ */
+static int order_tracer(void *arg)
+{
+	uint32_t sq_head = 0, cq_tail = 0;
+	uintptr_t hdr;
+	long steps;
+	int p[2], st, ret = 0;
+	pid_t pid;
+
+	(void)arg;
+	if (pipe(p))
+		return 2;
+	pid = fork();
+	if (pid < 0)
+		return 3;
+	if (!pid) {
+		close(p[0]);
+		order_tracee(p[1]);
+	}
+	close(p[1]);
+	if (read(p[0], &hdr, sizeof(hdr)) != sizeof(hdr)) {
+		waitpid(pid, &st, 0);
+		return 4;
+	}
+	close(p[0]);
+	if (waitpid(pid, &st, 0) != pid || !WIFSTOPPED(st) || WSTOPSIG(st) != SIGSTOP)
+		return 5;
+	for (steps = 0; steps < ORDER_STEPS; steps++) {
+		if (ptrace(PTRACE_SINGLESTEP, pid, NULL, NULL))
+			return 6;
+		if (waitpid(pid, &st, 0) != pid)
+			return 7;
+		if (!WIFSTOPPED(st))
+			return 8;	/* exited while we still watched */
+		if (peek_indices(pid, hdr, &sq_head, &cq_tail))
+			return 9;
+		if ((int32_t)(cq_tail - sq_head) > 0) {
+			fprintf(stderr, "completion visible first: cq_tail %u, sq_head %u\n",
+				cq_tail, sq_head);
+			ret = 1;
+			break;
+		}
+		if (sq_head == ORDER_SQ && cq_tail == ORDER_SQ)
+			break;
+	}
+	if (steps == ORDER_STEPS)
+		ret = 10;
+	if (ptrace(PTRACE_CONT, pid, NULL, NULL))
+		kill(pid, SIGKILL);
+	if (waitpid(pid, &st, 0) != pid)
+		return 11;
+	if (!ret && (!WIFEXITED(st) || WEXITSTATUS(st)))
+		ret = 12;
+	return ret;
+}
+
+/* Item 9: sq_head is published before cq_tail, instruction by instruction. */
+static void ring_completion_never_visible_before_its_slot_is_free(void)
+{
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, order_tracer, NULL, 60000), 0);
+}
+
+/* kvmmd with @geom (NULL-terminated flags): refused, exit 1, naming @field. */
+static void kvmmd_refuses(const char *const *geom, const char *field)
+{
+	const char *argv[16] = { "kvmmd", "--socket", NULL };
+	char dir[256], sock[300], out[4096];
+	int i, n = 3, st;
+
+	CU_ASSERT_EQUAL_FATAL(hostile_tmpdir(dir, sizeof(dir)), 0);
+	snprintf(sock, sizeof(sock), "%s/kvmmd.sock", dir);
+	argv[2] = sock;
+	for (i = 0; geom[i] && n < 15; i++)
+		argv[n++] = geom[i];
+	argv[n] = NULL;
+	st = hostile_run(argv, out, sizeof(out), 10000);
+	if (st != 1 || !strstr(out, field))
+		fprintf(stderr, "kvmmd %s ...: status %d, output '%s'\n", geom[0], st, out);
+	CU_ASSERT_EQUAL(st, 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, field));
+	unlink(sock);
+	CU_ASSERT_EQUAL(rmdir(dir), 0);
+}
+
+/* Item 2: absurd geometry on kvmmd's command line, as the issue gives it. */
+static void kvmmd_absurd_geometry_exits_naming_the_field(void)
+{
+	static const char *const zero[] = {
+		"--kv-heads", "2147483648", "--head-dim", "2147483648",
+		"--mem-avail", "1073741824", NULL,
+	};
+	static const char *const small[] = {
+		"--kv-heads", "3340214413", "--head-dim", "2761311370",
+		"--dtype-bytes", "1", NULL,
+	};
+	static const char *const layers[] = { "--layers", "4294967295", NULL };
+
+	kvmmd_refuses(zero, "kv_heads");	/* was SIGFPE: exit 136 */
+	kvmmd_refuses(small, "head_dim");	/* was accepted and served */
+	kvmmd_refuses(layers, "layers");
+}
+
+/* The one child of @parent (its pid), or -1: a scan of /proc/N/stat. */
+static pid_t child_of(pid_t parent)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	pid_t found = -1;
+
+	while (d && (de = readdir(d))) {
+		char path[300], buf[512], *rp;
+		int ppid = 0;
+		FILE *f;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f) && (rp = strrchr(buf, ')')) &&
+		    sscanf(rp + 1, " %*c %d", &ppid) == 1 && ppid == parent)
+			found = atoi(de->d_name);
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/*
+ * As a subreaper, so that the benchmark's orphaned server is ours to
+ * reap: start kvmm-bench ring, wait until its forked server listens,
+ * SIGKILL the benchmark (a crash), and give the server 10 s to go.
+ * Return: 0 when it went, 1 when it outlived its parent, 2 + n otherwise.
+ */
+static int bench_orphan(void *arg)
+{
+	const char *argv[] = { "kvmm-bench", "ring", "--quick", NULL };
+	char sock[108];
+	pid_t bench, srv;
+	int ret = 0;
+
+	(void)arg;
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1))
+		return 2;
+	bench = hostile_spawn(argv, -1);
+	if (bench < 0)
+		return 3;
+	snprintf(sock, sizeof(sock), "/tmp/kvmm-bench-ring-%d.sock", (int)bench);
+	if (hostile_wait_socket(sock, 120000)) {
+		ret = 4;
+		goto out_bench;
+	}
+	srv = child_of(bench);
+	if (srv < 0) {
+		ret = 5;
+		goto out_bench;
+	}
+	kill(bench, SIGKILL);
+	hostile_reap(bench, 10000);
+	if (hostile_reap(srv, 10000) == -ETIMEDOUT) {
+		fprintf(stderr, "kvmm-bench ring's server %d outlived the benchmark\n", (int)srv);
+		kill(srv, SIGKILL);
+		hostile_reap(srv, 10000);
+		ret = 1;
+	}
+	unlink(sock);
+	return ret;
+
+out_bench:
+	kill(bench, SIGKILL);
+	hostile_reap(bench, 10000);
+	srv = child_of(getpid());	/* a server orphaned meanwhile */
+	if (srv > 0) {
+		kill(srv, SIGKILL);
+		hostile_reap(srv, 10000);
+	}
+	unlink(sock);
+	return ret;
+}
+
+/* Item 9: the server kvmm-bench ring forks dies with the benchmark. */
+static void bench_ring_server_dies_with_its_parent(void)
+{
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, bench_orphan, NULL, 180000), 0);
+}
+
+/*
+ * ring_sqe(), the tools' kvmm_get_sqe() that never hands out NULL: a full
+ * SQ of the caller's own unsubmitted entries is -ENOSPC at once; one of
+ * submitted entries the dispatcher cannot take (the CQ is full) is -EBUSY
+ * after its wait; after reaping, there is room again.
+ */
+static void ring_sqe_full_sq_fails_instead_of_null(void)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .cq_entries = 4 };
+	struct kvmm_ctx *ctx = test_ctx(1, 16, 2, 16);
+	struct kvmm_ring ring;
+	struct kvmm_sqe *sqe;
+	struct kvmm_cqe *cqe;
+	int i;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
+	for (i = 0; i < 4; i++) {
+		CU_ASSERT_EQUAL_FATAL(ring_sqe(&ring, &sqe), 0);
+		kvmm_prep_nop(sqe);
+	}
+	CU_ASSERT_EQUAL(ring_sqe(&ring, &sqe), -ENOSPC);
+	CU_ASSERT_PTR_NULL(sqe);
+	CU_ASSERT_EQUAL(kvmm_submit(&ring), 4);		/* the CQ is now full */
+	for (i = 0; i < 4; i++) {
+		CU_ASSERT_EQUAL_FATAL(ring_sqe(&ring, &sqe), 0);
+		kvmm_prep_nop(sqe);
+	}
+	CU_ASSERT_EQUAL(kvmm_submit(&ring), 4);		/* not taken: no CQ room */
+	CU_ASSERT_EQUAL(ring_sqe(&ring, &sqe), -EBUSY);
+	for (i = 0; i < 8; i++) {
+		CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&ring, &cqe), 0);
+		CU_ASSERT_EQUAL(cqe->res, 0);
+		kvmm_cqe_seen(&ring, cqe);
+		if (i == 3)
+			CU_ASSERT_EQUAL(kvmm_submit_and_wait(&ring, 4), 0);
+	}
+	CU_ASSERT_EQUAL(ring_sqe(&ring, &sqe), 0);
+	kvmm_ring_exit(&ring);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+int register_hostile_ring_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_hostile_ring", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, ring_completion_never_visible_before_its_slot_is_free);
+	ADD_TEST(s, kvmmd_absurd_geometry_exits_naming_the_field);
+	ADD_TEST(s, bench_ring_server_dies_with_its_parent);
+	ADD_TEST(s, ring_sqe_full_sq_fails_instead_of_null);
+	return 0;
+}
