@@ -754,26 +754,19 @@ static int bad_option(int c, char **argv)
 }
 
 /*
- * Parse the whole command line into @c and find the command; operands go
- * to the command's parse function.  Return: the command, or NULL with
- * *@ret the exit code (0 for --help).
+ * Parse the options of the command line into @c, collecting the operands
+ * in order in @ops.  Return: how many operands, or -1 with *@ret the exit
+ * code.
  */
-static const struct ctl_cmd *parse_cmdline(struct ctl *c, int argc, char **argv, int *ret)
+static int parse_opts(struct ctl *c, int argc, char **argv, char **ops, int *ret)
 {
 	struct option lo[NR_OPTS + 1] = { { 0 } };
-	const struct ctl_cmd *cmd;
-	char **ops;
 	int i, n = 0, opt;
 
 	for (i = 0; i < NR_OPTS; i++)
 		lo[i] = (struct option){ ctl_opts[i].name,
 					 ctl_opts[i].arg ? required_argument : no_argument,
 					 NULL, OPT_VAL + i };
-	ops = calloc((size_t)argc + 1, sizeof(*ops));
-	if (!ops) {
-		*ret = EXIT_REFUSED;
-		return NULL;
-	}
 	opterr = 0;
 	/* "-": operands come back in order as 1; ':': a missing value as ':' */
 	while ((opt = getopt_long(argc, argv, "-:", lo, NULL)) != -1) {
@@ -784,26 +777,24 @@ static const struct ctl_cmd *parse_cmdline(struct ctl *c, int argc, char **argv,
 		opt -= OPT_VAL;
 		if (opt < 0 || opt >= NR_OPTS) {
 			*ret = bad_option(opt + OPT_VAL, argv);
-			return NULL;
+			return -1;
 		}
 		*ret = ctl_opts[opt].set(c, optarg);
 		if (*ret)
-			return NULL;
+			return -1;
 		c->given |= 1u << opt;
 	}
 	while (optind < argc)
 		ops[n++] = argv[optind++];
-	if (c->given & OPT(HELP)) {
-		usage(stdout);
-		*ret = 0;
-		return NULL;
-	}
-	if (!n) {
-		usage(stderr);
-		*ret = EXIT_USAGE;
-		return NULL;
-	}
-	cmd = find_cmd(ops[0]);
+	return n;
+}
+
+/* The command @ops[0] names, checked against the options given and its operands. */
+static const struct ctl_cmd *check_cmd(struct ctl *c, char **ops, int n, int *ret)
+{
+	const struct ctl_cmd *cmd = find_cmd(ops[0]);
+	int i;
+
 	if (!cmd) {
 		*ret = usage_err("unknown command '%s'", ops[0]);
 		return NULL;
@@ -818,6 +809,35 @@ static const struct ctl_cmd *parse_cmdline(struct ctl *c, int argc, char **argv,
 	else if (n > 1)
 		*ret = usage_err("%s takes no arguments ('%s')", cmd->name, ops[1]);
 	return *ret ? NULL : cmd;
+}
+
+/*
+ * Parse the whole command line into @c and find the command.  Return: the
+ * command, or NULL with *@ret the exit code (0 for --help).
+ */
+static const struct ctl_cmd *parse_cmdline(struct ctl *c, int argc, char **argv, int *ret)
+{
+	const struct ctl_cmd *cmd = NULL;
+	char **ops = calloc((size_t)argc + 1, sizeof(*ops));
+	int n;
+
+	if (!ops) {
+		fprintf(stderr, "kvmmctl: out of memory\n");
+		*ret = EXIT_REFUSED;
+		return NULL;
+	}
+	n = parse_opts(c, argc, argv, ops, ret);
+	if (n >= 0 && (c->given & OPT(HELP))) {
+		usage(stdout);
+		*ret = 0;
+	} else if (!n) {
+		usage(stderr);
+		*ret = EXIT_USAGE;
+	} else if (n > 0) {
+		cmd = check_cmd(c, ops, n, ret);
+	}
+	free(ops);
+	return cmd;
 }
 
 int main(int argc, char **argv)
@@ -835,16 +855,18 @@ int main(int argc, char **argv)
 		c.path = "/run/kvmm/kvmmd.sock";
 	cmd = parse_cmdline(&c, argc, argv, &ret);
 	if (!cmd)
-		return ret;
+		goto out;
 	ret = kvmm_ring_connect_timeout(c.path, &rp, &ring, &c.timeout);
 	if (ret) {
 		fprintf(stderr, "kvmmctl: cannot reach %s: %s%s\n", c.path, errstr(-ret),
 			ret == -EPROTO ? " (not a kvmm server, or another ABI)" :
 			ret == -ETIMEDOUT ? " (no answer within --timeout)" : "");
-		return EXIT_CONNECT;
+		ret = EXIT_CONNECT;
+		goto out;
 	}
 	ret = cmd->run(&c);
 	kvmm_ring_exit(&ring);
+out:
 	free(c.tok);
 	return ret;
 }
