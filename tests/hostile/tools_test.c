@@ -29,6 +29,7 @@
 
 #include "../../tools/lib/parse.h"
 #include "../helpers.h"
+#include "autoconf.h"
 #include "hostile.h"
 
 #define RUN_MS		20000	/* a tool that hangs fails the test */
@@ -600,6 +601,49 @@ static void kvmmd_frees_its_options(void)
 	env_fini(&e);
 }
 
+/* ---- kvmm-engine --json -: standard output is JSON only ---- */
+
+/* Run @argv with its standard output (only) in @out; standard error is dropped. */
+static int run_stdout(const char *const argv[], char *out, size_t len)
+{
+	int pfd[2], devnull;
+	size_t got = 0;
+	ssize_t n;
+	pid_t pid;
+
+	CU_ASSERT_FATAL(!pipe2(pfd, O_CLOEXEC));
+	fflush(NULL);
+	pid = fork();
+	if (!pid) {
+		devnull = open("/dev/null", O_RDWR);
+		dup2(pfd[1], STDOUT_FILENO);
+		dup2(devnull, STDERR_FILENO);
+		dup2(devnull, STDIN_FILENO);
+		execv(hostile_bin(argv[0]), (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (got + 1 < len && (n = read(pfd[0], out + got, len - 1 - got)) > 0)
+		got += (size_t)n;
+	out[got] = '\0';
+	close(pfd[0]);
+	return pid > 0 ? hostile_reap(pid, RUN_MS) : -1;
+}
+
+static void engine_json_stdout_is_only_json(void)
+{
+#if CONFIG_KVMM_JANSSON
+	const char *argv[] = { "kvmm-engine", "--requests", "20", "--json", "-", NULL };
+	static char out[1 << 16];
+
+	CU_ASSERT_EQUAL(run_stdout(argv, out, sizeof(out)), 0);
+	CU_ASSERT_EQUAL(out[0], '{');
+	CU_ASSERT_PTR_NULL(strstr(out, "kvmm-engine:"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"results\""));
+	CU_ASSERT_EQUAL(out[strlen(out) - 2], '}');
+#endif
+}
+
 /* ---- tools/lib/parse.c ---- */
 
 static void parse_numbers_strictly(void)
@@ -662,5 +706,6 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, kvmmd_says_who_answers_at_its_socket);
 	ADD_TEST(s, kvmmd_early_sigterm_is_not_lost);
 	ADD_TEST(s, kvmmd_frees_its_options);
+	ADD_TEST(s, engine_json_stdout_is_only_json);
 	return 0;
 }
