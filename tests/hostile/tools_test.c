@@ -524,6 +524,8 @@ static void kvmmd_says_who_answers_at_its_socket(void)
 		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
 		CU_ASSERT_PTR_NULL(strstr(out, "another kvmmd"));
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "not kvmm"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "EADDRINUSE: Address already in use"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "a probe got EPROTO"));
 	}
 	fake_stop(srv);
 	unlink(e.sock);
@@ -683,6 +685,9 @@ static void parse_numbers_strictly(void)
 	CU_ASSERT_EQUAL(d, 7);
 	CU_ASSERT_STRING_EQUAL(parse_strerror(-ERANGE), "is out of range");
 	CU_ASSERT_STRING_EQUAL(parse_strerror(-EINVAL), "is not a number");
+	CU_ASSERT_STRING_EQUAL(errno_str(EPERM), "EPERM: Operation not permitted");
+	CU_ASSERT_STRING_EQUAL(errno_str(ECONNRESET), "ECONNRESET: Connection reset by peer");
+	CU_ASSERT_STRING_EQUAL(errno_str(1620730221), "error 1620730221 (not an errno value)");
 }
 
 int register_hostile_tools_suite(void)

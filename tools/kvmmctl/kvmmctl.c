@@ -64,19 +64,6 @@ struct ctl {
 static struct kvmm_ring ring;
 static bool lost;		/* the instance stopped answering */
 
-/* "NAME: text" for an errno, whatever its value. */
-static const char *errstr(int err)
-{
-	static char buf[160];
-	const char *name = strerrorname_np(err);
-
-	if (name)
-		snprintf(buf, sizeof(buf), "%s: %s", name, strerror(err));
-	else
-		snprintf(buf, sizeof(buf), "error %d (not an errno value)", err);
-	return buf;
-}
-
 static int usage_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_err(const char *fmt, ...)
 {
@@ -248,10 +235,10 @@ static int refused(const struct ctl *c, const char *what, int res)
 	if (lost) {
 		fprintf(stderr, "kvmmctl: %s: %s %s: %s\n", what, c->path,
 			res == -ETIMEDOUT ? "did not answer in time" : "went away",
-			errstr(-res));
+			errno_str(-res));
 		return EXIT_CONNECT;
 	}
-	fprintf(stderr, "kvmmctl: %s: %s\n", what, errstr(-res));
+	fprintf(stderr, "kvmmctl: %s: %s\n", what, errno_str(-res));
 	return EXIT_REFUSED;
 }
 
@@ -858,7 +845,7 @@ int main(int argc, char **argv)
 		goto out;
 	ret = kvmm_ring_connect_timeout(c.path, &rp, &ring, &c.timeout);
 	if (ret) {
-		fprintf(stderr, "kvmmctl: cannot reach %s: %s%s\n", c.path, errstr(-ret),
+		fprintf(stderr, "kvmmctl: cannot reach %s: %s%s\n", c.path, errno_str(-ret),
 			ret == -EPROTO ? " (not a kvmm server, or another ABI)" :
 			ret == -ETIMEDOUT ? " (no answer within --timeout)" : "");
 		ret = EXIT_CONNECT;

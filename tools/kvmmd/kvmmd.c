@@ -344,7 +344,7 @@ static int set_config(struct opts *o, const struct kvmmd_opt *d, const char *pat
 	int ret = 0;
 
 	if (!f) {
-		fprintf(stderr, "kvmmd: %s: %s\n", path, strerror(errno));
+		fprintf(stderr, "kvmmd: %s: %s\n", path, errno_str(errno));
 		return -1;
 	}
 	while (!ret && fgets(line, sizeof(line), f)) {
@@ -448,7 +448,7 @@ static const char *who_answers(const char *path)
 	if (ret == -EBUSY || ret == -EPERM)
 		return "another kvmmd answers there (and refused a probe)";
 	snprintf(buf, sizeof(buf), "a server that is not kvmm answers there (a probe got %s)",
-		 strerrorname_np(-ret) ? strerrorname_np(-ret) : "an error");
+		 errno_str(-ret));
 	return buf;
 }
 
@@ -502,7 +502,7 @@ int main(int argc, char **argv)
 	}
 	ret = kvmm_create(&o.p, &ctx);
 	if (ret) {
-		fprintf(stderr, "kvmmd: cannot create the pool: %s%s\n", strerror(-ret),
+		fprintf(stderr, "kvmmd: cannot create the pool: %s%s\n", errno_str(-ret),
 			ret == -EINVAL ? " (check the geometry, page size, sizes, --max-pages and watermarks; "
 					 "an NVMe tier needs --host-pages and --nvme-file, "
 					 "write-through needs --host-pages)" :
@@ -512,10 +512,12 @@ int main(int argc, char **argv)
 	}
 	ret = kvmm_server_start(ctx, o.socket, o.server_flags, &srv);
 	if (ret) {
-		fprintf(stderr, "kvmmd: cannot serve %s: %s (%s)\n", o.socket, strerror(-ret),
-			ret == -EADDRINUSE ? who_answers(o.socket) :
-			ret == -EEXIST ? "the path exists and is not a socket" :
-			strerrorname_np(-ret) ? strerrorname_np(-ret) : "?");
+		/* first: who_answers() uses errno_str()'s buffer too */
+		const char *why = ret == -EADDRINUSE ? who_answers(o.socket) :
+				  ret == -EEXIST ? "the path exists and is not a socket" : NULL;
+
+		fprintf(stderr, "kvmmd: cannot serve %s: %s%s%s%s\n", o.socket, errno_str(-ret),
+			why ? " (" : "", why ? why : "", why ? ")" : "");
 		kvmm_destroy(ctx);
 		opts_free(&o);
 		return 1;
@@ -544,7 +546,7 @@ int main(int argc, char **argv)
 	kvmm_server_stop(srv);
 	ret = kvmm_check(ctx);
 	if (ret)
-		fprintf(stderr, "kvmmd: invariant check failed at exit: %s\n", strerror(-ret));
+		fprintf(stderr, "kvmmd: invariant check failed at exit: %s\n", errno_str(-ret));
 	kvmm_destroy(ctx);
 	opts_free(&o);
 	return ret ? 1 : 0;

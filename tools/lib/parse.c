@@ -9,7 +9,9 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "parse.h"
 
@@ -79,4 +81,24 @@ int parse_real(const char *s, double min, double max, double *v)
 const char *parse_strerror(int err)
 {
 	return err == -ERANGE ? "is out of range" : "is not a number";
+}
+
+/**
+ * errno_str() - "NAME: text" for an errno, whatever its value
+ * @err: a positive errno
+ *
+ * Return: a static buffer (overwritten by the next call), e.g.
+ * "EPERM: Operation not permitted"; a value that is no errno says so
+ * instead of "Unknown error N".
+ */
+const char *errno_str(int err)
+{
+	static char buf[160];
+	const char *name = strerrorname_np(err);
+
+	if (name)
+		snprintf(buf, sizeof(buf), "%s: %s", name, strerror(err));
+	else
+		snprintf(buf, sizeof(buf), "error %d (not an errno value)", err);
+	return buf;
 }
