@@ -36,7 +36,7 @@
 
 struct env {
 	char dir[64];
-	char sock[128];
+	char sock[100];		/* fits sun_path */
 	pid_t kvmmd;
 };
 
@@ -93,6 +93,7 @@ enum fake_kind {
 	FAKE_GARBAGE,		/* answers the hello with a welcome-sized non-kvmm reply */
 	FAKE_STATUS,		/* a welcome refusing with fake_status */
 	FAKE_CLOSE,		/* reads the hello, closes */
+	FAKE_NOACCEPT,		/* listens with a backlog of 0, never accepts */
 };
 
 struct fake {
@@ -111,10 +112,14 @@ static int fake_server(void *arg)
 
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
 	ls = socket(AF_UNIX, SOCK_STREAM, 0);
-	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) || listen(ls, 8))
+	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    listen(ls, f->kind == FAKE_NOACCEPT ? 0 : 8))
 		return 1;
 	if (write(f->ready[1], "r", 1) != 1)
 		return 1;
+	if (f->kind == FAKE_NOACCEPT)
+		for (;;)
+			pause();
 	for (;;) {
 		s = accept(ls, NULL, NULL);
 		if (s < 0)
@@ -160,6 +165,20 @@ static pid_t fake_start(struct fake *f)
 	CU_ASSERT_FATAL(read(f->ready[0], &c, 1) == 1);
 	close(f->ready[0]);
 	return pid;
+}
+
+/* A connection that does not wait for the backlog: -1 once it is full. */
+static int nb_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(s);
+		return -1;
+	}
+	return s;
 }
 
 static void fake_stop(pid_t pid)
@@ -238,6 +257,14 @@ static void ctl_usage_errors_before_connecting(void)
 		{ { "stat", "--timeout", "-1" }, "--timeout" },
 		{ { "stat", "--timeout" }, "--timeout" },
 		{ { "--socket", "", "stat" }, "--socket" },
+		{ { "--socket", "/tmp/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.sock", "stat" },
+		  "longer than" },
+		{ { "stat", "-x" }, "'-x'" },
+		{ { "stat", "--frob" }, "'--frob'" },
+		{ { "set", "wmark_min" }, "KEY and a VALUE" },
+		{ { "set", "colour", "blue" }, "colour" },
+		{ { "pin" }, "token ids" },
 		{ { "frobnicate" }, "frobnicate" },
 	};
 	const char *argv[10];
@@ -402,6 +429,23 @@ static void ring_waits_have_deadlines(void)
 	srv = fake_start(&f);
 	CU_ASSERT_EQUAL(kvmm_ring_connect_timeout(e.sock, &rp, &ring, &t), -ETIMEDOUT);
 	CU_ASSERT_EQUAL(kvmm_ring_connect_timeout(e.sock, &rp, &ring, &bad), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_ring_connect_timeout("", &rp, &ring, &t), -EINVAL);
+	fake_stop(srv);
+	unlink(e.sock);
+
+	/* a server that never accepts: its backlog fills, connect() itself waits */
+	f.kind = FAKE_NOACCEPT;
+	srv = fake_start(&f);
+	{
+		int i, s[4];
+
+		for (i = 0; i < 4; i++)
+			s[i] = nb_connect(e.sock);
+		CU_ASSERT_EQUAL(kvmm_ring_connect_timeout(e.sock, &rp, &ring, &t), -ETIMEDOUT);
+		for (i = 0; i < 4; i++)
+			if (s[i] >= 0)
+				close(s[i]);
+	}
 	fake_stop(srv);
 	unlink(e.sock);
 
@@ -466,7 +510,11 @@ static void kvmmd_config_trailing_words_are_errors(void)
 		"# a comment\n\npoll yes\n",
 		"page-size 16 # ok\nmax-seqs 8 16\n",
 		"pages\n",
+		"frobnicate 1\n",
+		"config /etc/kvmmd.conf\n",
+		NULL,		/* a line longer than the buffer */
 	};
+	static char longline[5000];
 	char cfg[128], out[1024];
 	struct env e;
 	size_t i;
@@ -475,7 +523,11 @@ static void kvmmd_config_trailing_words_are_errors(void)
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		const char *argv[] = { "kvmmd", "--socket", e.sock, "--config", cfg, NULL };
 
-		write_cfg(&e, bad[i], cfg, sizeof(cfg));
+		if (!bad[i]) {
+			memset(longline, 'x', sizeof(longline) - 2);
+			longline[sizeof(longline) - 2] = '\n';
+		}
+		write_cfg(&e, bad[i] ? bad[i] : longline, cfg, sizeof(cfg));
 		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "cfg:"));
 		CU_ASSERT(access(e.sock, F_OK) != 0);	/* it never served */
@@ -494,6 +546,11 @@ static void kvmmd_numbers_are_strict(void)
 		{ "--pages", "4294967296" },
 		{ "--pages", "-0" },
 		{ "--layers", "0x" },
+		{ "--mem-fraction", "0" },
+		{ "--evict", "fifo" },
+		{ "--write-policy", "sometimes" },
+		{ "--backend", "abacus" },
+		{ "--nvme-file", "" },
 	};
 	char out[1024];
 	size_t i;
@@ -505,6 +562,25 @@ static void kvmmd_numbers_are_strict(void)
 
 		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, bad[i][0]));
+	}
+	{
+		const char *argv[] = { "kvmmd", "--socket", "", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--socket"));
+	}
+	{
+		const char *argv[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock", "serve",
+				       NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "'serve'"));
+	}
+	{
+		const char *argv[] = { "kvmmd", "--pages", "64", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--socket PATH is required"));
 	}
 }
 
