@@ -71,14 +71,14 @@ struct opts {
 	char *backend;
 	uint32_t server_flags;
 	int quiet;
-	unsigned depth;			/* --config nesting */
 	uint64_t given;			/* bits of kvmmd_opts[] given */
 };
 
 /*
  * One option: its name, whether it takes a value, and how the value is
  * stored.  A number option names its field (@off into struct opts) and
- * the largest value it holds; others have their own @set.  Appending an
+ * the largest value it holds (@max); a flag option's @max is the server
+ * flag it sets; others have their own @set.  Appending an
  * option is one line here (and a small function when it is not a plain
  * number).
  */
