@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <kvmm/kvmm.h>
 #include <kvmm/ring.h>
 
@@ -404,12 +405,18 @@ int kvmm_ring_init(struct kvmm_ctx *ctx, const struct kvmm_ring_params *p,
 		   struct kvmm_ring *ring);
 int kvmm_ring_connect(const char *path, const struct kvmm_ring_params *p,
 		      struct kvmm_ring *ring);
+/* kvmm_ring_connect()'s deadline for connecting and the handshake */
+#define KVMM_CONNECT_TIMEOUT_MS	10000
+int kvmm_ring_connect_timeout(const char *path, const struct kvmm_ring_params *p,
+			      struct kvmm_ring *ring, const struct timespec *timeout);
 int kvmm_ring_register_buffers(struct kvmm_ring *ring, const struct kvmm_iovec *iov,
 			       uint32_t nr);
 void kvmm_ring_exit(struct kvmm_ring *ring);
 int kvmm_submit(struct kvmm_ring *ring);
 int kvmm_submit_and_wait(struct kvmm_ring *ring, uint32_t wait_nr);
 int kvmm_wait_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep);
+int kvmm_wait_cqe_timeout(struct kvmm_ring *ring, struct kvmm_cqe **cqep,
+			  const struct timespec *timeout);
 int kvmm_kv_attach(struct kvmm_ring *ring, void *backend_arg, struct kvmm_kv_pool **poolp);
 int kvmm_ioctl(struct kvmm_ctx *ctx, const struct kvmm_sqe *sqe,
 	       const struct kvmm_iovec *bufs, uint32_t nr_bufs);

@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ipc.h"
@@ -195,13 +196,148 @@ KVMM_EXPORT int kvmm_ring_register_buffers(struct kvmm_ring *ring,
 
 /* ---- across processes ---- */
 
-static int recv_welcome(int sock, struct kvmm_welcome *w, int fds[3])
+/*
+ * A deadline on CLOCK_MONOTONIC, or none (forever).  Every wait of a
+ * client for a server goes through one, so a server that stops answering
+ * (or never spoke kvmm) costs the client at most its timeout.
+ */
+struct deadline {
+	bool forever;
+	struct timespec end;
+};
+
+/* Start @d now for @timeout (NULL: forever).  Return: 0, or -EINVAL. */
+static int deadline_start(struct deadline *d, const struct timespec *timeout)
+{
+	d->forever = !timeout;
+	if (!timeout)
+		return 0;
+	if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L)
+		return -EINVAL;
+	clock_gettime(CLOCK_MONOTONIC, &d->end);
+	d->end.tv_sec += timeout->tv_sec;
+	d->end.tv_nsec += timeout->tv_nsec;
+	if (d->end.tv_nsec >= 1000000000L) {
+		d->end.tv_sec++;
+		d->end.tv_nsec -= 1000000000L;
+	}
+	return 0;
+}
+
+/* Milliseconds left (rounded up) for poll(): -1 forever, 0 when past. */
+static int deadline_ms(const struct deadline *d)
+{
+	struct timespec now;
+	int64_t ns;
+
+	if (d->forever)
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ns = (int64_t)(d->end.tv_sec - now.tv_sec) * 1000000000 + (d->end.tv_nsec - now.tv_nsec);
+	if (ns <= 0)
+		return 0;
+	if (ns / 1000000 >= INT32_MAX)
+		return INT32_MAX;
+	return (int)((ns + 999999) / 1000000);
+}
+
+/* Wait until @sock is readable (or hung up) before @d.  Return: 0 or -ETIMEDOUT. */
+static int poll_in(int sock, const struct deadline *d)
+{
+	struct pollfd pfd = { .fd = sock, .events = POLLIN };
+	int n;
+
+	for (;;) {
+		n = poll(&pfd, 1, deadline_ms(d));
+		if (n > 0)
+			return 0;
+		if (!n)
+			return -ETIMEDOUT;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+/*
+ * Receive exactly @len bytes and at most @max descriptors before @d, one
+ * deadline for the whole message however the server splits it.  Return:
+ * 0; -ETIMEDOUT; -ECONNRESET at end of file; -EPROTO for more descriptors
+ * than @max (all closed); the socket's error.
+ */
+static int recv_deadline(int sock, void *buf, size_t len, int *fds, uint32_t max,
+			 uint32_t *nfds, const struct deadline *d)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
+	size_t got = 0;
+	int ret = 0;
+
+	*nfds = 0;
+	while (got < len && !ret) {
+		struct iovec iov = { .iov_base = (char *)buf + got, .iov_len = len - got };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+				      .msg_control = cbuf.buf, .msg_controllen = sizeof(cbuf) };
+		struct cmsghdr *cm;
+		ssize_t n;
+
+		ret = poll_in(sock, d);
+		if (ret)
+			break;
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n <= 0) {
+			ret = n ? -errno : -ECONNRESET;
+			break;
+		}
+		got += (size_t)n;
+		for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+			uint32_t i, k;
+
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			k = (uint32_t)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			for (i = 0; i < k; i++) {
+				int fd;
+
+				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+				if (*nfds < max) {
+					fds[(*nfds)++] = fd;
+				} else {
+					close(fd);
+					ret = -EPROTO;
+				}
+			}
+		}
+		if (msg.msg_flags & MSG_CTRUNC)
+			ret = -EPROTO;
+	}
+	if (ret)
+		while (*nfds)
+			close(fds[--*nfds]);
+	return ret;
+}
+
+/*
+ * A server's refusal is a -errno; anything else in the status (a server
+ * that is not kvmm, a damaged welcome) is a protocol error, never passed
+ * on as if it were an errno.
+ */
+static int welcome_status(int32_t status)
+{
+	return status < 0 && status >= -4095 ? status : -EPROTO;
+}
+
+static int recv_welcome(int sock, struct kvmm_welcome *w, int fds[3],
+			const struct deadline *d)
 {
 	uint32_t n;
-	int ret = kvmm_sock_recv(sock, w, sizeof(*w), fds, 3, &n);
+	int ret = recv_deadline(sock, w, sizeof(*w), fds, 3, &n, d);
 
 	if (!ret && w->status)
-		ret = w->status < 0 ? w->status : -EPROTO;
+		ret = welcome_status(w->status);
 	else if (!ret && n != 3)
 		ret = -EPROTO;
 	if (ret)
@@ -210,28 +346,52 @@ static int recv_welcome(int sock, struct kvmm_welcome *w, int fds[3])
 	return ret;
 }
 
+/* Connect @sock to @sa before @d (a Unix connect waits while the backlog is full). */
+static int connect_deadline(int sock, const struct sockaddr_un *sa, const struct deadline *d)
+{
+	int ms = deadline_ms(d);
+
+	if (ms >= 0) {
+		struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+		if (!ms)
+			return -ETIMEDOUT;
+		if (setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
+			return -errno;
+	}
+	if (!connect(sock, (const struct sockaddr *)sa, sizeof(*sa)))
+		return 0;
+	return errno == EAGAIN || errno == EINPROGRESS ? -ETIMEDOUT : -errno;
+}
+
 /**
- * kvmm_ring_connect() - attach a ring to a server (kvmmd, an admin socket)
+ * kvmm_ring_connect_timeout() - attach a ring to a server, within a time
  * @path: the server's Unix socket
  * @p: the ring's shape; buf_size is the data area payloads go in
  * @ring: caller's memory, set up on success
+ * @timeout: how long connecting and the handshake may take in all;
+ *	NULL to wait as long as the server takes
  *
- * Return: 0; -EINVAL for a bad shape or path; the connect error
- * (-ENOENT, -ECONNREFUSED, ...); the server's refusal; -EPROTO for a
- * server that does not speak this ABI.
+ * Return: 0; -EINVAL for a bad shape, path or timeout; the connect error
+ * (-ENOENT, -ECONNREFUSED, ...); -ETIMEDOUT when the server did not
+ * answer in time; -ECONNRESET when it closed the connection; the server's
+ * refusal; -EPROTO for a server that does not speak this ABI.
  */
-KVMM_EXPORT int kvmm_ring_connect(const char *path, const struct kvmm_ring_params *p,
-				  struct kvmm_ring *ring)
+KVMM_EXPORT int kvmm_ring_connect_timeout(const char *path, const struct kvmm_ring_params *p,
+					  struct kvmm_ring *ring,
+					  const struct timespec *timeout)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct kvmm_ring_params rp;
 	struct kvmm_hello hello;
 	struct kvmm_welcome w;
+	struct deadline d;
 	int fds[3] = { -1, -1, -1 }, sock, ret;
 	size_t size;
 	void *region;
 
-	if (!path || !p || !ring || strlen(path) >= sizeof(sa.sun_path))
+	if (!path || !*path || !p || !ring || strlen(path) >= sizeof(sa.sun_path) ||
+	    deadline_start(&d, timeout))
 		return -EINVAL;
 	size = kvmm_ring_layout(p, &rp);
 	if (!size)
@@ -240,10 +400,9 @@ KVMM_EXPORT int kvmm_ring_connect(const char *path, const struct kvmm_ring_param
 	sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (sock < 0)
 		return -errno;
-	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		ret = -errno;
+	ret = connect_deadline(sock, &sa, &d);
+	if (ret)
 		goto out_close;
-	}
 	hello = (struct kvmm_hello){
 		.magic = KVMM_RING_MAGIC, .abi = KVMM_ABI_VERSION,
 		.sqe_size = sizeof(struct kvmm_sqe), .cqe_size = sizeof(struct kvmm_cqe),
@@ -251,10 +410,10 @@ KVMM_EXPORT int kvmm_ring_connect(const char *path, const struct kvmm_ring_param
 		.flags = rp.flags, .buf_size = rp.buf_size, .ns = rp.ns,
 	};
 	if (send(sock, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
-		ret = -EPROTO;
+		ret = errno == EAGAIN ? -ETIMEDOUT : -EPROTO;
 		goto out_close;
 	}
-	ret = recv_welcome(sock, &w, fds);
+	ret = recv_welcome(sock, &w, fds, &d);
 	if (ret)
 		goto out_close;
 	if (w.map_size != size || w.sq_entries != rp.sq_entries ||
@@ -287,6 +446,28 @@ out_fds:
 out_close:
 	close(sock);
 	return ret;
+}
+
+/**
+ * kvmm_ring_connect() - attach a ring to a server (kvmmd, an admin socket)
+ * @path: the server's Unix socket
+ * @p: the ring's shape; buf_size is the data area payloads go in
+ * @ring: caller's memory, set up on success
+ *
+ * kvmm_ring_connect_timeout() with KVMM_CONNECT_TIMEOUT_MS: a server that
+ * accepts and never answers is given up on.
+ *
+ * Return: as kvmm_ring_connect_timeout().
+ */
+KVMM_EXPORT int kvmm_ring_connect(const char *path, const struct kvmm_ring_params *p,
+				  struct kvmm_ring *ring)
+{
+	const struct timespec t = {
+		.tv_sec = KVMM_CONNECT_TIMEOUT_MS / 1000,
+		.tv_nsec = (KVMM_CONNECT_TIMEOUT_MS % 1000) * 1000000L,
+	};
+
+	return kvmm_ring_connect_timeout(path, p, ring, &t);
 }
 
 /**
@@ -384,7 +565,7 @@ static uint32_t cq_ready(const struct kvmm_ring *ring)
  * Wait until @want completions are ready: across processes, or in-process
  * for completions the I/O worker owes (there is no socket then).
  */
-static int wait_cq(struct kvmm_ring *ring, uint32_t want)
+static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct deadline *d)
 {
 	struct pollfd pfd[2] = {
 		{ .fd = ring->cq_fd, .events = POLLIN },
@@ -402,9 +583,17 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want)
 		__atomic_store_n(&ring->hdr->cq_sleeping, 1, __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		if (cq_ready(ring) < want) {
-			while (poll(pfd, 2, -1) < 0) {
-				if (errno != EINTR)
-					return -errno;
+			int n;
+
+			while ((n = poll(pfd, 2, deadline_ms(d))) < 0) {
+				if (errno != EINTR) {
+					n = -errno;
+					break;
+				}
+			}
+			if (n <= 0 && cq_ready(ring) < want) {
+				__atomic_store_n(&ring->hdr->cq_sleeping, 0, __ATOMIC_RELAXED);
+				return n ? n : -ETIMEDOUT;
 			}
 			if ((pfd[0].revents & POLLIN) &&
 			    read(ring->cq_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
@@ -420,18 +609,24 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want)
 }
 
 /**
- * kvmm_wait_cqe() - the oldest completion, waiting for one if needed
+ * kvmm_wait_cqe_timeout() - the oldest completion, waiting at most @timeout
  * @ring: the ring
  * @cqep: out; mark it with kvmm_cqe_seen() when done
+ * @timeout: how long to wait in all; NULL: as long as it takes
  *
- * Return: 0; -EAGAIN in-process when nothing is in flight (nothing will
- * ever complete: no entry waits and the I/O worker owes none);
+ * Return: 0; -ETIMEDOUT when nothing completed in time; -EINVAL for a
+ * bad @timeout; -EAGAIN in-process when nothing is in flight (nothing
+ * will ever complete: no entry waits and the I/O worker owes none);
  * -ECONNRESET when the server went away.
  */
-KVMM_EXPORT int kvmm_wait_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep)
+KVMM_EXPORT int kvmm_wait_cqe_timeout(struct kvmm_ring *ring, struct kvmm_cqe **cqep,
+				      const struct timespec *timeout)
 {
+	struct deadline d;
 	int ret;
 
+	if (deadline_start(&d, timeout))
+		return -EINVAL;
 	for (;;) {
 		if (!kvmm_peek_cqe(ring, cqep))
 			return 0;
@@ -442,10 +637,26 @@ KVMM_EXPORT int kvmm_wait_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep)
 			if (!kvmm_disp_deferred(ring->disp) && !cq_ready(ring))
 				return -EAGAIN;
 		}
-		ret = wait_cq(ring, 1);
+		ret = wait_cq(ring, 1, &d);
 		if (ret)
 			return ret;
 	}
+}
+
+/**
+ * kvmm_wait_cqe() - the oldest completion, waiting for one if needed
+ * @ring: the ring
+ * @cqep: out; mark it with kvmm_cqe_seen() when done
+ *
+ * kvmm_wait_cqe_timeout() without a deadline.
+ *
+ * Return: 0; -EAGAIN in-process when nothing is in flight (nothing will
+ * ever complete: no entry waits and the I/O worker owes none);
+ * -ECONNRESET when the server went away.
+ */
+KVMM_EXPORT int kvmm_wait_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep)
+{
+	return kvmm_wait_cqe_timeout(ring, cqep, NULL);
 }
 
 /**
@@ -475,7 +686,9 @@ KVMM_EXPORT int kvmm_submit_and_wait(struct kvmm_ring *ring, uint32_t wait_nr)
 			wait_nr = owed;
 	}
 	if (wait_nr) {
-		ret = wait_cq(ring, wait_nr);
+		struct deadline d = { .forever = true };
+
+		ret = wait_cq(ring, wait_nr, &d);
 		if (ret)
 			return ret;
 	}

@@ -81,6 +81,7 @@ int register_tier_suite(void);
 int register_ns_suite(void);
 int register_hostile_tenant_suite(void);
 int register_hostile_ring_suite(void);
+int register_hostile_tools_suite(void);
 
 #define ADD_TEST(suite, fn) \
 	do { if (!CU_add_test(suite, #fn, fn)) return -1; } while (0)

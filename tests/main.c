@@ -36,6 +36,7 @@ static const suite_register_fn suites[] = {
 	register_ns_suite,
 	register_hostile_tenant_suite,
 	register_hostile_ring_suite,
+	register_hostile_tools_suite,
 };
 
 int main(int argc, char **argv)

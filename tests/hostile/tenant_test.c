@@ -284,7 +284,10 @@ static void tenant_limits_are_set_by_kvmmd_and_kvmmctl(void)
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_cache_share", "25", NULL), 0);
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "ns", NULL, NULL), 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"pin_limit\":64,\"cache_limit\":32}"));
-	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_cache_share", "101", NULL), 1);
+	/* out of range: kvmmctl says so; 0 is the instance's to refuse */
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_cache_share", "101", NULL), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns_cache_share"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_cache_share", "0", NULL), 1);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "EINVAL"));
 	CU_ASSERT(hostile_alive(t.kvmmd));
 	CU_ASSERT_EQUAL(tenant_stop(&t), 0);

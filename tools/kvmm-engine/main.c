@@ -83,7 +83,8 @@ static void usage(FILE *f)
 "  --step-us F (200)\n"
 "\n"
 "Output:\n"
-"  --json FILE             the results as JSON ('-': standard output)\n"
+"  --json FILE             the results as JSON ('-': standard output, which then\n"
+"                          carries only the JSON; the summary goes to standard error)\n"
 "  --plot DIR              SVG plots (gnuplot): hit rate and pages by state\n"
 "                          over time, TTFT distribution, hit rate against\n"
 "                          cache size (a sweep of extra runs)\n"
@@ -302,6 +303,12 @@ static void parse_args(int argc, char **argv, struct cli *c)
 
 /* ---- the summary ---- */
 
+/*
+ * Where the summary goes: standard output, or standard error when
+ * --json - makes standard output carry only JSON (for | jq).
+ */
+static FILE *sum_out;
+
 /* @tokens of @r's prompt tokens, as a share */
 static double tier_rate(const struct eng_report *r, uint64_t tokens)
 {
@@ -315,21 +322,21 @@ static double hit_rate(const struct eng_report *r)
 
 static void row_u(const char *label, uint64_t a, uint64_t b, const void *two)
 {
-	printf("  %-32s %14llu", label, (unsigned long long)a);
+	fprintf(sum_out, "  %-32s %14llu", label, (unsigned long long)a);
 	if (two)
-		printf(" %14llu", (unsigned long long)b);
-	putchar('\n');
+		fprintf(sum_out, " %14llu", (unsigned long long)b);
+	fputc('\n', sum_out);
 }
 
 static void row_f(const char *label, const char *fmt, double a, double b, const void *two)
 {
-	printf("  %-32s ", label);
-	printf(fmt, a);
+	fprintf(sum_out, "  %-32s ", label);
+	fprintf(sum_out, fmt, a);
 	if (two) {
-		putchar(' ');
-		printf(fmt, b);
+		fputc(' ', sum_out);
+		fprintf(sum_out, fmt, b);
 	}
-	putchar('\n');
+	fputc('\n', sum_out);
 }
 
 /* A lower tier's rows: tokens promoted from it and pages demoted to it. */
@@ -354,8 +361,8 @@ static void print_summary(const struct cli *c, const char *input, const struct e
 	const struct eng_model *m = &o->model;
 	uint64_t pool = (uint64_t)o->device_pages * o->page_size;
 
-	printf("kvmm-engine: %s\n", input);
-	printf("  pool %u pages x %u tokens = %llu tokens (%.2f GiB of KV at %llu B/token); "
+	fprintf(sum_out, "kvmm-engine: %s\n", input);
+	fprintf(sum_out, "  pool %u pages x %u tokens = %llu tokens (%.2f GiB of KV at %llu B/token); "
 	       "evict %s; policy %s; max running %u; prefill budget %u, chunk %u%s\n",
 	       o->device_pages, o->page_size, (unsigned long long)pool,
 	       (double)pool * (double)eng_model_token_bytes(m) / (1 << 30),
@@ -363,7 +370,7 @@ static void print_summary(const struct cli *c, const char *input, const struct e
 	       o->max_running, o->max_prefill_tokens, o->chunk,
 	       o->sequential ? "; sequential" : "");
 	if (nc)
-		printf("  %-32s %14s %14s\n", "", "prefix cache", "no cache");
+		fprintf(sum_out, "  %-32s %14s %14s\n", "", "prefix cache", "no cache");
 	row_u("requests completed", r->completed, nc ? nc->completed : 0, nc);
 	row_u("prompt tokens", r->prompt_tokens, nc ? nc->prompt_tokens : 0, nc);
 	row_u("tokens served from cache", r->cached_tokens, nc ? nc->cached_tokens : 0, nc);
@@ -399,7 +406,7 @@ static void print_summary(const struct cli *c, const char *input, const struct e
 	row_u("peak pages cached, evictable", r->peak_evictable, nc ? nc->peak_evictable : 0, nc);
 	row_u("peak pages cached, protected", r->peak_protected, nc ? nc->peak_protected : 0, nc);
 	row_u("fewest pages free", r->peak_free_min, nc ? nc->peak_free_min : 0, nc);
-	printf("  estimated (step-time model: %s, %.0f TFLOP/s x %.2f, %.0f GB/s x %.2f):\n",
+	fprintf(sum_out, "  estimated (step-time model: %s, %.0f TFLOP/s x %.2f, %.0f GB/s x %.2f):\n",
 	       m->name, m->peak_tflops, m->mfu, m->mem_gbps, m->bw_eff);
 	if (o->host_pages)
 		row_f("promotion time (s)", "%14.3f", r->promote_secs,
@@ -410,7 +417,7 @@ static void print_summary(const struct cli *c, const char *input, const struct e
 	row_f("throughput (output tok/s)", "%14.0f", r->throughput, nc ? nc->throughput : 0, nc);
 	row_f("simulated time (s)", "%14.1f", r->sim_secs, nc ? nc->sim_secs : 0, nc);
 	row_f("wall time (s)", "%14.2f", r->wall_secs, nc ? nc->wall_secs : 0, nc);
-	printf("  kvmm_check at the end: %s\n", r->check_ok && (!nc || nc->check_ok) ?
+	fprintf(sum_out, "  kvmm_check at the end: %s\n", r->check_ok && (!nc || nc->check_ok) ?
 	       "ok, every page free or cached" : "FAILED");
 }
 
@@ -738,6 +745,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	sum_out = c.json && !strcmp(c.json, "-") ? stderr : stdout;
 	if (!c.quiet)
 		print_summary(&c, desc, &r, c.compare ? &nc : NULL);
 	if (c.json)
@@ -745,7 +753,7 @@ int main(int argc, char **argv)
 	if (!ret && c.plot) {
 		ret = write_plots(&c, &wl, &r, c.compare ? &nc : NULL);
 		if (!ret && !c.quiet)
-			printf("  plots: %s/{hit_rate,pages,ttft,sweep}.svg\n", c.plot);
+			fprintf(sum_out, "  plots: %s/{hit_rate,pages,ttft,sweep}.svg\n", c.plot);
 	}
 	if (c.compare)
 		eng_report_free(&nc);

@@ -5,100 +5,220 @@
  * It uses only the public API and the ring, so it is also a conformance
  * test of the ABI.
  *
- *   kvmmctl [--socket PATH] [--json] COMMAND [ARGS]     (see kvmmctl(8))
+ *   kvmmctl [OPTIONS] COMMAND [ARGS] [OPTIONS]     (see kvmmctl(8))
+ *
+ * The whole command line is parsed and checked before anything is
+ * connected to: options go anywhere (git, ip and kubectl habits), '--'
+ * ends them, and an argument a command does not take is a usage error.
+ * A command is one line of ctl_cmds[] (its options, a function checking
+ * its operands, one running it); an option one line of ctl_opts[] and a
+ * small function storing it.
  *
  * Exit codes: 0 done; 1 the instance refused the command (the reason is
- * printed); 2 bad usage; 3 no instance could be reached.
+ * printed); 2 bad usage; 3 no instance could be reached, it did not
+ * answer in time (--timeout) or it went away.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <libkvmm.h>
 
-#include "pins.h"
+#include "../lib/parse.h"
 
 #define EXIT_REFUSED	1
 #define EXIT_USAGE	2
 #define EXIT_CONNECT	3
 
 #define BUF_SIZE	(1u << 20)
+#define MAX_TOKENS	(BUF_SIZE / sizeof(uint32_t))
+#define MAX_SECONDS	86400.0		/* --timeout, --interval */
 
-static bool json;
+/* The command line, parsed and checked before anything is connected to. */
+struct ctl {
+	const char *path;
+	bool json;
+	struct timespec timeout;
+	unsigned given;			/* bits of the options given */
+	/* command options */
+	double interval;
+	uint64_t count;
+	uint32_t depth;
+	uint64_t limit;
+	uint32_t ns;
+	uint64_t id;
+	/* operands */
+	uint32_t *tok, ntok;
+	uint32_t key;
+	uint64_t value;
+	const char *key_name, *value_str;
+};
+
 static struct kvmm_ring ring;
+static bool lost;		/* the instance stopped answering */
 
-static const char *errname(int err)
+static int usage_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_err(const char *fmt, ...)
 {
-	switch (err) {
-	case EINVAL: return "EINVAL";
-	case ENOSPC: return "ENOSPC";
-	case EBUSY: return "EBUSY";
-	case ENOENT: return "ENOENT";
-	case ENOMEM: return "ENOMEM";
-	case EFAULT: return "EFAULT";
-	case EOPNOTSUPP: return "EOPNOTSUPP";
-	case EIO: return "EIO";
-	case EDQUOT: return "EDQUOT";
-	case EPERM: return "EPERM";
-	default: return "E?";
-	}
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("kvmmctl: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputs("\n(kvmmctl --help lists the commands and options)\n", stderr);
+	va_end(ap);
+	return EXIT_USAGE;
 }
 
-static void usage(FILE *f)
+/* ---- numbers ---- */
+
+static int num_arg(const char *what, const char *s, uint64_t max, uint64_t *v)
 {
-	fprintf(f,
-		"usage: kvmmctl [--socket PATH] [--json] COMMAND [ARGS]\n"
-		"  stat                       counters, like /proc/meminfo\n"
-		"  top [--interval S] [--count N]   refreshing view: pages, hit rate, evictions/s\n"
-		"  tree [--depth N] [--limit N]     the prefix tree\n"
-		"  seqs                       open sequences\n"
-		"  pin [--ns N] TOKEN...      pin a cached prefix (it outlives kvmmctl)\n"
-		"  unpin [--ns N] TOKEN...    drop such a pin\n"
-		"  pins [--ns N]              every pin: node id, ns, size, owning ring\n"
-		"  unpin --id ID | --ns N     drop every pin at node ID, or in namespace N\n"
-		"  ns                         per namespace: pinned and cached pages, limits\n"
-		"  reclaim PAGES              evict at least PAGES cached pages\n"
-		"  drop-caches                evict everything evictable\n"
-		"  set KEY VALUE              wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
-		"                             nr_pages PAGES (resize the pool, up to pages_max),\n"
-		"                             ns_pin_pages PAGES|auto, ns_cache_share PERCENT\n"
-		"  probe                      ABI version, opcodes, features, pool shape\n"
-		"The socket defaults to $KVMM_SOCKET, then /run/kvmm/kvmmd.sock.\n");
+	int ret = parse_uint(s, max, v);
+
+	if (ret)
+		return usage_err("%s: '%s' %s (0 to %llu)", what, s, parse_strerror(ret),
+				 (unsigned long long)max);
+	return 0;
 }
 
-/* One command, synchronously: submit, wait, reap. */
-/* A number argument, or exit with a usage error naming the option. */
-static uint64_t num_arg(const char *opt, const char *s)
+static int u32_arg(const char *what, const char *s, uint32_t *v)
 {
-	char *end;
-	unsigned long long v;
+	uint64_t x;
 
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (!*s || *end || errno || *s == '-') {
-		fprintf(stderr, "kvmmctl: %s: '%s' is not a number\n", opt, s);
-		exit(EXIT_USAGE);
-	}
-	return v;
+	if (num_arg(what, s, UINT32_MAX, &x))
+		return EXIT_USAGE;
+	*v = (uint32_t)x;
+	return 0;
 }
 
-static int run1(struct kvmm_sqe *sqe, uint32_t *cflags)
+static int seconds_arg(const char *what, const char *s, double *v)
+{
+	int ret = parse_real(s, 0.001, MAX_SECONDS, v);
+
+	if (ret)
+		return usage_err("%s: '%s' %s (seconds, 0.001 to %.0f)", what, s,
+				 parse_strerror(ret), MAX_SECONDS);
+	return 0;
+}
+
+/* ---- options ---- */
+
+enum { OPT_SOCKET, OPT_JSON, OPT_TIMEOUT, OPT_HELP, OPT_INTERVAL, OPT_COUNT,
+       OPT_DEPTH, OPT_LIMIT, OPT_NS, OPT_ID, NR_OPTS };
+
+#define OPT(x)		(1u << OPT_##x)
+#define OPT_VAL		256		/* getopt's value of option 0 (1 is an operand) */
+#define GLOBAL_OPTS	(OPT(SOCKET) | OPT(JSON) | OPT(TIMEOUT) | OPT(HELP))
+
+static int opt_socket(struct ctl *c, const char *v)
+{
+	struct sockaddr_un sa;
+
+	if (!*v)
+		return usage_err("--socket: the path is empty");
+	if (strlen(v) >= sizeof(sa.sun_path))
+		return usage_err("--socket: the path is longer than %zu bytes",
+				 sizeof(sa.sun_path) - 1);
+	c->path = v;
+	return 0;
+}
+
+static int opt_json(struct ctl *c, const char *v)
+{
+	c->json = true;
+	return 0;
+}
+
+static int opt_timeout(struct ctl *c, const char *v)
+{
+	double t;
+
+	if (seconds_arg("--timeout", v, &t))
+		return EXIT_USAGE;
+	c->timeout.tv_sec = (time_t)t;
+	c->timeout.tv_nsec = (long)((t - (double)c->timeout.tv_sec) * 1e9);
+	return 0;
+}
+
+static int opt_help(struct ctl *c, const char *v)
+{
+	return 0;
+}
+
+static int opt_interval(struct ctl *c, const char *v)
+{
+	return seconds_arg("--interval", v, &c->interval);
+}
+
+static int opt_count(struct ctl *c, const char *v)
+{
+	return num_arg("--count", v, INT64_MAX, &c->count);
+}
+
+static int opt_depth(struct ctl *c, const char *v)
+{
+	return u32_arg("--depth", v, &c->depth);
+}
+
+static int opt_limit(struct ctl *c, const char *v)
+{
+	return num_arg("--limit", v, UINT64_MAX, &c->limit);
+}
+
+static int opt_ns(struct ctl *c, const char *v)
+{
+	return u32_arg("--ns", v, &c->ns);
+}
+
+static int opt_id(struct ctl *c, const char *v)
+{
+	return num_arg("--id", v, UINT64_MAX, &c->id);
+}
+
+static const struct ctl_opt {
+	const char *name;
+	const char *arg;		/* NULL: takes none */
+	int (*set)(struct ctl *c, const char *v);
+} ctl_opts[NR_OPTS] = {
+	[OPT_SOCKET] = { "socket", "PATH", opt_socket },
+	[OPT_JSON] = { "json", NULL, opt_json },
+	[OPT_TIMEOUT] = { "timeout", "SECONDS", opt_timeout },
+	[OPT_HELP] = { "help", NULL, opt_help },
+	[OPT_INTERVAL] = { "interval", "SECONDS", opt_interval },
+	[OPT_COUNT] = { "count", "N", opt_count },
+	[OPT_DEPTH] = { "depth", "N", opt_depth },
+	[OPT_LIMIT] = { "limit", "N", opt_limit },
+	[OPT_NS] = { "ns", "N", opt_ns },
+	[OPT_ID] = { "id", "ID", opt_id },
+};
+
+/* ---- one command on the ring ---- */
+
+/*
+ * Submit the prepared entry and wait at most --timeout for its result.
+ * Return: the command's result; a transport error (the instance went
+ * away or did not answer in time) sets @lost.
+ */
+static int run1(const struct ctl *c, uint32_t *cflags)
 {
 	struct kvmm_cqe *cqe;
 	int ret, res;
 
-	(void)sqe;
-	ret = kvmm_submit_and_wait(&ring, 1);
-	if (ret < 0)
+	kvmm_submit(&ring);
+	ret = kvmm_wait_cqe_timeout(&ring, &cqe, &c->timeout);
+	if (ret) {
+		lost = true;
 		return ret;
-	ret = kvmm_wait_cqe(&ring, &cqe);
-	if (ret)
-		return ret;
+	}
 	res = cqe->res;
 	if (cflags)
 		*cflags = cqe->flags;
@@ -117,20 +237,26 @@ static struct kvmm_sqe *sqe_get(void)
 	return sqe;
 }
 
-static int refused(const char *what, int res)
+static int refused(const struct ctl *c, const char *what, int res)
 {
-	fprintf(stderr, "kvmmctl: %s: %s (%s)\n", what, strerror(-res), errname(-res));
+	if (lost) {
+		fprintf(stderr, "kvmmctl: %s: %s %s: %s\n", what, c->path,
+			res == -ETIMEDOUT ? "did not answer in time" : "went away",
+			errno_str(-res));
+		return EXIT_CONNECT;
+	}
+	fprintf(stderr, "kvmmctl: %s: %s\n", what, errno_str(-res));
 	return EXIT_REFUSED;
 }
 
-static int fetch_stats(uint64_t *v, uint32_t *nr)
+static int fetch_stats(const struct ctl *c, uint64_t *v, uint32_t *nr)
 {
 	struct kvmm_sqe *sqe = sqe_get();
 	struct kvmm_stats_snap *snap = ring.buf;
 	int res;
 
 	kvmm_prep_stats(sqe, 0, 0, (uint32_t)ring.buf_size);
-	res = run1(sqe, NULL);
+	res = run1(c, NULL);
 	if (res < 0)
 		return res;
 	*nr = snap->nr < NR_KVMM_STATS ? snap->nr : NR_KVMM_STATS;
@@ -138,15 +264,17 @@ static int fetch_stats(uint64_t *v, uint32_t *nr)
 	return 0;
 }
 
-static int cmd_stat(void)
+/* ---- the commands ---- */
+
+static int cmd_stat(struct ctl *c)
 {
 	uint64_t v[NR_KVMM_STATS];
 	uint32_t nr, i;
-	int res = fetch_stats(v, &nr);
+	int res = fetch_stats(c, v, &nr);
 
 	if (res)
-		return refused("stat", res);
-	if (json) {
+		return refused(c, "stat", res);
+	if (c->json) {
 		printf("{");
 		for (i = 0; i < nr; i++)
 			printf("%s\"%s\":%llu", i ? "," : "", kvmm_stat_name(i),
@@ -167,6 +295,15 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static void sleep_s(double s)
+{
+	struct timespec ts = { .tv_sec = (time_t)s };
+
+	ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The page columns of top: heading, and the statistic (its name is the JSON key). */
@@ -184,80 +321,61 @@ static const struct {
 	{ "nvme", KVMM_STAT_NVME_PAGES_CACHED },
 };
 
-static int cmd_top(int argc, char **argv)
+static void top_line(const struct ctl *c, const uint64_t *cur, const uint64_t *prev,
+		     double t1, double dt, bool head)
 {
-	static const struct option lo[] = {
-		{ "interval", required_argument, NULL, 'i' },
-		{ "count", required_argument, NULL, 'c' },
-		{ 0 }
-	};
-	uint64_t prev[NR_KVMM_STATS], cur[NR_KVMM_STATS];
-	double interval = 1.0, t0, t1;
-	long count = -1, k;
-	bool tty = isatty(STDOUT_FILENO) && !json;
-	uint32_t nr;
-	int c, res;
+	uint64_t dm = cur[KVMM_STAT_MATCH_TOKENS] - prev[KVMM_STAT_MATCH_TOKENS];
+	uint64_t dh = cur[KVMM_STAT_HIT_TOKENS] - prev[KVMM_STAT_HIT_TOKENS];
+	uint64_t de = cur[KVMM_STAT_EVICT_PAGES] - prev[KVMM_STAT_EVICT_PAGES];
+	double hit = dm ? (double)dh / (double)dm : 0.0;
+	size_t i;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-		if (c == 'i') {
-			char *end;
-
-			interval = strtod(optarg, &end);
-			if (*end || !*optarg)
-				interval = 0;
-		} else if (c == 'c') {
-			count = (long)num_arg("--count", optarg);
-		} else {
-			return EXIT_USAGE;
-		}
+	if (!c->json && head) {
+		for (i = 0; i < ARRAY_LEN(top_cols); i++)
+			printf("%10s ", top_cols[i].head);
+		printf("%8s %10s %6s\n", "hit", "evict/s", "seqs");
 	}
-	if (interval <= 0) {
-		fprintf(stderr, "kvmmctl: top: --interval must be positive\n");
-		return EXIT_USAGE;
-	}
-	res = fetch_stats(prev, &nr);
-	if (res)
-		return refused("top", res);
-	t0 = now_s();
-	for (k = 0; count < 0 || k < count; k++) {
-		double dt, hit;
-		uint64_t dm, dh, de;
+	if (c->json)
+		printf("{\"t\":%.3f", t1);
+	for (i = 0; i < ARRAY_LEN(top_cols); i++) {
+		unsigned long long v = (unsigned long long)cur[top_cols[i].item];
 
-		usleep((useconds_t)(interval * 1e6));
-		res = fetch_stats(cur, &nr);
-		if (res)
-			return refused("top", res);
-		t1 = now_s();
-		dt = t1 - t0;
-		dm = cur[KVMM_STAT_MATCH_TOKENS] - prev[KVMM_STAT_MATCH_TOKENS];
-		dh = cur[KVMM_STAT_HIT_TOKENS] - prev[KVMM_STAT_HIT_TOKENS];
-		de = cur[KVMM_STAT_EVICT_PAGES] - prev[KVMM_STAT_EVICT_PAGES];
-		hit = dm ? (double)dh / (double)dm : 0.0;
-		if (!json && tty)
-			printf("\033[H\033[2J");
-		if (!json && (tty || k == 0)) {
-			for (c = 0; c < (int)ARRAY_LEN(top_cols); c++)
-				printf("%10s ", top_cols[c].head);
-			printf("%8s %10s %6s\n", "hit", "evict/s", "seqs");
-		}
-		if (json)
-			printf("{\"t\":%.3f", t1);
-		for (c = 0; c < (int)ARRAY_LEN(top_cols); c++) {
-			unsigned long long v = (unsigned long long)cur[top_cols[c].item];
-
-			if (json)
-				printf(",\"%s\":%llu", kvmm_stat_name(top_cols[c].item), v);
-			else
-				printf("%10llu ", v);
-		}
-		if (json)
-			printf(",\"hit_rate\":%.4f,\"evicted_pages_per_s\":%.1f,\"seqs_open\":%llu}\n",
-			       hit, (double)de / dt, (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
+		if (c->json)
+			printf(",\"%s\":%llu", kvmm_stat_name(top_cols[i].item), v);
 		else
-			printf("%8.4f %10.1f %6llu\n", hit, (double)de / dt,
-			       (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
-		fflush(stdout);
+			printf("%10llu ", v);
+	}
+	if (c->json)
+		printf(",\"hit_rate\":%.4f,\"evicted_pages_per_s\":%.1f,\"seqs_open\":%llu}\n",
+		       hit, (double)de / dt, (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
+	else
+		printf("%8.4f %10.1f %6llu\n", hit, (double)de / dt,
+		       (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
+	fflush(stdout);
+}
+
+static int cmd_top(struct ctl *c)
+{
+	uint64_t prev[NR_KVMM_STATS], cur[NR_KVMM_STATS];
+	bool tty = isatty(STDOUT_FILENO) && !c->json;
+	double t0, t1;
+	uint64_t k;
+	uint32_t nr;
+	int res;
+
+	res = fetch_stats(c, prev, &nr);
+	if (res)
+		return refused(c, "top", res);
+	t0 = now_s();
+	for (k = 0; !(c->given & OPT(COUNT)) || k < c->count; k++) {
+		sleep_s(c->interval);
+		res = fetch_stats(c, cur, &nr);
+		if (res)
+			return refused(c, "top", res);
+		t1 = now_s();
+		if (tty)
+			printf("\033[H\033[2J");
+		top_line(c, cur, prev, t1, t1 - t0, tty || k == 0);
 		memcpy(prev, cur, sizeof(prev));
 		t0 = t1;
 	}
@@ -265,7 +383,8 @@ static int cmd_top(int argc, char **argv)
 }
 
 /* Page through a DUMP; @fn gets each record. */
-static int dump_all(uint32_t kind, int (*fn)(const void *rec, void *arg), void *arg)
+static int dump_all(const struct ctl *c, uint32_t kind,
+		    int (*fn)(const struct ctl *c, const void *rec, void *arg), void *arg)
 {
 	uint64_t cursor = 0;
 
@@ -276,11 +395,11 @@ static int dump_all(uint32_t kind, int (*fn)(const void *rec, void *arg), void *
 		int res;
 
 		kvmm_prep_dump(sqe, kind, cursor, 0, 0, (uint32_t)ring.buf_size);
-		res = run1(sqe, NULL);
+		res = run1(c, NULL);
 		if (res < 0)
 			return res;
 		for (i = 0; i < hdr->nr; i++)
-			if (fn((char *)(hdr + 1) + (size_t)i * hdr->rec_size, arg))
+			if (fn(c, (char *)(hdr + 1) + (size_t)i * hdr->rec_size, arg))
 				return 0;
 		cursor = hdr->next;
 	} while (cursor);
@@ -292,7 +411,7 @@ struct tree_opts {
 	uint64_t limit, shown, hidden;
 };
 
-static int show_node(const void *rec, void *arg)
+static int show_node(const struct ctl *c, const void *rec, void *arg)
 {
 	const struct kvmm_dump_node *n = rec;
 	struct tree_opts *o = arg;
@@ -306,7 +425,7 @@ static int show_node(const void *rec, void *arg)
 		return 0;
 	}
 	o->shown++;
-	if (json) {
+	if (c->json) {
 		printf("%s{\"id\":%llu,\"parent\":%llu,\"ns\":%u,\"depth\":%u,\"len\":%u,"
 		       "\"lock_ref\":%u,\"pins\":%u,\"prio\":%u,\"tier\":%u,\"hits\":%u,"
 		       "\"atime\":%llu,\"evictable\":%s,\"host_copy\":%s,\"token0\":%u}",
@@ -330,46 +449,32 @@ static int show_node(const void *rec, void *arg)
 	return 0;
 }
 
-static int cmd_tree(int argc, char **argv)
+static int cmd_tree(struct ctl *c)
 {
-	static const struct option lo[] = {
-		{ "depth", required_argument, NULL, 'd' },
-		{ "limit", required_argument, NULL, 'l' },
-		{ 0 }
-	};
-	struct tree_opts o = { .max_depth = UINT32_MAX, .limit = 1000 };
-	int c, res;
+	struct tree_opts o = { .max_depth = c->depth, .limit = c->limit };
+	int res;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-		if (c == 'd')
-			o.max_depth = (uint32_t)num_arg("--depth", optarg);
-		else if (c == 'l')
-			o.limit = num_arg("--limit", optarg);
-		else
-			return EXIT_USAGE;
-	}
-	if (json)
+	if (c->json)
 		printf("[");
 	else
 		printf("tokens   (per node; indented by depth)\n");
-	res = dump_all(KVMM_DUMP_NODES, show_node, &o);
-	if (json)
+	res = dump_all(c, KVMM_DUMP_NODES, show_node, &o);
+	if (c->json)
 		printf("]\n");
 	if (res)
-		return refused("tree", res);
-	if (o.hidden && !json)
+		return refused(c, "tree", res);
+	if (o.hidden && !c->json)
 		printf("... %llu more nodes not shown (--depth, --limit)\n",
 		       (unsigned long long)o.hidden);
 	return 0;
 }
 
-static int show_seq(const void *rec, void *arg)
+static int show_seq(const struct ctl *c, const void *rec, void *arg)
 {
 	const struct kvmm_dump_seq *s = rec;
 	uint64_t *n = arg;
 
-	if (json)
+	if (c->json)
 		printf("%s{\"seq\":%u,\"ns\":%u,\"len\":%u,\"cached\":%u,\"owner\":%u}",
 		       (*n)++ ? "," : "", s->seq, s->ns, s->len, s->cached, s->owner);
 	else
@@ -377,152 +482,287 @@ static int show_seq(const void *rec, void *arg)
 	return 0;
 }
 
-static int cmd_seqs(void)
+static int cmd_seqs(struct ctl *c)
 {
 	uint64_t n = 0;
 	int res;
 
-	if (json)
+	if (c->json)
 		printf("[");
 	else
 		printf("%8s %8s %10s %10s %8s\n", "seq", "ns", "len", "cached", "ring");
-	res = dump_all(KVMM_DUMP_SEQS, show_seq, &n);
-	if (json)
+	res = dump_all(c, KVMM_DUMP_SEQS, show_seq, &n);
+	if (c->json)
 		printf("]\n");
-	return res ? refused("seqs", res) : 0;
+	return res ? refused(c, "seqs", res) : 0;
 }
 
-static int cmd_pin(int argc, char **argv, bool pin)
+/* pin and unpin: TOKEN... (each a 32-bit token id) */
+static int parse_tokens(struct ctl *c, int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{ "ns", required_argument, NULL, 'n' },
-		{ 0 }
-	};
-	uint32_t *tok = ring.buf, n = 0, ns = 0;
-	struct kvmm_sqe *sqe;
-	int c, res;
+	int i;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-		if (c != 'n')
-			return EXIT_USAGE;
-		ns = (uint32_t)num_arg("--ns", optarg);
+	if (!argc)
+		return usage_err("%s: give the prefix's token ids", argv[-1]);
+	if ((size_t)argc > MAX_TOKENS)
+		return usage_err("%s: %d tokens; at most %zu", argv[-1], argc, MAX_TOKENS);
+	c->tok = malloc((size_t)argc * sizeof(*c->tok));
+	if (!c->tok) {
+		fprintf(stderr, "kvmmctl: out of memory\n");
+		exit(EXIT_REFUSED);
 	}
-	for (; optind < argc; optind++) {
-		char *end;
+	for (i = 0; i < argc; i++)
+		if (u32_arg("token id", argv[i], &c->tok[i]))
+			return EXIT_USAGE;
+	c->ntok = (uint32_t)argc;
+	return 0;
+}
 
-		if (n == ring.buf_size / sizeof(*tok)) {
-			fprintf(stderr, "kvmmctl: too many tokens\n");
-			return EXIT_USAGE;
-		}
-		tok[n++] = (uint32_t)strtoul(argv[optind], &end, 0);
-		if (*end || !*argv[optind]) {
-			fprintf(stderr, "kvmmctl: '%s' is not a token id\n", argv[optind]);
-			return EXIT_USAGE;
-		}
-	}
-	if (!n) {
-		fprintf(stderr, "kvmmctl: %s: give the prefix's token ids\n", pin ? "pin" : "unpin");
-		return EXIT_USAGE;
-	}
-	sqe = sqe_get();
+/*
+ * unpin: TOKEN... drops one kept pin by its prefix; with no tokens, --id
+ * ID or --ns N drops every pin at a node or in a namespace, whoever took
+ * it (KVMM_OP_PIN_DROP: the operator's way out of a tenant's pins).
+ */
+static int parse_unpin(struct ctl *c, int argc, char **argv)
+{
+	bool by_id = c->given & OPT(ID), by_ns = c->given & OPT(NS);
+
+	if (argc && !by_id)
+		return parse_tokens(c, argc, argv);
+	if (argc || by_id == by_ns)
+		return usage_err("unpin: give --id ID or --ns NS (or token ids)");
+	return 0;
+}
+
+static int pin_unpin(struct ctl *c, bool pin)
+{
+	const char *what = pin ? "pin" : "unpin";
+	struct kvmm_sqe *sqe = sqe_get();
+	int res;
+
+	memcpy(ring.buf, c->tok, c->ntok * sizeof(*c->tok));
 	if (pin)
-		kvmm_prep_pin(sqe, ns, 0, 0, n, KVMM_PIN_KEEP);
+		kvmm_prep_pin(sqe, c->ns, 0, 0, c->ntok, KVMM_PIN_KEEP);
 	else
-		kvmm_prep_unpin(sqe, ns, 0, 0, n, KVMM_PIN_KEEP);
-	res = run1(sqe, NULL);
+		kvmm_prep_unpin(sqe, c->ns, 0, 0, c->ntok, KVMM_PIN_KEEP);
+	res = run1(c, NULL);
 	if (res < 0)
-		return refused(pin ? "pin" : "unpin", res);
-	if (json)
+		return refused(c, what, res);
+	if (c->json)
 		printf("{\"tokens\":%d}\n", res);
 	else
 		printf("%s %d tokens\n", pin ? "pinned" : "unpinned", res);
 	return 0;
 }
 
-static int cmd_simple(const char *what, struct kvmm_sqe *sqe, const char *unit)
+static int cmd_pin(struct ctl *c)
 {
-	int res = run1(sqe, NULL);
+	return pin_unpin(c, true);
+}
+
+static int cmd_unpin(struct ctl *c)
+{
+	int res;
+
+	if (c->ntok)
+		return pin_unpin(c, false);
+	if (c->given & OPT(ID))
+		kvmm_prep_pin_drop(sqe_get(), KVMM_PIN_DROP_ID, 0, c->id);
+	else
+		kvmm_prep_pin_drop(sqe_get(), KVMM_PIN_DROP_NS, c->ns, 0);
+	res = run1(c, NULL);
+	if (res < 0)
+		return refused(c, "unpin", res);
+	if (c->json)
+		printf("{\"pins\":%d}\n", res);
+	else
+		printf("unpinned %d pins\n", res);
+	return 0;
+}
+
+static int show_pin(const struct ctl *c, const void *rec, void *arg)
+{
+	const struct kvmm_dump_pin *p = rec;
+	uint64_t *shown = arg;
+
+	if ((c->given & OPT(NS)) && p->ns != c->ns)
+		return 0;
+	if (c->json)
+		printf("%s{\"id\":%llu,\"ns\":%u,\"tokens\":%u,\"pages\":%u,\"pins\":%u,"
+		       "\"keep\":%u,\"ring\":%u}", (*shown)++ ? "," : "",
+		       (unsigned long long)p->id, p->ns, p->tokens, p->pages, p->pins,
+		       p->keep, p->owner);
+	else
+		printf("%12llu %10u %10u %8u %5u %5u %6u\n", (unsigned long long)p->id, p->ns,
+		       p->tokens, p->pages, p->pins, p->keep, p->owner);
+	return 0;
+}
+
+static int cmd_pins(struct ctl *c)
+{
+	uint64_t shown = 0;
+	int res;
+
+	if (c->json)
+		printf("[");
+	else
+		printf("%12s %10s %10s %8s %5s %5s %6s\n", "id", "ns", "tokens", "pages",
+		       "pins", "keep", "ring");
+	res = dump_all(c, KVMM_DUMP_PINS, show_pin, &shown);
+	if (c->json)
+		printf("]\n");
+	return res ? refused(c, "pins", res) : 0;
+}
+
+static int show_ns(const struct ctl *c, const void *rec, void *arg)
+{
+	const struct kvmm_dump_ns *n = rec;
+	uint64_t *shown = arg;
+
+	if (c->json)
+		printf("%s{\"ns\":%u,\"pinned\":%llu,\"cached\":%llu,\"pin_limit\":%llu,"
+		       "\"cache_limit\":%llu}", (*shown)++ ? "," : "", n->ns,
+		       (unsigned long long)n->pinned, (unsigned long long)n->cached,
+		       (unsigned long long)n->pin_limit, (unsigned long long)n->cache_limit);
+	else
+		printf("%10u %10llu %10llu %10llu %12llu\n", n->ns,
+		       (unsigned long long)n->pinned, (unsigned long long)n->cached,
+		       (unsigned long long)n->pin_limit, (unsigned long long)n->cache_limit);
+	return 0;
+}
+
+static int cmd_ns(struct ctl *c)
+{
+	uint64_t shown = 0;
+	int res;
+
+	if (c->json)
+		printf("[");
+	else
+		printf("%10s %10s %10s %10s %12s\n", "ns", "pinned", "cached", "pin_limit",
+		       "cache_limit");
+	res = dump_all(c, KVMM_DUMP_NS, show_ns, &shown);
+	if (c->json)
+		printf("]\n");
+	return res ? refused(c, "ns", res) : 0;
+}
+
+static int cmd_simple(struct ctl *c, const char *what, const char *unit)
+{
+	int res = run1(c, NULL);
 
 	if (res < 0)
-		return refused(what, res);
-	if (json)
+		return refused(c, what, res);
+	if (c->json)
 		printf("{\"%s\":%d}\n", unit, res);
 	else
 		printf("%s: %d %s\n", what, res, unit);
 	return 0;
 }
 
-static int cmd_set(int argc, char **argv)
+static int parse_reclaim(struct ctl *c, int argc, char **argv)
 {
-	static const char *const keys[KVMM_SET_LAST] = {
-		[KVMM_SET_WMARK_MIN] = "wmark_min", [KVMM_SET_WMARK_LOW] = "wmark_low",
-		[KVMM_SET_WMARK_HIGH] = "wmark_high", [KVMM_SET_POLICY] = "policy",
-		[KVMM_SET_NR_PAGES] = "nr_pages",
-		[KVMM_SET_NS_PIN_PAGES] = "ns_pin_pages",
-		[KVMM_SET_NS_CACHE_SHARE] = "ns_cache_share",
-	};
-	struct kvmm_sqe *sqe;
-	uint64_t value;
+	if (argc != 1)
+		return usage_err("reclaim: give one number of PAGES");
+	if (num_arg("reclaim: PAGES", argv[0], UINT32_MAX, &c->value))
+		return EXIT_USAGE;
+	if (!c->value)
+		return usage_err("reclaim: PAGES must be positive");
+	return 0;
+}
+
+static int cmd_reclaim(struct ctl *c)
+{
+	kvmm_prep_reclaim(sqe_get(), (uint32_t)c->value);
+	return cmd_simple(c, "reclaim", "pages");
+}
+
+static int cmd_drop_caches(struct ctl *c)
+{
+	kvmm_prep_drop_caches(sqe_get());
+	return cmd_simple(c, "drop-caches", "pages");
+}
+
+/*
+ * set KEY VALUE: a key's value is one of @words, or a number up to @max
+ * (when @max is not 0).
+ */
+static const struct ctl_key {
+	const char *name;
 	uint32_t key;
-	char *end;
+	uint64_t max;
+	const char *const *words;	/* words[i] means i, or @vals[i] */
+	const uint64_t *vals;
+} ctl_keys[] = {
+	{ "wmark_min", KVMM_SET_WMARK_MIN, UINT32_MAX, NULL, NULL },
+	{ "wmark_low", KVMM_SET_WMARK_LOW, UINT32_MAX, NULL, NULL },
+	{ "wmark_high", KVMM_SET_WMARK_HIGH, UINT32_MAX, NULL, NULL },
+	{ "policy", KVMM_SET_POLICY, 0,
+	  (const char *const[]){ [KVMM_POLICY_LRU] = "lru", [KVMM_POLICY_SLRU] = "slru", NULL }, NULL },
+	{ "nr_pages", KVMM_SET_NR_PAGES, UINT32_MAX, NULL, NULL },
+	{ "ns_pin_pages", KVMM_SET_NS_PIN_PAGES, UINT32_MAX,
+	  (const char *const[]){ "auto", NULL }, (const uint64_t[]){ KVMM_NS_PIN_AUTO } },
+	{ "ns_cache_share", KVMM_SET_NS_CACHE_SHARE, 100, NULL, NULL },
+};
+
+static int parse_set(struct ctl *c, int argc, char **argv)
+{
+	const struct ctl_key *k;
+	uint64_t i;
+
+	if (argc != 2)
+		return usage_err("set: give a KEY and a VALUE");
+	for (k = ctl_keys; k < ctl_keys + ARRAY_LEN(ctl_keys); k++)
+		if (!strcmp(k->name, argv[0]))
+			break;
+	if (k == ctl_keys + ARRAY_LEN(ctl_keys))
+		return usage_err("set: unknown key '%s'", argv[0]);
+	c->key = k->key;
+	c->key_name = argv[0];
+	c->value_str = argv[1];
+	for (i = 0; k->words && k->words[i]; i++)
+		if (!strcmp(k->words[i], argv[1])) {
+			c->value = k->vals ? k->vals[i] : i;
+			return 0;
+		}
+	if (k->max)
+		return num_arg(k->name, argv[1], k->max, &c->value);
+	return usage_err("set: %s: '%s' is not one of its values", k->name, argv[1]);
+}
+
+static int cmd_set(struct ctl *c)
+{
 	int res;
 
-	if (argc != 3)
-		return EXIT_USAGE;
-	for (key = 0; key < KVMM_SET_LAST && strcmp(keys[key], argv[1]); key++)
-		;
-	if (key == KVMM_SET_LAST) {
-		fprintf(stderr, "kvmmctl: set: unknown key '%s'\n", argv[1]);
-		return EXIT_USAGE;
-	}
-	if (key == KVMM_SET_POLICY) {
-		if (!strcmp(argv[2], "lru"))
-			value = KVMM_POLICY_LRU;
-		else if (!strcmp(argv[2], "slru"))
-			value = KVMM_POLICY_SLRU;
-		else {
-			fprintf(stderr, "kvmmctl: set policy: lru or slru\n");
-			return EXIT_USAGE;
-		}
-	} else if (key == KVMM_SET_NS_PIN_PAGES && !strcmp(argv[2], "auto")) {
-		value = KVMM_NS_PIN_AUTO;
-	} else {
-		value = strtoull(argv[2], &end, 0);
-		if (*end || !*argv[2]) {
-			fprintf(stderr, "kvmmctl: set: '%s' is not a number\n", argv[2]);
-			return EXIT_USAGE;
-		}
-	}
-	sqe = sqe_get();
-	kvmm_prep_set(sqe, key, value);
-	res = run1(sqe, NULL);
+	kvmm_prep_set(sqe_get(), c->key, c->value);
+	res = run1(c, NULL);
 	if (res < 0)
-		return refused("set", res);
-	if (key == KVMM_SET_NR_PAGES) {
-		if (!json)
-			printf("nr_pages = %s (%d cached pages migrated)\n", argv[2], res);
+		return refused(c, "set", res);
+	if (c->key == KVMM_SET_NR_PAGES) {
+		if (!c->json)
+			printf("nr_pages = %llu (%d cached pages migrated)\n",
+			       (unsigned long long)c->value, res);
 		else
-			printf("{\"nr_pages\":%s,\"migrated\":%d}\n", argv[2], res);
-	} else if (!json) {
-		printf("%s = %s\n", argv[1], argv[2]);
+			printf("{\"nr_pages\":%llu,\"migrated\":%d}\n",
+			       (unsigned long long)c->value, res);
+	} else if (!c->json) {
+		printf("%s = %s\n", c->key_name, c->value_str);
 	} else {
-		printf("{\"%s\":\"%s\"}\n", argv[1], argv[2]);
+		printf("{\"%s\":\"%s\"}\n", c->key_name, c->value_str);
 	}
 	return 0;
 }
 
-static int cmd_probe(void)
+static int cmd_probe(struct ctl *c)
 {
-	struct kvmm_sqe *sqe = sqe_get();
 	struct kvmm_probe *p = ring.buf;
 	int res;
 
-	kvmm_prep_probe(sqe, 0, 0);
-	res = run1(sqe, NULL);
+	kvmm_prep_probe(sqe_get(), 0, 0);
+	res = run1(c, NULL);
 	if (res < 0)
-		return refused("probe", res);
-	if (json) {
+		return refused(c, "probe", res);
+	if (c->json) {
 		printf("{\"abi\":%u,\"nr_ops\":%u,\"ops\":\"%#llx\",\"features\":\"%#llx\","
 		       "\"page_size\":%u,\"nr_pages\":%u,\"max_seqs\":%u,\"max_seq_len\":%u,"
 		       "\"sqe_size\":%u,\"cqe_size\":%u}\n", p->abi, p->nr_ops,
@@ -539,80 +779,199 @@ static int cmd_probe(void)
 	return 0;
 }
 
+/*
+ * The commands.  @opts are the options besides the global ones it takes;
+ * @parse checks and stores its operands (NULL: it takes none); @run runs
+ * it on the connected ring.
+ */
+static const struct ctl_cmd {
+	const char *name;
+	const char *args;
+	const char *help;
+	unsigned opts;
+	int (*parse)(struct ctl *c, int argc, char **argv);
+	int (*run)(struct ctl *c);
+} ctl_cmds[] = {
+	{ "stat", "", "counters, like /proc/meminfo", 0, NULL, cmd_stat },
+	{ "top", "[--interval S] [--count N]",
+	  "refreshing view: pages, hit rate, evictions/s", OPT(INTERVAL) | OPT(COUNT),
+	  NULL, cmd_top },
+	{ "tree", "[--depth N] [--limit N]", "the prefix tree", OPT(DEPTH) | OPT(LIMIT),
+	  NULL, cmd_tree },
+	{ "seqs", "", "open sequences", 0, NULL, cmd_seqs },
+	{ "pin", "[--ns N] TOKEN...", "pin a cached prefix (it outlives kvmmctl)", OPT(NS),
+	  parse_tokens, cmd_pin },
+	{ "unpin", "[--ns N] TOKEN...", "drop such a pin; with no tokens, --id ID or --ns N:\n"
+	  "                               drop every pin at node ID, or in namespace N",
+	  OPT(ID) | OPT(NS), parse_unpin, cmd_unpin },
+	{ "pins", "[--ns N]", "every pin: node id, ns, size, owning ring", OPT(NS), NULL,
+	  cmd_pins },
+	{ "ns", "", "per namespace: pinned and cached pages, limits", 0, NULL, cmd_ns },
+	{ "reclaim", "PAGES", "evict at least PAGES cached pages", 0, parse_reclaim,
+	  cmd_reclaim },
+	{ "drop-caches", "", "evict everything evictable", 0, NULL, cmd_drop_caches },
+	{ "set", "KEY VALUE", "wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
+	  "                               nr_pages PAGES (resize the pool, up to pages_max),\n"
+	  "                               ns_pin_pages PAGES|auto, ns_cache_share PERCENT",
+	  0, parse_set, cmd_set },
+	{ "probe", "", "ABI version, opcodes, features, pool shape", 0, NULL, cmd_probe },
+};
+
+static void usage(FILE *f)
+{
+	const struct ctl_cmd *cmd;
+	char syn[64];
+
+	fprintf(f, "usage: kvmmctl [--socket PATH] [--json] [--timeout SECONDS] COMMAND [ARGS]\n");
+	for (cmd = ctl_cmds; cmd < ctl_cmds + ARRAY_LEN(ctl_cmds); cmd++) {
+		snprintf(syn, sizeof(syn), "%s %s", cmd->name, cmd->args);
+		fprintf(f, "  %-28s %s\n", syn, cmd->help);
+	}
+	fprintf(f, "Options go before or after the command; '--' ends them.\n"
+		"The socket defaults to $KVMM_SOCKET, then /run/kvmm/kvmmd.sock; every\n"
+		"wait for the instance ends after --timeout seconds (default %d).\n"
+		"Exit: 0 done, 1 refused, 2 bad usage, 3 instance unreachable, silent or gone.\n",
+		KVMM_CONNECT_TIMEOUT_MS / 1000);
+}
+
+/* ---- the command line ---- */
+
+static const struct ctl_cmd *find_cmd(const char *name)
+{
+	const struct ctl_cmd *cmd;
+
+	for (cmd = ctl_cmds; cmd < ctl_cmds + ARRAY_LEN(ctl_cmds); cmd++)
+		if (!strcmp(cmd->name, name))
+			return cmd;
+	return NULL;
+}
+
+/* An option getopt refused: say which, as the user typed it. */
+static int bad_option(int c, char **argv)
+{
+	const char *arg = argv[optind - 1];
+
+	if (c == ':')
+		return usage_err("option '%s' needs a value", arg);
+	if (optopt && strncmp(arg, "--", 2))
+		return usage_err("unknown option '-%c'", optopt);
+	return usage_err("unknown option '%s'", arg);
+}
+
+/*
+ * Parse the options of the command line into @c, collecting the operands
+ * in order in @ops.  Return: how many operands, or -1 with *@ret the exit
+ * code.
+ */
+static int parse_opts(struct ctl *c, int argc, char **argv, char **ops, int *ret)
+{
+	struct option lo[NR_OPTS + 1] = { { 0 } };
+	int i, n = 0, opt;
+
+	for (i = 0; i < NR_OPTS; i++)
+		lo[i] = (struct option){ ctl_opts[i].name,
+					 ctl_opts[i].arg ? required_argument : no_argument,
+					 NULL, OPT_VAL + i };
+	opterr = 0;
+	/* "-": operands come back in order as 1; ':': a missing value as ':' */
+	while ((opt = getopt_long(argc, argv, "-:", lo, NULL)) != -1) {
+		if (opt == 1) {
+			ops[n++] = optarg;
+			continue;
+		}
+		opt -= OPT_VAL;
+		if (opt < 0 || opt >= NR_OPTS) {
+			*ret = bad_option(opt + OPT_VAL, argv);
+			return -1;
+		}
+		*ret = ctl_opts[opt].set(c, optarg);
+		if (*ret)
+			return -1;
+		c->given |= 1u << opt;
+	}
+	while (optind < argc)
+		ops[n++] = argv[optind++];
+	return n;
+}
+
+/* The command @ops[0] names, checked against the options given and its operands. */
+static const struct ctl_cmd *check_cmd(struct ctl *c, char **ops, int n, int *ret)
+{
+	const struct ctl_cmd *cmd = find_cmd(ops[0]);
+	int i;
+
+	if (!cmd) {
+		*ret = usage_err("unknown command '%s'", ops[0]);
+		return NULL;
+	}
+	for (i = 0; i < NR_OPTS; i++)
+		if ((c->given & ~(GLOBAL_OPTS | cmd->opts)) & (1u << i)) {
+			*ret = usage_err("%s: no option --%s", cmd->name, ctl_opts[i].name);
+			return NULL;
+		}
+	if (cmd->parse)
+		*ret = cmd->parse(c, n - 1, ops + 1);
+	else if (n > 1)
+		*ret = usage_err("%s: unexpected argument '%s'", cmd->name, ops[1]);
+	return *ret ? NULL : cmd;
+}
+
+/*
+ * Parse the whole command line into @c and find the command.  Return: the
+ * command, or NULL with *@ret the exit code (0 for --help).
+ */
+static const struct ctl_cmd *parse_cmdline(struct ctl *c, int argc, char **argv, int *ret)
+{
+	const struct ctl_cmd *cmd = NULL;
+	char **ops = calloc((size_t)argc + 1, sizeof(*ops));
+	int n;
+
+	if (!ops) {
+		fprintf(stderr, "kvmmctl: out of memory\n");
+		*ret = EXIT_REFUSED;
+		return NULL;
+	}
+	n = parse_opts(c, argc, argv, ops, ret);
+	if (n >= 0 && (c->given & OPT(HELP))) {
+		usage(stdout);
+		*ret = 0;
+	} else if (!n) {
+		usage(stderr);
+		*ret = EXIT_USAGE;
+	} else if (n > 0) {
+		cmd = check_cmd(c, ops, n, ret);
+	}
+	free(ops);
+	return cmd;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 }
-	};
 	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = BUF_SIZE };
-	const char *path = getenv("KVMM_SOCKET");
-	const char *cmd;
-	struct kvmm_sqe *sqe;
-	char *end;
-	int c, ret;
+	struct ctl c = {
+		.path = getenv("KVMM_SOCKET"),
+		.timeout = { .tv_sec = KVMM_CONNECT_TIMEOUT_MS / 1000 },
+		.interval = 1.0, .depth = UINT32_MAX, .limit = 1000,
+	};
+	const struct ctl_cmd *cmd;
+	int ret = 0;
 
-	if (!path)
-		path = "/run/kvmm/kvmmd.sock";
-	while ((c = getopt_long(argc, argv, "+", lo, NULL)) != -1) {
-		switch (c) {
-		case 's': path = optarg; break;
-		case 'j': json = true; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return EXIT_USAGE;
-		}
-	}
-	if (optind >= argc) {
-		usage(stderr);
-		return EXIT_USAGE;
-	}
-	cmd = argv[optind];
-	argc -= optind;
-	argv += optind;
-	ret = kvmm_ring_connect(path, &rp, &ring);
+	if (!c.path || !*c.path)
+		c.path = "/run/kvmm/kvmmd.sock";
+	cmd = parse_cmdline(&c, argc, argv, &ret);
+	if (!cmd)
+		goto out;
+	ret = kvmm_ring_connect_timeout(c.path, &rp, &ring, &c.timeout);
 	if (ret) {
-		fprintf(stderr, "kvmmctl: cannot reach %s: %s\n", path, strerror(-ret));
-		return EXIT_CONNECT;
+		fprintf(stderr, "kvmmctl: cannot reach %s: %s%s\n", c.path, errno_str(-ret),
+			ret == -EPROTO ? " (not a kvmm server, or another ABI)" :
+			ret == -ETIMEDOUT ? " (no answer within --timeout)" : "");
+		ret = EXIT_CONNECT;
+		goto out;
 	}
-	if (!strcmp(cmd, "stat")) {
-		ret = cmd_stat();
-	} else if (!strcmp(cmd, "top")) {
-		ret = cmd_top(argc, argv);
-	} else if (!strcmp(cmd, "tree")) {
-		ret = cmd_tree(argc, argv);
-	} else if (!strcmp(cmd, "seqs")) {
-		ret = cmd_seqs();
-	} else if (kvmmctl_pins_owns(cmd, argc, argv)) {
-		ret = kvmmctl_pins_run(&ring, json, cmd, argc, argv);
-	} else if (!strcmp(cmd, "pin") || !strcmp(cmd, "unpin")) {
-		ret = cmd_pin(argc, argv, cmd[0] == 'p');
-	} else if (!strcmp(cmd, "reclaim")) {
-		unsigned long pages = argc == 2 ? strtoul(argv[1], &end, 0) : 0;
-
-		if (argc != 2 || *end || !pages || pages > UINT32_MAX) {
-			fprintf(stderr, "kvmmctl: reclaim PAGES (a positive number)\n");
-			ret = EXIT_USAGE;
-		} else {
-			sqe = sqe_get();
-			kvmm_prep_reclaim(sqe, (uint32_t)pages);
-			ret = cmd_simple("reclaim", sqe, "pages");
-		}
-	} else if (!strcmp(cmd, "drop-caches")) {
-		sqe = sqe_get();
-		kvmm_prep_drop_caches(sqe);
-		ret = cmd_simple("drop-caches", sqe, "pages");
-	} else if (!strcmp(cmd, "set")) {
-		ret = cmd_set(argc, argv);
-	} else if (!strcmp(cmd, "probe")) {
-		ret = cmd_probe();
-	} else {
-		fprintf(stderr, "kvmmctl: unknown command '%s'\n", cmd);
-		ret = EXIT_USAGE;
-	}
-	if (ret == EXIT_USAGE && strcmp(cmd, "set") && strcmp(cmd, "reclaim"))
-		usage(stderr);
+	ret = cmd->run(&c);
 	kvmm_ring_exit(&ring);
+out:
+	free(c.tok);
 	return ret;
 }

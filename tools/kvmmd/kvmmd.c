@@ -8,10 +8,15 @@
  * Runs in the foreground with its log on stderr, which is what a
  * systemd service (Type=simple) or a container wants.  SIGINT and SIGTERM
  * stop it cleanly: every client's ring is released, the socket removed.
+ *
+ * Options are a table (kvmmd_opts[]); checks that involve several options
+ * run once all are read, so their order never matters.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +24,7 @@
 
 #include <libkvmm.h>
 
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
+#include "../lib/parse.h"
 
 static void usage(FILE *f)
 {
@@ -58,225 +57,461 @@ static void usage(FILE *f)
 		"                       reclaim demotes it (default), or when it is committed\n"
 		"  --poll               serve every ring in polling mode (a core spins)\n"
 		"  --ns-per-uid         bind each client that is not root to the namespace of its uid\n"
-		"  --quiet              log only errors\n"
 		"  --ns-pin-pages N|auto  pages a bound namespace may pin (default auto: half the pool)\n"
 		"  --ns-cache-share PCT   percent of the pool a namespace may cache before its own\n"
-		"                       cache is reclaimed first (1..100, default 100: no share)\n");
+		"                       cache is reclaimed first (1..100, default 100: no share)\n"
+		"  --quiet              log only errors\n");
 }
 
-static int parse_num(const char *opt, const char *s, uint64_t *v)
-{
-	char *end;
-
-	errno = 0;
-	*v = strtoull(s, &end, 0);
-	if (!*s || *end || errno || *s == '-') {
-		fprintf(stderr, "kvmmd: %s: '%s' is not a number\n", opt, s);
-		return -1;
-	}
-	return 0;
-}
-
+/* What the command line and config file build. */
 struct opts {
 	struct kvmm_params p;
 	struct kvmm_cuda_arg cuda;
 	struct kvmm_mock_arg mock;
-	const char *socket;
-	const char *evict;
+	char *socket;			/* the strings are owned: opts_free() */
+	char *evict;
+	char *nvme_path;
+	char *backend;
 	uint32_t server_flags;
 	int quiet;
+	uint64_t given;			/* bits of kvmmd_opts[] given */
 	uint64_t ns_pin_pages;		/* KVMM_SET_NS_PIN_PAGES */
 	uint64_t ns_cache_share;	/* KVMM_SET_NS_CACHE_SHARE */
 };
 
-enum { O_SOCKET = 256, O_CONFIG, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
-       O_MEM_FRAC, O_LAYERS, O_KV_HEADS, O_HEAD_DIM, O_DTYPE, O_MLA, O_MAX_SEQS,
-       O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_HELP, O_NS_UID,
-       O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY,
-       O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE };
-
-static const struct option lopts[] = {
-	{ "socket", required_argument, NULL, O_SOCKET },
-	{ "config", required_argument, NULL, O_CONFIG },
-	{ "page-size", required_argument, NULL, O_PAGE_SIZE },
-	{ "pages", required_argument, NULL, O_PAGES },
-	{ "mem-avail", required_argument, NULL, O_MEM_AVAIL },
-	{ "mem-total", required_argument, NULL, O_MEM_TOTAL },
-	{ "mem-fraction", required_argument, NULL, O_MEM_FRAC },
-	{ "layers", required_argument, NULL, O_LAYERS },
-	{ "kv-heads", required_argument, NULL, O_KV_HEADS },
-	{ "head-dim", required_argument, NULL, O_HEAD_DIM },
-	{ "dtype-bytes", required_argument, NULL, O_DTYPE },
-	{ "mla-dim", required_argument, NULL, O_MLA },
-	{ "max-seqs", required_argument, NULL, O_MAX_SEQS },
-	{ "max-seq-len", required_argument, NULL, O_MAX_LEN },
-	{ "wmark-min", required_argument, NULL, O_WMIN },
-	{ "wmark-low", required_argument, NULL, O_WLOW },
-	{ "wmark-high", required_argument, NULL, O_WHIGH },
-	{ "evict", required_argument, NULL, O_EVICT },
-	{ "poll", no_argument, NULL, O_POLL },
-	{ "quiet", no_argument, NULL, O_QUIET },
-	{ "help", no_argument, NULL, O_HELP },
-	{ "ns-per-uid", no_argument, NULL, O_NS_UID },
-	{ "host-pages", required_argument, NULL, O_HOST_PAGES },
-	{ "host-node", required_argument, NULL, O_HOST_NODE },
-	{ "nvme-file", required_argument, NULL, O_NVME_FILE },
-	{ "nvme-pages", required_argument, NULL, O_NVME_PAGES },
-	{ "nvme-qd", required_argument, NULL, O_NVME_QD },
-	{ "write-policy", required_argument, NULL, O_WRITE_POLICY },
-	{ "max-pages", required_argument, NULL, O_MAX_PAGES },
-	{ "backend", required_argument, NULL, O_BACKEND },
-	{ "cuda-device", required_argument, NULL, O_CUDA_DEVICE },
-	{ "ns-pin-pages", required_argument, NULL, O_NS_PIN_PAGES },
-	{ "ns-cache-share", required_argument, NULL, O_NS_CACHE_SHARE },
-	{ 0 }
+/*
+ * One option: its name, whether it takes a value, and how the value is
+ * stored.  A number option names its field (@off into struct opts) and
+ * the largest value it holds (@max); a flag option's @max is the server
+ * flag it sets; others have their own @set.  Appending an
+ * option is one line here (and a small function when it is not a plain
+ * number).
+ */
+struct kvmmd_opt {
+	const char *name;
+	int has_arg;
+	int (*set)(struct opts *o, const struct kvmmd_opt *d, const char *val);
+	size_t off;
+	uint64_t max;
 };
 
-static int apply(struct opts *o, int id, const char *name, const char *val);
+#define P(field)	offsetof(struct opts, p.field)
 
-/* A config file: "name value" lines with the long option names. */
-static int read_config(struct opts *o, const char *path)
+static int set_u32(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_u64(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_i32(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_str(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_config(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_help(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_mem_fraction(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_mla(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_evict(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_flag(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_host_node(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_backend(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_write_policy(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_ns_pin_pages(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_percent(struct opts *o, const struct kvmmd_opt *d, const char *val);
+
+enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
+       O_MEM_FRAC, O_LAYERS, O_KV_HEADS, O_HEAD_DIM, O_DTYPE, O_MLA, O_MAX_SEQS,
+       O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_NS_UID,
+       O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY,
+       O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE, NR_OPTS };
+
+#define OPT_VAL	256		/* getopt's value of option 0 */
+#define REQ	required_argument
+#define NONE	no_argument
+static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
+	[O_SOCKET] = { "socket", REQ, set_str, offsetof(struct opts, socket) },
+	[O_CONFIG] = { "config", REQ, set_config },
+	[O_HELP] = { "help", NONE, set_help },
+	[O_PAGE_SIZE] = { "page-size", REQ, set_u32, P(page_size), UINT32_MAX },
+	[O_PAGES] = { "pages", REQ, set_u32, P(nr_pages), UINT32_MAX },
+	[O_MEM_AVAIL] = { "mem-avail", REQ, set_u64, P(mem_avail), UINT64_MAX },
+	[O_MEM_TOTAL] = { "mem-total", REQ, set_u64, P(mem_total), UINT64_MAX },
+	[O_MEM_FRAC] = { "mem-fraction", REQ, set_mem_fraction },
+	[O_LAYERS] = { "layers", REQ, set_u32, P(model.layers), UINT32_MAX },
+	[O_KV_HEADS] = { "kv-heads", REQ, set_u32, P(model.kv_heads), UINT32_MAX },
+	[O_HEAD_DIM] = { "head-dim", REQ, set_u32, P(model.head_dim), UINT32_MAX },
+	[O_DTYPE] = { "dtype-bytes", REQ, set_u32, P(model.dtype_bytes), UINT32_MAX },
+	[O_MLA] = { "mla-dim", REQ, set_mla, P(model.latent_dim), UINT32_MAX },
+	[O_MAX_SEQS] = { "max-seqs", REQ, set_u32, P(max_seqs), UINT32_MAX },
+	[O_MAX_LEN] = { "max-seq-len", REQ, set_u32, P(max_seq_len), UINT32_MAX },
+	[O_WMIN] = { "wmark-min", REQ, set_u32, P(wmark_min), UINT32_MAX },
+	[O_WLOW] = { "wmark-low", REQ, set_u32, P(wmark_low), UINT32_MAX },
+	[O_WHIGH] = { "wmark-high", REQ, set_u32, P(wmark_high), UINT32_MAX },
+	[O_EVICT] = { "evict", REQ, set_evict, offsetof(struct opts, evict) },
+	[O_POLL] = { "poll", NONE, set_flag, 0, KVMM_SERVER_POLL },
+	[O_QUIET] = { "quiet", NONE, set_flag },
+	[O_NS_UID] = { "ns-per-uid", NONE, set_flag, 0, KVMM_SERVER_NS_UID },
+	[O_HOST_PAGES] = { "host-pages", REQ, set_u32, P(host_pages), UINT32_MAX },
+	[O_HOST_NODE] = { "host-node", REQ, set_host_node, P(host_node), INT32_MAX },
+	[O_NVME_FILE] = { "nvme-file", REQ, set_str, offsetof(struct opts, nvme_path) },
+	[O_NVME_PAGES] = { "nvme-pages", REQ, set_u32, P(nvme_pages), UINT32_MAX },
+	[O_NVME_QD] = { "nvme-qd", REQ, set_u32, P(nvme_qd), UINT32_MAX },
+	[O_WRITE_POLICY] = { "write-policy", REQ, set_write_policy },
+	[O_MAX_PAGES] = { "max-pages", REQ, set_u32, P(max_pages), UINT32_MAX },
+	[O_BACKEND] = { "backend", REQ, set_backend, offsetof(struct opts, backend) },
+	[O_CUDA_DEVICE] = { "cuda-device", REQ, set_i32, offsetof(struct opts, cuda.device),
+			    INT32_MAX },
+	[O_NS_PIN_PAGES] = { "ns-pin-pages", REQ, set_ns_pin_pages,
+			     offsetof(struct opts, ns_pin_pages), UINT32_MAX },
+	[O_NS_CACHE_SHARE] = { "ns-cache-share", REQ, set_percent,
+			       offsetof(struct opts, ns_cache_share), 100 },
+};
+
+/* A number within the option's range, or a message naming it. */
+static int get_num(const struct kvmmd_opt *d, const char *val, uint64_t *v)
 {
-	FILE *f = fopen(path, "r");
-	char line[512];
-	unsigned lineno = 0;
+	int ret = parse_uint(val, d->max, v);
 
-	if (!f) {
-		fprintf(stderr, "kvmmd: %s: %s\n", path, strerror(errno));
+	if (ret)
+		fprintf(stderr, "kvmmd: --%s: '%s' %s (0 to %llu)\n", d->name, val,
+			parse_strerror(ret), (unsigned long long)d->max);
+	return ret;
+}
+
+static int set_u32(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	uint64_t v;
+
+	if (get_num(d, val, &v))
+		return -1;
+	*(uint32_t *)((char *)o + d->off) = (uint32_t)v;
+	return 0;
+}
+
+static int set_u64(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	return get_num(d, val, (uint64_t *)((char *)o + d->off)) ? -1 : 0;
+}
+
+static int set_i32(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	uint64_t v;
+
+	if (get_num(d, val, &v))
+		return -1;
+	*(int32_t *)((char *)o + d->off) = (int32_t)v;
+	return 0;
+}
+
+/* A string option: the last one given wins; kvmmd owns the copy. */
+static int set_str(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	char **dst = (char **)((char *)o + d->off);
+	char *s;
+
+	if (!*val) {
+		fprintf(stderr, "kvmmd: --%s: the value is empty\n", d->name);
 		return -1;
 	}
-	while (fgets(line, sizeof(line), f)) {
-		char name[64], val[400];
-		const struct option *lo;
-		int n;
+	s = strdup(val);
+	if (!s) {
+		fprintf(stderr, "kvmmd: out of memory\n");
+		return -1;
+	}
+	free(*dst);
+	*dst = s;
+	return 0;
+}
 
+static int set_help(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	return 0;
+}
+
+static int set_mem_fraction(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	double f;
+
+	if (parse_real(val, 0.0, 1.0, &f) || f == 0.0) {
+		fprintf(stderr, "kvmmd: --%s: '%s' is not a fraction in (0, 1]\n", d->name, val);
+		return -1;
+	}
+	o->p.mem_fraction = f;
+	return 0;
+}
+
+static int set_mla(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	if (set_u32(o, d, val))
+		return -1;
+	o->p.model.attn = KVMM_ATTN_MLA;
+	return 0;
+}
+
+static int set_evict(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	if (strcmp(val, "lru") && strcmp(val, "slru")) {
+		fprintf(stderr, "kvmmd: --%s: '%s' is not lru or slru\n", d->name, val);
+		return -1;
+	}
+	return set_str(o, d, val);
+}
+
+static int set_flag(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	if (d == &kvmmd_opts[O_QUIET])
+		o->quiet = 1;
+	o->server_flags |= (uint32_t)d->max;
+	return 0;
+}
+
+static int set_host_node(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	if (!strcmp(val, "nearest")) {
+		o->p.host_node = KVMM_NODE_NEAREST;
+		return 0;
+	}
+	return set_i32(o, d, val);
+}
+
+static int set_backend(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	if (!kvmm_backend_lookup(val)) {
+		fprintf(stderr, "kvmmd: --%s: no backend '%s' in this build\n", d->name, val);
+		return -1;
+	}
+	return set_str(o, d, val);
+}
+
+static int set_write_policy(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	if (!strcmp(val, "write-back"))
+		o->p.write_policy = KVMM_WRITE_BACK;
+	else if (!strcmp(val, "write-through"))
+		o->p.write_policy = KVMM_WRITE_THROUGH;
+	else {
+		fprintf(stderr, "kvmmd: --%s: '%s' is not write-back or write-through\n",
+			d->name, val);
+		return -1;
+	}
+	return 0;
+}
+
+static int set_ns_pin_pages(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	if (!strcmp(val, "auto")) {
+		o->ns_pin_pages = KVMM_NS_PIN_AUTO;
+		return 0;
+	}
+	return set_u64(o, d, val);
+}
+
+static int set_percent(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	uint64_t v;
+
+	if (get_num(d, val, &v))
+		return -1;
+	if (!v) {
+		fprintf(stderr, "kvmmd: --%s: '%s' is not a percentage in 1..%llu\n", d->name,
+			val, (unsigned long long)d->max);
+		return -1;
+	}
+	*(uint64_t *)((char *)o + d->off) = v;
+	return 0;
+}
+
+/* The tenants' limits, set as kvmmctl set would (the values are checked). */
+static int set_ns_limits(struct kvmm_ctx *ctx, const struct opts *o)
+{
+	struct kvmm_sqe set = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_NS_PIN_PAGES,
+				.arg2 = o->ns_pin_pages };
+	int ret = kvmm_ioctl(ctx, &set, NULL, 0);
+
+	set.arg = KVMM_SET_NS_CACHE_SHARE;
+	set.arg2 = o->ns_cache_share;
+	return ret ? ret : kvmm_ioctl(ctx, &set, NULL, 0);
+}
+
+static int apply(struct opts *o, int id, const char *val)
+{
+	if (kvmmd_opts[id].set(o, &kvmmd_opts[id], val))
+		return -1;
+	o->given |= 1ull << id;
+	return 0;
+}
+
+/*
+ * Split a config line into its words (at most @max, NUL-terminated in
+ * place); a '#' starts a comment.  Return: the number of words, or
+ * @max + 1 when there are more.
+ */
+static int split_words(char *line, char **w, int max)
+{
+	int n = 0;
+	char *save, *t;
+
+	line[strcspn(line, "#")] = '\0';
+	for (t = strtok_r(line, " \t\r\n", &save); t; t = strtok_r(NULL, " \t\r\n", &save)) {
+		if (n == max)
+			return max + 1;
+		w[n++] = t;
+	}
+	return n;
+}
+
+/* One "name [value]" line of a config file. */
+static int config_line(struct opts *o, const char *path, unsigned lineno, char *line)
+{
+	const struct kvmmd_opt *d;
+	char *w[3];
+	int n = split_words(line, w, 2), id;
+
+	if (!n)
+		return 0;
+	for (id = 0; id < NR_OPTS && strcmp(kvmmd_opts[id].name, w[0]); id++)
+		;
+	d = &kvmmd_opts[id];
+	if (id == NR_OPTS || id == O_CONFIG || id == O_HELP) {
+		fprintf(stderr, "kvmmd: %s:%u: unknown option '%s'\n", path, lineno, w[0]);
+		return -1;
+	}
+	if (d->has_arg && n < 2) {
+		fprintf(stderr, "kvmmd: %s:%u: '%s' needs a value\n", path, lineno, w[0]);
+		return -1;
+	}
+	if (n > (d->has_arg ? 2 : 1)) {
+		fprintf(stderr, "kvmmd: %s:%u: '%s' takes %s; trailing words on the line\n",
+			path, lineno, w[0], d->has_arg ? "one value" : "no value");
+		return -1;
+	}
+	return apply(o, id, d->has_arg ? w[1] : NULL);
+}
+
+/* A config file: "name value" lines with the long option names, '#' comments. */
+static int set_config(struct opts *o, const struct kvmmd_opt *d, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	unsigned lineno = 0;
+	int ret = 0;
+
+	if (!f) {
+		fprintf(stderr, "kvmmd: %s: %s\n", path, errno_str(errno));
+		return -1;
+	}
+	while (!ret && fgets(line, sizeof(line), f)) {
 		lineno++;
-		n = sscanf(line, " %63s %399s", name, val);
-		if (n <= 0 || name[0] == '#')
-			continue;
-		for (lo = lopts; lo->name && strcmp(lo->name, name); lo++)
-			;
-		if (!lo->name || lo->val == O_CONFIG || lo->val == O_HELP ||
-		    (lo->has_arg && n < 2)) {
-			fprintf(stderr, "kvmmd: %s:%u: unknown or incomplete option '%s'\n",
-				path, lineno, name);
-			fclose(f);
-			return -1;
-		}
-		if (apply(o, lo->val, name, lo->has_arg ? val : NULL)) {
-			fclose(f);
-			return -1;
+		if (!strchr(line, '\n') && !feof(f)) {
+			fprintf(stderr, "kvmmd: %s:%u: line longer than %zu bytes\n", path,
+				lineno, sizeof(line) - 2);
+			ret = -1;
+		} else {
+			ret = config_line(o, path, lineno, line);
 		}
 	}
 	fclose(f);
+	return ret;
+}
+
+/*
+ * Checks that involve several options, made once everything is read so
+ * the order they came in does not matter.
+ */
+static int check_opts(struct opts *o)
+{
+	static const int sizing[] = { O_MEM_AVAIL, O_MEM_TOTAL, O_MEM_FRAC };
+	size_t i;
+
+	if (!o->socket) {
+		fprintf(stderr, "kvmmd: --socket PATH is required\n");
+		return -1;
+	}
+	for (i = 0; i < sizeof(sizing) / sizeof(sizing[0]); i++)
+		if ((o->given & (1ull << O_PAGES)) && (o->given & (1ull << sizing[i]))) {
+			fprintf(stderr, "kvmmd: --pages and --%s both size the pool; give one\n",
+				kvmmd_opts[sizing[i]].name);
+			return -1;
+		}
+	if ((o->given & (1ull << O_MLA)) &&
+	    (o->given & ((1ull << O_KV_HEADS) | (1ull << O_HEAD_DIM)))) {
+		fprintf(stderr, "kvmmd: --mla-dim replaces --kv-heads and --head-dim; give one\n");
+		return -1;
+	}
+	if (o->given & (1ull << O_MLA))
+		o->p.model.kv_heads = o->p.model.head_dim = 0;
+	if (o->given & ((1ull << O_MEM_AVAIL) | (1ull << O_MEM_TOTAL) | (1ull << O_MEM_FRAC)))
+		o->p.nr_pages = 0;
+	if (!o->p.nr_pages && o->p.mem_fraction == 0.0)
+		o->p.mem_fraction = 0.88;
+	if (!o->p.nr_pages && !o->p.mem_total)
+		o->p.mem_total = o->p.mem_avail;
+	o->p.evict_policy = o->evict;
+	o->p.nvme_path = o->nvme_path;
+	o->p.backend = o->backend;
+	if (o->backend && !strcmp(o->backend, "cuda"))
+		o->p.backend_arg = &o->cuda;
 	return 0;
 }
 
-static char *keep(const char *s)
+/* The command line, then the checks.  Return: 0, 1 for --help, or -1. */
+static int parse_cmdline(struct opts *o, int argc, char **argv)
 {
-	char *d = strdup(s);
+	struct option lo[NR_OPTS + 1] = { { 0 } };
+	int c, i;
 
-	if (!d) {
-		fprintf(stderr, "kvmmd: out of memory\n");
-		exit(1);
+	for (i = 0; i < NR_OPTS; i++)
+		lo[i] = (struct option){ kvmmd_opts[i].name, kvmmd_opts[i].has_arg, NULL,
+					 OPT_VAL + i };
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (c < OPT_VAL || apply(o, c - OPT_VAL, optarg))
+			return -1;
 	}
-	return d;
+	if (o->given & (1ull << O_HELP))
+		return 1;
+	if (optind != argc) {
+		fprintf(stderr, "kvmmd: '%s': kvmmd takes no arguments, only options\n",
+			argv[optind]);
+		return -1;
+	}
+	return check_opts(o);
 }
 
-static int apply(struct opts *o, int id, const char *name, const char *val)
+static void opts_free(struct opts *o)
 {
-	struct kvmm_params *p = &o->p;
-	uint64_t v = 0;
+	free(o->socket);
+	free(o->evict);
+	free(o->nvme_path);
+	free(o->backend);
+}
 
-	switch (id) {
-	case O_SOCKET: o->socket = keep(val); return 0;
-	case O_CONFIG: return read_config(o, val);
-	case O_EVICT: o->evict = keep(val); return 0;
-	case O_POLL: o->server_flags |= KVMM_SERVER_POLL; return 0;
-	case O_NS_UID: o->server_flags |= KVMM_SERVER_NS_UID; return 0;
-	case O_QUIET: o->quiet = 1; return 0;
-	case O_NVME_FILE: p->nvme_path = keep(val); return 0;
-	case O_BACKEND:
-		if (!kvmm_backend_lookup(val)) {
-			fprintf(stderr, "kvmmd: %s: no backend '%s' in this build\n", name, val);
-			return -1;
-		}
-		p->backend = keep(val);
-		p->backend_arg = strcmp(val, "cuda") ? (void *)&o->mock : (void *)&o->cuda;
-		return 0;
-	case O_WRITE_POLICY:
-		if (!strcmp(val, "write-back") || !strcmp(val, "write-through")) {
-			p->write_policy = val[6] == 't' ? KVMM_WRITE_THROUGH : KVMM_WRITE_BACK;
-			return 0;
-		}
-		fprintf(stderr, "kvmmd: %s: '%s' is not write-back or write-through\n", name, val);
-		return -1;
-	case O_NS_PIN_PAGES:
-		if (!strcmp(val, "auto")) {
-			o->ns_pin_pages = KVMM_NS_PIN_AUTO;
-			return 0;
-		}
-		break;
-	case O_HOST_NODE:
-		if (!strcmp(val, "nearest")) {
-			p->host_node = KVMM_NODE_NEAREST;
-			return 0;
-		}
-		break;
-	case O_MEM_FRAC: {
-		char *end;
+/* Who answers at @path, which is taken: another kvmm server, or not? */
+static const char *who_answers(const char *path)
+{
+	static char buf[160];
+	struct kvmm_ring_params rp = { .sq_entries = 1 };
+	const struct timespec t = { .tv_sec = 1 };
+	struct kvmm_ring ring;
+	int ret = kvmm_ring_connect_timeout(path, &rp, &ring, &t);
 
-		p->mem_fraction = strtod(val, &end);
-		if (!*val || *end || !(p->mem_fraction > 0.0 && p->mem_fraction <= 1.0)) {
-			fprintf(stderr, "kvmmd: %s: '%s' is not a fraction in (0, 1]\n", name, val);
-			return -1;
-		}
-		p->nr_pages = 0;
-		return 0;
+	if (!ret) {
+		kvmm_ring_exit(&ring);
+		return "another kvmmd (or an engine's kvmm server) answers there";
 	}
-	}
-	if (parse_num(name, val, &v))
-		return -1;
-	if (id != O_MEM_AVAIL && id != O_MEM_TOTAL && v > UINT32_MAX) {
-		fprintf(stderr, "kvmmd: %s: %s is too large\n", name, val);
-		return -1;
-	}
-	switch (id) {
-	case O_PAGE_SIZE: p->page_size = (uint32_t)v; break;
-	case O_PAGES: p->nr_pages = (uint32_t)v; break;
-	case O_MEM_AVAIL: p->mem_avail = v; p->nr_pages = 0; break;
-	case O_MEM_TOTAL: p->mem_total = v; p->nr_pages = 0; break;
-	case O_LAYERS: p->model.layers = (uint32_t)v; break;
-	case O_KV_HEADS: p->model.kv_heads = (uint32_t)v; break;
-	case O_HEAD_DIM: p->model.head_dim = (uint32_t)v; break;
-	case O_DTYPE: p->model.dtype_bytes = (uint32_t)v; break;
-	case O_MLA:
-		p->model.attn = KVMM_ATTN_MLA;
-		p->model.latent_dim = (uint32_t)v;
-		p->model.kv_heads = p->model.head_dim = 0;
-		break;
-	case O_MAX_SEQS: p->max_seqs = (uint32_t)v; break;
-	case O_MAX_LEN: p->max_seq_len = (uint32_t)v; break;
-	case O_WMIN: p->wmark_min = (uint32_t)v; break;
-	case O_WLOW: p->wmark_low = (uint32_t)v; break;
-	case O_WHIGH: p->wmark_high = (uint32_t)v; break;
-	case O_HOST_PAGES: p->host_pages = (uint32_t)v; break;
-	case O_HOST_NODE: p->host_node = v > INT32_MAX ? -2 : (int32_t)v; break;
-	case O_NVME_PAGES: p->nvme_pages = (uint32_t)v; break;
-	case O_NVME_QD: p->nvme_qd = (uint32_t)v; break;
-	case O_MAX_PAGES: p->max_pages = (uint32_t)v; break;
-	case O_CUDA_DEVICE: o->cuda.device = v > INT32_MAX ? -1 : (int)v; break;
-	case O_NS_PIN_PAGES: o->ns_pin_pages = v; break;
-	case O_NS_CACHE_SHARE:
-		if (v < 1 || v > 100) {
-			fprintf(stderr, "kvmmd: %s: '%s' is not a percentage in 1..100\n",
-				name, val);
-			return -1;
-		}
-		o->ns_cache_share = v;
-		break;
-	}
-	return 0;
+	if (ret == -EBUSY || ret == -EPERM)
+		return "another kvmmd answers there (and refused a probe)";
+	snprintf(buf, sizeof(buf), "a server that is not kvmm answers there (a probe got %s)",
+		 errno_str(-ret));
+	return buf;
+}
+
+/*
+ * Wait for SIGINT or SIGTERM.  They are blocked from the start of main(),
+ * before any thread exists, so every thread inherits the mask and one
+ * arriving early stays pending here instead of being lost or killing
+ * kvmmd half-started.
+ */
+static int wait_for_stop(const sigset_t *set)
+{
+	int sig;
+
+	while (sigwait(set, &sig))
+		;
+	return sig;
 }
 
 int main(int argc, char **argv)
@@ -294,70 +529,55 @@ int main(int argc, char **argv)
 		.ns_pin_pages = KVMM_NS_PIN_AUTO,
 		.ns_cache_share = 100,
 	};
-	struct kvmm_sqe set = { .opcode = KVMM_OP_SET };
 	struct kvmm_server *srv = NULL;
 	struct kvmm_ctx *ctx = NULL;
-	struct sigaction sa = { .sa_handler = on_signal };
-	int c, ret;
+	sigset_t set;
+	int ret, sig;
 
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
 	o.p.backend_arg = &o.mock;
-	while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
-		if (c == O_HELP) {
+	ret = parse_cmdline(&o, argc, argv);
+	if (ret) {
+		if (ret > 0)
 			usage(stdout);
-			return 0;
-		}
-		if (c == '?') {
-			usage(stderr);
-			return 2;
-		}
-		if (apply(&o, c, lopts[c - O_SOCKET].name, optarg)) {
+		else
 			fprintf(stderr, "kvmmd: see 'kvmmd --help' for the options\n");
-			return 2;
-		}
+		opts_free(&o);
+		return ret > 0 ? 0 : 2;
 	}
-	if (!o.socket || optind != argc) {
-		fprintf(stderr, "kvmmd: --socket PATH is required%s\n",
-			optind != argc ? " (and takes no other arguments)" : "");
-		usage(stderr);
-		return 2;
-	}
-	if (!o.p.nr_pages && o.p.mem_fraction == 0.0)
-		o.p.mem_fraction = 0.88;
-	if (!o.p.nr_pages && !o.p.mem_total)
-		o.p.mem_total = o.p.mem_avail;
-	o.p.evict_policy = o.evict;
 	ret = kvmm_create(&o.p, &ctx);
 	if (ret) {
-		fprintf(stderr, "kvmmd: cannot create the pool: %s%s\n", strerror(-ret),
+		fprintf(stderr, "kvmmd: cannot create the pool: %s%s\n", errno_str(-ret),
 			ret == -EINVAL ? " (check the geometry, page size, sizes, --max-pages and watermarks; "
 					 "an NVMe tier needs --host-pages and --nvme-file, "
 					 "write-through needs --host-pages)" :
 			ret == -ENOSPC ? " (the memory budget holds no page)" : "");
+		opts_free(&o);
 		return 1;
 	}
-	/* the tenants' limits, set as kvmmctl set would (the values are checked) */
-	set.arg = KVMM_SET_NS_PIN_PAGES;
-	set.arg2 = o.ns_pin_pages;
-	ret = kvmm_ioctl(ctx, &set, NULL, 0);
-	set.arg = KVMM_SET_NS_CACHE_SHARE;
-	set.arg2 = o.ns_cache_share;
-	ret = ret ? ret : kvmm_ioctl(ctx, &set, NULL, 0);
+	ret = set_ns_limits(ctx, &o);
 	if (ret) {
-		fprintf(stderr, "kvmmd: cannot set the namespace limits: %s\n", strerror(-ret));
+		fprintf(stderr, "kvmmd: cannot set the namespace limits: %s\n", errno_str(-ret));
 		kvmm_destroy(ctx);
+		opts_free(&o);
 		return 1;
 	}
 	ret = kvmm_server_start(ctx, o.socket, o.server_flags, &srv);
 	if (ret) {
-		fprintf(stderr, "kvmmd: cannot serve %s: %s%s\n", o.socket, strerror(-ret),
-			ret == -EADDRINUSE ? " (another kvmmd answers there)" :
-			ret == -EEXIST ? " (the path exists and is not a socket)" : "");
+		/* first: who_answers() uses errno_str()'s buffer too */
+		const char *why = ret == -EADDRINUSE ? who_answers(o.socket) :
+				  ret == -EEXIST ? "the path exists and is not a socket" : NULL;
+
+		fprintf(stderr, "kvmmd: cannot serve %s: %s%s%s%s\n", o.socket, errno_str(-ret),
+			why ? " (" : "", why ? why : "", why ? ")" : "");
 		kvmm_destroy(ctx);
+		opts_free(&o);
 		return 1;
 	}
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
 	if (!o.quiet)
 		fprintf(stderr, "kvmmd: serving %s: %u pages of %u tokens, %u sequences of up to "
 			"%u tokens, eviction %s\n", o.socket, kvmm_nr_pages(ctx),
@@ -375,15 +595,15 @@ int main(int argc, char **argv)
 				(unsigned long long)st[KVMM_STAT_NVME_PAGES_CACHED]);
 		fputc('\n', stderr);
 	}
-	while (!stop)
-		pause();
+	sig = wait_for_stop(&set);
 	if (!o.quiet)
-		fprintf(stderr, "kvmmd: stopping (%u clients attached)\n",
+		fprintf(stderr, "kvmmd: %s: stopping (%u clients attached)\n", strsignal(sig),
 			kvmm_server_clients(srv));
 	kvmm_server_stop(srv);
 	ret = kvmm_check(ctx);
 	if (ret)
-		fprintf(stderr, "kvmmd: invariant check failed at exit: %s\n", strerror(-ret));
+		fprintf(stderr, "kvmmd: invariant check failed at exit: %s\n", errno_str(-ret));
 	kvmm_destroy(ctx);
+	opts_free(&o);
 	return ret ? 1 : 0;
 }

@@ -1,0 +1,792 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/hostile/tools_test.c - the admin tools against careless operators
+ * and servers that are not what they claim: kvmmctl's command line is
+ * parsed whole before connecting, every wait has a deadline, every errno
+ * prints by name; kvmmd's options are strict and independent of order.
+ *
+ * Each bad invocation runs the built tool (hostile_run) and checks its
+ * exit code and that the message names the thing.  Fake servers run in
+ * a child (hostile_child) that the test kills.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CUnit/CUnit.h>
+
+#include <libkvmm.h>
+
+#include "../../tools/lib/parse.h"
+#include "../helpers.h"
+#include "autoconf.h"
+#include "hostile.h"
+
+#define RUN_MS		20000	/* a tool that hangs fails the test */
+
+struct env {
+	char dir[64];
+	char sock[100];		/* fits sun_path */
+	pid_t kvmmd;
+};
+
+static void env_init(struct env *e)
+{
+	CU_ASSERT_FATAL(!hostile_tmpdir(e->dir, sizeof(e->dir)));
+	snprintf(e->sock, sizeof(e->sock), "%s/s", e->dir);
+	e->kvmmd = -1;
+}
+
+static int rm_entry(const char *dir, const char *name)
+{
+	char p[256];
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return unlink(p);
+}
+
+/* Stop what the test started and remove its directory. */
+static void env_fini(struct env *e)
+{
+	if (e->kvmmd > 0) {
+		kill(e->kvmmd, SIGKILL);
+		hostile_reap(e->kvmmd, RUN_MS);
+	}
+	rm_entry(e->dir, "s");
+	rm_entry(e->dir, "cfg");
+	rm_entry(e->dir, "nvme");
+	rmdir(e->dir);
+}
+
+/* Wait for the kvmmd the test started to serve; one that does not is stopped. */
+static void wait_kvmmd(struct env *e)
+{
+	CU_ASSERT_FATAL(e->kvmmd > 0);
+	if (hostile_wait_socket(e->sock, RUN_MS)) {
+		env_fini(e);
+		CU_FAIL_FATAL("kvmmd did not serve");
+	}
+}
+
+static void start_kvmmd(struct env *e)
+{
+	const char *argv[] = { "kvmmd", "--socket", e->sock, "--pages", "256", "--quiet", NULL };
+
+	e->kvmmd = hostile_spawn(argv, -1);
+	wait_kvmmd(e);
+}
+
+/* ---- fake servers ---- */
+
+enum fake_kind {
+	FAKE_SHORT,		/* accepts, sends 4 bytes of a welcome, waits */
+	FAKE_GARBAGE,		/* answers the hello with a welcome-sized non-kvmm reply */
+	FAKE_STATUS,		/* a welcome refusing with fake_status */
+	FAKE_CLOSE,		/* reads the hello, closes */
+	FAKE_NOACCEPT,		/* listens with a backlog of 0, never accepts */
+};
+
+struct fake {
+	const char *path;
+	enum fake_kind kind;
+	int32_t status;
+	int ready[2];		/* the child writes a byte once it listens */
+};
+
+static int fake_server(void *arg)
+{
+	struct fake *f = arg;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kvmm_hello hello;
+	int ls, s;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
+	ls = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    listen(ls, f->kind == FAKE_NOACCEPT ? 0 : 8))
+		return 1;
+	if (write(f->ready[1], "r", 1) != 1)
+		return 1;
+	if (f->kind == FAKE_NOACCEPT)
+		for (;;)
+			pause();
+	for (;;) {
+		s = accept(ls, NULL, NULL);
+		if (s < 0)
+			return 1;
+		if (f->kind == FAKE_SHORT) {
+			if (write(s, "\0\0\0\0", 4) != 4)
+				return 1;
+			continue;	/* and never more: s stays open */
+		}
+		if (recv(s, &hello, sizeof(hello), MSG_WAITALL) != sizeof(hello)) {
+			close(s);
+			continue;
+		}
+		if (f->kind == FAKE_GARBAGE) {
+			static const char junk[sizeof(struct kvmm_welcome)] =
+				"\x2d\x4b\x60\x9f HTTP/1.0 400 Bad Request\r\n\r\n";
+
+			if (write(s, junk, sizeof(junk)) != sizeof(junk))
+				return 1;
+		} else if (f->kind == FAKE_STATUS) {
+			struct kvmm_welcome w = { .status = f->status };
+
+			if (write(s, &w, sizeof(w)) != sizeof(w))
+				return 1;
+		}
+		close(s);
+	}
+}
+
+/* Run the fake server in a child; return its pid once it listens. */
+static pid_t fake_start(struct fake *f)
+{
+	pid_t pid;
+	char c;
+
+	CU_ASSERT_FATAL(!pipe2(f->ready, O_CLOEXEC));
+	fflush(NULL);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (!pid)
+		_exit(fake_server(f));
+	close(f->ready[1]);
+	CU_ASSERT_FATAL(read(f->ready[0], &c, 1) == 1);
+	close(f->ready[0]);
+	return pid;
+}
+
+/* A connection that does not wait for the backlog: -1 once it is full. */
+static int nb_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(s);
+		return -1;
+	}
+	return s;
+}
+
+static void fake_stop(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	hostile_reap(pid, RUN_MS);
+}
+
+/* ---- kvmmctl: item 10, options anywhere, no stray arguments ---- */
+
+static void ctl_options_after_the_command(void)
+{
+	struct env e;
+	char out[4096];
+
+	env_init(&e);
+	start_kvmmd(&e);
+	{
+		const char *argv[] = { "kvmmctl", "stat", "--json", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_EQUAL(out[0], '{');
+	}
+	{
+		const char *argv[] = { "kvmmctl", "top", "--count", "1", "--socket", e.sock,
+				       "--interval", "0.01", "--json", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"hit_rate\""));
+	}
+	CU_ASSERT(hostile_alive(e.kvmmd));
+	env_fini(&e);
+}
+
+static void ctl_stray_argument_is_a_usage_error(void)
+{
+	struct env e;
+	char out[4096];
+
+	env_init(&e);
+	start_kvmmd(&e);
+	{
+		const char *argv[] = { "kvmmctl", "--socket", e.sock, "drop-caches", "now", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "'now'"));
+	}
+	{
+		const char *argv[] = { "kvmmctl", "--socket", e.sock, "stat", "--depth", "2", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--depth"));
+	}
+	env_fini(&e);
+}
+
+/* ---- item 11: usage errors are exit 2 before anything is reached ---- */
+
+static void ctl_usage_errors_before_connecting(void)
+{
+	static const struct {
+		const char *args[6];
+		const char *says;
+	} bad[] = {
+		{ { "pin", "4294967296" }, "token id" },
+		{ { "pin", "--", "-1" }, "token id" },
+		{ { "pin", "--ns", "-1", "5" }, "-1" },
+		{ { "set", "wmark_min", "-1" }, "-1" },
+		{ { "set", "wmark_min", "--", "-1" }, "wmark_min" },
+		{ { "set", "nr_pages", "4294967296" }, "nr_pages" },
+		{ { "top", "--interval", "nan" }, "--interval" },
+		{ { "top", "--interval", "inf" }, "--interval" },
+		{ { "top", "--interval", "0" }, "--interval" },
+		{ { "top", "--count", "1x" }, "--count" },
+		{ { "reclaim", " 5" }, "PAGES" },
+		{ { "stat", "--timeout", "-1" }, "--timeout" },
+		{ { "stat", "--timeout" }, "--timeout" },
+		{ { "--socket", "", "stat" }, "--socket" },
+		{ { "--socket", "/tmp/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.sock", "stat" },
+		  "longer than" },
+		{ { "stat", "-x" }, "'-x'" },
+		{ { "stat", "--frob" }, "'--frob'" },
+		{ { "set", "wmark_min" }, "KEY and a VALUE" },
+		{ { "set", "colour", "blue" }, "colour" },
+		{ { "pin" }, "token ids" },
+		{ { "frobnicate" }, "frobnicate" },
+	};
+	const char *argv[10];
+	char out[4096];
+	size_t i, k;
+	int st;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		/* nothing answers there: a usage error must not get that far */
+		argv[0] = "kvmmctl";
+		argv[1] = "--socket";
+		argv[2] = "/nonexistent/kvmm.sock";
+		for (k = 0; bad[i].args[k]; k++)
+			argv[3 + k] = bad[i].args[k];
+		argv[3 + k] = NULL;
+		st = hostile_run(argv, out, sizeof(out), RUN_MS);
+		CU_ASSERT_EQUAL(st, 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, bad[i].says));
+		if (st != 2 || !strstr(out, bad[i].says))
+			fprintf(stderr, "\n  kvmmctl ... %s %s: exit %d: %s", bad[i].args[0],
+				bad[i].args[1] ? bad[i].args[1] : "", st, out);
+	}
+}
+
+/* ---- item 12: deadlines and errno names ---- */
+
+static void ctl_short_welcome_times_out(void)
+{
+	struct env e;
+	struct fake f = { .kind = FAKE_SHORT };
+	char out[4096];
+	pid_t srv;
+
+	env_init(&e);
+	f.path = e.sock;
+	srv = fake_start(&f);
+	{
+		const char *argv[] = { "kvmmctl", "--socket", e.sock, "--timeout", "0.3", "stat",
+				       NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 3);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "ETIMEDOUT"));
+	}
+	fake_stop(srv);
+	env_fini(&e);
+}
+
+static void ctl_garbage_welcome_is_a_protocol_error(void)
+{
+	struct env e;
+	struct fake f = { .kind = FAKE_GARBAGE };
+	const char *argv[] = { "kvmmctl", "--socket", NULL, "stat", NULL };
+	char out[4096];
+	pid_t srv;
+
+	env_init(&e);
+	f.path = argv[2] = e.sock;
+	srv = fake_start(&f);
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 3);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "EPROTO: Protocol error"));
+	CU_ASSERT_PTR_NULL(strstr(out, "Unknown error"));
+	fake_stop(srv);
+	env_fini(&e);
+}
+
+static void ctl_errnos_print_by_name(void)
+{
+	static const struct {
+		enum fake_kind kind;
+		int32_t status;
+		const char *says;
+	} cases[] = {
+		{ FAKE_STATUS, -EPERM, "EPERM: Operation not permitted" },
+		{ FAKE_STATUS, -EBUSY, "EBUSY: Device or resource busy" },
+		{ FAKE_CLOSE, 0, "ECONNRESET: Connection reset by peer" },
+	};
+	const char *argv[] = { "kvmmctl", "--socket", NULL, "probe", NULL };
+	char out[4096];
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct fake f = { .kind = cases[i].kind, .status = cases[i].status };
+		struct env e;
+		pid_t srv;
+
+		env_init(&e);
+		f.path = argv[2] = e.sock;
+		srv = fake_start(&f);
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 3);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, cases[i].says));
+		fake_stop(srv);
+		env_fini(&e);
+	}
+}
+
+/* Read @fd until @want appears in what came (or the deadline passes). */
+static bool read_until(int fd, const char *want, int timeout_ms)
+{
+	char buf[4096];
+	size_t got = 0;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	while (got + 1 < sizeof(buf) && poll(&p, 1, timeout_ms) > 0) {
+		ssize_t n = read(fd, buf + got, sizeof(buf) - 1 - got);
+
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		buf[got] = '\0';
+		if (strstr(buf, want))
+			return true;
+	}
+	return false;
+}
+
+static void ctl_top_exits_3_when_kvmmd_dies(void)
+{
+	struct env e;
+	int pfd[2], st;
+	pid_t top;
+
+	env_init(&e);
+	start_kvmmd(&e);
+	CU_ASSERT_FATAL(!pipe2(pfd, O_CLOEXEC));
+	{
+		const char *argv[] = { "kvmmctl", "--socket", e.sock, "--json", "top",
+				       "--interval", "0.02", NULL };
+
+		top = hostile_spawn(argv, pfd[1]);
+	}
+	close(pfd[1]);
+	CU_ASSERT_FATAL(top > 0);
+	/* top is running once it printed a line; then its instance dies */
+	CU_ASSERT(read_until(pfd[0], "hit_rate", RUN_MS));
+	kill(e.kvmmd, SIGKILL);
+	hostile_reap(e.kvmmd, RUN_MS);
+	e.kvmmd = -1;
+	st = hostile_reap(top, RUN_MS);
+	if (st == -ETIMEDOUT) {
+		kill(top, SIGKILL);
+		hostile_reap(top, RUN_MS);
+	}
+	CU_ASSERT_EQUAL(st, 3);
+	close(pfd[0]);
+	env_fini(&e);
+}
+
+/* The library's own deadlines: connect and wait. */
+static void ring_waits_have_deadlines(void)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 4096 };
+	const struct timespec t = { .tv_nsec = 100 * 1000000L };
+	const struct timespec bad = { .tv_nsec = 1000000000L };
+	struct fake f = { .kind = FAKE_SHORT };
+	struct kvmm_ring ring;
+	struct kvmm_cqe *cqe;
+	struct env e;
+	pid_t srv;
+
+	env_init(&e);
+	f.path = e.sock;
+	srv = fake_start(&f);
+	CU_ASSERT_EQUAL(kvmm_ring_connect_timeout(e.sock, &rp, &ring, &t), -ETIMEDOUT);
+	CU_ASSERT_EQUAL(kvmm_ring_connect_timeout(e.sock, &rp, &ring, &bad), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_ring_connect_timeout("", &rp, &ring, &t), -EINVAL);
+	fake_stop(srv);
+	unlink(e.sock);
+
+	/* a server that never accepts: its backlog fills, connect() itself waits */
+	f.kind = FAKE_NOACCEPT;
+	srv = fake_start(&f);
+	{
+		int i, s[4];
+
+		for (i = 0; i < 4; i++)
+			s[i] = nb_connect(e.sock);
+		CU_ASSERT_EQUAL(kvmm_ring_connect_timeout(e.sock, &rp, &ring, &t), -ETIMEDOUT);
+		for (i = 0; i < 4; i++)
+			if (s[i] >= 0)
+				close(s[i]);
+	}
+	fake_stop(srv);
+	unlink(e.sock);
+
+	start_kvmmd(&e);
+	CU_ASSERT_FATAL(!kvmm_ring_connect_timeout(e.sock, &rp, &ring, &t));
+	/* nothing submitted: nothing completes */
+	CU_ASSERT_EQUAL(kvmm_wait_cqe_timeout(&ring, &cqe, &t), -ETIMEDOUT);
+	CU_ASSERT_EQUAL(kvmm_wait_cqe_timeout(&ring, &cqe, &bad), -EINVAL);
+	kvmm_prep_probe(kvmm_get_sqe(&ring), 0, 0);
+	kvmm_submit(&ring);
+	CU_ASSERT_EQUAL(kvmm_wait_cqe_timeout(&ring, &cqe, &t), 0);
+	kvmm_ring_exit(&ring);
+	CU_ASSERT(hostile_alive(e.kvmmd));
+	env_fini(&e);
+}
+
+/* ---- kvmmd: item 14's tool parts ---- */
+
+/* Write @text to the test's config file; its path goes to @path. */
+static void write_cfg(const struct env *e, const char *text, char *path, size_t len)
+{
+	FILE *f;
+
+	snprintf(path, len, "%s/cfg", e->dir);
+	f = fopen(path, "w");
+	CU_ASSERT_FATAL(f != NULL);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void kvmmd_option_order_does_not_matter(void)
+{
+	static const char *const pairs[][4] = {
+		{ "--pages", "100", "--mem-fraction", "0.5" },
+		{ "--pages", "100", "--mem-avail", "1073741824" },
+		{ "--mla-dim", "512", "--kv-heads", "2" },
+	};
+	char out1[1024], out2[1024];
+	struct env e;
+	size_t i;
+
+	env_init(&e);
+	for (i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+		const char *a1[] = { "kvmmd", "--socket", e.sock, pairs[i][0], pairs[i][1],
+				     pairs[i][2], pairs[i][3], NULL };
+		const char *a2[] = { "kvmmd", "--socket", e.sock, pairs[i][2], pairs[i][3],
+				     pairs[i][0], pairs[i][1], NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a1, out1, sizeof(out1), RUN_MS), 2);
+		CU_ASSERT_EQUAL(hostile_run(a2, out2, sizeof(out2), RUN_MS), 2);
+		CU_ASSERT_STRING_EQUAL(out1, out2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out1, pairs[i][0]));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out1, pairs[i][2]));
+	}
+	env_fini(&e);
+}
+
+static void kvmmd_config_trailing_words_are_errors(void)
+{
+	static const char *const bad[] = {
+		"pages 100 200\n",
+		"# a comment\n\npoll yes\n",
+		"page-size 16 # ok\nmax-seqs 8 16\n",
+		"pages\n",
+		"frobnicate 1\n",
+		"config /etc/kvmmd.conf\n",
+		NULL,		/* a line longer than the buffer */
+	};
+	static char longline[5000];
+	char cfg[128], out[1024];
+	struct env e;
+	size_t i;
+
+	env_init(&e);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *argv[] = { "kvmmd", "--socket", e.sock, "--config", cfg, NULL };
+
+		if (!bad[i]) {
+			memset(longline, 'x', sizeof(longline) - 2);
+			longline[sizeof(longline) - 2] = '\n';
+		}
+		write_cfg(&e, bad[i] ? bad[i] : longline, cfg, sizeof(cfg));
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "cfg:"));
+		CU_ASSERT(access(e.sock, F_OK) != 0);	/* it never served */
+	}
+	env_fini(&e);
+}
+
+static void kvmmd_numbers_are_strict(void)
+{
+	static const char *const bad[][2] = {
+		{ "--host-node", "3000000000" },
+		{ "--cuda-device", "4294967295" },
+		{ "--mem-avail", " 1073741824" },
+		{ "--mem-fraction", " 0.5" },
+		{ "--mem-fraction", "nan" },
+		{ "--pages", "4294967296" },
+		{ "--pages", "-0" },
+		{ "--layers", "0x" },
+		{ "--mem-fraction", "0" },
+		{ "--evict", "fifo" },
+		{ "--write-policy", "sometimes" },
+		{ "--backend", "abacus" },
+		{ "--nvme-file", "" },
+	};
+	char out[1024];
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		/* where nothing can be served: a number let through fails there */
+		const char *argv[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock",
+				       bad[i][0], bad[i][1], NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, bad[i][0]));
+	}
+	{
+		const char *argv[] = { "kvmmd", "--socket", "", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--socket"));
+	}
+	{
+		const char *argv[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock", "serve",
+				       NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "'serve'"));
+	}
+	{
+		const char *argv[] = { "kvmmd", "--pages", "64", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--socket PATH is required"));
+	}
+}
+
+static void kvmmd_says_who_answers_at_its_socket(void)
+{
+	struct fake f = { .kind = FAKE_GARBAGE };
+	struct env e;
+	char out[1024];
+	pid_t srv;
+
+	env_init(&e);
+	f.path = e.sock;
+	srv = fake_start(&f);
+	{
+		const char *argv[] = { "kvmmd", "--socket", e.sock, "--pages", "64", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
+		CU_ASSERT_PTR_NULL(strstr(out, "another kvmmd"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "not kvmm"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "EADDRINUSE: Address already in use"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "a probe got EPROTO"));
+	}
+	fake_stop(srv);
+	unlink(e.sock);
+	start_kvmmd(&e);
+	{
+		const char *argv[] = { "kvmmd", "--socket", e.sock, "--pages", "64", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "another kvmmd"));
+	}
+	CU_ASSERT(hostile_alive(e.kvmmd));
+	env_fini(&e);
+}
+
+/*
+ * A SIGTERM that arrives before kvmmd serves is not lost: started with
+ * SIGTERM blocked and already pending (as a supervisor may), it still
+ * stops cleanly, and so does one sent once it serves.
+ */
+static void kvmmd_early_sigterm_is_not_lost(void)
+{
+	const char *argv[] = { "kvmmd", "--socket", NULL, "--pages", "64", "--quiet", NULL };
+	sigset_t set, old;
+	struct env e;
+	pid_t pid;
+
+	env_init(&e);
+	argv[2] = e.sock;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigprocmask(SIG_BLOCK, &set, &old);
+	pid = hostile_spawn(argv, -1);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	CU_ASSERT_FATAL(pid > 0);
+	kill(pid, SIGTERM);
+	CU_ASSERT_EQUAL(hostile_reap(pid, RUN_MS), 0);
+	if (hostile_alive(pid)) {
+		kill(pid, SIGKILL);
+		hostile_reap(pid, RUN_MS);
+	}
+	start_kvmmd(&e);
+	kill(e.kvmmd, SIGTERM);
+	CU_ASSERT_EQUAL(hostile_reap(e.kvmmd, RUN_MS), 0);
+	e.kvmmd = -1;
+	CU_ASSERT(access(e.sock, F_OK) != 0);	/* the socket is removed */
+	env_fini(&e);
+}
+
+/*
+ * Every string option kvmmd keeps is freed at exit: under ASan
+ * (make check SAN=address,undefined) a leak makes the exit status non-zero.
+ */
+static void kvmmd_frees_its_options(void)
+{
+	char cfg[128], nvme[128], text[512];
+	struct env e;
+
+	env_init(&e);
+	snprintf(nvme, sizeof(nvme), "%s/nvme", e.dir);
+	snprintf(text, sizeof(text), "socket %s\nnvme-file %s\nevict slru\nbackend mock\n",
+		 e.sock, nvme);
+	write_cfg(&e, text, cfg, sizeof(cfg));
+	{
+		const char *argv[] = { "kvmmd", "--socket", e.sock, "--config", cfg,
+				       "--nvme-file", nvme, "--evict", "lru", "--pages", "64",
+				       "--layers", "1", "--kv-heads", "1", "--head-dim", "8",
+				       "--host-pages", "16", "--nvme-pages", "32", "--quiet", NULL };
+
+		e.kvmmd = hostile_spawn(argv, -1);
+	}
+	wait_kvmmd(&e);
+	kill(e.kvmmd, SIGTERM);
+	CU_ASSERT_EQUAL(hostile_reap(e.kvmmd, RUN_MS), 0);
+	e.kvmmd = -1;
+	env_fini(&e);
+}
+
+/* ---- kvmm-engine --json -: standard output is JSON only ---- */
+
+/* Run @argv with its standard output (only) in @out; standard error is dropped. */
+static int run_stdout(const char *const argv[], char *out, size_t len)
+{
+	int pfd[2], devnull;
+	size_t got = 0;
+	ssize_t n;
+	pid_t pid;
+
+	CU_ASSERT_FATAL(!pipe2(pfd, O_CLOEXEC));
+	fflush(NULL);
+	pid = fork();
+	if (!pid) {
+		devnull = open("/dev/null", O_RDWR);
+		dup2(pfd[1], STDOUT_FILENO);
+		dup2(devnull, STDERR_FILENO);
+		dup2(devnull, STDIN_FILENO);
+		execv(hostile_bin(argv[0]), (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (got + 1 < len && (n = read(pfd[0], out + got, len - 1 - got)) > 0)
+		got += (size_t)n;
+	out[got] = '\0';
+	close(pfd[0]);
+	return pid > 0 ? hostile_reap(pid, RUN_MS) : -1;
+}
+
+static void engine_json_stdout_is_only_json(void)
+{
+#if CONFIG_KVMM_JANSSON
+	const char *argv[] = { "kvmm-engine", "--requests", "20", "--json", "-", NULL };
+	static char out[1 << 16];
+
+	CU_ASSERT_EQUAL(run_stdout(argv, out, sizeof(out)), 0);
+	CU_ASSERT_EQUAL(out[0], '{');
+	CU_ASSERT_PTR_NULL(strstr(out, "kvmm-engine:"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"results\""));
+	CU_ASSERT_EQUAL(out[strlen(out) - 2], '}');
+#endif
+}
+
+/* ---- tools/lib/parse.c ---- */
+
+static void parse_numbers_strictly(void)
+{
+	uint64_t v = 7;
+	double d = 7;
+
+	CU_ASSERT_EQUAL(parse_uint("42", 100, &v), 0);
+	CU_ASSERT_EQUAL(v, 42);
+	CU_ASSERT_EQUAL(parse_uint("0x10", 100, &v), 0);
+	CU_ASSERT_EQUAL(v, 16);
+	CU_ASSERT_EQUAL(parse_uint("010", 100, &v), 0);
+	CU_ASSERT_EQUAL(v, 10);
+	CU_ASSERT_EQUAL(parse_uint("18446744073709551615", UINT64_MAX, &v), 0);
+	v = 7;
+	CU_ASSERT_EQUAL(parse_uint("18446744073709551616", UINT64_MAX, &v), -ERANGE);
+	CU_ASSERT_EQUAL(parse_uint("4294967296", UINT32_MAX, &v), -ERANGE);
+	CU_ASSERT_EQUAL(parse_uint("-1", UINT64_MAX, &v), -EINVAL);
+	CU_ASSERT_EQUAL(parse_uint(" 1", UINT64_MAX, &v), -EINVAL);
+	CU_ASSERT_EQUAL(parse_uint("+1", UINT64_MAX, &v), -EINVAL);
+	CU_ASSERT_EQUAL(parse_uint("1x", UINT64_MAX, &v), -EINVAL);
+	CU_ASSERT_EQUAL(parse_uint("0x", UINT64_MAX, &v), -EINVAL);
+	CU_ASSERT_EQUAL(parse_uint("", UINT64_MAX, &v), -EINVAL);
+	CU_ASSERT_EQUAL(v, 7);
+	CU_ASSERT_EQUAL(parse_real("0.5", 0, 1, &d), 0);
+	CU_ASSERT_EQUAL(d, 0.5);
+	d = 7;
+	CU_ASSERT_EQUAL(parse_real("nan", 0, 1, &d), -EINVAL);
+	CU_ASSERT_EQUAL(parse_real("inf", 0, 1, &d), -EINVAL);
+	CU_ASSERT_EQUAL(parse_real("+inf", 0, 1e308, &d), -EINVAL);
+	CU_ASSERT_EQUAL(parse_real("1e999", 0, 1e308, &d), -EINVAL);
+	CU_ASSERT_EQUAL(parse_real(" 0.5", 0, 1, &d), -EINVAL);
+	CU_ASSERT_EQUAL(parse_real("0.5s", 0, 1, &d), -EINVAL);
+	CU_ASSERT_EQUAL(parse_real("", 0, 1, &d), -EINVAL);
+	CU_ASSERT_EQUAL(parse_real("2", 0, 1, &d), -ERANGE);
+	CU_ASSERT_EQUAL(parse_real("-0.5", 0, 1, &d), -ERANGE);
+	CU_ASSERT_EQUAL(d, 7);
+	CU_ASSERT_STRING_EQUAL(parse_strerror(-ERANGE), "is out of range");
+	CU_ASSERT_STRING_EQUAL(parse_strerror(-EINVAL), "is not a number");
+	CU_ASSERT_STRING_EQUAL(errno_str(EPERM), "EPERM: Operation not permitted");
+	CU_ASSERT_STRING_EQUAL(errno_str(ECONNRESET), "ECONNRESET: Connection reset by peer");
+	CU_ASSERT_STRING_EQUAL(errno_str(1620730221), "error 1620730221 (not an errno value)");
+}
+
+int register_hostile_tools_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_hostile_tools", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, parse_numbers_strictly);
+	ADD_TEST(s, ctl_options_after_the_command);
+	ADD_TEST(s, ctl_stray_argument_is_a_usage_error);
+	ADD_TEST(s, ctl_usage_errors_before_connecting);
+	ADD_TEST(s, ctl_short_welcome_times_out);
+	ADD_TEST(s, ctl_garbage_welcome_is_a_protocol_error);
+	ADD_TEST(s, ctl_errnos_print_by_name);
+	ADD_TEST(s, ctl_top_exits_3_when_kvmmd_dies);
+	ADD_TEST(s, ring_waits_have_deadlines);
+	ADD_TEST(s, kvmmd_option_order_does_not_matter);
+	ADD_TEST(s, kvmmd_config_trailing_words_are_errors);
+	ADD_TEST(s, kvmmd_numbers_are_strict);
+	ADD_TEST(s, kvmmd_says_who_answers_at_its_socket);
+	ADD_TEST(s, kvmmd_early_sigterm_is_not_lost);
+	ADD_TEST(s, kvmmd_frees_its_options);
+	ADD_TEST(s, engine_json_stdout_is_only_json);
+	return 0;
+}
