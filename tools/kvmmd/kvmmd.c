@@ -51,9 +51,13 @@ static void usage(FILE *f)
 		"  --host-pages N       a host tier of N pages: reclaim demotes there (default 0: none)\n"
 		"  --host-node N|nearest  its NUMA node (default nearest the device)\n"
 		"  --nvme-file PATH     an NVMe tier below the host tier, in this file or block device;\n"
-		"                       a kvmm file of the same geometry is recovered (restart)\n"
+		"                       a kvmm file of the same geometry and model is recovered (restart)\n"
 		"  --nvme-pages N       pages of the NVMe tier\n"
 		"  --nvme-qd N          its io_uring queue depth (default 32)\n"
+		"  --model-id STR       the model whose KV this is (name and revision): the NVMe\n"
+		"                       file records it and refuses to serve it to another model\n"
+		"  --nvme-reformat      format the NVMe file afresh (a cold start), even one of\n"
+		"                       another model or geometry or with a damaged superblock\n"
 		"  --write-policy write-back|write-through   copy KV to the host tier when\n"
 		"                       reclaim demotes it (default), or when it is committed\n"
 		"  --poll               serve every ring in polling mode (a core spins)\n"
@@ -88,7 +92,7 @@ enum { O_SOCKET = 256, O_CONFIG, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
        O_MEM_FRAC, O_LAYERS, O_KV_HEADS, O_HEAD_DIM, O_DTYPE, O_MLA, O_MAX_SEQS,
        O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_HELP, O_NS_UID,
        O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY,
-       O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE };
+       O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_MODEL_ID, O_NVME_REFORMAT };
 
 static const struct option lopts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
@@ -122,6 +126,8 @@ static const struct option lopts[] = {
 	{ "max-pages", required_argument, NULL, O_MAX_PAGES },
 	{ "backend", required_argument, NULL, O_BACKEND },
 	{ "cuda-device", required_argument, NULL, O_CUDA_DEVICE },
+	{ "model-id", required_argument, NULL, O_MODEL_ID },
+	{ "nvme-reformat", no_argument, NULL, O_NVME_REFORMAT },
 	{ 0 }
 };
 
@@ -189,6 +195,8 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 	case O_NS_UID: o->server_flags |= KVMM_SERVER_NS_UID; return 0;
 	case O_QUIET: o->quiet = 1; return 0;
 	case O_NVME_FILE: p->nvme_path = keep(val); return 0;
+	case O_MODEL_ID: p->model_id = keep(val); return 0;
+	case O_NVME_REFORMAT: p->nvme_flags |= KVMM_NVME_REFORMAT; return 0;
 	case O_BACKEND:
 		if (!kvmm_backend_lookup(val)) {
 			fprintf(stderr, "kvmmd: %s: no backend '%s' in this build\n", name, val);
@@ -301,6 +309,9 @@ int main(int argc, char **argv)
 	if (!o.p.nr_pages && !o.p.mem_total)
 		o.p.mem_total = o.p.mem_avail;
 	o.p.evict_policy = o.evict;
+	if (o.p.nvme_pages && !o.p.model_id && !o.quiet)
+		fprintf(stderr, "kvmmd: warning: --nvme-file without --model-id: the file cannot "
+			"tell this model's KV from another's of the same geometry\n");
 	ret = kvmm_create(&o.p, &ctx);
 	if (ret) {
 		fprintf(stderr, "kvmmd: cannot create the pool: %s%s\n", strerror(-ret),
@@ -333,8 +344,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvmmd: host tier %u pages, %s", o.p.host_pages,
 			o.p.write_policy == KVMM_WRITE_THROUGH ? "write-through" : "write-back");
 		if (o.p.nvme_pages)
-			fprintf(stderr, ", NVMe tier %u pages in %s (%llu recovered)",
+			fprintf(stderr, ", NVMe tier %u pages in %s (%s%llu recovered)",
 				o.p.nvme_pages, o.p.nvme_path,
+				o.p.nvme_flags & KVMM_NVME_REFORMAT ? "reformatted, " : "",
 				(unsigned long long)st[KVMM_STAT_NVME_PAGES_CACHED]);
 		fputc('\n', stderr);
 	}
