@@ -68,6 +68,7 @@ int register_server_suite(void);
 int register_abi_suite(void);
 int cuda_attach_child(const char *path, const char *driver);
 int register_tier_suite(void);
+int register_hostile_nvme_suite(void);
 
 #define ADD_TEST(suite, fn) \
 	do { if (!CU_add_test(suite, #fn, fn)) return -1; } while (0)

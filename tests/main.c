@@ -33,6 +33,7 @@ static const suite_register_fn suites[] = {
 	register_server_suite,
 	register_abi_suite,
 	register_engine_suite,
+	register_hostile_nvme_suite,
 };
 
 int main(int argc, char **argv)
