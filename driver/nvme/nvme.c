@@ -38,8 +38,9 @@
  *
  * I/O is O_DIRECT where the filesystem takes it (buffered otherwise), in
  * batches of up to the queue depth through an io_uring, from bounce
- * buffers registered with it (IORING_OP_{READ,WRITE}_FIXED) on a
- * registered file.  There are two channels, each a ring and its bounce
+ * buffers registered with it (IORING_OP_{READ,WRITE}_FIXED); the file
+ * is not registered, so that it and its lock go with the process.  There
+ * are two channels, each a ring and its bounce
  * buffers: channel 0 for calls under the context lock (writes, the
  * restart scan, synchronous reads), channel 1 for the I/O worker's reads
  * (set up at its first use), so a promotion's reads never wait for a
@@ -147,7 +148,6 @@ struct nvme_chan {
 	bool fixed_bufs;	/* bounce buffers registered */
 	bool dma_reg;		/* bounce buffers registered with the backend */
 	const char *why;	/* what failed, with err */
-	bool fixed_file;
 	bool broken;		/* the ring failed: every later I/O fails */
 	int err;		/* why setting it up failed, for good */
 	uint32_t nbounce;	/* bounce slots: qd, or more for deeper reads */
@@ -254,9 +254,9 @@ static void chan_exit(struct nvme_store *ns, struct nvme_chan *ch)
 }
 
 /*
- * Give the file's lock back now.  Closing alone would not: a ring's
- * registered file holds the open file, and with it the lock, until the
- * kernel has torn the ring down, which it finishes in the background.
+ * Give the file's lock back now, before closing: the close gives it back
+ * only with the last reference to the open file, which the kernel's
+ * teardown of a ring may still hold for a moment.
  */
 static void unlock_file(struct nvme_store *ns)
 {
@@ -298,7 +298,7 @@ static void nvme_prep(struct nvme_store *ns, struct nvme_chan *ch, bool write, u
 	struct nvme_io *io = &ch->io[i];
 	char *buf = slot_buf(ns, ch, i) + io->done;
 	unsigned int len = io->len - io->done;
-	int fd = ch->fixed_file ? 0 : ns->fd;
+	int fd = ns->fd;
 	uint64_t off = io->off + io->done;
 
 	/* Never more than qd in flight, so there is always an sqe. */
@@ -310,8 +310,6 @@ static void nvme_prep(struct nvme_store *ns, struct nvme_chan *ch, bool write, u
 		io_uring_prep_write(sqe, fd, buf, len, off);
 	else
 		io_uring_prep_read(sqe, fd, buf, len, off);
-	if (ch->fixed_file)
-		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data64(sqe, i);
 	io->tries++;
 }
@@ -911,9 +909,14 @@ static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch)
 	ch->ring_up = true;
 	for (i = 0; i < ch->nbounce; i++)
 		iov[i] = (struct iovec){ slot_buf(ns, ch, i), ns->slot_bytes };
-	/* Both registrations only speed things up: go on without them. */
+	/*
+	 * The registration only speeds things up: go on without it.  The
+	 * file is not registered: a ring holds a registered file until the
+	 * kernel has torn the ring down, in the background after the process
+	 * is gone, and the file's lock with it, so a kvmmd started right
+	 * after one that crashed would find the file in use.
+	 */
 	ch->fixed_bufs = !io_uring_register_buffers(&ch->ring, iov, ch->nbounce);
-	ch->fixed_file = !io_uring_register_files(&ch->ring, &ns->fd, 1);
 	free(iov);
 	return 0;
 fail:

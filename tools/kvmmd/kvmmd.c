@@ -86,6 +86,7 @@ struct opts {
 	const char *evict;
 	uint32_t server_flags;
 	int quiet;
+	char model_id[KVMM_MODEL_ID_MAX + 1];	/* p.model_id points here */
 };
 
 enum { O_SOCKET = 256, O_CONFIG, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
@@ -195,7 +196,15 @@ static int apply(struct opts *o, int id, const char *name, const char *val)
 	case O_NS_UID: o->server_flags |= KVMM_SERVER_NS_UID; return 0;
 	case O_QUIET: o->quiet = 1; return 0;
 	case O_NVME_FILE: p->nvme_path = keep(val); return 0;
-	case O_MODEL_ID: p->model_id = keep(val); return 0;
+	case O_MODEL_ID:
+		if (strlen(val) > KVMM_MODEL_ID_MAX) {
+			fprintf(stderr, "kvmmd: %s: '%.20s...' is longer than %u bytes\n", name,
+				val, KVMM_MODEL_ID_MAX);
+			return -1;
+		}
+		strcpy(o->model_id, val);
+		p->model_id = o->model_id;
+		return 0;
 	case O_NVME_REFORMAT: p->nvme_flags |= KVMM_NVME_REFORMAT; return 0;
 	case O_BACKEND:
 		if (!kvmm_backend_lookup(val)) {
