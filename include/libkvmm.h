@@ -98,8 +98,10 @@ struct kvmm_alloc_ops {
  *	stages its pages (see the tiers doc)
  * @nvme_qd: io_uring queue depth of the NVMe tier (0: 32)
  * @nvme_path: the file or block device of the NVMe tier; an existing
- *	kvmm file of the same geometry is recovered (restart), an empty or
- *	new one is formatted, anything else is refused
+ *	kvmm file of the same geometry and @model_id is recovered (restart),
+ *	an empty or new one is formatted, anything else is refused (see the
+ *	tiers doc); the file is locked while the context lives, and a
+ *	second context on it is refused (-EBUSY)
  * @nvme_arg: passed to the NVMe store's init (struct kvmm_nvme_arg, or NULL)
  * @alloc: metadata allocator, NULL for malloc/free
  * @alloc_priv: passed to @alloc's hooks
@@ -115,6 +117,16 @@ struct kvmm_alloc_ops {
  *	address space for them and the core sizes its page descriptors
  *	(2 bytes each) for them, while memory is held only for the pages
  *	in use
+ * @model_id: what the KV is of, beyond its geometry: a string naming the
+ *	model and its weights (e.g. "meta-llama/Llama-3.1-8B@5206a32"), at
+ *	most KVMM_MODEL_ID_MAX bytes of printable characters, or NULL.  The
+ *	NVMe tier's file records a fingerprint of it (XXH3-128) and refuses
+ *	to recover a file written under another one (-EEXIST), so KV of one
+ *	model is never served to another of the same geometry
+ * @nvme_flags: KVMM_NVME_* flags of the NVMe tier: KVMM_NVME_REFORMAT
+ *	formats its file afresh, dropping whatever it held, even a file of
+ *	another model, geometry or layout version or one whose superblock
+ *	is damaged (never a file that is not a kvmm file)
  *
  * Budget sizing follows SGLang: with @nr_pages 0 the pool gets
  * (mem_avail - mem_total * (1 - mem_fraction)) bytes, divided by the cell
@@ -150,12 +162,20 @@ struct kvmm_params {
 	void *log_priv;
 	uint32_t write_policy;
 	uint32_t max_pages;
+	const char *model_id;
+	uint32_t nvme_flags;
 };
 
 #define KVMM_NODE_NEAREST	(-1)
 
 #define KVMM_WRITE_BACK		0
 #define KVMM_WRITE_THROUGH	1
+
+/* kvmm_params.nvme_flags */
+#define KVMM_NVME_REFORMAT	(1u << 0)	/* format the file afresh: a cold start */
+#define KVMM_NVME_FLAGS		KVMM_NVME_REFORMAT	/* every flag known */
+
+#define KVMM_MODEL_ID_MAX	255	/* bytes of kvmm_params.model_id */
 
 #define KVMM_MAX_PAGE_SIZE	4096
 #define KVMM_MAX_PAGES		(1u << 30)
@@ -812,6 +832,9 @@ struct kvmm_dma {
  * @dma: registration for memory the backend copies to or from (a memory
  *	store's pages, an I/O store's buffers), or NULL when the backend
  *	needs none; valid until the store's exit
+ * @model_id: kvmm_params.model_id (a persistent store refuses a file
+ *	written under another)
+ * @flags: kvmm_params.nvme_flags, for the NVMe store
  */
 struct kvmm_store_cfg {
 	uint64_t page_bytes;
@@ -826,6 +849,8 @@ struct kvmm_store_cfg {
 	char *err;
 	size_t err_len;
 	const struct kvmm_dma *dma;
+	const char *model_id;
+	uint32_t flags;
 };
 
 /**

@@ -111,7 +111,7 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
 	const struct kvmm_params *p = &ctx->params;
 	const struct kvmm_store_ops *ops = kvmm_store_lookup(tier);
 	struct kvmm_store_cfg cfg;
-	char why[256] = "";
+	char why[512] = "";
 	int ret;
 
 	if (!ops) {
@@ -134,6 +134,8 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
 		.err = why,
 		.err_len = sizeof(why),
 		.dma = ctx->dma.reg ? &ctx->dma : NULL,
+		.model_id = p->model_id,
+		.flags = p->nvme_flags,
 	};
 	ret = ops->init(&cfg, &ctx->store_priv[tier]);
 	if (ret) {

@@ -82,6 +82,7 @@ int register_ns_suite(void);
 int register_hostile_tenant_suite(void);
 int register_hostile_ring_suite(void);
 int register_hostile_tools_suite(void);
+int register_hostile_nvme_suite(void);
 
 #define ADD_TEST(suite, fn) \
 	do { if (!CU_add_test(suite, #fn, fn)) return -1; } while (0)

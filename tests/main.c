@@ -37,6 +37,7 @@ static const suite_register_fn suites[] = {
 	register_hostile_tenant_suite,
 	register_hostile_ring_suite,
 	register_hostile_tools_suite,
+	register_hostile_nvme_suite,
 };
 
 int main(int argc, char **argv)

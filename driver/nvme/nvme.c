@@ -5,8 +5,20 @@
  *
  * DOC: on-disk format
  *
- *   offset 0        superblock (4 KiB): magic, version, geometry, epoch
+ *   offset 0        superblock (4 KiB): magic, version, geometry, epoch,
+ *                   model identity, checksum
  *   offset 4096     slot 0, slot 1, ... each slot_bytes (a 4 KiB multiple)
+ *
+ * The superblock says whose KV the file holds: the geometry (page size,
+ * bytes a page, struct kvmm_model) and a fingerprint of the engine's model
+ * id (XXH3-128 of the string), under an XXH3-64 checksum.  A file is
+ * recovered only when all of it is this context's; a file of another
+ * model, geometry or layout version, or one whose superblock does not
+ * check, is refused with a message saying which, unless the context asks
+ * to reformat (KVMM_NVME_REFORMAT).  It is never served.  The store holds
+ * an exclusive OFD lock on the file while it is open, so a second context
+ * on the same file is refused (-EBUSY) instead of overwriting the first's
+ * slots.
  *
  * A slot is one page: a header, the page's token ids, then its KV bytes in
  * the staging layout (at data_off):
@@ -26,8 +38,9 @@
  *
  * I/O is O_DIRECT where the filesystem takes it (buffered otherwise), in
  * batches of up to the queue depth through an io_uring, from bounce
- * buffers registered with it (IORING_OP_{READ,WRITE}_FIXED) on a
- * registered file.  There are two channels, each a ring and its bounce
+ * buffers registered with it (IORING_OP_{READ,WRITE}_FIXED); the file
+ * is not registered, so that it and its lock go with the process.  There
+ * are two channels, each a ring and its bounce
  * buffers: channel 0 for calls under the context lock (writes, the
  * restart scan, synchronous reads), channel 1 for the I/O worker's reads
  * (set up at its first use), so a promotion's reads never wait for a
@@ -60,14 +73,21 @@
 #if CONFIG_KVMM_LIBURING
 #include <liburing.h>
 
-#define NVME_MAGIC		"KVMMNVM1"
-#define NVME_VERSION		1
+#define NVME_MAGIC		"KVMMNVM1"	/* every layout version */
+#define NVME_VERSION		2
 #define NVME_SLOT_MAGIC		0x504d564bu	/* "KVMP" */
 #define NVME_BLOCK		4096u
 #define NVME_TRIES		4	/* submissions of one I/O before it fails */
 #define NVME_DEFAULT_QD		32
 #define NVME_BOUNCE_BYTES	(256ull << 20)	/* beyond qd slots */
 
+/*
+ * The superblock, version 2.  The model is known by its geometry and by
+ * a fingerprint of the engine's model id (XXH3-128, zero for none), the
+ * id itself kept to say whose file it is.  A file of version 1 (the same
+ * fields up to and including @model, then its checksum) is recognised,
+ * to be refused with its name.
+ */
 struct nvme_super {
 	char magic[8];
 	uint32_t version;
@@ -78,8 +98,27 @@ struct nvme_super {
 	uint32_t nr_slots;
 	uint32_t data_off;
 	struct kvmm_model model;
+	uint64_t model_fp[2];
+	char model_id[KVMM_MODEL_ID_MAX + 1];	/* NUL-terminated, NUL-padded */
 	uint64_t csum;		/* XXH3-64 of everything before it */
 };
+
+struct nvme_super_v1 {
+	char magic[8];
+	uint32_t version;
+	uint32_t page_size;
+	uint64_t page_bytes;
+	uint64_t slot_bytes;
+	uint64_t epoch;
+	uint32_t nr_slots;
+	uint32_t data_off;
+	struct kvmm_model model;
+	uint64_t csum;
+};
+
+_Static_assert(sizeof(struct nvme_super) <= 4096, "the superblock is one block");
+_Static_assert(offsetof(struct nvme_super, model_fp) == offsetof(struct nvme_super_v1, csum),
+	       "version 2 extends version 1");
 
 struct nvme_slot_hdr {
 	uint32_t magic;
@@ -109,7 +148,6 @@ struct nvme_chan {
 	bool fixed_bufs;	/* bounce buffers registered */
 	bool dma_reg;		/* bounce buffers registered with the backend */
 	const char *why;	/* what failed, with err */
-	bool fixed_file;
 	bool broken;		/* the ring failed: every later I/O fails */
 	int err;		/* why setting it up failed, for good */
 	uint32_t nbounce;	/* bounce slots: qd, or more for deeper reads */
@@ -186,6 +224,24 @@ static uint64_t super_csum(const struct nvme_super *sb)
 	return XXH3_64bits(sb, offsetof(struct nvme_super, csum));
 }
 
+static uint64_t super_v1_csum(const struct nvme_super_v1 *sb)
+{
+	return XXH3_64bits(sb, offsetof(struct nvme_super_v1, csum));
+}
+
+/* The fingerprint of model id @id: XXH3-128 of its bytes; zero for none. */
+static void model_fp(const char *id, uint64_t fp[2])
+{
+	XXH128_hash_t h;
+
+	fp[0] = fp[1] = 0;
+	if (!id || !*id)
+		return;
+	h = XXH3_128bits(id, strlen(id));
+	fp[0] = h.low64;
+	fp[1] = h.high64;
+}
+
 static void chan_exit(struct nvme_store *ns, struct nvme_chan *ch)
 {
 	if (ch->ring_up)
@@ -197,6 +253,18 @@ static void chan_exit(struct nvme_store *ns, struct nvme_chan *ch)
 	free(ch->free_slots);
 }
 
+/*
+ * Give the file's lock back now, before closing: the close gives it back
+ * only with the last reference to the open file, which the kernel's
+ * teardown of a ring may still hold for a moment.
+ */
+static void unlock_file(struct nvme_store *ns)
+{
+	struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
+
+	fcntl(ns->fd, F_OFD_SETLK, &fl);
+}
+
 static void nvme_exit(void *priv)
 {
 	struct nvme_store *ns = priv;
@@ -206,8 +274,10 @@ static void nvme_exit(void *priv)
 		return;
 	for (c = 0; c < KVMM_STORE_CHANS; c++)
 		chan_exit(ns, &ns->chan[c]);
-	if (ns->fd >= 0)
+	if (ns->fd >= 0) {
+		unlock_file(ns);
 		close(ns->fd);
+	}
 	free(ns);
 }
 
@@ -228,7 +298,7 @@ static void nvme_prep(struct nvme_store *ns, struct nvme_chan *ch, bool write, u
 	struct nvme_io *io = &ch->io[i];
 	char *buf = slot_buf(ns, ch, i) + io->done;
 	unsigned int len = io->len - io->done;
-	int fd = ch->fixed_file ? 0 : ns->fd;
+	int fd = ns->fd;
 	uint64_t off = io->off + io->done;
 
 	/* Never more than qd in flight, so there is always an sqe. */
@@ -240,8 +310,6 @@ static void nvme_prep(struct nvme_store *ns, struct nvme_chan *ch, bool write, u
 		io_uring_prep_write(sqe, fd, buf, len, off);
 	else
 		io_uring_prep_read(sqe, fd, buf, len, off);
-	if (ch->fixed_file)
-		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data64(sqe, i);
 	io->tries++;
 }
@@ -530,6 +598,28 @@ static int nvme_recover(void *priv,
 
 /* ---- opening the file ---- */
 
+/*
+ * Take the file's lock: an exclusive OFD lock on the whole file, held as
+ * long as the store keeps it open.  Two contexts on one file (two kvmmd,
+ * or two kvmm_create() in one process: the lock belongs to the open file,
+ * not the process) would overwrite each other's slots, so the second is
+ * refused.
+ */
+static int lock_file(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+
+	if (!fcntl(ns->fd, F_OFD_SETLK, &fl))
+		return 0;
+	if (errno == EAGAIN || errno == EACCES)
+		return nvme_err(cfg, -EBUSY, "%s is in use: another kvmm instance (a kvmmd, "
+				"or a context in some process) holds its lock, and a file "
+				"serves one context at a time; stop that one or use another "
+				"file", cfg->path);
+	return nvme_err(cfg, -errno, "cannot lock %s: %s (kvmm refuses a file it "
+			"cannot lock)", cfg->path, strerror(errno));
+}
+
 static int open_file(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
 {
 	ns->fd = open(cfg->path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
@@ -539,7 +629,7 @@ static int open_file(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
 	if (ns->fd < 0)
 		return nvme_err(cfg, -errno, "cannot open %s: %s", cfg->path,
 				strerror(errno));
-	return 0;
+	return lock_file(ns, cfg);
 }
 
 static int file_size(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
@@ -571,16 +661,121 @@ static bool all_zero(const void *p, size_t n)
 	return !n || (!c[0] && !memcmp(c, c + 1, n - 1));
 }
 
+/* The model id a context passes: printable, and short enough to record. */
+static int check_model_id(const struct kvmm_store_cfg *cfg)
+{
+	const char *id = cfg->model_id;
+	size_t i, n;
+
+	if (!id)
+		return 0;
+	n = strnlen(id, KVMM_MODEL_ID_MAX + 1);
+	if (n > KVMM_MODEL_ID_MAX)
+		return nvme_err(cfg, -EINVAL, "model_id is longer than %u bytes",
+				KVMM_MODEL_ID_MAX);
+	for (i = 0; i < n; i++)
+		if ((unsigned char)id[i] < 0x20 || id[i] == 0x7f)
+			return nvme_err(cfg, -EINVAL, "model_id has a control character "
+					"(0x%02x at byte %zu)", (unsigned char)id[i], i);
+	return 0;
+}
+
+/* "8 layers x 2 KV heads x 64 x 2 bytes (MHA)": a geometry, for messages. */
+static void geom_str(char *buf, size_t len, uint32_t page_size, const struct kvmm_model *m)
+{
+	if (m->attn == KVMM_ATTN_MLA)
+		snprintf(buf, len, "page size %u, %u layers x %u latent x %u bytes (MLA)",
+			 page_size, m->layers, m->latent_dim, m->dtype_bytes);
+	else
+		snprintf(buf, len, "page size %u, %u layers x %u KV heads x %u x %u bytes%s",
+			 page_size, m->layers, m->kv_heads, m->head_dim, m->dtype_bytes,
+			 m->attn == KVMM_ATTN_MHA ? "" : " (unknown attention)");
+}
+
+/* A model id recorded in a file, made safe to print. */
+static const char *id_str(char *id)
+{
+	size_t i;
+
+	id[KVMM_MODEL_ID_MAX] = '\0';
+	for (i = 0; id[i]; i++)
+		if ((unsigned char)id[i] < 0x20 || id[i] == 0x7f)
+			id[i] = '?';
+	return id;
+}
+
+#define REFORMAT_HINT	"reformat it (KVMM_NVME_REFORMAT, kvmmd --nvme-reformat: its " \
+			"pages are dropped) or use another file"
+
+/*
+ * A kvmm superblock that checks: is it this context's?  Its layout
+ * version, geometry and model fingerprint must all be ours.
+ */
+static int super_matches(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
+			 struct nvme_super *sb)
+{
+	char theirs[160], ours[160];
+	uint64_t fp[2];
+
+	geom_str(theirs, sizeof(theirs), sb->page_size, &sb->model);
+	geom_str(ours, sizeof(ours), cfg->page_size, &cfg->model);
+	if (sb->page_size != cfg->page_size || sb->page_bytes != cfg->page_bytes ||
+	    sb->slot_bytes != ns->slot_bytes || sb->data_off != ns->data_off ||
+	    memcmp(&sb->model, &cfg->model, sizeof(sb->model)))
+		return nvme_err(cfg, -EEXIST, "%s holds KV of another geometry (%s; this "
+				"context: %s); refusing it: " REFORMAT_HINT,
+				cfg->path, theirs, ours);
+	model_fp(cfg->model_id, fp);
+	if (sb->model_fp[0] != fp[0] || sb->model_fp[1] != fp[1])
+		return nvme_err(cfg, -EEXIST, "%s holds KV of model '%.80s'%s; this context "
+				"is model '%.80s'%s: refusing to serve another model's KV: "
+				REFORMAT_HINT, cfg->path, id_str(sb->model_id),
+				sb->model_fp[0] | sb->model_fp[1] ? "" : " (no model id)",
+				cfg->model_id ? cfg->model_id : "",
+				fp[0] | fp[1] ? "" : " (no model id)");
+	return 0;
+}
+
+/*
+ * The superblock of a kvmm file: checked, then compared with this
+ * context's.  A damaged one is never guessed at: -EUCLEAN, loudly.
+ */
+static int super_check(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
+		       struct nvme_super *sb, ssize_t got)
+{
+	const struct nvme_super_v1 *v1 = (const void *)sb;
+
+	if (got < NVME_BLOCK)
+		return nvme_err(cfg, -EUCLEAN, "%s: the superblock is damaged (the file "
+				"ends at byte %zd of it); refusing the file, nothing on it is "
+				"served: " REFORMAT_HINT, cfg->path, got);
+	if (sb->version == 1 && v1->csum == super_v1_csum(v1))
+		return nvme_err(cfg, -EEXIST, "%s has layout version 1, which records no "
+				"model identity; this kvmm writes version %u and does not "
+				"recover older files: " REFORMAT_HINT, cfg->path, NVME_VERSION);
+	if (sb->version != NVME_VERSION || sb->csum != super_csum(sb))
+		return nvme_err(cfg, -EUCLEAN, "%s: the superblock is damaged (%s); refusing "
+				"the file, nothing on it is served: " REFORMAT_HINT, cfg->path,
+				sb->version == NVME_VERSION || sb->version == 1 ?
+				"its checksum does not match" :
+				"unknown layout version, or a bit flipped in it");
+	return super_matches(ns, cfg, sb);
+}
+
 /*
  * Read the superblock of a file of @size bytes: a kvmm file of this
- * geometry is recovered (old_slots set), an empty or zeroed one or one
- * whose superblock was torn is formatted, anything else is refused.
+ * geometry and model is recovered (old_slots set); an empty or zeroed
+ * one, or any kvmm file when reformatting is asked, is formatted; a
+ * kvmm file of another model, geometry or layout version is refused
+ * (-EEXIST), one whose superblock is damaged too (-EUCLEAN), and
+ * anything else always (-EINVAL).
  */
 static int read_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 		      uint64_t size, struct nvme_super *sb)
 {
 	ssize_t got;
 	uint64_t have;
+	int ret;
 
 	ns->old_slots = 0;
 	if (!size)
@@ -593,18 +788,13 @@ static int read_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 	if (memcmp(sb->magic, NVME_MAGIC, sizeof(sb->magic)))
 		return all_zero(sb, NVME_BLOCK) ? 0 :
 		       nvme_err(cfg, -EINVAL, "%s is not a kvmm NVMe tier file; "
-				"refusing to overwrite it", cfg->path);
-	if (got < NVME_BLOCK || sb->csum != super_csum(sb))
-		return 0;	/* torn at format time: start cold */
-	if (sb->version != NVME_VERSION || sb->page_size != cfg->page_size ||
-	    sb->page_bytes != cfg->page_bytes || sb->slot_bytes != ns->slot_bytes ||
-	    memcmp(&sb->model, &cfg->model, sizeof(sb->model)))
-		return nvme_err(cfg, -EINVAL, "%s holds another geometry (version %u, "
-				"page size %u, %llu bytes a page; this context: page "
-				"size %u, %llu bytes a page); use another file or "
-				"remove it", cfg->path, sb->version, sb->page_size,
-				(unsigned long long)sb->page_bytes, cfg->page_size,
-				(unsigned long long)cfg->page_bytes);
+				"refusing to overwrite it, even to reformat (zero its "
+				"first 4 KiB to hand it to kvmm)", cfg->path);
+	if (cfg->flags & KVMM_NVME_REFORMAT)
+		return 0;
+	ret = super_check(ns, cfg, sb, got);
+	if (ret)
+		return ret;
 	have = (size - NVME_BLOCK) / ns->slot_bytes;	/* a truncated file has fewer */
 	ns->old_slots = sb->nr_slots;
 	if (ns->old_slots > have)
@@ -655,6 +845,9 @@ static int write_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 	sb->nr_slots = ns->nr_slots;
 	sb->data_off = ns->data_off;
 	sb->model = cfg->model;
+	model_fp(cfg->model_id, sb->model_fp);
+	if (cfg->model_id)
+		strncpy(sb->model_id, cfg->model_id, KVMM_MODEL_ID_MAX);
 	sb->csum = super_csum(sb);
 	if (pwrite(ns->fd, sb, NVME_BLOCK, 0) != NVME_BLOCK)
 		return nvme_err(cfg, errno ? -errno : -EIO, "cannot write the superblock of %s",
@@ -716,9 +909,14 @@ static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch)
 	ch->ring_up = true;
 	for (i = 0; i < ch->nbounce; i++)
 		iov[i] = (struct iovec){ slot_buf(ns, ch, i), ns->slot_bytes };
-	/* Both registrations only speed things up: go on without them. */
+	/*
+	 * The registration only speeds things up: go on without it.  The
+	 * file is not registered: a ring holds a registered file until the
+	 * kernel has torn the ring down, in the background after the process
+	 * is gone, and the file's lock with it, so a kvmmd started right
+	 * after one that crashed would find the file in use.
+	 */
 	ch->fixed_bufs = !io_uring_register_buffers(&ch->ring, iov, ch->nbounce);
-	ch->fixed_file = !io_uring_register_files(&ch->ring, &ns->fd, 1);
 	free(iov);
 	return 0;
 fail:
@@ -744,6 +942,12 @@ static int nvme_init(const struct kvmm_store_cfg *cfg, void **privp)
 	if (!cfg->page_bytes || !cfg->nr_pages || !cfg->page_size || !cfg->path ||
 	    !*cfg->path)
 		return nvme_err(cfg, -EINVAL, "the NVMe tier needs a path and pages");
+	if (cfg->flags & ~KVMM_NVME_FLAGS)
+		return nvme_err(cfg, -EINVAL, "nvme_flags 0x%x has unknown bits 0x%x",
+				cfg->flags, cfg->flags & ~KVMM_NVME_FLAGS);
+	ret = check_model_id(cfg);
+	if (ret)
+		return ret;
 	ns = calloc(1, sizeof(*ns));
 	if (!ns)
 		return -ENOMEM;

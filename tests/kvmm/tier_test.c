@@ -15,6 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "../helpers.h"
 
 #define PS	4	/* tokens per page */
@@ -598,16 +601,20 @@ static void test_nvme_bad_files(void)
 	p = nvme_params(PS * 2, 16, 8, 64, path, NULL);
 	p.log = test_log_fn;
 	p.log_priv = &log;
-	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EEXIST);
 	CU_ASSERT(strstr(log.last, "another geometry") != NULL);
 
-	/* a torn superblock: a cold start, nothing recovered */
+	/* a torn superblock: refused, loudly; reformatted, a cold start */
 	ctx = nvme_ctx(16, 8, 64, path, NULL);
 	test_tokens(tok, 32, 13);
 	to_nvme(ctx, tok, 1300);
 	kvmm_destroy(ctx);
 	write_file(path, "X", 1, 40);
-	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EUCLEAN);
+	CU_ASSERT(strstr(log.last, "damaged") != NULL);
+	p = nvme_params(PS, 16, 8, 64, path, NULL);
+	p.nvme_flags = KVMM_NVME_REFORMAT;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED), 0);
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 0);
 	kvmm_destroy(ctx);
@@ -622,6 +629,240 @@ static void test_nvme_bad_files(void)
 	p.alloc_priv = &ta;
 	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EIO);
 	CU_ASSERT_EQUAL(ta.live_blocks, 0);
+	unlink(path);
+}
+
+/* The first 4 KiB of @path (its superblock), for before/after comparisons. */
+static void read_super(const char *path, char *buf)
+{
+	int fd = open(path, O_RDONLY);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(pread(fd, buf, 4096, 0), 4096);
+	close(fd);
+}
+
+/* Flip bit @bit of byte @at of @path. */
+static void flip_bit(const char *path, off_t at, unsigned bit)
+{
+	unsigned char c;
+	int fd = open(path, O_RDWR);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(pread(fd, &c, 1, at), 1);
+	c ^= (unsigned char)(1u << bit);
+	CU_ASSERT_EQUAL(pwrite(fd, &c, 1, at), 1);
+	close(fd);
+}
+
+static int model_create(const char *model_id, uint32_t ps, uint32_t flags, const char *path,
+			struct test_log *log, struct kvmm_ctx **ctxp)
+{
+	struct kvmm_params p = nvme_params(ps, 16, 8, 64, path, NULL);
+
+	p.model_id = model_id;
+	p.nvme_flags = flags;
+	p.log = test_log_fn;
+	p.log_priv = log;
+	*ctxp = NULL;
+	return kvmm_create(&p, ctxp);
+}
+
+/*
+ * One file, one context: a second context on a file in use (here in the
+ * same process: the lock is the open file's) is refused, and the first
+ * goes on undisturbed.
+ */
+static void test_nvme_file_locked(void)
+{
+	const char *path = nvme_file("locked");
+	struct test_log log = { 0 };
+	struct kvmm_ctx *ctx, *second;
+	uint32_t tok[32];
+
+	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &second), -EBUSY);
+	CU_ASSERT_PTR_NULL(second);
+	CU_ASSERT(strstr(log.last, path) != NULL);
+	CU_ASSERT(strstr(log.last, "in use") != NULL);
+	/* reformatting does not take a file in use either */
+	CU_ASSERT_EQUAL(model_create(NULL, PS, KVMM_NVME_REFORMAT, path, &log, &second), -EBUSY);
+	test_tokens(tok, 32, 14);
+	to_nvme(ctx, tok, 1400);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	/* the lock goes with the context */
+	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * KV written under one model id is never served under another of the same
+ * geometry: refused with both names, the file left alone; reformatting
+ * starts cold with nothing of the other model's.
+ */
+static void test_nvme_model_identity(void)
+{
+	const char *path = nvme_file("model");
+	struct test_log log = { 0 };
+	struct kvmm_tier_hits hits;
+	struct kvmm_ctx *ctx;
+	char before[4096], after[4096];
+	uint32_t tok[32];
+
+	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, 0, path, &log, &ctx), 0);
+	test_tokens(tok, 32, 15);
+	to_nvme(ctx, tok, 1500);
+	kvmm_destroy(ctx);
+	read_super(path, before);
+
+	CU_ASSERT_EQUAL(model_create("model-b", PS, 0, path, &log, &ctx), -EEXIST);
+	CU_ASSERT(strstr(log.last, "'model-a'") != NULL);
+	CU_ASSERT(strstr(log.last, "'model-b'") != NULL);
+	/* no model id is not a match either */
+	CU_ASSERT_EQUAL(model_create(NULL, PS, 0, path, &log, &ctx), -EEXIST);
+	CU_ASSERT(strstr(log.last, "no model id") != NULL);
+	read_super(path, after);
+	CU_ASSERT_EQUAL(memcmp(before, after, sizeof(before)), 0);
+
+	/* the owner still finds its prefixes */
+	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, 0, path, &log, &ctx), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_NVME], 32);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+
+	/* model B reformats: a cold start, and model A's pages never come back */
+	CU_ASSERT_EQUAL_FATAL(model_create("model-b", PS, KVMM_NVME_REFORMAT, path, &log,
+					   &ctx), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL_FATAL(model_create("model-b", PS, 0, path, &log, &ctx), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED), 0);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(model_create("model-a", PS, 0, path, &log, &ctx), -EEXIST);
+	unlink(path);
+}
+
+/*
+ * A superblock that does not check is refused, saying so, whatever
+ * geometry the context has: a file of another geometry with one bit
+ * flipped is neither reformatted nor recovered.
+ */
+static void test_nvme_superblock_damaged(void)
+{
+	const char *path = nvme_file("damaged");
+	struct test_log log = { 0 };
+	struct kvmm_ctx *ctx;
+	char before[4096], after[4096];
+	uint32_t tok[32];
+
+	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, 0, path, &log, &ctx), 0);
+	test_tokens(tok, 32, 16);
+	to_nvme(ctx, tok, 1600);
+	kvmm_destroy(ctx);
+	flip_bit(path, 12, 0);		/* the page size */
+	read_super(path, before);
+
+	/* another geometry, and this one */
+	CU_ASSERT_EQUAL(model_create("model-a", PS * 2, 0, path, &log, &ctx), -EUCLEAN);
+	CU_ASSERT(strstr(log.last, "damaged") != NULL);
+	CU_ASSERT(strstr(log.last, path) != NULL);
+	CU_ASSERT_EQUAL(model_create("model-a", PS, 0, path, &log, &ctx), -EUCLEAN);
+	CU_ASSERT(strstr(log.last, "superblock is damaged") != NULL);
+	read_super(path, after);
+	CU_ASSERT_EQUAL(memcmp(before, after, sizeof(before)), 0);
+
+	/* a bit of the model id, the version: the same */
+	flip_bit(path, 12, 0);
+	flip_bit(path, 100, 3);
+	CU_ASSERT_EQUAL(model_create("model-a", PS, 0, path, &log, &ctx), -EUCLEAN);
+	flip_bit(path, 100, 3);
+	flip_bit(path, 8, 4);
+	CU_ASSERT_EQUAL(model_create("model-a", PS, 0, path, &log, &ctx), -EUCLEAN);
+	CU_ASSERT(strstr(log.last, "unknown layout version") != NULL);
+	flip_bit(path, 8, 4);
+	/* put back, it is whole again */
+	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, 0, path, &log, &ctx), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 32);
+	kvmm_destroy(ctx);
+
+	/* a superblock cut short */
+	CU_ASSERT_EQUAL(truncate(path, 2048), 0);
+	CU_ASSERT_EQUAL(model_create("model-a", PS, 0, path, &log, &ctx), -EUCLEAN);
+	CU_ASSERT(strstr(log.last, "damaged") != NULL);
+	/* reformatting takes any of these, cold */
+	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS * 2, KVMM_NVME_REFORMAT, path, &log,
+					   &ctx), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/* A file of layout version 1 (no model identity) is refused until reformatted. */
+static void test_nvme_layout_v1(void)
+{
+	const char *path = nvme_file("v1");
+	struct test_log log = { 0 };
+	struct kvmm_ctx *ctx;
+	char sb[4096];
+	uint32_t version = 1;
+	uint64_t csum;
+
+	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	kvmm_destroy(ctx);
+	/* version 1: the same fields through the geometry (72 bytes), then its checksum */
+	read_super(path, sb);
+	memcpy(sb + 8, &version, sizeof(version));
+	csum = XXH3_64bits(sb, 72);
+	memcpy(sb + 72, &csum, sizeof(csum));
+	memset(sb + 80, 0, sizeof(sb) - 80);
+	write_file(path, sb, sizeof(sb), 0);
+
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EEXIST);
+	CU_ASSERT(strstr(log.last, "layout version 1") != NULL);
+	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, KVMM_NVME_REFORMAT, path, &log, &ctx),
+			      0);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, 0, path, &log, &ctx), 0);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/* What the NVMe tier takes of the parameters: refused, naming the field. */
+static void test_nvme_identity_params(void)
+{
+	const char *path = nvme_file("params");
+	struct test_log log = { 0 };
+	struct kvmm_ctx *ctx;
+	char id[KVMM_MODEL_ID_MAX + 2];
+
+	memset(id, 'm', sizeof(id) - 1);
+	id[sizeof(id) - 1] = '\0';
+	CU_ASSERT_EQUAL(model_create(id, PS, 0, path, &log, &ctx), -EINVAL);
+	CU_ASSERT(strstr(log.last, "model_id is longer than") != NULL);
+	id[KVMM_MODEL_ID_MAX] = '\0';		/* the longest there may be */
+	CU_ASSERT_EQUAL_FATAL(model_create(id, PS, 0, path, &log, &ctx), 0);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL_FATAL(model_create(id, PS, 0, path, &log, &ctx), 0);
+	kvmm_destroy(ctx);
+	id[3] = '\n';
+	CU_ASSERT_EQUAL(model_create(id, PS, 0, path, &log, &ctx), -EINVAL);
+	CU_ASSERT(strstr(log.last, "model_id has a control character") != NULL);
+	CU_ASSERT_EQUAL(model_create("model-a", PS, 0x2, path, &log, &ctx), -EINVAL);
+	CU_ASSERT(strstr(log.last, "nvme_flags") != NULL);
+	/* an empty id is no id */
+	CU_ASSERT_EQUAL_FATAL(model_create(NULL, PS, KVMM_NVME_REFORMAT, path, &log, &ctx), 0);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL_FATAL(model_create("", PS, 0, path, &log, &ctx), 0);
+	kvmm_destroy(ctx);
 	unlink(path);
 }
 
@@ -1319,6 +1560,11 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_roundtrip);
 	ADD_TEST(s, test_nvme_restart);
 	ADD_TEST(s, test_nvme_bad_files);
+	ADD_TEST(s, test_nvme_file_locked);
+	ADD_TEST(s, test_nvme_model_identity);
+	ADD_TEST(s, test_nvme_superblock_damaged);
+	ADD_TEST(s, test_nvme_layout_v1);
+	ADD_TEST(s, test_nvme_identity_params);
 	ADD_TEST(s, test_nvme_fault_sweep);
 	ADD_TEST(s, test_nvme_flip_tear);
 	ADD_TEST(s, test_nvme_conversations_restart);

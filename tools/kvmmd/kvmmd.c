@@ -50,9 +50,13 @@ static void usage(FILE *f)
 		"  --host-pages N       a host tier of N pages: reclaim demotes there (default 0: none)\n"
 		"  --host-node N|nearest  its NUMA node (default nearest the device)\n"
 		"  --nvme-file PATH     an NVMe tier below the host tier, in this file or block device;\n"
-		"                       a kvmm file of the same geometry is recovered (restart)\n"
+		"                       a kvmm file of the same geometry and model is recovered (restart)\n"
 		"  --nvme-pages N       pages of the NVMe tier\n"
 		"  --nvme-qd N          its io_uring queue depth (default 32)\n"
+		"  --model-id STR       the model whose KV this is (name and revision): the NVMe\n"
+		"                       file records it and refuses to serve it to another model\n"
+		"  --nvme-reformat      format the NVMe file afresh (a cold start), even one of\n"
+		"                       another model or geometry or with a damaged superblock\n"
 		"  --write-policy write-back|write-through   copy KV to the host tier when\n"
 		"                       reclaim demotes it (default), or when it is committed\n"
 		"  --poll               serve every ring in polling mode (a core spins)\n"
@@ -72,6 +76,7 @@ struct opts {
 	char *evict;
 	char *nvme_path;
 	char *backend;
+	char *model_id;
 	uint32_t server_flags;
 	int quiet;
 	uint64_t given;			/* bits of kvmmd_opts[] given */
@@ -112,12 +117,14 @@ static int set_backend(struct opts *o, const struct kvmmd_opt *d, const char *va
 static int set_write_policy(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_ns_pin_pages(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_percent(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_model_id(struct opts *o, const struct kvmmd_opt *d, const char *val);
 
 enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
        O_MEM_FRAC, O_LAYERS, O_KV_HEADS, O_HEAD_DIM, O_DTYPE, O_MLA, O_MAX_SEQS,
        O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_NS_UID,
        O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY,
-       O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE, NR_OPTS };
+       O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE,
+       O_MODEL_ID, O_NVME_REFORMAT, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 #define REQ	required_argument
@@ -159,6 +166,8 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 			     offsetof(struct opts, ns_pin_pages), UINT32_MAX },
 	[O_NS_CACHE_SHARE] = { "ns-cache-share", REQ, set_percent,
 			       offsetof(struct opts, ns_cache_share), 100 },
+	[O_MODEL_ID] = { "model-id", REQ, set_model_id, offsetof(struct opts, model_id) },
+	[O_NVME_REFORMAT] = { "nvme-reformat", NONE, set_flag },
 };
 
 /* A number within the option's range, or a message naming it. */
@@ -255,6 +264,8 @@ static int set_flag(struct opts *o, const struct kvmmd_opt *d, const char *val)
 {
 	if (d == &kvmmd_opts[O_QUIET])
 		o->quiet = 1;
+	if (d == &kvmmd_opts[O_NVME_REFORMAT])
+		o->p.nvme_flags |= KVMM_NVME_REFORMAT;
 	o->server_flags |= (uint32_t)d->max;
 	return 0;
 }
@@ -289,6 +300,16 @@ static int set_write_policy(struct opts *o, const struct kvmmd_opt *d, const cha
 		return -1;
 	}
 	return 0;
+}
+
+static int set_model_id(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	if (strlen(val) > KVMM_MODEL_ID_MAX) {
+		fprintf(stderr, "kvmmd: --%s: '%.20s...' is longer than %u bytes\n", d->name, val,
+			KVMM_MODEL_ID_MAX);
+		return -1;
+	}
+	return set_str(o, d, val);
 }
 
 static int set_ns_pin_pages(struct opts *o, const struct kvmmd_opt *d, const char *val)
@@ -443,6 +464,10 @@ static int check_opts(struct opts *o)
 	o->p.evict_policy = o->evict;
 	o->p.nvme_path = o->nvme_path;
 	o->p.backend = o->backend;
+	o->p.model_id = o->model_id;
+	if (o->p.nvme_pages && !o->model_id && !o->quiet)
+		fprintf(stderr, "kvmmd: warning: --nvme-file without --model-id: the file cannot "
+			"tell this model's KV from another's of the same geometry\n");
 	if (o->backend && !strcmp(o->backend, "cuda"))
 		o->p.backend_arg = &o->cuda;
 	return 0;
@@ -477,6 +502,7 @@ static void opts_free(struct opts *o)
 	free(o->evict);
 	free(o->nvme_path);
 	free(o->backend);
+	free(o->model_id);
 }
 
 /* Who answers at @path, which is taken: another kvmm server, or not? */
@@ -590,8 +616,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvmmd: host tier %u pages, %s", o.p.host_pages,
 			o.p.write_policy == KVMM_WRITE_THROUGH ? "write-through" : "write-back");
 		if (o.p.nvme_pages)
-			fprintf(stderr, ", NVMe tier %u pages in %s (%llu recovered)",
+			fprintf(stderr, ", NVMe tier %u pages in %s (%s%llu recovered)",
 				o.p.nvme_pages, o.p.nvme_path,
+				o.p.nvme_flags & KVMM_NVME_REFORMAT ? "reformatted, " : "",
 				(unsigned long long)st[KVMM_STAT_NVME_PAGES_CACHED]);
 		fputc('\n', stderr);
 	}

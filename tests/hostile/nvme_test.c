@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/hostile/nvme_test.c - a careless operator and the NVMe tier's
+ * file: a second kvmmd on a file in use, a restart under another model,
+ * a damaged superblock.  Each is the real kvmmd, started as the operator
+ * would; the one that must be refused has to exit (non-zero, saying why)
+ * before its deadline instead of serving, and a kvmmd already serving
+ * must go on and stop cleanly, its invariant check included (kvmmd exits
+ * 1 when kvmm_check() fails at exit).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <CUnit/CUnit.h>
+
+#include <libkvmm.h>
+
+#include "../helpers.h"
+#include "hostile.h"
+
+#define DEADLINE_MS	10000	/* for kvmmd to start, or to refuse */
+
+struct nvme_fixture {
+	char dir[64];
+	char file[128];		/* the NVMe tier's */
+	char sock[2][128];
+};
+
+static int fixture_init(struct nvme_fixture *f)
+{
+	int ret = hostile_tmpdir(f->dir, sizeof(f->dir));
+
+	if (ret)
+		return ret;
+	snprintf(f->file, sizeof(f->file), "%s/kv.nvme", f->dir);
+	snprintf(f->sock[0], sizeof(f->sock[0]), "%s/a.sock", f->dir);
+	snprintf(f->sock[1], sizeof(f->sock[1]), "%s/b.sock", f->dir);
+	return 0;
+}
+
+static void fixture_exit(struct nvme_fixture *f)
+{
+	unlink(f->file);
+	unlink(f->sock[0]);
+	unlink(f->sock[1]);
+	rmdir(f->dir);
+}
+
+/*
+ * argv of a small kvmmd on socket @s of @f with an NVMe tier in @f->file,
+ * model @model (NULL: none), then @extra (NULL-terminated, may be NULL).
+ */
+static void kvmmd_argv(const char **argv, const struct nvme_fixture *f, int s,
+		       const char *model, const char *const *extra)
+{
+	static const char *const base[] = {
+		"kvmmd", "--page-size", "16", "--pages", "64", "--layers", "2",
+		"--kv-heads", "1", "--head-dim", "64", "--max-seqs", "8",
+		"--max-seq-len", "1024", "--host-pages", "16", "--nvme-pages", "64",
+	};
+	size_t n = 0, i;
+
+	for (i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+		argv[n++] = base[i];
+	argv[n++] = "--socket";
+	argv[n++] = f->sock[s];
+	argv[n++] = "--nvme-file";
+	argv[n++] = f->file;
+	if (model) {
+		argv[n++] = "--model-id";
+		argv[n++] = model;
+	}
+	for (i = 0; extra && extra[i]; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+}
+
+/* Start a kvmmd that must serve; Return: its pid, or -1 (it did not). */
+static pid_t kvmmd_start(const struct nvme_fixture *f, int s, const char *model,
+			 const char *const *extra)
+{
+	const char *argv[40];
+	pid_t pid;
+
+	kvmmd_argv(argv, f, s, model, extra);
+	pid = hostile_spawn(argv, -1);
+	if (pid <= 0)
+		return -1;
+	if (hostile_wait_socket(f->sock[s], DEADLINE_MS)) {
+		kill(pid, SIGKILL);
+		hostile_reap(pid, DEADLINE_MS);
+		return -1;
+	}
+	return pid;
+}
+
+/*
+ * Stop a serving kvmmd: it must exit 0, its invariant check passed.  kvmmd
+ * blocks SIGTERM before anything else, so one sent at any time is taken.
+ */
+static int kvmmd_stop(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGTERM);
+	st = hostile_reap(pid, DEADLINE_MS);
+	if (st == -ETIMEDOUT) {
+		kill(pid, SIGKILL);
+		hostile_reap(pid, DEADLINE_MS);
+	}
+	return st;
+}
+
+/* Run a kvmmd that must refuse: Return: its exit status, @out its words. */
+static int kvmmd_refused(const struct nvme_fixture *f, int s, const char *model,
+			 const char *const *extra, char *out, size_t len)
+{
+	const char *argv[40];
+
+	kvmmd_argv(argv, f, s, model, extra);
+	return hostile_run(argv, out, len, DEADLINE_MS);
+}
+
+/* Flip bit @bit of byte @at of @path. */
+static void flip_bit(const char *path, off_t at, unsigned int bit)
+{
+	int fd = open(path, O_RDWR);
+	unsigned char c = 0;
+
+	CU_ASSERT(fd >= 0);
+	if (fd < 0)
+		return;
+	CU_ASSERT_EQUAL(pread(fd, &c, 1, at), 1);
+	c ^= (unsigned char)(1u << bit);
+	CU_ASSERT_EQUAL(pwrite(fd, &c, 1, at), 1);
+	close(fd);
+}
+
+static void read_super(const char *path, char *buf)
+{
+	int fd = open(path, O_RDONLY);
+
+	memset(buf, 0, 4096);
+	CU_ASSERT(fd >= 0);
+	if (fd < 0)
+		return;
+	CU_ASSERT_EQUAL(pread(fd, buf, 4096, 0), 4096);
+	close(fd);
+}
+
+/*
+ * Two kvmmd on one --nvme-file: the second exits 1 saying the file is in
+ * use, before it serves; the first goes on serving and stops cleanly; once
+ * it is gone the file may be taken again.
+ */
+static void test_second_kvmmd_on_file_refused(void)
+{
+	const char *const stat_argv[] = { "kvmmctl", "--socket", NULL, "stat", NULL };
+	const char *ctl[5];
+	struct nvme_fixture f;
+	char out[4096];
+	pid_t first;
+	int st;
+
+	CU_ASSERT_EQUAL_FATAL(fixture_init(&f), 0);
+	first = kvmmd_start(&f, 0, "model-a", NULL);
+	CU_ASSERT(first > 0);
+	if (first <= 0)
+		goto out;
+
+	st = kvmmd_refused(&f, 1, "model-a", NULL, out, sizeof(out));
+	CU_ASSERT_EQUAL(st, 1);
+	CU_ASSERT(strstr(out, f.file) != NULL);
+	CU_ASSERT(strstr(out, "in use") != NULL);
+	CU_ASSERT(access(f.sock[1], F_OK) != 0);	/* it never served */
+	/* nor does asking to reformat take a file in use */
+	st = kvmmd_refused(&f, 1, "model-a", (const char *const[]){ "--nvme-reformat", NULL },
+			   out, sizeof(out));
+	CU_ASSERT_EQUAL(st, 1);
+	CU_ASSERT(strstr(out, "in use") != NULL);
+
+	/* the first is alive and serving */
+	CU_ASSERT(hostile_alive(first));
+	memcpy(ctl, stat_argv, sizeof(ctl));
+	ctl[2] = f.sock[0];
+	CU_ASSERT_EQUAL(hostile_run(ctl, NULL, 0, DEADLINE_MS), 0);
+	CU_ASSERT_EQUAL(kvmmd_stop(first), 0);
+
+	/* the lock went with it */
+	first = kvmmd_start(&f, 1, "model-a", NULL);
+	CU_ASSERT(first > 0);
+	if (first > 0)
+		CU_ASSERT_EQUAL(kvmmd_stop(first), 0);
+out:
+	fixture_exit(&f);
+}
+
+/*
+ * A restart under another --model-id is refused, naming both models, and
+ * the file is left as it was; --nvme-reformat gives the new model a cold
+ * tier, after which the old model is the one refused.
+ */
+static void test_other_model_refused(void)
+{
+	const char *const reformat[] = { "--nvme-reformat", NULL };
+	struct nvme_fixture f;
+	char out[4096], before[4096], after[4096], longid[KVMM_MODEL_ID_MAX + 2];
+	pid_t pid;
+
+	CU_ASSERT_EQUAL_FATAL(fixture_init(&f), 0);
+	pid = kvmmd_start(&f, 0, "model-a", NULL);
+	CU_ASSERT(pid > 0);
+	if (pid <= 0)
+		goto out;
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+	read_super(f.file, before);
+
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-b", NULL, out, sizeof(out)), 1);
+	CU_ASSERT(strstr(out, "'model-a'") != NULL);
+	CU_ASSERT(strstr(out, "'model-b'") != NULL);
+	CU_ASSERT(strstr(out, "refusing") != NULL);
+	/* no model id at all is not model-a either (and kvmmd warns) */
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, NULL, NULL, out, sizeof(out)), 1);
+	CU_ASSERT(strstr(out, "without --model-id") != NULL);
+	read_super(f.file, after);
+	CU_ASSERT_EQUAL(memcmp(before, after, sizeof(before)), 0);
+	/* an id the file cannot record is a usage error */
+	memset(longid, 'm', sizeof(longid) - 1);
+	longid[sizeof(longid) - 1] = '\0';
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, longid, NULL, out, sizeof(out)), 2);
+	CU_ASSERT(strstr(out, "kvmmd: --model-id: ") != NULL);
+	CU_ASSERT(strstr(out, "longer than 255 bytes") != NULL);
+
+	pid = kvmmd_start(&f, 0, "model-b", reformat);
+	CU_ASSERT(pid > 0);
+	if (pid <= 0)
+		goto out;
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-a", NULL, out, sizeof(out)), 1);
+	CU_ASSERT(strstr(out, "'model-b'") != NULL);
+out:
+	fixture_exit(&f);
+}
+
+/*
+ * One flipped bit in the superblock: kvmmd refuses the file, saying the
+ * superblock is damaged, whether it asks for the file's geometry or
+ * another one (which used to reformat it silently), and leaves it alone.
+ */
+static void test_damaged_superblock_refused(void)
+{
+	const char *const page32[] = { "--page-size", "32", NULL };
+	const char *const reformat[] = { "--nvme-reformat", NULL };
+	struct nvme_fixture f;
+	char out[4096], before[4096], after[4096];
+	pid_t pid;
+
+	CU_ASSERT_EQUAL_FATAL(fixture_init(&f), 0);
+	pid = kvmmd_start(&f, 0, "model-a", NULL);
+	CU_ASSERT(pid > 0);
+	if (pid <= 0)
+		goto out;
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+	flip_bit(f.file, 33, 2);	/* in the epoch */
+	read_super(f.file, before);
+
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-a", NULL, out, sizeof(out)), 1);
+	CU_ASSERT(strstr(out, "superblock is damaged") != NULL);
+	CU_ASSERT(strstr(out, f.file) != NULL);
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-a", page32, out, sizeof(out)), 1);
+	CU_ASSERT(strstr(out, "superblock is damaged") != NULL);
+	read_super(f.file, after);
+	CU_ASSERT_EQUAL(memcmp(before, after, sizeof(before)), 0);
+
+	/* the operator's way out: a cold start */
+	pid = kvmmd_start(&f, 0, "model-a", reformat);
+	CU_ASSERT(pid > 0);
+	if (pid <= 0)
+		goto out;
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+	pid = kvmmd_start(&f, 0, "model-a", NULL);
+	CU_ASSERT(pid > 0);
+	if (pid <= 0)
+		goto out;
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+out:
+	fixture_exit(&f);
+}
+
+/*
+ * A kvmmd that dies without its exit path (SIGKILL, a crash) does not keep
+ * the file from the next one: the lock goes with the process.
+ */
+static void test_killed_kvmmd_releases_file(void)
+{
+	struct nvme_fixture f;
+	int i;
+
+	CU_ASSERT_EQUAL_FATAL(fixture_init(&f), 0);
+	for (i = 0; i < 5; i++) {
+		pid_t pid = kvmmd_start(&f, 0, "model-a", NULL);
+
+		CU_ASSERT(pid > 0);
+		if (pid <= 0)
+			break;
+		kill(pid, SIGKILL);
+		CU_ASSERT_EQUAL(hostile_reap(pid, DEADLINE_MS), 128 + SIGKILL);
+		unlink(f.sock[0]);
+	}
+	fixture_exit(&f);
+}
+
+int register_hostile_nvme_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_hostile_nvme", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, test_second_kvmmd_on_file_refused);
+	ADD_TEST(s, test_other_model_refused);
+	ADD_TEST(s, test_damaged_superblock_refused);
+	ADD_TEST(s, test_killed_kvmmd_releases_file);
+	return 0;
+}
