@@ -7,6 +7,7 @@
 #ifndef KVMM_IPC_H
 #define KVMM_IPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,6 @@ void kvmm_ring_wake(struct kvmm_ring_hdr *hdr, int cq_fd);
 int kvmm_sock_send(int sock, const void *buf, size_t len, const int *fds, uint32_t nfds);
 int kvmm_sock_recv(int sock, void *buf, size_t len, int *fds, uint32_t max,
 		   uint32_t *nfds);
-int kvmm_share_serve(struct kvmm_ctx *ctx, int sock);
+int kvmm_share_serve(struct kvmm_ctx *ctx, int sock, bool bound);
 
 #endif

@@ -57,6 +57,7 @@ struct kvmm_server;
  * @region, @size: the shared ring region as mapped here
  * @disp: its dispatcher
  * @poll: spin long before sleeping
+ * @bound: the ring is bound to a namespace: the pool is not shared with it
  */
 struct kvmm_client {
 	struct kvmm_server *srv;
@@ -68,6 +69,7 @@ struct kvmm_client {
 	size_t size;
 	struct kvmm_disp *disp;
 	bool poll;
+	bool bound;
 };
 
 /*
@@ -121,7 +123,7 @@ static int client_request(struct kvmm_client *c)
 	if (recv_timed(c->sock, &req, sizeof(req)) || req.magic != KVMM_SHARE_MAGIC ||
 	    req.resv[0] || req.resv[1])
 		return -EPROTO;
-	return kvmm_share_serve(c->srv->ctx, c->sock);
+	return kvmm_share_serve(c->srv->ctx, c->sock, c->bound);
 }
 
 /*
@@ -184,8 +186,10 @@ static int client_setup(struct kvmm_client *c)
 		goto out_refuse;
 	}
 	c->poll = (rp.flags & KVMM_RING_F_POLL) || (c->srv->flags & KVMM_SERVER_POLL);
-	memfd = memfd_create("kvmm-ring", MFD_CLOEXEC);
-	if (memfd < 0 || ftruncate(memfd, (off_t)c->size) < 0) {
+	/* Sealed: a client that shrank it would make our next access a SIGBUS. */
+	memfd = memfd_create("kvmm-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (memfd < 0 || ftruncate(memfd, (off_t)c->size) < 0 ||
+	    fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
 		ret = -errno;
 		goto out_refuse;
 	}
@@ -204,7 +208,8 @@ static int client_setup(struct kvmm_client *c)
 	ret = kvmm_disp_create(c->srv->ctx, true, &c->disp);
 	if (ret)
 		goto out_refuse;
-	if (rp.flags & KVMM_RING_F_NS)
+	c->bound = rp.flags & KVMM_RING_F_NS;
+	if (c->bound)
 		kvmm_disp_bind_ns(c->disp, rp.ns);
 	kvmm_ring_hdr_init(c->region, &rp, kvmm_disp_id(c->disp));
 	kvmm_ring_attach(c->disp, c->region, &rp);

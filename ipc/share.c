@@ -17,6 +17,15 @@
  * the same backend's import (kvmm_kv_import()), which maps the memory at
  * addresses of its own, and closes them.  The wire format is in
  * uapi/kvmm/ring.h.
+ *
+ * A ring bound to a namespace (a tenant under KVMM_SERVER_NS_UID, or a
+ * client that bound itself) is refused with -EPERM.  The descriptors map
+ * whole buffers, and the frames of one namespace are scattered through
+ * them and change owner as pages are freed and reused: a mapping limited
+ * to one namespace would need a mapping per frame, remade on every
+ * allocation.  So the pool is shared only with unbound clients (root, and
+ * whoever the socket's permissions let in without --ns-per-uid): they are
+ * trusted with every tenant's KV anyway.
  */
 #include <errno.h>
 #include <poll.h>
@@ -142,17 +151,22 @@ static int send_fds(int sock, const int *fds, uint32_t nr)
  * kvmm_share_serve() - answer a client's struct kvmm_share_req
  * @ctx: the context whose pool is shared
  * @sock: the client's socket
+ * @bound: the client's ring is bound to a namespace: refused (-EPERM)
  *
  * Return: 0 when the answer went out (a refusal included), -EPIPE when
  * the client cannot be written to.
  */
-int kvmm_share_serve(struct kvmm_ctx *ctx, int sock)
+int kvmm_share_serve(struct kvmm_ctx *ctx, int sock, bool bound)
 {
 	struct kvmm_share_ext *ext = NULL;
 	struct kvmm_share sh;
 	int *fds = NULL, ret;
 	uint32_t i;
 
+	if (bound) {
+		sh = (struct kvmm_share){ .magic = KVMM_SHARE_MAGIC, .status = -EPERM };
+		return kvmm_sock_send(sock, &sh, sizeof(sh), NULL, 0);
+	}
 	kvmm_lock(ctx);
 	ret = kvmm_kv_share(ctx, &sh, &ext, &fds);
 	kvmm_unlock(ctx);
@@ -225,7 +239,8 @@ out:
  *
  * Return: 0; -EINVAL for an in-process ring (kvmm_kv_layer() serves
  * those); the server's refusal (-EOPNOTSUPP: its memory cannot be
- * exported); kvmm_kv_import()'s errors; -EPROTO or -ECONNRESET for a
+ * exported; -EPERM: the ring is bound to a namespace, and a tenant may
+ * not map every tenant's KV); kvmm_kv_import()'s errors; -EPROTO or -ECONNRESET for a
  * broken conversation.
  */
 KVMM_EXPORT int kvmm_kv_attach(struct kvmm_ring *ring, void *backend_arg,

@@ -16,6 +16,8 @@
 #include "helpers.h"
 #include "autoconf.h"
 
+int register_hostile_server_suite(void);
+
 static const suite_register_fn suites[] = {
 	register_ctx_suite,
 	register_page_alloc_suite,
@@ -33,6 +35,7 @@ static const suite_register_fn suites[] = {
 	register_server_suite,
 	register_abi_suite,
 	register_engine_suite,
+	register_hostile_server_suite,
 };
 
 int main(int argc, char **argv)
