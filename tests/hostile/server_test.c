@@ -12,7 +12,6 @@
  *     with -EPERM, an unbound client still gets it (3)
  *   - a trickled hello or unread share replies cannot hold up stop (5)
  *   - 256 trickling handshakes do not lock a new client out (6)
- *   - a client whose CQ is full and who sleeps costs no wake-ups (7)
  *   - every connect over the client limit reads -EBUSY (13)
  */
 #include <dirent.h>
@@ -32,6 +31,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -349,6 +349,374 @@ static void bound_tenant_is_refused_the_pool(void)
 	cleanup_dir();
 }
 
+struct stopper {
+	pthread_t thread;
+	struct kvmm_server *srv;
+};
+
+static void *stop_thread(void *arg)
+{
+	kvmm_server_stop(((struct stopper *)arg)->srv);
+	return NULL;
+}
+
+/*
+ * Stop @srv in a thread; true when it returned within STOP_BOUND_MS.
+ * Past the bound @pid (what wedges it) is killed, so that the stop ends.
+ */
+static bool stop_bounded(struct kvmm_server *srv, pid_t pid)
+{
+	struct stopper st = { .srv = srv };
+	struct timespec ts;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += STOP_BOUND_MS / 1000;
+	if (pthread_create(&st.thread, NULL, stop_thread, &st))
+		return false;
+	ok = !pthread_timedjoin_np(st.thread, NULL, &ts);
+	kill(pid, SIGKILL);
+	if (!ok)
+		pthread_join(st.thread, NULL);
+	return ok;
+}
+
+/* Fork @fn(@arg), which writes one byte to @fd once its attack is under way. */
+static pid_t attacker(void (*fn)(int fd), int *ready)
+{
+	int pfd[2];
+	pid_t pid;
+	char c;
+
+	*ready = 0;
+	if (pipe(pfd))
+		return -1;
+	fflush(NULL);
+	pid = fork();
+	if (!pid) {
+		/* dies with the suite, whatever happens to it */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(pfd[0]);
+		fn(pfd[1]);
+		_exit(0);
+	}
+	close(pfd[1]);
+	*ready = pid > 0 && read(pfd[0], &c, 1) == 1;
+	close(pfd[0]);
+	return pid;
+}
+
+/*
+ * Wait (5 s at most) until the server has read everything sent on the
+ * @nr sockets @s (or closed them): it has accepted them and is in their
+ * handshake.  Return: 0, or -1 past the deadline.
+ */
+static int wait_read(const int *s, int nr)
+{
+	int i, k, left;
+
+	for (k = 0; k < 5000; k++) {
+		for (i = 0; i < nr; i++)
+			if (ioctl(s[i], SIOCOUTQ, &left) || left)
+				break;
+		if (i == nr)
+			return 0;
+		usleep(1000);
+	}
+	return -1;
+}
+
+/* One byte of hello every 200 ms: 11 s for all of it. */
+static void trickle_hello(int fd)
+{
+	struct kvmm_hello h = hello_of(8, 16, 4096);
+	int s = connect_raw(sock);
+	size_t i;
+
+	if (s < 0)
+		_exit(1);
+	for (i = 0; i < sizeof(h); i++) {
+		if (send(s, (char *)&h + i, 1, MSG_NOSIGNAL) != 1)
+			_exit(0);
+		if (!i && (wait_read(&s, 1) || write(fd, "x", 1) != 1))
+			_exit(1);
+		usleep(200000);
+	}
+	pause();
+}
+
+/* Issue 16, 5: a hello trickled a byte at a time does not hold up stop. */
+static void stop_is_bounded_under_a_trickled_hello(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
+	struct kvmm_server *srv;
+	int ready;
+	pid_t pid;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	pid = attacker(trickle_hello, &ready);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT(ready);
+	CU_ASSERT(stop_bounded(srv, pid));
+	waitpid(pid, NULL, 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+/* Ask for the pool over and over, never reading an answer. */
+static void flood_share_requests(int fd)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+	struct kvmm_share_req req = { .magic = KVMM_SHARE_MAGIC };
+	struct pollfd pfd;
+	struct kvmm_ring ring;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		_exit(1);
+	pfd = (struct pollfd){ .fd = ring.sock, .events = POLLOUT };
+	/* until the server stops reading (stuck sending), or hangs up on us */
+	while (poll(&pfd, 1, 500) == 1)
+		if (send(ring.sock, &req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+		    errno != EAGAIN)
+			break;
+	if (write(fd, "x", 1) != 1)
+		_exit(1);
+	pause();
+}
+
+/* Issue 16, 5: share answers a client never reads do not hold up stop. */
+static void stop_is_bounded_under_unread_share_replies(void)
+{
+	struct kvmm_mock_arg arg = { .shareable = true };
+	struct kvmm_params p = test_params(16, 64, 8, 256);
+	struct kvmm_ctx *ctx = NULL;
+	struct kvmm_server *srv;
+	int ready;
+	pid_t pid;
+
+	p.backend_arg = &arg;
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	pid = attacker(flood_share_requests, &ready);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT(ready);
+	CU_ASSERT(stop_bounded(srv, pid));
+	waitpid(pid, NULL, 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+#define NR_TRICKLERS	256
+
+/* 256 connections, each trickling a byte of hello every 500 ms. */
+static void trickle_many(int fd)
+{
+	static int s[NR_TRICKLERS];
+	struct kvmm_hello h = hello_of(8, 16, 4096);
+	size_t at;
+	int i;
+
+	for (i = 0; i < NR_TRICKLERS; i++) {
+		s[i] = connect_raw(sock);
+		if (s[i] < 0)
+			_exit(1);
+	}
+	for (at = 0; at < sizeof(h); at++) {
+		for (i = 0; i < NR_TRICKLERS; i++)
+			(void)!send(s[i], (char *)&h + at, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (!at && (wait_read(s, NR_TRICKLERS) || write(fd, "x", 1) != 1))
+			_exit(1);
+		usleep(500000);
+	}
+	pause();
+}
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < 8192) {
+		rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* Issue 16, 6: slow handshakes do not take client slots. */
+static void trickling_handshakes_do_not_lock_clients_out(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+	struct kvmm_server *srv;
+	struct kvmm_ring ring = { 0 };
+	int ready;
+	pid_t pid;
+
+	raise_nofile();
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	pid = attacker(trickle_many, &ready);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT(ready);
+	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	if (ring.hdr) {
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+		CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+		kvmm_ring_exit(&ring);
+	}
+	CU_ASSERT(stop_bounded(srv, pid));
+	waitpid(pid, NULL, 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+#define NR_FULL		256	/* the server's default client limit */
+
+/* Issue 16, 13: a connect over the client limit reads -EBUSY, every time. */
+static void over_limit_connects_read_ebusy(void)
+{
+	static struct kvmm_ring rings[NR_FULL];
+	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
+	struct kvmm_ring_params rp = { .sq_entries = 2, .buf_size = 0 };
+	struct kvmm_server *srv;
+	struct kvmm_ring extra;
+	int i, ebusy = 0, other = 0;
+
+	raise_nofile();
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	for (i = 0; i < NR_FULL; i++)
+		CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &rings[i]), 0);
+	for (i = 0; i < 200; i++) {
+		int ret = kvmm_ring_connect(sock, &rp, &extra);
+
+		if (!ret)
+			kvmm_ring_exit(&extra);
+		if (ret == -EBUSY)
+			ebusy++;
+		else if (!other++)
+			fprintf(stderr, "over-limit connect %d: %s\n", i, strerror(-ret));
+	}
+	CU_ASSERT_EQUAL(ebusy, 200);
+	for (i = 0; i < NR_FULL; i++)
+		kvmm_ring_exit(&rings[i]);
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+/* The welcome a raw connection reads (5 s at most). Return: its status, or 1. */
+static int read_welcome(int s)
+{
+	struct timeval tv = { .tv_sec = 5 };
+	struct kvmm_welcome w;
+
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (recv(s, &w, sizeof(w), MSG_WAITALL) != sizeof(w))
+		return 1;
+	return w.status;
+}
+
+static bool wait_clients(struct kvmm_server *srv, uint32_t n)
+{
+	int i;
+
+	for (i = 0; i < 5000; i++) {
+		if (kvmm_server_clients(srv) == n)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/* The limits: checked, and each one enforced with the errno it documents. */
+static void server_limits_are_enforced(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+	struct kvmm_server_limits lim = { .max_clients = 1, .max_pending = 1,
+					  .handshake_ms = 200 };
+	struct kvmm_hello h = hello_of(8, 16, 4096);
+	struct kvmm_server *srv;
+	struct kvmm_ring ring, extra;
+	int a, b;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	CU_ASSERT_EQUAL(kvmm_server_set_limits(NULL, &lim), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_server_set_limits(srv, NULL), -EINVAL);
+	lim.resv[3] = 1;
+	CU_ASSERT_EQUAL(kvmm_server_set_limits(srv, &lim), -EINVAL);
+	lim.resv[3] = 0;
+	lim.max_pending = 1025;
+	CU_ASSERT_EQUAL(kvmm_server_set_limits(srv, &lim), -EINVAL);
+	lim.max_pending = 1;
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_set_limits(srv, &lim), 0);
+	/* max_clients */
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &extra), -EBUSY);
+	kvmm_ring_exit(&ring);
+	CU_ASSERT(wait_clients(srv, 0));
+	/* handshake_ms: a hello not complete in time is refused */
+	a = connect_raw(sock);
+	CU_ASSERT_FATAL(a >= 0);
+	CU_ASSERT_EQUAL(send(a, &h, 10, MSG_NOSIGNAL), 10);
+	CU_ASSERT_EQUAL(read_welcome(a), -ETIMEDOUT);
+	close(a);
+	/* max_pending: a new connection evicts the oldest handshake */
+	a = connect_raw(sock);
+	CU_ASSERT_EQUAL(send(a, &h, 10, MSG_NOSIGNAL), 10);
+	CU_ASSERT(!wait_read(&a, 1));
+	b = connect_raw(sock);
+	CU_ASSERT(a >= 0 && b >= 0);
+	CU_ASSERT_EQUAL(read_welcome(a), -EBUSY);
+	close(a);
+	close(b);
+	/* 0: the defaults again */
+	CU_ASSERT_EQUAL(kvmm_server_set_limits(srv, &(struct kvmm_server_limits){ 0 }), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &extra), 0);
+	kvmm_ring_exit(&extra);
+	kvmm_ring_exit(&ring);
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+/* send_ms: a client that never reads its share answers is dropped. */
+static void client_that_does_not_read_is_dropped(void)
+{
+	struct kvmm_mock_arg arg = { .shareable = true };
+	struct kvmm_params p = test_params(16, 64, 8, 256);
+	struct kvmm_server_limits lim = { .send_ms = 200 };
+	struct kvmm_ctx *ctx = NULL;
+	struct kvmm_server *srv;
+	int ready;
+	pid_t pid;
+
+	p.backend_arg = &arg;
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_set_limits(srv, &lim), 0);
+	pid = attacker(flood_share_requests, &ready);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT(ready);
+	CU_ASSERT(wait_clients(srv, 0));	/* while the attacker still lives */
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
 int register_hostile_server_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_hostile_server", NULL, NULL);
@@ -357,6 +725,12 @@ int register_hostile_server_suite(void)
 
 	if (!s)
 		return -1;
+	ADD_TEST(s, stop_is_bounded_under_a_trickled_hello);
+	ADD_TEST(s, stop_is_bounded_under_unread_share_replies);
+	ADD_TEST(s, trickling_handshakes_do_not_lock_clients_out);
+	ADD_TEST(s, over_limit_connects_read_ebusy);
+	ADD_TEST(s, server_limits_are_enforced);
+	ADD_TEST(s, client_that_does_not_read_is_dropped);
 	/* these run a client as nobody: root only */
 	t = CU_add_test(s, "ring_memfd_cannot_be_shrunk", ring_memfd_cannot_be_shrunk);
 	if (t && !root)
