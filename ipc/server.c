@@ -19,7 +19,10 @@
  * serves the ring:
  * consume pending entries (one context lock per batch), ring the client's
  * doorbell if it sleeps, spin a little (long in polling mode), then sleep
- * on the SQ doorbell, the socket and the server's stop event.  The only
+ * on the SQ doorbell, the socket and the server's stop event.  When the
+ * CQ is full the thread sleeps the same way, with cq_wait set: the client
+ * rings the SQ doorbell once it has reaped and waits (or submits), so a
+ * client that leaves its CQ full costs nothing while it sleeps.  The only
  * thing a client may write after its hello is a request for the KV pool
  * (ipc/share.c), answered on the same thread.
  *
@@ -327,29 +330,40 @@ static void client_serve(struct kvmm_client *c)
 	uint64_t v;
 
 	for (;;) {
+		bool cq_full = false;
+
 		if (kvmm_disp_pending(c->disp)) {
 			if (kvmm_disp_process(c->disp)) {
 				notify_client(c);
 				continue;
 			}
-			/* CQ full: the client must reap first; wait for its doorbell */
+			cq_full = true;	/* the client must reap first */
 		} else {
 			for (i = 0; i < spins && !kvmm_disp_pending(c->disp); i++)
 				__builtin_ia32_pause();
 			if (kvmm_disp_pending(c->disp))
 				continue;
 		}
+		/*
+		 * Say what we wait for (new entries; with a full CQ, room in
+		 * it too), fence, look once more: pairs with the client's
+		 * "publish sq_tail or cq_head, fence, read our flags" in
+		 * kvmm_submit() and wait_cq() (ipc/ring.c), so its doorbell
+		 * wakes us and no timer is needed.
+		 */
 		__atomic_store_n(&hdr->sq_sleeping, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&hdr->cq_wait, cq_full, __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		if (kvmm_disp_pending(c->disp) && kvmm_disp_process(c->disp)) {
 			__atomic_store_n(&hdr->sq_sleeping, 0, __ATOMIC_RELAXED);
+			__atomic_store_n(&hdr->cq_wait, 0, __ATOMIC_RELAXED);
 			notify_client(c);
 			continue;
 		}
-		/* A full CQ cannot be waited on by doorbell alone: poll briefly. */
-		while (poll(pfd, 3, kvmm_disp_pending(c->disp) ? 1 : -1) < 0 && errno == EINTR)
+		while (poll(pfd, 3, -1) < 0 && errno == EINTR)
 			;
 		__atomic_store_n(&hdr->sq_sleeping, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&hdr->cq_wait, 0, __ATOMIC_RELAXED);
 		if (pfd[0].revents & POLLIN)
 			(void)!read(c->sq_fd, &v, sizeof(v));
 		if (pfd[2].revents)

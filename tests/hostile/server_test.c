@@ -12,6 +12,7 @@
  *     with -EPERM, an unbound client still gets it (3)
  *   - a trickled hello or unread share replies cannot hold up stop (5)
  *   - 256 trickling handshakes do not lock a new client out (6)
+ *   - a client whose CQ is full and who sleeps costs no wake-ups (7)
  *   - every connect over the client limit reads -EBUSY (13)
  */
 #include <dirent.h>
@@ -610,6 +611,90 @@ static void over_limit_connects_read_ebusy(void)
 	cleanup_dir();
 }
 
+/* Voluntary context switches of every thread of this process but the caller. */
+static long others_switches(void)
+{
+	long self = (long)syscall(SYS_gettid), sum = 0;
+	struct dirent *de;
+	DIR *d = opendir("/proc/self/task");
+
+	while (d && (de = readdir(d))) {
+		char path[300], line[128];
+		FILE *f;
+
+		if (de->d_name[0] == '.' || atol(de->d_name) == self)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", de->d_name);
+		f = fopen(path, "r");
+		while (f && fgets(line, sizeof(line), f))
+			if (!strncmp(line, "voluntary_ctxt_switches:", 24))
+				sum += atol(line + 24);
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return sum;
+}
+
+/* Wait (5 s at most) until the server says it sleeps on the doorbell. */
+static bool wait_server_sleeps(struct kvmm_ring *ring)
+{
+	int i;
+
+	for (i = 0; i < 5000; i++) {
+		if (__atomic_load_n(&ring->hdr->sq_sleeping, __ATOMIC_ACQUIRE))
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/*
+ * Issue 16, 7: a client whose CQ is full, with entries still waiting,
+ * sleeps; its server thread must sleep too (it was woken every 1 ms).
+ * Counted in context switches over half a second, not timed.
+ */
+static void full_cq_costs_no_wakeups(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
+	struct kvmm_ring_params rp = { .sq_entries = 8, .cq_entries = 8 };
+	struct kvmm_server *srv;
+	struct kvmm_cqe *cqe;
+	struct kvmm_ring ring;
+	long before, after;
+	int i, done = 0;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	for (i = 0; i < 8; i++)
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+	CU_ASSERT_EQUAL(kvmm_submit_and_wait(&ring, 8), 8);
+	for (i = 0; i < 8; i++)	/* the CQ is full: these wait */
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+	CU_ASSERT_EQUAL(kvmm_submit(&ring), 8);
+	CU_ASSERT_FATAL(wait_server_sleeps(&ring));
+	before = others_switches();
+	usleep(500000);		/* the window counted, not a synchronisation */
+	after = others_switches();
+	CU_ASSERT(after - before < 25);
+	if (after - before >= 25)
+		fprintf(stderr, "server threads woke %ld times in 0.5 s\n", after - before);
+	/* reaping lets the waiting entries complete */
+	while (done < 16 && !kvmm_wait_cqe(&ring, &cqe)) {
+		CU_ASSERT_EQUAL(cqe->res, 0);
+		kvmm_cqe_seen(&ring, cqe);
+		done++;
+	}
+	CU_ASSERT_EQUAL(done, 16);
+	kvmm_ring_exit(&ring);
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
 /* The welcome a raw connection reads (5 s at most). Return: its status, or 1. */
 static int read_welcome(int s)
 {
@@ -729,6 +814,7 @@ int register_hostile_server_suite(void)
 	ADD_TEST(s, stop_is_bounded_under_unread_share_replies);
 	ADD_TEST(s, trickling_handshakes_do_not_lock_clients_out);
 	ADD_TEST(s, over_limit_connects_read_ebusy);
+	ADD_TEST(s, full_cq_costs_no_wakeups);
 	ADD_TEST(s, server_limits_are_enforced);
 	ADD_TEST(s, client_that_does_not_read_is_dropped);
 	/* these run a client as nobody: root only */
