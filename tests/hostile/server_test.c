@@ -466,6 +466,31 @@ static void stop_is_bounded_under_a_trickled_hello(void)
 	cleanup_dir();
 }
 
+/* Issue 16, 5: the same against kvmmd: SIGTERM ends it in bounded time. */
+static void kvmmd_sigterm_is_bounded_under_a_trickled_hello(void)
+{
+	int ready, st;
+	pid_t pid, att;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	pid = kvmmd_start("--quiet");
+	CU_ASSERT_FATAL(pid > 0);
+	att = attacker(trickle_hello, &ready);
+	CU_ASSERT(att > 0 && ready);
+	kill(pid, SIGTERM);
+	st = hostile_reap(pid, STOP_BOUND_MS);
+	CU_ASSERT_EQUAL(st, 0);		/* exited, kvmm_check() held */
+	if (st == -ETIMEDOUT) {
+		kill(pid, SIGKILL);
+		hostile_reap(pid, 5000);
+	}
+	if (att > 0) {
+		kill(att, SIGKILL);
+		waitpid(att, NULL, 0);
+	}
+	cleanup_dir();
+}
+
 /* Ask for the pool over and over, never reading an answer. */
 static void flood_share_requests(int fd)
 {
@@ -816,6 +841,7 @@ int register_hostile_server_suite(void)
 	ADD_TEST(s, over_limit_connects_read_ebusy);
 	ADD_TEST(s, full_cq_costs_no_wakeups);
 	ADD_TEST(s, server_limits_are_enforced);
+	ADD_TEST(s, kvmmd_sigterm_is_bounded_under_a_trickled_hello);
 	ADD_TEST(s, client_that_does_not_read_is_dropped);
 	/* these run a client as nobody: root only */
 	t = CU_add_test(s, "ring_memfd_cannot_be_shrunk", ring_memfd_cannot_be_shrunk);
