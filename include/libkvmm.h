@@ -453,6 +453,29 @@ void kvmm_server_stop(struct kvmm_server *srv);
 uint32_t kvmm_server_clients(struct kvmm_server *srv);
 
 /**
+ * struct kvmm_server_limits - what a server grants its clients
+ * @max_clients: rings attached at once (default 256); a hello over it is
+ *	refused with -EBUSY
+ * @max_pending: handshakes in progress, not counted in @max_clients
+ *	(default 64, at most 1024); a new connection evicts the oldest
+ * @handshake_ms: a whole hello, or a share request once begun, must be
+ *	in within this (default 5000)
+ * @send_ms: a whole welcome or share answer must be out within this
+ *	(default 5000): a client that does not read is dropped
+ * @resv: 0
+ *
+ * A field of 0 means its default.
+ */
+struct kvmm_server_limits {
+	uint32_t max_clients;
+	uint32_t max_pending;
+	uint32_t handshake_ms;
+	uint32_t send_ms;
+	uint32_t resv[4];
+};
+int kvmm_server_set_limits(struct kvmm_server *srv, const struct kvmm_server_limits *lim);
+
+/**
  * kvmm_get_sqe() - the next free submission entry, zeroed
  * @ring: the ring
  *

@@ -16,7 +16,10 @@
  * cq_sleeping, looks once more, and sleeps on its own doorbell.  Each side
  * writes its flag, issues a full fence, then re-reads the other side's
  * index, so a wake-up is never lost (the classic Dekker pairing with the
- * other side's "publish, fence, read the flag").
+ * other side's "publish, fence, read the flag").  A server whose CQ is
+ * full sleeps with cq_wait set; a client about to sleep for completions
+ * (after its fence, so the cq_head it published pairs with the server's
+ * fence and re-check) rings the SQ doorbell when it sees cq_wait.
  */
 #include <errno.h>
 #include <poll.h>
@@ -562,6 +565,16 @@ static uint32_t cq_ready(const struct kvmm_ring *ring)
 }
 
 /*
+ * A server whose CQ was full sleeps with cq_wait set until the client
+ * reaped: ring its doorbell.  Cleared by the server when it wakes.
+ */
+static void cq_room_kick(struct kvmm_ring *ring)
+{
+	if (!ring->ctx && __atomic_load_n(&ring->hdr->cq_wait, __ATOMIC_RELAXED))
+		kvmm_doorbell(ring->sq_fd);
+}
+
+/*
  * Wait until @want completions are ready: across processes, or in-process
  * for completions the I/O worker owes (there is no socket then).
  */
@@ -575,6 +588,7 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct deadline 
 	int i;
 
 	while (cq_ready(ring) < want) {
+		cq_room_kick(ring);	/* early, not to spin while it sleeps */
 		for (i = 0; i < KVMM_SPIN_CQ && cq_ready(ring) < want; i++)
 			__builtin_ia32_pause();
 		if (cq_ready(ring) >= want)
@@ -582,6 +596,7 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct deadline 
 		/* Set our flag, fence, look again (pairs with the server). */
 		__atomic_store_n(&ring->hdr->cq_sleeping, 1, __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		cq_room_kick(ring);	/* after the fence: pairs with the server's */
 		if (cq_ready(ring) < want) {
 			int n;
 

@@ -6,13 +6,23 @@
  *
  * DOC: serving rings
  *
- * An acceptor thread takes connections; each client gets a thread of its
- * own that reads the client's struct kvmm_hello (5 s at most), builds its
- * ring in a memfd (header, SQ, CQ, data area), passes the memfd and two
- * eventfd doorbells back with SCM_RIGHTS, and then serves the ring:
+ * An acceptor thread takes connections and reads their struct
+ * kvmm_hello itself, without blocking: at most max_pending handshakes at
+ * a time (a new connection evicts the oldest when they are all taken),
+ * each with one deadline for the whole hello (handshake_ms), so
+ * connections that trickle their hello byte by byte hold neither a client
+ * slot nor a thread, and cannot lock new clients out.  A complete hello
+ * is refused with -EBUSY over max_clients (after reading it all, so the refusal is what the
+ * client reads, not a reset), or handed to a thread of its own that
+ * builds the ring in a sealed memfd (header, SQ, CQ, data area), passes
+ * the memfd and two eventfd doorbells back with SCM_RIGHTS, and then
+ * serves the ring:
  * consume pending entries (one context lock per batch), ring the client's
  * doorbell if it sleeps, spin a little (long in polling mode), then sleep
- * on the SQ doorbell, the socket and the server's stop event.  The only
+ * on the SQ doorbell, the socket and the server's stop event.  When the
+ * CQ is full the thread sleeps the same way, with cq_wait set: the client
+ * rings the SQ doorbell once it has reaped and waits (or submits), so a
+ * client that leaves its CQ full costs nothing while it sleeps.  The only
  * thing a client may write after its hello is a request for the KV pool
  * (ipc/share.c), answered on the same thread.
  *
@@ -25,6 +35,14 @@
  * Nothing the client can write into the shared region is trusted: the
  * dispatcher keeps its own copy of the geometry and of its indices (see
  * kvmm/ring.c).
+ *
+ * No server thread waits on a client without a deadline and the stop
+ * event: every socket is non-blocking, and what the server sends (the
+ * welcome, share answers) must be out within send_ms, what it reads
+ * after the hello (a share request, once its first byte came) within
+ * handshake_ms.  So kvmm_server_stop() ends in bounded time whatever the
+ * clients do.  The limits (struct kvmm_server_limits) are set with
+ * kvmm_server_set_limits().
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,8 +60,12 @@
 
 #include "ipc.h"
 
+/* The defaults of struct kvmm_server_limits. */
 #define KVMM_MAX_CLIENTS	256
-#define KVMM_HELLO_TIMEOUT_MS	5000
+#define KVMM_MAX_PENDING	64	/* handshakes in progress, beside the clients */
+#define KVMM_HANDSHAKE_MS	5000	/* a whole hello (or share request) */
+#define KVMM_SEND_MS		5000	/* a whole welcome or share answer */
+#define KVMM_PENDING_CAP	1024	/* the most max_pending may be */
 #define KVMM_SPIN_SQ		2000		/* pause loops before sleeping */
 #define KVMM_SPIN_SQ_POLL	2000000		/* polling mode: ~ a few ms */
 
@@ -53,21 +75,38 @@ struct kvmm_server;
  * struct kvmm_client - one attached ring
  * @srv: its server; @next: on srv->clients (srv->lock)
  * @thread: serves it; @done: the thread finished (srv->lock)
- * @sock: the connection; @sq_fd, @cq_fd: doorbells
+ * @hello: what the acceptor read
+ * @sock: the connection (non-blocking); @sq_fd, @cq_fd: doorbells
  * @region, @size: the shared ring region as mapped here
  * @disp: its dispatcher
  * @poll: spin long before sleeping
+ * @bound: the ring is bound to a namespace: the pool is not shared with it
  */
 struct kvmm_client {
 	struct kvmm_server *srv;
 	struct kvmm_client *next;
 	pthread_t thread;
 	bool done;
+	struct kvmm_hello hello;
 	int sock, sq_fd, cq_fd;
 	void *region;
 	size_t size;
 	struct kvmm_disp *disp;
 	bool poll;
+	bool bound;
+};
+
+/*
+ * struct kvmm_pending - a handshake in progress (the acceptor's own)
+ * @sock: the connection (non-blocking)
+ * @got: bytes of @hello read so far
+ * @deadline: kvmm_now_ms() by which the whole hello must be in
+ */
+struct kvmm_pending {
+	int sock;
+	uint32_t got;
+	uint64_t deadline;
+	struct kvmm_hello hello;
 };
 
 /*
@@ -75,9 +114,11 @@ struct kvmm_client {
  * @ctx: the context served
  * @lsock: listening socket; @stop_fd: eventfd signalled once to stop all
  * @acceptor: the accepting thread
- * @lock: protects @clients and @nr_clients
+ * @lock: protects @clients and @nr_clients; taken to change @lim
+ * @lim: the limits (each field read on its own, atomically)
  * @flags: KVMM_SERVER_*
  * @path: the socket's path, unlinked on stop
+ * @pend, @pfd: the acceptor's handshakes and its poll set (KVMM_PENDING_CAP)
  */
 struct kvmm_server {
 	struct kvmm_ctx *ctx;
@@ -86,26 +127,56 @@ struct kvmm_server {
 	pthread_mutex_t lock;
 	struct kvmm_client *clients;
 	uint32_t nr_clients;
+	struct kvmm_server_limits lim;
 	uint32_t flags;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct kvmm_pending *pend;
+	struct pollfd *pfd;
 };
 
-/* @len bytes from the client, each part within KVMM_HELLO_TIMEOUT_MS. */
-static int recv_timed(int sock, void *buf, size_t len)
+/* One of srv->lim's fields, as set now. */
+static uint32_t limit(const uint32_t *field)
 {
-	struct pollfd pfd = { .fd = sock, .events = POLLIN };
+	return __atomic_load_n(field, __ATOMIC_RELAXED);
+}
+
+/* A deadline @ms from now, given up early when the server stops. */
+static struct kvmm_deadline deadline_in(struct kvmm_server *srv, uint32_t ms)
+{
+	return (struct kvmm_deadline){ .at_ms = kvmm_now_ms() + ms, .stop_fd = srv->stop_fd };
+}
+
+/* @len bytes from the client, all of them by handshake_ms from now. */
+static int recv_until(struct kvmm_server *srv, int sock, void *buf, size_t len)
+{
+	struct kvmm_deadline dl = deadline_in(srv, limit(&srv->lim.handshake_ms));
 	size_t got = 0;
 
 	while (got < len) {
-		ssize_t n;
-		int r = poll(&pfd, 1, KVMM_HELLO_TIMEOUT_MS);
+		struct pollfd pfd[2] = {
+			{ .fd = sock, .events = POLLIN },
+			{ .fd = srv->stop_fd, .events = POLLIN },
+		};
+		ssize_t n = recv(sock, (char *)buf + got, len - got, MSG_DONTWAIT);
+		int left;
 
-		if (r <= 0)
-			return r ? -errno : -ETIMEDOUT;
-		n = recv(sock, (char *)buf + got, len - got, 0);
-		if (n <= 0)
-			return n ? -errno : -ECONNRESET;
-		got += (size_t)n;
+		if (n > 0) {
+			got += (size_t)n;
+			continue;
+		}
+		if (!n)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		left = kvmm_deadline_left(&dl);
+		if (!left)
+			return -ETIMEDOUT;
+		if (poll(pfd, 2, left) < 0 && errno != EINTR)
+			return -errno;
+		if (pfd[1].revents)
+			return -ESHUTDOWN;
 	}
 	return 0;
 }
@@ -118,10 +189,13 @@ static int client_request(struct kvmm_client *c)
 {
 	struct kvmm_share_req req;
 
-	if (recv_timed(c->sock, &req, sizeof(req)) || req.magic != KVMM_SHARE_MAGIC ||
+	struct kvmm_deadline dl;
+
+	if (recv_until(c->srv, c->sock, &req, sizeof(req)) || req.magic != KVMM_SHARE_MAGIC ||
 	    req.resv[0] || req.resv[1])
 		return -EPROTO;
-	return kvmm_share_serve(c->srv->ctx, c->sock);
+	dl = deadline_in(c->srv, limit(&c->srv->lim.send_ms));
+	return kvmm_share_serve(c->srv->ctx, c->sock, c->bound, &dl);
 }
 
 /*
@@ -154,17 +228,24 @@ static void notify_client(void *arg)
 	kvmm_ring_wake(c->region, c->cq_fd);
 }
 
-/* Read the client's hello, build its ring, send it over. */
+/* Refuse a connection with @status: best effort, never waiting. */
+static void refuse(int sock, int status)
+{
+	struct kvmm_welcome w = { .status = status };
+	struct kvmm_deadline now = { .at_ms = 0, .stop_fd = -1 };
+
+	kvmm_sock_send_until(sock, &w, sizeof(w), NULL, 0, &now);
+}
+
+/* Check the client's hello, build its ring, send it over. */
 static int client_setup(struct kvmm_client *c)
 {
+	const struct kvmm_hello hello = c->hello;
+	struct kvmm_deadline dl = deadline_in(c->srv, limit(&c->srv->lim.send_ms));
 	struct kvmm_ring_params p, rp;
 	struct kvmm_welcome w = { 0 };
-	struct kvmm_hello hello;
 	int memfd = -1, fds[3], ret;
 
-	ret = recv_timed(c->sock, &hello, sizeof(hello));
-	if (ret)
-		return ret;
 	if (hello.magic != KVMM_RING_MAGIC || hello.abi != KVMM_ABI_VERSION ||
 	    hello.sqe_size != sizeof(struct kvmm_sqe) ||
 	    hello.cqe_size != sizeof(struct kvmm_cqe) || hello.resv0 || hello.resv1) {
@@ -184,8 +265,10 @@ static int client_setup(struct kvmm_client *c)
 		goto out_refuse;
 	}
 	c->poll = (rp.flags & KVMM_RING_F_POLL) || (c->srv->flags & KVMM_SERVER_POLL);
-	memfd = memfd_create("kvmm-ring", MFD_CLOEXEC);
-	if (memfd < 0 || ftruncate(memfd, (off_t)c->size) < 0) {
+	/* Sealed: a client that shrank it would make our next access a SIGBUS. */
+	memfd = memfd_create("kvmm-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (memfd < 0 || ftruncate(memfd, (off_t)c->size) < 0 ||
+	    fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
 		ret = -errno;
 		goto out_refuse;
 	}
@@ -204,7 +287,8 @@ static int client_setup(struct kvmm_client *c)
 	ret = kvmm_disp_create(c->srv->ctx, true, &c->disp);
 	if (ret)
 		goto out_refuse;
-	if (rp.flags & KVMM_RING_F_NS)
+	c->bound = rp.flags & KVMM_RING_F_NS;
+	if (c->bound)
 		kvmm_disp_bind_ns(c->disp, rp.ns);
 	kvmm_ring_hdr_init(c->region, &rp, kvmm_disp_id(c->disp));
 	kvmm_ring_attach(c->disp, c->region, &rp);
@@ -220,7 +304,7 @@ static int client_setup(struct kvmm_client *c)
 	fds[0] = memfd;
 	fds[1] = c->sq_fd;
 	fds[2] = c->cq_fd;
-	ret = kvmm_sock_send(c->sock, &w, sizeof(w), fds, 3);
+	ret = kvmm_sock_send_until(c->sock, &w, sizeof(w), fds, 3, &dl);
 	close(memfd);
 	return ret;
 
@@ -228,7 +312,7 @@ out_refuse:
 	if (memfd >= 0)
 		close(memfd);
 	w.status = ret;
-	kvmm_sock_send(c->sock, &w, sizeof(w), NULL, 0);
+	kvmm_sock_send_until(c->sock, &w, sizeof(w), NULL, 0, &dl);
 	return ret;
 }
 
@@ -246,29 +330,40 @@ static void client_serve(struct kvmm_client *c)
 	uint64_t v;
 
 	for (;;) {
+		bool cq_full = false;
+
 		if (kvmm_disp_pending(c->disp)) {
 			if (kvmm_disp_process(c->disp)) {
 				notify_client(c);
 				continue;
 			}
-			/* CQ full: the client must reap first; wait for its doorbell */
+			cq_full = true;	/* the client must reap first */
 		} else {
 			for (i = 0; i < spins && !kvmm_disp_pending(c->disp); i++)
 				__builtin_ia32_pause();
 			if (kvmm_disp_pending(c->disp))
 				continue;
 		}
+		/*
+		 * Say what we wait for (new entries; with a full CQ, room in
+		 * it too), fence, look once more: pairs with the client's
+		 * "publish sq_tail or cq_head, fence, read our flags" in
+		 * kvmm_submit() and wait_cq() (ipc/ring.c), so its doorbell
+		 * wakes us and no timer is needed.
+		 */
 		__atomic_store_n(&hdr->sq_sleeping, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&hdr->cq_wait, cq_full, __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		if (kvmm_disp_pending(c->disp) && kvmm_disp_process(c->disp)) {
 			__atomic_store_n(&hdr->sq_sleeping, 0, __ATOMIC_RELAXED);
+			__atomic_store_n(&hdr->cq_wait, 0, __ATOMIC_RELAXED);
 			notify_client(c);
 			continue;
 		}
-		/* A full CQ cannot be waited on by doorbell alone: poll briefly. */
-		while (poll(pfd, 3, kvmm_disp_pending(c->disp) ? 1 : -1) < 0 && errno == EINTR)
+		while (poll(pfd, 3, -1) < 0 && errno == EINTR)
 			;
 		__atomic_store_n(&hdr->sq_sleeping, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&hdr->cq_wait, 0, __ATOMIC_RELAXED);
 		if (pfd[0].revents & POLLIN)
 			(void)!read(c->sq_fd, &v, sizeof(v));
 		if (pfd[2].revents)
@@ -324,27 +419,19 @@ static void reap_clients(struct kvmm_server *srv, bool all)
 	}
 }
 
-static void accept_one(struct kvmm_server *srv)
+/* A complete hello: a client of its own, or -EBUSY over the limit. */
+static void handshake_done(struct kvmm_server *srv, int sock, const struct kvmm_hello *hello)
 {
-	struct kvmm_client *c;
-	int sock = accept4(srv->lsock, NULL, NULL, SOCK_CLOEXEC);
+	struct kvmm_client *c = NULL;
 
-	if (sock < 0)
-		return;
 	pthread_mutex_lock(&srv->lock);
 	reap_clients(srv, false);
-	if (srv->nr_clients >= KVMM_MAX_CLIENTS) {
-		struct kvmm_welcome w = { .status = -EBUSY };
-
-		pthread_mutex_unlock(&srv->lock);
-		kvmm_sock_send(sock, &w, sizeof(w), NULL, 0);
-		close(sock);
-		return;
-	}
-	c = calloc(1, sizeof(*c));
+	if (srv->nr_clients < limit(&srv->lim.max_clients))
+		c = calloc(1, sizeof(*c));
 	if (c) {
 		c->srv = srv;
 		c->sock = sock;
+		c->hello = *hello;
 		c->sq_fd = c->cq_fd = -1;
 		if (pthread_create(&c->thread, NULL, client_thread, c)) {
 			free(c);
@@ -356,29 +443,125 @@ static void accept_one(struct kvmm_server *srv)
 		}
 	}
 	pthread_mutex_unlock(&srv->lock);
-	if (!c)
+	if (!c) {
+		/* the hello was read in full: the client reads this, not a reset */
+		refuse(sock, -EBUSY);
 		close(sock);
+	}
+}
+
+/* Drop handshake @i: refused with @status (0: silently) and closed. */
+static void pending_drop(struct kvmm_pending *pend, uint32_t *nr, uint32_t i, int status)
+{
+	if (status)
+		refuse(pend[i].sock, status);
+	close(pend[i].sock);
+	pend[i] = pend[--*nr];
+}
+
+/* Read what handshake @i sent; a complete hello leaves the pending set. */
+static void pending_read(struct kvmm_server *srv, struct kvmm_pending *pend, uint32_t *nr,
+			 uint32_t i)
+{
+	struct kvmm_pending *p = &pend[i];
+
+	for (;;) {
+		ssize_t n = recv(p->sock, (char *)&p->hello + p->got,
+				 sizeof(p->hello) - p->got, MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;		/* more later */
+		if (n <= 0) {
+			pending_drop(pend, nr, i, 0);	/* gone */
+			return;
+		}
+		p->got += (uint32_t)n;
+		if (p->got == sizeof(p->hello)) {
+			handshake_done(srv, p->sock, &p->hello);
+			pend[i] = pend[--*nr];
+			return;
+		}
+	}
+}
+
+/*
+ * Take every connection waiting; each becomes a pending handshake (the
+ * oldest one makes room when all max_pending are taken) whose hello
+ * is read at once: a well-behaved client has usually sent it already.
+ */
+static void accept_all(struct kvmm_server *srv, struct kvmm_pending *pend, uint32_t *nr)
+{
+	for (;;) {
+		int sock = accept4(srv->lsock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		uint32_t i, old = 0;
+
+		if (sock < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return;		/* EAGAIN: none left; EMFILE...: next time */
+		}
+		while (*nr && *nr >= limit(&srv->lim.max_pending)) {
+			for (old = 0, i = 1; i < *nr; i++)
+				if (pend[i].deadline < pend[old].deadline)
+					old = i;
+			pending_drop(pend, nr, old, -EBUSY);
+		}
+		pend[*nr] = (struct kvmm_pending){
+			.sock = sock,
+			.deadline = kvmm_now_ms() + limit(&srv->lim.handshake_ms),
+		};
+		pending_read(srv, pend, nr, (*nr)++);
+	}
+}
+
+/* Milliseconds to the nearest handshake deadline, -1 for none. */
+static int pending_timeout(const struct kvmm_pending *pend, uint32_t nr)
+{
+	struct kvmm_deadline dl = { .at_ms = UINT64_MAX };
+	uint32_t i;
+
+	for (i = 0; i < nr; i++)
+		if (pend[i].deadline < dl.at_ms)
+			dl.at_ms = pend[i].deadline;
+	return nr ? kvmm_deadline_left(&dl) : -1;
 }
 
 static void *acceptor_thread(void *arg)
 {
 	struct kvmm_server *srv = arg;
-	struct pollfd pfd[2] = {
-		{ .fd = srv->lsock, .events = POLLIN },
-		{ .fd = srv->stop_fd, .events = POLLIN },
-	};
+	struct kvmm_pending *pend = srv->pend;
+	struct pollfd *pfd = srv->pfd;
+	uint32_t nr = 0, i;
 
 	for (;;) {
-		if (poll(pfd, 2, -1) < 0) {
+		uint64_t now;
+
+		pfd[0] = (struct pollfd){ .fd = srv->lsock, .events = POLLIN };
+		pfd[1] = (struct pollfd){ .fd = srv->stop_fd, .events = POLLIN };
+		for (i = 0; i < nr; i++)
+			pfd[2 + i] = (struct pollfd){ .fd = pend[i].sock, .events = POLLIN };
+		if (poll(pfd, 2 + nr, pending_timeout(pend, nr)) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
 		if (pfd[1].revents)
 			break;
+		/* backwards: a dropped entry is replaced by one already seen */
+		now = kvmm_now_ms();
+		for (i = nr; i--; ) {
+			if (pfd[2 + i].revents)
+				pending_read(srv, pend, &nr, i);
+			else if (now >= pend[i].deadline)
+				pending_drop(pend, &nr, i, -ETIMEDOUT);
+		}
 		if (pfd[0].revents & POLLIN)
-			accept_one(srv);
+			accept_all(srv, pend, &nr);
 	}
+	while (nr)
+		pending_drop(pend, &nr, nr - 1, 0);
 	return NULL;
 }
 
@@ -444,10 +627,20 @@ KVMM_EXPORT int kvmm_server_start(struct kvmm_ctx *ctx, const char *path, uint32
 	strcpy(srv->path, path);
 	srv->ctx = ctx;
 	srv->flags = flags;
+	srv->lim = (struct kvmm_server_limits){
+		.max_clients = KVMM_MAX_CLIENTS, .max_pending = KVMM_MAX_PENDING,
+		.handshake_ms = KVMM_HANDSHAKE_MS, .send_ms = KVMM_SEND_MS,
+	};
+	srv->pend = calloc(KVMM_PENDING_CAP, sizeof(*srv->pend));
+	srv->pfd = calloc(2 + KVMM_PENDING_CAP, sizeof(*srv->pfd));
 	srv->stop_fd = eventfd(0, EFD_CLOEXEC);
-	srv->lsock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	srv->lsock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (srv->stop_fd < 0 || srv->lsock < 0) {
 		ret = -errno;
+		goto out_close;
+	}
+	if (!srv->pend || !srv->pfd) {
+		ret = -ENOMEM;
 		goto out_close;
 	}
 	ret = bind_path(srv->lsock, path);
@@ -473,6 +666,8 @@ out_close:
 		close(srv->lsock);
 	if (srv->stop_fd >= 0)
 		close(srv->stop_fd);
+	free(srv->pend);
+	free(srv->pfd);
 	free(srv);
 	return ret;
 }
@@ -494,7 +689,39 @@ KVMM_EXPORT void kvmm_server_stop(struct kvmm_server *srv)
 	close(srv->lsock);
 	close(srv->stop_fd);
 	unlink(srv->path);
+	free(srv->pend);
+	free(srv->pfd);
 	free(srv);
+}
+
+/**
+ * kvmm_server_set_limits() - change what the server grants its clients
+ * @srv: the server
+ * @lim: the new limits; a field of 0 sets that limit's default
+ *
+ * Takes effect for connections and requests from now on: lowering
+ * max_clients detaches nobody, a lower max_pending evicts the oldest
+ * handshakes at the next connection.
+ *
+ * Return: 0; -EINVAL for a NULL argument, a non-zero reserved field or
+ * max_pending over 1024.
+ */
+KVMM_EXPORT int kvmm_server_set_limits(struct kvmm_server *srv,
+				       const struct kvmm_server_limits *lim)
+{
+	if (!srv || !lim || lim->resv[0] || lim->resv[1] || lim->resv[2] || lim->resv[3] ||
+	    lim->max_pending > KVMM_PENDING_CAP)
+		return -EINVAL;
+	pthread_mutex_lock(&srv->lock);
+	__atomic_store_n(&srv->lim.max_clients, lim->max_clients ?: KVMM_MAX_CLIENTS,
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&srv->lim.max_pending, lim->max_pending ?: KVMM_MAX_PENDING,
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&srv->lim.handshake_ms, lim->handshake_ms ?: KVMM_HANDSHAKE_MS,
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&srv->lim.send_ms, lim->send_ms ?: KVMM_SEND_MS, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&srv->lock);
+	return 0;
 }
 
 /**

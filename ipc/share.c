@@ -17,17 +17,54 @@
  * the same backend's import (kvmm_kv_import()), which maps the memory at
  * addresses of its own, and closes them.  The wire format is in
  * uapi/kvmm/ring.h.
+ *
+ * A ring bound to a namespace (a tenant under KVMM_SERVER_NS_UID, or a
+ * client that bound itself) is refused with -EPERM.  The descriptors map
+ * whole buffers, and the frames of one namespace are scattered through
+ * them and change owner as pages are freed and reused: a mapping limited
+ * to one namespace would need a mapping per frame, remade on every
+ * allocation.  So the pool is shared only with unbound clients (root, and
+ * whoever the socket's permissions let in without --ns-per-uid): they are
+ * trusted with every tenant's KV anyway.
  */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ipc.h"
 
 #define KVMM_SHARE_MAX_FDS	(1u << 20)	/* a client's sanity bound */
+
+/**
+ * kvmm_now_ms() - CLOCK_MONOTONIC in milliseconds, what deadlines count in
+ */
+uint64_t kvmm_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/**
+ * kvmm_deadline_left() - milliseconds to @dl's deadline, for poll()
+ * @dl: the deadline
+ *
+ * Return: 0 when it has passed, else at most INT_MAX.
+ */
+int kvmm_deadline_left(const struct kvmm_deadline *dl)
+{
+	uint64_t now = kvmm_now_ms();
+
+	if (now >= dl->at_ms)
+		return 0;
+	return dl->at_ms - now > INT_MAX ? INT_MAX : (int)(dl->at_ms - now);
+}
 
 /**
  * kvmm_sock_send() - send @len bytes and, with them, @nfds descriptors
@@ -37,9 +74,19 @@
  * @fds: descriptors (sent as SCM_RIGHTS; the caller keeps its own)
  * @nfds: how many, at most KVMM_SHARE_FDS_MAX
  *
+ * Blocks as long as the peer does not read: a client's call, never a
+ * server's (servers use kvmm_sock_send_until()).
+ *
  * Return: 0, or -EPIPE.
  */
 int kvmm_sock_send(int sock, const void *buf, size_t len, const int *fds, uint32_t nfds)
+{
+	return kvmm_sock_send_until(sock, buf, len, fds, nfds, NULL);
+}
+
+/* sendmsg() once, the descriptors (if any) riding on the first byte. */
+static ssize_t send_part(int sock, const void *buf, size_t len, const int *fds,
+			 uint32_t nfds, int flags)
 {
 	union {
 		char buf[CMSG_SPACE(KVMM_SHARE_FDS_MAX * sizeof(int))];
@@ -59,7 +106,59 @@ int kvmm_sock_send(int sock, const void *buf, size_t len, const int *fds, uint32
 		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
 		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
 	}
-	return sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -EPIPE;
+	return sendmsg(sock, &msg, MSG_NOSIGNAL | flags);
+}
+
+/**
+ * kvmm_sock_send_until() - kvmm_sock_send() that gives up at a deadline
+ *	or when the server stops
+ * @sock: a connected Unix stream socket
+ * @buf: the data, at least one byte
+ * @len: its length
+ * @fds: descriptors (SCM_RIGHTS, with the first byte); the caller keeps its own
+ * @nfds: how many, at most KVMM_SHARE_FDS_MAX
+ * @dl: the deadline (CLOCK_MONOTONIC ms, 0: try once without waiting) and
+ *	the stop event to wait on beside the socket; NULL: block until sent
+ *
+ * A peer that does not read cannot hold a server thread: the socket is
+ * written without blocking and waited on with poll() until @dl.
+ *
+ * Return: 0; -ETIMEDOUT past the deadline; -ESHUTDOWN when the stop event
+ * fired; -EPIPE when the peer is gone.  Bytes may have gone out before an
+ * error: the conversation is over then.
+ */
+int kvmm_sock_send_until(int sock, const void *buf, size_t len, const int *fds,
+			 uint32_t nfds, const struct kvmm_deadline *dl)
+{
+	size_t sent = 0;
+
+	while (sent < len) {
+		struct pollfd pfd[2] = {
+			{ .fd = sock, .events = POLLOUT },
+			{ .fd = dl ? dl->stop_fd : -1, .events = POLLIN },
+		};
+		ssize_t n = send_part(sock, (const char *)buf + sent, len - sent,
+				      sent ? NULL : fds, sent ? 0 : nfds,
+				      dl ? MSG_DONTWAIT : 0);
+		int left;
+
+		if (n > 0) {
+			sent += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n == 0 || !dl || (errno != EAGAIN && errno != EWOULDBLOCK))
+			return -EPIPE;
+		left = kvmm_deadline_left(dl);
+		if (!left)
+			return -ETIMEDOUT;
+		if (poll(pfd, 2, left) < 0 && errno != EINTR)
+			return -errno;
+		if (pfd[1].revents)
+			return -ESHUTDOWN;
+	}
+	return 0;
 }
 
 /**
@@ -126,14 +225,14 @@ int kvmm_sock_recv(int sock, void *buf, size_t len, int *fds, uint32_t max,
 }
 
 /* Send @nr descriptors in messages of KVMM_SHARE_FDS_MAX, each with its count. */
-static int send_fds(int sock, const int *fds, uint32_t nr)
+static int send_fds(int sock, const int *fds, uint32_t nr, const struct kvmm_deadline *dl)
 {
 	uint32_t at, n;
 	int ret = 0;
 
 	for (at = 0; at < nr && !ret; at += n) {
 		n = nr - at < KVMM_SHARE_FDS_MAX ? nr - at : KVMM_SHARE_FDS_MAX;
-		ret = kvmm_sock_send(sock, &n, sizeof(n), fds + at, n);
+		ret = kvmm_sock_send_until(sock, &n, sizeof(n), fds + at, n, dl);
 	}
 	return ret;
 }
@@ -142,25 +241,32 @@ static int send_fds(int sock, const int *fds, uint32_t nr)
  * kvmm_share_serve() - answer a client's struct kvmm_share_req
  * @ctx: the context whose pool is shared
  * @sock: the client's socket
+ * @bound: the client's ring is bound to a namespace: refused (-EPERM)
+ * @dl: the whole answer must be out by then (kvmm_sock_send_until())
  *
- * Return: 0 when the answer went out (a refusal included), -EPIPE when
- * the client cannot be written to.
+ * Return: 0 when the answer went out (a refusal included);
+ * kvmm_sock_send_until()'s errors when the client cannot be written to.
  */
-int kvmm_share_serve(struct kvmm_ctx *ctx, int sock)
+int kvmm_share_serve(struct kvmm_ctx *ctx, int sock, bool bound,
+		     const struct kvmm_deadline *dl)
 {
 	struct kvmm_share_ext *ext = NULL;
 	struct kvmm_share sh;
 	int *fds = NULL, ret;
 	uint32_t i;
 
+	if (bound) {
+		sh = (struct kvmm_share){ .magic = KVMM_SHARE_MAGIC, .status = -EPERM };
+		return kvmm_sock_send_until(sock, &sh, sizeof(sh), NULL, 0, dl);
+	}
 	kvmm_lock(ctx);
 	ret = kvmm_kv_share(ctx, &sh, &ext, &fds);
 	kvmm_unlock(ctx);
 	if (ret)	/* sh is the refusal */
-		return kvmm_sock_send(sock, &sh, sizeof(sh), NULL, 0);
-	ret = kvmm_sock_send(sock, &sh, sizeof(sh), NULL, 0) ?:
-	      kvmm_sock_send(sock, ext, sh.nr_ext * sizeof(*ext), NULL, 0) ?:
-	      send_fds(sock, fds, sh.nr_fds);
+		return kvmm_sock_send_until(sock, &sh, sizeof(sh), NULL, 0, dl);
+	ret = kvmm_sock_send_until(sock, &sh, sizeof(sh), NULL, 0, dl) ?:
+	      kvmm_sock_send_until(sock, ext, sh.nr_ext * sizeof(*ext), NULL, 0, dl) ?:
+	      send_fds(sock, fds, sh.nr_fds, dl);
 	for (i = 0; i < sh.nr_fds; i++)
 		close(fds[i]);
 	free(fds);
@@ -225,7 +331,8 @@ out:
  *
  * Return: 0; -EINVAL for an in-process ring (kvmm_kv_layer() serves
  * those); the server's refusal (-EOPNOTSUPP: its memory cannot be
- * exported); kvmm_kv_import()'s errors; -EPROTO or -ECONNRESET for a
+ * exported; -EPERM: the ring is bound to a namespace, and a tenant may
+ * not map every tenant's KV); kvmm_kv_import()'s errors; -EPROTO or -ECONNRESET for a
  * broken conversation.
  */
 KVMM_EXPORT int kvmm_kv_attach(struct kvmm_ring *ring, void *backend_arg,

@@ -16,6 +16,8 @@
 #include "helpers.h"
 #include "autoconf.h"
 
+int register_hostile_server_suite(void);
+
 static const suite_register_fn suites[] = {
 	register_ctx_suite,
 	register_page_alloc_suite,
@@ -38,6 +40,7 @@ static const suite_register_fn suites[] = {
 	register_hostile_ring_suite,
 	register_hostile_tools_suite,
 	register_hostile_nvme_suite,
+	register_hostile_server_suite,
 };
 
 int main(int argc, char **argv)

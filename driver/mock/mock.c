@@ -12,9 +12,13 @@
  * private anonymous memory with transparent huge pages (copies run at
  * memcpy speed); a shrink gives the tail back with MADV_DONTNEED and a
  * growth needs nothing.  With kvmm_mock_arg.shareable each buffer is a
- * memfd sized to nr_pages instead: a resize is an ftruncate, and the
- * descriptors are what share hands another process, which maps the same
- * bytes (import), as a GPU's exportable allocations are.  Shared memory
+ * memfd instead, and the descriptors are what share hands another
+ * process, which maps the same bytes (import), as a GPU's exportable
+ * allocations are.  A memfd is sized for max_pages once and sealed
+ * (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): a client that holds a
+ * descriptor can then never truncate memory this process maps, which
+ * would make the next access here a SIGBUS.  A shrink punches the tail
+ * out (FALLOC_FL_PUNCH_HOLE) instead; a growth needs nothing.  Shared memory
  * gets no huge pages on a default kernel (shmem_enabled "never"), which
  * costs the copies about a quarter of their bandwidth, so it is opt-in.
  *
@@ -118,6 +122,19 @@ static int buf_map(struct mock_pool *pool, uint32_t b, int fd)
 	return 0;
 }
 
+/*
+ * Size a shared buffer's memfd for good and seal it: whoever else holds
+ * the descriptor can neither shrink it (our mapping would fault) nor grow
+ * it, nor lift the seals.
+ */
+static int memfd_size_and_seal(int fd, uint64_t bytes)
+{
+	if (ftruncate(fd, (off_t)bytes) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+		return -errno;
+	return 0;
+}
+
 static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 {
 	struct kvmm_mock_arg *arg = cfg->arg;
@@ -136,10 +153,10 @@ static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 			ret = pool->bufs[i] ? 0 : -ENOMEM;
 			continue;
 		}
-		pool->fds[i] = memfd_create("kvmm-kv", MFD_CLOEXEC);
-		if (pool->fds[i] < 0 || ftruncate(pool->fds[i], (off_t)pool->buf_bytes))
-			ret = -errno;
-		else
+		pool->fds[i] = memfd_create("kvmm-kv", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		ret = pool->fds[i] < 0 ? -errno : memfd_size_and_seal(pool->fds[i],
+								      pool->max_bytes);
+		if (!ret)
 			ret = buf_map(pool, i, pool->fds[i]);
 	}
 	if (ret) {
@@ -300,9 +317,10 @@ static int mock_info(void *priv, char *buf, size_t len)
 }
 
 /*
- * Pages [0, @nr_pages) backed, the rest given back; nothing moves.  A
- * memfd is truncated; anonymous memory is always mapped, and a shrink
- * drops the whole OS pages past the new end.
+ * Pages [0, @nr_pages) backed, the rest given back; nothing moves.  Every
+ * buffer is mapped (and a memfd sized) for max_pages: a shrink gives back
+ * the whole OS pages past the new end, by punching them out of a sealed
+ * memfd or dropping them from anonymous memory; a growth needs nothing.
  */
 static int mock_resize(void *priv, uint32_t nr_pages)
 {
@@ -317,16 +335,16 @@ static int mock_resize(void *priv, uint32_t nr_pages)
 	if (pool->arg && pool->arg->fail_resize)
 		return pool->arg->fail_resize;
 	for (i = 0; i < pool->geom.nbufs && !ret; i++) {
-		if (pool->fds[i] >= 0 && ftruncate(pool->fds[i], (off_t)bytes))
-			ret = -errno;
-		else if (pool->fds[i] < 0 && tail < pool->max_bytes && bytes < pool->buf_bytes)
+		if (tail >= pool->max_bytes || bytes >= pool->buf_bytes)
+			break;
+		if (pool->fds[i] < 0)
 			madvise((char *)pool->bufs[i] + tail, pool->max_bytes - tail, MADV_DONTNEED);
+		else if (fallocate(pool->fds[i], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				   (off_t)tail, (off_t)(pool->max_bytes - tail)))
+			ret = -errno;	/* pages past the end stay: harmless */
 	}
-	if (ret) {
-		while (i--)	/* back as it was; growing back cannot fail */
-			(void)!ftruncate(pool->fds[i], (off_t)pool->buf_bytes);
+	if (ret)
 		return ret;
-	}
 	pool->nr_pages = nr_pages;
 	pool->buf_bytes = bytes;
 	return 0;

@@ -63,6 +63,7 @@ PIN(kvmm_ring_hdr, cq_head, 192);
 PIN(kvmm_ring_hdr, cq_tail, 256);
 PIN(kvmm_ring_hdr, sq_sleeping, 260);
 PIN(kvmm_ring_hdr, cq_sleeping, 264);
+PIN(kvmm_ring_hdr, cq_wait, 268);
 
 SIZE(kvmm_hello, 56);
 PIN(kvmm_hello, ns, 40);

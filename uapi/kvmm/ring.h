@@ -326,7 +326,8 @@ struct kvmm_ring_hdr {
 	__u32	cq_tail;	/* offset 256: written by the dispatcher */
 	__u32	sq_sleeping;	/* the dispatcher waits for a doorbell */
 	__u32	cq_sleeping;	/* the client waits for a doorbell */
-	__u32	pad4[13];
+	__u32	cq_wait;	/* the dispatcher waits for CQ room: doorbell after reaping */
+	__u32	pad4[12];
 };
 
 #define KVMM_RING_MAGIC		0x474e49524d4d564bull	/* "KVMMRING" */

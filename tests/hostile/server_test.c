@@ -1,0 +1,862 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/hostile/server_test.c - kvmm_hostile_server: clients that attack
+ * the ring server itself.  Each attack runs in a child process (as uid
+ * nobody where the attack is a tenant's); the parent then checks the
+ * server (kvmmd, or kvmm_server_start() in this process) is alive, still
+ * serves, stops in bounded time, and kvmm_check() holds.
+ *
+ *   - a client shrinks the memfds it was given (ring, KV pool) and makes
+ *     the server touch them: sealed, so the shrink fails (issue 16, 1)
+ *   - a tenant bound to its uid's namespace asks for the KV pool: refused
+ *     with -EPERM, an unbound client still gets it (3)
+ *   - a trickled hello or unread share replies cannot hold up stop (5)
+ *   - 256 trickling handshakes do not lock a new client out (6)
+ *   - a client whose CQ is full and who sleeps costs no wake-ups (7)
+ *   - every connect over the client limit reads -EBUSY (13)
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/sockios.h>
+
+#include <CUnit/CUnit.h>
+
+#include "../helpers.h"
+#include "../../ipc/ipc.h"
+#include "hostile.h"
+
+#define STOP_BOUND_MS	3000	/* a stop that takes longer is wedged */
+
+static char dir[64], sock[128];
+
+/* A private directory and the socket path in it. */
+static int setup_dir(void)
+{
+	if (hostile_tmpdir(dir, sizeof(dir)))
+		return -1;
+	snprintf(sock, sizeof(sock), "%s/s", dir);
+	return 0;
+}
+
+static void cleanup_dir(void)
+{
+	unlink(sock);
+	rmdir(dir);
+}
+
+static int connect_raw(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(s);
+		return -1;
+	}
+	return s;
+}
+
+static struct kvmm_hello hello_of(uint32_t sq, uint32_t cq, uint64_t buf)
+{
+	return (struct kvmm_hello){
+		.magic = KVMM_RING_MAGIC, .abi = KVMM_ABI_VERSION,
+		.sqe_size = sizeof(struct kvmm_sqe), .cqe_size = sizeof(struct kvmm_cqe),
+		.sq_entries = sq, .cq_entries = cq, .buf_size = buf,
+	};
+}
+
+/*
+ * The handshake by hand, keeping what kvmm_ring_connect() closes: the
+ * ring's memfd (fds[0]) and its doorbells.  Return: the socket, or -1.
+ */
+static int handshake_raw(const char *path, int fds[3])
+{
+	struct kvmm_hello h = hello_of(8, 16, 4096);
+	struct kvmm_welcome w;
+	uint32_t n;
+	int s = connect_raw(path);
+
+	if (s < 0)
+		return -1;
+	if (send(s, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h) ||
+	    kvmm_sock_recv(s, &w, sizeof(w), fds, 3, &n) || w.status || n != 3) {
+		close(s);
+		return -1;
+	}
+	return s;
+}
+
+#define SHARE_BROKEN	(-100000)	/* no answer came */
+
+/*
+ * Ask for the pool on @s and keep its descriptors (up to @max).
+ * Return: how many; the server's refusal (-errno); SHARE_BROKEN.
+ */
+static int share_raw(int s, int *fds, uint32_t max)
+{
+	struct kvmm_share_req req = { .magic = KVMM_SHARE_MAGIC };
+	struct kvmm_share sh;
+	struct kvmm_share_ext ext[4];
+	uint32_t got = 0, n, k;
+
+	if (kvmm_sock_send(s, &req, sizeof(req), NULL, 0) ||
+	    kvmm_sock_recv(s, &sh, sizeof(sh), NULL, 0, &k))
+		return SHARE_BROKEN;
+	if (sh.status)
+		return sh.status;
+	if (sh.nr_ext > 4 || sh.nr_fds > max ||
+	    kvmm_sock_recv(s, ext, sh.nr_ext * sizeof(ext[0]), NULL, 0, &k))
+		return SHARE_BROKEN;
+	while (got < sh.nr_fds) {
+		if (kvmm_sock_recv(s, &n, sizeof(n), fds + got, max - got, &k) || !k)
+			return SHARE_BROKEN;
+		got += k;
+	}
+	return (int)got;
+}
+
+/*
+ * One entry's round trip, for children: test_ring1()'s CUnit assertions
+ * would jump back into the suite runner in the child.
+ */
+static int32_t child_ring1(struct kvmm_ring *ring)
+{
+	struct kvmm_cqe *cqe;
+	int32_t res;
+
+	if (kvmm_submit_and_wait(ring, 1) != 1 || kvmm_wait_cqe(ring, &cqe))
+		return INT32_MIN;
+	res = cqe->res;
+	kvmm_cqe_seen(ring, cqe);
+	return res;
+}
+
+static pid_t kvmmd_start(const char *extra)
+{
+	const char *argv[] = { "kvmmd", "--socket", sock, "--quiet", "--pages", "64",
+			       "--layers", "2", "--kv-heads", "1", "--head-dim", "8",
+			       "--page-size", "16", "--max-seqs", "8", "--max-seq-len",
+			       "1024", "--host-pages", "64", extra, NULL };
+	pid_t pid = hostile_spawn(argv, -1);
+
+	if (pid < 0)
+		return pid;
+	if (hostile_wait_socket(sock, 10000) || chmod(sock, 0666)) {
+		kill(pid, SIGKILL);
+		hostile_reap(pid, 5000);
+		return -1;
+	}
+	return pid;
+}
+
+/* SIGTERM; kvmmd exits 0 only when kvmm_check() held at exit. */
+static int kvmmd_stop(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGTERM);
+	st = hostile_reap(pid, 10000);
+	if (st == -ETIMEDOUT) {
+		kill(pid, SIGKILL);
+		hostile_reap(pid, 5000);
+	}
+	return st;
+}
+
+/*
+ * Ask for the pool on @s and read the answer, whatever it is (a refusal,
+ * or the share: its descriptors are closed).  Return: 0 when one came.
+ */
+static int share_roundtrip(int s)
+{
+	int fds[16], n = share_raw(s, fds, 16);
+
+	while (n > 0)
+		close(fds[--n]);
+	return n;
+}
+
+/*
+ * Child (nobody): shrink the ring's memfd and ring the doorbell.  Two
+ * round trips on the socket after it prove the server went once more
+ * round its loop, where it reads the ring.
+ */
+static int shrink_ring(void *arg)
+{
+	int fds[3], s = handshake_raw(arg, fds);
+	uint64_t one = 1;
+	int bad = 0;
+
+	if (s < 0)
+		return 10;
+	if (!ftruncate(fds[0], 0) || errno != EPERM)
+		bad = 11;
+	if (!ftruncate(fds[0], 1 << 30) || errno != EPERM)
+		bad = bad ?: 12;
+	if (write(fds[1], &one, sizeof(one)) != sizeof(one))
+		bad = bad ?: 13;
+	if (share_roundtrip(s) == SHARE_BROKEN || share_roundtrip(s) == SHARE_BROKEN)
+		bad = bad ?: 14;
+	close(s);
+	return bad;
+}
+
+/* Issue 16, 1: a shrunk ring memfd. */
+static void ring_memfd_cannot_be_shrunk(void)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+	struct kvmm_ring ring;
+	pid_t pid;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	pid = kvmmd_start("--ns-per-uid");
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, shrink_ring, sock, 10000), 0);
+	/* still serving: a NOP on a fresh ring completes */
+	CU_ASSERT_FATAL(hostile_alive(pid));
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	kvmm_prep_nop(kvmm_get_sqe(&ring));
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	kvmm_ring_exit(&ring);
+	CU_ASSERT(hostile_alive(pid));
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+	cleanup_dir();
+}
+
+/*
+ * Child (nobody, unbound: kvmmd runs without --ns-per-uid): take the
+ * pool's memfds, shrink them, then fill the pool and make kvmmd demote
+ * to the host tier (it reads the pool's pages).
+ */
+static int shrink_pool(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 4096 };
+	int fds[3], pool[16], s = handshake_raw(arg, fds), n, i, bad = 0;
+	struct kvmm_ring ring;
+	uint32_t *tok;
+	int32_t seq;
+
+	if (s < 0)
+		return 10;
+	n = share_raw(s, pool, 16);
+	if (n <= 0)
+		return 11;
+	for (i = 0; i < n; i++)
+		if (!ftruncate(pool[i], 0) || errno != EPERM)
+			bad = 12;
+	if (kvmm_ring_connect(arg, &rp, &ring))
+		return 13;
+	tok = ring.buf;
+	for (i = 0; i < 4; i++) {
+		test_tokens(tok, 256, (uint32_t)i + 1);
+		kvmm_prep_open(kvmm_get_sqe(&ring), 0);
+		seq = child_ring1(&ring);
+		if (seq < 0)
+			return 14;
+		kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 256, 0);
+		if (child_ring1(&ring))
+			return 15;
+		kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 256);
+		if (child_ring1(&ring))
+			return 16;
+	}
+	kvmm_prep_reclaim(kvmm_get_sqe(&ring), 64);
+	if (child_ring1(&ring) < 0)
+		return 17;
+	kvmm_ring_exit(&ring);
+	close(s);
+	return bad;
+}
+
+/* Issue 16, 1: shrunk KV-pool memfds. */
+static void pool_memfds_cannot_be_shrunk(void)
+{
+	pid_t pid;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	pid = kvmmd_start("--quiet");
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, shrink_pool, sock, 20000), 0);
+	CU_ASSERT(hostile_alive(pid));
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+	cleanup_dir();
+}
+
+/* Child: attach a ring and ask for the pool; exit 0 when the answer is *@arg. */
+static int attach_pool(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+	struct kvmm_kv_pool *pool = NULL;
+	struct kvmm_ring ring;
+	int ret;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		return 10;
+	ret = kvmm_kv_attach(&ring, NULL, &pool);
+	kvmm_kv_pool_close(pool);
+	if (ret != *(int *)arg)
+		return 11;
+	/* the ring goes on after a refusal */
+	kvmm_prep_nop(kvmm_get_sqe(&ring));
+	if (child_ring1(&ring))
+		return 12;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+/* Issue 16, 3: a ring bound to a namespace never maps the whole pool. */
+static void bound_tenant_is_refused_the_pool(void)
+{
+	struct kvmm_mock_arg arg = { .shareable = true };
+	struct kvmm_params p = test_params(16, 64, 8, 256);
+	struct kvmm_ctx *ctx = NULL;
+	struct kvmm_server *srv;
+	int eperm = -EPERM, ok = 0;
+
+	p.backend_arg = &arg;
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, KVMM_SERVER_NS_UID, &srv), 0);
+	CU_ASSERT_EQUAL_FATAL(chmod(sock, 0666), 0);
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, attach_pool, &eperm, 10000), 0);
+	/* root (the operator) is not bound and still gets the pool */
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, attach_pool, &ok, 10000), 0);
+	kvmm_server_stop(srv);
+	kvmm_lock(ctx);
+	CHECK_OK(ctx);
+	kvmm_unlock(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+struct stopper {
+	pthread_t thread;
+	struct kvmm_server *srv;
+};
+
+static void *stop_thread(void *arg)
+{
+	kvmm_server_stop(((struct stopper *)arg)->srv);
+	return NULL;
+}
+
+/*
+ * Stop @srv in a thread; true when it returned within STOP_BOUND_MS.
+ * Past the bound @pid (what wedges it) is killed, so that the stop ends.
+ */
+static bool stop_bounded(struct kvmm_server *srv, pid_t pid)
+{
+	struct stopper st = { .srv = srv };
+	struct timespec ts;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += STOP_BOUND_MS / 1000;
+	if (pthread_create(&st.thread, NULL, stop_thread, &st))
+		return false;
+	ok = !pthread_timedjoin_np(st.thread, NULL, &ts);
+	kill(pid, SIGKILL);
+	if (!ok)
+		pthread_join(st.thread, NULL);
+	return ok;
+}
+
+/* Fork @fn(@arg), which writes one byte to @fd once its attack is under way. */
+static pid_t attacker(void (*fn)(int fd), int *ready)
+{
+	int pfd[2];
+	pid_t pid;
+	char c;
+
+	*ready = 0;
+	if (pipe(pfd))
+		return -1;
+	fflush(NULL);
+	pid = fork();
+	if (!pid) {
+		/* dies with the suite, whatever happens to it */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(pfd[0]);
+		fn(pfd[1]);
+		_exit(0);
+	}
+	close(pfd[1]);
+	*ready = pid > 0 && read(pfd[0], &c, 1) == 1;
+	close(pfd[0]);
+	return pid;
+}
+
+/*
+ * Wait (5 s at most) until the server has read everything sent on the
+ * @nr sockets @s (or closed them): it has accepted them and is in their
+ * handshake.  Return: 0, or -1 past the deadline.
+ */
+static int wait_read(const int *s, int nr)
+{
+	int i, k, left;
+
+	for (k = 0; k < 5000; k++) {
+		for (i = 0; i < nr; i++)
+			if (ioctl(s[i], SIOCOUTQ, &left) || left)
+				break;
+		if (i == nr)
+			return 0;
+		usleep(1000);
+	}
+	return -1;
+}
+
+/* One byte of hello every 200 ms: 11 s for all of it. */
+static void trickle_hello(int fd)
+{
+	struct kvmm_hello h = hello_of(8, 16, 4096);
+	int s = connect_raw(sock);
+	size_t i;
+
+	if (s < 0)
+		_exit(1);
+	for (i = 0; i < sizeof(h); i++) {
+		if (send(s, (char *)&h + i, 1, MSG_NOSIGNAL) != 1)
+			_exit(0);
+		if (!i && (wait_read(&s, 1) || write(fd, "x", 1) != 1))
+			_exit(1);
+		usleep(200000);
+	}
+	pause();
+}
+
+/* Issue 16, 5: a hello trickled a byte at a time does not hold up stop. */
+static void stop_is_bounded_under_a_trickled_hello(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
+	struct kvmm_server *srv;
+	int ready;
+	pid_t pid;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	pid = attacker(trickle_hello, &ready);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT(ready);
+	CU_ASSERT(stop_bounded(srv, pid));
+	waitpid(pid, NULL, 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+/* Issue 16, 5: the same against kvmmd: SIGTERM ends it in bounded time. */
+static void kvmmd_sigterm_is_bounded_under_a_trickled_hello(void)
+{
+	int ready, st;
+	pid_t pid, att;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	pid = kvmmd_start("--quiet");
+	CU_ASSERT_FATAL(pid > 0);
+	att = attacker(trickle_hello, &ready);
+	CU_ASSERT(att > 0 && ready);
+	kill(pid, SIGTERM);
+	st = hostile_reap(pid, STOP_BOUND_MS);
+	CU_ASSERT_EQUAL(st, 0);		/* exited, kvmm_check() held */
+	if (st == -ETIMEDOUT) {
+		kill(pid, SIGKILL);
+		hostile_reap(pid, 5000);
+	}
+	if (att > 0) {
+		kill(att, SIGKILL);
+		waitpid(att, NULL, 0);
+	}
+	cleanup_dir();
+}
+
+/* Ask for the pool over and over, never reading an answer. */
+static void flood_share_requests(int fd)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+	struct kvmm_share_req req = { .magic = KVMM_SHARE_MAGIC };
+	struct pollfd pfd;
+	struct kvmm_ring ring;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		_exit(1);
+	pfd = (struct pollfd){ .fd = ring.sock, .events = POLLOUT };
+	/* until the server stops reading (stuck sending), or hangs up on us */
+	while (poll(&pfd, 1, 500) == 1)
+		if (send(ring.sock, &req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+		    errno != EAGAIN)
+			break;
+	if (write(fd, "x", 1) != 1)
+		_exit(1);
+	pause();
+}
+
+/* Issue 16, 5: share answers a client never reads do not hold up stop. */
+static void stop_is_bounded_under_unread_share_replies(void)
+{
+	struct kvmm_mock_arg arg = { .shareable = true };
+	struct kvmm_params p = test_params(16, 64, 8, 256);
+	struct kvmm_ctx *ctx = NULL;
+	struct kvmm_server *srv;
+	int ready;
+	pid_t pid;
+
+	p.backend_arg = &arg;
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	pid = attacker(flood_share_requests, &ready);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT(ready);
+	CU_ASSERT(stop_bounded(srv, pid));
+	waitpid(pid, NULL, 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+#define NR_TRICKLERS	256
+
+/* 256 connections, each trickling a byte of hello every 500 ms. */
+static void trickle_many(int fd)
+{
+	static int s[NR_TRICKLERS];
+	struct kvmm_hello h = hello_of(8, 16, 4096);
+	size_t at;
+	int i;
+
+	for (i = 0; i < NR_TRICKLERS; i++) {
+		s[i] = connect_raw(sock);
+		if (s[i] < 0)
+			_exit(1);
+	}
+	for (at = 0; at < sizeof(h); at++) {
+		for (i = 0; i < NR_TRICKLERS; i++)
+			(void)!send(s[i], (char *)&h + at, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (!at && (wait_read(s, NR_TRICKLERS) || write(fd, "x", 1) != 1))
+			_exit(1);
+		usleep(500000);
+	}
+	pause();
+}
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < 8192) {
+		rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* Issue 16, 6: slow handshakes do not take client slots. */
+static void trickling_handshakes_do_not_lock_clients_out(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+	struct kvmm_server *srv;
+	struct kvmm_ring ring = { 0 };
+	int ready;
+	pid_t pid;
+
+	raise_nofile();
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	pid = attacker(trickle_many, &ready);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT(ready);
+	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	if (ring.hdr) {
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+		CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+		kvmm_ring_exit(&ring);
+	}
+	CU_ASSERT(stop_bounded(srv, pid));
+	waitpid(pid, NULL, 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+#define NR_FULL		256	/* the server's default client limit */
+
+/* Issue 16, 13: a connect over the client limit reads -EBUSY, every time. */
+static void over_limit_connects_read_ebusy(void)
+{
+	static struct kvmm_ring rings[NR_FULL];
+	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
+	struct kvmm_ring_params rp = { .sq_entries = 2, .buf_size = 0 };
+	struct kvmm_server *srv;
+	struct kvmm_ring extra;
+	int i, ebusy = 0, other = 0;
+
+	raise_nofile();
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	for (i = 0; i < NR_FULL; i++)
+		CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &rings[i]), 0);
+	for (i = 0; i < 200; i++) {
+		int ret = kvmm_ring_connect(sock, &rp, &extra);
+
+		if (!ret)
+			kvmm_ring_exit(&extra);
+		if (ret == -EBUSY)
+			ebusy++;
+		else if (!other++)
+			fprintf(stderr, "over-limit connect %d: %s\n", i, strerror(-ret));
+	}
+	CU_ASSERT_EQUAL(ebusy, 200);
+	for (i = 0; i < NR_FULL; i++)
+		kvmm_ring_exit(&rings[i]);
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+/* Voluntary context switches of every thread of this process but the caller. */
+static long others_switches(void)
+{
+	long self = (long)syscall(SYS_gettid), sum = 0;
+	struct dirent *de;
+	DIR *d = opendir("/proc/self/task");
+
+	while (d && (de = readdir(d))) {
+		char path[300], line[128];
+		FILE *f;
+
+		if (de->d_name[0] == '.' || atol(de->d_name) == self)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", de->d_name);
+		f = fopen(path, "r");
+		while (f && fgets(line, sizeof(line), f))
+			if (!strncmp(line, "voluntary_ctxt_switches:", 24))
+				sum += atol(line + 24);
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return sum;
+}
+
+/* Wait (5 s at most) until the server says it sleeps on the doorbell. */
+static bool wait_server_sleeps(struct kvmm_ring *ring)
+{
+	int i;
+
+	for (i = 0; i < 5000; i++) {
+		if (__atomic_load_n(&ring->hdr->sq_sleeping, __ATOMIC_ACQUIRE))
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/*
+ * Issue 16, 7: a client whose CQ is full, with entries still waiting,
+ * sleeps; its server thread must sleep too (it was woken every 1 ms).
+ * Counted in context switches over half a second, not timed.
+ */
+static void full_cq_costs_no_wakeups(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
+	struct kvmm_ring_params rp = { .sq_entries = 8, .cq_entries = 8 };
+	struct kvmm_server *srv;
+	struct kvmm_cqe *cqe;
+	struct kvmm_ring ring;
+	long before, after;
+	int i, done = 0;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	for (i = 0; i < 8; i++)
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+	CU_ASSERT_EQUAL(kvmm_submit_and_wait(&ring, 8), 8);
+	for (i = 0; i < 8; i++)	/* the CQ is full: these wait */
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+	CU_ASSERT_EQUAL(kvmm_submit(&ring), 8);
+	CU_ASSERT_FATAL(wait_server_sleeps(&ring));
+	before = others_switches();
+	usleep(500000);		/* the window counted, not a synchronisation */
+	after = others_switches();
+	CU_ASSERT(after - before < 25);
+	if (after - before >= 25)
+		fprintf(stderr, "server threads woke %ld times in 0.5 s\n", after - before);
+	/* reaping lets the waiting entries complete */
+	while (done < 16 && !kvmm_wait_cqe(&ring, &cqe)) {
+		CU_ASSERT_EQUAL(cqe->res, 0);
+		kvmm_cqe_seen(&ring, cqe);
+		done++;
+	}
+	CU_ASSERT_EQUAL(done, 16);
+	kvmm_ring_exit(&ring);
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+/* The welcome a raw connection reads (5 s at most). Return: its status, or 1. */
+static int read_welcome(int s)
+{
+	struct timeval tv = { .tv_sec = 5 };
+	struct kvmm_welcome w;
+
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (recv(s, &w, sizeof(w), MSG_WAITALL) != sizeof(w))
+		return 1;
+	return w.status;
+}
+
+static bool wait_clients(struct kvmm_server *srv, uint32_t n)
+{
+	int i;
+
+	for (i = 0; i < 5000; i++) {
+		if (kvmm_server_clients(srv) == n)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/* The limits: checked, and each one enforced with the errno it documents. */
+static void server_limits_are_enforced(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+	struct kvmm_server_limits lim = { .max_clients = 1, .max_pending = 1,
+					  .handshake_ms = 200 };
+	struct kvmm_hello h = hello_of(8, 16, 4096);
+	struct kvmm_server *srv;
+	struct kvmm_ring ring, extra;
+	int a, b;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	CU_ASSERT_EQUAL(kvmm_server_set_limits(NULL, &lim), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_server_set_limits(srv, NULL), -EINVAL);
+	lim.resv[3] = 1;
+	CU_ASSERT_EQUAL(kvmm_server_set_limits(srv, &lim), -EINVAL);
+	lim.resv[3] = 0;
+	lim.max_pending = 1025;
+	CU_ASSERT_EQUAL(kvmm_server_set_limits(srv, &lim), -EINVAL);
+	lim.max_pending = 1;
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_set_limits(srv, &lim), 0);
+	/* max_clients */
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &extra), -EBUSY);
+	kvmm_ring_exit(&ring);
+	CU_ASSERT(wait_clients(srv, 0));
+	/* handshake_ms: a hello not complete in time is refused */
+	a = connect_raw(sock);
+	CU_ASSERT_FATAL(a >= 0);
+	CU_ASSERT_EQUAL(send(a, &h, 10, MSG_NOSIGNAL), 10);
+	CU_ASSERT_EQUAL(read_welcome(a), -ETIMEDOUT);
+	close(a);
+	/* max_pending: a new connection evicts the oldest handshake */
+	a = connect_raw(sock);
+	CU_ASSERT_EQUAL(send(a, &h, 10, MSG_NOSIGNAL), 10);
+	CU_ASSERT(!wait_read(&a, 1));
+	b = connect_raw(sock);
+	CU_ASSERT(a >= 0 && b >= 0);
+	CU_ASSERT_EQUAL(read_welcome(a), -EBUSY);
+	close(a);
+	close(b);
+	/* 0: the defaults again */
+	CU_ASSERT_EQUAL(kvmm_server_set_limits(srv, &(struct kvmm_server_limits){ 0 }), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &extra), 0);
+	kvmm_ring_exit(&extra);
+	kvmm_ring_exit(&ring);
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+/* send_ms: a client that never reads its share answers is dropped. */
+static void client_that_does_not_read_is_dropped(void)
+{
+	struct kvmm_mock_arg arg = { .shareable = true };
+	struct kvmm_params p = test_params(16, 64, 8, 256);
+	struct kvmm_server_limits lim = { .send_ms = 200 };
+	struct kvmm_ctx *ctx = NULL;
+	struct kvmm_server *srv;
+	int ready;
+	pid_t pid;
+
+	p.backend_arg = &arg;
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_set_limits(srv, &lim), 0);
+	pid = attacker(flood_share_requests, &ready);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT(ready);
+	CU_ASSERT(wait_clients(srv, 0));	/* while the attacker still lives */
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
+int register_hostile_server_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_hostile_server", NULL, NULL);
+	bool root = !geteuid();
+	CU_pTest t;
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, stop_is_bounded_under_a_trickled_hello);
+	ADD_TEST(s, stop_is_bounded_under_unread_share_replies);
+	ADD_TEST(s, trickling_handshakes_do_not_lock_clients_out);
+	ADD_TEST(s, over_limit_connects_read_ebusy);
+	ADD_TEST(s, full_cq_costs_no_wakeups);
+	ADD_TEST(s, server_limits_are_enforced);
+	ADD_TEST(s, kvmmd_sigterm_is_bounded_under_a_trickled_hello);
+	ADD_TEST(s, client_that_does_not_read_is_dropped);
+	/* these run a client as nobody: root only */
+	t = CU_add_test(s, "ring_memfd_cannot_be_shrunk", ring_memfd_cannot_be_shrunk);
+	if (t && !root)
+		CU_set_test_active(t, CU_FALSE);
+	t = t ? CU_add_test(s, "pool_memfds_cannot_be_shrunk", pool_memfds_cannot_be_shrunk) : t;
+	if (t && !root)
+		CU_set_test_active(t, CU_FALSE);
+	t = t ? CU_add_test(s, "bound_tenant_is_refused_the_pool",
+			    bound_tenant_is_refused_the_pool) : t;
+	if (t && !root)
+		CU_set_test_active(t, CU_FALSE);
+	if (!t)
+		return -1;
+	if (!root)
+		printf("kvmm_hostile_server: the tests as uid nobody are inactive: not root\n");
+	return 0;
+}
