@@ -603,6 +603,15 @@ static void test_nvme_bad_files(void)
 	p.log_priv = &log;
 	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EEXIST);
 	CU_ASSERT(strstr(log.last, "another geometry") != NULL);
+	/* the same bytes per page in another shape: the message tells them apart */
+	p = nvme_params(PS, 16, 8, 64, path, NULL);
+	p.model.kv_heads = 2;
+	p.model.head_dim = 2;
+	p.log = test_log_fn;
+	p.log_priv = &log;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EEXIST);
+	CU_ASSERT(strstr(log.last, "1 KV heads x 4 x 2 bytes") != NULL);
+	CU_ASSERT(strstr(log.last, "2 KV heads x 2 x 2 bytes") != NULL);
 
 	/* a torn superblock: refused, loudly; reformatted, a cold start */
 	ctx = nvme_ctx(16, 8, 64, path, NULL);
