@@ -136,22 +136,6 @@ static int share_raw(int s, int *fds, uint32_t max)
 	return (int)got;
 }
 
-/*
- * One entry's round trip, for children: test_ring1()'s CUnit assertions
- * would jump back into the suite runner in the child.
- */
-static int32_t child_ring1(struct kvmm_ring *ring)
-{
-	struct kvmm_cqe *cqe;
-	int32_t res;
-
-	if (kvmm_submit_and_wait(ring, 1) != 1 || kvmm_wait_cqe(ring, &cqe))
-		return INT32_MIN;
-	res = cqe->res;
-	kvmm_cqe_seen(ring, cqe);
-	return res;
-}
-
 static pid_t kvmmd_start(const char *extra)
 {
 	const char *argv[] = { "kvmmd", "--socket", sock, "--quiet", "--pages", "64",
@@ -271,18 +255,18 @@ static int shrink_pool(void *arg)
 	for (i = 0; i < 4; i++) {
 		test_tokens(tok, 256, (uint32_t)i + 1);
 		kvmm_prep_open(kvmm_get_sqe(&ring), 0);
-		seq = child_ring1(&ring);
+		seq = hostile_ring1(&ring);
 		if (seq < 0)
 			return 14;
 		kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 256, 0);
-		if (child_ring1(&ring))
+		if (hostile_ring1(&ring))
 			return 15;
 		kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 256);
-		if (child_ring1(&ring))
+		if (hostile_ring1(&ring))
 			return 16;
 	}
 	kvmm_prep_reclaim(kvmm_get_sqe(&ring), 64);
-	if (child_ring1(&ring) < 0)
+	if (hostile_ring1(&ring) < 0)
 		return 17;
 	kvmm_ring_exit(&ring);
 	close(s);
@@ -319,7 +303,7 @@ static int attach_pool(void *arg)
 		return 11;
 	/* the ring goes on after a refusal */
 	kvmm_prep_nop(kvmm_get_sqe(&ring));
-	if (child_ring1(&ring))
+	if (hostile_ring1(&ring))
 		return 12;
 	kvmm_ring_exit(&ring);
 	return 0;
@@ -407,24 +391,31 @@ static pid_t attacker(void (*fn)(int fd), int *ready)
 	return pid;
 }
 
+struct unread {
+	const int *s;
+	int nr;
+};
+
+/* Nothing sent on the sockets of @arg (a struct unread) is left unread. */
+static bool all_read(void *arg)
+{
+	const struct unread *u = arg;
+	int i, left;
+
+	for (i = 0; i < u->nr; i++)
+		if (ioctl(u->s[i], SIOCOUTQ, &left) || left)
+			return false;
+	return true;
+}
+
 /*
  * Wait (5 s at most) until the server has read everything sent on the
  * @nr sockets @s (or closed them): it has accepted them and is in their
- * handshake.  Return: 0, or -1 past the deadline.
+ * handshake.  Return: 0, or -ETIMEDOUT past the deadline.
  */
 static int wait_read(const int *s, int nr)
 {
-	int i, k, left;
-
-	for (k = 0; k < 5000; k++) {
-		for (i = 0; i < nr; i++)
-			if (ioctl(s[i], SIOCOUTQ, &left) || left)
-				break;
-		if (i == nr)
-			return 0;
-		usleep(1000);
-	}
-	return -1;
+	return hostile_wait(all_read, &(struct unread){ s, nr }, 5000);
 }
 
 /* One byte of hello every 200 ms: 11 s for all of it. */
@@ -662,17 +653,12 @@ static long others_switches(void)
 	return sum;
 }
 
-/* Wait (5 s at most) until the server says it sleeps on the doorbell. */
-static bool wait_server_sleeps(struct kvmm_ring *ring)
+/* The server thread of ring @arg sleeps on its doorbell. */
+static bool server_sleeps(void *arg)
 {
-	int i;
+	struct kvmm_ring *ring = arg;
 
-	for (i = 0; i < 5000; i++) {
-		if (__atomic_load_n(&ring->hdr->sq_sleeping, __ATOMIC_ACQUIRE))
-			return true;
-		usleep(1000);
-	}
-	return false;
+	return __atomic_load_n(&ring->hdr->sq_sleeping, __ATOMIC_ACQUIRE);
 }
 
 /*
@@ -699,7 +685,7 @@ static void full_cq_costs_no_wakeups(void)
 	for (i = 0; i < 8; i++)	/* the CQ is full: these wait */
 		kvmm_prep_nop(kvmm_get_sqe(&ring));
 	CU_ASSERT_EQUAL(kvmm_submit(&ring), 8);
-	CU_ASSERT_FATAL(wait_server_sleeps(&ring));
+	CU_ASSERT_EQUAL_FATAL(hostile_wait(server_sleeps, &ring, 5000), 0);
 	before = others_switches();
 	usleep(500000);		/* the window counted, not a synchronisation */
 	after = others_switches();
@@ -732,16 +718,10 @@ static int read_welcome(int s)
 	return w.status;
 }
 
-static bool wait_clients(struct kvmm_server *srv, uint32_t n)
+/* The server of @arg has no client left. */
+static bool no_clients(void *arg)
 {
-	int i;
-
-	for (i = 0; i < 5000; i++) {
-		if (kvmm_server_clients(srv) == n)
-			return true;
-		usleep(1000);
-	}
-	return false;
+	return !kvmm_server_clients(arg);
 }
 
 /* The limits: checked, and each one enforced with the errno it documents. */
@@ -771,7 +751,7 @@ static void server_limits_are_enforced(void)
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
 	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &extra), -EBUSY);
 	kvmm_ring_exit(&ring);
-	CU_ASSERT(wait_clients(srv, 0));
+	CU_ASSERT(!hostile_wait(no_clients, srv, 5000));
 	/* handshake_ms: a hello not complete in time is refused */
 	a = connect_raw(sock);
 	CU_ASSERT_FATAL(a >= 0);
@@ -818,7 +798,7 @@ static void client_that_does_not_read_is_dropped(void)
 	pid = attacker(flood_share_requests, &ready);
 	CU_ASSERT_FATAL(pid > 0);
 	CU_ASSERT(ready);
-	CU_ASSERT(wait_clients(srv, 0));	/* while the attacker still lives */
+	CU_ASSERT(!hostile_wait(no_clients, srv, 5000));	/* while the attacker still lives */
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	kvmm_server_stop(srv);
