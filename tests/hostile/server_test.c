@@ -64,6 +64,34 @@ static void cleanup_dir(void)
 	rmdir(dir);
 }
 
+/*
+ * A small context (its KV pool shareable when @share) served in this
+ * process at a fresh socket with @flags; the test fails when it cannot be.
+ */
+static struct kvmm_ctx *server_up(bool share, uint32_t flags, struct kvmm_server **srvp)
+{
+	static struct kvmm_mock_arg arg = { .shareable = true };
+	struct kvmm_params p = test_params(16, 64, 8, 256);
+	struct kvmm_ctx *ctx = NULL;
+
+	if (share)
+		p.backend_arg = &arg;
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, flags, srvp), 0);
+	return ctx;
+}
+
+/* Stop @srv (NULL: stopped already); kvmm_check() must hold after it. */
+static void server_down(struct kvmm_ctx *ctx, struct kvmm_server *srv)
+{
+	if (srv)
+		kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
 static int connect_raw(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -312,26 +340,15 @@ static int attach_pool(void *arg)
 /* Issue 16, 3: a ring bound to a namespace never maps the whole pool. */
 static void bound_tenant_is_refused_the_pool(void)
 {
-	struct kvmm_mock_arg arg = { .shareable = true };
-	struct kvmm_params p = test_params(16, 64, 8, 256);
-	struct kvmm_ctx *ctx = NULL;
 	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx = server_up(true, KVMM_SERVER_NS_UID, &srv);
 	int eperm = -EPERM, ok = 0;
 
-	p.backend_arg = &arg;
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, KVMM_SERVER_NS_UID, &srv), 0);
 	CU_ASSERT_EQUAL_FATAL(chmod(sock, 0666), 0);
 	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, attach_pool, &eperm, 10000), 0);
 	/* root (the operator) is not bound and still gets the pool */
 	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, attach_pool, &ok, 10000), 0);
-	kvmm_server_stop(srv);
-	kvmm_lock(ctx);
-	CHECK_OK(ctx);
-	kvmm_unlock(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	server_down(ctx, srv);
 }
 
 struct stopper {
@@ -366,7 +383,7 @@ static bool stop_bounded(struct kvmm_server *srv, pid_t pid)
 	return ok;
 }
 
-/* Fork @fn(@arg), which writes one byte to @fd once its attack is under way. */
+/* Fork @fn, which writes one byte to @fd once its attack is under way. */
 static pid_t attacker(void (*fn)(int fd), int *ready)
 {
 	int pfd[2];
@@ -389,6 +406,27 @@ static pid_t attacker(void (*fn)(int fd), int *ready)
 	*ready = pid > 0 && read(pfd[0], &c, 1) == 1;
 	close(pfd[0]);
 	return pid;
+}
+
+/*
+ * Serve a small context (@share: its pool shareable), fork @attack, and
+ * once it is under way run @meanwhile (NULL: nothing), then stop the
+ * server: within STOP_BOUND_MS, kvmm_check() holding.
+ */
+static void stop_bounded_under(bool share, void (*attack)(int fd), void (*meanwhile)(void))
+{
+	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx = server_up(share, 0, &srv);
+	int ready;
+	pid_t pid = attacker(attack, &ready);
+
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT(ready);
+	if (meanwhile)
+		meanwhile();
+	CU_ASSERT(stop_bounded(srv, pid));
+	waitpid(pid, NULL, 0);
+	server_down(ctx, NULL);
 }
 
 struct unread {
@@ -440,21 +478,7 @@ static void trickle_hello(int fd)
 /* Issue 16, 5: a hello trickled a byte at a time does not hold up stop. */
 static void stop_is_bounded_under_a_trickled_hello(void)
 {
-	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
-	struct kvmm_server *srv;
-	int ready;
-	pid_t pid;
-
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
-	pid = attacker(trickle_hello, &ready);
-	CU_ASSERT_FATAL(pid > 0);
-	CU_ASSERT(ready);
-	CU_ASSERT(stop_bounded(srv, pid));
-	waitpid(pid, NULL, 0);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	stop_bounded_under(false, trickle_hello, NULL);
 }
 
 /* Issue 16, 5: the same against kvmmd: SIGTERM ends it in bounded time. */
@@ -506,25 +530,7 @@ static void flood_share_requests(int fd)
 /* Issue 16, 5: share answers a client never reads do not hold up stop. */
 static void stop_is_bounded_under_unread_share_replies(void)
 {
-	struct kvmm_mock_arg arg = { .shareable = true };
-	struct kvmm_params p = test_params(16, 64, 8, 256);
-	struct kvmm_ctx *ctx = NULL;
-	struct kvmm_server *srv;
-	int ready;
-	pid_t pid;
-
-	p.backend_arg = &arg;
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
-	pid = attacker(flood_share_requests, &ready);
-	CU_ASSERT_FATAL(pid > 0);
-	CU_ASSERT(ready);
-	CU_ASSERT(stop_bounded(srv, pid));
-	waitpid(pid, NULL, 0);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	stop_bounded_under(true, flood_share_requests, NULL);
 }
 
 #define NR_TRICKLERS	256
@@ -562,33 +568,25 @@ static void raise_nofile(void)
 	}
 }
 
-/* Issue 16, 6: slow handshakes do not take client slots. */
-static void trickling_handshakes_do_not_lock_clients_out(void)
+/* A new client connects and a NOP on its ring completes. */
+static void new_client_is_served(void)
 {
-	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
 	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
-	struct kvmm_server *srv;
 	struct kvmm_ring ring = { 0 };
-	int ready;
-	pid_t pid;
 
-	raise_nofile();
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
-	pid = attacker(trickle_many, &ready);
-	CU_ASSERT_FATAL(pid > 0);
-	CU_ASSERT(ready);
 	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &ring), 0);
 	if (ring.hdr) {
 		kvmm_prep_nop(kvmm_get_sqe(&ring));
 		CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 		kvmm_ring_exit(&ring);
 	}
-	CU_ASSERT(stop_bounded(srv, pid));
-	waitpid(pid, NULL, 0);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+}
+
+/* Issue 16, 6: slow handshakes do not take client slots. */
+static void trickling_handshakes_do_not_lock_clients_out(void)
+{
+	raise_nofile();
+	stop_bounded_under(false, trickle_many, new_client_is_served);
 }
 
 #define NR_FULL		256	/* the server's default client limit */
@@ -597,15 +595,14 @@ static void trickling_handshakes_do_not_lock_clients_out(void)
 static void over_limit_connects_read_ebusy(void)
 {
 	static struct kvmm_ring rings[NR_FULL];
-	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
 	struct kvmm_ring_params rp = { .sq_entries = 2, .buf_size = 0 };
 	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx;
 	struct kvmm_ring extra;
 	int i, ebusy = 0, other = 0;
 
 	raise_nofile();
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	ctx = server_up(false, 0, &srv);
 	for (i = 0; i < NR_FULL; i++)
 		CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &rings[i]), 0);
 	for (i = 0; i < 200; i++) {
@@ -621,10 +618,7 @@ static void over_limit_connects_read_ebusy(void)
 	CU_ASSERT_EQUAL(ebusy, 200);
 	for (i = 0; i < NR_FULL; i++)
 		kvmm_ring_exit(&rings[i]);
-	kvmm_server_stop(srv);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	server_down(ctx, srv);
 }
 
 /* Voluntary context switches of every thread of this process but the caller. */
@@ -668,16 +662,14 @@ static bool server_sleeps(void *arg)
  */
 static void full_cq_costs_no_wakeups(void)
 {
-	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
 	struct kvmm_ring_params rp = { .sq_entries = 8, .cq_entries = 8 };
 	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx = server_up(false, 0, &srv);
 	struct kvmm_cqe *cqe;
 	struct kvmm_ring ring;
 	long before, after;
 	int i, done = 0;
 
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
 	for (i = 0; i < 8; i++)
 		kvmm_prep_nop(kvmm_get_sqe(&ring));
@@ -700,10 +692,7 @@ static void full_cq_costs_no_wakeups(void)
 	}
 	CU_ASSERT_EQUAL(done, 16);
 	kvmm_ring_exit(&ring);
-	kvmm_server_stop(srv);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	server_down(ctx, srv);
 }
 
 /* The welcome a raw connection reads (5 s at most). Return: its status, or 1. */
@@ -727,17 +716,15 @@ static bool no_clients(void *arg)
 /* The limits: checked, and each one enforced with the errno it documents. */
 static void server_limits_are_enforced(void)
 {
-	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
 	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
 	struct kvmm_server_limits lim = { .max_clients = 1, .max_pending = 1,
 					  .handshake_ms = 200 };
 	struct kvmm_hello h = hello_of(8, 16, 4096);
 	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx = server_up(false, 0, &srv);
 	struct kvmm_ring ring, extra;
 	int a, b;
 
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
 	CU_ASSERT_EQUAL(kvmm_server_set_limits(NULL, &lim), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_server_set_limits(srv, NULL), -EINVAL);
 	lim.resv[3] = 1;
@@ -773,27 +760,18 @@ static void server_limits_are_enforced(void)
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &extra), 0);
 	kvmm_ring_exit(&extra);
 	kvmm_ring_exit(&ring);
-	kvmm_server_stop(srv);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	server_down(ctx, srv);
 }
 
 /* send_ms: a client that never reads its share answers is dropped. */
 static void client_that_does_not_read_is_dropped(void)
 {
-	struct kvmm_mock_arg arg = { .shareable = true };
-	struct kvmm_params p = test_params(16, 64, 8, 256);
 	struct kvmm_server_limits lim = { .send_ms = 200 };
-	struct kvmm_ctx *ctx = NULL;
 	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx = server_up(true, 0, &srv);
 	int ready;
 	pid_t pid;
 
-	p.backend_arg = &arg;
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_server_set_limits(srv, &lim), 0);
 	pid = attacker(flood_share_requests, &ready);
 	CU_ASSERT_FATAL(pid > 0);
@@ -801,10 +779,7 @@ static void client_that_does_not_read_is_dropped(void)
 	CU_ASSERT(!hostile_wait(no_clients, srv, 5000));	/* while the attacker still lives */
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	kvmm_server_stop(srv);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	server_down(ctx, srv);
 }
 
 int register_hostile_server_suite(void)
