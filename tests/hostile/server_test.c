@@ -196,6 +196,40 @@ static int kvmmd_stop(pid_t pid)
 	return st;
 }
 
+/* A new client connects and a NOP on its ring completes. */
+static void new_client_is_served(void)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+	struct kvmm_ring ring = { 0 };
+
+	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	if (ring.hdr) {
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+		CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+		kvmm_ring_exit(&ring);
+	}
+}
+
+/*
+ * kvmmd (started with @extra) under @attack, run as nobody for at most
+ * @timeout_ms: the attack exits 0 (what it tried failed), and kvmmd still
+ * serves a new client and stops with kvmm_check() holding.
+ */
+static void kvmmd_survives(const char *extra, int (*attack)(void *arg), int timeout_ms)
+{
+	pid_t pid;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	pid = kvmmd_start(extra);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, attack, sock, timeout_ms), 0);
+	CU_ASSERT_FATAL(hostile_alive(pid));
+	new_client_is_served();
+	CU_ASSERT(hostile_alive(pid));
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+	cleanup_dir();
+}
+
 /*
  * Ask for the pool on @s and read the answer, whatever it is (a refusal,
  * or the share: its descriptors are closed).  Return: 0 when one came.
@@ -237,23 +271,7 @@ static int shrink_ring(void *arg)
 /* Issue 16, 1: a shrunk ring memfd. */
 static void ring_memfd_cannot_be_shrunk(void)
 {
-	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
-	struct kvmm_ring ring;
-	pid_t pid;
-
-	CU_ASSERT_FATAL(!setup_dir());
-	pid = kvmmd_start("--ns-per-uid");
-	CU_ASSERT_FATAL(pid > 0);
-	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, shrink_ring, sock, 10000), 0);
-	/* still serving: a NOP on a fresh ring completes */
-	CU_ASSERT_FATAL(hostile_alive(pid));
-	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
-	kvmm_prep_nop(kvmm_get_sqe(&ring));
-	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
-	kvmm_ring_exit(&ring);
-	CU_ASSERT(hostile_alive(pid));
-	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
-	cleanup_dir();
+	kvmmd_survives("--ns-per-uid", shrink_ring, 10000);
 }
 
 /*
@@ -304,15 +322,7 @@ static int shrink_pool(void *arg)
 /* Issue 16, 1: shrunk KV-pool memfds. */
 static void pool_memfds_cannot_be_shrunk(void)
 {
-	pid_t pid;
-
-	CU_ASSERT_FATAL(!setup_dir());
-	pid = kvmmd_start("--quiet");
-	CU_ASSERT_FATAL(pid > 0);
-	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, shrink_pool, sock, 20000), 0);
-	CU_ASSERT(hostile_alive(pid));
-	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
-	cleanup_dir();
+	kvmmd_survives("--quiet", shrink_pool, 20000);
 }
 
 /* Child: attach a ring and ask for the pool; exit 0 when the answer is *@arg. */
@@ -565,20 +575,6 @@ static void raise_nofile(void)
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < 8192) {
 		rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
 		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
-
-/* A new client connects and a NOP on its ring completes. */
-static void new_client_is_served(void)
-{
-	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
-	struct kvmm_ring ring = { 0 };
-
-	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &ring), 0);
-	if (ring.hdr) {
-		kvmm_prep_nop(kvmm_get_sqe(&ring));
-		CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
-		kvmm_ring_exit(&ring);
 	}
 }
 
