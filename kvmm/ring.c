@@ -621,13 +621,11 @@ static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cf
 	room = (sqe->len - (uint32_t)sizeof(*hdr)) / rec_size;
 	switch (sqe->arg) {
 	case KVMM_DUMP_NODES:
-		nr = dump_tree(d, sqe->arg2, false, hdr + 1, room, &next);
+	case KVMM_DUMP_PINS:
+		nr = dump_tree(d, sqe->arg2, sqe->arg == KVMM_DUMP_PINS, hdr + 1, room, &next);
 		break;
 	case KVMM_DUMP_SEQS:
 		nr = dump_seqs(d, sqe->arg2, (struct kvmm_dump_seq *)(hdr + 1), room, &next);
-		break;
-	case KVMM_DUMP_PINS:
-		nr = dump_tree(d, sqe->arg2, true, hdr + 1, room, &next);
 		break;
 	case KVMM_DUMP_NS:
 		nr = dump_ns(d, sqe->arg2, (struct kvmm_dump_ns *)(hdr + 1), room, &next);
