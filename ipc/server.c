@@ -496,13 +496,13 @@ static void accept_all(struct kvmm_server *srv, struct kvmm_pending *pend, uint3
 /* Milliseconds to the nearest handshake deadline, -1 for none. */
 static int pending_timeout(const struct kvmm_pending *pend, uint32_t nr)
 {
-	struct kvmm_deadline dl = { .at_ms = UINT64_MAX };
+	struct kvmm_deadline dl = { .at_ms = KVMM_DEADLINE_NEVER, .stop_fd = -1 };
 	uint32_t i;
 
 	for (i = 0; i < nr; i++)
 		if (pend[i].deadline < dl.at_ms)
 			dl.at_ms = pend[i].deadline;
-	return nr ? kvmm_deadline_left(&dl) : -1;
+	return kvmm_deadline_left(&dl);	/* -1 when none is pending */
 }
 
 static void *acceptor_thread(void *arg)
