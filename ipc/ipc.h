@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <libkvmm.h>
 #include "autoconf.h"
@@ -27,22 +28,30 @@ void kvmm_ring_attach(struct kvmm_disp *d, void *region, const struct kvmm_ring_
 void kvmm_doorbell(int fd);
 void kvmm_ring_wake(struct kvmm_ring_hdr *hdr, int cq_fd);
 /*
- * struct kvmm_deadline - how long a server thread may wait on a client
- * @at_ms: kvmm_now_ms() after which it gives up (0: do not wait at all)
- * @stop_fd: the server's stop event, waited on beside the client
+ * struct kvmm_deadline - how long a wait on the other side may last: a
+ * client's on its server, a server thread's on a client
+ * @at_ms: kvmm_now_ms() after which it gives up (0: do not wait at all;
+ *	KVMM_DEADLINE_NEVER: as long as it takes)
+ * @stop_fd: an event waited on beside the socket (the server's stop
+ *	event); -1 for none
  */
 struct kvmm_deadline {
 	uint64_t at_ms;
 	int stop_fd;
 };
 
+#define KVMM_DEADLINE_NEVER	UINT64_MAX
+
 uint64_t kvmm_now_ms(void);
+int kvmm_deadline_init(struct kvmm_deadline *dl, const struct timespec *timeout);
 int kvmm_deadline_left(const struct kvmm_deadline *dl);
 int kvmm_sock_send(int sock, const void *buf, size_t len, const int *fds, uint32_t nfds);
 int kvmm_sock_send_until(int sock, const void *buf, size_t len, const int *fds,
 			 uint32_t nfds, const struct kvmm_deadline *dl);
 int kvmm_sock_recv(int sock, void *buf, size_t len, int *fds, uint32_t max,
 		   uint32_t *nfds);
+int kvmm_sock_recv_until(int sock, void *buf, size_t len, int *fds, uint32_t max,
+			 uint32_t *nfds, const struct kvmm_deadline *dl);
 int kvmm_share_serve(struct kvmm_ctx *ctx, int sock, bool bound,
 		     const struct kvmm_deadline *dl);
 

@@ -200,130 +200,6 @@ KVMM_EXPORT int kvmm_ring_register_buffers(struct kvmm_ring *ring,
 /* ---- across processes ---- */
 
 /*
- * A deadline on CLOCK_MONOTONIC, or none (forever).  Every wait of a
- * client for a server goes through one, so a server that stops answering
- * (or never spoke kvmm) costs the client at most its timeout.
- */
-struct deadline {
-	bool forever;
-	struct timespec end;
-};
-
-/* Start @d now for @timeout (NULL: forever).  Return: 0, or -EINVAL. */
-static int deadline_start(struct deadline *d, const struct timespec *timeout)
-{
-	d->forever = !timeout;
-	if (!timeout)
-		return 0;
-	if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L)
-		return -EINVAL;
-	clock_gettime(CLOCK_MONOTONIC, &d->end);
-	d->end.tv_sec += timeout->tv_sec;
-	d->end.tv_nsec += timeout->tv_nsec;
-	if (d->end.tv_nsec >= 1000000000L) {
-		d->end.tv_sec++;
-		d->end.tv_nsec -= 1000000000L;
-	}
-	return 0;
-}
-
-/* Milliseconds left (rounded up) for poll(): -1 forever, 0 when past. */
-static int deadline_ms(const struct deadline *d)
-{
-	struct timespec now;
-	int64_t ns;
-
-	if (d->forever)
-		return -1;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	ns = (int64_t)(d->end.tv_sec - now.tv_sec) * 1000000000 + (d->end.tv_nsec - now.tv_nsec);
-	if (ns <= 0)
-		return 0;
-	if (ns / 1000000 >= INT32_MAX)
-		return INT32_MAX;
-	return (int)((ns + 999999) / 1000000);
-}
-
-/* Wait until @sock is readable (or hung up) before @d.  Return: 0 or -ETIMEDOUT. */
-static int poll_in(int sock, const struct deadline *d)
-{
-	struct pollfd pfd = { .fd = sock, .events = POLLIN };
-	int n;
-
-	for (;;) {
-		n = poll(&pfd, 1, deadline_ms(d));
-		if (n > 0)
-			return 0;
-		if (!n)
-			return -ETIMEDOUT;
-		if (errno != EINTR)
-			return -errno;
-	}
-}
-
-/*
- * Receive exactly @len bytes and at most @max descriptors before @d, one
- * deadline for the whole message however the server splits it.  Return:
- * 0; -ETIMEDOUT; -ECONNRESET at end of file; -EPROTO for more descriptors
- * than @max (all closed); the socket's error.
- */
-static int recv_deadline(int sock, void *buf, size_t len, int *fds, uint32_t max,
-			 uint32_t *nfds, const struct deadline *d)
-{
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} cbuf;
-	size_t got = 0;
-	int ret = 0;
-
-	*nfds = 0;
-	while (got < len && !ret) {
-		struct iovec iov = { .iov_base = (char *)buf + got, .iov_len = len - got };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-				      .msg_control = cbuf.buf, .msg_controllen = sizeof(cbuf) };
-		struct cmsghdr *cm;
-		ssize_t n;
-
-		ret = poll_in(sock, d);
-		if (ret)
-			break;
-		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		if (n <= 0) {
-			ret = n ? -errno : -ECONNRESET;
-			break;
-		}
-		got += (size_t)n;
-		for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-			uint32_t i, k;
-
-			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-				continue;
-			k = (uint32_t)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-			for (i = 0; i < k; i++) {
-				int fd;
-
-				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-				if (*nfds < max) {
-					fds[(*nfds)++] = fd;
-				} else {
-					close(fd);
-					ret = -EPROTO;
-				}
-			}
-		}
-		if (msg.msg_flags & MSG_CTRUNC)
-			ret = -EPROTO;
-	}
-	if (ret)
-		while (*nfds)
-			close(fds[--*nfds]);
-	return ret;
-}
-
-/*
  * A server's refusal is a -errno; anything else in the status (a server
  * that is not kvmm, a damaged welcome) is a protocol error, never passed
  * on as if it were an errno.
@@ -334,10 +210,10 @@ static int welcome_status(int32_t status)
 }
 
 static int recv_welcome(int sock, struct kvmm_welcome *w, int fds[3],
-			const struct deadline *d)
+			const struct kvmm_deadline *d)
 {
 	uint32_t n;
-	int ret = recv_deadline(sock, w, sizeof(*w), fds, 3, &n, d);
+	int ret = kvmm_sock_recv_until(sock, w, sizeof(*w), fds, 3, &n, d);
 
 	if (!ret && w->status)
 		ret = welcome_status(w->status);
@@ -350,9 +226,10 @@ static int recv_welcome(int sock, struct kvmm_welcome *w, int fds[3],
 }
 
 /* Connect @sock to @sa before @d (a Unix connect waits while the backlog is full). */
-static int connect_deadline(int sock, const struct sockaddr_un *sa, const struct deadline *d)
+static int connect_deadline(int sock, const struct sockaddr_un *sa,
+			    const struct kvmm_deadline *d)
 {
-	int ms = deadline_ms(d);
+	int ms = kvmm_deadline_left(d);
 
 	if (ms >= 0) {
 		struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
@@ -388,13 +265,13 @@ KVMM_EXPORT int kvmm_ring_connect_timeout(const char *path, const struct kvmm_ri
 	struct kvmm_ring_params rp;
 	struct kvmm_hello hello;
 	struct kvmm_welcome w;
-	struct deadline d;
+	struct kvmm_deadline d;
 	int fds[3] = { -1, -1, -1 }, sock, ret;
 	size_t size;
 	void *region;
 
 	if (!path || !*path || !p || !ring || strlen(path) >= sizeof(sa.sun_path) ||
-	    deadline_start(&d, timeout))
+	    kvmm_deadline_init(&d, timeout))
 		return -EINVAL;
 	size = kvmm_ring_layout(p, &rp);
 	if (!size)
@@ -578,7 +455,7 @@ static void cq_room_kick(struct kvmm_ring *ring)
  * Wait until @want completions are ready: across processes, or in-process
  * for completions the I/O worker owes (there is no socket then).
  */
-static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct deadline *d)
+static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_deadline *d)
 {
 	struct pollfd pfd[2] = {
 		{ .fd = ring->cq_fd, .events = POLLIN },
@@ -600,7 +477,7 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct deadline 
 		if (cq_ready(ring) < want) {
 			int n;
 
-			while ((n = poll(pfd, 2, deadline_ms(d))) < 0) {
+			while ((n = poll(pfd, 2, kvmm_deadline_left(d))) < 0) {
 				if (errno != EINTR) {
 					n = -errno;
 					break;
@@ -637,10 +514,10 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct deadline 
 KVMM_EXPORT int kvmm_wait_cqe_timeout(struct kvmm_ring *ring, struct kvmm_cqe **cqep,
 				      const struct timespec *timeout)
 {
-	struct deadline d;
+	struct kvmm_deadline d;
 	int ret;
 
-	if (deadline_start(&d, timeout))
+	if (kvmm_deadline_init(&d, timeout))
 		return -EINVAL;
 	for (;;) {
 		if (!kvmm_peek_cqe(ring, cqep))
@@ -701,7 +578,7 @@ KVMM_EXPORT int kvmm_submit_and_wait(struct kvmm_ring *ring, uint32_t wait_nr)
 			wait_nr = owed;
 	}
 	if (wait_nr) {
-		struct deadline d = { .forever = true };
+		struct kvmm_deadline d = { KVMM_DEADLINE_NEVER, -1 };
 
 		ret = wait_cq(ring, wait_nr, &d);
 		if (ret)

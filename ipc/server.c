@@ -146,39 +146,16 @@ static struct kvmm_deadline deadline_in(struct kvmm_server *srv, uint32_t ms)
 	return (struct kvmm_deadline){ .at_ms = kvmm_now_ms() + ms, .stop_fd = srv->stop_fd };
 }
 
-/* @len bytes from the client, all of them by handshake_ms from now. */
+/*
+ * @len bytes from the client, all of them by handshake_ms from now.  It
+ * has no business sending descriptors: any are closed (-EPROTO).
+ */
 static int recv_until(struct kvmm_server *srv, int sock, void *buf, size_t len)
 {
 	struct kvmm_deadline dl = deadline_in(srv, limit(&srv->lim.handshake_ms));
-	size_t got = 0;
+	uint32_t nfds;
 
-	while (got < len) {
-		struct pollfd pfd[2] = {
-			{ .fd = sock, .events = POLLIN },
-			{ .fd = srv->stop_fd, .events = POLLIN },
-		};
-		ssize_t n = recv(sock, (char *)buf + got, len - got, MSG_DONTWAIT);
-		int left;
-
-		if (n > 0) {
-			got += (size_t)n;
-			continue;
-		}
-		if (!n)
-			return -ECONNRESET;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return -errno;
-		left = kvmm_deadline_left(&dl);
-		if (!left)
-			return -ETIMEDOUT;
-		if (poll(pfd, 2, left) < 0 && errno != EINTR)
-			return -errno;
-		if (pfd[1].revents)
-			return -ESHUTDOWN;
-	}
-	return 0;
+	return kvmm_sock_recv_until(sock, buf, len, NULL, 0, &nfds, &dl);
 }
 
 /*
@@ -519,13 +496,13 @@ static void accept_all(struct kvmm_server *srv, struct kvmm_pending *pend, uint3
 /* Milliseconds to the nearest handshake deadline, -1 for none. */
 static int pending_timeout(const struct kvmm_pending *pend, uint32_t nr)
 {
-	struct kvmm_deadline dl = { .at_ms = UINT64_MAX };
+	struct kvmm_deadline dl = { .at_ms = KVMM_DEADLINE_NEVER, .stop_fd = -1 };
 	uint32_t i;
 
 	for (i = 0; i < nr; i++)
 		if (pend[i].deadline < dl.at_ms)
 			dl.at_ms = pend[i].deadline;
-	return nr ? kvmm_deadline_left(&dl) : -1;
+	return kvmm_deadline_left(&dl);	/* -1 when none is pending */
 }
 
 static void *acceptor_thread(void *arg)

@@ -52,18 +52,74 @@ uint64_t kvmm_now_ms(void)
 }
 
 /**
+ * kvmm_deadline_init() - a deadline @timeout from now, or none
+ * @dl: caller's memory, set up on success (no stop event)
+ * @timeout: how long; NULL for KVMM_DEADLINE_NEVER
+ *
+ * The deadline is rounded up to the next millisecond, so a wait never
+ * gives up before @timeout has passed.
+ *
+ * Return: 0, or -EINVAL for a negative or unnormalised @timeout.
+ */
+int kvmm_deadline_init(struct kvmm_deadline *dl, const struct timespec *timeout)
+{
+	struct timespec ts;
+	uint64_t now_ns;
+
+	dl->stop_fd = -1;
+	dl->at_ms = KVMM_DEADLINE_NEVER;
+	if (!timeout)
+		return 0;
+	if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L)
+		return -EINVAL;
+	/* Past ~292 years from boot the ns sum overflows: that is never. */
+	if ((uint64_t)timeout->tv_sec >= UINT64_MAX / 2000000000)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now_ns = (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
+	dl->at_ms = (now_ns + (uint64_t)timeout->tv_sec * 1000000000 +
+		     (uint64_t)timeout->tv_nsec + 999999) / 1000000;
+	return 0;
+}
+
+/**
  * kvmm_deadline_left() - milliseconds to @dl's deadline, for poll()
  * @dl: the deadline
  *
- * Return: 0 when it has passed, else at most INT_MAX.
+ * Return: -1 for KVMM_DEADLINE_NEVER; 0 when it has passed; else at most
+ * INT_MAX.
  */
 int kvmm_deadline_left(const struct kvmm_deadline *dl)
 {
 	uint64_t now = kvmm_now_ms();
 
+	if (dl->at_ms == KVMM_DEADLINE_NEVER)
+		return -1;
 	if (now >= dl->at_ms)
 		return 0;
 	return dl->at_ms - now > INT_MAX ? INT_MAX : (int)(dl->at_ms - now);
+}
+
+/*
+ * Wait until @sock is ready for @events, at most until @dl; the stop event
+ * ends the wait early.  Return: 0 to try the socket again; -ETIMEDOUT
+ * past the deadline; -ESHUTDOWN when the stop event fired; poll()'s error.
+ */
+static int sock_wait(int sock, short events, const struct kvmm_deadline *dl)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = sock, .events = events },
+		{ .fd = dl->stop_fd, .events = POLLIN },
+	};
+	int left = kvmm_deadline_left(dl);
+
+	if (!left)
+		return -ETIMEDOUT;
+	if (poll(pfd, 2, left) < 0 && errno != EINTR)
+		return -errno;
+	if (pfd[1].revents)
+		return -ESHUTDOWN;
+	return 0;
 }
 
 /**
@@ -117,8 +173,8 @@ static ssize_t send_part(int sock, const void *buf, size_t len, const int *fds,
  * @len: its length
  * @fds: descriptors (SCM_RIGHTS, with the first byte); the caller keeps its own
  * @nfds: how many, at most KVMM_SHARE_FDS_MAX
- * @dl: the deadline (CLOCK_MONOTONIC ms, 0: try once without waiting) and
- *	the stop event to wait on beside the socket; NULL: block until sent
+ * @dl: the deadline (0: try once without waiting) and the stop event to
+ *	wait on beside the socket; NULL: block until sent
  *
  * A peer that does not read cannot hold a server thread: the socket is
  * written without blocking and waited on with poll() until @dl.
@@ -131,16 +187,12 @@ int kvmm_sock_send_until(int sock, const void *buf, size_t len, const int *fds,
 			 uint32_t nfds, const struct kvmm_deadline *dl)
 {
 	size_t sent = 0;
+	int ret;
 
 	while (sent < len) {
-		struct pollfd pfd[2] = {
-			{ .fd = sock, .events = POLLOUT },
-			{ .fd = dl ? dl->stop_fd : -1, .events = POLLIN },
-		};
 		ssize_t n = send_part(sock, (const char *)buf + sent, len - sent,
 				      sent ? NULL : fds, sent ? 0 : nfds,
 				      dl ? MSG_DONTWAIT : 0);
-		int left;
 
 		if (n > 0) {
 			sent += (size_t)n;
@@ -150,15 +202,44 @@ int kvmm_sock_send_until(int sock, const void *buf, size_t len, const int *fds,
 			continue;
 		if (n == 0 || !dl || (errno != EAGAIN && errno != EWOULDBLOCK))
 			return -EPIPE;
-		left = kvmm_deadline_left(dl);
-		if (!left)
-			return -ETIMEDOUT;
-		if (poll(pfd, 2, left) < 0 && errno != EINTR)
-			return -errno;
-		if (pfd[1].revents)
-			return -ESHUTDOWN;
+		ret = sock_wait(sock, POLLOUT, dl);
+		if (ret)
+			return ret;
 	}
 	return 0;
+}
+
+/*
+ * Keep the descriptors that came with @msg in @fds (room for @max, *@nfds
+ * taken); close the rest.  Return: 0, or -EPROTO when any were closed or
+ * the kernel truncated them.
+ */
+static int take_fds(struct msghdr *msg, int *fds, uint32_t max, uint32_t *nfds)
+{
+	struct cmsghdr *cm;
+	int ret = 0;
+
+	for (cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+		uint32_t i, k;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		k = (uint32_t)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (i = 0; i < k; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+			if (*nfds < max) {
+				fds[(*nfds)++] = fd;
+			} else {
+				close(fd);
+				ret = -EPROTO;
+			}
+		}
+	}
+	if (msg->msg_flags & MSG_CTRUNC)
+		ret = -EPROTO;
+	return ret;
 }
 
 /**
@@ -171,11 +252,41 @@ int kvmm_sock_send_until(int sock, const void *buf, size_t len, const int *fds,
  * @max: at most this many are expected; 0 for none
  * @nfds: out: how many came
  *
+ * kvmm_sock_recv_until() without a deadline: blocks as long as the peer
+ * does not write.
+ *
  * Return: 0; -ECONNRESET at end of file; -EPROTO for more descriptors
  * than @max (all of them closed); the socket's error.
  */
 int kvmm_sock_recv(int sock, void *buf, size_t len, int *fds, uint32_t max,
 		   uint32_t *nfds)
+{
+	return kvmm_sock_recv_until(sock, buf, len, fds, max, nfds, NULL);
+}
+
+/**
+ * kvmm_sock_recv_until() - receive exactly @len bytes and the descriptors
+ *	that came with them, giving up at a deadline or when the server stops
+ * @sock: a connected Unix stream socket
+ * @buf: where the data goes
+ * @len: bytes expected
+ * @fds: where descriptors go (close-on-exec), room for @max
+ * @max: at most this many are expected; 0 for none
+ * @nfds: out: how many came
+ * @dl: one deadline for the whole message however the peer splits it
+ *	(0: take what is there without waiting), and the stop event to wait
+ *	on beside the socket; NULL: block until it all came
+ *
+ * A peer that does not write cannot hold a waiter: the socket is read
+ * without blocking and waited on with poll() until @dl.  The first error
+ * ends the read; the conversation is over then.
+ *
+ * Return: 0; -ETIMEDOUT past the deadline; -ESHUTDOWN when the stop event
+ * fired; -ECONNRESET at end of file; -EPROTO for more descriptors than
+ * @max or truncated ones (all of them closed); the socket's error.
+ */
+int kvmm_sock_recv_until(int sock, void *buf, size_t len, int *fds, uint32_t max,
+			 uint32_t *nfds, const struct kvmm_deadline *dl)
 {
 	union {
 		char buf[CMSG_SPACE(KVMM_SHARE_FDS_MAX * sizeof(int))];
@@ -185,38 +296,24 @@ int kvmm_sock_recv(int sock, void *buf, size_t len, int *fds, uint32_t max,
 	int ret = 0;
 
 	*nfds = 0;
-	while (got < len) {
+	while (got < len && !ret) {
 		struct iovec iov = { .iov_base = (char *)buf + got, .iov_len = len - got };
 		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
 				      .msg_control = cbuf.buf, .msg_controllen = sizeof(cbuf) };
-		struct cmsghdr *cm;
-		ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | (dl ? MSG_DONTWAIT : 0));
 
-		if (n < 0 && errno == EINTR)
+		if (n > 0) {
+			got += (size_t)n;
+			ret = take_fds(&msg, fds, max, nfds);
+		} else if (!n) {
+			ret = -ECONNRESET;
+		} else if (errno == EINTR) {
 			continue;
-		if (n <= 0)
-			return n ? -errno : -ECONNRESET;
-		got += (size_t)n;
-		for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-			uint32_t i, k;
-
-			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-				continue;
-			k = (uint32_t)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-			for (i = 0; i < k; i++) {
-				int fd;
-
-				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-				if (*nfds < max)
-					fds[(*nfds)++] = fd;
-				else {
-					close(fd);
-					ret = -EPROTO;
-				}
-			}
+		} else if (!dl || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+			ret = -errno;
+		} else {
+			ret = sock_wait(sock, POLLIN, dl);
 		}
-		if (msg.msg_flags & MSG_CTRUNC)
-			ret = -EPROTO;
 	}
 	if (ret)
 		while (*nfds)

@@ -469,38 +469,6 @@ static void dump_node(const struct kvmm_node *node, struct kvmm_dump_node *rec)
 	rec->ns = node->ns;
 }
 
-/*
- * DUMP of nodes: pre-order over every namespace; the cursor counts the
- * records already returned, so a page costs O(cursor + page).  The tree
- * may change between pages: a page is consistent, the whole dump is not.
- * Records go to @rec, at most @room; *@next is the cursor to resume at,
- * 0 after the last.  Return: records written.
- */
-static uint32_t dump_nodes(struct kvmm_disp *d, uint64_t cursor,
-			   struct kvmm_dump_node *rec, uint32_t room, uint64_t *next)
-{
-	struct kvmm_list *pos_root;
-	uint64_t pos = 0;
-	uint32_t nr = 0;
-
-	*next = 0;
-	list_for_each(pos_root, &d->ctx->tree.roots) {
-		struct kvmm_node *root = list_entry(pos_root, struct kvmm_node, sibling);
-		struct kvmm_node *node;
-
-		for (node = root; node; node = kvmm_tree_next(root, node), pos++) {
-			if (pos < cursor)
-				continue;
-			if (nr == room) {
-				*next = pos;
-				return nr;
-			}
-			dump_node(node, &rec[nr++]);
-		}
-	}
-	return nr;
-}
-
 static uint32_t dump_seqs(struct kvmm_disp *d, uint64_t cursor,
 			  struct kvmm_dump_seq *rec, uint32_t room, uint64_t *next)
 {
@@ -561,11 +529,16 @@ static void dump_pin(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 }
 
 /*
- * DUMP of pins: the nodes pins end at, in the order of DUMP_NODES; the
- * cursor is a position in that walk.
+ * DUMP of nodes, and of pins (@pins: only the nodes pins end at, each as
+ * a struct kvmm_dump_pin): pre-order over every namespace; the cursor is
+ * a position in that walk, every node counted, so a page costs
+ * O(cursor + page).  The tree may change between pages: a page is
+ * consistent, the whole dump is not.  Records go to @rec, at most @room;
+ * *@next is the cursor to resume at, 0 after the last.  Return: records
+ * written.
  */
-static uint32_t dump_pins(struct kvmm_disp *d, uint64_t cursor,
-			  struct kvmm_dump_pin *rec, uint32_t room, uint64_t *next)
+static uint32_t dump_tree(struct kvmm_disp *d, uint64_t cursor, bool pins,
+			  void *rec, uint32_t room, uint64_t *next)
 {
 	struct kvmm_list *pos_root;
 	uint64_t pos = 0;
@@ -577,13 +550,16 @@ static uint32_t dump_pins(struct kvmm_disp *d, uint64_t cursor,
 		struct kvmm_node *node;
 
 		for (node = root; node; node = kvmm_tree_next(root, node), pos++) {
-			if (pos < cursor || !node->pins)
+			if (pos < cursor || (pins && !node->pins))
 				continue;
 			if (nr == room) {
 				*next = pos;
 				return nr;
 			}
-			dump_pin(d->ctx, node, &rec[nr++]);
+			if (pins)
+				dump_pin(d->ctx, node, (struct kvmm_dump_pin *)rec + nr++);
+			else
+				dump_node(node, (struct kvmm_dump_node *)rec + nr++);
 		}
 	}
 	return nr;
@@ -645,13 +621,11 @@ static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cf
 	room = (sqe->len - (uint32_t)sizeof(*hdr)) / rec_size;
 	switch (sqe->arg) {
 	case KVMM_DUMP_NODES:
-		nr = dump_nodes(d, sqe->arg2, (struct kvmm_dump_node *)(hdr + 1), room, &next);
+	case KVMM_DUMP_PINS:
+		nr = dump_tree(d, sqe->arg2, sqe->arg == KVMM_DUMP_PINS, hdr + 1, room, &next);
 		break;
 	case KVMM_DUMP_SEQS:
 		nr = dump_seqs(d, sqe->arg2, (struct kvmm_dump_seq *)(hdr + 1), room, &next);
-		break;
-	case KVMM_DUMP_PINS:
-		nr = dump_pins(d, sqe->arg2, (struct kvmm_dump_pin *)(hdr + 1), room, &next);
 		break;
 	case KVMM_DUMP_NS:
 		nr = dump_ns(d, sqe->arg2, (struct kvmm_dump_ns *)(hdr + 1), room, &next);

@@ -85,8 +85,8 @@
  * The superblock, version 2.  The model is known by its geometry and by
  * a fingerprint of the engine's model id (XXH3-128, zero for none), the
  * id itself kept to say whose file it is.  A file of version 1 (the same
- * fields up to and including @model, then its checksum) is recognised,
- * to be refused with its name.
+ * fields up to and including @model, then its checksum where @model_fp
+ * is now) is recognised, to be refused with its name.
  */
 struct nvme_super {
 	char magic[8];
@@ -103,22 +103,7 @@ struct nvme_super {
 	uint64_t csum;		/* XXH3-64 of everything before it */
 };
 
-struct nvme_super_v1 {
-	char magic[8];
-	uint32_t version;
-	uint32_t page_size;
-	uint64_t page_bytes;
-	uint64_t slot_bytes;
-	uint64_t epoch;
-	uint32_t nr_slots;
-	uint32_t data_off;
-	struct kvmm_model model;
-	uint64_t csum;
-};
-
 _Static_assert(sizeof(struct nvme_super) <= 4096, "the superblock is one block");
-_Static_assert(offsetof(struct nvme_super, model_fp) == offsetof(struct nvme_super_v1, csum),
-	       "version 2 extends version 1");
 
 struct nvme_slot_hdr {
 	uint32_t magic;
@@ -224,9 +209,11 @@ static uint64_t super_csum(const struct nvme_super *sb)
 	return XXH3_64bits(sb, offsetof(struct nvme_super, csum));
 }
 
-static uint64_t super_v1_csum(const struct nvme_super_v1 *sb)
+/* Version 1 ended after @model with the checksum of what came before. */
+static bool super_is_v1(const struct nvme_super *sb)
 {
-	return XXH3_64bits(sb, offsetof(struct nvme_super_v1, csum));
+	return sb->version == 1 &&
+	       sb->model_fp[0] == XXH3_64bits(sb, offsetof(struct nvme_super, model_fp));
 }
 
 /* The fingerprint of model id @id: XXH3-128 of its bytes; zero for none. */
@@ -743,13 +730,11 @@ static int super_matches(struct nvme_store *ns, const struct kvmm_store_cfg *cfg
 static int super_check(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 		       struct nvme_super *sb, ssize_t got)
 {
-	const struct nvme_super_v1 *v1 = (const void *)sb;
-
 	if (got < NVME_BLOCK)
 		return nvme_err(cfg, -EUCLEAN, "%s: the superblock is damaged (the file "
 				"ends at byte %zd of it); refusing the file, nothing on it is "
 				"served: " REFORMAT_HINT, cfg->path, got);
-	if (sb->version == 1 && v1->csum == super_v1_csum(v1))
+	if (super_is_v1(sb))
 		return nvme_err(cfg, -EEXIST, "%s has layout version 1, which records no "
 				"model identity; this kvmm writes version %u and does not "
 				"recover older files: " REFORMAT_HINT, cfg->path, NVME_VERSION);

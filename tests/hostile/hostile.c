@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <libkvmm.h>
+
 #include "hostile.h"
 
 static long now_ms(void)
@@ -199,6 +201,39 @@ int hostile_wait_socket(const char *path, int timeout_ms)
 		usleep(5000);
 	} while (now_ms() < end);
 	return -ETIMEDOUT;
+}
+
+int hostile_wait(bool (*cond)(void *arg), void *arg, int timeout_ms)
+{
+	long end = now_ms() + timeout_ms;
+
+	while (!cond(arg)) {
+		if (now_ms() >= end)
+			return -ETIMEDOUT;
+		usleep(1000);
+	}
+	return 0;
+}
+
+int32_t hostile_ring1(struct kvmm_ring *ring)
+{
+	struct kvmm_cqe *cqe;
+	int32_t res;
+
+	if (kvmm_submit_and_wait(ring, 1) != 1 || kvmm_wait_cqe(ring, &cqe))
+		return INT32_MIN;
+	res = cqe->res;
+	kvmm_cqe_seen(ring, cqe);
+	return res;
+}
+
+struct kvmm_sqe *hostile_sqe(struct kvmm_ring *ring)
+{
+	struct kvmm_sqe *sqe = kvmm_get_sqe(ring);
+
+	if (!sqe)
+		_exit(99);
+	return sqe;
 }
 
 bool hostile_alive(pid_t pid)

@@ -12,7 +12,11 @@
 #define KVMM_TESTS_HOSTILE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
+
+struct kvmm_ring;
+struct kvmm_sqe;
 
 #define HOSTILE_NOBODY	65534u		/* the uid attacks drop to */
 
@@ -48,6 +52,25 @@ int hostile_run(const char *const argv[], char *out, size_t len, int timeout_ms)
 
 /* Wait up to @timeout_ms for a server to accept at @path.  Return: 0 or -ETIMEDOUT. */
 int hostile_wait_socket(const char *path, int timeout_ms);
+
+/*
+ * hostile_wait() - look every millisecond, for at most @timeout_ms, until
+ * @cond(@arg) holds.  Return: 0, or -ETIMEDOUT.
+ */
+int hostile_wait(bool (*cond)(void *arg), void *arg, int timeout_ms);
+
+/*
+ * hostile_ring1() - one entry's round trip, for children: test_ring1()'s
+ * CUnit assertions would jump back into the suite runner in the child.
+ * Return: the completion's res; INT32_MIN when none came.
+ */
+int32_t hostile_ring1(struct kvmm_ring *ring);
+
+/*
+ * hostile_sqe() - kvmm_get_sqe() for children, which keep one entry in
+ * flight at a time: a full SQ is a bug, and the child exits 99.
+ */
+struct kvmm_sqe *hostile_sqe(struct kvmm_ring *ring);
 
 /*
  * hostile_reap() - wait up to @timeout_ms for @pid to exit.

@@ -116,6 +116,22 @@ static int kvmmd_stop(pid_t pid)
 	return st;
 }
 
+/*
+ * A kvmmd that must serve and then stop cleanly, as an operator's start
+ * and stop.  Return: whether it served (the test goes on only then).
+ */
+static bool kvmmd_cycle(const struct nvme_fixture *f, int s, const char *model,
+			const char *const *extra)
+{
+	pid_t pid = kvmmd_start(f, s, model, extra);
+
+	CU_ASSERT(pid > 0);
+	if (pid <= 0)
+		return false;
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+	return true;
+}
+
 /* Run a kvmmd that must refuse: Return: its exit status, @out its words. */
 static int kvmmd_refused(const struct nvme_fixture *f, int s, const char *model,
 			 const char *const *extra, char *out, size_t len)
@@ -192,10 +208,7 @@ static void test_second_kvmmd_on_file_refused(void)
 	CU_ASSERT_EQUAL(kvmmd_stop(first), 0);
 
 	/* the lock went with it */
-	first = kvmmd_start(&f, 1, "model-a", NULL);
-	CU_ASSERT(first > 0);
-	if (first > 0)
-		CU_ASSERT_EQUAL(kvmmd_stop(first), 0);
+	kvmmd_cycle(&f, 1, "model-a", NULL);
 out:
 	fixture_exit(&f);
 }
@@ -210,14 +223,10 @@ static void test_other_model_refused(void)
 	const char *const reformat[] = { "--nvme-reformat", NULL };
 	struct nvme_fixture f;
 	char out[4096], before[4096], after[4096], longid[KVMM_MODEL_ID_MAX + 2];
-	pid_t pid;
 
 	CU_ASSERT_EQUAL_FATAL(fixture_init(&f), 0);
-	pid = kvmmd_start(&f, 0, "model-a", NULL);
-	CU_ASSERT(pid > 0);
-	if (pid <= 0)
+	if (!kvmmd_cycle(&f, 0, "model-a", NULL))
 		goto out;
-	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
 	read_super(f.file, before);
 
 	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-b", NULL, out, sizeof(out)), 1);
@@ -236,11 +245,8 @@ static void test_other_model_refused(void)
 	CU_ASSERT(strstr(out, "kvmmd: --model-id: ") != NULL);
 	CU_ASSERT(strstr(out, "longer than 255 bytes") != NULL);
 
-	pid = kvmmd_start(&f, 0, "model-b", reformat);
-	CU_ASSERT(pid > 0);
-	if (pid <= 0)
+	if (!kvmmd_cycle(&f, 0, "model-b", reformat))
 		goto out;
-	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
 	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-a", NULL, out, sizeof(out)), 1);
 	CU_ASSERT(strstr(out, "'model-b'") != NULL);
 out:
@@ -258,14 +264,10 @@ static void test_damaged_superblock_refused(void)
 	const char *const reformat[] = { "--nvme-reformat", NULL };
 	struct nvme_fixture f;
 	char out[4096], before[4096], after[4096];
-	pid_t pid;
 
 	CU_ASSERT_EQUAL_FATAL(fixture_init(&f), 0);
-	pid = kvmmd_start(&f, 0, "model-a", NULL);
-	CU_ASSERT(pid > 0);
-	if (pid <= 0)
+	if (!kvmmd_cycle(&f, 0, "model-a", NULL))
 		goto out;
-	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
 	flip_bit(f.file, 33, 2);	/* in the epoch */
 	read_super(f.file, before);
 
@@ -278,16 +280,10 @@ static void test_damaged_superblock_refused(void)
 	CU_ASSERT_EQUAL(memcmp(before, after, sizeof(before)), 0);
 
 	/* the operator's way out: a cold start */
-	pid = kvmmd_start(&f, 0, "model-a", reformat);
-	CU_ASSERT(pid > 0);
-	if (pid <= 0)
+	if (!kvmmd_cycle(&f, 0, "model-a", reformat))
 		goto out;
-	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
-	pid = kvmmd_start(&f, 0, "model-a", NULL);
-	CU_ASSERT(pid > 0);
-	if (pid <= 0)
+	if (!kvmmd_cycle(&f, 0, "model-a", NULL))
 		goto out;
-	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
 out:
 	fixture_exit(&f);
 }

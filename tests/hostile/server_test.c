@@ -64,6 +64,34 @@ static void cleanup_dir(void)
 	rmdir(dir);
 }
 
+/*
+ * A small context (its KV pool shareable when @share) served in this
+ * process at a fresh socket with @flags; the test fails when it cannot be.
+ */
+static struct kvmm_ctx *server_up(bool share, uint32_t flags, struct kvmm_server **srvp)
+{
+	static struct kvmm_mock_arg arg = { .shareable = true };
+	struct kvmm_params p = test_params(16, 64, 8, 256);
+	struct kvmm_ctx *ctx = NULL;
+
+	if (share)
+		p.backend_arg = &arg;
+	CU_ASSERT_FATAL(!setup_dir());
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, flags, srvp), 0);
+	return ctx;
+}
+
+/* Stop @srv (NULL: stopped already); kvmm_check() must hold after it. */
+static void server_down(struct kvmm_ctx *ctx, struct kvmm_server *srv)
+{
+	if (srv)
+		kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	cleanup_dir();
+}
+
 static int connect_raw(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -136,22 +164,6 @@ static int share_raw(int s, int *fds, uint32_t max)
 	return (int)got;
 }
 
-/*
- * One entry's round trip, for children: test_ring1()'s CUnit assertions
- * would jump back into the suite runner in the child.
- */
-static int32_t child_ring1(struct kvmm_ring *ring)
-{
-	struct kvmm_cqe *cqe;
-	int32_t res;
-
-	if (kvmm_submit_and_wait(ring, 1) != 1 || kvmm_wait_cqe(ring, &cqe))
-		return INT32_MIN;
-	res = cqe->res;
-	kvmm_cqe_seen(ring, cqe);
-	return res;
-}
-
 static pid_t kvmmd_start(const char *extra)
 {
 	const char *argv[] = { "kvmmd", "--socket", sock, "--quiet", "--pages", "64",
@@ -182,6 +194,40 @@ static int kvmmd_stop(pid_t pid)
 		hostile_reap(pid, 5000);
 	}
 	return st;
+}
+
+/* A new client connects and a NOP on its ring completes. */
+static void new_client_is_served(void)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
+	struct kvmm_ring ring = { 0 };
+
+	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	if (ring.hdr) {
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+		CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+		kvmm_ring_exit(&ring);
+	}
+}
+
+/*
+ * kvmmd (started with @extra) under @attack, run as nobody for at most
+ * @timeout_ms: the attack exits 0 (what it tried failed), and kvmmd still
+ * serves a new client and stops with kvmm_check() holding.
+ */
+static void kvmmd_survives(const char *extra, int (*attack)(void *arg), int timeout_ms)
+{
+	pid_t pid;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	pid = kvmmd_start(extra);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, attack, sock, timeout_ms), 0);
+	CU_ASSERT_FATAL(hostile_alive(pid));
+	new_client_is_served();
+	CU_ASSERT(hostile_alive(pid));
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+	cleanup_dir();
 }
 
 /*
@@ -225,23 +271,7 @@ static int shrink_ring(void *arg)
 /* Issue 16, 1: a shrunk ring memfd. */
 static void ring_memfd_cannot_be_shrunk(void)
 {
-	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
-	struct kvmm_ring ring;
-	pid_t pid;
-
-	CU_ASSERT_FATAL(!setup_dir());
-	pid = kvmmd_start("--ns-per-uid");
-	CU_ASSERT_FATAL(pid > 0);
-	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, shrink_ring, sock, 10000), 0);
-	/* still serving: a NOP on a fresh ring completes */
-	CU_ASSERT_FATAL(hostile_alive(pid));
-	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
-	kvmm_prep_nop(kvmm_get_sqe(&ring));
-	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
-	kvmm_ring_exit(&ring);
-	CU_ASSERT(hostile_alive(pid));
-	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
-	cleanup_dir();
+	kvmmd_survives("--ns-per-uid", shrink_ring, 10000);
 }
 
 /*
@@ -271,18 +301,18 @@ static int shrink_pool(void *arg)
 	for (i = 0; i < 4; i++) {
 		test_tokens(tok, 256, (uint32_t)i + 1);
 		kvmm_prep_open(kvmm_get_sqe(&ring), 0);
-		seq = child_ring1(&ring);
+		seq = hostile_ring1(&ring);
 		if (seq < 0)
 			return 14;
 		kvmm_prep_extend(kvmm_get_sqe(&ring), (uint32_t)seq, 256, 0);
-		if (child_ring1(&ring))
+		if (hostile_ring1(&ring))
 			return 15;
 		kvmm_prep_close(kvmm_get_sqe(&ring), (uint32_t)seq, 0, 0, 256);
-		if (child_ring1(&ring))
+		if (hostile_ring1(&ring))
 			return 16;
 	}
 	kvmm_prep_reclaim(kvmm_get_sqe(&ring), 64);
-	if (child_ring1(&ring) < 0)
+	if (hostile_ring1(&ring) < 0)
 		return 17;
 	kvmm_ring_exit(&ring);
 	close(s);
@@ -292,15 +322,7 @@ static int shrink_pool(void *arg)
 /* Issue 16, 1: shrunk KV-pool memfds. */
 static void pool_memfds_cannot_be_shrunk(void)
 {
-	pid_t pid;
-
-	CU_ASSERT_FATAL(!setup_dir());
-	pid = kvmmd_start("--quiet");
-	CU_ASSERT_FATAL(pid > 0);
-	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, shrink_pool, sock, 20000), 0);
-	CU_ASSERT(hostile_alive(pid));
-	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
-	cleanup_dir();
+	kvmmd_survives("--quiet", shrink_pool, 20000);
 }
 
 /* Child: attach a ring and ask for the pool; exit 0 when the answer is *@arg. */
@@ -319,7 +341,7 @@ static int attach_pool(void *arg)
 		return 11;
 	/* the ring goes on after a refusal */
 	kvmm_prep_nop(kvmm_get_sqe(&ring));
-	if (child_ring1(&ring))
+	if (hostile_ring1(&ring))
 		return 12;
 	kvmm_ring_exit(&ring);
 	return 0;
@@ -328,26 +350,15 @@ static int attach_pool(void *arg)
 /* Issue 16, 3: a ring bound to a namespace never maps the whole pool. */
 static void bound_tenant_is_refused_the_pool(void)
 {
-	struct kvmm_mock_arg arg = { .shareable = true };
-	struct kvmm_params p = test_params(16, 64, 8, 256);
-	struct kvmm_ctx *ctx = NULL;
 	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx = server_up(true, KVMM_SERVER_NS_UID, &srv);
 	int eperm = -EPERM, ok = 0;
 
-	p.backend_arg = &arg;
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, KVMM_SERVER_NS_UID, &srv), 0);
 	CU_ASSERT_EQUAL_FATAL(chmod(sock, 0666), 0);
 	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, attach_pool, &eperm, 10000), 0);
 	/* root (the operator) is not bound and still gets the pool */
 	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, attach_pool, &ok, 10000), 0);
-	kvmm_server_stop(srv);
-	kvmm_lock(ctx);
-	CHECK_OK(ctx);
-	kvmm_unlock(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	server_down(ctx, srv);
 }
 
 struct stopper {
@@ -382,7 +393,7 @@ static bool stop_bounded(struct kvmm_server *srv, pid_t pid)
 	return ok;
 }
 
-/* Fork @fn(@arg), which writes one byte to @fd once its attack is under way. */
+/* Fork @fn, which writes one byte to @fd once its attack is under way. */
 static pid_t attacker(void (*fn)(int fd), int *ready)
 {
 	int pfd[2];
@@ -408,23 +419,51 @@ static pid_t attacker(void (*fn)(int fd), int *ready)
 }
 
 /*
+ * Serve a small context (@share: its pool shareable), fork @attack, and
+ * once it is under way run @meanwhile (NULL: nothing), then stop the
+ * server: within STOP_BOUND_MS, kvmm_check() holding.
+ */
+static void stop_bounded_under(bool share, void (*attack)(int fd), void (*meanwhile)(void))
+{
+	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx = server_up(share, 0, &srv);
+	int ready;
+	pid_t pid = attacker(attack, &ready);
+
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT(ready);
+	if (meanwhile)
+		meanwhile();
+	CU_ASSERT(stop_bounded(srv, pid));
+	waitpid(pid, NULL, 0);
+	server_down(ctx, NULL);
+}
+
+struct unread {
+	const int *s;
+	int nr;
+};
+
+/* Nothing sent on the sockets of @arg (a struct unread) is left unread. */
+static bool all_read(void *arg)
+{
+	const struct unread *u = arg;
+	int i, left;
+
+	for (i = 0; i < u->nr; i++)
+		if (ioctl(u->s[i], SIOCOUTQ, &left) || left)
+			return false;
+	return true;
+}
+
+/*
  * Wait (5 s at most) until the server has read everything sent on the
  * @nr sockets @s (or closed them): it has accepted them and is in their
- * handshake.  Return: 0, or -1 past the deadline.
+ * handshake.  Return: 0, or -ETIMEDOUT past the deadline.
  */
 static int wait_read(const int *s, int nr)
 {
-	int i, k, left;
-
-	for (k = 0; k < 5000; k++) {
-		for (i = 0; i < nr; i++)
-			if (ioctl(s[i], SIOCOUTQ, &left) || left)
-				break;
-		if (i == nr)
-			return 0;
-		usleep(1000);
-	}
-	return -1;
+	return hostile_wait(all_read, &(struct unread){ s, nr }, 5000);
 }
 
 /* One byte of hello every 200 ms: 11 s for all of it. */
@@ -449,21 +488,7 @@ static void trickle_hello(int fd)
 /* Issue 16, 5: a hello trickled a byte at a time does not hold up stop. */
 static void stop_is_bounded_under_a_trickled_hello(void)
 {
-	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
-	struct kvmm_server *srv;
-	int ready;
-	pid_t pid;
-
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
-	pid = attacker(trickle_hello, &ready);
-	CU_ASSERT_FATAL(pid > 0);
-	CU_ASSERT(ready);
-	CU_ASSERT(stop_bounded(srv, pid));
-	waitpid(pid, NULL, 0);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	stop_bounded_under(false, trickle_hello, NULL);
 }
 
 /* Issue 16, 5: the same against kvmmd: SIGTERM ends it in bounded time. */
@@ -515,25 +540,7 @@ static void flood_share_requests(int fd)
 /* Issue 16, 5: share answers a client never reads do not hold up stop. */
 static void stop_is_bounded_under_unread_share_replies(void)
 {
-	struct kvmm_mock_arg arg = { .shareable = true };
-	struct kvmm_params p = test_params(16, 64, 8, 256);
-	struct kvmm_ctx *ctx = NULL;
-	struct kvmm_server *srv;
-	int ready;
-	pid_t pid;
-
-	p.backend_arg = &arg;
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
-	pid = attacker(flood_share_requests, &ready);
-	CU_ASSERT_FATAL(pid > 0);
-	CU_ASSERT(ready);
-	CU_ASSERT(stop_bounded(srv, pid));
-	waitpid(pid, NULL, 0);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	stop_bounded_under(true, flood_share_requests, NULL);
 }
 
 #define NR_TRICKLERS	256
@@ -574,30 +581,8 @@ static void raise_nofile(void)
 /* Issue 16, 6: slow handshakes do not take client slots. */
 static void trickling_handshakes_do_not_lock_clients_out(void)
 {
-	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
-	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
-	struct kvmm_server *srv;
-	struct kvmm_ring ring = { 0 };
-	int ready;
-	pid_t pid;
-
 	raise_nofile();
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
-	pid = attacker(trickle_many, &ready);
-	CU_ASSERT_FATAL(pid > 0);
-	CU_ASSERT(ready);
-	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &ring), 0);
-	if (ring.hdr) {
-		kvmm_prep_nop(kvmm_get_sqe(&ring));
-		CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
-		kvmm_ring_exit(&ring);
-	}
-	CU_ASSERT(stop_bounded(srv, pid));
-	waitpid(pid, NULL, 0);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	stop_bounded_under(false, trickle_many, new_client_is_served);
 }
 
 #define NR_FULL		256	/* the server's default client limit */
@@ -606,15 +591,14 @@ static void trickling_handshakes_do_not_lock_clients_out(void)
 static void over_limit_connects_read_ebusy(void)
 {
 	static struct kvmm_ring rings[NR_FULL];
-	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
 	struct kvmm_ring_params rp = { .sq_entries = 2, .buf_size = 0 };
 	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx;
 	struct kvmm_ring extra;
 	int i, ebusy = 0, other = 0;
 
 	raise_nofile();
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
+	ctx = server_up(false, 0, &srv);
 	for (i = 0; i < NR_FULL; i++)
 		CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &rings[i]), 0);
 	for (i = 0; i < 200; i++) {
@@ -630,10 +614,7 @@ static void over_limit_connects_read_ebusy(void)
 	CU_ASSERT_EQUAL(ebusy, 200);
 	for (i = 0; i < NR_FULL; i++)
 		kvmm_ring_exit(&rings[i]);
-	kvmm_server_stop(srv);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	server_down(ctx, srv);
 }
 
 /* Voluntary context switches of every thread of this process but the caller. */
@@ -662,17 +643,12 @@ static long others_switches(void)
 	return sum;
 }
 
-/* Wait (5 s at most) until the server says it sleeps on the doorbell. */
-static bool wait_server_sleeps(struct kvmm_ring *ring)
+/* The server thread of ring @arg sleeps on its doorbell. */
+static bool server_sleeps(void *arg)
 {
-	int i;
+	struct kvmm_ring *ring = arg;
 
-	for (i = 0; i < 5000; i++) {
-		if (__atomic_load_n(&ring->hdr->sq_sleeping, __ATOMIC_ACQUIRE))
-			return true;
-		usleep(1000);
-	}
-	return false;
+	return __atomic_load_n(&ring->hdr->sq_sleeping, __ATOMIC_ACQUIRE);
 }
 
 /*
@@ -682,16 +658,14 @@ static bool wait_server_sleeps(struct kvmm_ring *ring)
  */
 static void full_cq_costs_no_wakeups(void)
 {
-	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
 	struct kvmm_ring_params rp = { .sq_entries = 8, .cq_entries = 8 };
 	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx = server_up(false, 0, &srv);
 	struct kvmm_cqe *cqe;
 	struct kvmm_ring ring;
 	long before, after;
 	int i, done = 0;
 
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
 	for (i = 0; i < 8; i++)
 		kvmm_prep_nop(kvmm_get_sqe(&ring));
@@ -699,7 +673,7 @@ static void full_cq_costs_no_wakeups(void)
 	for (i = 0; i < 8; i++)	/* the CQ is full: these wait */
 		kvmm_prep_nop(kvmm_get_sqe(&ring));
 	CU_ASSERT_EQUAL(kvmm_submit(&ring), 8);
-	CU_ASSERT_FATAL(wait_server_sleeps(&ring));
+	CU_ASSERT_EQUAL_FATAL(hostile_wait(server_sleeps, &ring, 5000), 0);
 	before = others_switches();
 	usleep(500000);		/* the window counted, not a synchronisation */
 	after = others_switches();
@@ -714,10 +688,7 @@ static void full_cq_costs_no_wakeups(void)
 	}
 	CU_ASSERT_EQUAL(done, 16);
 	kvmm_ring_exit(&ring);
-	kvmm_server_stop(srv);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	server_down(ctx, srv);
 }
 
 /* The welcome a raw connection reads (5 s at most). Return: its status, or 1. */
@@ -732,32 +703,24 @@ static int read_welcome(int s)
 	return w.status;
 }
 
-static bool wait_clients(struct kvmm_server *srv, uint32_t n)
+/* The server of @arg has no client left. */
+static bool no_clients(void *arg)
 {
-	int i;
-
-	for (i = 0; i < 5000; i++) {
-		if (kvmm_server_clients(srv) == n)
-			return true;
-		usleep(1000);
-	}
-	return false;
+	return !kvmm_server_clients(arg);
 }
 
 /* The limits: checked, and each one enforced with the errno it documents. */
 static void server_limits_are_enforced(void)
 {
-	struct kvmm_ctx *ctx = test_ctx(16, 64, 8, 256);
 	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 256 };
 	struct kvmm_server_limits lim = { .max_clients = 1, .max_pending = 1,
 					  .handshake_ms = 200 };
 	struct kvmm_hello h = hello_of(8, 16, 4096);
 	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx = server_up(false, 0, &srv);
 	struct kvmm_ring ring, extra;
 	int a, b;
 
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
 	CU_ASSERT_EQUAL(kvmm_server_set_limits(NULL, &lim), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_server_set_limits(srv, NULL), -EINVAL);
 	lim.resv[3] = 1;
@@ -771,7 +734,7 @@ static void server_limits_are_enforced(void)
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
 	CU_ASSERT_EQUAL(kvmm_ring_connect(sock, &rp, &extra), -EBUSY);
 	kvmm_ring_exit(&ring);
-	CU_ASSERT(wait_clients(srv, 0));
+	CU_ASSERT(!hostile_wait(no_clients, srv, 5000));
 	/* handshake_ms: a hello not complete in time is refused */
 	a = connect_raw(sock);
 	CU_ASSERT_FATAL(a >= 0);
@@ -793,38 +756,26 @@ static void server_limits_are_enforced(void)
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &extra), 0);
 	kvmm_ring_exit(&extra);
 	kvmm_ring_exit(&ring);
-	kvmm_server_stop(srv);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	server_down(ctx, srv);
 }
 
 /* send_ms: a client that never reads its share answers is dropped. */
 static void client_that_does_not_read_is_dropped(void)
 {
-	struct kvmm_mock_arg arg = { .shareable = true };
-	struct kvmm_params p = test_params(16, 64, 8, 256);
 	struct kvmm_server_limits lim = { .send_ms = 200 };
-	struct kvmm_ctx *ctx = NULL;
 	struct kvmm_server *srv;
+	struct kvmm_ctx *ctx = server_up(true, 0, &srv);
 	int ready;
 	pid_t pid;
 
-	p.backend_arg = &arg;
-	CU_ASSERT_FATAL(!setup_dir());
-	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
-	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, sock, 0, &srv), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_server_set_limits(srv, &lim), 0);
 	pid = attacker(flood_share_requests, &ready);
 	CU_ASSERT_FATAL(pid > 0);
 	CU_ASSERT(ready);
-	CU_ASSERT(wait_clients(srv, 0));	/* while the attacker still lives */
+	CU_ASSERT(!hostile_wait(no_clients, srv, 5000));	/* while the attacker still lives */
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	kvmm_server_stop(srv);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	cleanup_dir();
+	server_down(ctx, srv);
 }
 
 int register_hostile_server_suite(void)

@@ -33,7 +33,7 @@ struct tenant {
 };
 
 /* kvmmd --ns-per-uid on a small pool, its socket open to every uid. */
-static int tenant_start(struct tenant *t, const char *extra1, const char *extra2)
+static int kvmmd_start(struct tenant *t, const char *extra1, const char *extra2)
 {
 	const char *argv[] = { "kvmmd", "--socket", t->sock, "--ns-per-uid", "--quiet",
 			       "--pages", "128", "--page-size", "16", "--layers", "1",
@@ -69,25 +69,21 @@ static int tenant_stop(struct tenant *t)
 	return st;
 }
 
-static int32_t ring1(struct kvmm_ring *ring)
+/* Start kvmmd for a test; Return: whether it serves (a failure is one). */
+static bool tenant_start(struct tenant *t, const char *extra1, const char *extra2)
 {
-	struct kvmm_cqe *cqe;
-	int32_t res;
-
-	if (kvmm_submit_and_wait(ring, 1) != 1 || kvmm_wait_cqe(ring, &cqe))
-		return INT32_MIN;
-	res = cqe->res;
-	kvmm_cqe_seen(ring, cqe);
-	return res;
+	if (!kvmmd_start(t, extra1, extra2))
+		return true;
+	CU_FAIL("kvmmd did not start");
+	tenant_stop(t);
+	return false;
 }
 
-static struct kvmm_sqe *sqe_of(struct kvmm_ring *ring)
+/* The end of a test: kvmmd survived it, and stops with kvmm_check() holding. */
+static void tenant_finish(struct tenant *t)
 {
-	struct kvmm_sqe *sqe = kvmm_get_sqe(ring);
-
-	if (!sqe)
-		_exit(99);	/* one command in flight at a time: never */
-	return sqe;
+	CU_ASSERT(hostile_alive(t->kvmmd));
+	CU_ASSERT_EQUAL(tenant_stop(t), 0);
 }
 
 /*
@@ -108,32 +104,32 @@ static int hog(void *arg)
 	tok = ring.buf;
 	for (i = 0; i < HOG_TOKENS; i++)
 		tok[i] = 1000 + i;
-	kvmm_prep_open(sqe_of(&ring), ns);
-	seq = ring1(&ring);
+	kvmm_prep_open(hostile_sqe(&ring), ns);
+	seq = hostile_ring1(&ring);
 	if (seq < 0)
 		return 11;
-	kvmm_prep_extend(sqe_of(&ring), (uint32_t)seq, HOG_TOKENS, 0);
-	if (ring1(&ring))
+	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)seq, HOG_TOKENS, 0);
+	if (hostile_ring1(&ring))
 		return 12;
-	kvmm_prep_close(sqe_of(&ring), (uint32_t)seq, 0, 0, HOG_TOKENS);
-	if (ring1(&ring))
+	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)seq, 0, 0, HOG_TOKENS);
+	if (hostile_ring1(&ring))
 		return 13;
-	kvmm_prep_pin(sqe_of(&ring), ns, 0, 0, HOG_TOKENS, KVMM_PIN_KEEP);
-	if (ring1(&ring) != -EDQUOT)
+	kvmm_prep_pin(hostile_sqe(&ring), ns, 0, 0, HOG_TOKENS, KVMM_PIN_KEEP);
+	if (hostile_ring1(&ring) != -EDQUOT)
 		return 14;
-	kvmm_prep_pin(sqe_of(&ring), ns, 0, 0, POOL / 2 * PAGE, KVMM_PIN_KEEP);
-	if (ring1(&ring) != POOL / 2 * PAGE)
+	kvmm_prep_pin(hostile_sqe(&ring), ns, 0, 0, POOL / 2 * PAGE, KVMM_PIN_KEEP);
+	if (hostile_ring1(&ring) != POOL / 2 * PAGE)
 		return 15;
-	kvmm_prep_pin(sqe_of(&ring), ns, 0, 0, POOL / 4 * PAGE, KVMM_PIN_KEEP);
-	if (ring1(&ring) != POOL / 4 * PAGE)
+	kvmm_prep_pin(hostile_sqe(&ring), ns, 0, 0, POOL / 4 * PAGE, KVMM_PIN_KEEP);
+	if (hostile_ring1(&ring) != POOL / 4 * PAGE)
 		return 16;
 	/* not a token more */
-	kvmm_prep_pin(sqe_of(&ring), ns, 0, 0, (POOL / 2 + 1) * PAGE, KVMM_PIN_KEEP);
-	if (ring1(&ring) != -EDQUOT)
+	kvmm_prep_pin(hostile_sqe(&ring), ns, 0, 0, (POOL / 2 + 1) * PAGE, KVMM_PIN_KEEP);
+	if (hostile_ring1(&ring) != -EDQUOT)
 		return 17;
 	/* nor may it drop the operator's way, or see others' pins */
-	kvmm_prep_pin_drop(sqe_of(&ring), KVMM_PIN_DROP_NS, ns, 0);
-	if (ring1(&ring) != -EPERM)
+	kvmm_prep_pin_drop(hostile_sqe(&ring), KVMM_PIN_DROP_NS, ns, 0);
+	if (hostile_ring1(&ring) != -EPERM)
 		return 18;
 	kvmm_ring_exit(&ring);
 	return 0;
@@ -149,12 +145,12 @@ static int other(void *arg)
 
 	if (kvmm_ring_connect(sock, &rp, &ring))
 		return 20;
-	kvmm_prep_open(sqe_of(&ring), getuid());
-	seq = ring1(&ring);
+	kvmm_prep_open(hostile_sqe(&ring), getuid());
+	seq = hostile_ring1(&ring);
 	if (seq < 0)
 		return 21;
-	kvmm_prep_extend(sqe_of(&ring), (uint32_t)seq, 60 * PAGE, 0);
-	if (ring1(&ring))
+	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)seq, 60 * PAGE, 0);
+	if (hostile_ring1(&ring))
 		return 22;
 	kvmm_ring_exit(&ring);
 	return 0;
@@ -206,11 +202,8 @@ static void tenant_pins_stop_at_the_limit_and_the_operator_drops_them(void)
 	unsigned long long id;
 	struct tenant t;
 
-	if (tenant_start(&t, NULL, NULL)) {
-		CU_FAIL("kvmmd did not start");
-		tenant_stop(&t);
+	if (!tenant_start(&t, NULL, NULL))
 		return;
-	}
 	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, hog, t.sock, TIMEOUT_MS), 0);
 	CU_ASSERT(hostile_alive(t.kvmmd));
 	/* the hog is gone, its kept pins are not: half the pool is still there */
@@ -257,8 +250,7 @@ static void tenant_pins_stop_at_the_limit_and_the_operator_drops_them(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "pins: unexpected argument 'now'"));
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "ns", "all", NULL, NULL), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns: unexpected argument 'all'"));
-	CU_ASSERT(hostile_alive(t.kvmmd));
-	CU_ASSERT_EQUAL(tenant_stop(&t), 0);
+	tenant_finish(&t);
 }
 
 static void tenant_limits_are_set_by_kvmmd_and_kvmmctl(void)
@@ -272,11 +264,8 @@ static void tenant_limits_are_set_by_kvmmd_and_kvmmctl(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns-cache-share"));
 	CU_ASSERT_EQUAL(hostile_run(bad2, out, sizeof(out), TIMEOUT_MS), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns-pin-pages"));
-	if (tenant_start(&t, "--ns-pin-pages=16", "--ns-cache-share=50")) {
-		CU_FAIL("kvmmd did not start");
-		tenant_stop(&t);
+	if (!tenant_start(&t, "--ns-pin-pages=16", "--ns-cache-share=50"))
 		return;
-	}
 	CU_ASSERT_EQUAL(hostile_child(OTHER_UID, other, t.sock, TIMEOUT_MS), 0);
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "ns", NULL, NULL), 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"pin_limit\":16,\"cache_limit\":64}"));
@@ -289,8 +278,7 @@ static void tenant_limits_are_set_by_kvmmd_and_kvmmctl(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns_cache_share"));
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_cache_share", "0", NULL), 1);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "EINVAL"));
-	CU_ASSERT(hostile_alive(t.kvmmd));
-	CU_ASSERT_EQUAL(tenant_stop(&t), 0);
+	tenant_finish(&t);
 }
 
 int register_hostile_tenant_suite(void)
