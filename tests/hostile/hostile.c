@@ -106,6 +106,7 @@ const char *hostile_bin(const char *name)
 	static char path[PATH_MAX];
 	char self[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	size_t dir, len;
 	char *slash;
 
 	if (n <= 0)
@@ -117,7 +118,14 @@ const char *hostile_bin(const char *name)
 	slash = strrchr(self, '/');
 	if (slash)
 		*slash = '\0';
-	snprintf(path, sizeof(path), "%s/bin/%s", self, name);
+	/* a tree too deep for PATH_MAX: the bare name, which then fails to run */
+	dir = strlen(self);
+	len = strlen(name);
+	if (dir + sizeof("/bin/") + len > sizeof(path))
+		return name;
+	memcpy(path, self, dir);
+	memcpy(path + dir, "/bin/", 5);
+	memcpy(path + dir + 5, name, len + 1);
 	return path;
 }
 
