@@ -28,6 +28,9 @@
 #include <kvmm/kvmm.h>
 #include <kvmm/ring.h>
 
+/* For the timeouts; declared here too, as strict C99 <time.h> does not. */
+struct timespec;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
