@@ -416,7 +416,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	ctx->page_size = params->page_size;
 	ctx->page_shift = (uint32_t)__builtin_ctz(params->page_size);
 	ctx->backend = bops;
-	list_init(&ctx->disps);
+	list_init(&ctx->owners);
 	ctx->ns_pin_pages = KVMM_NS_PIN_AUTO;
 	ctx->ns_cache_share = 100;
 	list_init(&ctx->promos);
@@ -480,7 +480,7 @@ KVMM_EXPORT void kvmm_destroy(struct kvmm_ctx *ctx)
 
 	if (!ctx)
 		return;
-	kvmm_disps_release(ctx);
+	kvmm_owners_release(ctx);	/* rings still attached */
 	kvmm_iow_stop(ctx);	/* promotions in flight finish first */
 	pthread_mutex_destroy(&ctx->lock);
 	kvmm_tree_exit(ctx);

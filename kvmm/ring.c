@@ -55,14 +55,13 @@
 /**
  * struct kvmm_disp - the dispatcher of one ring
  * @ctx: the context it drives
- * @node: link on ctx->disps (under ctx->lock)
- * @id: owner id of its sequences, 1 up; 0 for kvmm_ioctl()
+ * @owner: what it holds, registered on the context (owner.c); its id
+ *	owns its sequences, 1 up; id 0 and unregistered for kvmm_ioctl()
  * @keep_only: pins never belong to it (kvmm_ioctl)
  * @bufs: registered buffers: base and length
  * @hdr: the ring region, or NULL before kvmm_disp_attach()
  * @sqes, @cqes: its arrays; @sq_mask, @cq_mask: entries - 1 (private)
  * @sq_head, @cq_tail: the indices this side owns (private)
- * @pins: nodes of the pins it holds; @nr_pins, @cap_pins
  * @ns_bound: the ring may only name namespace @ns, and no admin command
  * @ns: its namespace when bound
  * @scratch: private copy of an untrusted batch list (NULL when trusted)
@@ -75,8 +74,7 @@
  */
 struct kvmm_disp {
 	struct kvmm_ctx *ctx;
-	struct kvmm_list node;
-	uint32_t id;
+	struct kvmm_owner owner;
 	bool keep_only;
 	struct kvmm_iovec bufs[KVMM_RING_MAX_BUFS];
 	struct kvmm_ring_hdr *hdr;
@@ -84,8 +82,6 @@ struct kvmm_disp {
 	struct kvmm_cqe *cqes;
 	uint32_t sq_mask, cq_mask;
 	uint32_t sq_head, cq_tail;
-	struct kvmm_node **pins;
-	uint32_t nr_pins, cap_pins;
 	bool ns_bound;
 	uint32_t ns;
 	void *scratch;
@@ -201,26 +197,7 @@ static bool seq_mine(const struct kvmm_disp *d, uint32_t seq)
 	const struct kvmm_ctx *ctx = d->ctx;
 
 	return seq < ctx->max_seqs && ctx->seqs[seq].open &&
-	       ctx->seqs[seq].owner == d->id;
-}
-
-static int pins_reserve(struct kvmm_disp *d)
-{
-	struct kvmm_node **p;
-	uint32_t cap;
-
-	if (d->nr_pins < d->cap_pins)
-		return 0;
-	cap = d->cap_pins ? d->cap_pins * 2 : 8;
-	p = kvmm_malloc(d->ctx, cap * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	if (d->pins)
-		memcpy(p, d->pins, d->nr_pins * sizeof(*p));
-	kvmm_mfree(d->ctx, d->pins, d->cap_pins * sizeof(*p));
-	d->pins = p;
-	d->cap_pins = cap;
-	return 0;
+	       ctx->seqs[seq].owner == d->owner.id;
 }
 
 static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_t *tok)
@@ -232,7 +209,7 @@ static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_
 	if (sqe->arg & ~KVMM_PIN_FLAGS)
 		return -EINVAL;
 	if (!keep) {
-		ret = pins_reserve(d);
+		ret = kvmm_owner_reserve_pin(d->ctx, &d->owner);
 		if (ret)
 			return ret;
 	}
@@ -240,7 +217,7 @@ static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_
 				d->ns_bound ? kvmm_ns_pin_limit(d->ctx) : KVMM_NO_LIMIT,
 				&node);
 	if (ret >= 0 && !keep)
-		d->pins[d->nr_pins++] = node;
+		kvmm_owner_add_pin(&d->owner, node);
 	return ret;
 }
 
@@ -248,7 +225,6 @@ static int op_unpin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint3
 {
 	bool keep = d->keep_only || (sqe->arg & KVMM_PIN_KEEP);
 	struct kvmm_node *node = NULL;
-	uint32_t i;
 	int ret;
 
 	if (sqe->arg & ~KVMM_PIN_FLAGS)
@@ -259,41 +235,11 @@ static int op_unpin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint3
 	if (keep) {
 		if (!node->keep_pins)
 			return -EINVAL;
-	} else {
-		for (i = 0; i < d->nr_pins && d->pins[i] != node; i++)
-			;
-		if (i == d->nr_pins)
-			return -EINVAL;	/* not a pin of this ring's */
-		d->pins[i] = d->pins[--d->nr_pins];
+	} else if (!kvmm_owner_del_pin(&d->owner, node)) {
+		return -EINVAL;	/* not a pin of this ring's */
 	}
 	kvmm_node_unpin(d->ctx, node, keep);
 	return ret;
-}
-
-/* Drop every pin ending at @node, the rings' and nobody's; ctx->lock held. */
-static uint32_t pins_drop_node(struct kvmm_ctx *ctx, struct kvmm_node *node)
-{
-	struct kvmm_list *pos;
-	uint32_t n = 0, i;
-
-	list_for_each(pos, &ctx->disps) {
-		struct kvmm_disp *d = list_entry(pos, struct kvmm_disp, node);
-
-		for (i = 0; i < d->nr_pins;) {
-			if (d->pins[i] != node) {
-				i++;
-				continue;
-			}
-			d->pins[i] = d->pins[--d->nr_pins];
-			kvmm_node_unpin(ctx, node, false);
-			n++;
-		}
-	}
-	while (node->keep_pins) {
-		kvmm_node_unpin(ctx, node, true);
-		n++;
-	}
-	return n;
 }
 
 /*
@@ -314,7 +260,7 @@ static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 		node = sqe->arg2 ? kvmm_tree_find_id(ctx, sqe->arg2) : NULL;
 		if (!node || !node->pins)
 			return -ENOENT;
-		n = pins_drop_node(ctx, node);
+		n = kvmm_pins_drop_node(ctx, node);
 		break;
 	case KVMM_PIN_DROP_NS:
 		if (sqe->arg2)
@@ -322,7 +268,7 @@ static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 		root = kvmm_tree_root(ctx, sqe->ns, false);
 		for (node = root; node; node = kvmm_tree_next(root, node))
 			if (node->pins)
-				n += pins_drop_node(ctx, node);
+				n += kvmm_pins_drop_node(ctx, node);
 		break;
 	default:
 		return -EINVAL;
@@ -495,22 +441,6 @@ static uint32_t dump_seqs(struct kvmm_disp *d, uint64_t cursor,
 	return nr;
 }
 
-/* The ring owning one of the pins ending at @node, 0 if none does. */
-static uint32_t pin_owner(const struct kvmm_ctx *ctx, const struct kvmm_node *node)
-{
-	const struct kvmm_list *pos;
-	uint32_t i;
-
-	list_for_each(pos, &ctx->disps) {
-		const struct kvmm_disp *d = list_entry(pos, struct kvmm_disp, node);
-
-		for (i = 0; i < d->nr_pins; i++)
-			if (d->pins[i] == node)
-				return d->id;
-	}
-	return 0;
-}
-
 static void dump_pin(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 		     struct kvmm_dump_pin *rec)
 {
@@ -524,7 +454,7 @@ static void dump_pin(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 		.tokens = (uint32_t)tokens,
 		.pages = (uint32_t)(tokens >> ctx->page_shift),
 		.pins = node->pins, .keep = node->keep_pins,
-		.owner = pin_owner(ctx, node),
+		.owner = kvmm_pin_owner(ctx, node),
 	};
 }
 
@@ -731,13 +661,13 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 		ret = kvmm_seq_open(ctx, sqe->ns, &seq);
 		if (ret)
 			return ret;
-		ctx->seqs[seq].owner = d->id;
+		ctx->seqs[seq].owner = d->owner.id;
 		return (int32_t)seq;
 	case KVMM_OP_MATCH:
 		return op_match(d, sqe, tok, cflags);
 	case KVMM_OP_PROMOTE:
 		/* A ring's PROMOTE may complete later; kvmm_ioctl() waits. */
-		ret = kvmm_promote(ctx, sqe->seq, tok, sqe->len, d->hdr ? d : NULL,
+		ret = kvmm_promote(ctx, sqe->seq, tok, sqe->len, d->hdr ? &d->owner : NULL,
 				   sqe->user_data);
 		return ret == -EINPROGRESS ? RES_DEFERRED : ret;
 	case KVMM_OP_EXTEND:
@@ -772,6 +702,29 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 	return -EINVAL;
 }
 
+/* Drop everything @d holds; ctx->lock held. */
+static void disp_release(struct kvmm_disp *d)
+{
+	struct kvmm_ctx *ctx = d->ctx;
+
+	kvmm_owner_del(ctx, &d->owner);
+	kvmm_mfree(ctx, d->scratch, d->scratch_bytes);
+	kvmm_mfree(ctx, d, sizeof(*d));
+}
+
+/* kvmm_destroy(): a ring still attached loses its dispatcher. */
+static void disp_owner_release(struct kvmm_owner *o)
+{
+	disp_release(container_of(o, struct kvmm_disp, owner));
+}
+
+static void disp_complete(struct kvmm_owner *o, uint64_t user_data, int32_t res);
+
+static const struct kvmm_owner_ops disp_owner_ops = {
+	.complete = disp_complete,
+	.release = disp_owner_release,
+};
+
 /**
  * kvmm_disp_create() - a dispatcher for a new ring on @ctx
  * @ctx: the context
@@ -801,33 +754,13 @@ int kvmm_disp_create(struct kvmm_ctx *ctx, bool untrusted, struct kvmm_disp **dp
 	}
 	if (d) {
 		d->ctx = ctx;
-		d->id = ++ctx->next_ring_id;
-		list_add_tail(&d->node, &ctx->disps);
+		kvmm_owner_add(ctx, &d->owner, &disp_owner_ops);
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	if (!d)
 		return -ENOMEM;
 	*dp = d;
 	return 0;
-}
-
-/* Drop everything @d holds; ctx->lock held. */
-static void disp_release(struct kvmm_disp *d)
-{
-	struct kvmm_ctx *ctx = d->ctx;
-	uint32_t i;
-
-	for (i = 0; i < ctx->max_seqs; i++) {
-		if (ctx->seqs[i].open && ctx->seqs[i].owner == d->id)
-			kvmm_seq_close(ctx, i, NULL, 0);
-	}
-	kvmm_promos_forget(ctx, d);
-	while (d->nr_pins)
-		kvmm_node_unpin(ctx, d->pins[--d->nr_pins], false);
-	kvmm_mfree(ctx, d->pins, d->cap_pins * sizeof(*d->pins));
-	kvmm_mfree(ctx, d->scratch, d->scratch_bytes);
-	list_del(&d->node);
-	kvmm_mfree(ctx, d, sizeof(*d));
 }
 
 /**
@@ -853,32 +786,9 @@ void kvmm_disp_destroy(struct kvmm_disp *d)
 	pthread_mutex_unlock(&ctx->lock);
 }
 
-/* kvmm_destroy(): rings still attached lose their dispatchers. */
-void kvmm_disps_release(struct kvmm_ctx *ctx)
-{
-	while (!list_empty(&ctx->disps))
-		disp_release(list_entry(ctx->disps.next, struct kvmm_disp, node));
-}
-
-/* kvmm_check(): how many ring-owned pins end at @node. */
-uint64_t kvmm_disps_pins_on(const struct kvmm_ctx *ctx, const struct kvmm_node *node)
-{
-	const struct kvmm_list *pos;
-	uint64_t n = 0;
-	uint32_t i;
-
-	list_for_each(pos, &ctx->disps) {
-		const struct kvmm_disp *d = list_entry(pos, struct kvmm_disp, node);
-
-		for (i = 0; i < d->nr_pins; i++)
-			n += d->pins[i] == node;
-	}
-	return n;
-}
-
 uint32_t kvmm_disp_id(const struct kvmm_disp *d)
 {
-	return d->id;
+	return d->owner.id;
 }
 
 /**
@@ -1006,18 +916,14 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 	return n;
 }
 
-/**
- * kvmm_disp_complete() - post the completion of a deferred command
- * @d: the dispatcher that deferred it
- * @user_data: the command's user_data
- * @res: its result
- *
- * The CQ kept room for it when the command was taken.
- *
- * Context: ctx->lock held.
+/*
+ * The core's callback (struct kvmm_owner_ops) posting the completion of a
+ * command @o's ring deferred; the CQ kept room for it when the command
+ * was taken.  ctx->lock held.
  */
-void kvmm_disp_complete(struct kvmm_disp *d, uint64_t user_data, int32_t res)
+static void disp_complete(struct kvmm_owner *o, uint64_t user_data, int32_t res)
 {
+	struct kvmm_disp *d = container_of(o, struct kvmm_disp, owner);
 	struct kvmm_cqe *cqe = &d->cqes[d->cq_tail & d->cq_mask];
 
 	cqe->user_data = user_data;
@@ -1070,7 +976,7 @@ void kvmm_disp_set_notify(struct kvmm_disp *d, void (*fn)(void *arg), void *arg)
 KVMM_EXPORT int kvmm_ioctl(struct kvmm_ctx *ctx, const struct kvmm_sqe *sqe,
 			   const struct kvmm_iovec *bufs, uint32_t nr_bufs)
 {
-	struct kvmm_disp d = { .ctx = ctx, .id = 0, .keep_only = true };
+	struct kvmm_disp d = { .ctx = ctx, .keep_only = true };
 	struct kvmm_sqe copy;
 	uint32_t cflags = 0, i;
 	int32_t res;
