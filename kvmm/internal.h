@@ -88,8 +88,15 @@ static inline void list_del(struct kvmm_list *e)
 #define list_for_each(pos, head) \
 	for (pos = (head)->next; pos != (head); pos = pos->next)
 
-/* ---- ctx.c ---- */
+/* ---- util.c ---- */
 
+/*
+ * The largest size, in bytes, computed from parameters: a pool, a tier or
+ * a file must fit an off_t and a ssize_t as well as a size_t.
+ */
+#define KVMM_MAX_BYTES	((uint64_t)INT64_MAX)
+
+extern const struct kvmm_alloc_ops kvmm_default_alloc_ops;
 void *kvmm_malloc(struct kvmm_ctx *ctx, size_t size);
 void *kvmm_zalloc(struct kvmm_ctx *ctx, size_t size);
 void kvmm_mfree(struct kvmm_ctx *ctx, void *ptr, size_t size);
@@ -108,8 +115,7 @@ static inline void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
 }
 #endif
 
-/* ---- ctx.c ---- */
-
+int kvmm_model_cell(const struct kvmm_model *m, uint64_t *cellp, char *why, size_t len);
 int kvmm_check_model(const struct kvmm_model *m);
 
 /* ---- page_alloc.c ---- */
