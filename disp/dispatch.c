@@ -29,6 +29,12 @@
  * A failed command changes nothing: validation happens before the core
  * is called, and every core call is itself all-or-nothing.
  *
+ * One table says what each opcode is (struct disp_op, as io_uring's
+ * io_op_defs): the fields it reads, the shape of its payload, whether its
+ * sequence must be the ring's own, whether a bound ring may run it, and
+ * its handler.  disp_exec() checks an entry against its row, in that
+ * order, then runs the handler.
+ *
  * Tenants.  A ring bound to a namespace may only name that namespace
  * (OPEN, PIN, UNPIN, PRIO) and may not run the commands that act on the
  * whole context or show other tenants' tokens (RECLAIM, DROP_CACHES, SET,
@@ -95,7 +101,7 @@ struct kvmm_disp {
 /* disp_exec()'s result for a command that completes later. */
 #define RES_DEFERRED	INT32_MIN
 
-/* Fields an opcode reads; every other field must be zero. */
+/* Fields an opcode reads (struct disp_op.fields); every other must be zero. */
 #define F_SEQ	(1u << 0)
 #define F_BUF	(1u << 1)	/* buf and off */
 #define F_LEN	(1u << 2)
@@ -103,43 +109,6 @@ struct kvmm_disp {
 #define F_ARG	(1u << 4)
 #define F_ARG2	(1u << 5)
 #define F_TOK	(F_BUF | F_LEN)
-
-static const uint8_t op_fields[KVMM_OP_LAST] = {
-	[KVMM_OP_NOP] = 0,
-	[KVMM_OP_PROBE] = F_TOK,
-	[KVMM_OP_OPEN] = F_NS,
-	[KVMM_OP_MATCH] = F_SEQ | F_TOK,
-	[KVMM_OP_EXTEND] = F_SEQ | F_TOK | F_ARG | F_ARG2,
-	[KVMM_OP_COMMIT] = F_SEQ | F_TOK,
-	[KVMM_OP_CLOSE] = F_SEQ | F_TOK,
-	[KVMM_OP_RETRACT] = F_SEQ | F_TOK,
-	[KVMM_OP_PIN] = F_NS | F_TOK | F_ARG,
-	[KVMM_OP_UNPIN] = F_NS | F_TOK | F_ARG,
-	[KVMM_OP_RECLAIM] = F_ARG,
-	[KVMM_OP_STATS] = F_TOK,
-	[KVMM_OP_DUMP] = F_TOK | F_ARG | F_ARG2,
-	[KVMM_OP_SET] = F_ARG | F_ARG2,
-	[KVMM_OP_DROP_CACHES] = 0,
-	[KVMM_OP_PRIO] = F_NS | F_TOK | F_ARG,
-	[KVMM_OP_LOOKUP] = F_NS | F_TOK | F_ARG | F_ARG2,
-	[KVMM_OP_PROMOTE] = F_SEQ | F_TOK,
-	[KVMM_OP_PIN_DROP] = F_NS | F_ARG | F_ARG2,
-};
-
-static int sqe_check_fields(const struct kvmm_sqe *sqe)
-{
-	uint8_t f;
-
-	if (sqe->opcode >= KVMM_OP_LAST || sqe->flags || sqe->resv0 ||
-	    sqe->resv[0] || sqe->resv[1])
-		return -EINVAL;
-	f = op_fields[sqe->opcode];
-	if ((!(f & F_SEQ) && sqe->seq) || (!(f & F_BUF) && (sqe->buf || sqe->off)) ||
-	    (!(f & F_LEN) && sqe->len) || (!(f & F_NS) && sqe->ns) ||
-	    (!(f & F_ARG) && sqe->arg) || (!(f & F_ARG2) && sqe->arg2))
-		return -EINVAL;
-	return 0;
-}
 
 /*
  * A payload of @bytes at (buf, off), or NULL when it leaves the buffer or
@@ -201,7 +170,8 @@ static bool seq_mine(const struct kvmm_disp *d, uint32_t seq)
 	       ctx->seqs[seq].owner == d->owner.id;
 }
 
-static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_t *tok)
+static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	bool keep = d->keep_only || (sqe->arg & KVMM_PIN_KEEP);
 	struct kvmm_node *node = NULL;
@@ -222,7 +192,8 @@ static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_
 	return ret;
 }
 
-static int op_unpin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_t *tok)
+static int op_unpin(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	bool keep = d->keep_only || (sqe->arg & KVMM_PIN_KEEP);
 	struct kvmm_node *node = NULL;
@@ -248,7 +219,8 @@ static int op_unpin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint3
  * KVMM_PIN_KEEP pins after it exited, or a live ring's).  A ring whose
  * pin was dropped finds it gone: its UNPIN gets -EINVAL.
  */
-static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_ctx *ctx = d->ctx;
 	struct kvmm_node *root, *node;
@@ -278,7 +250,8 @@ static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 	return n > INT32_MAX ? INT32_MAX : (int)n;
 }
 
-static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	const struct kvmm_extend_ent *ents;
 	uint32_t i;
@@ -305,7 +278,8 @@ static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 				 (uint32_t)sqe->arg2);
 }
 
-static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	const struct kvmm_ctx *ctx = d->ctx;
 	struct kvmm_probe *p = output(d, sqe);
@@ -333,7 +307,7 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 
 /* MATCH, flagging a prefix that goes on below the device. */
 static int op_match(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
-		    const uint32_t *tok, uint32_t *cflags)
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	uint32_t below = 0;
 	int ret = __kvmm_seq_match(d->ctx, sqe->seq, tok, sqe->len, &below);
@@ -344,7 +318,7 @@ static int op_match(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 }
 
 static int op_lookup(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
-		     const uint32_t *tok)
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_sqe out = *sqe;
 	struct kvmm_tier_hits hits, *dst;
@@ -364,7 +338,8 @@ static int op_lookup(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return ret;
 }
 
-static int op_stats(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+static int op_stats(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_stats_snap *snap = output(d, sqe);
 	uint32_t room, nr;
@@ -383,7 +358,8 @@ static int op_stats(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 }
 
 /* DUMP: the records are dump.c's; the buffer is checked here. */
-static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
+static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_dump_hdr *hdr = output(d, sqe);
 
@@ -392,7 +368,8 @@ static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cf
 	return kvmm_dump(d->ctx, sqe, hdr, cflags);
 }
 
-static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_ctx *ctx = d->ctx;
 	uint32_t w[NR_KVMM_WMARK];
@@ -433,38 +410,157 @@ static int64_t clamp_res(int64_t v)
 	return v > INT32_MAX ? INT32_MAX : v;
 }
 
-/* Execute one validated-fields entry; context lock held. */
-static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
+static int op_nop(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		  const uint32_t *tok, uint32_t *cflags)
 {
-	struct kvmm_ctx *ctx = d->ctx;
-	const uint32_t *tok = NULL;
-	uint32_t seq;
-	int ret;
+	return 0;
+}
 
-	ret = sqe_check_fields(sqe);
+static int op_open(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
+{
+	uint32_t seq;
+	int ret = kvmm_seq_open(d->ctx, sqe->ns, &seq);
+
 	if (ret)
 		return ret;
-	if (d->ns_bound) {
-		if ((op_fields[sqe->opcode] & F_NS) && sqe->ns != d->ns)
-			return -EPERM;
-		if (sqe->opcode == KVMM_OP_RECLAIM || sqe->opcode == KVMM_OP_DROP_CACHES ||
-		    sqe->opcode == KVMM_OP_SET || sqe->opcode == KVMM_OP_DUMP ||
-		    sqe->opcode == KVMM_OP_PIN_DROP)
-			return -EPERM;
-	}
-	switch (sqe->opcode) {
-	case KVMM_OP_MATCH:
-	case KVMM_OP_COMMIT:
-	case KVMM_OP_CLOSE:
-	case KVMM_OP_RETRACT:
-	case KVMM_OP_PROMOTE:
-		if (!seq_mine(d, sqe->seq))
-			return -EINVAL;
-		/* fall through */
-	case KVMM_OP_PIN:
-	case KVMM_OP_UNPIN:
-	case KVMM_OP_PRIO:
-	case KVMM_OP_LOOKUP:
+	d->ctx->seqs[seq].owner = d->owner.id;
+	return (int)seq;
+}
+
+/* A ring's PROMOTE may complete later, through its owner; kvmm_ioctl() waits. */
+static int op_promote(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		      const uint32_t *tok, uint32_t *cflags)
+{
+	int ret = kvmm_promote(d->ctx, sqe->seq, tok, sqe->len,
+			       d->hdr ? &d->owner : NULL, sqe->user_data);
+
+	return ret == -EINPROGRESS ? RES_DEFERRED : ret;
+}
+
+static int op_commit(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		     const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_seq_commit(d->ctx, sqe->seq, tok, sqe->len);
+}
+
+static int op_close(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		    const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_seq_close(d->ctx, sqe->seq, tok, sqe->len);
+}
+
+static int op_retract(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		      const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_seq_retract(d->ctx, sqe->seq, tok, sqe->len);
+}
+
+static int op_reclaim(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		      const uint32_t *tok, uint32_t *cflags)
+{
+	return (int)clamp_res(kvmm_reclaim(d->ctx, sqe->arg));
+}
+
+static int op_drop_caches(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+			  const uint32_t *tok, uint32_t *cflags)
+{
+	return (int)clamp_res(kvmm_drop_caches(d->ctx));
+}
+
+static int op_prio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_prefix_set_prio(d->ctx, sqe->ns, tok, sqe->len, sqe->arg);
+}
+
+/* What (buf, off, len) hold for an opcode: struct disp_op.payload. */
+enum disp_payload {
+	P_NONE,		/* nothing: the fields are zero */
+	P_TOKENS,	/* len tokens, read in place, checked before the handler */
+	P_OWN,		/* the handler resolves it: an output record or a batch list */
+};
+
+/**
+ * struct disp_op - what one opcode is, io_uring's io_op_defs
+ * @fields: the fields it reads (F_*); every other field must be zero
+ * @payload: what (buf, off, len) hold, enum disp_payload
+ * @own_seq: seq must name a sequence of this ring's (-EINVAL)
+ * @admin: acts on the whole context or shows other tenants' tokens: a
+ *	ring bound to a namespace may not run it (-EPERM); a bound ring's
+ *	other commands may name only its namespace
+ * @handler: runs it once everything above was checked; ctx->lock held.
+ *	Returns the completion's res, RES_DEFERRED for one posted later;
+ *	may set KVMM_CQE_F_* in *cflags
+ */
+struct disp_op {
+	uint8_t fields;
+	uint8_t payload;
+	bool own_seq;
+	bool admin;
+	int (*handler)(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		       const uint32_t *tok, uint32_t *cflags);
+};
+
+static const struct disp_op disp_ops[] = {
+	[KVMM_OP_NOP]		= { 0, P_NONE, false, false, op_nop },
+	[KVMM_OP_PROBE]		= { F_TOK, P_OWN, false, false, op_probe },
+	[KVMM_OP_OPEN]		= { F_NS, P_NONE, false, false, op_open },
+	[KVMM_OP_MATCH]		= { F_SEQ | F_TOK, P_TOKENS, true, false, op_match },
+	[KVMM_OP_EXTEND]	= { F_SEQ | F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_extend },
+	[KVMM_OP_COMMIT]	= { F_SEQ | F_TOK, P_TOKENS, true, false, op_commit },
+	[KVMM_OP_CLOSE]		= { F_SEQ | F_TOK, P_TOKENS, true, false, op_close },
+	[KVMM_OP_RETRACT]	= { F_SEQ | F_TOK, P_TOKENS, true, false, op_retract },
+	[KVMM_OP_PIN]		= { F_NS | F_TOK | F_ARG, P_TOKENS, false, false, op_pin },
+	[KVMM_OP_UNPIN]		= { F_NS | F_TOK | F_ARG, P_TOKENS, false, false, op_unpin },
+	[KVMM_OP_RECLAIM]	= { F_ARG, P_NONE, false, true, op_reclaim },
+	[KVMM_OP_STATS]		= { F_TOK, P_OWN, false, false, op_stats },
+	[KVMM_OP_DUMP]		= { F_TOK | F_ARG | F_ARG2, P_OWN, false, true, op_dump },
+	[KVMM_OP_SET]		= { F_ARG | F_ARG2, P_NONE, false, true, op_set },
+	[KVMM_OP_DROP_CACHES]	= { 0, P_NONE, false, true, op_drop_caches },
+	[KVMM_OP_PRIO]		= { F_NS | F_TOK | F_ARG, P_TOKENS, false, false, op_prio },
+	[KVMM_OP_LOOKUP]	= { F_NS | F_TOK | F_ARG | F_ARG2, P_TOKENS, false, false, op_lookup },
+	[KVMM_OP_PROMOTE]	= { F_SEQ | F_TOK, P_TOKENS, true, false, op_promote },
+	[KVMM_OP_PIN_DROP]	= { F_NS | F_ARG | F_ARG2, P_NONE, false, true, op_pin_drop },
+};
+_Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
+	       "every opcode has a struct disp_op");
+
+/* The opcode's definition, or NULL for a malformed entry (-EINVAL). */
+static const struct disp_op *sqe_check_fields(const struct kvmm_sqe *sqe)
+{
+	const struct disp_op *op;
+	uint8_t f;
+
+	if (sqe->opcode >= KVMM_OP_LAST || sqe->flags || sqe->resv0 ||
+	    sqe->resv[0] || sqe->resv[1])
+		return NULL;
+	op = &disp_ops[sqe->opcode];
+	f = op->fields;
+	if ((!(f & F_SEQ) && sqe->seq) || (!(f & F_BUF) && (sqe->buf || sqe->off)) ||
+	    (!(f & F_LEN) && sqe->len) || (!(f & F_NS) && sqe->ns) ||
+	    (!(f & F_ARG) && sqe->arg) || (!(f & F_ARG2) && sqe->arg2))
+		return NULL;
+	return op;
+}
+
+/*
+ * Execute one entry: its fields, the ring's permission, its sequence and
+ * its token payload are checked as its struct disp_op says, then its
+ * handler runs.  Context lock held.
+ */
+static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
+{
+	const struct disp_op *op = sqe_check_fields(sqe);
+	const uint32_t *tok = NULL;
+
+	if (!op)
+		return -EINVAL;
+	if (d->ns_bound && (op->admin || ((op->fields & F_NS) && sqe->ns != d->ns)))
+		return -EPERM;
+	if (op->own_seq && !seq_mine(d, sqe->seq))
+		return -EINVAL;
+	if (op->payload == P_TOKENS) {
 		if (sqe->len) {
 			tok = payload(d, sqe, (uint64_t)sqe->len * sizeof(*tok));
 			if (!tok)
@@ -472,57 +568,8 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 		} else if (sqe->buf || sqe->off) {
 			return -EINVAL;
 		}
-		break;
 	}
-
-	switch (sqe->opcode) {
-	case KVMM_OP_NOP:
-		return 0;
-	case KVMM_OP_PROBE:
-		return op_probe(d, sqe);
-	case KVMM_OP_OPEN:
-		ret = kvmm_seq_open(ctx, sqe->ns, &seq);
-		if (ret)
-			return ret;
-		ctx->seqs[seq].owner = d->owner.id;
-		return (int32_t)seq;
-	case KVMM_OP_MATCH:
-		return op_match(d, sqe, tok, cflags);
-	case KVMM_OP_PROMOTE:
-		/* A ring's PROMOTE may complete later; kvmm_ioctl() waits. */
-		ret = kvmm_promote(ctx, sqe->seq, tok, sqe->len, d->hdr ? &d->owner : NULL,
-				   sqe->user_data);
-		return ret == -EINPROGRESS ? RES_DEFERRED : ret;
-	case KVMM_OP_EXTEND:
-		return op_extend(d, sqe);
-	case KVMM_OP_COMMIT:
-		return kvmm_seq_commit(ctx, sqe->seq, tok, sqe->len);
-	case KVMM_OP_CLOSE:
-		return kvmm_seq_close(ctx, sqe->seq, tok, sqe->len);
-	case KVMM_OP_RETRACT:
-		return kvmm_seq_retract(ctx, sqe->seq, tok, sqe->len);
-	case KVMM_OP_PIN:
-		return op_pin(d, sqe, tok);
-	case KVMM_OP_UNPIN:
-		return op_unpin(d, sqe, tok);
-	case KVMM_OP_RECLAIM:
-		return (int32_t)clamp_res(kvmm_reclaim(ctx, sqe->arg));
-	case KVMM_OP_STATS:
-		return op_stats(d, sqe);
-	case KVMM_OP_DUMP:
-		return op_dump(d, sqe, cflags);
-	case KVMM_OP_SET:
-		return op_set(d, sqe);
-	case KVMM_OP_DROP_CACHES:
-		return (int32_t)clamp_res(kvmm_drop_caches(ctx));
-	case KVMM_OP_PRIO:
-		return kvmm_prefix_set_prio(ctx, sqe->ns, tok, sqe->len, sqe->arg);
-	case KVMM_OP_LOOKUP:
-		return op_lookup(d, sqe, tok);
-	case KVMM_OP_PIN_DROP:
-		return op_pin_drop(d, sqe);
-	}
-	return -EINVAL;
+	return op->handler(d, sqe, tok, cflags);
 }
 
 /* Drop everything @d holds; ctx->lock held. */
