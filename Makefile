@@ -75,6 +75,7 @@ endef
 
 lib-objs :=
 $(eval $(call kbuild_dir,kvmm,lib-objs))
+$(eval $(call kbuild_dir,disp,lib-objs))
 $(eval $(call kbuild_dir,driver,lib-objs))
 $(eval $(call kbuild_dir,ipc,lib-objs))
 $(eval $(call kbuild_dir,kernels,lib-objs))

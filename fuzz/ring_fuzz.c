@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include <libkvmm.h>
-#include "../kvmm/disp.h"
+#include "../disp/disp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ipc/ipc.h - the transport layer's private declarations.  ipc/ knows the
- * public API and the dispatcher interface (kvmm/disp.h), nothing else of
+ * public API and the dispatcher interface (disp/disp.h), nothing else of
  * the core.
  */
 #ifndef KVMM_IPC_H
@@ -14,7 +14,7 @@
 
 #include <libkvmm.h>
 #include "autoconf.h"
-#include "../kvmm/disp.h"
+#include "../disp/disp.h"
 
 #define KVMM_EXPORT		__attribute__((visibility("default")))
 #define KVMM_RING_MAX_ENTRIES	32768

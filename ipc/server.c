@@ -34,7 +34,7 @@
  *
  * Nothing the client can write into the shared region is trusted: the
  * dispatcher keeps its own copy of the geometry and of its indices (see
- * kvmm/ring.c).
+ * disp/dispatch.c).
  *
  * No server thread waits on a client without a deadline and the stop
  * event: every socket is non-blocking, and what the server sends (the
@@ -325,7 +325,7 @@ static void client_serve(struct kvmm_client *c)
 		 * Say what we wait for (new entries; with a full CQ, room in
 		 * it too), fence, look once more: pairs with the client's
 		 * "publish sq_tail or cq_head, fence, read our flags" in
-		 * kvmm_submit() and wait_cq() (ipc/ring.c), so its doorbell
+		 * kvmm_submit() and wait_cq() (ipc/client.c), so its doorbell
 		 * wakes us and no timer is needed.
 		 */
 		__atomic_store_n(&hdr->sq_sleeping, 1, __ATOMIC_RELAXED);

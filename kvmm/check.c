@@ -173,9 +173,9 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	      "node %p lock_ref %u < children %llu + pins %u", (void *)node,
 	      node->lock_ref, (unsigned long long)child_locks, node->pins);
 	CHECK(node->keep_pins <= node->pins &&
-	      (uint64_t)(node->pins - node->keep_pins) == kvmm_disps_pins_on(ctx, node),
+	      (uint64_t)(node->pins - node->keep_pins) == kvmm_owners_pins_on(ctx, node),
 	      "node %p has %u pins, %u kept, rings hold %llu", (void *)node, node->pins,
-	      node->keep_pins, (unsigned long long)kvmm_disps_pins_on(ctx, node));
+	      node->keep_pins, (unsigned long long)kvmm_owners_pins_on(ctx, node));
 	CHECK(node->pin_ref == child_pins + node->pins, "node %p pin_ref %u != %llu + %u",
 	      (void *)node, node->pin_ref, (unsigned long long)child_pins, node->pins);
 	CHECK(node->prio < KVMM_NR_PRIO, "node %p prio %u", (void *)node, node->prio);

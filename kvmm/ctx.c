@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvmm/ctx.c - creating and destroying a context, its metadata allocator,
- * pool sizing, corruption reports and the run-time tunables.
+ * kvmm/ctx.c - creating and destroying a context: its parameters checked,
+ * its pool sized, its parts set up and torn down, and the tunables kept
+ * on the context itself.
  *
  * A context owns everything: the zone, the tree, the page table and the
  * backend's pool.  There is no global state, so an engine may run one
@@ -12,184 +13,6 @@
 #include <stdlib.h>
 
 #include "internal.h"
-
-static void *default_alloc(size_t size, void *priv)
-{
-	(void)priv;
-	return malloc(size);
-}
-
-static void default_free(void *ptr, size_t size, void *priv)
-{
-	(void)size;
-	(void)priv;
-	free(ptr);
-}
-
-static const struct kvmm_alloc_ops default_alloc_ops = {
-	.alloc = default_alloc,
-	.free = default_free,
-};
-
-void *kvmm_malloc(struct kvmm_ctx *ctx, size_t size)
-{
-	void *p = ctx->alloc->alloc(size, ctx->alloc_priv);
-
-	if (p)
-		ctx->meta_bytes += size;
-	return p;
-}
-
-void *kvmm_zalloc(struct kvmm_ctx *ctx, size_t size)
-{
-	void *p = kvmm_malloc(ctx, size);
-
-	if (p)
-		memset(p, 0, size);
-	return p;
-}
-
-void kvmm_mfree(struct kvmm_ctx *ctx, void *ptr, size_t size)
-{
-	if (!ptr)
-		return;
-	ctx->meta_bytes -= size;
-	ctx->alloc->free(ptr, size, ctx->alloc_priv);
-}
-
-/**
- * kvmm_report() - report corruption or a failed check through the log hook
- * @ctx: the context
- * @fmt: printf format of one line, without "kvmm: " or a newline
- */
-void kvmm_report(const struct kvmm_ctx *ctx, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (ctx && ctx->params.log)
-		ctx->params.log(ctx->params.log_priv, msg);
-	else
-		fprintf(stderr, "kvmm: %s\n", msg);
-}
-
-void kvmm_bug(const struct kvmm_ctx *ctx, const char *cond, const char *file,
-	      int line)
-{
-	kvmm_report(ctx, "BUG: %s at %s:%d", cond, file, line);
-	abort();
-}
-
-#if KVMM_DEBUG >= 3
-void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
-{
-	if (kvmm_check(ctx)) {
-		kvmm_report(ctx, "invariant broken after %s", op);
-		abort();
-	}
-}
-#endif
-
-/*
- * The largest size, in bytes, computed from parameters: a pool, a tier or
- * a file must fit an off_t and a ssize_t as well as a size_t.
- */
-#define KVMM_MAX_BYTES	((uint64_t)INT64_MAX)
-
-/*
- * model_cell() - check @m and compute its bytes per token, every product
- * checked for overflow.  On -EINVAL, @why (when not NULL) names the field.
- */
-static int model_cell(const struct kvmm_model *m, uint64_t *cellp, char *why, size_t len)
-{
-	uint64_t slot, cell;
-	uint32_t nbufs;
-
-#define BAD(...) do { if (why) snprintf(why, len, __VA_ARGS__); return -EINVAL; } while (0)
-	if (!m->layers)
-		BAD("layers is 0");
-	if (!m->dtype_bytes || m->dtype_bytes > 16)
-		BAD("dtype_bytes %u is not 1..16", m->dtype_bytes);
-	if (m->attn == KVMM_ATTN_MHA) {
-		if (!m->kv_heads)
-			BAD("kv_heads is 0");
-		if (!m->head_dim)
-			BAD("head_dim is 0");
-		if (m->latent_dim)
-			BAD("latent_dim %u given for MHA attention", m->latent_dim);
-		if (__builtin_mul_overflow(m->layers, 2u, &nbufs))
-			BAD("layers %u: its K and V buffers overflow 32 bits", m->layers);
-		if (__builtin_mul_overflow((uint64_t)m->kv_heads, m->head_dim, &slot) ||
-		    __builtin_mul_overflow(slot, m->dtype_bytes, &slot) ||
-		    __builtin_mul_overflow(slot, nbufs, &cell) || cell > KVMM_MAX_BYTES)
-			BAD("kv_heads %u * head_dim %u * dtype_bytes %u * 2 * layers %u: "
-			    "the bytes per token exceed 2^63 - 1", m->kv_heads, m->head_dim,
-			    m->dtype_bytes, m->layers);
-	} else if (m->attn == KVMM_ATTN_MLA) {
-		if (!m->latent_dim)
-			BAD("latent_dim is 0");
-		if (m->kv_heads || m->head_dim)
-			BAD("kv_heads/head_dim given for MLA attention");
-		slot = (uint64_t)m->latent_dim * m->dtype_bytes;	/* < 2^36 */
-		if (__builtin_mul_overflow(slot, m->layers, &cell) || cell > KVMM_MAX_BYTES)
-			BAD("latent_dim %u * dtype_bytes %u * layers %u: "
-			    "the bytes per token exceed 2^63 - 1", m->latent_dim,
-			    m->dtype_bytes, m->layers);
-	} else {
-		BAD("attn %u is neither MHA nor MLA", m->attn);
-	}
-#undef BAD
-	*cellp = cell;
-	return 0;
-}
-
-/**
- * kvmm_cell_bytes() - bytes of KV one token occupies across all layers
- * @model: the geometry
- *
- * SGLang's cell size: heads * head_dim * layers * 2 (K and V) * dtype
- * bytes for MHA, latent_dim * layers * dtype bytes for MLA.
- *
- * Return: the size, 0 for a geometry that describes no KV or whose size
- * overflows (kvmm_create() refuses both with -EINVAL).
- */
-KVMM_EXPORT uint64_t kvmm_cell_bytes(const struct kvmm_model *model)
-{
-	uint64_t cell;
-
-	if (!model || model_cell(model, &cell, NULL, 0))
-		return 0;
-	return cell;
-}
-
-/**
- * kvmm_page_bytes() - bytes of one page of KV in the staging layout
- * @model: the geometry
- * @page_size: tokens per page
- *
- * Return: the size a lower tier stores per page, 0 for no KV or a size
- * that overflows.
- */
-KVMM_EXPORT uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t page_size)
-{
-	uint64_t page;
-
-	if (__builtin_mul_overflow(kvmm_cell_bytes(model), page_size, &page) ||
-	    page > KVMM_MAX_BYTES)
-		return 0;
-	return page;
-}
-
-/* Is @m a geometry that describes KV, of a size that fits?  (Also for an imported pool.) */
-int kvmm_check_model(const struct kvmm_model *m)
-{
-	uint64_t cell;
-
-	return model_cell(m, &cell, NULL, 0);
-}
 
 /* Report a refused parameter through @p's log hook (there is no context yet). */
 static int __attribute__((format(printf, 2, 3)))
@@ -256,7 +79,7 @@ static int params_geometry(const struct kvmm_params *p, uint64_t *page_bytes)
 	char why[200];
 	uint64_t cell;
 
-	if (model_cell(&p->model, &cell, why, sizeof(why)))
+	if (kvmm_model_cell(&p->model, &cell, why, sizeof(why)))
 		return params_bad(p, "model: %s", why);
 	if (!p->page_size || p->page_size > KVMM_MAX_PAGE_SIZE ||
 	    (p->page_size & (p->page_size - 1)))
@@ -402,7 +225,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	if (ret)
 		return ret;
 
-	aops = params->alloc ? params->alloc : &default_alloc_ops;
+	aops = params->alloc ? params->alloc : &kvmm_default_alloc_ops;
 	ctx = aops->alloc(sizeof(*ctx), params->alloc_priv);
 	if (!ctx)
 		return -ENOMEM;
@@ -416,7 +239,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	ctx->page_size = params->page_size;
 	ctx->page_shift = (uint32_t)__builtin_ctz(params->page_size);
 	ctx->backend = bops;
-	list_init(&ctx->disps);
+	list_init(&ctx->owners);
 	ctx->ns_pin_pages = KVMM_NS_PIN_AUTO;
 	ctx->ns_cache_share = 100;
 	list_init(&ctx->promos);
@@ -480,7 +303,7 @@ KVMM_EXPORT void kvmm_destroy(struct kvmm_ctx *ctx)
 
 	if (!ctx)
 		return;
-	kvmm_disps_release(ctx);
+	kvmm_owners_release(ctx);	/* rings still attached */
 	kvmm_iow_stop(ctx);	/* promotions in flight finish first */
 	pthread_mutex_destroy(&ctx->lock);
 	kvmm_tree_exit(ctx);

@@ -88,8 +88,15 @@ static inline void list_del(struct kvmm_list *e)
 #define list_for_each(pos, head) \
 	for (pos = (head)->next; pos != (head); pos = pos->next)
 
-/* ---- ctx.c ---- */
+/* ---- util.c ---- */
 
+/*
+ * The largest size, in bytes, computed from parameters: a pool, a tier or
+ * a file must fit an off_t and a ssize_t as well as a size_t.
+ */
+#define KVMM_MAX_BYTES	((uint64_t)INT64_MAX)
+
+extern const struct kvmm_alloc_ops kvmm_default_alloc_ops;
 void *kvmm_malloc(struct kvmm_ctx *ctx, size_t size);
 void *kvmm_zalloc(struct kvmm_ctx *ctx, size_t size);
 void kvmm_mfree(struct kvmm_ctx *ctx, void *ptr, size_t size);
@@ -108,8 +115,7 @@ static inline void kvmm_debug_check(struct kvmm_ctx *ctx, const char *op)
 }
 #endif
 
-/* ---- ctx.c ---- */
-
+int kvmm_model_cell(const struct kvmm_model *m, uint64_t *cellp, char *why, size_t len);
 int kvmm_check_model(const struct kvmm_model *m);
 
 /* ---- page_alloc.c ---- */
@@ -487,11 +493,12 @@ uint64_t kvmm_now_ns(void);
 
 struct kvmm_promo;
 struct kvmm_iow;
+struct kvmm_owner;
 
 int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
-		 uint32_t n, struct kvmm_disp *disp, uint64_t user_data);
+		 uint32_t n, struct kvmm_owner *owner, uint64_t user_data);
 void kvmm_promo_cancel(struct kvmm_ctx *ctx, struct kvmm_promo *job);
-void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_disp *disp);
+void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 int kvmm_iow_start(struct kvmm_ctx *ctx);
 void kvmm_iow_stop(struct kvmm_ctx *ctx);
 uint64_t kvmm_promos_check(const struct kvmm_ctx *ctx, uint8_t *mark, uint8_t mark_io,
@@ -508,7 +515,8 @@ uint64_t kvmm_promos_check(const struct kvmm_ctx *ctx, uint8_t *mark, uint8_t ma
  * @ns: namespace id
  * @next_free: free-row list link while closed
  * @mark: batch stamp, to refuse a sequence named twice in one batch
- * @owner: id of the ring that opened it; 0 for the direct API
+ * @owner: id of the owner (owner.c) that opened it, a ring; 0 for the
+ *	direct API
  * @promo: its promotion in flight (promote.c), or NULL; while there is
  *	one, only CLOSE and RETRACT (which cancel it) may touch the sequence
  * @open: the row is in use
@@ -546,11 +554,50 @@ int __kvmm_prefix_pinned(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *toke
 			 uint32_t n, struct kvmm_node **nodep);
 void kvmm_node_unpin(struct kvmm_ctx *ctx, struct kvmm_node *node, bool keep);
 
-/* ---- ring.c ---- */
-struct kvmm_disp;
-void kvmm_disps_release(struct kvmm_ctx *ctx);
-uint64_t kvmm_disps_pins_on(const struct kvmm_ctx *ctx, const struct kvmm_node *node);
-void kvmm_disp_complete(struct kvmm_disp *d, uint64_t user_data, int32_t res);
+/* ---- owner.c ---- */
+
+struct kvmm_owner;
+
+/**
+ * struct kvmm_owner_ops - how the core calls the layer above back
+ * @complete: post the result of a command @o deferred (a PROMOTE);
+ *	ctx->lock held, from whichever thread finishes it
+ * @release: kvmm_destroy() with @o still registered: the layer gives
+ *	back what it holds (kvmm_owner_del()) and its own memory
+ */
+struct kvmm_owner_ops {
+	void (*complete)(struct kvmm_owner *o, uint64_t user_data, int32_t res);
+	void (*release)(struct kvmm_owner *o);
+};
+
+/**
+ * struct kvmm_owner - a holder of sequences and pins above the core (a
+ *	ring's dispatcher embeds one)
+ * @link: on ctx->owners (under ctx->lock)
+ * @id: its id, 1 up: struct kvmm_seq.owner of the sequences it opened
+ * @pins: nodes of the pins it took without KVMM_PIN_KEEP, @nr_pins of
+ *	@cap_pins (under ctx->lock)
+ * @ops: its layer's callbacks
+ */
+struct kvmm_owner {
+	struct kvmm_list link;
+	uint32_t id;
+	struct kvmm_node **pins;
+	uint32_t nr_pins, cap_pins;
+	const struct kvmm_owner_ops *ops;
+};
+
+void kvmm_owner_add(struct kvmm_ctx *ctx, struct kvmm_owner *o,
+		    const struct kvmm_owner_ops *ops);
+void kvmm_owner_del(struct kvmm_ctx *ctx, struct kvmm_owner *o);
+void kvmm_owners_release(struct kvmm_ctx *ctx);
+void kvmm_owner_complete(struct kvmm_owner *o, uint64_t user_data, int32_t res);
+int kvmm_owner_reserve_pin(struct kvmm_ctx *ctx, struct kvmm_owner *o);
+void kvmm_owner_add_pin(struct kvmm_owner *o, struct kvmm_node *node);
+bool kvmm_owner_del_pin(struct kvmm_owner *o, const struct kvmm_node *node);
+uint64_t kvmm_owners_pins_on(const struct kvmm_ctx *ctx, const struct kvmm_node *node);
+uint32_t kvmm_pin_owner(const struct kvmm_ctx *ctx, const struct kvmm_node *node);
+uint32_t kvmm_pins_drop_node(struct kvmm_ctx *ctx, struct kvmm_node *node);
 
 /* ---- stats.c ---- */
 
@@ -620,8 +667,9 @@ enum kvmm_tier_event {
  * @dma: the backend's registration hooks, handed to the stores
  * @lock: taken once per ring batch (and by kvmm_lock()); the direct API
  *	does not take it
- * @disps: dispatchers of the rings attached to this context
- * @next_ring_id: ids of rings, 1 up; 0 is the direct API
+ * @owners: holders above the core registered on it (struct kvmm_owner:
+ *	the rings' dispatchers)
+ * @next_owner_id: their ids, 1 up; 0 is the direct API
  * @promos: promotions in flight (struct kvmm_promo.link)
  * @io_pages: device frames they hold (KVMM_PAGE_IO)
  * @iow: the I/O worker that runs them, when an I/O store exists
@@ -659,8 +707,8 @@ struct kvmm_ctx {
 	void *backend_priv;
 	struct kvmm_dma dma;
 	pthread_mutex_t lock;
-	struct kvmm_list disps;
-	uint32_t next_ring_id;
+	struct kvmm_list owners;
+	uint32_t next_owner_id;
 	struct kvmm_list promos;
 	uint64_t io_pages;
 	struct kvmm_iow *iow;

@@ -61,7 +61,7 @@ struct promo_node {
  * @link: on ctx->promos while it exists
  * @qlink: on the worker's queue, or on the waiters of the job it waits for
  * @waiters: jobs waiting for this one's chain
- * @disp: where its deferred completion goes; NULL: nobody waits for one
+ * @owner: where its deferred completion goes; NULL: nobody waits for one
  * @user_data: the completion's user_data
  * @seq: its sequence; SEQ_NONE once cancelled
  * @tokens: the key past the sequence's cached tokens, @n of them
@@ -79,7 +79,7 @@ struct kvmm_promo {
 	struct kvmm_list link;
 	struct kvmm_list qlink;
 	struct kvmm_list waiters;
-	struct kvmm_disp *disp;
+	struct kvmm_owner *owner;
 	uint64_t user_data;
 	uint32_t seq;
 	uint32_t n;
@@ -420,8 +420,8 @@ static void job_complete(struct kvmm_ctx *ctx, struct kvmm_promo *job, int res)
 		ctx->seqs[job->seq].promo = NULL;
 	else
 		kvmm_count(ctx, EV_PROMOTE_CANCELED, 1);
-	if (job->disp)
-		kvmm_disp_complete(job->disp, job->user_data, res);
+	if (job->owner)
+		kvmm_owner_complete(job->owner, job->user_data, res);
 	job_free(ctx, job);
 	kvmm_debug_check(ctx, "promote done");
 }
@@ -432,19 +432,19 @@ static void job_complete(struct kvmm_ctx *ctx, struct kvmm_promo *job, int res)
  * @seq: an open sequence that matched and holds nothing else yet
  * @tokens: the prompt, as given to MATCH
  * @n: its length
- * @disp: the ring whose PROMOTE this is, to complete it later; NULL for
- *	an answer now
+ * @owner: the owner (a ring) whose PROMOTE this is, to complete it later
+ *	through its ops; NULL for an answer now
  * @user_data: the deferred completion's user_data
  *
  * Return: the sequence's cached tokens (page aligned); -EINPROGRESS when
- * the completion is deferred (@disp only); -EINVAL for a bad sequence or
+ * the completion is deferred (@owner only); -EINVAL for a bad sequence or
  * key or one that holds tokens of its own; -EBUSY for a sequence with a
- * promotion in flight, or (@disp NULL) a prefix another promotion is
+ * promotion in flight, or (@owner NULL) a prefix another promotion is
  * reading; -ENOSPC when the device cannot make room; -ENOMEM.  Nothing
  * changed on failure but a split.
  */
 int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
-		 uint32_t n, struct kvmm_disp *disp, uint64_t user_data)
+		 uint32_t n, struct kvmm_owner *owner, uint64_t user_data)
 {
 	struct kvmm_seq *s = kvmm_seq_get(ctx, seq);
 	struct kvmm_promo *job;
@@ -466,12 +466,12 @@ int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 	job->n = n - s->cached;
 	memcpy(job->tokens, tokens + s->cached, (size_t)job->n * sizeof(*tokens));
 	job->seq = seq;
-	job->disp = disp;
+	job->owner = owner;
 	job->user_data = user_data;
 	list_init(&job->waiters);
 	list_add_tail(&job->link, &ctx->promos);
 	s->promo = job;
-	ret = job_run(ctx, job, !disp);
+	ret = job_run(ctx, job, !owner);
 	if (ret == -EINPROGRESS) {
 		kvmm_count(ctx, EV_PROMOTE_ASYNC, 1);
 		return ret;
@@ -520,16 +520,16 @@ void kvmm_promo_cancel(struct kvmm_ctx *ctx, struct kvmm_promo *job)
 	job->seq = SEQ_NONE;
 }
 
-/* Ring @disp is going away: its jobs complete to nobody. */
-void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_disp *disp)
+/* @owner is going away: its jobs complete to nobody. */
+void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner)
 {
 	struct kvmm_list *pos;
 
 	list_for_each(pos, &ctx->promos) {
 		struct kvmm_promo *job = list_entry(pos, struct kvmm_promo, link);
 
-		if (job->disp == disp)
-			job->disp = NULL;
+		if (job->owner == owner)
+			job->owner = NULL;
 	}
 }
 

@@ -124,6 +124,46 @@ static void ring_exit_releases_sequences_and_pins(void)
 	kvmm_destroy(f.ctx);
 }
 
+/*
+ * kvmm_destroy() with a ring still attached: the core releases it through
+ * the callback its dispatcher registered (owner.c), so the dispatcher,
+ * its pin list and its sequences go with the context and no metadata is
+ * left.
+ */
+static void destroy_with_a_ring_attached_releases_it(void)
+{
+	struct kvmm_params p = test_params(1, 128, 4, NTOK);
+	struct kvmm_ring_params rp = { .sq_entries = 16, .buf_size = 4096 };
+	struct test_alloc ta = { 0 };
+	struct kvmm_ring ring;
+	struct kvmm_iovec iov;
+	struct kvmm_ctx *ctx;
+	uint32_t tok[NTOK];
+	int32_t a;
+
+	p.alloc = &test_alloc_ops;
+	p.alloc_priv = &ta;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
+	test_tokens(tok, NTOK, 42);
+	iov = (struct kvmm_iovec){ tok, sizeof(tok) };
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&ring, &iov, 1), 0);
+	CU_ASSERT_EQUAL_FATAL(test_cache(ctx, 0, tok, 50), 0);
+	kvmm_prep_open(TEST_SQE(&ring), 0);
+	a = test_ring1(&ring, NULL);
+	CU_ASSERT_FATAL(a >= 0);
+	kvmm_prep_match(TEST_SQE(&ring), (uint32_t)a, 1, 0, 40);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 40);
+	kvmm_prep_pin(TEST_SQE(&ring), 0, 1, 0, 30, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 30);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(ta.live_blocks, 0);
+	CU_ASSERT_EQUAL(ta.live_bytes, 0);
+	ring.disp = NULL;	/* went with the context; free the rest */
+	kvmm_ring_exit(&ring);
+}
+
 static void ring_sequences_belong_to_their_ring(void)
 {
 	struct rfix f;
@@ -553,6 +593,7 @@ int register_ring_suite(void)
 		return -1;
 	ADD_TEST(s, ring_request_lifecycle_matches_direct_api);
 	ADD_TEST(s, ring_exit_releases_sequences_and_pins);
+	ADD_TEST(s, destroy_with_a_ring_attached_releases_it);
 	ADD_TEST(s, ring_sequences_belong_to_their_ring);
 	ADD_TEST(s, ring_stats_probe_dump_set);
 	ADD_TEST(s, ring_full_cq_holds_back_until_reaped);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvmm/disp.h - the dispatcher behind a command ring, for the transport
+ * disp/disp.h - the dispatcher behind a command ring, for the transport
  * layer (ipc/): it owns the ring's memory and wake-ups, the dispatcher
  * owns what the commands mean.  Not installed.
  */

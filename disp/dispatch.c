@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvmm/ring.c - the command dispatcher: what a ring's entries mean.
+ * disp/dispatch.c - the command dispatcher: what a ring's entries mean.
  *
  * DOC: dispatching commands
  *
@@ -29,6 +29,12 @@
  * A failed command changes nothing: validation happens before the core
  * is called, and every core call is itself all-or-nothing.
  *
+ * One table says what each opcode is (struct disp_op, as io_uring's
+ * io_op_defs): the fields it reads, the shape of its payload, whether its
+ * sequence must be the ring's own, whether a bound ring may run it, and
+ * its handler.  disp_exec() checks an entry against its row, in that
+ * order, then runs the handler.
+ *
  * Tenants.  A ring bound to a namespace may only name that namespace
  * (OPEN, PIN, UNPIN, PRIO) and may not run the commands that act on the
  * whole context or show other tenants' tokens (RECLAIM, DROP_CACHES, SET,
@@ -49,20 +55,20 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "../kvmm/internal.h"
 #include "disp.h"
+#include "dump.h"
 
 /**
  * struct kvmm_disp - the dispatcher of one ring
  * @ctx: the context it drives
- * @node: link on ctx->disps (under ctx->lock)
- * @id: owner id of its sequences, 1 up; 0 for kvmm_ioctl()
+ * @owner: what it holds, registered on the context (owner.c); its id
+ *	owns its sequences, 1 up; id 0 and unregistered for kvmm_ioctl()
  * @keep_only: pins never belong to it (kvmm_ioctl)
  * @bufs: registered buffers: base and length
  * @hdr: the ring region, or NULL before kvmm_disp_attach()
  * @sqes, @cqes: its arrays; @sq_mask, @cq_mask: entries - 1 (private)
  * @sq_head, @cq_tail: the indices this side owns (private)
- * @pins: nodes of the pins it holds; @nr_pins, @cap_pins
  * @ns_bound: the ring may only name namespace @ns, and no admin command
  * @ns: its namespace when bound
  * @scratch: private copy of an untrusted batch list (NULL when trusted)
@@ -75,8 +81,7 @@
  */
 struct kvmm_disp {
 	struct kvmm_ctx *ctx;
-	struct kvmm_list node;
-	uint32_t id;
+	struct kvmm_owner owner;
 	bool keep_only;
 	struct kvmm_iovec bufs[KVMM_RING_MAX_BUFS];
 	struct kvmm_ring_hdr *hdr;
@@ -84,8 +89,6 @@ struct kvmm_disp {
 	struct kvmm_cqe *cqes;
 	uint32_t sq_mask, cq_mask;
 	uint32_t sq_head, cq_tail;
-	struct kvmm_node **pins;
-	uint32_t nr_pins, cap_pins;
 	bool ns_bound;
 	uint32_t ns;
 	void *scratch;
@@ -98,7 +101,7 @@ struct kvmm_disp {
 /* disp_exec()'s result for a command that completes later. */
 #define RES_DEFERRED	INT32_MIN
 
-/* Fields an opcode reads; every other field must be zero. */
+/* Fields an opcode reads (struct disp_op.fields); every other must be zero. */
 #define F_SEQ	(1u << 0)
 #define F_BUF	(1u << 1)	/* buf and off */
 #define F_LEN	(1u << 2)
@@ -106,43 +109,6 @@ struct kvmm_disp {
 #define F_ARG	(1u << 4)
 #define F_ARG2	(1u << 5)
 #define F_TOK	(F_BUF | F_LEN)
-
-static const uint8_t op_fields[KVMM_OP_LAST] = {
-	[KVMM_OP_NOP] = 0,
-	[KVMM_OP_PROBE] = F_TOK,
-	[KVMM_OP_OPEN] = F_NS,
-	[KVMM_OP_MATCH] = F_SEQ | F_TOK,
-	[KVMM_OP_EXTEND] = F_SEQ | F_TOK | F_ARG | F_ARG2,
-	[KVMM_OP_COMMIT] = F_SEQ | F_TOK,
-	[KVMM_OP_CLOSE] = F_SEQ | F_TOK,
-	[KVMM_OP_RETRACT] = F_SEQ | F_TOK,
-	[KVMM_OP_PIN] = F_NS | F_TOK | F_ARG,
-	[KVMM_OP_UNPIN] = F_NS | F_TOK | F_ARG,
-	[KVMM_OP_RECLAIM] = F_ARG,
-	[KVMM_OP_STATS] = F_TOK,
-	[KVMM_OP_DUMP] = F_TOK | F_ARG | F_ARG2,
-	[KVMM_OP_SET] = F_ARG | F_ARG2,
-	[KVMM_OP_DROP_CACHES] = 0,
-	[KVMM_OP_PRIO] = F_NS | F_TOK | F_ARG,
-	[KVMM_OP_LOOKUP] = F_NS | F_TOK | F_ARG | F_ARG2,
-	[KVMM_OP_PROMOTE] = F_SEQ | F_TOK,
-	[KVMM_OP_PIN_DROP] = F_NS | F_ARG | F_ARG2,
-};
-
-static int sqe_check_fields(const struct kvmm_sqe *sqe)
-{
-	uint8_t f;
-
-	if (sqe->opcode >= KVMM_OP_LAST || sqe->flags || sqe->resv0 ||
-	    sqe->resv[0] || sqe->resv[1])
-		return -EINVAL;
-	f = op_fields[sqe->opcode];
-	if ((!(f & F_SEQ) && sqe->seq) || (!(f & F_BUF) && (sqe->buf || sqe->off)) ||
-	    (!(f & F_LEN) && sqe->len) || (!(f & F_NS) && sqe->ns) ||
-	    (!(f & F_ARG) && sqe->arg) || (!(f & F_ARG2) && sqe->arg2))
-		return -EINVAL;
-	return 0;
-}
 
 /*
  * A payload of @bytes at (buf, off), or NULL when it leaves the buffer or
@@ -201,29 +167,11 @@ static bool seq_mine(const struct kvmm_disp *d, uint32_t seq)
 	const struct kvmm_ctx *ctx = d->ctx;
 
 	return seq < ctx->max_seqs && ctx->seqs[seq].open &&
-	       ctx->seqs[seq].owner == d->id;
+	       ctx->seqs[seq].owner == d->owner.id;
 }
 
-static int pins_reserve(struct kvmm_disp *d)
-{
-	struct kvmm_node **p;
-	uint32_t cap;
-
-	if (d->nr_pins < d->cap_pins)
-		return 0;
-	cap = d->cap_pins ? d->cap_pins * 2 : 8;
-	p = kvmm_malloc(d->ctx, cap * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	if (d->pins)
-		memcpy(p, d->pins, d->nr_pins * sizeof(*p));
-	kvmm_mfree(d->ctx, d->pins, d->cap_pins * sizeof(*p));
-	d->pins = p;
-	d->cap_pins = cap;
-	return 0;
-}
-
-static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_t *tok)
+static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	bool keep = d->keep_only || (sqe->arg & KVMM_PIN_KEEP);
 	struct kvmm_node *node = NULL;
@@ -232,7 +180,7 @@ static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_
 	if (sqe->arg & ~KVMM_PIN_FLAGS)
 		return -EINVAL;
 	if (!keep) {
-		ret = pins_reserve(d);
+		ret = kvmm_owner_reserve_pin(d->ctx, &d->owner);
 		if (ret)
 			return ret;
 	}
@@ -240,15 +188,15 @@ static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_
 				d->ns_bound ? kvmm_ns_pin_limit(d->ctx) : KVMM_NO_LIMIT,
 				&node);
 	if (ret >= 0 && !keep)
-		d->pins[d->nr_pins++] = node;
+		kvmm_owner_add_pin(&d->owner, node);
 	return ret;
 }
 
-static int op_unpin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint32_t *tok)
+static int op_unpin(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	bool keep = d->keep_only || (sqe->arg & KVMM_PIN_KEEP);
 	struct kvmm_node *node = NULL;
-	uint32_t i;
 	int ret;
 
 	if (sqe->arg & ~KVMM_PIN_FLAGS)
@@ -259,41 +207,11 @@ static int op_unpin(struct kvmm_disp *d, const struct kvmm_sqe *sqe, const uint3
 	if (keep) {
 		if (!node->keep_pins)
 			return -EINVAL;
-	} else {
-		for (i = 0; i < d->nr_pins && d->pins[i] != node; i++)
-			;
-		if (i == d->nr_pins)
-			return -EINVAL;	/* not a pin of this ring's */
-		d->pins[i] = d->pins[--d->nr_pins];
+	} else if (!kvmm_owner_del_pin(&d->owner, node)) {
+		return -EINVAL;	/* not a pin of this ring's */
 	}
 	kvmm_node_unpin(d->ctx, node, keep);
 	return ret;
-}
-
-/* Drop every pin ending at @node, the rings' and nobody's; ctx->lock held. */
-static uint32_t pins_drop_node(struct kvmm_ctx *ctx, struct kvmm_node *node)
-{
-	struct kvmm_list *pos;
-	uint32_t n = 0, i;
-
-	list_for_each(pos, &ctx->disps) {
-		struct kvmm_disp *d = list_entry(pos, struct kvmm_disp, node);
-
-		for (i = 0; i < d->nr_pins;) {
-			if (d->pins[i] != node) {
-				i++;
-				continue;
-			}
-			d->pins[i] = d->pins[--d->nr_pins];
-			kvmm_node_unpin(ctx, node, false);
-			n++;
-		}
-	}
-	while (node->keep_pins) {
-		kvmm_node_unpin(ctx, node, true);
-		n++;
-	}
-	return n;
 }
 
 /*
@@ -301,7 +219,8 @@ static uint32_t pins_drop_node(struct kvmm_ctx *ctx, struct kvmm_node *node)
  * KVMM_PIN_KEEP pins after it exited, or a live ring's).  A ring whose
  * pin was dropped finds it gone: its UNPIN gets -EINVAL.
  */
-static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_ctx *ctx = d->ctx;
 	struct kvmm_node *root, *node;
@@ -314,7 +233,7 @@ static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 		node = sqe->arg2 ? kvmm_tree_find_id(ctx, sqe->arg2) : NULL;
 		if (!node || !node->pins)
 			return -ENOENT;
-		n = pins_drop_node(ctx, node);
+		n = kvmm_pins_drop_node(ctx, node);
 		break;
 	case KVMM_PIN_DROP_NS:
 		if (sqe->arg2)
@@ -322,7 +241,7 @@ static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 		root = kvmm_tree_root(ctx, sqe->ns, false);
 		for (node = root; node; node = kvmm_tree_next(root, node))
 			if (node->pins)
-				n += pins_drop_node(ctx, node);
+				n += kvmm_pins_drop_node(ctx, node);
 		break;
 	default:
 		return -EINVAL;
@@ -331,7 +250,8 @@ static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 	return n > INT32_MAX ? INT32_MAX : (int)n;
 }
 
-static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	const struct kvmm_extend_ent *ents;
 	uint32_t i;
@@ -358,7 +278,8 @@ static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 				 (uint32_t)sqe->arg2);
 }
 
-static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	const struct kvmm_ctx *ctx = d->ctx;
 	struct kvmm_probe *p = output(d, sqe);
@@ -386,7 +307,7 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 
 /* MATCH, flagging a prefix that goes on below the device. */
 static int op_match(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
-		    const uint32_t *tok, uint32_t *cflags)
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	uint32_t below = 0;
 	int ret = __kvmm_seq_match(d->ctx, sqe->seq, tok, sqe->len, &below);
@@ -397,7 +318,7 @@ static int op_match(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 }
 
 static int op_lookup(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
-		     const uint32_t *tok)
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_sqe out = *sqe;
 	struct kvmm_tier_hits hits, *dst;
@@ -417,7 +338,8 @@ static int op_lookup(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return ret;
 }
 
-static int op_stats(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+static int op_stats(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_stats_snap *snap = output(d, sqe);
 	uint32_t room, nr;
@@ -435,211 +357,19 @@ static int op_stats(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 	return (int)nr;
 }
 
-static uint32_t node_depth(const struct kvmm_node *node)
-{
-	uint32_t depth = 0;
-
-	for (; node->parent; node = node->parent)
-		depth++;
-	return depth;
-}
-
-static void dump_node(const struct kvmm_node *node, struct kvmm_dump_node *rec)
-{
-	memset(rec, 0, sizeof(*rec));
-	rec->id = node->id;
-	rec->parent = node->parent ? node->parent->id : 0;
-	rec->atime = node->atime;
-	rec->len = node->len;
-	rec->lock_ref = node->lock_ref;
-	rec->pins = node->pins;
-	rec->hits = node->hits;
-	rec->depth = node_depth(node);
-	rec->prio = node->prio;
-	rec->tier = node->tier;
-	rec->token0 = node->len ? node->tokens[0] : 0;
-	if (node->flags & KVMM_NODE_ROOT)
-		rec->flags |= KVMM_DUMP_F_ROOT;
-	if (node->flags & KVMM_NODE_EVICTABLE)
-		rec->flags |= KVMM_DUMP_F_EVICTABLE;
-	if (node->flags & KVMM_NODE_SHADOW)
-		rec->flags |= KVMM_DUMP_F_SHADOW;
-	for (; node->parent; node = node->parent)
-		;
-	rec->ns = node->ns;
-}
-
-static uint32_t dump_seqs(struct kvmm_disp *d, uint64_t cursor,
-			  struct kvmm_dump_seq *rec, uint32_t room, uint64_t *next)
-{
-	const struct kvmm_ctx *ctx = d->ctx;
-	uint32_t nr = 0;
-	uint64_t i;
-
-	*next = 0;
-	for (i = cursor; i < ctx->max_seqs; i++) {
-		const struct kvmm_seq *s = &ctx->seqs[i];
-
-		if (!s->open)
-			continue;
-		if (nr == room) {
-			*next = i;
-			return nr;
-		}
-		rec[nr++] = (struct kvmm_dump_seq){
-			.seq = (uint32_t)i, .ns = s->ns, .len = s->len, .cached = s->cached,
-			.owner = s->owner,
-			.node = s->node != s->root ? s->node->id : 0,
-		};
-	}
-	return nr;
-}
-
-/* The ring owning one of the pins ending at @node, 0 if none does. */
-static uint32_t pin_owner(const struct kvmm_ctx *ctx, const struct kvmm_node *node)
-{
-	const struct kvmm_list *pos;
-	uint32_t i;
-
-	list_for_each(pos, &ctx->disps) {
-		const struct kvmm_disp *d = list_entry(pos, struct kvmm_disp, node);
-
-		for (i = 0; i < d->nr_pins; i++)
-			if (d->pins[i] == node)
-				return d->id;
-	}
-	return 0;
-}
-
-static void dump_pin(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
-		     struct kvmm_dump_pin *rec)
-{
-	const struct kvmm_node *n;
-	uint64_t tokens = 0;
-
-	for (n = node; n->parent; n = n->parent)
-		tokens += n->len;
-	*rec = (struct kvmm_dump_pin){
-		.id = node->id, .ns = n->ns,
-		.tokens = (uint32_t)tokens,
-		.pages = (uint32_t)(tokens >> ctx->page_shift),
-		.pins = node->pins, .keep = node->keep_pins,
-		.owner = pin_owner(ctx, node),
-	};
-}
-
-/*
- * DUMP of nodes, and of pins (@pins: only the nodes pins end at, each as
- * a struct kvmm_dump_pin): pre-order over every namespace; the cursor is
- * a position in that walk, every node counted, so a page costs
- * O(cursor + page).  The tree may change between pages: a page is
- * consistent, the whole dump is not.  Records go to @rec, at most @room;
- * *@next is the cursor to resume at, 0 after the last.  Return: records
- * written.
- */
-static uint32_t dump_tree(struct kvmm_disp *d, uint64_t cursor, bool pins,
-			  void *rec, uint32_t room, uint64_t *next)
-{
-	struct kvmm_list *pos_root;
-	uint64_t pos = 0;
-	uint32_t nr = 0;
-
-	*next = 0;
-	list_for_each(pos_root, &d->ctx->tree.roots) {
-		struct kvmm_node *root = list_entry(pos_root, struct kvmm_node, sibling);
-		struct kvmm_node *node;
-
-		for (node = root; node; node = kvmm_tree_next(root, node), pos++) {
-			if (pos < cursor || (pins && !node->pins))
-				continue;
-			if (nr == room) {
-				*next = pos;
-				return nr;
-			}
-			if (pins)
-				dump_pin(d->ctx, node, (struct kvmm_dump_pin *)rec + nr++);
-			else
-				dump_node(node, (struct kvmm_dump_node *)rec + nr++);
-		}
-	}
-	return nr;
-}
-
-/* DUMP of namespaces; the cursor counts the namespaces already returned. */
-static uint32_t dump_ns(struct kvmm_disp *d, uint64_t cursor,
-			struct kvmm_dump_ns *rec, uint32_t room, uint64_t *next)
-{
-	const struct kvmm_ctx *ctx = d->ctx;
-	const struct kvmm_list *pos;
-	uint64_t i = 0;
-	uint32_t nr = 0;
-
-	*next = 0;
-	list_for_each(pos, &ctx->tree.roots) {
-		const struct kvmm_node *root = list_entry(pos, struct kvmm_node, sibling);
-		const struct kvmm_ns *ns = kvmm_root_ns(root);
-
-		if (i++ < cursor)
-			continue;
-		if (nr == room) {
-			*next = i - 1;
-			return nr;
-		}
-		rec[nr++] = (struct kvmm_dump_ns){
-			.ns = root->ns, .pinned = ns->pinned, .cached = ns->cached,
-			.pin_limit = kvmm_ns_pin_limit(ctx),
-			.cache_limit = kvmm_ns_cache_limit(ctx),
-		};
-	}
-	return nr;
-}
-
-static const uint32_t dump_rec_size[KVMM_DUMP_LAST] = {
-	[KVMM_DUMP_NODES] = sizeof(struct kvmm_dump_node),
-	[KVMM_DUMP_SEQS] = sizeof(struct kvmm_dump_seq),
-	[KVMM_DUMP_PINS] = sizeof(struct kvmm_dump_pin),
-	[KVMM_DUMP_NS] = sizeof(struct kvmm_dump_ns),
-};
-
-/*
- * The output buffer is the client's: everything is counted in our own
- * variables and only written there, never read back.
- */
-static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
+/* DUMP: the records are dump.c's; the buffer is checked here. */
+static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_dump_hdr *hdr = output(d, sqe);
-	uint32_t rec_size, room, nr = 0;
-	uint64_t next = 0;
 
 	if (!hdr)
 		return -EFAULT;
-	if (sqe->arg >= KVMM_DUMP_LAST)
-		return -EINVAL;
-	rec_size = dump_rec_size[sqe->arg];
-	if (sqe->len < sizeof(*hdr) + rec_size)
-		return -EINVAL;
-	room = (sqe->len - (uint32_t)sizeof(*hdr)) / rec_size;
-	switch (sqe->arg) {
-	case KVMM_DUMP_NODES:
-	case KVMM_DUMP_PINS:
-		nr = dump_tree(d, sqe->arg2, sqe->arg == KVMM_DUMP_PINS, hdr + 1, room, &next);
-		break;
-	case KVMM_DUMP_SEQS:
-		nr = dump_seqs(d, sqe->arg2, (struct kvmm_dump_seq *)(hdr + 1), room, &next);
-		break;
-	case KVMM_DUMP_NS:
-		nr = dump_ns(d, sqe->arg2, (struct kvmm_dump_ns *)(hdr + 1), room, &next);
-		break;
-	}
-	hdr->next = next;
-	hdr->nr = nr;
-	hdr->rec_size = rec_size;
-	if (next)
-		*cflags |= KVMM_CQE_F_MORE;
-	return (int)nr;
+	return kvmm_dump(d->ctx, sqe, hdr, cflags);
 }
 
-static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_ctx *ctx = d->ctx;
 	uint32_t w[NR_KVMM_WMARK];
@@ -680,38 +410,157 @@ static int64_t clamp_res(int64_t v)
 	return v > INT32_MAX ? INT32_MAX : v;
 }
 
-/* Execute one validated-fields entry; context lock held. */
-static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
+static int op_nop(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		  const uint32_t *tok, uint32_t *cflags)
 {
-	struct kvmm_ctx *ctx = d->ctx;
-	const uint32_t *tok = NULL;
-	uint32_t seq;
-	int ret;
+	return 0;
+}
 
-	ret = sqe_check_fields(sqe);
+static int op_open(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
+{
+	uint32_t seq;
+	int ret = kvmm_seq_open(d->ctx, sqe->ns, &seq);
+
 	if (ret)
 		return ret;
-	if (d->ns_bound) {
-		if ((op_fields[sqe->opcode] & F_NS) && sqe->ns != d->ns)
-			return -EPERM;
-		if (sqe->opcode == KVMM_OP_RECLAIM || sqe->opcode == KVMM_OP_DROP_CACHES ||
-		    sqe->opcode == KVMM_OP_SET || sqe->opcode == KVMM_OP_DUMP ||
-		    sqe->opcode == KVMM_OP_PIN_DROP)
-			return -EPERM;
-	}
-	switch (sqe->opcode) {
-	case KVMM_OP_MATCH:
-	case KVMM_OP_COMMIT:
-	case KVMM_OP_CLOSE:
-	case KVMM_OP_RETRACT:
-	case KVMM_OP_PROMOTE:
-		if (!seq_mine(d, sqe->seq))
-			return -EINVAL;
-		/* fall through */
-	case KVMM_OP_PIN:
-	case KVMM_OP_UNPIN:
-	case KVMM_OP_PRIO:
-	case KVMM_OP_LOOKUP:
+	d->ctx->seqs[seq].owner = d->owner.id;
+	return (int)seq;
+}
+
+/* A ring's PROMOTE may complete later, through its owner; kvmm_ioctl() waits. */
+static int op_promote(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		      const uint32_t *tok, uint32_t *cflags)
+{
+	int ret = kvmm_promote(d->ctx, sqe->seq, tok, sqe->len,
+			       d->hdr ? &d->owner : NULL, sqe->user_data);
+
+	return ret == -EINPROGRESS ? RES_DEFERRED : ret;
+}
+
+static int op_commit(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		     const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_seq_commit(d->ctx, sqe->seq, tok, sqe->len);
+}
+
+static int op_close(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		    const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_seq_close(d->ctx, sqe->seq, tok, sqe->len);
+}
+
+static int op_retract(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		      const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_seq_retract(d->ctx, sqe->seq, tok, sqe->len);
+}
+
+static int op_reclaim(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		      const uint32_t *tok, uint32_t *cflags)
+{
+	return (int)clamp_res(kvmm_reclaim(d->ctx, sqe->arg));
+}
+
+static int op_drop_caches(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+			  const uint32_t *tok, uint32_t *cflags)
+{
+	return (int)clamp_res(kvmm_drop_caches(d->ctx));
+}
+
+static int op_prio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		   const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_prefix_set_prio(d->ctx, sqe->ns, tok, sqe->len, sqe->arg);
+}
+
+/* What (buf, off, len) hold for an opcode: struct disp_op.payload. */
+enum disp_payload {
+	P_NONE,		/* nothing: the fields are zero */
+	P_TOKENS,	/* len tokens, read in place, checked before the handler */
+	P_OWN,		/* the handler resolves it: an output record or a batch list */
+};
+
+/**
+ * struct disp_op - what one opcode is, io_uring's io_op_defs
+ * @fields: the fields it reads (F_*); every other field must be zero
+ * @payload: what (buf, off, len) hold, enum disp_payload
+ * @own_seq: seq must name a sequence of this ring's (-EINVAL)
+ * @admin: acts on the whole context or shows other tenants' tokens: a
+ *	ring bound to a namespace may not run it (-EPERM); a bound ring's
+ *	other commands may name only its namespace
+ * @handler: runs it once everything above was checked; ctx->lock held.
+ *	Returns the completion's res, RES_DEFERRED for one posted later;
+ *	may set KVMM_CQE_F_* in *cflags
+ */
+struct disp_op {
+	uint8_t fields;
+	uint8_t payload;
+	bool own_seq;
+	bool admin;
+	int (*handler)(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		       const uint32_t *tok, uint32_t *cflags);
+};
+
+static const struct disp_op disp_ops[] = {
+	[KVMM_OP_NOP]		= { 0, P_NONE, false, false, op_nop },
+	[KVMM_OP_PROBE]		= { F_TOK, P_OWN, false, false, op_probe },
+	[KVMM_OP_OPEN]		= { F_NS, P_NONE, false, false, op_open },
+	[KVMM_OP_MATCH]		= { F_SEQ | F_TOK, P_TOKENS, true, false, op_match },
+	[KVMM_OP_EXTEND]	= { F_SEQ | F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_extend },
+	[KVMM_OP_COMMIT]	= { F_SEQ | F_TOK, P_TOKENS, true, false, op_commit },
+	[KVMM_OP_CLOSE]		= { F_SEQ | F_TOK, P_TOKENS, true, false, op_close },
+	[KVMM_OP_RETRACT]	= { F_SEQ | F_TOK, P_TOKENS, true, false, op_retract },
+	[KVMM_OP_PIN]		= { F_NS | F_TOK | F_ARG, P_TOKENS, false, false, op_pin },
+	[KVMM_OP_UNPIN]		= { F_NS | F_TOK | F_ARG, P_TOKENS, false, false, op_unpin },
+	[KVMM_OP_RECLAIM]	= { F_ARG, P_NONE, false, true, op_reclaim },
+	[KVMM_OP_STATS]		= { F_TOK, P_OWN, false, false, op_stats },
+	[KVMM_OP_DUMP]		= { F_TOK | F_ARG | F_ARG2, P_OWN, false, true, op_dump },
+	[KVMM_OP_SET]		= { F_ARG | F_ARG2, P_NONE, false, true, op_set },
+	[KVMM_OP_DROP_CACHES]	= { 0, P_NONE, false, true, op_drop_caches },
+	[KVMM_OP_PRIO]		= { F_NS | F_TOK | F_ARG, P_TOKENS, false, false, op_prio },
+	[KVMM_OP_LOOKUP]	= { F_NS | F_TOK | F_ARG | F_ARG2, P_TOKENS, false, false, op_lookup },
+	[KVMM_OP_PROMOTE]	= { F_SEQ | F_TOK, P_TOKENS, true, false, op_promote },
+	[KVMM_OP_PIN_DROP]	= { F_NS | F_ARG | F_ARG2, P_NONE, false, true, op_pin_drop },
+};
+_Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
+	       "every opcode has a struct disp_op");
+
+/* The opcode's definition, or NULL for a malformed entry (-EINVAL). */
+static const struct disp_op *sqe_check_fields(const struct kvmm_sqe *sqe)
+{
+	const struct disp_op *op;
+	uint8_t f;
+
+	if (sqe->opcode >= KVMM_OP_LAST || sqe->flags || sqe->resv0 ||
+	    sqe->resv[0] || sqe->resv[1])
+		return NULL;
+	op = &disp_ops[sqe->opcode];
+	f = op->fields;
+	if ((!(f & F_SEQ) && sqe->seq) || (!(f & F_BUF) && (sqe->buf || sqe->off)) ||
+	    (!(f & F_LEN) && sqe->len) || (!(f & F_NS) && sqe->ns) ||
+	    (!(f & F_ARG) && sqe->arg) || (!(f & F_ARG2) && sqe->arg2))
+		return NULL;
+	return op;
+}
+
+/*
+ * Execute one entry: its fields, the ring's permission, its sequence and
+ * its token payload are checked as its struct disp_op says, then its
+ * handler runs.  Context lock held.
+ */
+static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
+{
+	const struct disp_op *op = sqe_check_fields(sqe);
+	const uint32_t *tok = NULL;
+
+	if (!op)
+		return -EINVAL;
+	if (d->ns_bound && (op->admin || ((op->fields & F_NS) && sqe->ns != d->ns)))
+		return -EPERM;
+	if (op->own_seq && !seq_mine(d, sqe->seq))
+		return -EINVAL;
+	if (op->payload == P_TOKENS) {
 		if (sqe->len) {
 			tok = payload(d, sqe, (uint64_t)sqe->len * sizeof(*tok));
 			if (!tok)
@@ -719,58 +568,32 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 		} else if (sqe->buf || sqe->off) {
 			return -EINVAL;
 		}
-		break;
 	}
-
-	switch (sqe->opcode) {
-	case KVMM_OP_NOP:
-		return 0;
-	case KVMM_OP_PROBE:
-		return op_probe(d, sqe);
-	case KVMM_OP_OPEN:
-		ret = kvmm_seq_open(ctx, sqe->ns, &seq);
-		if (ret)
-			return ret;
-		ctx->seqs[seq].owner = d->id;
-		return (int32_t)seq;
-	case KVMM_OP_MATCH:
-		return op_match(d, sqe, tok, cflags);
-	case KVMM_OP_PROMOTE:
-		/* A ring's PROMOTE may complete later; kvmm_ioctl() waits. */
-		ret = kvmm_promote(ctx, sqe->seq, tok, sqe->len, d->hdr ? d : NULL,
-				   sqe->user_data);
-		return ret == -EINPROGRESS ? RES_DEFERRED : ret;
-	case KVMM_OP_EXTEND:
-		return op_extend(d, sqe);
-	case KVMM_OP_COMMIT:
-		return kvmm_seq_commit(ctx, sqe->seq, tok, sqe->len);
-	case KVMM_OP_CLOSE:
-		return kvmm_seq_close(ctx, sqe->seq, tok, sqe->len);
-	case KVMM_OP_RETRACT:
-		return kvmm_seq_retract(ctx, sqe->seq, tok, sqe->len);
-	case KVMM_OP_PIN:
-		return op_pin(d, sqe, tok);
-	case KVMM_OP_UNPIN:
-		return op_unpin(d, sqe, tok);
-	case KVMM_OP_RECLAIM:
-		return (int32_t)clamp_res(kvmm_reclaim(ctx, sqe->arg));
-	case KVMM_OP_STATS:
-		return op_stats(d, sqe);
-	case KVMM_OP_DUMP:
-		return op_dump(d, sqe, cflags);
-	case KVMM_OP_SET:
-		return op_set(d, sqe);
-	case KVMM_OP_DROP_CACHES:
-		return (int32_t)clamp_res(kvmm_drop_caches(ctx));
-	case KVMM_OP_PRIO:
-		return kvmm_prefix_set_prio(ctx, sqe->ns, tok, sqe->len, sqe->arg);
-	case KVMM_OP_LOOKUP:
-		return op_lookup(d, sqe, tok);
-	case KVMM_OP_PIN_DROP:
-		return op_pin_drop(d, sqe);
-	}
-	return -EINVAL;
+	return op->handler(d, sqe, tok, cflags);
 }
+
+/* Drop everything @d holds; ctx->lock held. */
+static void disp_release(struct kvmm_disp *d)
+{
+	struct kvmm_ctx *ctx = d->ctx;
+
+	kvmm_owner_del(ctx, &d->owner);
+	kvmm_mfree(ctx, d->scratch, d->scratch_bytes);
+	kvmm_mfree(ctx, d, sizeof(*d));
+}
+
+/* kvmm_destroy(): a ring still attached loses its dispatcher. */
+static void disp_owner_release(struct kvmm_owner *o)
+{
+	disp_release(container_of(o, struct kvmm_disp, owner));
+}
+
+static void disp_complete(struct kvmm_owner *o, uint64_t user_data, int32_t res);
+
+static const struct kvmm_owner_ops disp_owner_ops = {
+	.complete = disp_complete,
+	.release = disp_owner_release,
+};
 
 /**
  * kvmm_disp_create() - a dispatcher for a new ring on @ctx
@@ -801,33 +624,13 @@ int kvmm_disp_create(struct kvmm_ctx *ctx, bool untrusted, struct kvmm_disp **dp
 	}
 	if (d) {
 		d->ctx = ctx;
-		d->id = ++ctx->next_ring_id;
-		list_add_tail(&d->node, &ctx->disps);
+		kvmm_owner_add(ctx, &d->owner, &disp_owner_ops);
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	if (!d)
 		return -ENOMEM;
 	*dp = d;
 	return 0;
-}
-
-/* Drop everything @d holds; ctx->lock held. */
-static void disp_release(struct kvmm_disp *d)
-{
-	struct kvmm_ctx *ctx = d->ctx;
-	uint32_t i;
-
-	for (i = 0; i < ctx->max_seqs; i++) {
-		if (ctx->seqs[i].open && ctx->seqs[i].owner == d->id)
-			kvmm_seq_close(ctx, i, NULL, 0);
-	}
-	kvmm_promos_forget(ctx, d);
-	while (d->nr_pins)
-		kvmm_node_unpin(ctx, d->pins[--d->nr_pins], false);
-	kvmm_mfree(ctx, d->pins, d->cap_pins * sizeof(*d->pins));
-	kvmm_mfree(ctx, d->scratch, d->scratch_bytes);
-	list_del(&d->node);
-	kvmm_mfree(ctx, d, sizeof(*d));
 }
 
 /**
@@ -853,32 +656,9 @@ void kvmm_disp_destroy(struct kvmm_disp *d)
 	pthread_mutex_unlock(&ctx->lock);
 }
 
-/* kvmm_destroy(): rings still attached lose their dispatchers. */
-void kvmm_disps_release(struct kvmm_ctx *ctx)
-{
-	while (!list_empty(&ctx->disps))
-		disp_release(list_entry(ctx->disps.next, struct kvmm_disp, node));
-}
-
-/* kvmm_check(): how many ring-owned pins end at @node. */
-uint64_t kvmm_disps_pins_on(const struct kvmm_ctx *ctx, const struct kvmm_node *node)
-{
-	const struct kvmm_list *pos;
-	uint64_t n = 0;
-	uint32_t i;
-
-	list_for_each(pos, &ctx->disps) {
-		const struct kvmm_disp *d = list_entry(pos, struct kvmm_disp, node);
-
-		for (i = 0; i < d->nr_pins; i++)
-			n += d->pins[i] == node;
-	}
-	return n;
-}
-
 uint32_t kvmm_disp_id(const struct kvmm_disp *d)
 {
-	return d->id;
+	return d->owner.id;
 }
 
 /**
@@ -1006,18 +786,14 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 	return n;
 }
 
-/**
- * kvmm_disp_complete() - post the completion of a deferred command
- * @d: the dispatcher that deferred it
- * @user_data: the command's user_data
- * @res: its result
- *
- * The CQ kept room for it when the command was taken.
- *
- * Context: ctx->lock held.
+/*
+ * The core's callback (struct kvmm_owner_ops) posting the completion of a
+ * command @o's ring deferred; the CQ kept room for it when the command
+ * was taken.  ctx->lock held.
  */
-void kvmm_disp_complete(struct kvmm_disp *d, uint64_t user_data, int32_t res)
+static void disp_complete(struct kvmm_owner *o, uint64_t user_data, int32_t res)
 {
+	struct kvmm_disp *d = container_of(o, struct kvmm_disp, owner);
 	struct kvmm_cqe *cqe = &d->cqes[d->cq_tail & d->cq_mask];
 
 	cqe->user_data = user_data;
@@ -1070,7 +846,7 @@ void kvmm_disp_set_notify(struct kvmm_disp *d, void (*fn)(void *arg), void *arg)
 KVMM_EXPORT int kvmm_ioctl(struct kvmm_ctx *ctx, const struct kvmm_sqe *sqe,
 			   const struct kvmm_iovec *bufs, uint32_t nr_bufs)
 {
-	struct kvmm_disp d = { .ctx = ctx, .id = 0, .keep_only = true };
+	struct kvmm_disp d = { .ctx = ctx, .keep_only = true };
 	struct kvmm_sqe copy;
 	uint32_t cflags = 0, i;
 	int32_t res;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * ipc/ring.c - the user's side of a command ring: set up in-process or
+ * ipc/client.c - the user's side of a command ring: set up in-process or
  * attached to a server in another process, submit, reap.
  *
  * DOC: rings and wake-ups
