@@ -349,6 +349,19 @@ struct kvmm_path {
 	uint32_t matched;
 };
 
+/*
+ * struct kvmm_insert - where kvmm_tree_insert() put a key.  @match is the
+ * deepest node of the path the tree already had for it (split so that it
+ * ends on a node boundary; the start node when there was none) and
+ * @matched its tokens, counted from the start node; @end is the node the
+ * key now ends on: the new leaf, or @match when the tree had it all.
+ */
+struct kvmm_insert {
+	struct kvmm_node *match;
+	struct kvmm_node *end;
+	uint32_t matched;
+};
+
 int kvmm_tree_init(struct kvmm_ctx *ctx);
 void kvmm_tree_exit(struct kvmm_ctx *ctx);
 struct kvmm_node *kvmm_tree_root(struct kvmm_ctx *ctx, uint32_t ns,
@@ -363,8 +376,8 @@ void kvmm_tree_touch(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_tree_lock(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node);
 int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
-		     const uint32_t *key, uint32_t n, int32_t *pfns,
-		     struct kvmm_node **endp, uint32_t *dupp);
+		     const uint32_t *key, uint32_t n, const int32_t *pfns,
+		     struct kvmm_insert *ins);
 void kvmm_tree_delete_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
 				     const uint32_t *key, uint32_t n,

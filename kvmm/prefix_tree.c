@@ -639,7 +639,9 @@ uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from
 
 /*
  * Hang @leaf (tokens and frames filled in; the frames OWNED on @tier) under
- * @parent: the frames become the tree's, the accounting follows.
+ * @parent: the frames become the tree's, the accounting follows.  tkids
+ * counts only children on @parent's own tier, so it stays exact whatever
+ * tier @parent is on.
  */
 static void link_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
 		      struct kvmm_node *leaf, uint32_t tier)
@@ -724,39 +726,40 @@ static uint32_t insert_limit(struct kvmm_node *from, struct kvmm_path *path, uin
  * @from: the node the key continues (locked by the caller, or a root)
  * @key: token ids continuing @from's path
  * @n: tokens, page aligned
- * @pfns: in, the caller's private frames holding @key's KV; out, the
- *	frames the tree now holds for them.  Where another sequence already
- *	inserted the same tokens, the caller's frames are freed and replaced
- *	by the shared ones (SGLang frees kv_indices[prefix:new_prefix]).
- * @endp: out, the node the key ends on
- * @dupp: out, frames that were already cached
+ * @pfns: the caller's OWNED device frames holding @key's KV
+ * @ins: out, where the key went
  *
- * The caller's remaining frames become CACHED and owned by the tree.  A
- * matched node on a lower tier takes the caller's frames for its tokens
- * and gives back its lower copy (kvmm_tier_adopt()).
- *
- * With write-through, the device nodes of the path that have no copy on
- * the host tier get one (kvmm_write_through()); that copy may fail and
- * the insert still succeeds.
+ * The tree indexes the key and nothing more.  The part of it the tree did
+ * not have yet becomes a new leaf that takes its frames (from @pfns past
+ * the matched part): they become CACHED on the device tier and the
+ * tree's.  The matched part (the path @from..@ins->match, split to end on
+ * a node boundary) is left as it was, on whatever tier it is, and the
+ * caller keeps its frames for it; settling it is the caller's: the tier
+ * layer gives its demoted nodes those frames (kvmm_tier_adopt()), and the
+ * frames of the rest are duplicates.  Until then a new device leaf may
+ * hang below a node of a lower tier.  The new leaf is neither touched nor
+ * queued for reclaim: the caller does either when it is done.
  *
  * A node a promotion is reading up (KVMM_NODE_IO) can take nothing: the
  * insert stops before it, and the caller keeps the rest of its frames.
  *
  * Return: tokens inserted (from the start of @key: 0 when it stopped
- * before its first node, and then @endp is not set); -ENOMEM, or -EINVAL
+ * before its first node, and then @ins is not set); -ENOMEM, or -EINVAL
  * for a key that changed while it was read; nothing changed on failure.
  */
 int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
-		     const uint32_t *key, uint32_t n, int32_t *pfns,
-		     struct kvmm_node **endp, uint32_t *dupp)
+		     const uint32_t *key, uint32_t n, const int32_t *pfns,
+		     struct kvmm_insert *ins)
 {
-	struct kvmm_node *leaf = NULL, *end;
+	struct kvmm_node *leaf = NULL;
 	struct kvmm_path path;
-	uint32_t rest, dup, matched;
+	uint32_t rest;
 	int ret;
 
 	kvmm_tree_walk(ctx, from, key, n, &path);
 	n = insert_limit(from, &path, n);
+	if (!n)
+		return 0;
 	rest = n - path.matched;
 	if (rest) {
 		leaf = node_alloc(ctx, rest);
@@ -784,28 +787,15 @@ int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		return ret;
 	}
 
-	end = path.node;
-	matched = path.matched >> ctx->page_shift;
-	dup = kvmm_tier_adopt(ctx, from, end, pfns, matched);
-	if (dup) {
-		kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], pfns, dup);
-		kvmm_tree_fill(ctx, from, end, pfns);
-		kvmm_count(ctx, EV_DEDUP_PAGES, dup);
-	}
+	ins->match = ins->end = path.node;
+	ins->matched = path.matched;
 	if (leaf) {
-		memcpy(leaf->pfns, pfns + matched,
+		memcpy(leaf->pfns, pfns + (path.matched >> ctx->page_shift),
 		       (size_t)(rest >> ctx->page_shift) * sizeof(*pfns));
-		link_leaf(ctx, end, leaf, KVMM_TIER_DEVICE);
+		link_leaf(ctx, path.node, leaf, KVMM_TIER_DEVICE);
 		kvmm_count(ctx, EV_INSERT_TOKENS, rest);
-		end = leaf;
+		ins->end = leaf;
 	}
-	if (!n)
-		return 0;
-	kvmm_tree_touch(ctx, end);
-	kvmm_lru_update(ctx, end);
-	kvmm_write_through(ctx, from, end);
-	*endp = end;
-	*dupp = dup;
 	return (int)n;
 }
 
