@@ -547,7 +547,7 @@ int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t *ns,
 		      size_t stride, uint32_t count, uint32_t flags);
 
-/* ---- prefix_tree.c: pins ---- */
+/* ---- prefix.c ---- */
 #define KVMM_NO_LIMIT	UINT64_MAX
 int __kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 		      uint32_t n, bool keep, uint64_t limit, struct kvmm_node **nodep);

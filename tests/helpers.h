@@ -65,6 +65,7 @@ int register_ctx_suite(void);
 int register_page_alloc_suite(void);
 int register_seq_suite(void);
 int register_prefix_tree_suite(void);
+int register_prefix_suite(void);
 int register_vmscan_suite(void);
 int register_stats_suite(void);
 int register_check_suite(void);
