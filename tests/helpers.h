@@ -85,6 +85,8 @@ int register_hostile_ring_suite(void);
 int register_hostile_tools_suite(void);
 int register_hostile_nvme_suite(void);
 
+void test_hold_worker_reads(void *arg, uint32_t site, uint32_t chan);
+
 #define ADD_TEST(suite, fn) \
 	do { if (!CU_add_test(suite, #fn, fn)) return -1; } while (0)
 
