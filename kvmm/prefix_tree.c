@@ -671,7 +671,9 @@ static void link_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
  * @pfns: its OWNED frames on @tier, which become the tree's
  * @tier: KVMM_TIER_*
  *
- * For a restart, which finds an NVMe tier's pages again.
+ * For a restart, which finds an NVMe tier's pages again.  The leaf is
+ * stamped newer than its parent but not queued for reclaim: the caller
+ * does that when it is done (as after kvmm_tree_insert()).
  *
  * Return: the new leaf; NULL, with nothing changed, when @parent has a
  * child that starts the same way (-EEXIST) or on -ENOMEM.
@@ -691,7 +693,6 @@ struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *par
 	memcpy(leaf->pfns, pfns, (size_t)(n >> ctx->page_shift) * sizeof(*pfns));
 	link_leaf(ctx, parent, leaf, tier);
 	leaf->atime = ++ctx->tree.clock;	/* newer than its parent */
-	kvmm_lru_update(ctx, leaf);
 	return leaf;
 }
 

@@ -772,6 +772,7 @@ static void rec_attach(struct tier_scan *ts, uint32_t tier, uint32_t r, uint32_t
 			kvmm_free_pages(ctx, &ctx->zone[tier], &pfn, 1);
 			continue;
 		}
+		kvmm_lru_update(ctx, rec->node);
 		rec->state = REC_DONE;
 	}
 }
