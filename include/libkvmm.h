@@ -1029,8 +1029,11 @@ struct kvmm_host_arg {
  *	written, on its way to the file (0: never)
  * @tear_every: write only the first half of every @tear_every-th page, as
  *	a power cut would (0: never)
- * @hold: when not NULL, reads on the I/O worker's channel wait while
- *	*@hold is nonzero, so a test can keep a promotion in flight
+ * @latch: when not NULL, called with @latch_arg, the KVMM_NVME_SITE_* and
+ *	the channel (0: calls under the context lock, 1: the I/O worker)
+ *	before each batch of I/O starts; it may block, so a test can hold
+ *	an I/O in flight (a promotion's reads) while it drives the rest
+ * @latch_arg: for @latch
  *
  * The store keeps the pointer and reads the fields at every I/O.
  */
@@ -1041,7 +1044,8 @@ struct kvmm_nvme_arg {
 	uint32_t fault_sites;
 	uint32_t flip_every;
 	uint32_t tear_every;
-	const int *hold;
+	void (*latch)(void *latch_arg, uint32_t site, uint32_t chan);
+	void *latch_arg;
 };
 
 #ifdef __cplusplus

@@ -355,6 +355,19 @@ struct kvmm_path {
 	uint32_t matched;
 };
 
+/*
+ * struct kvmm_insert - where kvmm_tree_insert() put a key.  @match is the
+ * deepest node of the path the tree already had for it (split so that it
+ * ends on a node boundary; the start node when there was none) and
+ * @matched its tokens, counted from the start node; @end is the node the
+ * key now ends on: the new leaf, or @match when the tree had it all.
+ */
+struct kvmm_insert {
+	struct kvmm_node *match;
+	struct kvmm_node *end;
+	uint32_t matched;
+};
+
 int kvmm_tree_init(struct kvmm_ctx *ctx);
 void kvmm_tree_exit(struct kvmm_ctx *ctx);
 struct kvmm_node *kvmm_tree_root(struct kvmm_ctx *ctx, uint32_t ns,
@@ -369,8 +382,8 @@ void kvmm_tree_touch(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_tree_lock(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node);
 int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
-		     const uint32_t *key, uint32_t n, int32_t *pfns,
-		     struct kvmm_node **endp, uint32_t *dupp);
+		     const uint32_t *key, uint32_t n, const int32_t *pfns,
+		     struct kvmm_insert *ins);
 void kvmm_tree_delete_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
 				     const uint32_t *key, uint32_t n,
@@ -542,7 +555,7 @@ int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t *ns,
 		      size_t stride, uint32_t count, uint32_t flags);
 
-/* ---- prefix_tree.c: pins ---- */
+/* ---- prefix.c ---- */
 #define KVMM_NO_LIMIT	UINT64_MAX
 int __kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 		      uint32_t n, bool keep, uint64_t limit, struct kvmm_node **nodep);

@@ -18,9 +18,13 @@
  * MATCH fills the first part from the tree and locks the path; EXTEND
  * appends private frames; COMMIT moves whole private pages into the tree
  * (or swaps them for frames another sequence inserted meanwhile) and moves
- * the lock down to the new end of the path; CLOSE commits, unlocks and
- * frees the private frames; RETRACT does the same but keeps the sequence
- * open and empty, so a preempted request can match again later.
+ * the lock down to the new end of the path.  The tree only indexes: COMMIT
+ * then calls the tier layer itself, so that nodes of the path on a lower
+ * tier adopt the recomputed frames and, under write-through, the path
+ * gets its host copy (seq -> tree, then seq -> tier).  CLOSE commits,
+ * unlocks and frees the private frames; RETRACT does the same but keeps
+ * the sequence open and empty, so a preempted request can match again
+ * later.
  *
  * Every entry point validates all of its arguments before it changes
  * anything, and allocates what it needs before it changes anything, so a
@@ -254,25 +258,56 @@ KVMM_EXPORT int kvmm_seq_extend(struct kvmm_ctx *ctx, uint32_t seq, uint32_t n,
 	return kvmm_seq_extend_batch(ctx, &seq, &n, 1, flags);
 }
 
+/*
+ * The tokens of the matched part of @ins were in the tree before this
+ * commit, and the sequence computed them again into @pfns: the nodes of
+ * that path on a lower tier take those frames (kvmm_tier_adopt()), and
+ * the frames of the nodes that were on the device all along are
+ * duplicates: freed, the row pointing at the shared ones (SGLang frees
+ * kv_indices[prefix:new_prefix]).
+ */
+static void seq_share_prefix(struct kvmm_ctx *ctx, struct kvmm_node *from,
+			     const struct kvmm_insert *ins, int32_t *pfns)
+{
+	uint32_t dup = kvmm_tier_adopt(ctx, from, ins->match, pfns,
+				       ins->matched >> ctx->page_shift);
+
+	if (!dup)
+		return;
+	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], pfns, dup);
+	kvmm_tree_fill(ctx, from, ins->match, pfns);
+	kvmm_count(ctx, EV_DEDUP_PAGES, dup);
+}
+
+/*
+ * Insert the sequence's whole computed pages past its cached prefix into
+ * the tree (which only indexes them), then settle the pages the tree
+ * already had (seq_share_prefix()), stamp the path and queue its end for
+ * reclaim, give it a host copy under write-through, and move the
+ * sequence's lock down to the new end.
+ */
 static int __seq_commit(struct kvmm_ctx *ctx, uint32_t seq, struct kvmm_seq *s,
 			const uint32_t *tokens, uint32_t n)
 {
-	struct kvmm_node *end;
-	uint32_t dup;
+	int32_t *pfns = kvmm_row(ctx, seq) + (s->cached >> ctx->page_shift);
+	struct kvmm_insert ins;
 	int ret;
 
 	n = kvmm_align_down(ctx, n);
 	if (n <= s->cached)
 		return 0;
 	ret = kvmm_tree_insert(ctx, s->node, tokens + s->cached, n - s->cached,
-			       kvmm_row(ctx, seq) + (s->cached >> ctx->page_shift),
-			       &end, &dup);
+			       pfns, &ins);
 	if (ret <= 0)
 		return ret;
-	kvmm_tree_lock(ctx, end);
+	seq_share_prefix(ctx, s->node, &ins, pfns);
+	kvmm_tree_touch(ctx, ins.end);
+	kvmm_lru_update(ctx, ins.end);
+	kvmm_write_through(ctx, s->node, ins.end);
+	kvmm_tree_lock(ctx, ins.end);
 	if (s->node != s->root)
 		kvmm_tree_unlock(ctx, s->node);
-	s->node = end;
+	s->node = ins.end;
 	s->cached += (uint32_t)ret;
 	return 0;
 }

@@ -35,7 +35,8 @@
  *
  * Where a sequence commits tokens whose prefix node was demoted, the node
  * adopts the freshly computed device pages and its lower copy is freed
- * (kvmm_tree_insert), so no work is done twice.
+ * (kvmm_tier_adopt(), which COMMIT calls after the tree's insert), so no
+ * work is done twice.
  *
  * Write-through (kvmm_params.write_policy) gives a device node a copy on
  * the host tier when it is committed (kvmm_write_through()), or keeps
@@ -771,6 +772,7 @@ static void rec_attach(struct tier_scan *ts, uint32_t tier, uint32_t r, uint32_t
 			kvmm_free_pages(ctx, &ctx->zone[tier], &pfn, 1);
 			continue;
 		}
+		kvmm_lru_update(ctx, rec->node);
 		rec->state = REC_DONE;
 	}
 }

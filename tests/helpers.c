@@ -175,6 +175,20 @@ struct kvmm_sqe *test_sqe(struct kvmm_ring *ring, const char *file, unsigned int
 	return sqe;
 }
 
+/*
+ * A kvmm_nvme_arg.latch: the I/O worker's reads wait while the int at
+ * @arg is nonzero, so a promotion from NVMe stays in flight.
+ */
+void test_hold_worker_reads(void *arg, uint32_t site, uint32_t chan)
+{
+	const int *hold = arg;
+
+	if (site != KVMM_NVME_SITE_READ || !chan)
+		return;
+	while (__atomic_load_n(hold, __ATOMIC_ACQUIRE))
+		usleep(1000);
+}
+
 struct kvmm_sqe *child_sqe(struct kvmm_ring *ring, const char *file, unsigned int line)
 {
 	struct kvmm_sqe *sqe = kvmm_get_sqe(ring);

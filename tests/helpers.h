@@ -65,6 +65,7 @@ int register_ctx_suite(void);
 int register_page_alloc_suite(void);
 int register_seq_suite(void);
 int register_prefix_tree_suite(void);
+int register_prefix_suite(void);
 int register_vmscan_suite(void);
 int register_stats_suite(void);
 int register_check_suite(void);
@@ -83,6 +84,8 @@ int register_hostile_tenant_suite(void);
 int register_hostile_ring_suite(void);
 int register_hostile_tools_suite(void);
 int register_hostile_nvme_suite(void);
+
+void test_hold_worker_reads(void *arg, uint32_t site, uint32_t chan);
 
 #define ADD_TEST(suite, fn) \
 	do { if (!CU_add_test(suite, #fn, fn)) return -1; } while (0)

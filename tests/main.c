@@ -23,6 +23,7 @@ static const suite_register_fn suites[] = {
 	register_page_alloc_suite,
 	register_seq_suite,
 	register_prefix_tree_suite,
+	register_prefix_suite,
 	register_vmscan_suite,
 	register_stats_suite,
 	register_check_suite,

@@ -49,7 +49,8 @@
  * pages of that I/O.
  *
  * Fault injection (kvmm_nvme_arg, read at every I/O) rewrites completions
- * as they are reaped, and flips or tears pages on their way to the file.
+ * as they are reaped, flips or tears pages on their way to the file, and
+ * lets a test's latch hold a batch before it starts.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -279,6 +280,16 @@ static bool fault_due(const struct nvme_store *ns, struct nvme_chan *ch, uint32_
 	return !(++ch->completions % a->fault_every);
 }
 
+/* A test's latch (kvmm_nvme_arg.latch) may hold the batch about to start. */
+static void nvme_latch(const struct nvme_store *ns, const struct nvme_chan *ch,
+		       uint32_t site)
+{
+	const struct kvmm_nvme_arg *a = ns->arg;
+
+	if (a && a->latch)
+		a->latch(a->latch_arg, site, (uint32_t)(ch - ns->chan));
+}
+
 static void nvme_prep(struct nvme_store *ns, struct nvme_chan *ch, bool write, uint32_t i)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ch->ring);
@@ -326,6 +337,7 @@ static int nvme_pump(struct nvme_store *ns, struct nvme_chan *ch, bool write, ui
 	bool more = !ch->broken;
 	int first = ch->broken ? -EIO : 0;
 
+	nvme_latch(ns, ch, site);
 	/*
 	 * Free slots are a FIFO from slot 0 up, freed ones joining at the
 	 * back: a request of at most nbounce pages gets slots 0, 1, 2, ...
@@ -524,10 +536,6 @@ static uint32_t nvme_read(void *priv, uint32_t chan, const int32_t *pfns, uint32
 	*err = ch->ring_up ? 0 : chan_setup(ns, ch);
 	if (*err)
 		return 0;
-	/* A test holds the worker's reads to keep a promotion in flight. */
-	while (chan && ns->arg && ns->arg->hold &&
-	       __atomic_load_n(ns->arg->hold, __ATOMIC_ACQUIRE))
-		usleep(1000);
 	rd.n = nr < ch->nbounce ? nr : ch->nbounce;
 	nvme_pump(ns, ch, false, KVMM_NVME_SITE_READ, read_fill, read_done, &rd);
 	for (i = 0; i < rd.next; i++) {

@@ -715,7 +715,7 @@ static void contract_promotion_beside_demotions(void)
 {
 	char path[] = "/tmp/kvmm-contract-XXXXXX";
 	int hold = 1, fd = mkstemp(path);
-	struct kvmm_nvme_arg narg = { .hold = &hold };
+	struct kvmm_nvme_arg narg = { .latch = test_hold_worker_reads, .latch_arg = &hold };
 	struct kvmm_params p = test_params(4, 16, 64, 4096);
 	struct kvmm_ring_params rp = { .sq_entries = 8 };
 	uint32_t tok[6][32], i;

@@ -1050,7 +1050,8 @@ static void test_nvme_async_promote(void)
 {
 	const char *path = nvme_file("async");
 	int hold = 0;
-	struct kvmm_nvme_arg arg = { .hold = &hold };
+	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads,
+				     .latch_arg = &hold };
 	struct kvmm_ctx *ctx = nvme_ctx(24, 8, 64, path, &arg);
 	uint32_t tok[2][32], seq, other;
 	struct kvmm_ring ring;
@@ -1121,7 +1122,8 @@ static void test_nvme_async_cancel(void)
 {
 	const char *path = nvme_file("cancel");
 	int hold = 1;
-	struct kvmm_nvme_arg arg = { .hold = &hold };
+	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads,
+				     .latch_arg = &hold };
 	struct kvmm_ctx *ctx = nvme_ctx(24, 8, 64, path, &arg);
 	uint32_t tok[32], a, b;
 	struct kvmm_ring ring;
