@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -21,7 +21,9 @@
 #include <string.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 #include "autoconf.h"
+#include "../driver/driver.h"
 
 #ifndef KVMM_DEBUG
 #define KVMM_DEBUG 0

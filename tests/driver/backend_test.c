@@ -104,7 +104,8 @@ static long (*fake_live)(void);
 
 /* The cuda backend's argument for the current suite. */
 static struct kvmm_cuda_arg cuda_arg;
-static struct kvmm_mock_arg mock_arg;
+static struct kvmm_mock_faults mock_faults;
+static struct kvmm_mock_arg mock_arg = { .faults = &mock_faults };
 
 static void *backend_arg(void)
 {
@@ -307,7 +308,7 @@ static void contract_unregistered_staging_is_efault(void)
 	int32_t pfn = 3;
 	char *page;
 
-	mock_arg.dma_strict = true;
+	mock_faults.dma_strict = true;
 	CU_ASSERT_EQUAL_FATAL(pool_open(&pl, &m, 4, 16, &seed), 0);
 	page = malloc(kvmm_kv_page_bytes(&pl.g));
 	CU_ASSERT_EQUAL(pl.ops->gather(pl.priv, &pfn, 1, (void *const *)&page), -EFAULT);
@@ -315,7 +316,7 @@ static void contract_unregistered_staging_is_efault(void)
 	CU_ASSERT(pool_same(&pl));
 	pool_close(&pl);
 	free(page);
-	mock_arg.dma_strict = false;
+	mock_faults.dma_strict = false;
 }
 
 static struct kvmm_ctx *target_ctx_max(uint32_t ps, uint32_t nr_pages, uint32_t host_pages,
@@ -1158,22 +1159,22 @@ static void mock_resize_and_share_faults_change_nothing(void)
 	int *fds = (void *)1;
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
-	mock_arg.fail_resize = -ENOMEM;
+	mock_faults.fail_resize = -ENOMEM;
 	test_stats(ctx, st);
 	CU_ASSERT_EQUAL(kvmm_resize(ctx, 64), -ENOMEM);
 	CU_ASSERT_EQUAL(kvmm_resize(ctx, 16), -ENOMEM);
 	test_stats(ctx, st2);
 	ASSERT_STATS_SAME(st, st2);
 	CHECK_OK(ctx);
-	mock_arg.fail_resize = 0;
+	mock_faults.fail_resize = 0;
 	CU_ASSERT_EQUAL(kvmm_resize(ctx, 16), 0);
 	CU_ASSERT_EQUAL(kvmm_nr_pages(ctx), 16);
 	CHECK_OK(ctx);
 
-	mock_arg.fail_share = -EIO;
+	mock_faults.fail_share = -EIO;
 	CU_ASSERT_EQUAL(kvmm_kv_share(ctx, &sh, &ext, &fds), -EIO);
 	CU_ASSERT(ext == NULL && fds == NULL && sh.status == -EIO);
-	mock_arg.fail_share = 0;
+	mock_faults.fail_share = 0;
 	kvmm_destroy(ctx);
 
 	/* max_pages below the pool, or past the limits, is refused */

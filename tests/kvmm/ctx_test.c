@@ -248,7 +248,8 @@ static void create_budget_sizing_matches_formula(void)
 static void create_backend_failure_unwinds_everything(void)
 {
 	struct test_alloc ta = { 0 };
-	struct kvmm_mock_arg arg = { .fail_init = -EIO };
+	struct kvmm_mock_faults f = { .fail_init = -EIO };
+	struct kvmm_mock_arg arg = { .faults = &f };
 	struct kvmm_params p = test_params(1, 32, 4, 64);
 
 	p.alloc = &test_alloc_ops;

@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 
 #include "bench.h"
+#include "../../driver/driver.h"
 
 #define CUDA_REPEAT	7
 

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 
 #include "../lib/parse.h"
 
@@ -281,7 +282,7 @@ static int set_host_node(struct opts *o, const struct kvmmd_opt *d, const char *
 
 static int set_backend(struct opts *o, const struct kvmmd_opt *d, const char *val)
 {
-	if (!kvmm_backend_lookup(val)) {
+	if (!kvmm_backend_available(val)) {
 		fprintf(stderr, "kvmmd: --%s: no backend '%s' in this build\n", d->name, val);
 		return -1;
 	}
