@@ -36,10 +36,6 @@ extern "C" {
 
 struct kvmm_ctx;
 
-/* Attention layout of the KV cache: how many bytes one token occupies. */
-#define KVMM_ATTN_MHA		0	/* a K and a V vector per KV head (MHA/GQA/MQA) */
-#define KVMM_ATTN_MLA		1	/* one latent vector per token (DeepSeek MLA) */
-
 /**
  * struct kvmm_model - geometry of the model whose KV the pool holds
  * @layers: transformer layers holding KV
@@ -47,7 +43,7 @@ struct kvmm_ctx;
  * @head_dim: elements per head (MHA only)
  * @latent_dim: elements of the latent vector, kv_lora_rank + rope dim (MLA only)
  * @dtype_bytes: bytes per element (2 for bf16, 1 for fp8)
- * @attn: KVMM_ATTN_MHA or KVMM_ATTN_MLA
+ * @attn: KVMM_ATTN_MHA or KVMM_ATTN_MLA (uapi/kvmm/kvmm.h)
  */
 struct kvmm_model {
 	uint32_t layers;
@@ -195,10 +191,7 @@ int kvmm_seq_open(struct kvmm_ctx *ctx, uint32_t ns, uint32_t *seqp);
 int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq,
 		   const uint32_t *tokens, uint32_t n);
 
-#define KVMM_EXTEND_RESERVE	(1u << 0)	/* may dip below the min watermark */
-#define KVMM_EXTEND_NORECLAIM	(1u << 1)	/* fail rather than reclaim */
-#define KVMM_EXTEND_FLAGS	(KVMM_EXTEND_RESERVE | KVMM_EXTEND_NORECLAIM)
-
+/* flags: KVMM_EXTEND_* (uapi/kvmm/ring.h) */
 int kvmm_seq_extend(struct kvmm_ctx *ctx, uint32_t seq, uint32_t n,
 		    uint32_t flags);
 int kvmm_seq_extend_batch(struct kvmm_ctx *ctx, const uint32_t *seqs,
@@ -212,15 +205,7 @@ int kvmm_seq_retract(struct kvmm_ctx *ctx, uint32_t seq,
 int kvmm_seq_promote(struct kvmm_ctx *ctx, uint32_t seq,
 		     const uint32_t *tokens, uint32_t n);
 
-/**
- * struct kvmm_tier_hits - how much of a prefix is cached, per tier
- * @tokens: tokens[t] of the prefix are on tier t; the device part comes
- *	first, then host, then NVMe (a prefix never climbs back up)
- */
-struct kvmm_tier_hits {
-	uint32_t tokens[KVMM_NR_TIERS];
-	uint32_t resv;
-};
+/* struct kvmm_tier_hits: uapi/kvmm/ring.h, as LOOKUP writes it too */
 int kvmm_prefix_tiers(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 		      uint32_t n, struct kvmm_tier_hits *hits);
 
