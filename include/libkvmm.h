@@ -70,96 +70,122 @@ struct kvmm_alloc_ops {
 
 /**
  * struct kvmm_params - what kvmm_create() builds
+ * @size: sizeof(struct kvmm_params) as the caller was built; set by
+ *	kvmm_params_init(), which every caller starts from
+ *
+ * Geometry:
  * @model: the model geometry; sets the bytes per token (cell size)
  * @page_size: tokens per page, a power of two in [1, KVMM_MAX_PAGE_SIZE]
- * @nr_pages: pages in the device pool; 0 to size it from the budget below
- * @mem_total: total device memory in bytes (budget sizing)
- * @mem_avail: device memory free now, in bytes (budget sizing)
- * @mem_fraction: SGLang's mem_fraction_static, in (0, 1]
- * @max_seqs: rows of the page table: sequences open at once
- * @max_seq_len: tokens one sequence may hold
- * @wmark_min: pages kept back from ordinary allocations (see the tunables doc)
- * @wmark_low: an allocation that would leave fewer free pages reclaims first
- * @wmark_high: reclaim frees until this many pages are free after the allocation
- * @evict_policy: "lru" (default when NULL) or "slru"
- * @host_pages: pages of the host tier (0: none); reclaim demotes cold
- *	prefixes there instead of dropping them
- * @host_node: NUMA node of the host tier's memory, or KVMM_NODE_NEAREST
- *	(-1) for the node nearest the device (see the tiers doc)
- * @backend: backend name, "mock" (default when NULL)
- * @backend_arg: passed to the backend's init, backend specific (may be NULL)
- * @host_arg: fault injection for kvmm's own tests; NULL
- * @nvme_pages: pages of the NVMe tier (0: none); needs a host tier, which
- *	stages its pages (see the tiers doc)
- * @nvme_qd: io_uring queue depth of the NVMe tier (0: 32)
- * @nvme_path: the file or block device of the NVMe tier; an existing
- *	kvmm file of the same geometry and @model_id is recovered (restart),
- *	an empty or new one is formatted, anything else is refused (see the
- *	tiers doc); the file is locked while the context lives, and a
- *	second context on it is refused (-EBUSY)
- * @nvme_arg: fault injection for kvmm's own tests; NULL
- * @alloc: metadata allocator, NULL for malloc/free
- * @alloc_priv: passed to @alloc's hooks
- * @log: where kvmm reports corruption and check failures; NULL for stderr
- * @log_priv: passed to @log
- * @write_policy: when device KV gets a copy on the host tier:
- *	KVMM_WRITE_BACK (0, the default) copies a prefix down when reclaim
- *	demotes it; KVMM_WRITE_THROUGH copies it when it is committed, so
- *	that its later demotion copies nothing (needs a host tier; see the
- *	tiers doc)
- * @max_pages: pages the device pool may grow to at run time with
- *	kvmm_resize() (0: the pool's size, fixed); the backend reserves
- *	address space for them and the core sizes its page descriptors
- *	(2 bytes each) for them, while memory is held only for the pages
- *	in use
  * @model_id: what the KV is of, beyond its geometry: a string naming the
  *	model and its weights (e.g. "meta-llama/Llama-3.1-8B@5206a32"), at
  *	most KVMM_MODEL_ID_MAX bytes of printable characters, or NULL.  The
  *	NVMe tier's file records a fingerprint of it (XXH3-128) and refuses
  *	to recover a file written under another one (-EEXIST), so KV of one
  *	model is never served to another of the same geometry
+ * @max_seqs: rows of the page table: sequences open at once
+ * @max_seq_len: tokens one sequence may hold
+ *
+ * The device pool:
+ * @nr_pages: pages in the device pool; 0 to size it from the budget below
+ * @max_pages: pages the device pool may grow to at run time with
+ *	kvmm_resize() (0: the pool's size, fixed); the backend reserves
+ *	address space for them and the core sizes its page descriptors
+ *	(2 bytes each) for them, while memory is held only for the pages
+ *	in use
+ * @mem_total: total device memory in bytes (budget sizing)
+ * @mem_avail: device memory free now, in bytes (budget sizing)
+ * @mem_fraction: SGLang's mem_fraction_static, in (0, 1]
+ * @backend: backend name, "mock" (default when NULL) or "cuda"
+ * @backend_arg: the backend's options (struct kvmm_mock_arg,
+ *	struct kvmm_cuda_arg), or NULL for its defaults
+ *
+ * Reclaim:
+ * @wmark_min: pages kept back from ordinary allocations (see the tunables doc)
+ * @wmark_low: an allocation that would leave fewer free pages reclaims first
+ * @wmark_high: reclaim frees until this many pages are free after the allocation
+ * @evict_policy: "lru" (default when NULL) or "slru"
+ *
+ * Lower tiers (see the tiers doc):
+ * @host_pages: pages of the host tier (0: none); reclaim demotes cold
+ *	prefixes there instead of dropping them
+ * @host_node: NUMA node of the host tier's memory, or KVMM_NODE_NEAREST
+ *	(-1) for the node nearest the device
+ * @write_policy: when device KV gets a copy on the host tier:
+ *	KVMM_WRITE_BACK (0, the default) copies a prefix down when reclaim
+ *	demotes it; KVMM_WRITE_THROUGH copies it when it is committed, so
+ *	that its later demotion copies nothing (needs a host tier)
+ * @nvme_pages: pages of the NVMe tier (0: none); needs a host tier, which
+ *	stages its pages
+ * @nvme_qd: io_uring queue depth of the NVMe tier (0: 32)
  * @nvme_flags: KVMM_NVME_* flags of the NVMe tier: KVMM_NVME_REFORMAT
  *	formats its file afresh, dropping whatever it held, even a file of
  *	another model, geometry or layout version or one whose superblock
  *	is damaged (never a file that is not a kvmm file)
+ * @nvme_path: the file or block device of the NVMe tier; an existing
+ *	kvmm file of the same geometry and @model_id is recovered (restart),
+ *	an empty or new one is formatted, anything else is refused; the
+ *	file is locked while the context lives, and a second context on it
+ *	is refused (-EBUSY)
+ * @host_arg: fault injection for kvmm's own tests; NULL
+ * @nvme_arg: fault injection for kvmm's own tests; NULL
+ *
+ * Hooks:
+ * @alloc: metadata allocator, NULL for malloc/free
+ * @alloc_priv: passed to @alloc's hooks
+ * @log: where kvmm reports corruption and check failures; NULL for stderr
+ * @log_priv: passed to @log
  *
  * Budget sizing follows SGLang: with @nr_pages 0 the pool gets
  * (mem_avail - mem_total * (1 - mem_fraction)) bytes, divided by the cell
  * size times @page_size.  With @mem_total and @mem_avail both 0 the
- * backend is asked for them (cuda: cuMemGetInfo on its device).  Unused
- * fields must be zero.
+ * backend is asked for them (cuda: cuMemGetInfo on its device).
+ *
+ * Every field is 0 (or NULL) for its default.  New fields are only ever
+ * appended, and @size tells the library which ones the caller knows: a
+ * caller built against an older header gets the defaults for the rest; a
+ * caller built against a newer one is refused (-EINVAL) if it sets a
+ * field this library does not know.
  */
 struct kvmm_params {
+	uint32_t size;
+
 	struct kvmm_model model;
 	uint32_t page_size;
+	const char *model_id;
+	uint32_t max_seqs;
+	uint32_t max_seq_len;
+
 	uint32_t nr_pages;
+	uint32_t max_pages;
 	uint64_t mem_total;
 	uint64_t mem_avail;
 	double mem_fraction;
-	uint32_t max_seqs;
-	uint32_t max_seq_len;
+	const char *backend;
+	void *backend_arg;
+
 	uint32_t wmark_min;
 	uint32_t wmark_low;
 	uint32_t wmark_high;
 	const char *evict_policy;
+
 	uint32_t host_pages;
 	int32_t host_node;
-	void *host_arg;
+	uint32_t write_policy;
 	uint32_t nvme_pages;
 	uint32_t nvme_qd;
+	uint32_t nvme_flags;
 	const char *nvme_path;
+	void *host_arg;
 	void *nvme_arg;
-	const char *backend;
-	void *backend_arg;
+
 	const struct kvmm_alloc_ops *alloc;
 	void *alloc_priv;
 	void (*log)(void *priv, const char *msg);
 	void *log_priv;
-	uint32_t write_policy;
-	uint32_t max_pages;
-	const char *model_id;
-	uint32_t nvme_flags;
 };
+
+/* The first struct kvmm_params with a size: no caller passes less. */
+#define KVMM_PARAMS_SIZE_VER0	200
 
 #define KVMM_NODE_NEAREST	(-1)
 
@@ -179,6 +205,7 @@ struct kvmm_params {
 #define KVMM_MAX_SEQS		(1u << 20)
 
 /* Context */
+void kvmm_params_init(struct kvmm_params *params);
 int kvmm_create(const struct kvmm_params *params, struct kvmm_ctx **ctxp);
 void kvmm_destroy(struct kvmm_ctx *ctx);
 uint64_t kvmm_cell_bytes(const struct kvmm_model *model);

@@ -545,6 +545,7 @@ int main(int argc, char **argv)
 {
 	struct opts o = {
 		.p = {
+			.size = sizeof(struct kvmm_params),
 			.model = { .layers = 32, .kv_heads = 8, .head_dim = 128,
 				   .dtype_bytes = 2, .attn = KVMM_ATTN_MHA },
 			.page_size = 16, .nr_pages = 65536,
