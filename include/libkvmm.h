@@ -351,14 +351,18 @@ int kvmm_stream_wait(struct kvmm_ctx *ctx, void *stream);
 /*
  * Sharing the pool with another process: the owner describes it
  * (kvmm_kv_share(), what kvmmd sends a client that asks), the other side
- * maps the same memory (kvmm_kv_import(), or kvmm_kv_attach() over a ring
- * connected to kvmmd) and hands its kernels the addresses it gets.
+ * maps the same memory (kvmm_kv_pool_open(), or kvmm_kv_pool_attach() over
+ * a ring connected to kvmmd: libkvmm-ring.h) and hands its kernels the
+ * addresses it gets.  Every pool, opened or attached, is closed with
+ * kvmm_kv_pool_close(); every description with kvmm_kv_share_release().
  */
 struct kvmm_kv_pool;
 int kvmm_kv_share(struct kvmm_ctx *ctx, struct kvmm_share *share,
 		  struct kvmm_share_ext **ext, int **fds);
-int kvmm_kv_import(const struct kvmm_share *share, const struct kvmm_share_ext *ext,
-		   const int *fds, void *backend_arg, struct kvmm_kv_pool **poolp);
+void kvmm_kv_share_release(const struct kvmm_share *share, struct kvmm_share_ext *ext,
+			   int *fds);
+int kvmm_kv_pool_open(const struct kvmm_share *share, const struct kvmm_share_ext *ext,
+		      const int *fds, void *backend_arg, struct kvmm_kv_pool **poolp);
 int kvmm_kv_pool_layer(const struct kvmm_kv_pool *pool, uint32_t layer,
 		       struct kvmm_kv_layer *out);
 uint32_t kvmm_kv_pool_pages(const struct kvmm_kv_pool *pool);

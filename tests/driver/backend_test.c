@@ -614,7 +614,7 @@ static int open_fds(void)
 }
 
 /*
- * What kvmm_kv_share() describes, kvmm_kv_import() maps to the same
+ * What kvmm_kv_share() describes, kvmm_kv_pool_open() maps to the same
  * memory at addresses of its own: bytes written through either side are
  * there on the other.  A grown pool is shared again, bigger.
  */
@@ -650,10 +650,10 @@ static void contract_share_maps_the_same_bytes(void)
 	/* descriptions that do not hold together are refused */
 	bad = sh;
 	bad.nbufs = 3;
-	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_open(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
 	bad = sh;
 	bad.mapped_pages = sh.mapped_pages + 1;
-	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_open(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
 	/*
 	 * geometry whose bytes per slot (2^54 + 1) pass the model check but
 	 * whose pool bytes wrap to a small number: mapped short, written far
@@ -662,12 +662,12 @@ static void contract_share_maps_the_same_bytes(void)
 	bad.kv_heads = 37u * 109 * 246241;
 	bad.head_dim = 13u * 279073;
 	bad.dtype_bytes = 5;
-	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_open(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
 	bad = sh;
 	strcpy(bad.backend, "nosuch");
-	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_open(&bad, ext, fds, backend_arg(), &pool), -EOPNOTSUPP);
 
-	CU_ASSERT_EQUAL_FATAL(kvmm_kv_import(&sh, ext, fds, backend_arg(), &pool), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_kv_pool_open(&sh, ext, fds, backend_arg(), &pool), 0);
 	CU_ASSERT_EQUAL(kvmm_kv_pool_pages(pool), 8);
 	CU_ASSERT_EQUAL(kvmm_kv_pool_layer(pool, 2, &theirs), -EINVAL);
 	for (l = 0; l < 2; l++) {
@@ -686,22 +686,16 @@ static void contract_share_maps_the_same_bytes(void)
 		CU_ASSERT(!memcmp(a, b, 16 * mine.slot_bytes));
 	}
 	kvmm_kv_pool_close(pool);
-	for (i = 0; i < sh.nr_fds; i++)
-		close(fds[i]);
-	free(fds);
-	free(ext);
+	kvmm_kv_share_release(&sh, ext, fds);
 
 	CU_ASSERT_EQUAL(kvmm_resize(ctx, 64), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_kv_share(ctx, &sh, &ext, &fds), 0);
 	CU_ASSERT_EQUAL(sh.nr_pages, 64);
 	CU_ASSERT(sh.mapped_pages >= 64);
-	CU_ASSERT_EQUAL_FATAL(kvmm_kv_import(&sh, ext, fds, backend_arg(), &pool), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_kv_pool_open(&sh, ext, fds, backend_arg(), &pool), 0);
 	CU_ASSERT_EQUAL(kvmm_kv_pool_pages(pool), 64);
 	kvmm_kv_pool_close(pool);
-	for (i = 0; i < sh.nr_fds; i++)
-		close(fds[i]);
-	free(fds);
-	free(ext);
+	kvmm_kv_share_release(&sh, ext, fds);
 	kvmm_destroy(ctx);
 	CU_ASSERT_EQUAL(open_fds(), nfd);
 }
@@ -968,7 +962,7 @@ int cuda_attach_child(const char *path, const char *driver)
 
 	if (cu_bind(driver[0] ? driver : "libcuda.so.1"))
 		return 9;
-	if (kvmm_ring_connect(path, &rp, &ring) || kvmm_kv_attach(&ring, &arg, &pool))
+	if (kvmm_ring_connect(path, &rp, &ring) || kvmm_kv_pool_attach(&ring, &arg, &pool))
 		return 10;
 	for (l = 0; kvmm_kv_pool_layer(pool, l, &kl) == 0; l++) {
 		if (16 * kl.slot_bytes > sizeof(page))

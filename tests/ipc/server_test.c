@@ -120,7 +120,7 @@ static void child_write_shared_kv(const char *path, int want_attach)
 
 	if (kvmm_ring_connect(path, &rp, &ring))
 		_exit(10);
-	if (kvmm_kv_attach(&ring, NULL, &pool) != want_attach)
+	if (kvmm_kv_pool_attach(&ring, NULL, &pool) != want_attach)
 		_exit(11);
 	for (l = 0; pool && kvmm_kv_pool_layer(pool, l, &kl) == 0; l++) {
 		if (kvmm_kv_pool_pages(pool) != 64)

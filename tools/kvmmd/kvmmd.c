@@ -552,7 +552,7 @@ int main(int argc, char **argv)
 			.max_seqs = 1024, .max_seq_len = 32768,
 			.host_node = KVMM_NODE_NEAREST,
 		},
-		/* clients may map the pool (kvmm_kv_attach()) */
+		/* clients may map the pool (kvmm_kv_pool_attach()) */
 		.mock = { .shareable = true },
 		.ns_pin_pages = KVMM_NS_PIN_AUTO,
 		.ns_cache_share = 100,

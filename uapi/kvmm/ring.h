@@ -390,7 +390,7 @@ struct kvmm_welcome {
 };
 
 /*
- * Sharing the KV pool with a client (kvmm_kv_attach()).  After its hello
+ * Sharing the KV pool with a client (kvmm_kv_pool_attach()).  After its hello
  * a client may send a struct kvmm_share_req on the socket, at any time
  * and as often as it likes (after a resize, say).  The server answers
  * with a struct kvmm_share; when its status is 0 there follow nr_ext
