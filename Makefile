@@ -282,7 +282,8 @@ install: lib tools
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
 	ln -sf libkvmm.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkvmm.so.$(SONAME_MAJOR)
 	ln -sf libkvmm.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkvmm.so
-	install -m 644 $(srctree)/include/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(srctree)/include/libkvmm.h $(srctree)/include/libkvmm-ring.h \
+		$(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(srctree)/uapi/kvmm/kvmm.h $(srctree)/uapi/kvmm/ring.h \
 		$(DESTDIR)$(INCLUDEDIR)/kvmm/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|; s|@LIBS_PRIVATE@|$(lib_libs)|' \
@@ -290,7 +291,8 @@ install: lib tools
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libkvmm.a $(DESTDIR)$(LIBDIR)/libkvmm.so* \
-	      $(DESTDIR)$(INCLUDEDIR)/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/kvmm/kvmm.h \
+	      $(DESTDIR)$(INCLUDEDIR)/libkvmm.h $(DESTDIR)$(INCLUDEDIR)/libkvmm-ring.h \
+	      $(DESTDIR)$(INCLUDEDIR)/kvmm/kvmm.h \
 	      $(DESTDIR)$(INCLUDEDIR)/kvmm/ring.h $(DESTDIR)$(BINDIR)/kvmmd \
 	      $(DESTDIR)$(BINDIR)/kvmmctl $(DESTDIR)$(BINDIR)/kvmm-bench \
 	      $(DESTDIR)$(BINDIR)/kvmm-engine $(DESTDIR)$(MANDIR)/man1/kvmm-engine.1 \

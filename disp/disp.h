@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 
 struct kvmm_disp;
 

@@ -31,7 +31,7 @@ static const struct kvmm_backend_ops *const backends[] = {
  *
  * Return: its ops, or NULL when this build has no such backend.
  */
-KVMM_EXPORT const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name)
+const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name)
 {
 	size_t i;
 
@@ -42,13 +42,27 @@ KVMM_EXPORT const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name)
 }
 
 /**
+ * kvmm_backend_available() - is there a backend of this name in this build
+ * @name: e.g. "mock" or "cuda"
+ *
+ * What kvmm_params.backend may name; an embedder or a tool can check a
+ * name given to it before it builds a context.
+ *
+ * Return: true when kvmm_create() would find the backend.
+ */
+KVMM_EXPORT bool kvmm_backend_available(const char *name)
+{
+	return kvmm_backend_lookup(name) != NULL;
+}
+
+/**
  * kvmm_store_lookup() - the store that holds the pages of a lower tier
  * @tier: KVMM_TIER_HOST or KVMM_TIER_NVME
  *
  * Return: its ops, or NULL when this build has none for @tier (the NVMe
  * store needs liburing).
  */
-KVMM_EXPORT const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier)
+const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier)
 {
 	if (tier == KVMM_TIER_HOST)
 		return &kvmm_host_store;

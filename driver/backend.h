@@ -9,6 +9,8 @@
 #include <pthread.h>
 
 #include <libkvmm.h>
+#include "driver.h"
+#include "fault.h"
 #include "../kernels/kv.h"
 
 extern const struct kvmm_backend_ops kvmm_mock_backend;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -22,6 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static uint8_t out[4096];
 	struct kvmm_iovec bufs[2] = { { tokens, sizeof(tokens) }, { out, sizeof(out) } };
 	struct kvmm_params p = {
+		.size = sizeof(p),
 		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
 			   .attn = KVMM_ATTN_MHA },
 		.max_seqs = 8, .max_seq_len = 256, .nr_pages = 64,

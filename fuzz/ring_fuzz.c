@@ -27,6 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct kvmm_params p = {
+		.size = sizeof(p),
 		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
 			   .attn = KVMM_ATTN_MHA },
 		.page_size = 2, .max_seqs = 8, .max_seq_len = 128, .nr_pages = 64,

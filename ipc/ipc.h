@@ -13,8 +13,10 @@
 #include <time.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 #include "autoconf.h"
 #include "../disp/disp.h"
+#include "../driver/driver.h"
 
 #define KVMM_EXPORT		__attribute__((visibility("default")))
 #define KVMM_RING_MAX_ENTRIES	32768

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * ipc/share.c - descriptors over the socket: the ring's welcome, and the
- * KV pool shared with a client (kvmm_kv_attach()).
+ * KV pool shared with a client (kvmm_kv_pool_attach()).
  *
  * DOC: sharing the pool across processes
  *
@@ -14,7 +14,7 @@
  * for cuda), and sends it: the struct kvmm_share, its extents, then the
  * descriptors with SCM_RIGHTS in batches of at most KVMM_SHARE_FDS_MAX
  * (the kernel takes no more in one message).  The client hands them to
- * the same backend's import (kvmm_kv_import()), which maps the memory at
+ * the same backend's import (kvmm_kv_pool_open()), which maps the memory at
  * addresses of its own, and closes them.  The wire format is in
  * uapi/kvmm/ring.h.
  *
@@ -350,7 +350,6 @@ int kvmm_share_serve(struct kvmm_ctx *ctx, int sock, bool bound,
 	struct kvmm_share_ext *ext = NULL;
 	struct kvmm_share sh;
 	int *fds = NULL, ret;
-	uint32_t i;
 
 	if (bound) {
 		sh = (struct kvmm_share){ .magic = KVMM_SHARE_MAGIC, .status = -EPERM };
@@ -364,10 +363,7 @@ int kvmm_share_serve(struct kvmm_ctx *ctx, int sock, bool bound,
 	ret = kvmm_sock_send_until(sock, &sh, sizeof(sh), NULL, 0, dl) ?:
 	      kvmm_sock_send_until(sock, ext, sh.nr_ext * sizeof(*ext), NULL, 0, dl) ?:
 	      send_fds(sock, fds, sh.nr_fds, dl);
-	for (i = 0; i < sh.nr_fds; i++)
-		close(fds[i]);
-	free(fds);
-	free(ext);
+	kvmm_kv_share_release(&sh, ext, fds);
 	return ret;
 }
 
@@ -415,7 +411,7 @@ out:
 }
 
 /**
- * kvmm_kv_attach() - map the KV pool of the server a ring is connected to
+ * kvmm_kv_pool_attach() - map the KV pool of the server a ring is connected to
  * @ring: a ring from kvmm_ring_connect()
  * @backend_arg: this side's backend argument (cuda: struct kvmm_cuda_arg,
  *	NULL for the defaults; the device is the server's, found by its PCI
@@ -429,16 +425,15 @@ out:
  * Return: 0; -EINVAL for an in-process ring (kvmm_kv_layer() serves
  * those); the server's refusal (-EOPNOTSUPP: its memory cannot be
  * exported; -EPERM: the ring is bound to a namespace, and a tenant may
- * not map every tenant's KV); kvmm_kv_import()'s errors; -EPROTO or -ECONNRESET for a
- * broken conversation.
+ * not map every tenant's KV); kvmm_kv_pool_open()'s errors; -EPROTO or
+ * -ECONNRESET for a broken conversation.
  */
-KVMM_EXPORT int kvmm_kv_attach(struct kvmm_ring *ring, void *backend_arg,
-			       struct kvmm_kv_pool **poolp)
+KVMM_EXPORT int kvmm_kv_pool_attach(struct kvmm_ring *ring, void *backend_arg,
+				    struct kvmm_kv_pool **poolp)
 {
 	struct kvmm_share_req req = { .magic = KVMM_SHARE_MAGIC };
 	struct kvmm_share_ext *ext;
 	struct kvmm_share sh;
-	uint32_t i;
 	int *fds, ret;
 
 	if (!ring || !ring->hdr || ring->ctx || ring->sock < 0 || !poolp)
@@ -447,10 +442,7 @@ KVMM_EXPORT int kvmm_kv_attach(struct kvmm_ring *ring, void *backend_arg,
 	      share_recv(ring->sock, &sh, &ext, &fds);
 	if (ret)
 		return ret;
-	ret = kvmm_kv_import(&sh, ext, fds, backend_arg, poolp);
-	for (i = 0; i < sh.nr_fds; i++)
-		close(fds[i]);
-	free(fds);
-	free(ext);
+	ret = kvmm_kv_pool_open(&sh, ext, fds, backend_arg, poolp);
+	kvmm_kv_share_release(&sh, ext, fds);
 	return ret;
 }

@@ -8,6 +8,7 @@
  * backend's pool.  There is no global state, so an engine may run one
  * context per GPU, or one per model on the same GPU.
  */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,13 +187,54 @@ static int params_mem_info(const struct kvmm_backend_ops *bops, struct kvmm_para
 	return ret;
 }
 
+static_assert(sizeof(struct kvmm_params) >= KVMM_PARAMS_SIZE_VER0,
+	      "struct kvmm_params shrank below its first sized version");
+
+/**
+ * kvmm_params_init() - the parameters every caller starts from
+ * @params: filled with the defaults (every field 0 or NULL) and @size
+ *
+ * A caller sets what it needs on top.  @size records which fields the
+ * caller's build knows, so a program built against this header keeps
+ * working with a library that has appended fields since.
+ *
+ * Context: any.
+ */
+KVMM_EXPORT void kvmm_params_init(struct kvmm_params *params)
+{
+	memset(params, 0, sizeof(*params));
+	params->size = sizeof(*params);
+}
+
+/*
+ * The caller's parameters as this library's struct: fields past the
+ * caller's @size read as their defaults; fields past ours, which a newer
+ * caller knows, must be unset (as Linux's copy_struct_from_user()).
+ */
+static int params_copy(const struct kvmm_params *in, struct kvmm_params *out)
+{
+	const unsigned char *tail = (const unsigned char *)in + sizeof(*out);
+	size_t size = in->size, i;
+
+	if (size < KVMM_PARAMS_SIZE_VER0)
+		return -EINVAL;
+	for (i = sizeof(*out); i < size; i++)
+		if (tail[i - sizeof(*out)])
+			return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	memcpy(out, in, size < sizeof(*out) ? size : sizeof(*out));
+	out->size = sizeof(*out);
+	return 0;
+}
+
 /**
  * kvmm_create() - build a context: pool, page table, prefix tree
  * @params: what to build; see struct kvmm_params
  * @ctxp: out, the new context
  *
- * Return: 0; -EINVAL for bad parameters (a page size that is not a power
- * of two, zero sizes, unknown policy or inconsistent watermarks; geometry
+ * Return: 0; -EINVAL for bad parameters (a @params->size below
+ * KVMM_PARAMS_SIZE_VER0 or with fields this library does not know set, a
+ * page size that is not a power of two, zero sizes, unknown policy or inconsistent watermarks; geometry
  * whose bytes per token, page or tier overflow, reported through
  * @params->log naming the field);
  * -EOPNOTSUPP for an unknown backend, or max_pages on a backend that
@@ -213,10 +255,12 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 
 	if (!params || !ctxp)
 		return -EINVAL;
-	bops = kvmm_backend_lookup(params->backend ? params->backend : "mock");
+	ret = params_copy(params, &sized);
+	if (ret)
+		return ret;
+	bops = kvmm_backend_lookup(sized.backend ? sized.backend : "mock");
 	if (!bops)
 		return -EOPNOTSUPP;
-	sized = *params;
 	ret = params_mem_info(bops, &sized);
 	if (ret)
 		return ret;

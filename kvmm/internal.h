@@ -21,7 +21,9 @@
 #include <string.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 #include "autoconf.h"
+#include "../driver/driver.h"
 
 #ifndef KVMM_DEBUG
 #define KVMM_DEBUG 0
@@ -548,7 +550,7 @@ struct kvmm_seq {
 };
 
 int kvmm_seqs_init(struct kvmm_ctx *ctx);
-struct kvmm_seq *kvmm_seq_get(struct kvmm_ctx *ctx, uint32_t seq);
+struct kvmm_seq *kvmm_seq_lookup(struct kvmm_ctx *ctx, uint32_t seq);
 void kvmm_seqs_exit(struct kvmm_ctx *ctx);
 int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		     uint32_t n, uint32_t *below);

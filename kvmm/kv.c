@@ -13,6 +13,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -89,7 +90,7 @@ KVMM_EXPORT int64_t kvmm_kv_indices(struct kvmm_ctx *ctx, const struct kvmm_kv_b
 		return -ENOMEM;
 	stamp = ++ctx->batch;
 	for (i = 0; i < b->count && !ret; i++) {
-		struct kvmm_seq *s = kvmm_seq_get(ctx, b->seqs[i]);
+		struct kvmm_seq *s = kvmm_seq_lookup(ctx, b->seqs[i]);
 
 		if (!s || s->mark == stamp) {
 			ret = -EINVAL;
@@ -178,11 +179,12 @@ static int share_header(struct kvmm_share *share, int status)
  * @ctx: the context; its lock held when rings are served
  * @share: out: the description (uapi struct kvmm_share); on failure a
  *	refusal: magic set, status the negative errno, nothing else
- * @ext: out: share->nr_ext extents, from malloc; the caller frees it
- * @fds: out: share->nr_fds new descriptors, from malloc; the caller closes
- *	them and frees the array
+ * @ext: out: share->nr_ext extents
+ * @fds: out: share->nr_fds new descriptors
  *
- * What kvmmd sends a client that asks (kvmm_kv_attach()).  The pages the
+ * The caller gives @ext and @fds back with kvmm_kv_share_release() (which
+ * closes the descriptors) once it has sent or opened them.  What kvmmd
+ * sends a client that asks (kvmm_kv_pool_attach()).  The pages the
  * importer maps are the same memory: what it writes there the pool has.
  * The description is of the pool as it is now; after kvmm_resize() a
  * client maps it again.
@@ -230,7 +232,29 @@ struct kvmm_kv_pool {
 };
 
 /**
- * kvmm_kv_import() - map a pool another process shared
+ * kvmm_kv_share_release() - give back what kvmm_kv_share() handed out
+ * @share: the description @ext and @fds came with (its nr_fds counts them)
+ * @ext: its extents, or NULL
+ * @fds: its descriptors, or NULL; each is closed
+ *
+ * The arrays are the library's allocations, so the library frees them.
+ *
+ * Context: any.
+ */
+KVMM_EXPORT void kvmm_kv_share_release(const struct kvmm_share *share,
+				       struct kvmm_share_ext *ext, int *fds)
+{
+	uint32_t i;
+
+	for (i = 0; fds && share && i < share->nr_fds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(fds);
+	free(ext);
+}
+
+/**
+ * kvmm_kv_pool_open() - map a pool another process shared
  * @share: its description (from kvmm_kv_share() there)
  * @ext: its share->nr_ext extents
  * @fds: its share->nr_fds descriptors; they stay the caller's
@@ -242,9 +266,9 @@ struct kvmm_kv_pool {
  * (geometry whose pool bytes overflow included); -EOPNOTSUPP for a backend this build lacks or that cannot import; its
  * error (-ENODEV: the device is not visible here).
  */
-KVMM_EXPORT int kvmm_kv_import(const struct kvmm_share *share,
-			       const struct kvmm_share_ext *ext, const int *fds,
-			       void *backend_arg, struct kvmm_kv_pool **poolp)
+KVMM_EXPORT int kvmm_kv_pool_open(const struct kvmm_share *share,
+				  const struct kvmm_share_ext *ext, const int *fds,
+				  void *backend_arg, struct kvmm_kv_pool **poolp)
 {
 	struct kvmm_backend_cfg cfg = { 0 };
 	const struct kvmm_backend_ops *ops;
@@ -308,7 +332,7 @@ KVMM_EXPORT int kvmm_kv_import(const struct kvmm_share *share,
 
 /**
  * kvmm_kv_pool_layer() - where layer @layer's KV is in an imported pool
- * @pool: from kvmm_kv_import() or kvmm_kv_attach()
+ * @pool: from kvmm_kv_pool_open() or kvmm_kv_pool_attach()
  * @layer: 0 .. layers - 1
  * @out: filled on success, as kvmm_kv_layer() does for the owner
  *

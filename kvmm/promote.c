@@ -446,7 +446,7 @@ static void job_complete(struct kvmm_ctx *ctx, struct kvmm_promo *job, int res)
 int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		 uint32_t n, struct kvmm_owner *owner, uint64_t user_data)
 {
-	struct kvmm_seq *s = kvmm_seq_get(ctx, seq);
+	struct kvmm_seq *s = kvmm_seq_lookup(ctx, seq);
 	struct kvmm_promo *job;
 	int ret;
 

@@ -72,7 +72,7 @@ void kvmm_seqs_exit(struct kvmm_ctx *ctx)
 }
 
 /* The open sequence @seq, or NULL for a bad or closed one. */
-struct kvmm_seq *kvmm_seq_get(struct kvmm_ctx *ctx, uint32_t seq)
+struct kvmm_seq *kvmm_seq_lookup(struct kvmm_ctx *ctx, uint32_t seq)
 {
 	if (!ctx || seq >= ctx->max_seqs || !ctx->seqs[seq].open)
 		return NULL;
@@ -142,7 +142,7 @@ KVMM_EXPORT int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq,
 int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		     uint32_t n, uint32_t *below)
 {
-	struct kvmm_seq *s = kvmm_seq_get(ctx, seq);
+	struct kvmm_seq *s = kvmm_seq_lookup(ctx, seq);
 	uint32_t tiers[KVMM_NR_TIERS], t;
 	struct kvmm_path path;
 	int ret;
@@ -191,7 +191,7 @@ int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t
 		return -EINVAL;
 	stamp = ++ctx->batch;
 	for (i = 0; i < count; i++) {
-		struct kvmm_seq *s = kvmm_seq_get(ctx, seqs[i * stride]);
+		struct kvmm_seq *s = kvmm_seq_lookup(ctx, seqs[i * stride]);
 		uint32_t n = ns[i * stride];
 
 		/* The stamps a refused batch leaves behind are harmless. */
@@ -340,7 +340,7 @@ static bool commit_args_ok(const struct kvmm_seq *s, const uint32_t *tokens,
 KVMM_EXPORT int kvmm_seq_commit(struct kvmm_ctx *ctx, uint32_t seq,
 				const uint32_t *tokens, uint32_t n)
 {
-	struct kvmm_seq *s = kvmm_seq_get(ctx, seq);
+	struct kvmm_seq *s = kvmm_seq_lookup(ctx, seq);
 	int ret;
 
 	if (s && s->promo)
@@ -376,7 +376,7 @@ static void seq_release(struct kvmm_ctx *ctx, uint32_t seq, struct kvmm_seq *s)
 static int seq_finish(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		      uint32_t n, struct kvmm_seq **sp)
 {
-	struct kvmm_seq *s = kvmm_seq_get(ctx, seq);
+	struct kvmm_seq *s = kvmm_seq_lookup(ctx, seq);
 	int ret;
 
 	if (!s || (n && !commit_args_ok(s, tokens, n)))

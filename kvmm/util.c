@@ -173,7 +173,7 @@ KVMM_EXPORT uint64_t kvmm_cell_bytes(const struct kvmm_model *model)
  * Return: the size a lower tier stores per page, 0 for no KV or a size
  * that overflows.
  */
-KVMM_EXPORT uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t page_size)
+uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t page_size)
 {
 	uint64_t page;
 

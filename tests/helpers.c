@@ -45,14 +45,15 @@ void test_log_fn(void *priv, const char *msg)
 struct kvmm_params test_params(uint32_t page_size, uint32_t nr_pages,
 			       uint32_t max_seqs, uint32_t max_seq_len)
 {
-	struct kvmm_params p = {
-		.model = { .layers = 2, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 2,
-			   .attn = KVMM_ATTN_MHA },
-		.page_size = page_size,
-		.nr_pages = nr_pages,
-		.max_seqs = max_seqs,
-		.max_seq_len = max_seq_len,
-	};
+	struct kvmm_params p;
+
+	kvmm_params_init(&p);
+	p.model = (struct kvmm_model){ .layers = 2, .kv_heads = 1, .head_dim = 4,
+				       .dtype_bytes = 2, .attn = KVMM_ATTN_MHA };
+	p.page_size = page_size;
+	p.nr_pages = nr_pages;
+	p.max_seqs = max_seqs;
+	p.max_seq_len = max_seq_len;
 	return p;
 }
 

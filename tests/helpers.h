@@ -12,6 +12,9 @@
 
 #include <CUnit/CUnit.h>
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
+#include "../driver/driver.h"
+#include "../driver/fault.h"
 
 /* An allocator that counts live blocks and fails the fail_at-th call. */
 struct test_alloc {

@@ -26,13 +26,14 @@
  * references (kernels/ref.c), so the engine and the tiers on this backend
  * move exactly the bytes the GPU kernels would.
  *
- * Fault injection: kvmm_mock_arg.fail_init makes init fail;
+ * Fault injection (struct kvmm_mock_faults, driver/fault.h, reached
+ * through kvmm_mock_arg.faults): fail_init makes init fail;
  * fail_copy/fail_every make chosen gather/scatter calls fail, and
  * fail_resize/fail_share make resize and share fail, for tests of the
  * core's error paths.
  *
  * DMA registration is modelled, not needed: mem_register records ranges,
- * and with kvmm_mock_arg.dma_strict a copy to or from host memory outside
+ * and with kvmm_mock_faults.dma_strict a copy to or from host memory outside
  * them fails as a device's DMA would, so tests prove that every buffer a
  * store hands the backend was registered first (the CUDA backend's
  * contract).  fail_register/fail_register_at fail chosen registrations.
@@ -50,7 +51,7 @@
 #include "../backend.h"
 
 struct mock_pool {
-	struct kvmm_mock_arg *arg;	/* read live: tests change it */
+	struct kvmm_mock_arg *arg;	/* its faults read live: tests change them */
 	uint64_t copies;	/* gather/scatter calls, for fail_every */
 	uint32_t registers;	/* mem_register calls, for fail_register_at */
 	struct kvmm_dma_ranges dma;
@@ -63,6 +64,12 @@ struct mock_pool {
 	void **bufs;		/* geom.nbufs buffers, a layer's adjacent */
 	int *fds;		/* their memfds; -1 in an imported pool */
 };
+
+/* The test's fault knobs, read at every call; NULL in production. */
+static struct kvmm_mock_faults *mock_faults(const struct kvmm_mock_arg *arg)
+{
+	return arg ? arg->faults : NULL;
+}
 
 static void mock_exit(void *priv)
 {
@@ -138,12 +145,13 @@ static int memfd_size_and_seal(int fd, uint64_t bytes)
 static int mock_init(const struct kvmm_backend_cfg *cfg, void **privp)
 {
 	struct kvmm_mock_arg *arg = cfg->arg;
+	struct kvmm_mock_faults *f = mock_faults(arg);
 	struct mock_pool *pool;
 	uint32_t i;
 	int ret = 0;
 
-	if (arg && arg->fail_init)
-		return arg->fail_init < 0 ? arg->fail_init : -EIO;
+	if (f && f->fail_init)
+		return f->fail_init < 0 ? f->fail_init : -EIO;
 	pool = pool_new(cfg);
 	if (!pool)
 		return -ENOMEM;
@@ -186,23 +194,23 @@ static int mock_kv_layer(void *priv, uint32_t layer, struct kvmm_kv_layer *out)
 /* Should this gather/scatter call fail?  Counts every call. */
 static int mock_copy_fault(struct mock_pool *pool)
 {
-	const struct kvmm_mock_arg *arg = pool->arg;
-
+	const struct kvmm_mock_faults *f = mock_faults(pool->arg);
 	/* The I/O worker scatters while other copies run: count atomically. */
 	uint64_t n = __atomic_add_fetch(&pool->copies, 1, __ATOMIC_RELAXED);
 
-	if (arg && arg->fail_every && !(n % arg->fail_every))
-		return arg->fail_copy ? arg->fail_copy : -EIO;
+	if (f && f->fail_every && !(n % f->fail_every))
+		return f->fail_copy ? f->fail_copy : -EIO;
 	return 0;
 }
 
 /* With dma_strict: is every page of @host inside one registered range? */
 static int mock_dma_check(struct mock_pool *pool, uint32_t nr, void *const *host)
 {
+	const struct kvmm_mock_faults *f = mock_faults(pool->arg);
 	uint64_t bytes = kvmm_kv_page_bytes(&pool->geom);
 	uint32_t i;
 
-	if (!pool->arg || !pool->arg->dma_strict)
+	if (!f || !f->dma_strict)
 		return 0;
 	for (i = 0; i < nr; i++)
 		if (!kvmm_dma_ranges_find(&pool->dma, host[i], bytes))
@@ -241,18 +249,18 @@ static int mock_numa_node(void *priv)
 static int mock_mem_register(void *priv, void *addr, size_t len)
 {
 	struct mock_pool *pool = priv;
-	struct kvmm_mock_arg *arg = pool->arg;
+	struct kvmm_mock_faults *f = mock_faults(pool->arg);
 	uint32_t n = __atomic_add_fetch(&pool->registers, 1, __ATOMIC_RELAXED);
 	int ret;
 
-	if (arg && arg->fail_register && (!arg->fail_register_at || n == arg->fail_register_at))
-		return arg->fail_register;
+	if (f && f->fail_register && (!f->fail_register_at || n == f->fail_register_at))
+		return f->fail_register;
 	/* Plain memory: the "device" sees it where the host does. */
 	ret = kvmm_dma_ranges_add(&pool->dma, addr, len, (uintptr_t)addr);
 	if (ret < 0)
 		return ret;
-	if (arg)
-		arg->dma_ranges = (uint32_t)ret;
+	if (f)
+		f->dma_ranges = (uint32_t)ret;
 	return 0;
 }
 
@@ -260,10 +268,11 @@ static int mock_mem_register(void *priv, void *addr, size_t len)
 static void mock_mem_unregister(void *priv, void *addr, size_t len)
 {
 	struct mock_pool *pool = priv;
+	struct kvmm_mock_faults *f = mock_faults(pool->arg);
 	uint32_t left = kvmm_dma_ranges_del(&pool->dma, addr, len);
 
-	if (pool->arg)
-		pool->arg->dma_ranges = left;
+	if (f)
+		f->dma_ranges = left;
 }
 
 static int mock_kv_copy(void *priv, const int32_t *src, const int32_t *dst,
@@ -327,13 +336,14 @@ static int mock_resize(void *priv, uint32_t nr_pages)
 	struct mock_pool *pool = priv;
 	uint64_t bytes = nr_pages * kvmm_kv_run(&pool->geom);
 	uint64_t os = (uint64_t)sysconf(_SC_PAGESIZE), tail = (bytes + os - 1) / os * os;
+	const struct kvmm_mock_faults *f = mock_faults(pool->arg);
 	uint32_t i;
 	int ret = 0;
 
 	if (nr_pages > pool->max_pages)
 		return -EINVAL;
-	if (pool->arg && pool->arg->fail_resize)
-		return pool->arg->fail_resize;
+	if (f && f->fail_resize)
+		return f->fail_resize;
 	for (i = 0; i < pool->geom.nbufs && !ret; i++) {
 		if (tail >= pool->max_bytes || bytes >= pool->buf_bytes)
 			break;
@@ -355,10 +365,11 @@ static int mock_share(void *priv, struct kvmm_share *sh, struct kvmm_share_ext *
 		      int **fds)
 {
 	struct mock_pool *pool = priv;
+	const struct kvmm_mock_faults *f = mock_faults(pool->arg);
 	uint32_t i;
 
-	if (pool->arg && pool->arg->fail_share)
-		return pool->arg->fail_share;
+	if (f && f->fail_share)
+		return f->fail_share;
 	if (pool->fds[0] < 0)
 		return -EOPNOTSUPP;	/* anonymous memory: not shareable */
 	*ext = malloc(sizeof(**ext));

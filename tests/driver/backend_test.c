@@ -104,7 +104,8 @@ static long (*fake_live)(void);
 
 /* The cuda backend's argument for the current suite. */
 static struct kvmm_cuda_arg cuda_arg;
-static struct kvmm_mock_arg mock_arg;
+static struct kvmm_mock_faults mock_faults;
+static struct kvmm_mock_arg mock_arg = { .faults = &mock_faults };
 
 static void *backend_arg(void)
 {
@@ -307,7 +308,7 @@ static void contract_unregistered_staging_is_efault(void)
 	int32_t pfn = 3;
 	char *page;
 
-	mock_arg.dma_strict = true;
+	mock_faults.dma_strict = true;
 	CU_ASSERT_EQUAL_FATAL(pool_open(&pl, &m, 4, 16, &seed), 0);
 	page = malloc(kvmm_kv_page_bytes(&pl.g));
 	CU_ASSERT_EQUAL(pl.ops->gather(pl.priv, &pfn, 1, (void *const *)&page), -EFAULT);
@@ -315,7 +316,7 @@ static void contract_unregistered_staging_is_efault(void)
 	CU_ASSERT(pool_same(&pl));
 	pool_close(&pl);
 	free(page);
-	mock_arg.dma_strict = false;
+	mock_faults.dma_strict = false;
 }
 
 static struct kvmm_ctx *target_ctx_max(uint32_t ps, uint32_t nr_pages, uint32_t host_pages,
@@ -613,7 +614,7 @@ static int open_fds(void)
 }
 
 /*
- * What kvmm_kv_share() describes, kvmm_kv_import() maps to the same
+ * What kvmm_kv_share() describes, kvmm_kv_pool_open() maps to the same
  * memory at addresses of its own: bytes written through either side are
  * there on the other.  A grown pool is shared again, bigger.
  */
@@ -627,7 +628,7 @@ static void contract_share_maps_the_same_bytes(void)
 	struct kvmm_share sh, bad;
 	char a[512], b[512];
 	unsigned seed = 8;
-	uint32_t l, i;
+	uint32_t l;
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
 	if (!strcmp(tgt.backend, "mock")) {
@@ -649,10 +650,10 @@ static void contract_share_maps_the_same_bytes(void)
 	/* descriptions that do not hold together are refused */
 	bad = sh;
 	bad.nbufs = 3;
-	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_open(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
 	bad = sh;
 	bad.mapped_pages = sh.mapped_pages + 1;
-	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_open(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
 	/*
 	 * geometry whose bytes per slot (2^54 + 1) pass the model check but
 	 * whose pool bytes wrap to a small number: mapped short, written far
@@ -661,12 +662,12 @@ static void contract_share_maps_the_same_bytes(void)
 	bad.kv_heads = 37u * 109 * 246241;
 	bad.head_dim = 13u * 279073;
 	bad.dtype_bytes = 5;
-	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_open(&bad, ext, fds, backend_arg(), &pool), -EINVAL);
 	bad = sh;
 	strcpy(bad.backend, "nosuch");
-	CU_ASSERT_EQUAL(kvmm_kv_import(&bad, ext, fds, backend_arg(), &pool), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_open(&bad, ext, fds, backend_arg(), &pool), -EOPNOTSUPP);
 
-	CU_ASSERT_EQUAL_FATAL(kvmm_kv_import(&sh, ext, fds, backend_arg(), &pool), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_kv_pool_open(&sh, ext, fds, backend_arg(), &pool), 0);
 	CU_ASSERT_EQUAL(kvmm_kv_pool_pages(pool), 8);
 	CU_ASSERT_EQUAL(kvmm_kv_pool_layer(pool, 2, &theirs), -EINVAL);
 	for (l = 0; l < 2; l++) {
@@ -685,22 +686,16 @@ static void contract_share_maps_the_same_bytes(void)
 		CU_ASSERT(!memcmp(a, b, 16 * mine.slot_bytes));
 	}
 	kvmm_kv_pool_close(pool);
-	for (i = 0; i < sh.nr_fds; i++)
-		close(fds[i]);
-	free(fds);
-	free(ext);
+	kvmm_kv_share_release(&sh, ext, fds);
 
 	CU_ASSERT_EQUAL(kvmm_resize(ctx, 64), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_kv_share(ctx, &sh, &ext, &fds), 0);
 	CU_ASSERT_EQUAL(sh.nr_pages, 64);
 	CU_ASSERT(sh.mapped_pages >= 64);
-	CU_ASSERT_EQUAL_FATAL(kvmm_kv_import(&sh, ext, fds, backend_arg(), &pool), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_kv_pool_open(&sh, ext, fds, backend_arg(), &pool), 0);
 	CU_ASSERT_EQUAL(kvmm_kv_pool_pages(pool), 64);
 	kvmm_kv_pool_close(pool);
-	for (i = 0; i < sh.nr_fds; i++)
-		close(fds[i]);
-	free(fds);
-	free(ext);
+	kvmm_kv_share_release(&sh, ext, fds);
 	kvmm_destroy(ctx);
 	CU_ASSERT_EQUAL(open_fds(), nfd);
 }
@@ -967,7 +962,7 @@ int cuda_attach_child(const char *path, const char *driver)
 
 	if (cu_bind(driver[0] ? driver : "libcuda.so.1"))
 		return 9;
-	if (kvmm_ring_connect(path, &rp, &ring) || kvmm_kv_attach(&ring, &arg, &pool))
+	if (kvmm_ring_connect(path, &rp, &ring) || kvmm_kv_pool_attach(&ring, &arg, &pool))
 		return 10;
 	for (l = 0; kvmm_kv_pool_layer(pool, l, &kl) == 0; l++) {
 		if (16 * kl.slot_bytes > sizeof(page))
@@ -1158,22 +1153,22 @@ static void mock_resize_and_share_faults_change_nothing(void)
 	int *fds = (void *)1;
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
-	mock_arg.fail_resize = -ENOMEM;
+	mock_faults.fail_resize = -ENOMEM;
 	test_stats(ctx, st);
 	CU_ASSERT_EQUAL(kvmm_resize(ctx, 64), -ENOMEM);
 	CU_ASSERT_EQUAL(kvmm_resize(ctx, 16), -ENOMEM);
 	test_stats(ctx, st2);
 	ASSERT_STATS_SAME(st, st2);
 	CHECK_OK(ctx);
-	mock_arg.fail_resize = 0;
+	mock_faults.fail_resize = 0;
 	CU_ASSERT_EQUAL(kvmm_resize(ctx, 16), 0);
 	CU_ASSERT_EQUAL(kvmm_nr_pages(ctx), 16);
 	CHECK_OK(ctx);
 
-	mock_arg.fail_share = -EIO;
+	mock_faults.fail_share = -EIO;
 	CU_ASSERT_EQUAL(kvmm_kv_share(ctx, &sh, &ext, &fds), -EIO);
 	CU_ASSERT(ext == NULL && fds == NULL && sh.status == -EIO);
-	mock_arg.fail_share = 0;
+	mock_faults.fail_share = 0;
 	kvmm_destroy(ctx);
 
 	/* max_pages below the pool, or past the limits, is refused */

@@ -51,7 +51,8 @@ static void kv_layer_mla_has_one_latent_buffer(void)
 
 static void init_failure_is_reported_as_is(void)
 {
-	struct kvmm_mock_arg arg = { .fail_init = -ENOMEM };
+	struct kvmm_mock_faults f = { .fail_init = -ENOMEM };
+	struct kvmm_mock_arg arg = { .faults = &f };
 	struct kvmm_params p = test_params(1, 8, 2, 16);
 	struct kvmm_ctx *ctx = NULL;
 

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 
 #include "hostile.h"
 

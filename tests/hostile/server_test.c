@@ -335,7 +335,7 @@ static int attach_pool(void *arg)
 
 	if (kvmm_ring_connect(sock, &rp, &ring))
 		return 10;
-	ret = kvmm_kv_attach(&ring, NULL, &pool);
+	ret = kvmm_kv_pool_attach(&ring, NULL, &pool);
 	kvmm_kv_pool_close(pool);
 	if (ret != *(int *)arg)
 		return 11;

@@ -120,7 +120,7 @@ static void child_write_shared_kv(const char *path, int want_attach)
 
 	if (kvmm_ring_connect(path, &rp, &ring))
 		_exit(10);
-	if (kvmm_kv_attach(&ring, NULL, &pool) != want_attach)
+	if (kvmm_kv_pool_attach(&ring, NULL, &pool) != want_attach)
 		_exit(11);
 	for (l = 0; pool && kvmm_kv_pool_layer(pool, l, &kl) == 0; l++) {
 		if (kvmm_kv_pool_pages(pool) != 64)
@@ -158,7 +158,8 @@ static int run_child_writer(int want_attach)
  */
 static void server_shares_the_pool_with_another_process(void)
 {
-	struct kvmm_mock_arg arg = { .shareable = true };
+	struct kvmm_mock_faults f = { 0 };
+	struct kvmm_mock_arg arg = { .shareable = true, .faults = &f };
 	struct kvmm_params p = test_params(16, 64, 8, 256);
 	struct kvmm_ctx *ctx = NULL;
 	struct kvmm_server *srv;
@@ -180,7 +181,7 @@ static void server_shares_the_pool_with_another_process(void)
 		CU_ASSERT(((char *)kl.k)[4 * sizeof(want)] == 0);	/* page 4 untouched */
 	}
 	kvmm_lock(ctx);		/* the server reads it under the lock */
-	arg.fail_share = -EIO;
+	f.fail_share = -EIO;
 	kvmm_unlock(ctx);
 	CU_ASSERT_EQUAL(run_child_writer(-EIO), 0);
 	CU_ASSERT(wait_no_clients(srv));

@@ -44,6 +44,39 @@ static void create_every_power_of_two_page_size_succeeds(void)
 	}
 }
 
+/*
+ * The size field: a caller that never called kvmm_params_init() (size 0)
+ * or claims less than the first sized version is refused; one built
+ * against a newer header is accepted while it leaves the fields this
+ * library does not know unset, and refused when it sets one.
+ */
+static void create_checks_params_size(void)
+{
+	struct {
+		struct kvmm_params p;
+		uint64_t newer[2];
+	} big;
+	struct kvmm_params p = test_params(1, 32, 4, 64);
+	struct kvmm_ctx *ctx = NULL;
+
+	CU_ASSERT_EQUAL(p.size, sizeof(struct kvmm_params));
+	p.size = 0;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EINVAL);
+	p.size = KVMM_PARAMS_SIZE_VER0 - 1;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EINVAL);
+	CU_ASSERT_PTR_NULL(ctx);
+
+	memset(&big, 0, sizeof(big));
+	big.p = test_params(1, 32, 4, 64);
+	big.p.size = sizeof(big);
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&big.p, &ctx), 0);
+	kvmm_destroy(ctx);
+	ctx = NULL;
+	big.newer[1] = 1;
+	CU_ASSERT_EQUAL(kvmm_create(&big.p, &ctx), -EINVAL);
+	CU_ASSERT_PTR_NULL(ctx);
+}
+
 static void create_page_size_not_power_of_two_fails(void)
 {
 	struct kvmm_params p = test_params(24, 8, 2, 64);
@@ -248,7 +281,8 @@ static void create_budget_sizing_matches_formula(void)
 static void create_backend_failure_unwinds_everything(void)
 {
 	struct test_alloc ta = { 0 };
-	struct kvmm_mock_arg arg = { .fail_init = -EIO };
+	struct kvmm_mock_faults f = { .fail_init = -EIO };
+	struct kvmm_mock_arg arg = { .faults = &f };
 	struct kvmm_params p = test_params(1, 32, 4, 64);
 
 	p.alloc = &test_alloc_ops;
@@ -299,6 +333,7 @@ int register_ctx_suite(void)
 		return -1;
 	ADD_TEST(s, create_valid_params_succeeds);
 	ADD_TEST(s, create_every_power_of_two_page_size_succeeds);
+	ADD_TEST(s, create_checks_params_size);
 	ADD_TEST(s, create_page_size_not_power_of_two_fails);
 	ADD_TEST(s, create_zero_sizes_fail);
 	ADD_TEST(s, create_inconsistent_model_fails);

@@ -197,7 +197,8 @@ static void test_corrupt_page_is_a_miss(void)
 /* A failed scatter is a miss; a failed gather drops instead of demoting. */
 static void test_copy_faults(void)
 {
-	struct kvmm_mock_arg mock = { .fail_copy = -EIO, .fail_every = 0 };
+	struct kvmm_mock_faults mf = { .fail_copy = -EIO, .fail_every = 0 };
+	struct kvmm_mock_arg mock = { .faults = &mf };
 	struct kvmm_ctx *ctx = tier_ctx(16, 64, &mock, NULL);
 	uint32_t tok[32];
 	uint64_t demoted;
@@ -210,7 +211,7 @@ static void test_copy_faults(void)
 	kvmm_destroy(ctx);
 
 	/* every copy fails: demotion falls back to dropping, promotion to a miss */
-	mock.fail_every = 1;
+	mf.fail_every = 1;
 	ctx = tier_ctx(16, 64, &mock, NULL);
 	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 400, 2);
@@ -222,12 +223,12 @@ static void test_copy_faults(void)
 	kvmm_destroy(ctx);
 
 	/* demotions work, then promotion's scatter fails: a miss */
-	mock.fail_every = 0;
+	mf.fail_every = 0;
 	ctx = tier_ctx(16, 64, &mock, NULL);
 	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 400, 2);
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 32);
-	mock.fail_every = 1;
+	mf.fail_every = 1;
 	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 0);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_IO_ERRORS) >= 1);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 0);
@@ -1385,7 +1386,8 @@ static void test_wt_split_keeps_copies(void)
  */
 static void test_wt_host_pressure_and_faults(void)
 {
-	struct kvmm_mock_arg mock = { .fail_copy = -EIO };
+	struct kvmm_mock_faults mf = { .fail_copy = -EIO };
+	struct kvmm_mock_arg mock = { .faults = &mf };
 	struct kvmm_ctx *ctx;
 	uint32_t tok[32];
 
@@ -1400,7 +1402,7 @@ static void test_wt_host_pressure_and_faults(void)
 
 	/* every copy fails: the commit stands, the pages are counted skipped */
 	CU_ASSERT(kvmm_drop_caches(ctx) >= 0);
-	mock.fail_every = 1;
+	mf.fail_every = 1;
 	test_tokens(tok, 32, 14);
 	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
 	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
@@ -1438,7 +1440,8 @@ static void test_wt_bad_params(void)
 /* The mock's strict mode refuses unregistered memory: the check is live. */
 static void test_dma_strict_mock(void)
 {
-	struct kvmm_mock_arg mock = { .dma_strict = true };
+	struct kvmm_mock_faults mf = { .dma_strict = true };
+	struct kvmm_mock_arg mock = { .faults = &mf };
 	const struct kvmm_backend_ops *b = kvmm_backend_lookup("mock");
 	struct kvmm_params p = test_params(PS, 4, 1, 8);
 	struct kvmm_backend_cfg cfg = { .model = p.model, .page_size = PS, .nr_pages = 4,
@@ -1453,12 +1456,12 @@ static void test_dma_strict_mock(void)
 	CU_ASSERT_EQUAL(b->mem_register(priv, buf, len - 1), 0);
 	CU_ASSERT_EQUAL(b->scatter(priv, &pfn, 1, &buf), -EFAULT);	/* one byte short */
 	CU_ASSERT_EQUAL(b->mem_register(priv, buf, len), 0);
-	CU_ASSERT_EQUAL(mock.dma_ranges, 2);
+	CU_ASSERT_EQUAL(mf.dma_ranges, 2);
 	CU_ASSERT_EQUAL(b->gather(priv, &pfn, 1, &buf), 0);
 	CU_ASSERT_EQUAL(b->scatter(priv, &pfn, 1, &buf), 0);
 	b->mem_unregister(priv, buf, len);
 	b->mem_unregister(priv, buf, len - 1);
-	CU_ASSERT_EQUAL(mock.dma_ranges, 0);
+	CU_ASSERT_EQUAL(mf.dma_ranges, 0);
 	CU_ASSERT_EQUAL(b->gather(priv, &pfn, 1, &buf), -EFAULT);
 	b->exit(priv);
 	free(buf);
@@ -1471,18 +1474,19 @@ static void test_dma_strict_mock(void)
  */
 static void test_dma_registered_tiers(void)
 {
-	struct kvmm_mock_arg mock = { .dma_strict = true };
+	struct kvmm_mock_faults mf = { .dma_strict = true };
+	struct kvmm_mock_arg mock = { .faults = &mf };
 	const char *path = nvme_file("dma");
 	struct kvmm_params p;
 	struct kvmm_ctx *ctx;
 
 	ctx = tier_ctx(48, 96, &mock, NULL);
-	CU_ASSERT(mock.dma_ranges >= 1);
+	CU_ASSERT(mf.dma_ranges >= 1);
 	random_conversations(ctx, 300);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES) > 0);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_IO_ERRORS), 0);
 	kvmm_destroy(ctx);
-	CU_ASSERT_EQUAL(mock.dma_ranges, 0);
+	CU_ASSERT_EQUAL(mf.dma_ranges, 0);
 
 	p = nvme_params(PS, 48, 16, 96, path, NULL);
 	p.backend_arg = &mock;
@@ -1494,7 +1498,7 @@ static void test_dma_registered_tiers(void)
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_HOST_IO_ERRORS), 0);
 	CU_ASSERT_EQUAL(lcheck(ctx), 0);
 	kvmm_destroy(ctx);
-	CU_ASSERT_EQUAL(mock.dma_ranges, 0);
+	CU_ASSERT_EQUAL(mf.dma_ranges, 0);
 	unlink(path);
 }
 
@@ -1510,7 +1514,8 @@ static void test_dma_register_faults(void)
 	uint32_t at;
 
 	for (at = 1; at < 16; at++) {
-		struct kvmm_mock_arg mock = { .fail_register = -EPERM, .fail_register_at = at };
+		struct kvmm_mock_faults mf = { .fail_register = -EPERM, .fail_register_at = at };
+		struct kvmm_mock_arg mock = { .faults = &mf };
 		struct test_log log = { 0 };
 		struct test_alloc ta = { 0 };
 		struct kvmm_params p = nvme_params(PS, 48, 16, 96, path, NULL);
@@ -1525,7 +1530,7 @@ static void test_dma_register_faults(void)
 		ret = kvmm_create(&p, &ctx);
 		if (ret) {
 			CU_ASSERT_EQUAL(ret, -EPERM);
-			CU_ASSERT_EQUAL(mock.dma_ranges, 0);
+			CU_ASSERT_EQUAL(mf.dma_ranges, 0);
 			CU_ASSERT(strstr(log.last, "DMA") != NULL);
 			CU_ASSERT_EQUAL(ta.live_blocks, 0);
 			unlink(path);
@@ -1537,7 +1542,7 @@ static void test_dma_register_faults(void)
 		CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 0);
 		CU_ASSERT_EQUAL(lcheck(ctx), 0);
 		kvmm_destroy(ctx);
-		CU_ASSERT_EQUAL(mock.dma_ranges, 0);
+		CU_ASSERT_EQUAL(mf.dma_ranges, 0);
 		CU_ASSERT_EQUAL(ta.live_blocks, 0);
 		unlink(path);
 		break;

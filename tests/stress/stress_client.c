@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 
 static uint64_t rs;
 

@@ -9,6 +9,16 @@
 
 #include <kvmm/ring.h>
 
+/*
+ * Every value that crosses the ring comes from uapi/ alone, before any
+ * library header: a client generated from uapi/ is complete.
+ */
+#if !defined(KVMM_EXTEND_RESERVE) || !defined(KVMM_EXTEND_NORECLAIM) || \
+	!defined(KVMM_EXTEND_FLAGS) || !defined(KVMM_ATTN_MHA) || !defined(KVMM_ATTN_MLA)
+#error "a value that crosses the ring is not in uapi/"
+#endif
+static_assert(sizeof(struct kvmm_tier_hits) == 16, "kvmm_tier_hits changed size");
+
 #include "../helpers.h"
 
 #define PIN(type, field, off) \
@@ -98,6 +108,11 @@ static void abi_opcodes_and_stats_are_append_only(void)
 	CU_ASSERT_EQUAL(KVMM_FEAT_NS_LIMITS, 1ull << 4);
 	CU_ASSERT_EQUAL(KVMM_CQE_F_LOWER, 2);
 	CU_ASSERT_EQUAL(KVMM_LOOKUP_TIERS, 1);
+	CU_ASSERT_EQUAL(KVMM_EXTEND_RESERVE, 1);
+	CU_ASSERT_EQUAL(KVMM_EXTEND_NORECLAIM, 2);
+	CU_ASSERT_EQUAL(KVMM_EXTEND_FLAGS, 3);
+	CU_ASSERT_EQUAL(KVMM_ATTN_MHA, 0);
+	CU_ASSERT_EQUAL(KVMM_ATTN_MLA, 1);
 	CU_ASSERT_EQUAL(KVMM_STAT_PAGES_TOTAL, 0);
 	CU_ASSERT_EQUAL(KVMM_STAT_RETRACTS, 27);
 	CU_ASSERT_EQUAL(KVMM_STAT_PAGES_IO, 54);

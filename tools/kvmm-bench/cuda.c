@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 
 #include "bench.h"
+#include "../../driver/driver.h"
 
 #define CUDA_REPEAT	7
 
@@ -199,6 +200,7 @@ out:
 static int indices_bench(const struct kvmm_cuda_arg *arg, struct drv *d, double *us)
 {
 	struct kvmm_params p = {
+		.size = sizeof(p),
 		.model = { .layers = 1, .kv_heads = 1, .head_dim = 8, .dtype_bytes = 2,
 			   .attn = KVMM_ATTN_MHA },
 		.page_size = 1, .nr_pages = 256 * 4096 + 1024, .max_seqs = 256,

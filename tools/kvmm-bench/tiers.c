@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "../../driver/driver.h"
 
 #define TIERS_REPEAT	5
 

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 
 #include "../lib/parse.h"
 

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 
 #include "../lib/parse.h"
 
@@ -281,7 +282,7 @@ static int set_host_node(struct opts *o, const struct kvmmd_opt *d, const char *
 
 static int set_backend(struct opts *o, const struct kvmmd_opt *d, const char *val)
 {
-	if (!kvmm_backend_lookup(val)) {
+	if (!kvmm_backend_available(val)) {
 		fprintf(stderr, "kvmmd: --%s: no backend '%s' in this build\n", d->name, val);
 		return -1;
 	}
@@ -544,13 +545,14 @@ int main(int argc, char **argv)
 {
 	struct opts o = {
 		.p = {
+			.size = sizeof(struct kvmm_params),
 			.model = { .layers = 32, .kv_heads = 8, .head_dim = 128,
 				   .dtype_bytes = 2, .attn = KVMM_ATTN_MHA },
 			.page_size = 16, .nr_pages = 65536,
 			.max_seqs = 1024, .max_seq_len = 32768,
 			.host_node = KVMM_NODE_NEAREST,
 		},
-		/* clients may map the pool (kvmm_kv_attach()) */
+		/* clients may map the pool (kvmm_kv_pool_attach()) */
 		.mock = { .shareable = true },
 		.ns_pin_pages = KVMM_NS_PIN_AUTO,
 		.ns_cache_share = 100,

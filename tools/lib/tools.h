@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 
 /* One request of a workload (format: ../shared/bench/README.md). */
 struct wl_request {

@@ -19,6 +19,13 @@
 #define KVMM_TIER_NVME		2
 #define KVMM_NR_TIERS		3
 
+/*
+ * Attention layout of the KV cache (struct kvmm_model.attn, and
+ * struct kvmm_share.attn on the wire): how many bytes one token occupies.
+ */
+#define KVMM_ATTN_MHA		0	/* a K and a V vector per KV head (MHA/GQA/MQA) */
+#define KVMM_ATTN_MLA		1	/* one latent vector per token (DeepSeek MLA) */
+
 /* Page states as reported by dumps and kvmm_page_state(). */
 #define KVMM_PAGE_FREE		0	/* on the zone's free bitmap */
 #define KVMM_PAGE_OWNED		1	/* private to one open sequence */

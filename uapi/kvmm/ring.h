@@ -102,6 +102,18 @@ struct kvmm_cqe {
 #define KVMM_LOOKUP_TIERS	(1u << 0)
 #define KVMM_LOOKUP_FLAGS	KVMM_LOOKUP_TIERS
 
+/**
+ * struct kvmm_tier_hits - how much of a prefix is cached, per tier (what
+ *	LOOKUP with KVMM_LOOKUP_TIERS writes, and kvmm_prefix_tiers() fills)
+ * @tokens: tokens[t] of the prefix are on tier t; the device part comes
+ *	first, then host, then NVMe (a prefix never climbs back up)
+ * @resv: zero
+ */
+struct kvmm_tier_hits {
+	__u32	tokens[KVMM_NR_TIERS];
+	__u32	resv;
+};
+
 /* Registered buffers a ring may name: indices 0 .. KVMM_RING_MAX_BUFS - 1. */
 #define KVMM_RING_MAX_BUFS	64
 
@@ -110,6 +122,11 @@ struct kvmm_extend_ent {
 	__u32	seq;
 	__u32	n;
 };
+
+/* EXTEND flags (arg2), also kvmm_seq_extend()'s @flags */
+#define KVMM_EXTEND_RESERVE	(1u << 0)	/* may dip below the min watermark */
+#define KVMM_EXTEND_NORECLAIM	(1u << 1)	/* fail rather than reclaim */
+#define KVMM_EXTEND_FLAGS	(KVMM_EXTEND_RESERVE | KVMM_EXTEND_NORECLAIM)
 
 /* PIN flags (arg) */
 #define KVMM_PIN_KEEP		(1u << 0)	/* outlives the ring that took it */
@@ -373,7 +390,7 @@ struct kvmm_welcome {
 };
 
 /*
- * Sharing the KV pool with a client (kvmm_kv_attach()).  After its hello
+ * Sharing the KV pool with a client (kvmm_kv_pool_attach()).  After its hello
  * a client may send a struct kvmm_share_req on the socket, at any time
  * and as often as it likes (after a resize, say).  The server answers
  * with a struct kvmm_share; when its status is 0 there follow nr_ext

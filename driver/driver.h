@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * driver/driver.h - the driver contract: what the core asks of a backend
+ * (the device pool's KV bytes) and of a store (a lower tier's pages).
+ *
+ * Private to the library and not installed: backends and stores register
+ * in driver/backend.c, and an embedder only selects one by name
+ * (kvmm_params.backend) and passes it its options (backend_arg).  The core
+ * (kvmm/), ipc/share.c, the drivers, the tests and the benchmarks that
+ * drive a backend or store directly (kvmm-bench cuda, tiers) include it.
+ * A backend owns the KV bytes of a pool; the core never touches them.
+ */
+#ifndef KVMM_DRIVER_DRIVER_H
+#define KVMM_DRIVER_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libkvmm.h>
+
+/**
+ * struct kvmm_backend_cfg - what a backend is asked to hold
+ * @model: geometry of the KV
+ * @page_size: tokens per page
+ * @nr_pages: pages in the pool
+ * @tier: KVMM_TIER_* of the pool
+ * @arg: kvmm_params.backend_arg
+ * @err: where init may write a line saying why it failed
+ * @err_len: bytes at @err
+ * @max_pages: pages the pool may be resized to (at least @nr_pages):
+ *	reserve addresses for them, back only @nr_pages
+ */
+struct kvmm_backend_cfg {
+	struct kvmm_model model;
+	uint32_t page_size;
+	uint32_t nr_pages;
+	uint32_t tier;
+	void *arg;
+	char *err;
+	size_t err_len;
+	uint32_t max_pages;
+};
+
+/**
+ * struct kvmm_kv_index_job - a batch's page-table rows, to be turned into
+ *	FlashInfer's paged-KV arrays by the backend
+ * @table: the page table (struct kvmm_table.base), host memory
+ * @table_bytes: its size
+ * @stride: entries per row
+ * @page_size: tokens per page
+ * @rows: each sequence's row (host)
+ * @lens: each sequence's tokens (host)
+ * @count: sequences
+ * @indptr: out (backend memory), @count + 1 entries
+ * @indices: out (backend memory), the total pages
+ * @last: out (backend memory), @count entries
+ * @stream: cuda: the CUstream the build is ordered on (NULL: the
+ *	backend's own, and the call waits for it); ignored by mock
+ */
+struct kvmm_kv_index_job {
+	const int32_t *table;
+	size_t table_bytes;
+	uint32_t stride;
+	uint32_t page_size;
+	const uint32_t *rows;
+	const uint32_t *lens;
+	uint32_t count;
+	int32_t *indptr;
+	int32_t *indices;
+	int32_t *last;
+	void *stream;
+};
+
+/**
+ * struct kvmm_backend_ops - a KV pool's storage
+ * @name: what kvmm_params.backend selects it by
+ * @init: allocate the pool for @cfg; store private state in *@privp
+ * @exit: release everything @init took
+ * @kv_layer: describe layer @layer of the pool
+ * @gather: copy pages @pfns[0..nr) out of the pool, page i to @dst[i]
+ *	(host memory, kvmm_page_bytes() each, in the staging layout below)
+ * @scatter: the reverse: @src[i] into page @pfns[i] of the pool
+ * @numa_node: the NUMA node nearest the pool's memory, or -1 if unknown
+ * @mem_register: optional (with @mem_unregister): make host memory
+ *	[@addr, +@len) a place @gather may copy to and @scatter from by
+ *	DMA (CUDA: page-locked and mapped; device memory, as staging on
+ *	the GPU, is taken as it is); 0 or a negative errno.  The
+ *	lower tiers' stores register every such buffer (struct kvmm_dma)
+ * @mem_unregister: undo @mem_register of the same range
+ * @copy: optional: copy the leading @slots slots of page @src[i] onto page
+ *	@dst[i], in every buffer (copy-on-write of a shared partial page)
+ * @kv_indices: optional: build FlashInfer's kv_indptr, kv_indices and
+ *	kv_last_page_len for a batch (struct kvmm_kv_index_job)
+ * @mem_info: optional: the device memory this backend would hold its pool
+ *	in, total and free now, before @init (for kvmm_params.mem_fraction
+ *	sizing); called with kvmm_params.backend_arg, may write why it
+ *	failed to @err
+ * @info: optional: one line describing the pool (device, layout, mode)
+ * @stream_wait: optional: make the engine's @stream (cuda: a CUstream)
+ *	wait for every copy this backend has issued
+ * @resize: optional: back pages [0, @nr_pages) of every buffer and no
+ *	more than the backend's unit of mapping needs, without moving any
+ *	byte of the pages that stay; @nr_pages is at most cfg->max_pages.
+ *	Shrinking is asked only for pages the core holds free.  0, or a
+ *	negative errno with the mapping as it was
+ * @share: optional: describe the pool so another process can map it:
+ *	fill @share's nbufs, mapped_pages, max_pages, nr_ext, nr_fds,
+ *	granularity and device (the core fills the rest), and set *@ext to
+ *	nr_ext extents and *@fds to nr_fds new descriptors (the order of
+ *	struct kvmm_share), both from malloc; the caller closes and frees
+ *	them.  -EOPNOTSUPP when this pool's memory cannot be exported
+ * @import: optional: map a pool another process shared (@share, @ext,
+ *	@fds; the descriptors stay the caller's) with the geometry in @cfg
+ *	(nr_pages and max_pages as shared, arg the importer's backend_arg);
+ *	the state stored in *@privp serves @kv_layer, @info and @exit only
+ *
+ * Staging layout of one page: for each layer, the page's K slots then
+ * its V slots (MLA: its latent slots), slot after slot, as they sit in
+ * the pool.  @gather and @scatter return 0 or a negative errno; on error
+ * the destination's contents are undefined and nothing else changed.
+ * @scatter may be called from the I/O worker (a promotion from NVMe)
+ * while other calls run under the context lock, on other pages.
+ */
+struct kvmm_backend_ops {
+	const char *name;
+	int (*init)(const struct kvmm_backend_cfg *cfg, void **privp);
+	void (*exit)(void *priv);
+	int (*kv_layer)(void *priv, uint32_t layer, struct kvmm_kv_layer *out);
+	int (*gather)(void *priv, const int32_t *pfns, uint32_t nr, void *const *dst);
+	int (*scatter)(void *priv, const int32_t *pfns, uint32_t nr,
+		       void *const *src);
+	int (*numa_node)(void *priv);
+	int (*mem_register)(void *priv, void *addr, size_t len);
+	void (*mem_unregister)(void *priv, void *addr, size_t len);
+	int (*copy)(void *priv, const int32_t *src, const int32_t *dst,
+		    uint32_t nr, uint32_t slots);
+	int (*kv_indices)(void *priv, const struct kvmm_kv_index_job *job);
+	int (*mem_info)(void *arg, uint64_t *total, uint64_t *avail, char *err,
+			size_t err_len);
+	int (*info)(void *priv, char *buf, size_t len);
+	int (*stream_wait)(void *priv, void *stream);
+	int (*resize)(void *priv, uint32_t nr_pages);
+	int (*share)(void *priv, struct kvmm_share *share, struct kvmm_share_ext **ext,
+		     int **fds);
+	int (*import)(const struct kvmm_backend_cfg *cfg, const struct kvmm_share *share,
+		      const struct kvmm_share_ext *ext, const int *fds, void **privp);
+};
+
+const struct kvmm_backend_ops *kvmm_backend_lookup(const char *name);
+uint64_t kvmm_page_bytes(const struct kvmm_model *model, uint32_t page_size);
+
+/**
+ * struct kvmm_dma - how a store makes its memory reachable by the
+ *	backend's copies: the backend's mem_register/mem_unregister
+ * @reg: register [@addr, +@len) before the backend copies to or from it;
+ *	0 or a negative errno (the store then fails what needed it)
+ * @unreg: undo @reg of the same range, before the memory is freed
+ * @priv: the backend's state, for both
+ */
+struct kvmm_dma {
+	int (*reg)(void *priv, void *addr, size_t len);
+	void (*unreg)(void *priv, void *addr, size_t len);
+	void *priv;
+};
+
+/**
+ * struct kvmm_store_cfg - what a lower-tier store is asked to hold
+ * @page_bytes: bytes of one page in the staging layout
+ * @nr_pages: pages
+ * @tier: KVMM_TIER_*
+ * @numa_node: node to place the memory on, -1 for no preference
+ * @arg: kvmm_params.host_arg or nvme_arg
+ * @model: the model geometry (a persistent store refuses another's file)
+ * @page_size: tokens per page
+ * @path: file or block device of a persistent store
+ * @qd: I/O queue depth of a persistent store
+ * @err: where init may write a line saying why it failed
+ * @err_len: bytes at @err
+ * @dma: registration for memory the backend copies to or from (a memory
+ *	store's pages, an I/O store's buffers), or NULL when the backend
+ *	needs none; valid until the store's exit
+ * @model_id: kvmm_params.model_id (a persistent store refuses a file
+ *	written under another)
+ * @flags: kvmm_params.nvme_flags, for the NVMe store
+ */
+struct kvmm_store_cfg {
+	uint64_t page_bytes;
+	uint32_t nr_pages;
+	uint32_t tier;
+	int32_t numa_node;
+	void *arg;
+	struct kvmm_model model;
+	uint32_t page_size;
+	const char *path;
+	uint32_t qd;
+	char *err;
+	size_t err_len;
+	const struct kvmm_dma *dma;
+	const char *model_id;
+	uint32_t flags;
+};
+
+/**
+ * struct kvmm_store_key - what a page of a persistent store holds
+ * @id: the page's identity: XXH3-128, seeded with @ns, of the token ids of
+ *	its whole prefix up to and including its own
+ * @parent: the identity of the page before it; zero for a first page
+ * @ns: namespace of the prefix
+ * @tokens: the page's own token ids (page_size of them)
+ */
+struct kvmm_store_key {
+	uint64_t id[2];
+	uint64_t parent[2];
+	uint32_t ns;
+	const uint32_t *tokens;
+};
+
+/**
+ * struct kvmm_store_ops - the bytes of a lower tier's pages
+ * @name: what selects it
+ * @init: set up @cfg->nr_pages pages; store private state in *@privp
+ * @exit: release everything @init took
+ *
+ * A memory store (the host tier) has its pages in addressable memory:
+ * @page: the address of page @pfn (kvmm_page_bytes() long)
+ * @seal: pages @pfns were just written: record what they must read back as
+ * @verify: check pages @pfns against what @seal recorded; return the
+ *	number of leading pages that verify (nr when all do)
+ *
+ * An I/O store (the NVMe tier) has them behind reads and writes:
+ * @write: write @src[i] as page @pfns[i], labelled @keys[i]; 0, or a
+ *	negative errno after which no page of the call can be trusted
+ * @read: read pages @pfns and check them against @keys (identity) and
+ *	their checksums; set @dst[i] to page i's bytes, valid until the next
+ *	call on channel @chan.  Return the number of leading pages that read
+ *	and verified; a store may stop early at its batch size, with *@err 0;
+ *	otherwise *@err says why page [return] failed: -EBADMSG (it does not
+ *	verify) or the I/O error.  Channel 0 is called under the context
+ *	lock, channel 1 only from the I/O worker (promote.c), each by one
+ *	thread at a time; the two may run at once, on different pages
+ * @recover: call @fn for every page found valid on the store at init
+ *	(restart), with its key and a write sequence number (higher is newer);
+ *	a nonzero return from @fn stops the walk and is returned
+ *
+ * Every page is checksummed; a page that fails verification is treated as
+ * a miss by the core and never served.  @page and @verify may be called
+ * from the I/O worker while other calls run under the context lock, on
+ * pages of other nodes.
+ */
+#define KVMM_STORE_CHANS	2
+struct kvmm_store_ops {
+	const char *name;
+	int (*init)(const struct kvmm_store_cfg *cfg, void **privp);
+	void (*exit)(void *priv);
+	void *(*page)(void *priv, uint32_t pfn);
+	void (*seal)(void *priv, const int32_t *pfns, uint32_t nr);
+	uint32_t (*verify)(void *priv, const int32_t *pfns, uint32_t nr);
+	int (*write)(void *priv, const int32_t *pfns, uint32_t nr,
+		     void *const *src, const struct kvmm_store_key *keys);
+	uint32_t (*read)(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
+			 const struct kvmm_store_key *keys, void **dst, int *err);
+	int (*recover)(void *priv,
+		       int (*fn)(void *arg, uint32_t pfn,
+				 const struct kvmm_store_key *key, uint64_t seq),
+		       void *arg);
+};
+
+const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier);
+
+#endif /* KVMM_DRIVER_DRIVER_H */
