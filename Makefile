@@ -5,8 +5,11 @@
 #   make [V=1] [O=dir] [DEBUG=0..3] [SAN=address,undefined|thread]
 #   make help
 
-VERSION		:= 0.1.0
-SONAME_MAJOR	:= 0
+VERSION		:= 0.2.0
+# Before 1.0 a minor version may break the ABI (0.2: struct kvmm_params
+# sized and regrouped, the ring API in its own header, renames), so the
+# soname carries it.
+SONAME_MAJOR	:= 0.2
 
 MAKEFLAGS	+= -rR --no-print-directory
 comma		:= ,

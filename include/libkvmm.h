@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define KVMM_VERSION_MAJOR	0
-#define KVMM_VERSION_MINOR	1
+#define KVMM_VERSION_MINOR	2
 
 struct kvmm_ctx;
 
