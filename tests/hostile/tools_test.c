@@ -650,6 +650,41 @@ static void kvmmd_early_sigterm_is_not_lost(void)
 	env_fini(&e);
 }
 
+/* kvmmd's server limits are options: --max-clients 1 refuses a second client. */
+static void kvmmd_server_limits_are_options(void)
+{
+	const char *bad[] = { "kvmmd", "--socket", NULL, "--max-pending", "1025", NULL };
+	struct kvmm_ring_params rp = { .sq_entries = 4 };
+	struct kvmm_ring one, two;
+	char out[512];
+	struct env e;
+	int log[2];
+
+	env_init(&e);
+	bad[2] = e.sock;
+	CU_ASSERT_EQUAL(hostile_run(bad, out, sizeof(out), RUN_MS), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--max-pending"));
+	{
+		const char *argv[] = { "kvmmd", "--socket", e.sock, "--pages", "64",
+				       "--max-clients", "1", "--handshake-ms", "2000",
+				       "--send-ms", "2000", "--max-pending", "8", NULL };
+
+		CU_ASSERT_FATAL(!pipe(log));
+		e.kvmmd = hostile_spawn(argv, log[1]);
+		close(log[1]);
+		/* the limits hold from "serving" on (they are set after the socket listens) */
+		CU_ASSERT(read_until(log[0], "kvmmd: serving", RUN_MS));
+		close(log[0]);
+	}
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(e.sock, &rp, &one), 0);
+	CU_ASSERT_EQUAL(kvmm_ring_connect(e.sock, &rp, &two), -EBUSY);
+	kvmm_ring_exit(&one);
+	kill(e.kvmmd, SIGTERM);
+	CU_ASSERT_EQUAL(hostile_reap(e.kvmmd, RUN_MS), 0);
+	e.kvmmd = -1;
+	env_fini(&e);
+}
+
 /*
  * Every string option kvmmd keeps is freed at exit: under ASan
  * (make check SAN=address,undefined) a leak makes the exit status non-zero.
@@ -787,6 +822,7 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, kvmmd_says_who_answers_at_its_socket);
 	ADD_TEST(s, kvmmd_early_sigterm_is_not_lost);
 	ADD_TEST(s, kvmmd_frees_its_options);
+	ADD_TEST(s, kvmmd_server_limits_are_options);
 	ADD_TEST(s, engine_json_stdout_is_only_json);
 	return 0;
 }

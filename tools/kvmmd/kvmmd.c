@@ -65,6 +65,11 @@ static void usage(FILE *f)
 		"  --ns-pin-pages N|auto  pages a bound namespace may pin (default auto: half the pool)\n"
 		"  --ns-cache-share PCT   percent of the pool a namespace may cache before its own\n"
 		"                       cache is reclaimed first (1..100, default 100: no share)\n"
+		"  --max-clients N      clients attached at once (default 256)\n"
+		"  --max-pending N      handshakes in progress, apart from them (default 64, up to 1024)\n"
+		"  --handshake-ms MS    a whole hello must arrive within MS (default 5000)\n"
+		"  --send-ms MS         a client must read a welcome or share answer within MS\n"
+		"                       (default 5000)\n"
 		"  --quiet              log only errors\n");
 }
 
@@ -83,6 +88,7 @@ struct opts {
 	uint64_t given;			/* bits of kvmmd_opts[] given */
 	uint64_t ns_pin_pages;		/* KVMM_SET_NS_PIN_PAGES */
 	uint64_t ns_cache_share;	/* KVMM_SET_NS_CACHE_SHARE */
+	struct kvmm_server_limits lim;	/* 0: the server's default */
 };
 
 /*
@@ -102,6 +108,7 @@ struct kvmmd_opt {
 };
 
 #define P(field)	offsetof(struct opts, p.field)
+#define L(field)	offsetof(struct opts, lim.field)
 
 static int set_u32(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_u64(struct opts *o, const struct kvmmd_opt *d, const char *val);
@@ -125,7 +132,8 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_MAX_LEN, O_WMIN, O_WLOW, O_WHIGH, O_EVICT, O_POLL, O_QUIET, O_NS_UID,
        O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY,
        O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE,
-       O_MODEL_ID, O_NVME_REFORMAT, NR_OPTS };
+       O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
+       O_SEND_MS, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 #define REQ	required_argument
@@ -169,6 +177,10 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 			       offsetof(struct opts, ns_cache_share), 100 },
 	[O_MODEL_ID] = { "model-id", REQ, set_model_id, offsetof(struct opts, model_id) },
 	[O_NVME_REFORMAT] = { "nvme-reformat", NONE, set_flag },
+	[O_MAX_CLIENTS] = { "max-clients", REQ, set_u32, L(max_clients), UINT32_MAX },
+	[O_MAX_PENDING] = { "max-pending", REQ, set_u32, L(max_pending), 1024 },
+	[O_HANDSHAKE_MS] = { "handshake-ms", REQ, set_u32, L(handshake_ms), UINT32_MAX },
+	[O_SEND_MS] = { "send-ms", REQ, set_u32, L(send_ms), UINT32_MAX },
 };
 
 /* A number within the option's range, or a message naming it. */
@@ -595,6 +607,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	ret = kvmm_server_start(ctx, o.socket, o.server_flags, &srv);
+	/* the options were checked; a limit refused here is a kvmmd bug */
+	if (!ret && kvmm_server_set_limits(srv, &o.lim)) {
+		kvmm_server_stop(srv);
+		ret = -EINVAL;
+	}
 	if (ret) {
 		/* first: who_answers() uses errno_str()'s buffer too */
 		const char *why = ret == -EADDRINUSE ? who_answers(o.socket) :
