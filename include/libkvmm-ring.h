@@ -109,6 +109,8 @@ int kvmm_wait_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep);
 int kvmm_wait_cqe_timeout(struct kvmm_ring *ring, struct kvmm_cqe **cqep,
 			  const struct timespec *timeout);
 int kvmm_kv_pool_attach(struct kvmm_ring *ring, void *backend_arg, struct kvmm_kv_pool **poolp);
+int kvmm_kv_pool_attach_timeout(struct kvmm_ring *ring, void *backend_arg,
+				struct kvmm_kv_pool **poolp, const struct timespec *timeout);
 int kvmm_ioctl(struct kvmm_ctx *ctx, const struct kvmm_sqe *sqe,
 	       const struct kvmm_iovec *bufs, uint32_t nr_bufs);
 void kvmm_lock(struct kvmm_ctx *ctx);

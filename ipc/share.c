@@ -369,19 +369,20 @@ int kvmm_share_serve(struct kvmm_ctx *ctx, int sock, bool bound,
 
 /* The description, its extents and its descriptors, off the socket. */
 static int share_recv(int sock, struct kvmm_share *sh, struct kvmm_share_ext **extp,
-		      int **fdsp)
+		      int **fdsp, const struct kvmm_deadline *dl)
 {
 	struct kvmm_share_ext *ext = NULL;
 	uint32_t got = 0, n, k;
 	int *fds = NULL, ret;
 
-	ret = kvmm_sock_recv(sock, sh, sizeof(*sh), NULL, 0, &k);
+	ret = kvmm_sock_recv_until(sock, sh, sizeof(*sh), NULL, 0, &k, dl);
 	if (ret)
 		return ret;
 	if (sh->magic != KVMM_SHARE_MAGIC)
 		return -EPROTO;
+	/* a refusal is a -errno; any other status is a damaged answer */
 	if (sh->status)
-		return sh->status < 0 ? sh->status : -EPROTO;
+		return sh->status < 0 && sh->status >= -4095 ? sh->status : -EPROTO;
 	if (!sh->nr_ext || sh->nr_ext > KVMM_SHARE_MAX_FDS || sh->nr_fds > KVMM_SHARE_MAX_FDS)
 		return -EPROTO;
 	ext = malloc(sh->nr_ext * sizeof(*ext));
@@ -390,9 +391,10 @@ static int share_recv(int sock, struct kvmm_share *sh, struct kvmm_share_ext **e
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = kvmm_sock_recv(sock, ext, sh->nr_ext * sizeof(*ext), NULL, 0, &k);
+	ret = kvmm_sock_recv_until(sock, ext, sh->nr_ext * sizeof(*ext), NULL, 0, &k, dl);
 	while (!ret && got < sh->nr_fds) {
-		ret = kvmm_sock_recv(sock, &n, sizeof(n), fds + got, sh->nr_fds - got, &k);
+		ret = kvmm_sock_recv_until(sock, &n, sizeof(n), fds + got, sh->nr_fds - got, &k,
+					   dl);
 		got += k;
 		if (!ret && (n != k || !k))
 			ret = -EPROTO;
@@ -426,20 +428,48 @@ out:
  * those); the server's refusal (-EOPNOTSUPP: its memory cannot be
  * exported; -EPERM: the ring is bound to a namespace, and a tenant may
  * not map every tenant's KV); kvmm_kv_pool_open()'s errors; -EPROTO or
- * -ECONNRESET for a broken conversation.
+ * -ECONNRESET for a broken conversation; -ETIMEDOUT when the answer did not
+ * come within KVMM_CONNECT_TIMEOUT_MS.
  */
 KVMM_EXPORT int kvmm_kv_pool_attach(struct kvmm_ring *ring, void *backend_arg,
 				    struct kvmm_kv_pool **poolp)
 {
+	const struct timespec t = {
+		.tv_sec = KVMM_CONNECT_TIMEOUT_MS / 1000,
+		.tv_nsec = (KVMM_CONNECT_TIMEOUT_MS % 1000) * 1000000L,
+	};
+
+	return kvmm_kv_pool_attach_timeout(ring, backend_arg, poolp, &t);
+}
+
+/**
+ * kvmm_kv_pool_attach_timeout() - kvmm_kv_pool_attach() with a deadline
+ * @ring: a ring from kvmm_ring_connect()
+ * @backend_arg: as for kvmm_kv_pool_attach()
+ * @poolp: as for kvmm_kv_pool_attach()
+ * @timeout: how long the request and the whole answer may take (relative;
+ *	NULL: as long as the server takes)
+ *
+ * Return: as kvmm_kv_pool_attach(); -ETIMEDOUT past @timeout, after which
+ * the share conversation on @ring is out of step (a late answer may still
+ * arrive): close the ring, and connect again to attach; -EINVAL for a bad
+ * @timeout.
+ */
+KVMM_EXPORT int kvmm_kv_pool_attach_timeout(struct kvmm_ring *ring, void *backend_arg,
+					    struct kvmm_kv_pool **poolp,
+					    const struct timespec *timeout)
+{
 	struct kvmm_share_req req = { .magic = KVMM_SHARE_MAGIC };
 	struct kvmm_share_ext *ext;
+	struct kvmm_deadline dl;
 	struct kvmm_share sh;
 	int *fds, ret;
 
-	if (!ring || !ring->hdr || ring->ctx || ring->sock < 0 || !poolp)
+	if (!ring || !ring->hdr || ring->ctx || ring->sock < 0 || !poolp ||
+	    kvmm_deadline_init(&dl, timeout))
 		return -EINVAL;
-	ret = kvmm_sock_send(ring->sock, &req, sizeof(req), NULL, 0) ?:
-	      share_recv(ring->sock, &sh, &ext, &fds);
+	ret = kvmm_sock_send_until(ring->sock, &req, sizeof(req), NULL, 0, &dl) ?:
+	      share_recv(ring->sock, &sh, &ext, &fds, &dl);
 	if (ret)
 		return ret;
 	ret = kvmm_kv_pool_open(&sh, ext, fds, backend_arg, poolp);

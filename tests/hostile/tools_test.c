@@ -686,6 +686,34 @@ static void kvmmd_server_limits_are_options(void)
 }
 
 /*
+ * Attaching the pool has a deadline too: a server that stops answering
+ * (here: kvmmd stopped with SIGSTOP) gives -ETIMEDOUT, not a hang.
+ */
+static void pool_attach_has_a_deadline(void)
+{
+	const struct timespec t = { .tv_nsec = 200 * 1000000L }, bad = { .tv_nsec = -1 };
+	struct kvmm_ring_params rp = { .sq_entries = 4 };
+	struct kvmm_kv_pool *pool;
+	struct kvmm_ring ring;
+	struct env e;
+
+	env_init(&e);
+	start_kvmmd(&e);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(e.sock, &rp, &ring), 0);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_attach_timeout(&ring, NULL, &pool, &bad), -EINVAL);
+	CU_ASSERT_EQUAL_FATAL(kvmm_kv_pool_attach_timeout(&ring, NULL, &pool, &t), 0);
+	kvmm_kv_pool_close(pool);
+	kill(e.kvmmd, SIGSTOP);
+	CU_ASSERT_EQUAL(kvmm_kv_pool_attach_timeout(&ring, NULL, &pool, &t), -ETIMEDOUT);
+	kvmm_ring_exit(&ring);
+	kill(e.kvmmd, SIGCONT);
+	kill(e.kvmmd, SIGTERM);
+	CU_ASSERT_EQUAL(hostile_reap(e.kvmmd, RUN_MS), 0);
+	e.kvmmd = -1;
+	env_fini(&e);
+}
+
+/*
  * Every string option kvmmd keeps is freed at exit: under ASan
  * (make check SAN=address,undefined) a leak makes the exit status non-zero.
  */
@@ -823,6 +851,7 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, kvmmd_early_sigterm_is_not_lost);
 	ADD_TEST(s, kvmmd_frees_its_options);
 	ADD_TEST(s, kvmmd_server_limits_are_options);
+	ADD_TEST(s, pool_attach_has_a_deadline);
 	ADD_TEST(s, engine_json_stdout_is_only_json);
 	return 0;
 }
