@@ -696,6 +696,7 @@ static void pool_attach_has_a_deadline(void)
 	struct kvmm_kv_pool *pool;
 	struct kvmm_ring ring;
 	struct env e;
+	int st, ret;
 
 	env_init(&e);
 	start_kvmmd(&e);
@@ -704,7 +705,13 @@ static void pool_attach_has_a_deadline(void)
 	CU_ASSERT_EQUAL_FATAL(kvmm_kv_pool_attach_timeout(&ring, NULL, &pool, &t), 0);
 	kvmm_kv_pool_close(pool);
 	kill(e.kvmmd, SIGSTOP);
-	CU_ASSERT_EQUAL(kvmm_kv_pool_attach_timeout(&ring, NULL, &pool, &t), -ETIMEDOUT);
+	/* stopped for sure, not about to be: */
+	CU_ASSERT_EQUAL_FATAL(waitpid(e.kvmmd, &st, WUNTRACED), e.kvmmd);
+	CU_ASSERT_FATAL(WIFSTOPPED(st));
+	ret = kvmm_kv_pool_attach_timeout(&ring, NULL, &pool, &t);
+	CU_ASSERT_EQUAL(ret, -ETIMEDOUT);
+	if (!ret)
+		kvmm_kv_pool_close(pool);
 	kvmm_ring_exit(&ring);
 	kill(e.kvmmd, SIGCONT);
 	kill(e.kvmmd, SIGTERM);
