@@ -101,6 +101,112 @@ static double parse_pos(const char *opt, const char *s)
 	return v;
 }
 
+static const struct option lopts[] = {
+	{ "requests", required_argument, NULL, O_REQUESTS },
+	{ "session-rate", required_argument, NULL, O_SESSION_RATE },
+	{ "seed", required_argument, NULL, O_SEED },
+	{ "workload", required_argument, NULL, O_WORKLOAD },
+	{ "trace", required_argument, NULL, O_TRACE },
+	{ "trace-format", required_argument, NULL, O_TRACE_FORMAT },
+	{ "rate", required_argument, NULL, O_RATE },
+	{ "device-pages", required_argument, NULL, O_DEVICE_PAGES },
+	{ "device-mem", required_argument, NULL, O_DEVICE_MEM },
+	{ "page-size", required_argument, NULL, O_PAGE_SIZE },
+	{ "evict", required_argument, NULL, O_EVICT },
+	{ "no-cache", no_argument, NULL, O_NO_CACHE },
+	{ "compare", no_argument, NULL, O_COMPARE },
+	{ "policy", required_argument, NULL, O_POLICY },
+	{ "lpm-max-queue", required_argument, NULL, O_LPM_MAX_QUEUE },
+	{ "max-running", required_argument, NULL, O_MAX_RUNNING },
+	{ "max-prefill-tokens", required_argument, NULL, O_MAX_PREFILL },
+	{ "chunk", required_argument, NULL, O_CHUNK },
+	{ "decode-reserve", required_argument, NULL, O_DECODE_RESERVE },
+	{ "sequential", no_argument, NULL, O_SEQUENTIAL },
+	{ "layers", required_argument, NULL, O_LAYERS },
+	{ "heads", required_argument, NULL, O_HEADS },
+	{ "kv-heads", required_argument, NULL, O_KV_HEADS },
+	{ "head-dim", required_argument, NULL, O_HEAD_DIM },
+	{ "params", required_argument, NULL, O_PARAMS },
+	{ "dtype-bytes", required_argument, NULL, O_DTYPE_BYTES },
+	{ "peak-tflops", required_argument, NULL, O_PEAK_TFLOPS },
+	{ "mfu", required_argument, NULL, O_MFU },
+	{ "mem-gbps", required_argument, NULL, O_MEM_GBPS },
+	{ "bw-eff", required_argument, NULL, O_BW_EFF },
+	{ "step-us", required_argument, NULL, O_STEP_US },
+	{ "json", required_argument, NULL, O_JSON },
+	{ "plot", required_argument, NULL, O_PLOT },
+	{ "quiet", no_argument, NULL, O_QUIET },
+	{ "help", no_argument, NULL, O_HELP },
+	{ "host-pages", required_argument, NULL, O_HOST_PAGES },
+	{ "nvme-file", required_argument, NULL, O_NVME_FILE },
+	{ "nvme-pages", required_argument, NULL, O_NVME_PAGES },
+	{ "write-policy", required_argument, NULL, O_WRITE_POLICY },
+	{ "host-gbps", required_argument, NULL, O_HOST_GBPS },
+	{ "nvme-gbps", required_argument, NULL, O_NVME_GBPS },
+	{ 0 }
+};
+
+/*
+ * The options against each other, once all are read: --device-mem into
+ * pages, an eviction policy the library knows, the tiers' prerequisites;
+ * and --sequential's overrides.
+ */
+static void cli_check(struct cli *c, bool pages_set)
+{
+	struct eng_opts *o = &c->o;
+
+	if (c->workload && c->trace)
+		die_usage("--workload and --trace: one input at a time");
+	if (c->device_mem) {
+		uint64_t page = eng_model_token_bytes(&o->model) * o->page_size;
+
+		if (pages_set)
+			die_usage("--device-pages and --device-mem: one or the other");
+		if (c->device_mem / page < 1 || c->device_mem / page > KVMM_MAX_PAGES)
+			die_usage("--device-mem: %llu bytes is not 1 to %u pages of %llu bytes",
+				  (unsigned long long)c->device_mem, KVMM_MAX_PAGES,
+				  (unsigned long long)page);
+		o->device_pages = (uint32_t)(c->device_mem / page);
+	}
+	{
+		/* ask the library whether it knows the eviction policy */
+		struct kvmm_params p = tool_params(1, 1, 1, 1);
+		struct kvmm_ctx *ctx;
+
+		if (!kvmm_create(&p, &ctx)) {
+			int bad_policy = kvmm_set_evict_policy(ctx, o->evict);
+
+			kvmm_destroy(ctx);
+			if (bad_policy)
+				die_usage("--evict: '%s' is not an eviction policy kvmm knows "
+					  "(lru, slru)", o->evict);
+		}
+	}
+	if (o->model.mfu > 1 || o->model.bw_eff > 1)
+		die_usage("--mfu and --bw-eff are shares of peak: at most 1");
+	if (o->model.kv_heads > o->model.heads)
+		die_usage("--kv-heads cannot exceed --heads");
+	if (c->compare && o->no_cache)
+		die_usage("--compare already runs --no-cache beside the cache");
+	if (!!o->nvme_file != !!o->nvme_pages)
+		die_usage("--nvme-file and --nvme-pages go together");
+	if (o->nvme_pages && !o->host_pages)
+		die_usage("--nvme-pages: the NVMe tier stages through a host tier: "
+			  "give --host-pages too");
+	if (o->write_policy == KVMM_WRITE_THROUGH && !o->host_pages)
+		die_usage("--write-policy write-through copies to the host tier: "
+			  "give --host-pages too");
+	if ((o->host_pages || o->nvme_pages) && o->no_cache)
+		die_usage("--host-pages and --nvme-pages hold the cache: not with --no-cache");
+	if (c->quiet && !c->json && !c->plot)
+		die_usage("--quiet with neither --json nor --plot prints nothing");
+	if (o->sequential) {
+		/* one at a time, in arrival order */
+		o->max_running = 1;
+		o->policy = ENG_FCFS;
+	}
+}
+
 /**
  * cli_parse() - read kvmm-engine's command line into @c
  * @argc: from main()
@@ -111,50 +217,6 @@ static double parse_pos(const char *opt, const char *s)
  */
 void cli_parse(int argc, char **argv, struct cli *c)
 {
-	static const struct option lopts[] = {
-		{ "requests", required_argument, NULL, O_REQUESTS },
-		{ "session-rate", required_argument, NULL, O_SESSION_RATE },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "workload", required_argument, NULL, O_WORKLOAD },
-		{ "trace", required_argument, NULL, O_TRACE },
-		{ "trace-format", required_argument, NULL, O_TRACE_FORMAT },
-		{ "rate", required_argument, NULL, O_RATE },
-		{ "device-pages", required_argument, NULL, O_DEVICE_PAGES },
-		{ "device-mem", required_argument, NULL, O_DEVICE_MEM },
-		{ "page-size", required_argument, NULL, O_PAGE_SIZE },
-		{ "evict", required_argument, NULL, O_EVICT },
-		{ "no-cache", no_argument, NULL, O_NO_CACHE },
-		{ "compare", no_argument, NULL, O_COMPARE },
-		{ "policy", required_argument, NULL, O_POLICY },
-		{ "lpm-max-queue", required_argument, NULL, O_LPM_MAX_QUEUE },
-		{ "max-running", required_argument, NULL, O_MAX_RUNNING },
-		{ "max-prefill-tokens", required_argument, NULL, O_MAX_PREFILL },
-		{ "chunk", required_argument, NULL, O_CHUNK },
-		{ "decode-reserve", required_argument, NULL, O_DECODE_RESERVE },
-		{ "sequential", no_argument, NULL, O_SEQUENTIAL },
-		{ "layers", required_argument, NULL, O_LAYERS },
-		{ "heads", required_argument, NULL, O_HEADS },
-		{ "kv-heads", required_argument, NULL, O_KV_HEADS },
-		{ "head-dim", required_argument, NULL, O_HEAD_DIM },
-		{ "params", required_argument, NULL, O_PARAMS },
-		{ "dtype-bytes", required_argument, NULL, O_DTYPE_BYTES },
-		{ "peak-tflops", required_argument, NULL, O_PEAK_TFLOPS },
-		{ "mfu", required_argument, NULL, O_MFU },
-		{ "mem-gbps", required_argument, NULL, O_MEM_GBPS },
-		{ "bw-eff", required_argument, NULL, O_BW_EFF },
-		{ "step-us", required_argument, NULL, O_STEP_US },
-		{ "json", required_argument, NULL, O_JSON },
-		{ "plot", required_argument, NULL, O_PLOT },
-		{ "quiet", no_argument, NULL, O_QUIET },
-		{ "help", no_argument, NULL, O_HELP },
-		{ "host-pages", required_argument, NULL, O_HOST_PAGES },
-		{ "nvme-file", required_argument, NULL, O_NVME_FILE },
-		{ "nvme-pages", required_argument, NULL, O_NVME_PAGES },
-		{ "write-policy", required_argument, NULL, O_WRITE_POLICY },
-		{ "host-gbps", required_argument, NULL, O_HOST_GBPS },
-		{ "nvme-gbps", required_argument, NULL, O_NVME_GBPS },
-		{ 0 }
-	};
 	struct eng_opts *o = &c->o;
 	bool pages_set = false;
 	int opt;
@@ -238,55 +300,6 @@ void cli_parse(int argc, char **argv, struct cli *c)
 	}
 	if (optind < argc)
 		die_usage("unexpected argument '%s' (see --help)", argv[optind]);
-	if (c->workload && c->trace)
-		die_usage("--workload and --trace: one input at a time");
-	if (c->device_mem) {
-		uint64_t page = eng_model_token_bytes(&o->model) * o->page_size;
-
-		if (pages_set)
-			die_usage("--device-pages and --device-mem: one or the other");
-		if (c->device_mem / page < 1 || c->device_mem / page > KVMM_MAX_PAGES)
-			die_usage("--device-mem: %llu bytes is not 1 to %u pages of %llu bytes",
-				  (unsigned long long)c->device_mem, KVMM_MAX_PAGES,
-				  (unsigned long long)page);
-		o->device_pages = (uint32_t)(c->device_mem / page);
-	}
-	{
-		/* ask the library whether it knows the eviction policy */
-		struct kvmm_params p = tool_params(1, 1, 1, 1);
-		struct kvmm_ctx *ctx;
-
-		if (!kvmm_create(&p, &ctx)) {
-			int bad_policy = kvmm_set_evict_policy(ctx, o->evict);
-
-			kvmm_destroy(ctx);
-			if (bad_policy)
-				die_usage("--evict: '%s' is not an eviction policy kvmm knows "
-					  "(lru, slru)", o->evict);
-		}
-	}
-	if (o->model.mfu > 1 || o->model.bw_eff > 1)
-		die_usage("--mfu and --bw-eff are shares of peak: at most 1");
-	if (o->model.kv_heads > o->model.heads)
-		die_usage("--kv-heads cannot exceed --heads");
-	if (c->compare && o->no_cache)
-		die_usage("--compare already runs --no-cache beside the cache");
-	if (!!o->nvme_file != !!o->nvme_pages)
-		die_usage("--nvme-file and --nvme-pages go together");
-	if (o->nvme_pages && !o->host_pages)
-		die_usage("--nvme-pages: the NVMe tier stages through a host tier: "
-			  "give --host-pages too");
-	if (o->write_policy == KVMM_WRITE_THROUGH && !o->host_pages)
-		die_usage("--write-policy write-through copies to the host tier: "
-			  "give --host-pages too");
-	if ((o->host_pages || o->nvme_pages) && o->no_cache)
-		die_usage("--host-pages and --nvme-pages hold the cache: not with --no-cache");
-	if (c->quiet && !c->json && !c->plot)
-		die_usage("--quiet with neither --json nor --plot prints nothing");
-	if (o->sequential) {
-		/* one at a time, in arrival order */
-		o->max_running = 1;
-		o->policy = ENG_FCFS;
-	}
+	cli_check(c, pages_set);
 	o->progress = isatty(STDERR_FILENO);
 }
