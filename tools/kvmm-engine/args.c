@@ -101,6 +101,7 @@ static double parse_pos(const char *opt, const char *s)
 	return v;
 }
 
+/* the long options; getopt_long() hands back their O_* codes */
 static const struct option lopts[] = {
 	{ "requests", required_argument, NULL, O_REQUESTS },
 	{ "session-rate", required_argument, NULL, O_SESSION_RATE },
