@@ -204,7 +204,7 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
  * Return: 0, -EIO, or -EOPNOTSUPP in a build without jansson.
  */
 int report_json(const struct cli *c, const char *input, const struct eng_report *r,
-		      const struct eng_report *nc)
+		const struct eng_report *nc)
 {
 	const struct eng_opts *o = &c->o;
 	const struct eng_model *m = &o->model;
@@ -255,7 +255,7 @@ int report_json(const struct cli *c, const char *input, const struct eng_report 
 }
 #else
 int report_json(const struct cli *c, const char *input, const struct eng_report *r,
-		      const struct eng_report *nc)
+		const struct eng_report *nc)
 {
 	(void)input; (void)r; (void)nc;
 	fprintf(stderr, "%s: --json %s: this build has no JSON support (libjansson-dev)\n",
@@ -338,7 +338,7 @@ static int write_cdf(const char *dir, const char *name, const struct eng_report 
  * Return: 0 or a negative errno.
  */
 int report_plots(const struct cli *c, const struct workload *wl,
-		       const struct eng_report *r, const struct eng_report *nc)
+		 const struct eng_report *r, const struct eng_report *nc)
 {
 	static const double scale[] = { 0.125, 0.25, 0.5, 1, 2, 4 };
 	struct eng_report nc_own;
