@@ -479,6 +479,164 @@ static uint64_t decode_reserved(const struct eng *e)
 }
 
 /*
+ * One prefill step's batch as it is assembled: what is left of the token
+ * budget and of the pool, the requests whose prompt is now complete, and
+ * what the step costs.
+ */
+struct prefill_batch {
+	uint32_t budget;		/* prompt tokens this step may still take */
+	uint64_t avail;			/* pool tokens free or evictable, less reserve */
+	uint32_t done[RING_SQ];		/* prompts finished this step */
+	uint32_t ndone;
+	double flops;
+	double promote_secs;		/* lower-tier promotions, before compute */
+};
+
+/* Pool tokens a prefill may take: free or evictable, less the decode reserve. */
+static uint64_t prefill_avail(struct eng *e)
+{
+	uint64_t avail, reserved;
+
+	/* e->stats: read at the end of the last step; nothing ran since */
+	avail = page_tokens(e, e->stats[KVMM_STAT_PAGES_FREE] +
+			       e->stats[KVMM_STAT_PAGES_EVICTABLE]);
+	reserved = decode_reserved(e);
+	return avail > reserved ? avail - reserved : 0;
+}
+
+/* @c tokens went into the batch: take them from the budget and the pool. */
+static void prefill_take(struct prefill_batch *b, uint32_t c)
+{
+	b->budget -= c;
+	b->avail = b->avail > c ? b->avail - c : 0;
+}
+
+/*
+ * The chunked request goes first: its next chunk, and it is done when its
+ * whole prompt is in.  -ENOSPC leaves it for the next step.
+ */
+static int prefill_chunked(struct eng *e, struct prefill_batch *b)
+{
+	const struct eng_opts *o = e->o;
+	uint32_t i = e->chunked;
+	struct ereq *r = &e->r[i];
+	uint32_t c = eng_chunk_len(r->input - r->kvlen, b->budget, o->chunk, o->page_size);
+	int ret;
+
+	ret = c ? prefill_chunk(e, i, c, &b->flops) : 0;
+	if (ret && ret != -ENOSPC)
+		return ret;
+	if (!ret && c) {
+		prefill_take(b, c);
+		if (r->kvlen == r->input) {
+			e->chunked = NONE;
+			b->done[b->ndone++] = i;
+		}
+	}
+	return 0;
+}
+
+/* The head of the queue goes in with @m tokens matched: count its hits. */
+static void prefill_admitted(struct eng *e, uint32_t i, uint32_t m, uint32_t need)
+{
+	struct ereq *r = &e->r[i];
+
+	memmove(e->waiting, e->waiting + 1, --e->nwait * sizeof(*e->waiting));
+	r->state = R_PREFILL;
+	e->rep->saved_tokens += m;
+	if (!r->admitted) {
+		r->admitted = true;
+		e->rep->cached_tokens += m;
+		e->rep->host_tokens += r->from_host;
+		e->rep->nvme_tokens += r->from_nvme;
+		e->rep->hit_blocks += m / WL_BLOCK;
+	}
+	event(e, ENG_EV_ADMIT, i, m, need);
+}
+
+/*
+ * Try the head of the waiting queue: open its sequence, match its prefix,
+ * and prefill its first chunk if the budget and the pool allow.
+ * Return: 1 if it went in, 0 if it did not (its match let go), or a
+ * negative errno.
+ */
+static int prefill_admit_head(struct eng *e, struct prefill_batch *b)
+{
+	const struct eng_opts *o = e->o;
+	uint32_t i = e->waiting[0], m = 0, need, c;
+	/* with nothing else to run, the head goes in if it fits at all */
+	bool alone = !b->ndone && !e->nrun && e->chunked == NONE;
+	struct ereq *r = &e->r[i];
+	uint64_t want;
+	int ret;
+
+	ret = fill_tokens(e, r);
+	if (ret)
+		return ret;
+	if (r->seq == NONE) {
+		kvmm_prep_open(sqe(e), 0);
+		ret = kv1(e);
+		if (ret < 0)
+			return ret;
+		r->seq = (uint32_t)ret;
+	}
+	if (!o->no_cache && r->input > 1) {
+		ret = match(e, r, &m, &b->promote_secs);
+		if (ret < 0)
+			return ret;
+	}
+	need = r->input - m;
+	want = need + (uint64_t)((r->w->output_len - r->decoded) * o->decode_reserve);
+	/* without chunking, a prompt over the budget goes alone, whole */
+	c = eng_chunk_len(need, !o->chunk && !b->ndone && need > b->budget ? need : b->budget,
+			  o->chunk, o->page_size);
+	if (!c || (want > b->avail && !alone))
+		goto out_retract;	/* not this step: let go of the match */
+	r->kvlen = m;
+	ret = prefill_chunk(e, i, c, &b->flops);
+	if (ret == -ENOSPC)
+		goto out_retract;
+	if (ret)
+		return ret;
+	prefill_admitted(e, i, m, need);
+	prefill_take(b, c);
+	if (c < need)
+		e->chunked = i;
+	else
+		b->done[b->ndone++] = i;
+	return 1;
+
+out_retract:
+	ret = kv_retract(e, r, 0);
+	return ret < 0 ? ret : 0;
+}
+
+/*
+ * Charge the step: promotions first (not overlapped with the compute),
+ * then the prefill compute, then finish the prompts that completed.
+ * Return: 1 if a prefill step ran, 0 if nothing was computed, or a
+ * negative errno.
+ */
+static int prefill_charge(struct eng *e, struct prefill_batch *b)
+{
+	uint32_t k;
+	int ret;
+
+	e->now += b->promote_secs;
+	e->rep->promote_secs += b->promote_secs;
+	if (b->flops == 0)
+		return 0;
+	e->now += eng_prefill_secs(&e->o->model, b->flops);
+	e->rep->prefill_steps++;
+	for (k = 0; k < b->ndone; k++) {
+		ret = prefill_done(e, b->done[k]);
+		if (ret)
+			return ret;
+	}
+	return 1;
+}
+
+/*
  * get_new_batch_prefill(): the chunked request first, then the waiting
  * queue in policy order.  Return: 1 if a prefill step ran, 0 if there
  * was nothing to prefill, or a negative errno.
@@ -486,122 +644,37 @@ static uint64_t decode_reserved(const struct eng *e)
 static int step_prefill(struct eng *e)
 {
 	const struct eng_opts *o = e->o;
-	uint32_t budget = o->max_prefill_tokens, done[RING_SQ], ndone = 0, k;
-	uint64_t avail, reserved;
-	double flops = 0, promote_secs = 0;
+	struct prefill_batch b = { .budget = o->max_prefill_tokens };
 	int ret;
 
 	if (!e->nwait && e->chunked == NONE)
 		return 0;
 	if (e->chunked == NONE && e->nrun >= o->max_running)
 		return 0;
-	/* e->stats: read at the end of the last step; nothing ran since */
-	avail = page_tokens(e, e->stats[KVMM_STAT_PAGES_FREE] +
-			       e->stats[KVMM_STAT_PAGES_EVICTABLE]);
-	reserved = decode_reserved(e);
-	avail = avail > reserved ? avail - reserved : 0;
-
+	b.avail = prefill_avail(e);
 	if (e->chunked != NONE) {
-		uint32_t i = e->chunked;
-		struct ereq *r = &e->r[i];
-		uint32_t c = eng_chunk_len(r->input - r->kvlen, budget, o->chunk, o->page_size);
-
-		ret = c ? prefill_chunk(e, i, c, &flops) : 0;
-		if (ret && ret != -ENOSPC)
+		ret = prefill_chunked(e, &b);
+		if (ret)
 			return ret;
-		if (!ret && c) {
-			budget -= c;
-			avail = avail > c ? avail - c : 0;
-			if (r->kvlen == r->input) {
-				e->chunked = NONE;
-				done[ndone++] = i;
-			}
-		}
 	}
 	if (o->policy == ENG_LPM && e->nwait <= o->lpm_max_queue && e->chunked == NONE &&
-	    (avail >= o->page_size || !e->nrun)) {
+	    (b.avail >= o->page_size || !e->nrun)) {
 		ret = lookup_waiting(e);
 		if (ret)
 			return ret;
 	}
 	if (o->policy != ENG_FCFS)
 		sort_waiting(e);
-	while (e->nwait && e->chunked == NONE && budget && ndone < RING_SQ &&
-	       e->nrun + ndone < o->max_running) {
-		uint32_t i = e->waiting[0], m = 0, need, c;
-		/* with nothing else to run, the head goes in if it fits at all */
-		bool alone = !ndone && !e->nrun && e->chunked == NONE;
-		struct ereq *r = &e->r[i];
-		uint64_t want;
-
-		ret = fill_tokens(e, r);
-		if (ret)
-			return ret;
-		if (r->seq == NONE) {
-			kvmm_prep_open(sqe(e), 0);
-			ret = kv1(e);
-			if (ret < 0)
-				return ret;
-			r->seq = (uint32_t)ret;
-		}
-		if (!o->no_cache && r->input > 1) {
-			ret = match(e, r, &m, &promote_secs);
-			if (ret < 0)
-				return ret;
-		}
-		need = r->input - m;
-		want = need + (uint64_t)((r->w->output_len - r->decoded) * o->decode_reserve);
-		/* without chunking, a prompt over the budget goes alone, whole */
-		c = eng_chunk_len(need, !o->chunk && !ndone && need > budget ? need : budget,
-				  o->chunk, o->page_size);
-		if (!c || (want > avail && !alone)) {
-			/* not this step: let go of the match */
-			ret = kv_retract(e, r, 0);
+	while (e->nwait && e->chunked == NONE && b.budget && b.ndone < RING_SQ &&
+	       e->nrun + b.ndone < o->max_running) {
+		ret = prefill_admit_head(e, &b);
+		if (ret <= 0) {
 			if (ret < 0)
 				return ret;
 			break;
 		}
-		r->kvlen = m;
-		ret = prefill_chunk(e, i, c, &flops);
-		if (ret == -ENOSPC) {
-			ret = kv_retract(e, r, 0);
-			if (ret < 0)
-				return ret;
-			break;
-		}
-		if (ret)
-			return ret;
-		memmove(e->waiting, e->waiting + 1, --e->nwait * sizeof(*e->waiting));
-		r->state = R_PREFILL;
-		e->rep->saved_tokens += m;
-		if (!r->admitted) {
-			r->admitted = true;
-			e->rep->cached_tokens += m;
-			e->rep->host_tokens += r->from_host;
-			e->rep->nvme_tokens += r->from_nvme;
-			e->rep->hit_blocks += m / WL_BLOCK;
-		}
-		event(e, ENG_EV_ADMIT, i, m, need);
-		budget -= c;
-		avail = avail > c ? avail - c : 0;
-		if (c < need)
-			e->chunked = i;
-		else
-			done[ndone++] = i;
 	}
-	/* promotions are charged before the compute, not overlapped with it */
-	e->now += promote_secs;
-	e->rep->promote_secs += promote_secs;
-	if (flops == 0)
-		return 0;
-	e->now += eng_prefill_secs(&o->model, flops);
-	e->rep->prefill_steps++;
-	for (k = 0; k < ndone; k++) {
-		ret = prefill_done(e, done[k]);
-		if (ret)
-			return ret;
-	}
-	return 1;
+	return prefill_charge(e, &b);
 }
 
 static int cmp_victim(const void *a, const void *b, void *priv)
