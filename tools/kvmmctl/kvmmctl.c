@@ -483,19 +483,28 @@ static int show_seq(const struct ctl *c, const void *rec, void *arg)
 	return 0;
 }
 
-static int cmd_seqs(struct ctl *c)
+/*
+ * A DUMP of @kind as a list: a JSON array, or @header then a line per
+ * record; @fn prints a record (the count of records shown in its @arg).
+ */
+static int dump_list(const struct ctl *c, const char *what, uint32_t kind,
+		     const char *header,
+		     int (*fn)(const struct ctl *c, const void *rec, void *arg))
 {
-	uint64_t n = 0;
+	uint64_t shown = 0;
 	int res;
 
-	if (c->json)
-		printf("[");
-	else
-		printf("%8s %8s %10s %10s %8s\n", "seq", "ns", "len", "cached", "ring");
-	res = dump_all(c, KVMM_DUMP_SEQS, show_seq, &n);
+	fputs(c->json ? "[" : header, stdout);
+	res = dump_all(c, kind, fn, &shown);
 	if (c->json)
 		printf("]\n");
-	return res ? refused(c, "seqs", res) : 0;
+	return res ? refused(c, what, res) : 0;
+}
+
+static int cmd_seqs(struct ctl *c)
+{
+	return dump_list(c, "seqs", KVMM_DUMP_SEQS,
+			 "     seq       ns        len     cached     ring\n", show_seq);
 }
 
 /* pin and unpin: TOKEN... (each a 32-bit token id) */
@@ -601,18 +610,8 @@ static int show_pin(const struct ctl *c, const void *rec, void *arg)
 
 static int cmd_pins(struct ctl *c)
 {
-	uint64_t shown = 0;
-	int res;
-
-	if (c->json)
-		printf("[");
-	else
-		printf("%12s %10s %10s %8s %5s %5s %6s\n", "id", "ns", "tokens", "pages",
-		       "pins", "keep", "ring");
-	res = dump_all(c, KVMM_DUMP_PINS, show_pin, &shown);
-	if (c->json)
-		printf("]\n");
-	return res ? refused(c, "pins", res) : 0;
+	return dump_list(c, "pins", KVMM_DUMP_PINS,
+			 "          id         ns     tokens    pages  pins  keep   ring\n", show_pin);
 }
 
 static int show_ns(const struct ctl *c, const void *rec, void *arg)
@@ -634,18 +633,8 @@ static int show_ns(const struct ctl *c, const void *rec, void *arg)
 
 static int cmd_ns(struct ctl *c)
 {
-	uint64_t shown = 0;
-	int res;
-
-	if (c->json)
-		printf("[");
-	else
-		printf("%10s %10s %10s %10s %12s\n", "ns", "pinned", "cached", "pin_limit",
-		       "cache_limit");
-	res = dump_all(c, KVMM_DUMP_NS, show_ns, &shown);
-	if (c->json)
-		printf("]\n");
-	return res ? refused(c, "ns", res) : 0;
+	return dump_list(c, "ns", KVMM_DUMP_NS,
+			 "        ns     pinned     cached  pin_limit  cache_limit\n", show_ns);
 }
 
 static int cmd_simple(struct ctl *c, const char *what, const char *unit)
