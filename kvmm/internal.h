@@ -493,7 +493,6 @@ void kvmm_path_clip(struct kvmm_path *path);
 uint32_t kvmm_tier_adopt(struct kvmm_ctx *ctx, struct kvmm_node *from,
 			 struct kvmm_node *end, int32_t *pfns, uint32_t nr);
 void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
-void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
 void kvmm_write_through(struct kvmm_ctx *ctx, struct kvmm_node *from,
 			struct kvmm_node *end);
 void kvmm_shadow_drop(struct kvmm_ctx *ctx, struct kvmm_node *node);
@@ -503,6 +502,9 @@ void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
 				      struct kvmm_store_key *keys);
 uint64_t kvmm_now_ns(void);
+
+/* ---- recover.c ---- */
+void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
 
 /* ---- promote.c ---- */
 
