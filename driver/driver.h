@@ -228,15 +228,16 @@ struct kvmm_store_key {
  *	number of leading pages that verify (nr when all do)
  *
  * An I/O store (the NVMe tier) has them behind reads and writes:
- * @write: write @src[i] as page @pfns[i], labelled @keys[i]; 0, or a
- *	negative errno after which no page of the call can be trusted
+ * @write: write @src[i] as page @pfns[i], labelled @keys[i], on channel
+ *	@chan (see @read); 0, or a negative errno after which no page of
+ *	the call can be trusted
  * @read: read pages @pfns and check them against @keys (identity) and
  *	their checksums; set @dst[i] to page i's bytes, valid until the next
  *	call on channel @chan.  Return the number of leading pages that read
  *	and verified; a store may stop early at its batch size, with *@err 0;
  *	otherwise *@err says why page [return] failed: -EBADMSG (it does not
  *	verify) or the I/O error.  Channel 0 is called under the context
- *	lock, channel 1 only from the I/O worker (promote.c), each by one
+ *	lock, channel 1 only from the I/O worker (migrate.c), each by one
  *	thread at a time; the two may run at once, on different pages
  * @recover: call @fn for every page found valid on the store at init
  *	(restart), with its key and a write sequence number (higher is newer);
@@ -255,7 +256,7 @@ struct kvmm_store_ops {
 	void *(*page)(void *priv, uint32_t pfn);
 	void (*seal)(void *priv, const int32_t *pfns, uint32_t nr);
 	uint32_t (*verify)(void *priv, const int32_t *pfns, uint32_t nr);
-	int (*write)(void *priv, const int32_t *pfns, uint32_t nr,
+	int (*write)(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
 		     void *const *src, const struct kvmm_store_key *keys);
 	uint32_t (*read)(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
 			 const struct kvmm_store_key *keys, void **dst, int *err);

@@ -131,6 +131,11 @@ struct kvmm_alloc_ops {
  *	is refused (-EBUSY)
  * @host_arg: fault injection for kvmm's own tests; NULL
  * @nvme_arg: fault injection for kvmm's own tests; NULL
+ * @host_wmark_low: with an NVMe tier, background reclaim writes the
+ *	oldest host prefixes down to it when fewer host pages than this are
+ *	free (counting those already on their way down); both 0: 1/8 of
+ *	the host tier, at least 1 (see the tunables doc)
+ * @host_wmark_high: ... until this many are; both 0: twice the low mark
  *
  * Hooks:
  * @alloc: metadata allocator, NULL for malloc/free
@@ -185,6 +190,9 @@ struct kvmm_params {
 	void *alloc_priv;
 	void (*log)(void *priv, const char *msg);
 	void *log_priv;
+
+	uint32_t host_wmark_low;
+	uint32_t host_wmark_high;
 };
 
 /* The first struct kvmm_params with a size: no caller passes less. */
@@ -284,6 +292,7 @@ int kvmm_prefix_lookup(struct kvmm_ctx *ctx, uint32_t ns,
 /* Reclaim and tunables */
 int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages);
 int64_t kvmm_drop_caches(struct kvmm_ctx *ctx);
+int kvmm_sync(struct kvmm_ctx *ctx);
 int kvmm_set_watermarks(struct kvmm_ctx *ctx, uint32_t min, uint32_t low,
 			uint32_t high);
 int kvmm_set_evict_policy(struct kvmm_ctx *ctx, const char *name);

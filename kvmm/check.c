@@ -8,14 +8,17 @@
  *  - Every page of every tier is in exactly one state.  A free page is on the free
  *    bitmap with no reference; a cached page is held by exactly one tree
  *    node (or one node's write-through copy); an owned page by exactly
- *    one open sequence's row; an IO page by exactly one promotion in
- *    flight.  The counts add up to the pool size, so a page that no
+ *    one open sequence's row; an IO page by exactly one migrate job in
+ *    flight (a promotion's on the device, a demotion's on the tier it
+ *    writes to).  The counts add up to the pool size, so a page that no
  *    owner claims (a leak) or that two claim (handed out twice) is found.
  *  - A write-through copy belongs to a device node, under that policy;
  *    its frames are CACHED on the host tier and held by no one else, and
  *    exactly the nodes with a copy are on the copy list.
- *  - A promotion's nodes are marked, locked and on a lower tier; its
- *    sequence names it, and holds nothing of its own meanwhile.
+ *  - A migrate job's nodes are marked, locked and on a lower tier than
+ *    the device, not yet on its destination; a promotion's sequence
+ *    names it, and holds nothing of its own meanwhile; the host pages
+ *    that demotions are writing down are counted right.
  *  - The free bitmap's summary levels agree with its pages.
  *  - A node is never on a faster tier than its parent, counts its
  *    children on its own tier right, and is pinned only on the device
@@ -191,9 +194,9 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	      "node %p on the device is marked as promoting", (void *)node);
 	sums->io_nodes += !!(node->flags & KVMM_NODE_IO);
 	queued = node->flags & KVMM_NODE_EVICTABLE;
-	CHECK(queued == (!tkids && !node->lock_ref),
-	      "node %p queued %d, %llu children on its tier, lock_ref %u",
-	      (void *)node, queued, (unsigned long long)tkids, node->lock_ref);
+	CHECK(queued == (!tkids && !node->lock_ref && !(node->flags & KVMM_NODE_IO)),
+	      "node %p queued %d, %llu children on its tier, lock_ref %u, flags %#x",
+	      (void *)node, queued, (unsigned long long)tkids, node->lock_ref, node->flags);
 	for (i = 0; i < nr; i++) {
 		int32_t pfn = node->pfns[i];
 
@@ -397,7 +400,7 @@ out:
 KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 {
 	struct check_sums sums = { 0 };
-	uint64_t locked = 0, nfree_seqs = 0, io = 0, io_t, job_locks, job_nodes, copies;
+	uint64_t locked = 0, nfree_seqs = 0, io[KVMM_NR_TIERS], job_locks, job_nodes, copies;
 	const char *why = "";
 	uint8_t *marks[KVMM_NR_TIERS] = { NULL };
 	int32_t *path;
@@ -434,15 +437,16 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 		if (ret)
 			goto out;
 	}
-	io = kvmm_promos_check(ctx, marks[KVMM_TIER_DEVICE], MARK_IO, &job_locks,
-			       &job_nodes, &why);
-	CHECK(io != UINT64_MAX, "%s", why);
-	CHECK(io == ctx->io_pages, "promotions hold %llu frames, counted %llu",
-	      (unsigned long long)io, (unsigned long long)ctx->io_pages);
-	CHECK(job_nodes == sums.io_nodes, "promotions arm %llu nodes, %llu are marked",
+	CHECK(!kvmm_migrations_check(ctx, marks, MARK_IO, io, &job_locks, &job_nodes, &why),
+	      "%s", why);
+	for (t = 0; t < KVMM_NR_TIERS; t++)
+		CHECK(io[t] == ctx->io_pages[t], "migrations hold %llu frames of tier %u, "
+		      "counted %llu", (unsigned long long)io[t], t,
+		      (unsigned long long)ctx->io_pages[t]);
+	CHECK(job_nodes == sums.io_nodes, "migrations arm %llu nodes, %llu are marked",
 	      (unsigned long long)job_nodes, (unsigned long long)sums.io_nodes);
 	CHECK(locked + job_locks == sums.direct,
-	      "%llu sequences and %llu promotions hold locks, nodes count %llu",
+	      "%llu sequences and %llu migrations hold locks, nodes count %llu",
 	      (unsigned long long)locked, (unsigned long long)job_locks,
 	      (unsigned long long)sums.direct);
 	for (t = 0; t < KVMM_NR_TIERS; t++) {
@@ -457,16 +461,15 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 			CHECK(state != KVMM_PAGE_CACHED || marks[t][i] == MARK_TREE,
 			      "pfn %u of tier %u cached by no node (leaked)", i, t);
 			CHECK(state != KVMM_PAGE_IO || marks[t][i] == MARK_IO,
-			      "pfn %u of tier %u held by no promotion (leaked)", i, t);
+			      "pfn %u of tier %u held by no migration (leaked)", i, t);
 			owned += marks[t][i] == MARK_SEQ;
 		}
-		io_t = t == KVMM_TIER_DEVICE ? io : 0;
 		copies = t == KVMM_TIER_HOST ? sums.shadowed : 0;
-		CHECK(owned + sums.cached[t] + copies + io_t + zone->nr_free == zone->nr_pages,
+		CHECK(owned + sums.cached[t] + copies + io[t] + zone->nr_free == zone->nr_pages,
 		      "tier %u: owned %llu + cached %llu + copies %llu + io %llu + free %u "
 		      "!= %u pages", t, (unsigned long long)owned,
 		      (unsigned long long)sums.cached[t], (unsigned long long)copies,
-		      (unsigned long long)io_t, zone->nr_free, zone->nr_pages);
+		      (unsigned long long)io[t], zone->nr_free, zone->nr_pages);
 	}
 	for (i = ctx->free_seq; i != UINT32_MAX; i = ctx->seqs[i].next_free) {
 		CHECK(i < ctx->max_seqs && !ctx->seqs[i].open, "free row list holds %u", i);

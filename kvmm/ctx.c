@@ -118,6 +118,8 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 	if (p->write_policy > KVMM_WRITE_THROUGH ||
 	    (p->write_policy == KVMM_WRITE_THROUGH && !p->host_pages))
 		return -EINVAL;
+	if (p->host_wmark_low > p->host_wmark_high || p->host_wmark_high > p->host_pages)
+		return -EINVAL;
 	ret = params_nr_pages(p, page_bytes, nr_pages);
 	if (ret)
 		return ret;
@@ -286,7 +288,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	list_init(&ctx->owners);
 	ctx->ns_pin_pages = KVMM_NS_PIN_AUTO;
 	ctx->ns_cache_share = 100;
-	list_init(&ctx->promos);
+	list_init(&ctx->migrations);
 	if (pthread_mutex_init(&ctx->lock, NULL)) {
 		aops->free(ctx, sizeof(*ctx), params->alloc_priv);
 		return -ENOMEM;

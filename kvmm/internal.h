@@ -87,6 +87,18 @@ static inline void list_del(struct kvmm_list *e)
 }
 
 #define list_entry(ptr, type, member) container_of(ptr, type, member)
+/* Move every entry of @from to the end of @to; @from is left empty. */
+static inline void list_splice_init(struct kvmm_list *from, struct kvmm_list *to)
+{
+	if (list_empty(from))
+		return;
+	from->next->prev = to->prev;
+	to->prev->next = from->next;
+	from->prev->next = to;
+	to->prev = from->prev;
+	list_init(from);
+}
+
 #define list_for_each(pos, head) \
 	for (pos = (head)->next; pos != (head); pos = pos->next)
 
@@ -487,6 +499,7 @@ void kvmm_tiers_exit(struct kvmm_ctx *ctx);
 bool kvmm_tier_below(const struct kvmm_ctx *ctx, uint32_t tier, uint32_t *lower);
 int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_drop_subtree(struct kvmm_ctx *ctx, struct kvmm_node *node);
+bool kvmm_subtree_busy(const struct kvmm_node *node);
 void kvmm_path_tiers(const struct kvmm_node *root, const struct kvmm_path *path,
 		     uint32_t *tokens);
 void kvmm_path_clip(struct kvmm_path *path);
@@ -501,25 +514,33 @@ void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 		     const int32_t *pfns, uint32_t lt, uint64_t t0);
 struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
 				      struct kvmm_store_key *keys);
+int kvmm_tier_copy_down(struct kvmm_ctx *ctx, uint32_t from, const int32_t *src,
+			uint32_t to, const int32_t *dst, uint32_t nr, void **addrs,
+			const struct kvmm_store_key *keys, uint32_t chan);
+void kvmm_tier_copy_failed(struct kvmm_ctx *ctx, uint32_t from, uint32_t to, int err);
+bool kvmm_tier_make_room(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr);
 uint64_t kvmm_now_ns(void);
 
 /* ---- recover.c ---- */
 void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
 
-/* ---- promote.c ---- */
+/* ---- migrate.c, promote.c ---- */
 
-struct kvmm_promo;
+struct kvmm_migrate;
 struct kvmm_iow;
 struct kvmm_owner;
 
 int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		 uint32_t n, struct kvmm_owner *owner, uint64_t user_data);
-void kvmm_promo_cancel(struct kvmm_ctx *ctx, struct kvmm_promo *job);
+void kvmm_promo_cancel(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
 void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
+void kvmm_writeback(struct kvmm_ctx *ctx);
+void kvmm_migrate_reap(struct kvmm_ctx *ctx);
 int kvmm_iow_start(struct kvmm_ctx *ctx);
 void kvmm_iow_stop(struct kvmm_ctx *ctx);
-uint64_t kvmm_promos_check(const struct kvmm_ctx *ctx, uint8_t *mark, uint8_t mark_io,
-			   uint64_t *locks, uint64_t *nodes, const char **why);
+int kvmm_migrations_check(const struct kvmm_ctx *ctx, uint8_t *const *marks,
+			  uint8_t mark_io, uint64_t *io, uint64_t *locks, uint64_t *nodes,
+			  const char **why);
 
 /* ---- seq.c ---- */
 
@@ -547,7 +568,7 @@ struct kvmm_seq {
 	uint32_t next_free;
 	uint32_t mark;
 	uint32_t owner;
-	struct kvmm_promo *promo;
+	struct kvmm_migrate *promo;
 	bool open;
 };
 
@@ -639,6 +660,7 @@ enum kvmm_event {
 	EV_DEMOTE_FREE_PAGES,
 	EV_SHADOW_DROP_PAGES,
 	EV_MIGRATED,
+	EV_WRITEBACK_RUNS,
 	NR_KVMM_EVENTS
 };
 
@@ -687,9 +709,11 @@ enum kvmm_tier_event {
  * @owners: holders above the core registered on it (struct kvmm_owner:
  *	the rings' dispatchers)
  * @next_owner_id: their ids, 1 up; 0 is the direct API
- * @promos: promotions in flight (struct kvmm_promo.link)
- * @io_pages: device frames they hold (KVMM_PAGE_IO)
- * @iow: the I/O worker that runs them, when an I/O store exists
+ * @migrations: migrate jobs in flight (struct kvmm_migrate.link):
+ *	promotions and demotions
+ * @io_pages: per tier, frames they hold there (KVMM_PAGE_IO)
+ * @writeback: host pages demotions are writing to the tier below
+ * @iow: the I/O worker that copies them, when an I/O store exists
  * @ns_pin_pages: pages a ring bound to a namespace may have pinned in it;
  *	KVMM_NS_PIN_AUTO for half the device pool
  * @ns_cache_share: percent of the device pool one namespace may cache
@@ -726,8 +750,9 @@ struct kvmm_ctx {
 	pthread_mutex_t lock;
 	struct kvmm_list owners;
 	uint32_t next_owner_id;
-	struct kvmm_list promos;
-	uint64_t io_pages;
+	struct kvmm_list migrations;
+	uint64_t io_pages[KVMM_NR_TIERS];
+	uint64_t writeback;
 	struct kvmm_iow *iow;
 	uint64_t ns_pin_pages;
 	uint32_t ns_cache_share;

@@ -588,12 +588,14 @@ void kvmm_tree_lock(struct kvmm_ctx *ctx, struct kvmm_node *node)
  * @node: the node that was locked
  *
  * If @node becomes an unlocked leaf of its tier it is touched (it was in
- * use until now) and queued for reclaim.  Ancestors cannot become leaves
- * here.
+ * use until now) and queued for reclaim.  Above a lower-tier @node (a
+ * promotion that failed or could not start), an ancestor on a faster
+ * tier may become an unlocked leaf of its own tier too, and is queued.
  */
 void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
 	struct kvmm_node *n;
+	bool touched;
 
 	for (n = node; !(n->flags & KVMM_NODE_ROOT); n = n->parent) {
 		uint32_t nr = n->len >> ctx->page_shift;
@@ -604,10 +606,19 @@ void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node)
 		ctx->lruvec[n->tier].evictable += nr;
 		ctx->tree.protected[n->tier] -= nr;
 	}
-	if (!(node->flags & KVMM_NODE_ROOT) && !node->lock_ref && !node->tkids) {
+	if ((node->flags & KVMM_NODE_ROOT) || node->lock_ref)
+		return;
+	touched = !node->tkids;
+	if (touched) {
 		kvmm_tree_touch(ctx, node);
 		kvmm_lru_update(ctx, node);
 	}
+	if (node->tier == KVMM_TIER_DEVICE)
+		return;
+	/* above a lower-tier node, the last of each faster tier is a leaf of it */
+	for (n = node->parent; !(n->flags & KVMM_NODE_ROOT) && !n->lock_ref; n = n->parent)
+		if (!n->tkids)
+			__kvmm_lru_update(ctx, n, !touched);
 }
 
 /**

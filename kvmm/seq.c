@@ -151,6 +151,7 @@ int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		return -EBUSY;
 	if (!s || s->len || !tokens || !n || n > ctx->params.max_seq_len)
 		return -EINVAL;
+	kvmm_migrate_reap(ctx);	/* what was written down is found there */
 	kvmm_tree_walk(ctx, s->root, tokens, n, &path);
 	kvmm_path_tiers(s->root, &path, tiers);
 	kvmm_path_clip(&path);

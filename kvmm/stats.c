@@ -72,6 +72,10 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_SHADOW_DROP_PAGES] = "shadow_drop_pages",
 	[KVMM_STAT_PAGES_MAX] = "pages_max",
 	[KVMM_STAT_MIGRATE_PAGES] = "migrate_pages",
+	[KVMM_STAT_HOST_WMARK_LOW] = "host_wmark_low",
+	[KVMM_STAT_HOST_WMARK_HIGH] = "host_wmark_high",
+	[KVMM_STAT_HOST_PAGES_WRITEBACK] = "host_pages_writeback",
+	[KVMM_STAT_WRITEBACK_RUNS] = "writeback_runs",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -97,6 +101,7 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_DEMOTE_FREE_PAGES] = EV_DEMOTE_FREE_PAGES + 1,
 	[KVMM_STAT_SHADOW_DROP_PAGES] = EV_SHADOW_DROP_PAGES + 1,
 	[KVMM_STAT_MIGRATE_PAGES] = EV_MIGRATED + 1,
+	[KVMM_STAT_WRITEBACK_RUNS] = EV_WRITEBACK_RUNS + 1,
 };
 
 /**
@@ -159,8 +164,12 @@ KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t 
 	v[KVMM_STAT_PAGES_FREE] = ctx->zone[KVMM_TIER_DEVICE].nr_free;
 	v[KVMM_STAT_PAGES_CACHED] = ctx->tree.cached[KVMM_TIER_DEVICE];
 	v[KVMM_STAT_PAGES_OWNED] = ctx->zone[KVMM_TIER_DEVICE].nr_pages - ctx->zone[KVMM_TIER_DEVICE].nr_free -
-				   ctx->tree.cached[KVMM_TIER_DEVICE] - ctx->io_pages;
-	v[KVMM_STAT_PAGES_IO] = ctx->io_pages;
+				   ctx->tree.cached[KVMM_TIER_DEVICE] -
+				   ctx->io_pages[KVMM_TIER_DEVICE];
+	v[KVMM_STAT_PAGES_IO] = ctx->io_pages[KVMM_TIER_DEVICE];
+	v[KVMM_STAT_HOST_WMARK_LOW] = ctx->zone[KVMM_TIER_HOST].wmark[KVMM_WMARK_LOW];
+	v[KVMM_STAT_HOST_WMARK_HIGH] = ctx->zone[KVMM_TIER_HOST].wmark[KVMM_WMARK_HIGH];
+	v[KVMM_STAT_HOST_PAGES_WRITEBACK] = ctx->writeback;
 	v[KVMM_STAT_PAGES_SHADOWED] = ctx->tree.shadowed;
 	v[KVMM_STAT_PAGES_EVICTABLE] = ctx->lruvec[KVMM_TIER_DEVICE].evictable;
 	v[KVMM_STAT_PAGES_PROTECTED] = ctx->tree.protected[KVMM_TIER_DEVICE];

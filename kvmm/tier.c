@@ -103,6 +103,19 @@ static int tier_numa_node(const struct kvmm_ctx *ctx)
 	return ctx->backend->numa_node(ctx->backend_priv);
 }
 
+/* The host tier's watermarks for background reclaim (kvmm_writeback()). */
+static void host_wmarks(struct kvmm_zone *zone, const struct kvmm_params *p)
+{
+	uint32_t low = p->host_wmark_low, high = p->host_wmark_high;
+
+	if (!low && !high) {
+		low = (zone->nr_pages + 7) / 8;
+		high = 2 * low < zone->nr_pages ? 2 * low : zone->nr_pages;
+	}
+	zone->wmark[KVMM_WMARK_LOW] = low;
+	zone->wmark[KVMM_WMARK_HIGH] = high;
+}
+
 /*
  * Set up lower tier @tier of @nr pages: its zone and its store.  Nothing
  * is held on failure; a store's reason is reported.
@@ -122,6 +135,8 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
 	ret = kvmm_zone_init(ctx, &ctx->zone[tier], nr, nr, tier);
 	if (ret)
 		return ret;
+	if (tier == KVMM_TIER_HOST)
+		host_wmarks(&ctx->zone[tier], p);
 	cfg = (struct kvmm_store_cfg){
 		.page_bytes = kvmm_page_bytes(&p->model, p->page_size),
 		.nr_pages = nr,
@@ -252,16 +267,15 @@ static void node_set_tier(struct kvmm_ctx *ctx, struct kvmm_node *node,
 		__kvmm_lru_update(ctx, parent, true);
 }
 
-/* Point ctx->staging at the store pages of @pfns on @tier. */
+/* Point @addrs at the store pages of @pfns on @tier. */
 static void **tier_addrs(struct kvmm_ctx *ctx, uint32_t tier, const int32_t *pfns,
-			 uint32_t nr)
+			 uint32_t nr, void **addrs)
 {
 	uint32_t i;
 
 	for (i = 0; i < nr; i++)
-		ctx->staging[i] = ctx->store[tier]->page(ctx->store_priv[tier],
-							 (uint32_t)pfns[i]);
-	return ctx->staging;
+		addrs[i] = ctx->store[tier]->page(ctx->store_priv[tier], (uint32_t)pfns[i]);
+	return addrs;
 }
 
 static uint64_t tier_bytes(const struct kvmm_ctx *ctx, uint32_t nr)
@@ -411,11 +425,16 @@ struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_no
 	return keys;
 }
 
-/* Whether lower tier @tier has @nr free pages, after its reclaim if need be. */
-static bool tier_make_room(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr)
+/*
+ * Whether lower tier @tier has @nr free pages, after its reclaim if need
+ * be: finished demotions settled first, then direct reclaim.
+ */
+bool kvmm_tier_make_room(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr)
 {
 	struct kvmm_zone *zone = &ctx->zone[tier];
 
+	if (zone->nr_free < nr)
+		kvmm_migrate_reap(ctx);
 	if (zone->nr_free < nr) {
 		struct kvmm_scan_control sc = { .nr_to_reclaim = nr - zone->nr_free,
 						.tier = tier };
@@ -425,47 +444,89 @@ static bool tier_make_room(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr)
 	return zone->nr_free >= nr;
 }
 
-/*
- * Copy @node's @nr pages from their tier into @pfns on tier @to: the
- * backend gathers device pages into a memory store; pages of a memory
- * store are verified and written to an I/O store.
+/**
+ * kvmm_tier_copy_down() - copy pages down a tier
+ * @ctx: the context
+ * @from: the tier of @src
+ * @src: the frames copied
+ * @to: a lower tier
+ * @dst: its frames, @nr of them, taken for the copy
+ * @nr: pages
+ * @addrs: scratch, @nr page addresses
+ * @keys: the pages' identities (see struct kvmm_store_key), for an I/O
+ *	store @to
+ * @chan: the channel of an I/O store (0 under the context lock, 1 on the
+ *	I/O worker)
+ *
+ * The backend gathers device pages into a memory store, which seals them;
+ * pages of a memory store are verified and written to an I/O store.
+ * Changes nothing in the context, counts nothing: the I/O worker runs it
+ * without the lock, on frames a migrate job holds.
+ *
+ * Return: 0; -EBADMSG when a source page fails verification (it is never
+ * given a fresh checksum); the backend's or the store's error.
  */
-static int tier_copy_down(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
-			  const int32_t *pfns, uint32_t nr)
+int kvmm_tier_copy_down(struct kvmm_ctx *ctx, uint32_t from, const int32_t *src,
+			uint32_t to, const int32_t *dst, uint32_t nr, void **addrs,
+			const struct kvmm_store_key *keys, uint32_t chan)
 {
-	uint32_t from = node->tier;
 	int ret;
 
 	if (from == KVMM_TIER_DEVICE) {
-		ret = ctx->backend->gather(ctx->backend_priv, node->pfns, nr,
-					   tier_addrs(ctx, to, pfns, nr));
+		ret = ctx->backend->gather(ctx->backend_priv, src, nr,
+					   tier_addrs(ctx, to, dst, nr, addrs));
 		if (!ret)
-			ctx->store[to]->seal(ctx->store_priv[to], pfns, nr);
-	} else {
-		/* Never give a corrupted page a fresh checksum. */
-		if (ctx->store[from]->verify(ctx->store_priv[from], node->pfns, nr) < nr) {
-			kvmm_tier_count(ctx, from, TEV_CSUM_FAIL, 1);
-			return -EBADMSG;
-		}
-		ret = ctx->store[to]->write(ctx->store_priv[to], pfns, nr,
-					    tier_addrs(ctx, from, node->pfns, nr),
-					    kvmm_tier_keys(ctx, node, ctx->tier_keys));
+			ctx->store[to]->seal(ctx->store_priv[to], dst, nr);
+		return ret;
 	}
-	if (ret)
+	if (ctx->store[from]->verify(ctx->store_priv[from], src, nr) < nr)
+		return -EBADMSG;
+	return ctx->store[to]->write(ctx->store_priv[to], chan, dst, nr,
+				     tier_addrs(ctx, from, src, nr, addrs), keys);
+}
+
+/**
+ * kvmm_tier_copy_failed() - count a copy down from @from to @to that failed
+ * @ctx: the context
+ * @from: the tier copied from
+ * @to: the tier copied to
+ * @err: kvmm_tier_copy_down()'s error
+ */
+void kvmm_tier_copy_failed(struct kvmm_ctx *ctx, uint32_t from, uint32_t to, int err)
+{
+	if (err == -EBADMSG)
+		kvmm_tier_count(ctx, from, TEV_CSUM_FAIL, 1);
+	else
 		kvmm_tier_count(ctx, to, TEV_IO_ERRORS, 1);
+}
+
+/* Copy @node's pages into @pfns on memory store @to, under the lock. */
+static int tier_copy_node(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
+			  const int32_t *pfns, uint32_t nr)
+{
+	int ret = kvmm_tier_copy_down(ctx, node->tier, node->pfns, to, pfns, nr,
+				      ctx->staging, NULL, 0);
+
+	if (ret)
+		kvmm_tier_copy_failed(ctx, node->tier, to, ret);
 	return ret;
 }
 
 /**
- * kvmm_demote() - move a leaf's pages down a tier
+ * kvmm_demote() - move a leaf's pages down a tier, now
  * @ctx: the context
  * @node: an unlocked leaf of its tier
  *
- * The lower tier makes room by its own reclaim.  On failure nothing moved.
+ * Direct reclaim: the copy is a memory copy into a memory store (the
+ * device's pages to the host tier), done before this returns; the lower
+ * tier makes room by its own reclaim.  Writing to an I/O store would wait
+ * for the device under the lock, so that is left to background reclaim
+ * (kvmm_writeback(), which runs it as a migrate job): direct reclaim
+ * drops what it cannot wait for.  On failure nothing moved.
  *
  * Return: 0; -ENOSPC when there is no lower tier or it cannot make room;
- * -EBADMSG when the pages fail verification on the way; the backend's or
- * the store's error from the copy.
+ * -EWOULDBLOCK when the tier below is an I/O store; -EBADMSG when the
+ * pages fail verification on the way; the backend's error from the copy.
  */
 int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
@@ -483,11 +544,13 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	}
 	if (!kvmm_tier_below(ctx, node->tier, &lower))
 		return -ENOSPC;
-	if (!tier_make_room(ctx, lower, nr))
+	if (!ctx->store[lower]->page)
+		return -EWOULDBLOCK;	/* only background reclaim writes (migrate.c) */
+	if (!kvmm_tier_make_room(ctx, lower, nr))
 		return -ENOSPC;
 	__kvmm_alloc_pages(ctx, &ctx->zone[lower], nr, pfns);
 	t0 = kvmm_now_ns();
-	ret = tier_copy_down(ctx, node, lower, pfns, nr);
+	ret = tier_copy_node(ctx, node, lower, pfns, nr);
 	if (ret) {
 		kvmm_free_pages(ctx, &ctx->zone[lower], pfns, nr);
 		return ret;
@@ -522,6 +585,34 @@ void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	kvmm_tree_delete_leaf(ctx, node);
 	if (!(parent->flags & KVMM_NODE_ROOT))
 		__kvmm_lru_update(ctx, parent, true);
+}
+
+/**
+ * kvmm_subtree_busy() - whether a migrate job holds @node or a node below it
+ * @node: a node
+ *
+ * Such a subtree cannot be dropped: the job owns those nodes until it
+ * settles.  Walks the subtree without recursion; a reclaim victim's
+ * subtree is its lower-tier tail, usually none.
+ */
+bool kvmm_subtree_busy(const struct kvmm_node *node)
+{
+	const struct kvmm_node *n = node;
+
+	for (;;) {
+		if (n->flags & KVMM_NODE_IO)
+			return true;
+		if (!kvmm_node_is_leaf(n)) {	/* down to the first child */
+			n = list_entry(n->children.next, struct kvmm_node, sibling);
+			continue;
+		}
+		/* up until a node with a next sibling, then across */
+		while (n != node && n->sibling.next == &n->parent->children)
+			n = n->parent;
+		if (n == node)
+			return false;
+		n = list_entry(n->sibling.next, struct kvmm_node, sibling);
+	}
 }
 
 /**
@@ -641,13 +732,13 @@ void kvmm_write_through(struct kvmm_ctx *ctx, struct kvmm_node *from,
 
 		if (n->tier != KVMM_TIER_DEVICE || (n->flags & KVMM_NODE_SHADOW))
 			continue;
-		if (!tier_make_room(ctx, KVMM_TIER_HOST, nr)) {
+		if (!kvmm_tier_make_room(ctx, KVMM_TIER_HOST, nr)) {
 			kvmm_count(ctx, EV_WT_SKIP_PAGES, nr);
 			continue;
 		}
 		__kvmm_alloc_pages(ctx, host, nr, copy);
 		t0 = kvmm_now_ns();
-		if (tier_copy_down(ctx, n, KVMM_TIER_HOST, copy, nr)) {
+		if (tier_copy_node(ctx, n, KVMM_TIER_HOST, copy, nr)) {
 			kvmm_free_pages(ctx, host, copy, nr);
 			kvmm_count(ctx, EV_WT_SKIP_PAGES, nr);
 			continue;
@@ -658,4 +749,5 @@ void kvmm_write_through(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		kvmm_pages_to_tree(host, copy, nr);
 		shadow_attach(ctx, n);
 	}
+	kvmm_writeback(ctx);
 }

@@ -208,12 +208,13 @@ void kvmm_lruvec_init(struct kvmm_lruvec *lv, const struct kvmm_evict_ops *ops)
  *	whose last child on its tier just went): search from that end
  *
  * A node is queued on its tier's lists exactly while it is an unlocked
- * leaf of its tier that is not a root.  It goes in by its access time.
+ * leaf of its tier that is not a root and no demotion is writing down.
+ * It goes in by its access time.
  */
 void __kvmm_lru_update(struct kvmm_ctx *ctx, struct kvmm_node *node, bool oldest)
 {
 	struct kvmm_lruvec *lv = kvmm_node_lruvec(ctx, node);
-	bool want = !(node->flags & KVMM_NODE_ROOT) && !node->lock_ref &&
+	bool want = !(node->flags & (KVMM_NODE_ROOT | KVMM_NODE_IO)) && !node->lock_ref &&
 		    !node->tkids;
 	bool queued = node->flags & KVMM_NODE_EVICTABLE;
 
@@ -259,21 +260,29 @@ void kvmm_lru_touch(struct kvmm_ctx *ctx, struct kvmm_node *node)
 /*
  * Take @node, a leaf of tier sc->tier, off the tier: demote it when a
  * lower tier takes it, else drop it with whatever lower-tier nodes hang
- * below it.
+ * below it.  A node that must be dropped while a demotion below it is
+ * writing stays, as if just used (the kernel rotates a page under
+ * writeback the same way).  Return: whether the pages went.
  */
-static void evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
+static bool evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
 		       struct kvmm_scan_control *sc)
 {
 	uint32_t nr = node->len >> ctx->page_shift;
 
 	kvmm_assert(ctx, !node->lock_ref && !node->tkids);
-	sc->nr_reclaimed += nr;
 	if (!sc->drop && !kvmm_demote(ctx, node)) {
+		sc->nr_reclaimed += nr;
 		sc->nr_demoted += nr;
-		return;
+		return true;
 	}
+	if (!kvmm_node_is_leaf(node) && kvmm_subtree_busy(node)) {
+		kvmm_tree_touch(ctx, node);
+		return false;
+	}
+	sc->nr_reclaimed += nr;
 	kvmm_drop_subtree(ctx, node);
 	sc->nr_evicted++;
+	return true;
 }
 
 /*
@@ -320,7 +329,7 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 	struct kvmm_lruvec *lv = &ctx->lruvec[sc->tier];
 	struct kvmm_zone *zone = &ctx->zone[sc->tier];
 	uint64_t before_nodes = sc->nr_evicted, before = sc->nr_reclaimed;
-	uint64_t before_demoted = sc->nr_demoted;
+	uint64_t before_demoted = sc->nr_demoted, skipped = 0;
 
 	if (sc->tier == KVMM_TIER_DEVICE) {
 		kvmm_count(ctx, EV_RECLAIM_RUNS, 1);
@@ -357,12 +366,17 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 		}
 		if (i > 2 * KVMM_SHRINK_PREFETCH)
 			__builtin_prefetch(lru_node(ahead));
-		evict_leaf(ctx, victim, sc);
+		if (evict_leaf(ctx, victim, sc))
+			skipped = 0;
+		else if (++skipped > lv->nr_leaves)
+			break;	/* every leaf left waits for a demotion below it */
 	}
 	if (sc->tier == KVMM_TIER_HOST)
 		kvmm_shadows_shrink(ctx, sc);
 	if (sc->tier != KVMM_TIER_DEVICE)
 		return;
+	if (sc->nr_demoted != before_demoted)
+		kvmm_writeback(ctx);	/* the host tier took pages */
 	kvmm_count(ctx, EV_EVICT_NODES, sc->nr_evicted - before_nodes);
 	kvmm_count(ctx, EV_EVICT_PAGES, sc->nr_reclaimed - before - sc->nr_demoted +
 				       before_demoted);
@@ -381,6 +395,7 @@ KVMM_EXPORT int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages)
 
 	if (!ctx || !nr_pages)
 		return -EINVAL;
+	kvmm_migrate_reap(ctx);
 	kvmm_shrink(ctx, &sc);
 	kvmm_debug_check(ctx, "reclaim");
 	return (int64_t)sc.nr_reclaimed;
@@ -402,6 +417,7 @@ KVMM_EXPORT int64_t kvmm_drop_caches(struct kvmm_ctx *ctx)
 
 	if (!ctx)
 		return -EINVAL;
+	kvmm_migrate_reap(ctx);
 	kvmm_shrink(ctx, &sc);
 	freed = sc.nr_reclaimed;
 	for (tier = KVMM_TIER_HOST; tier < KVMM_NR_TIERS; tier++) {

@@ -41,10 +41,10 @@
  * buffers registered with it (IORING_OP_{READ,WRITE}_FIXED); the file
  * is not registered, so that it and its lock go with the process.  There
  * are two channels, each a ring and its bounce
- * buffers: channel 0 for calls under the context lock (writes, the
- * restart scan, synchronous reads), channel 1 for the I/O worker's reads
- * (set up at its first use), so a promotion's reads never wait for a
- * demotion's writes or share their buffers.  Short transfers and -EAGAIN
+ * buffers: channel 0 for calls under the context lock (the restart scan,
+ * synchronous reads), channel 1 for the I/O worker's writes and reads
+ * (set up at its first use), so a synchronous read never waits for a
+ * demotion's writes or shares their buffers.  Short transfers and -EAGAIN
  * are resubmitted for the rest, a few times; anything else fails the
  * pages of that I/O.
  *
@@ -459,13 +459,26 @@ static bool write_fill(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slo
 	return true;
 }
 
-static int nvme_write(void *priv, const int32_t *pfns, uint32_t nr,
+static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch);
+
+/* Channel @chan, set up at its first use. */
+static struct nvme_chan *chan_get(struct nvme_store *ns, uint32_t chan, int *err)
+{
+	struct nvme_chan *ch = &ns->chan[chan < KVMM_STORE_CHANS ? chan : 0];
+
+	*err = ch->ring_up ? 0 : chan_setup(ns, ch);
+	return ch;
+}
+
+static int nvme_write(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
 		      void *const *src, const struct kvmm_store_key *keys)
 {
 	struct nvme_store *ns = priv;
 	struct nvme_wr wr = { .pfns = pfns, .src = src, .keys = keys, .nr = nr };
+	int err;
+	struct nvme_chan *ch = chan_get(ns, chan, &err);
 
-	return nvme_pump(ns, &ns->chan[0], true, KVMM_NVME_SITE_WRITE, write_fill, NULL, &wr);
+	return err ? err : nvme_pump(ns, ch, true, KVMM_NVME_SITE_WRITE, write_fill, NULL, &wr);
 }
 
 /* Reads and the scan: @n blocks of @len at the slots @pfns or from @first. */
@@ -522,18 +535,16 @@ static void read_done(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slot
 		ch->io[slot].res = -EBADMSG;
 }
 
-static int chan_setup(struct nvme_store *ns, struct nvme_chan *ch);
 
 static uint32_t nvme_read(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
 			  const struct kvmm_store_key *keys, void **dst, int *err)
 {
 	struct nvme_store *ns = priv;
-	struct nvme_chan *ch = &ns->chan[chan < KVMM_STORE_CHANS ? chan : 0];
+	struct nvme_chan *ch = chan_get(ns, chan, err);
 	struct nvme_rd rd = { .pfns = pfns, .keys = keys,
 			      .len = (uint32_t)ns->slot_bytes };
 	uint32_t i;
 
-	*err = ch->ring_up ? 0 : chan_setup(ns, ch);
 	if (*err)
 		return 0;
 	rd.n = nr < ch->nbounce ? nr : ch->nbounce;

@@ -511,6 +511,7 @@ static bool cached_kv_is(struct kvmm_ctx *ctx, const uint32_t *tok, uint32_t n,
 	uint32_t seq;
 	bool same;
 
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);	/* nothing of it on its way down */
 	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq), 0);
 	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, seq, tok, n) >= 0, 1);
 	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, seq, tok, n), (int)n);
@@ -728,7 +729,9 @@ static void contract_promotion_beside_demotions(void)
 	close(fd);
 	p.backend = tgt.backend;
 	p.backend_arg = backend_arg();
-	p.host_pages = 8;
+	p.host_pages = 24;
+	p.host_wmark_low = 12;	/* room for a prefix while the last one is written */
+	p.host_wmark_high = 16;
 	p.nvme_pages = 64;
 	p.nvme_path = path;
 	p.nvme_arg = &narg;
@@ -738,9 +741,10 @@ static void contract_promotion_beside_demotions(void)
 		kv[i] = malloc(32 * 2 * 2 * 8);
 		fill_random(kv[i], 32 * 2 * 2 * 8, &seed);
 	}
-	/* four prefixes of 8 pages through 16 device and 8 host pages: the first lands on NVMe */
+	/* four prefixes of 8 pages through 16 device and 24 host pages: the first lands on NVMe */
 	for (i = 0; i < 4; i++)
 		cache_with_kv(ctx, tok[i], 32, kv[i]);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);	/* background reclaim wrote it */
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok[0], 32, &hits), 32);
 	CU_ASSERT_EQUAL_FATAL(hits.tokens[KVMM_TIER_NVME], 32);
 
@@ -769,6 +773,7 @@ static void contract_promotion_beside_demotions(void)
 	kvmm_prep_close(TEST_SQE(&ring), (uint32_t)seq, 0, 0, 0);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	kvmm_ring_exit(&ring);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
 	CHECK_OK(ctx);
 	CU_ASSERT(cached_kv_is(ctx, tok[0], 32, kv[0]));

@@ -122,6 +122,7 @@ static void push_down(struct kvmm_ctx *ctx, uint32_t seed, uint32_t count)
 	for (i = 0; i < count; i++) {
 		test_tokens(other, 32, seed + i);
 		CU_ASSERT_EQUAL(serve(ctx, other, 32, false), 0);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);	/* background reclaim kept up */
 		CHECK_OK(ctx);
 	}
 }
@@ -345,11 +346,15 @@ static void random_conversations(struct kvmm_ctx *ctx, uint32_t turns)
 		len[c] = n;
 		m = serve(ctx, conv[c], n, (x >> 4) & 1);
 		CU_ASSERT(m >= 0);
+		/* background reclaim keeps up half the time; else it runs beside */
+		if ((x >> 12) & 1)
+			CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
 		if (kvmm_check(ctx)) {
 			CU_FAIL("invariants broken");
 			break;
 		}
 	}
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
 }
 
 static void test_random_conversations(void)
@@ -452,6 +457,12 @@ static struct kvmm_params nvme_params(uint32_t ps, uint32_t dev, uint32_t host,
 	p.nvme_arg = arg;
 	p.nvme_qd = 4;		/* a node of 8 pages takes two batches */
 	p.write_policy = policy;
+	/*
+	 * A host tier of a few nodes: background reclaim keeps half of it
+	 * free, so that most of what the device demotes reaches NVMe.
+	 */
+	p.host_wmark_low = host / 2;
+	p.host_wmark_high = host * 3 / 4;
 	return p;
 }
 
@@ -507,6 +518,7 @@ static void test_nvme_roundtrip(void)
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_IO_ERRORS), 0);
 	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
 	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);	/* what the promotion's room sent down */
 	CU_ASSERT(kvmm_drop_caches(ctx) > 0);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 64);
 	kvmm_destroy(ctx);
@@ -920,7 +932,7 @@ static void test_nvme_flip_tear(void)
 	uint32_t i;
 
 	for (i = 0; i < 2; i++) {
-		struct kvmm_nvme_arg arg = { .flip_every = i ? 0 : 2, .tear_every = i ? 2 : 0 };
+		struct kvmm_nvme_arg arg = { .flip_every = i ? 0 : 7, .tear_every = i ? 7 : 0 };
 		struct kvmm_ctx *ctx = nvme_ctx(48, 16, 96, path, &arg);
 
 		random_conversations(ctx, 200);
@@ -953,16 +965,17 @@ static void test_nvme_conversations_restart(void)
 	random_conversations(ctx, 400);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) > 0);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_EVICT_PAGES) > 0);
-	cached = host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
 	kvmm_destroy(ctx);
 
 	/*
 	 * What hung below prefixes that were on the device or the host is
-	 * lost with them; the rest comes back.
+	 * lost with them; the rest comes back.  So may a chain that was
+	 * promoted and whose slots were not reused since: its pages are
+	 * still the KV of their prefixes (their keys say so), so the count
+	 * is not bounded by @cached; serve() checks every byte that comes up.
 	 */
 	ctx = nvme_ctx(48, 24, 96, path, NULL);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) > 0);
-	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) <= cached);
 	CHECK_OK(ctx);
 	random_conversations(ctx, 200);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) > 0);
@@ -1156,11 +1169,9 @@ static void test_nvme_async_cancel(void)
 	CU_ASSERT_EQUAL(lcheck(ctx), 0);
 	kvmm_ring_exit(&ring);
 
-	/* a ring that goes with its promotion in flight */
-	kvmm_lock(ctx);
+	/* a ring that goes with its promotion in flight (no ring is served now) */
 	push_down(ctx, 2400, 6);
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 32);
-	kvmm_unlock(ctx);
 	__atomic_store_n(&hold, 1, __ATOMIC_RELEASE);
 	async_ring(ctx, &ring, tok, sizeof(tok));
 	a = ring_open_match(&ring, 0, 32, &m);
@@ -1242,6 +1253,9 @@ static void ring_conversations(struct kvmm_ctx *ctx, uint32_t turns)
 				kvmm_prep_close(TEST_SQE(&ring), seq[g], 1, off, n[g]);
 			CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 		}
+		/* background reclaim keeps up half the time; else it runs beside */
+		if ((x >> 12) & 1)
+			CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
 		if (lcheck(ctx)) {
 			CU_FAIL("invariants broken");
 			break;
@@ -1271,6 +1285,7 @@ static void test_nvme_async_conversations(void)
 		if (!faults[f])
 			CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_NVME_CSUM_FAIL) > 0);
 		CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 0);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
 		kvmm_lock(ctx);
 		CU_ASSERT(kvmm_drop_caches(ctx) >= 0);
 		kvmm_unlock(ctx);

@@ -302,7 +302,7 @@ static int nvme_bench(const struct tiers_opts *o, uint32_t page_size)
 	for (r = 0; r < TIERS_REPEAT; r++) {
 		uint64_t t0 = now_ns();
 
-		ret = nv->write(npriv, pfns, nr, src, keys);
+		ret = nv->write(npriv, 0, pfns, nr, src, keys);
 		w[r] = gbps(nr * page_bytes, (double)(now_ns() - t0));
 		if (ret)
 			goto out;

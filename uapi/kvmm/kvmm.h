@@ -123,6 +123,11 @@ enum kvmm_stat_item {
 	/* Resizing (kvmm_resize(), SET nr_pages): */
 	KVMM_STAT_PAGES_MAX,		/* (gauge) pages the pool may grow to */
 	KVMM_STAT_MIGRATE_PAGES,	/* cached pages moved down by a shrink */
+	/* Background reclaim of the host tier (writeback to NVMe): */
+	KVMM_STAT_HOST_WMARK_LOW,	/* (gauge) below it, writeback starts */
+	KVMM_STAT_HOST_WMARK_HIGH,	/* (gauge) writeback goes on to it */
+	KVMM_STAT_HOST_PAGES_WRITEBACK,	/* (gauge) host pages being written down */
+	KVMM_STAT_WRITEBACK_RUNS,	/* writeback jobs started */
 	NR_KVMM_STATS
 };
 

@@ -1,0 +1,589 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/migrate.c - migrate jobs: moving nodes' pages between tiers without
+ * holding the context across the copy, in both directions.
+ *
+ * DOC: migration
+ *
+ * A job (struct kvmm_migrate) moves the pages of some nodes to one tier
+ * in three steps, as the kernel's migrate.c isolates, copies and remaps:
+ *
+ *  - arm, under the context's lock: mark each node KVMM_NODE_IO (nothing
+ *    splits it, moves it, adopts into it or drops it; an insert stops
+ *    before it), hold it (a promotion locks its chain, so that reclaim
+ *    leaves the path alone; a demotion takes its leaves off the reclaim
+ *    lists, and reclaim never drops a subtree with such a node in it,
+ *    so their ancestors stay evictable, by demotion), take frames on the
+ *    destination tier in state KVMM_PAGE_IO (held by the job, in no node)
+ *    and record each page's source frame and identity in the job;
+ *  - copy, without the lock: the job's arrays, the stores and the backend
+ *    only, so the I/O worker can run it while other commands are served;
+ *  - settle, under the lock: a node whose pages all arrived moves to the
+ *    destination; one whose copy failed is put back as it was, or dropped
+ *    with what hangs below it when its own pages failed verification (a
+ *    miss, never wrong KV).
+ *
+ * Promotions (promote.c) move a chain of a matched prefix up to the
+ * device.  Demotions move cold leaves of the host tier down to an I/O
+ * store (NVMe): that is background reclaim, the kswapd of this project
+ * (kvmm_writeback()).  When an allocation on the host tier leaves fewer
+ * free pages than its low watermark, the oldest host leaves are armed in
+ * one job, enough to bring the free pages and those on their way out to
+ * the high watermark, and queued to the worker, which writes them while
+ * the context serves other commands.  Direct reclaim on the host tier
+ * never writes: it drops what it cannot wait for (kvmm_demote()).
+ *
+ * The worker settles a promotion itself, under the context's lock, since
+ * a ring waits for its completion (rings are the only source of queued
+ * promotions, and every ring command holds that lock).  A demotion has no
+ * one waiting: the worker puts it on its done list and the context's own
+ * thread settles it the next time it reclaims, matches or calls
+ * kvmm_sync() (kvmm_migrate_reap()).  So the worker takes the lock only
+ * where the lock is in use, and an embedder on the direct API needs none.
+ *
+ * Lock order: ctx->lock, then the worker's lock; the worker never holds
+ * its own lock while it takes ctx->lock.
+ */
+#include <stdlib.h>
+
+#include "migrate.h"
+
+/* Nodes one writeback job takes at most. */
+#define KVMM_WRITEBACK_BATCH	64
+
+/**
+ * struct kvmm_iow - the I/O worker of a context
+ * @ctx: the context
+ * @thread: it
+ * @mu: protects everything below
+ * @cv: signalled when @queue or @stop changes
+ * @idle: signalled when the worker has nothing queued or in hand
+ * @queue: armed jobs to copy, oldest first
+ * @done: copied demotions, to settle
+ * @nr_done: jobs on @done (read without @mu as a hint)
+ * @busy: the worker is copying a job
+ * @stop: exit once the queue is empty
+ */
+struct kvmm_iow {
+	struct kvmm_ctx *ctx;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	pthread_cond_t idle;
+	struct kvmm_list queue;
+	struct kvmm_list done;
+	uint32_t nr_done;
+	bool busy;
+	bool stop;
+};
+
+size_t kvmm_migrate_bytes(uint32_t n)
+{
+	return sizeof(struct kvmm_migrate) + (size_t)n * sizeof(uint32_t);
+}
+
+/* The allocation behind an armed job: its chain and per-page arrays. */
+size_t kvmm_migrate_arm_bytes(uint32_t nr_nodes, uint32_t nr_pages)
+{
+	return nr_nodes * sizeof(struct migrate_node) +
+	       nr_pages * (2 * sizeof(int32_t) + sizeof(struct kvmm_store_key) +
+			   sizeof(void *));
+}
+
+/* Give @job the arrays at @p (kvmm_migrate_arm_bytes() long). */
+void kvmm_migrate_lay_out(struct kvmm_migrate *job, char *p, uint32_t nr_nodes,
+			  uint32_t nr_pages)
+{
+	job->chain = (struct migrate_node *)p;
+	job->keys = (struct kvmm_store_key *)(job->chain + nr_nodes);
+	job->addrs = (void **)(job->keys + nr_pages);
+	job->src = (int32_t *)(job->addrs + nr_pages);
+	job->dst = job->src + nr_pages;
+	job->nr_nodes = nr_nodes;
+	job->nr_pages = nr_pages;
+	job->io = false;
+}
+
+void kvmm_migrate_free(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
+{
+	list_del(&job->link);
+	if (job->chain)
+		kvmm_mfree(ctx, job->chain, kvmm_migrate_arm_bytes(job->nr_nodes,
+								   job->nr_pages));
+	kvmm_mfree(ctx, job, kvmm_migrate_bytes(job->n));
+}
+
+/* The job that armed @node (KVMM_NODE_IO). */
+struct kvmm_migrate *kvmm_migrate_of(struct kvmm_ctx *ctx, const struct kvmm_node *node)
+{
+	struct kvmm_list *pos;
+	uint32_t i;
+
+	list_for_each(pos, &ctx->migrations) {
+		struct kvmm_migrate *job = list_entry(pos, struct kvmm_migrate, link);
+
+		for (i = 0; job->chain && i < job->nr_nodes; i++)
+			if (job->chain[i].node == node)
+				return job;
+	}
+	return NULL;
+}
+
+/*
+ * The chain and the destination frames (job->dst, just allocated on
+ * job->to) are filled in: mark the nodes and frames as the job's.
+ */
+void kvmm_migrate_hold(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
+{
+	uint32_t i;
+
+	for (i = 0; i < job->nr_nodes; i++) {
+		job->chain[i].node->flags |= KVMM_NODE_IO;
+		job->chain[i].err = 0;
+	}
+	kvmm_pages_set_state(&ctx->zone[job->to], job->dst, job->nr_pages, KVMM_PAGE_IO);
+	ctx->io_pages[job->to] += job->nr_pages;
+	job->t0 = kvmm_now_ns();
+}
+
+/* Settling: the nodes and frames are no longer the job's. */
+void kvmm_migrate_release(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
+{
+	uint32_t i;
+
+	for (i = 0; i < job->nr_nodes; i++)
+		job->chain[i].node->flags &= (uint8_t)~KVMM_NODE_IO;
+	ctx->io_pages[job->to] -= job->nr_pages;
+}
+
+/*
+ * Copy node @pn of a promotion up: verify and scatter a memory store's
+ * pages in place, read an I/O store's on channel @chan and scatter them
+ * from its buffers.
+ */
+static int copy_up(struct kvmm_ctx *ctx, struct kvmm_migrate *job,
+		   const struct migrate_node *pn, uint32_t chan)
+{
+	const struct kvmm_backend_ops *b = ctx->backend;
+	const struct kvmm_store_ops *ops = ctx->store[pn->tier];
+	void *priv = ctx->store_priv[pn->tier];
+	const int32_t *src = job->src + pn->first;
+	const int32_t *dst = job->dst + pn->first;
+	uint32_t j, done, got;
+	int ret = 0, err;
+
+	if (ops->page) {
+		if (ops->verify(priv, src, pn->nr) < pn->nr)
+			return -EBADMSG;
+		for (j = 0; j < pn->nr; j++)
+			job->addrs[j] = ops->page(priv, (uint32_t)src[j]);
+		return b->scatter(ctx->backend_priv, dst, pn->nr, job->addrs);
+	}
+	for (done = 0; done < pn->nr && !ret; done += got) {
+		got = ops->read(priv, chan, src + done, pn->nr - done,
+				job->keys + pn->first + done, job->addrs, &err);
+		if (got)
+			ret = b->scatter(ctx->backend_priv, dst + done, got, job->addrs);
+		if (!ret && err)
+			ret = err;
+		else if (!ret && !got)
+			ret = -EIO;	/* a store that makes no progress */
+	}
+	return ret;
+}
+
+/**
+ * kvmm_migrate_copy() - the copy step of an armed job
+ * @ctx: the context
+ * @job: the job
+ * @chan: the I/O stores' channel: 0 under the context's lock, 1 on the
+ *	worker
+ *
+ * Sets each node's err.  A promotion stops at its first failure (what
+ * follows hangs below it); a demotion's nodes are independent leaves.
+ * Changes nothing in the context: runs with or without its lock.
+ */
+void kvmm_migrate_copy(struct kvmm_ctx *ctx, struct kvmm_migrate *job, uint32_t chan)
+{
+	int failed = 0;
+	uint32_t i;
+
+	for (i = 0; i < job->nr_nodes; i++) {
+		struct migrate_node *pn = &job->chain[i];
+
+		if (failed) {
+			pn->err = -ECANCELED;
+			continue;
+		}
+		if (job->to == KVMM_TIER_DEVICE)
+			failed = pn->err = copy_up(ctx, job, pn, chan);
+		else
+			pn->err = kvmm_tier_copy_down(ctx, pn->tier, job->src + pn->first,
+						      job->to, job->dst + pn->first, pn->nr,
+						      job->addrs, job->keys + pn->first, chan);
+	}
+}
+
+void kvmm_migrate_queue(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
+{
+	struct kvmm_iow *w = ctx->iow;
+
+	pthread_mutex_lock(&w->mu);
+	list_add_tail(&job->qlink, &w->queue);
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- demotion: background reclaim of the host tier ---- */
+
+/* Host pages on their way down, and free ones: what the watermarks count. */
+static uint64_t host_headroom(const struct kvmm_ctx *ctx)
+{
+	return ctx->zone[KVMM_TIER_HOST].nr_free + ctx->writeback;
+}
+
+/*
+ * Isolate up to @max of the oldest host leaves, @want pages or a little
+ * more, into @nodes: each is marked KVMM_NODE_IO and so leaves the reclaim
+ * lists, and the next victim is the next one.  Return: how many.
+ */
+static uint32_t writeback_isolate(struct kvmm_ctx *ctx, struct kvmm_node **nodes,
+				  uint32_t max, uint64_t want, uint32_t *pages)
+{
+	struct kvmm_lruvec *lv = &ctx->lruvec[KVMM_TIER_HOST];
+	uint32_t nr = 0;
+
+	*pages = 0;
+	while (nr < max && *pages < want) {
+		struct kvmm_node *node = lv->ops->victim(lv);
+
+		if (!node)
+			break;
+		node->flags |= KVMM_NODE_IO;
+		kvmm_lru_del(ctx, node);
+		nodes[nr++] = node;
+		*pages += node->len >> ctx->page_shift;
+	}
+	return nr;
+}
+
+/* Put back a node writeback isolated, as the oldest of its tier. */
+static void writeback_putback(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	node->flags &= (uint8_t)~KVMM_NODE_IO;
+	__kvmm_lru_update(ctx, node, true);
+}
+
+/* Arm a writeback job of @nodes (@pages pages, isolated) to tier @to. */
+static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node **nodes,
+					  uint32_t nr, uint32_t pages, uint32_t to)
+{
+	struct kvmm_migrate *job = kvmm_zalloc(ctx, kvmm_migrate_bytes(0));
+	char *arm = kvmm_malloc(ctx, kvmm_migrate_arm_bytes(nr, pages));
+	uint32_t i, at = 0;
+
+	if (!job || !arm || !kvmm_tier_make_room(ctx, to, pages)) {
+		kvmm_mfree(ctx, arm, kvmm_migrate_arm_bytes(nr, pages));
+		kvmm_mfree(ctx, job, kvmm_migrate_bytes(0));
+		return NULL;
+	}
+	kvmm_migrate_lay_out(job, arm, nr, pages);
+	job->seq = KVMM_SEQ_NONE;
+	job->to = to;
+	job->io = true;
+	list_init(&job->waiters);
+	for (i = 0; i < nr; i++) {
+		uint32_t len = nodes[i]->len >> ctx->page_shift;
+
+		job->chain[i] = (struct migrate_node){ .node = nodes[i], .first = at,
+						       .nr = len, .tier = nodes[i]->tier };
+		memcpy(job->src + at, nodes[i]->pfns, len * sizeof(int32_t));
+		kvmm_tier_keys(ctx, nodes[i], job->keys + at);
+		at += len;
+	}
+	__kvmm_alloc_pages(ctx, &ctx->zone[to], pages, job->dst);
+	kvmm_migrate_hold(ctx, job);
+	list_add_tail(&job->link, &ctx->migrations);
+	return job;
+}
+
+/**
+ * kvmm_writeback() - background reclaim of the host tier
+ * @ctx: the context, after an allocation on its host tier
+ *
+ * Below the host tier's low watermark (counting pages already on their way
+ * down as free), the oldest host leaves go down to the I/O store below in
+ * one job on the I/O worker, enough to reach the high watermark.  Nothing
+ * waits for it here.  A host tier with nothing below, or no worker, has
+ * nothing to do.
+ */
+void kvmm_writeback(struct kvmm_ctx *ctx)
+{
+	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	struct kvmm_node *nodes[KVMM_WRITEBACK_BATCH];
+	struct kvmm_migrate *job;
+	uint32_t nr, pages, i, lower;
+
+	if (!ctx->iow || host_headroom(ctx) >= host->wmark[KVMM_WMARK_LOW] ||
+	    !kvmm_tier_below(ctx, KVMM_TIER_HOST, &lower))
+		return;
+	kvmm_migrate_reap(ctx);
+	if (host_headroom(ctx) >= host->wmark[KVMM_WMARK_LOW])
+		return;
+	nr = writeback_isolate(ctx, nodes, KVMM_WRITEBACK_BATCH,
+			       host->wmark[KVMM_WMARK_HIGH] - host_headroom(ctx), &pages);
+	if (!nr)
+		return;
+	job = writeback_arm(ctx, nodes, nr, pages, lower);
+	if (!job) {
+		for (i = 0; i < nr; i++)
+			writeback_putback(ctx, nodes[i]);
+		return;
+	}
+	ctx->writeback += pages;
+	kvmm_count(ctx, EV_WRITEBACK_RUNS, 1);
+	kvmm_migrate_queue(ctx, job);
+}
+
+/* Settle a copied demotion: see the DOC above. */
+static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
+{
+	uint32_t i;
+
+	kvmm_migrate_release(ctx, job);
+	ctx->writeback -= job->nr_pages;
+	for (i = 0; i < job->nr_nodes; i++) {
+		const struct migrate_node *pn = &job->chain[i];
+		struct kvmm_node *node = pn->node;
+
+		if (!pn->err) {
+			kvmm_node_moved(ctx, node, job->to, job->dst + pn->first, job->to,
+					job->t0);
+			continue;
+		}
+		kvmm_free_pages(ctx, &ctx->zone[job->to], job->dst + pn->first, pn->nr);
+		kvmm_tier_copy_failed(ctx, pn->tier, job->to, pn->err);
+		writeback_putback(ctx, node);
+		/* its own pages are bad: never serve them */
+		if (pn->err == -EBADMSG && !kvmm_subtree_busy(node))
+			kvmm_drop_subtree(ctx, node);
+	}
+}
+
+/**
+ * kvmm_migrate_reap() - settle the demotions the worker has copied
+ * @ctx: the context, held by the caller (its lock, or the direct API's
+ *	one thread)
+ */
+void kvmm_migrate_reap(struct kvmm_ctx *ctx)
+{
+	struct kvmm_iow *w = ctx->iow;
+	struct kvmm_list done;
+
+	if (!w || !__atomic_load_n(&w->nr_done, __ATOMIC_RELAXED))
+		return;
+	list_init(&done);
+	pthread_mutex_lock(&w->mu);
+	list_splice_init(&w->done, &done);
+	__atomic_store_n(&w->nr_done, 0, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&w->mu);
+	while (!list_empty(&done)) {
+		struct kvmm_migrate *job = list_entry(done.next, struct kvmm_migrate, qlink);
+
+		list_del(&job->qlink);
+		writeback_settle(ctx, job);
+		kvmm_migrate_free(ctx, job);
+	}
+}
+
+/* ---- the I/O worker ---- */
+
+static void *iow_main(void *arg)
+{
+	struct kvmm_iow *w = arg;
+	struct kvmm_ctx *ctx = w->ctx;
+
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		struct kvmm_migrate *job;
+		bool up;
+
+		while (list_empty(&w->queue) && !w->stop)
+			pthread_cond_wait(&w->cv, &w->mu);
+		if (list_empty(&w->queue))
+			break;
+		job = list_entry(w->queue.next, struct kvmm_migrate, qlink);
+		list_del(&job->qlink);
+		w->busy = true;
+		pthread_mutex_unlock(&w->mu);
+		kvmm_migrate_copy(ctx, job, 1);
+		up = job->to == KVMM_TIER_DEVICE;
+		if (up) {	/* settled and freed there */
+			pthread_mutex_lock(&ctx->lock);
+			kvmm_promo_finished(ctx, job);
+			pthread_mutex_unlock(&ctx->lock);
+		}
+		pthread_mutex_lock(&w->mu);
+		if (!up) {
+			list_add_tail(&job->qlink, &w->done);
+			__atomic_store_n(&w->nr_done, w->nr_done + 1, __ATOMIC_RELAXED);
+		}
+		w->busy = false;
+		if (list_empty(&w->queue))
+			pthread_cond_broadcast(&w->idle);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/**
+ * kvmm_iow_start() - start the context's I/O worker
+ * @ctx: the context, its tiers set up
+ *
+ * Return: 0, -ENOMEM, or the error of pthread_create().
+ */
+int kvmm_iow_start(struct kvmm_ctx *ctx)
+{
+	struct kvmm_iow *w = kvmm_zalloc(ctx, sizeof(*w));
+	int ret;
+
+	if (!w)
+		return -ENOMEM;
+	w->ctx = ctx;
+	list_init(&w->queue);
+	list_init(&w->done);
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	pthread_cond_init(&w->idle, NULL);
+	ret = -pthread_create(&w->thread, NULL, iow_main, w);
+	if (ret) {
+		pthread_cond_destroy(&w->idle);
+		pthread_cond_destroy(&w->cv);
+		pthread_mutex_destroy(&w->mu);
+		kvmm_mfree(ctx, w, sizeof(*w));
+		return ret;
+	}
+	ctx->iow = w;
+	return 0;
+}
+
+/**
+ * kvmm_iow_stop() - finish every queued job, settle them, stop the worker
+ * @ctx: the context; its lock not held
+ */
+void kvmm_iow_stop(struct kvmm_ctx *ctx)
+{
+	struct kvmm_iow *w = ctx->iow;
+
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->stop = true;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+	kvmm_migrate_reap(ctx);
+	pthread_cond_destroy(&w->idle);
+	pthread_cond_destroy(&w->cv);
+	pthread_mutex_destroy(&w->mu);
+	kvmm_mfree(ctx, w, sizeof(*w));
+	ctx->iow = NULL;
+}
+
+/**
+ * kvmm_sync() - wait for the demotions in flight and settle them
+ * @ctx: the context
+ *
+ * Background reclaim writes cold prefixes to the NVMe tier while the
+ * context serves other calls; this waits until the I/O worker has nothing
+ * queued or in hand and settles what it did, so that every page it took
+ * is on its new tier (or back where it was, if its write failed).  It
+ * takes the context's lock to settle them, so call it without holding
+ * kvmm_lock(): the worker may need that lock to finish a ring's PROMOTE
+ * queued before them.  A context with no NVMe tier returns at once.
+ *
+ * Return: 0, or -EINVAL.
+ */
+KVMM_EXPORT int kvmm_sync(struct kvmm_ctx *ctx)
+{
+	struct kvmm_iow *w;
+
+	if (!ctx)
+		return -EINVAL;
+	w = ctx->iow;
+	if (!w)
+		return 0;
+	pthread_mutex_lock(&w->mu);
+	while (w->busy || !list_empty(&w->queue))
+		pthread_cond_wait(&w->idle, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+	pthread_mutex_lock(&ctx->lock);
+	kvmm_migrate_reap(ctx);
+	pthread_mutex_unlock(&ctx->lock);
+	return 0;
+}
+
+/**
+ * kvmm_migrations_check() - kvmm_check()'s view of the jobs
+ * @ctx: the context
+ * @marks: per tier, a byte per frame; the jobs' frames are set to @mark_io
+ * @mark_io: kvmm_check()'s mark for a frame a job holds
+ * @io: out, per tier, frames the jobs hold there
+ * @locks: out, node locks the jobs hold
+ * @nodes: out, nodes the jobs have armed
+ * @why: out, what is wrong
+ *
+ * Return: 0, or -EUCLEAN with @why set.
+ */
+int kvmm_migrations_check(const struct kvmm_ctx *ctx, uint8_t *const *marks,
+			  uint8_t mark_io, uint64_t *io, uint64_t *locks, uint64_t *nodes,
+			  const char **why)
+{
+	const struct kvmm_list *pos;
+	uint64_t wb = 0;
+	uint32_t i;
+
+	memset(io, 0, KVMM_NR_TIERS * sizeof(*io));
+	*locks = *nodes = 0;
+	list_for_each(pos, &ctx->migrations) {
+		const struct kvmm_migrate *job = list_entry(pos, struct kvmm_migrate, link);
+		const struct kvmm_zone *zone = &ctx->zone[job->to];
+
+		if (job->seq != KVMM_SEQ_NONE && ctx->seqs[job->seq].promo != job) {
+			*why = "a promotion's sequence does not name it";
+			return -EUCLEAN;
+		}
+		if (!job->chain)
+			continue;
+		for (i = 0; i < job->nr_nodes; i++) {
+			const struct kvmm_node *n = job->chain[i].node;
+
+			if (!(n->flags & KVMM_NODE_IO) || n->tier != job->chain[i].tier ||
+			    n->tier == KVMM_TIER_DEVICE || n->tier == job->to ||
+			    (job->to == KVMM_TIER_DEVICE ? !n->lock_ref
+							 : !!(n->flags & KVMM_NODE_EVICTABLE))) {
+				*why = "a migrating node is not marked, held and off its destination";
+				return -EUCLEAN;
+			}
+		}
+		for (i = 0; i < job->nr_pages; i++) {
+			int32_t pfn = job->dst[i];
+
+			if (pfn < 0 || (uint32_t)pfn >= zone->nr_pages ||
+			    zone->pages[pfn].state != KVMM_PAGE_IO || marks[job->to][pfn]) {
+				*why = "a migration's frame is not in state IO, or is held twice";
+				return -EUCLEAN;
+			}
+			marks[job->to][pfn] = mark_io;
+		}
+		io[job->to] += job->nr_pages;
+		wb += job->to == KVMM_TIER_DEVICE ? 0 : job->nr_pages;
+		*locks += job->nr_locks;
+		*nodes += job->nr_nodes;
+	}
+	if (wb != ctx->writeback) {
+		*why = "the pages demotions are writing are miscounted";
+		return -EUCLEAN;
+	}
+	return 0;
+}

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvmm/migrate.h - migrate jobs: moving nodes' pages between tiers in
+ * three steps, arm (under the context's lock), copy (without it, on the
+ * I/O worker or inline) and settle (under the lock again).  Private to
+ * kvmm/: migrate.c holds the mechanism and demotion, promote.c PROMOTE.
+ */
+#ifndef KVMM_MIGRATE_H
+#define KVMM_MIGRATE_H
+
+#include <pthread.h>
+
+#include "internal.h"
+
+/**
+ * struct migrate_node - one node of an armed job: its pages in the job's
+ *	arrays
+ * @node: the node
+ * @first: its first page in the job's per-page arrays
+ * @nr: its pages
+ * @tier: the tier it is copied from
+ * @err: after the copy, 0 or why its pages did not all arrive
+ */
+struct migrate_node {
+	struct kvmm_node *node;
+	uint32_t first;
+	uint32_t nr;
+	uint32_t tier;
+	int err;
+};
+
+/**
+ * struct kvmm_migrate - one migrate job: a promotion (@to is the device)
+ *	or a demotion (@to is the tier below its nodes)
+ * @link: on ctx->migrations while it exists
+ * @qlink: on the worker's queue or done list, or on the waiters of the
+ *	promotion it waits for
+ * @waiters: promotions waiting for this one's chain
+ * @owner: where a promotion's deferred completion goes; NULL: nobody
+ *	waits for one
+ * @user_data: the completion's user_data
+ * @seq: a promotion's sequence; KVMM_SEQ_NONE for a demotion or once
+ *	cancelled
+ * @n: tokens at @tokens
+ * @tokens: a promotion's key past the sequence's cached tokens
+ * @chain: the armed nodes, @nr_nodes of them (a promotion's top down, a
+ *	demotion's in any order); NULL before arming
+ * @src, @dst: per page, the frame copied from and the frame on @to (held
+ *	by the job in state KVMM_PAGE_IO)
+ * @keys: per page, its identity (for an I/O store)
+ * @addrs: per page, scratch for the copy
+ * @nr_pages: pages of the chain
+ * @nr_locks: node locks the job holds (a promotion's one)
+ * @to: the tier its pages go to
+ * @io: the copy reads or writes an I/O store (the worker's kind of job)
+ * @t0: when it was armed
+ */
+struct kvmm_migrate {
+	struct kvmm_list link;
+	struct kvmm_list qlink;
+	struct kvmm_list waiters;
+	struct kvmm_owner *owner;
+	uint64_t user_data;
+	uint32_t seq;
+	uint32_t n;
+	uint32_t *tokens;
+	struct migrate_node *chain;
+	uint32_t nr_nodes;
+	uint32_t nr_pages;
+	int32_t *src, *dst;
+	struct kvmm_store_key *keys;
+	void **addrs;
+	uint32_t nr_locks;
+	uint32_t to;
+	bool io;
+	uint64_t t0;
+};
+
+#define KVMM_SEQ_NONE	UINT32_MAX
+
+size_t kvmm_migrate_bytes(uint32_t n);
+size_t kvmm_migrate_arm_bytes(uint32_t nr_nodes, uint32_t nr_pages);
+void kvmm_migrate_lay_out(struct kvmm_migrate *job, char *p, uint32_t nr_nodes,
+			  uint32_t nr_pages);
+void kvmm_migrate_free(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
+struct kvmm_migrate *kvmm_migrate_of(struct kvmm_ctx *ctx, const struct kvmm_node *node);
+void kvmm_migrate_hold(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
+void kvmm_migrate_release(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
+void kvmm_migrate_copy(struct kvmm_ctx *ctx, struct kvmm_migrate *job, uint32_t chan);
+void kvmm_migrate_queue(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
+
+/* promote.c: a promotion the worker copied, settled under the lock */
+void kvmm_promo_finished(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
+
+#endif /* KVMM_MIGRATE_H */
