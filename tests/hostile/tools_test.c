@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,9 +28,9 @@
 
 #include <libkvmm.h>
 
+#include "../../tools/lib/json.h"
 #include "../../tools/lib/parse.h"
 #include "../helpers.h"
-#include "autoconf.h"
 #include "hostile.h"
 
 #define RUN_MS		20000	/* a tool that hangs fails the test */
@@ -780,7 +781,6 @@ static int run_stdout(const char *const argv[], char *out, size_t len)
 
 static void engine_json_stdout_is_only_json(void)
 {
-#if CONFIG_KVMM_JANSSON
 	const char *argv[] = { "kvmm-engine", "--requests", "20", "--json", "-", NULL };
 	static char out[1 << 16];
 
@@ -789,7 +789,68 @@ static void engine_json_stdout_is_only_json(void)
 	CU_ASSERT_PTR_NULL(strstr(out, "kvmm-engine:"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"results\""));
 	CU_ASSERT_EQUAL(out[strlen(out) - 2], '}');
-#endif
+}
+
+/* ---- tools/lib/json.c: the tools' --json lines ---- */
+
+/* @j as tool_json_line() prints it, in @buf. */
+static int json_line_of(json_t *j, char *buf, size_t len)
+{
+	char *text = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&text, &n);
+	int ret;
+
+	if (!f)
+		return -ENOMEM;
+	ret = tool_json_line(j, f);
+	fclose(f);
+	snprintf(buf, len, "%s", text ? text : "");
+	free(text);
+	return ret;
+}
+
+static void json_figures_print_as_printf_rounds_them(void)
+{
+	char out[256];
+	json_t *j;
+
+	j = json_pack("{s:o,s:o,s:o,s:o}", "hit_rate", tool_json_fixed(0.06504, 4),
+		      "gbps", tool_json_fixed(12.3456, 2), "sum", tool_json_fixed(0.1 + 0.2, 3),
+		      "whole", tool_json_fixed(5.0, 2));
+	CU_ASSERT_EQUAL(json_line_of(j, out, sizeof(out)), 0);
+	CU_ASSERT_STRING_EQUAL(out,
+			       "{\"hit_rate\":0.065,\"gbps\":12.35,\"sum\":0.3,\"whole\":5.0}\n");
+	/* a per-second rate is a whole number; a ratio over zero has no JSON number */
+	j = json_pack("{s:o,s:o,s:o}", "iops", tool_json_fixed(18566.4, 0),
+		      "nan", tool_json_fixed(NAN, 3), "inf", tool_json_fixed(INFINITY, 3));
+	CU_ASSERT_EQUAL(json_line_of(j, out, sizeof(out)), 0);
+	CU_ASSERT_STRING_EQUAL(out, "{\"iops\":18566,\"nan\":null,\"inf\":null}\n");
+	/* counts stay unsigned past INT64_MAX, where json_int_t would turn negative */
+	j = json_pack("{s:o,s:o}", "n", tool_json_u64(42), "max", tool_json_u64(UINT64_MAX));
+	CU_ASSERT_EQUAL(json_line_of(j, out, sizeof(out)), 0);
+	CU_ASSERT_STRING_EQUAL(out, "{\"n\":42,\"max\":1.84467440737096e19}\n");
+	/* a json_pack() that failed prints nothing and says so */
+	CU_ASSERT_EQUAL(json_line_of(NULL, out, sizeof(out)), -EIO);
+	CU_ASSERT_STRING_EQUAL(out, "");
+}
+
+/* A string the tool did not make (here a path, in dlerror()'s message) is escaped. */
+static void bench_json_escapes_what_it_prints(void)
+{
+	const char *argv[] = { "kvmm-bench", "cuda", "--json", "--driver",
+			       "/nonexistent/a\"b\\c.so", NULL };
+	static char out[4096];
+	json_error_t err;
+	json_t *j, *why;
+
+	CU_ASSERT_EQUAL(run_stdout(argv, out, sizeof(out)), 0);
+	j = json_loads(out, 0, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "bench")), "cuda");
+	why = json_object_get(j, "skipped");
+	CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(why) ?: "", "/nonexistent/a\"b\\c.so"));
+	json_decref(j);
 }
 
 /* ---- tools/lib/parse.c ---- */
@@ -860,5 +921,7 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, kvmmd_server_limits_are_options);
 	ADD_TEST(s, pool_attach_has_a_deadline);
 	ADD_TEST(s, engine_json_stdout_is_only_json);
+	ADD_TEST(s, json_figures_print_as_printf_rounds_them);
+	ADD_TEST(s, bench_json_escapes_what_it_prints);
 	return 0;
 }

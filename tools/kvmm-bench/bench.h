@@ -13,6 +13,7 @@
 
 #include <libkvmm.h>
 
+#include "../lib/json.h"
 #include "../lib/tools.h"
 
 enum replay_via {

@@ -242,6 +242,68 @@ static int indices_bench(const struct kvmm_cuda_arg *arg, struct drv *d, double 
 	return ret;
 }
 
+/* One page size's figures, GB/s: the backend, the copy engines alone, on the device. */
+struct move_figs {
+	uint32_t page_size, pages;
+	uint64_t page_bytes;
+	double g, s;		/* demote (gather) and promote (scatter) */
+	double cg, cs;		/* the same with no_kernels */
+	double dg, ds;		/* gather and scatter within device memory */
+};
+
+/* The references, GB/s: contiguous pinned DtoH and HtoD, device to device. */
+struct ref_figs {
+	double dtoh, htod, d2d;
+};
+
+/* Fill @m's figures for its page size and pages; @why says what failed. */
+static int move_figs(const struct kvmm_cuda_arg *arg, struct drv *d, struct move_figs *m,
+		     char *why, size_t why_len)
+{
+	struct kvmm_cuda_arg ce = *arg;
+
+	ce.no_kernels = true;
+	return move_bench(arg, NULL, m->page_size, m->pages, &m->g, &m->s, why, why_len) ?:
+	       move_bench(&ce, NULL, m->page_size, m->pages, &m->cg, &m->cs, why, why_len) ?:
+	       move_bench(arg, d, m->page_size, m->pages, &m->dg, &m->ds, why, why_len);
+}
+
+/* One line of figures for @m: JSON, or a sentence a person reads. */
+static void print_move(const struct move_figs *m, const struct ref_figs *ref, bool json)
+{
+	double kernel_x = m->cg > 0 ? m->g / m->cg : 0.0;
+
+	if (!json) {
+		printf("page size %-2u %5u pages: demote %6.2f GB/s (%.2f of pinned DtoH %.2f), "
+		       "promote %6.2f GB/s (%.2f of HtoD %.2f); per-run cuMemcpyAsync "
+		       "%.2f / %.2f GB/s (kernel %.1fx); on the device %.2f / %.2f GB/s "
+		       "(%.2f / %.2f of D2D %.2f)\n",
+		       m->page_size, m->pages, m->g, m->g / ref->dtoh, ref->dtoh, m->s,
+		       m->s / ref->htod, ref->htod, m->cg, m->cs, kernel_x, m->dg, m->ds,
+		       m->dg / ref->d2d, m->ds / ref->d2d, ref->d2d);
+		return;
+	}
+	tool_json_line(json_pack("{s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,"
+				 "s:o,s:o,s:o,s:o,s:o,s:i}",
+		"bench", "cuda", "op", "move", "page_size", (json_int_t)m->page_size,
+		"pages", (json_int_t)m->pages, "page_bytes", (json_int_t)m->page_bytes,
+		"demote_gbps", tool_json_fixed(m->g, 2),
+		"promote_gbps", tool_json_fixed(m->s, 2),
+		"pinned_dtoh_gbps", tool_json_fixed(ref->dtoh, 2),
+		"pinned_htod_gbps", tool_json_fixed(ref->htod, 2),
+		"demote_vs_pinned", tool_json_fixed(m->g / ref->dtoh, 3),
+		"promote_vs_pinned", tool_json_fixed(m->s / ref->htod, 3),
+		"memcpy_per_run_demote_gbps", tool_json_fixed(m->cg, 2),
+		"memcpy_per_run_promote_gbps", tool_json_fixed(m->cs, 2),
+		"kernel_vs_memcpy_per_run", tool_json_fixed(kernel_x, 2),
+		"gather_dev_gbps", tool_json_fixed(m->dg, 2),
+		"scatter_dev_gbps", tool_json_fixed(m->ds, 2),
+		"d2d_gbps", tool_json_fixed(ref->d2d, 2),
+		"gather_vs_d2d", tool_json_fixed(m->dg / ref->d2d, 3),
+		"scatter_vs_d2d", tool_json_fixed(m->ds / ref->d2d, 3),
+		"repeat", CUDA_REPEAT), stdout);
+}
+
 int cmd_cuda(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -251,12 +313,13 @@ int cmd_cuda(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	static const uint32_t sizes[] = { 1, 16, 64 };
-	struct kvmm_cuda_arg arg = { 0 }, ce;
+	struct kvmm_cuda_arg arg = { 0 };
+	struct ref_figs ref = { 0 };
 	uint64_t set = 256ull << 20;
 	bool json = false;
 	char why[256] = "";
 	struct drv d = { 0 };
-	double rd, ru, rdd = 0, us;
+	double rd, ru, us;
 	size_t i;
 	int opt, ret;
 
@@ -277,50 +340,29 @@ int cmd_cuda(int argc, char **argv)
 		if (!why[0])
 			snprintf(why, sizeof(why), "no CUDA driver (%s)", dlerror());
 		if (json)
-			printf("{\"bench\":\"cuda\",\"skipped\":\"%s\"}\n", why);
+			tool_json_line(json_pack("{s:s,s:s}", "bench", "cuda", "skipped", why),
+				       stdout);
 		else
 			printf("cuda: skipped: %s\n", why);
 		return 0;
 	}
-	ret = ref_copy(&d, set, &rd, &ru) ?: ref_d2d(&d, set, &rdd);
+	ret = ref_copy(&d, set, &ref.dtoh, &ref.htod) ?: ref_d2d(&d, set, &ref.d2d);
 	for (i = 0; !ret && i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		uint64_t page = kvmm_page_bytes(&cuda_model, sizes[i]);
-		uint32_t nr = (uint32_t)(set / page);
-		double g, s, cg = 0, cs = 0, dg = 0, ds = 0;
+		struct move_figs m = { .page_size = sizes[i],
+				       .page_bytes = kvmm_page_bytes(&cuda_model, sizes[i]) };
 
-		ce = arg;
-		ce.no_kernels = true;
-		ret = move_bench(&arg, NULL, sizes[i], nr, &g, &s, why, sizeof(why)) ?:
-		      move_bench(&ce, NULL, sizes[i], nr, &cg, &cs, why, sizeof(why)) ?:
-		      move_bench(&arg, &d, sizes[i], nr, &dg, &ds, why, sizeof(why));
-		if (ret)
-			break;
-		if (json)
-			printf("{\"bench\":\"cuda\",\"op\":\"move\",\"page_size\":%u,\"pages\":%u,"
-			       "\"page_bytes\":%llu,\"demote_gbps\":%.2f,\"promote_gbps\":%.2f,"
-			       "\"pinned_dtoh_gbps\":%.2f,\"pinned_htod_gbps\":%.2f,"
-			       "\"demote_vs_pinned\":%.3f,\"promote_vs_pinned\":%.3f,"
-			       "\"memcpy_per_run_demote_gbps\":%.2f,\"memcpy_per_run_promote_gbps\":%.2f,"
-			       "\"kernel_vs_memcpy_per_run\":%.2f,\"gather_dev_gbps\":%.2f,"
-			       "\"scatter_dev_gbps\":%.2f,\"d2d_gbps\":%.2f,\"gather_vs_d2d\":%.3f,"
-			       "\"scatter_vs_d2d\":%.3f,\"repeat\":%u}\n",
-			       sizes[i], nr, (unsigned long long)page, g, s, rd, ru, g / rd, s / ru,
-			       cg, cs, cg > 0 ? g / cg : 0.0, dg, ds, rdd, dg / rdd, ds / rdd,
-			       CUDA_REPEAT);
-		else
-			printf("page size %-2u %5u pages: demote %6.2f GB/s (%.2f of pinned DtoH %.2f), "
-			       "promote %6.2f GB/s (%.2f of HtoD %.2f); per-run cuMemcpyAsync "
-			       "%.2f / %.2f GB/s (kernel %.1fx); on the device %.2f / %.2f GB/s "
-			       "(%.2f / %.2f of D2D %.2f)\n",
-			       sizes[i], nr, g, g / rd, rd, s, s / ru, ru, cg, cs,
-			       cg > 0 ? g / cg : 0.0, dg, ds, dg / rdd, ds / rdd, rdd);
+		m.pages = (uint32_t)(set / m.page_bytes);
+		ret = move_figs(&arg, &d, &m, why, sizeof(why));
+		if (!ret)
+			print_move(&m, &ref, json);
 	}
 	ret = ret ?: indices_bench(&arg, &d, &us);
 	if (!ret) {
 		if (json)
-			printf("{\"bench\":\"cuda\",\"op\":\"kv_indices\",\"seqs\":256,"
-			       "\"tokens\":4096,\"page_size\":1,\"us\":%.1f,\"repeat\":%u}\n",
-			       us, CUDA_REPEAT);
+			tool_json_line(json_pack("{s:s,s:s,s:i,s:i,s:i,s:o,s:i}", "bench", "cuda",
+						 "op", "kv_indices", "seqs", 256, "tokens", 4096,
+						 "page_size", 1, "us", tool_json_fixed(us, 1),
+						 "repeat", CUDA_REPEAT), stdout);
 		else
 			printf("kv_indices: 256 sequences of 4096 tokens: %.1f us\n", us);
 	}

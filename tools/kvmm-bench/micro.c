@@ -20,22 +20,36 @@ static bool quick;
 
 /*
  * One result line.  Timings are medians over @runs runs, in ns per @unit;
- * the metadata figure (@unit "cached token") is in bytes.
+ * the metadata figure (@unit "cached token") is in bytes.  @extra (NULL:
+ * none; this drops it) holds more fields, which follow in the JSON and
+ * close the text line as they read in JSON.
  */
 static void report(const char *bench, uint32_t page_size, const char *unit,
-		   uint64_t count, double *v, unsigned runs, const char *extra)
+		   uint64_t count, double *v, unsigned runs, json_t *extra)
 {
 	bool bytes = !strcmp(unit, "cached token");
 	double med = median(v, runs);
+	json_t *j;
+	char *s;
 
-	if (json)
-		printf("{\"bench\":\"%s\",\"page_size\":%u,\"unit\":\"%s\",\"count\":%llu,"
-		       "\"%s\":%.2f,\"runs\":%u%s%s}\n", bench, page_size, unit,
-		       (unsigned long long)count, bytes ? "bytes_per_token" : "ns_per_op",
-		       med, runs, extra ? "," : "", extra ? extra : "");
-	else
-		printf("%-24s ps %-4u %10.2f %s per %s%s%s\n", bench, page_size, med,
-		       bytes ? "bytes" : "ns", unit, extra ? "  " : "", extra ? extra : "");
+	if (json) {
+		j = json_pack("{s:s,s:I,s:s,s:I,s:o,s:I}", "bench", bench,
+			      "page_size", (json_int_t)page_size, "unit", unit,
+			      "count", (json_int_t)count,
+			      bytes ? "bytes_per_token" : "ns_per_op", tool_json_fixed(med, 2),
+			      "runs", (json_int_t)runs);
+		if (j && extra)
+			json_object_update(j, extra);
+		tool_json_line(j, stdout);
+	} else {
+		s = extra ? json_dumps(extra, JSON_COMPACT) : NULL;
+		/* the fields without the object's braces */
+		printf("%-24s ps %-4u %10.2f %s per %s%s%.*s\n", bench, page_size, med,
+		       bytes ? "bytes" : "ns", unit, s ? "  " : "", s ? (int)strlen(s) - 2 : 0,
+		       s ? s + 1 : "");
+		free(s);
+	}
+	json_decref(extra);
 	fflush(stdout);
 }
 
@@ -137,7 +151,7 @@ static void bench_alloc_bulk(void)
 		kvmm_destroy(ctx);
 	}
 	report("page_alloc_bulk", 1, "page", (uint64_t)chunk * rounds, ns, RUNS,
-	       "\"chunk\":4096");
+	       json_pack("{s:I}", "chunk", (json_int_t)chunk));
 }
 
 /* Match of one long cached prefix: the cost per matched token. */
@@ -214,7 +228,6 @@ static void bench_evict(uint32_t nodes, bool shuffled)
 	uint32_t *perm = malloc(nodes * sizeof(*perm));
 	uint64_t x = 88172645463325252ull;
 	double ns[RUNS];
-	char extra[64];
 	struct kvmm_ctx *ctx = make_ctx(1, nodes, 1, 2);
 
 	for (i = 0; i < nodes; i++) {
@@ -255,9 +268,8 @@ static void bench_evict(uint32_t nodes, bool shuffled)
 		}
 	}
 	kvmm_destroy(ctx);
-	snprintf(extra, sizeof(extra), "\"nodes\":%u", nodes);
 	report(shuffled ? "evict_per_node_shuffled" : "evict_per_node", 1, "node",
-	       chunk, ns, RUNS, extra);
+	       chunk, ns, RUNS, json_pack("{s:I}", "nodes", (json_int_t)nodes));
 }
 
 /*
@@ -271,7 +283,6 @@ static void bench_insert_tail(void)
 	uint64_t *lat = malloc(n * sizeof(*lat));
 	struct kvmm_ctx *ctx = make_ctx(1, n, 1, 2);
 	double med;
-	char extra[96];
 
 	for (i = 0; i < n; i++) {
 		uint32_t tok[1] = { i };
@@ -286,10 +297,10 @@ static void bench_insert_tail(void)
 	kvmm_destroy(ctx);
 	sort_u64(lat, n);
 	med = (double)lat[n / 2];
-	snprintf(extra, sizeof(extra), "\"nodes\":%u,\"p99_ns\":%llu,\"max_ns\":%llu", n,
-		 (unsigned long long)lat[(uint64_t)n * 99 / 100],
-		 (unsigned long long)lat[n - 1]);
-	report("insert_close_latency", 1, "close", n, &med, 1, extra);
+	report("insert_close_latency", 1, "close", n, &med, 1,
+	       json_pack("{s:I,s:I,s:I}", "nodes", (json_int_t)n,
+			 "p99_ns", (json_int_t)lat[(uint64_t)n * 99 / 100],
+			 "max_ns", (json_int_t)lat[n - 1]));
 	free(lat);
 }
 
@@ -306,7 +317,6 @@ static void bench_meta(uint32_t page_size)
 	uint64_t st[NR_KVMM_STATS];
 	struct kvmm_ctx *ctx = make_ctx(page_size, total / page_size, 16, 4096);
 	double bpt;
-	char extra[96];
 
 	for (s = 0; s < nsys; s++) {
 		fill_tokens(tok, sys_len, 100 + s);
@@ -324,11 +334,11 @@ static void bench_meta(uint32_t page_size)
 	kvmm_stats(ctx, st, NR_KVMM_STATS);
 	bpt = (double)st[KVMM_STAT_META_BYTES] /
 	      (double)(st[KVMM_STAT_PAGES_CACHED] * page_size);
-	snprintf(extra, sizeof(extra), "\"cached_tokens\":%llu,\"meta_bytes\":%llu",
-		 (unsigned long long)(st[KVMM_STAT_PAGES_CACHED] * page_size),
-		 (unsigned long long)st[KVMM_STAT_META_BYTES]);
 	report("meta_bytes_per_token", page_size, "cached token",
-	       st[KVMM_STAT_PAGES_CACHED] * page_size, &bpt, 1, extra);
+	       st[KVMM_STAT_PAGES_CACHED] * page_size, &bpt, 1,
+	       json_pack("{s:I,s:I}",
+			 "cached_tokens", (json_int_t)(st[KVMM_STAT_PAGES_CACHED] * page_size),
+			 "meta_bytes", (json_int_t)st[KVMM_STAT_META_BYTES]));
 	kvmm_destroy(ctx);
 }
 

@@ -487,7 +487,25 @@ static void replay_usage(void)
 
 static const char *const via_names[] = { "direct", "ring", "remote" };
 
-int cmd_replay(int argc, char **argv)
+/* The command line of kvmm-bench replay. */
+struct replay_cli {
+	struct replay_opts o;
+	const char *path;	/* --workload */
+	bool json;
+};
+
+static enum replay_via parse_via(const char *s)
+{
+	enum replay_via via;
+
+	for (via = VIA_DIRECT; via <= VIA_REMOTE; via++)
+		if (!strcmp(s, via_names[via]))
+			return via;
+	die_usage("replay: --via must be direct, ring or remote");
+}
+
+/* Parse the options into @c.  Return: -1 to go on, or the exit code (--help, a bad option). */
+static int replay_parse(int argc, char **argv, struct replay_cli *c)
 {
 	static const struct option lopts[] = {
 		{ "workload", required_argument, NULL, 'w' },
@@ -504,108 +522,135 @@ int cmd_replay(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	struct replay_opts o = { .page_size = 1, .repeat = 1 };
-	struct replay_result res;
-	struct workload wl;
-	const char *path = NULL;
-	bool json = false;
-	int c, ret;
+	struct replay_opts *o = &c->o;
+	int opt;
 
-	while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
-		switch (c) {
-		case 'w': path = optarg; break;
-		case 'p': o.page_size = (uint32_t)parse_u64("--page-size", optarg); break;
-		case 'c': o.capacity_tokens = parse_u64("--capacity-tokens", optarg); break;
-		case 'd': o.decode_chunk = (uint32_t)parse_u64("--decode-chunk", optarg); break;
-		case 'r': o.repeat = (uint32_t)parse_u64("--repeat", optarg); break;
-		case 'e': o.evict = optarg; break;
-		case 'v':
-			for (o.via = VIA_DIRECT; o.via <= VIA_REMOTE; o.via++)
-				if (!strcmp(optarg, via_names[o.via]))
-					break;
-			if (o.via > VIA_REMOTE)
-				die_usage("replay: --via must be direct, ring or remote");
-			break;
-		case 'H': o.host_tokens = parse_u64("--host-tokens", optarg); break;
-		case 'N': o.nvme_tokens = parse_u64("--nvme-tokens", optarg); break;
-		case 'F': o.nvme_file = optarg; break;
-		case 'j': json = true; break;
+	while ((opt = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
+		switch (opt) {
+		case 'w': c->path = optarg; break;
+		case 'p': o->page_size = (uint32_t)parse_u64("--page-size", optarg); break;
+		case 'c': o->capacity_tokens = parse_u64("--capacity-tokens", optarg); break;
+		case 'd': o->decode_chunk = (uint32_t)parse_u64("--decode-chunk", optarg); break;
+		case 'r': o->repeat = (uint32_t)parse_u64("--repeat", optarg); break;
+		case 'e': o->evict = optarg; break;
+		case 'v': o->via = parse_via(optarg); break;
+		case 'H': o->host_tokens = parse_u64("--host-tokens", optarg); break;
+		case 'N': o->nvme_tokens = parse_u64("--nvme-tokens", optarg); break;
+		case 'F': o->nvme_file = optarg; break;
+		case 'j': c->json = true; break;
 		case 'h': replay_usage(); return 0;
 		default: replay_usage(); return 2;
 		}
 	}
-	if (!path)
+	return -1;
+}
+
+/* Options that contradict each other or name nothing are usage errors (exit 2). */
+static void replay_check(const struct replay_cli *c)
+{
+	const struct replay_opts *o = &c->o;
+
+	if (!c->path)
 		die_usage("replay: --workload FILE is required");
-	if (!o.page_size || (o.page_size & (o.page_size - 1)))
+	if (!o->page_size || (o->page_size & (o->page_size - 1)))
 		die_usage("replay: --page-size must be a power of two");
-	if (!o.repeat)
+	if (!o->repeat)
 		die_usage("replay: --repeat must be at least 1");
-	if (o.host_tokens && o.via == VIA_REMOTE)
+	if (o->host_tokens && o->via == VIA_REMOTE)
 		die_usage("replay: --host-tokens needs --via direct or ring (kvmmd sets its own tiers)");
-	if (o.host_tokens && o.host_tokens < o.page_size)
+	if (o->host_tokens && o->host_tokens < o->page_size)
 		die_usage("replay: --host-tokens holds no page");
-	if (!o.nvme_tokens != !o.nvme_file)
+	if (!o->nvme_tokens != !o->nvme_file)
 		die_usage("replay: --nvme-tokens and --nvme-file go together");
-	if (o.nvme_tokens && (!o.host_tokens || o.nvme_tokens < o.page_size))
+	if (o->nvme_tokens && (!o->host_tokens || o->nvme_tokens < o->page_size))
 		die_usage("replay: --nvme-tokens needs --host-tokens and must hold a page");
-	if (o.evict && strcmp(o.evict, "lru") && strcmp(o.evict, "slru"))
+	if (o->evict && strcmp(o->evict, "lru") && strcmp(o->evict, "slru"))
 		die_usage("replay: --evict must be lru or slru");
-	ret = workload_load(path, &wl);
-	if (ret)
+}
+
+static double replay_hit_rate(const struct replay_result *res)
+{
+	return (double)res->matched_tokens / (double)res->prompt_tokens;
+}
+
+/* The result as one JSON line: the options, the counts, then the timings. */
+static void replay_print_json(const struct replay_cli *c, const struct replay_result *res)
+{
+	const struct replay_opts *o = &c->o;
+	double meta = res->cached_tokens_end ? (double)res->meta_bytes_end /
+					       (double)res->cached_tokens_end : 0.0;
+
+	tool_json_line(json_pack("{s:s,s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,"
+				 "s:I,s:I,s:I,s:o,s:o,s:o,s:I,s:o,s:b}",
+		"bench", "replay", "workload", c->path, "via", via_names[o->via],
+		"page_size", (json_int_t)o->page_size,
+		"capacity_tokens", (json_int_t)o->capacity_tokens,
+		"evict", o->evict ? o->evict : "lru",
+		"requests", (json_int_t)res->requests,
+		"prompt_tokens", (json_int_t)res->prompt_tokens,
+		"matched_tokens", (json_int_t)res->matched_tokens,
+		"hit_rate", tool_json_fixed(replay_hit_rate(res), 4),
+		"evicted_tokens", (json_int_t)res->evicted_tokens,
+		"host_tokens", (json_int_t)o->host_tokens,
+		"demoted_tokens", (json_int_t)res->demoted_tokens,
+		"promoted_tokens", (json_int_t)res->promoted_tokens,
+		"nvme_tokens", (json_int_t)o->nvme_tokens,
+		"nvme_demoted_tokens", (json_int_t)res->nvme_demoted_tokens,
+		"nvme_promoted_tokens", (json_int_t)res->nvme_promoted_tokens,
+		"us_per_request", tool_json_fixed(res->us_per_request, 3),
+		"us_min", tool_json_fixed(res->us_min, 3),
+		"us_max", tool_json_fixed(res->us_max, 3),
+		"repeat", (json_int_t)o->repeat,
+		"meta_bytes_per_cached_token", tool_json_fixed(meta, 2),
+		"accounting_ok", res->accounting_ok), stdout);
+}
+
+static void replay_print_text(const struct replay_cli *c, const struct replay_result *res)
+{
+	const struct replay_opts *o = &c->o;
+
+	printf("via             %s\nrequests        %u\nprompt tokens   %llu\n"
+	       "matched tokens  %llu\nhit rate        %.4f\nevicted tokens  %llu\n"
+	       "promoted tokens %llu (from the host tier of %llu)\n"
+	       "                %llu (from the NVMe tier of %llu)\n"
+	       "us per request  %.3f (median of %u)\naccounting      %s\n",
+	       via_names[o->via], res->requests, (unsigned long long)res->prompt_tokens,
+	       (unsigned long long)res->matched_tokens, replay_hit_rate(res),
+	       (unsigned long long)res->evicted_tokens,
+	       (unsigned long long)res->promoted_tokens,
+	       (unsigned long long)o->host_tokens,
+	       (unsigned long long)res->nvme_promoted_tokens,
+	       (unsigned long long)o->nvme_tokens, res->us_per_request, o->repeat,
+	       res->accounting_ok ? "ok" : "BROKEN");
+}
+
+int cmd_replay(int argc, char **argv)
+{
+	struct replay_cli c = { .o = { .page_size = 1, .repeat = 1 } };
+	struct replay_result res;
+	struct workload wl;
+	int ret;
+
+	ret = replay_parse(argc, argv, &c);
+	if (ret >= 0)
+		return ret;
+	replay_check(&c);
+	if (workload_load(c.path, &wl))
 		return 1;
-	if (!o.capacity_tokens)
-		o.capacity_tokens = wl.capacity_tokens;
-	if (o.capacity_tokens < o.page_size) {
+	if (!c.o.capacity_tokens)
+		c.o.capacity_tokens = wl.capacity_tokens;
+	if (c.o.capacity_tokens < c.o.page_size) {
 		fprintf(stderr, "replay: no capacity: pass --capacity-tokens\n");
-		workload_free(&wl);
-		return 2;
-	}
-	ret = replay_run(&wl, &o, &res);
-	if (ret) {
-		workload_free(&wl);
-		return 1;
-	}
-	if (json) {
-		printf("{\"bench\":\"replay\",\"workload\":\"%s\",\"via\":\"%s\",\"page_size\":%u,"
-		       "\"capacity_tokens\":%llu,\"evict\":\"%s\",\"requests\":%u,"
-		       "\"prompt_tokens\":%llu,\"matched_tokens\":%llu,\"hit_rate\":%.4f,"
-		       "\"evicted_tokens\":%llu,\"host_tokens\":%llu,\"demoted_tokens\":%llu,"
-		       "\"promoted_tokens\":%llu,\"nvme_tokens\":%llu,\"nvme_demoted_tokens\":%llu,"
-		       "\"nvme_promoted_tokens\":%llu,\"us_per_request\":%.3f,\"us_min\":%.3f,"
-		       "\"us_max\":%.3f,\"repeat\":%u,\"meta_bytes_per_cached_token\":%.2f,"
-		       "\"accounting_ok\":%s}\n",
-		       path, via_names[o.via], o.page_size, (unsigned long long)o.capacity_tokens,
-		       o.evict ? o.evict : "lru", res.requests,
-		       (unsigned long long)res.prompt_tokens,
-		       (unsigned long long)res.matched_tokens,
-		       (double)res.matched_tokens / (double)res.prompt_tokens,
-		       (unsigned long long)res.evicted_tokens,
-		       (unsigned long long)o.host_tokens,
-		       (unsigned long long)res.demoted_tokens,
-		       (unsigned long long)res.promoted_tokens,
-		       (unsigned long long)o.nvme_tokens,
-		       (unsigned long long)res.nvme_demoted_tokens,
-		       (unsigned long long)res.nvme_promoted_tokens, res.us_per_request,
-		       res.us_min, res.us_max, o.repeat,
-		       res.cached_tokens_end ? (double)res.meta_bytes_end /
-					       (double)res.cached_tokens_end : 0.0,
-		       res.accounting_ok ? "true" : "false");
+		ret = 2;
+	} else if (replay_run(&wl, &c.o, &res)) {
+		ret = 1;
 	} else {
-		printf("via             %s\nrequests        %u\nprompt tokens   %llu\n"
-		       "matched tokens  %llu\nhit rate        %.4f\nevicted tokens  %llu\n"
-		       "promoted tokens %llu (from the host tier of %llu)\n"
-		       "                %llu (from the NVMe tier of %llu)\n"
-		       "us per request  %.3f (median of %u)\naccounting      %s\n",
-		       via_names[o.via], res.requests, (unsigned long long)res.prompt_tokens,
-		       (unsigned long long)res.matched_tokens,
-		       (double)res.matched_tokens / (double)res.prompt_tokens,
-		       (unsigned long long)res.evicted_tokens,
-		       (unsigned long long)res.promoted_tokens,
-		       (unsigned long long)o.host_tokens,
-		       (unsigned long long)res.nvme_promoted_tokens,
-		       (unsigned long long)o.nvme_tokens, res.us_per_request, o.repeat,
-		       res.accounting_ok ? "ok" : "BROKEN");
+		if (c.json)
+			replay_print_json(&c, &res);
+		else
+			replay_print_text(&c, &res);
+		ret = res.accounting_ok ? 0 : 1;
 	}
 	workload_free(&wl);
-	return res.accounting_ok ? 0 : 1;
+	return ret;
 }

@@ -101,9 +101,11 @@ static void report(const char *op, const char *mode, uint32_t batch, double ops_
 		p99 = lat[nlat * 99 / 100];
 	}
 	if (json)
-		printf("{\"bench\":\"ring\",\"op\":\"%s\",\"mode\":\"%s\",\"batch\":%u,"
-		       "\"ops_per_s\":%.0f,\"p50_ns\":%llu,\"p99_ns\":%llu}\n", op, mode, batch,
-		       ops_s, (unsigned long long)p50, (unsigned long long)p99);
+		tool_json_line(json_pack("{s:s,s:s,s:s,s:I,s:o,s:I,s:I}", "bench", "ring",
+					 "op", op, "mode", mode, "batch", (json_int_t)batch,
+					 "ops_per_s", tool_json_fixed(ops_s, 0),
+					 "p50_ns", (json_int_t)p50, "p99_ns", (json_int_t)p99),
+			       stdout);
 	else
 		printf("%-6s %-8s batch %-4u %12.0f ops/s   p50 %6llu ns   p99 %6llu ns\n", op,
 		       mode, batch, ops_s, (unsigned long long)p50, (unsigned long long)p99);

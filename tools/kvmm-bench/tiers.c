@@ -119,6 +119,26 @@ static uint32_t set_pages(const struct tiers_opts *o, uint64_t page_bytes)
 	return nr ? (uint32_t)nr : 1;
 }
 
+/* One line of host figures, GB/s: gather @gb, scatter @sb, beside memcpy @mc. */
+static void print_host(const struct tiers_opts *o, uint32_t page_size, uint64_t page_bytes,
+		       uint32_t nr, double gb, double sb, double mc)
+{
+	if (!o->json) {
+		printf("host  page size %-3u %4u pages of %7llu B: gather %6.2f GB/s, "
+		       "scatter %6.2f GB/s, memcpy %6.2f GB/s (%.2f, %.2f of it)\n",
+		       page_size, nr, (unsigned long long)page_bytes, gb, sb, mc, gb / mc,
+		       sb / mc);
+		return;
+	}
+	tool_json_line(json_pack("{s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:i}",
+		"bench", "tiers", "tier", "host", "page_size", (json_int_t)page_size,
+		"page_bytes", (json_int_t)page_bytes, "pages", (json_int_t)nr,
+		"gather_gbps", tool_json_fixed(gb, 2), "scatter_gbps", tool_json_fixed(sb, 2),
+		"memcpy_gbps", tool_json_fixed(mc, 2),
+		"gather_vs_memcpy", tool_json_fixed(gb / mc, 3),
+		"scatter_vs_memcpy", tool_json_fixed(sb / mc, 3), "repeat", TIERS_REPEAT), stdout);
+}
+
 static int host_bench(const struct tiers_opts *o, uint32_t page_size)
 {
 	const struct kvmm_backend_ops *be = kvmm_backend_lookup("mock");
@@ -167,20 +187,8 @@ static int host_bench(const struct tiers_opts *o, uint32_t page_size)
 			goto out;
 	}
 	mc = memcpy_gbps(nr * page_bytes);
-	if (o->json)
-		printf("{\"bench\":\"tiers\",\"tier\":\"host\",\"page_size\":%u,\"page_bytes\":%llu,"
-		       "\"pages\":%u,\"gather_gbps\":%.2f,\"scatter_gbps\":%.2f,"
-		       "\"memcpy_gbps\":%.2f,\"gather_vs_memcpy\":%.3f,"
-		       "\"scatter_vs_memcpy\":%.3f,\"repeat\":%u}\n",
-		       page_size, (unsigned long long)page_bytes, nr, median(g, TIERS_REPEAT),
-		       median(s, TIERS_REPEAT), mc, median(g, TIERS_REPEAT) / mc,
-		       median(s, TIERS_REPEAT) / mc, TIERS_REPEAT);
-	else
-		printf("host  page size %-3u %4u pages of %7llu B: gather %6.2f GB/s, "
-		       "scatter %6.2f GB/s, memcpy %6.2f GB/s (%.2f, %.2f of it)\n",
-		       page_size, nr, (unsigned long long)page_bytes, median(g, TIERS_REPEAT),
-		       median(s, TIERS_REPEAT), mc, median(g, TIERS_REPEAT) / mc,
-		       median(s, TIERS_REPEAT) / mc);
+	print_host(o, page_size, page_bytes, nr, median(g, TIERS_REPEAT),
+		   median(s, TIERS_REPEAT), mc);
 	ret = 0;
 out:
 	if (ret)
@@ -249,125 +257,207 @@ static int fio_present(void)
 	return system("fio --version >/dev/null 2>&1") == 0;
 }
 
-static int nvme_bench(const struct tiers_opts *o, uint32_t page_size)
-{
-	const struct kvmm_store_ops *host = kvmm_store_lookup(KVMM_TIER_HOST);
-	const struct kvmm_store_ops *nv = kvmm_store_lookup(KVMM_TIER_NVME);
-	uint64_t page_bytes = kvmm_page_bytes(&tiers_model, page_size);
-	uint32_t nr = set_pages(o, page_bytes), i, done, got;
-	struct kvmm_store_cfg hcfg = store_cfg(KVMM_TIER_HOST, page_size, nr);
-	struct kvmm_store_cfg ncfg = store_cfg(KVMM_TIER_NVME, page_size, nr);
-	char why[256] = "";
-	double w[TIERS_REPEAT], rd[TIERS_REPEAT];
-	struct fio_result fw = { 0 }, fr = { 0 };
-	struct kvmm_store_key *keys = NULL;
-	void *hpriv = NULL, *npriv = NULL, **src = NULL, **dst = NULL;
-	uint32_t *tokens = NULL;
-	int32_t *pfns = NULL;
-	uint64_t slot_bytes;
-	struct stat sb;
-	unsigned r;
-	int ret, err;
+/*
+ * What nvme_bench() moves: @nr pages of a host store, written to an NVMe
+ * store of as many slots and read back, as the tier moves them.
+ */
+struct nvme_set {
+	const struct kvmm_store_ops *host, *nv;
+	void *hpriv, *npriv;
+	uint32_t page_size, nr;
+	uint64_t page_bytes;
+	int32_t *pfns;
+	void **src, **dst;
+	struct kvmm_store_key *keys;
+	uint32_t *tokens;
+	char why[256];		/* what the NVMe store said when it failed */
+};
 
-	if (!nv) {
-		fprintf(stderr, "tiers: this build has no NVMe store (liburing)\n");
-		return -EOPNOTSUPP;
-	}
+/* The two stores, and the pages' addresses and keys; nvme_set_exit() undoes it. */
+static int nvme_set_init(struct nvme_set *ns, const struct tiers_opts *o)
+{
+	struct kvmm_store_cfg hcfg = store_cfg(KVMM_TIER_HOST, ns->page_size, ns->nr);
+	struct kvmm_store_cfg ncfg = store_cfg(KVMM_TIER_NVME, ns->page_size, ns->nr);
+	uint32_t i, ps = ns->page_size;
+	int ret;
+
 	ncfg.path = o->nvme_file;
 	ncfg.qd = o->qd;
-	ncfg.err = why;
-	ncfg.err_len = sizeof(why);
+	ncfg.err = ns->why;
+	ncfg.err_len = sizeof(ns->why);
 	unlink(o->nvme_file);
-	ret = host->init(&hcfg, &hpriv);
-	if (!ret)
-		ret = nv->init(&ncfg, &npriv);
+	ret = ns->host->init(&hcfg, &ns->hpriv) ?: ns->nv->init(&ncfg, &ns->npriv);
 	if (ret)
-		goto out;
-	ret = -ENOMEM;
-	pfns = malloc(nr * sizeof(*pfns));
-	src = malloc(nr * sizeof(*src));
-	dst = malloc(nr * sizeof(*dst));
-	keys = calloc(nr, sizeof(*keys));
-	tokens = calloc((size_t)nr * page_size, sizeof(*tokens));
-	if (!pfns || !src || !dst || !keys || !tokens)
-		goto out;
-	for (i = 0; i < nr; i++) {
-		pfns[i] = (int32_t)i;	/* the slot allocator hands out runs */
-		src[i] = host->page(hpriv, i);
-		prefault(src[i], page_bytes);
-		tokens[i * page_size] = i;
-		keys[i] = (struct kvmm_store_key){ .id = { i + 1, 0 }, .parent = { i, 0 },
-						   .tokens = tokens + (size_t)i * page_size };
+		return ret;
+	ns->pfns = malloc(ns->nr * sizeof(*ns->pfns));
+	ns->src = malloc(ns->nr * sizeof(*ns->src));
+	ns->dst = malloc(ns->nr * sizeof(*ns->dst));
+	ns->keys = calloc(ns->nr, sizeof(*ns->keys));
+	ns->tokens = calloc((size_t)ns->nr * ps, sizeof(*ns->tokens));
+	if (!ns->pfns || !ns->src || !ns->dst || !ns->keys || !ns->tokens)
+		return -ENOMEM;
+	for (i = 0; i < ns->nr; i++) {
+		ns->pfns[i] = (int32_t)i;	/* the slot allocator hands out runs */
+		ns->src[i] = ns->host->page(ns->hpriv, i);
+		prefault(ns->src[i], ns->page_bytes);
+		ns->tokens[i * ps] = i;
+		ns->keys[i] = (struct kvmm_store_key){ .id = { i + 1, 0 }, .parent = { i, 0 },
+						       .tokens = ns->tokens + (size_t)i * ps };
 	}
+	return 0;
+}
+
+static void nvme_set_exit(struct nvme_set *ns, const struct tiers_opts *o)
+{
+	free(ns->tokens);
+	free(ns->keys);
+	free(ns->dst);
+	free(ns->src);
+	free(ns->pfns);
+	if (ns->npriv)
+		ns->nv->exit(ns->npriv);
+	if (ns->hpriv)
+		ns->host->exit(ns->hpriv);
+	unlink(o->nvme_file);
+}
+
+/* Read every page of @ns back from the NVMe store. */
+static int nvme_read_all(struct nvme_set *ns)
+{
+	uint32_t done, got;
+	int err;
+
+	for (done = 0; done < ns->nr; done += got) {
+		got = ns->nv->read(ns->npriv, 0, ns->pfns + done, ns->nr - done, ns->keys + done,
+				   ns->dst, &err);
+		if (err || !got)
+			return err ? err : -EIO;
+	}
+	return 0;
+}
+
+/* Write and read back the whole set TIERS_REPEAT times: the median GB/s of each. */
+static int nvme_measure(struct nvme_set *ns, double *wgb, double *rgb)
+{
+	double w[TIERS_REPEAT], rd[TIERS_REPEAT];
+	uint64_t bytes = ns->nr * ns->page_bytes;
+	unsigned r;
+	int ret;
+
 	for (r = 0; r < TIERS_REPEAT; r++) {
 		uint64_t t0 = now_ns();
 
-		ret = nv->write(npriv, 0, pfns, nr, src, keys);
-		w[r] = gbps(nr * page_bytes, (double)(now_ns() - t0));
+		ret = ns->nv->write(ns->npriv, 0, ns->pfns, ns->nr, ns->src, ns->keys);
+		w[r] = gbps(bytes, (double)(now_ns() - t0));
 		if (ret)
-			goto out;
+			return ret;
 		t0 = now_ns();
-		for (done = 0; done < nr; done += got) {
-			got = nv->read(npriv, 0, pfns + done, nr - done, keys + done, dst, &err);
-			if (err || !got) {
-				ret = err ? err : -EIO;
-				goto out;
-			}
-		}
-		rd[r] = gbps(nr * page_bytes, (double)(now_ns() - t0));
-	}
-	/* A slot (header and page, in 4 KiB blocks), from what the store made. */
-	if (stat(o->nvme_file, &sb) || (uint64_t)sb.st_size < 4096 + nr * page_bytes) {
-		ret = -EIO;
-		goto out;
-	}
-	slot_bytes = ((uint64_t)sb.st_size - 4096) / nr;
-	if (o->fio && fio_present()) {
-		ret = run_fio(o->nvme_file, "write", slot_bytes, nr * slot_bytes, o->qd, &fw);
-		if (!ret)
-			ret = run_fio(o->nvme_file, "read", slot_bytes, nr * slot_bytes, o->qd, &fr);
+		ret = nvme_read_all(ns);
+		rd[r] = gbps(bytes, (double)(now_ns() - t0));
 		if (ret)
-			fprintf(stderr, "tiers: fio failed on %s\n", o->nvme_file);
+			return ret;
 	}
-	/* kvmm's rate counts page bytes; fio's counts slot bytes: compare slots. */
-	{
-		double kw = median(w, TIERS_REPEAT) * (double)slot_bytes / (double)page_bytes;
-		double kr = median(rd, TIERS_REPEAT) * (double)slot_bytes / (double)page_bytes;
+	*wgb = median(w, TIERS_REPEAT);
+	*rgb = median(rd, TIERS_REPEAT);
+	return 0;
+}
 
-		if (o->json)
-			printf("{\"bench\":\"tiers\",\"tier\":\"nvme\",\"page_size\":%u,"
-			       "\"page_bytes\":%llu,\"slot_bytes\":%llu,\"pages\":%u,\"qd\":%u,"
-			       "\"write_gbps\":%.3f,\"read_gbps\":%.3f,\"write_iops\":%.0f,"
-			       "\"read_iops\":%.0f,\"fio_write_gbps\":%.3f,\"fio_read_gbps\":%.3f,"
-			       "\"fio_write_iops\":%.0f,\"fio_read_iops\":%.0f,"
-			       "\"write_vs_fio\":%.3f,\"read_vs_fio\":%.3f,\"repeat\":%u}\n",
-			       page_size, (unsigned long long)page_bytes,
-			       (unsigned long long)slot_bytes, nr, o->qd ? o->qd : 32, kw, kr,
-			       kw * 1e9 / (double)slot_bytes, kr * 1e9 / (double)slot_bytes,
-			       fw.gbps, fr.gbps, fw.iops, fr.iops,
-			       fw.gbps > 0 ? kw / fw.gbps : 0.0, fr.gbps > 0 ? kr / fr.gbps : 0.0,
-			       TIERS_REPEAT);
-		else
-			printf("nvme  page size %-3u %4u slots of %7llu B, qd %u: write %.3f GB/s "
-			       "(fio %.3f), read %.3f GB/s (fio %.3f)\n",
-			       page_size, nr, (unsigned long long)slot_bytes, o->qd ? o->qd : 32,
-			       kw, fw.gbps, kr, fr.gbps);
+/* A slot (header and page, in 4 KiB blocks), from the size of the file the store made. */
+static int nvme_slot_bytes(const struct tiers_opts *o, const struct nvme_set *ns,
+			   uint64_t *slot_bytes)
+{
+	struct stat sb;
+
+	if (stat(o->nvme_file, &sb) || (uint64_t)sb.st_size < 4096 + ns->nr * ns->page_bytes)
+		return -EIO;
+	*slot_bytes = ((uint64_t)sb.st_size - 4096) / ns->nr;
+	return 0;
+}
+
+/* The NVMe figures of one page size; rates count slot bytes, as fio's do. */
+struct nvme_figs {
+	uint32_t page_size, pages, qd;
+	uint64_t page_bytes, slot_bytes;
+	double write_gbps, read_gbps;
+	struct fio_result fio_write, fio_read;	/* zero without fio */
+};
+
+/* fio on the same file, block size and queue depth; it leaves zeros if it cannot. */
+static void nvme_fio(const struct tiers_opts *o, struct nvme_figs *f)
+{
+	uint64_t bytes = f->pages * f->slot_bytes;
+
+	if (!o->fio || !fio_present())
+		return;
+	if (run_fio(o->nvme_file, "write", f->slot_bytes, bytes, o->qd, &f->fio_write) ||
+	    run_fio(o->nvme_file, "read", f->slot_bytes, bytes, o->qd, &f->fio_read))
+		fprintf(stderr, "tiers: fio failed on %s\n", o->nvme_file);
+}
+
+static double vs_fio(double kvmm, const struct fio_result *fio)
+{
+	return fio->gbps > 0 ? kvmm / fio->gbps : 0.0;
+}
+
+/* One line of NVMe figures: JSON, or a sentence a person reads. */
+static void print_nvme(const struct tiers_opts *o, const struct nvme_figs *f)
+{
+	double slot = (double)f->slot_bytes;
+
+	if (!o->json) {
+		printf("nvme  page size %-3u %4u slots of %7llu B, qd %u: write %.3f GB/s "
+		       "(fio %.3f), read %.3f GB/s (fio %.3f)\n",
+		       f->page_size, f->pages, (unsigned long long)f->slot_bytes, f->qd,
+		       f->write_gbps, f->fio_write.gbps, f->read_gbps, f->fio_read.gbps);
+		return;
 	}
-	ret = 0;
-out:
-	if (ret)
+	tool_json_line(json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,"
+				 "s:o,s:o,s:i}",
+		"bench", "tiers", "tier", "nvme", "page_size", (json_int_t)f->page_size,
+		"page_bytes", (json_int_t)f->page_bytes, "slot_bytes", (json_int_t)f->slot_bytes,
+		"pages", (json_int_t)f->pages, "qd", (json_int_t)f->qd,
+		"write_gbps", tool_json_fixed(f->write_gbps, 3),
+		"read_gbps", tool_json_fixed(f->read_gbps, 3),
+		"write_iops", tool_json_fixed(f->write_gbps * 1e9 / slot, 0),
+		"read_iops", tool_json_fixed(f->read_gbps * 1e9 / slot, 0),
+		"fio_write_gbps", tool_json_fixed(f->fio_write.gbps, 3),
+		"fio_read_gbps", tool_json_fixed(f->fio_read.gbps, 3),
+		"fio_write_iops", tool_json_fixed(f->fio_write.iops, 0),
+		"fio_read_iops", tool_json_fixed(f->fio_read.iops, 0),
+		"write_vs_fio", tool_json_fixed(vs_fio(f->write_gbps, &f->fio_write), 3),
+		"read_vs_fio", tool_json_fixed(vs_fio(f->read_gbps, &f->fio_read), 3),
+		"repeat", TIERS_REPEAT), stdout);
+}
+
+static int nvme_bench(const struct tiers_opts *o, uint32_t page_size)
+{
+	struct nvme_set ns = {
+		.host = kvmm_store_lookup(KVMM_TIER_HOST), .nv = kvmm_store_lookup(KVMM_TIER_NVME),
+		.page_size = page_size, .page_bytes = kvmm_page_bytes(&tiers_model, page_size),
+	};
+	struct nvme_figs f = { .page_size = page_size, .page_bytes = ns.page_bytes,
+			       .qd = o->qd ? o->qd : 32 };
+	double wgb, rgb;
+	int ret;
+
+	if (!ns.nv) {
+		fprintf(stderr, "tiers: this build has no NVMe store (liburing)\n");
+		return -EOPNOTSUPP;
+	}
+	ns.nr = f.pages = set_pages(o, ns.page_bytes);
+	ret = nvme_set_init(&ns, o) ?: nvme_measure(&ns, &wgb, &rgb) ?:
+	      nvme_slot_bytes(o, &ns, &f.slot_bytes);
+	if (!ret) {
+		nvme_fio(o, &f);
+		/* kvmm's rate counts page bytes; fio's counts slot bytes: compare slots */
+		f.write_gbps = wgb * (double)f.slot_bytes / (double)ns.page_bytes;
+		f.read_gbps = rgb * (double)f.slot_bytes / (double)ns.page_bytes;
+		print_nvme(o, &f);
+	} else {
 		fprintf(stderr, "tiers: nvme, page size %u: %s%s%s\n", page_size,
-			strerror(-ret), why[0] ? ": " : "", why);
-	free(tokens);
-	free(keys);
-	free(dst);
-	free(src);
-	free(pfns);
-	if (npriv)
-		nv->exit(npriv);
-	if (hpriv)
-		host->exit(hpriv);
-	unlink(o->nvme_file);
+			strerror(-ret), ns.why[0] ? ": " : "", ns.why);
+	}
+	nvme_set_exit(&ns, o);
 	return ret;
 }
 

@@ -127,10 +127,15 @@ int cmd_trace(int argc, char **argv)
 			break;
 		}
 		if (json)
-			printf("{\"bench\":\"trace\",\"trace\":\"%s\",\"requests\":%u,\"blocks\":%llu,"
-			       "\"page_size\":%d,\"capacity_pages\":%u,\"evict\":\"%s\","
-			       "\"block_hit_rate\":%.4f,\"seconds\":%.2f}\n", path, t.nreq,
-			       (unsigned long long)t.total_blocks, BLOCK, caps[i], evict, hit, secs);
+			tool_json_line(json_pack("{s:s,s:s,s:I,s:I,s:i,s:I,s:s,s:o,s:o}",
+						 "bench", "trace", "trace", path,
+						 "requests", (json_int_t)t.nreq,
+						 "blocks", (json_int_t)t.total_blocks,
+						 "page_size", BLOCK,
+						 "capacity_pages", (json_int_t)caps[i],
+						 "evict", evict,
+						 "block_hit_rate", tool_json_fixed(hit, 4),
+						 "seconds", tool_json_fixed(secs, 2)), stdout);
 		else
 			printf("%8u pages  %-5s  block hit rate %.4f  (%u requests, %.2f s)\n",
 			       caps[i], evict, hit, t.nreq, secs);

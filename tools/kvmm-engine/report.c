@@ -9,14 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
 #include <libkvmm.h>
 
-#include "autoconf.h"
 #include "cli.h"
-
-#if CONFIG_KVMM_JANSSON
-#include <jansson.h>
-#endif
 
 /* ---- the summary ---- */
 
@@ -146,7 +142,6 @@ void report_summary(FILE *out, const struct cli *c, const char *input,
 
 /* ---- --json ---- */
 
-#if CONFIG_KVMM_JANSSON
 static json_t *json_results(const struct eng_report *r, bool sequential)
 {
 	json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
@@ -201,7 +196,7 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
  * @r: the run
  * @nc: the --compare run without the cache, or NULL
  *
- * Return: 0, -EIO, or -EOPNOTSUPP in a build without jansson.
+ * Return: 0 or -EIO.
  */
 int report_json(const struct cli *c, const char *input, const struct eng_report *r,
 		const struct eng_report *nc)
@@ -253,16 +248,6 @@ int report_json(const struct cli *c, const char *input, const struct eng_report 
 	json_decref(j);
 	return ret ? -EIO : 0;
 }
-#else
-int report_json(const struct cli *c, const char *input, const struct eng_report *r,
-		const struct eng_report *nc)
-{
-	(void)input; (void)r; (void)nc;
-	fprintf(stderr, "%s: --json %s: this build has no JSON support (libjansson-dev)\n",
-		tool_name, c->json);
-	return -EOPNOTSUPP;
-}
-#endif
 
 /* ---- --plot ---- */
 

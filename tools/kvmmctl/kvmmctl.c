@@ -33,6 +33,7 @@
 #include <libkvmm.h>
 #include <libkvmm-ring.h>
 
+#include "../lib/json.h"
 #include "../lib/parse.h"
 
 #define EXIT_REFUSED	1
@@ -276,11 +277,11 @@ static int cmd_stat(struct ctl *c)
 	if (res)
 		return refused(c, "stat", res);
 	if (c->json) {
-		printf("{");
-		for (i = 0; i < nr; i++)
-			printf("%s\"%s\":%llu", i ? "," : "", kvmm_stat_name(i),
-			       (unsigned long long)v[i]);
-		printf("}\n");
+		json_t *j = json_object();
+
+		for (i = 0; j && i < nr; i++)
+			json_object_set_new(j, kvmm_stat_name(i), tool_json_u64(v[i]));
+		tool_json_line(j, stdout);
 		return 0;
 	}
 	for (i = 0; i < nr; i++)
@@ -322,6 +323,23 @@ static const struct {
 	{ "nvme", KVMM_STAT_NVME_PAGES_CACHED },
 };
 
+/* top --json: one object a line, the time, the page columns, then the rates. */
+static void top_json(const uint64_t *cur, double t1, double hit, double evict_s)
+{
+	json_t *j = json_pack("{s:o}", "t", tool_json_fixed(t1, 3));
+	size_t i;
+
+	for (i = 0; j && i < ARRAY_LEN(top_cols); i++)
+		json_object_set_new(j, kvmm_stat_name(top_cols[i].item),
+				    tool_json_u64(cur[top_cols[i].item]));
+	if (j) {
+		json_object_set_new(j, "hit_rate", tool_json_fixed(hit, 4));
+		json_object_set_new(j, "evicted_pages_per_s", tool_json_fixed(evict_s, 1));
+		json_object_set_new(j, "seqs_open", tool_json_u64(cur[KVMM_STAT_SEQS_OPEN]));
+	}
+	tool_json_line(j, stdout);
+}
+
 static void top_line(const struct ctl *c, const uint64_t *cur, const uint64_t *prev,
 		     double t1, double dt, bool head)
 {
@@ -331,27 +349,20 @@ static void top_line(const struct ctl *c, const uint64_t *cur, const uint64_t *p
 	double hit = dm ? (double)dh / (double)dm : 0.0;
 	size_t i;
 
-	if (!c->json && head) {
+	if (c->json) {
+		top_json(cur, t1, hit, (double)de / dt);
+		fflush(stdout);
+		return;
+	}
+	if (head) {
 		for (i = 0; i < ARRAY_LEN(top_cols); i++)
 			printf("%10s ", top_cols[i].head);
 		printf("%8s %10s %6s\n", "hit", "evict/s", "seqs");
 	}
-	if (c->json)
-		printf("{\"t\":%.3f", t1);
-	for (i = 0; i < ARRAY_LEN(top_cols); i++) {
-		unsigned long long v = (unsigned long long)cur[top_cols[i].item];
-
-		if (c->json)
-			printf(",\"%s\":%llu", kvmm_stat_name(top_cols[i].item), v);
-		else
-			printf("%10llu ", v);
-	}
-	if (c->json)
-		printf(",\"hit_rate\":%.4f,\"evicted_pages_per_s\":%.1f,\"seqs_open\":%llu}\n",
-		       hit, (double)de / dt, (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
-	else
-		printf("%8.4f %10.1f %6llu\n", hit, (double)de / dt,
-		       (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
+	for (i = 0; i < ARRAY_LEN(top_cols); i++)
+		printf("%10llu ", (unsigned long long)cur[top_cols[i].item]);
+	printf("%8.4f %10.1f %6llu\n", hit, (double)de / dt,
+	       (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
 	fflush(stdout);
 }
 
@@ -407,6 +418,14 @@ static int dump_all(const struct ctl *c, uint32_t kind,
 	return 0;
 }
 
+/* One record of a --json list: a comma before every one but the first. */
+static void json_item(json_t *j, bool first)
+{
+	if (!first)
+		putchar(',');
+	tool_json_put(j, stdout);
+}
+
 struct tree_opts {
 	uint32_t max_depth;
 	uint64_t limit, shown, hidden;
@@ -427,15 +446,16 @@ static int show_node(const struct ctl *c, const void *rec, void *arg)
 	}
 	o->shown++;
 	if (c->json) {
-		printf("%s{\"id\":%llu,\"parent\":%llu,\"ns\":%u,\"depth\":%u,\"len\":%u,"
-		       "\"lock_ref\":%u,\"pins\":%u,\"prio\":%u,\"tier\":%u,\"hits\":%u,"
-		       "\"atime\":%llu,\"evictable\":%s,\"host_copy\":%s,\"token0\":%u}",
-		       o->shown > 1 ? "," : "",
-		       (unsigned long long)n->id, (unsigned long long)n->parent, n->ns, n->depth,
-		       n->len, n->lock_ref, n->pins, n->prio, n->tier, n->hits,
-		       (unsigned long long)n->atime,
-		       n->flags & KVMM_DUMP_F_EVICTABLE ? "true" : "false",
-		       n->flags & KVMM_DUMP_F_SHADOW ? "true" : "false", n->token0);
+		json_item(json_pack("{s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:b,s:b,s:I}",
+			"id", tool_json_u64(n->id), "parent", tool_json_u64(n->parent),
+			"ns", (json_int_t)n->ns, "depth", (json_int_t)n->depth,
+			"len", (json_int_t)n->len, "lock_ref", (json_int_t)n->lock_ref,
+			"pins", (json_int_t)n->pins, "prio", (json_int_t)n->prio,
+			"tier", (json_int_t)n->tier, "hits", (json_int_t)n->hits,
+			"atime", tool_json_u64(n->atime),
+			"evictable", !!(n->flags & KVMM_DUMP_F_EVICTABLE),
+			"host_copy", !!(n->flags & KVMM_DUMP_F_SHADOW),
+			"token0", (json_int_t)n->token0), o->shown == 1);
 		return 0;
 	}
 	if (n->flags & KVMM_DUMP_F_ROOT) {
@@ -476,8 +496,10 @@ static int show_seq(const struct ctl *c, const void *rec, void *arg)
 	uint64_t *n = arg;
 
 	if (c->json)
-		printf("%s{\"seq\":%u,\"ns\":%u,\"len\":%u,\"cached\":%u,\"owner\":%u}",
-		       (*n)++ ? "," : "", s->seq, s->ns, s->len, s->cached, s->owner);
+		json_item(json_pack("{s:I,s:I,s:I,s:I,s:I}", "seq", (json_int_t)s->seq,
+				    "ns", (json_int_t)s->ns, "len", (json_int_t)s->len,
+				    "cached", (json_int_t)s->cached, "owner", (json_int_t)s->owner),
+			  !(*n)++);
 	else
 		printf("%8u %8u %10u %10u %8u\n", s->seq, s->ns, s->len, s->cached, s->owner);
 	return 0;
@@ -559,7 +581,7 @@ static int pin_unpin(struct ctl *c, bool pin)
 	if (res < 0)
 		return refused(c, what, res);
 	if (c->json)
-		printf("{\"tokens\":%d}\n", res);
+		tool_json_line(json_pack("{s:i}", "tokens", res), stdout);
 	else
 		printf("%s %d tokens\n", pin ? "pinned" : "unpinned", res);
 	return 0;
@@ -584,7 +606,7 @@ static int cmd_unpin(struct ctl *c)
 	if (res < 0)
 		return refused(c, "unpin", res);
 	if (c->json)
-		printf("{\"pins\":%d}\n", res);
+		tool_json_line(json_pack("{s:i}", "pins", res), stdout);
 	else
 		printf("unpinned %d pins\n", res);
 	return 0;
@@ -598,10 +620,11 @@ static int show_pin(const struct ctl *c, const void *rec, void *arg)
 	if ((c->given & OPT(NS)) && p->ns != c->ns)
 		return 0;
 	if (c->json)
-		printf("%s{\"id\":%llu,\"ns\":%u,\"tokens\":%u,\"pages\":%u,\"pins\":%u,"
-		       "\"keep\":%u,\"ring\":%u}", (*shown)++ ? "," : "",
-		       (unsigned long long)p->id, p->ns, p->tokens, p->pages, p->pins,
-		       p->keep, p->owner);
+		json_item(json_pack("{s:o,s:I,s:I,s:I,s:I,s:I,s:I}", "id", tool_json_u64(p->id),
+				    "ns", (json_int_t)p->ns, "tokens", (json_int_t)p->tokens,
+				    "pages", (json_int_t)p->pages, "pins", (json_int_t)p->pins,
+				    "keep", (json_int_t)p->keep, "ring", (json_int_t)p->owner),
+			  !(*shown)++);
 	else
 		printf("%12llu %10u %10u %8u %5u %5u %6u\n", (unsigned long long)p->id, p->ns,
 		       p->tokens, p->pages, p->pins, p->keep, p->owner);
@@ -620,10 +643,11 @@ static int show_ns(const struct ctl *c, const void *rec, void *arg)
 	uint64_t *shown = arg;
 
 	if (c->json)
-		printf("%s{\"ns\":%u,\"pinned\":%llu,\"cached\":%llu,\"pin_limit\":%llu,"
-		       "\"cache_limit\":%llu}", (*shown)++ ? "," : "", n->ns,
-		       (unsigned long long)n->pinned, (unsigned long long)n->cached,
-		       (unsigned long long)n->pin_limit, (unsigned long long)n->cache_limit);
+		json_item(json_pack("{s:I,s:o,s:o,s:o,s:o}", "ns", (json_int_t)n->ns,
+				    "pinned", tool_json_u64(n->pinned),
+				    "cached", tool_json_u64(n->cached),
+				    "pin_limit", tool_json_u64(n->pin_limit),
+				    "cache_limit", tool_json_u64(n->cache_limit)), !(*shown)++);
 	else
 		printf("%10u %10llu %10llu %10llu %12llu\n", n->ns,
 		       (unsigned long long)n->pinned, (unsigned long long)n->cached,
@@ -644,7 +668,7 @@ static int cmd_simple(struct ctl *c, const char *what, const char *unit)
 	if (res < 0)
 		return refused(c, what, res);
 	if (c->json)
-		printf("{\"%s\":%d}\n", unit, res);
+		tool_json_line(json_pack("{s:i}", unit, res), stdout);
 	else
 		printf("%s: %d %s\n", what, res, unit);
 	return 0;
@@ -733,12 +757,12 @@ static int cmd_set(struct ctl *c)
 			printf("nr_pages = %llu (%d cached pages migrated)\n",
 			       (unsigned long long)c->value, res);
 		else
-			printf("{\"nr_pages\":%llu,\"migrated\":%d}\n",
-			       (unsigned long long)c->value, res);
+			tool_json_line(json_pack("{s:o,s:i}", "nr_pages", tool_json_u64(c->value),
+						 "migrated", res), stdout);
 	} else if (!c->json) {
 		printf("%s = %s\n", c->key_name, c->value_str);
 	} else {
-		printf("{\"%s\":\"%s\"}\n", c->key_name, c->value_str);
+		tool_json_line(json_pack("{s:s}", c->key_name, c->value_str), stdout);
 	}
 	return 0;
 }
@@ -753,12 +777,19 @@ static int cmd_probe(struct ctl *c)
 	if (res < 0)
 		return refused(c, "probe", res);
 	if (c->json) {
-		printf("{\"abi\":%u,\"nr_ops\":%u,\"ops\":\"%#llx\",\"features\":\"%#llx\","
-		       "\"page_size\":%u,\"nr_pages\":%u,\"max_seqs\":%u,\"max_seq_len\":%u,"
-		       "\"sqe_size\":%u,\"cqe_size\":%u}\n", p->abi, p->nr_ops,
-		       (unsigned long long)p->ops[0], (unsigned long long)p->features,
-		       p->page_size, p->nr_pages, p->max_seqs, p->max_seq_len, p->sqe_size,
-		       p->cqe_size);
+		char ops[24], features[24];
+
+		/* masks as strings: a JSON reader would round a 64-bit integer */
+		snprintf(ops, sizeof(ops), "%#llx", (unsigned long long)p->ops[0]);
+		snprintf(features, sizeof(features), "%#llx", (unsigned long long)p->features);
+		tool_json_line(json_pack("{s:I,s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I}",
+			"abi", (json_int_t)p->abi, "nr_ops", (json_int_t)p->nr_ops,
+			"ops", ops, "features", features,
+			"page_size", (json_int_t)p->page_size, "nr_pages", (json_int_t)p->nr_pages,
+			"max_seqs", (json_int_t)p->max_seqs,
+			"max_seq_len", (json_int_t)p->max_seq_len,
+			"sqe_size", (json_int_t)p->sqe_size, "cqe_size", (json_int_t)p->cqe_size),
+			stdout);
 		return 0;
 	}
 	printf("abi          %u\nopcodes      %u (mask %#llx)\nfeatures     %#llx\n"

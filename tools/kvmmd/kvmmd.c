@@ -553,6 +553,72 @@ static int wait_for_stop(const sigset_t *set)
 	return sig;
 }
 
+/* The pool and its namespace limits, or a message saying why not.  Return: 0 or -1. */
+static int pool_start(struct opts *o, struct kvmm_ctx **ctx)
+{
+	int ret = kvmm_create(&o->p, ctx);
+
+	if (ret) {
+		fprintf(stderr, "kvmmd: cannot create the pool: %s%s\n", errno_str(-ret),
+			ret == -EINVAL ? " (check the geometry, page size, sizes, --max-pages and watermarks; "
+					 "an NVMe tier needs --host-pages and --nvme-file, "
+					 "write-through needs --host-pages)" :
+			ret == -ENOSPC ? " (the memory budget holds no page)" : "");
+		return -1;
+	}
+	ret = set_ns_limits(*ctx, o);
+	if (ret) {
+		fprintf(stderr, "kvmmd: cannot set the namespace limits: %s\n", errno_str(-ret));
+		kvmm_destroy(*ctx);
+		*ctx = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+/* Serve @ctx at --socket with the client limits, or say why not.  Return: 0 or -1. */
+static int server_start(struct opts *o, struct kvmm_ctx *ctx, struct kvmm_server **srv)
+{
+	int ret = kvmm_server_start(ctx, o->socket, o->server_flags, srv);
+	const char *why;
+
+	/* the options were checked; a limit refused here is a kvmmd bug */
+	if (!ret && kvmm_server_set_limits(*srv, &o->lim)) {
+		kvmm_server_stop(*srv);
+		ret = -EINVAL;
+	}
+	if (!ret)
+		return 0;
+	/* first: who_answers() uses errno_str()'s buffer too */
+	why = ret == -EADDRINUSE ? who_answers(o->socket) :
+	      ret == -EEXIST ? "the path exists and is not a socket" : NULL;
+	fprintf(stderr, "kvmmd: cannot serve %s: %s%s%s%s\n", o->socket, errno_str(-ret),
+		why ? " (" : "", why ? why : "", why ? ")" : "");
+	return -1;
+}
+
+/* What is served: the pool, and the tiers below it. */
+static void say_serving(const struct opts *o, struct kvmm_ctx *ctx)
+{
+	uint64_t st[NR_KVMM_STATS];
+
+	fprintf(stderr, "kvmmd: serving %s: %u pages of %u tokens, %u sequences of up to "
+		"%u tokens, eviction %s\n", o->socket, kvmm_nr_pages(ctx),
+		kvmm_page_size(ctx), o->p.max_seqs, o->p.max_seq_len,
+		kvmm_evict_policy(ctx));
+	if (!o->p.host_pages)
+		return;
+	kvmm_stats(ctx, st, NR_KVMM_STATS);
+	fprintf(stderr, "kvmmd: host tier %u pages, %s", o->p.host_pages,
+		o->p.write_policy == KVMM_WRITE_THROUGH ? "write-through" : "write-back");
+	if (o->p.nvme_pages)
+		fprintf(stderr, ", NVMe tier %u pages in %s (%s%llu recovered)",
+			o->p.nvme_pages, o->p.nvme_path,
+			o->p.nvme_flags & KVMM_NVME_REFORMAT ? "reformatted, " : "",
+			(unsigned long long)st[KVMM_STAT_NVME_PAGES_CACHED]);
+	fputc('\n', stderr);
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {
@@ -589,58 +655,17 @@ int main(int argc, char **argv)
 		opts_free(&o);
 		return ret > 0 ? 0 : 2;
 	}
-	ret = kvmm_create(&o.p, &ctx);
-	if (ret) {
-		fprintf(stderr, "kvmmd: cannot create the pool: %s%s\n", errno_str(-ret),
-			ret == -EINVAL ? " (check the geometry, page size, sizes, --max-pages and watermarks; "
-					 "an NVMe tier needs --host-pages and --nvme-file, "
-					 "write-through needs --host-pages)" :
-			ret == -ENOSPC ? " (the memory budget holds no page)" : "");
+	if (pool_start(&o, &ctx)) {
 		opts_free(&o);
 		return 1;
 	}
-	ret = set_ns_limits(ctx, &o);
-	if (ret) {
-		fprintf(stderr, "kvmmd: cannot set the namespace limits: %s\n", errno_str(-ret));
-		kvmm_destroy(ctx);
-		opts_free(&o);
-		return 1;
-	}
-	ret = kvmm_server_start(ctx, o.socket, o.server_flags, &srv);
-	/* the options were checked; a limit refused here is a kvmmd bug */
-	if (!ret && kvmm_server_set_limits(srv, &o.lim)) {
-		kvmm_server_stop(srv);
-		ret = -EINVAL;
-	}
-	if (ret) {
-		/* first: who_answers() uses errno_str()'s buffer too */
-		const char *why = ret == -EADDRINUSE ? who_answers(o.socket) :
-				  ret == -EEXIST ? "the path exists and is not a socket" : NULL;
-
-		fprintf(stderr, "kvmmd: cannot serve %s: %s%s%s%s\n", o.socket, errno_str(-ret),
-			why ? " (" : "", why ? why : "", why ? ")" : "");
+	if (server_start(&o, ctx, &srv)) {
 		kvmm_destroy(ctx);
 		opts_free(&o);
 		return 1;
 	}
 	if (!o.quiet)
-		fprintf(stderr, "kvmmd: serving %s: %u pages of %u tokens, %u sequences of up to "
-			"%u tokens, eviction %s\n", o.socket, kvmm_nr_pages(ctx),
-			kvmm_page_size(ctx), o.p.max_seqs, o.p.max_seq_len,
-			kvmm_evict_policy(ctx));
-	if (!o.quiet && o.p.host_pages) {
-		uint64_t st[NR_KVMM_STATS];
-
-		kvmm_stats(ctx, st, NR_KVMM_STATS);
-		fprintf(stderr, "kvmmd: host tier %u pages, %s", o.p.host_pages,
-			o.p.write_policy == KVMM_WRITE_THROUGH ? "write-through" : "write-back");
-		if (o.p.nvme_pages)
-			fprintf(stderr, ", NVMe tier %u pages in %s (%s%llu recovered)",
-				o.p.nvme_pages, o.p.nvme_path,
-				o.p.nvme_flags & KVMM_NVME_REFORMAT ? "reformatted, " : "",
-				(unsigned long long)st[KVMM_STAT_NVME_PAGES_CACHED]);
-		fputc('\n', stderr);
-	}
+		say_serving(&o, ctx);
 	sig = wait_for_stop(&set);
 	if (!o.quiet)
 		fprintf(stderr, "kvmmd: %s: stopping (%u clients attached)\n", strsignal(sig),

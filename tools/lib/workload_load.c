@@ -11,13 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autoconf.h"
+#include <jansson.h>
+
 #include "tools.h"
 #include "workload.h"
-
-#if CONFIG_KVMM_JANSSON
-#include <jansson.h>
-#endif
 
 /* ---- text form ---- */
 
@@ -137,7 +134,6 @@ static int load_lines(struct wl_loader *ld, FILE *f, int (*fn)(struct wl_loader 
 	return ret;
 }
 
-#if CONFIG_KVMM_JANSSON
 static int json_u32(struct wl_loader *ld, json_t *obj, const char *key, uint32_t *v)
 {
 	json_t *x = json_object_get(obj, key);
@@ -236,8 +232,6 @@ static int json_line(struct wl_loader *ld, char *text)
 	return ret;
 }
 
-#endif
-
 /**
  * workload_load() - read a workload file, .jsonl or text
  * @path: the file
@@ -260,13 +254,7 @@ int workload_load(const char *path, struct workload *wl)
 		return ret;
 	}
 	if (len > 6 && !strcmp(path + len - 6, ".jsonl")) {
-#if CONFIG_KVMM_JANSSON
 		ret = load_lines(&ld, f, json_line);
-#else
-		fprintf(stderr, "%s: this build has no JSON reader (libjansson-dev); "
-			"use the .txt form\n", path);
-		ret = -EOPNOTSUPP;
-#endif
 	} else {
 		ret = load_lines(&ld, f, text_line);
 	}
@@ -287,7 +275,6 @@ int workload_load(const char *path, struct workload *wl)
 
 /* ---- Mooncake traces: JSON lines of timestamp, lengths and hash ids ---- */
 
-#if CONFIG_KVMM_JANSSON
 static int mooncake_line(struct wl_loader *ld, char *text)
 {
 	struct workload *wl = ld->wl;
@@ -349,7 +336,6 @@ static int mooncake_line(struct wl_loader *ld, char *text)
 		wl->total_blocks += r.nblk;
 	return ret;
 }
-#endif
 
 /**
  * workload_load_mooncake() - read a Mooncake trace
@@ -362,7 +348,7 @@ static int mooncake_line(struct wl_loader *ld, char *text)
 int workload_load_mooncake(const char *path, struct workload *wl)
 {
 	struct wl_loader ld = { .path = path, .wl = wl };
-	int ret = -EOPNOTSUPP;
+	int ret;
 	FILE *f;
 
 	memset(wl, 0, sizeof(*wl));
@@ -372,11 +358,7 @@ int workload_load_mooncake(const char *path, struct workload *wl)
 		fprintf(stderr, "%s: %s\n", path, strerror(errno));
 		return ret;
 	}
-#if CONFIG_KVMM_JANSSON
 	ret = load_lines(&ld, f, mooncake_line);
-#else
-	fprintf(stderr, "%s: this build has no JSON reader (libjansson-dev)\n", path);
-#endif
 	fclose(f);
 	if (!ret && !wl->nreq) {
 		fprintf(stderr, "%s: no requests\n", path);
