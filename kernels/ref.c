@@ -17,32 +17,124 @@
 
 #include "kv.h"
 
-/*
- * Copy a slot run with streaming stores where it can: a page set is moved
- * once and not read again soon, and write-allocating every destination
- * line would cost a read of it too (glibc's memcpy streams only copies
- * far larger than a run).  The caller fences.
+/* Source bytes a move reads ahead of its copy: enough misses in flight. */
+#define REF_AHEAD_BYTES	4096
+#define REF_LINE	64
+
+/**
+ * struct ref_walk - the runs of one kvmm_ref_move(), in the order it
+ *	copies them
+ * @g: the pool's shape
+ * @bufs: its buffers
+ * @pfns: the pages
+ * @host: their staging
+ * @nr: pages
+ * @dir: KVMM_KV_GATHER or KVMM_KV_SCATTER
+ * @run: bytes of one run (kvmm_kv_run())
+ * @total: runs, @nr * @g->nbufs
+ *
+ * A move reads whole runs from wherever they are and writes them with
+ * streaming stores, which cost the same scattered or not; so it walks in
+ * the order that keeps its reads together.  A gather reads the pool:
+ * buffer by buffer, all the pages' runs of one buffer before the next, so
+ * the reads of a stretch stay inside one buffer instead of hopping over
+ * every layer of the pool for each page.  A scatter reads staging: page by
+ * page, each page's staging front to back.
  */
-static void copy_run(char *dst, const char *src, uint64_t n)
+struct ref_walk {
+	const struct kvmm_kv_geom *g;
+	char *const *bufs;
+	const int32_t *pfns;
+	char *const *host;
+	uint32_t nr;
+	int dir;
+	uint64_t run;
+	uint64_t total;
+};
+
+/**
+ * struct ref_ahead - where a walk's read-ahead stands
+ * @k: the next run to read ahead of
+ * @p: the next line to prefetch in run @k - 1
+ * @left: bytes of that run not yet prefetched
+ */
+struct ref_ahead {
+	uint64_t k;
+	const char *p;
+	uint64_t left;
+};
+
+/* The source and destination of run @k of @w (see struct ref_walk). */
+static void walk_run(const struct ref_walk *w, uint64_t k, const char **src, char **dst)
 {
+	uint32_t i, b;
+	char *pool, *host;
+
+	if (w->dir == KVMM_KV_GATHER) {
+		b = (uint32_t)(k / w->nr);
+		i = (uint32_t)(k % w->nr);
+	} else {
+		i = (uint32_t)(k / w->g->nbufs);
+		b = (uint32_t)(k % w->g->nbufs);
+	}
+	pool = w->bufs[b] + (uint64_t)w->pfns[i] * w->run;
+	host = w->host[i] + (uint64_t)b * w->run;
+	*src = w->dir == KVMM_KV_GATHER ? pool : host;
+	*dst = w->dir == KVMM_KV_GATHER ? host : pool;
+}
+
+/*
+ * Prefetch one more line of the walk's sources.  Runs of a page size of 1
+ * are 2 KiB each from a place of their own: too short for the hardware
+ * prefetcher to follow, so each would start with a full memory latency.
+ */
+static void ahead_step(const struct ref_walk *w, struct ref_ahead *a)
+{
+	char *dst;
+
+	if (!a->left) {
+		if (a->k == w->total)
+			return;
+		walk_run(w, a->k++, &a->p, &dst);
+		a->left = w->run;
+	}
+	__builtin_prefetch(a->p, 0, 3);
+	a->p += REF_LINE;
+	a->left = a->left > REF_LINE ? a->left - REF_LINE : 0;
+}
+
+/*
+ * Copy a slot run with streaming stores where it can, reading ahead a
+ * line per line copied: a page set is moved once and not read again soon,
+ * and write-allocating every destination line would cost a read of it too
+ * (glibc's memcpy streams only copies far larger than a run).  The caller
+ * fences.
+ */
+static void copy_run(char *dst, const char *src, uint64_t n, const struct ref_walk *w,
+		     struct ref_ahead *a)
+{
+	uint64_t i;
+
 #ifdef __SSE2__
-	if (n >= 1024 && !(n % 64) && !(((uintptr_t)dst | (uintptr_t)src) % 16)) {
+	if (n >= 1024 && !(n % REF_LINE) && !(((uintptr_t)dst | (uintptr_t)src) % 16)) {
 		__m128i *d = (__m128i *)dst;
 		const __m128i *s = (const __m128i *)src;
-		uint64_t i;
 
-		for (i = 0; i < n / 64; i++, d += 4, s += 4) {
-			__m128i a = _mm_load_si128(s), b = _mm_load_si128(s + 1);
-			__m128i c = _mm_load_si128(s + 2), e = _mm_load_si128(s + 3);
+		for (i = 0; i < n / REF_LINE; i++, d += 4, s += 4) {
+			__m128i x0 = _mm_load_si128(s), x1 = _mm_load_si128(s + 1);
+			__m128i x2 = _mm_load_si128(s + 2), x3 = _mm_load_si128(s + 3);
 
-			_mm_stream_si128(d, a);
-			_mm_stream_si128(d + 1, b);
-			_mm_stream_si128(d + 2, c);
-			_mm_stream_si128(d + 3, e);
+			ahead_step(w, a);
+			_mm_stream_si128(d, x0);
+			_mm_stream_si128(d + 1, x1);
+			_mm_stream_si128(d + 2, x2);
+			_mm_stream_si128(d + 3, x3);
 		}
 		return;
 	}
 #endif
+	for (i = 0; i < n; i += REF_LINE)
+		ahead_step(w, a);
 	memcpy(dst, src, n);
 }
 
@@ -61,23 +153,29 @@ static void copy_fence(void)
  * @nr: how many
  * @host: staging, one page (kvmm_kv_page_bytes()) at each @host[i]
  * @dir: KVMM_KV_GATHER (pool to @host) or KVMM_KV_SCATTER
+ *
+ * The order of the copies (struct ref_walk) is invisible in the result:
+ * a pool page or staging byte written twice (a page twice in @pfns, a
+ * staging page twice in @host) ends as the later page's, as in pfns order.
  */
 void kvmm_ref_move(const struct kvmm_kv_geom *g, char *const *bufs,
 		   const int32_t *pfns, uint32_t nr, char *const *host, int dir)
 {
-	uint64_t run = kvmm_kv_run(g);
-	uint32_t i, b;
+	struct ref_walk w = {
+		.g = g, .bufs = bufs, .pfns = pfns, .host = host, .nr = nr, .dir = dir,
+		.run = kvmm_kv_run(g), .total = (uint64_t)nr * g->nbufs,
+	};
+	struct ref_ahead a = { 0 };
+	uint64_t k, i;
 
-	for (i = 0; i < nr; i++) {
-		uint64_t at = (uint64_t)pfns[i] * run;
-		char *h = host[i];
+	for (i = 0; i < REF_AHEAD_BYTES; i += REF_LINE)
+		ahead_step(&w, &a);
+	for (k = 0; k < w.total; k++) {
+		const char *src;
+		char *dst;
 
-		for (b = 0; b < g->nbufs; b++, h += run) {
-			if (dir == KVMM_KV_GATHER)
-				copy_run(h, bufs[b] + at, run);
-			else
-				copy_run(bufs[b] + at, h, run);
-		}
+		walk_run(&w, k, &src, &dst);
+		copy_run(dst, src, w.run, &w, &a);
 	}
 	copy_fence();
 }
