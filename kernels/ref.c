@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -20,6 +21,8 @@
 /* Source bytes a move reads ahead of its copy: enough misses in flight. */
 #define REF_AHEAD_BYTES	4096
 #define REF_LINE	64
+/* Pages a gather orders on the stack; more take an allocation. */
+#define REF_ORDER_STACK	256
 
 /**
  * struct ref_walk - the runs of one kvmm_ref_move(), in the order it
@@ -32,14 +35,17 @@
  * @dir: KVMM_KV_GATHER or KVMM_KV_SCATTER
  * @run: bytes of one run (kvmm_kv_run())
  * @total: runs, @nr * @g->nbufs
+ * @order: a gather's pages by pool address: (pfn << 32 | i), ascending;
+ *	NULL: in @pfns order
  *
  * A move reads whole runs from wherever they are and writes them with
  * streaming stores, which cost the same scattered or not; so it walks in
  * the order that keeps its reads together.  A gather reads the pool:
- * buffer by buffer, all the pages' runs of one buffer before the next, so
- * the reads of a stretch stay inside one buffer instead of hopping over
- * every layer of the pool for each page.  A scatter reads staging: page by
- * page, each page's staging front to back.
+ * buffer by buffer, all the pages' runs of one buffer before the next, in
+ * pool order, so the reads of a stretch stay inside one buffer and move
+ * forward through it (a run of pfns reads as one sequential stretch)
+ * instead of hopping over every layer of the pool for each page.  A
+ * scatter reads staging: page by page, each page's staging front to back.
  */
 struct ref_walk {
 	const struct kvmm_kv_geom *g;
@@ -50,6 +56,7 @@ struct ref_walk {
 	int dir;
 	uint64_t run;
 	uint64_t total;
+	const uint64_t *order;
 };
 
 /**
@@ -73,6 +80,8 @@ static void walk_run(const struct ref_walk *w, uint64_t k, const char **src, cha
 	if (w->dir == KVMM_KV_GATHER) {
 		b = (uint32_t)(k / w->nr);
 		i = (uint32_t)(k % w->nr);
+		if (w->order)
+			i = (uint32_t)w->order[i];
 	} else {
 		i = (uint32_t)(k / w->g->nbufs);
 		b = (uint32_t)(k % w->g->nbufs);
@@ -145,6 +154,35 @@ static void copy_fence(void)
 #endif
 }
 
+static int order_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * A gather's pages in pool order, into @stack when they fit, else into an
+ * allocation (the caller frees what is not @stack).  NULL when the walk
+ * keeps @pfns order: a scatter, or no memory (the same bytes, slower).
+ */
+static uint64_t *walk_order(const struct ref_walk *w, uint64_t *stack)
+{
+	uint64_t *o = stack;
+	uint32_t i;
+
+	if (w->dir != KVMM_KV_GATHER || w->nr < 2)
+		return NULL;
+	if (w->nr > REF_ORDER_STACK)
+		o = malloc(w->nr * sizeof(*o));
+	if (!o)
+		return NULL;
+	for (i = 0; i < w->nr; i++)
+		o[i] = (uint64_t)(uint32_t)w->pfns[i] << 32 | i;
+	qsort(o, w->nr, sizeof(*o), order_cmp);
+	return o;
+}
+
 /**
  * kvmm_ref_move() - gather pages into staging, or scatter them back
  * @g: the pool's shape
@@ -154,9 +192,9 @@ static void copy_fence(void)
  * @host: staging, one page (kvmm_kv_page_bytes()) at each @host[i]
  * @dir: KVMM_KV_GATHER (pool to @host) or KVMM_KV_SCATTER
  *
- * The order of the copies (struct ref_walk) is invisible in the result:
- * a pool page or staging byte written twice (a page twice in @pfns, a
- * staging page twice in @host) ends as the later page's, as in pfns order.
+ * The order of the copies (struct ref_walk) is invisible in the result,
+ * for destinations that do not overlap (the GPU kernel copies them all at
+ * once): distinct staging pages, and distinct @pfns for a scatter.
  */
 void kvmm_ref_move(const struct kvmm_kv_geom *g, char *const *bufs,
 		   const int32_t *pfns, uint32_t nr, char *const *host, int dir)
@@ -165,9 +203,11 @@ void kvmm_ref_move(const struct kvmm_kv_geom *g, char *const *bufs,
 		.g = g, .bufs = bufs, .pfns = pfns, .host = host, .nr = nr, .dir = dir,
 		.run = kvmm_kv_run(g), .total = (uint64_t)nr * g->nbufs,
 	};
+	uint64_t stack[REF_ORDER_STACK], *order = walk_order(&w, stack);
 	struct ref_ahead a = { 0 };
 	uint64_t k, i;
 
+	w.order = order;
 	for (i = 0; i < REF_AHEAD_BYTES; i += REF_LINE)
 		ahead_step(&w, &a);
 	for (k = 0; k < w.total; k++) {
@@ -178,6 +218,8 @@ void kvmm_ref_move(const struct kvmm_kv_geom *g, char *const *bufs,
 		copy_run(dst, src, w.run, &w, &a);
 	}
 	copy_fence();
+	if (order != stack)
+		free(order);
 }
 
 /**
