@@ -189,10 +189,10 @@ static void host_report(const struct tiers_opts *o, uint32_t page_size, uint64_t
 	double sr = median(hr->sr, TIERS_REPEAT);
 
 	if (o->json)
-		printf("{\"bench\":\"tiers\",\"tier\":\"host\",\"page_size\":%u,\"page_bytes\":%llu,"
-		       "\"pages\":%u,\"pool_pages\":%u,\"gather_gbps\":%.2f,\"scatter_gbps\":%.2f,"
-		       "\"memcpy_gbps\":%.2f,\"gather_vs_memcpy\":%.3f,"
-		       "\"scatter_vs_memcpy\":%.3f,\"repeat\":%u}\n",
+		printf("{\"bench\":\"tiers\",\"tier\":\"host\",\"page_size\":%u,"
+		       "\"page_bytes\":%llu,\"pages\":%u,\"pool_pages\":%u,"
+		       "\"gather_gbps\":%.2f,\"scatter_gbps\":%.2f,\"memcpy_gbps\":%.2f,"
+		       "\"gather_vs_memcpy\":%.3f,\"scatter_vs_memcpy\":%.3f,\"repeat\":%u}\n",
 		       page_size, (unsigned long long)page_bytes, nr, pool, g, s, m, gr, sr,
 		       TIERS_REPEAT);
 	else
