@@ -21,6 +21,8 @@
 /* Source bytes a move reads ahead of its copy: enough misses in flight. */
 #define REF_AHEAD_BYTES	4096
 #define REF_LINE	64
+/* Shortest run that streams; shorter ones are copied the plain way. */
+#define REF_STREAM_MIN	1024
 /* Pages a gather orders on the stack; more take an allocation. */
 #define REF_ORDER_STACK	256
 
@@ -125,7 +127,8 @@ static void copy_run(char *dst, const char *src, uint64_t n, const struct ref_wa
 	uint64_t i;
 
 #ifdef __SSE2__
-	if (n >= 1024 && !(n % REF_LINE) && !(((uintptr_t)dst | (uintptr_t)src) % 16)) {
+	if (n >= REF_STREAM_MIN && !(n % REF_LINE) &&
+	    !(((uintptr_t)dst | (uintptr_t)src) % 16)) {
 		__m128i *d = (__m128i *)dst;
 		const __m128i *s = (const __m128i *)src;
 
@@ -183,6 +186,28 @@ static uint64_t *walk_order(const struct ref_walk *w, uint64_t *stack)
 	return o;
 }
 
+/*
+ * Runs too short to stream (a tiny stand-in model, an odd slot size):
+ * page by page, a memcpy each.  Ordering and reading ahead would cost more
+ * than such runs take to copy.
+ */
+static void move_plain(const struct ref_walk *w)
+{
+	uint32_t i, b;
+
+	for (i = 0; i < w->nr; i++) {
+		uint64_t at = (uint64_t)w->pfns[i] * w->run;
+		char *h = w->host[i];
+
+		for (b = 0; b < w->g->nbufs; b++, h += w->run) {
+			if (w->dir == KVMM_KV_GATHER)
+				memcpy(h, w->bufs[b] + at, w->run);
+			else
+				memcpy(w->bufs[b] + at, h, w->run);
+		}
+	}
+}
+
 /**
  * kvmm_ref_move() - gather pages into staging, or scatter them back
  * @g: the pool's shape
@@ -203,10 +228,15 @@ void kvmm_ref_move(const struct kvmm_kv_geom *g, char *const *bufs,
 		.g = g, .bufs = bufs, .pfns = pfns, .host = host, .nr = nr, .dir = dir,
 		.run = kvmm_kv_run(g), .total = (uint64_t)nr * g->nbufs,
 	};
-	uint64_t stack[REF_ORDER_STACK], *order = walk_order(&w, stack);
+	uint64_t stack[REF_ORDER_STACK], *order;
 	struct ref_ahead a = { 0 };
 	uint64_t k, i;
 
+	if (w.run < REF_STREAM_MIN || w.run % REF_LINE) {
+		move_plain(&w);
+		return;
+	}
+	order = walk_order(&w, stack);
 	w.order = order;
 	for (i = 0; i < REF_AHEAD_BYTES; i += REF_LINE)
 		ahead_step(&w, &a);
