@@ -98,8 +98,10 @@ static void walk_run(const struct ref_walk *w, uint64_t k, const char **src, cha
  * Prefetch one more line of the walk's sources.  Runs of a page size of 1
  * are 2 KiB each from a place of their own: too short for the hardware
  * prefetcher to follow, so each would start with a full memory latency.
+ * Inline: it runs once per line copied (out of line, it cost a gather at
+ * page size 1 about a sixth of its bandwidth).
  */
-static void ahead_step(const struct ref_walk *w, struct ref_ahead *a)
+static inline void ahead_step(const struct ref_walk *w, struct ref_ahead *a)
 {
 	char *dst;
 
