@@ -78,8 +78,10 @@ struct kvmm_kv_index_job {
  * @exit: release everything @init took
  * @kv_layer: describe layer @layer of the pool
  * @gather: copy pages @pfns[0..nr) out of the pool, page i to @dst[i]
- *	(host memory, kvmm_page_bytes() each, in the staging layout below)
- * @scatter: the reverse: @src[i] into page @pfns[i] of the pool
+ *	(host memory, kvmm_page_bytes() each, in the staging layout below;
+ *	pages that do not overlap, copied in whatever order is fastest)
+ * @scatter: the reverse: @src[i] into page @pfns[i] of the pool (pfns
+ *	distinct)
  * @numa_node: the NUMA node nearest the pool's memory, or -1 if unknown
  * @mem_register: optional (with @mem_unregister): make host memory
  *	[@addr, +@len) a place @gather may copy to and @scatter from by

@@ -6,7 +6,8 @@
  * Host: the mock backend's gather and scatter of a scattered page set
  * between its pool (per layer K and V buffers, as a device pool is laid
  * out) and the host store's pages, beside one plain memcpy of the same
- * bytes between two contiguous buffers.  NVMe: the NVMe store writing and
+ * bytes between two contiguous buffers of the same kind of memory, in
+ * the same rounds.  The pool holds the set, or --spread times it.  NVMe: the NVMe store writing and
  * reading pages (with its copies into bounce buffers and its checksums),
  * beside fio on the same file, block size (one slot) and queue depth.
  *
@@ -18,17 +19,19 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
-#include "../../driver/driver.h"
+#include "../../driver/backend.h"
 
 #define TIERS_REPEAT	5
 
 struct tiers_opts {
 	uint64_t set_bytes;	/* bytes moved per measurement */
+	uint32_t spread;	/* host: the pool holds this many times the set */
 	const char *nvme_file;
 	uint32_t qd;
 	bool fio;
@@ -77,29 +80,46 @@ static double gbps(uint64_t bytes, double ns)
 	return ns > 0 ? (double)bytes / ns : 0.0;
 }
 
-/* memcpy of @bytes between two contiguous buffers: median GB/s. */
-static double memcpy_gbps(uint64_t bytes)
+/*
+ * The memcpy beside a host gather or scatter: two contiguous buffers of
+ * the same bytes, mapped as the pool and the host store are (huge pages
+ * hinted, kvmm_map_anon()), so a copy through 4 KiB pages does not lower
+ * the bar; prefaulted, and larger than the last-level cache like the set.
+ */
+struct memcpy_pair {
+	char *a, *b;
+	uint64_t bytes;
+};
+
+static void memcpy_pair_free(struct memcpy_pair *m)
 {
-	double t[TIERS_REPEAT];
-	char *a = malloc(bytes), *b = malloc(bytes);
-	unsigned r;
+	if (m->a)
+		munmap(m->a, m->bytes);
+	if (m->b)
+		munmap(m->b, m->bytes);
+}
 
-	if (!a || !b) {
-		free(a);
-		free(b);
-		return 0.0;
+static int memcpy_pair_init(struct memcpy_pair *m, uint64_t bytes)
+{
+	m->bytes = bytes;
+	m->a = kvmm_map_anon(bytes);
+	m->b = kvmm_map_anon(bytes);
+	if (!m->a || !m->b) {
+		memcpy_pair_free(m);
+		return -ENOMEM;
 	}
-	prefault(a, bytes);
-	prefault(b, bytes);
-	for (r = 0; r < TIERS_REPEAT; r++) {
-		uint64_t t0 = now_ns();
+	prefault(m->a, bytes);
+	prefault(m->b, bytes);
+	return 0;
+}
 
-		memcpy(b, a, bytes);
-		t[r] = gbps(bytes, (double)(now_ns() - t0));
-	}
-	free(a);
-	free(b);
-	return median(t, TIERS_REPEAT);
+/* One memcpy of the pair: GB/s. */
+static double memcpy_gbps(const struct memcpy_pair *m)
+{
+	uint64_t t0 = now_ns();
+
+	memcpy(m->b, m->a, m->bytes);
+	return gbps(m->bytes, (double)(now_ns() - t0));
 }
 
 /* What a store of @nr pages on @tier is asked for, in this geometry. */
@@ -119,24 +139,89 @@ static uint32_t set_pages(const struct tiers_opts *o, uint64_t page_bytes)
 	return nr ? (uint32_t)nr : 1;
 }
 
-/* One line of host figures, GB/s: gather @gb, scatter @sb, beside memcpy @mc. */
-static void print_host(const struct tiers_opts *o, uint32_t page_size, uint64_t page_bytes,
-		       uint32_t nr, double gb, double sb, double mc)
+/**
+ * struct host_rounds - what host_bench() measured, TIERS_REPEAT rounds
+ * @g: gather GB/s
+ * @s: scatter GB/s
+ * @m: memcpy GB/s
+ * @gr: gather as a fraction of the same round's memcpy
+ * @sr: scatter the same
+ */
+struct host_rounds {
+	double g[TIERS_REPEAT], s[TIERS_REPEAT], m[TIERS_REPEAT];
+	double gr[TIERS_REPEAT], sr[TIERS_REPEAT];
+};
+
+/*
+ * Gather, scatter and memcpy, one after the other in every round, so the
+ * machine's noise (it is shared) falls on all three alike; each copy
+ * leaves what the next reads out of the cache (the set is far larger).
+ */
+static int host_measure(const struct kvmm_backend_ops *be, void *bpriv, const int32_t *pfns,
+			uint32_t nr, void *const *addr, const struct memcpy_pair *mc,
+			struct host_rounds *hr)
 {
+	unsigned r;
+	int ret;
+
+	for (r = 0; r < TIERS_REPEAT; r++) {
+		uint64_t t0 = now_ns();
+
+		ret = be->gather(bpriv, pfns, nr, addr);
+		hr->g[r] = gbps(mc->bytes, (double)(now_ns() - t0));
+		t0 = now_ns();
+		ret = ret ?: be->scatter(bpriv, pfns, nr, addr);
+		hr->s[r] = gbps(mc->bytes, (double)(now_ns() - t0));
+		if (ret)
+			return ret;
+		hr->m[r] = memcpy_gbps(mc);
+		hr->gr[r] = hr->g[r] / hr->m[r];
+		hr->sr[r] = hr->s[r] / hr->m[r];
+	}
+	return 0;
+}
+
+static void host_report(const struct tiers_opts *o, uint32_t page_size, uint64_t page_bytes,
+			uint32_t nr, uint32_t pool, struct host_rounds *hr)
+{
+	double g = median(hr->g, TIERS_REPEAT), s = median(hr->s, TIERS_REPEAT);
+	double m = median(hr->m, TIERS_REPEAT), gr = median(hr->gr, TIERS_REPEAT);
+	double sr = median(hr->sr, TIERS_REPEAT);
+
 	if (!o->json) {
-		printf("host  page size %-3u %4u pages of %7llu B: gather %6.2f GB/s, "
+		printf("host  page size %-3u %4u of %5u pages of %7llu B: gather %6.2f GB/s, "
 		       "scatter %6.2f GB/s, memcpy %6.2f GB/s (%.2f, %.2f of it)\n",
-		       page_size, nr, (unsigned long long)page_bytes, gb, sb, mc, gb / mc,
-		       sb / mc);
+		       page_size, nr, pool, (unsigned long long)page_bytes, g, s, m, gr, sr);
 		return;
 	}
-	tool_json_line(json_pack("{s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:i}",
+	tool_json_line(json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:i}",
 		"bench", "tiers", "tier", "host", "page_size", (json_int_t)page_size,
 		"page_bytes", (json_int_t)page_bytes, "pages", (json_int_t)nr,
-		"gather_gbps", tool_json_fixed(gb, 2), "scatter_gbps", tool_json_fixed(sb, 2),
-		"memcpy_gbps", tool_json_fixed(mc, 2),
-		"gather_vs_memcpy", tool_json_fixed(gb / mc, 3),
-		"scatter_vs_memcpy", tool_json_fixed(sb / mc, 3), "repeat", TIERS_REPEAT), stdout);
+		"pool_pages", (json_int_t)pool,
+		"gather_gbps", tool_json_fixed(g, 2), "scatter_gbps", tool_json_fixed(s, 2),
+		"memcpy_gbps", tool_json_fixed(m, 2),
+		"gather_vs_memcpy", tool_json_fixed(gr, 3),
+		"scatter_vs_memcpy", tool_json_fixed(sr, 3), "repeat", TIERS_REPEAT), stdout);
+}
+
+/* Prefault the @pool pages' buffers and the store's @nr pages; @addr[i] is page i. */
+static void host_prefault(const struct kvmm_backend_ops *be, void *bpriv,
+			  const struct kvmm_store_ops *st, void *spriv, uint32_t nr,
+			  uint32_t pool, uint32_t page_size, void **addr)
+{
+	uint64_t page_bytes = kvmm_page_bytes(&tiers_model, page_size);
+	struct kvmm_kv_layer kl;
+	uint32_t i;
+
+	for (i = 0; be->kv_layer(bpriv, i, &kl) == 0; i++) {
+		prefault(kl.k, (size_t)kl.slot_bytes * pool * page_size);
+		if (kl.v)
+			prefault(kl.v, (size_t)kl.slot_bytes * pool * page_size);
+	}
+	for (i = 0; i < nr; i++) {
+		addr[i] = st->page(spriv, i);
+		prefault(addr[i], page_bytes);
+	}
 }
 
 static int host_bench(const struct tiers_opts *o, uint32_t page_size)
@@ -144,15 +229,14 @@ static int host_bench(const struct tiers_opts *o, uint32_t page_size)
 	const struct kvmm_backend_ops *be = kvmm_backend_lookup("mock");
 	const struct kvmm_store_ops *st = kvmm_store_lookup(KVMM_TIER_HOST);
 	uint64_t page_bytes = kvmm_page_bytes(&tiers_model, page_size);
-	uint32_t nr = set_pages(o, page_bytes), i;
+	uint32_t nr = set_pages(o, page_bytes), pool = nr * o->spread;
 	struct kvmm_backend_cfg bcfg = { .model = tiers_model, .page_size = page_size,
-					 .nr_pages = nr, .tier = KVMM_TIER_DEVICE };
+					 .nr_pages = pool, .tier = KVMM_TIER_DEVICE };
 	struct kvmm_store_cfg scfg = store_cfg(KVMM_TIER_HOST, page_size, nr);
-	double g[TIERS_REPEAT], s[TIERS_REPEAT], mc;
+	struct memcpy_pair mc = { 0 };
+	struct host_rounds hr;
 	void *bpriv = NULL, *spriv = NULL, **addr = NULL;
 	int32_t *pfns = NULL;
-	struct kvmm_kv_layer kl;
-	unsigned r;
 	int ret;
 
 	ret = be->init(&bcfg, &bpriv);
@@ -161,38 +245,20 @@ static int host_bench(const struct tiers_opts *o, uint32_t page_size)
 	ret = st->init(&scfg, &spriv);
 	if (ret)
 		goto out;
-	pfns = shuffled(nr);
+	pfns = shuffled(pool);	/* the set: its first nr */
 	addr = malloc(nr * sizeof(*addr));
 	ret = -ENOMEM;
 	if (!pfns || !addr)
 		goto out;
-	for (i = 0; be->kv_layer(bpriv, i, &kl) == 0; i++) {
-		prefault(kl.k, (size_t)kl.slot_bytes * nr * page_size);
-		if (kl.v)
-			prefault(kl.v, (size_t)kl.slot_bytes * nr * page_size);
-	}
-	for (i = 0; i < nr; i++) {
-		addr[i] = st->page(spriv, i);
-		prefault(addr[i], page_bytes);
-	}
-	for (r = 0; r < TIERS_REPEAT; r++) {
-		uint64_t t0 = now_ns();
-
-		ret = be->gather(bpriv, pfns, nr, addr);
-		g[r] = gbps(nr * page_bytes, (double)(now_ns() - t0));
-		t0 = now_ns();
-		ret = ret ? ret : be->scatter(bpriv, pfns, nr, addr);
-		s[r] = gbps(nr * page_bytes, (double)(now_ns() - t0));
-		if (ret)
-			goto out;
-	}
-	mc = memcpy_gbps(nr * page_bytes);
-	print_host(o, page_size, page_bytes, nr, median(g, TIERS_REPEAT),
-		   median(s, TIERS_REPEAT), mc);
-	ret = 0;
+	host_prefault(be, bpriv, st, spriv, nr, pool, page_size, addr);
+	ret = memcpy_pair_init(&mc, nr * page_bytes) ?:
+	      host_measure(be, bpriv, pfns, nr, addr, &mc, &hr);
+	if (!ret)
+		host_report(o, page_size, page_bytes, nr, pool, &hr);
 out:
 	if (ret)
 		fprintf(stderr, "tiers: host, page size %u: %s\n", page_size, strerror(-ret));
+	memcpy_pair_free(&mc);
 	free(addr);
 	free(pfns);
 	if (spriv)
@@ -464,8 +530,8 @@ static int nvme_bench(const struct tiers_opts *o, uint32_t page_size)
 static void tiers_usage(void)
 {
 	fprintf(stderr,
-		"usage: kvmm-bench tiers [--json] [--quick] [--set-mib N] [--nvme-file PATH]\n"
-		"                        [--qd N] [--no-fio]\n");
+		"usage: kvmm-bench tiers [--json] [--quick] [--set-mib N] [--spread N]\n"
+		"                        [--nvme-file PATH] [--qd N] [--no-fio]\n");
 }
 
 int cmd_tiers(int argc, char **argv)
@@ -474,6 +540,7 @@ int cmd_tiers(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "quick", no_argument, NULL, 'q' },
 		{ "set-mib", required_argument, NULL, 's' },
+		{ "spread", required_argument, NULL, 'x' },
 		{ "nvme-file", required_argument, NULL, 'f' },
 		{ "qd", required_argument, NULL, 'd' },
 		{ "no-fio", no_argument, NULL, 'n' },
@@ -482,7 +549,7 @@ int cmd_tiers(int argc, char **argv)
 	};
 	static const uint32_t page_sizes[] = { 1, 16, 64 };
 	struct tiers_opts o = { .set_bytes = 256ull << 20, .nvme_file = "kvmm-tiers.nvme",
-				.qd = 32, .fio = true };
+				.qd = 32, .fio = true, .spread = 1 };
 	unsigned i;
 	int c, ret = 0;
 
@@ -491,6 +558,7 @@ int cmd_tiers(int argc, char **argv)
 		case 'j': o.json = true; break;
 		case 'q': o.set_bytes = 32ull << 20; break;
 		case 's': o.set_bytes = parse_u64("--set-mib", optarg) << 20; break;
+		case 'x': o.spread = (uint32_t)parse_u64("--spread", optarg); break;
 		case 'f': o.nvme_file = optarg; break;
 		case 'd': o.qd = (uint32_t)parse_u64("--qd", optarg); break;
 		case 'n': o.fio = false; break;
@@ -498,8 +566,9 @@ int cmd_tiers(int argc, char **argv)
 		default: tiers_usage(); return 2;
 		}
 	}
-	if (!o.set_bytes || !o.qd || o.qd > 4096)
-		die_usage("tiers: --set-mib and --qd (at most 4096) must be positive");
+	if (!o.set_bytes || !o.qd || o.qd > 4096 || !o.spread || o.spread > 64)
+		die_usage("tiers: --set-mib, --spread (at most 64) and --qd (at most 4096) "
+			  "must be positive");
 	if (o.fio && !fio_present())
 		fprintf(stderr, "tiers: fio not found (apt-get install fio): NVMe without "
 				"its baseline\n");
