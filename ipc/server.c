@@ -323,14 +323,16 @@ static bool client_poll(struct kvmm_client *c)
 
 /*
  * Sleep on the SQ doorbell, the socket and the stop event, saying first
- * what we wait for (new entries; with a full CQ, room in it too).
+ * what we wait for (new entries, the SQ empty since @idle; with a full
+ * CQ, room in it too).
  * Return: false when entries could run after all, and did (no sleep);
  * true after a sleep, its events in pfd[0..2].revents.
  */
-static bool client_sleep(struct kvmm_client *c, struct pollfd *pfd, bool cq_full)
+static bool client_sleep(struct kvmm_client *c, struct pollfd *pfd, bool cq_full,
+			 uint64_t idle)
 {
 	struct kvmm_ring_hdr *hdr = c->region;
-	uint64_t start = kvmm_now_ns(), v;
+	uint64_t v;
 	bool ran;
 
 	/*
@@ -355,7 +357,7 @@ static bool client_sleep(struct kvmm_client *c, struct pollfd *pfd, bool cq_full
 	if (pfd[0].revents & POLLIN)
 		(void)!read(c->sq_fd, &v, sizeof(v));
 	if (!cq_full)	/* how long the SQ stayed empty: worth polling? */
-		kvmm_spin_waited(&c->spin, kvmm_now_ns() - start);
+		kvmm_spin_waited(&c->spin, kvmm_now_ns() - idle);
 	return true;
 }
 
@@ -370,6 +372,7 @@ static void client_serve(struct kvmm_client *c)
 
 	for (;;) {
 		bool cq_full = false;
+		uint64_t idle = 0;
 
 		if (kvmm_disp_pending(c->disp)) {
 			if (kvmm_disp_process(c->disp)) {
@@ -377,10 +380,12 @@ static void client_serve(struct kvmm_client *c)
 				continue;
 			}
 			cq_full = true;	/* the client must reap first */
-		} else if (client_poll(c)) {
-			continue;
+		} else {
+			idle = kvmm_now_ns();
+			if (client_poll(c))
+				continue;
 		}
-		if (!client_sleep(c, pfd, cq_full))
+		if (!client_sleep(c, pfd, cq_full, idle))
 			continue;
 		if (pfd[2].revents)
 			return;	/* stop */

@@ -14,11 +14,14 @@
  *
  *  - a poll that sees its event keeps the budget;
  *  - a poll that runs out halves it: waits that long are not worth a core;
- *  - a wait that ended (by the doorbell) within the ceiling grows it to
- *    twice that wait: polling that long would have caught it;
- *  - a poll that finds it was descheduled (two looks at the clock far
- *    apart) drops it to nothing: the core is contended, and the other
- *    side may be the one waiting for it.
+ *  - so does a poll that finds it was descheduled (two looks at the clock
+ *    far apart), and it stops there: the core is contended, and the other
+ *    side may be the one waiting for it;
+ *  - a wait that ended (by the doorbell) within the ceiling sets it to
+ *    twice that wait: polling that long would have caught it.
+ *
+ * Under sustained contention the budget so decays to nothing and both
+ * sides sleep between doorbells; a quiet spell brings it back.
  *
  * The ceiling bounds what an idle ring costs: a server thread polls at
  * most that long after its last entry, a client that long for a
@@ -50,11 +53,7 @@ bool kvmm_spin(struct kvmm_spin *s, bool (*ready)(const void *arg), const void *
 	while (!ready(arg)) {
 		__builtin_ia32_pause();
 		now = kvmm_now_ns();
-		if (now - last > KVMM_SPIN_PREEMPT_NS) {
-			s->budget_ns = 0;
-			return ready(arg);
-		}
-		if (now - start >= s->budget_ns) {
+		if (now - last > KVMM_SPIN_PREEMPT_NS || now - start >= s->budget_ns) {
 			s->budget_ns /= 2;
 			return ready(arg);
 		}
