@@ -250,6 +250,26 @@ static int op_pin_drop(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return n > INT32_MAX ? INT32_MAX : (int)n;
 }
 
+/*
+ * A single EXTEND: by @sqe->arg tokens, or with KVMM_EXTEND_TO up to that
+ * length (what a MATCH earlier in the batch did not map).
+ */
+static int extend_one(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
+{
+	uint32_t n = sqe->arg, flags = (uint32_t)sqe->arg2 & ~KVMM_EXTEND_TO;
+	const struct kvmm_seq *s;
+
+	if (sqe->buf || sqe->off || !seq_mine(d, sqe->seq))
+		return -EINVAL;
+	if (sqe->arg2 & KVMM_EXTEND_TO) {
+		s = kvmm_seq_lookup(d->ctx, sqe->seq);
+		if (!s || n <= s->len)
+			return -EINVAL;
+		n -= s->len;
+	}
+	return __kvmm_seq_extend(d->ctx, &sqe->seq, &n, 1, 1, flags);
+}
+
 static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		   const uint32_t *tok, uint32_t *cflags)
 {
@@ -259,13 +279,9 @@ static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 
 	if (sqe->arg2 > UINT32_MAX)
 		return -EINVAL;
-	if (!sqe->len) {
-		if (sqe->buf || sqe->off || !seq_mine(d, sqe->seq))
-			return -EINVAL;
-		return __kvmm_seq_extend(d->ctx, &sqe->seq, &sqe->arg, 1, 1,
-					 (uint32_t)sqe->arg2);
-	}
-	if (sqe->seq || sqe->arg)
+	if (!sqe->len)
+		return extend_one(d, sqe);
+	if (sqe->seq || sqe->arg || (sqe->arg2 & KVMM_EXTEND_TO))
 		return -EINVAL;
 	ents = input(d, sqe, (uint64_t)sqe->len * sizeof(*ents), &ret);
 	if (!ents)

@@ -49,8 +49,8 @@ struct kvmm_iovec {
  *	twice @sq_entries
  * @buf_size: bytes of the ring's data area, which is buffer 0 (payloads
  *	across processes live there); may be 0 in-process
- * @flags: KVMM_RING_F_POLL: the server polls the SQ instead of sleeping
- *	between doorbells (lower latency, a core busy); KVMM_RING_F_NS: bind
+ * @flags: KVMM_RING_F_POLL: the server polls the SQ longer (2 ms, not 50 µs)
+ *	before it sleeps between doorbells; KVMM_RING_F_NS: bind
  *	the ring to namespace @ns (see uapi/kvmm/ring.h)
  * @ns: the namespace, with KVMM_RING_F_NS
  */

@@ -12,7 +12,7 @@
  * In-process, kvmm_submit() publishes the SQ tail and runs the dispatcher
  * inline: no thread, no syscall.  Across processes it publishes the tail
  * and rings the server's doorbell only if the server said it is going to
- * sleep (sq_sleeping); kvmm_wait_cqe() spins briefly, then sets
+ * sleep (sq_sleeping); kvmm_wait_cqe() polls for a while (ipc/spin.c), then sets
  * cq_sleeping, looks once more, and sleeps on its own doorbell.  Each side
  * writes its flag, issues a full fence, then re-reads the other side's
  * index, so a wake-up is never lost (the classic Dekker pairing with the
@@ -433,12 +433,37 @@ KVMM_EXPORT int kvmm_submit(struct kvmm_ring *ring)
 	return (int)n;
 }
 
-#define KVMM_SPIN_CQ	4000
+/* The most a client polls for a completion before it sleeps. */
+#define KVMM_SPIN_CQ_NS	50000
+
+/*
+ * The client's poll budget, per thread: it follows how contended the
+ * thread's core is, whichever ring it waits on (ipc/spin.c).
+ */
+static _Thread_local struct kvmm_spin cq_spin = {
+	.budget_ns = KVMM_SPIN_CQ_NS, .max_ns = KVMM_SPIN_CQ_NS,
+};
 
 static uint32_t cq_ready(const struct kvmm_ring *ring)
 {
 	/* Pairs with the dispatcher's release store of cq_tail. */
 	return __atomic_load_n(&ring->hdr->cq_tail, __ATOMIC_ACQUIRE) - ring->cq_head;
+}
+
+/*
+ * struct cq_want - what wait_cq() polls for
+ * @ring: the ring; @want: completions ready
+ */
+struct cq_want {
+	const struct kvmm_ring *ring;
+	uint32_t want;
+};
+
+static bool cq_enough(const void *arg)
+{
+	const struct cq_want *w = arg;
+
+	return cq_ready(w->ring) >= w->want;
 }
 
 /*
@@ -461,15 +486,17 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_dead
 		{ .fd = ring->cq_fd, .events = POLLIN },
 		{ .fd = ring->sock, .events = POLLIN },
 	};
-	uint64_t v;
-	int i;
+	const struct cq_want w = { ring, want };
+	uint64_t v, start = 0;
+	bool slept = false;
 
 	while (cq_ready(ring) < want) {
 		cq_room_kick(ring);	/* early, not to spin while it sleeps */
-		for (i = 0; i < KVMM_SPIN_CQ && cq_ready(ring) < want; i++)
-			__builtin_ia32_pause();
-		if (cq_ready(ring) >= want)
+		if (!start)
+			start = kvmm_now_ns();
+		if (kvmm_spin(&cq_spin, cq_enough, &w))
 			break;
+		slept = true;
 		/* Set our flag, fence, look again (pairs with the server). */
 		__atomic_store_n(&ring->hdr->cq_sleeping, 1, __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -497,6 +524,8 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_dead
 		}
 		__atomic_store_n(&ring->hdr->cq_sleeping, 0, __ATOMIC_RELAXED);
 	}
+	if (slept)	/* the poll gave up: tell it how long the wait was */
+		kvmm_spin_waited(&cq_spin, kvmm_now_ns() - start);
 	return 0;
 }
 

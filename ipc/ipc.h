@@ -54,6 +54,20 @@ int kvmm_sock_recv(int sock, void *buf, size_t len, int *fds, uint32_t max,
 		   uint32_t *nfds);
 int kvmm_sock_recv_until(int sock, void *buf, size_t len, int *fds, uint32_t max,
 			 uint32_t *nfds, const struct kvmm_deadline *dl);
+/**
+ * struct kvmm_spin - how long one side of a ring polls before it sleeps
+ *	(ipc/spin.c)
+ * @budget_ns: the next poll's length; adapts to what polling bought
+ * @max_ns: the most it grows to: what an idle poller may cost
+ */
+struct kvmm_spin {
+	uint64_t budget_ns;
+	uint64_t max_ns;
+};
+
+uint64_t kvmm_now_ns(void);	/* the library's monotonic clock (kvmm/) */
+bool kvmm_spin(struct kvmm_spin *s, bool (*ready)(const void *arg), const void *arg);
+void kvmm_spin_waited(struct kvmm_spin *s, uint64_t waited_ns);
 int kvmm_share_serve(struct kvmm_ctx *ctx, int sock, bool bound,
 		     const struct kvmm_deadline *dl);
 

@@ -18,8 +18,9 @@
  * the memfd and two eventfd doorbells back with SCM_RIGHTS, and then
  * serves the ring:
  * consume pending entries (one context lock per batch), ring the client's
- * doorbell if it sleeps, spin a little (long in polling mode), then sleep
- * on the SQ doorbell, the socket and the server's stop event.  When the
+ * doorbell if it sleeps, poll for a while (ipc/spin.c: longer in polling
+ * mode, and one thread of the server at a time), then sleep on the SQ
+ * doorbell, the socket and the server's stop event.  When the
  * CQ is full the thread sleeps the same way, with cq_wait set: the client
  * rings the SQ doorbell once it has reaped and waits (or submits), so a
  * client that leaves its CQ full costs nothing while it sleeps.  The only
@@ -66,8 +67,8 @@
 #define KVMM_HANDSHAKE_MS	5000	/* a whole hello (or share request) */
 #define KVMM_SEND_MS		5000	/* a whole welcome or share answer */
 #define KVMM_PENDING_CAP	1024	/* the most max_pending may be */
-#define KVMM_SPIN_SQ		2000		/* pause loops before sleeping */
-#define KVMM_SPIN_SQ_POLL	2000000		/* polling mode: ~ a few ms */
+#define KVMM_SPIN_SQ_NS		50000		/* idle poll before sleeping */
+#define KVMM_SPIN_SQ_POLL_NS	2000000		/* polling mode */
 
 struct kvmm_server;
 
@@ -79,7 +80,8 @@ struct kvmm_server;
  * @sock: the connection (non-blocking); @sq_fd, @cq_fd: doorbells
  * @region, @size: the shared ring region as mapped here
  * @disp: its dispatcher
- * @poll: spin long before sleeping
+ * @spin: how long it polls an empty SQ before sleeping (long in polling
+ *	mode); only the thread holding srv->poller polls
  * @bound: the ring is bound to a namespace: the pool is not shared with it
  */
 struct kvmm_client {
@@ -92,7 +94,7 @@ struct kvmm_client {
 	void *region;
 	size_t size;
 	struct kvmm_disp *disp;
-	bool poll;
+	struct kvmm_spin spin;
 	bool bound;
 };
 
@@ -114,6 +116,8 @@ struct kvmm_pending {
  * @ctx: the context served
  * @lsock: listening socket; @stop_fd: eventfd signalled once to stop all
  * @acceptor: the accepting thread
+ * @poller: a client thread polls its empty SQ (at most one at a time,
+ *	so an idle server never holds more than one core)
  * @lock: protects @clients and @nr_clients; taken to change @lim
  * @lim: the limits (each field read on its own, atomically)
  * @flags: KVMM_SERVER_*
@@ -124,6 +128,7 @@ struct kvmm_server {
 	struct kvmm_ctx *ctx;
 	int lsock, stop_fd;
 	pthread_t acceptor;
+	bool poller;
 	pthread_mutex_t lock;
 	struct kvmm_client *clients;
 	uint32_t nr_clients;
@@ -241,7 +246,9 @@ static int client_setup(struct kvmm_client *c)
 		ret = -EINVAL;
 		goto out_refuse;
 	}
-	c->poll = (rp.flags & KVMM_RING_F_POLL) || (c->srv->flags & KVMM_SERVER_POLL);
+	c->spin.max_ns = (rp.flags & KVMM_RING_F_POLL) || (c->srv->flags & KVMM_SERVER_POLL) ?
+			 KVMM_SPIN_SQ_POLL_NS : KVMM_SPIN_SQ_NS;
+	c->spin.budget_ns = c->spin.max_ns;
 	/* Sealed: a client that shrank it would make our next access a SIGBUS. */
 	memfd = memfd_create("kvmm-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (memfd < 0 || ftruncate(memfd, (off_t)c->size) < 0 ||
@@ -294,20 +301,78 @@ out_refuse:
 }
 
 
+static bool sq_pending(const void *disp)
+{
+	return kvmm_disp_pending(disp);
+}
+
+/*
+ * Poll @c's empty SQ for a while (ipc/spin.c), if no other client thread
+ * of the server is polling.  Return: entries came.
+ */
+static bool client_poll(struct kvmm_client *c)
+{
+	bool *poller = &c->srv->poller, got;
+
+	if (__atomic_exchange_n(poller, true, __ATOMIC_ACQUIRE))
+		return kvmm_disp_pending(c->disp);
+	got = kvmm_spin(&c->spin, sq_pending, c->disp);
+	__atomic_store_n(poller, false, __ATOMIC_RELEASE);
+	return got;
+}
+
+/*
+ * Sleep on the SQ doorbell, the socket and the stop event, saying first
+ * what we wait for (new entries, the SQ empty since @idle; with a full
+ * CQ, room in it too).
+ * Return: false when entries could run after all, and did (no sleep);
+ * true after a sleep, its events in pfd[0..2].revents.
+ */
+static bool client_sleep(struct kvmm_client *c, struct pollfd *pfd, bool cq_full,
+			 uint64_t idle)
+{
+	struct kvmm_ring_hdr *hdr = c->region;
+	uint64_t v;
+	bool ran;
+
+	/*
+	 * Flag, fence, look once more: pairs with the client's "publish
+	 * sq_tail or cq_head, fence, read our flags" in kvmm_submit() and
+	 * wait_cq() (ipc/client.c), so its doorbell wakes us and no timer
+	 * is needed.
+	 */
+	__atomic_store_n(&hdr->sq_sleeping, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&hdr->cq_wait, cq_full, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	ran = kvmm_disp_pending(c->disp) && kvmm_disp_process(c->disp);
+	if (!ran)
+		while (poll(pfd, 3, -1) < 0 && errno == EINTR)
+			;
+	__atomic_store_n(&hdr->sq_sleeping, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&hdr->cq_wait, 0, __ATOMIC_RELAXED);
+	if (ran) {
+		notify_client(c);
+		return false;
+	}
+	if (pfd[0].revents & POLLIN)
+		(void)!read(c->sq_fd, &v, sizeof(v));
+	if (!cq_full)	/* how long the SQ stayed empty: worth polling? */
+		kvmm_spin_waited(&c->spin, kvmm_now_ns() - idle);
+	return true;
+}
+
 /* Serve until the client goes or the server stops. */
 static void client_serve(struct kvmm_client *c)
 {
-	struct kvmm_ring_hdr *hdr = c->region;
 	struct pollfd pfd[3] = {
 		{ .fd = c->sq_fd, .events = POLLIN },
 		{ .fd = c->sock, .events = POLLIN },
 		{ .fd = c->srv->stop_fd, .events = POLLIN },
 	};
-	unsigned long spins = c->poll ? KVMM_SPIN_SQ_POLL : KVMM_SPIN_SQ, i;
-	uint64_t v;
 
 	for (;;) {
 		bool cq_full = false;
+		uint64_t idle = 0;
 
 		if (kvmm_disp_pending(c->disp)) {
 			if (kvmm_disp_process(c->disp)) {
@@ -316,33 +381,12 @@ static void client_serve(struct kvmm_client *c)
 			}
 			cq_full = true;	/* the client must reap first */
 		} else {
-			for (i = 0; i < spins && !kvmm_disp_pending(c->disp); i++)
-				__builtin_ia32_pause();
-			if (kvmm_disp_pending(c->disp))
+			idle = kvmm_now_ns();
+			if (client_poll(c))
 				continue;
 		}
-		/*
-		 * Say what we wait for (new entries; with a full CQ, room in
-		 * it too), fence, look once more: pairs with the client's
-		 * "publish sq_tail or cq_head, fence, read our flags" in
-		 * kvmm_submit() and wait_cq() (ipc/client.c), so its doorbell
-		 * wakes us and no timer is needed.
-		 */
-		__atomic_store_n(&hdr->sq_sleeping, 1, __ATOMIC_RELAXED);
-		__atomic_store_n(&hdr->cq_wait, cq_full, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (kvmm_disp_pending(c->disp) && kvmm_disp_process(c->disp)) {
-			__atomic_store_n(&hdr->sq_sleeping, 0, __ATOMIC_RELAXED);
-			__atomic_store_n(&hdr->cq_wait, 0, __ATOMIC_RELAXED);
-			notify_client(c);
+		if (!client_sleep(c, pfd, cq_full, idle))
 			continue;
-		}
-		while (poll(pfd, 3, -1) < 0 && errno == EINTR)
-			;
-		__atomic_store_n(&hdr->sq_sleeping, 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&hdr->cq_wait, 0, __ATOMIC_RELAXED);
-		if (pfd[0].revents & POLLIN)
-			(void)!read(c->sq_fd, &v, sizeof(v));
 		if (pfd[2].revents)
 			return;	/* stop */
 		if (pfd[1].revents && client_request(c))

@@ -72,6 +72,53 @@ static void server_serves_a_ring(void)
 	kvmm_destroy(ctx);
 }
 
+/* Wait (at most 5 s) until @ring's server thread sleeps on its doorbell. */
+static bool wait_server_sleeps(const struct kvmm_ring *ring)
+{
+	int i;
+
+	for (i = 0; i < 500; i++) {
+		if (__atomic_load_n(&ring->hdr->sq_sleeping, __ATOMIC_ACQUIRE))
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+/*
+ * A polling server polls for a bounded while only: with two rings idle
+ * after a burst of commands, both threads end up asleep on their
+ * doorbells (an idle server costs nothing), and the doorbell still
+ * brings each back for the next command.
+ */
+static void polling_server_sleeps_when_idle(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 256, 8, 128);
+	struct kvmm_ring_params rp = { .sq_entries = 8 };
+	struct kvmm_server *srv;
+	struct kvmm_ring ring[2];
+	int i, r;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("poll"), KVMM_SERVER_POLL, &srv),
+			      0);
+	for (r = 0; r < 2; r++)
+		CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock_path, &rp, &ring[r]), 0);
+	for (i = 0; i < 3; i++) {
+		for (r = 0; r < 2; r++) {
+			kvmm_prep_nop(TEST_SQE(&ring[r]));
+			CU_ASSERT_EQUAL(test_ring1(&ring[r], NULL), 0);
+		}
+		for (r = 0; r < 2; r++)
+			CU_ASSERT(wait_server_sleeps(&ring[r]));
+	}
+	for (r = 0; r < 2; r++)
+		kvmm_ring_exit(&ring[r]);
+	CU_ASSERT(wait_no_clients(srv));
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 /* Child: attach, take sequences and a pin, report, then wait to be killed. */
 static void child_hold_and_wait(const char *path, int fd)
 {
@@ -371,6 +418,7 @@ int register_server_suite(void)
 	ADD_TEST(s, server_refuses_a_bad_hello);
 	ADD_TEST(s, server_start_checks_the_path);
 	ADD_TEST(s, server_keeps_a_bound_client_to_its_namespace);
+	ADD_TEST(s, polling_server_sleeps_when_idle);
 	{
 		CU_pTest t = CU_add_test(s, "server_binds_each_user_to_its_uid",
 					 server_binds_each_user_to_its_uid);

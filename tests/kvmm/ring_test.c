@@ -92,6 +92,71 @@ static void ring_request_lifecycle_matches_direct_api(void)
 	rfix_exit(&f);
 }
 
+/* Reap @n completions in order: their results go to @res. */
+static void reap_in_order(struct kvmm_ring *ring, int32_t *res, uint32_t n)
+{
+	struct kvmm_cqe *cqe;
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(ring, &cqe), 0);
+		CU_ASSERT_EQUAL(cqe->user_data, i);
+		res[i] = cqe->res;
+		kvmm_cqe_seen(ring, cqe);
+	}
+}
+
+/*
+ * KVMM_EXTEND_TO lets one batch admit a prompt: the EXTEND adds what the
+ * MATCH before it did not map, so the sequence ends as long as the prompt
+ * whatever the cache held; the same batch on an empty cache adds it all.
+ */
+static void ring_extend_to_chains_match_extend_commit(void)
+{
+	const uint32_t hits[2] = { 36, 0 };	/* pages of 4: 40 cached, 39 matched */
+	struct kvmm_sqe *sqe[3];
+	struct kvmm_seq_info info;
+	int32_t seq, res[3];
+	struct rfix f;
+	int round, i;
+
+	rfix_init(&f, 4, 64);
+	CU_ASSERT_EQUAL_FATAL(test_cache(f.ctx, 0, f.tok, 40), 0);
+	for (round = 0; round < 2; round++) {
+		if (round)
+			CU_ASSERT_EQUAL(kvmm_drop_caches(f.ctx), 11);
+		kvmm_prep_open(TEST_SQE(&f.ring), 0);
+		seq = test_ring1(&f.ring, NULL);
+		CU_ASSERT_FATAL(seq >= 0);
+		for (i = 0; i < 3; i++)
+			sqe[i] = TEST_SQE(&f.ring);
+		kvmm_prep_match(sqe[0], (uint32_t)seq, 1, 0, 39);
+		kvmm_prep_extend(sqe[1], (uint32_t)seq, 45, KVMM_EXTEND_TO);
+		kvmm_prep_commit(sqe[2], (uint32_t)seq, 1, 0, 45);
+		for (i = 0; i < 3; i++)
+			kvmm_sqe_set_data(sqe[i], i);
+		CU_ASSERT_EQUAL(kvmm_submit(&f.ring), 3);
+		reap_in_order(&f.ring, res, 3);
+		CU_ASSERT_EQUAL(res[0], hits[round]);
+		CU_ASSERT_EQUAL(res[1], 0);
+		CU_ASSERT_EQUAL(res[2], 44);	/* whole pages of the 45 */
+		CU_ASSERT_EQUAL(kvmm_seq_info(f.ctx, (uint32_t)seq, &info), 0);
+		CU_ASSERT_EQUAL(info.len, 45);
+		CU_ASSERT_EQUAL(info.cached, 44);
+		CU_ASSERT_EQUAL(test_stat(f.ctx, KVMM_STAT_PAGES_OWNED), 1);	/* the partial page */
+		/* already 45 long: growing to 45 is refused and changes nothing */
+		kvmm_prep_extend(TEST_SQE(&f.ring), (uint32_t)seq, 45, KVMM_EXTEND_TO);
+		CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), -EINVAL);
+		kvmm_prep_close(TEST_SQE(&f.ring), (uint32_t)seq, 0, 0, 0);
+		CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
+	}
+	/* the direct API has no such flag: it knows the length itself */
+	CU_ASSERT_EQUAL(kvmm_seq_open(f.ctx, 0, (uint32_t *)&seq), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_extend(f.ctx, (uint32_t)seq, 4, KVMM_EXTEND_TO), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_seq_close(f.ctx, (uint32_t)seq, NULL, 0), 0);
+	rfix_exit(&f);
+}
+
 static void ring_exit_releases_sequences_and_pins(void)
 {
 	struct rfix f;
@@ -376,7 +441,11 @@ static const struct bad_case bad_cases[] = {
 	BAD("MATCH zero length", -EINVAL, .opcode = KVMM_OP_MATCH, .seq = SEQ_A),
 	BAD("EXTEND by zero", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A),
 	BAD("EXTEND past max_seq_len", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 47),
-	BAD("EXTEND unknown flags", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 1, .arg2 = 4),
+	BAD("EXTEND unknown flags", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 1, .arg2 = 8),
+	BAD("EXTEND_TO its own length", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 18, .arg2 = KVMM_EXTEND_TO),
+	BAD("EXTEND_TO shorter", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 5, .arg2 = KVMM_EXTEND_TO),
+	BAD("EXTEND_TO past max_seq_len", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 65, .arg2 = KVMM_EXTEND_TO),
+	BAD("EXTEND_TO a batch", -EINVAL, .opcode = KVMM_OP_EXTEND, .buf = 2, .off = 32, .len = 1, .arg2 = KVMM_EXTEND_TO),
 	BAD("EXTEND flags past 32 bits", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 1, .arg2 = 1ull << 40),
 	BAD("EXTEND single with a buffer", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 1, .off = 4),
 	BAD("EXTEND batch with seq and arg", -EINVAL, .opcode = KVMM_OP_EXTEND, .seq = SEQ_A, .arg = 1, .buf = 2, .len = 1),
@@ -599,6 +668,7 @@ int register_ring_suite(void)
 	ADD_TEST(s, ring_full_cq_holds_back_until_reaped);
 	ADD_TEST(s, ring_bound_to_a_namespace_keeps_to_it);
 	ADD_TEST(s, ring_malformed_commands_fail_and_change_nothing);
+	ADD_TEST(s, ring_extend_to_chains_match_extend_commit);
 	if (add_racy(s, "ring_tokens_rewritten_while_read_keep_tree_sound",
 		     ring_tokens_rewritten_while_read_keep_tree_sound) ||
 	    add_racy(s, "ring_output_rewritten_while_written_stays_in_bounds",

@@ -14,7 +14,8 @@
  * library header: a client generated from uapi/ is complete.
  */
 #if !defined(KVMM_EXTEND_RESERVE) || !defined(KVMM_EXTEND_NORECLAIM) || \
-	!defined(KVMM_EXTEND_FLAGS) || !defined(KVMM_ATTN_MHA) || !defined(KVMM_ATTN_MLA)
+	!defined(KVMM_EXTEND_FLAGS) || !defined(KVMM_EXTEND_TO) || !defined(KVMM_ATTN_MHA) || \
+	!defined(KVMM_ATTN_MLA)
 #error "a value that crosses the ring is not in uapi/"
 #endif
 static_assert(sizeof(struct kvmm_tier_hits) == 16, "kvmm_tier_hits changed size");
@@ -111,6 +112,7 @@ static void abi_opcodes_and_stats_are_append_only(void)
 	CU_ASSERT_EQUAL(KVMM_EXTEND_RESERVE, 1);
 	CU_ASSERT_EQUAL(KVMM_EXTEND_NORECLAIM, 2);
 	CU_ASSERT_EQUAL(KVMM_EXTEND_FLAGS, 3);
+	CU_ASSERT_EQUAL(KVMM_EXTEND_TO, 4);	/* ring only: not in KVMM_EXTEND_FLAGS */
 	CU_ASSERT_EQUAL(KVMM_ATTN_MHA, 0);
 	CU_ASSERT_EQUAL(KVMM_ATTN_MLA, 1);
 	CU_ASSERT_EQUAL(KVMM_STAT_PAGES_TOTAL, 0);

@@ -23,9 +23,10 @@
  * batches as an engine's step would: it keeps finished sequences open for
  * reuse (a finish is a RETRACT that commits: insert, release, keep the
  * row), defers them into the next admission's batch before its MATCH, and
- * sends EXTEND + COMMIT + the decode EXTENDs as one batch.  In steady
- * state a request is two round trips; the cache sees the same commands in
- * the same order as the direct replay.
+ * sends MATCH + EXTEND (to the prompt's length: KVMM_EXTEND_TO) + COMMIT +
+ * the decode EXTENDs as that one batch.  In steady state a request is one
+ * round trip; the cache sees the same commands in the same order as the
+ * direct replay.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -163,12 +164,59 @@ static int admit_direct(struct replay *rp, const uint32_t *tok, uint32_t n, uint
 	return ret;
 }
 
+/*
+ * struct admit_batch - a request's commands as they queue up on the ring
+ * @k: entries prepared and not yet run (the deferred finishes first)
+ * @want: which of them has the result wanted (the OPEN's: a sequence;
+ *	the MATCH's: tokens matched), -1 when none
+ * @got: that result, once run
+ */
+struct admit_batch {
+	uint32_t k;
+	int want;
+	uint32_t got;
+};
+
+/* Ring: run what @b has prepared, keeping the result it wants. */
+static int admit_flush(struct replay *rp, struct admit_batch *b)
+{
+	int32_t res[RING_SQ];
+	int ret = ring_run(&rp->ring, b->k, res);
+
+	if (ret || (ret = first_error(res, b->k)))
+		return ret;
+	if (b->want >= 0)
+		b->got = (uint32_t)res[b->want];
+	b->want = -1;
+	b->k = 0;
+	return 0;
+}
+
+/* Ring: one more entry in @b's batch, running the batch first if the SQ is full. */
+static int admit_sqe(struct replay *rp, struct admit_batch *b, struct kvmm_sqe **sqe)
+{
+	int ret = b->k == RING_SQ ? admit_flush(rp, b) : 0;
+
+	if (!ret)
+		ret = ring_sqe(&rp->ring, sqe);
+	if (!ret)
+		b->k++;
+	return ret;
+}
+
+/*
+ * Ring: a request is one batch behind the deferred finishes: MATCH,
+ * EXTEND to the prompt's length (KVMM_EXTEND_TO: what the MATCH did not
+ * map), COMMIT, the decode EXTENDs.  With a host tier a PROMOTE follows
+ * the MATCH and may finish on the I/O worker, and an EXTEND of its
+ * sequence is refused until it has (-EBUSY): those two run first, alone.
+ */
 static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out,
 		      uint32_t chunk, uint32_t *seqp, uint32_t *mp)
 {
-	int32_t res[RING_SQ];
-	uint32_t seq, m = 0, k, pend = rp->pending;
-	struct kvmm_sqe *sqe[2];
+	struct admit_batch b = { .k = rp->pending, .want = -1 };
+	struct kvmm_sqe *sqe;
+	uint32_t seq;
 	uint16_t buf;
 	uint64_t off;
 	int ret;
@@ -177,65 +225,54 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 	rp->pending = 0;
 	if (!rp->nidle) {
 		/* only while the replay fills up: no finished sequence to reuse */
-		ret = ring_sqe(&rp->ring, &sqe[0]);
+		ret = admit_sqe(rp, &b, &sqe);
 		if (ret)
 			return ret;
-		kvmm_prep_open(sqe[0], 0);
-		ret = ring_run(&rp->ring, pend + 1, res);
-		if (ret || (ret = first_error(res, pend + 1)))
+		kvmm_prep_open(sqe, 0);
+		b.want = (int)b.k - 1;
+		ret = admit_flush(rp, &b);
+		if (ret)
 			return ret;
-		rp->idle[rp->nidle++] = (uint32_t)res[pend];
-		pend = 0;
+		rp->idle[rp->nidle++] = b.got;
+		b.got = 0;
 	}
 	seq = rp->idle[--rp->nidle];
 	*seqp = seq;
 	if (n > 1) {
-		ret = ring_sqe(&rp->ring, &sqe[0]);
-		if (!ret && rp->o->host_tokens)
-			ret = ring_sqe(&rp->ring, &sqe[1]);
+		ret = admit_sqe(rp, &b, &sqe);
 		if (ret)
 			return ret;
-		kvmm_prep_match(sqe[0], seq, buf, off, n - 1);
-		k = pend + 1;
-		if (rp->o->host_tokens)	/* in the same batch: runs after the match */
-			kvmm_prep_promote(sqe[1], seq, buf, off, n - 1);
-		k += !!rp->o->host_tokens;
-		ret = ring_run(&rp->ring, k, res);
-		if (ret || (ret = first_error(res, k)))
-			return ret;
-		m = (uint32_t)res[k - 1];
-	} else if (pend) {
-		ret = ring_run(&rp->ring, pend, res);
-		if (ret || (ret = first_error(res, pend)))
+		kvmm_prep_match(sqe, seq, buf, off, n - 1);
+		if (rp->o->host_tokens) {	/* in the same batch: runs after the match */
+			ret = admit_sqe(rp, &b, &sqe);
+			if (ret)
+				return ret;
+			kvmm_prep_promote(sqe, seq, buf, off, n - 1);
+		}
+		b.want = (int)b.k - 1;
+		if (rp->o->host_tokens && (ret = admit_flush(rp, &b)))
 			return ret;
 	}
-	*mp = m;
-	ret = ring_sqe(&rp->ring, &sqe[0]);
-	if (!ret)
-		ret = ring_sqe(&rp->ring, &sqe[1]);
+	ret = admit_sqe(rp, &b, &sqe);
 	if (ret)
 		return ret;
-	kvmm_prep_extend(sqe[0], seq, n - m, 0);
-	kvmm_prep_commit(sqe[1], seq, buf, off, n);
-	k = 2;
+	kvmm_prep_extend(sqe, seq, n, KVMM_EXTEND_TO);
+	ret = admit_sqe(rp, &b, &sqe);
+	if (ret)
+		return ret;
+	kvmm_prep_commit(sqe, seq, buf, off, n);
 	while (out) {
 		uint32_t step = out < chunk ? out : chunk;
 
-		if (k == RING_SQ) {
-			ret = ring_run(&rp->ring, k, res);
-			if (ret || (ret = first_error(res, k)))
-				return ret;
-			k = 0;
-		}
-		ret = ring_sqe(&rp->ring, &sqe[0]);
+		ret = admit_sqe(rp, &b, &sqe);
 		if (ret)
 			return ret;
-		kvmm_prep_extend(sqe[0], seq, step, 0);
-		k++;
+		kvmm_prep_extend(sqe, seq, step, 0);
 		out -= step;
 	}
-	ret = ring_run(&rp->ring, k, res);
-	return ret ? ret : first_error(res, k);
+	ret = admit_flush(rp, &b);
+	*mp = b.got;
+	return ret;
 }
 
 static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)

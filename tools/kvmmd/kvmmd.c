@@ -60,7 +60,7 @@ static void usage(FILE *f)
 		"                       another model or geometry or with a damaged superblock\n"
 		"  --write-policy write-back|write-through   copy KV to the host tier when\n"
 		"                       reclaim demotes it (default), or when it is committed\n"
-		"  --poll               serve every ring in polling mode (a core spins)\n"
+		"  --poll               serve every ring in polling mode (one core polls, 2 ms at most)\n"
 		"  --ns-per-uid         bind each client that is not root to the namespace of its uid\n"
 		"  --ns-pin-pages N|auto  pages a bound namespace may pin (default auto: half the pool)\n"
 		"  --ns-cache-share PCT   percent of the pool a namespace may cache before its own\n"

@@ -127,6 +127,13 @@ struct kvmm_extend_ent {
 #define KVMM_EXTEND_RESERVE	(1u << 0)	/* may dip below the min watermark */
 #define KVMM_EXTEND_NORECLAIM	(1u << 1)	/* fail rather than reclaim */
 #define KVMM_EXTEND_FLAGS	(KVMM_EXTEND_RESERVE | KVMM_EXTEND_NORECLAIM)
+/*
+ * Ring only, single form (len 0): @arg is the length the sequence grows
+ * to, not the tokens it gains.  So MATCH, EXTEND and COMMIT of a prompt go
+ * in one batch: the EXTEND adds what the MATCH before it did not map.
+ * Growing to the length the sequence has, or less, is -EINVAL.
+ */
+#define KVMM_EXTEND_TO		(1u << 2)
 
 /* PIN flags (arg) */
 #define KVMM_PIN_KEEP		(1u << 0)	/* outlives the ring that took it */
