@@ -199,7 +199,9 @@ class Context:
 	def __enter__(self) -> "Context":
 		return self
 
-	def __exit__(self, *exc: Any) -> None:
+	def __exit__(self, exc_type: Any, *exc: Any) -> None:
+		if exc_type is not None and self._live:
+			return	# keep the error; the last view's release frees the context
 		self.close()
 
 	def __del__(self) -> None:
