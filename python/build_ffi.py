@@ -144,13 +144,131 @@ int kvmm_backend_info(struct kvmm_ctx *ctx, char *buf, size_t len);
 bool kvmm_backend_available(const char *name);
 
 extern "Python" void kvmm_py_log(void *priv, const char *msg);
+
+/* The command ring (libkvmm-ring.h) */
+#define KVMM_OP_NOP ...
+#define KVMM_OP_OPEN ...
+#define KVMM_OP_MATCH ...
+#define KVMM_OP_EXTEND ...
+#define KVMM_OP_COMMIT ...
+#define KVMM_OP_CLOSE ...
+#define KVMM_OP_RETRACT ...
+#define KVMM_OP_PIN ...
+#define KVMM_OP_UNPIN ...
+#define KVMM_OP_RECLAIM ...
+#define KVMM_OP_PRIO ...
+#define KVMM_OP_LOOKUP ...
+#define KVMM_OP_PROMOTE ...
+#define KVMM_OP_DROP_CACHES ...
+#define KVMM_PIN_KEEP ...
+#define KVMM_CQE_F_LOWER ...
+#define KVMM_RING_F_NS ...
+
+struct timespec { long tv_sec; long tv_nsec; ...; };
+
+struct kvmm_sqe {
+	uint8_t opcode;
+	uint16_t buf;
+	uint32_t seq;
+	uint64_t off;
+	uint32_t len;
+	uint32_t ns;
+	uint32_t arg;
+	uint64_t arg2;
+	uint64_t user_data;
+	...;
+};
+
+struct kvmm_cqe {
+	uint64_t user_data;
+	int32_t res;
+	uint32_t flags;
+};
+
+struct kvmm_ring_params {
+	uint32_t sq_entries;
+	uint32_t cq_entries;
+	uint64_t buf_size;
+	uint32_t flags;
+	uint32_t ns;
+};
+
+struct kvmm_ring {
+	void *buf;
+	uint64_t buf_size;
+	int sock;
+	int sq_fd;
+	int cq_fd;
+	...;
+};
+
+int kvmm_ring_init(struct kvmm_ctx *ctx, const struct kvmm_ring_params *p,
+		   struct kvmm_ring *ring);
+int kvmm_ring_connect_timeout(const char *path, const struct kvmm_ring_params *p,
+			      struct kvmm_ring *ring, const struct timespec *timeout);
+void kvmm_ring_exit(struct kvmm_ring *ring);
+int kvmm_submit(struct kvmm_ring *ring);
+int kvmm_wait_cqe_timeout(struct kvmm_ring *ring, struct kvmm_cqe **cqep,
+			  const struct timespec *timeout);
+struct kvmm_sqe *kvmm_get_sqe(struct kvmm_ring *ring);
+int kvmm_peek_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep);
+void kvmm_cqe_seen(struct kvmm_ring *ring, struct kvmm_cqe *cqe);
+
+/* The package's own (below): arming the CQ doorbell for an event loop. */
+uint32_t kvmm_py_cq_arm(struct kvmm_ring *ring);
+void kvmm_py_cq_disarm(struct kvmm_ring *ring);
+"""
+
+# An event loop waits on the CQ doorbell (an eventfd) instead of in
+# kvmm_wait_cqe(): before it sleeps it says so as kvmm_wait_cqe() does
+# (cq_sleeping, a fence, a kick of a server waiting for CQ room, a last
+# look), and clears the flag when it wakes.
+SOURCE = r"""
+#include <unistd.h>
+#include <libkvmm-ring.h>
+
+static uint32_t kvmm_py_cq_ready(struct kvmm_ring *ring)
+{
+	return __atomic_load_n(&ring->hdr->cq_tail, __ATOMIC_ACQUIRE) - ring->cq_head;
+}
+
+static void kvmm_py_kick(struct kvmm_ring *ring)
+{
+	uint64_t one = 1;
+
+	if (!ring->ctx && __atomic_load_n(&ring->hdr->cq_wait, __ATOMIC_RELAXED) &&
+	    write(ring->sq_fd, &one, sizeof(one)) < 0)
+		return;	/* a full eventfd has a wake-up pending already */
+}
+
+static uint32_t kvmm_py_cq_arm(struct kvmm_ring *ring)
+{
+	uint32_t ready = kvmm_py_cq_ready(ring);
+
+	if (ready)
+		return ready;
+	kvmm_py_kick(ring);
+	__atomic_store_n(&ring->hdr->cq_sleeping, 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	kvmm_py_kick(ring);
+	return kvmm_py_cq_ready(ring);
+}
+
+static void kvmm_py_cq_disarm(struct kvmm_ring *ring)
+{
+	uint64_t v;
+
+	__atomic_store_n(&ring->hdr->cq_sleeping, 0, __ATOMIC_RELAXED);
+	if (read(ring->cq_fd, &v, sizeof(v)) < 0)
+		return;	/* nonblocking: nothing was rung */
+}
 """
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
 	"kvmm._kvmm",
-	"#include <libkvmm.h>\n",
+	SOURCE,
 	include_dirs=[str(ROOT / "include"), str(ROOT / "uapi")],
 	extra_objects=[str(OBJTREE / "libkvmm.a")],
 	libraries=["pthread"],

@@ -70,7 +70,8 @@ run_pytest() {
 		echo "python: the kvmm package failed to build"; failed=$((failed + 1)); return
 	fi
 	echo "python: pytest python/tests"
-	(cd "$here/tests" && "$venv/bin/python" -X dev -m pytest -q -p no:cacheprovider .) |
+	(cd "$here/tests" && KVMM_O=$objtree "$venv/bin/python" -X dev -m pytest -q \
+		-p no:cacheprovider .) |
 		tee "$log"
 	local p f e
 	p=$(count passed "$log") f=$(count failed "$log") e=$(count error "$log")

@@ -227,6 +227,19 @@ class Context:
 						      ffi.new("uint32_t[]", counts), len(ids),
 						      flags), "kvmm_seq_extend_batch")
 
+	def ring(self, sq_entries: int = 64, buf_size: int = 1 << 20) -> Any:
+		"""An in-process command ring over this context (kvmm_ring_init()).
+
+		It counts as a view: close() refuses while it is open.
+		"""
+		from ._ring import Ring
+
+		ring = Ring(owner=self)
+		p = ffi.new("struct kvmm_ring_params *", {"sq_entries": sq_entries,
+							  "buf_size": buf_size})
+		return ring._start(lib.kvmm_ring_init(self._c(), p, ring._r), "kvmm_ring_init",
+				   buf_size)
+
 	# ---- prefixes ----
 	def lookup(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> int:
 		"""Return how many tokens of the prefix are cached on the device."""
