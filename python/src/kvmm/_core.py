@@ -39,6 +39,9 @@ _INT_FIELDS = ("page_size", "max_seqs", "max_seq_len", "nr_pages", "max_pages", 
 	       "mem_avail", "mem_fraction", "wmark_min", "wmark_low", "wmark_high",
 	       "host_pages", "host_node", "write_policy", "nvme_pages", "nvme_qd", "nvme_flags")
 _ATTN = {"mha": lib.KVMM_ATTN_MHA, "mla": lib.KVMM_ATTN_MLA}
+# struct module formats of 4-byte ints in native (little-endian) order
+_TOKEN_FORMATS = frozenset(("i", "I", "@i", "@I", "=i", "=I", "<i", "<I"))
+_U32_ARRAY = ffi.typeof("uint32_t[]")
 _DTYPES = {1: np.uint8, 2: np.float16, 4: np.float32, 8: np.float64}
 
 
@@ -61,7 +64,7 @@ def tokens_arg(tokens: Any, n: Optional[int] = None) -> Tuple[Any, int]:
 	0..len(tokens).  Nothing is copied.
 	"""
 	mv = memoryview(tokens)
-	if mv.itemsize != 4 or mv.format.lstrip("@=<") not in ("i", "I"):
+	if mv.format not in _TOKEN_FORMATS:
 		raise TypeError(f"tokens must be 4-byte integers (int32/uint32), not format "
 				f"{mv.format!r}")
 	if mv.ndim != 1 or not mv.c_contiguous:
@@ -71,7 +74,7 @@ def tokens_arg(tokens: Any, n: Optional[int] = None) -> Tuple[Any, int]:
 		n = length
 	elif not 0 <= n <= length:
 		raise ValueError(f"n = {n} is outside 0..{length}")
-	return ffi.from_buffer("uint32_t[]", mv), n
+	return ffi.from_buffer(_U32_ARRAY, mv), n
 
 
 class _LogLines:
