@@ -7,6 +7,7 @@ The extension ``kvmm._kvmm`` is compiled against this tree's headers
 tree staying where it was.  setup.py runs ``make lib`` first.
 """
 import os
+import re
 from pathlib import Path
 
 from cffi import FFI
@@ -14,210 +15,72 @@ from cffi import FFI
 ROOT = Path(__file__).resolve().parent.parent
 OBJTREE = Path(os.environ.get("KVMM_O", ROOT / "build")).resolve()
 
-CDEF = r"""
-#define KVMM_ATTN_MHA ...
-#define KVMM_ATTN_MLA ...
-#define KVMM_NR_TIERS ...
-#define KVMM_EXTEND_RESERVE ...
-#define KVMM_EXTEND_NORECLAIM ...
-#define KVMM_WRITE_BACK ...
-#define KVMM_WRITE_THROUGH ...
-#define KVMM_NVME_REFORMAT ...
-#define KVMM_NODE_NEAREST ...
-#define KVMM_MAX_PAGE_SIZE ...
-#define KVMM_NR_PRIO ...
-#define NR_KVMM_STATS ...
+# Constants Python uses; their values come from the headers at compile time.
+CONSTANTS = """
+KVMM_ATTN_MHA KVMM_ATTN_MLA KVMM_NR_TIERS KVMM_EXTEND_RESERVE KVMM_EXTEND_NORECLAIM
+KVMM_WRITE_BACK KVMM_WRITE_THROUGH KVMM_NVME_REFORMAT KVMM_NODE_NEAREST KVMM_MAX_PAGE_SIZE
+KVMM_NR_PRIO NR_KVMM_STATS KVMM_OP_NOP KVMM_OP_OPEN KVMM_OP_MATCH KVMM_OP_EXTEND
+KVMM_OP_COMMIT KVMM_OP_CLOSE KVMM_OP_RETRACT KVMM_OP_PIN KVMM_OP_UNPIN KVMM_OP_RECLAIM
+KVMM_OP_PRIO KVMM_OP_LOOKUP KVMM_OP_PROMOTE KVMM_OP_DROP_CACHES KVMM_PIN_KEEP
+KVMM_CQE_F_LOWER KVMM_RING_F_NS
+""".split()
 
-struct kvmm_ctx;
+# The ABI structs the binding fills or reads (uapi/kvmm/ring.h).
+UAPI_STRUCTS = ("kvmm_sqe", "kvmm_cqe", "kvmm_tier_hits")
 
-struct kvmm_model {
-	uint32_t layers;
-	uint32_t kv_heads;
-	uint32_t head_dim;
-	uint32_t latent_dim;
-	uint32_t dtype_bytes;
-	uint32_t attn;
-};
-
-struct kvmm_params {
-	uint32_t size;
-	struct kvmm_model model;
-	uint32_t page_size;
-	const char *model_id;
-	uint32_t max_seqs;
-	uint32_t max_seq_len;
-	uint32_t nr_pages;
-	uint32_t max_pages;
-	uint64_t mem_total;
-	uint64_t mem_avail;
-	double mem_fraction;
-	const char *backend;
-	void *backend_arg;
-	uint32_t wmark_min;
-	uint32_t wmark_low;
-	uint32_t wmark_high;
-	const char *evict_policy;
-	uint32_t host_pages;
-	int32_t host_node;
-	uint32_t write_policy;
-	uint32_t nvme_pages;
-	uint32_t nvme_qd;
-	uint32_t nvme_flags;
-	const char *nvme_path;
-	void (*log)(void *priv, const char *msg);
-	void *log_priv;
-	...;
-};
-
-struct kvmm_mock_arg {
-	bool shareable;
-	uint64_t mem_total;
-	uint64_t mem_avail;
-	...;
-};
-
-struct kvmm_seq_info {
-	uint32_t len;
-	uint32_t cached;
-	uint32_t ns;
-};
-
-struct kvmm_table {
-	const int32_t *base;
-	uint32_t stride;
-	uint32_t rows;
-};
-
-struct kvmm_kv_layer {
-	void *k;
-	void *v;
-	uint64_t slot_bytes;
-	uint64_t bytes;
-};
-
-struct kvmm_tier_hits {
-	uint32_t tokens[];
-	...;
-};
-
-void kvmm_params_init(struct kvmm_params *params);
-int kvmm_create(const struct kvmm_params *params, struct kvmm_ctx **ctxp);
-void kvmm_destroy(struct kvmm_ctx *ctx);
-uint64_t kvmm_cell_bytes(const struct kvmm_model *model);
-uint32_t kvmm_page_size(const struct kvmm_ctx *ctx);
-uint32_t kvmm_nr_pages(const struct kvmm_ctx *ctx);
-int kvmm_resize(struct kvmm_ctx *ctx, uint32_t nr_pages);
-
-int kvmm_seq_open(struct kvmm_ctx *ctx, uint32_t ns, uint32_t *seqp);
-int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens, uint32_t n);
-int kvmm_seq_extend(struct kvmm_ctx *ctx, uint32_t seq, uint32_t n, uint32_t flags);
-int kvmm_seq_extend_batch(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t *ns,
-			  uint32_t count, uint32_t flags);
-int kvmm_seq_commit(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens, uint32_t n);
-int kvmm_seq_close(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens, uint32_t n);
-int kvmm_seq_retract(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens, uint32_t n);
-int kvmm_seq_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens, uint32_t n);
-int kvmm_seq_info(const struct kvmm_ctx *ctx, uint32_t seq, struct kvmm_seq_info *info);
-void kvmm_seq_table(const struct kvmm_ctx *ctx, struct kvmm_table *table);
-
-int kvmm_prefix_tiers(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n,
-		      struct kvmm_tier_hits *hits);
-int kvmm_prefix_pin(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n);
-int kvmm_prefix_unpin(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n);
-int kvmm_prefix_set_prio(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n,
-			 uint32_t prio);
-int kvmm_prefix_lookup(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n);
-
-int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages);
-int64_t kvmm_drop_caches(struct kvmm_ctx *ctx);
-int kvmm_set_watermarks(struct kvmm_ctx *ctx, uint32_t min, uint32_t low, uint32_t high);
-int kvmm_set_evict_policy(struct kvmm_ctx *ctx, const char *name);
-const char *kvmm_evict_policy(const struct kvmm_ctx *ctx);
-
-int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t nr);
-const char *kvmm_stat_name(uint32_t item);
-int kvmm_page_state(const struct kvmm_ctx *ctx, uint32_t pfn);
-int kvmm_check(const struct kvmm_ctx *ctx);
-
-int kvmm_kv_layer(const struct kvmm_ctx *ctx, uint32_t layer, struct kvmm_kv_layer *out);
-int kvmm_backend_info(struct kvmm_ctx *ctx, char *buf, size_t len);
-bool kvmm_backend_available(const char *name);
-
+# What the headers declare that cffi's parser cannot take as written: the
+# static inline helpers of libkvmm-ring.h are declared here instead (cffi
+# compiles calls to them in API mode).
+EXTRA = r"""
 extern "Python" void kvmm_py_log(void *priv, const char *msg);
-
-/* The command ring (libkvmm-ring.h) */
-#define KVMM_OP_NOP ...
-#define KVMM_OP_OPEN ...
-#define KVMM_OP_MATCH ...
-#define KVMM_OP_EXTEND ...
-#define KVMM_OP_COMMIT ...
-#define KVMM_OP_CLOSE ...
-#define KVMM_OP_RETRACT ...
-#define KVMM_OP_PIN ...
-#define KVMM_OP_UNPIN ...
-#define KVMM_OP_RECLAIM ...
-#define KVMM_OP_PRIO ...
-#define KVMM_OP_LOOKUP ...
-#define KVMM_OP_PROMOTE ...
-#define KVMM_OP_DROP_CACHES ...
-#define KVMM_PIN_KEEP ...
-#define KVMM_CQE_F_LOWER ...
-#define KVMM_RING_F_NS ...
-
 struct timespec { long tv_sec; long tv_nsec; ...; };
-
-struct kvmm_sqe {
-	uint8_t opcode;
-	uint16_t buf;
-	uint32_t seq;
-	uint64_t off;
-	uint32_t len;
-	uint32_t ns;
-	uint32_t arg;
-	uint64_t arg2;
-	uint64_t user_data;
-	...;
-};
-
-struct kvmm_cqe {
-	uint64_t user_data;
-	int32_t res;
-	uint32_t flags;
-};
-
-struct kvmm_ring_params {
-	uint32_t sq_entries;
-	uint32_t cq_entries;
-	uint64_t buf_size;
-	uint32_t flags;
-	uint32_t ns;
-};
-
-struct kvmm_ring {
-	void *buf;
-	uint64_t buf_size;
-	int sock;
-	int sq_fd;
-	int cq_fd;
-	...;
-};
-
-int kvmm_ring_init(struct kvmm_ctx *ctx, const struct kvmm_ring_params *p,
-		   struct kvmm_ring *ring);
-int kvmm_ring_connect_timeout(const char *path, const struct kvmm_ring_params *p,
-			      struct kvmm_ring *ring, const struct timespec *timeout);
-void kvmm_ring_exit(struct kvmm_ring *ring);
-int kvmm_submit(struct kvmm_ring *ring);
-int kvmm_wait_cqe_timeout(struct kvmm_ring *ring, struct kvmm_cqe **cqep,
-			  const struct timespec *timeout);
 struct kvmm_sqe *kvmm_get_sqe(struct kvmm_ring *ring);
 int kvmm_peek_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep);
 void kvmm_cqe_seen(struct kvmm_ring *ring, struct kvmm_cqe *cqe);
-
 /* The package's own (below): arming the CQ doorbell for an event loop. */
 uint32_t kvmm_py_cq_arm(struct kvmm_ring *ring);
 void kvmm_py_cq_disarm(struct kvmm_ring *ring);
 """
+
+
+def _strip(text: str) -> str:
+	"""Drop comments, preprocessor lines, C++ guards and inline function bodies."""
+	text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+	text = re.sub(r"//[^\n]*", "", text)
+	text = re.sub(r"#ifdef __cplusplus.*?#endif", "", text, flags=re.S)
+	text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+	out, i = [], 0
+	for m in re.finditer(r"static inline[^{;]*\{", text):
+		if m.start() < i:
+			continue
+		out.append(text[i:m.start()])
+		depth, j = 1, m.end()
+		while depth:
+			depth += {"{": 1, "}": -1}.get(text[j], 0)
+			j += 1
+		i = j
+	out.append(text[i:])
+	return "".join(out)
+
+
+def _uapi_structs(text: str) -> str:
+	"""The UAPI_STRUCTS definitions, array sizes left to the compiler."""
+	text = _strip(text)
+	defs = [re.search(r"struct %s \{.*?\};" % name, text, flags=re.S).group(0)
+		for name in UAPI_STRUCTS]
+	return re.sub(r"\[[A-Z_][A-Z0-9_]*\]", "[...]", "\n".join(defs))
+
+
+def cdef() -> str:
+	"""The cdef: libkvmm.h and libkvmm-ring.h as they are, plus what cffi needs besides."""
+	types = "".join(f"typedef {t}_t __{u};\n" for t, u in
+			(("uint8", "u8"), ("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64"),
+			 ("int32", "s32")))
+	consts = "".join(f"#define {c} ...\n" for c in CONSTANTS)
+	inc = ROOT / "include"
+	return (types + consts + _uapi_structs((ROOT / "uapi/kvmm/ring.h").read_text()) +
+		_strip((inc / "libkvmm.h").read_text()) +
+		_strip((inc / "libkvmm-ring.h").read_text()) + EXTRA)
 
 # An event loop waits on the CQ doorbell (an eventfd) instead of in
 # kvmm_wait_cqe(): before it sleeps it says so as kvmm_wait_cqe() does
@@ -265,7 +128,7 @@ static void kvmm_py_cq_disarm(struct kvmm_ring *ring)
 """
 
 ffibuilder = FFI()
-ffibuilder.cdef(CDEF)
+ffibuilder.cdef(cdef())
 ffibuilder.set_source(
 	"kvmm._kvmm",
 	SOURCE,
