@@ -151,3 +151,22 @@ def test_in_process_ring_keeps_its_context():
 		ctx.close()
 	ring.close()
 	ctx.close()
+
+
+def test_two_clients_share_the_pool_of_kvmmd(kvmmd):
+	"""KV one client writes through its mapping is what another reads."""
+	_, sock = kvmmd
+	with kvmm.connect(sock) as a, kvmm.connect(sock) as b:
+		pa, pb = a.attach_pool(), b.attach_pool()
+		assert pa.pages == pb.pages == 16
+		ka, va = pa.kv(0, np.float16, (1, 16))
+		kb, vb = pb.kv(0, np.float16, (1, 16))
+		assert ka.shape == (16 * PS, 1, 16)
+		ka[5] = 1.5
+		va[7, 0, 3] = -2.0
+		assert np.all(kb[5] == 1.5) and vb[7, 0, 3] == -2.0
+		with pytest.raises(kvmm.Busy):
+			pa.close()
+		del ka, va, kb, vb
+		pa.close()
+		pb.close()

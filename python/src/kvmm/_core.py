@@ -106,7 +106,54 @@ class SeqInfo:
 	ns: int
 
 
-class Context:
+class ViewOwner:
+	"""Memory that numpy views are handed out over, counted while they live.
+
+	Each view holds a cffi object whose release (when the last array over
+	it goes) drops the count and whose destructor keeps this owner alive,
+	so the memory cannot be freed under a view.
+	"""
+
+	_live = 0
+
+	def _view(self, addr: Any, nbytes: int, dtype: Any, shape: Tuple[int, ...],
+		  strides: Optional[Tuple[int, ...]] = None, readonly: bool = False) -> np.ndarray:
+		"""Return an array over @nbytes at @addr that keeps this owner alive."""
+		self._live += 1
+		owner = ffi.gc(ffi.cast("char *", addr), self._view_gone)
+		arr = np.ndarray(shape, dtype=dtype, buffer=ffi.buffer(owner, nbytes),
+				 strides=strides)
+		if readonly:
+			arr.flags.writeable = False
+		return arr
+
+	def _view_gone(self, _owner: Any) -> None:
+		self._live -= 1
+
+	def _refuse_if_viewed(self, what: str) -> None:
+		"""Raise kvmm.Busy while a view of this owner's memory is alive."""
+		if self._live:
+			raise Busy(errno.EBUSY, f"kvmm: {self._live} view(s) of the {what}'s memory "
+				   "are alive; drop them before close()")
+
+	@property
+	def live_views(self) -> int:
+		"""How many views of this memory (and rings over it) are alive."""
+		return self._live
+
+	def _layer_views(self, k: int, v: int, slot_bytes: int, nbytes: int, dtype: Any,
+			 cell: Tuple[int, ...]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+		"""(K, V) arrays of a layer: (slots,) + @cell of @dtype; V None when @v is 0."""
+		dt = np.dtype(dtype)
+		slots = nbytes // slot_bytes
+		inner = tuple(int(np.prod(cell[i + 1:], dtype=np.int64)) * dt.itemsize
+			      for i in range(len(cell)))
+		shape, strides = (slots,) + tuple(cell), (slot_bytes,) + inner
+		kv = self._view(k, nbytes, dt, shape, strides)
+		return kv, (self._view(v, nbytes, dt, shape, strides) if v else None)
+
+
+class Context(ViewOwner):
 	"""A kvmm context: one KV pool, its page table, prefix cache and tiers.
 
 	Keyword arguments are the fields of struct kvmm_params (model geometry
@@ -187,9 +234,7 @@ class Context:
 		"""
 		if self._ptr is None:
 			return
-		if self._live:
-			raise Busy(errno.EBUSY, f"kvmm: {self._live} view(s) of the context's "
-				   "memory are alive; drop them before close()")
+		self._refuse_if_viewed("context")
 		ptr, self._ptr = self._ptr, None
 		self._table = None
 		lib.kvmm_destroy(ptr)
@@ -329,25 +374,6 @@ class Context:
 		return ffi.string(buf).decode()
 
 	# ---- views of the library's memory ----
-	def _view(self, addr: Any, nbytes: int, dtype: Any, shape: Tuple[int, ...],
-		  strides: Optional[Tuple[int, ...]] = None, readonly: bool = False) -> np.ndarray:
-		"""Return an array over @nbytes at @addr that keeps this context alive."""
-		self._live += 1
-		owner = ffi.gc(ffi.cast("char *", addr), self._view_gone)
-		arr = np.ndarray(shape, dtype=dtype, buffer=ffi.buffer(owner, nbytes),
-				 strides=strides)
-		if readonly:
-			arr.flags.writeable = False
-		return arr
-
-	def _view_gone(self, _owner: Any) -> None:
-		self._live -= 1
-
-	@property
-	def live_views(self) -> int:
-		"""How many views of the context's memory are alive."""
-		return self._live
-
 	def page_table(self) -> np.ndarray:
 		"""The whole page table, (max_seqs, pages per row) int32, read-only, in place.
 
@@ -379,15 +405,9 @@ class Context:
 		dt = np.dtype(dtype or _DTYPES[m["dtype_bytes"]])
 		if dt.itemsize != m["dtype_bytes"]:
 			raise TypeError(f"kv(): dtype {dt} is not {m['dtype_bytes']} bytes")
-		slots = nbytes // slot_bytes
 		if m["attn"] == "mla":
-			shape: Tuple[int, ...] = (slots, m["latent_dim"])
-			strides: Tuple[int, ...] = (slot_bytes, dt.itemsize)
-			return self._view(k, nbytes, dt, shape, strides), None
-		shape = (slots, m["kv_heads"], m["head_dim"])
-		strides = (slot_bytes, m["head_dim"] * dt.itemsize, dt.itemsize)
-		return (self._view(k, nbytes, dt, shape, strides),
-			self._view(v, nbytes, dt, shape, strides))
+			return self._layer_views(k, 0, slot_bytes, nbytes, dt, (m["latent_dim"],))
+		return self._layer_views(k, v, slot_bytes, nbytes, dt, (m["kv_heads"], m["head_dim"]))
 
 
 class Sequence:

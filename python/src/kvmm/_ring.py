@@ -14,11 +14,13 @@ import asyncio
 import os
 from typing import Any, List, Optional, Tuple
 
-from ._core import tokens_arg
+import numpy as np
+
+from ._core import ViewOwner, tokens_arg
 from ._errors import InvalidArgument, make_error
 from ._kvmm import ffi, lib
 
-__all__ = ["Ring", "Batch", "connect"]
+__all__ = ["Ring", "Batch", "Pool", "connect"]
 
 _NAMES = {lib.KVMM_OP_NOP: "NOP", lib.KVMM_OP_OPEN: "OPEN", lib.KVMM_OP_MATCH: "MATCH",
 	  lib.KVMM_OP_EXTEND: "EXTEND", lib.KVMM_OP_COMMIT: "COMMIT",
@@ -239,6 +241,10 @@ class Ring:
 		self.last_flags = flags
 		return self._results(batch, res)
 
+	def attach_pool(self, timeout: Optional[float] = 10.0) -> "Pool":
+		"""Map the server's KV pool into this process (kvmm_kv_pool_attach())."""
+		return Pool(self, timeout)
+
 	def close(self) -> None:
 		"""Detach (kvmm_ring_exit()); the ring's sequences and pins are released."""
 		if self._up:
@@ -257,6 +263,64 @@ class Ring:
 	def __del__(self) -> None:
 		if getattr(self, "_up", False):
 			self.close()
+
+
+class Pool(ViewOwner):
+	"""A server's KV pool mapped into this process, for a ring's client.
+
+	The client does not know the server's geometry: :meth:`kv` gives each
+	layer's slots as raw bytes unless told the dtype and the shape of one
+	slot.  Views keep the mapping alive; close() refuses while one lives.
+	"""
+
+	def __init__(self, ring: Ring, timeout: Optional[float]) -> None:
+		out = ffi.new("struct kvmm_kv_pool **")
+		ret = lib.kvmm_kv_pool_attach_timeout(ring._ring(), ffi.NULL, out, _timespec(timeout))
+		if ret < 0:
+			raise make_error(ret, "kvmm_kv_pool_attach")
+		self._pool = out[0]
+
+	def _c(self) -> Any:
+		if self._pool is None:
+			raise InvalidArgument(22, "kvmm: the pool is closed")
+		return self._pool
+
+	@property
+	def pages(self) -> int:
+		"""Pages mapped."""
+		return lib.kvmm_kv_pool_pages(self._c())
+
+	def kv(self, layer: int, dtype: Any = np.uint8,
+	       cell: Optional[Tuple[int, ...]] = None) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+		"""(K, V) of @layer: (slots,) + @cell arrays of @dtype (V None for MLA).
+
+		@cell defaults to the whole slot in @dtype units, e.g. (kv_heads,
+		head_dim) of float16 for an MHA model.
+		"""
+		out = ffi.new("struct kvmm_kv_layer *")
+		ret = lib.kvmm_kv_pool_layer(self._c(), layer, out)
+		if ret < 0:
+			raise make_error(ret, "kvmm_kv_pool_layer")
+		k, v = (int(ffi.cast("uintptr_t", p)) for p in (out.k, out.v))
+		cell = cell or (out.slot_bytes // np.dtype(dtype).itemsize,)
+		return self._layer_views(k, v, out.slot_bytes, out.bytes, dtype, cell)
+
+	def close(self) -> None:
+		"""Unmap the pool (kvmm_kv_pool_close()); refused while views live."""
+		if self._pool is not None:
+			self._refuse_if_viewed("pool")
+			pool, self._pool = self._pool, None
+			lib.kvmm_kv_pool_close(pool)
+
+	def __enter__(self) -> "Pool":
+		return self
+
+	def __exit__(self, *exc: Any) -> None:
+		self.close()
+
+	def __del__(self) -> None:
+		if getattr(self, "_pool", None) is not None and not self._live:
+			lib.kvmm_kv_pool_close(self._pool)
 
 
 def connect(path: str, sq_entries: int = 64, buf_size: int = 1 << 20,
