@@ -42,4 +42,7 @@ class BuildWithLib(build_ext):
 		super().run()
 
 
-setup(cffi_modules=["build_ffi.py:ffibuilder"], cmdclass={"build_ext": BuildWithLib})
+# cffi builds the extension against the stable ABI (_kvmm.abi3.so); tag the
+# wheel so, and one build serves every CPython from 3.9 on.
+setup(cffi_modules=["build_ffi.py:ffibuilder"], cmdclass={"build_ext": BuildWithLib},
+      options={"bdist_wheel": {"py_limited_api": "cp39"}})

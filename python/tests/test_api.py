@@ -207,3 +207,32 @@ def test_evict_policy_and_watermarks(ctx):
 	ctx.set_watermarks(1, 2, 4)
 	st = ctx.stats()
 	assert (st.wmark_min, st.wmark_low, st.wmark_high) == (1, 2, 4)
+
+
+def test_cuda_pool_through_the_fake_driver():
+	"""The cuda backend's K/V come out as __cuda_array_interface__ objects."""
+	import os
+	from pathlib import Path
+	objtree = Path(os.environ.get("KVMM_O", Path(__file__).resolve().parents[2] / "build"))
+	fake = objtree / "tests" / "libfakecuda.so"
+	if not fake.exists():
+		pytest.skip(f"no {fake} (make check builds it where cuda.h is)")
+	try:
+		c = kvmm.Context(**GEOM, page_size=4, nr_pages=64, backend="cuda",
+				 cuda_driver=str(fake))
+	except kvmm.Error as e:
+		if e.errno == errno.EOPNOTSUPP:
+			pytest.skip("no cuda backend in this build")
+		raise
+	k, v = c.kv(1)
+	kp, vp, slot_bytes, nbytes = c.kv_layer_info(1)
+	ki, vi = k.__cuda_array_interface__, v.__cuda_array_interface__
+	assert ki["data"] == (kp, False) and vi["data"][0] == vp
+	assert ki["shape"] == (nbytes // slot_bytes, 2, 8) and ki["typestr"] == "<f4"
+	assert ki["strides"] == (slot_bytes, 32, 4) and ki["version"] == 3
+	assert k.__dlpack_device__() == (2, 0)
+	with pytest.raises(kvmm.Busy):
+		c.close()
+	del k, v
+	gc.collect()
+	c.close()

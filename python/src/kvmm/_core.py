@@ -106,6 +106,32 @@ class SeqInfo:
 	ns: int
 
 
+class DeviceArray:
+	"""A layer's K or V in GPU memory, described by ``__cuda_array_interface__``.
+
+	CuPy, Numba and torch (``torch.as_tensor(x, device="cuda")``) take it
+	without a copy.  It keeps its context alive as a host view does.
+	"""
+
+	def __init__(self, hold: Any, shape: Tuple[int, ...], strides: Tuple[int, ...],
+		     dtype: np.dtype, device: int) -> None:
+		self._hold = hold
+		self.shape, self.strides, self.dtype, self.device = shape, strides, dtype, device
+
+	@property
+	def ptr(self) -> int:
+		"""The device address of element 0."""
+		return int(ffi.cast("uintptr_t", self._hold))
+
+	@property
+	def __cuda_array_interface__(self) -> Dict[str, Any]:
+		return {"shape": self.shape, "strides": self.strides, "typestr": self.dtype.str,
+			"data": (self.ptr, False), "version": 3}
+
+	def __dlpack_device__(self) -> Tuple[int, int]:
+		return (2, self.device)		# kDLCUDA
+
+
 class ViewOwner:
 	"""Memory that numpy views are handed out over, counted while they live.
 
@@ -119,13 +145,16 @@ class ViewOwner:
 	def _view(self, addr: Any, nbytes: int, dtype: Any, shape: Tuple[int, ...],
 		  strides: Optional[Tuple[int, ...]] = None, readonly: bool = False) -> np.ndarray:
 		"""Return an array over @nbytes at @addr that keeps this owner alive."""
-		self._live += 1
-		owner = ffi.gc(ffi.cast("char *", addr), self._view_gone)
-		arr = np.ndarray(shape, dtype=dtype, buffer=ffi.buffer(owner, nbytes),
+		arr = np.ndarray(shape, dtype=dtype, buffer=ffi.buffer(self._hold(addr), nbytes),
 				 strides=strides)
 		if readonly:
 			arr.flags.writeable = False
 		return arr
+
+	def _hold(self, addr: int) -> Any:
+		"""A cdata at @addr whose life counts as a view of this owner."""
+		self._live += 1
+		return ffi.gc(ffi.cast("char *", addr), self._view_gone)
 
 	def _view_gone(self, _owner: Any) -> None:
 		self._live -= 1
@@ -142,15 +171,22 @@ class ViewOwner:
 		return self._live
 
 	def _layer_views(self, k: int, v: int, slot_bytes: int, nbytes: int, dtype: Any,
-			 cell: Tuple[int, ...]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-		"""(K, V) arrays of a layer: (slots,) + @cell of @dtype; V None when @v is 0."""
+			 cell: Tuple[int, ...], device: Optional[int] = None) -> Tuple[Any, Any]:
+		"""(K, V) arrays of a layer: (slots,) + @cell of @dtype; V None when @v is 0.
+
+		Host memory gives numpy arrays; with @device (a CUDA ordinal),
+		:class:`DeviceArray` objects.
+		"""
 		dt = np.dtype(dtype)
 		slots = nbytes // slot_bytes
 		inner = tuple(int(np.prod(cell[i + 1:], dtype=np.int64)) * dt.itemsize
 			      for i in range(len(cell)))
 		shape, strides = (slots,) + tuple(cell), (slot_bytes,) + inner
-		kv = self._view(k, nbytes, dt, shape, strides)
-		return kv, (self._view(v, nbytes, dt, shape, strides) if v else None)
+		if device is not None:
+			views = [DeviceArray(self._hold(a), shape, strides, dt, device) for a in (k, v) if a]
+		else:
+			views = [self._view(a, nbytes, dt, shape, strides) for a in (k, v) if a]
+		return views[0], (views[1] if v else None)
 
 
 class Context(ViewOwner):
@@ -180,6 +216,8 @@ class Context(ViewOwner):
 		self.model = {f: getattr(p.model, f) for f in _MODEL_FIELDS}
 		self.model["attn"] = "mla" if p.model.attn == lib.KVMM_ATTN_MLA else "mha"
 		self.page_size = lib.kvmm_page_size(self._ptr)
+		self._cuda_device = (params.get("cuda_device", 0)
+				     if params.get("backend") == "cuda" else None)
 		table = ffi.new("struct kvmm_table *")
 		lib.kvmm_seq_table(self._ptr, table)
 		self._table = np.frombuffer(ffi.buffer(table.base, 4 * table.rows * table.stride),
@@ -202,12 +240,17 @@ class Context(ViewOwner):
 					setattr(p, key, keep[-1])
 			elif key in _INT_FIELDS:
 				setattr(p, key, val)
-			elif key != "shareable":
+			elif key not in ("shareable", "cuda_device", "cuda_driver"):
 				raise TypeError(f"Context() got an unknown parameter {key!r}")
 		if params.get("shareable"):
-			arg = ffi.new("struct kvmm_mock_arg *", {"shareable": True})
-			keep.append(arg)
-			p.backend_arg = arg
+			keep.append(ffi.new("struct kvmm_mock_arg *", {"shareable": True}))
+			p.backend_arg = keep[-1]
+		if params.get("backend") == "cuda":
+			driver = params.get("cuda_driver")
+			keep.append(ffi.new("char[]", driver.encode()) if driver else ffi.NULL)
+			keep.append(ffi.new("struct kvmm_cuda_arg *",
+					    {"device": params.get("cuda_device", 0), "driver": keep[-1]}))
+			p.backend_arg = keep[-1]
 		p.log = lib.kvmm_py_log
 		p.log_priv = self._log_handle
 		return p, keep
@@ -391,23 +434,25 @@ class Context(ViewOwner):
 			out.slot_bytes, out.bytes)
 
 	def kv(self, layer: int, dtype: Any = None) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-		"""Return (K, V) of @layer as writable arrays over the pool (host backends).
+		"""Return (K, V) of @layer as arrays over the pool, in place.
 
 		MHA: each is (slots, kv_heads, head_dim); MLA: K is (slots,
 		latent_dim), V is None.  Slot s holds the KV of the token the page
 		table maps there.  @dtype defaults by dtype_bytes (2: float16,
-		4: float32).
+		4: float32).  Host backends (mock) give writable numpy arrays; the
+		cuda backend gives :class:`DeviceArray` objects
+		(``__cuda_array_interface__``).
 		"""
-		if self.backend_info().startswith("cuda"):
-			raise NotImplementedError("kv(): device memory; use kv_layer_info()")
 		k, v, slot_bytes, nbytes = self.kv_layer_info(layer)
 		m = self.model
 		dt = np.dtype(dtype or _DTYPES[m["dtype_bytes"]])
 		if dt.itemsize != m["dtype_bytes"]:
 			raise TypeError(f"kv(): dtype {dt} is not {m['dtype_bytes']} bytes")
+		dev = self._cuda_device
 		if m["attn"] == "mla":
-			return self._layer_views(k, 0, slot_bytes, nbytes, dt, (m["latent_dim"],))
-		return self._layer_views(k, v, slot_bytes, nbytes, dt, (m["kv_heads"], m["head_dim"]))
+			return self._layer_views(k, 0, slot_bytes, nbytes, dt, (m["latent_dim"],), dev)
+		return self._layer_views(k, v, slot_bytes, nbytes, dt, (m["kv_heads"], m["head_dim"]),
+					 dev)
 
 
 class Sequence:
