@@ -102,14 +102,18 @@ def test_demoted_prefixes_come_back_exact(mha, ps, tmp_path):
 		ctx.check()
 
 
-def test_mla_geometry(mla, tmp_path):
+@pytest.mark.parametrize("ps", [1, 16, 64])
+def test_mla_geometry(mla, ps, tmp_path):
 	"""One latent vector per token: the same loop, cached and tiered."""
-	with kvmm.Context(**tiered(mla.cfg, 1, tmp_path / "nvme")) as ctx:
-		assert ctx.kv(0)[1] is None
+	with kvmm.Context(**tiered(mla.cfg, ps, tmp_path / "nvme")) as ctx:
+		assert ctx.kv(0)[0].shape[1:] == (mla.cfg.latent_dim,) and ctx.kv(0)[1] is None
 		reqs = workload(mla.cfg, ctx, mla)
 		check_against_reference(mla, reqs)
 		s = ctx.stats()
-		assert s.nvme_promote_pages > 0 and s.hit_tokens > 0
+		assert s.host_demote_pages > 0
+		assert s.host_promote_pages + s.nvme_promote_pages > 0
+		if ps != 16:
+			assert s.nvme_promote_pages > 0
 
 
 @pytest.mark.parametrize("ps", [1, 16])
