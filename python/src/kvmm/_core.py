@@ -307,11 +307,13 @@ class Context(ViewOwner):
 		self._check(lib.kvmm_seq_open(self._c(), ns, out), "kvmm_seq_open")
 		return Sequence(self, out[0])
 
-	def extend_batch(self, seqs: Iterable["Sequence"], ns: Iterable[int],
+	def extend_batch(self, seqs: Iterable["Sequence"], counts: Iterable[int],
 			 flags: int = 0) -> None:
-		"""Extend several sequences at once, all or nothing."""
+		"""Extend each of @seqs by its entry of @counts, all or nothing."""
 		ids = [s._id_checked(self) for s in seqs]
-		counts = list(ns)
+		counts = list(counts)
+		if any(n < 0 for n in counts):
+			raise ValueError("extend_batch: a negative count")
 		if len(ids) != len(counts):
 			raise ValueError("extend_batch: one count per sequence")
 		self._check(lib.kvmm_seq_extend_batch(self._c(), ffi.new("uint32_t[]", ids),
