@@ -67,6 +67,8 @@ def test_requests_through_kvmmd(kvmmd):
 		b.lookup(prompt(0))
 		b.lookup(prompt(1))
 		assert ring.submit(b) == [64, 0]
+		st = ring.stats()
+		assert st.pages_total == 16 and st.hit_tokens == 48 and st.seqs_open == 0
 
 
 def test_a_failed_command_raises_after_the_batch(kvmmd):
@@ -112,9 +114,13 @@ def test_promote_from_nvme_awaited_on_asyncio(kvmmd):
 			t.cancel()
 			return res, ticks
 
+		before = ring.stats()
 		(cached,), ticks = asyncio.run(promote())
 		assert cached == 48
 		assert ticks > 0				# the loop ran meanwhile
+		after = ring.stats()
+		assert after.nvme_promote_pages > before.nvme_promote_pages
+		assert after.promote_async == before.promote_async + 1	# it completed later
 		b = ring.batch()
 		b.extend(seq, 64 - 48)
 		b.close(seq, prompt(0))

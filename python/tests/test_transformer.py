@@ -88,32 +88,32 @@ def test_prefix_cache_matches_reference(mha, ps):
 		ctx.check()
 
 
-@pytest.mark.parametrize("ps", [1, 16, 64])
-def test_demoted_prefixes_come_back_exact(mha, ps, tmp_path):
-	"""A device pool too small: prefixes go to host and NVMe and are promoted."""
-	with kvmm.Context(**tiered(mha.cfg, ps, tmp_path / "nvme")) as ctx:
-		reqs = workload(mha.cfg, ctx, mha)
-		check_against_reference(mha, reqs)
+def run_tiered(model, ps, path):
+	"""The workload on a small device pool: exact logits through both tiers."""
+	with kvmm.Context(**tiered(model.cfg, ps, path)) as ctx:
+		k, v = ctx.kv(0)
+		assert (v is None) == model.cfg.mla
+		del k, v
+		reqs = workload(model.cfg, ctx, model)
+		check_against_reference(model, reqs)
 		s = ctx.stats()
 		assert s.host_demote_pages > 0
 		assert s.host_promote_pages + s.nvme_promote_pages > 0
-		if ps != 16:
+		if ps != 16:		# 16: the host tier's 2 pages never overflow
 			assert s.nvme_demote_pages > 0 and s.nvme_promote_pages > 0
 		ctx.check()
 
 
 @pytest.mark.parametrize("ps", [1, 16, 64])
+def test_demoted_prefixes_come_back_exact(mha, ps, tmp_path):
+	"""A device pool too small: prefixes go to host and NVMe and are promoted."""
+	run_tiered(mha, ps, tmp_path / "nvme")
+
+
+@pytest.mark.parametrize("ps", [1, 16, 64])
 def test_mla_geometry(mla, ps, tmp_path):
-	"""One latent vector per token: the same loop, cached and tiered."""
-	with kvmm.Context(**tiered(mla.cfg, ps, tmp_path / "nvme")) as ctx:
-		assert ctx.kv(0)[0].shape[1:] == (mla.cfg.latent_dim,) and ctx.kv(0)[1] is None
-		reqs = workload(mla.cfg, ctx, mla)
-		check_against_reference(mla, reqs)
-		s = ctx.stats()
-		assert s.host_demote_pages > 0
-		assert s.host_promote_pages + s.nvme_promote_pages > 0
-		if ps != 16:
-			assert s.nvme_promote_pages > 0
+	"""One latent vector per token: the same tiered loop."""
+	run_tiered(mla, ps, tmp_path / "nvme")
 
 
 @pytest.mark.parametrize("ps", [1, 16])

@@ -16,7 +16,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-from ._core import ViewOwner, tokens_arg
+from ._core import STAT_NAMES, Stats, ViewOwner, tokens_arg
 from ._errors import InvalidArgument, make_error
 from ._kvmm import ffi, lib
 
@@ -49,17 +49,21 @@ class Batch:
 		self.ops.append((op, fields))
 		return len(self.ops) - 1
 
+	def _reserve(self, nbytes: int, align: int = 4) -> int:
+		"""Take @nbytes of the data area for this batch; return their offset."""
+		off = -(-self._off // align) * align
+		if off + nbytes > self.ring.buf_size:
+			raise ValueError(f"the batch's payloads need {off + nbytes} bytes; the "
+					 f"ring's data area has {self.ring.buf_size}")
+		self._off = off + nbytes
+		return off
+
 	def _tokens(self, tokens: Any, n: Optional[int]) -> dict:
 		"""Copy tokens[:n] into the data area; return the sqe's buf/off/len."""
 		buf, n = tokens_arg(tokens, n)
-		end = self._off + 4 * n
-		if end > self.ring.buf_size:
-			raise ValueError(f"the batch's tokens need {end} bytes; the ring's data "
-					 f"area has {self.ring.buf_size}")
-		ffi.memmove(ffi.cast("char *", self.ring._r.buf) + self._off, buf, 4 * n)
-		fields = {"buf": 0, "off": self._off, "len": n}
-		self._off = end
-		return fields
+		off = self._reserve(4 * n)
+		ffi.memmove(self.ring._at(off), buf, 4 * n)
+		return {"buf": 0, "off": off, "len": n}
 
 	def nop(self) -> int:
 		"""NOP: completes with 0."""
@@ -240,6 +244,20 @@ class Ring:
 				self._busy = False
 		self.last_flags = flags
 		return self._results(batch, res)
+
+	def _at(self, off: int) -> Any:
+		"""A char * at byte @off of the data area."""
+		return ffi.cast("char *", self._r.buf) + off
+
+	def stats(self, timeout: Optional[float] = None) -> Any:
+		"""The context's statistics through the ring (STATS), as :class:`kvmm.Stats`."""
+		b = self.batch()
+		head = ffi.sizeof("struct kvmm_stats_snap")
+		off = b._reserve(head + 8 * len(STAT_NAMES), align=8)
+		b._add(lib.KVMM_OP_STATS, buf=0, off=off, len=head + 8 * len(STAT_NAMES))
+		nr = self.submit(b, timeout)[0]
+		vals = ffi.cast("uint64_t *", self._at(off + head))
+		return Stats(*(vals[i] if i < nr else 0 for i in range(len(STAT_NAMES))))
 
 	def attach_pool(self, timeout: Optional[float] = 10.0) -> "Pool":
 		"""Map the server's KV pool into this process (kvmm_kv_pool_attach())."""
