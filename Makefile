@@ -220,7 +220,7 @@ check:
 run-tests: $(TESTS) $(PROGS)
 	@if [ "$(CONFIG_KVMM_CUNIT)" != y ]; then \
 		echo "check: CUnit not found: install libcunit1-dev (make deps)" >&2; exit 1; fi
-	$(Q)$(TESTS) $(TESTARGS)
+	$(Q)$(srctree)/python/check.sh $(objtree) "$(SAN)" $(TESTS) $(TESTARGS)
 
 # make stress [SAN=thread|address,undefined] [KILLS=N]
 KILLS		?= 120
@@ -312,7 +312,8 @@ distclean:
 help:
 	@echo 'Targets:'
 	@echo '  all        library (libkvmm.a, libkvmm.so) and tools: kvmmd, kvmmctl, kvmm-bench, kvmm-engine'
-	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites'
+	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites, then the'
+	@echo '             Python package'"'"'s pytest suites (TESTARGS="-s python": those alone)'
 	@echo '  bench      run kvmm-bench micro and replay; JSON lines to BENCH_OUT'
 	@echo '  run        install missing packages (as root), build, run kvmm-engine (ENGINE_ARGS)'
 	@echo '  fuzz       libFuzzer harnesses (clang), FUZZ_TIME seconds each'

@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: MIT
+"""build_ffi.py - the cffi (API mode) description of kvmm's C API.
+
+The extension ``kvmm._kvmm`` is compiled against this tree's headers
+(``include/``, ``uapi/``) and linked with the static ``libkvmm.a`` that
+``make lib`` builds, so an installed package does not depend on the build
+tree staying where it was.  setup.py runs ``make lib`` first.
+"""
+import os
+import re
+from pathlib import Path
+
+from cffi import FFI
+
+ROOT = Path(__file__).resolve().parent.parent
+OBJTREE = Path(os.environ.get("KVMM_O", ROOT / "build")).resolve()
+
+# Constants Python uses; their values come from the headers at compile time.
+CONSTANTS = """
+KVMM_ATTN_MHA KVMM_ATTN_MLA KVMM_NR_TIERS KVMM_EXTEND_RESERVE KVMM_EXTEND_NORECLAIM
+KVMM_WRITE_BACK KVMM_WRITE_THROUGH KVMM_NVME_REFORMAT KVMM_NODE_NEAREST KVMM_MAX_PAGE_SIZE
+KVMM_NR_PRIO NR_KVMM_STATS KVMM_OP_NOP KVMM_OP_OPEN KVMM_OP_MATCH KVMM_OP_EXTEND
+KVMM_OP_COMMIT KVMM_OP_CLOSE KVMM_OP_RETRACT KVMM_OP_PIN KVMM_OP_UNPIN KVMM_OP_RECLAIM
+KVMM_OP_PRIO KVMM_OP_LOOKUP KVMM_OP_PROMOTE KVMM_OP_DROP_CACHES KVMM_PIN_KEEP
+KVMM_CQE_F_LOWER KVMM_RING_F_NS KVMM_OP_STATS
+""".split()
+
+# The ABI structs the binding fills or reads (uapi/kvmm/ring.h).
+UAPI_STRUCTS = ("kvmm_sqe", "kvmm_cqe", "kvmm_tier_hits", "kvmm_stats_snap")
+
+# What the headers declare that cffi's parser cannot take as written: the
+# static inline helpers of libkvmm-ring.h are declared here instead (cffi
+# compiles calls to them in API mode).
+EXTRA = r"""
+extern "Python" void kvmm_py_log(void *priv, const char *msg);
+struct timespec { long tv_sec; long tv_nsec; ...; };
+struct kvmm_sqe *kvmm_get_sqe(struct kvmm_ring *ring);
+int kvmm_peek_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep);
+void kvmm_cqe_seen(struct kvmm_ring *ring, struct kvmm_cqe *cqe);
+/* The package's own (below): arming the CQ doorbell for an event loop. */
+uint32_t kvmm_py_cq_arm(struct kvmm_ring *ring);
+void kvmm_py_cq_disarm(struct kvmm_ring *ring);
+"""
+
+
+def _strip(text: str) -> str:
+	"""Drop comments, preprocessor lines, C++ guards and inline function bodies."""
+	text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+	text = re.sub(r"//[^\n]*", "", text)
+	text = re.sub(r"#ifdef __cplusplus.*?#endif", "", text, flags=re.S)
+	text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+	out, i = [], 0
+	for m in re.finditer(r"static inline[^{;]*\{", text):
+		if m.start() < i:
+			continue
+		out.append(text[i:m.start()])
+		depth, j = 1, m.end()
+		while depth:
+			depth += {"{": 1, "}": -1}.get(text[j], 0)
+			j += 1
+		i = j
+	out.append(text[i:])
+	return "".join(out)
+
+
+def _uapi_structs(text: str) -> str:
+	"""The UAPI_STRUCTS definitions, array sizes left to the compiler."""
+	text = _strip(text)
+	defs = [re.search(r"struct %s \{.*?\};" % name, text, flags=re.S).group(0)
+		for name in UAPI_STRUCTS]
+	return re.sub(r"\[[A-Z_][A-Z0-9_]*\]", "[...]", "\n".join(defs))
+
+
+def cdef() -> str:
+	"""The cdef: libkvmm.h and libkvmm-ring.h as they are, plus what cffi needs besides."""
+	types = "".join(f"typedef {t}_t __{u};\n" for t, u in
+			(("uint8", "u8"), ("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64"),
+			 ("int32", "s32")))
+	consts = "".join(f"#define {c} ...\n" for c in CONSTANTS)
+	inc = ROOT / "include"
+	return (types + consts + _uapi_structs((ROOT / "uapi/kvmm/ring.h").read_text()) +
+		_strip((inc / "libkvmm.h").read_text()) +
+		_strip((inc / "libkvmm-ring.h").read_text()) + EXTRA)
+
+# An event loop waits on the CQ doorbell (an eventfd) instead of in
+# kvmm_wait_cqe(): before it sleeps it says so as kvmm_wait_cqe() does
+# (cq_sleeping, a fence, a kick of a server waiting for CQ room, a last
+# look), and clears the flag when it wakes.
+SOURCE = r"""
+#include <unistd.h>
+#include <libkvmm-ring.h>
+
+static uint32_t kvmm_py_cq_ready(struct kvmm_ring *ring)
+{
+	return __atomic_load_n(&ring->hdr->cq_tail, __ATOMIC_ACQUIRE) - ring->cq_head;
+}
+
+static void kvmm_py_kick(struct kvmm_ring *ring)
+{
+	uint64_t one = 1;
+
+	if (!ring->ctx && __atomic_load_n(&ring->hdr->cq_wait, __ATOMIC_RELAXED) &&
+	    write(ring->sq_fd, &one, sizeof(one)) < 0)
+		return;	/* a full eventfd has a wake-up pending already */
+}
+
+static uint32_t kvmm_py_cq_arm(struct kvmm_ring *ring)
+{
+	uint32_t ready = kvmm_py_cq_ready(ring);
+
+	if (ready)
+		return ready;
+	kvmm_py_kick(ring);
+	__atomic_store_n(&ring->hdr->cq_sleeping, 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	kvmm_py_kick(ring);
+	return kvmm_py_cq_ready(ring);
+}
+
+static void kvmm_py_cq_disarm(struct kvmm_ring *ring)
+{
+	uint64_t v;
+
+	__atomic_store_n(&ring->hdr->cq_sleeping, 0, __ATOMIC_RELAXED);
+	if (read(ring->cq_fd, &v, sizeof(v)) < 0)
+		return;	/* nonblocking: nothing was rung */
+}
+"""
+
+ffibuilder = FFI()
+ffibuilder.cdef(cdef())
+ffibuilder.set_source(
+	"kvmm._kvmm",
+	SOURCE,
+	include_dirs=[str(ROOT / "include"), str(ROOT / "uapi")],
+	extra_objects=[str(OBJTREE / "libkvmm.a")],
+	libraries=["pthread"],
+	extra_compile_args=["-O2"],
+)
+
+if __name__ == "__main__":
+	ffibuilder.compile(verbose=True)

@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: MIT
+"""setup.py - builds libkvmm.a with the tree's Makefile, then the cffi extension.
+
+``pip install ./python`` from a clone of the repository runs ``make lib``
+in the repository root (the parent of this directory) and links the
+extension with the static library, so nothing of the build tree is needed
+at run time.  KVMM_O names another make output tree (default: build).
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from build_ffi import OBJTREE, ROOT  # noqa: E402
+
+
+def lib_libs():
+	"""Return the libraries libkvmm.a needs, from the probed config.mk."""
+	libs = []
+	config = (OBJTREE / "config.mk").read_text()
+	for flag, lib in (("CONFIG_KVMM_LIBURING", "uring"), ("CONFIG_KVMM_LIBNUMA", "numa")):
+		if f"{flag} := y" in config:
+			libs.append(lib)
+	return libs
+
+
+class BuildWithLib(build_ext):
+	"""build_ext that first builds libkvmm.a with make."""
+
+	def run(self):
+		if not (ROOT / "Makefile").exists():
+			sys.exit(f"kvmm: {ROOT} is not a kvmm source tree; install from a clone")
+		jobs = os.environ.get("KVMM_MAKE_JOBS", "2")
+		subprocess.check_call(["make", "-C", str(ROOT), f"-j{jobs}", f"O={OBJTREE}", "lib"])
+		for ext in self.extensions:
+			ext.libraries = lib_libs() + list(ext.libraries)
+		super().run()
+
+
+# cffi builds the extension against the stable ABI (_kvmm.abi3.so); tag the
+# wheel so, and one build serves every CPython from 3.9 on.
+setup(cffi_modules=["build_ffi.py:ffibuilder"], cmdclass={"build_ext": BuildWithLib},
+      options={"bdist_wheel": {"py_limited_api": "cp39"}})

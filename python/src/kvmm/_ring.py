@@ -1,0 +1,358 @@
+# SPDX-License-Identifier: MIT
+"""The command ring: batched commands to a context, in-process or in kvmmd.
+
+``kvmm.connect(path)`` attaches a ring to a server (kvmmd, or an engine's
+kvmm_server_start()); ``Context.ring()`` makes one in-process.  Commands
+are collected in a :class:`Batch` and submitted together; completions are
+matched by position.  Token arrays are copied into the ring's data area
+(buffer 0), the only memory a server in another process can read.
+:meth:`Ring.submit_async` awaits the completions on an asyncio loop through
+the CQ doorbell (an eventfd, with ``loop.add_reader``): a PROMOTE that
+reads from NVMe completes later without blocking the loop or a thread.
+"""
+import asyncio
+import os
+from typing import Any, List, Optional, Tuple
+
+import numpy as np
+
+from ._core import STAT_NAMES, Stats, ViewOwner, tokens_arg
+from ._errors import InvalidArgument, make_error
+from ._kvmm import ffi, lib
+
+__all__ = ["Ring", "Batch", "Pool", "connect"]
+
+_NAMES = {lib.KVMM_OP_NOP: "NOP", lib.KVMM_OP_OPEN: "OPEN", lib.KVMM_OP_MATCH: "MATCH",
+	  lib.KVMM_OP_EXTEND: "EXTEND", lib.KVMM_OP_COMMIT: "COMMIT",
+	  lib.KVMM_OP_CLOSE: "CLOSE", lib.KVMM_OP_RETRACT: "RETRACT", lib.KVMM_OP_PIN: "PIN",
+	  lib.KVMM_OP_UNPIN: "UNPIN", lib.KVMM_OP_RECLAIM: "RECLAIM",
+	  lib.KVMM_OP_PRIO: "PRIO", lib.KVMM_OP_LOOKUP: "LOOKUP",
+	  lib.KVMM_OP_PROMOTE: "PROMOTE", lib.KVMM_OP_DROP_CACHES: "DROP_CACHES"}
+
+
+def _timespec(seconds: Optional[float]) -> Any:
+	"""A struct timespec for a relative timeout, or NULL for none."""
+	if seconds is None:
+		return ffi.NULL
+	return ffi.new("struct timespec *", (int(seconds), int(seconds % 1 * 1e9)))
+
+
+class Batch:
+	"""Commands to submit together; each method returns its index in the results."""
+
+	def __init__(self, ring: "Ring") -> None:
+		self.ring = ring
+		self.ops: List[Tuple[int, dict]] = []
+		self._off = 0
+
+	def _add(self, op: int, **fields: int) -> int:
+		self.ops.append((op, fields))
+		return len(self.ops) - 1
+
+	def _reserve(self, nbytes: int, align: int = 4) -> int:
+		"""Take @nbytes of the data area for this batch; return their offset."""
+		off = -(-self._off // align) * align
+		if off + nbytes > self.ring.buf_size:
+			raise ValueError(f"the batch's payloads need {off + nbytes} bytes; the "
+					 f"ring's data area has {self.ring.buf_size}")
+		self._off = off + nbytes
+		return off
+
+	def _tokens(self, tokens: Any, n: Optional[int]) -> dict:
+		"""Copy tokens[:n] into the data area; return the sqe's buf/off/len."""
+		buf, n = tokens_arg(tokens, n)
+		off = self._reserve(4 * n)
+		ffi.memmove(self.ring._at(off), buf, 4 * n)
+		return {"buf": 0, "off": off, "len": n}
+
+	def nop(self) -> int:
+		"""NOP: completes with 0."""
+		return self._add(lib.KVMM_OP_NOP)
+
+	def open(self, ns: int = 0) -> int:
+		"""OPEN: the result is the new sequence's id."""
+		return self._add(lib.KVMM_OP_OPEN, ns=ns)
+
+	def match(self, seq: int, tokens: Any, n: Optional[int] = None) -> int:
+		"""MATCH: the result is the matched length."""
+		return self._add(lib.KVMM_OP_MATCH, seq=seq, **self._tokens(tokens, n))
+
+	def promote(self, seq: int, tokens: Any, n: Optional[int] = None) -> int:
+		"""PROMOTE: the result is the sequence's cached length (may complete later)."""
+		return self._add(lib.KVMM_OP_PROMOTE, seq=seq, **self._tokens(tokens, n))
+
+	def extend(self, seq: int, n: int, flags: int = 0) -> int:
+		"""EXTEND one sequence by @n tokens."""
+		if n < 0:
+			raise ValueError(f"n = {n} is negative")
+		return self._add(lib.KVMM_OP_EXTEND, seq=seq, arg=n, arg2=flags)
+
+	def commit(self, seq: int, tokens: Any, n: Optional[int] = None) -> int:
+		"""COMMIT: the result is the sequence's cached length."""
+		return self._add(lib.KVMM_OP_COMMIT, seq=seq, **self._tokens(tokens, n))
+
+	def close(self, seq: int, tokens: Any = None, n: Optional[int] = None) -> int:
+		"""CLOSE, committing tokens[:n] first when given."""
+		fields = self._tokens(tokens, n) if tokens is not None else {}
+		return self._add(lib.KVMM_OP_CLOSE, seq=seq, **fields)
+
+	def retract(self, seq: int, tokens: Any = None, n: Optional[int] = None) -> int:
+		"""RETRACT: as CLOSE, the sequence staying open and empty."""
+		fields = self._tokens(tokens, n) if tokens is not None else {}
+		return self._add(lib.KVMM_OP_RETRACT, seq=seq, **fields)
+
+	def lookup(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> int:
+		"""LOOKUP: the result is the prefix's cached length on the device."""
+		return self._add(lib.KVMM_OP_LOOKUP, ns=ns, **self._tokens(tokens, n))
+
+	def pin(self, tokens: Any, n: Optional[int] = None, ns: int = 0,
+		keep: bool = False) -> int:
+		"""PIN (the ring's, or with @keep an operator's that outlives it)."""
+		return self._add(lib.KVMM_OP_PIN, ns=ns, arg=lib.KVMM_PIN_KEEP if keep else 0,
+				 **self._tokens(tokens, n))
+
+	def unpin(self, tokens: Any, n: Optional[int] = None, ns: int = 0,
+		  keep: bool = False) -> int:
+		"""UNPIN."""
+		return self._add(lib.KVMM_OP_UNPIN, ns=ns, arg=lib.KVMM_PIN_KEEP if keep else 0,
+				 **self._tokens(tokens, n))
+
+	def reclaim(self, pages: int) -> int:
+		"""RECLAIM: the result is the pages freed."""
+		return self._add(lib.KVMM_OP_RECLAIM, arg=pages)
+
+
+class Ring:
+	"""A command ring (struct kvmm_ring); see the module's docstring."""
+
+	def __init__(self, owner: Any = None) -> None:
+		self._r = ffi.new("struct kvmm_ring *")
+		self._owner = owner	# the in-process ring's Context, kept alive
+		self._up = False
+		self.buf_size = 0
+		self._busy = False
+
+	def _start(self, ret: int, call: str, buf_size: int) -> "Ring":
+		if ret < 0:
+			raise make_error(ret, call)
+		self._up = True
+		self.buf_size = buf_size
+		if self._owner is not None:
+			self._owner._live += 1	# the context may not close under it
+		return self
+
+	def batch(self) -> Batch:
+		"""A new, empty batch for this ring."""
+		return Batch(self)
+
+	def _ring(self) -> Any:
+		if not self._up:
+			raise InvalidArgument(22, "kvmm: the ring is closed")
+		if self._busy:
+			raise InvalidArgument(22, "kvmm: the ring has a batch in flight")
+		return self._r
+
+	def _post(self, batch: Batch) -> int:
+		"""Fill and publish the batch's entries; return how many."""
+		r = self._ring()
+		if batch.ring is not self:
+			raise ValueError("kvmm: the batch was made for another ring")
+		for i, (op, fields) in enumerate(batch.ops):
+			sqe = lib.kvmm_get_sqe(r)
+			if sqe == ffi.NULL:
+				raise ValueError(f"kvmm: the batch has more than the SQ's {i} free entries")
+			sqe.opcode = op
+			for key, val in fields.items():
+				setattr(sqe, key, val)
+			sqe.user_data = i
+		ret = lib.kvmm_submit(r)
+		if ret < 0:
+			raise make_error(ret, "kvmm_submit")
+		return len(batch.ops)
+
+	def _reap(self, batch: Batch, res: List[Optional[int]], flags: List[int]) -> int:
+		"""Take every completion there is; return how many."""
+		cqe = ffi.new("struct kvmm_cqe **")
+		got = 0
+		while lib.kvmm_peek_cqe(self._r, cqe) == 0:
+			i = cqe[0].user_data
+			res[i], flags[i] = cqe[0].res, cqe[0].flags
+			lib.kvmm_cqe_seen(self._r, cqe[0])
+			got += 1
+		return got
+
+	@staticmethod
+	def _results(batch: Batch, res: List[Optional[int]]) -> List[int]:
+		"""Return the results, or raise the first command's error."""
+		for (op, _), r in zip(batch.ops, res):
+			if r is not None and r < 0:
+				err = make_error(r, _NAMES.get(op, str(op)))
+				err.results = res
+				raise err
+		return res  # type: ignore[return-value]
+
+	def submit(self, batch: Batch, timeout: Optional[float] = None) -> List[int]:
+		"""Submit @batch, wait for all its completions, return their results.
+
+		A command that failed raises its error (``.results`` holds every
+		command's result, negative errnos included) after all completed.
+		"""
+		n = self._post(batch)
+		res: List[Optional[int]] = [None] * n
+		flags = [0] * n
+		ts = _timespec(timeout)
+		cqe = ffi.new("struct kvmm_cqe **")
+		left = n - self._reap(batch, res, flags)
+		while left:
+			ret = lib.kvmm_wait_cqe_timeout(self._r, cqe, ts)
+			if ret < 0:
+				raise make_error(ret, "kvmm_wait_cqe")
+			left -= self._reap(batch, res, flags)
+		self.last_flags = flags
+		return self._results(batch, res)
+
+	async def submit_async(self, batch: Batch) -> List[int]:
+		"""Submit @batch and await its completions on the running asyncio loop."""
+		n = self._post(batch)
+		res: List[Optional[int]] = [None] * n
+		flags = [0] * n
+		left = n - self._reap(batch, res, flags)
+		if left:
+			loop = asyncio.get_running_loop()
+			done = loop.create_future()
+			fd = self._r.cq_fd
+
+			def on_doorbell() -> None:
+				nonlocal left
+				lib.kvmm_py_cq_disarm(self._r)
+				left -= self._reap(batch, res, flags)
+				while left and lib.kvmm_py_cq_arm(self._r):
+					lib.kvmm_py_cq_disarm(self._r)
+					left -= self._reap(batch, res, flags)
+				if not left and not done.done():
+					done.set_result(None)
+
+			self._busy = True
+			loop.add_reader(fd, on_doorbell)
+			try:
+				if lib.kvmm_py_cq_arm(self._r):
+					on_doorbell()
+				await done
+			finally:
+				loop.remove_reader(fd)
+				lib.kvmm_py_cq_disarm(self._r)
+				self._busy = False
+		self.last_flags = flags
+		return self._results(batch, res)
+
+	def _at(self, off: int) -> Any:
+		"""A char * at byte @off of the data area."""
+		return ffi.cast("char *", self._r.buf) + off
+
+	def stats(self, timeout: Optional[float] = None) -> Any:
+		"""The context's statistics through the ring (STATS), as :class:`kvmm.Stats`."""
+		b = self.batch()
+		head = ffi.sizeof("struct kvmm_stats_snap")
+		off = b._reserve(head + 8 * len(STAT_NAMES), align=8)
+		b._add(lib.KVMM_OP_STATS, buf=0, off=off, len=head + 8 * len(STAT_NAMES))
+		nr = self.submit(b, timeout)[0]
+		vals = ffi.cast("uint64_t *", self._at(off + head))
+		return Stats(*(vals[i] if i < nr else 0 for i in range(len(STAT_NAMES))))
+
+	def attach_pool(self, timeout: Optional[float] = 10.0) -> "Pool":
+		"""Map the server's KV pool into this process (kvmm_kv_pool_attach())."""
+		return Pool(self, timeout)
+
+	def close(self) -> None:
+		"""Detach (kvmm_ring_exit()); the ring's sequences and pins are released."""
+		if self._up:
+			self._up = False
+			lib.kvmm_ring_exit(self._r)
+			if self._owner is not None:
+				self._owner._live -= 1
+				self._owner = None
+
+	def __enter__(self) -> "Ring":
+		return self
+
+	def __exit__(self, *exc: Any) -> None:
+		self.close()
+
+	def __del__(self) -> None:
+		if getattr(self, "_up", False):
+			self.close()
+
+
+class Pool(ViewOwner):
+	"""A server's KV pool mapped into this process, for a ring's client.
+
+	The client does not know the server's geometry: :meth:`kv` gives each
+	layer's slots as raw bytes unless told the dtype and the shape of one
+	slot.  Views keep the mapping alive; close() refuses while one lives.
+	"""
+
+	def __init__(self, ring: Ring, timeout: Optional[float]) -> None:
+		out = ffi.new("struct kvmm_kv_pool **")
+		ret = lib.kvmm_kv_pool_attach_timeout(ring._ring(), ffi.NULL, out, _timespec(timeout))
+		if ret < 0:
+			raise make_error(ret, "kvmm_kv_pool_attach")
+		self._pool = out[0]
+
+	def _c(self) -> Any:
+		if self._pool is None:
+			raise InvalidArgument(22, "kvmm: the pool is closed")
+		return self._pool
+
+	@property
+	def pages(self) -> int:
+		"""Pages mapped."""
+		return lib.kvmm_kv_pool_pages(self._c())
+
+	def kv(self, layer: int, dtype: Any = np.uint8,
+	       cell: Optional[Tuple[int, ...]] = None) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+		"""(K, V) of @layer: (slots,) + @cell arrays of @dtype (V None for MLA).
+
+		@cell defaults to the whole slot in @dtype units, e.g. (kv_heads,
+		head_dim) of float16 for an MHA model.
+		"""
+		out = ffi.new("struct kvmm_kv_layer *")
+		ret = lib.kvmm_kv_pool_layer(self._c(), layer, out)
+		if ret < 0:
+			raise make_error(ret, "kvmm_kv_pool_layer")
+		k, v = (int(ffi.cast("uintptr_t", p)) for p in (out.k, out.v))
+		cell = cell or (out.slot_bytes // np.dtype(dtype).itemsize,)
+		return self._layer_views(k, v, out.slot_bytes, out.bytes, dtype, cell)
+
+	def close(self) -> None:
+		"""Unmap the pool (kvmm_kv_pool_close()); refused while views live."""
+		if self._pool is not None:
+			self._refuse_if_viewed("pool")
+			pool, self._pool = self._pool, None
+			lib.kvmm_kv_pool_close(pool)
+
+	def __enter__(self) -> "Pool":
+		return self
+
+	def __exit__(self, *exc: Any) -> None:
+		self.close()
+
+	def __del__(self) -> None:
+		if getattr(self, "_pool", None) is not None and not self._live:
+			lib.kvmm_kv_pool_close(self._pool)
+
+
+def connect(path: str, sq_entries: int = 64, buf_size: int = 1 << 20,
+	    timeout: float = 10.0, ns: Optional[int] = None) -> Ring:
+	"""Attach a ring to the kvmm server at Unix socket @path (kvmmd).
+
+	@ns binds the ring to a namespace.  Raises kvmm.Error: TimeoutError
+	past @timeout, ConnectionRefusedError/FileNotFoundError when nothing
+	listens, the server's refusal otherwise.
+	"""
+	ring = Ring()
+	p = ffi.new("struct kvmm_ring_params *", {"sq_entries": sq_entries, "buf_size": buf_size})
+	if ns is not None:
+		p.flags, p.ns = lib.KVMM_RING_F_NS, ns
+	return ring._start(lib.kvmm_ring_connect_timeout(path.encode(), p, ring._r,
+							 _timespec(timeout)),
+			   "kvmm_ring_connect", buf_size)

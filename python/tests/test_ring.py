@@ -1,0 +1,178 @@
+# SPDX-License-Identifier: MIT
+"""The ring client: batches to kvmmd in another process, asyncio PROMOTE."""
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvmm
+
+OBJTREE = Path(os.environ.get("KVMM_O", Path(__file__).resolve().parents[2] / "build"))
+KVMMD = OBJTREE / "bin" / "kvmmd"
+PS = 16
+
+
+@pytest.fixture
+def kvmmd(tmp_path):
+	"""A kvmmd with a 16-page pool over a 4-page host tier and an NVMe file."""
+	if not KVMMD.exists():
+		pytest.skip(f"no {KVMMD}: build the tools first")
+	sock = tmp_path / "kvmmd.sock"
+	proc = subprocess.Popen([str(KVMMD), "--socket", str(sock), "--page-size", str(PS),
+				 "--pages", "16", "--host-pages", "4", "--nvme-pages", "256",
+				 "--nvme-file", str(tmp_path / "nvme"), "--layers", "1",
+				 "--kv-heads", "1", "--head-dim", "16", "--max-seqs", "8",
+				 "--max-seq-len", "1024"], stdout=subprocess.DEVNULL)
+	deadline = time.monotonic() + 10
+	while not sock.exists() and proc.poll() is None and time.monotonic() < deadline:
+		time.sleep(0.02)
+	assert sock.exists(), "kvmmd did not start"
+	yield proc, str(sock)
+	if proc.poll() is None:
+		proc.send_signal(signal.SIGTERM)
+		proc.wait(10)
+
+
+def prompt(i, n=64):
+	return np.arange(i * 1000, i * 1000 + n, dtype=np.int32)
+
+
+def serve(ring, tokens):
+	"""One request through the ring: open, match, extend, commit, close."""
+	b = ring.batch()
+	b.open()
+	seq = ring.submit(b)[0]
+	b = ring.batch()
+	b.match(seq, tokens, len(tokens) - 1)
+	hit = ring.submit(b)[0]
+	b = ring.batch()
+	b.extend(seq, len(tokens) - hit)
+	b.commit(seq, tokens)
+	b.close(seq, tokens)
+	assert ring.submit(b) == [0, len(tokens), 0]
+	return hit
+
+
+def test_requests_through_kvmmd(kvmmd):
+	_, sock = kvmmd
+	with kvmm.connect(sock) as ring:
+		assert serve(ring, prompt(0)) == 0
+		assert serve(ring, prompt(0)) == 48		# whole pages of 63 tokens
+		b = ring.batch()
+		b.lookup(prompt(0))
+		b.lookup(prompt(1))
+		assert ring.submit(b) == [64, 0]
+		st = ring.stats()
+		assert st.pages_total == 16 and st.hit_tokens == 48 and st.seqs_open == 0
+
+
+def test_a_failed_command_raises_after_the_batch(kvmmd):
+	_, sock = kvmmd
+	with kvmm.connect(sock) as ring:
+		b = ring.batch()
+		b.nop()
+		b.extend(7, 1)			# no such sequence
+		b.lookup(prompt(0))
+		with pytest.raises(kvmm.InvalidArgument) as e:
+			ring.submit(b)
+		assert e.value.results == [0, -22, 0] and "EXTEND" in str(e.value)
+
+
+def test_promote_from_nvme_awaited_on_asyncio(kvmmd):
+	"""A prefix pushed to NVMe comes back by a PROMOTE the event loop awaits."""
+	_, sock = kvmmd
+	with kvmm.connect(sock) as ring:
+		serve(ring, prompt(0))
+		for i in range(1, 12):			# 11 * 4 pages through a 16-page pool
+			serve(ring, prompt(i))
+		b = ring.batch()
+		b.open()
+		seq = ring.submit(b)[0]
+		b = ring.batch()
+		b.match(seq, prompt(0), 63)
+		assert ring.submit(b) == [0]
+		assert ring.last_flags[0] & kvmm.CQE_F_LOWER
+
+		async def promote():
+			b = ring.batch()
+			b.promote(seq, prompt(0), 63)
+			ticks = 0
+
+			async def ticker():
+				nonlocal ticks
+				while True:
+					ticks += 1
+					await asyncio.sleep(0)
+
+			t = asyncio.ensure_future(ticker())
+			res = await asyncio.wait_for(ring.submit_async(b), 10)
+			t.cancel()
+			return res, ticks
+
+		before = ring.stats()
+		(cached,), ticks = asyncio.run(promote())
+		assert cached == 48
+		assert ticks > 0				# the loop ran meanwhile
+		after = ring.stats()
+		assert after.nvme_promote_pages > before.nvme_promote_pages
+		assert after.promote_async == before.promote_async + 1	# it completed later
+		b = ring.batch()
+		b.extend(seq, 64 - 48)
+		b.close(seq, prompt(0))
+		assert ring.submit(b) == [0, 0]
+
+
+def test_kvmmd_gone_mid_use_is_an_error_not_a_crash(kvmmd):
+	proc, sock = kvmmd
+	ring = kvmm.connect(sock)
+	serve(ring, prompt(0))
+	proc.kill()
+	proc.wait(10)
+	b = ring.batch()
+	b.lookup(prompt(0))
+	with pytest.raises(kvmm.Error) as e:
+		ring.submit(b, timeout=5)
+	assert isinstance(e.value, (ConnectionResetError, TimeoutError))
+	ring.close()
+
+
+def test_connect_to_nothing(tmp_path):
+	with pytest.raises(kvmm.Error) as e:
+		kvmm.connect(str(tmp_path / "none.sock"), timeout=1)
+	assert isinstance(e.value, (FileNotFoundError, ConnectionRefusedError))
+
+
+def test_in_process_ring_keeps_its_context():
+	ctx = kvmm.Context(layers=1, kv_heads=1, head_dim=4, dtype_bytes=4, page_size=4,
+			   nr_pages=64, max_seqs=4, max_seq_len=128)
+	ring = ctx.ring()
+	assert serve(ring, prompt(0, 20)) == 0
+	assert ctx.lookup(prompt(0, 20)) == 20
+	with pytest.raises(kvmm.Busy):
+		ctx.close()
+	ring.close()
+	ctx.close()
+
+
+def test_two_clients_share_the_pool_of_kvmmd(kvmmd):
+	"""KV one client writes through its mapping is what another reads."""
+	_, sock = kvmmd
+	with kvmm.connect(sock) as a, kvmm.connect(sock) as b:
+		pa, pb = a.attach_pool(), b.attach_pool()
+		assert pa.pages == pb.pages == 16
+		ka, va = pa.kv(0, np.float16, (1, 16))
+		kb, vb = pb.kv(0, np.float16, (1, 16))
+		assert ka.shape == (16 * PS, 1, 16)
+		ka[5] = 1.5
+		va[7, 0, 3] = -2.0
+		assert np.all(kb[5] == 1.5) and vb[7, 0, 3] == -2.0
+		with pytest.raises(kvmm.Busy):
+			pa.close()
+		del ka, va, kb, vb
+		pa.close()
+		pb.close()
