@@ -763,6 +763,7 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 		return 0;
 
 	pthread_mutex_lock(&d->ctx->lock);
+	kvmm_migrate_reap(d->ctx);	/* a batch sees what writeback finished */
 	/* Every command completes once, now or later: room for both. */
 	room = d->cq_mask + 1 - (d->cq_tail - cq_head);
 	if (room > d->cq_mask + 1)

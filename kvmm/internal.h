@@ -499,7 +499,6 @@ void kvmm_tiers_exit(struct kvmm_ctx *ctx);
 bool kvmm_tier_below(const struct kvmm_ctx *ctx, uint32_t tier, uint32_t *lower);
 int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_drop_subtree(struct kvmm_ctx *ctx, struct kvmm_node *node);
-bool kvmm_subtree_busy(const struct kvmm_node *node);
 void kvmm_path_tiers(const struct kvmm_node *root, const struct kvmm_path *path,
 		     uint32_t *tokens);
 void kvmm_path_clip(struct kvmm_path *path);
@@ -535,6 +534,7 @@ int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 void kvmm_promo_cancel(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
 void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 void kvmm_writeback(struct kvmm_ctx *ctx);
+void kvmm_writeback_cancel(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_migrate_reap(struct kvmm_ctx *ctx);
 int kvmm_iow_start(struct kvmm_ctx *ctx);
 void kvmm_iow_stop(struct kvmm_ctx *ctx);

@@ -9,11 +9,12 @@
  * in three steps, as the kernel's migrate.c isolates, copies and remaps:
  *
  *  - arm, under the context's lock: mark each node KVMM_NODE_IO (nothing
- *    splits it, moves it, adopts into it or drops it; an insert stops
- *    before it), hold it (a promotion locks its chain, so that reclaim
- *    leaves the path alone; a demotion takes its leaves off the reclaim
- *    lists, and reclaim never drops a subtree with such a node in it,
- *    so their ancestors stay evictable, by demotion), take frames on the
+ *    splits it, moves it or adopts into it; an insert stops before it),
+ *    hold it (a promotion locks its chain, so that reclaim leaves the
+ *    path alone; a demotion only takes its leaves off the reclaim lists,
+ *    so that their ancestors stay reclaimable: a leaf dropped with one of
+ *    them leaves its pages to the job, kvmm_writeback_cancel()), take
+ *    frames on the
  *    destination tier in state KVMM_PAGE_IO (held by the job, in no node)
  *    and record each page's source frame and identity in the job;
  *  - copy, without the lock: the job's arrays, the stores and the backend
@@ -104,9 +105,17 @@ void kvmm_migrate_lay_out(struct kvmm_migrate *job, char *p, uint32_t nr_nodes,
 	job->io = false;
 }
 
+/* Bytes of a demotion's token copy. */
+static size_t tokens_bytes(const struct kvmm_ctx *ctx, const struct kvmm_migrate *job)
+{
+	return (size_t)job->nr_pages * ctx->page_size * sizeof(uint32_t);
+}
+
 void kvmm_migrate_free(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 {
 	list_del(&job->link);
+	if (job->tokens_copy)
+		kvmm_mfree(ctx, job->tokens_copy, tokens_bytes(ctx, job));
 	if (job->chain)
 		kvmm_mfree(ctx, job->chain, kvmm_migrate_arm_bytes(job->nr_nodes,
 								   job->nr_pages));
@@ -152,7 +161,8 @@ void kvmm_migrate_release(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 	uint32_t i;
 
 	for (i = 0; i < job->nr_nodes; i++)
-		job->chain[i].node->flags &= (uint8_t)~KVMM_NODE_IO;
+		if (job->chain[i].node)
+			job->chain[i].node->flags &= (uint8_t)~KVMM_NODE_IO;
 	ctx->io_pages[job->to] -= job->nr_pages;
 }
 
@@ -278,16 +288,20 @@ static void writeback_putback(struct kvmm_ctx *ctx, struct kvmm_node *node)
 static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node **nodes,
 					  uint32_t nr, uint32_t pages, uint32_t to)
 {
+	size_t tok_bytes = (size_t)pages * ctx->page_size * sizeof(uint32_t);
 	struct kvmm_migrate *job = kvmm_zalloc(ctx, kvmm_migrate_bytes(0));
 	char *arm = kvmm_malloc(ctx, kvmm_migrate_arm_bytes(nr, pages));
+	uint32_t *tok = kvmm_malloc(ctx, tok_bytes);
 	uint32_t i, at = 0;
 
-	if (!job || !arm || !kvmm_tier_make_room(ctx, to, pages)) {
+	if (!job || !arm || !tok || !kvmm_tier_make_room(ctx, to, pages)) {
+		kvmm_mfree(ctx, tok, tok_bytes);
 		kvmm_mfree(ctx, arm, kvmm_migrate_arm_bytes(nr, pages));
 		kvmm_mfree(ctx, job, kvmm_migrate_bytes(0));
 		return NULL;
 	}
 	kvmm_migrate_lay_out(job, arm, nr, pages);
+	job->tokens_copy = tok;
 	job->seq = KVMM_SEQ_NONE;
 	job->to = to;
 	job->io = true;
@@ -299,7 +313,10 @@ static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node
 						       .nr = len, .tier = nodes[i]->tier };
 		memcpy(job->src + at, nodes[i]->pfns, len * sizeof(int32_t));
 		kvmm_tier_keys(ctx, nodes[i], job->keys + at);
-		at += len;
+		memcpy(tok + (size_t)at * ctx->page_size, nodes[i]->tokens,
+		       (size_t)nodes[i]->len * sizeof(uint32_t));
+		for (; len; len--, at++)
+			job->keys[at].tokens = tok + (size_t)at * ctx->page_size;
 	}
 	__kvmm_alloc_pages(ctx, &ctx->zone[to], pages, job->dst);
 	kvmm_migrate_hold(ctx, job);
@@ -345,6 +362,34 @@ void kvmm_writeback(struct kvmm_ctx *ctx)
 	kvmm_migrate_queue(ctx, job);
 }
 
+/**
+ * kvmm_writeback_cancel() - @node, which a demotion is writing down, is
+ *	being dropped
+ * @ctx: the context
+ * @node: the node, about to leave the tree
+ *
+ * The worker may be reading its pages: the job takes them over (state
+ * KVMM_PAGE_IO) and frees them, and the copy it made, when it settles.
+ */
+void kvmm_writeback_cancel(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct kvmm_migrate *job = kvmm_migrate_of(ctx, node);
+	uint32_t i;
+
+	for (i = 0; i < job->nr_nodes; i++) {
+		struct migrate_node *pn = &job->chain[i];
+
+		if (pn->node != node)
+			continue;
+		pn->node = NULL;
+		kvmm_pages_set_state(&ctx->zone[pn->tier], job->src + pn->first, pn->nr,
+				     KVMM_PAGE_IO);
+		ctx->io_pages[pn->tier] += pn->nr;
+		node->flags &= (uint8_t)~KVMM_NODE_IO;
+		return;
+	}
+}
+
 /* Settle a copied demotion: see the DOC above. */
 static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 {
@@ -356,6 +401,12 @@ static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 		const struct migrate_node *pn = &job->chain[i];
 		struct kvmm_node *node = pn->node;
 
+		if (!node) {	/* dropped meanwhile: nothing to keep */
+			kvmm_free_pages(ctx, &ctx->zone[job->to], job->dst + pn->first, pn->nr);
+			kvmm_free_pages(ctx, &ctx->zone[pn->tier], job->src + pn->first, pn->nr);
+			ctx->io_pages[pn->tier] -= pn->nr;
+			continue;
+		}
 		if (!pn->err) {
 			kvmm_node_moved(ctx, node, job->to, job->dst + pn->first, job->to,
 					job->t0);
@@ -364,8 +415,7 @@ static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 		kvmm_free_pages(ctx, &ctx->zone[job->to], job->dst + pn->first, pn->nr);
 		kvmm_tier_copy_failed(ctx, pn->tier, job->to, pn->err);
 		writeback_putback(ctx, node);
-		/* its own pages are bad: never serve them */
-		if (pn->err == -EBADMSG && !kvmm_subtree_busy(node))
+		if (pn->err == -EBADMSG)	/* its own pages are bad: never serve them */
 			kvmm_drop_subtree(ctx, node);
 	}
 }
@@ -523,6 +573,23 @@ KVMM_EXPORT int kvmm_sync(struct kvmm_ctx *ctx)
 	return 0;
 }
 
+/* Mark @pfns of @zone as a job's: each must be IO and not marked yet. */
+static int mark_frames(const struct kvmm_zone *zone, uint8_t *mark, uint8_t mark_io,
+		       const int32_t *pfns, uint32_t nr)
+{
+	uint32_t i;
+
+	for (i = 0; i < nr; i++) {
+		int32_t pfn = pfns[i];
+
+		if (pfn < 0 || (uint32_t)pfn >= zone->nr_pages ||
+		    zone->pages[pfn].state != KVMM_PAGE_IO || mark[pfn])
+			return -EUCLEAN;
+		mark[pfn] = mark_io;
+	}
+	return 0;
+}
+
 /**
  * kvmm_migrations_check() - kvmm_check()'s view of the jobs
  * @ctx: the context
@@ -556,8 +623,19 @@ int kvmm_migrations_check(const struct kvmm_ctx *ctx, uint8_t *const *marks,
 		if (!job->chain)
 			continue;
 		for (i = 0; i < job->nr_nodes; i++) {
-			const struct kvmm_node *n = job->chain[i].node;
+			const struct migrate_node *pn = &job->chain[i];
+			const struct kvmm_node *n = pn->node;
 
+			if (!n && mark_frames(&ctx->zone[pn->tier], marks[pn->tier], mark_io,
+					      job->src + pn->first, pn->nr)) {
+				*why = "a dropped node's frames are not held by its demotion";
+				return -EUCLEAN;
+			}
+			if (!n) {
+				io[pn->tier] += pn->nr;
+				continue;
+			}
+			*nodes += 1;
 			if (!(n->flags & KVMM_NODE_IO) || n->tier != job->chain[i].tier ||
 			    n->tier == KVMM_TIER_DEVICE || n->tier == job->to ||
 			    (job->to == KVMM_TIER_DEVICE ? !n->lock_ref
@@ -566,20 +644,13 @@ int kvmm_migrations_check(const struct kvmm_ctx *ctx, uint8_t *const *marks,
 				return -EUCLEAN;
 			}
 		}
-		for (i = 0; i < job->nr_pages; i++) {
-			int32_t pfn = job->dst[i];
-
-			if (pfn < 0 || (uint32_t)pfn >= zone->nr_pages ||
-			    zone->pages[pfn].state != KVMM_PAGE_IO || marks[job->to][pfn]) {
-				*why = "a migration's frame is not in state IO, or is held twice";
-				return -EUCLEAN;
-			}
-			marks[job->to][pfn] = mark_io;
+		if (mark_frames(zone, marks[job->to], mark_io, job->dst, job->nr_pages)) {
+			*why = "a migration's frame is not in state IO, or is held twice";
+			return -EUCLEAN;
 		}
 		io[job->to] += job->nr_pages;
 		wb += job->to == KVMM_TIER_DEVICE ? 0 : job->nr_pages;
 		*locks += job->nr_locks;
-		*nodes += job->nr_nodes;
 	}
 	if (wb != ctx->writeback) {
 		*why = "the pages demotions are writing are miscounted";

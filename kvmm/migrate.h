@@ -15,7 +15,8 @@
 /**
  * struct migrate_node - one node of an armed job: its pages in the job's
  *	arrays
- * @node: the node
+ * @node: the node; NULL once a demotion's node was dropped (the job then
+ *	holds its source frames, in state KVMM_PAGE_IO, and frees them)
  * @first: its first page in the job's per-page arrays
  * @nr: its pages
  * @tier: the tier it is copied from
@@ -51,6 +52,8 @@ struct migrate_node {
  * @addrs: per page, scratch for the copy
  * @nr_pages: pages of the chain
  * @nr_locks: node locks the job holds (a promotion's one)
+ * @tokens_copy: a demotion's copy of its nodes' tokens, which @keys point
+ *	into (a node may be dropped while the worker writes it)
  * @to: the tier its pages go to
  * @io: the copy reads or writes an I/O store (the worker's kind of job)
  * @t0: when it was armed
@@ -71,6 +74,7 @@ struct kvmm_migrate {
 	struct kvmm_store_key *keys;
 	void **addrs;
 	uint32_t nr_locks;
+	uint32_t *tokens_copy;
 	uint32_t to;
 	bool io;
 	uint64_t t0;

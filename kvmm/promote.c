@@ -90,8 +90,7 @@ static int job_arm(struct kvmm_ctx *ctx, struct kvmm_migrate *job, struct kvmm_n
 
 /*
  * The copy is over: move what arrived to the device, give back the rest,
- * drop the node that failed with what hangs below it (unless a demotion
- * below it is writing: then it stays as it is, a miss again next time).
+ * drop the node that failed with what hangs below it.
  */
 static void job_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 {
@@ -115,10 +114,12 @@ static void job_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 				pn->tier, job->t0);
 	}
 	kvmm_tree_unlock(ctx, end);
-	if (failed && !kvmm_subtree_busy(failed))
+	if (failed) {
+		kvmm_assert(ctx, !failed->lock_ref);
 		kvmm_drop_subtree(ctx, failed);
-	else if (!failed)
+	} else {
 		kvmm_tree_touch(ctx, end);
+	}
 }
 
 /*

@@ -556,6 +556,7 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 		return ret;
 	}
 	kvmm_node_moved(ctx, node, lower, pfns, lower, t0);
+	kvmm_writeback(ctx);	/* the tier below may be taking pages down now */
 	return 0;
 }
 
@@ -564,7 +565,9 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
  * @ctx: the context
  * @node: an unlocked node with no children
  *
- * Its parent is queued if it became a leaf of its tier.
+ * Its parent is queued if it became a leaf of its tier.  A node that
+ * background reclaim is writing down leaves its pages to the job, which
+ * frees them when the write is over (kvmm_writeback_cancel()).
  */
 void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
@@ -574,7 +577,10 @@ void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	kvmm_assert(ctx, !node->lock_ref && kvmm_node_is_leaf(node));
 	kvmm_lru_del(ctx, node);
 	kvmm_shadow_drop(ctx, node);
-	kvmm_free_pages(ctx, kvmm_node_zone(ctx, node), node->pfns, nr);
+	if (node->flags & KVMM_NODE_IO)	/* being written down: the job frees them */
+		kvmm_writeback_cancel(ctx, node);
+	else
+		kvmm_free_pages(ctx, kvmm_node_zone(ctx, node), node->pfns, nr);
 	kvmm_node_lruvec(ctx, node)->evictable -= nr;
 	ctx->tree.cached[node->tier] -= nr;
 	kvmm_ns_cached_add(node, node->tier, -(int64_t)nr);
@@ -585,34 +591,6 @@ void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	kvmm_tree_delete_leaf(ctx, node);
 	if (!(parent->flags & KVMM_NODE_ROOT))
 		__kvmm_lru_update(ctx, parent, true);
-}
-
-/**
- * kvmm_subtree_busy() - whether a migrate job holds @node or a node below it
- * @node: a node
- *
- * Such a subtree cannot be dropped: the job owns those nodes until it
- * settles.  Walks the subtree without recursion; a reclaim victim's
- * subtree is its lower-tier tail, usually none.
- */
-bool kvmm_subtree_busy(const struct kvmm_node *node)
-{
-	const struct kvmm_node *n = node;
-
-	for (;;) {
-		if (n->flags & KVMM_NODE_IO)
-			return true;
-		if (!kvmm_node_is_leaf(n)) {	/* down to the first child */
-			n = list_entry(n->children.next, struct kvmm_node, sibling);
-			continue;
-		}
-		/* up until a node with a next sibling, then across */
-		while (n != node && n->sibling.next == &n->parent->children)
-			n = n->parent;
-		if (n == node)
-			return false;
-		n = list_entry(n->sibling.next, struct kvmm_node, sibling);
-	}
 }
 
 /**

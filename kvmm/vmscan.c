@@ -260,29 +260,21 @@ void kvmm_lru_touch(struct kvmm_ctx *ctx, struct kvmm_node *node)
 /*
  * Take @node, a leaf of tier sc->tier, off the tier: demote it when a
  * lower tier takes it, else drop it with whatever lower-tier nodes hang
- * below it.  A node that must be dropped while a demotion below it is
- * writing stays, as if just used (the kernel rotates a page under
- * writeback the same way).  Return: whether the pages went.
+ * below it (a demotion writing one of them down is cancelled).
  */
-static bool evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
+static void evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
 		       struct kvmm_scan_control *sc)
 {
 	uint32_t nr = node->len >> ctx->page_shift;
 
 	kvmm_assert(ctx, !node->lock_ref && !node->tkids);
-	if (!sc->drop && !kvmm_demote(ctx, node)) {
-		sc->nr_reclaimed += nr;
-		sc->nr_demoted += nr;
-		return true;
-	}
-	if (!kvmm_node_is_leaf(node) && kvmm_subtree_busy(node)) {
-		kvmm_tree_touch(ctx, node);
-		return false;
-	}
 	sc->nr_reclaimed += nr;
+	if (!sc->drop && !kvmm_demote(ctx, node)) {
+		sc->nr_demoted += nr;
+		return;
+	}
 	kvmm_drop_subtree(ctx, node);
 	sc->nr_evicted++;
-	return true;
 }
 
 /*
@@ -329,7 +321,7 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 	struct kvmm_lruvec *lv = &ctx->lruvec[sc->tier];
 	struct kvmm_zone *zone = &ctx->zone[sc->tier];
 	uint64_t before_nodes = sc->nr_evicted, before = sc->nr_reclaimed;
-	uint64_t before_demoted = sc->nr_demoted, skipped = 0;
+	uint64_t before_demoted = sc->nr_demoted;
 
 	if (sc->tier == KVMM_TIER_DEVICE) {
 		kvmm_count(ctx, EV_RECLAIM_RUNS, 1);
@@ -366,17 +358,12 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 		}
 		if (i > 2 * KVMM_SHRINK_PREFETCH)
 			__builtin_prefetch(lru_node(ahead));
-		if (evict_leaf(ctx, victim, sc))
-			skipped = 0;
-		else if (++skipped > lv->nr_leaves)
-			break;	/* every leaf left waits for a demotion below it */
+		evict_leaf(ctx, victim, sc);
 	}
 	if (sc->tier == KVMM_TIER_HOST)
 		kvmm_shadows_shrink(ctx, sc);
 	if (sc->tier != KVMM_TIER_DEVICE)
 		return;
-	if (sc->nr_demoted != before_demoted)
-		kvmm_writeback(ctx);	/* the host tier took pages */
 	kvmm_count(ctx, EV_EVICT_NODES, sc->nr_evicted - before_nodes);
 	kvmm_count(ctx, EV_EVICT_PAGES, sc->nr_reclaimed - before - sc->nr_demoted +
 				       before_demoted);

@@ -134,6 +134,9 @@ ffibuilder.set_source(
 	SOURCE,
 	include_dirs=[str(ROOT / "include"), str(ROOT / "uapi")],
 	extra_objects=[str(OBJTREE / "libkvmm.a")],
+	# relink when the library changes: setuptools checks sources and depends only
+	depends=[str(OBJTREE / "libkvmm.a"), str(ROOT / "include" / "libkvmm.h"),
+		 str(ROOT / "include" / "libkvmm-ring.h")],
 	libraries=["pthread"],
 	extra_compile_args=["-O2"],
 )

@@ -215,7 +215,13 @@ class Engine:
 		return seq, hit, logits
 
 	def serve(self, prompts: List[np.ndarray], steps: int) -> List[Dict[str, object]]:
-		"""Serve @prompts as one batch: prefill each, then @steps greedy decode steps."""
+		"""Serve @prompts as one batch: prefill each, then @steps greedy decode steps.
+
+		Background reclaim's writes to NVMe are waited for first
+		(Context.sync()), so that what each batch finds on which tier,
+		and so the test, does not depend on the disk's timing.
+		"""
+		self.ctx.sync()
 		reqs = []
 		for prompt in prompts:
 			seq, hit, logits = self.prefill(prompt)

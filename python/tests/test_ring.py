@@ -25,6 +25,7 @@ def kvmmd(tmp_path):
 	sock = tmp_path / "kvmmd.sock"
 	proc = subprocess.Popen([str(KVMMD), "--socket", str(sock), "--page-size", str(PS),
 				 "--pages", "16", "--host-pages", "4", "--nvme-pages", "256",
+				 "--host-wmark-low", "4", "--host-wmark-high", "4",
 				 "--nvme-file", str(tmp_path / "nvme"), "--layers", "1",
 				 "--kv-heads", "1", "--head-dim", "16", "--max-seqs", "8",
 				 "--max-seq-len", "1024"], stdout=subprocess.DEVNULL)
@@ -90,6 +91,10 @@ def test_promote_from_nvme_awaited_on_asyncio(kvmmd):
 		serve(ring, prompt(0))
 		for i in range(1, 12):			# 11 * 4 pages through a 16-page pool
 			serve(ring, prompt(i))
+		# background reclaim writes the host tier down; a batch settles it
+		deadline = time.monotonic() + 10
+		while ring.stats().host_pages_writeback and time.monotonic() < deadline:
+			time.sleep(0.01)
 		b = ring.batch()
 		b.open()
 		seq = ring.submit(b)[0]

@@ -46,14 +46,23 @@ def workload(cfg, ctx, model, convs=4, turns=3, seed=0):
 def push_down(cfg, ctx, model):
 	"""Move every cached prefix of the workload to the NVMe tier.
 
-	Unrelated requests fill the host tier behind it and reclaim empties
-	the device, so the workload's pages end on the file.
+	Reclaim empties the device a leaf at a time, waiting for background
+	reclaim to write the host tier down after each (a burst of demotions
+	faster than the disk would drop what the host tier cannot hold), and
+	unrelated requests fill the tiers behind, so the workload's pages end
+	on the file.
 	"""
 	rng = np.random.default_rng(99)
 	eng = Engine(model, ctx)
+	def drain():
+		# a leaf at a time, each written down before the next comes
+		while ctx.reclaim(1) > 0:
+			ctx.sync()
+
 	for _ in range(3):
+		drain()
 		eng.serve([rng.integers(0, cfg.vocab, 60).astype(np.int32) for _ in range(2)], 1)
-		ctx.reclaim(1 << 20)
+	drain()
 	eng.release()
 
 
@@ -61,6 +70,8 @@ def tiered(cfg, ps, path):
 	"""Context() parameters: a small device pool over small host and NVMe tiers."""
 	return dict(cfg.kvmm_geometry(), page_size=ps, nr_pages=DEVICE_PAGES[ps],
 		    host_pages=HOST_PAGES[ps], nvme_pages=8192 // ps, nvme_path=str(path),
+		    # the host tier stages the NVMe one: background reclaim writes it all down
+		    host_wmark_low=HOST_PAGES[ps], host_wmark_high=HOST_PAGES[ps],
 		    model_id="kvmm-tests/llama-numpy@1234", max_seqs=8, max_seq_len=512)
 
 
@@ -126,7 +137,9 @@ def test_restart_from_nvme_file(mha, ps, tmp_path):
 		on_file = ctx.stats().nvme_pages_cached
 	assert on_file > 0
 	with kvmm.Context(**params) as ctx:
-		assert ctx.stats().nvme_pages_cached == on_file
+		# all of it comes back; so may older copies of pages that were
+		# promoted since, which are still their prefixes' KV (keys say so)
+		assert ctx.stats().nvme_pages_cached >= on_file
 		again = workload(mha.cfg, ctx, mha)
 		check_against_reference(mha, again)
 		assert again[0]["start"] >= SYSTEM_LEN // ps * ps > first[0]["start"]

@@ -54,6 +54,9 @@ static void usage(FILE *f)
 		"                       a kvmm file of the same geometry and model is recovered (restart)\n"
 		"  --nvme-pages N       pages of the NVMe tier\n"
 		"  --nvme-qd N          its io_uring queue depth (default 32)\n"
+		"  --host-wmark-low N --host-wmark-high N   with an NVMe tier, background reclaim\n"
+		"                       writes the oldest host pages down while fewer than low are\n"
+		"                       free, until high are (default 1/8 and 1/4 of the host tier)\n"
 		"  --model-id STR       the model whose KV this is (name and revision): the NVMe\n"
 		"                       file records it and refuses to serve it to another model\n"
 		"  --nvme-reformat      format the NVMe file afresh (a cold start), even one of\n"
@@ -133,7 +136,7 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY,
        O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE,
        O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
-       O_SEND_MS, NR_OPTS };
+       O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 #define REQ	required_argument
@@ -162,6 +165,8 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 	[O_QUIET] = { "quiet", NONE, set_flag },
 	[O_NS_UID] = { "ns-per-uid", NONE, set_flag, 0, KVMM_SERVER_NS_UID },
 	[O_HOST_PAGES] = { "host-pages", REQ, set_u32, P(host_pages), UINT32_MAX },
+	[O_HOST_WLOW] = { "host-wmark-low", REQ, set_u32, P(host_wmark_low), UINT32_MAX },
+	[O_HOST_WHIGH] = { "host-wmark-high", REQ, set_u32, P(host_wmark_high), UINT32_MAX },
 	[O_HOST_NODE] = { "host-node", REQ, set_host_node, P(host_node), INT32_MAX },
 	[O_NVME_FILE] = { "nvme-file", REQ, set_str, offsetof(struct opts, nvme_path) },
 	[O_NVME_PAGES] = { "nvme-pages", REQ, set_u32, P(nvme_pages), UINT32_MAX },

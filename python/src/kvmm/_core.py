@@ -37,7 +37,8 @@ _MODEL_FIELDS = ("layers", "kv_heads", "head_dim", "latent_dim", "dtype_bytes")
 _STR_FIELDS = ("model_id", "backend", "evict_policy", "nvme_path")
 _INT_FIELDS = ("page_size", "max_seqs", "max_seq_len", "nr_pages", "max_pages", "mem_total",
 	       "mem_avail", "mem_fraction", "wmark_min", "wmark_low", "wmark_high",
-	       "host_pages", "host_node", "write_policy", "nvme_pages", "nvme_qd", "nvme_flags")
+	       "host_pages", "host_node", "write_policy", "nvme_pages", "nvme_qd", "nvme_flags",
+	       "host_wmark_low", "host_wmark_high")
 _ATTN = {"mha": lib.KVMM_ATTN_MHA, "mla": lib.KVMM_ATTN_MLA}
 # struct module formats of 4-byte ints in native (little-endian) order
 _TOKEN_FORMATS = frozenset(("i", "I", "@i", "@I", "=i", "=I", "<i", "<I"))
@@ -372,6 +373,12 @@ class Context(ViewOwner):
 	def drop_caches(self) -> int:
 		"""Evict everything evictable; return the pages freed."""
 		return self._check(lib.kvmm_drop_caches(self._c()), "kvmm_drop_caches")
+
+	def sync(self) -> None:
+		"""Wait for the demotions background reclaim has in flight, and settle
+		them: every page it took is then on its new tier.  Returns at once
+		without an NVMe tier."""
+		self._check(lib.kvmm_sync(self._c()), "kvmm_sync")
 
 	def set_watermarks(self, min: int, low: int, high: int) -> None:
 		"""Set the reclaim watermarks, in pages."""
