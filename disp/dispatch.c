@@ -384,6 +384,28 @@ static int op_dump(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return kvmm_dump(d->ctx, sqe, hdr, cflags);
 }
 
+/*
+ * SEQ_ROW: a remote client's view of its sequence's page-table row, which
+ * an in-process engine reads in place (kvmm_seq_table()).  The row is
+ * copied whole or not at all; the sequence is the ring's own (own_seq).
+ */
+static int op_seq_row(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		      const uint32_t *tok, uint32_t *cflags)
+{
+	const struct kvmm_ctx *ctx = d->ctx;
+	const struct kvmm_seq *s = &ctx->seqs[sqe->seq];
+	uint32_t pages = kvmm_pages_of(ctx, s->len);
+	struct kvmm_seq_row *row = payload(d, sqe, sqe->len);
+
+	if (!row)
+		return -EFAULT;
+	if (sqe->len < sizeof(*row) + (uint64_t)pages * sizeof(int32_t))
+		return -EINVAL;
+	*row = (struct kvmm_seq_row){ .len = s->len, .cached = s->cached, .pages = pages };
+	memcpy(row + 1, kvmm_row(ctx, sqe->seq), (size_t)pages * sizeof(int32_t));
+	return (int)pages;
+}
+
 static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		   const uint32_t *tok, uint32_t *cflags)
 {
@@ -538,6 +560,7 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_LOOKUP]	= { F_NS | F_TOK | F_ARG | F_ARG2, P_TOKENS, false, false, op_lookup },
 	[KVMM_OP_PROMOTE]	= { F_SEQ | F_TOK, P_TOKENS, true, false, op_promote },
 	[KVMM_OP_PIN_DROP]	= { F_NS | F_ARG | F_ARG2, P_NONE, false, true, op_pin_drop },
+	[KVMM_OP_SEQ_ROW]	= { F_SEQ | F_TOK, P_OWN, true, false, op_seq_row },
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");

@@ -335,6 +335,13 @@ static inline void kvmm_prep_dump(struct kvmm_sqe *sqe, uint32_t kind, uint64_t 
 	sqe->arg2 = cursor;
 }
 
+/* Output: a struct kvmm_seq_row and @seq's page frames in @bytes at (buf, off). */
+static inline void kvmm_prep_seq_row(struct kvmm_sqe *sqe, uint32_t seq, uint16_t buf,
+				     uint64_t off, uint32_t bytes)
+{
+	kvmm_prep_rw(sqe, KVMM_OP_SEQ_ROW, seq, buf, off, bytes);
+}
+
 static inline void kvmm_prep_set(struct kvmm_sqe *sqe, uint32_t key, uint64_t value)
 {
 	sqe->opcode = KVMM_OP_SET;

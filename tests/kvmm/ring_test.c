@@ -401,6 +401,89 @@ static void ring_bound_to_a_namespace_keeps_to_it(void)
 	kvmm_destroy(ctx);
 }
 
+/* SEQ_ROW of @seq on @ring into f->out (buffer 2) of @bytes; its result. */
+static int32_t seq_row(struct rfix *f, struct kvmm_ring *ring, uint32_t seq, uint32_t bytes)
+{
+	kvmm_prep_seq_row(TEST_SQE(ring), seq, 2, 0, bytes);
+	return test_ring1(ring, NULL);
+}
+
+/* Does f->out hold @seq's row as the page table has it, and as kvmm_seq_info() says? */
+static bool row_is_the_table(const struct rfix *f, uint32_t seq)
+{
+	const struct kvmm_seq_row *row = (const void *)f->out;
+	struct kvmm_seq_info info;
+	struct kvmm_table t;
+
+	kvmm_seq_table(f->ctx, &t);
+	if (kvmm_seq_info(f->ctx, seq, &info) || row->len != info.len ||
+	    row->cached != info.cached || row->resv)
+		return false;
+	return row->pages == (info.len + 3) / 4 &&
+	       !memcmp(row + 1, t.base + (size_t)seq * t.stride, row->pages * sizeof(int32_t));
+}
+
+/*
+ * SEQ_ROW gives a client in another process what an in-process engine
+ * reads in place: its sequence's page-table row, whole or not at all, and
+ * only for a sequence of its own ring, bound to a namespace or not.
+ */
+static void ring_seq_row_is_the_ring_own_page_table_row(void)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .flags = KVMM_RING_F_NS, .ns = 2 };
+	const struct kvmm_seq_row *row;
+	struct kvmm_ring tenant;
+	struct rfix f;
+	int32_t a, b;
+	uint32_t direct;
+
+	rfix_init(&f, 4, 64);
+	row = (const void *)f.out;
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(f.ctx, &rp, &tenant), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&tenant, (struct kvmm_iovec[]){
+		{ f.tok, sizeof(f.tok) }, { f.out, sizeof(f.out) } }, 2), 0);
+	/* an empty sequence: the header only */
+	kvmm_prep_open(TEST_SQE(&f.ring), 0);
+	a = test_ring1(&f.ring, NULL);
+	CU_ASSERT_FATAL(a >= 0);
+	CU_ASSERT_EQUAL(seq_row(&f, &f.ring, (uint32_t)a, sizeof(*row)), 0);
+	CU_ASSERT(row_is_the_table(&f, (uint32_t)a));
+	/* 40 tokens committed, then 2 more: 11 pages, 40 cached */
+	kvmm_prep_extend(TEST_SQE(&f.ring), (uint32_t)a, 42, 0);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
+	kvmm_prep_commit(TEST_SQE(&f.ring), (uint32_t)a, 0, 0, 40);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 40);
+	CU_ASSERT_EQUAL(seq_row(&f, &f.ring, (uint32_t)a, sizeof(f.out)), 11);
+	CU_ASSERT(row_is_the_table(&f, (uint32_t)a));
+	CU_ASSERT_EQUAL(row->len, 42);
+	CU_ASSERT_EQUAL(row->cached, 40);
+	/* one frame short: refused, the buffer untouched */
+	memset(f.out, 0xa5, sizeof(f.out));
+	CU_ASSERT_EQUAL(seq_row(&f, &f.ring, (uint32_t)a, sizeof(*row) + 10 * 4), -EINVAL);
+	CU_ASSERT_EQUAL(f.out[0], 0xa5a5a5a5a5a5a5a5ull);
+	/* the tenant's own sequence: yes; the operator's, the direct API's: no */
+	kvmm_prep_open(TEST_SQE(&tenant), 2);
+	b = test_ring1(&tenant, NULL);
+	CU_ASSERT_FATAL(b >= 0);
+	kvmm_prep_extend(TEST_SQE(&tenant), (uint32_t)b, 5, 0);
+	CU_ASSERT_EQUAL(test_ring1(&tenant, NULL), 0);
+	CU_ASSERT_EQUAL(seq_row(&f, &tenant, (uint32_t)b, sizeof(f.out)), 2);
+	CU_ASSERT(row_is_the_table(&f, (uint32_t)b));
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(f.ctx, 2, &direct), 0);
+	memset(f.out, 0xa5, sizeof(f.out));
+	CU_ASSERT_EQUAL(seq_row(&f, &tenant, (uint32_t)a, sizeof(f.out)), -EINVAL);
+	CU_ASSERT_EQUAL(seq_row(&f, &tenant, direct, sizeof(f.out)), -EINVAL);
+	CU_ASSERT_EQUAL(seq_row(&f, &f.ring, (uint32_t)b, sizeof(f.out)), -EINVAL);
+	CU_ASSERT_EQUAL(f.out[0], 0xa5a5a5a5a5a5a5a5ull);
+	/* a closed sequence is no one's */
+	kvmm_prep_close(TEST_SQE(&tenant), (uint32_t)b, 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&tenant, NULL), 0);
+	CU_ASSERT_EQUAL(seq_row(&f, &tenant, (uint32_t)b, sizeof(f.out)), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_seq_close(f.ctx, direct, NULL, 0), 0);
+	kvmm_ring_exit(&tenant);
+	rfix_exit(&f);
+}
+
 /* ---- malformed commands ---- */
 
 enum { S_NONE, S_ALL_ROWS };
@@ -466,6 +549,14 @@ static const struct bad_case bad_cases[] = {
 	BAD("PROBE buffer too small", -EINVAL, .opcode = KVMM_OP_PROBE, .buf = 1, .len = 64),
 	BAD("DUMP unknown kind", -EINVAL, .opcode = KVMM_OP_DUMP, .buf = 1, .len = 4096, .arg = 9),
 	BAD("DUMP buffer holds no record", -EINVAL, .opcode = KVMM_OP_DUMP, .buf = 1, .len = 40),
+	BAD("SEQ_ROW unknown seq", -EINVAL, .opcode = KVMM_OP_SEQ_ROW, .seq = 999, .buf = 1, .len = 64),
+	BAD("SEQ_ROW never-opened seq", -EINVAL, .opcode = KVMM_OP_SEQ_ROW, .seq = SEQ_C, .buf = 1, .len = 64),
+	BAD("SEQ_ROW buffer a frame short", -EINVAL, .opcode = KVMM_OP_SEQ_ROW, .seq = SEQ_A, .buf = 1, .len = 32),
+	BAD("SEQ_ROW shorter than its header", -EINVAL, .opcode = KVMM_OP_SEQ_ROW, .seq = SEQ_A, .buf = 1, .len = 8),
+	BAD("SEQ_ROW unaligned", -EFAULT, .opcode = KVMM_OP_SEQ_ROW, .seq = SEQ_A, .buf = 1, .off = 2, .len = 64),
+	BAD("SEQ_ROW outside its buffer", -EFAULT, .opcode = KVMM_OP_SEQ_ROW, .seq = SEQ_A, .buf = 1, .off = 4096, .len = 64),
+	BAD("SEQ_ROW unregistered buffer", -EFAULT, .opcode = KVMM_OP_SEQ_ROW, .seq = SEQ_A, .buf = 5, .len = 64),
+	BAD("SEQ_ROW with an arg", -EINVAL, .opcode = KVMM_OP_SEQ_ROW, .seq = SEQ_A, .buf = 1, .len = 64, .arg = 1),
 	BAD("SET unknown key", -EINVAL, .opcode = KVMM_OP_SET, .arg = KVMM_SET_LAST),
 	BAD("SET low above high", -EINVAL, .opcode = KVMM_OP_SET, .arg = KVMM_SET_WMARK_LOW, .arg2 = 5),
 	BAD("SET unknown policy", -EINVAL, .opcode = KVMM_OP_SET, .arg = KVMM_SET_POLICY, .arg2 = 7),
@@ -669,6 +760,7 @@ int register_ring_suite(void)
 	ADD_TEST(s, ring_bound_to_a_namespace_keeps_to_it);
 	ADD_TEST(s, ring_malformed_commands_fail_and_change_nothing);
 	ADD_TEST(s, ring_extend_to_chains_match_extend_commit);
+	ADD_TEST(s, ring_seq_row_is_the_ring_own_page_table_row);
 	if (add_racy(s, "ring_tokens_rewritten_while_read_keep_tree_sound",
 		     ring_tokens_rewritten_while_read_keep_tree_sound) ||
 	    add_racy(s, "ring_output_rewritten_while_written_stays_in_bounds",

@@ -42,7 +42,9 @@
 #define KVMM_OP_PROMOTE		17	/* seq, tokens; res: the sequence's cached tokens */
 #define KVMM_OP_PIN_DROP	18	/* arg: KVMM_PIN_DROP_*, ns or arg2: node id;
 					 * res: pins dropped (operator only) */
-#define KVMM_OP_LAST		19
+#define KVMM_OP_SEQ_ROW		19	/* seq; out: struct kvmm_seq_row + frames;
+					 * res: page frames written */
+#define KVMM_OP_LAST		20
 
 /*
  * struct kvmm_sqe - one command (64 bytes)
@@ -111,6 +113,25 @@ struct kvmm_cqe {
  */
 struct kvmm_tier_hits {
 	__u32	tokens[KVMM_NR_TIERS];
+	__u32	resv;
+};
+
+/*
+ * struct kvmm_seq_row - what SEQ_ROW writes to (buf, off): where one open
+ * sequence of the ring's own stands, then its page-table row, @pages
+ * __s32 page frame numbers (page i of the sequence; slot of token t:
+ * frame[t / page_size] * page_size + t % page_size).  len bytes must hold
+ * the header and every page of the row (16 + 4 * ceil(@len / page_size)),
+ * else -EINVAL and nothing is written; the address must be 4-byte aligned.
+ * @len: tokens with KV allocated
+ * @cached: leading tokens on shared prefix-tree pages
+ * @pages: frames that follow, ceil(@len / page_size)
+ * @resv: zero
+ */
+struct kvmm_seq_row {
+	__u32	len;
+	__u32	cached;
+	__u32	pages;
 	__u32	resv;
 };
 
