@@ -15,6 +15,7 @@ write each new token's KV into the slots the page table names (numpy
 views of the pool), attend by gathering KV through the page table,
 COMMIT, decode with batched EXTEND, CLOSE.
 """
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -242,6 +243,72 @@ class Engine:
 			r["tokens"] = toks
 			r["logits"] = np.concatenate(r["logits"])
 		return reqs
+
+
+class RingSequence:
+	"""A sequence opened through a ring: what Engine needs of kvmm.Sequence."""
+
+	def __init__(self, ring: kvmm.Ring, seq_id: int) -> None:
+		self.ring, self.id = ring, seq_id
+
+	def _one(self, op: str, *args: object) -> int:
+		"""Submit one command, Batch.@op(self.id, *@args); its result."""
+		b = self.ring.batch()
+		getattr(b, op)(self.id, *args)
+		return self.ring.submit(b)[0]
+
+	def match(self, tokens: np.ndarray, n: Optional[int] = None) -> int:
+		return self._one("match", tokens, n)
+
+	def promote(self, tokens: np.ndarray, n: Optional[int] = None) -> int:
+		return self._one("promote", tokens, n)
+
+	def extend(self, n: int) -> None:
+		self._one("extend", n)
+
+	def commit(self, tokens: np.ndarray, n: Optional[int] = None) -> int:
+		return self._one("commit", tokens, n)
+
+	def close(self, tokens: Optional[np.ndarray] = None, n: Optional[int] = None) -> None:
+		self._one("close", tokens, n)
+
+	def slots(self, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
+		"""The slots of tokens [start, stop), from the row SEQ_ROW copies."""
+		return self.ring.seq_row(self.id).slots(start, stop)
+
+
+class RingContext:
+	"""What Engine needs of kvmm.Context, over a ring to kvmmd in another process.
+
+	The KV is the server's pool, mapped here (Ring.attach_pool()); the
+	slots come from SEQ_ROW.
+	"""
+
+	def __init__(self, ring: kvmm.Ring, cfg: Config) -> None:
+		self.ring, self.cfg = ring, cfg
+		self.pool = ring.attach_pool()
+
+	def kv(self, layer: int) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+		cell = (self.cfg.latent_dim,) if self.cfg.mla else (self.cfg.kv_heads,
+								    self.cfg.head_dim)
+		return self.pool.kv(layer, np.float32, cell)
+
+	def open(self) -> RingSequence:
+		b = self.ring.batch()
+		b.open()
+		return RingSequence(self.ring, self.ring.submit(b)[0])
+
+	def extend_batch(self, seqs: List[RingSequence], counts: List[int]) -> None:
+		b = self.ring.batch()
+		for s, n in zip(seqs, counts):
+			b.extend(s.id, n)
+		self.ring.submit(b)
+
+	def sync(self, timeout: float = 10.0) -> None:
+		"""Wait until background reclaim has nothing in flight to NVMe."""
+		deadline = time.monotonic() + timeout
+		while self.ring.stats().host_pages_writeback and time.monotonic() < deadline:
+			time.sleep(0.005)
 
 
 def check_against_reference(model: Model, reqs: List[Dict[str, object]],

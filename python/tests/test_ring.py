@@ -1,42 +1,26 @@
 # SPDX-License-Identifier: MIT
 """The ring client: batches to kvmmd in another process, asyncio PROMOTE."""
 import asyncio
-import os
-import signal
-import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import kvmm
+from kvmmd import running
 
-OBJTREE = Path(os.environ.get("KVMM_O", Path(__file__).resolve().parents[2] / "build"))
-KVMMD = OBJTREE / "bin" / "kvmmd"
 PS = 16
 
 
 @pytest.fixture
 def kvmmd(tmp_path):
 	"""A kvmmd with a 16-page pool over a 4-page host tier and an NVMe file."""
-	if not KVMMD.exists():
-		pytest.skip(f"no {KVMMD}: build the tools first")
-	sock = tmp_path / "kvmmd.sock"
-	proc = subprocess.Popen([str(KVMMD), "--socket", str(sock), "--page-size", str(PS),
-				 "--pages", "16", "--host-pages", "4", "--nvme-pages", "256",
-				 "--host-wmark-low", "4", "--host-wmark-high", "4",
-				 "--nvme-file", str(tmp_path / "nvme"), "--layers", "1",
-				 "--kv-heads", "1", "--head-dim", "16", "--max-seqs", "8",
-				 "--max-seq-len", "1024"], stdout=subprocess.DEVNULL)
-	deadline = time.monotonic() + 10
-	while not sock.exists() and proc.poll() is None and time.monotonic() < deadline:
-		time.sleep(0.02)
-	assert sock.exists(), "kvmmd did not start"
-	yield proc, str(sock)
-	if proc.poll() is None:
-		proc.send_signal(signal.SIGTERM)
-		proc.wait(10)
+	with running(tmp_path / "kvmmd.sock",
+		     ["--page-size", str(PS), "--pages", "16", "--host-pages", "4",
+		      "--nvme-pages", "256", "--host-wmark-low", "4", "--host-wmark-high", "4",
+		      "--nvme-file", str(tmp_path / "nvme"), "--layers", "1", "--kv-heads", "1",
+		      "--head-dim", "16", "--max-seqs", "8", "--max-seq-len", "1024"]) as served:
+		yield served
 
 
 def prompt(i, n=64):
@@ -181,3 +165,53 @@ def test_two_clients_share_the_pool_of_kvmmd(kvmmd):
 		del ka, va, kb, vb
 		pa.close()
 		pb.close()
+
+
+def test_seq_row_is_the_page_table_row(kvmmd):
+	"""SEQ_ROW: a ring's own sequence's frames, in other processes' pool."""
+	_, sock = kvmmd
+	with kvmm.connect(sock) as a, kvmm.connect(sock) as b:
+		assert a.page_size == PS
+		ops = a.batch()
+		ops.open()
+		seq = a.submit(ops)[0]
+		ops = a.batch()
+		ops.extend(seq, 40)
+		ops.commit(seq, prompt(0, 32))
+		ops.seq_row(seq, 3)
+		assert a.submit(ops) == [0, 32, 3]
+		row = ops.row(2)
+		assert (row.len, row.cached, len(row.frames)) == (40, 32, 3)
+		assert len(set(row.frames.tolist())) == 3 and row.frames.min() >= 0
+		assert np.array_equal(row.slots(30, 34),
+				      [row.frames[1] * PS + 14, row.frames[1] * PS + 15,
+				       row.frames[2] * PS, row.frames[2] * PS + 1])
+		assert np.array_equal(a.seq_row(seq).frames, row.frames)
+		ops = a.batch()
+		ops.seq_row(seq, 2)			# a frame short
+		with pytest.raises(kvmm.InvalidArgument):
+			a.submit(ops)
+		with pytest.raises(kvmm.InvalidArgument):
+			b.seq_row(seq)			# not b's
+		ops = a.batch()
+		ops.close(seq)
+		a.submit(ops)
+		with pytest.raises(kvmm.InvalidArgument):
+			a.seq_row(seq)			# closed
+
+
+def test_in_process_seq_row_matches_sequence_slots():
+	with kvmm.Context(layers=1, kv_heads=1, head_dim=4, dtype_bytes=4, page_size=4,
+			  nr_pages=64, max_seqs=4, max_seq_len=128) as ctx, ctx.ring() as ring:
+		b = ring.batch()
+		b.open()
+		seq = ring.submit(b)[0]
+		b = ring.batch()
+		b.extend(seq, 23)
+		ring.submit(b)
+		row = ring.seq_row(seq)
+		assert row.len == 23 and len(row.frames) == 6
+		assert np.array_equal(row.slots(), kvmm.Sequence(ctx, seq).slots())
+		b = ring.batch()
+		b.close(seq)
+		ring.submit(b)

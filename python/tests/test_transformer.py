@@ -5,13 +5,15 @@ Every request's logits must equal a no-cache recompute within 1e-5 and its
 greedy tokens must be the reference's: with the prefix cache, after
 demotion to the host and NVMe tiers and promotion back, after a restart
 from the NVMe file, and when a page on the file is corrupted (a recompute,
-never wrong KV).  Page sizes 1, 16 and 64; MHA (GQA) and MLA geometry.
+never wrong KV), and through kvmmd from another process.  Page sizes 1,
+16 and 64; MHA (GQA) and MLA geometry.
 """
 import numpy as np
 import pytest
 
 import kvmm
-from llama import Config, Engine, Model, check_against_reference
+from kvmmd import running
+from llama import Config, Engine, Model, RingContext, check_against_reference
 
 DEVICE_PAGES = {1: 128, 16: 12, 64: 4}
 HOST_PAGES = {1: 64, 16: 2, 64: 1}
@@ -169,3 +171,34 @@ def test_corrupted_page_is_recomputed(mha, tmp_path):
 		check_against_reference(mha, reqs)
 		assert reqs[0]["start"] == 0
 		assert ctx.stats().nvme_csum_fail > 0
+
+
+def kvmmd_args(cfg, ps, path):
+	"""kvmmd's options for tiered()'s shape: the same pools, the same model."""
+	p = tiered(cfg, ps, path)
+	return ["--page-size", str(ps), "--pages", str(p["nr_pages"]),
+		"--host-pages", str(p["host_pages"]), "--nvme-pages", str(p["nvme_pages"]),
+		"--nvme-file", p["nvme_path"], "--host-wmark-low", str(p["host_wmark_low"]),
+		"--host-wmark-high", str(p["host_wmark_high"]), "--model-id", p["model_id"],
+		"--layers", str(cfg.layers), "--kv-heads", str(cfg.kv_heads),
+		"--head-dim", str(cfg.head_dim), "--dtype-bytes", "4",
+		"--max-seqs", str(p["max_seqs"]), "--max-seq-len", str(p["max_seq_len"]), "--quiet"]
+
+
+@pytest.mark.parametrize("ps", [1, 16])
+def test_through_kvmmd_from_another_process(mha, ps, tmp_path):
+	"""The engine in this process, kvmm in kvmmd: KV through the mapped pool.
+
+	Slots come from SEQ_ROW, commands go through the ring; the tiers
+	demote and promote as in-process, and the logits are still exact.
+	"""
+	with running(tmp_path / "kvmmd.sock", kvmmd_args(mha.cfg, ps, tmp_path / "nvme")) as (
+			_, sock), kvmm.connect(sock) as ring:
+		ctx = RingContext(ring, mha.cfg)
+		reqs = workload(mha.cfg, ctx, mha)
+		check_against_reference(mha, reqs)
+		assert all(r["start"] >= SYSTEM_LEN // ps * ps for r in reqs[1:])
+		s = ring.stats()
+		assert s.seqs_open == 0 and s.host_demote_pages > 0
+		assert s.host_promote_pages + s.nvme_promote_pages > 0
+		ctx.pool.close()

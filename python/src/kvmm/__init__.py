@@ -19,7 +19,7 @@ See Documentation/userspace-api/python.rst.
 from ._core import STAT_NAMES, Context, DeviceArray, Sequence, SeqInfo, Stats, default_params
 from ._errors import Busy, Error, InvalidArgument, NoSpace, OutOfMemory, error_class
 from ._kvmm import lib as _lib
-from ._ring import Batch, Pool, Ring, connect
+from ._ring import Batch, Pool, Ring, SeqRow, connect
 
 EXTEND_RESERVE: int = _lib.KVMM_EXTEND_RESERVE
 EXTEND_NORECLAIM: int = _lib.KVMM_EXTEND_NORECLAIM
@@ -29,7 +29,7 @@ NVME_REFORMAT: int = _lib.KVMM_NVME_REFORMAT
 CQE_F_LOWER: int = _lib.KVMM_CQE_F_LOWER
 
 __version__ = "0.2.0"
-__all__ = ["Ring", "Batch", "Pool", "DeviceArray", "connect", "Context", "Sequence", "SeqInfo", "Stats", "STAT_NAMES", "default_params",
+__all__ = ["Ring", "Batch", "Pool", "SeqRow", "DeviceArray", "connect", "Context", "Sequence", "SeqInfo", "Stats", "STAT_NAMES", "default_params",
 	   "Error", "InvalidArgument", "NoSpace", "Busy", "OutOfMemory", "error_class",
 	   "EXTEND_RESERVE", "EXTEND_NORECLAIM", "WRITE_BACK", "WRITE_THROUGH",
 	   "NVME_REFORMAT", "CQE_F_LOWER"]

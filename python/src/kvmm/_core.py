@@ -107,6 +107,12 @@ class SeqInfo:
 	ns: int
 
 
+def row_slots(row: np.ndarray, page_size: int, start: int, stop: int) -> np.ndarray:
+	"""The pool slots of tokens [start, stop) of a page-table @row (a new int64 array)."""
+	t = np.arange(start, stop, dtype=np.int64)
+	return row[t // page_size].astype(np.int64) * page_size + t % page_size
+
+
 class DeviceArray:
 	"""A layer's K or V in GPU memory, described by ``__cuda_array_interface__``.
 
@@ -549,9 +555,7 @@ class Sequence:
 		seq = self._id_checked()
 		if stop is None:
 			stop = self.info().len
-		ps = self.ctx.page_size
-		t = np.arange(start, stop, dtype=np.int64)
-		return self.ctx._table[seq, t // ps].astype(np.int64) * ps + t % ps
+		return row_slots(self.ctx._table[seq], self.ctx.page_size, start, stop)
 
 	def __enter__(self) -> "Sequence":
 		return self

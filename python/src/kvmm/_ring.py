@@ -11,23 +11,44 @@ the CQ doorbell (an eventfd, with ``loop.add_reader``): a PROMOTE that
 reads from NVMe completes later without blocking the loop or a thread.
 """
 import asyncio
+import dataclasses
 import os
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ._core import STAT_NAMES, Stats, ViewOwner, tokens_arg
+from ._core import STAT_NAMES, Stats, ViewOwner, row_slots, tokens_arg
 from ._errors import InvalidArgument, make_error
 from ._kvmm import ffi, lib
 
-__all__ = ["Ring", "Batch", "Pool", "connect"]
+__all__ = ["Ring", "Batch", "Pool", "SeqRow", "connect"]
 
 _NAMES = {lib.KVMM_OP_NOP: "NOP", lib.KVMM_OP_OPEN: "OPEN", lib.KVMM_OP_MATCH: "MATCH",
 	  lib.KVMM_OP_EXTEND: "EXTEND", lib.KVMM_OP_COMMIT: "COMMIT",
 	  lib.KVMM_OP_CLOSE: "CLOSE", lib.KVMM_OP_RETRACT: "RETRACT", lib.KVMM_OP_PIN: "PIN",
 	  lib.KVMM_OP_UNPIN: "UNPIN", lib.KVMM_OP_RECLAIM: "RECLAIM",
 	  lib.KVMM_OP_PRIO: "PRIO", lib.KVMM_OP_LOOKUP: "LOOKUP",
-	  lib.KVMM_OP_PROMOTE: "PROMOTE", lib.KVMM_OP_DROP_CACHES: "DROP_CACHES"}
+	  lib.KVMM_OP_PROMOTE: "PROMOTE", lib.KVMM_OP_DROP_CACHES: "DROP_CACHES",
+	  lib.KVMM_OP_SEQ_ROW: "SEQ_ROW", lib.KVMM_OP_PROBE: "PROBE"}
+_ROW_HDR = ffi.sizeof("struct kvmm_seq_row")
+
+
+@dataclasses.dataclass(frozen=True)
+class SeqRow:
+	"""A sequence's page-table row as SEQ_ROW copied it (struct kvmm_seq_row).
+
+	@frames: int32 page frame numbers, page i of the sequence at frames[i]
+	(a copy: valid until the sequence next changes).
+	"""
+
+	len: int
+	cached: int
+	frames: np.ndarray
+	page_size: int
+
+	def slots(self, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
+		"""The pool slots of tokens [start, stop) (a new int64 array), as Sequence.slots()."""
+		return row_slots(self.frames, self.page_size, start, self.len if stop is None else stop)
 
 
 def _timespec(seconds: Optional[float]) -> Any:
@@ -44,6 +65,7 @@ class Batch:
 		self.ring = ring
 		self.ops: List[Tuple[int, dict]] = []
 		self._off = 0
+		self._rows: Dict[int, int] = {}	# SEQ_ROW index: its output's offset
 
 	def _add(self, op: int, **fields: int) -> int:
 		self.ops.append((op, fields))
@@ -121,6 +143,25 @@ class Batch:
 		"""RECLAIM: the result is the pages freed."""
 		return self._add(lib.KVMM_OP_RECLAIM, arg=pages)
 
+	def seq_row(self, seq: int, pages: int) -> int:
+		"""SEQ_ROW with room for @pages frames: the result is the row's frames.
+
+		:meth:`row` reads it after the batch completed.
+		"""
+		if pages < 0:
+			raise ValueError(f"pages = {pages} is negative")
+		nbytes = _ROW_HDR + 4 * pages
+		off = self._reserve(nbytes)
+		self._rows[len(self.ops)] = off
+		return self._add(lib.KVMM_OP_SEQ_ROW, seq=seq, buf=0, off=off, len=nbytes)
+
+	def row(self, index: int) -> SeqRow:
+		"""The row the SEQ_ROW at @index wrote (read before the ring's next batch)."""
+		hdr = ffi.cast("struct kvmm_seq_row *", self.ring._at(self._rows[index]))
+		frames = np.frombuffer(ffi.buffer(ffi.cast("char *", hdr + 1), 4 * hdr.pages),
+				       dtype=np.int32).copy()
+		return SeqRow(hdr.len, hdr.cached, frames, self.ring.page_size)
+
 
 class Ring:
 	"""A command ring (struct kvmm_ring); see the module's docstring."""
@@ -131,6 +172,7 @@ class Ring:
 		self._up = False
 		self.buf_size = 0
 		self._busy = False
+		self.page_size = 0	# tokens per page of the context, from PROBE
 
 	def _start(self, ret: int, call: str, buf_size: int) -> "Ring":
 		if ret < 0:
@@ -139,6 +181,14 @@ class Ring:
 		self.buf_size = buf_size
 		if self._owner is not None:
 			self._owner._live += 1	# the context may not close under it
+		if self._owner is not None:
+			self.page_size = self._owner.page_size
+		elif buf_size >= ffi.sizeof("struct kvmm_probe"):
+			try:
+				self._probe()
+			except BaseException:
+				self.close()
+				raise
 		return self
 
 	def batch(self) -> Batch:
@@ -258,6 +308,22 @@ class Ring:
 		nr = self.submit(b, timeout)[0]
 		vals = ffi.cast("uint64_t *", self._at(off + head))
 		return Stats(*(vals[i] if i < nr else 0 for i in range(len(STAT_NAMES))))
+
+	def _probe(self) -> None:
+		"""Ask the context's shape (PROBE): page_size."""
+		b = self.batch()
+		size = ffi.sizeof("struct kvmm_probe")
+		off = b._reserve(size, align=8)
+		b._add(lib.KVMM_OP_PROBE, buf=0, off=off, len=size)
+		self.submit(b)
+		self.page_size = ffi.cast("struct kvmm_probe *", self._at(off)).page_size
+
+	def seq_row(self, seq: int, timeout: Optional[float] = None) -> SeqRow:
+		"""The page-table row of @seq, a sequence this ring opened (SEQ_ROW)."""
+		b = self.batch()
+		i = b.seq_row(seq, (self.buf_size - _ROW_HDR) // 4)
+		self.submit(b, timeout)
+		return b.row(i)
 
 	def attach_pool(self, timeout: Optional[float] = 10.0) -> "Pool":
 		"""Map the server's KV pool into this process (kvmm_kv_pool_attach())."""
