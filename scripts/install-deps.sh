@@ -5,6 +5,9 @@
 # is missing and carry on (the build then uses what it finds).
 set -u
 PKGS="gcc make pkg-config libxxhash-dev libcunit1-dev libjansson-dev liburing-dev libnuma-dev gnuplot-nox fio"
+# the Python package and make check's pytest: a venv with pip (ensurepip),
+# and Python.h for its cffi extension; without them pytest is skipped
+PKGS="$PKGS python3 python3-dev python3-venv python3-pip"
 # make fuzz: clang with libFuzzer
 [ "${KVMM_FUZZ:-0}" = 1 ] && PKGS="$PKGS clang libclang-rt-14-dev"
 missing=""
