@@ -3,7 +3,8 @@
  * tests/hostile/tenant_test.c - kvmm_hostile_tenant: a tenant of kvmmd
  * (bound to its uid's namespace by --ns-per-uid, running as another uid)
  * tries to hold the pool: it caches nearly all of it, pins all it can
- * with KVMM_PIN_KEEP and exits.  Its pins stop at the namespace's pin
+ * with KVMM_PIN_KEEP and exits, reading no page-table row (SEQ_ROW) but
+ * its own on the way.  Its pins stop at the namespace's pin
  * limit (-EDQUOT); another tenant can still allocate; the operator lists
  * the pins with kvmmctl, drops them by node id and by namespace, and
  * drop-caches then frees the rest.  kvmmd stays up and its kvmm_check()
@@ -87,9 +88,30 @@ static void tenant_finish(struct tenant *t)
 }
 
 /*
- * The hog, as uid nobody: cache 120 of the 128 pages in its namespace,
- * pin them all with KVMM_PIN_KEEP (refused past the limit), pin half the
- * pool and a quarter, then leave.  Return: 0, or the step that went wrong.
+ * SEQ_ROW from a tenant: its own sequence's row (HOG_TOKENS of KV), and
+ * -EINVAL for every other row, the operator's open one among them.
+ * Return: 0, or -1.
+ */
+static int rows_but_its_own(struct kvmm_ring *ring, uint32_t own)
+{
+	const uint64_t off = 4 * HOG_TOKENS;
+	const struct kvmm_seq_row *row = (void *)((char *)ring->buf + off);
+	uint32_t seq;
+
+	for (seq = 0; seq < 8; seq++) {
+		kvmm_prep_seq_row(hostile_sqe(ring), seq, 0, off, 4096);
+		if (hostile_ring1(ring) != (seq == own ? HOG_TOKENS / PAGE : -EINVAL))
+			return -1;
+	}
+	kvmm_prep_seq_row(hostile_sqe(ring), own, 0, off, 4096);
+	return hostile_ring1(ring) == HOG_TOKENS / PAGE && row->len == HOG_TOKENS ? 0 : -1;
+}
+
+/*
+ * The hog, as uid nobody: cache 120 of the 128 pages in its namespace
+ * (reading no page-table row but its own), pin them all with
+ * KVMM_PIN_KEEP (refused past the limit), pin half the pool and a
+ * quarter, then leave.  Return: 0, or the step that went wrong.
  */
 static int hog(void *arg)
 {
@@ -111,6 +133,8 @@ static int hog(void *arg)
 	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)seq, HOG_TOKENS, 0);
 	if (hostile_ring1(&ring))
 		return 12;
+	if (rows_but_its_own(&ring, (uint32_t)seq))
+		return 19;
 	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)seq, 0, 0, HOG_TOKENS);
 	if (hostile_ring1(&ring))
 		return 13;
@@ -198,14 +222,25 @@ static unsigned long long pin_id(const char *json, unsigned tokens)
 
 static void tenant_pins_stop_at_the_limit_and_the_operator_drops_them(void)
 {
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 4096 };
 	char out[4096], arg[32];
 	unsigned long long id;
+	struct kvmm_ring op;
 	struct tenant t;
+	int32_t seq;
 
 	if (!tenant_start(&t, NULL, NULL))
 		return;
+	/* the operator holds a sequence open, whose row the hog must not read */
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(t.sock, &rp, &op), 0);
+	kvmm_prep_open(hostile_sqe(&op), 0);
+	seq = hostile_ring1(&op);
+	CU_ASSERT(seq >= 0);
+	kvmm_prep_extend(hostile_sqe(&op), (uint32_t)seq, PAGE, 0);
+	CU_ASSERT_EQUAL(hostile_ring1(&op), 0);
 	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, hog, t.sock, TIMEOUT_MS), 0);
 	CU_ASSERT(hostile_alive(t.kvmmd));
+	kvmm_ring_exit(&op);
 	/* the hog is gone, its kept pins are not: half the pool is still there */
 	CU_ASSERT_EQUAL(hostile_child(OTHER_UID, other, t.sock, TIMEOUT_MS), 0);
 
