@@ -32,6 +32,8 @@ struct replay_opts {
 	uint64_t host_tokens;		/* host tier; 0: none */
 	uint64_t nvme_tokens;		/* NVMe tier below it; 0: none */
 	const char *nvme_file;		/* its file, recreated for every run */
+	bool sync;			/* wait for background writeback after each
+					 * request (kvmm_sync(), direct only) */
 };
 
 struct replay_result {
