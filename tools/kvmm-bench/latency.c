@@ -52,12 +52,14 @@ static const struct kvmm_model lat_model = {
  * @nvme_file: the NVMe tier's file, recreated for the run and removed after
  * @rounds: idle and busy phases, alternating, this many each
  * @phase_ms: how long each phase probes
+ * @no_nvme: no NVMe tier: the busy phase's load without its writes (a control)
  * @json: JSON lines, not text
  */
 struct lat_opts {
 	const char *nvme_file;
 	uint32_t rounds;
 	uint32_t phase_ms;
+	bool no_nvme;
 	bool json;
 };
 
@@ -342,8 +344,8 @@ static int probe_phase(struct lat_probe *pr, int phase, uint32_t ms)
 	return ret;
 }
 
-/* Start @pu and wait (not timed) until writeback has started since @runs0. */
-static int busy_start(struct lat_probe *pr, struct lat_pusher *pu)
+/* Start @pu and, @wait_wb, wait (not timed) until writeback has started. */
+static int busy_start(struct lat_probe *pr, struct lat_pusher *pu, bool wait_wb)
 {
 	uint64_t runs0, runs = 0, deadline = now_ns() + LAT_QUIET_NS;
 	int ret = probe_stat(pr, KVMM_STAT_WRITEBACK_RUNS, &runs0);
@@ -353,6 +355,8 @@ static int busy_start(struct lat_probe *pr, struct lat_pusher *pu)
 	atomic_store(&pu->stop, false);
 	if (pthread_create(&pu->thread, NULL, pusher_thread, pu))
 		return -EAGAIN;
+	if (!wait_wb)
+		return 0;
 	while (!ret && runs == runs0 && now_ns() < deadline) {
 		usleep(1000);
 		ret = probe_stat(pr, KVMM_STAT_WRITEBACK_RUNS, &runs);
@@ -378,7 +382,7 @@ static int lat_rounds(const struct lat_opts *o, struct lat_probe *pr, struct lat
 		ret = ret ?: probe_phase(pr, PH_IDLE, o->phase_ms);
 		if (ret)
 			break;
-		ret = busy_start(pr, pu);
+		ret = busy_start(pr, pu, !o->no_nvme);
 		if (!ret)
 			ret = probe_phase(pr, PH_BUSY, o->phase_ms);
 		if (busy_stop(pu) && !ret)
@@ -456,7 +460,7 @@ static void lat_summary(const struct lat_opts *o, struct lat_probe *pr,
 		       (unsigned long long)pr->wb[PH_IDLE].runs);
 		return;
 	}
-	tool_json_line(json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I}",
+	tool_json_line(json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I,s:b}",
 		"bench", "latency", "phase", "summary",
 		"match_p99_ratio", tool_json_fixed(ratio[OP_MATCH], 2),
 		"extend_p99_ratio", tool_json_fixed(ratio[OP_EXTEND], 2),
@@ -467,7 +471,8 @@ static void lat_summary(const struct lat_opts *o, struct lat_probe *pr,
 		"busy_writeback_seen", tool_json_fixed(seen, 3),
 		"idle_writeback_runs", tool_json_u64(pr->wb[PH_IDLE].runs),
 		"prefixes", tool_json_u64(pu->prefixes), "failed", tool_json_u64(pr->failed),
-		"rounds", (json_int_t)o->rounds, "phase_ms", (json_int_t)o->phase_ms), stdout);
+		"rounds", (json_int_t)o->rounds, "phase_ms", (json_int_t)o->phase_ms,
+		"nvme", !o->no_nvme), stdout);
 }
 
 static void lat_report(const struct lat_opts *o, struct lat_probe *pr,
@@ -483,7 +488,7 @@ static void lat_report(const struct lat_opts *o, struct lat_probe *pr,
 }
 
 /* The context: device, host and NVMe tiers, background reclaim on, pages kept free. */
-static struct kvmm_params lat_params(const char *nvme_file)
+static struct kvmm_params lat_params(const struct lat_opts *o)
 {
 	struct kvmm_params p = tool_params(LAT_PAGE_SIZE, 512, 16, 4096);
 
@@ -493,8 +498,10 @@ static struct kvmm_params lat_params(const char *nvme_file)
 	p.wmark_low = 32;
 	p.wmark_high = 64;
 	p.host_pages = 1024;
+	if (o->no_nvme)
+		return p;
 	p.nvme_pages = 8192;
-	p.nvme_path = nvme_file;
+	p.nvme_path = o->nvme_file;
 	p.nvme_flags = KVMM_NVME_REFORMAT;
 	return p;
 }
@@ -522,14 +529,15 @@ static int lat_clients(const struct lat_opts *o, const char *sock, struct lat_pr
 /* Serve a fresh context at a socket of our own, run, and check the context after. */
 static int lat_run(const struct lat_opts *o, struct lat_probe *pr, struct lat_pusher *pu)
 {
-	struct kvmm_params p = lat_params(o->nvme_file);
+	struct kvmm_params p = lat_params(o);
 	struct kvmm_server *srv;
 	struct kvmm_ctx *ctx;
 	char sock[108];
 	int ret;
 
 	snprintf(sock, sizeof(sock), "/tmp/kvmm-bench-latency-%d.sock", (int)getpid());
-	unlink(o->nvme_file);
+	if (p.nvme_path)	/* every run starts cold */
+		unlink(p.nvme_path);
 	ret = kvmm_create(&p, &ctx);
 	if (ret)
 		goto out;
@@ -542,14 +550,15 @@ static int lat_run(const struct lat_opts *o, struct lat_probe *pr, struct lat_pu
 	}
 	kvmm_destroy(ctx);
 out:
-	unlink(o->nvme_file);
+	if (p.nvme_path)
+		unlink(p.nvme_path);
 	return ret;
 }
 
 static void lat_usage(FILE *f)
 {
 	fprintf(f, "usage: kvmm-bench latency [--json] [--quick] [--nvme-file PATH]\n"
-		   "                          [--rounds N] [--phase-ms MS]\n");
+		   "                          [--rounds N] [--phase-ms MS] [--no-nvme]\n");
 }
 
 static void lat_parse(int argc, char **argv, struct lat_opts *o)
@@ -560,6 +569,7 @@ static void lat_parse(int argc, char **argv, struct lat_opts *o)
 		{ "nvme-file", required_argument, NULL, 'F' },
 		{ "rounds", required_argument, NULL, 'r' },
 		{ "phase-ms", required_argument, NULL, 'm' },
+		{ "no-nvme", no_argument, NULL, 'n' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -572,6 +582,7 @@ static void lat_parse(int argc, char **argv, struct lat_opts *o)
 		case 'F': o->nvme_file = optarg; break;
 		case 'r': o->rounds = (uint32_t)parse_u64("--rounds", optarg); break;
 		case 'm': o->phase_ms = (uint32_t)parse_u64("--phase-ms", optarg); break;
+		case 'n': o->no_nvme = true; break;
 		case 'h': lat_usage(stdout); exit(0);
 		default: lat_usage(stderr); exit(2);
 		}
