@@ -62,6 +62,7 @@ int cmd_ring(int argc, char **argv);
 int cmd_tiers(int argc, char **argv);
 int cmd_cuda(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_latency(int argc, char **argv);
 pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags);
 int server_reap(pid_t pid);
 
