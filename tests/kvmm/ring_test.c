@@ -288,7 +288,10 @@ static void ring_stats_probe_dump_set(void)
 	CU_ASSERT_EQUAL(probe->sqe_size, 64);
 	CU_ASSERT_EQUAL(probe->cqe_size, 16);
 	CU_ASSERT_EQUAL(probe->nr_pages, 4096);
+	/* every opcode is served, so every bit up to KVMM_OP_LAST and no other */
+	CU_ASSERT_EQUAL(probe->nr_ops, KVMM_OP_LAST);
 	CU_ASSERT_EQUAL(probe->ops[0], (1ull << KVMM_OP_LAST) - 1);
+	CU_ASSERT_EQUAL(probe->ops[1], 0);
 	/* 3 roots + 200 leaves in pages of at most 2000 bytes: several pages */
 	do {
 		kvmm_prep_dump(TEST_SQE(&f.ring), KVMM_DUMP_NODES, cursor, 2, 0, 2000);
