@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/kvmm/ring_test.c - kvmm_ring: the command ring in-process and
- * through kvmm_ioctl(): every opcode, ownership, paging, backpressure,
- * and a table of malformed commands that must each fail with their errno
- * and change nothing.
+ * tests/disp/dispatch_test.c - kvmm_dispatch: the command dispatcher
+ * (disp/), driven through an in-process ring and kvmm_ioctl(): every
+ * opcode, ownership, paging, backpressure, and a table of malformed
+ * commands that must each fail with their errno and change nothing.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -657,9 +657,9 @@ static int add_racy(CU_pSuite s, const char *name, CU_TestFunc fn)
 	return 0;
 }
 
-int register_ring_suite(void)
+int register_dispatch_suite(void)
 {
-	CU_pSuite s = CU_add_suite("kvmm_ring", NULL, NULL);
+	CU_pSuite s = CU_add_suite("kvmm_dispatch", NULL, NULL);
 
 	if (!s)
 		return -1;
