@@ -33,7 +33,9 @@
  * io_op_defs): the fields it reads, the shape of its payload, whether its
  * sequence must be the ring's own, whether a bound ring may run it, and
  * its handler.  disp_exec() checks an entry against its row, in that
- * order, then runs the handler.
+ * order, then runs the handler.  PROBE's opcode mask is read off the same
+ * table (a row with a handler is a supported opcode), so an opcode cannot
+ * be served without being advertised, nor advertised without being served.
  *
  * Tenants.  A ring bound to a namespace may only name that namespace
  * (OPEN, PIN, UNPIN, PRIO) and may not run the commands that act on the
@@ -294,12 +296,13 @@ static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 				 (uint32_t)sqe->arg2);
 }
 
+static void probe_ops(struct kvmm_probe *p);
+
 static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		   const uint32_t *tok, uint32_t *cflags)
 {
 	const struct kvmm_ctx *ctx = d->ctx;
 	struct kvmm_probe *p = output(d, sqe);
-	uint32_t op;
 
 	if (!p)
 		return -EFAULT;
@@ -308,8 +311,7 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	memset(p, 0, sizeof(*p));
 	p->abi = KVMM_ABI_VERSION;
 	p->nr_ops = KVMM_OP_LAST;
-	for (op = 0; op < KVMM_OP_LAST; op++)
-		p->ops[op / 64] |= 1ull << (op % 64);
+	probe_ops(p);
 	p->features = KVMM_FEAT_NAMESPACES | KVMM_FEAT_PIN_KEEP | KVMM_FEAT_SLRU |
 		      KVMM_FEAT_TIERS | KVMM_FEAT_NS_LIMITS;
 	p->page_size = ctx->page_size;
@@ -529,7 +531,8 @@ enum disp_payload {
  *	other commands may name only its namespace
  * @handler: runs it once everything above was checked; ctx->lock held.
  *	Returns the completion's res, RES_DEFERRED for one posted later;
- *	may set KVMM_CQE_F_* in *cflags
+ *	may set KVMM_CQE_F_* in *cflags.  A row without one is an opcode
+ *	this build does not support: -EINVAL, and PROBE leaves its bit clear
  */
 struct disp_op {
 	uint8_t fields;
@@ -564,6 +567,18 @@ static const struct disp_op disp_ops[] = {
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");
+_Static_assert(KVMM_OP_LAST <= 8 * sizeof(((struct kvmm_probe *)0)->ops),
+	       "struct kvmm_probe.ops has a bit for every opcode");
+
+/* PROBE's opcode mask: bit n for each row of disp_ops[] with a handler. */
+static void probe_ops(struct kvmm_probe *p)
+{
+	uint32_t op;
+
+	for (op = 0; op < KVMM_OP_LAST; op++)
+		if (disp_ops[op].handler)
+			p->ops[op / 64] |= 1ull << (op % 64);
+}
 
 /* The opcode's definition, or NULL for a malformed entry (-EINVAL). */
 static const struct disp_op *sqe_check_fields(const struct kvmm_sqe *sqe)
@@ -575,6 +590,8 @@ static const struct disp_op *sqe_check_fields(const struct kvmm_sqe *sqe)
 	    sqe->resv[0] || sqe->resv[1])
 		return NULL;
 	op = &disp_ops[sqe->opcode];
+	if (!op->handler)
+		return NULL;
 	f = op->fields;
 	if ((!(f & F_SEQ) && sqe->seq) || (!(f & F_BUF) && (sqe->buf || sqe->off)) ||
 	    (!(f & F_LEN) && sqe->len) || (!(f & F_NS) && sqe->ns) ||

@@ -48,8 +48,9 @@ static void dump_node(const struct kvmm_node *node, struct kvmm_dump_node *rec)
 }
 
 static uint32_t dump_seqs(const struct kvmm_ctx *ctx, uint64_t cursor,
-			  struct kvmm_dump_seq *rec, uint32_t room, uint64_t *next)
+			  void *out, uint32_t room, uint64_t *next)
 {
+	struct kvmm_dump_seq *rec = out;
 	uint32_t nr = 0;
 	uint64_t i;
 
@@ -128,8 +129,9 @@ static uint32_t dump_tree(const struct kvmm_ctx *ctx, uint64_t cursor, bool pins
 
 /* DUMP of namespaces; the cursor counts the namespaces already returned. */
 static uint32_t dump_ns(const struct kvmm_ctx *ctx, uint64_t cursor,
-			struct kvmm_dump_ns *rec, uint32_t room, uint64_t *next)
+			void *out, uint32_t room, uint64_t *next)
 {
+	struct kvmm_dump_ns *rec = out;
 	const struct kvmm_list *pos;
 	uint64_t i = 0;
 	uint32_t nr = 0;
@@ -154,12 +156,38 @@ static uint32_t dump_ns(const struct kvmm_ctx *ctx, uint64_t cursor,
 	return nr;
 }
 
-static const uint32_t dump_rec_size[KVMM_DUMP_LAST] = {
-	[KVMM_DUMP_NODES] = sizeof(struct kvmm_dump_node),
-	[KVMM_DUMP_SEQS] = sizeof(struct kvmm_dump_seq),
-	[KVMM_DUMP_PINS] = sizeof(struct kvmm_dump_pin),
-	[KVMM_DUMP_NS] = sizeof(struct kvmm_dump_ns),
+static uint32_t dump_nodes(const struct kvmm_ctx *ctx, uint64_t cursor,
+			   void *out, uint32_t room, uint64_t *next)
+{
+	return dump_tree(ctx, cursor, false, out, room, next);
+}
+
+static uint32_t dump_pins(const struct kvmm_ctx *ctx, uint64_t cursor,
+			  void *out, uint32_t room, uint64_t *next)
+{
+	return dump_tree(ctx, cursor, true, out, room, next);
+}
+
+/**
+ * struct dump_kind - what one DUMP table is (enum kvmm_dump_type)
+ * @rec_size: the size of its records
+ * @fill: writes at most @room records from @cursor to @out and the cursor
+ *	to resume at (0 after the last) to *@next; returns records written
+ */
+struct dump_kind {
+	uint32_t rec_size;
+	uint32_t (*fill)(const struct kvmm_ctx *ctx, uint64_t cursor, void *out,
+			 uint32_t room, uint64_t *next);
 };
+
+static const struct dump_kind dump_kinds[] = {
+	[KVMM_DUMP_NODES] = { sizeof(struct kvmm_dump_node), dump_nodes },
+	[KVMM_DUMP_SEQS] = { sizeof(struct kvmm_dump_seq), dump_seqs },
+	[KVMM_DUMP_PINS] = { sizeof(struct kvmm_dump_pin), dump_pins },
+	[KVMM_DUMP_NS] = { sizeof(struct kvmm_dump_ns), dump_ns },
+};
+_Static_assert(sizeof(dump_kinds) / sizeof(dump_kinds[0]) == KVMM_DUMP_LAST,
+	       "every DUMP table has a struct dump_kind");
 
 /**
  * kvmm_dump() - one page of DUMP records
@@ -179,30 +207,20 @@ static const uint32_t dump_rec_size[KVMM_DUMP_LAST] = {
 int kvmm_dump(const struct kvmm_ctx *ctx, const struct kvmm_sqe *sqe,
 	      struct kvmm_dump_hdr *hdr, uint32_t *cflags)
 {
-	uint32_t rec_size, room, nr = 0;
-	uint64_t next = 0;
+	const struct dump_kind *kind;
+	uint32_t room, nr;
+	uint64_t next;
 
-	if (sqe->arg >= KVMM_DUMP_LAST)
+	if (sqe->arg >= KVMM_DUMP_LAST || !dump_kinds[sqe->arg].fill)
 		return -EINVAL;
-	rec_size = dump_rec_size[sqe->arg];
-	if (sqe->len < sizeof(*hdr) + rec_size)
+	kind = &dump_kinds[sqe->arg];
+	if (sqe->len < sizeof(*hdr) + kind->rec_size)
 		return -EINVAL;
-	room = (sqe->len - (uint32_t)sizeof(*hdr)) / rec_size;
-	switch (sqe->arg) {
-	case KVMM_DUMP_NODES:
-	case KVMM_DUMP_PINS:
-		nr = dump_tree(ctx, sqe->arg2, sqe->arg == KVMM_DUMP_PINS, hdr + 1, room, &next);
-		break;
-	case KVMM_DUMP_SEQS:
-		nr = dump_seqs(ctx, sqe->arg2, (struct kvmm_dump_seq *)(hdr + 1), room, &next);
-		break;
-	case KVMM_DUMP_NS:
-		nr = dump_ns(ctx, sqe->arg2, (struct kvmm_dump_ns *)(hdr + 1), room, &next);
-		break;
-	}
+	room = (sqe->len - (uint32_t)sizeof(*hdr)) / kind->rec_size;
+	nr = kind->fill(ctx, sqe->arg2, hdr + 1, room, &next);
 	hdr->next = next;
 	hdr->nr = nr;
-	hdr->rec_size = rec_size;
+	hdr->rec_size = kind->rec_size;
 	if (next)
 		*cflags |= KVMM_CQE_F_MORE;
 	return (int)nr;

@@ -320,6 +320,12 @@ struct kvmm_node {
  * @free_nodes: node cache: free node structs, chained through hnext
  * @slabs: blocks the node cache carved nodes from, chained through their
  *	first node's parent field
+ * @page_arrays: arrays of a page entry per page that each node's block
+ *	holds after its tokens (its frames, then whatever its owner keeps
+ *	per page: the tier layer's copy frames); a split splits them all
+ * @split: when not NULL, called after a split moved the head of @tail's
+ *	edge into the new node @head, for the per-node state of the layer
+ *	that set it
  */
 struct kvmm_tree {
 	struct kvmm_list roots;
@@ -339,6 +345,8 @@ struct kvmm_tree {
 	uint64_t pinned;
 	uint64_t shadowed;
 	struct kvmm_list shadows;
+	uint32_t page_arrays;
+	void (*split)(struct kvmm_ctx *ctx, struct kvmm_node *head, struct kvmm_node *tail);
 };
 
 /**

@@ -28,9 +28,11 @@
  * device.  Demotions move cold leaves of the host tier down to an I/O
  * store (NVMe): that is background reclaim, the kswapd of this project
  * (kvmm_writeback()).  When an allocation on the host tier leaves fewer
- * free pages than its low watermark, the oldest host leaves are armed in
- * one job, enough to bring the free pages and those on their way out to
- * the high watermark, and queued to the worker, which writes them while
+ * free pages than its low watermark, the oldest host leaves are armed,
+ * enough to bring the free pages and those on their way out to the high
+ * watermark, in jobs of at most KVMM_WRITEBACK_PAGES pages (each settles
+ * and frees its host pages as soon as it is written), and queued to the
+ * worker, which writes them while
  * the context serves other commands.  Direct reclaim on the host tier
  * never writes: it drops what it cannot wait for (kvmm_demote()).
  *
@@ -49,8 +51,9 @@
 
 #include "migrate.h"
 
-/* Nodes one writeback job takes at most. */
+/* Nodes one writeback job takes at most, and pages (or the first node's). */
 #define KVMM_WRITEBACK_BATCH	64
+#define KVMM_WRITEBACK_PAGES	1024
 
 /**
  * struct kvmm_iow - the I/O worker of a context
@@ -347,19 +350,25 @@ void kvmm_writeback(struct kvmm_ctx *ctx)
 	kvmm_migrate_reap(ctx);
 	if (host_headroom(ctx) >= host->wmark[KVMM_WMARK_LOW])
 		return;
-	nr = writeback_isolate(ctx, nodes, KVMM_WRITEBACK_BATCH,
-			       host->wmark[KVMM_WMARK_HIGH] - host_headroom(ctx), &pages);
-	if (!nr)
-		return;
-	job = writeback_arm(ctx, nodes, nr, pages, lower);
-	if (!job) {
-		for (i = 0; i < nr; i++)
-			writeback_putback(ctx, nodes[i]);
-		return;
+	/* in jobs of a bounded size, so that each settles (and frees) soon */
+	while (host_headroom(ctx) < host->wmark[KVMM_WMARK_HIGH]) {
+		uint64_t want = host->wmark[KVMM_WMARK_HIGH] - host_headroom(ctx);
+
+		nr = writeback_isolate(ctx, nodes, KVMM_WRITEBACK_BATCH,
+				       want < KVMM_WRITEBACK_PAGES ? want : KVMM_WRITEBACK_PAGES,
+				       &pages);
+		if (!nr)
+			return;
+		job = writeback_arm(ctx, nodes, nr, pages, lower);
+		if (!job) {
+			for (i = 0; i < nr; i++)
+				writeback_putback(ctx, nodes[i]);
+			return;
+		}
+		ctx->writeback += pages;
+		kvmm_count(ctx, EV_WRITEBACK_RUNS, 1);
+		kvmm_migrate_queue(ctx, job);
 	}
-	ctx->writeback += pages;
-	kvmm_count(ctx, EV_WRITEBACK_RUNS, 1);
-	kvmm_migrate_queue(ctx, job);
 }
 
 /**

@@ -53,15 +53,13 @@
 /* Frame arrays per node: its own, and room for a copy's with write-through. */
 static size_t node_buf_bytes(const struct kvmm_ctx *ctx, uint32_t len)
 {
-	size_t arrays = ctx->params.write_policy == KVMM_WRITE_THROUGH ? 2 : 1;
-
 	return (size_t)len * sizeof(uint32_t) +
-	       arrays * (len >> ctx->page_shift) * sizeof(int32_t);
+	       (size_t)ctx->tree.page_arrays * (len >> ctx->page_shift) * sizeof(int32_t);
 }
 
 /*
- * A buffer for @len tokens and their page frames (then the frames of the
- * node's copy, see kvmm_node_shadow()), laid out as one block.
+ * A buffer for @len tokens and their page frames (then the other per-page
+ * arrays, tree.page_arrays in all), laid out as one block.
  */
 static uint32_t *node_buf_alloc(struct kvmm_ctx *ctx, uint32_t len)
 {
@@ -329,6 +327,7 @@ int kvmm_tree_init(struct kvmm_ctx *ctx)
 	memset(tree, 0, sizeof(*tree));
 	list_init(&tree->roots);
 	list_init(&tree->shadows);
+	tree->page_arrays = 1;
 	tree->buckets = kvmm_zalloc(ctx, KVMM_HASH_MIN_BUCKETS * sizeof(*tree->buckets));
 	if (!tree->buckets)
 		return -ENOMEM;
@@ -478,7 +477,7 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
 {
 	struct kvmm_node *x = path->node, *p;
 	uint32_t k = path->split, rest = x->len - k;
-	uint32_t kp = k >> ctx->page_shift;
+	uint32_t kp = k >> ctx->page_shift, a;
 	uint32_t *buf;
 
 	if (!k)
@@ -498,16 +497,12 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
 	memcpy(p->tokens, x->tokens, (size_t)k * sizeof(uint32_t));
 	memcpy(p->pfns, x->pfns, (size_t)kp * sizeof(int32_t));
 	memcpy(buf, x->tokens + k, (size_t)rest * sizeof(uint32_t));
-	memcpy(buf + rest, x->pfns + kp,
-	       (size_t)(rest >> ctx->page_shift) * sizeof(int32_t));
-	if (x->flags & KVMM_NODE_SHADOW) {	/* the copy splits the same way */
-		int32_t *shadow = kvmm_node_shadow(ctx, x);
+	for (a = 0; a < ctx->tree.page_arrays; a++) {	/* each splits the same way */
+		const int32_t *from = x->pfns + (size_t)a * (x->len >> ctx->page_shift);
 
-		memcpy(kvmm_node_shadow(ctx, p), shadow, (size_t)kp * sizeof(int32_t));
-		memcpy(buf + rest + (rest >> ctx->page_shift), shadow + kp,
-		       (size_t)(rest >> ctx->page_shift) * sizeof(int32_t));
-		p->flags |= KVMM_NODE_SHADOW;
-		list_add_tail(&p->shadow, &x->shadow);	/* just as old */
+		memcpy(p->pfns + (size_t)a * kp, from, (size_t)kp * sizeof(int32_t));
+		memcpy((int32_t *)(buf + rest) + (size_t)a * (rest >> ctx->page_shift),
+		       from + kp, (size_t)(rest >> ctx->page_shift) * sizeof(int32_t));
 	}
 	kvmm_mfree(ctx, x->tokens, node_buf_bytes(ctx, x->len));
 	node_set_buf(x, buf, rest);
@@ -529,6 +524,8 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
 
 	ctx->tree.nr_nodes++;
 	kvmm_count(ctx, EV_SPLITS, 1);
+	if (ctx->tree.split)
+		ctx->tree.split(ctx, p, x);
 	path->node = p;
 	path->split = 0;
 	return 0;

@@ -164,6 +164,8 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
 	return 0;
 }
 
+static void shadows_init(struct kvmm_ctx *ctx);
+
 /**
  * kvmm_tiers_init() - set up the lower tiers the parameters ask for
  * @ctx: the context, with its backend up
@@ -187,6 +189,7 @@ int kvmm_tiers_init(struct kvmm_ctx *ctx)
 		return 0;
 	if (!ctx->backend->gather || !ctx->backend->scatter)
 		return -EOPNOTSUPP;
+	shadows_init(ctx);
 	if (ctx->backend->mem_register && ctx->backend->mem_unregister)
 		ctx->dma = (struct kvmm_dma){ ctx->backend->mem_register,
 					      ctx->backend->mem_unregister, ctx->backend_priv };
@@ -302,6 +305,26 @@ static void shadow_detach(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	node->flags &= (uint8_t)~KVMM_NODE_SHADOW;
 	list_del(&node->shadow);
 	ctx->tree.shadowed -= node->len >> ctx->page_shift;
+}
+
+/* The tree split a node with a copy: its head @head gets its part of it. */
+static void shadow_split(struct kvmm_ctx *ctx, struct kvmm_node *head,
+			 struct kvmm_node *tail)
+{
+	(void)ctx;
+	if (!(tail->flags & KVMM_NODE_SHADOW))
+		return;
+	head->flags |= KVMM_NODE_SHADOW;
+	list_add_tail(&head->shadow, &tail->shadow);	/* just as old */
+}
+
+/* Under write-through, each node's block keeps its copy's frames, and splits them. */
+static void shadows_init(struct kvmm_ctx *ctx)
+{
+	if (!write_through(ctx))
+		return;
+	ctx->tree.page_arrays = 2;
+	ctx->tree.split = shadow_split;
 }
 
 /**

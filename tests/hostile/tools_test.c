@@ -853,6 +853,66 @@ static void bench_json_escapes_what_it_prints(void)
 	json_decref(j);
 }
 
+/* One phase/op line of kvmm-bench latency: counts and ordered quantiles. */
+static void latency_check_op(json_t *j)
+{
+	double p50 = json_number_value(json_object_get(j, "p50_us"));
+	double p99 = json_number_value(json_object_get(j, "p99_us"));
+	double max = json_number_value(json_object_get(j, "max_us"));
+
+	CU_ASSERT(json_integer_value(json_object_get(j, "count")) > 0);
+	CU_ASSERT(json_is_number(json_object_get(j, "p99_us")));
+	CU_ASSERT(p50 > 0 && p50 <= p99 && p99 <= max);
+}
+
+/* The summary: ratios present, writeback seen only while busy, no probe failed. */
+static void latency_check_summary(json_t *j)
+{
+	static const char *const ratios[] = { "match_p99_ratio", "extend_p99_ratio",
+					      "stats_p99_ratio", "worst_p99_ratio" };
+	unsigned i;
+
+	for (i = 0; i < sizeof(ratios) / sizeof(ratios[0]); i++)
+		CU_ASSERT(json_number_value(json_object_get(j, ratios[i])) > 0);
+	CU_ASSERT(json_integer_value(json_object_get(j, "busy_writeback_runs")) > 0);
+	CU_ASSERT(json_number_value(json_object_get(j, "busy_nvme_mib")) > 0);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "idle_writeback_runs")), 0);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "failed")), 0);
+	CU_ASSERT(json_integer_value(json_object_get(j, "prefixes")) > 0);
+}
+
+/* kvmm-bench latency --json: a line per phase and op, then the summary, all JSON. */
+static void bench_latency_json_has_its_fields(void)
+{
+	const char *argv[] = { "kvmm-bench", "latency", "--quick", "--json", "--phase-ms", "100",
+			       NULL };
+	static char out[1 << 14];
+	unsigned ops = 0, summaries = 0;
+	char *line, *save = NULL;
+	json_error_t err;
+
+	CU_ASSERT_EQUAL_FATAL(run_stdout(argv, out, sizeof(out)), 0);
+	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		json_t *j = json_loads(line, 0, &err);
+		const char *phase;
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "bench")), "latency");
+		phase = json_string_value(json_object_get(j, "phase")) ?: "";
+		if (!strcmp(phase, "summary")) {
+			latency_check_summary(j);
+			summaries++;
+		} else {
+			CU_ASSERT(!strcmp(phase, "idle") || !strcmp(phase, "busy"));
+			latency_check_op(j);
+			ops++;
+		}
+		json_decref(j);
+	}
+	CU_ASSERT_EQUAL(ops, 6);
+	CU_ASSERT_EQUAL(summaries, 1);
+}
+
 /* ---- tools/lib/parse.c ---- */
 
 static void parse_numbers_strictly(void)
@@ -923,5 +983,6 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, engine_json_stdout_is_only_json);
 	ADD_TEST(s, json_figures_print_as_printf_rounds_them);
 	ADD_TEST(s, bench_json_escapes_what_it_prints);
+	ADD_TEST(s, bench_latency_json_has_its_fields);
 	return 0;
 }

@@ -1264,6 +1264,118 @@ static void ring_conversations(struct kvmm_ctx *ctx, uint32_t turns)
 	kvmm_ring_exit(&ring);
 }
 
+/* ---- demotion does not block: a held write, and the ring goes on ---- */
+
+/* The NVMe store's writes, held while @hold: what the latch saw. */
+struct write_latch {
+	int hold;
+	int entered;	/* the worker is in a held write */
+	int locked;	/* writes made on channel 0, under the caller's lock */
+};
+
+static void hold_writes(void *arg, uint32_t site, uint32_t chan)
+{
+	struct write_latch *l = arg;
+
+	if (site != KVMM_NVME_SITE_WRITE)
+		return;
+	if (!chan) {	/* never held: that would hold the context */
+		__atomic_add_fetch(&l->locked, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	__atomic_store_n(&l->entered, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&l->hold, __ATOMIC_ACQUIRE))
+		usleep(1000);
+}
+
+/* STATS through @ring into @snap (with the stats behind it). */
+static uint64_t ring_stat(struct kvmm_ring *ring, void *mem, uint64_t off, unsigned item)
+{
+	const uint64_t *v = (const uint64_t *)((char *)mem + off +
+					       sizeof(struct kvmm_stats_snap));
+
+	kvmm_prep_stats(TEST_SQE(ring), 1, off, sizeof(struct kvmm_stats_snap) +
+						NR_KVMM_STATS * sizeof(uint64_t));
+	CU_ASSERT(test_ring1(ring, NULL) > (int32_t)item);
+	return v[item];
+}
+
+/*
+ * The contract of asynchronous demotion: while the NVMe store's write of
+ * a demoted prefix is held by the test, commands on the ring complete,
+ * MATCH (finding the prefix on the host tier), STATS (showing the write in
+ * flight), EXTEND that needs no I/O and EXTEND whose reclaim must demote
+ * to the full host tier; and no write is ever made on the caller's thread.
+ * With the write done under the lock (before), the first prefix went to
+ * NVMe on the test's own thread and the latch was never entered.
+ */
+static void test_nvme_write_held_ring_goes_on(void)
+{
+	static uint32_t tok[5][32];
+	const char *path = nvme_file("held");
+	struct write_latch latch = { .hold = 1 };
+	struct kvmm_nvme_arg arg = { .latch = hold_writes, .latch_arg = &latch };
+	struct kvmm_params p = nvme_params(PS, 16, 8, 64, path, &arg);
+	uint64_t off = sizeof(tok), bytes = off + 4096;
+	char *mem = calloc(1, bytes);
+	struct kvmm_ring ring;
+	struct kvmm_ctx *ctx;
+	uint32_t i, flags = 0, a, b;	/* prefixes A, B, C: tok[0..2] */
+	int32_t m;
+
+	p.host_wmark_low = 8;	/* write the host tier down as soon as it has anything */
+	p.host_wmark_high = 8;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	for (i = 0; i < 5; i++)
+		test_tokens(tok[i], 32, 4100 + i);
+	memcpy(mem, tok, sizeof(tok));
+	/* two prefixes fill the device; the third demotes the first, which writeback takes */
+	for (i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL(serve(ctx, tok[i], 32, false), 0);
+	for (i = 0; i < 5000 && !__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE));
+
+	async_ring(ctx, &ring, mem, bytes);
+	CU_ASSERT_EQUAL(ring_stat(&ring, mem, off, KVMM_STAT_HOST_PAGES_WRITEBACK), 8);
+	/* MATCH finds the prefix being written on the host tier */
+	kvmm_prep_open(TEST_SQE(&ring), 0);
+	a = (uint32_t)test_ring1(&ring, NULL);
+	kvmm_prep_match(TEST_SQE(&ring), a, 1, 0, 32);
+	CU_ASSERT_EQUAL(test_ring1(&ring, &flags), 0);
+	CU_ASSERT(flags & KVMM_CQE_F_LOWER);
+	/* EXTEND whose reclaim demotes into the host tier, all of it in flight: B is dropped */
+	kvmm_prep_extend(TEST_SQE(&ring), a, 32, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	kvmm_prep_close(TEST_SQE(&ring), a, 1, 0, 32);	/* the insert stops before A */
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	/* EXTEND that needs no reclaim */
+	b = ring_open_match(&ring, 2 * sizeof(tok[0]), 32, &m);
+	CU_ASSERT_EQUAL(m, 32);
+	kvmm_prep_extend(TEST_SQE(&ring), b, 4, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	kvmm_prep_close(TEST_SQE(&ring), b, 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	/* all of it while the write was held */
+	CU_ASSERT_EQUAL(ring_stat(&ring, mem, off, KVMM_STAT_NVME_DEMOTE_PAGES), 0);
+	CU_ASSERT_EQUAL(ring_stat(&ring, mem, off, KVMM_STAT_HOST_PAGES_WRITEBACK), 8);
+	CU_ASSERT(__atomic_load_n(&latch.hold, __ATOMIC_ACQUIRE));
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+	kvmm_ring_exit(&ring);
+
+	__atomic_store_n(&latch.hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_DEMOTE_PAGES) >= 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK), 0);
+	CU_ASSERT_EQUAL(serve(ctx, tok[0], 32, true), 32);	/* A is back, from NVMe, byte for byte */
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) >= 8);
+	CU_ASSERT_EQUAL(__atomic_load_n(&latch.locked, __ATOMIC_RELAXED), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	free(mem);
+	unlink(path);
+}
+
 /* The asynchronous path under the I/O fault sweep and with flipped bits. */
 static void test_nvme_async_conversations(void)
 {
@@ -1601,6 +1713,7 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_conversations_restart);
 	ADD_TEST(s, test_nvme_async_promote);
 	ADD_TEST(s, test_nvme_async_cancel);
+	ADD_TEST(s, test_nvme_write_held_ring_goes_on);
 	ADD_TEST(s, test_nvme_async_conversations);
 	ADD_TEST(s, test_wt_suite_again);
 	ADD_TEST(s, test_wt_demotion_is_free);

@@ -32,6 +32,8 @@ struct replay_opts {
 	uint64_t host_tokens;		/* host tier; 0: none */
 	uint64_t nvme_tokens;		/* NVMe tier below it; 0: none */
 	const char *nvme_file;		/* its file, recreated for every run */
+	bool sync;			/* wait for background writeback after each
+					 * request (kvmm_sync(), direct only) */
 };
 
 struct replay_result {
@@ -60,6 +62,7 @@ int cmd_ring(int argc, char **argv);
 int cmd_tiers(int argc, char **argv);
 int cmd_cuda(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_latency(int argc, char **argv);
 pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags);
 int server_reap(pid_t pid);
 

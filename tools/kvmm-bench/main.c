@@ -9,6 +9,7 @@
  *   kvmm-bench ring [--json] [--quick]
  *   kvmm-bench tiers [--json] [--quick]
  *   kvmm-bench cuda [--json] [--driver LIB] [--set-mib N]
+ *   kvmm-bench latency [--json] [--quick] [--nvme-file PATH]
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -30,7 +31,9 @@ static void usage(FILE *f)
 		"  trace --trace FILE ...     a Mooncake trace, one request at a time (see trace --help)\n"
 		"  tiers [--json] [--quick]   host and NVMe tier bandwidth beside memcpy and fio\n"
 		"  cuda [--json] [--driver LIB] [--set-mib N]\n"
-		"                             GPU demote/promote and kv_indices beside the driver's copies\n");
+		"                             GPU demote/promote and kv_indices beside the driver's copies\n"
+		"  latency [--json] [--quick] [--nvme-file PATH]\n"
+		"                             command p50/p99 while NVMe is written, against idle\n");
 }
 
 int main(int argc, char **argv)
@@ -53,6 +56,8 @@ int main(int argc, char **argv)
 		return cmd_tiers(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "cuda"))
 		return cmd_cuda(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "latency"))
+		return cmd_latency(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;

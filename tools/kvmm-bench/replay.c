@@ -94,6 +94,8 @@ static int replay_finish_oldest(struct replay *rp)
 
 	if (rp->o->via == VIA_DIRECT) {
 		ret = kvmm_seq_close(rp->ctx, seq, rp->tokens[slot], n);
+		if (!ret && rp->o->sync)
+			ret = kvmm_sync(rp->ctx);
 	} else {
 		/* deferred: it runs first in the next batch (its slot stays put) */
 		slot_buf(rp, slot, &buf, &off);
@@ -519,7 +521,7 @@ static void replay_usage(void)
 		"usage: kvmm-bench replay --workload FILE [--page-size N] [--capacity-tokens N]\n"
 		"                         [--decode-chunk N] [--repeat N] [--evict lru|slru]\n"
 		"                         [--via direct|ring|remote] [--host-tokens N]\n"
-		"                         [--nvme-tokens N --nvme-file PATH] [--json]\n");
+		"                         [--nvme-tokens N --nvme-file PATH [--sync]] [--json]\n");
 }
 
 static const char *const via_names[] = { "direct", "ring", "remote" };
@@ -555,6 +557,7 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		{ "host-tokens", required_argument, NULL, 'H' },
 		{ "nvme-tokens", required_argument, NULL, 'N' },
 		{ "nvme-file", required_argument, NULL, 'F' },
+		{ "sync", no_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
@@ -574,6 +577,7 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		case 'H': o->host_tokens = parse_u64("--host-tokens", optarg); break;
 		case 'N': o->nvme_tokens = parse_u64("--nvme-tokens", optarg); break;
 		case 'F': o->nvme_file = optarg; break;
+		case 's': o->sync = true; break;
 		case 'j': c->json = true; break;
 		case 'h': replay_usage(); return 0;
 		default: replay_usage(); return 2;
@@ -601,6 +605,8 @@ static void replay_check(const struct replay_cli *c)
 		die_usage("replay: --nvme-tokens and --nvme-file go together");
 	if (o->nvme_tokens && (!o->host_tokens || o->nvme_tokens < o->page_size))
 		die_usage("replay: --nvme-tokens needs --host-tokens and must hold a page");
+	if (o->sync && (!o->nvme_tokens || o->via != VIA_DIRECT))
+		die_usage("replay: --sync needs an NVMe tier and --via direct");
 	if (o->evict && strcmp(o->evict, "lru") && strcmp(o->evict, "slru"))
 		die_usage("replay: --evict must be lru or slru");
 }
@@ -618,7 +624,7 @@ static void replay_print_json(const struct replay_cli *c, const struct replay_re
 					       (double)res->cached_tokens_end : 0.0;
 
 	tool_json_line(json_pack("{s:s,s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,"
-				 "s:I,s:I,s:I,s:o,s:o,s:o,s:I,s:o,s:b}",
+				 "s:I,s:I,s:I,s:b,s:o,s:o,s:o,s:I,s:o,s:b}",
 		"bench", "replay", "workload", c->path, "via", via_names[o->via],
 		"page_size", (json_int_t)o->page_size,
 		"capacity_tokens", (json_int_t)o->capacity_tokens,
@@ -634,6 +640,7 @@ static void replay_print_json(const struct replay_cli *c, const struct replay_re
 		"nvme_tokens", (json_int_t)o->nvme_tokens,
 		"nvme_demoted_tokens", (json_int_t)res->nvme_demoted_tokens,
 		"nvme_promoted_tokens", (json_int_t)res->nvme_promoted_tokens,
+		"sync", o->sync,
 		"us_per_request", tool_json_fixed(res->us_per_request, 3),
 		"us_min", tool_json_fixed(res->us_min, 3),
 		"us_max", tool_json_fixed(res->us_max, 3),

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/kvmm/ring_test.c - kvmm_ring: the command ring in-process and
- * through kvmm_ioctl(): every opcode, ownership, paging, backpressure,
- * and a table of malformed commands that must each fail with their errno
- * and change nothing.
+ * tests/disp/dispatch_test.c - kvmm_dispatch: the command dispatcher
+ * (disp/), driven through an in-process ring and kvmm_ioctl(): every
+ * opcode, ownership, paging, backpressure, and a table of malformed
+ * commands that must each fail with their errno and change nothing.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -288,7 +288,10 @@ static void ring_stats_probe_dump_set(void)
 	CU_ASSERT_EQUAL(probe->sqe_size, 64);
 	CU_ASSERT_EQUAL(probe->cqe_size, 16);
 	CU_ASSERT_EQUAL(probe->nr_pages, 4096);
+	/* every opcode is served, so every bit up to KVMM_OP_LAST and no other */
+	CU_ASSERT_EQUAL(probe->nr_ops, KVMM_OP_LAST);
 	CU_ASSERT_EQUAL(probe->ops[0], (1ull << KVMM_OP_LAST) - 1);
+	CU_ASSERT_EQUAL(probe->ops[1], 0);
 	/* 3 roots + 200 leaves in pages of at most 2000 bytes: several pages */
 	do {
 		kvmm_prep_dump(TEST_SQE(&f.ring), KVMM_DUMP_NODES, cursor, 2, 0, 2000);
@@ -611,19 +614,27 @@ static void ring_malformed_commands_fail_and_change_nothing(void)
 	CU_ASSERT_EQUAL(kvmm_ioctl(NULL, &bad_cases[0].sqe, NULL, 0), -EINVAL);
 }
 
+/*
+ * struct scribbler - a client thread rewriting its own buffer, as another
+ * process can: @nr words at @words, each set to a random token below 3,
+ * or with @huge to a count no record fits, from @seed until @stop.
+ */
 struct scribbler {
-	volatile uint32_t *tok;
+	volatile uint32_t *words;
+	uint32_t nr;
+	uint32_t seed;
+	bool huge;
 	volatile int stop;
 };
 
 static void *scribble(void *arg)
 {
 	struct scribbler *sc = arg;
-	uint32_t x = 1;
+	uint32_t x = sc->seed;
 
 	while (!sc->stop) {
 		x = x * 1103515245 + 12345;
-		sc->tok[(x >> 8) % 64] = (x >> 20) % 3;
+		sc->words[(x >> 8) % sc->nr] = sc->huge ? x | 0x80000000u : (x >> 20) % 3;
 	}
 	return NULL;
 }
@@ -637,13 +648,11 @@ static void *scribble(void *arg)
 static void ring_tokens_rewritten_while_read_keep_tree_sound(void)
 {
 	struct kvmm_ctx *ctx = test_ctx(1, 4096, 4, 64);
-	struct scribbler sc;
 	uint32_t tok[64] = { 0 }, i;
+	struct scribbler sc = { .words = tok, .nr = 64, .seed = 1 };
 	struct kvmm_iovec iov = { tok, sizeof(tok) };
 	pthread_t th;
 
-	sc.tok = tok;
-	sc.stop = 0;
 	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, scribble, &sc), 0);
 	for (i = 0; i < 3000; i++) {
 		struct kvmm_sqe sqe = { .opcode = KVMM_OP_OPEN };
@@ -667,23 +676,6 @@ static void ring_tokens_rewritten_while_read_keep_tree_sound(void)
 	kvmm_destroy(ctx);
 }
 
-struct out_scribbler {
-	volatile uint32_t *words;
-	volatile int stop;
-};
-
-static void *scribble_out(void *arg)
-{
-	struct out_scribbler *sc = arg;
-	uint32_t x = 7;
-
-	while (!sc->stop) {
-		x = x * 1103515245 + 12345;
-		sc->words[(x >> 8) % 4] = x | 0x80000000u;	/* huge counts */
-	}
-	return NULL;
-}
-
 /*
  * The output buffer belongs to the client, who may rewrite its header
  * while DUMP and STATS fill it: the dispatcher must never read its own
@@ -695,7 +687,8 @@ static void ring_output_rewritten_while_written_stays_in_bounds(void)
 	struct kvmm_ctx *ctx = test_ctx(1, 4096, 4, 64);
 	uint64_t *out = malloc(1040);	/* header + 16 node records, exactly */
 	struct kvmm_iovec iov = { out, 1040 };
-	struct out_scribbler sc = { .words = (volatile uint32_t *)out };
+	struct scribbler sc = { .words = (volatile uint32_t *)out, .nr = 4, .seed = 7,
+				.huge = true };
 	pthread_t th;
 	uint32_t i;
 
@@ -704,7 +697,7 @@ static void ring_output_rewritten_while_written_stays_in_bounds(void)
 
 		CU_ASSERT_EQUAL_FATAL(test_cache(ctx, 0, t, 2), 0);
 	}
-	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, scribble_out, &sc), 0);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, scribble, &sc), 0);
 	for (i = 0; i < 2000; i++) {
 		struct kvmm_sqe dump = { .opcode = KVMM_OP_DUMP, .len = 1040,
 					 .arg = i % 2 ? KVMM_DUMP_NODES : KVMM_DUMP_SEQS,
@@ -739,15 +732,15 @@ static int add_racy(CU_pSuite s, const char *name, CU_TestFunc fn)
 	if (!t)
 		return -1;
 #ifdef UNDER_TSAN
-	printf("kvmm_ring: %s inactive: it races on purpose (ThreadSanitizer build)\n", name);
+	printf("kvmm_dispatch: %s inactive: it races on purpose (ThreadSanitizer build)\n", name);
 	CU_set_test_active(t, CU_FALSE);
 #endif
 	return 0;
 }
 
-int register_ring_suite(void)
+int register_dispatch_suite(void)
 {
-	CU_pSuite s = CU_add_suite("kvmm_ring", NULL, NULL);
+	CU_pSuite s = CU_add_suite("kvmm_dispatch", NULL, NULL);
 
 	if (!s)
 		return -1;
