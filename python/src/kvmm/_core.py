@@ -62,9 +62,20 @@ def tokens_arg(tokens: Any, n: Optional[int] = None) -> Tuple[Any, int]:
 
 	Raises TypeError for something that is not a buffer of 4-byte integers,
 	ValueError for one that is not 1-D and C-contiguous or for an @n outside
-	0..len(tokens).  Nothing is copied.
+	0..len(tokens).  Nothing is copied.  An object without the buffer
+	protocol but with DLPack (a torch CPU tensor) is taken through
+	numpy.from_dlpack(), which shares its memory; one on a device is a
+	TypeError.
 	"""
-	mv = memoryview(tokens)
+	try:
+		mv = memoryview(tokens)
+	except TypeError:
+		if not hasattr(tokens, "__dlpack__"):
+			raise
+		try:
+			mv = memoryview(np.from_dlpack(tokens))
+		except (RuntimeError, BufferError, ValueError) as e:
+			raise TypeError(f"tokens must be in host memory: {e}") from None
 	if mv.format not in _TOKEN_FORMATS:
 		raise TypeError(f"tokens must be 4-byte integers (int32/uint32), not format "
 				f"{mv.format!r}")
