@@ -9,15 +9,7 @@ import pytest
 
 import kvmm
 
-GEOM = dict(layers=2, kv_heads=2, head_dim=8, dtype_bytes=4, max_seqs=4, max_seq_len=256)
-
-
-@pytest.fixture
-def ctx():
-	c = kvmm.Context(**GEOM, page_size=4, nr_pages=64)
-	yield c
-	gc.collect()
-	c.close()
+from conftest import GEOM
 
 
 def toks(n, start=0):

@@ -2,8 +2,6 @@
 """torch CPU tensors in and out: tokens taken in place, KV and page-table
 views shared with torch.from_dlpack().  Runs where torch is installed (CI's
 torch environment: python/requirements-torch.txt); skipped elsewhere."""
-import gc
-
 import numpy as np
 import pytest
 
@@ -11,15 +9,6 @@ import kvmm
 
 torch = pytest.importorskip("torch")
 
-GEOM = dict(layers=2, kv_heads=2, head_dim=8, dtype_bytes=4, max_seqs=4, max_seq_len=256)
-
-
-@pytest.fixture
-def ctx():
-	c = kvmm.Context(**GEOM, page_size=4, nr_pages=64)
-	yield c
-	gc.collect()
-	c.close()
 
 
 def test_torch_tokens_are_taken_in_place(ctx):
