@@ -1376,6 +1376,55 @@ static void test_nvme_write_held_ring_goes_on(void)
 	unlink(path);
 }
 
+/*
+ * A prefix dropped while the worker writes it down (here: drop_caches
+ * takes its device parent, and with it everything below): the job takes
+ * over its host frames and frees them, and the copy it made, when the
+ * write is over; nothing of it is ever served, nothing leaks.
+ */
+static void test_nvme_dropped_while_written(void)
+{
+	static uint32_t tok[3][32];
+	const char *path = nvme_file("dropped");
+	struct write_latch latch = { .hold = 1 };
+	struct kvmm_nvme_arg arg = { .latch = hold_writes, .latch_arg = &latch };
+	struct kvmm_params p = nvme_params(PS, 16, 8, 64, path, &arg);
+	struct kvmm_ctx *ctx;
+	uint32_t i;
+
+	p.host_wmark_low = 8;
+	p.host_wmark_high = 8;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	test_tokens(tok[0], 32, 4200);
+	memcpy(tok[1], tok[0], 16 * sizeof(uint32_t));	/* shares A's first half */
+	test_tokens(tok[1] + 16, 16, 4201);
+	test_tokens(tok[2], 32, 4202);
+	/* A's tail (16 tokens under the shared half) is demoted, then written, held */
+	for (i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL(serve(ctx, tok[i], 32, false) >= 0, 1);
+	for (i = 0; i < 5000 && !__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE));
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK) > 0);
+	/* everything evictable goes, the prefix being written with its ancestors */
+	CU_ASSERT(kvmm_drop_caches(ctx) > 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok[0], 32, NULL), 0);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK) > 0);	/* the job goes on */
+	CHECK_OK(ctx);
+	__atomic_store_n(&latch.hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_DEMOTE_PAGES), 0);	/* never moved */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 64);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 16);
+	CU_ASSERT_EQUAL(serve(ctx, tok[0], 32, true), 0);	/* a miss, recomputed */
+	CU_ASSERT_EQUAL(__atomic_load_n(&latch.locked, __ATOMIC_RELAXED), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* The asynchronous path under the I/O fault sweep and with flipped bits. */
 static void test_nvme_async_conversations(void)
 {
@@ -1714,6 +1763,7 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_async_promote);
 	ADD_TEST(s, test_nvme_async_cancel);
 	ADD_TEST(s, test_nvme_write_held_ring_goes_on);
+	ADD_TEST(s, test_nvme_dropped_while_written);
 	ADD_TEST(s, test_nvme_async_conversations);
 	ADD_TEST(s, test_wt_suite_again);
 	ADD_TEST(s, test_wt_demotion_is_free);
