@@ -108,17 +108,17 @@ void kvmm_migrate_lay_out(struct kvmm_migrate *job, char *p, uint32_t nr_nodes,
 	job->io = false;
 }
 
-/* Bytes of a demotion's token copy. */
-static size_t tokens_bytes(const struct kvmm_ctx *ctx, const struct kvmm_migrate *job)
+/* Bytes of a demotion's token copy, for @nr_pages pages. */
+static size_t tokens_bytes(const struct kvmm_ctx *ctx, uint32_t nr_pages)
 {
-	return (size_t)job->nr_pages * ctx->page_size * sizeof(uint32_t);
+	return (size_t)nr_pages * ctx->page_size * sizeof(uint32_t);
 }
 
 void kvmm_migrate_free(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 {
 	list_del(&job->link);
 	if (job->tokens_copy)
-		kvmm_mfree(ctx, job->tokens_copy, tokens_bytes(ctx, job));
+		kvmm_mfree(ctx, job->tokens_copy, tokens_bytes(ctx, job->nr_pages));
 	if (job->chain)
 		kvmm_mfree(ctx, job->chain, kvmm_migrate_arm_bytes(job->nr_nodes,
 								   job->nr_pages));
@@ -291,7 +291,7 @@ static void writeback_putback(struct kvmm_ctx *ctx, struct kvmm_node *node)
 static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node **nodes,
 					  uint32_t nr, uint32_t pages, uint32_t to)
 {
-	size_t tok_bytes = (size_t)pages * ctx->page_size * sizeof(uint32_t);
+	size_t tok_bytes = tokens_bytes(ctx, pages);
 	struct kvmm_migrate *job = kvmm_zalloc(ctx, kvmm_migrate_bytes(0));
 	char *arm = kvmm_malloc(ctx, kvmm_migrate_arm_bytes(nr, pages));
 	uint32_t *tok = kvmm_malloc(ctx, tok_bytes);

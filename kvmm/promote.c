@@ -103,8 +103,7 @@ static void job_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 		const struct migrate_node *pn = &job->chain[i];
 
 		if (pn->err) {
-			kvmm_tier_count(ctx, pn->tier, pn->err == -EBADMSG ? TEV_CSUM_FAIL
-									  : TEV_IO_ERRORS, 1);
+			kvmm_tier_copy_failed(ctx, pn->tier, pn->tier, pn->err);	/* a read */
 			kvmm_free_pages(ctx, dev, job->dst + pn->first,
 					job->nr_pages - pn->first);
 			failed = pn->node;

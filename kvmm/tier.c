@@ -509,11 +509,12 @@ int kvmm_tier_copy_down(struct kvmm_ctx *ctx, uint32_t from, const int32_t *src,
 }
 
 /**
- * kvmm_tier_copy_failed() - count a copy down from @from to @to that failed
+ * kvmm_tier_copy_failed() - count a copy between tiers that failed
  * @ctx: the context
- * @from: the tier copied from
- * @to: the tier copied to
- * @err: kvmm_tier_copy_down()'s error
+ * @from: the tier copied from: a page that failed verification counts there
+ * @to: the lower tier the I/O was with: an I/O error counts there (a
+ *	promotion reads its lower tier: @from and @to are both that tier)
+ * @err: the copy's error
  */
 void kvmm_tier_copy_failed(struct kvmm_ctx *ctx, uint32_t from, uint32_t to, int err)
 {

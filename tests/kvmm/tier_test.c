@@ -1288,6 +1288,31 @@ static void hold_writes(void *arg, uint32_t site, uint32_t chan)
 		usleep(1000);
 }
 
+/*
+ * A context whose host tier (8 pages over 16 on the device) is written
+ * down as soon as it holds anything, through @arg's latch.
+ */
+static struct kvmm_ctx *held_ctx(const char *path, struct kvmm_nvme_arg *arg)
+{
+	struct kvmm_params p = nvme_params(PS, 16, 8, 64, path, arg);
+	struct kvmm_ctx *ctx = NULL;
+
+	p.host_wmark_low = 8;
+	p.host_wmark_high = 8;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	return ctx;
+}
+
+/* Whether the worker entered a held write within 5 s. */
+static bool latch_entered(const struct write_latch *l)
+{
+	uint32_t i;
+
+	for (i = 0; i < 5000 && !__atomic_load_n(&l->entered, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+	return __atomic_load_n(&l->entered, __ATOMIC_ACQUIRE);
+}
+
 /* STATS through @ring into @snap (with the stats behind it). */
 static uint64_t ring_stat(struct kvmm_ring *ring, void *mem, uint64_t off, unsigned item)
 {
@@ -1315,26 +1340,20 @@ static void test_nvme_write_held_ring_goes_on(void)
 	const char *path = nvme_file("held");
 	struct write_latch latch = { .hold = 1 };
 	struct kvmm_nvme_arg arg = { .latch = hold_writes, .latch_arg = &latch };
-	struct kvmm_params p = nvme_params(PS, 16, 8, 64, path, &arg);
+	struct kvmm_ctx *ctx = held_ctx(path, &arg);
 	uint64_t off = sizeof(tok), bytes = off + 4096;
 	char *mem = calloc(1, bytes);
 	struct kvmm_ring ring;
-	struct kvmm_ctx *ctx;
 	uint32_t i, flags = 0, a, b;	/* prefixes A, B, C: tok[0..2] */
 	int32_t m;
 
-	p.host_wmark_low = 8;	/* write the host tier down as soon as it has anything */
-	p.host_wmark_high = 8;
-	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
 	for (i = 0; i < 5; i++)
 		test_tokens(tok[i], 32, 4100 + i);
 	memcpy(mem, tok, sizeof(tok));
 	/* two prefixes fill the device; the third demotes the first, which writeback takes */
 	for (i = 0; i < 3; i++)
 		CU_ASSERT_EQUAL(serve(ctx, tok[i], 32, false), 0);
-	for (i = 0; i < 5000 && !__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE); i++)
-		usleep(1000);
-	CU_ASSERT_FATAL(__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE));
+	CU_ASSERT_FATAL(latch_entered(&latch));
 
 	async_ring(ctx, &ring, mem, bytes);
 	CU_ASSERT_EQUAL(ring_stat(&ring, mem, off, KVMM_STAT_HOST_PAGES_WRITEBACK), 8);
@@ -1388,13 +1407,9 @@ static void test_nvme_dropped_while_written(void)
 	const char *path = nvme_file("dropped");
 	struct write_latch latch = { .hold = 1 };
 	struct kvmm_nvme_arg arg = { .latch = hold_writes, .latch_arg = &latch };
-	struct kvmm_params p = nvme_params(PS, 16, 8, 64, path, &arg);
-	struct kvmm_ctx *ctx;
+	struct kvmm_ctx *ctx = held_ctx(path, &arg);
 	uint32_t i;
 
-	p.host_wmark_low = 8;
-	p.host_wmark_high = 8;
-	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
 	test_tokens(tok[0], 32, 4200);
 	memcpy(tok[1], tok[0], 16 * sizeof(uint32_t));	/* shares A's first half */
 	test_tokens(tok[1] + 16, 16, 4201);
@@ -1402,9 +1417,7 @@ static void test_nvme_dropped_while_written(void)
 	/* A's tail (16 tokens under the shared half) is demoted, then written, held */
 	for (i = 0; i < 3; i++)
 		CU_ASSERT_EQUAL(serve(ctx, tok[i], 32, false) >= 0, 1);
-	for (i = 0; i < 5000 && !__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE); i++)
-		usleep(1000);
-	CU_ASSERT_FATAL(__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE));
+	CU_ASSERT_FATAL(latch_entered(&latch));
 	CU_ASSERT(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK) > 0);
 	/* everything evictable goes, the prefix being written with its ancestors */
 	CU_ASSERT(kvmm_drop_caches(ctx) > 0);
