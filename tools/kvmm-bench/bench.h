@@ -63,8 +63,17 @@ int cmd_tiers(int argc, char **argv);
 int cmd_cuda(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_latency(int argc, char **argv);
-pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags);
-int server_reap(pid_t pid);
+/* ring.c: a kvmm server in a child process, one fresh context a session */
+struct bench_server {
+	pid_t pid;
+	int cmd, ack;
+};
+
+int server_spawn(struct bench_server *s, const struct kvmm_params *p, const char *path,
+		 uint32_t flags);
+int server_open(struct bench_server *s);
+int server_close(struct bench_server *s);
+int server_reap(struct bench_server *s);
 
 
 #endif

@@ -19,7 +19,9 @@
  * --via says how the commands travel: the C API (direct), an in-process
  * ring (the slots are registered buffers: zero copy), or a ring attached
  * to a kvmm server in a forked process (the slots live in the ring's data
- * area, where the engine writes its tokens).  Through a ring the replay
+ * area, where the engine writes its tokens).  One server process serves
+ * every repeat, each on a fresh context, as one process runs every direct
+ * repeat: from the second repeat on, both allocate from a warm heap.  Through a ring the replay
  * batches as an engine's step would: it keeps finished sequences open for
  * reuse (a finish is a RETRACT that commits: insert, release, keep the
  * row), defers them into the next admission's batch before its MATCH, and
@@ -45,7 +47,8 @@ struct replay {
 	const struct replay_opts *o;
 	struct kvmm_ctx *ctx;		/* direct, ring */
 	struct kvmm_ring ring;		/* ring, remote */
-	pid_t server;			/* remote */
+	struct bench_server server;	/* remote: one process, a context a repeat */
+	bool spawned, serving;
 	char sock[108];
 	uint32_t **tokens;		/* token slots: prompt, then output[:L-1] */
 	uint32_t nslots, next_slot;	/* twice the in-flight requests, round robin,
@@ -347,10 +350,16 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 	int ret;
 
 	if (rp->o->via == VIA_REMOTE) {
-		snprintf(rp->sock, sizeof(rp->sock), "/tmp/kvmm-bench-%d.sock", (int)getpid());
-		rp->server = server_fork(p, rp->sock, 0);
-		if (rp->server < 0)
+		if (!rp->spawned) {
+			snprintf(rp->sock, sizeof(rp->sock), "/tmp/kvmm-bench-%d.sock",
+				 (int)getpid());
+			if (server_spawn(&rp->server, p, rp->sock, 0))
+				return -ECHILD;
+			rp->spawned = true;
+		}
+		if (server_open(&rp->server))
 			return -ECHILD;
+		rp->serving = true;
 		rp_params.buf_size = ((stride * 4 * rp->nslots + 7) & ~7ull) +
 				     sizeof(struct kvmm_stats_snap) + NR_KVMM_STATS * 8;
 		ret = kvmm_ring_connect(rp->sock, &rp_params, &rp->ring);
@@ -372,7 +381,7 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 	return kvmm_ring_register_buffers(&rp->ring, iov, rp->nslots);
 }
 
-/* Tear down; for a remote server, its kvmm_check() at exit is the verdict. */
+/* Tear down; for a remote server, its kvmm_check() at close is the verdict. */
 static bool session_end(struct replay *rp)
 {
 	bool ok = true;
@@ -380,8 +389,8 @@ static bool session_end(struct replay *rp)
 	if (rp->o->via != VIA_DIRECT)
 		kvmm_ring_exit(&rp->ring);
 	if (rp->o->via == VIA_REMOTE) {
-		ok = rp->server > 0 && !server_reap(rp->server);
-		rp->server = 0;
+		ok = rp->serving && !server_close(&rp->server);
+		rp->serving = false;
 	} else {
 		ok = kvmm_check(rp->ctx) == 0;
 		kvmm_destroy(rp->ctx);
@@ -503,6 +512,8 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 	}
 	res->us_per_request = median(us, rep);
 out:
+	if (rp.spawned && server_reap(&rp.server) && !ret)
+		ret = -ECHILD;
 	for (r = 0; o->via != VIA_REMOTE && rp.tokens && r < rp.nslots; r++)
 		free(rp.tokens[r]);
 	free(rp.tokens);

@@ -14,76 +14,129 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
 
+/*
+ * A kvmm server in a child process, which serves one fresh context per
+ * session: server_open() creates it and starts serving, server_close()
+ * stops, runs kvmm_check() on it and destroys it.  One process serves
+ * every session of a run, as kvmmd serves its clients for hours: its heap
+ * is warm from the second session on, as a direct replay's is from its
+ * second repeat, so repeats compare like with like.
+ *
+ * The parent drives it over a pipe (one byte a command, one byte an
+ * answer); the child leaves when that pipe closes, so it never outlives
+ * its parent, even one that crashed.
+ */
+static void server_child(const struct kvmm_params *p, const char *path, uint32_t flags,
+			 int cmd, int ack)
+{
+	struct kvmm_server *srv = NULL;
+	struct kvmm_ctx *ctx = NULL;
+	char c;
+
+	signal(SIGPIPE, SIG_IGN);	/* a parent gone: answer nobody, then leave */
+	while (read(cmd, &c, 1) == 1) {
+		char a = 'e';
+
+		if (c == 'o' && !ctx) {
+			if (kvmm_create(p, &ctx))
+				ctx = NULL;
+			else if (!kvmm_server_start(ctx, path, flags, &srv))
+				a = 'k';
+			else
+				c = 'c';	/* undo the create below */
+		} else if (c == 'c' && ctx) {
+			kvmm_server_stop(srv);
+			if (!kvmm_check(ctx))
+				a = 'k';
+		}
+		if (c == 'c' && ctx) {
+			kvmm_destroy(ctx);
+			ctx = NULL;
+			srv = NULL;
+		}
+		if (write(ack, &a, 1) != 1)
+			break;
+	}
+	if (ctx) {
+		kvmm_server_stop(srv);
+		kvmm_destroy(ctx);
+	}
+	_exit(0);
+}
+
 /**
- * server_fork() - a kvmm server in a child process
- * @p: the context to create there
+ * server_spawn() - start a child that serves kvmm contexts at @path
+ * @s: out
+ * @p: the context each session creates
  * @path: its socket
  * @flags: KVMM_SERVER_*
  *
- * The child serves until SIGTERM, then stops, runs kvmm_check() and exits
- * 0 only if it passed.  It gets that SIGTERM too when the benchmark dies
- * (PR_SET_PDEATHSIG), even of a crash, so it never outlives its parent
- * holding the parent's output open and its socket bound.
- *
- * Return: the child's pid once it serves, or -1.
+ * Return: 0, or -1 (nothing to clean up).
  */
-pid_t server_fork(const struct kvmm_params *p, const char *path, uint32_t flags)
+int server_spawn(struct bench_server *s, const struct kvmm_params *p, const char *path,
+		 uint32_t flags)
 {
-	pid_t parent = getpid(), pid;
-	int pfd[2];
-	char c = 'e';
+	int cmd[2], ack[2];
 
-	if (pipe(pfd))
+	if (pipe(cmd))
 		return -1;
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (!pid) {
-		struct kvmm_server *srv = NULL;
-		struct kvmm_ctx *ctx = NULL;
-		sigset_t set;
-		int sig, bad;
-
-		close(pfd[0]);
-		sigemptyset(&set);
-		sigaddset(&set, SIGTERM);
-		sigprocmask(SIG_BLOCK, &set, NULL);
-		/* blocked until sigwait(): a parent gone meanwhile still stops us */
-		if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent)
-			_exit(2);
-		if (!kvmm_create(p, &ctx) && !kvmm_server_start(ctx, path, flags, &srv))
-			c = 'k';
-		if (write(pfd[1], &c, 1) != 1 || c != 'k')
-			_exit(2);
-		sigwait(&set, &sig);
-		kvmm_server_stop(srv);
-		bad = kvmm_check(ctx);
-		kvmm_destroy(ctx);
-		_exit(bad ? 1 : 0);
-	}
-	close(pfd[1]);
-	if (read(pfd[0], &c, 1) != 1 || c != 'k') {
-		close(pfd[0]);
-		waitpid(pid, NULL, 0);
+	if (pipe(ack)) {
+		close(cmd[0]);
+		close(cmd[1]);
 		return -1;
 	}
-	close(pfd[0]);
-	return pid;
+	s->pid = fork();
+	if (!s->pid) {
+		close(cmd[1]);
+		close(ack[0]);
+		server_child(p, path, flags, cmd[0], ack[1]);
+	}
+	close(cmd[0]);
+	close(ack[1]);
+	if (s->pid < 0) {
+		close(cmd[1]);
+		close(ack[0]);
+		return -1;
+	}
+	s->cmd = cmd[1];
+	s->ack = ack[0];
+	return 0;
 }
 
-/* Stop a server_fork() child; 0 when it exited clean. */
-int server_reap(pid_t pid)
+static int server_ask(struct bench_server *s, char c)
+{
+	char a;
+
+	if (write(s->cmd, &c, 1) != 1 || read(s->ack, &a, 1) != 1)
+		return -1;
+	return a == 'k' ? 0 : -1;
+}
+
+/* Create a fresh context in the child and serve it; 0 once it serves. */
+int server_open(struct bench_server *s)
+{
+	return server_ask(s, 'o');
+}
+
+/* Stop serving; 0 when the context passed kvmm_check(). */
+int server_close(struct bench_server *s)
+{
+	return server_ask(s, 'c');
+}
+
+/* End the child; 0 when it exited. */
+int server_reap(struct bench_server *s)
 {
 	int status;
 
-	kill(pid, SIGTERM);
-	if (waitpid(pid, &status, 0) != pid)
+	close(s->cmd);
+	close(s->ack);
+	if (waitpid(s->pid, &status, 0) != s->pid)
 		return -1;
 	return WIFEXITED(status) && !WEXITSTATUS(status) ? 0 : -1;
 }
@@ -263,7 +316,7 @@ int cmd_ring(int argc, char **argv)
 	struct kvmm_ctx *ctx;
 	bool quick = false;
 	char sock[108];
-	pid_t srv;
+	struct bench_server srv;
 	int c, ret;
 
 	while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
@@ -294,18 +347,17 @@ int cmd_ring(int argc, char **argv)
 
 	/* across processes: the tokens live in the ring's data area (buffer 0) */
 	snprintf(sock, sizeof(sock), "/tmp/kvmm-bench-ring-%d.sock", (int)getpid());
-	srv = server_fork(&p, sock, 0);
-	if (srv < 0) {
+	if (server_spawn(&srv, &p, sock, 0)) {
 		fprintf(stderr, "ring: cannot start a server\n");
 		return 1;
 	}
-	ret = kvmm_ring_connect(sock, &rp, &ring);
+	ret = server_open(&srv) ? -ECHILD : kvmm_ring_connect(sock, &rp, &ring);
 	if (!ret) {
 		memcpy(ring.buf, tokens, sizeof(tokens));
 		ret = run_suite(&ring, "process", 0, quick);
 		kvmm_ring_exit(&ring);
 	}
-	if (server_reap(srv) && !ret)
+	if ((server_close(&srv) | server_reap(&srv)) && !ret)
 		ret = -EIO;
 	if (ret) {
 		fprintf(stderr, "ring: across processes: %s\n", strerror(-ret));
