@@ -53,7 +53,13 @@
  * page stays owned or locked for a client that is gone.
  *
  * Locking.  The context lock is taken once per batch of entries, not per
- * command.
+ * command.  A keyed KPUT or KGET drops it while it copies values (the
+ * entries before it in the batch have completed, the ones after it have
+ * not started), so that other rings are served meanwhile.
+ *
+ * Keyed spaces.  A ring bound to a namespace registers spaces in its own
+ * namespace only (KSPACE names it) and reaches only spaces of its own
+ * (-EINVAL for any other id, as for one that does not exist).
  */
 #include <stdlib.h>
 
@@ -313,7 +319,7 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	p->nr_ops = KVMM_OP_LAST;
 	probe_ops(p);
 	p->features = KVMM_FEAT_NAMESPACES | KVMM_FEAT_PIN_KEEP | KVMM_FEAT_SLRU |
-		      KVMM_FEAT_TIERS | KVMM_FEAT_NS_LIMITS;
+		      KVMM_FEAT_TIERS | KVMM_FEAT_NS_LIMITS | KVMM_FEAT_KEYED;
 	p->page_size = ctx->page_size;
 	p->nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
 	p->max_seqs = ctx->max_seqs;
@@ -514,6 +520,114 @@ static int op_prio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return kvmm_prefix_set_prio(d->ctx, sqe->ns, tok, sqe->len, sqe->arg);
 }
 
+/* KSPACE: register (or find) a keyed space in the entry's namespace. */
+static int op_kspace(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		     const uint32_t *tok, uint32_t *cflags)
+{
+	const struct kvmm_kspace_reg *in = payload_aligned(d, sqe, sizeof(*in), 8);
+	struct kvmm_kspace_reg reg;
+	struct kvmm_keyed_spec spec;
+	uint32_t space;
+	int ret;
+
+	if (!in)
+		return -EFAULT;
+	memcpy(&reg, in, sizeof(reg));	/* checked once, then used */
+	if (sqe->len != sizeof(reg) || reg.resv ||
+	    !memchr(reg.model_id, '\0', sizeof(reg.model_id)))
+		return -EINVAL;
+	spec = (struct kvmm_keyed_spec){ .ns = sqe->ns, .flags = reg.flags,
+					 .value_bytes = reg.value_bytes,
+					 .model_id = reg.model_id };
+	ret = kvmm_keyed_space(d->ctx, &spec, &space);
+	return ret ? ret : (int)space;
+}
+
+/* The keyed space @id, if this ring may use it. */
+static struct kvmm_kspace *ring_kspace(struct kvmm_disp *d, uint32_t id)
+{
+	return kvmm_kspace_of(d->ctx, id, d->ns_bound ? d->ns : KVMM_NS_ANY);
+}
+
+/* Values one KPUT or KGET may name. */
+#define KVMM_KIO_MAX	4096
+
+/*
+ * KPUT, KGET: the entries are copied once and checked whole (each value's
+ * bytes inside a registered buffer) before anything is done; each one's
+ * res is written back into the client's array at settle.  A command that
+ * reads NVMe completes later, through the owner.
+ */
+static int op_kio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		  const uint32_t *tok, uint32_t *cflags)
+{
+	struct kvmm_kspace *s = ring_kspace(d, sqe->arg);
+	struct kvmm_kent *ents = payload_aligned(d, sqe, (uint64_t)sqe->len * sizeof(*ents), 8);
+	uint64_t vb;
+	size_t bytes = (size_t)sqe->len * (sizeof(struct kvmm_key) + 2 * sizeof(void *));
+	struct kvmm_key *keys;
+	int32_t **resps;
+	void **bufs;
+	uint32_t i;
+	int ret;
+
+	if (!s || !sqe->len || sqe->len > KVMM_KIO_MAX)
+		return -EINVAL;
+	if (!ents)
+		return -EFAULT;
+	vb = kvmm_kspace_value_bytes(s);
+	keys = kvmm_malloc(d->ctx, bytes);
+	if (!keys)
+		return -ENOMEM;
+	bufs = (void **)(keys + sqe->len);
+	resps = (int32_t **)(bufs + sqe->len);
+	for (i = 0, ret = 0; i < sqe->len && !ret; i++) {
+		struct kvmm_kent e;
+		struct kvmm_sqe at = { .buf = 0 };
+
+		memcpy(&e, &ents[i], sizeof(e));
+		at.buf = e.buf;
+		at.off = e.off;
+		keys[i] = e.key;
+		resps[i] = &ents[i].res;
+		bufs[i] = payload_aligned(d, &at, vb, 1);
+		if (e.resv)
+			ret = -EINVAL;
+		else if (!bufs[i])
+			ret = -EFAULT;
+	}
+	if (!ret)
+		ret = kvmm_keyed_ring(d->ctx, d->hdr ? &d->owner : NULL, sqe->user_data, s,
+				      sqe->opcode == KVMM_OP_KPUT, keys, bufs, resps, sqe->len);
+	kvmm_mfree(d->ctx, keys, bytes);
+	return ret == -EINPROGRESS ? RES_DEFERRED : ret;
+}
+
+/* KEXISTS, KDELETE: an array of keys, copied before it is read. */
+static int op_kkeys(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		    const uint32_t *tok, uint32_t *cflags)
+{
+	struct kvmm_kspace *s = ring_kspace(d, sqe->arg);
+	size_t bytes = (size_t)sqe->len * sizeof(struct kvmm_key);
+	const void *in = payload_aligned(d, sqe, bytes, 8);
+	struct kvmm_key *keys;
+	int ret;
+
+	if (!s || sqe->len > KVMM_KIO_MAX)
+		return -EINVAL;
+	if (!in)
+		return -EFAULT;
+	if (!sqe->len)
+		return 0;
+	keys = kvmm_malloc(d->ctx, bytes);
+	if (!keys)
+		return -ENOMEM;
+	memcpy(keys, in, bytes);
+	ret = kvmm_keyed_run_keys(d->ctx, s, keys, sqe->len, sqe->opcode == KVMM_OP_KDELETE);
+	kvmm_mfree(d->ctx, keys, bytes);
+	return ret;
+}
+
 /* What (buf, off, len) hold for an opcode: struct disp_op.payload. */
 enum disp_payload {
 	P_NONE,		/* nothing: the fields are zero */
@@ -564,6 +678,11 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_PROMOTE]	= { F_SEQ | F_TOK, P_TOKENS, true, false, op_promote },
 	[KVMM_OP_PIN_DROP]	= { F_NS | F_ARG | F_ARG2, P_NONE, false, true, op_pin_drop },
 	[KVMM_OP_SEQ_ROW]	= { F_SEQ | F_TOK, P_OWN, true, false, op_seq_row },
+	[KVMM_OP_KSPACE]	= { F_NS | F_TOK, P_OWN, false, false, op_kspace },
+	[KVMM_OP_KPUT]		= { F_TOK | F_ARG, P_OWN, false, false, op_kio },
+	[KVMM_OP_KGET]		= { F_TOK | F_ARG, P_OWN, false, false, op_kio },
+	[KVMM_OP_KEXISTS]	= { F_TOK | F_ARG, P_OWN, false, false, op_kkeys },
+	[KVMM_OP_KDELETE]	= { F_TOK | F_ARG, P_OWN, false, false, op_kkeys },
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");
@@ -707,6 +826,9 @@ void kvmm_disp_destroy(struct kvmm_disp *d)
 		return;
 	ctx = d->ctx;
 	pthread_mutex_lock(&ctx->lock);
+	/* the I/O worker may still be writing values into the ring's memory */
+	while (kvmm_keyed_pending(ctx, &d->owner))
+		pthread_cond_wait(&ctx->kjobs_done, &ctx->lock);
 	disp_release(d);
 	kvmm_debug_check(ctx, "ring release");
 	pthread_mutex_unlock(&ctx->lock);
@@ -813,7 +935,7 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 		n = room;
 	for (i = 0; i < n; i++) {
 		struct kvmm_sqe sqe;
-		struct kvmm_cqe *cqe = &d->cqes[d->cq_tail & d->cq_mask];
+		struct kvmm_cqe *cqe;
 		uint32_t cflags = 0;
 		int32_t res;
 
@@ -823,6 +945,9 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 			__atomic_store_n(&d->deferred, d->deferred + 1, __ATOMIC_RELAXED);
 			continue;
 		}
+		/* after the command: a keyed copy drops the lock, and a deferred
+		 * completion may have taken the slot meanwhile */
+		cqe = &d->cqes[d->cq_tail & d->cq_mask];
 		cqe->user_data = sqe.user_data;
 		cqe->res = res;
 		cqe->flags = cflags;

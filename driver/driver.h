@@ -205,17 +205,34 @@ struct kvmm_store_cfg {
 /**
  * struct kvmm_store_key - what a page of a persistent store holds
  * @id: the page's identity: XXH3-128, seeded with @ns, of the token ids of
- *	its whole prefix up to and including its own
- * @parent: the identity of the page before it; zero for a first page
+ *	its whole prefix up to and including its own (a keyed value's page:
+ *	of its space, key and index, kvmm_keyed_store_keys())
+ * @parent: the identity of the page before it; zero for a first page (a
+ *	keyed value's page: its key)
  * @ns: namespace of the prefix
  * @tokens: the page's own token ids (page_size of them)
+ * @flags: KVMM_STORE_KEY_*
+ * @index: a keyed value's page: which of its pages it is
+ * @count: ... and how many it has
+ * @space: ... and its space's model fingerprint
+ * @value_bytes: ... and its space's value size
+ *
+ * A store records every field and hands them back to recover(); a read
+ * checks @id, @parent, @ns, @flags and @tokens.
  */
 struct kvmm_store_key {
 	uint64_t id[2];
 	uint64_t parent[2];
 	uint32_t ns;
 	const uint32_t *tokens;
+	uint32_t flags;
+	uint32_t index;
+	uint32_t count;
+	uint64_t space[2];
+	uint64_t value_bytes;
 };
+
+#define KVMM_STORE_KEY_KEYED	(1u << 0)	/* a page of a keyed value */
 
 /**
  * struct kvmm_store_ops - the bytes of a lower tier's pages

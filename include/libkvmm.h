@@ -289,6 +289,28 @@ int kvmm_prefix_set_prio(struct kvmm_ctx *ctx, uint32_t ns,
 int kvmm_prefix_lookup(struct kvmm_ctx *ctx, uint32_t ns,
 		       const uint32_t *tokens, uint32_t n);
 
+/*
+ * The keyed page store (struct kvmm_key and the rules: uapi/kvmm/ring.h).
+ * Values live on the host tier and go down to NVMe as tree pages do;
+ * it needs a host tier.
+ */
+struct kvmm_keyed_spec {
+	uint32_t ns;
+	uint32_t flags;
+	uint64_t value_bytes;
+	const char *model_id;
+};
+int kvmm_keyed_space(struct kvmm_ctx *ctx, const struct kvmm_keyed_spec *spec,
+		     uint32_t *space);
+int kvmm_keyed_put(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
+		   const void *const *src, uint32_t n, int32_t *res);
+int kvmm_keyed_get(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
+		   void *const *dst, uint32_t n, int32_t *res);
+int kvmm_keyed_exists(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
+		      uint32_t n);
+int kvmm_keyed_delete(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
+		      uint32_t n);
+
 /* Reclaim and tunables */
 int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages);
 int64_t kvmm_drop_caches(struct kvmm_ctx *ctx);

@@ -36,6 +36,9 @@
  *  - Each open sequence's row starts with exactly the frames of the path
  *    it locks, continues with its own frames and is -1 after them.
  *  - Every node can be found through the child hash.
+ *  - A keyed value is a leaf under a keyed space's root, on a lower tier,
+ *    locked only by the keyed gets that hold it; the frames keyed puts
+ *    hold are in state IO; every space counts its values' pages right.
  *
  * The walk is O(pages + nodes + table) and allocates one byte per page
  * with calloc (not through the context's allocator, so that fault
@@ -62,6 +65,7 @@ struct check_sums {
 	uint64_t evictable[KVMM_NR_TIERS], leaves[KVMM_NR_TIERS];
 	uint64_t pinned, nodes, direct, io_nodes;
 	uint64_t shadowed, shadow_nodes;
+	uint64_t keyed[KVMM_NR_TIERS], keyed_values;
 };
 
 static int check_zone(const struct kvmm_ctx *ctx, uint32_t tier)
@@ -168,6 +172,8 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 		      node->lock_ref);
 		return 0;
 	}
+	if (node->flags & KVMM_NODE_KEYED)
+		sums->keyed[node->tier] += nr;
 	CHECK(node->len && !(node->len & (ctx->page_size - 1)),
 	      "node %p edge of %u tokens", (void *)node, node->len);
 	CHECK(kvmm_tree_lookup_child(ctx, node->parent, node->tokens) == node,
@@ -187,9 +193,18 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	CHECK(node->tkids == tkids, "node %p counts %u children on its tier, has %llu",
 	      (void *)node, node->tkids, (unsigned long long)tkids);
 	CHECK(node->tier == KVMM_TIER_DEVICE ||
-	      (!node->pin_ref && (!node->lock_ref || (node->flags & KVMM_NODE_IO))),
+	      (!node->pin_ref &&
+	       (!node->lock_ref || (node->flags & (KVMM_NODE_IO | KVMM_NODE_KEYED)))),
 	      "node %p on tier %u is locked (%u) or pinned (%u)", (void *)node,
 	      node->tier, node->lock_ref, node->pin_ref);
+	CHECK(!!(node->flags & KVMM_NODE_KEYED) == !!(node->parent->flags & KVMM_NODE_KEYED),
+	      "node %p is keyed %d under a root keyed %d", (void *)node,
+	      !!(node->flags & KVMM_NODE_KEYED), !!(node->parent->flags & KVMM_NODE_KEYED));
+	CHECK(!(node->flags & KVMM_NODE_KEYED) ||
+	      (node->tier != KVMM_TIER_DEVICE && kvmm_node_is_leaf(node) && !node->pins &&
+	       node->len >= KVMM_KEY_WORDS),
+	      "keyed value %p on tier %u, %u tokens, not a leaf or pinned", (void *)node,
+	      node->tier, node->len);
 	CHECK(!(node->flags & KVMM_NODE_IO) || node->tier != KVMM_TIER_DEVICE,
 	      "node %p on the device is marked as promoting", (void *)node);
 	sums->io_nodes += !!(node->flags & KVMM_NODE_IO);
@@ -245,15 +260,23 @@ static int check_tree(const struct kvmm_ctx *ctx, uint8_t **marks,
 		const struct kvmm_ns *ns = kvmm_root_ns(root);
 		uint64_t pinned = sums->pinned;
 		uint64_t cached = sums->cached[KVMM_TIER_DEVICE];
+		uint64_t keyed[KVMM_NR_TIERS];
 		struct kvmm_node *node;
 
 		CHECK(root->flags & KVMM_NODE_ROOT, "non-root %p on the root list",
 		      (void *)root);
+		memcpy(keyed, sums->keyed, sizeof(keyed));
 		for (node = root; node; node = kvmm_tree_next(root, node)) {
 			ret = check_node(ctx, node, marks, sums);
 			if (ret)
 				return ret;
+			sums->keyed_values += node != root && (node->flags & KVMM_NODE_KEYED);
 		}
+		for (t = 0; t < KVMM_NR_TIERS; t++)
+			CHECK(ns->keyed[t] == sums->keyed[t] - keyed[t],
+			      "keyed space of ns %u: %llu pages on tier %u, counted %llu",
+			      root->ns, (unsigned long long)(sums->keyed[t] - keyed[t]), t,
+			      (unsigned long long)ns->keyed[t]);
 		pinned = sums->pinned - pinned;
 		cached = sums->cached[KVMM_TIER_DEVICE] - cached;
 		CHECK(ns->pinned == pinned, "namespace %u: pinned %llu, counted %llu",
@@ -263,6 +286,8 @@ static int check_tree(const struct kvmm_ctx *ctx, uint8_t **marks,
 	}
 	CHECK(sums->nodes == ctx->tree.nr_nodes, "%llu nodes counted as %llu",
 	      (unsigned long long)sums->nodes, (unsigned long long)ctx->tree.nr_nodes);
+	CHECK(sums->keyed_values == ctx->keyed_values, "%llu keyed values counted as %llu",
+	      (unsigned long long)sums->keyed_values, (unsigned long long)ctx->keyed_values);
 	for (t = 0; t < KVMM_NR_TIERS; t++) {
 		CHECK(sums->cached[t] == ctx->tree.cached[t],
 		      "tier %u: %llu cached pages counted as %llu", t,
@@ -439,6 +464,7 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 	}
 	CHECK(!kvmm_migrations_check(ctx, marks, MARK_IO, io, &job_locks, &job_nodes, &why),
 	      "%s", why);
+	CHECK(!kvmm_keyed_check(ctx, marks, MARK_IO, io, &job_locks, &why), "%s", why);
 	for (t = 0; t < KVMM_NR_TIERS; t++)
 		CHECK(io[t] == ctx->io_pages[t], "migrations hold %llu frames of tier %u, "
 		      "counted %llu", (unsigned long long)io[t], t,

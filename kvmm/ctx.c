@@ -289,7 +289,13 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	ctx->ns_pin_pages = KVMM_NS_PIN_AUTO;
 	ctx->ns_cache_share = 100;
 	list_init(&ctx->migrations);
+	list_init(&ctx->kjobs);
 	if (pthread_mutex_init(&ctx->lock, NULL)) {
+		aops->free(ctx, sizeof(*ctx), params->alloc_priv);
+		return -ENOMEM;
+	}
+	if (pthread_cond_init(&ctx->kjobs_done, NULL)) {
+		pthread_mutex_destroy(&ctx->lock);
 		aops->free(ctx, sizeof(*ctx), params->alloc_priv);
 		return -ENOMEM;
 	}
@@ -329,6 +335,7 @@ out_exit_seqs:
 out_exit_zone:
 	kvmm_zone_exit(ctx, &ctx->zone[KVMM_TIER_DEVICE]);
 out_free_ctx:
+	pthread_cond_destroy(&ctx->kjobs_done);
 	pthread_mutex_destroy(&ctx->lock);
 	aops->free(ctx, sizeof(*ctx), params->alloc_priv);
 	return ret;
@@ -351,8 +358,10 @@ KVMM_EXPORT void kvmm_destroy(struct kvmm_ctx *ctx)
 		return;
 	kvmm_owners_release(ctx);	/* rings still attached */
 	kvmm_iow_stop(ctx);	/* promotions in flight finish first */
+	pthread_cond_destroy(&ctx->kjobs_done);
 	pthread_mutex_destroy(&ctx->lock);
 	kvmm_tree_exit(ctx);
+	kvmm_keyed_exit(ctx);
 	kvmm_tiers_exit(ctx);
 	ctx->backend->exit(ctx->backend_priv);
 	kvmm_seqs_exit(ctx);

@@ -238,6 +238,11 @@ bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn);
 						 * moves it or adopts into it */
 #define KVMM_NODE_SHADOW	(1u << 3)	/* on the device, with a copy of its
 						 * pages on the host tier (tier.c) */
+#define KVMM_NODE_KEYED		(1u << 4)	/* a keyed space's root, or one of its
+						 * values (keyed.c) */
+
+/* Words of a keyed value's key (struct kvmm_key), the start of its edge. */
+#define KVMM_KEY_WORDS		4
 
 /**
  * struct kvmm_node - a prefix-tree node: one edge of token ids and the
@@ -356,13 +361,15 @@ struct kvmm_tree {
  * @pinned: pages of its nodes with a pin at or below them (device only:
  *	pinned nodes never leave it)
  * @cached: device pages its nodes hold
+ * @keyed: a keyed space's root (keyed.c): per tier, pages its values hold
  *
- * Protected by the context, as the tree.  kvmm_check() recounts both.
+ * Protected by the context, as the tree.  kvmm_check() recounts them.
  */
 struct kvmm_ns {
 	struct kvmm_node root;
 	uint64_t pinned;
 	uint64_t cached;
+	uint64_t keyed[KVMM_NR_TIERS];
 };
 
 /*
@@ -410,6 +417,10 @@ void kvmm_tree_delete_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
 				     const uint32_t *key, uint32_t n,
 				     const int32_t *pfns, uint32_t tier);
+struct kvmm_node *kvmm_tree_keyed_root(struct kvmm_ctx *ctx, uint32_t ns);
+struct kvmm_node *kvmm_tree_add_keyed(struct kvmm_ctx *ctx, struct kvmm_node *root,
+				      const uint32_t *key, uint32_t pages,
+				      const int32_t *pfns, uint32_t tier);
 void kvmm_tree_prefetch(const struct kvmm_node *node);
 uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from,
 			const struct kvmm_node *to, int32_t *dst);
@@ -429,6 +440,14 @@ static inline struct kvmm_ns *kvmm_node_ns(const struct kvmm_node *node)
 	while (node->parent)
 		node = node->parent;
 	return kvmm_root_ns(node);
+}
+
+/* Pages of tier @tier that keyed value @node holds change by @delta. */
+static inline void kvmm_keyed_pages_add(const struct kvmm_node *node, uint32_t tier,
+					int64_t delta)
+{
+	if (node->flags & KVMM_NODE_KEYED)
+		kvmm_root_ns(node->parent)->keyed[tier] += (uint64_t)delta;
 }
 
 /* Device pages the namespace of @node holds change by @delta. */
@@ -550,6 +569,31 @@ int kvmm_migrations_check(const struct kvmm_ctx *ctx, uint8_t *const *marks,
 			  uint8_t mark_io, uint64_t *io, uint64_t *locks, uint64_t *nodes,
 			  const char **why);
 
+/* ---- keyed.c ---- */
+
+#define KVMM_NS_ANY	UINT32_MAX	/* kvmm_kspace_of(): whoever asks */
+
+struct kvmm_kspace;
+struct kvmm_key;
+void kvmm_keyed_exit(struct kvmm_ctx *ctx);
+struct kvmm_kspace *kvmm_kspace_of(struct kvmm_ctx *ctx, uint32_t id, uint32_t ns);
+uint64_t kvmm_kspace_value_bytes(const struct kvmm_kspace *s);
+void kvmm_keyed_store_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
+			   struct kvmm_store_key *keys);
+int kvmm_keyed_recover(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t *fp,
+		       uint64_t value_bytes, const uint64_t *key, const uint64_t *id,
+		       const int32_t *pfns, uint32_t nr, uint32_t tier);
+int kvmm_keyed_run_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
+			const struct kvmm_key *keys, uint32_t n, bool del);
+int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
+		    struct kvmm_kspace *s, bool put, const struct kvmm_key *keys,
+		    void *const *bufs, int32_t *const *resps, uint32_t n);
+void kvmm_keyed_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
+bool kvmm_keyed_pending(const struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
+void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v);
+int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t mark_io,
+		     uint64_t *io, uint64_t *locks, const char **why);
+
 /* ---- seq.c ---- */
 
 /**
@@ -669,6 +713,11 @@ enum kvmm_event {
 	EV_SHADOW_DROP_PAGES,
 	EV_MIGRATED,
 	EV_WRITEBACK_RUNS,
+	EV_KEYED_PUTS,
+	EV_KEYED_GETS,
+	EV_KEYED_MISSES,
+	EV_KEYED_DROPS,
+	EV_KEYED_DELETES,
 	NR_KVMM_EVENTS
 };
 
@@ -726,6 +775,10 @@ enum kvmm_tier_event {
  *	KVMM_NS_PIN_AUTO for half the device pool
  * @ns_cache_share: percent of the device pool one namespace may cache
  *	before reclaim takes its own cache first; 100 for no share
+ * @kspaces: the keyed spaces (keyed.c), @nr_kspaces of @cap_kspaces
+ * @kjobs: keyed commands in flight (struct kvmm_kjob.link)
+ * @kjobs_done: signalled, under @lock, when the worker finished one
+ * @keyed_values: values of every space, on every tier
  */
 struct kvmm_ctx {
 	struct kvmm_params params;
@@ -764,6 +817,11 @@ struct kvmm_ctx {
 	struct kvmm_iow *iow;
 	uint64_t ns_pin_pages;
 	uint32_t ns_cache_share;
+	struct kvmm_kspace **kspaces;
+	uint32_t nr_kspaces, cap_kspaces;
+	struct kvmm_list kjobs;
+	pthread_cond_t kjobs_done;
+	uint64_t keyed_values;
 };
 
 static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,

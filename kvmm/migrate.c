@@ -237,14 +237,44 @@ void kvmm_migrate_copy(struct kvmm_ctx *ctx, struct kvmm_migrate *job, uint32_t 
 	}
 }
 
-void kvmm_migrate_queue(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
+/* Hand @work to the I/O worker. */
+void kvmm_work_queue(struct kvmm_ctx *ctx, struct kvmm_work *work)
 {
 	struct kvmm_iow *w = ctx->iow;
 
 	pthread_mutex_lock(&w->mu);
-	list_add_tail(&job->qlink, &w->queue);
+	list_add_tail(&work->link, &w->queue);
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+}
+
+/*
+ * The worker's part of a migrate job: the copy, then a promotion is
+ * settled at once (a ring waits for it), a demotion goes on the done list
+ * for the context's own thread.
+ */
+static void migrate_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
+{
+	struct kvmm_migrate *job = container_of(work, struct kvmm_migrate, work);
+	struct kvmm_iow *w = ctx->iow;
+
+	kvmm_migrate_copy(ctx, job, 1);
+	if (job->to == KVMM_TIER_DEVICE) {	/* settled and freed there */
+		pthread_mutex_lock(&ctx->lock);
+		kvmm_promo_finished(ctx, job);
+		pthread_mutex_unlock(&ctx->lock);
+		return;
+	}
+	pthread_mutex_lock(&w->mu);
+	list_add_tail(&job->qlink, &w->done);
+	__atomic_store_n(&w->nr_done, w->nr_done + 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void kvmm_migrate_queue(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
+{
+	job->work.run = migrate_run;
+	kvmm_work_queue(ctx, &job->work);
 }
 
 /* ---- demotion: background reclaim of the host tier ---- */
@@ -416,15 +446,17 @@ static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 			ctx->io_pages[pn->tier] -= pn->nr;
 			continue;
 		}
-		if (!pn->err) {
+		if (!pn->err && !node->lock_ref) {
 			kvmm_node_moved(ctx, node, job->to, job->dst + pn->first, job->to,
 					job->t0);
 			continue;
 		}
+		/* failed, or a keyed get reads its frames now: it stays */
 		kvmm_free_pages(ctx, &ctx->zone[job->to], job->dst + pn->first, pn->nr);
-		kvmm_tier_copy_failed(ctx, pn->tier, job->to, pn->err);
+		if (pn->err)
+			kvmm_tier_copy_failed(ctx, pn->tier, job->to, pn->err);
 		writeback_putback(ctx, node);
-		if (pn->err == -EBADMSG)	/* its own pages are bad: never serve them */
+		if (pn->err == -EBADMSG && !node->lock_ref)	/* bad: never serve them */
 			kvmm_drop_subtree(ctx, node);
 	}
 }
@@ -464,29 +496,18 @@ static void *iow_main(void *arg)
 
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
-		struct kvmm_migrate *job;
-		bool up;
+		struct kvmm_work *work;
 
 		while (list_empty(&w->queue) && !w->stop)
 			pthread_cond_wait(&w->cv, &w->mu);
 		if (list_empty(&w->queue))
 			break;
-		job = list_entry(w->queue.next, struct kvmm_migrate, qlink);
-		list_del(&job->qlink);
+		work = list_entry(w->queue.next, struct kvmm_work, link);
+		list_del(&work->link);
 		w->busy = true;
 		pthread_mutex_unlock(&w->mu);
-		kvmm_migrate_copy(ctx, job, 1);
-		up = job->to == KVMM_TIER_DEVICE;
-		if (up) {	/* settled and freed there */
-			pthread_mutex_lock(&ctx->lock);
-			kvmm_promo_finished(ctx, job);
-			pthread_mutex_unlock(&ctx->lock);
-		}
+		work->run(ctx, work);
 		pthread_mutex_lock(&w->mu);
-		if (!up) {
-			list_add_tail(&job->qlink, &w->done);
-			__atomic_store_n(&w->nr_done, w->nr_done + 1, __ATOMIC_RELAXED);
-		}
 		w->busy = false;
 		if (list_empty(&w->queue))
 			pthread_cond_broadcast(&w->idle);

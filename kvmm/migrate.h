@@ -13,6 +13,19 @@
 #include "internal.h"
 
 /**
+ * struct kvmm_work - an entry of the I/O worker's queue
+ * @link: on the queue
+ * @run: what the worker does with it, holding no lock: the copy, then
+ *	whatever settles it (which may free the entry)
+ */
+struct kvmm_work {
+	struct kvmm_list link;
+	void (*run)(struct kvmm_ctx *ctx, struct kvmm_work *work);
+};
+
+void kvmm_work_queue(struct kvmm_ctx *ctx, struct kvmm_work *work);
+
+/**
  * struct migrate_node - one node of an armed job: its pages in the job's
  *	arrays
  * @node: the node; NULL once a demotion's node was dropped (the job then
@@ -34,8 +47,9 @@ struct migrate_node {
  * struct kvmm_migrate - one migrate job: a promotion (@to is the device)
  *	or a demotion (@to is the tier below its nodes)
  * @link: on ctx->migrations while it exists
- * @qlink: on the worker's queue or done list, or on the waiters of the
- *	promotion it waits for
+ * @work: its entry on the worker's queue
+ * @qlink: on the worker's done list, or on the waiters of the promotion
+ *	it waits for
  * @waiters: promotions waiting for this one's chain
  * @owner: where a promotion's deferred completion goes; NULL: nobody
  *	waits for one
@@ -60,6 +74,7 @@ struct migrate_node {
  */
 struct kvmm_migrate {
 	struct kvmm_list link;
+	struct kvmm_work work;
 	struct kvmm_list qlink;
 	struct kvmm_list waiters;
 	struct kvmm_owner *owner;

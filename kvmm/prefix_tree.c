@@ -166,11 +166,21 @@ static void node_free(struct kvmm_ctx *ctx, struct kvmm_node *node)
 
 /* ---- the child hash ---- */
 
+/*
+ * Tokens that tell @parent's children apart: the first page of the edge,
+ * or under a keyed space's root the value's key (keyed.c).
+ */
+static size_t key_bytes(const struct kvmm_ctx *ctx, const struct kvmm_node *parent)
+{
+	if (unlikely(parent->flags & KVMM_NODE_KEYED))
+		return KVMM_KEY_WORDS * sizeof(uint32_t);
+	return (size_t)ctx->page_size * sizeof(uint32_t);
+}
+
 static uint64_t child_hash(const struct kvmm_ctx *ctx,
 			   const struct kvmm_node *parent, const uint32_t *key)
 {
-	return XXH3_64bits_withSeed(key, (size_t)ctx->page_size * sizeof(*key),
-				    (uint64_t)(uintptr_t)parent);
+	return XXH3_64bits_withSeed(key, key_bytes(ctx, parent), (uint64_t)(uintptr_t)parent);
 }
 
 static uint64_t root_hash(uint32_t ns)
@@ -301,7 +311,7 @@ void kvmm_tree_prefetch(const struct kvmm_node *node)
  *	the page @key
  * @ctx: the context
  * @parent: a node
- * @key: page_size token ids
+ * @key: page_size token ids (a keyed space's root: KVMM_KEY_WORDS, the key)
  *
  * Return: the child, or NULL.
  */
@@ -310,7 +320,7 @@ struct kvmm_node *kvmm_tree_lookup_child(const struct kvmm_ctx *ctx,
 					 const uint32_t *key)
 {
 	struct kvmm_node *node = *bucket_of(&ctx->tree, child_hash(ctx, parent, key));
-	size_t bytes = (size_t)ctx->page_size * sizeof(*key);
+	size_t bytes = key_bytes(ctx, parent);
 
 	for (; node; node = node->hnext) {
 		if (node->parent == parent && node->tokens[0] == key[0] &&
@@ -402,6 +412,29 @@ struct kvmm_node *kvmm_tree_root(struct kvmm_ctx *ctx, uint32_t ns, bool create)
 	node->ns = ns;
 	list_add(&node->sibling, &tree->roots);
 	htab_add(ctx, node);
+	return node;
+}
+
+/**
+ * kvmm_tree_keyed_root() - a new root for a keyed space's values
+ * @ctx: the context
+ * @ns: the space's namespace
+ *
+ * Its children are values (kvmm_tree_add_keyed()), told apart by their
+ * keys.  It is on the root list, so that walks of the whole tree see
+ * them, but no namespace lookup finds it.
+ *
+ * Return: the root, or NULL.
+ */
+struct kvmm_node *kvmm_tree_keyed_root(struct kvmm_ctx *ctx, uint32_t ns)
+{
+	struct kvmm_node *node = root_alloc(ctx);
+
+	if (!node)
+		return NULL;
+	node->flags = KVMM_NODE_ROOT | KVMM_NODE_KEYED;
+	node->ns = ns;
+	list_add_tail(&node->sibling, &ctx->tree.roots);
 	return node;
 }
 
@@ -667,6 +700,7 @@ static void link_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
 	ctx->tree.nr_nodes++;
 	ctx->tree.cached[tier] += nr;
 	kvmm_ns_cached_add(parent, tier, nr);
+	kvmm_keyed_pages_add(leaf, tier, nr);
 	ctx->lruvec[tier].evictable += nr;
 }
 
@@ -701,6 +735,44 @@ struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *par
 	memcpy(leaf->pfns, pfns, (size_t)(n >> ctx->page_shift) * sizeof(*pfns));
 	link_leaf(ctx, parent, leaf, tier);
 	leaf->atime = ++ctx->tree.clock;	/* newer than its parent */
+	return leaf;
+}
+
+/**
+ * kvmm_tree_add_keyed() - hang a keyed value's pages under its space's root
+ * @ctx: the context
+ * @root: the space's root (kvmm_tree_keyed_root())
+ * @key: its key, KVMM_KEY_WORDS words, the first of its edge's tokens (the
+ *	rest are 0)
+ * @pages: its frames, at least KVMM_KEY_WORDS tokens' worth
+ * @pfns: its frames on @tier, held (OWNED or IO), which become the tree's
+ * @tier: KVMM_TIER_*
+ *
+ * Like kvmm_tree_add_leaf(), the value is stamped newer than anything and
+ * queued for reclaim by the caller.
+ *
+ * Return: the value; NULL, with nothing changed, when @root has it already
+ * or on -ENOMEM.
+ */
+struct kvmm_node *kvmm_tree_add_keyed(struct kvmm_ctx *ctx, struct kvmm_node *root,
+				      const uint32_t *key, uint32_t pages,
+				      const int32_t *pfns, uint32_t tier)
+{
+	uint32_t len = pages << ctx->page_shift;
+	struct kvmm_node *leaf;
+
+	if (kvmm_tree_lookup_child(ctx, root, key))
+		return NULL;
+	leaf = node_alloc(ctx, len);
+	if (!leaf)
+		return NULL;
+	memset(leaf->tokens, 0, (size_t)len * sizeof(*key));
+	memcpy(leaf->tokens, key, KVMM_KEY_WORDS * sizeof(*key));
+	memcpy(leaf->pfns, pfns, (size_t)pages * sizeof(*pfns));
+	leaf->flags = KVMM_NODE_KEYED;
+	link_leaf(ctx, root, leaf, tier);
+	leaf->atime = ++ctx->tree.clock;
+	ctx->keyed_values++;
 	return leaf;
 }
 

@@ -13,6 +13,12 @@
  * prefix.  A page whose parent is missing (lost, torn, dropped) cannot be
  * reached by any prompt and is left out; of two copies of one page, the
  * newer is kept.
+ *
+ * Pages of keyed values (KVMM_STORE_KEY_KEYED) say their space, key,
+ * index and count instead: a value whose every page is there comes back
+ * whole under its space (made again if no client registered it yet, and
+ * found by the next one that registers the same model and size); a value
+ * missing a page is left out, its pages free.
  */
 #include <stdlib.h>
 
@@ -30,6 +36,11 @@ struct tier_rec {
 	uint32_t ns;
 	uint32_t tok;		/* its tokens: tier_scan.tokens[tok * page_size] */
 	uint32_t state;
+	uint32_t flags;		/* the rest of the key, for keyed values */
+	uint32_t index;
+	uint32_t count;
+	uint64_t space[2];
+	uint64_t value_bytes;
 };
 
 struct tier_scan {
@@ -53,6 +64,9 @@ static int scan_one(void *arg, uint32_t pfn, const struct kvmm_store_key *key,
 		.id = { key->id[0], key->id[1] },
 		.parent = { key->parent[0], key->parent[1] },
 		.seq = seq, .pfn = pfn, .ns = key->ns, .tok = ts->nr,
+		.flags = key->flags, .index = key->index, .count = key->count,
+		.space = { key->space[0], key->space[1] },
+		.value_bytes = key->value_bytes,
 	};
 	memcpy(ts->tokens + (size_t)ts->nr * ps, key->tokens, ps * sizeof(uint32_t));
 	ts->nr++;
@@ -103,8 +117,14 @@ static void rec_attach(struct tier_scan *ts, uint32_t tier, uint32_t r, uint32_t
 			sp--;
 			continue;
 		}
+		if (rec->flags & KVMM_STORE_KEY_KEYED) {	/* keyed_attach()'s */
+			sp--;
+			continue;
+		}
 		if (id_cmp(rec->parent, none)) {
 			p = bsearch(rec->parent, ts->recs, ts->nr, sizeof(*p), rec_key_cmp);
+			if (p && (p->flags & KVMM_STORE_KEY_KEYED))
+				p = NULL;	/* never a prefix's parent */
 			if (p && p->state == REC_NEW && p->ns == rec->ns) {
 				rec->state = REC_VISITING;
 				stack[sp++] = (uint32_t)(p - ts->recs);
@@ -133,6 +153,67 @@ static void rec_attach(struct tier_scan *ts, uint32_t tier, uint32_t r, uint32_t
 	}
 }
 
+/* Keyed pages by value (namespace, space, size, key), then index. */
+static int keyed_cmp(const void *pa, const void *pb)
+{
+	const struct tier_rec *a = *(struct tier_rec *const *)pa;
+	const struct tier_rec *b = *(struct tier_rec *const *)pb;
+	int c;
+
+	if (a->ns != b->ns)
+		return a->ns < b->ns ? -1 : 1;
+	if ((c = id_cmp(a->space, b->space)) || (c = id_cmp(a->parent, b->parent)))
+		return c;
+	if (a->value_bytes != b->value_bytes)
+		return a->value_bytes < b->value_bytes ? -1 : 1;
+	return a->index < b->index ? -1 : a->index > b->index;
+}
+
+static bool same_value(const struct tier_rec *a, const struct tier_rec *b)
+{
+	return a->ns == b->ns && !id_cmp(a->space, b->space) &&
+	       !id_cmp(a->parent, b->parent) && a->value_bytes == b->value_bytes &&
+	       a->count == b->count;
+}
+
+/*
+ * The keyed values among the records: each whose pages 0 .. count - 1
+ * are all there (and agree on what they belong to) goes back whole.
+ */
+static void keyed_attach(struct tier_scan *ts, uint32_t tier, struct tier_rec **k,
+			 int32_t *pfns)
+{
+	struct kvmm_ctx *ctx = ts->ctx;
+	uint32_t n = 0, i, j, end, cnt, taken;
+
+	for (i = 0; i < ts->nr; i++)
+		if (ts->recs[i].flags & KVMM_STORE_KEY_KEYED)
+			k[n++] = &ts->recs[i];
+	qsort(k, n, sizeof(*k), keyed_cmp);
+	for (i = 0; i < n; i = end) {
+		for (end = i + 1; end < n && same_value(k[i], k[end]); end++)
+			;
+		cnt = k[i]->count;
+		if (end - i != cnt)
+			continue;	/* a page is missing (or forged ones are extra) */
+		for (j = 0; j < cnt && k[i + j]->index == j; j++)
+			;
+		if (j < cnt)
+			continue;
+		for (taken = 0; taken < cnt; taken++) {
+			if (!kvmm_alloc_pfn(&ctx->zone[tier], k[i + taken]->pfn))
+				break;
+			pfns[taken] = (int32_t)k[i + taken]->pfn;
+		}
+		if (taken == cnt && !kvmm_keyed_recover(ctx, k[i]->ns, k[i]->space,
+							k[i]->value_bytes, k[i]->parent,
+							k[i]->id, pfns, cnt, tier))
+			continue;
+		if (taken)
+			kvmm_free_pages(ctx, &ctx->zone[tier], pfns, taken);
+	}
+}
+
 /**
  * kvmm_tier_recover() - give the tree back the pages an I/O store kept
  * @ctx: the context, its tier @tier just set up
@@ -149,14 +230,14 @@ void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier)
 	struct tier_scan ts = { .ctx = ctx, .max = ctx->zone[tier].nr_pages };
 	size_t rec_bytes = (size_t)ts.max * sizeof(*ts.recs);
 	size_t tok_bytes = (size_t)ts.max * ctx->page_size * sizeof(uint32_t);
-	size_t stack_bytes = (size_t)ts.max * sizeof(uint32_t);
+	size_t stack_bytes = (size_t)ts.max * (sizeof(uint32_t) + sizeof(struct tier_rec *));
 	uint32_t *stack, i, u;
 
 	if (!ctx->store[tier]->recover)
 		return;
 	ts.recs = kvmm_malloc(ctx, rec_bytes);
 	ts.tokens = kvmm_malloc(ctx, tok_bytes);
-	stack = kvmm_malloc(ctx, stack_bytes);
+	stack = kvmm_malloc(ctx, stack_bytes);	/* also keyed_attach()'s scratch */
 	if (!ts.recs || !ts.tokens || !stack) {
 		kvmm_report(ctx, "%s tier: no memory to recover its pages; starting cold",
 			    ctx->store[tier]->name);
@@ -172,6 +253,7 @@ void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier)
 	ts.nr = u;
 	for (i = 0; i < ts.nr; i++)
 		rec_attach(&ts, tier, i, stack);
+	keyed_attach(&ts, tier, (struct tier_rec **)(stack + ts.max), (int32_t *)stack);
 out:
 	kvmm_mfree(ctx, stack, stack_bytes);
 	kvmm_mfree(ctx, ts.tokens, tok_bytes);

@@ -76,6 +76,14 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_HOST_WMARK_HIGH] = "host_wmark_high",
 	[KVMM_STAT_HOST_PAGES_WRITEBACK] = "host_pages_writeback",
 	[KVMM_STAT_WRITEBACK_RUNS] = "writeback_runs",
+	[KVMM_STAT_KEYED_SPACES] = "keyed_spaces",
+	[KVMM_STAT_KEYED_VALUES] = "keyed_values",
+	[KVMM_STAT_KEYED_HOST_PAGES] = "keyed_host_pages",
+	[KVMM_STAT_KEYED_NVME_PAGES] = "keyed_nvme_pages",
+	[KVMM_STAT_KEYED_PUTS] = "keyed_puts",
+	[KVMM_STAT_KEYED_GETS] = "keyed_gets",
+	[KVMM_STAT_KEYED_MISSES] = "keyed_misses",
+	[KVMM_STAT_KEYED_EVICTS] = "keyed_evicts",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -102,6 +110,9 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_SHADOW_DROP_PAGES] = EV_SHADOW_DROP_PAGES + 1,
 	[KVMM_STAT_MIGRATE_PAGES] = EV_MIGRATED + 1,
 	[KVMM_STAT_WRITEBACK_RUNS] = EV_WRITEBACK_RUNS + 1,
+	[KVMM_STAT_KEYED_PUTS] = EV_KEYED_PUTS + 1,
+	[KVMM_STAT_KEYED_GETS] = EV_KEYED_GETS + 1,
+	[KVMM_STAT_KEYED_MISSES] = EV_KEYED_MISSES + 1,
 };
 
 /**
@@ -184,6 +195,7 @@ KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t 
 	v[KVMM_STAT_MISS_TOKENS] = v[KVMM_STAT_MATCH_TOKENS] - v[KVMM_STAT_HIT_TOKENS];
 	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++)
 		tier_stats(ctx, t, v);
+	kvmm_keyed_stats(ctx, v);
 	if (nr)
 		memcpy(vals, v, (nr < NR_KVMM_STATS ? nr : NR_KVMM_STATS) * sizeof(*v));
 	return NR_KVMM_STATS;

@@ -247,6 +247,8 @@ static void node_set_tier(struct kvmm_ctx *ctx, struct kvmm_node *node,
 	ctx->tree.cached[tier] += nr;
 	kvmm_ns_cached_add(node, old, -(int64_t)nr);
 	kvmm_ns_cached_add(node, tier, nr);
+	kvmm_keyed_pages_add(node, old, -(int64_t)nr);
+	kvmm_keyed_pages_add(node, tier, nr);
 	if (node->lock_ref) {
 		ctx->tree.protected[old] -= nr;
 		ctx->tree.protected[tier] += nr;
@@ -426,6 +428,10 @@ struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_no
 	const struct kvmm_node *n;
 	XXH3_state_t st;
 
+	if (node->flags & KVMM_NODE_KEYED) {
+		kvmm_keyed_store_keys(ctx, node, keys);
+		return keys;
+	}
 	for (n = node->parent; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
 		path[depth++] = (struct kvmm_node *)n;
 	ns = n->ns;
@@ -436,14 +442,12 @@ struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_no
 	if (node->parent != n)
 		h = XXH3_128bits_digest(&st);
 	for (i = 0; i < node->len >> ctx->page_shift; i++) {
-		keys[i].parent[0] = h.low64;
-		keys[i].parent[1] = h.high64;
+		keys[i] = (struct kvmm_store_key){ .parent = { h.low64, h.high64 }, .ns = ns,
+						   .tokens = node->tokens + i * ps };
 		XXH3_128bits_update(&st, node->tokens + i * ps, ps * sizeof(uint32_t));
 		h = XXH3_128bits_digest(&st);
 		keys[i].id[0] = h.low64;
 		keys[i].id[1] = h.high64;
-		keys[i].ns = ns;
-		keys[i].tokens = node->tokens + i * ps;
 	}
 	return keys;
 }
@@ -608,6 +612,11 @@ void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	kvmm_node_lruvec(ctx, node)->evictable -= nr;
 	ctx->tree.cached[node->tier] -= nr;
 	kvmm_ns_cached_add(node, node->tier, -(int64_t)nr);
+	kvmm_keyed_pages_add(node, node->tier, -(int64_t)nr);
+	if (node->flags & KVMM_NODE_KEYED) {
+		ctx->keyed_values--;
+		kvmm_count(ctx, EV_KEYED_DROPS, 1);
+	}
 	if (node->tier != KVMM_TIER_DEVICE)
 		kvmm_tier_count(ctx, node->tier, TEV_EVICT_PAGES, nr);
 	if (!(parent->flags & KVMM_NODE_ROOT) && parent->tier == node->tier)

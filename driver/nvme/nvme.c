@@ -23,7 +23,14 @@
  * A slot is one page: a header, the page's token ids, then its KV bytes in
  * the staging layout (at data_off):
  *
- *   magic | ns | seq | epoch | id | parent | data_csum | hdr_csum | tokens[]
+ *   magic | ns | seq | epoch | id | parent | flags | index | count | resv |
+ *   space | value_bytes | data_csum | hdr_csum | tokens[]
+ *
+ * (layout version 3; version 2 had no flags .. value_bytes, version 1
+ * no model identity in the superblock: both are refused by name).  A page
+ * of a keyed value (flags KVMM_STORE_KEY_KEYED) has its value's key as
+ * parent, its index among the value's count pages, and its space's model
+ * fingerprint and value size, so that a restart finds the whole value.
  *
  * id is the page's identity (XXH3-128 of its namespace and every token of
  * its prefix through this page) and parent the identity of the page
@@ -75,7 +82,7 @@
 #include <liburing.h>
 
 #define NVME_MAGIC		"KVMMNVM1"	/* every layout version */
-#define NVME_VERSION		2
+#define NVME_VERSION		3
 #define NVME_SLOT_MAGIC		0x504d564bu	/* "KVMP" */
 #define NVME_BLOCK		4096u
 #define NVME_TRIES		4	/* submissions of one I/O before it fails */
@@ -113,6 +120,12 @@ struct nvme_slot_hdr {
 	uint64_t epoch;
 	uint64_t id[2];
 	uint64_t parent[2];
+	uint32_t flags;		/* KVMM_STORE_KEY_*; the rest of the key: */
+	uint32_t index;
+	uint32_t count;
+	uint32_t resv;
+	uint64_t space[2];
+	uint64_t value_bytes;
 	uint64_t data_csum;
 	uint64_t hdr_csum;	/* XXH3-64 of the header (this field 0) and tokens */
 	uint32_t tokens[];
@@ -443,6 +456,9 @@ static bool write_fill(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slo
 		.epoch = ns->epoch,
 		.id = { k->id[0], k->id[1] },
 		.parent = { k->parent[0], k->parent[1] },
+		.flags = k->flags, .index = k->index, .count = k->count,
+		.space = { k->space[0], k->space[1] },
+		.value_bytes = k->value_bytes,
 	};
 	memcpy(h->tokens, k->tokens, (size_t)ns->page_size * sizeof(uint32_t));
 	memcpy(data, wr->src[wr->next], ns->page_bytes);
@@ -516,7 +532,7 @@ static bool hdr_valid(const struct nvme_store *ns, const struct nvme_slot_hdr *h
 static bool hdr_is(const struct nvme_store *ns, const struct nvme_slot_hdr *h,
 		   const struct kvmm_store_key *k)
 {
-	return hdr_valid(ns, h) && h->ns == k->ns &&
+	return hdr_valid(ns, h) && h->ns == k->ns && h->flags == k->flags &&
 	       h->id[0] == k->id[0] && h->id[1] == k->id[1] &&
 	       h->parent[0] == k->parent[0] && h->parent[1] == k->parent[1] &&
 	       !memcmp(h->tokens, k->tokens, (size_t)ns->page_size * sizeof(uint32_t));
@@ -591,6 +607,9 @@ static int nvme_recover(void *priv,
 				.id = { h->id[0], h->id[1] },
 				.parent = { h->parent[0], h->parent[1] },
 				.ns = h->ns, .tokens = h->tokens,
+				.flags = h->flags, .index = h->index, .count = h->count,
+				.space = { h->space[0], h->space[1] },
+				.value_bytes = h->value_bytes,
 			};
 			if (h->seq >= ns->seq)
 				ns->seq = h->seq + 1;
@@ -757,6 +776,11 @@ static int super_check(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 		return nvme_err(cfg, -EEXIST, "%s has layout version 1, which records no "
 				"model identity; this kvmm writes version %u and does not "
 				"recover older files: " REFORMAT_HINT, cfg->path, NVME_VERSION);
+	if (sb->version == 2 && sb->csum == super_csum(sb))
+		return nvme_err(cfg, -EEXIST, "%s has layout version 2, whose slots do not "
+				"say which pages are keyed values; this kvmm writes version %u "
+				"and does not recover older files: " REFORMAT_HINT, cfg->path,
+				NVME_VERSION);
 	if (sb->version != NVME_VERSION || sb->csum != super_csum(sb))
 		return nvme_err(cfg, -EUCLEAN, "%s: the superblock is damaged (%s); refusing "
 				"the file, nothing on it is served: " REFORMAT_HINT, cfg->path,

@@ -858,6 +858,42 @@ static void test_nvme_layout_v1(void)
 	unlink(path);
 }
 
+/*
+ * A file of layout version 2 (slots without the keyed-value fields) is
+ * refused by name until reformatted.  The superblock's checksum is found
+ * where it checks, then set again for version 2.
+ */
+static void test_nvme_layout_v2(void)
+{
+	const char *path = nvme_file("v2");
+	struct test_log log = { 0 };
+	struct kvmm_ctx *ctx;
+	char sb[4096];
+	uint32_t version = 2, at;
+	uint64_t csum = 0;
+
+	ctx = nvme_ctx(16, 8, 64, path, NULL);
+	kvmm_destroy(ctx);
+	read_super(path, sb);
+	for (at = 16; at + 8 <= sizeof(sb); at += 8) {
+		memcpy(&csum, sb + at, sizeof(csum));
+		if (csum && csum == XXH3_64bits(sb, at))
+			break;
+	}
+	CU_ASSERT_FATAL(at + 8 <= sizeof(sb));
+	memcpy(sb + 8, &version, sizeof(version));
+	csum = XXH3_64bits(sb, at);
+	memcpy(sb + at, &csum, sizeof(csum));
+	write_file(path, sb, sizeof(sb), 0);
+
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EEXIST);
+	CU_ASSERT(strstr(log.last, "layout version 2") != NULL);
+	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, KVMM_NVME_REFORMAT, path, &log, &ctx),
+			      0);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* What the NVMe tier takes of the parameters: refused, naming the field. */
 static void test_nvme_identity_params(void)
 {
@@ -1769,6 +1805,7 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_model_identity);
 	ADD_TEST(s, test_nvme_superblock_damaged);
 	ADD_TEST(s, test_nvme_layout_v1);
+	ADD_TEST(s, test_nvme_layout_v2);
 	ADD_TEST(s, test_nvme_identity_params);
 	ADD_TEST(s, test_nvme_fault_sweep);
 	ADD_TEST(s, test_nvme_flip_tear);

@@ -128,6 +128,17 @@ enum kvmm_stat_item {
 	KVMM_STAT_HOST_WMARK_HIGH,	/* (gauge) writeback goes on to it */
 	KVMM_STAT_HOST_PAGES_WRITEBACK,	/* (gauge) host pages being written down */
 	KVMM_STAT_WRITEBACK_RUNS,	/* writeback jobs started */
+	/* The keyed page store (KSPACE, KPUT, KGET, ...): */
+	KVMM_STAT_KEYED_SPACES,		/* (gauge) spaces registered or recovered */
+	KVMM_STAT_KEYED_VALUES,		/* (gauge) values stored, on any tier */
+	KVMM_STAT_KEYED_HOST_PAGES,	/* (gauge) host pages they hold (within
+					 * host_pages_cached) */
+	KVMM_STAT_KEYED_NVME_PAGES,	/* (gauge) NVMe pages they hold (within
+					 * nvme_pages_cached) */
+	KVMM_STAT_KEYED_PUTS,		/* values stored by KPUT */
+	KVMM_STAT_KEYED_GETS,		/* values read by KGET */
+	KVMM_STAT_KEYED_MISSES,		/* KGET keys not found, or found bad */
+	KVMM_STAT_KEYED_EVICTS,		/* values reclaim dropped */
 	NR_KVMM_STATS
 };
 

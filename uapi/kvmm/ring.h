@@ -44,7 +44,13 @@
 					 * res: pins dropped (operator only) */
 #define KVMM_OP_SEQ_ROW		19	/* seq; out: struct kvmm_seq_row + frames;
 					 * res: page frames written */
-#define KVMM_OP_LAST		20
+/* The keyed page store: see struct kvmm_kspace_reg below */
+#define KVMM_OP_KSPACE		20	/* ns, in: struct kvmm_kspace_reg; res: space id */
+#define KVMM_OP_KPUT		21	/* arg: space, len struct kvmm_kent; res: values stored */
+#define KVMM_OP_KGET		22	/* arg: space, len struct kvmm_kent; res: values read */
+#define KVMM_OP_KEXISTS		23	/* arg: space, len struct kvmm_key; res: leading hits */
+#define KVMM_OP_KDELETE		24	/* arg: space, len struct kvmm_key; res: values deleted */
+#define KVMM_OP_LAST		25
 
 /*
  * struct kvmm_sqe - one command (64 bytes)
@@ -133,6 +139,68 @@ struct kvmm_seq_row {
 	__u32	cached;
 	__u32	pages;
 	__u32	resv;
+};
+
+/*
+ * The keyed page store: the host and NVMe tiers as a store of fixed-size
+ * values addressed by 128-bit keys, for engines that keep their own GPU
+ * prefix cache and name what they offload by hash (vLLM's block hashes,
+ * LMCache's chunk keys, SGLang HiCache's page hashes).
+ *
+ * KSPACE registers a space: values of value_bytes bytes under one model
+ * identity in namespace ns.  The same (ns, model_id, value_bytes) is the
+ * same space, for every client and across a restart, so engines that
+ * register alike share their values; its id (res) names it in the other
+ * commands.  len is sizeof(struct kvmm_kspace_reg).  A ring bound to a
+ * namespace registers and reaches only spaces of its own.
+ *
+ * KPUT copies each entry's value from (buf, off) into the store, KGET
+ * copies stored values out to (buf, off): both complete once the bytes
+ * are copied (off the context's lock), each entry's res set to 0 or
+ * -errno for that value (KGET: -ENOENT for a miss, -EBADMSG for a value
+ * that failed its checksum or identity, which is then dropped).  The
+ * entry array is read when the command is taken, and its res fields
+ * written before the completion; the values are never both read and
+ * written in one command.  KEXISTS and KDELETE take an array of keys.
+ */
+struct kvmm_key {
+	__u64	lo;
+	__u64	hi;
+};
+
+/*
+ * struct kvmm_kspace_reg - KSPACE input
+ * @value_bytes: bytes of every value (1 .. KVMM_KVALUE_MAX)
+ * @flags: none defined yet, 0
+ * @resv: 0
+ * @model_id: NUL-terminated identity of the model whose KV the values
+ *	are (name and revision, as kvmm_params.model_id); a value is never
+ *	served under another
+ */
+struct kvmm_kspace_reg {
+	__u64	value_bytes;
+	__u32	flags;
+	__u32	resv;
+	char	model_id[256];
+};
+
+#define KVMM_KVALUE_MAX		(1ull << 30)
+
+/*
+ * struct kvmm_kent - one value of a KPUT or KGET (32 bytes)
+ * @key: its key
+ * @off: where its bytes are, in buffer @buf (value_bytes of them; any
+ *	alignment, 64 bytes is fastest)
+ * @buf: registered buffer index
+ * @resv: 0
+ * @res: out: 0, or -errno for this value
+ */
+struct kvmm_kent {
+	struct kvmm_key key;
+	__u64	off;
+	__u16	buf;
+	__u16	resv;
+	__s32	res;
 };
 
 /* Registered buffers a ring may name: indices 0 .. KVMM_RING_MAX_BUFS - 1. */
@@ -309,6 +377,7 @@ struct kvmm_stats_snap {
 #define KVMM_FEAT_TIERS		(1ull << 3)	/* PROMOTE, LOOKUP_TIERS, F_LOWER */
 #define KVMM_FEAT_NS_LIMITS	(1ull << 4)	/* PIN_DROP, DUMP_PINS, DUMP_NS,
 						 * SET_NS_*: -EDQUOT */
+#define KVMM_FEAT_KEYED		(1ull << 5)	/* KSPACE, KPUT, KGET, KEXISTS, KDELETE */
 
 /*
  * struct kvmm_probe - PROBE output (128 bytes)

@@ -1,0 +1,1004 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/keyed.c - the keyed page store: values an engine names by its own
+ * keys, kept on the host and NVMe tiers beside the prefix tree's demoted
+ * pages.
+ *
+ * DOC: keyed page store
+ *
+ * Engines with a GPU prefix cache of their own (vLLM, LMCache, SGLang's
+ * HiCache) offload KV by hash, not by token prefix.  For them the lower
+ * tiers are a store of fixed-size values addressed by 128-bit keys
+ * (struct kvmm_key), in spaces: a space is the values of one size under
+ * one model identity in one namespace, and the same three always make
+ * the same space, so engines that register alike share values.
+ *
+ * A value is a node of the tree: a child of its space's root
+ * (kvmm_tree_keyed_root(), on the root list but found by no namespace
+ * lookup), whose edge starts with its key (the child hash tells a keyed
+ * root's children apart by key, not by first page) and whose frames hold
+ * its bytes, split in pages of the context's geometry, the last one
+ * zero-filled.  Being a node gives it everything the tree's demoted pages
+ * have, with no second mechanism: the tier's reclaim lists and policy
+ * (one capacity and one LRU per tier, shared), background writeback to
+ * NVMe with its identity in every slot (kvmm_keyed_store_keys()),
+ * checksums on every page, kvmm_check()'s accounting.  A value is never
+ * on the device and never matched by MATCH; it always stays a leaf.
+ *
+ * A command moves values in three steps, as a migrate job does:
+ *
+ *  - arm, under the context's lock: a put takes host frames (reclaim on
+ *    the host tier makes room; background writeback keeps it ahead) in
+ *    state IO, where no one else sees them; a get takes a lock reference
+ *    on each value found, so that reclaim, writeback and delete leave it
+ *    alone;
+ *  - copy, without the lock: the caller's bytes into the frames (sealed
+ *    with a checksum each), or the value's pages, verified, out to the
+ *    caller: from the host tier's memory, or read from NVMe (identity
+ *    and checksum checked by the store);
+ *  - settle, under the lock: a put's value joins the index (unless the
+ *    same key got there first: its frames go back), a get's values are
+ *    unlocked and touched, and one that failed verification is dropped:
+ *    a miss, never wrong bytes.
+ *
+ * The direct API runs the three steps in a row.  Through a ring, the
+ * dispatcher's thread copies memory itself with the lock dropped, so
+ * other rings run meanwhile; a get that reads NVMe goes to the I/O worker
+ * and completes later, like a PROMOTE.
+ *
+ * A value being written to NVMe by writeback is still served from the
+ * host (its frames stay until the write settles); a value a get holds is
+ * not moved by that settle (the write is put back, kvmm_keyed_busy()).
+ * A delete skips values a get holds.
+ */
+#include <stdlib.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "migrate.h"
+
+/* Spaces a context holds at most: registrations are per model and size. */
+#define KVMM_KSPACES_MAX	1024
+
+/**
+ * struct kvmm_kspace - one keyed space
+ * @root: the root its values hang under (KVMM_NODE_KEYED)
+ * @fp: the model identity's fingerprint, XXH3-128 of model_id
+ * @value_bytes: bytes of each value
+ * @pages: frames a value takes: its bytes, at least KVMM_KEY_WORDS tokens
+ * @ns: its namespace
+ * @id: its index in ctx->kspaces
+ */
+struct kvmm_kspace {
+	struct kvmm_node *root;
+	uint64_t fp[2];
+	uint64_t value_bytes;
+	uint32_t pages;
+	uint32_t ns;
+	uint32_t id;
+};
+
+/**
+ * struct kjob_val - one value of a keyed job
+ * @key: its key
+ * @buf: the caller's bytes (put: read; get: written)
+ * @resp: where its result goes at settle, or NULL
+ * @node: get: the value, locked; NULL when it was not found
+ * @first: put: its frames' index in the job's @pfns
+ * @err: 0, or why it failed (set at arm when it was never armed)
+ * @armed: the copy step has work for it
+ */
+struct kjob_val {
+	struct kvmm_key key;
+	void *buf;
+	int32_t *resp;
+	struct kvmm_node *node;
+	uint32_t first;
+	int err;
+	bool armed;
+};
+
+/**
+ * struct kvmm_kjob - a keyed command's values in flight
+ * @work: the I/O worker's queue entry (a get that reads NVMe)
+ * @link: on ctx->kjobs while it exists
+ * @owner: where a queued job's completion goes; NULL: nobody waits
+ * @user_data: that completion's user_data
+ * @space: the space
+ * @put: a put (else a get)
+ * @n: values
+ * @vals: them
+ * @pfns: put: the frames taken on the host tier, space->pages per value
+ *	(state IO, held by the job)
+ * @nr_pfns: frames at @pfns
+ * @nr_locks: get: values it holds locked
+ * @keys: get: per page of one value, its identity (for an NVMe read)
+ * @addrs: per page of one value, scratch for the copy
+ * @io: a value is read from an I/O store: the worker's kind of job
+ */
+struct kvmm_kjob {
+	struct kvmm_work work;
+	struct kvmm_list link;
+	struct kvmm_owner *owner;
+	uint64_t user_data;
+	struct kvmm_kspace *space;
+	bool put;
+	uint32_t n;
+	struct kjob_val *vals;
+	int32_t *pfns;
+	uint32_t nr_pfns;
+	uint32_t nr_locks;
+	struct kvmm_store_key *keys;
+	void **addrs;
+	bool io;
+};
+
+/* ---- spaces ---- */
+
+/* A model identity: printable, 1 .. KVMM_MODEL_ID_MAX bytes. */
+static bool model_id_ok(const char *id)
+{
+	size_t n, i;
+
+	if (!id)
+		return false;
+	n = strnlen(id, KVMM_MODEL_ID_MAX + 1);
+	if (!n || n > KVMM_MODEL_ID_MAX)
+		return false;
+	for (i = 0; i < n; i++)
+		if (id[i] < 0x20 || id[i] > 0x7e)
+			return false;
+	return true;
+}
+
+static void model_fp(const char *id, uint64_t fp[2])
+{
+	XXH128_hash_t h = XXH3_128bits(id, strlen(id));
+
+	fp[0] = h.low64;
+	fp[1] = h.high64;
+}
+
+static uint64_t page_bytes(const struct kvmm_ctx *ctx)
+{
+	return kvmm_page_bytes(&ctx->params.model, ctx->page_size);
+}
+
+static struct kvmm_kspace *space_find(struct kvmm_ctx *ctx, uint32_t ns,
+				      const uint64_t fp[2], uint64_t value_bytes)
+{
+	uint32_t i;
+
+	for (i = 0; i < ctx->nr_kspaces; i++) {
+		struct kvmm_kspace *s = ctx->kspaces[i];
+
+		if (s->ns == ns && s->value_bytes == value_bytes && s->fp[0] == fp[0] &&
+		    s->fp[1] == fp[1])
+			return s;
+	}
+	return NULL;
+}
+
+/*
+ * The space (@ns, @fp, @value_bytes), made if it does not exist yet.
+ * Return: it, or NULL with *err set (-ENOMEM, -ENOSPC: too many spaces).
+ */
+static struct kvmm_kspace *space_get(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t fp[2],
+				     uint64_t value_bytes, int *err)
+{
+	struct kvmm_kspace *s = space_find(ctx, ns, fp, value_bytes);
+	uint64_t pb = page_bytes(ctx), min = (KVMM_KEY_WORDS + ctx->page_size - 1) >>
+					     ctx->page_shift;
+
+	if (s)
+		return s;
+	*err = -ENOSPC;
+	if (ctx->nr_kspaces == KVMM_KSPACES_MAX)
+		return NULL;
+	*err = -ENOMEM;
+	if (ctx->nr_kspaces == ctx->cap_kspaces) {
+		uint32_t cap = ctx->cap_kspaces ? 2 * ctx->cap_kspaces : 8;
+		struct kvmm_kspace **a = kvmm_malloc(ctx, cap * sizeof(*a));
+
+		if (!a)
+			return NULL;
+		if (ctx->nr_kspaces)
+			memcpy(a, ctx->kspaces, ctx->nr_kspaces * sizeof(*a));
+		kvmm_mfree(ctx, ctx->kspaces, ctx->cap_kspaces * sizeof(*a));
+		ctx->kspaces = a;
+		ctx->cap_kspaces = cap;
+	}
+	s = kvmm_zalloc(ctx, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->root = kvmm_tree_keyed_root(ctx, ns);
+	if (!s->root) {
+		kvmm_mfree(ctx, s, sizeof(*s));
+		return NULL;
+	}
+	s->fp[0] = fp[0];
+	s->fp[1] = fp[1];
+	s->value_bytes = value_bytes;
+	s->pages = (uint32_t)((value_bytes + pb - 1) / pb);
+	if (s->pages < min)
+		s->pages = (uint32_t)min;
+	s->ns = ns;
+	s->id = ctx->nr_kspaces;
+	ctx->kspaces[ctx->nr_kspaces++] = s;
+	return s;
+}
+
+/* Every space's record; their roots go with the tree. */
+void kvmm_keyed_exit(struct kvmm_ctx *ctx)
+{
+	uint32_t i;
+
+	for (i = 0; i < ctx->nr_kspaces; i++)
+		kvmm_mfree(ctx, ctx->kspaces[i], sizeof(*ctx->kspaces[i]));
+	kvmm_mfree(ctx, ctx->kspaces, ctx->cap_kspaces * sizeof(*ctx->kspaces));
+	ctx->kspaces = NULL;
+	ctx->nr_kspaces = ctx->cap_kspaces = 0;
+}
+
+/**
+ * kvmm_keyed_space() - register (or find) a keyed space
+ * @ctx: the context; it must have a host tier
+ * @spec: the space: namespace, value size (1 .. KVMM_KVALUE_MAX bytes),
+ *	model identity (printable, at most KVMM_MODEL_ID_MAX bytes, not
+ *	empty); flags 0
+ * @space: out, its id
+ *
+ * Return: 0; -EINVAL for a bad spec; -EOPNOTSUPP without a host tier;
+ * -ENOSPC past KVMM_KSPACES_MAX spaces; -ENOMEM.
+ */
+KVMM_EXPORT int kvmm_keyed_space(struct kvmm_ctx *ctx, const struct kvmm_keyed_spec *spec,
+				 uint32_t *space)
+{
+	struct kvmm_kspace *s;
+	uint64_t fp[2];
+	int err = 0;
+
+	if (!ctx || !spec || !space || spec->flags || !spec->value_bytes ||
+	    spec->value_bytes > KVMM_KVALUE_MAX || !model_id_ok(spec->model_id))
+		return -EINVAL;
+	if (!ctx->store[KVMM_TIER_HOST])
+		return -EOPNOTSUPP;
+	model_fp(spec->model_id, fp);
+	s = space_get(ctx, spec->ns, fp, spec->value_bytes, &err);
+	if (!s)
+		return err;
+	*space = s->id;
+	return 0;
+}
+
+/* The space @id, if it exists and @ns may use it (KVMM_NS_ANY: any). */
+struct kvmm_kspace *kvmm_kspace_of(struct kvmm_ctx *ctx, uint32_t id, uint32_t ns)
+{
+	struct kvmm_kspace *s;
+
+	if (id >= ctx->nr_kspaces)
+		return NULL;
+	s = ctx->kspaces[id];
+	return ns == KVMM_NS_ANY || s->ns == ns ? s : NULL;
+}
+
+uint64_t kvmm_kspace_value_bytes(const struct kvmm_kspace *s)
+{
+	return s->value_bytes;
+}
+
+/* ---- values ---- */
+
+static void key_words(const struct kvmm_key *key, uint32_t *w)
+{
+	memcpy(w, key, KVMM_KEY_WORDS * sizeof(*w));
+}
+
+static struct kvmm_node *value_find(struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
+				    const struct kvmm_key *key)
+{
+	uint32_t w[KVMM_KEY_WORDS];
+
+	key_words(key, w);
+	return kvmm_tree_lookup_child(ctx, s->root, w);
+}
+
+/* The space a value node belongs to. */
+static const struct kvmm_kspace *value_space(const struct kvmm_ctx *ctx,
+					     const struct kvmm_node *node)
+{
+	uint32_t i;
+
+	for (i = 0; i < ctx->nr_kspaces; i++)
+		if (ctx->kspaces[i]->root == node->parent)
+			return ctx->kspaces[i];
+	return NULL;
+}
+
+/* Page @index of the value with key @key in @s: its identity on a store. */
+static void page_id(const struct kvmm_kspace *s, const uint32_t *key, uint32_t index,
+		    uint64_t *id)
+{
+	struct {
+		uint64_t fp[2];
+		uint32_t key[KVMM_KEY_WORDS];
+		uint32_t index;
+		uint32_t zero;
+	} in = { { s->fp[0], s->fp[1] }, { key[0], key[1], key[2], key[3] }, index, 0 };
+	XXH128_hash_t h = XXH3_128bits_withSeed(&in, sizeof(in), s->ns);
+
+	id[0] = h.low64;
+	id[1] = h.high64;
+}
+
+/**
+ * kvmm_keyed_store_keys() - the identities of a value's pages on an I/O
+ *	store (struct kvmm_store_key)
+ * @ctx: the context
+ * @node: a value
+ * @keys: out, one per page
+ *
+ * Page i of the value with key K in space S is XXH3-128, seeded with the
+ * namespace, of (S's model fingerprint, K, i); its parent field is K
+ * itself, and the key says it is keyed, with its space, index and count,
+ * so a restart can find the value again.
+ */
+void kvmm_keyed_store_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
+			   struct kvmm_store_key *keys)
+{
+	const struct kvmm_kspace *s = value_space(ctx, node);
+	uint32_t i, nr = node->len >> ctx->page_shift;
+
+	for (i = 0; i < nr; i++) {
+		uint64_t id[2];
+
+		page_id(s, node->tokens, i, id);
+		keys[i] = (struct kvmm_store_key){
+			.id = { id[0], id[1] },
+			.ns = s->ns,
+			.tokens = node->tokens + ((size_t)i << ctx->page_shift),
+			.flags = KVMM_STORE_KEY_KEYED,
+			.index = i,
+			.count = nr,
+			.space = { s->fp[0], s->fp[1] },
+			.value_bytes = s->value_bytes,
+		};
+		memcpy(keys[i].parent, node->tokens, sizeof(keys[i].parent));
+	}
+}
+
+/**
+ * kvmm_keyed_recover() - a whole value found again on an I/O store at a
+ *	restart (recover.c)
+ * @ctx: the context
+ * @ns: its space's namespace
+ * @fp: ... model fingerprint
+ * @value_bytes: ... value size
+ * @key: its key
+ * @id: the identity its first page was written under
+ * @pfns: its frames on @tier, in order, taken (kvmm_alloc_pfn())
+ * @nr: how many: what a value of this size takes in this geometry
+ * @tier: the store's tier
+ *
+ * Return: 0 once it is back (the frames are its own); -EINVAL when the
+ * pages do not make such a value; -ENOMEM, -ENOSPC (no space for it).
+ * On failure the frames are still the caller's.
+ */
+int kvmm_keyed_recover(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t *fp,
+		       uint64_t value_bytes, const uint64_t *key, const uint64_t *id,
+		       const int32_t *pfns, uint32_t nr, uint32_t tier)
+{
+	struct kvmm_kspace *s;
+	struct kvmm_node *node;
+	uint32_t w[KVMM_KEY_WORDS];
+	uint64_t want[2];
+	int err = 0;
+
+	if (!value_bytes || value_bytes > KVMM_KVALUE_MAX)
+		return -EINVAL;
+	s = space_get(ctx, ns, fp, value_bytes, &err);
+	if (!s)
+		return err;
+	if (nr != s->pages)
+		return -EINVAL;
+	memcpy(w, key, sizeof(w));
+	page_id(s, w, 0, want);
+	if (want[0] != id[0] || want[1] != id[1])
+		return -EINVAL;		/* not what it claims to be */
+	node = kvmm_tree_add_keyed(ctx, s->root, w, nr, pfns, tier);
+	if (!node)
+		return -ENOMEM;
+	kvmm_lru_update(ctx, node);
+	return 0;
+}
+
+/* ---- jobs ---- */
+
+static size_t kjob_bytes(uint32_t n, uint32_t nr_pfns, uint32_t pages)
+{
+	return sizeof(struct kvmm_kjob) + n * sizeof(struct kjob_val) +
+	       nr_pfns * sizeof(int32_t) +
+	       pages * (sizeof(struct kvmm_store_key) + sizeof(void *));
+}
+
+static void kjob_free(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
+{
+	list_del(&job->link);
+	kvmm_mfree(ctx, job, kjob_bytes(job->n, job->nr_pfns, job->space->pages));
+}
+
+static struct kvmm_kjob *kjob_alloc(struct kvmm_ctx *ctx, struct kvmm_kspace *s, bool put,
+				    uint32_t n)
+{
+	uint32_t nr_pfns = put ? n * s->pages : 0;
+	struct kvmm_kjob *job = kvmm_zalloc(ctx, kjob_bytes(n, nr_pfns, s->pages));
+
+	if (!job)
+		return NULL;
+	job->space = s;
+	job->put = put;
+	job->n = n;
+	job->nr_pfns = nr_pfns;
+	job->vals = (struct kjob_val *)(job + 1);
+	job->keys = (struct kvmm_store_key *)(job->vals + n);
+	job->addrs = (void **)(job->keys + s->pages);
+	job->pfns = (int32_t *)(job->addrs + s->pages);
+	list_add_tail(&job->link, &ctx->kjobs);
+	return job;
+}
+
+/*
+ * Arm the job's values (see the DOC above).  A put of a key already
+ * stored succeeds at once; a key that finds no room fails with -ENOSPC.
+ */
+static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
+{
+	struct kvmm_kspace *s = job->space;
+	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	uint32_t i, at = 0;
+
+	for (i = 0; i < job->n; i++) {
+		struct kjob_val *v = &job->vals[i];
+		struct kvmm_node *node = value_find(ctx, s, &v->key);
+
+		if (job->put) {
+			if (node) {		/* stored already: as good as new */
+				kvmm_tree_touch(ctx, node);
+				continue;
+			}
+			if (!kvmm_tier_make_room(ctx, KVMM_TIER_HOST, s->pages)) {
+				v->err = -ENOSPC;
+				continue;
+			}
+			__kvmm_alloc_pages(ctx, host, s->pages, job->pfns + at);
+			kvmm_pages_set_state(host, job->pfns + at, s->pages, KVMM_PAGE_IO);
+			ctx->io_pages[KVMM_TIER_HOST] += s->pages;
+			v->first = at;
+			at += s->pages;
+			v->armed = true;
+			continue;
+		}
+		if (!node) {
+			v->err = -ENOENT;
+			kvmm_count(ctx, EV_KEYED_MISSES, 1);
+			continue;
+		}
+		kvmm_tree_lock(ctx, node);
+		job->nr_locks++;
+		v->node = node;
+		v->armed = true;
+		job->io |= !ctx->store[node->tier]->page;
+	}
+}
+
+/* Copy @v's bytes into its frames (a put), seal them. */
+static int copy_in(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
+{
+	const struct kvmm_store_ops *ops = ctx->store[KVMM_TIER_HOST];
+	void *priv = ctx->store_priv[KVMM_TIER_HOST];
+	const int32_t *pfns = job->pfns + v->first;
+	uint64_t pb = page_bytes(ctx), left = job->space->value_bytes;
+	const char *src = v->buf;
+	uint32_t i;
+
+	for (i = 0; i < job->space->pages; i++) {
+		char *page = ops->page(priv, (uint32_t)pfns[i]);
+		uint64_t b = left < pb ? left : pb;
+
+		memcpy(page, src, b);
+		if (b < pb)
+			memset(page + b, 0, pb - b);
+		src += b;
+		left -= b;
+	}
+	ops->seal(priv, pfns, job->space->pages);
+	return 0;
+}
+
+/* Copy a value's pages (@addrs) out to the caller's bytes at @dst. */
+static void copy_pages_out(const struct kvmm_kspace *s, uint64_t pb, void *const *addrs,
+			   uint32_t first, uint32_t nr, char *dst)
+{
+	uint64_t done = (uint64_t)first * pb;
+	uint32_t i;
+
+	for (i = 0; i < nr && done < s->value_bytes; i++) {
+		uint64_t b = s->value_bytes - done < pb ? s->value_bytes - done : pb;
+
+		memcpy(dst + done, addrs[i], b);
+		done += b;
+	}
+}
+
+/*
+ * Copy @v's value out to the caller: verified from the host tier's
+ * memory, or read from an I/O store on channel @chan (identity and
+ * checksum checked there).  Return: 0, -EBADMSG, or the I/O error.
+ */
+static int copy_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v,
+		    uint32_t chan)
+{
+	const struct kvmm_node *node = v->node;
+	const struct kvmm_store_ops *ops = ctx->store[node->tier];
+	void *priv = ctx->store_priv[node->tier];
+	uint32_t nr = node->len >> ctx->page_shift, done, got, i;
+	uint64_t pb = page_bytes(ctx);
+	int err = 0;
+
+	if (ops->page) {
+		if (ops->verify(priv, node->pfns, nr) < nr)
+			return -EBADMSG;
+		for (i = 0; i < nr; i++)
+			job->addrs[i] = ops->page(priv, (uint32_t)node->pfns[i]);
+		copy_pages_out(job->space, pb, job->addrs, 0, nr, v->buf);
+		return 0;
+	}
+	for (done = 0; done < nr; done += got) {
+		got = ops->read(priv, chan, node->pfns + done, nr - done, job->keys + done,
+				job->addrs, &err);
+		copy_pages_out(job->space, pb, job->addrs, done, got, v->buf);
+		if (err)
+			return err;
+		if (!got)
+			return -EIO;	/* a store that makes no progress */
+	}
+	return 0;
+}
+
+/*
+ * The copy step: no context state changes, so it runs with or without
+ * the lock (@chan: the I/O stores' channel, as kvmm_migrate_copy()).
+ * A get's identities are taken here, from the locked value's tokens.
+ */
+static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan)
+{
+	uint32_t i;
+
+	for (i = 0; i < job->n; i++) {
+		struct kjob_val *v = &job->vals[i];
+
+		if (!v->armed)
+			continue;
+		if (job->put) {
+			v->err = copy_in(ctx, job, v);
+			continue;
+		}
+		if (!ctx->store[v->node->tier]->page)
+			kvmm_keyed_store_keys(ctx, v->node, job->keys);
+		v->err = copy_out(ctx, job, v, chan);
+	}
+}
+
+/* The settle step.  Return: values that succeeded. */
+static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
+{
+	struct kvmm_kspace *s = job->space;
+	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	uint32_t i, w[KVMM_KEY_WORDS];
+	int ok = 0;
+
+	for (i = 0; i < job->n; i++) {
+		struct kjob_val *v = &job->vals[i];
+		struct kvmm_node *node = v->node;
+
+		if (job->put && v->armed) {
+			int32_t *pfns = job->pfns + v->first;
+
+			ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
+			key_words(&v->key, w);
+			node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns,
+						   KVMM_TIER_HOST);
+			if (!node) {	/* there first, or no memory: ours go */
+				kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
+				kvmm_free_pages(ctx, host, pfns, s->pages);
+				if (!value_find(ctx, s, &v->key))
+					v->err = -ENOMEM;
+			} else {
+				kvmm_lru_update(ctx, node);
+				kvmm_count(ctx, EV_KEYED_PUTS, 1);
+				kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN,
+						(uint64_t)s->pages * page_bytes(ctx));
+			}
+		} else if (!job->put && v->armed) {
+			uint32_t tier = node->tier, nr = node->len >> ctx->page_shift;
+
+			kvmm_tree_unlock(ctx, node);
+			job->nr_locks--;
+			if (v->err) {
+				kvmm_tier_copy_failed(ctx, tier, tier, v->err);
+				kvmm_count(ctx, EV_KEYED_MISSES, 1);
+				if (v->err == -EBADMSG && !node->lock_ref)
+					kvmm_drop_leaf(ctx, node);	/* never served */
+			} else {
+				kvmm_count(ctx, EV_KEYED_GETS, 1);
+				kvmm_tier_count(ctx, tier, TEV_BYTES_OUT,
+						(uint64_t)nr * page_bytes(ctx));
+			}
+		}
+		ok += !v->err;
+		if (v->resp)
+			*v->resp = v->err;
+	}
+	if (job->put)
+		kvmm_writeback(ctx);
+	return ok;
+}
+
+/* A job for the values of one command, keys and buffers copied in. */
+static struct kvmm_kjob *kjob_make(struct kvmm_ctx *ctx, struct kvmm_kspace *s, bool put,
+				   const struct kvmm_key *keys, void *const *bufs,
+				   int32_t *const *resps, uint32_t n)
+{
+	struct kvmm_kjob *job = kjob_alloc(ctx, s, put, n);
+	uint32_t i;
+
+	if (!job)
+		return NULL;
+	for (i = 0; i < n; i++) {
+		job->vals[i].key = keys[i];
+		job->vals[i].buf = bufs[i];
+		job->vals[i].resp = resps ? resps[i] : NULL;
+	}
+	return job;
+}
+
+/* ---- the direct API ---- */
+
+static int direct_io(struct kvmm_ctx *ctx, uint32_t space, bool put,
+		     const struct kvmm_key *keys, void *const *bufs, uint32_t n, int32_t *res)
+{
+	struct kvmm_kspace *s;
+	struct kvmm_kjob *job;
+	uint32_t i;
+	int ok;
+
+	if (!ctx || (n && (!keys || !bufs)))
+		return -EINVAL;
+	s = kvmm_kspace_of(ctx, space, KVMM_NS_ANY);
+	if (!s)
+		return -EINVAL;
+	for (i = 0; i < n; i++)
+		if (!bufs[i])
+			return -EINVAL;
+	if (!n)
+		return 0;
+	kvmm_migrate_reap(ctx);
+	job = kjob_make(ctx, s, put, keys, bufs, NULL, n);
+	if (!job)
+		return -ENOMEM;
+	kjob_arm(ctx, job);
+	kjob_copy(ctx, job, 0);
+	ok = kjob_settle(ctx, job);
+	for (i = 0; res && i < n; i++)
+		res[i] = job->vals[i].err;
+	kjob_free(ctx, job);
+	kvmm_debug_check(ctx, put ? "keyed put" : "keyed get");
+	return ok;
+}
+
+/**
+ * kvmm_keyed_put() - store values
+ * @ctx: the context
+ * @space: a space (kvmm_keyed_space())
+ * @keys: their keys
+ * @src: their bytes, the space's value_bytes each
+ * @n: values
+ * @res: out (may be NULL): per value, 0 or -errno (-ENOSPC: no room on
+ *	the host tier even after reclaim; -ENOMEM)
+ *
+ * A key already stored keeps its value (it is as good as this one: the
+ * same key names the same KV) and counts as stored.  New values go to the
+ * host tier, making room there by reclaim; background writeback takes the
+ * oldest host pages down to NVMe.
+ *
+ * Return: values stored, or -EINVAL for bad arguments (nothing done).
+ */
+KVMM_EXPORT int kvmm_keyed_put(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
+			       const void *const *src, uint32_t n, int32_t *res)
+{
+	return direct_io(ctx, space, true, keys, (void *const *)src, n, res);
+}
+
+/**
+ * kvmm_keyed_get() - read values
+ * @ctx: the context
+ * @space: a space
+ * @keys: their keys
+ * @dst: where their bytes go, the space's value_bytes each
+ * @n: values
+ * @res: out (may be NULL): per value, 0, -ENOENT (not stored), -EBADMSG
+ *	(it failed its checksum or identity: it is dropped, never served),
+ *	or an I/O error
+ *
+ * Values are read from whatever tier holds them, without moving them.
+ *
+ * Return: values read, or -EINVAL.
+ */
+KVMM_EXPORT int kvmm_keyed_get(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
+			       void *const *dst, uint32_t n, int32_t *res)
+{
+	return direct_io(ctx, space, false, keys, dst, n, res);
+}
+
+/*
+ * The leading keys of @keys that are stored (each touched, as an access),
+ * or the values deleted (@del: each one stored and not being read goes).
+ */
+static int walk_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s, const struct kvmm_key *keys,
+		     uint32_t n, bool del)
+{
+	uint32_t i;
+	int done = 0;
+
+	for (i = 0; i < n; i++) {
+		struct kvmm_node *node = value_find(ctx, s, &keys[i]);
+
+		if (!del && !node)
+			break;
+		if (!del) {
+			kvmm_tree_touch(ctx, node);
+			done++;
+		} else if (node && !node->lock_ref) {
+			kvmm_drop_leaf(ctx, node);
+			kvmm_count(ctx, EV_KEYED_DELETES, 1);
+			done++;
+		}
+	}
+	return done;
+}
+
+/**
+ * kvmm_keyed_run_keys() - EXISTS or DELETE on a space, whoever calls
+ * @ctx: the context, held
+ * @s: the space
+ * @keys: the keys
+ * @n: how many
+ * @del: delete (else: count the leading keys stored)
+ *
+ * Return: leading keys stored, or values deleted.
+ */
+int kvmm_keyed_run_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
+			const struct kvmm_key *keys, uint32_t n, bool del)
+{
+	int ret;
+
+	kvmm_migrate_reap(ctx);
+	ret = walk_keys(ctx, s, keys, n, del);
+	kvmm_debug_check(ctx, del ? "keyed delete" : "keyed exists");
+	return ret;
+}
+
+static int direct_keys(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
+		       uint32_t n, bool del)
+{
+	struct kvmm_kspace *s;
+
+	if (!ctx || (n && !keys))
+		return -EINVAL;
+	s = kvmm_kspace_of(ctx, space, KVMM_NS_ANY);
+	if (!s)
+		return -EINVAL;
+	return kvmm_keyed_run_keys(ctx, s, keys, n, del);
+}
+
+/**
+ * kvmm_keyed_exists() - how many of @keys, from the first, are stored
+ * @ctx: the context
+ * @space: a space
+ * @keys: the keys, in the order an engine would load them
+ * @n: how many
+ *
+ * The run of consecutive hits from the start, as HiCache's batch_exists
+ * and vLLM's lookup want it; the values found count as accessed.
+ *
+ * Return: that count, or -EINVAL.
+ */
+KVMM_EXPORT int kvmm_keyed_exists(struct kvmm_ctx *ctx, uint32_t space,
+				  const struct kvmm_key *keys, uint32_t n)
+{
+	return direct_keys(ctx, space, keys, n, false);
+}
+
+/**
+ * kvmm_keyed_delete() - drop values
+ * @ctx: the context
+ * @space: a space
+ * @keys: their keys; keys not stored are skipped
+ * @n: how many
+ *
+ * A value a get is reading through a ring stays (it is not counted).
+ *
+ * Return: values deleted, or -EINVAL.
+ */
+KVMM_EXPORT int kvmm_keyed_delete(struct kvmm_ctx *ctx, uint32_t space,
+				  const struct kvmm_key *keys, uint32_t n)
+{
+	return direct_keys(ctx, space, keys, n, true);
+}
+
+/* ---- through a ring ---- */
+
+/* The worker read a get's values from NVMe: settle and complete it. */
+static void kjob_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
+{
+	struct kvmm_kjob *job = container_of(work, struct kvmm_kjob, work);
+	int ok;
+
+	kjob_copy(ctx, job, 1);
+	pthread_mutex_lock(&ctx->lock);
+	ok = kjob_settle(ctx, job);
+	if (job->owner)
+		kvmm_owner_complete(job->owner, job->user_data, ok);
+	kjob_free(ctx, job);
+	kvmm_debug_check(ctx, "keyed get done");
+	pthread_cond_broadcast(&ctx->kjobs_done);
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/**
+ * kvmm_keyed_ring() - a ring's KPUT or KGET
+ * @ctx: the context, its lock held
+ * @owner: the ring's owner, for a completion that comes later
+ * @user_data: that completion's user_data
+ * @s: the space
+ * @put: KPUT (else KGET)
+ * @keys: the values' keys
+ * @bufs: where their bytes are (read for a put, written for a get), in
+ *	memory the ring keeps mapped until its completion
+ * @resps: where each value's result goes, in the same memory
+ * @n: values, at least 1
+ *
+ * Copies that need no I/O run on the calling thread with the context's
+ * lock dropped (other rings go on meanwhile) and retaken; a get that
+ * reads NVMe goes to the I/O worker, whose completion is posted to
+ * @owner later (the owner must then stay until it has been).
+ *
+ * Return: values that succeeded; -EINPROGRESS when the completion comes
+ * later; -ENOMEM.
+ */
+int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
+		    struct kvmm_kspace *s, bool put, const struct kvmm_key *keys,
+		    void *const *bufs, int32_t *const *resps, uint32_t n)
+{
+	struct kvmm_kjob *job = kjob_make(ctx, s, put, keys, bufs, resps, n);
+	int ok;
+
+	if (!job)
+		return -ENOMEM;
+	kjob_arm(ctx, job);
+	if (job->io && owner && ctx->iow) {
+		job->owner = owner;
+		job->user_data = user_data;
+		job->work.run = kjob_run;
+		kvmm_work_queue(ctx, &job->work);
+		return -EINPROGRESS;
+	}
+	if (job->io) {		/* kvmm_ioctl(): it waits, under the lock */
+		kjob_copy(ctx, job, 0);
+	} else {
+		pthread_mutex_unlock(&ctx->lock);
+		kjob_copy(ctx, job, 0);	/* memory only: channel 0 is not used */
+		pthread_mutex_lock(&ctx->lock);
+	}
+	ok = kjob_settle(ctx, job);
+	kjob_free(ctx, job);
+	kvmm_debug_check(ctx, put ? "keyed put" : "keyed get");
+	return ok;
+}
+
+/* An owner is going: its queued jobs complete to no one. */
+void kvmm_keyed_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner)
+{
+	struct kvmm_list *pos;
+
+	list_for_each(pos, &ctx->kjobs) {
+		struct kvmm_kjob *job = list_entry(pos, struct kvmm_kjob, link);
+
+		if (job->owner == owner)
+			job->owner = NULL;
+	}
+}
+
+/* Whether an owner still has jobs the worker may write into its memory. */
+bool kvmm_keyed_pending(const struct kvmm_ctx *ctx, const struct kvmm_owner *owner)
+{
+	const struct kvmm_list *pos;
+
+	list_for_each(pos, &ctx->kjobs) {
+		const struct kvmm_kjob *job = list_entry(pos, struct kvmm_kjob, link);
+
+		if (job->owner == owner)
+			return true;
+	}
+	return false;
+}
+
+/* ---- statistics and checks ---- */
+
+void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v)
+{
+	uint32_t i;
+
+	v[KVMM_STAT_KEYED_SPACES] = ctx->nr_kspaces;
+	for (i = 0; i < ctx->nr_kspaces; i++) {
+		const struct kvmm_ns *ns = kvmm_root_ns(ctx->kspaces[i]->root);
+
+		v[KVMM_STAT_KEYED_HOST_PAGES] += ns->keyed[KVMM_TIER_HOST];
+		v[KVMM_STAT_KEYED_NVME_PAGES] += ns->keyed[KVMM_TIER_NVME];
+	}
+	v[KVMM_STAT_KEYED_VALUES] = ctx->keyed_values;
+	v[KVMM_STAT_KEYED_EVICTS] = ctx->events[EV_KEYED_DROPS] - ctx->events[EV_KEYED_DELETES];
+}
+
+/*
+ * kvmm_check()'s view of the keyed jobs: the frames puts hold (state IO,
+ * marked @mark_io on @marks of the host tier, counted in *@io) and the
+ * locks gets hold (*@locks).  Return: 0, or -EUCLEAN with @why set.
+ */
+int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t mark_io,
+		     uint64_t *io, uint64_t *locks, const char **why)
+{
+	const struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	const struct kvmm_list *pos;
+	uint32_t i, j;
+
+	list_for_each(pos, &ctx->kjobs) {
+		const struct kvmm_kjob *job = list_entry(pos, struct kvmm_kjob, link);
+		uint32_t locked = 0;
+
+		for (i = 0; i < job->n; i++) {
+			const struct kjob_val *v = &job->vals[i];
+
+			if (!v->armed)
+				continue;
+			if (!job->put) {
+				if (!v->node || !v->node->lock_ref ||
+				    !(v->node->flags & KVMM_NODE_KEYED)) {
+					*why = "a keyed get holds a value it has not locked";
+					return -EUCLEAN;
+				}
+				locked++;
+				continue;
+			}
+			for (j = 0; j < job->space->pages; j++) {
+				int32_t pfn = job->pfns[v->first + j];
+
+				if (pfn < 0 || (uint32_t)pfn >= host->nr_pages ||
+				    host->pages[pfn].state != KVMM_PAGE_IO ||
+				    marks[KVMM_TIER_HOST][pfn]) {
+					*why = "a keyed put's frame is not in state IO, or is held twice";
+					return -EUCLEAN;
+				}
+				marks[KVMM_TIER_HOST][pfn] = mark_io;
+			}
+			io[KVMM_TIER_HOST] += job->space->pages;
+		}
+		if (locked != job->nr_locks) {
+			*why = "a keyed get miscounts its locks";
+			return -EUCLEAN;
+		}
+		*locks += locked;
+	}
+	return 0;
+}

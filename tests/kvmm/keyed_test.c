@@ -1,0 +1,706 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/kvmm/keyed_test.c - the keyed page store: spaces, put/get/exists/
+ * delete through the C API and a ring, the shared capacity and reclaim of
+ * the host tier, writeback to NVMe and reads back from it, restart, and
+ * the faults on the way (a corrupted or torn value, a failed allocation,
+ * a full tier).  Every value's bytes are stamped from its key, and every
+ * get is compared with the stamp: a value read back is exactly the value
+ * stored under that key, or a miss.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "../helpers.h"
+
+#define PS	4		/* tokens per page: 128 bytes a page */
+#define VB	300		/* bytes a value: 3 pages, the last one part-filled */
+#define VPAGES	3
+
+static const char model[] = "test-model@rev1";
+
+static struct kvmm_key key_of(uint32_t i)
+{
+	return (struct kvmm_key){ .lo = 0x9e3779b97f4a7c15ull * (i + 1), .hi = i };
+}
+
+static void stamp(uint8_t *v, uint64_t bytes, uint32_t i)
+{
+	uint64_t b;
+
+	for (b = 0; b < bytes; b++)
+		v[b] = (uint8_t)(i * 131u ^ b * 7u ^ b >> 8);
+}
+
+static bool stamped(const uint8_t *v, uint64_t bytes, uint32_t i)
+{
+	uint64_t b;
+
+	for (b = 0; b < bytes; b++)
+		if (v[b] != (uint8_t)(i * 131u ^ b * 7u ^ b >> 8))
+			return false;
+	return true;
+}
+
+static struct kvmm_ctx *host_ctx(uint32_t host_pages, struct kvmm_host_arg *host,
+				 struct test_alloc *ta)
+{
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct kvmm_ctx *ctx = NULL;
+
+	p.host_pages = host_pages;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.host_arg = host;
+	if (ta) {
+		p.alloc = &test_alloc_ops;
+		p.alloc_priv = ta;
+	}
+	if (kvmm_create(&p, &ctx))
+		return NULL;
+	return ctx;
+}
+
+static uint32_t space_of(struct kvmm_ctx *ctx, uint32_t ns, uint64_t vb)
+{
+	struct kvmm_keyed_spec spec = { .ns = ns, .value_bytes = vb, .model_id = model };
+	uint32_t id = ~0u;
+
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &id), 0);
+	return id;
+}
+
+/* Put values @from .. @to - 1 (stamped), one call; return what it said. */
+static int put_range(struct kvmm_ctx *ctx, uint32_t sp, uint32_t from, uint32_t to)
+{
+	uint32_t n = to - from, i;
+	struct kvmm_key *keys = calloc(n, sizeof(*keys));
+	uint8_t *vals = malloc((size_t)n * VB);
+	const void **src = calloc(n, sizeof(*src));
+	int32_t *res = calloc(n, sizeof(*res));
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		keys[i] = key_of(from + i);
+		stamp(vals + (size_t)i * VB, VB, from + i);
+		src[i] = vals + (size_t)i * VB;
+	}
+	ret = kvmm_keyed_put(ctx, sp, keys, src, n, res);
+	for (i = 0; ret >= 0 && i < n; i++)
+		CU_ASSERT(res[i] == 0 || res[i] == -ENOSPC || res[i] == -ENOMEM);
+	free(keys);
+	free(vals);
+	free(src);
+	free(res);
+	return ret;
+}
+
+/* Get value @i: 0 and its stamp checked, or the error. */
+static int get_one(struct kvmm_ctx *ctx, uint32_t sp, uint32_t i)
+{
+	struct kvmm_key k = key_of(i);
+	uint8_t v[VB + 16];
+	void *dst = v;
+	int32_t res = 1;
+	int ret;
+
+	memset(v, 0xee, sizeof(v));
+	ret = kvmm_keyed_get(ctx, sp, &k, &dst, 1, &res);
+	if (ret < 0)
+		return ret;
+	CU_ASSERT(ret == 0 || ret == 1);
+	CU_ASSERT_EQUAL(ret == 1, res == 0);
+	if (res)
+		return res;
+	CU_ASSERT(stamped(v, VB, i));
+	CU_ASSERT_EQUAL(v[VB], 0xee);	/* not a byte past the value */
+	return 0;
+}
+
+static void test_keyed_roundtrip(void)
+{
+	struct kvmm_ctx *ctx = host_ctx(64, NULL, NULL);
+	struct kvmm_key k[3] = { key_of(0), key_of(1), key_of(2) };
+	uint32_t sp;
+
+	CU_ASSERT_FATAL(ctx != NULL);
+	sp = space_of(ctx, 0, VB);
+	CU_ASSERT_EQUAL(put_range(ctx, sp, 0, 3), 3);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 3);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_HOST_PAGES), 3 * VPAGES);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED), 3 * VPAGES);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_PUTS), 3);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 0), 0);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 2), 0);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 7), -ENOENT);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_GETS), 2);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_MISSES), 1);
+	/* a key stored again keeps its value: nothing new is taken */
+	CU_ASSERT_EQUAL(put_range(ctx, sp, 1, 2), 1);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 3);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_PUTS), 3);
+	/* exists: the run of hits from the start */
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, k, 3), 3);
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, &k[1], 1), 1);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, k, 3), 1);
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, &k[1], 1), 0);	/* gone already */
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 1), -ENOENT);
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, k, 3), 2);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 64);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_EVICTS), 0);	/* deletes, not evictions */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+static void test_keyed_spaces(void)
+{
+	struct kvmm_ctx *ctx = host_ctx(64, NULL, NULL), *bare = test_ctx(PS, 16, 4, 64);
+	struct kvmm_keyed_spec spec = { .value_bytes = VB, .model_id = model };
+	struct kvmm_key k = key_of(0);
+	char long_id[KVMM_MODEL_ID_MAX + 2];
+	uint32_t a, b, c, d, id;
+	void *dst = &id;
+
+	CU_ASSERT_FATAL(ctx && bare);
+	a = space_of(ctx, 0, VB);
+	CU_ASSERT_EQUAL(space_of(ctx, 0, VB), a);		/* the same space */
+	b = space_of(ctx, 1, VB);			/* another namespace */
+	c = space_of(ctx, 0, VB + 1);			/* another size */
+	spec.model_id = "another-model";
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &d), 0);	/* another model */
+	CU_ASSERT(a != b && a != c && a != d && b != c && b != d && c != d);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_SPACES), 4);
+	/* the same key in two spaces is two values */
+	CU_ASSERT_EQUAL(put_range(ctx, a, 0, 1), 1);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, a, &k, 1), 1);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, b, &k, 1), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, d, &k, 1), 0);
+
+	/* bad specs, bad spaces, no host tier */
+	spec = (struct kvmm_keyed_spec){ .value_bytes = VB, .model_id = model };
+	CU_ASSERT_EQUAL(kvmm_keyed_space(NULL, &spec, &id), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, NULL, &id), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, NULL), -EINVAL);
+	spec.flags = 1;
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &id), -EINVAL);
+	spec.flags = 0;
+	spec.value_bytes = 0;
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &id), -EINVAL);
+	spec.value_bytes = KVMM_KVALUE_MAX + 1;
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &id), -EINVAL);
+	spec.value_bytes = VB;
+	spec.model_id = "";
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &id), -EINVAL);
+	spec.model_id = NULL;
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &id), -EINVAL);
+	spec.model_id = "tab\there";
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &id), -EINVAL);
+	memset(long_id, 'm', sizeof(long_id) - 1);
+	long_id[sizeof(long_id) - 1] = 0;
+	spec.model_id = long_id;
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &id), -EINVAL);
+	spec.model_id = model;
+	CU_ASSERT_EQUAL(kvmm_keyed_space(bare, &spec, &id), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, 99, &k, 1), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, 99, &k, 1), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, 99, &k, &dst, 1, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, a, NULL, &dst, 1, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, a, &k, NULL, 1, NULL), -EINVAL);
+	dst = NULL;
+	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, a, &k, &dst, 1, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, a, &k, (const void *const *)&dst, 1, NULL),
+			-EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, a, NULL, 1), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, a, &k, 0), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 1);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	kvmm_destroy(bare);
+}
+
+/*
+ * A host tier of 8 values: putting more evicts the oldest, never fails a
+ * put; a value read since is younger than one that was not.  A batch
+ * larger than the tier stores what fits and says which did not.
+ */
+static void test_keyed_pressure(void)
+{
+	struct kvmm_ctx *ctx = host_ctx(8 * VPAGES, NULL, NULL);
+	struct kvmm_key keys[12];
+	uint8_t vals[12][VB];
+	const void *src[12];
+	int32_t res[12];
+	uint32_t sp, i, stored = 0;
+
+	CU_ASSERT_FATAL(ctx != NULL);
+	sp = space_of(ctx, 0, VB);
+	CU_ASSERT_EQUAL(put_range(ctx, sp, 0, 8), 8);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 0), 0);	/* 0 is now the youngest */
+	for (i = 8; i < 15; i++)
+		CU_ASSERT_EQUAL(put_range(ctx, sp, i, i + 1), 1);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_EVICTS), 7);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_EVICT_PAGES), 7 * VPAGES);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 0), 0);
+	for (i = 1; i < 8; i++)
+		CU_ASSERT_EQUAL(get_one(ctx, sp, i), -ENOENT);
+	for (i = 8; i < 15; i++)
+		CU_ASSERT_EQUAL(get_one(ctx, sp, i), 0);
+
+	/* 12 at once into a tier of 8: each takes its frames before any is copied */
+	for (i = 0; i < 12; i++) {
+		keys[i] = key_of(100 + i);
+		stamp(vals[i], VB, 100 + i);
+		src[i] = vals[i];
+	}
+	CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, sp, keys, src, 12, res), 8);
+	for (i = 0; i < 12; i++) {
+		CU_ASSERT(res[i] == 0 || res[i] == -ENOSPC);
+		stored += !res[i];
+		CU_ASSERT_EQUAL(get_one(ctx, sp, 100 + i), res[i] ? -ENOENT : 0);
+	}
+	CU_ASSERT_EQUAL(stored, 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 8);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * Prefixes the device demotes and keyed values share the host tier and
+ * its one LRU: the oldest goes first, whichever kind it is.
+ */
+static void test_keyed_shares_host_tier(void)
+{
+	struct kvmm_ctx *ctx = host_ctx(8, NULL, NULL);
+	uint32_t tok[3][32], sp, i, seq;
+
+	CU_ASSERT_FATAL(ctx != NULL);
+	sp = space_of(ctx, 0, VB);
+	for (i = 0; i < 3; i++)
+		test_tokens(tok[i], 32, 900 + i);
+	/* device of 16 pages: two 8-page prompts fill it, the third demotes the first */
+	for (i = 0; i < 3; i++) {
+		CU_ASSERT_EQUAL(kvmm_seq_open(ctx, 0, &seq), 0);
+		CU_ASSERT_EQUAL(kvmm_seq_extend(ctx, seq, 32, 0), 0);
+		CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, tok[i], 32), 0);
+	}
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED), 8);
+	/* a value needs 3 of the 8 host pages: the demoted prefix goes */
+	CU_ASSERT_EQUAL(put_range(ctx, sp, 0, 2), 2);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok[0], 32, NULL), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_HOST_PAGES), 2 * VPAGES);
+	/* the next demotion takes the oldest value */
+	CU_ASSERT_EQUAL(kvmm_seq_open(ctx, 0, &seq), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_extend(ctx, seq, 32, 0), 0);
+	test_tokens(tok[0], 32, 990);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, tok[0], 32), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_EVICTS), 2);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok[1], 32, NULL), 32);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* A value whose host page rots is a miss, and is gone. */
+static void test_keyed_corrupt_is_a_miss(void)
+{
+	/* the 6th page verified flips: the second value read */
+	struct kvmm_host_arg host = { .flip_every = 2 * VPAGES };
+	struct kvmm_ctx *ctx = host_ctx(64, &host, NULL);
+	struct kvmm_key k = key_of(2);
+	uint32_t sp;
+
+	CU_ASSERT_FATAL(ctx != NULL);
+	sp = space_of(ctx, 0, VB);
+	CU_ASSERT_EQUAL(put_range(ctx, sp, 0, 3), 3);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 1), 0);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 2), -EBADMSG);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, &k, 1), 0);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 2), -ENOENT);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 0), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_CSUM_FAIL), 1);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 2);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_MISSES), 2);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* Every allocation of a put, then of a get, fails in turn: nothing leaks. */
+static void test_keyed_alloc_faults(void)
+{
+	unsigned long n;
+
+	for (n = 1; n < 200; n++) {
+		struct test_alloc ta = { 0 };
+		struct kvmm_ctx *ctx = host_ctx(64, NULL, &ta);
+		uint32_t sp;
+		int put, got;
+
+		CU_ASSERT_FATAL(ctx != NULL);
+		sp = space_of(ctx, 0, VB);
+		ta.fail_at = ta.calls + n;
+		put = put_range(ctx, sp, 0, 4);
+		got = get_one(ctx, sp, 3);
+		CU_ASSERT(put == -ENOMEM || (put >= 0 && put <= 4));
+		CU_ASSERT(got == 0 || got == -ENOENT || got == -ENOMEM);
+		CHECK_OK(ctx);
+		kvmm_destroy(ctx);
+		CU_ASSERT_EQUAL(ta.live_blocks, 0);
+		if (ta.calls < ta.fail_at)
+			break;		/* the whole run took fewer: every one was tried */
+	}
+	CU_ASSERT(n > 3);
+}
+
+/* ---- through a ring ---- */
+
+struct kring {
+	struct kvmm_ring ring;
+	uint8_t *mem;		/* buffer 1: entries, keys, values */
+	size_t bytes;
+};
+
+static void kring_init(struct kvmm_ctx *ctx, struct kring *r, uint32_t flags, uint32_t ns)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 16, .flags = flags, .ns = ns };
+	struct kvmm_iovec iov;
+
+	r->bytes = 1 << 20;
+	r->mem = calloc(1, r->bytes);
+	iov = (struct kvmm_iovec){ r->mem, r->bytes };
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &r->ring), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&r->ring, &iov, 1), 0);
+}
+
+static void kring_exit(struct kring *r)
+{
+	kvmm_ring_exit(&r->ring);
+	free(r->mem);
+}
+
+static int32_t ring_kspace(struct kring *r, uint32_t ns, uint64_t vb, const char *id)
+{
+	struct kvmm_kspace_reg *reg = (void *)r->mem;
+	struct kvmm_sqe *sqe = TEST_SQE(&r->ring);
+
+	memset(reg, 0, sizeof(*reg));
+	reg->value_bytes = vb;
+	snprintf(reg->model_id, sizeof(reg->model_id), "%s", id);
+	kvmm_prep_rw(sqe, KVMM_OP_KSPACE, 0, 1, 0, sizeof(*reg));
+	sqe->ns = ns;
+	return test_ring1(&r->ring, NULL);
+}
+
+/* Entries at offset 0, values from offset 4096 (VB apart), stamped for a put. */
+static struct kvmm_kent *ring_ents(struct kring *r, uint32_t from, uint32_t n, bool put)
+{
+	struct kvmm_kent *e = (void *)r->mem;
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		uint64_t off = 4096 + (uint64_t)i * VB;
+
+		e[i] = (struct kvmm_kent){ .key = key_of(from + i), .off = off, .buf = 1,
+					   .res = 12345 };
+		if (put)
+			stamp(r->mem + off, VB, from + i);
+		else
+			memset(r->mem + off, 0, VB);
+	}
+	return e;
+}
+
+static int32_t ring_kio(struct kring *r, uint8_t op, uint32_t sp, uint32_t n)
+{
+	struct kvmm_sqe *sqe = TEST_SQE(&r->ring);
+
+	kvmm_prep_rw(sqe, op, 0, 1, 0, n);
+	sqe->arg = sp;
+	return test_ring1(&r->ring, NULL);
+}
+
+/* KEXISTS or KDELETE of keys @from.. (at offset 0) */
+static int32_t ring_kkeys(struct kring *r, uint8_t op, uint32_t sp, uint32_t from, uint32_t n)
+{
+	struct kvmm_key *k = (void *)r->mem;
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		k[i] = key_of(from + i);
+	return ring_kio(r, op, sp, n);
+}
+
+static void test_keyed_ring(void)
+{
+	struct kvmm_ctx *ctx = host_ctx(64, NULL, NULL);
+	struct kvmm_kent *e;
+	struct kring r;
+	int32_t sp;
+	uint32_t i;
+
+	CU_ASSERT_FATAL(ctx != NULL);
+	kring_init(ctx, &r, 0, 0);
+	sp = ring_kspace(&r, 0, VB, model);
+	CU_ASSERT(sp >= 0);
+	CU_ASSERT_EQUAL(sp, (int32_t)space_of(ctx, 0, VB));	/* the C API's space too */
+	e = ring_ents(&r, 0, 4, true);
+	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 4), 4);
+	for (i = 0; i < 4; i++)
+		CU_ASSERT_EQUAL(e[i].res, 0);
+	CU_ASSERT_EQUAL(get_one(ctx, (uint32_t)sp, 2), 0);	/* seen by the C API */
+	/* a get of two hits and a miss */
+	e = ring_ents(&r, 2, 3, false);
+	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KGET, (uint32_t)sp, 3), 2);
+	CU_ASSERT_EQUAL(e[0].res, 0);
+	CU_ASSERT_EQUAL(e[1].res, 0);
+	CU_ASSERT_EQUAL(e[2].res, -ENOENT);
+	CU_ASSERT(stamped(r.mem + 4096, VB, 2));
+	CU_ASSERT(stamped(r.mem + 4096 + VB, VB, 3));
+	CU_ASSERT_EQUAL(ring_kkeys(&r, KVMM_OP_KEXISTS, (uint32_t)sp, 0, 6), 4);
+	CU_ASSERT_EQUAL(ring_kkeys(&r, KVMM_OP_KDELETE, (uint32_t)sp, 1, 2), 2);
+	CU_ASSERT_EQUAL(ring_kkeys(&r, KVMM_OP_KEXISTS, (uint32_t)sp, 0, 6), 1);
+
+	/* refused whole, nothing done: a value past the buffer, a bad field */
+	e = ring_ents(&r, 10, 2, true);
+	e[1].off = r.bytes - VB + 1;
+	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 2), -EFAULT);
+	e = ring_ents(&r, 10, 2, true);
+	e[1].resv = 1;
+	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 2), -EINVAL);
+	e = ring_ents(&r, 10, 2, true);
+	e[1].buf = 7;
+	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 2), -EFAULT);
+	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 0), -EINVAL);
+	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, 77, 1), -EINVAL);
+	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KGET, (uint32_t)sp, 4097), -EINVAL);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_VALUES), 2);
+	CU_ASSERT_EQUAL(ring_kspace(&r, 0, 0, model), -EINVAL);
+	CU_ASSERT_EQUAL(ring_kspace(&r, 0, VB, ""), -EINVAL);
+	CHECK_OK(ctx);
+	kring_exit(&r);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* A ring bound to a namespace reaches only that namespace's spaces. */
+static void test_keyed_ring_tenant(void)
+{
+	struct kvmm_ctx *ctx = host_ctx(64, NULL, NULL);
+	struct kring a, b;
+	int32_t sa, sb;
+
+	CU_ASSERT_FATAL(ctx != NULL);
+	kring_init(ctx, &a, KVMM_RING_F_NS, 5);
+	kring_init(ctx, &b, KVMM_RING_F_NS, 6);
+	sa = ring_kspace(&a, 5, VB, model);
+	sb = ring_kspace(&b, 6, VB, model);
+	CU_ASSERT(sa >= 0 && sb >= 0 && sa != sb);
+	CU_ASSERT_EQUAL(ring_kspace(&a, 6, VB, model), -EPERM);	/* not its namespace */
+	ring_ents(&a, 0, 2, true);
+	CU_ASSERT_EQUAL(ring_kio(&a, KVMM_OP_KPUT, (uint32_t)sa, 2), 2);
+	/* b cannot name a's space, to read, probe or delete */
+	ring_ents(&b, 0, 2, false);
+	CU_ASSERT_EQUAL(ring_kio(&b, KVMM_OP_KGET, (uint32_t)sa, 2), -EINVAL);
+	CU_ASSERT_EQUAL(ring_kkeys(&b, KVMM_OP_KEXISTS, (uint32_t)sa, 0, 2), -EINVAL);
+	CU_ASSERT_EQUAL(ring_kkeys(&b, KVMM_OP_KDELETE, (uint32_t)sa, 0, 2), -EINVAL);
+	/* its own space of the same model holds none of a's values */
+	CU_ASSERT_EQUAL(ring_kkeys(&b, KVMM_OP_KEXISTS, (uint32_t)sb, 0, 2), 0);
+	CU_ASSERT_EQUAL(ring_kkeys(&a, KVMM_OP_KEXISTS, (uint32_t)sa, 0, 2), 2);
+	kring_exit(&a);
+	kring_exit(&b);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* ---- the NVMe tier below ---- */
+
+static char nvme_dir[256];
+
+static const char *nvme_file(const char *name)
+{
+	static char path[512];
+	const char *tmp = getenv("TMPDIR");
+
+	if (!nvme_dir[0]) {
+		snprintf(nvme_dir, sizeof(nvme_dir), "%s/kvmm-keyed-XXXXXX",
+			 tmp && *tmp ? tmp : "/tmp");
+		if (!mkdtemp(nvme_dir))
+			nvme_dir[0] = 0;
+		CU_ASSERT_FATAL(nvme_dir[0] != 0);
+	}
+	snprintf(path, sizeof(path), "%s/%s", nvme_dir, name);
+	return path;
+}
+
+/*
+ * A host tier of 8 values over an NVMe tier of 64: background writeback
+ * keeps half the host tier free, so most values go down.
+ */
+static struct kvmm_ctx *nvme_ctx(const char *path, struct kvmm_nvme_arg *arg)
+{
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct kvmm_ctx *ctx = NULL;
+
+	p.host_pages = 8 * VPAGES;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.nvme_pages = 64 * VPAGES;
+	p.nvme_path = path;
+	p.nvme_arg = arg;
+	p.nvme_qd = 4;
+	p.host_wmark_low = 4 * VPAGES;
+	p.host_wmark_high = 6 * VPAGES;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	return ctx;
+}
+
+/*
+ * Put values 0 .. n - 1 one at a time, each time letting writeback finish
+ * (a put that outruns the disk finds the host tier full of values in
+ * flight, and direct reclaim drops the oldest rest instead of waiting).
+ */
+static void fill(struct kvmm_ctx *ctx, uint32_t sp, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		CU_ASSERT_EQUAL(put_range(ctx, sp, i, i + 1), 1);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	}
+}
+
+static void test_keyed_nvme_roundtrip(void)
+{
+	const char *path = nvme_file("roundtrip");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	uint32_t sp = space_of(ctx, 0, VB), i;
+
+	fill(ctx, sp, 30);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 30);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES) >= 20 * VPAGES);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES) +
+			test_stat(ctx, KVMM_STAT_KEYED_HOST_PAGES), 30 * VPAGES);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_WRITEBACK_RUNS) > 0);
+	for (i = 0; i < 30; i++)	/* from NVMe or the host, byte for byte */
+		CU_ASSERT_EQUAL(get_one(ctx, sp, i), 0);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_BYTES_OUT) > 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 30);	/* a get moves nothing */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/* What was written down survives a restart; another model sees none of it. */
+static void test_keyed_nvme_restart(void)
+{
+	const char *path = nvme_file("restart");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	struct kvmm_keyed_spec spec = { .value_bytes = VB, .model_id = "other" };
+	struct kvmm_key k = key_of(0);
+	uint32_t sp = space_of(ctx, 0, VB), other, i, back = 0;
+	uint64_t on_nvme;
+
+	fill(ctx, sp, 30);
+	on_nvme = test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES) / VPAGES;
+	CU_ASSERT(on_nvme >= 20);
+	kvmm_destroy(ctx);
+
+	ctx = nvme_ctx(path, NULL);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_SPACES), 1);	/* recovered */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), on_nvme);
+	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &other), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, other, &k, 1), 0);
+	CU_ASSERT_EQUAL(space_of(ctx, 0, VB), sp);	/* the same space, found again */
+	for (i = 0; i < 30; i++) {
+		int r = get_one(ctx, sp, i);
+
+		CU_ASSERT(r == 0 || r == -ENOENT);
+		back += r == 0;
+	}
+	CU_ASSERT_EQUAL(back, on_nvme);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/* Values flipped or torn on their way to NVMe are misses, and are dropped. */
+static void test_keyed_nvme_flip_tear(void)
+{
+	const char *path = nvme_file("flip");
+	struct kvmm_nvme_arg arg = { .flip_every = 1 };
+	struct kvmm_ctx *ctx;
+	uint32_t sp, i, pass, bad = 0;
+
+	for (pass = 0; pass < 2; pass++) {
+		arg = (struct kvmm_nvme_arg){ .flip_every = pass ? 0 : 1,
+					      .tear_every = pass ? 1 : 0 };
+		ctx = nvme_ctx(path, &arg);
+		sp = space_of(ctx, 0, VB);
+		fill(ctx, sp, 30);
+		for (i = 0; i < 30; i++) {
+			int r = get_one(ctx, sp, i);
+
+			CU_ASSERT(r == 0 || r == -EBADMSG);
+			bad += r == -EBADMSG;
+		}
+		CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL) >= 20);
+		CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES), 0);
+		CHECK_OK(ctx);
+		kvmm_destroy(ctx);
+		unlink(path);
+	}
+	CU_ASSERT(bad >= 40);
+}
+
+/* Through a ring, a get from NVMe completes later, on the I/O worker. */
+static void test_keyed_nvme_ring(void)
+{
+	const char *path = nvme_file("ring");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	uint32_t sp = space_of(ctx, 0, VB), i;
+	struct kvmm_kent *e;
+	struct kring r;
+
+	fill(ctx, sp, 30);
+	kring_init(ctx, &r, 0, 0);
+	e = ring_ents(&r, 0, 30, false);
+	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KGET, sp, 30), 30);
+	for (i = 0; i < 30; i++) {
+		CU_ASSERT_EQUAL(e[i].res, 0);
+		CU_ASSERT(stamped(r.mem + e[i].off, VB, i));
+	}
+	CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_NVME_BYTES_OUT) > 0);
+	kring_exit(&r);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+static int keyed_suite_clean(void)
+{
+	if (nvme_dir[0])
+		rmdir(nvme_dir);
+	return 0;
+}
+
+int register_keyed_suite(void)
+{
+	CU_pSuite s = CU_add_suite("keyed", NULL, keyed_suite_clean);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, test_keyed_roundtrip);
+	ADD_TEST(s, test_keyed_spaces);
+	ADD_TEST(s, test_keyed_pressure);
+	ADD_TEST(s, test_keyed_shares_host_tier);
+	ADD_TEST(s, test_keyed_corrupt_is_a_miss);
+	ADD_TEST(s, test_keyed_alloc_faults);
+	ADD_TEST(s, test_keyed_ring);
+	ADD_TEST(s, test_keyed_ring_tenant);
+	ADD_TEST(s, test_keyed_nvme_roundtrip);
+	ADD_TEST(s, test_keyed_nvme_restart);
+	ADD_TEST(s, test_keyed_nvme_flip_tear);
+	ADD_TEST(s, test_keyed_nvme_ring);
+	return 0;
+}
