@@ -27,7 +27,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
 			   .attn = KVMM_ATTN_MHA },
 		.max_seqs = 8, .max_seq_len = 256, .nr_pages = 64,
+		.host_pages = 32, .host_node = KVMM_NODE_NEAREST,
 	};
+	/* space 0 of the keyed store: the keyed commands with arg 0 reach it */
+	const struct kvmm_keyed_spec spec = { .value_bytes = 24, .model_id = "fuzz" };
+	uint32_t space;
 	uint64_t st[NR_KVMM_STATS];
 	struct kvmm_ctx *ctx;
 	size_t nsqe, i;
@@ -44,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(tokens, 0, sizeof(tokens));
 	for (i = nsqe * sizeof(struct kvmm_sqe); i < size && i - nsqe * 64 < 512; i++)
 		tokens[i - nsqe * 64] = data[i] % 8;
-	if (kvmm_create(&p, &ctx))
+	if (kvmm_create(&p, &ctx) || kvmm_keyed_space(ctx, &spec, &space))
 		abort();
 	for (i = 0; i < nsqe; i++) {
 		struct kvmm_sqe sqe;

@@ -31,7 +31,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		.model = { .layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_bytes = 2,
 			   .attn = KVMM_ATTN_MHA },
 		.page_size = 2, .max_seqs = 8, .max_seq_len = 128, .nr_pages = 64,
+		.host_pages = 32, .host_node = KVMM_NODE_NEAREST,
 	};
+	/* space 0 of the keyed store: the keyed commands with arg 0 reach it */
+	const struct kvmm_keyed_spec spec = { .value_bytes = 24, .model_id = "fuzz" };
+	uint32_t space;
 	size_t region_size = sizeof(struct kvmm_ring_hdr) + SQ * sizeof(struct kvmm_sqe) +
 			     CQ * sizeof(struct kvmm_cqe) + BUF;
 	struct kvmm_ring_hdr *hdr;
@@ -41,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *region;
 	size_t pos;
 
-	if (kvmm_create(&p, &ctx))
+	if (kvmm_create(&p, &ctx) || kvmm_keyed_space(ctx, &spec, &space))
 		abort();
 	region = malloc(region_size);
 	memset(region, 0, region_size);
