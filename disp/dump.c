@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * disp/dump.c - DUMP: the context's nodes, sequences, pins and namespaces
+ * disp/dump.c - DUMP: the context's nodes, sequences, pins, namespaces and
+ * keyed spaces
  * as fixed-size records (uapi/kvmm/ring.h), a page at a time.
  *
  * A page is a cursor and as many records as the client's buffer holds;
@@ -42,6 +43,8 @@ static void dump_node(const struct kvmm_node *node, struct kvmm_dump_node *rec)
 		rec->flags |= KVMM_DUMP_F_EVICTABLE;
 	if (node->flags & KVMM_NODE_SHADOW)
 		rec->flags |= KVMM_DUMP_F_SHADOW;
+	if (node->flags & KVMM_NODE_KEYED)
+		rec->flags |= KVMM_DUMP_F_KEYED;
 	for (; node->parent; node = node->parent)
 		;
 	rec->ns = node->ns;
@@ -141,6 +144,8 @@ static uint32_t dump_ns(const struct kvmm_ctx *ctx, uint64_t cursor,
 		const struct kvmm_node *root = list_entry(pos, struct kvmm_node, sibling);
 		const struct kvmm_ns *ns = kvmm_root_ns(root);
 
+		if (root->flags & KVMM_NODE_KEYED)
+			continue;	/* a keyed space: counted with its namespace */
 		if (i++ < cursor)
 			continue;
 		if (nr == room) {
@@ -151,6 +156,8 @@ static uint32_t dump_ns(const struct kvmm_ctx *ctx, uint64_t cursor,
 			.ns = root->ns, .pinned = ns->pinned, .cached = ns->cached,
 			.pin_limit = kvmm_ns_pin_limit(ctx),
 			.cache_limit = kvmm_ns_cache_limit(ctx),
+			.keyed_host = kvmm_keyed_ns_pages(ctx, root->ns, KVMM_TIER_HOST),
+			.keyed_nvme = kvmm_keyed_ns_pages(ctx, root->ns, KVMM_TIER_NVME),
 		};
 	}
 	return nr;
@@ -180,11 +187,35 @@ struct dump_kind {
 			 uint32_t room, uint64_t *next);
 };
 
+/* DUMP of keyed spaces; the cursor is a space id. */
+static uint32_t dump_kspaces(const struct kvmm_ctx *ctx, uint64_t cursor,
+			     void *out, uint32_t room, uint64_t *next)
+{
+	struct kvmm_dump_kspace *rec = out;
+	uint32_t nr = 0;
+	uint64_t i;
+
+	*next = 0;
+	for (i = cursor; i < UINT32_MAX; i++) {
+		struct kvmm_dump_kspace r;
+
+		if (!kvmm_keyed_dump(ctx, (uint32_t)i, &r))
+			break;
+		if (nr == room) {
+			*next = i;
+			return nr;
+		}
+		rec[nr++] = r;
+	}
+	return nr;
+}
+
 static const struct dump_kind dump_kinds[] = {
 	[KVMM_DUMP_NODES] = { sizeof(struct kvmm_dump_node), dump_nodes },
 	[KVMM_DUMP_SEQS] = { sizeof(struct kvmm_dump_seq), dump_seqs },
 	[KVMM_DUMP_PINS] = { sizeof(struct kvmm_dump_pin), dump_pins },
 	[KVMM_DUMP_NS] = { sizeof(struct kvmm_dump_ns), dump_ns },
+	[KVMM_DUMP_KSPACES] = { sizeof(struct kvmm_dump_kspace), dump_kspaces },
 };
 _Static_assert(sizeof(dump_kinds) / sizeof(dump_kinds[0]) == KVMM_DUMP_LAST,
 	       "every DUMP table has a struct dump_kind");

@@ -591,6 +591,8 @@ int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t use
 void kvmm_keyed_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 bool kvmm_keyed_pending(const struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v);
+bool kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t id, struct kvmm_dump_kspace *rec);
+uint64_t kvmm_keyed_ns_pages(const struct kvmm_ctx *ctx, uint32_t ns, uint32_t tier);
 int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t mark_io,
 		     uint64_t *io, uint64_t *locks, const char **why);
 

@@ -69,6 +69,8 @@
  * @pages: frames a value takes: its bytes, at least KVMM_KEY_WORDS tokens
  * @ns: its namespace
  * @id: its index in ctx->kspaces
+ * @model_id: the identity it was registered with; empty for a space
+ *	recovered from NVMe that no client has registered since
  */
 struct kvmm_kspace {
 	struct kvmm_node *root;
@@ -77,6 +79,7 @@ struct kvmm_kspace {
 	uint32_t pages;
 	uint32_t ns;
 	uint32_t id;
+	char model_id[KVMM_MODEL_ID_MAX + 1];
 };
 
 /**
@@ -268,8 +271,51 @@ KVMM_EXPORT int kvmm_keyed_space(struct kvmm_ctx *ctx, const struct kvmm_keyed_s
 	s = space_get(ctx, spec->ns, fp, spec->value_bytes, &err);
 	if (!s)
 		return err;
+	if (!s->model_id[0])	/* new, or recovered: now it has a name */
+		strcpy(s->model_id, spec->model_id);
 	*space = s->id;
 	return 0;
+}
+
+/**
+ * kvmm_keyed_dump() - what DUMP_KSPACES shows of space @id
+ * @ctx: the context
+ * @id: a space id
+ * @rec: out
+ *
+ * Return: whether space @id exists.
+ */
+bool kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t id, struct kvmm_dump_kspace *rec)
+{
+	const struct kvmm_kspace *s;
+	const struct kvmm_ns *ns;
+
+	if (id >= ctx->nr_kspaces)
+		return false;
+	s = ctx->kspaces[id];
+	ns = kvmm_root_ns(s->root);
+	memset(rec, 0, sizeof(*rec));
+	*rec = (struct kvmm_dump_kspace){
+		.id = s->id, .ns = s->ns, .value_bytes = s->value_bytes, .pages = s->pages,
+		.host_pages = ns->keyed[KVMM_TIER_HOST], .nvme_pages = ns->keyed[KVMM_TIER_NVME],
+		.fp = { s->fp[0], s->fp[1] },
+	};
+	rec->values = (rec->host_pages + rec->nvme_pages) / s->pages;
+	memcpy(rec->model_id, s->model_id, sizeof(rec->model_id) < sizeof(s->model_id) ?
+					   sizeof(rec->model_id) : sizeof(s->model_id));
+	return true;
+}
+
+/* Pages of tier @tier that the keyed spaces of namespace @ns hold. */
+uint64_t kvmm_keyed_ns_pages(const struct kvmm_ctx *ctx, uint32_t ns, uint32_t tier)
+{
+	uint64_t pages = 0;
+	uint32_t i;
+
+	for (i = 0; i < ctx->nr_kspaces; i++)
+		if (ctx->kspaces[i]->ns == ns)
+			pages += kvmm_root_ns(ctx->kspaces[i]->root)->keyed[tier];
+	return pages;
 }
 
 /* The space @id, if it exists and @ns may use it (KVMM_NS_ANY: any). */

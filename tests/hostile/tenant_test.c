@@ -303,11 +303,11 @@ static void tenant_limits_are_set_by_kvmmd_and_kvmmctl(void)
 		return;
 	CU_ASSERT_EQUAL(hostile_child(OTHER_UID, other, t.sock, TIMEOUT_MS), 0);
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "ns", NULL, NULL), 0);
-	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"pin_limit\":16,\"cache_limit\":64}"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"pin_limit\":16,\"cache_limit\":64,"));
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_pin_pages", "auto", NULL), 0);
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_cache_share", "25", NULL), 0);
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "ns", NULL, NULL), 0);
-	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"pin_limit\":64,\"cache_limit\":32}"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"pin_limit\":64,\"cache_limit\":32,"));
 	/* out of range: kvmmctl says so; 0 is the instance's to refuse */
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_cache_share", "101", NULL), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns_cache_share"));

@@ -27,6 +27,7 @@
 #include <CUnit/CUnit.h>
 
 #include <libkvmm.h>
+#include <libkvmm-ring.h>
 
 #include "../../tools/lib/json.h"
 #include "../../tools/lib/parse.h"
@@ -753,6 +754,84 @@ static void kvmmd_frees_its_options(void)
 /* ---- kvmm-engine --json -: standard output is JSON only ---- */
 
 /* Run @argv with its standard output (only) in @out; standard error is dropped. */
+/*
+ * kvmmctl spaces, ns and top show what the keyed page store holds: a
+ * client registers a space and stores two values through kvmmd.
+ */
+static void ctl_shows_keyed_spaces(void)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 1 << 16 };
+	struct kvmm_kspace_reg *reg;
+	struct kvmm_kent *ent;
+	struct kvmm_ring ring;
+	struct kvmm_sqe *sqe;
+	char out[8192];
+	struct env e;
+	int32_t space;
+	json_t *j, *rec;
+
+	env_init(&e);
+	{
+		const char *argv[] = { "kvmmd", "--socket", e.sock, "--pages", "64",
+				       "--host-pages", "8", "--quiet", NULL };
+
+		e.kvmmd = hostile_spawn(argv, -1);
+		wait_kvmmd(&e);
+	}
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(e.sock, &rp, &ring), 0);
+	reg = ring.buf;
+	memset(reg, 0, sizeof(*reg));
+	reg->value_bytes = 1000;
+	strcpy(reg->model_id, "org/model@abc");
+	sqe = TEST_SQE(&ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KSPACE, 0, 0, 0, sizeof(*reg));
+	sqe->ns = 3;
+	space = test_ring1(&ring, NULL);
+	CU_ASSERT_FATAL(space >= 0);
+	ent = ring.buf;
+	ent[0] = (struct kvmm_kent){ .key = { 1, 2 }, .off = 4096 };
+	ent[1] = (struct kvmm_kent){ .key = { 3, 4 }, .off = 8192 };
+	sqe = TEST_SQE(&ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KPUT, 0, 0, 0, 2);
+	sqe->arg = (uint32_t)space;
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 2);
+	{
+		const char *argv[] = { "kvmmctl", "spaces", "--json", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+		j = json_loads(out, 0, NULL);
+		CU_ASSERT_FATAL(json_is_array(j) && json_array_size(j) == 1);
+		rec = json_array_get(j, 0);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(rec, "id")), space);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(rec, "ns")), 3);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(rec, "model_id")),
+				       "org/model@abc");
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(rec, "values")), 2);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(rec, "host_pages")), 2);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(rec, "nvme_pages")), 0);
+		json_decref(j);
+	}
+	{
+		const char *argv[] = { "kvmmctl", "spaces", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "org/model@abc"));
+	}
+	{
+		const char *argv[] = { "kvmmctl", "top", "--count", "1", "--interval", "0.01",
+				       "--json", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+		j = json_loads(out, 0, NULL);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "keyed_host_pages")), 2);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "host_pages_cached")), 2);
+		json_decref(j);
+	}
+	kvmm_ring_exit(&ring);
+	CU_ASSERT(hostile_alive(e.kvmmd));
+	env_fini(&e);
+}
+
 static int run_stdout(const char *const argv[], char *out, size_t len)
 {
 	int pfd[2], devnull;
@@ -971,6 +1050,7 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, ctl_garbage_welcome_is_a_protocol_error);
 	ADD_TEST(s, ctl_errnos_print_by_name);
 	ADD_TEST(s, ctl_top_exits_3_when_kvmmd_dies);
+	ADD_TEST(s, ctl_shows_keyed_spaces);
 	ADD_TEST(s, ring_waits_have_deadlines);
 	ADD_TEST(s, kvmmd_option_order_does_not_matter);
 	ADD_TEST(s, kvmmd_config_trailing_words_are_errors);

@@ -321,6 +321,8 @@ static const struct {
 	{ "host", KVMM_STAT_HOST_PAGES_CACHED },
 	{ "copies", KVMM_STAT_PAGES_SHADOWED },
 	{ "nvme", KVMM_STAT_NVME_PAGES_CACHED },
+	{ "keyed_host", KVMM_STAT_KEYED_HOST_PAGES },
+	{ "keyed_nvme", KVMM_STAT_KEYED_NVME_PAGES },
 };
 
 /* top --json: one object a line, the time, the page columns, then the rates. */
@@ -643,22 +645,59 @@ static int show_ns(const struct ctl *c, const void *rec, void *arg)
 	uint64_t *shown = arg;
 
 	if (c->json)
-		json_item(json_pack("{s:I,s:o,s:o,s:o,s:o}", "ns", (json_int_t)n->ns,
+		json_item(json_pack("{s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "ns", (json_int_t)n->ns,
 				    "pinned", tool_json_u64(n->pinned),
 				    "cached", tool_json_u64(n->cached),
 				    "pin_limit", tool_json_u64(n->pin_limit),
-				    "cache_limit", tool_json_u64(n->cache_limit)), !(*shown)++);
+				    "cache_limit", tool_json_u64(n->cache_limit),
+				    "keyed_host", tool_json_u64(n->keyed_host),
+				    "keyed_nvme", tool_json_u64(n->keyed_nvme)), !(*shown)++);
 	else
-		printf("%10u %10llu %10llu %10llu %12llu\n", n->ns,
+		printf("%10u %10llu %10llu %10llu %12llu %10llu %10llu\n", n->ns,
 		       (unsigned long long)n->pinned, (unsigned long long)n->cached,
-		       (unsigned long long)n->pin_limit, (unsigned long long)n->cache_limit);
+		       (unsigned long long)n->pin_limit, (unsigned long long)n->cache_limit,
+		       (unsigned long long)n->keyed_host, (unsigned long long)n->keyed_nvme);
 	return 0;
 }
 
 static int cmd_ns(struct ctl *c)
 {
 	return dump_list(c, "ns", KVMM_DUMP_NS,
-			 "        ns     pinned     cached  pin_limit  cache_limit\n", show_ns);
+			 "        ns     pinned     cached  pin_limit  cache_limit keyed_host "
+			 "keyed_nvme\n", show_ns);
+}
+
+static int show_kspace(const struct ctl *c, const void *rec, void *arg)
+{
+	const struct kvmm_dump_kspace *k = rec;
+	char id[sizeof(k->model_id) + 1];
+	uint64_t *shown = arg;
+
+	memcpy(id, k->model_id, sizeof(k->model_id));
+	id[sizeof(k->model_id)] = '\0';	/* the server's record: never trusted */
+	if ((c->given & OPT(NS)) && k->ns != c->ns)
+		return 0;
+	if (c->json)
+		json_item(json_pack("{s:I,s:I,s:s,s:o,s:I,s:o,s:o,s:o}", "id", (json_int_t)k->id,
+				    "ns", (json_int_t)k->ns, "model_id", id,
+				    "value_bytes", tool_json_u64(k->value_bytes),
+				    "pages", (json_int_t)k->pages,
+				    "values", tool_json_u64(k->values),
+				    "host_pages", tool_json_u64(k->host_pages),
+				    "nvme_pages", tool_json_u64(k->nvme_pages)), !(*shown)++);
+	else
+		printf("%6u %10u %12llu %6u %10llu %10llu %10llu  %s\n", k->id, k->ns,
+		       (unsigned long long)k->value_bytes, k->pages,
+		       (unsigned long long)k->values, (unsigned long long)k->host_pages,
+		       (unsigned long long)k->nvme_pages, id[0] ? id : "(recovered)");
+	return 0;
+}
+
+static int cmd_spaces(struct ctl *c)
+{
+	return dump_list(c, "spaces", KVMM_DUMP_KSPACES,
+			 "    id         ns  value_bytes  pages     values host_pages nvme_pages"
+			 "  model_id\n", show_kspace);
 }
 
 static int cmd_simple(struct ctl *c, const char *what, const char *unit)
@@ -827,7 +866,10 @@ static const struct ctl_cmd {
 	  OPT(ID) | OPT(NS), parse_unpin, cmd_unpin },
 	{ "pins", "[--ns N]", "every pin: node id, ns, size, owning ring", OPT(NS), NULL,
 	  cmd_pins },
-	{ "ns", "", "per namespace: pinned and cached pages, limits", 0, NULL, cmd_ns },
+	{ "ns", "", "per namespace: pinned and cached pages, limits, keyed pages", 0, NULL,
+	  cmd_ns },
+	{ "spaces", "[--ns N]", "keyed spaces: model, value size, values, pages per tier",
+	  OPT(NS), NULL, cmd_spaces },
 	{ "reclaim", "PAGES", "evict at least PAGES cached pages", 0, parse_reclaim,
 	  cmd_reclaim },
 	{ "drop-caches", "", "evict everything evictable", 0, NULL, cmd_drop_caches },

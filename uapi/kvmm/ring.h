@@ -263,7 +263,8 @@ struct kvmm_extend_ent {
 #define KVMM_DUMP_SEQS		1
 #define KVMM_DUMP_PINS		2	/* struct kvmm_dump_pin per pinned node */
 #define KVMM_DUMP_NS		3	/* struct kvmm_dump_ns per namespace */
-#define KVMM_DUMP_LAST		4
+#define KVMM_DUMP_KSPACES	4	/* struct kvmm_dump_kspace per keyed space */
+#define KVMM_DUMP_LAST		5
 
 /*
  * struct kvmm_dump_hdr - starts a DUMP's output buffer
@@ -309,6 +310,7 @@ struct kvmm_dump_node {
 #define KVMM_DUMP_F_EVICTABLE	(1u << 1)	/* an unlocked leaf, on a reclaim list */
 #define KVMM_DUMP_F_SHADOW	(1u << 2)	/* on the device, with a copy on the
 						 * host tier (write-through) */
+#define KVMM_DUMP_F_KEYED	(1u << 3)	/* a keyed space's root, or a value */
 
 /* struct kvmm_dump_seq - one open sequence (32 bytes) */
 struct kvmm_dump_seq {
@@ -342,13 +344,16 @@ struct kvmm_dump_pin {
 };
 
 /*
- * struct kvmm_dump_ns - one namespace's use of the device pool (40 bytes)
+ * struct kvmm_dump_ns - one namespace's use of the pool (56 bytes): every
+ * namespace with a prefix tree root
  * @ns: the namespace
  * @pinned: device pages under its pins
  * @cached: device pages its prefixes hold
  * @pin_limit: pages a ring bound to it may pin (KVMM_SET_NS_PIN_PAGES)
  * @cache_limit: pages it may cache before its own cache is reclaimed
  *	first (KVMM_SET_NS_CACHE_SHARE)
+ * @keyed_host: host pages the values of its keyed spaces hold
+ * @keyed_nvme: NVMe pages they hold
  */
 struct kvmm_dump_ns {
 	__u32	ns;
@@ -357,6 +362,36 @@ struct kvmm_dump_ns {
 	__u64	cached;
 	__u64	pin_limit;
 	__u64	cache_limit;
+	__u64	keyed_host;
+	__u64	keyed_nvme;
+};
+
+/*
+ * struct kvmm_dump_kspace - one keyed space (320 bytes)
+ * @id: its id (KPUT, KGET, ... name it by this)
+ * @ns: its namespace
+ * @value_bytes: bytes of each value
+ * @pages: pages each value takes
+ * @resv: zero
+ * @values: values stored, on any tier
+ * @host_pages: host pages they hold
+ * @nvme_pages: NVMe pages they hold
+ * @fp: the model identity's fingerprint (XXH3-128 of model_id)
+ * @model_id: the identity a client registered it with, NUL-terminated;
+ *	empty for a space found on NVMe at a restart that no client has
+ *	registered since
+ */
+struct kvmm_dump_kspace {
+	__u32	id;
+	__u32	ns;
+	__u64	value_bytes;
+	__u32	pages;
+	__u32	resv;
+	__u64	values;
+	__u64	host_pages;
+	__u64	nvme_pages;
+	__u64	fp[2];
+	char	model_id[256];
 };
 
 /*
