@@ -41,6 +41,9 @@ echo "bench: tiers (host gather/scatter vs memcpy, NVMe vs fio)" >&2
 "$bench" tiers --json --nvme-file "$(dirname "$out")/tiers.nvme" | tee -a "$out"
 echo "bench: latency (MATCH, EXTEND, STATS p50/p99 while writeback writes NVMe, vs idle)" >&2
 "$bench" latency --json --nvme-file "$(dirname "$out")/latency.nvme" | tee -a "$out"
+echo "bench: keyed (put/get of 2 MiB values vs memcpy and fio, through a ring vs in-process)" >&2
+"$bench" keyed --json --nvme-file "$(dirname "$out")/keyed.nvme" | tee -a "$out"
+rm -f "$(dirname "$out")/keyed.nvme"
 echo "bench: cuda (GPU demote/promote vs pinned copies, kv_indices; skipped without a GPU)" >&2
 "$bench" cuda --json | tee -a "$out"
 trace=${4:-}

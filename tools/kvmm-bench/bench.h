@@ -63,6 +63,26 @@ int cmd_tiers(int argc, char **argv);
 int cmd_cuda(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_latency(int argc, char **argv);
+int cmd_keyed(int argc, char **argv);
+
+/* measure.c: what the throughput benchmarks compare kvmm with */
+extern const struct kvmm_model bench_model_8b;
+struct memcpy_pair {
+	char *a, *b;
+	uint64_t bytes;
+};
+struct fio_result {
+	double gbps;
+	double iops;
+};
+void prefault(void *p, size_t n);
+double gbps(uint64_t bytes, double ns);
+int memcpy_pair_init(struct memcpy_pair *m, uint64_t bytes);
+void memcpy_pair_free(struct memcpy_pair *m);
+double memcpy_gbps(const struct memcpy_pair *m);
+int run_fio(const char *path, const char *rw, uint64_t bs, uint64_t bytes,
+	    uint32_t qd, struct fio_result *res);
+int fio_present(void);
 /* ring.c: a kvmm server in a child process, one fresh context a session */
 struct bench_server {
 	pid_t pid;

@@ -78,11 +78,6 @@ static char *staging_map(uint64_t bytes)
 	return p;
 }
 
-static double gbps(uint64_t bytes, uint64_t ns)
-{
-	return ns ? (double)bytes / (double)ns : 0.0;
-}
-
 /* One contiguous pinned copy of @bytes each way: median GB/s. */
 static int ref_copy(struct drv *d, uint64_t bytes, double *dtoh, double *htod)
 {
@@ -97,10 +92,10 @@ static int ref_copy(struct drv *d, uint64_t bytes, double *dtoh, double *htod)
 		uint64_t t0 = now_ns();
 
 		ret = d->dtoh(host, dev, bytes) ? -EIO : 0;
-		a[r] = gbps(bytes, now_ns() - t0);
+		a[r] = gbps(bytes, (double)(now_ns() - t0));
 		t0 = now_ns();
 		ret = ret ?: d->htod(dev, host, bytes) ? -EIO : 0;
-		b[r] = gbps(bytes, now_ns() - t0);
+		b[r] = gbps(bytes, (double)(now_ns() - t0));
 	}
 	if (host)
 		d->free_host(host);
@@ -124,7 +119,7 @@ static int ref_d2d(struct drv *d, uint64_t bytes, double *gb)
 		uint64_t t0 = now_ns();
 
 		ret = d->dtod(dst, src, bytes) ? -EIO : 0;
-		a[r] = gbps(bytes, now_ns() - t0);
+		a[r] = gbps(bytes, (double)(now_ns() - t0));
 	}
 	if (src)
 		d->free(src);
@@ -177,10 +172,10 @@ static int move_bench(const struct kvmm_cuda_arg *arg, struct drv *d, uint32_t p
 		uint64_t t0 = now_ns();
 
 		ret = be->gather(priv, pfns, nr, addr);
-		tg[r] = gbps(page * nr, now_ns() - t0);
+		tg[r] = gbps(page * nr, (double)(now_ns() - t0));
 		t0 = now_ns();
 		ret = ret ?: be->scatter(priv, pfns, nr, addr);
-		ts[r] = gbps(page * nr, now_ns() - t0);
+		ts[r] = gbps(page * nr, (double)(now_ns() - t0));
 	}
 	be->mem_unregister(priv, staging, page * nr);
 	*g = median(tg, CUDA_REPEAT);

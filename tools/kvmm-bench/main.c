@@ -10,6 +10,7 @@
  *   kvmm-bench tiers [--json] [--quick]
  *   kvmm-bench cuda [--json] [--driver LIB] [--set-mib N]
  *   kvmm-bench latency [--json] [--quick] [--nvme-file PATH]
+ *   kvmm-bench keyed [--json] [--quick] [--batch N] [--nvme-file PATH]
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -33,7 +34,9 @@ static void usage(FILE *f)
 		"  cuda [--json] [--driver LIB] [--set-mib N]\n"
 		"                             GPU demote/promote and kv_indices beside the driver's copies\n"
 		"  latency [--json] [--quick] [--nvme-file PATH]\n"
-		"                             command p50/p99 while NVMe is written, against idle\n");
+		"                             command p50/p99 while NVMe is written, against idle\n"
+		"  keyed [--json] [--quick] [--batch N] [--nvme-file PATH] [--qd N] [--no-fio]\n"
+		"                             keyed store put/get GB/s beside memcpy, fio, in-process\n");
 }
 
 int main(int argc, char **argv)
@@ -58,6 +61,8 @@ int main(int argc, char **argv)
 		return cmd_cuda(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "latency"))
 		return cmd_latency(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "keyed"))
+		return cmd_keyed(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;
