@@ -148,6 +148,12 @@ $(objtree)/%.o: $(srctree)/%.c $(objtree)/.flags $(autoconf)
 	@mkdir -p $(@D)
 	$(call cmd,cc)
 
+# driver/csum: a second build of the checksum for AVX2, chosen at run time.
+ifeq ($(shell uname -m),x86_64)
+$(objtree)/driver/csum/csum_avx2.o: c_flags += -mavx2
+$(objtree)/driver/csum/csum_sse2.o: c_flags += -DKVMM_CSUM_AVX2
+endif
+
 # driver/cuda builds against the toolkit's cuda.h alone: libcuda.so.1 is
 # opened at run time.
 $(objtree)/driver/cuda/%.o: c_flags += -I$(CUDA_HOME)/include

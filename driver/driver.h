@@ -245,6 +245,12 @@ struct kvmm_store_key {
  * @seal: pages @pfns were just written: record what they must read back as
  * @verify: check pages @pfns against what @seal recorded; return the
  *	number of leading pages that verify (nr when all do)
+ * @fill: optional: copy @len bytes (at most a page) from @src into page
+ *	@pfn, zero the rest of it, and seal it: what @page, memcpy, memset
+ *	and @seal do, in one pass
+ * @copy_out: optional: copy the first @len bytes of page @pfn to @dst and
+ *	verify the whole page, in one pass: 0, or -EBADMSG (@dst's bytes are
+ *	then not to be used)
  *
  * An I/O store (the NVMe tier) has them behind reads and writes:
  * @write: write @src[i] as page @pfns[i], labelled @keys[i], on channel
@@ -275,6 +281,8 @@ struct kvmm_store_ops {
 	void *(*page)(void *priv, uint32_t pfn);
 	void (*seal)(void *priv, const int32_t *pfns, uint32_t nr);
 	uint32_t (*verify)(void *priv, const int32_t *pfns, uint32_t nr);
+	void (*fill)(void *priv, uint32_t pfn, const void *src, uint64_t len);
+	int (*copy_out)(void *priv, uint32_t pfn, void *dst, uint64_t len);
 	int (*write)(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
 		     void *const *src, const struct kvmm_store_key *keys);
 	uint32_t (*read)(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,

@@ -538,7 +538,7 @@ static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 	}
 }
 
-/* Copy @v's bytes into its frames (a put), seal them. */
+/* Copy @v's bytes into its frames (a put), sealed: in one pass where the store can. */
 static int copy_in(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
 {
 	const struct kvmm_store_ops *ops = ctx->store[KVMM_TIER_HOST];
@@ -549,16 +549,20 @@ static int copy_in(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val 
 	uint32_t i;
 
 	for (i = 0; i < job->space->pages; i++) {
-		char *page = ops->page(priv, (uint32_t)pfns[i]);
+		char *page = ops->fill ? NULL : ops->page(priv, (uint32_t)pfns[i]);
 		uint64_t b = left < pb ? left : pb;
 
-		memcpy(page, src, b);
-		if (b < pb)
+		if (ops->fill) {
+			ops->fill(priv, (uint32_t)pfns[i], src, b);
+		} else {
+			memcpy(page, src, b);
 			memset(page + b, 0, pb - b);
+		}
 		src += b;
 		left -= b;
 	}
-	ops->seal(priv, pfns, job->space->pages);
+	if (!ops->fill)
+		ops->seal(priv, pfns, job->space->pages);
 	return 0;
 }
 
@@ -592,6 +596,15 @@ static int copy_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val
 	uint64_t pb = page_bytes(ctx);
 	int err = 0;
 
+	if (ops->copy_out) {
+		uint64_t left = job->space->value_bytes;
+		char *dst = v->buf;
+
+		for (i = 0; i < nr; i++, dst += pb, left -= left < pb ? left : pb)
+			if (ops->copy_out(priv, (uint32_t)node->pfns[i], dst, left < pb ? left : pb))
+				return -EBADMSG;
+		return 0;
+	}
 	if (ops->page) {
 		if (ops->verify(priv, node->pfns, nr) < nr)
 			return -EBADMSG;

@@ -18,6 +18,8 @@
  * Every sealed page's XXH3-64 checksum is kept beside it; verify recomputes
  * it, so a page whose bytes changed after it was written (memory
  * corruption, a stray write, an injected fault) is a miss, never served.
+ * fill and copy_out (the keyed store's values) copy and checksum in one
+ * pass, a cache-sized piece at a time.
  *
  * Fault injection: kvmm_host_arg.fail_init fails init; flip_every flips a
  * bit in every n-th page verified, before the check.
@@ -30,12 +32,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <libkvmm.h>
 #include "autoconf.h"
 #include "../backend.h"
+#include "../csum/csum.h"
 
 #if CONFIG_KVMM_LIBNUMA
 #include <numa.h>
@@ -198,14 +198,24 @@ static void *host_page(void *priv, uint32_t pfn)
 	       (uint64_t)(pfn % hs->per_chunk) * hs->page_bytes;
 }
 
+/* Flip a bit of @p as flip_every says: a fault for the tests. */
+static void host_maybe_flip(struct host_store *hs, unsigned char *p)
+{
+	uint64_t nth;
+
+	/* Called from the I/O worker too: count atomically. */
+	if (hs->flip_every &&
+	    !((nth = __atomic_add_fetch(&hs->verified, 1, __ATOMIC_RELAXED)) % hs->flip_every))
+		p[nth % hs->page_bytes] ^= 0x10;
+}
+
 static void host_seal(void *priv, const int32_t *pfns, uint32_t nr)
 {
 	struct host_store *hs = priv;
 	uint32_t i;
 
 	for (i = 0; i < nr; i++)
-		hs->csum[pfns[i]] = XXH3_64bits(host_page(hs, (uint32_t)pfns[i]),
-						hs->page_bytes);
+		hs->csum[pfns[i]] = kvmm_csum(host_page(hs, (uint32_t)pfns[i]), hs->page_bytes);
 }
 
 static uint32_t host_verify(void *priv, const int32_t *pfns, uint32_t nr)
@@ -215,17 +225,30 @@ static uint32_t host_verify(void *priv, const int32_t *pfns, uint32_t nr)
 
 	for (i = 0; i < nr; i++) {
 		unsigned char *p = host_page(hs, (uint32_t)pfns[i]);
-		uint64_t nth;
 
-		/* Called from the I/O worker too: count atomically. */
-		if (hs->flip_every &&
-		    !((nth = __atomic_add_fetch(&hs->verified, 1, __ATOMIC_RELAXED)) %
-		      hs->flip_every))
-			p[nth % hs->page_bytes] ^= 0x10;
-		if (XXH3_64bits(p, hs->page_bytes) != hs->csum[pfns[i]])
+		host_maybe_flip(hs, p);
+		if (kvmm_csum(p, hs->page_bytes) != hs->csum[pfns[i]])
 			break;
 	}
 	return i;
+}
+
+
+/* fill and copy_out: the copy and the checksum in one pass (csum.h) */
+static void host_fill(void *priv, uint32_t pfn, const void *src, uint64_t len)
+{
+	struct host_store *hs = priv;
+
+	hs->csum[pfn] = kvmm_csum_fill(host_page(hs, pfn), src, len, hs->page_bytes);
+}
+
+static int host_copy_out(void *priv, uint32_t pfn, void *dst, uint64_t len)
+{
+	struct host_store *hs = priv;
+	unsigned char *page = host_page(hs, pfn);
+
+	host_maybe_flip(hs, page);
+	return kvmm_csum_copy_out(dst, page, len, hs->page_bytes) == hs->csum[pfn] ? 0 : -EBADMSG;
 }
 
 const struct kvmm_store_ops kvmm_host_store = {
@@ -235,4 +258,6 @@ const struct kvmm_store_ops kvmm_host_store = {
 	.page = host_page,
 	.seal = host_seal,
 	.verify = host_verify,
+	.fill = host_fill,
+	.copy_out = host_copy_out,
 };

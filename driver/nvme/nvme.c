@@ -77,6 +77,7 @@
 #include <libkvmm.h>
 #include "autoconf.h"
 #include "../backend.h"
+#include "../csum/csum.h"
 
 #if CONFIG_KVMM_LIBURING
 #include <liburing.h>
@@ -461,8 +462,7 @@ static bool write_fill(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slo
 		.value_bytes = k->value_bytes,
 	};
 	memcpy(h->tokens, k->tokens, (size_t)ns->page_size * sizeof(uint32_t));
-	memcpy(data, wr->src[wr->next], ns->page_bytes);
-	h->data_csum = XXH3_64bits(data, ns->page_bytes);
+	h->data_csum = kvmm_csum_fill(data, wr->src[wr->next], ns->page_bytes, ns->page_bytes);
 	h->hdr_csum = hdr_csum(h, ns->hdr_len);
 	ns->written++;
 	io->off = slot_off(ns, (uint32_t)wr->pfns[wr->next]);
@@ -547,7 +547,7 @@ static void read_done(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slot
 
 	if (!ch->io[slot].res &&
 	    (!hdr_is(ns, h, &rd->keys[slot]) ||
-	     XXH3_64bits(slot_buf(ns, ch, slot) + ns->data_off, ns->page_bytes) != h->data_csum))
+	     kvmm_csum(slot_buf(ns, ch, slot) + ns->data_off, ns->page_bytes) != h->data_csum))
 		ch->io[slot].res = -EBADMSG;
 }
 
