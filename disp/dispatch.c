@@ -446,6 +446,8 @@ static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		return kvmm_set_ns_pin_pages(ctx, sqe->arg2);
 	case KVMM_SET_NS_CACHE_SHARE:
 		return kvmm_set_ns_cache_share(ctx, sqe->arg2);
+	case KVMM_SET_KEYED_SHARE:
+		return kvmm_set_keyed_share(ctx, sqe->arg2);
 	default:
 		return -EINVAL;
 	}

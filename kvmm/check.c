@@ -288,6 +288,10 @@ static int check_tree(const struct kvmm_ctx *ctx, uint8_t **marks,
 	      (unsigned long long)sums->nodes, (unsigned long long)ctx->tree.nr_nodes);
 	CHECK(sums->keyed_values == ctx->keyed_values, "%llu keyed values counted as %llu",
 	      (unsigned long long)sums->keyed_values, (unsigned long long)ctx->keyed_values);
+	for (t = 0; t < KVMM_NR_TIERS; t++)
+		CHECK(sums->keyed[t] == ctx->keyed_pages[t],
+		      "tier %u: keyed values hold %llu pages, counted %llu", t,
+		      (unsigned long long)sums->keyed[t], (unsigned long long)ctx->keyed_pages[t]);
 	for (t = 0; t < KVMM_NR_TIERS; t++) {
 		CHECK(sums->cached[t] == ctx->tree.cached[t],
 		      "tier %u: %llu cached pages counted as %llu", t,

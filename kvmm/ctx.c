@@ -288,6 +288,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	list_init(&ctx->owners);
 	ctx->ns_pin_pages = KVMM_NS_PIN_AUTO;
 	ctx->ns_cache_share = 100;
+	ctx->keyed_share = 100;
 	list_init(&ctx->migrations);
 	list_init(&ctx->kjobs);
 	if (pthread_mutex_init(&ctx->lock, NULL)) {

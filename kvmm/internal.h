@@ -443,12 +443,13 @@ static inline struct kvmm_ns *kvmm_node_ns(const struct kvmm_node *node)
 }
 
 /* Pages of tier @tier that keyed value @node holds change by @delta. */
-static inline void kvmm_keyed_pages_add(const struct kvmm_node *node, uint32_t tier,
-					int64_t delta)
-{
-	if (node->flags & KVMM_NODE_KEYED)
-		kvmm_root_ns(node->parent)->keyed[tier] += (uint64_t)delta;
-}
+#define kvmm_keyed_pages_add(ctx, node, tier, delta)				\
+	do {									\
+		if ((node)->flags & KVMM_NODE_KEYED) {				\
+			kvmm_root_ns((node)->parent)->keyed[tier] += (uint64_t)(delta); \
+			(ctx)->keyed_pages[tier] += (uint64_t)(delta);		\
+		}								\
+	} while (0)
 
 /* Device pages the namespace of @node holds change by @delta. */
 static inline void kvmm_ns_cached_add(const struct kvmm_node *node, uint32_t tier,
@@ -591,6 +592,7 @@ int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t use
 void kvmm_keyed_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 bool kvmm_keyed_pending(const struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v);
+int kvmm_set_keyed_share(struct kvmm_ctx *ctx, uint64_t pct);
 bool kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t id, struct kvmm_dump_kspace *rec);
 uint64_t kvmm_keyed_ns_pages(const struct kvmm_ctx *ctx, uint32_t ns, uint32_t tier);
 int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t mark_io,
@@ -781,6 +783,10 @@ enum kvmm_tier_event {
  * @kjobs: keyed commands in flight (struct kvmm_kjob.link)
  * @kjobs_done: signalled, under @lock, when the worker finished one
  * @keyed_values: values of every space, on every tier
+ * @keyed_pages: per tier, pages they hold
+ * @keyed_share: percent of each lower tier keyed values may hold, and
+ *	100 minus it the tree's demoted pages, before reclaim takes that
+ *	kind first; 100 for no split
  */
 struct kvmm_ctx {
 	struct kvmm_params params;
@@ -824,6 +830,8 @@ struct kvmm_ctx {
 	struct kvmm_list kjobs;
 	pthread_cond_t kjobs_done;
 	uint64_t keyed_values;
+	uint64_t keyed_pages[KVMM_NR_TIERS];
+	uint32_t keyed_share;
 };
 
 static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,

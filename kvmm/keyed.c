@@ -993,19 +993,35 @@ bool kvmm_keyed_pending(const struct kvmm_ctx *ctx, const struct kvmm_owner *own
 	return false;
 }
 
+/**
+ * kvmm_set_keyed_share() - split the lower tiers between keyed values and
+ *	the tree's demoted pages
+ * @ctx: the context
+ * @pct: percent of each lower tier keyed values may hold (the tree's pages
+ *	100 - @pct) before reclaim on that tier takes the kind over its part
+ *	first, oldest first; 1 .. 100, 100 (the default) for no split
+ *
+ * Return: 0, or -EINVAL outside 1 .. 100.
+ */
+int kvmm_set_keyed_share(struct kvmm_ctx *ctx, uint64_t pct)
+{
+	if (pct < 1 || pct > 100) {
+		kvmm_report(ctx, "keyed_share: %llu is not a percentage in 1..100",
+			    (unsigned long long)pct);
+		return -EINVAL;
+	}
+	ctx->keyed_share = (uint32_t)pct;
+	return 0;
+}
+
 /* ---- statistics and checks ---- */
 
 void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v)
 {
-	uint32_t i;
-
 	v[KVMM_STAT_KEYED_SPACES] = ctx->nr_kspaces;
-	for (i = 0; i < ctx->nr_kspaces; i++) {
-		const struct kvmm_ns *ns = kvmm_root_ns(ctx->kspaces[i]->root);
-
-		v[KVMM_STAT_KEYED_HOST_PAGES] += ns->keyed[KVMM_TIER_HOST];
-		v[KVMM_STAT_KEYED_NVME_PAGES] += ns->keyed[KVMM_TIER_NVME];
-	}
+	v[KVMM_STAT_KEYED_HOST_PAGES] = ctx->keyed_pages[KVMM_TIER_HOST];
+	v[KVMM_STAT_KEYED_NVME_PAGES] = ctx->keyed_pages[KVMM_TIER_NVME];
+	v[KVMM_STAT_KEYED_SHARE] = ctx->keyed_share;
 	v[KVMM_STAT_KEYED_VALUES] = ctx->keyed_values;
 	v[KVMM_STAT_KEYED_EVICTS] = ctx->events[EV_KEYED_DROPS] - ctx->events[EV_KEYED_DELETES];
 }

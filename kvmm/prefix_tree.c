@@ -700,7 +700,7 @@ static void link_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
 	ctx->tree.nr_nodes++;
 	ctx->tree.cached[tier] += nr;
 	kvmm_ns_cached_add(parent, tier, nr);
-	kvmm_keyed_pages_add(leaf, tier, nr);
+	kvmm_keyed_pages_add(ctx, leaf, tier, nr);
 	ctx->lruvec[tier].evictable += nr;
 }
 

@@ -84,6 +84,7 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_KEYED_GETS] = "keyed_gets",
 	[KVMM_STAT_KEYED_MISSES] = "keyed_misses",
 	[KVMM_STAT_KEYED_EVICTS] = "keyed_evicts",
+	[KVMM_STAT_KEYED_SHARE] = "keyed_share",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 

@@ -247,8 +247,8 @@ static void node_set_tier(struct kvmm_ctx *ctx, struct kvmm_node *node,
 	ctx->tree.cached[tier] += nr;
 	kvmm_ns_cached_add(node, old, -(int64_t)nr);
 	kvmm_ns_cached_add(node, tier, nr);
-	kvmm_keyed_pages_add(node, old, -(int64_t)nr);
-	kvmm_keyed_pages_add(node, tier, nr);
+	kvmm_keyed_pages_add(ctx, node, old, -(int64_t)nr);
+	kvmm_keyed_pages_add(ctx, node, tier, nr);
 	if (node->lock_ref) {
 		ctx->tree.protected[old] -= nr;
 		ctx->tree.protected[tier] += nr;
@@ -612,7 +612,7 @@ void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	kvmm_node_lruvec(ctx, node)->evictable -= nr;
 	ctx->tree.cached[node->tier] -= nr;
 	kvmm_ns_cached_add(node, node->tier, -(int64_t)nr);
-	kvmm_keyed_pages_add(node, node->tier, -(int64_t)nr);
+	kvmm_keyed_pages_add(ctx, node, node->tier, -(int64_t)nr);
 	if (node->flags & KVMM_NODE_KEYED) {
 		ctx->keyed_values--;
 		kvmm_count(ctx, EV_KEYED_DROPS, 1);

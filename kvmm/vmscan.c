@@ -44,6 +44,12 @@
  *    list is emptied first.  One-off prompts are evicted before prefixes
  *    that proved to be shared, which resists scans of unique traffic.
  *
+ * The lower tiers are shared by the tree's demoted pages and the keyed
+ * page store's values (keyed.c), on the same lists.  With a split set
+ * (KVMM_SET_KEYED_SHARE: the percent of each lower tier keyed values may
+ * hold, the tree the rest) the kind over its part goes first, in the same
+ * bounded walk as the namespaces' shares below.
+ *
  * Shares.  Tenants share one pool; with a cache share set
  * (KVMM_SET_NS_CACHE_SHARE) a namespace that caches more of the device
  * pool than its share gives back first: device reclaim takes the oldest
@@ -277,16 +283,38 @@ static void evict_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node,
 	sc->nr_evicted++;
 }
 
-/*
- * Device reclaim, first part: the oldest leaves of namespaces over their
- * share of the pool (see "Shares" above).  A leaf's eviction only ever
- * queues its parent (never the next leaf on the list), so the walk may go
- * on from the next one.
- */
-static void shrink_over_share(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
+/* A namespace over its share of the device pool. */
+static bool ns_over_share(struct kvmm_ctx *ctx, const struct kvmm_node *node, uint64_t limit)
 {
-	struct kvmm_lruvec *lv = &ctx->lruvec[KVMM_TIER_DEVICE];
-	uint64_t limit = kvmm_ns_cache_limit(ctx);
+	return kvmm_node_ns(node)->cached > limit;
+}
+
+/*
+ * A lower tier's kind over its part of the split (KVMM_SET_KEYED_SHARE):
+ * keyed values past keyed_share percent of the tier, or the tree's pages
+ * past the rest.  @limit is the keyed part.
+ */
+static bool kind_over_share(struct kvmm_ctx *ctx, const struct kvmm_node *node, uint64_t limit)
+{
+	uint32_t t = node->tier;
+	uint64_t keyed = ctx->keyed_pages[t], tree = ctx->tree.cached[t] - keyed;
+
+	if (node->flags & KVMM_NODE_KEYED)
+		return keyed > limit;
+	return tree > ctx->zone[t].nr_pages - limit;
+}
+
+/*
+ * Reclaim, first part: the oldest leaves of whatever is over its share
+ * (see "Shares" above): @over says, for each leaf in list order, whether
+ * it goes first.  A leaf's eviction only ever queues its parent (never
+ * the next leaf on the list), so the walk may go on from the next one.
+ */
+static void shrink_over_share(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc,
+			      bool (*over)(struct kvmm_ctx *ctx, const struct kvmm_node *node,
+					   uint64_t limit), uint64_t limit)
+{
+	struct kvmm_lruvec *lv = &ctx->lruvec[sc->tier];
 	uint32_t prio, l, scanned = 0;
 
 	for (prio = 0; prio < KVMM_NR_PRIO; prio++) {
@@ -300,7 +328,7 @@ static void shrink_over_share(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc
 				if (sc->nr_reclaimed >= sc->nr_to_reclaim ||
 				    scanned++ == KVMM_SHARE_SCAN)
 					return;
-				if (kvmm_node_ns(node)->cached > limit)
+				if (over(ctx, node, limit))
 					evict_leaf(ctx, node, sc);
 			}
 		}
@@ -326,7 +354,10 @@ void kvmm_shrink(struct kvmm_ctx *ctx, struct kvmm_scan_control *sc)
 	if (sc->tier == KVMM_TIER_DEVICE) {
 		kvmm_count(ctx, EV_RECLAIM_RUNS, 1);
 		if (ctx->ns_cache_share < 100)
-			shrink_over_share(ctx, sc);
+			shrink_over_share(ctx, sc, ns_over_share, kvmm_ns_cache_limit(ctx));
+	} else if (ctx->keyed_share < 100) {
+		shrink_over_share(ctx, sc, kind_over_share,
+				  (uint64_t)zone->nr_pages * ctx->keyed_share / 100);
 	}
 	while (sc->nr_reclaimed < sc->nr_to_reclaim) {
 		struct kvmm_node *victim = lv->ops->victim(lv);

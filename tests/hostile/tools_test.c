@@ -773,7 +773,7 @@ static void ctl_shows_keyed_spaces(void)
 	env_init(&e);
 	{
 		const char *argv[] = { "kvmmd", "--socket", e.sock, "--pages", "64",
-				       "--host-pages", "8", "--quiet", NULL };
+				       "--host-pages", "8", "--keyed-share", "40", "--quiet", NULL };
 
 		e.kvmmd = hostile_spawn(argv, -1);
 		wait_kvmmd(&e);
@@ -826,6 +826,21 @@ static void ctl_shows_keyed_spaces(void)
 		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "keyed_host_pages")), 2);
 		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "host_pages_cached")), 2);
 		json_decref(j);
+	}
+	/* the split: kvmmd's option, then kvmmctl set; out of range is refused */
+	{
+		const char *st[] = { "kvmmctl", "stat", "--json", "--socket", e.sock, NULL };
+		const char *set[] = { "kvmmctl", "set", "keyed_share", "30", "--socket", e.sock,
+				      NULL };
+		const char *bad[] = { "kvmmctl", "set", "keyed_share", "0", "--socket", e.sock,
+				      NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(st, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"keyed_share\":40"));
+		CU_ASSERT_EQUAL(hostile_run(set, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_EQUAL(hostile_run(st, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"keyed_share\":30"));
+		CU_ASSERT_EQUAL(hostile_run(bad, out, sizeof(out), RUN_MS), 1);
 	}
 	kvmm_ring_exit(&ring);
 	CU_ASSERT(hostile_alive(e.kvmmd));

@@ -303,6 +303,55 @@ static void test_keyed_shares_host_tier(void)
 	kvmm_destroy(ctx);
 }
 
+/*
+ * The operator's split of the host tier (keyed_share): the kind over its
+ * part goes first, even when the other kind's pages are older.
+ */
+static void test_keyed_share(void)
+{
+	static const uint32_t shares[] = { 100, 25 };
+	uint32_t tok[3][32], sp, i, seq, share, k;
+
+	for (i = 0; i < 3; i++)
+		test_tokens(tok[i], 32, 700 + i);
+	for (k = 0; k < 2; k++) {
+		struct kvmm_ctx *ctx = host_ctx(8 * VPAGES, NULL, NULL);
+		struct kvmm_sqe set = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_KEYED_SHARE,
+					.arg2 = shares[k] };
+
+		share = shares[k];
+		CU_ASSERT_FATAL(ctx != NULL);
+		CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &set, NULL, 0), 0);
+		CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_SHARE), share);
+		sp = space_of(ctx, 0, VB);
+		/* the first prompt demoted to the host tier: its oldest pages */
+		for (i = 0; i < 3; i++) {
+			CU_ASSERT_EQUAL(kvmm_seq_open(ctx, 0, &seq), 0);
+			CU_ASSERT_EQUAL(kvmm_seq_extend(ctx, seq, 32, 0), 0);
+			CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, tok[i], 32), 0);
+		}
+		CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED), 8);
+		/* 4 newer values (12 pages), then 2 more: 2 pages short */
+		for (i = 0; i < 6; i++)
+			CU_ASSERT_EQUAL(put_range(ctx, sp, i, i + 1), 1);
+		if (share == 100) {	/* plain LRU: the older prefix went */
+			CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok[0], 32, NULL), 0);
+			CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 6);
+		} else {		/* values over their quarter went first */
+			CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok[0], 32, NULL), 32);
+			CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 5);
+			CU_ASSERT_EQUAL(get_one(ctx, sp, 0), -ENOENT);
+			CU_ASSERT_EQUAL(get_one(ctx, sp, 5), 0);
+		}
+		set.arg2 = 0;
+		CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &set, NULL, 0), -EINVAL);
+		set.arg2 = 101;
+		CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &set, NULL, 0), -EINVAL);
+		CHECK_OK(ctx);
+		kvmm_destroy(ctx);
+	}
+}
+
 /* A value whose host page rots is a miss, and is gone. */
 static void test_keyed_corrupt_is_a_miss(void)
 {
@@ -694,6 +743,7 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_spaces);
 	ADD_TEST(s, test_keyed_pressure);
 	ADD_TEST(s, test_keyed_shares_host_tier);
+	ADD_TEST(s, test_keyed_share);
 	ADD_TEST(s, test_keyed_corrupt_is_a_miss);
 	ADD_TEST(s, test_keyed_alloc_faults);
 	ADD_TEST(s, test_keyed_ring);

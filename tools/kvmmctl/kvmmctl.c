@@ -756,6 +756,7 @@ static const struct ctl_key {
 	{ "ns_pin_pages", KVMM_SET_NS_PIN_PAGES, UINT32_MAX,
 	  (const char *const[]){ "auto", NULL }, (const uint64_t[]){ KVMM_NS_PIN_AUTO } },
 	{ "ns_cache_share", KVMM_SET_NS_CACHE_SHARE, 100, NULL, NULL },
+	{ "keyed_share", KVMM_SET_KEYED_SHARE, 100, NULL, NULL },
 };
 
 static int parse_set(struct ctl *c, int argc, char **argv)
@@ -875,7 +876,8 @@ static const struct ctl_cmd {
 	{ "drop-caches", "", "evict everything evictable", 0, NULL, cmd_drop_caches },
 	{ "set", "KEY VALUE", "wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
 	  "                               nr_pages PAGES (resize the pool, up to pages_max),\n"
-	  "                               ns_pin_pages PAGES|auto, ns_cache_share PERCENT",
+	  "                               ns_pin_pages PAGES|auto, ns_cache_share PERCENT,\n"
+	  "                               keyed_share PERCENT",
 	  0, parse_set, cmd_set },
 	{ "probe", "", "ABI version, opcodes, features, pool shape", 0, NULL, cmd_probe },
 };

@@ -68,6 +68,10 @@ static void usage(FILE *f)
 		"  --ns-pin-pages N|auto  pages a bound namespace may pin (default auto: half the pool)\n"
 		"  --ns-cache-share PCT   percent of the pool a namespace may cache before its own\n"
 		"                       cache is reclaimed first (1..100, default 100: no share)\n"
+		"  --keyed-share PCT    percent of the host and NVMe tiers the keyed page store's\n"
+		"                       values may hold, the rest the prefix tree's, before the\n"
+		"                       kind over its part is reclaimed first (1..100, default\n"
+		"                       100: no split)\n"
 		"  --max-clients N      clients attached at once (default 256)\n"
 		"  --max-pending N      handshakes in progress, apart from them (default 64, up to 1024)\n"
 		"  --handshake-ms MS    a whole hello must arrive within MS (default 5000)\n"
@@ -91,6 +95,7 @@ struct opts {
 	uint64_t given;			/* bits of kvmmd_opts[] given */
 	uint64_t ns_pin_pages;		/* KVMM_SET_NS_PIN_PAGES */
 	uint64_t ns_cache_share;	/* KVMM_SET_NS_CACHE_SHARE */
+	uint64_t keyed_share;		/* KVMM_SET_KEYED_SHARE */
 	struct kvmm_server_limits lim;	/* 0: the server's default */
 };
 
@@ -136,7 +141,7 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY,
        O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE,
        O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
-       O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, NR_OPTS };
+       O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 #define REQ	required_argument
@@ -180,6 +185,8 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 			     offsetof(struct opts, ns_pin_pages), UINT32_MAX },
 	[O_NS_CACHE_SHARE] = { "ns-cache-share", REQ, set_percent,
 			       offsetof(struct opts, ns_cache_share), 100 },
+	[O_KEYED_SHARE] = { "keyed-share", REQ, set_percent,
+			    offsetof(struct opts, keyed_share), 100 },
 	[O_MODEL_ID] = { "model-id", REQ, set_model_id, offsetof(struct opts, model_id) },
 	[O_NVME_REFORMAT] = { "nvme-reformat", NONE, set_flag },
 	[O_MAX_CLIENTS] = { "max-clients", REQ, set_u32, L(max_clients), UINT32_MAX },
@@ -363,6 +370,10 @@ static int set_ns_limits(struct kvmm_ctx *ctx, const struct opts *o)
 
 	set.arg = KVMM_SET_NS_CACHE_SHARE;
 	set.arg2 = o->ns_cache_share;
+	if (!ret)
+		ret = kvmm_ioctl(ctx, &set, NULL, 0);
+	set.arg = KVMM_SET_KEYED_SHARE;
+	set.arg2 = o->keyed_share;
 	return ret ? ret : kvmm_ioctl(ctx, &set, NULL, 0);
 }
 
@@ -639,6 +650,7 @@ int main(int argc, char **argv)
 		.mock = { .shareable = true },
 		.ns_pin_pages = KVMM_NS_PIN_AUTO,
 		.ns_cache_share = 100,
+		.keyed_share = 100,
 	};
 	struct kvmm_server *srv = NULL;
 	struct kvmm_ctx *ctx = NULL;

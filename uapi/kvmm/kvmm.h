@@ -139,6 +139,7 @@ enum kvmm_stat_item {
 	KVMM_STAT_KEYED_GETS,		/* values read by KGET */
 	KVMM_STAT_KEYED_MISSES,		/* KGET keys not found, or found bad */
 	KVMM_STAT_KEYED_EVICTS,		/* values reclaim dropped */
+	KVMM_STAT_KEYED_SHARE,		/* (gauge) KVMM_SET_KEYED_SHARE, percent */
 	NR_KVMM_STATS
 };
 

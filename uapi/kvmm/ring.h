@@ -250,7 +250,11 @@ struct kvmm_extend_ent {
 #define KVMM_SET_NS_CACHE_SHARE	6	/* percent of the pool a namespace may
 					 * cache before its own cache goes first
 					 * (1 .. 100; 100: no share) */
-#define KVMM_SET_LAST		7
+#define KVMM_SET_KEYED_SHARE	7	/* percent of each lower tier keyed values
+					 * may hold, the rest the tree's pages,
+					 * before that kind goes first (1 .. 100;
+					 * 100: no split) */
+#define KVMM_SET_LAST		8
 
 #define KVMM_NS_PIN_AUTO	(~0ull)	/* SET_NS_PIN_PAGES: the default */
 
