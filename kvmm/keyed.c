@@ -112,12 +112,13 @@ struct kjob_val {
  * @put: a put (else a get)
  * @n: values
  * @vals: them
- * @pfns: put: the frames taken on the host tier, space->pages per value
- *	(state IO, held by the job)
- * @nr_pfns: frames at @pfns
+ * @pfns: space->pages per value: a put's frames taken on the host tier
+ *	(state IO, held by the job); a get's scratch, the pages it reads
+ *	from an I/O store
  * @nr_locks: get: values it holds locked
- * @keys: get: per page of one value, its identity (for an NVMe read)
- * @addrs: per page of one value, scratch for the copy
+ * @keys: get: per page read from an I/O store, its identity
+ * @page_val: get: per page read from an I/O store, the value it is of
+ * @addrs: get: per page, where the store's read put it
  * @io: a value is read from an I/O store: the worker's kind of job
  */
 struct kvmm_kjob {
@@ -130,9 +131,9 @@ struct kvmm_kjob {
 	uint32_t n;
 	struct kjob_val *vals;
 	int32_t *pfns;
-	uint32_t nr_pfns;
 	uint32_t nr_locks;
 	struct kvmm_store_key *keys;
+	uint32_t *page_val;
 	void **addrs;
 	bool io;
 };
@@ -461,35 +462,36 @@ int kvmm_keyed_recover(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t *fp,
 
 /* ---- jobs ---- */
 
-static size_t kjob_bytes(uint32_t n, uint32_t nr_pfns, uint32_t pages)
+/* A job's block: itself, its values, then per page of all of them the arrays. */
+static size_t kjob_bytes(uint32_t n, uint32_t pages)
 {
 	return sizeof(struct kvmm_kjob) + n * sizeof(struct kjob_val) +
-	       nr_pfns * sizeof(int32_t) +
-	       pages * (sizeof(struct kvmm_store_key) + sizeof(void *));
+	       (size_t)n * pages * (sizeof(struct kvmm_store_key) + sizeof(void *) +
+				    sizeof(int32_t) + sizeof(uint32_t));
 }
 
 static void kjob_free(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 {
 	list_del(&job->link);
-	kvmm_mfree(ctx, job, kjob_bytes(job->n, job->nr_pfns, job->space->pages));
+	kvmm_mfree(ctx, job, kjob_bytes(job->n, job->space->pages));
 }
 
 static struct kvmm_kjob *kjob_alloc(struct kvmm_ctx *ctx, struct kvmm_kspace *s, bool put,
 				    uint32_t n)
 {
-	uint32_t nr_pfns = put ? n * s->pages : 0;
-	struct kvmm_kjob *job = kvmm_zalloc(ctx, kjob_bytes(n, nr_pfns, s->pages));
+	struct kvmm_kjob *job = kvmm_zalloc(ctx, kjob_bytes(n, s->pages));
+	size_t pages = (size_t)n * s->pages;
 
 	if (!job)
 		return NULL;
 	job->space = s;
 	job->put = put;
 	job->n = n;
-	job->nr_pfns = nr_pfns;
 	job->vals = (struct kjob_val *)(job + 1);
 	job->keys = (struct kvmm_store_key *)(job->vals + n);
-	job->addrs = (void **)(job->keys + s->pages);
-	job->pfns = (int32_t *)(job->addrs + s->pages);
+	job->addrs = (void **)(job->keys + pages);
+	job->pfns = (int32_t *)(job->addrs + pages);
+	job->page_val = (uint32_t *)(job->pfns + pages);
 	list_add_tail(&job->link, &ctx->kjobs);
 	return job;
 }
@@ -582,19 +584,16 @@ static void copy_pages_out(const struct kvmm_kspace *s, uint64_t pb, void *const
 }
 
 /*
- * Copy @v's value out to the caller: verified from the host tier's
- * memory, or read from an I/O store on channel @chan (identity and
- * checksum checked there).  Return: 0, -EBADMSG, or the I/O error.
+ * Copy @v's value out to the caller from a memory store, verified on the
+ * way (in one pass where the store can).  Return: 0, or -EBADMSG.
  */
-static int copy_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v,
-		    uint32_t chan)
+static int copy_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
 {
 	const struct kvmm_node *node = v->node;
 	const struct kvmm_store_ops *ops = ctx->store[node->tier];
 	void *priv = ctx->store_priv[node->tier];
-	uint32_t nr = node->len >> ctx->page_shift, done, got, i;
+	uint32_t nr = node->len >> ctx->page_shift, i;
 	uint64_t pb = page_bytes(ctx);
-	int err = 0;
 
 	if (ops->copy_out) {
 		uint64_t left = job->space->value_bytes;
@@ -605,48 +604,81 @@ static int copy_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val
 				return -EBADMSG;
 		return 0;
 	}
-	if (ops->page) {
-		if (ops->verify(priv, node->pfns, nr) < nr)
-			return -EBADMSG;
-		for (i = 0; i < nr; i++)
-			job->addrs[i] = ops->page(priv, (uint32_t)node->pfns[i]);
-		copy_pages_out(job->space, pb, job->addrs, 0, nr, v->buf);
-		return 0;
-	}
-	for (done = 0; done < nr; done += got) {
-		got = ops->read(priv, chan, node->pfns + done, nr - done, job->keys + done,
-				job->addrs, &err);
-		copy_pages_out(job->space, pb, job->addrs, done, got, v->buf);
-		if (err)
-			return err;
-		if (!got)
-			return -EIO;	/* a store that makes no progress */
-	}
+	if (ops->verify(priv, node->pfns, nr) < nr)
+		return -EBADMSG;
+	for (i = 0; i < nr; i++)
+		job->addrs[i] = ops->page(priv, (uint32_t)node->pfns[i]);
+	copy_pages_out(job->space, pb, job->addrs, 0, nr, v->buf);
 	return 0;
+}
+
+/*
+ * Read the job's values that are on I/O store @tier, all of them in as
+ * few reads as the store takes (its queue depth at a time, not one value
+ * after the other), each page copied to its value's bytes as it comes.
+ * A page that fails fails its value, whose other pages are skipped.
+ */
+static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t tier,
+			uint32_t chan)
+{
+	const struct kvmm_store_ops *ops = ctx->store[tier];
+	void *priv = ctx->store_priv[tier];
+	uint64_t pb = page_bytes(ctx);
+	uint32_t i, j, k = 0, done, got;
+	int err;
+
+	for (i = 0; i < job->n; i++) {
+		struct kvmm_node *node = job->vals[i].node;
+		uint32_t nr;
+
+		if (!job->vals[i].armed || node->tier != tier)
+			continue;
+		nr = node->len >> ctx->page_shift;
+		kvmm_keyed_store_keys(ctx, node, job->keys + k);
+		memcpy(job->pfns + k, node->pfns, nr * sizeof(int32_t));
+		for (j = 0; j < nr; j++)
+			job->page_val[k + j] = i;
+		k += nr;
+	}
+	for (done = 0; done < k; ) {
+		err = 0;
+		got = ops->read(priv, chan, job->pfns + done, k - done, job->keys + done,
+				job->addrs, &err);
+		for (j = 0; j < got; j++)
+			copy_pages_out(job->space, pb, job->addrs + j, job->keys[done + j].index,
+				       1, job->vals[job->page_val[done + j]].buf);
+		done += got;
+		if (!err && got)
+			continue;
+		i = job->page_val[done];	/* its value failed: skip the rest of it */
+		job->vals[i].err = err ? err : -EIO;	/* no progress: -EIO */
+		while (done < k && job->page_val[done] == i)
+			done++;
+	}
 }
 
 /*
  * The copy step: no context state changes, so it runs with or without
  * the lock (@chan: the I/O stores' channel, as kvmm_migrate_copy()).
- * A get's identities are taken here, from the locked value's tokens.
+ * A get's identities are taken here, from the locked values' tokens.
  */
 static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan)
 {
-	uint32_t i;
+	uint32_t i, t;
 
 	for (i = 0; i < job->n; i++) {
 		struct kjob_val *v = &job->vals[i];
 
 		if (!v->armed)
 			continue;
-		if (job->put) {
+		if (job->put)
 			v->err = copy_in(ctx, job, v);
-			continue;
-		}
-		if (!ctx->store[v->node->tier]->page)
-			kvmm_keyed_store_keys(ctx, v->node, job->keys);
-		v->err = copy_out(ctx, job, v, chan);
+		else if (ctx->store[v->node->tier]->page)
+			v->err = copy_out(ctx, job, v);
 	}
+	for (t = KVMM_TIER_HOST; !job->put && job->io && t < KVMM_NR_TIERS; t++)
+		if (ctx->store[t] && !ctx->store[t]->page)
+			read_values(ctx, job, t, chan);
 }
 
 /* The settle step.  Return: values that succeeded. */
