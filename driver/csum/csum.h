@@ -24,7 +24,13 @@ uint64_t kvmm_csum(const void *p, size_t n);
  */
 uint64_t kvmm_csum_fill(void *page, const void *src, size_t len, size_t page_bytes);
 
-/* Copy the first @len bytes of @page to @dst; return XXH3-64 of the whole page. */
+/*
+ * Copy the first @len bytes of @page to @dst; return XXH3-64 of the whole
+ * page, hashed from the copy where there is one (it is in cache, and it
+ * is what the caller got: a caller that rewrites @dst meanwhile sees a
+ * mismatch, and the page is dropped as bad, as the caller could have
+ * dropped it anyway).
+ */
 uint64_t kvmm_csum_copy_out(void *dst, const void *page, size_t len, size_t page_bytes);
 
 #endif /* KVMM_DRIVER_CSUM_H */

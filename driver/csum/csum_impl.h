@@ -56,9 +56,14 @@ uint64_t CSUM(kvmm_csum_copy_out)(void *dst, const void *page, size_t len, size_
 	XXH3_64bits_reset(&st);
 	for (off = 0; off < page_bytes; off += n) {
 		n = page_bytes - off < CSUM_PIECE ? page_bytes - off : CSUM_PIECE;
-		XXH3_64bits_update(&st, p + off, n);
+		if (off + n <= len) {	/* hash the copy, in cache: what the caller got */
+			memcpy(d + off, p + off, n);
+			XXH3_64bits_update(&st, d + off, n);
+			continue;
+		}
 		if (off < len)
-			memcpy(d + off, p + off, off + n <= len ? n : len - off);
+			memcpy(d + off, p + off, len - off);
+		XXH3_64bits_update(&st, p + off, n);
 	}
 	return XXH3_64bits_digest(&st);
 }
