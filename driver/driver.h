@@ -120,8 +120,9 @@ struct kvmm_kv_index_job {
  * its V slots (MLA: its latent slots), slot after slot, as they sit in
  * the pool.  @gather and @scatter return 0 or a negative errno; on error
  * the destination's contents are undefined and nothing else changed.
- * @scatter may be called from the I/O worker (a promotion from NVMe)
- * while other calls run under the context lock, on other pages.
+ * @scatter (a promotion from NVMe) and @gather (background reclaim of the
+ * device) may be called from the I/O worker while other calls run under
+ * the context lock, on other pages.
  */
 struct kvmm_backend_ops {
 	const char *name;

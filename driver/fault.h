@@ -30,6 +30,9 @@
  * @dma_ranges: out: ranges registered now (0 after a clean destroy)
  * @fail_resize: make resize fail with this negative errno (0: never)
  * @fail_share: make share (export) fail with this negative errno
+ * @latch: when not NULL, called with @latch_arg before every gather (so a
+ *	test can hold a background demotion's copy on the I/O worker while
+ *	it drives the rest; it may block)
  */
 struct kvmm_mock_faults {
 	int fail_init;
@@ -41,6 +44,8 @@ struct kvmm_mock_faults {
 	uint32_t dma_ranges;
 	int fail_resize;
 	int fail_share;
+	void (*latch)(void *latch_arg);
+	void *latch_arg;
 };
 
 /**

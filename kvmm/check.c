@@ -205,8 +205,6 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	       node->len >= KVMM_KEY_WORDS),
 	      "keyed value %p on tier %u, %u tokens, not a leaf or pinned", (void *)node,
 	      node->tier, node->len);
-	CHECK(!(node->flags & KVMM_NODE_IO) || node->tier != KVMM_TIER_DEVICE,
-	      "node %p on the device is marked as promoting", (void *)node);
 	sums->io_nodes += !!(node->flags & KVMM_NODE_IO);
 	queued = node->flags & KVMM_NODE_EVICTABLE;
 	CHECK(queued == (!tkids && !node->lock_ref && !(node->flags & KVMM_NODE_IO)),

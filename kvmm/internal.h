@@ -562,6 +562,8 @@ int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 void kvmm_promo_cancel(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
 void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 void kvmm_writeback(struct kvmm_ctx *ctx);
+void kvmm_writeback_tier(struct kvmm_ctx *ctx, uint32_t tier);
+bool kvmm_writeback_serves(const struct kvmm_ctx *ctx, uint32_t tier);
 void kvmm_writeback_cancel(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_migrate_reap(struct kvmm_ctx *ctx);
 int kvmm_iow_start(struct kvmm_ctx *ctx);
@@ -773,7 +775,7 @@ enum kvmm_tier_event {
  * @migrations: migrate jobs in flight (struct kvmm_migrate.link):
  *	promotions and demotions
  * @io_pages: per tier, frames they hold there (KVMM_PAGE_IO)
- * @writeback: host pages demotions are writing to the tier below
+ * @writeback: per tier, its pages background reclaim is moving down
  * @iow: the I/O worker that copies them, when an I/O store exists
  * @ns_pin_pages: pages a ring bound to a namespace may have pinned in it;
  *	KVMM_NS_PIN_AUTO for half the device pool
@@ -821,7 +823,7 @@ struct kvmm_ctx {
 	uint32_t next_owner_id;
 	struct kvmm_list migrations;
 	uint64_t io_pages[KVMM_NR_TIERS];
-	uint64_t writeback;
+	uint64_t writeback[KVMM_NR_TIERS];
 	struct kvmm_iow *iow;
 	uint64_t ns_pin_pages;
 	uint32_t ns_cache_share;

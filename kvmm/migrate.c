@@ -277,23 +277,25 @@ void kvmm_migrate_queue(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 	kvmm_work_queue(ctx, &job->work);
 }
 
-/* ---- demotion: background reclaim of the host tier ---- */
+/* ---- demotion: background reclaim ---- */
 
-/* Host pages on their way down, and free ones: what the watermarks count. */
-static uint64_t host_headroom(const struct kvmm_ctx *ctx)
+/* Pages of @tier on their way down, and free ones: what the watermarks count. */
+static uint64_t headroom(const struct kvmm_ctx *ctx, uint32_t tier)
 {
-	return ctx->zone[KVMM_TIER_HOST].nr_free + ctx->writeback;
+	return ctx->zone[tier].nr_free + ctx->writeback[tier];
 }
 
 /*
- * Isolate up to @max of the oldest host leaves, @want pages or a little
- * more, into @nodes: each is marked KVMM_NODE_IO and so leaves the reclaim
- * lists, and the next victim is the next one.  Return: how many.
+ * Isolate up to @max of the oldest leaves of @tier, @want pages or a
+ * little more, into @nodes: each is marked KVMM_NODE_IO and so leaves the
+ * reclaim lists, and the next victim is the next one.  A device leaf with
+ * a write-through copy is demoted at once instead (a swap: no byte
+ * moves).  Return: how many were isolated.
  */
-static uint32_t writeback_isolate(struct kvmm_ctx *ctx, struct kvmm_node **nodes,
+static uint32_t writeback_isolate(struct kvmm_ctx *ctx, uint32_t tier, struct kvmm_node **nodes,
 				  uint32_t max, uint64_t want, uint32_t *pages)
 {
-	struct kvmm_lruvec *lv = &ctx->lruvec[KVMM_TIER_HOST];
+	struct kvmm_lruvec *lv = &ctx->lruvec[tier];
 	uint32_t nr = 0;
 
 	*pages = 0;
@@ -302,6 +304,11 @@ static uint32_t writeback_isolate(struct kvmm_ctx *ctx, struct kvmm_node **nodes
 
 		if (!node)
 			break;
+		if ((node->flags & KVMM_NODE_SHADOW) && !kvmm_demote(ctx, node)) {
+			want -= want < (node->len >> ctx->page_shift) ? want :
+				node->len >> ctx->page_shift;
+			continue;
+		}
 		node->flags |= KVMM_NODE_IO;
 		kvmm_lru_del(ctx, node);
 		nodes[nr++] = node;
@@ -317,17 +324,24 @@ static void writeback_putback(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	__kvmm_lru_update(ctx, node, true);
 }
 
-/* Arm a writeback job of @nodes (@pages pages, isolated) to tier @to. */
+/*
+ * Arm a writeback job of @nodes (@pages pages, isolated on tier @from) to
+ * tier @to.  Pages written to an I/O store carry their identity, hashed
+ * from a copy of their tokens the job keeps (a node may be dropped while
+ * the worker writes it); a memory store needs neither.
+ */
 static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node **nodes,
-					  uint32_t nr, uint32_t pages, uint32_t to)
+					  uint32_t nr, uint32_t pages, uint32_t from,
+					  uint32_t to)
 {
-	size_t tok_bytes = tokens_bytes(ctx, pages);
+	bool io = !ctx->store[to]->page;
+	size_t tok_bytes = io ? tokens_bytes(ctx, pages) : 0;
 	struct kvmm_migrate *job = kvmm_zalloc(ctx, kvmm_migrate_bytes(0));
 	char *arm = kvmm_malloc(ctx, kvmm_migrate_arm_bytes(nr, pages));
-	uint32_t *tok = kvmm_malloc(ctx, tok_bytes);
+	uint32_t *tok = io ? kvmm_malloc(ctx, tok_bytes) : NULL;
 	uint32_t i, at = 0;
 
-	if (!job || !arm || !tok || !kvmm_tier_make_room(ctx, to, pages)) {
+	if (!job || !arm || (io && !tok) || !kvmm_tier_make_room(ctx, to, pages)) {
 		kvmm_mfree(ctx, tok, tok_bytes);
 		kvmm_mfree(ctx, arm, kvmm_migrate_arm_bytes(nr, pages));
 		kvmm_mfree(ctx, job, kvmm_migrate_bytes(0));
@@ -337,7 +351,8 @@ static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node
 	job->tokens_copy = tok;
 	job->seq = KVMM_SEQ_NONE;
 	job->to = to;
-	job->io = true;
+	job->from = from;
+	job->io = io;
 	list_init(&job->waiters);
 	for (i = 0; i < nr; i++) {
 		uint32_t len = nodes[i]->len >> ctx->page_shift;
@@ -345,11 +360,14 @@ static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node
 		job->chain[i] = (struct migrate_node){ .node = nodes[i], .first = at,
 						       .nr = len, .tier = nodes[i]->tier };
 		memcpy(job->src + at, nodes[i]->pfns, len * sizeof(int32_t));
-		kvmm_tier_keys(ctx, nodes[i], job->keys + at);
-		memcpy(tok + (size_t)at * ctx->page_size, nodes[i]->tokens,
-		       (size_t)nodes[i]->len * sizeof(uint32_t));
+		if (io) {
+			kvmm_tier_keys(ctx, nodes[i], job->keys + at);
+			memcpy(tok + (size_t)at * ctx->page_size, nodes[i]->tokens,
+			       (size_t)nodes[i]->len * sizeof(uint32_t));
+		}
 		for (; len; len--, at++)
-			job->keys[at].tokens = tok + (size_t)at * ctx->page_size;
+			if (io)
+				job->keys[at].tokens = tok + (size_t)at * ctx->page_size;
 	}
 	__kvmm_alloc_pages(ctx, &ctx->zone[to], pages, job->dst);
 	kvmm_migrate_hold(ctx, job);
@@ -357,48 +375,73 @@ static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node
 	return job;
 }
 
-/**
- * kvmm_writeback() - background reclaim of the host tier
- * @ctx: the context, after an allocation on its host tier
- *
- * Below the host tier's low watermark (counting pages already on their way
- * down as free), the oldest host leaves go down to the I/O store below in
- * one job on the I/O worker, enough to reach the high watermark.  Nothing
- * waits for it here.  A host tier with nothing below, or no worker, has
- * nothing to do.
+/*
+ * kvmm_writeback_tier() - background reclaim of tier @tier: below its low
+ *	watermark (counting pages already on their way down as free), the
+ *	oldest leaves go down to the tier below in jobs on the I/O worker,
+ *	enough to reach the high watermark.  Nothing waits for them here.
+ * @ctx: the context
+ * @tier: the tier, after an allocation on it
  */
-void kvmm_writeback(struct kvmm_ctx *ctx)
+void kvmm_writeback_tier(struct kvmm_ctx *ctx, uint32_t tier)
 {
-	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	struct kvmm_zone *zone = &ctx->zone[tier];
 	struct kvmm_node *nodes[KVMM_WRITEBACK_BATCH];
 	struct kvmm_migrate *job;
 	uint32_t nr, pages, i, lower;
 
-	if (!ctx->iow || host_headroom(ctx) >= host->wmark[KVMM_WMARK_LOW] ||
-	    !kvmm_tier_below(ctx, KVMM_TIER_HOST, &lower))
+	if (!kvmm_writeback_serves(ctx, tier) ||
+	    headroom(ctx, tier) >= zone->wmark[KVMM_WMARK_LOW])
 		return;
+	kvmm_tier_below(ctx, tier, &lower);
 	kvmm_migrate_reap(ctx);
-	if (host_headroom(ctx) >= host->wmark[KVMM_WMARK_LOW])
+	if (headroom(ctx, tier) >= zone->wmark[KVMM_WMARK_LOW])
 		return;
 	/* in jobs of a bounded size, so that each settles (and frees) soon */
-	while (host_headroom(ctx) < host->wmark[KVMM_WMARK_HIGH]) {
-		uint64_t want = host->wmark[KVMM_WMARK_HIGH] - host_headroom(ctx);
+	while (headroom(ctx, tier) < zone->wmark[KVMM_WMARK_HIGH]) {
+		uint64_t want = zone->wmark[KVMM_WMARK_HIGH] - headroom(ctx, tier);
 
-		nr = writeback_isolate(ctx, nodes, KVMM_WRITEBACK_BATCH,
+		nr = writeback_isolate(ctx, tier, nodes, KVMM_WRITEBACK_BATCH,
 				       want < KVMM_WRITEBACK_PAGES ? want : KVMM_WRITEBACK_PAGES,
 				       &pages);
 		if (!nr)
 			return;
-		job = writeback_arm(ctx, nodes, nr, pages, lower);
+		job = writeback_arm(ctx, nodes, nr, pages, tier, lower);
 		if (!job) {
 			for (i = 0; i < nr; i++)
 				writeback_putback(ctx, nodes[i]);
 			return;
 		}
-		ctx->writeback += pages;
+		ctx->writeback[tier] += pages;
 		kvmm_count(ctx, EV_WRITEBACK_RUNS, 1);
 		kvmm_migrate_queue(ctx, job);
 	}
+}
+
+/* Whether background reclaim keeps tier @tier above its low watermark. */
+bool kvmm_writeback_serves(const struct kvmm_ctx *ctx, uint32_t tier)
+{
+	uint32_t lower;
+
+	return ctx->iow && ctx->zone[tier].wmark[KVMM_WMARK_LOW] &&
+	       kvmm_tier_below(ctx, tier, &lower);
+}
+
+/**
+ * kvmm_writeback() - background reclaim, the kswapd of this project
+ * @ctx: the context, after an allocation on one of its tiers
+ *
+ * The device (with a low watermark set and a host tier below) demotes
+ * its oldest leaves to the host tier on the I/O worker, so that EXTEND
+ * normally finds free pages; the host tier writes its oldest leaves to
+ * NVMe the same way.  Each tier goes down to its high watermark once it
+ * is below its low one.  Without a worker (no lower tier) there is
+ * nothing to do.
+ */
+void kvmm_writeback(struct kvmm_ctx *ctx)
+{
+	kvmm_writeback_tier(ctx, KVMM_TIER_DEVICE);
+	kvmm_writeback_tier(ctx, KVMM_TIER_HOST);
 }
 
 /**
@@ -435,7 +478,7 @@ static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 	uint32_t i;
 
 	kvmm_migrate_release(ctx, job);
-	ctx->writeback -= job->nr_pages;
+	ctx->writeback[job->from] -= job->nr_pages;
 	for (i = 0; i < job->nr_nodes; i++) {
 		const struct migrate_node *pn = &job->chain[i];
 		struct kvmm_node *node = pn->node;
@@ -637,7 +680,7 @@ int kvmm_migrations_check(const struct kvmm_ctx *ctx, uint8_t *const *marks,
 			  const char **why)
 {
 	const struct kvmm_list *pos;
-	uint64_t wb = 0;
+	uint64_t wb[KVMM_NR_TIERS] = { 0 };
 	uint32_t i;
 
 	memset(io, 0, KVMM_NR_TIERS * sizeof(*io));
@@ -667,7 +710,7 @@ int kvmm_migrations_check(const struct kvmm_ctx *ctx, uint8_t *const *marks,
 			}
 			*nodes += 1;
 			if (!(n->flags & KVMM_NODE_IO) || n->tier != job->chain[i].tier ||
-			    n->tier == KVMM_TIER_DEVICE || n->tier == job->to ||
+			    n->tier == job->to ||
 			    (job->to == KVMM_TIER_DEVICE ? !n->lock_ref
 							 : !!(n->flags & KVMM_NODE_EVICTABLE))) {
 				*why = "a migrating node is not marked, held and off its destination";
@@ -679,12 +722,15 @@ int kvmm_migrations_check(const struct kvmm_ctx *ctx, uint8_t *const *marks,
 			return -EUCLEAN;
 		}
 		io[job->to] += job->nr_pages;
-		wb += job->to == KVMM_TIER_DEVICE ? 0 : job->nr_pages;
+		if (job->to != KVMM_TIER_DEVICE)
+			wb[job->from] += job->nr_pages;
 		*locks += job->nr_locks;
 	}
-	if (wb != ctx->writeback) {
-		*why = "the pages demotions are writing are miscounted";
-		return -EUCLEAN;
+	for (i = 0; i < KVMM_NR_TIERS; i++) {
+		if (wb[i] != ctx->writeback[i]) {
+			*why = "the pages demotions are moving down are miscounted";
+			return -EUCLEAN;
+		}
 	}
 	return 0;
 }

@@ -69,6 +69,7 @@ struct migrate_node {
  * @tokens_copy: a demotion's copy of its nodes' tokens, which @keys point
  *	into (a node may be dropped while the worker writes it)
  * @to: the tier its pages go to
+ * @from: a demotion's: the tier its nodes come from
  * @io: the copy reads or writes an I/O store (the worker's kind of job)
  * @t0: when it was armed
  */
@@ -91,6 +92,7 @@ struct kvmm_migrate {
 	uint32_t nr_locks;
 	uint32_t *tokens_copy;
 	uint32_t to;
+	uint32_t from;
 	bool io;
 	uint64_t t0;
 };

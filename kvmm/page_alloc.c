@@ -384,7 +384,9 @@ static bool __alloc_pages_reclaim(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
  * @nr: frames the caller is about to take with __kvmm_alloc_pages()
  * @flags: KVMM_ALLOC_RESERVE, KVMM_ALLOC_NORECLAIM
  *
- * Below the low watermark this reclaims cached leaves first.  Callers that
+ * Below the low watermark this reclaims cached leaves first (below the min
+ * watermark where background reclaim keeps the zone above low,
+ * kvmm_writeback()).  Callers that
  * allocate for several owners at once (a decode batch) reserve the total
  * once, so that the batch either gets all its frames or none.
  *
@@ -394,9 +396,11 @@ int kvmm_zone_reserve(struct kvmm_ctx *ctx, struct kvmm_zone *zone,
 		      uint64_t nr, uint32_t flags)
 {
 	uint64_t reserve = (flags & KVMM_ALLOC_RESERVE) ? 0 : zone->wmark[KVMM_WMARK_MIN];
+	/* background reclaim keeps it above low: a command reclaims below min */
+	uint64_t low = kvmm_writeback_serves(ctx, zone->tier) ? zone->wmark[KVMM_WMARK_MIN] :
+							       zone->wmark[KVMM_WMARK_LOW];
 
-	if (zone->nr_free < nr + zone->wmark[KVMM_WMARK_LOW] &&
-	    !(flags & KVMM_ALLOC_NORECLAIM)) {
+	if (zone->nr_free < nr + low && !(flags & KVMM_ALLOC_NORECLAIM)) {
 		if (!__alloc_pages_reclaim(ctx, zone, nr, reserve))
 			goto nospc;
 	}

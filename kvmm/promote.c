@@ -85,6 +85,7 @@ static int job_arm(struct kvmm_ctx *ctx, struct kvmm_migrate *job, struct kvmm_n
 	}
 	__kvmm_alloc_pages(ctx, dev, nr_pages, job->dst);
 	kvmm_migrate_hold(ctx, job);
+	kvmm_writeback_tier(ctx, KVMM_TIER_DEVICE);	/* below low: demote ahead */
 	return 0;
 }
 

@@ -155,6 +155,12 @@ int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 	kvmm_tree_walk(ctx, s->root, tokens, n, &path);
 	kvmm_path_tiers(s->root, &path, tiers);
 	kvmm_path_clip(&path);
+	if (path.split && (path.node->flags & KVMM_NODE_IO)) {
+		/* background reclaim is moving it down: match up to it, not into it */
+		path.matched -= path.split;
+		path.split = 0;
+		path.node = path.node->parent;
+	}
 	ret = kvmm_tree_split(ctx, &path);
 	if (ret)
 		return ret;
@@ -203,6 +209,8 @@ int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t
 		s->mark = stamp;
 		total += kvmm_pages_of(ctx, s->len + n) - kvmm_pages_of(ctx, s->len);
 	}
+	if (ctx->writeback[KVMM_TIER_DEVICE] && ctx->zone[KVMM_TIER_DEVICE].nr_free < total)
+		kvmm_migrate_reap(ctx);	/* device frames background reclaim freed */
 	ret = kvmm_zone_reserve(ctx, &ctx->zone[KVMM_TIER_DEVICE], total, flags);
 	if (ret)
 		return ret;
@@ -215,6 +223,7 @@ int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t
 		__kvmm_alloc_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], need - have, kvmm_row(ctx, id) + have);
 		s->len += ns[i * stride];
 	}
+	kvmm_writeback_tier(ctx, KVMM_TIER_DEVICE);	/* below low: demote ahead */
 	kvmm_debug_check(ctx, "seq_extend");
 	return 0;
 }

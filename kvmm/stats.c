@@ -85,6 +85,7 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_KEYED_MISSES] = "keyed_misses",
 	[KVMM_STAT_KEYED_EVICTS] = "keyed_evicts",
 	[KVMM_STAT_KEYED_SHARE] = "keyed_share",
+	[KVMM_STAT_PAGES_WRITEBACK] = "pages_writeback",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -181,7 +182,8 @@ KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t 
 	v[KVMM_STAT_PAGES_IO] = ctx->io_pages[KVMM_TIER_DEVICE];
 	v[KVMM_STAT_HOST_WMARK_LOW] = ctx->zone[KVMM_TIER_HOST].wmark[KVMM_WMARK_LOW];
 	v[KVMM_STAT_HOST_WMARK_HIGH] = ctx->zone[KVMM_TIER_HOST].wmark[KVMM_WMARK_HIGH];
-	v[KVMM_STAT_HOST_PAGES_WRITEBACK] = ctx->writeback;
+	v[KVMM_STAT_HOST_PAGES_WRITEBACK] = ctx->writeback[KVMM_TIER_HOST];
+	v[KVMM_STAT_PAGES_WRITEBACK] = ctx->writeback[KVMM_TIER_DEVICE];
 	v[KVMM_STAT_PAGES_SHADOWED] = ctx->tree.shadowed;
 	v[KVMM_STAT_PAGES_EVICTABLE] = ctx->lruvec[KVMM_TIER_DEVICE].evictable;
 	v[KVMM_STAT_PAGES_PROTECTED] = ctx->tree.protected[KVMM_TIER_DEVICE];

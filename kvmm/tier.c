@@ -173,8 +173,9 @@ static void shadows_init(struct kvmm_ctx *ctx);
  * An NVMe tier that holds pages from an earlier run (same file, same
  * geometry) gives them back to the tree, as lower-tier nodes.
  *
- * An I/O store gets the context's I/O worker, which runs the ring's
- * promotions from it (promote.c).
+ * A context with lower tiers gets its I/O worker, which runs background
+ * reclaim (migrate.c) and the ring's promotions and keyed gets from an
+ * I/O store.
  *
  * Return: 0; -EOPNOTSUPP when the backend cannot copy pages out or the
  * build has no store for a tier; -ENOMEM; the store's error; the error of
@@ -204,9 +205,9 @@ int kvmm_tiers_init(struct kvmm_ctx *ctx)
 		ret = tier_init(ctx, KVMM_TIER_NVME, p->nvme_pages, p->nvme_arg);
 		if (!ret)
 			kvmm_tier_recover(ctx, KVMM_TIER_NVME);
-		if (!ret)
-			ret = kvmm_iow_start(ctx);
 	}
+	if (!ret)	/* background reclaim, NVMe I/O */
+		ret = kvmm_iow_start(ctx);
 	if (ret)
 		kvmm_tiers_exit(ctx);
 	return ret;

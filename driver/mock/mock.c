@@ -231,6 +231,11 @@ static int mock_copy(struct mock_pool *pool, const int32_t *pfns, uint32_t nr,
 
 static int mock_gather(void *priv, const int32_t *pfns, uint32_t nr, void *const *dst)
 {
+	struct mock_pool *pool = priv;
+	const struct kvmm_mock_faults *f = mock_faults(pool->arg);
+
+	if (f && f->latch)
+		f->latch(f->latch_arg);
 	return mock_copy(priv, pfns, nr, dst, KVMM_KV_GATHER);
 }
 

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1474,6 +1475,113 @@ static void test_nvme_dropped_while_written(void)
 	unlink(path);
 }
 
+/* ---- background reclaim of the device (kswapd) ---- */
+
+/* A latch on the mock's gathers: holds the I/O worker's, never the caller's. */
+struct gather_latch {
+	pthread_t caller;
+	int hold;
+	int entered;
+};
+
+static void hold_gathers(void *arg)
+{
+	struct gather_latch *l = arg;
+
+	if (pthread_equal(pthread_self(), l->caller))
+		return;
+	__atomic_store_n(&l->entered, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&l->hold, __ATOMIC_ACQUIRE))
+		usleep(1000);
+}
+
+/* Device 16 pages with watermarks low 4, high 8, over a host tier of 64. */
+static struct kvmm_ctx *kswapd_ctx(struct kvmm_mock_arg *mock)
+{
+	struct kvmm_params p = test_params(PS, 16, 8, 256);
+	struct kvmm_ctx *ctx = NULL;
+
+	p.host_pages = 64;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.backend_arg = mock;
+	p.wmark_low = 4;
+	p.wmark_high = 8;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	return ctx;
+}
+
+/*
+ * Below the device's low watermark, the I/O worker demotes the oldest
+ * prefix to the host tier ahead of demand: EXTEND finds free pages and
+ * reclaims nothing itself, and the demoted KV comes back byte for byte.
+ */
+static void test_device_kswapd(void)
+{
+	struct kvmm_ctx *ctx = kswapd_ctx(NULL);
+	uint32_t tok[3][32], i;
+
+	for (i = 0; i < 3; i++)
+		test_tokens(tok[i], 32, 5100 + i);
+	CU_ASSERT_EQUAL(serve(ctx, tok[0], 32, false), 0);
+	CU_ASSERT_EQUAL(serve(ctx, tok[1], 32, false), 0);	/* free 0: A goes down */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_WRITEBACK), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_RECLAIM_RUNS), 0);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_WRITEBACK), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES), 8);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_WRITEBACK_RUNS) >= 1);
+	CHECK_OK(ctx);
+	/* C's EXTEND finds its 8 pages free; B goes down behind it */
+	CU_ASSERT_EQUAL(serve(ctx, tok[2], 32, false), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_RECLAIM_RUNS), 0);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT_EQUAL(serve(ctx, tok[0], 32, true), 32);	/* from the host, stamped */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVICT_PAGES), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * A prefix the worker is moving down is still on the device: a MATCH
+ * maps it whole (one that ends inside it stops before it), and the
+ * sequence's lock keeps it there when the copy settles (the host copy is
+ * given back).  Reclaim and EXTEND go on meanwhile.
+ */
+static void test_device_kswapd_match_while_moving(void)
+{
+	struct gather_latch latch = { .caller = pthread_self(), .hold = 1 };
+	struct kvmm_mock_faults mf = { .latch = hold_gathers, .latch_arg = &latch };
+	struct kvmm_mock_arg mock = { .faults = &mf };
+	struct kvmm_ctx *ctx = kswapd_ctx(&mock);
+	uint32_t tok[2][32], i, a, b;
+
+	for (i = 0; i < 2; i++)
+		test_tokens(tok[i], 32, 5200 + i);
+	CU_ASSERT_EQUAL(serve(ctx, tok[0], 32, false), 0);
+	CU_ASSERT_EQUAL(serve(ctx, tok[1], 32, false), 0);
+	for (i = 0; i < 5000 && !__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE));
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_WRITEBACK), 8);
+	CU_ASSERT_EQUAL(kvmm_seq_open(ctx, 0, &a), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, a, tok[0], 32), 32);	/* whole: mapped */
+	CU_ASSERT_EQUAL(stamp(ctx, a, tok[0], 0, 32, true), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_open(ctx, 0, &b), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, b, tok[0], 18), 0);	/* inside it: no split */
+	CU_ASSERT_EQUAL(kvmm_check(ctx), 0);
+	__atomic_store_n(&latch.hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	/* locked when the copy settled: still on the device, the host copy freed */
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok[0], 32), 32);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 64);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, a, NULL, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, b, NULL, 0), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 /* The asynchronous path under the I/O fault sweep and with flipped bits. */
 static void test_nvme_async_conversations(void)
 {
@@ -1815,6 +1923,8 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_write_held_ring_goes_on);
 	ADD_TEST(s, test_nvme_dropped_while_written);
 	ADD_TEST(s, test_nvme_async_conversations);
+	ADD_TEST(s, test_device_kswapd);
+	ADD_TEST(s, test_device_kswapd_match_while_moving);
 	ADD_TEST(s, test_wt_suite_again);
 	ADD_TEST(s, test_wt_demotion_is_free);
 	ADD_TEST(s, test_wt_split_keeps_copies);

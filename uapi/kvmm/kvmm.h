@@ -140,6 +140,8 @@ enum kvmm_stat_item {
 	KVMM_STAT_KEYED_MISSES,		/* KGET keys not found, or found bad */
 	KVMM_STAT_KEYED_EVICTS,		/* values reclaim dropped */
 	KVMM_STAT_KEYED_SHARE,		/* (gauge) KVMM_SET_KEYED_SHARE, percent */
+	KVMM_STAT_PAGES_WRITEBACK,	/* (gauge) device pages background reclaim
+					 * is moving to the host tier */
 	NR_KVMM_STATS
 };
 
