@@ -286,6 +286,13 @@ class Context(ViewOwner):
 			raise InvalidArgument(errno.EINVAL, "kvmm: the context is closed")
 		return ptr
 
+	def keyed(self, model_id: str, value_bytes: int, ns: int = 0) -> Any:
+		"""The keyed page store's space of @value_bytes-byte values of model
+		@model_id in namespace @ns (:class:`kvmm.KeyedSpace`); the context
+		needs a host tier (``host_pages``)."""
+		from ._keyed import KeyedSpace
+		return KeyedSpace(self, model_id, value_bytes, ns)
+
 	# ---- lifetime ----
 	def close(self) -> None:
 		"""Destroy the context (kvmm_destroy()); its sequences go with it.

@@ -19,6 +19,7 @@ import numpy as np
 
 from ._core import STAT_NAMES, Stats, ViewOwner, row_slots, tokens_arg
 from ._errors import InvalidArgument, make_error
+from ._keyed import keys_array, kspace_reg, values_arg
 from ._kvmm import ffi, lib
 
 __all__ = ["Ring", "Batch", "Pool", "SeqRow", "connect"]
@@ -29,7 +30,10 @@ _NAMES = {lib.KVMM_OP_NOP: "NOP", lib.KVMM_OP_OPEN: "OPEN", lib.KVMM_OP_MATCH: "
 	  lib.KVMM_OP_UNPIN: "UNPIN", lib.KVMM_OP_RECLAIM: "RECLAIM",
 	  lib.KVMM_OP_PRIO: "PRIO", lib.KVMM_OP_LOOKUP: "LOOKUP",
 	  lib.KVMM_OP_PROMOTE: "PROMOTE", lib.KVMM_OP_DROP_CACHES: "DROP_CACHES",
-	  lib.KVMM_OP_SEQ_ROW: "SEQ_ROW", lib.KVMM_OP_PROBE: "PROBE"}
+	  lib.KVMM_OP_SEQ_ROW: "SEQ_ROW", lib.KVMM_OP_PROBE: "PROBE",
+	  lib.KVMM_OP_KSPACE: "KSPACE", lib.KVMM_OP_KPUT: "KPUT", lib.KVMM_OP_KGET: "KGET",
+	  lib.KVMM_OP_KEXISTS: "KEXISTS", lib.KVMM_OP_KDELETE: "KDELETE"}
+_KENT = ffi.sizeof("struct kvmm_kent")
 _ROW_HDR = ffi.sizeof("struct kvmm_seq_row")
 
 
@@ -66,6 +70,8 @@ class Batch:
 		self.ops: List[Tuple[int, dict]] = []
 		self._off = 0
 		self._rows: Dict[int, int] = {}	# SEQ_ROW index: its output's offset
+		self._kio: Dict[int, Tuple[int, int, int, int]] = {}	# KPUT/KGET index:
+		# (entries' offset, values' offset, values, value_bytes)
 
 	def _add(self, op: int, **fields: int) -> int:
 		self.ops.append((op, fields))
@@ -154,6 +160,76 @@ class Batch:
 		off = self._reserve(nbytes)
 		self._rows[len(self.ops)] = off
 		return self._add(lib.KVMM_OP_SEQ_ROW, seq=seq, buf=0, off=off, len=nbytes)
+
+	# ---- the keyed page store (see kvmm.KeyedSpace for the rules) ----
+	def kspace(self, model_id: str, value_bytes: int, ns: int = 0) -> int:
+		"""KSPACE: the result is the space's id."""
+		reg = kspace_reg(model_id, value_bytes)
+		off = self._reserve(len(reg), align=8)
+		ffi.memmove(self.ring._at(off), reg, len(reg))
+		return self._add(lib.KVMM_OP_KSPACE, ns=ns, buf=0, off=off, len=len(reg))
+
+	def _kentries(self, op: int, space: int, keys: Any, value_bytes: int,
+		      values: Any = None) -> int:
+		karr = keys_array(keys)
+		n = karr.shape[0]
+		ents = self._reserve(n * _KENT, align=8)
+		vals = self._reserve(n * value_bytes, align=64)
+		e = ffi.cast("struct kvmm_kent *", self.ring._at(ents))
+		ffi.memmove(e, ffi.new("struct kvmm_kent[]", n), n * _KENT)
+		for i in range(n):
+			ffi.memmove(ffi.addressof(e[i], "key"), karr[i].tobytes(), 16)
+			e[i].off = vals + i * value_bytes
+		if values is not None:	# one copy into the data area: all a server can read
+			ptrs, keep = values_arg(values, n, value_bytes, False)
+			for i in range(n):
+				ffi.memmove(self.ring._at(vals + i * value_bytes), ptrs[i], value_bytes)
+			del keep
+		self._kio[len(self.ops)] = (ents, vals, n, value_bytes)
+		return self._add(op, arg=space, buf=0, off=ents, len=n)
+
+	def kput(self, space: int, keys: Any, values: Any, value_bytes: int) -> int:
+		"""KPUT @values (copied into the data area) under @keys: the result is the
+		values stored; :meth:`kres` gives each one's."""
+		return self._kentries(lib.KVMM_OP_KPUT, space, keys, value_bytes, values)
+
+	def kget(self, space: int, keys: Any, value_bytes: int) -> int:
+		"""KGET @keys: the result is the values read (it may complete later, from
+		NVMe); :meth:`kvalues` copies them out, :meth:`kres` gives each one's result."""
+		return self._kentries(lib.KVMM_OP_KGET, space, keys, value_bytes)
+
+	def _kkeys(self, op: int, space: int, keys: Any) -> int:
+		karr = keys_array(keys)
+		off = self._reserve(karr.nbytes, align=8)
+		ffi.memmove(self.ring._at(off), karr.tobytes(), karr.nbytes)
+		return self._add(op, arg=space, buf=0, off=off, len=karr.shape[0])
+
+	def kexists(self, space: int, keys: Any) -> int:
+		"""KEXISTS: the result is how many of @keys, from the first on, are stored."""
+		return self._kkeys(lib.KVMM_OP_KEXISTS, space, keys)
+
+	def kdelete(self, space: int, keys: Any) -> int:
+		"""KDELETE: the result is how many values went."""
+		return self._kkeys(lib.KVMM_OP_KDELETE, space, keys)
+
+	def kres(self, index: int) -> np.ndarray:
+		"""Each value's result (0 or -errno) of the KPUT or KGET at @index (read
+		after the batch completed, before the ring's next batch)."""
+		ents, _, n, _ = self._kio[index]
+		e = ffi.cast("struct kvmm_kent *", self.ring._at(ents))
+		return np.array([e[i].res for i in range(n)], dtype=np.int32)
+
+	def kvalues(self, index: int, out: Any = None) -> Any:
+		"""The values the KGET at @index read, copied into @out (a new (n,
+		value_bytes) uint8 array by default): one copy out of the data area."""
+		_, vals, n, vb = self._kio[index]
+		if out is None:
+			out = np.empty((n, vb), dtype=np.uint8)
+		ptrs, keep = values_arg(out, n, vb, True)
+		for i in range(n):
+			ffi.memmove(ptrs[i], self.ring._at(vals + i * vb), vb)
+		del keep
+		return out
 
 	def row(self, index: int) -> SeqRow:
 		"""The row the SEQ_ROW at @index wrote (read before the ring's next batch)."""
