@@ -114,6 +114,7 @@ extern const struct kvmm_alloc_ops kvmm_default_alloc_ops;
 void *kvmm_malloc(struct kvmm_ctx *ctx, size_t size);
 void *kvmm_zalloc(struct kvmm_ctx *ctx, size_t size);
 void kvmm_mfree(struct kvmm_ctx *ctx, void *ptr, size_t size);
+int kvmm_set_percent(struct kvmm_ctx *ctx, const char *name, uint64_t pct, uint32_t *dst);
 void kvmm_report(const struct kvmm_ctx *ctx, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void kvmm_bug(const struct kvmm_ctx *ctx, const char *cond,

@@ -1037,13 +1037,7 @@ bool kvmm_keyed_pending(const struct kvmm_ctx *ctx, const struct kvmm_owner *own
  */
 int kvmm_set_keyed_share(struct kvmm_ctx *ctx, uint64_t pct)
 {
-	if (pct < 1 || pct > 100) {
-		kvmm_report(ctx, "keyed_share: %llu is not a percentage in 1..100",
-			    (unsigned long long)pct);
-		return -EINVAL;
-	}
-	ctx->keyed_share = (uint32_t)pct;
-	return 0;
+	return kvmm_set_percent(ctx, "keyed_share", pct, &ctx->keyed_share);
 }
 
 /* ---- statistics and checks ---- */

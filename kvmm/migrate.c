@@ -513,6 +513,7 @@ void kvmm_migrate_reap(struct kvmm_ctx *ctx)
 {
 	struct kvmm_iow *w = ctx->iow;
 	struct kvmm_list done;
+	bool to_host = false;
 
 	if (!w || !__atomic_load_n(&w->nr_done, __ATOMIC_RELAXED))
 		return;
@@ -525,9 +526,12 @@ void kvmm_migrate_reap(struct kvmm_ctx *ctx)
 		struct kvmm_migrate *job = list_entry(done.next, struct kvmm_migrate, qlink);
 
 		list_del(&job->qlink);
+		to_host |= job->to == KVMM_TIER_HOST;
 		writeback_settle(ctx, job);
 		kvmm_migrate_free(ctx, job);
 	}
+	if (to_host)	/* what the device's background reclaim brought may be too much */
+		kvmm_writeback_tier(ctx, KVMM_TIER_HOST);
 }
 
 /* ---- the I/O worker ---- */

@@ -147,13 +147,7 @@ int kvmm_set_ns_pin_pages(struct kvmm_ctx *ctx, uint64_t pages)
  */
 int kvmm_set_ns_cache_share(struct kvmm_ctx *ctx, uint64_t pct)
 {
-	if (pct < 1 || pct > 100) {
-		kvmm_report(ctx, "ns_cache_share: %llu is not a percentage in 1..100",
-			    (unsigned long long)pct);
-		return -EINVAL;
-	}
-	ctx->ns_cache_share = (uint32_t)pct;
-	return 0;
+	return kvmm_set_percent(ctx, "ns_cache_share", pct, &ctx->ns_cache_share);
 }
 
 /**

@@ -190,3 +190,23 @@ int kvmm_check_model(const struct kvmm_model *m)
 
 	return kvmm_model_cell(m, &cell, NULL, 0);
 }
+
+/**
+ * kvmm_set_percent() - set a tunable that is a percentage, 1 .. 100
+ * @ctx: the context
+ * @name: the tunable, for the report
+ * @pct: the value asked for
+ * @dst: the field
+ *
+ * Return: 0, or -EINVAL (reported) outside 1 .. 100, @dst unchanged.
+ */
+int kvmm_set_percent(struct kvmm_ctx *ctx, const char *name, uint64_t pct, uint32_t *dst)
+{
+	if (pct < 1 || pct > 100) {
+		kvmm_report(ctx, "%s: %llu is not a percentage in 1..100", name,
+			    (unsigned long long)pct);
+		return -EINVAL;
+	}
+	*dst = (uint32_t)pct;
+	return 0;
+}

@@ -200,3 +200,34 @@ struct kvmm_sqe *child_sqe(struct kvmm_ring *ring, const char *file, unsigned in
 	}
 	return sqe;
 }
+
+static char tmp_dir[256];
+
+/*
+ * A file in this run's scratch directory, under $TMPDIR (else /tmp); the
+ * last four paths given stay valid.
+ */
+const char *test_tmp_file(const char *name)
+{
+	static char paths[4][512];
+	static unsigned next;
+	char *path = paths[next++ % 4];
+	const char *tmp = getenv("TMPDIR");
+
+	if (!tmp_dir[0]) {
+		snprintf(tmp_dir, sizeof(tmp_dir), "%s/kvmm-tests-XXXXXX",
+			 tmp && *tmp ? tmp : "/tmp");
+		if (!mkdtemp(tmp_dir))
+			tmp_dir[0] = 0;
+		CU_ASSERT_FATAL(tmp_dir[0] != 0);
+	}
+	snprintf(path, sizeof(paths[0]), "%s/%s", tmp_dir, name);
+	return path;
+}
+
+/* Remove the scratch directory (a suite's cleanup; its files are gone by then). */
+void test_tmp_dir_remove(void)
+{
+	if (tmp_dir[0] && !rmdir(tmp_dir))
+		tmp_dir[0] = 0;
+}

@@ -46,6 +46,8 @@ int test_seq_fill(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok,
 int test_cache(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok, uint32_t n);
 int test_reuse(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok, uint32_t n);
 int32_t test_ring1(struct kvmm_ring *ring, uint32_t *flags);
+const char *test_tmp_file(const char *name);
+void test_tmp_dir_remove(void);
 
 #define CHECK_OK(ctx) CU_ASSERT_EQUAL(kvmm_check(ctx), 0)
 

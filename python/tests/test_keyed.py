@@ -195,12 +195,17 @@ def _wait_nvme(ring, pages):
 	return ring.stats().keyed_nvme_pages
 
 
-def test_kvmmd_restart_serves_what_was_written_down(tmp_path):
-	sock, nvme = tmp_path / "k.sock", tmp_path / "nvme"
-	args = ["--page-size", "4", "--pages", "16", "--host-pages", "24",
+def staging_args(nvme, model_id):
+	"""kvmmd whose host tier writes everything down to @nvme at once."""
+	return ["--page-size", "4", "--pages", "16", "--host-pages", "24",
 		"--host-wmark-low", "24", "--host-wmark-high", "24", "--nvme-pages", "600",
 		"--nvme-file", str(nvme), "--layers", "2", "--kv-heads", "2", "--head-dim", "8",
-		"--dtype-bytes", "4", "--model-id", "restart-test"]
+		"--dtype-bytes", "4", "--model-id", model_id]
+
+
+def test_kvmmd_restart_serves_what_was_written_down(tmp_path):
+	sock, nvme = tmp_path / "k.sock", tmp_path / "nvme"
+	args = staging_args(nvme, "restart-test")
 	keys = [f"k{i}" for i in range(6)]
 	with running(sock, args) as (_, path):
 		assert _store(path, keys, 20) == 6
@@ -225,10 +230,7 @@ def test_kvmmd_restart_serves_what_was_written_down(tmp_path):
 
 def test_a_value_corrupted_on_disk_is_a_miss(tmp_path):
 	sock, nvme = tmp_path / "k.sock", tmp_path / "nvme"
-	args = ["--page-size", "4", "--pages", "16", "--host-pages", "24",
-		"--host-wmark-low", "24", "--host-wmark-high", "24", "--nvme-pages", "600",
-		"--nvme-file", str(nvme), "--layers", "2", "--kv-heads", "2", "--head-dim", "8",
-		"--dtype-bytes", "4", "--model-id", "flip-test"]
+	args = staging_args(nvme, "flip-test")
 	with running(sock, args) as (_, path):
 		assert _store(path, ["v"], 40) == 1
 		with kvmm.connect(path) as ring:

@@ -565,23 +565,8 @@ static void test_keyed_ring_tenant(void)
 
 /* ---- the NVMe tier below ---- */
 
-static char nvme_dir[256];
-
-static const char *nvme_file(const char *name)
-{
-	static char path[512];
-	const char *tmp = getenv("TMPDIR");
-
-	if (!nvme_dir[0]) {
-		snprintf(nvme_dir, sizeof(nvme_dir), "%s/kvmm-keyed-XXXXXX",
-			 tmp && *tmp ? tmp : "/tmp");
-		if (!mkdtemp(nvme_dir))
-			nvme_dir[0] = 0;
-		CU_ASSERT_FATAL(nvme_dir[0] != 0);
-	}
-	snprintf(path, sizeof(path), "%s/%s", nvme_dir, name);
-	return path;
-}
+/* A file in this run's scratch directory (tests/helpers.c). */
+#define nvme_file(name)	test_tmp_file(name)
 
 /*
  * A host tier of 8 values over an NVMe tier of 64: background writeback
@@ -728,8 +713,7 @@ static void test_keyed_nvme_ring(void)
 
 static int keyed_suite_clean(void)
 {
-	if (nvme_dir[0])
-		rmdir(nvme_dir);
+	test_tmp_dir_remove();
 	return 0;
 }
 

@@ -426,24 +426,8 @@ static void test_ring_promote(void)
 
 /* ---- the NVMe tier: an io_uring store below the host tier ---- */
 
-static char nvme_dir[256];
-
-/* A file in this run's scratch directory (under $TMPDIR, else /tmp). */
-static const char *nvme_file(const char *name)
-{
-	static char path[512];
-	const char *tmp = getenv("TMPDIR");
-
-	if (!nvme_dir[0]) {
-		snprintf(nvme_dir, sizeof(nvme_dir), "%s/kvmm-tier-XXXXXX",
-			 tmp && *tmp ? tmp : "/tmp");
-		if (!mkdtemp(nvme_dir))
-			nvme_dir[0] = 0;
-		CU_ASSERT_FATAL(nvme_dir[0] != 0);
-	}
-	snprintf(path, sizeof(path), "%s/%s", nvme_dir, name);
-	return path;
-}
+/* A file in this run's scratch directory (tests/helpers.c). */
+#define nvme_file(name)	test_tmp_file(name)
 
 static struct kvmm_params nvme_params(uint32_t ps, uint32_t dev, uint32_t host,
 				      uint32_t nvme, const char *path,
@@ -598,7 +582,7 @@ static void test_nvme_bad_files(void)
 	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, "/nonexistent-kvmm/x", NULL, &log, &ctx),
 			-ENOENT);
 	CU_ASSERT(strstr(log.last, "/nonexistent-kvmm/x") != NULL);
-	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, nvme_dir, NULL, &log, &ctx), -EISDIR);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, nvme_file("."), NULL, &log, &ctx), -EISDIR);
 	/* someone else's file is refused and left alone */
 	write_file(path, text, sizeof(text), 0);
 	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EINVAL);
@@ -829,11 +813,29 @@ static void test_nvme_superblock_damaged(void)
 	unlink(path);
 }
 
+/*
+ * The file at @path, of an older layout, is refused with a message naming
+ * @why until a context reformats it; then it serves.  It is removed.
+ */
+static void refused_until_reformatted(const char *path, const char *why)
+{
+	struct test_log log = { 0 };
+	struct kvmm_ctx *ctx;
+
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EEXIST);
+	CU_ASSERT(strstr(log.last, why) != NULL);
+	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, KVMM_NVME_REFORMAT, path, &log, &ctx),
+			      0);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, 0, path, &log, &ctx), 0);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* A file of layout version 1 (no model identity) is refused until reformatted. */
 static void test_nvme_layout_v1(void)
 {
 	const char *path = nvme_file("v1");
-	struct test_log log = { 0 };
 	struct kvmm_ctx *ctx;
 	char sb[4096];
 	uint32_t version = 1;
@@ -848,15 +850,7 @@ static void test_nvme_layout_v1(void)
 	memcpy(sb + 72, &csum, sizeof(csum));
 	memset(sb + 80, 0, sizeof(sb) - 80);
 	write_file(path, sb, sizeof(sb), 0);
-
-	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EEXIST);
-	CU_ASSERT(strstr(log.last, "layout version 1") != NULL);
-	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, KVMM_NVME_REFORMAT, path, &log, &ctx),
-			      0);
-	kvmm_destroy(ctx);
-	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, 0, path, &log, &ctx), 0);
-	kvmm_destroy(ctx);
-	unlink(path);
+	refused_until_reformatted(path, "layout version 1");
 }
 
 /*
@@ -867,7 +861,6 @@ static void test_nvme_layout_v1(void)
 static void test_nvme_layout_v2(void)
 {
 	const char *path = nvme_file("v2");
-	struct test_log log = { 0 };
 	struct kvmm_ctx *ctx;
 	char sb[4096];
 	uint32_t version = 2, at;
@@ -886,13 +879,7 @@ static void test_nvme_layout_v2(void)
 	csum = XXH3_64bits(sb, at);
 	memcpy(sb + at, &csum, sizeof(csum));
 	write_file(path, sb, sizeof(sb), 0);
-
-	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EEXIST);
-	CU_ASSERT(strstr(log.last, "layout version 2") != NULL);
-	CU_ASSERT_EQUAL_FATAL(model_create("model-a", PS, KVMM_NVME_REFORMAT, path, &log, &ctx),
-			      0);
-	kvmm_destroy(ctx);
-	unlink(path);
+	refused_until_reformatted(path, "layout version 2");
 }
 
 /* What the NVMe tier takes of the parameters: refused, naming the field. */
@@ -1885,8 +1872,7 @@ static void test_dma_register_faults(void)
 
 static int tier_suite_clean(void)
 {
-	if (nvme_dir[0])
-		rmdir(nvme_dir);
+	test_tmp_dir_remove();
 	return 0;
 }
 
