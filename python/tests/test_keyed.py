@@ -211,7 +211,7 @@ def test_kvmmd_restart_serves_what_was_written_down(tmp_path):
 		assert _store(path, keys, 20) == 6
 		with kvmm.connect(path) as ring:			# writeback takes them all down
 			assert _wait_nvme(ring, 6 * 3) >= 6 * 3
-	with running(sock, args) as (_, path), kvmm.connect(path) as ring:
+	with running(tmp_path / "k2.sock", args) as (_, path), kvmm.connect(path) as ring:
 
 		async def get():
 			b = ring.batch()
@@ -241,7 +241,7 @@ def test_a_value_corrupted_on_disk_is_a_miss(tmp_path):
 	assert at > 0
 	data[at + 10] ^= 0xFF
 	nvme.write_bytes(bytes(data))
-	with running(sock, args) as (_, path), kvmm.connect(path) as ring:
+	with running(tmp_path / "k2.sock", args) as (_, path), kvmm.connect(path) as ring:
 		b = ring.batch()
 		b.kspace("org/model@1", VB)
 		sp = ring.submit(b)[0]
@@ -250,3 +250,59 @@ def test_a_value_corrupted_on_disk_is_a_miss(tmp_path):
 		assert ring.submit(b) == [0]				# no value, not wrong bytes
 		assert list(b.kres(j)) == [-74]				# EBADMSG
 		assert ring.stats().nvme_csum_fail >= 1
+
+
+def test_posted_batches_in_flight_together(hctx):
+	"""post() several batches, each in its own part of the data area; poll() gives them back."""
+	ring = hctx.ring()
+	try:
+		b = ring.batch()
+		b.kspace("m", VB)
+		sp = ring.submit(b)[0]
+		b1 = ring.post_batch()
+		b1.kput(sp, ["x", "y"], [stamp(1), stamp(2)], VB)
+		b2 = ring.post_batch()
+		b2.kput(sp, ["z"], [stamp(3)], VB)
+		t1, t2 = ring.post(b1), ring.post(b2)
+		with pytest.raises(kvmm.InvalidArgument):
+			ring.batch()					# the whole area is not free
+		done = {tag: res for tag, _, res in ring.poll()}	# in-process: already done
+		assert done == {t1: [2], t2: [1]}
+		b3 = ring.post_batch()
+		j = b3.kget(sp, ["z", "x", "y"], VB)
+		t3 = ring.post(b3)
+		(tag, batch, res), = ring.poll()
+		assert tag == t3 and batch is b3 and res == [3]
+		vals = b3.kvalues(j)
+		assert [np.array_equal(vals[i], stamp(k)) for i, k in enumerate((3, 1, 2))] == [True] * 3
+		assert ring.batch() is not None				# nothing in flight: free again
+	finally:
+		ring.close()
+
+
+def test_posted_get_from_nvme_wakes_the_doorbell(tmp_path):
+	"""A KGET that reads NVMe completes later: arm(), wait on cq_fd, poll()."""
+	import select
+
+	sock, nvme = tmp_path / "k.sock", tmp_path / "nvme"
+	with running(sock, staging_args(nvme, "post-test")) as (_, path):
+		assert _store(path, ["n1", "n2"], 60) == 2
+		with kvmm.connect(path) as ring:
+			assert _wait_nvme(ring, 2 * 3) >= 2 * 3
+			b = ring.batch()
+			b.kspace("org/model@1", VB)
+			sp = ring.submit(b)[0]
+			pb = ring.post_batch()
+			j = pb.kget(sp, ["n2", "n1"], VB)
+			tag = ring.post(pb)
+			got = []
+			deadline = time.monotonic() + 10
+			while not got and time.monotonic() < deadline:
+				if not ring.arm():
+					select.select([ring.cq_fd], [], [], 1.0)
+				ring.disarm()
+				got = ring.poll()
+			assert [(t, r) for t, _, r in got] == [(tag, [2])]
+			vals = pb.kvalues(j)
+			assert np.array_equal(vals[0], stamp(61)) and np.array_equal(vals[1], stamp(60))
+			assert ring.stats().keyed_nvme_pages >= 2 * 3	# read, not moved

@@ -65,10 +65,13 @@ def _timespec(seconds: Optional[float]) -> Any:
 class Batch:
 	"""Commands to submit together; each method returns its index in the results."""
 
-	def __init__(self, ring: "Ring") -> None:
+	def __init__(self, ring: "Ring", base: int = 0, limit: Optional[int] = None,
+		     slot: Optional[int] = None) -> None:
 		self.ring = ring
 		self.ops: List[Tuple[int, dict]] = []
-		self._off = 0
+		self._off = base
+		self._limit = ring.buf_size if limit is None else limit
+		self.slot = slot	# a posted batch's region of the data area (Ring.post_batch())
 		self._rows: Dict[int, int] = {}	# SEQ_ROW index: its output's offset
 		self._kio: Dict[int, Tuple[int, int, int, int]] = {}	# KPUT/KGET index:
 		# (entries' offset, values' offset, values, value_bytes)
@@ -80,9 +83,9 @@ class Batch:
 	def _reserve(self, nbytes: int, align: int = 4) -> int:
 		"""Take @nbytes of the data area for this batch; return their offset."""
 		off = -(-self._off // align) * align
-		if off + nbytes > self.ring.buf_size:
-			raise ValueError(f"the batch's payloads need {off + nbytes} bytes; the "
-					 f"ring's data area has {self.ring.buf_size}")
+		if off + nbytes > self._limit:
+			raise ValueError(f"the batch's payloads need {off + nbytes} bytes; its part "
+					 f"of the ring's data area ends at {self._limit}")
 		self._off = off + nbytes
 		return off
 
@@ -249,6 +252,11 @@ class Ring:
 		self.buf_size = 0
 		self._busy = False
 		self.page_size = 0	# tokens per page of the context, from PROBE
+		# batches posted without waiting (post()): tag -> [batch, results, left]
+		self._posted: Dict[int, List[Any]] = {}
+		self._slots: Dict[int, Batch] = {}	# regions held by post_batch() batches
+		self._next_tag = 1
+		self.post_slots = 8	# regions the data area is cut into for them
 
 	def _start(self, ret: int, call: str, buf_size: int) -> "Ring":
 		if ret < 0:
@@ -268,8 +276,31 @@ class Ring:
 		return self
 
 	def batch(self) -> Batch:
-		"""A new, empty batch for this ring."""
+		"""A new, empty batch for this ring (the whole data area: not while
+		batches posted with :meth:`post` are in flight)."""
+		if self._slots:
+			raise InvalidArgument(22, "kvmm: batches made by post_batch() hold parts of "
+					      "the data area; poll() them (or discard()) first")
 		return Batch(self)
+
+	def post_batch(self) -> Batch:
+		"""A new, empty batch to :meth:`post`: it has one of ``post_slots``
+		regions of the data area to itself from now until :meth:`poll` returns
+		it (or :meth:`discard` gives it back unposted)."""
+		free = [s for s in range(self.post_slots) if s not in self._slots]
+		if not free:
+			raise ValueError(f"kvmm: all {self.post_slots} regions for posted batches are "
+					 "taken; poll() first")
+		size = self.buf_size // self.post_slots // 64 * 64
+		batch = Batch(self, free[0] * size, (free[0] + 1) * size, free[0])
+		self._slots[free[0]] = batch
+		return batch
+
+	def discard(self, batch: Batch) -> None:
+		"""Give back the region of a post_batch() batch that will not be posted."""
+		if batch.slot is not None and self._slots.get(batch.slot) is batch and \
+		   all(e[0] is not batch for e in self._posted.values()):
+			del self._slots[batch.slot]
 
 	def _ring(self) -> Any:
 		if not self._up:
@@ -278,11 +309,15 @@ class Ring:
 			raise InvalidArgument(22, "kvmm: the ring has a batch in flight")
 		return self._r
 
-	def _post(self, batch: Batch) -> int:
-		"""Fill and publish the batch's entries; return how many."""
+	def _post(self, batch: Batch, tag: int = 0) -> int:
+		"""Fill and publish the batch's entries (user_data: @tag, then the
+		index); return how many."""
 		r = self._ring()
 		if batch.ring is not self:
 			raise ValueError("kvmm: the batch was made for another ring")
+		if not tag and self._slots:
+			raise InvalidArgument(22, "kvmm: batches made by post_batch() are in flight; "
+					      "poll() them first")
 		for i, (op, fields) in enumerate(batch.ops):
 			sqe = lib.kvmm_get_sqe(r)
 			if sqe == ffi.NULL:
@@ -290,7 +325,7 @@ class Ring:
 			sqe.opcode = op
 			for key, val in fields.items():
 				setattr(sqe, key, val)
-			sqe.user_data = i
+			sqe.user_data = tag << 32 | i
 		ret = lib.kvmm_submit(r)
 		if ret < 0:
 			raise make_error(ret, "kvmm_submit")
@@ -370,6 +405,60 @@ class Ring:
 				self._busy = False
 		self.last_flags = flags
 		return self._results(batch, res)
+
+	# ---- batches in flight without waiting: an engine's own event loop ----
+	def post(self, batch: Batch) -> int:
+		"""Submit @batch (from :meth:`post_batch`) without waiting for it; return
+		its tag, which :meth:`poll` gives back with its results once every
+		command of it has completed.  Several may be in flight at once."""
+		if batch.slot is None or self._slots.get(batch.slot) is not batch or \
+		   any(e[0] is batch for e in self._posted.values()):
+			raise ValueError("kvmm: post() takes a batch from post_batch(), once")
+		tag = self._next_tag
+		self._next_tag = tag % 0x7FFFFFFF + 1
+		self._posted[tag] = [batch, [None] * len(batch.ops), len(batch.ops)]
+		try:
+			self._post(batch, tag)
+		except BaseException:
+			del self._posted[tag]
+			raise
+		return tag
+
+	def poll(self) -> List[Tuple[int, Batch, List[int]]]:
+		"""Take every completion there is: return (tag, batch, results) for each
+		posted batch now complete, in the order they completed.  Results are
+		as the commands returned them (negative errnos are not raised); read
+		a batch's outputs (kres, kvalues, row) before its slot is reused."""
+		cqe = ffi.new("struct kvmm_cqe **")
+		done = []
+		while lib.kvmm_peek_cqe(self._r, cqe) == 0:
+			ud, res = cqe[0].user_data, cqe[0].res
+			lib.kvmm_cqe_seen(self._r, cqe[0])
+			entry = self._posted.get(ud >> 32)
+			if entry is None:
+				continue
+			entry[1][ud & 0xFFFFFFFF] = res
+			entry[2] -= 1
+			if not entry[2]:
+				del self._posted[ud >> 32]
+				self._slots.pop(entry[0].slot, None)
+				done.append((ud >> 32, entry[0], entry[1]))
+		return done
+
+	@property
+	def cq_fd(self) -> int:
+		"""The CQ doorbell (an eventfd): readable after :meth:`arm` once a
+		completion may be there."""
+		return self._r.cq_fd
+
+	def arm(self) -> bool:
+		"""Ask for the doorbell on the next completion.  Returns True when
+		completions are ready already (then :meth:`poll` now, no need to wait)."""
+		return bool(lib.kvmm_py_cq_arm(self._r))
+
+	def disarm(self) -> None:
+		"""After a wake-up on :attr:`cq_fd`: clear the request and the doorbell."""
+		lib.kvmm_py_cq_disarm(self._r)
 
 	def _at(self, off: int) -> Any:
 		"""A char * at byte @off of the data area."""
