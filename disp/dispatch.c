@@ -605,17 +605,24 @@ static int op_kio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return ret == -EINPROGRESS ? RES_DEFERRED : ret;
 }
 
-/* KEXISTS, KDELETE: an array of keys, copied before it is read. */
+/*
+ * KEXISTS, KDELETE: an array of keys, copied before it is read; with
+ * KVMM_KEYS_EACH in arg2, of struct kvmm_kent, each one's res written.
+ */
 static int op_kkeys(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		    const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_kspace *s = ring_kspace(d, sqe->arg);
-	size_t bytes = (size_t)sqe->len * sizeof(struct kvmm_key);
-	const void *in = payload_aligned(d, sqe, bytes, 8);
+	bool each = sqe->arg2 & KVMM_KEYS_EACH;
+	size_t esz = each ? sizeof(struct kvmm_kent) : sizeof(struct kvmm_key);
+	void *in = payload_aligned(d, sqe, (uint64_t)sqe->len * esz, 8);
+	size_t bytes = (size_t)sqe->len * (sizeof(struct kvmm_key) + (each ? sizeof(int32_t *) : 0));
 	struct kvmm_key *keys;
+	int32_t **resps = NULL;
+	uint32_t i;
 	int ret;
 
-	if (!s || sqe->len > KVMM_KIO_MAX)
+	if (!s || sqe->len > KVMM_KIO_MAX || (sqe->arg2 & ~(uint64_t)KVMM_KEYS_FLAGS))
 		return -EINVAL;
 	if (!in)
 		return -EFAULT;
@@ -624,8 +631,19 @@ static int op_kkeys(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	keys = kvmm_malloc(d->ctx, bytes);
 	if (!keys)
 		return -ENOMEM;
-	memcpy(keys, in, bytes);
-	ret = kvmm_keyed_run_keys(d->ctx, s, keys, sqe->len, sqe->opcode == KVMM_OP_KDELETE);
+	if (each) {
+		struct kvmm_kent *ents = in;
+
+		resps = (int32_t **)(keys + sqe->len);
+		for (i = 0; i < sqe->len; i++) {
+			memcpy(&keys[i], &ents[i].key, sizeof(keys[i]));
+			resps[i] = &ents[i].res;
+		}
+	} else {
+		memcpy(keys, in, bytes);
+	}
+	ret = kvmm_keyed_run_keys(d->ctx, s, keys, sqe->len, sqe->opcode == KVMM_OP_KDELETE,
+				  resps);
 	kvmm_mfree(d->ctx, keys, bytes);
 	return ret;
 }
@@ -683,8 +701,8 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_KSPACE]	= { F_NS | F_TOK, P_OWN, false, false, op_kspace },
 	[KVMM_OP_KPUT]		= { F_TOK | F_ARG, P_OWN, false, false, op_kio },
 	[KVMM_OP_KGET]		= { F_TOK | F_ARG, P_OWN, false, false, op_kio },
-	[KVMM_OP_KEXISTS]	= { F_TOK | F_ARG, P_OWN, false, false, op_kkeys },
-	[KVMM_OP_KDELETE]	= { F_TOK | F_ARG, P_OWN, false, false, op_kkeys },
+	[KVMM_OP_KEXISTS]	= { F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_kkeys },
+	[KVMM_OP_KDELETE]	= { F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_kkeys },
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");

@@ -307,9 +307,10 @@ int kvmm_keyed_put(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *
 int kvmm_keyed_get(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
 		   void *const *dst, uint32_t n, int32_t *res);
 int kvmm_keyed_exists(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
-		      uint32_t n);
+		      uint32_t n, int32_t *res);
 int kvmm_keyed_delete(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
-		      uint32_t n);
+		      uint32_t n, int32_t *res);
+int kvmm_keyed_info(const struct kvmm_ctx *ctx, uint32_t space, struct kvmm_dump_kspace *info);
 
 /* Reclaim and tunables */
 int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages);

@@ -588,7 +588,7 @@ int kvmm_keyed_recover(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t *fp,
 		       uint64_t value_bytes, const uint64_t *key, const uint64_t *id,
 		       const int32_t *pfns, uint32_t nr, uint32_t tier);
 int kvmm_keyed_run_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
-			const struct kvmm_key *keys, uint32_t n, bool del);
+			const struct kvmm_key *keys, uint32_t n, bool del, int32_t *const *res);
 int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
 		    struct kvmm_kspace *s, bool put, const struct kvmm_key *keys,
 		    void *const *bufs, int32_t *const *resps, uint32_t n);

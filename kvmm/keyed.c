@@ -307,6 +307,23 @@ bool kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t id, struct kvmm_dump_k
 	return true;
 }
 
+/**
+ * kvmm_keyed_info() - what a space holds
+ * @ctx: the context
+ * @space: a space
+ * @info: out: what DUMP_KSPACES shows of it (its values, their pages on
+ *	each tier, its identity)
+ *
+ * Return: 0, or -EINVAL for no such space.
+ */
+KVMM_EXPORT int kvmm_keyed_info(const struct kvmm_ctx *ctx, uint32_t space,
+				struct kvmm_dump_kspace *info)
+{
+	if (!ctx || !info)
+		return -EINVAL;
+	return kvmm_keyed_dump(ctx, space, info) ? 0 : -EINVAL;
+}
+
 /* Pages of tier @tier that the keyed spaces of namespace @ns hold. */
 uint64_t kvmm_keyed_ns_pages(const struct kvmm_ctx *ctx, uint32_t ns, uint32_t tier)
 {
@@ -835,26 +852,35 @@ KVMM_EXPORT int kvmm_keyed_get(struct kvmm_ctx *ctx, uint32_t space, const struc
 /*
  * The leading keys of @keys that are stored (each touched, as an access),
  * or the values deleted (@del: each one stored and not being read goes).
+ * With @res, every key is looked at and res[i] says what became of key i:
+ * 0 (stored; deleted), -ENOENT (not stored) or -EBUSY (a get reads it: it
+ * stays); the count is then of every key stored, or deleted.
  */
 static int walk_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s, const struct kvmm_key *keys,
-		     uint32_t n, bool del)
+		     uint32_t n, bool del, int32_t *const *res)
 {
 	uint32_t i;
 	int done = 0;
 
 	for (i = 0; i < n; i++) {
 		struct kvmm_node *node = value_find(ctx, s, &keys[i]);
+		int32_t r = 0;
 
-		if (!del && !node)
-			break;
-		if (!del) {
+		if (!node)
+			r = -ENOENT;
+		else if (!del)
 			kvmm_tree_touch(ctx, node);
-			done++;
-		} else if (node && !node->lock_ref) {
+		else if (node->lock_ref)
+			r = -EBUSY;
+		else {
 			kvmm_drop_leaf(ctx, node);
 			kvmm_count(ctx, EV_KEYED_DELETES, 1);
-			done++;
 		}
+		if (res)
+			*res[i] = r;
+		else if (r == -ENOENT && !del)
+			break;
+		done += !r;
 	}
 	return done;
 }
@@ -865,50 +891,68 @@ static int walk_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s, const struct k
  * @s: the space
  * @keys: the keys
  * @n: how many
- * @del: delete (else: count the leading keys stored)
+ * @del: delete (else: look up)
+ * @res: NULL, or where each key's result goes (see walk_keys())
  *
- * Return: leading keys stored, or values deleted.
+ * Return: leading keys stored (@res: keys stored), or values deleted.
  */
 int kvmm_keyed_run_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
-			const struct kvmm_key *keys, uint32_t n, bool del)
+			const struct kvmm_key *keys, uint32_t n, bool del, int32_t *const *res)
 {
 	int ret;
 
 	kvmm_migrate_reap(ctx);
-	ret = walk_keys(ctx, s, keys, n, del);
+	ret = walk_keys(ctx, s, keys, n, del, res);
 	kvmm_debug_check(ctx, del ? "keyed delete" : "keyed exists");
 	return ret;
 }
 
 static int direct_keys(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
-		       uint32_t n, bool del)
+		       uint32_t n, bool del, int32_t *res)
 {
 	struct kvmm_kspace *s;
+	int32_t **resps = NULL;
+	size_t bytes = (size_t)n * sizeof(*resps);
+	uint32_t i;
+	int ret;
 
 	if (!ctx || (n && !keys))
 		return -EINVAL;
 	s = kvmm_kspace_of(ctx, space, KVMM_NS_ANY);
 	if (!s)
 		return -EINVAL;
-	return kvmm_keyed_run_keys(ctx, s, keys, n, del);
+	if (res && n) {
+		resps = kvmm_malloc(ctx, bytes);
+		if (!resps)
+			return -ENOMEM;
+		for (i = 0; i < n; i++)
+			resps[i] = &res[i];
+	}
+	ret = kvmm_keyed_run_keys(ctx, s, keys, n, del, resps);
+	if (resps)
+		kvmm_mfree(ctx, resps, bytes);
+	return ret;
 }
 
 /**
- * kvmm_keyed_exists() - how many of @keys, from the first, are stored
+ * kvmm_keyed_exists() - which of @keys are stored
  * @ctx: the context
  * @space: a space
  * @keys: the keys, in the order an engine would load them
  * @n: how many
+ * @res: NULL, or out: per key, 0 (stored) or -ENOENT
  *
- * The run of consecutive hits from the start, as HiCache's batch_exists
- * and vLLM's lookup want it; the values found count as accessed.
+ * Without @res, the run of consecutive hits from the start, as HiCache's
+ * batch_exists and vLLM's lookup want it; with it, every key is looked at
+ * (LMCache's batch exists wants a bit per key).  The values found count
+ * as accessed.
  *
- * Return: that count, or -EINVAL.
+ * Return: that run (@res: the keys stored), or -EINVAL, -ENOMEM.
  */
 KVMM_EXPORT int kvmm_keyed_exists(struct kvmm_ctx *ctx, uint32_t space,
-				  const struct kvmm_key *keys, uint32_t n)
+				  const struct kvmm_key *keys, uint32_t n, int32_t *res)
 {
-	return direct_keys(ctx, space, keys, n, false);
+	return direct_keys(ctx, space, keys, n, false, res);
 }
 
 /**
@@ -917,15 +961,15 @@ KVMM_EXPORT int kvmm_keyed_exists(struct kvmm_ctx *ctx, uint32_t space,
  * @space: a space
  * @keys: their keys; keys not stored are skipped
  * @n: how many
+ * @res: NULL, or out: per key, 0 (deleted), -ENOENT (not stored) or
+ *	-EBUSY (a get through a ring is reading it: it stays)
  *
- * A value a get is reading through a ring stays (it is not counted).
- *
- * Return: values deleted, or -EINVAL.
+ * Return: values deleted, or -EINVAL, -ENOMEM.
  */
 KVMM_EXPORT int kvmm_keyed_delete(struct kvmm_ctx *ctx, uint32_t space,
-				  const struct kvmm_key *keys, uint32_t n)
+				  const struct kvmm_key *keys, uint32_t n, int32_t *res)
 {
-	return direct_keys(ctx, space, keys, n, true);
+	return direct_keys(ctx, space, keys, n, true, res);
 }
 
 /* ---- through a ring ---- */

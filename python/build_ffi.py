@@ -24,11 +24,13 @@ KVMM_OP_COMMIT KVMM_OP_CLOSE KVMM_OP_RETRACT KVMM_OP_PIN KVMM_OP_UNPIN KVMM_OP_R
 KVMM_OP_PRIO KVMM_OP_LOOKUP KVMM_OP_PROMOTE KVMM_OP_DROP_CACHES KVMM_PIN_KEEP
 KVMM_CQE_F_LOWER KVMM_RING_F_NS KVMM_OP_STATS KVMM_OP_SEQ_ROW KVMM_OP_PROBE
 KVMM_OP_KSPACE KVMM_OP_KPUT KVMM_OP_KGET KVMM_OP_KEXISTS KVMM_OP_KDELETE KVMM_FEAT_KEYED
+KVMM_KEYS_EACH KVMM_OP_DUMP KVMM_DUMP_KSPACES
 """.split()
 
 # The ABI structs the binding fills or reads (uapi/kvmm/ring.h).
 UAPI_STRUCTS = ("kvmm_sqe", "kvmm_cqe", "kvmm_tier_hits", "kvmm_stats_snap", "kvmm_seq_row",
-		"kvmm_probe", "kvmm_key", "kvmm_kspace_reg", "kvmm_kent")
+		"kvmm_probe", "kvmm_key", "kvmm_kspace_reg", "kvmm_kent", "kvmm_dump_hdr",
+		"kvmm_dump_kspace")
 
 # What the headers declare that cffi's parser cannot take as written: the
 # static inline helpers of libkvmm-ring.h are declared here instead (cffi

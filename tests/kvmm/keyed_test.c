@@ -141,15 +141,49 @@ static void test_keyed_roundtrip(void)
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 3);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_PUTS), 3);
 	/* exists: the run of hits from the start */
-	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, k, 3), 3);
-	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, &k[1], 1), 1);
-	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, k, 3), 1);
-	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, &k[1], 1), 0);	/* gone already */
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, k, 3, NULL), 3);
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, &k[1], 1, NULL), 1);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, k, 3, NULL), 1);
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, &k[1], 1, NULL), 0);	/* gone already */
 	CU_ASSERT_EQUAL(get_one(ctx, sp, 1), -ENOENT);
-	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, k, 3), 2);
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, k, 3, NULL), 2);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 0);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 64);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_EVICTS), 0);	/* deletes, not evictions */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* A result per key: exists and delete with @res, and what a space holds. */
+static void test_keyed_each(void)
+{
+	struct kvmm_ctx *ctx = host_ctx(64, NULL, NULL);
+	struct kvmm_key k[4] = { key_of(0), key_of(1), key_of(2), key_of(3) };
+	struct kvmm_dump_kspace info;
+	int32_t res[4] = { 7, 7, 7, 7 };
+	uint32_t sp;
+
+	CU_ASSERT_FATAL(ctx != NULL);
+	sp = space_of(ctx, 0, VB);
+	CU_ASSERT_EQUAL(put_range(ctx, sp, 0, 1), 1);
+	CU_ASSERT_EQUAL(put_range(ctx, sp, 2, 3), 1);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, k, 4, NULL), 1);	/* the run */
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, k, 4, res), 2);	/* every key */
+	CU_ASSERT(res[0] == 0 && res[1] == -ENOENT && res[2] == 0 && res[3] == -ENOENT);
+	CU_ASSERT_EQUAL(kvmm_keyed_info(ctx, sp, &info), 0);
+	CU_ASSERT_EQUAL(info.values, 2);
+	CU_ASSERT_EQUAL(info.host_pages, 2 * VPAGES);
+	CU_ASSERT_EQUAL(info.value_bytes, VB);
+	CU_ASSERT_STRING_EQUAL(info.model_id, model);
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, &k[1], 2, res), 1);
+	CU_ASSERT(res[0] == -ENOENT && res[1] == 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, k, 4, res), 1);
+	CU_ASSERT(res[0] == 0 && res[2] == -ENOENT);
+	CU_ASSERT_EQUAL(kvmm_keyed_info(ctx, sp, &info), 0);
+	CU_ASSERT_EQUAL(info.values, 1);
+	CU_ASSERT_EQUAL(kvmm_keyed_info(ctx, sp + 1, &info), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_info(ctx, sp, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_info(NULL, sp, &info), -EINVAL);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -174,9 +208,9 @@ static void test_keyed_spaces(void)
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_SPACES), 4);
 	/* the same key in two spaces is two values */
 	CU_ASSERT_EQUAL(put_range(ctx, a, 0, 1), 1);
-	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, a, &k, 1), 1);
-	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, b, &k, 1), 0);
-	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, d, &k, 1), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, a, &k, 1, NULL), 1);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, b, &k, 1, NULL), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, d, &k, 1, NULL), 0);
 
 	/* bad specs, bad spaces, no host tier */
 	spec = (struct kvmm_keyed_spec){ .value_bytes = VB, .model_id = model };
@@ -203,8 +237,8 @@ static void test_keyed_spaces(void)
 	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &id), -EINVAL);
 	spec.model_id = model;
 	CU_ASSERT_EQUAL(kvmm_keyed_space(bare, &spec, &id), -EOPNOTSUPP);
-	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, 99, &k, 1), -EINVAL);
-	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, 99, &k, 1), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, 99, &k, 1, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, 99, &k, 1, NULL), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, 99, &k, &dst, 1, NULL), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, a, NULL, &dst, 1, NULL), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, a, &k, NULL, 1, NULL), -EINVAL);
@@ -212,8 +246,8 @@ static void test_keyed_spaces(void)
 	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, a, &k, &dst, 1, NULL), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, a, &k, (const void *const *)&dst, 1, NULL),
 			-EINVAL);
-	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, a, NULL, 1), -EINVAL);
-	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, a, &k, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, a, NULL, 1, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, a, &k, 0, NULL), 0);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 1);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
@@ -366,7 +400,7 @@ static void test_keyed_corrupt_is_a_miss(void)
 	CU_ASSERT_EQUAL(put_range(ctx, sp, 0, 3), 3);
 	CU_ASSERT_EQUAL(get_one(ctx, sp, 1), 0);
 	CU_ASSERT_EQUAL(get_one(ctx, sp, 2), -EBADMSG);
-	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, &k, 1), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, &k, 1, NULL), 0);
 	CU_ASSERT_EQUAL(get_one(ctx, sp, 2), -ENOENT);
 	CU_ASSERT_EQUAL(get_one(ctx, sp, 0), 0);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_CSUM_FAIL), 1);
@@ -481,6 +515,21 @@ static int32_t ring_kkeys(struct kring *r, uint8_t op, uint32_t sp, uint32_t fro
 	return ring_kio(r, op, sp, n);
 }
 
+/* KEXISTS or KDELETE with KVMM_KEYS_EACH of keys @from.. (entries at offset 0) */
+static int32_t ring_keach(struct kring *r, uint8_t op, uint32_t sp, uint32_t from, uint32_t n)
+{
+	struct kvmm_kent *e = (void *)r->mem;
+	struct kvmm_sqe *sqe = TEST_SQE(&r->ring);
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		e[i] = (struct kvmm_kent){ .key = key_of(from + i), .res = 12345 };
+	kvmm_prep_rw(sqe, op, 0, 1, 0, n);
+	sqe->arg = sp;
+	sqe->arg2 = KVMM_KEYS_EACH;
+	return test_ring1(&r->ring, NULL);
+}
+
 static void test_keyed_ring(void)
 {
 	struct kvmm_ctx *ctx = host_ctx(64, NULL, NULL);
@@ -510,6 +559,27 @@ static void test_keyed_ring(void)
 	CU_ASSERT_EQUAL(ring_kkeys(&r, KVMM_OP_KEXISTS, (uint32_t)sp, 0, 6), 4);
 	CU_ASSERT_EQUAL(ring_kkeys(&r, KVMM_OP_KDELETE, (uint32_t)sp, 1, 2), 2);
 	CU_ASSERT_EQUAL(ring_kkeys(&r, KVMM_OP_KEXISTS, (uint32_t)sp, 0, 6), 1);
+	/* a result per key */
+	CU_ASSERT_EQUAL(ring_keach(&r, KVMM_OP_KEXISTS, (uint32_t)sp, 0, 5), 2);
+	e = (void *)r.mem;
+	CU_ASSERT(e[0].res == 0 && e[1].res == -ENOENT && e[2].res == -ENOENT &&
+		  e[3].res == 0 && e[4].res == -ENOENT);
+	CU_ASSERT_EQUAL(ring_keach(&r, KVMM_OP_KDELETE, (uint32_t)sp, 3, 2), 1);
+	CU_ASSERT(e[0].res == 0 && e[1].res == -ENOENT);
+	CU_ASSERT_EQUAL(ring_keach(&r, KVMM_OP_KEXISTS, (uint32_t)sp, 3, 1), 0);
+	CU_ASSERT_EQUAL(e[0].res, -ENOENT);
+	ring_ents(&r, 3, 1, true);
+	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 1), 1);	/* back */
+	CU_ASSERT_EQUAL(ring_kkeys(&r, KVMM_OP_KEXISTS, (uint32_t)sp, 3, 1), 1);
+	CU_ASSERT_EQUAL(ring_keach(&r, KVMM_OP_KEXISTS, 77, 0, 1), -EINVAL);
+	{
+		struct kvmm_sqe *sqe = TEST_SQE(&r.ring);
+
+		kvmm_prep_rw(sqe, KVMM_OP_KEXISTS, 0, 1, 0, 1);
+		sqe->arg = (uint32_t)sp;
+		sqe->arg2 = 2;		/* no such flag */
+		CU_ASSERT_EQUAL(test_ring1(&r.ring, NULL), -EINVAL);
+	}
 
 	/* refused whole, nothing done: a value past the buffer, a bad field */
 	e = ring_ents(&r, 10, 2, true);
@@ -644,7 +714,7 @@ static void test_keyed_nvme_restart(void)
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_SPACES), 1);	/* recovered */
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), on_nvme);
 	CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &other), 0);
-	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, other, &k, 1), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, other, &k, 1, NULL), 0);
 	CU_ASSERT_EQUAL(space_of(ctx, 0, VB), sp);	/* the same space, found again */
 	for (i = 0; i < 30; i++) {
 		int r = get_one(ctx, sp, i);
@@ -687,6 +757,49 @@ static void test_keyed_nvme_flip_tear(void)
 	CU_ASSERT(bad >= 40);
 }
 
+/*
+ * A value a get reads from NVMe is not deleted meanwhile: KDELETE with a
+ * result per key says -EBUSY for it, and the get still completes whole.
+ */
+static void test_keyed_nvme_ring_busy(void)
+{
+	const char *path = nvme_file("busy");
+	int hold = 1;
+	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads, .latch_arg = &hold };
+	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
+	uint32_t sp = space_of(ctx, 0, VB);
+	struct kvmm_kent *e;
+	struct kvmm_sqe *sqe;
+	struct kvmm_cqe *cqe;
+	struct kring g, d;
+
+	fill(ctx, sp, 30);
+	kring_init(ctx, &g, 0, 0);
+	kring_init(ctx, &d, 0, 0);
+	e = ring_ents(&g, 0, 1, false);		/* value 0: the oldest, on NVMe */
+	sqe = TEST_SQE(&g.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	CU_ASSERT_EQUAL(ring_keach(&d, KVMM_OP_KDELETE, sp, 0, 2), 1);
+	e = (void *)d.mem;
+	CU_ASSERT_EQUAL(e[0].res, -EBUSY);	/* being read: it stays */
+	CU_ASSERT_EQUAL(e[1].res, 0);
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 1);
+	kvmm_cqe_seen(&g.ring, cqe);
+	e = (void *)g.mem;
+	CU_ASSERT_EQUAL(e[0].res, 0);
+	CU_ASSERT(stamped(g.mem + e[0].off, VB, 0));
+	CU_ASSERT_EQUAL(ring_keach(&d, KVMM_OP_KDELETE, sp, 0, 1), 1);	/* free now */
+	kring_exit(&g);
+	kring_exit(&d);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* Through a ring, a get from NVMe completes later, on the I/O worker. */
 static void test_keyed_nvme_ring(void)
 {
@@ -724,6 +837,7 @@ int register_keyed_suite(void)
 	if (!s)
 		return -1;
 	ADD_TEST(s, test_keyed_roundtrip);
+	ADD_TEST(s, test_keyed_each);
 	ADD_TEST(s, test_keyed_spaces);
 	ADD_TEST(s, test_keyed_pressure);
 	ADD_TEST(s, test_keyed_shares_host_tier);
@@ -736,5 +850,6 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_nvme_restart);
 	ADD_TEST(s, test_keyed_nvme_flip_tear);
 	ADD_TEST(s, test_keyed_nvme_ring);
+	ADD_TEST(s, test_keyed_nvme_ring_busy);
 	return 0;
 }

@@ -293,7 +293,7 @@ static int bench_exists_direct(const struct keyed_opts *o, double *us)
 		uint64_t t0 = now_ns();
 
 		for (i = 0; !ret && i < EXISTS_CALLS; i++)
-			ret = kvmm_keyed_exists(ctx, sp, keys, EXISTS_KEYS) == EXISTS_KEYS ? 0 : -EIO;
+			ret = kvmm_keyed_exists(ctx, sp, keys, EXISTS_KEYS, NULL) == EXISTS_KEYS ? 0 : -EIO;
 		t[r] = (double)(now_ns() - t0) / 1e3 / EXISTS_CALLS;
 	}
 	if (!ret) {

@@ -50,6 +50,7 @@
 #define KVMM_OP_KGET		22	/* arg: space, len struct kvmm_kent; res: values read */
 #define KVMM_OP_KEXISTS		23	/* arg: space, len struct kvmm_key; res: leading hits */
 #define KVMM_OP_KDELETE		24	/* arg: space, len struct kvmm_key; res: values deleted */
+					/* (both: arg2 KVMM_KEYS_EACH, see below) */
 #define KVMM_OP_LAST		25
 
 /*
@@ -161,7 +162,13 @@ struct kvmm_seq_row {
  * that failed its checksum or identity, which is then dropped).  The
  * entry array is read when the command is taken, and its res fields
  * written before the completion; the values are never both read and
- * written in one command.  KEXISTS and KDELETE take an array of keys.
+ * written in one command.  KEXISTS and KDELETE take an array of keys:
+ * KEXISTS answers the run of keys stored from the first on, KDELETE the
+ * values deleted.  With KVMM_KEYS_EACH in arg2 they take struct kvmm_kent
+ * entries instead (off and buf not read) and answer for every key: each
+ * entry's res is 0 (stored; deleted), -ENOENT (not stored) or -EBUSY
+ * (KDELETE: a KGET is reading it, it stays), and res counts the keys
+ * stored, or deleted.
  */
 struct kvmm_key {
 	__u64	lo;
@@ -185,6 +192,10 @@ struct kvmm_kspace_reg {
 };
 
 #define KVMM_KVALUE_MAX		(1ull << 30)
+
+/* KEXISTS and KDELETE flags (arg2) */
+#define KVMM_KEYS_EACH		(1u << 0)	/* struct kvmm_kent in, a result per key */
+#define KVMM_KEYS_FLAGS		KVMM_KEYS_EACH
 
 /*
  * struct kvmm_kent - one value of a KPUT or KGET (32 bytes)

@@ -17,7 +17,7 @@ torch CPU tensors through DLPack), or one 2-D array of ``n`` rows of
 ``value_bytes`` bytes; they are handed to C without a copy.
 """
 import hashlib
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -174,18 +174,53 @@ class KeyedSpace:
 	def exists(self, keys: Any) -> int:
 		"""How many of @keys, from the first on, are stored."""
 		k, n, karr = self._keys(keys)
-		ret = self._ctx._check(lib.kvmm_keyed_exists(self._ctx._c(), self.id, k, n),
+		ret = self._ctx._check(lib.kvmm_keyed_exists(self._ctx._c(), self.id, k, n, ffi.NULL),
 				       "kvmm_keyed_exists")
 		del karr
 		return ret
 
+	def _each(self, fn: Any, name: str, keys: Any) -> np.ndarray:
+		k, n, karr = self._keys(keys)
+		res = np.zeros(n, dtype=np.int32)
+		self._ctx._check(fn(self._ctx._c(), self.id, k, n,
+				    ffi.cast("int32_t *", ffi.from_buffer(res))), name)
+		del karr
+		return res
+
+	def exists_each(self, keys: Any) -> np.ndarray:
+		"""For each of @keys, 0 if it is stored, else -ENOENT (int32 array)."""
+		return self._each(lib.kvmm_keyed_exists, "kvmm_keyed_exists", keys)
+
 	def delete(self, keys: Any) -> int:
 		"""Drop the values of @keys (keys not stored are skipped); return how many went."""
 		k, n, karr = self._keys(keys)
-		ret = self._ctx._check(lib.kvmm_keyed_delete(self._ctx._c(), self.id, k, n),
+		ret = self._ctx._check(lib.kvmm_keyed_delete(self._ctx._c(), self.id, k, n, ffi.NULL),
 				       "kvmm_keyed_delete")
 		del karr
 		return ret
+
+	def delete_each(self, keys: Any) -> np.ndarray:
+		"""Drop the values of @keys: for each, 0 (deleted), -ENOENT (not stored)
+		or -EBUSY (a get through a ring is reading it; it stays)."""
+		return self._each(lib.kvmm_keyed_delete, "kvmm_keyed_delete", keys)
+
+	def info(self) -> Dict[str, Any]:
+		"""What the space holds (kvmm_keyed_info()): values, host_pages,
+		nvme_pages, value_bytes, pages (a value's), ns, model_id, id."""
+		rec = ffi.new("struct kvmm_dump_kspace *")
+		self._ctx._check(lib.kvmm_keyed_info(self._ctx._c(), self.id, rec), "kvmm_keyed_info")
+		return kspace_dict(rec)
+
+	def __len__(self) -> int:
+		"""The values stored in the space, on any tier."""
+		return self.info()["values"]
+
+
+def kspace_dict(rec: Any) -> Dict[str, Any]:
+	"""A struct kvmm_dump_kspace as a dict of its fields."""
+	return {"id": rec.id, "ns": rec.ns, "value_bytes": rec.value_bytes, "pages": rec.pages,
+		"values": rec.values, "host_pages": rec.host_pages, "nvme_pages": rec.nvme_pages,
+		"model_id": ffi.string(rec.model_id).decode(errors="replace")}
 
 
 def kspace_reg(model_id: str, value_bytes: int) -> bytes:

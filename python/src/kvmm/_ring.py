@@ -19,7 +19,7 @@ import numpy as np
 
 from ._core import STAT_NAMES, Stats, ViewOwner, row_slots, tokens_arg
 from ._errors import InvalidArgument, make_error
-from ._keyed import keys_array, kspace_reg, values_arg
+from ._keyed import keys_array, kspace_dict, kspace_reg, values_arg
 from ._kvmm import ffi, lib
 
 __all__ = ["Ring", "Batch", "Pool", "SeqRow", "connect"]
@@ -34,6 +34,11 @@ _NAMES = {lib.KVMM_OP_NOP: "NOP", lib.KVMM_OP_OPEN: "OPEN", lib.KVMM_OP_MATCH: "
 	  lib.KVMM_OP_KSPACE: "KSPACE", lib.KVMM_OP_KPUT: "KPUT", lib.KVMM_OP_KGET: "KGET",
 	  lib.KVMM_OP_KEXISTS: "KEXISTS", lib.KVMM_OP_KDELETE: "KDELETE"}
 _KENT = ffi.sizeof("struct kvmm_kent")
+# struct kvmm_kent as numpy sees it: a batch's entries are filled and read whole
+_KENT_DTYPE = np.dtype([("key", np.uint8, 16), ("off", "<u8"), ("buf", "<u2"),
+			("resv", "<u2"), ("res", "<i4")])
+assert _KENT_DTYPE.itemsize == _KENT
+_DUMP_RECORDS = {lib.KVMM_DUMP_KSPACES: "struct kvmm_dump_kspace"}
 _ROW_HDR = ffi.sizeof("struct kvmm_seq_row")
 
 
@@ -73,8 +78,10 @@ class Batch:
 		self._limit = ring.buf_size if limit is None else limit
 		self.slot = slot	# a posted batch's region of the data area (Ring.post_batch())
 		self._rows: Dict[int, int] = {}	# SEQ_ROW index: its output's offset
-		self._kio: Dict[int, Tuple[int, int, int, int]] = {}	# KPUT/KGET index:
-		# (entries' offset, values' offset, values, value_bytes)
+		self._kio: Dict[int, Tuple[int, Optional[int], int, int]] = {}	# KPUT/KGET ...
+		# index: (entries' offset, values' offset in the data area or None, values,
+		# value_bytes)
+		self._dumps: Dict[int, Tuple[int, int]] = {}	# DUMP index: (offset, kind)
 
 	def _add(self, op: int, **fields: int) -> int:
 		self.ops.append((op, fields))
@@ -173,21 +180,24 @@ class Batch:
 		return self._add(lib.KVMM_OP_KSPACE, ns=ns, buf=0, off=off, len=len(reg))
 
 	def _kentries(self, op: int, space: int, keys: Any, value_bytes: int,
-		      values: Any = None) -> int:
+		      values: Any = None, at: Optional[Tuple[int, Any]] = None) -> int:
 		karr = keys_array(keys)
 		n = karr.shape[0]
 		ents = self._reserve(n * _KENT, align=8)
-		vals = self._reserve(n * value_bytes, align=64)
-		e = ffi.cast("struct kvmm_kent *", self.ring._at(ents))
-		ffi.memmove(e, ffi.new("struct kvmm_kent[]", n), n * _KENT)
-		for i in range(n):
-			ffi.memmove(ffi.addressof(e[i], "key"), karr[i].tobytes(), 16)
-			e[i].off = vals + i * value_bytes
-		if values is not None:	# one copy into the data area: all a server can read
-			ptrs, keep = values_arg(values, n, value_bytes, False)
-			for i in range(n):
-				ffi.memmove(self.ring._at(vals + i * value_bytes), ptrs[i], value_bytes)
-			del keep
+		e = self.ring._kents(ents, n)
+		e["key"], e["resv"], e["res"] = karr, 0, 0
+		if at is None:	# the values in the data area: all a server can read
+			vals = self._reserve(n * value_bytes, align=64)
+			e["buf"], e["off"] = 0, vals + np.arange(n, dtype=np.uint64) * value_bytes
+			if values is not None:
+				ptrs, keep = values_arg(values, n, value_bytes, False)
+				for i in range(n):
+					ffi.memmove(self.ring._at(vals + i * value_bytes), ptrs[i],
+						    value_bytes)
+				del keep
+		else:		# where they are, in a registered buffer: nothing staged
+			vals = None
+			e["buf"], e["off"] = at
 		self._kio[len(self.ops)] = (ents, vals, n, value_bytes)
 		return self._add(op, arg=space, buf=0, off=ents, len=n)
 
@@ -201,38 +211,83 @@ class Batch:
 		NVMe); :meth:`kvalues` copies them out, :meth:`kres` gives each one's result."""
 		return self._kentries(lib.KVMM_OP_KGET, space, keys, value_bytes)
 
-	def _kkeys(self, op: int, space: int, keys: Any) -> int:
+	def kput_at(self, space: int, keys: Any, buf: int, offsets: Any, value_bytes: int) -> int:
+		"""KPUT of values already in registered buffer @buf (:meth:`Ring.register`),
+		value i at byte offsets[i]: nothing is copied on the way (in-process rings)."""
+		return self._kentries(lib.KVMM_OP_KPUT, space, keys, value_bytes, at=(buf, offsets))
+
+	def kget_at(self, space: int, keys: Any, buf: int, offsets: Any, value_bytes: int) -> int:
+		"""KGET straight into registered buffer @buf at byte offsets[i] (see kput_at)."""
+		return self._kentries(lib.KVMM_OP_KGET, space, keys, value_bytes, at=(buf, offsets))
+
+	def _kkeys(self, op: int, space: int, keys: Any, each: bool) -> int:
 		karr = keys_array(keys)
-		off = self._reserve(karr.nbytes, align=8)
-		ffi.memmove(self.ring._at(off), karr.tobytes(), karr.nbytes)
-		return self._add(op, arg=space, buf=0, off=off, len=karr.shape[0])
+		n = karr.shape[0]
+		if not each:
+			off = self._reserve(karr.nbytes, align=8)
+			ffi.memmove(self.ring._at(off), karr.tobytes(), karr.nbytes)
+			return self._add(op, arg=space, buf=0, off=off, len=n)
+		off = self._reserve(n * _KENT, align=8)
+		e = self.ring._kents(off, n)
+		e["key"], e["off"], e["buf"], e["resv"], e["res"] = karr, 0, 0, 0, 0
+		self._kio[len(self.ops)] = (off, None, n, 0)
+		return self._add(op, arg=space, buf=0, off=off, len=n, arg2=lib.KVMM_KEYS_EACH)
 
-	def kexists(self, space: int, keys: Any) -> int:
-		"""KEXISTS: the result is how many of @keys, from the first on, are stored."""
-		return self._kkeys(lib.KVMM_OP_KEXISTS, space, keys)
+	def kexists(self, space: int, keys: Any, each: bool = False) -> int:
+		"""KEXISTS: the result is how many of @keys, from the first on, are stored;
+		@each: how many of them are, and :meth:`kres` says of each (0, -ENOENT)."""
+		return self._kkeys(lib.KVMM_OP_KEXISTS, space, keys, each)
 
-	def kdelete(self, space: int, keys: Any) -> int:
-		"""KDELETE: the result is how many values went."""
-		return self._kkeys(lib.KVMM_OP_KDELETE, space, keys)
+	def kdelete(self, space: int, keys: Any, each: bool = False) -> int:
+		"""KDELETE: the result is how many values went; @each: :meth:`kres` says of
+		each key (0 deleted, -ENOENT not stored, -EBUSY being read)."""
+		return self._kkeys(lib.KVMM_OP_KDELETE, space, keys, each)
 
 	def kres(self, index: int) -> np.ndarray:
-		"""Each value's result (0 or -errno) of the KPUT or KGET at @index (read
-		after the batch completed, before the ring's next batch)."""
+		"""Each value's result (0 or -errno) of the KPUT, KGET, or KEXISTS or
+		KDELETE with each=True, at @index (read after the batch completed,
+		before the ring's next batch)."""
 		ents, _, n, _ = self._kio[index]
-		e = ffi.cast("struct kvmm_kent *", self.ring._at(ents))
-		return np.array([e[i].res for i in range(n)], dtype=np.int32)
+		return self.ring._kents(ents, n)["res"].copy()
 
-	def kvalues(self, index: int, out: Any = None) -> Any:
+	def kvalues(self, index: int, out: Any = None, only_read: bool = False) -> Any:
 		"""The values the KGET at @index read, copied into @out (a new (n,
-		value_bytes) uint8 array by default): one copy out of the data area."""
+		value_bytes) uint8 array by default, or n buffers): one copy out of
+		the data area.  @only_read: leave the rows of values not read as
+		they were."""
 		_, vals, n, vb = self._kio[index]
+		if vals is None:
+			raise ValueError("kvmm: that KGET read into a registered buffer, not the data area")
 		if out is None:
 			out = np.empty((n, vb), dtype=np.uint8)
 		ptrs, keep = values_arg(out, n, vb, True)
+		res = self.kres(index) if only_read else np.zeros(n, dtype=np.int32)
 		for i in range(n):
-			ffi.memmove(ptrs[i], self.ring._at(vals + i * vb), vb)
+			if not res[i]:
+				ffi.memmove(ptrs[i], self.ring._at(vals + i * vb), vb)
 		del keep
 		return out
+
+	def dump(self, kind: int, cursor: int = 0, nbytes: int = 1 << 16) -> int:
+		"""DUMP records of @kind (KVMM_DUMP_*) from @cursor into @nbytes of the
+		data area; :meth:`records` reads them."""
+		off = self._reserve(nbytes, align=8)
+		self._dumps[len(self.ops)] = (off, kind)
+		return self._add(lib.KVMM_OP_DUMP, buf=0, off=off, len=nbytes, arg=kind, arg2=cursor)
+
+	def records(self, index: int) -> Tuple[List[Any], int]:
+		"""The DUMP at @index: (its records as cdata copies, the next cursor or 0)."""
+		off, kind = self._dumps[index]
+		hdr = ffi.cast("struct kvmm_dump_hdr *", self.ring._at(off))
+		ctype = _DUMP_RECORDS[kind]
+		size = ffi.sizeof(ctype)
+		recs = []
+		for i in range(hdr.nr):
+			rec = ffi.new(ctype + " *")
+			ffi.memmove(rec, self.ring._at(off + ffi.sizeof(hdr[0]) + i * hdr.rec_size),
+				    min(size, hdr.rec_size))
+			recs.append(rec)
+		return recs, hdr.next
 
 	def row(self, index: int) -> SeqRow:
 		"""The row the SEQ_ROW at @index wrote (read before the ring's next batch)."""
@@ -463,6 +518,44 @@ class Ring:
 	def _at(self, off: int) -> Any:
 		"""A char * at byte @off of the data area."""
 		return ffi.cast("char *", self._r.buf) + off
+
+	def _kents(self, off: int, n: int) -> np.ndarray:
+		"""The n struct kvmm_kent at byte @off of the data area, as a numpy view."""
+		return np.frombuffer(ffi.buffer(self._at(off), n * _KENT), dtype=_KENT_DTYPE)
+
+	def register(self, buffers: List[Any]) -> None:
+		"""Name memory that commands may refer to as buffer 1, 2, ... (in order;
+		kvmm_ring_register_buffers(), in-process rings only: raises
+		kvmm.Error EOPNOTSUPP across processes).  Each is a writable buffer
+		object, kept alive until the next call, or an (address, length) pair
+		the caller keeps valid.  Replaces the earlier set."""
+		iov = ffi.new("struct kvmm_iovec[]", max(len(buffers), 1))
+		keep = []
+		for i, b in enumerate(buffers):
+			if isinstance(b, tuple):
+				iov[i].base, iov[i].len = ffi.cast("void *", b[0]), b[1]
+			else:
+				cb = ffi.from_buffer("char[]", b, require_writable=True)
+				keep.append(cb)
+				iov[i].base, iov[i].len = cb, len(cb)
+		ret = lib.kvmm_ring_register_buffers(self._ring(), iov, len(buffers))
+		if ret < 0:
+			raise make_error(ret, "kvmm_ring_register_buffers")
+		self._registered = keep
+
+	def kspaces(self, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+		"""Every keyed space of the context (DUMP KVMM_DUMP_KSPACES; a ring bound
+		to a namespace may not: kvmm.Error EPERM), as dicts of its fields."""
+		out: List[Dict[str, Any]] = []
+		cursor = 0
+		while True:
+			b = self.batch()
+			i = b.dump(lib.KVMM_DUMP_KSPACES, cursor, min(self.buf_size, 1 << 16) // 8 * 8)
+			self.submit(b, timeout)
+			recs, cursor = b.records(i)
+			out.extend(kspace_dict(r) for r in recs)
+			if not cursor:
+				return out
 
 	def stats(self, timeout: Optional[float] = None) -> Any:
 		"""The context's statistics through the ring (STATS), as :class:`kvmm.Stats`."""
