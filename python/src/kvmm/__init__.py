@@ -21,6 +21,7 @@ from ._errors import Busy, Error, InvalidArgument, NoSpace, OutOfMemory, error_c
 from ._keyed import KeyedSpace, key_of, keys_array
 from ._kvmm import lib as _lib
 from ._ring import Batch, Pool, Ring, SeqRow, connect
+from ._store import Completion, KeyedStore
 
 EXTEND_RESERVE: int = _lib.KVMM_EXTEND_RESERVE
 EXTEND_NORECLAIM: int = _lib.KVMM_EXTEND_NORECLAIM
@@ -31,7 +32,7 @@ CQE_F_LOWER: int = _lib.KVMM_CQE_F_LOWER
 
 __version__ = "0.2.0"
 __all__ = ["Ring", "Batch", "Pool", "SeqRow", "DeviceArray", "connect", "Context", "Sequence", "SeqInfo", "Stats", "STAT_NAMES", "default_params",
-	   "KeyedSpace", "key_of", "keys_array",
+	   "KeyedSpace", "key_of", "keys_array", "KeyedStore", "Completion",
 	   "Error", "InvalidArgument", "NoSpace", "Busy", "OutOfMemory", "error_class",
 	   "EXTEND_RESERVE", "EXTEND_NORECLAIM", "WRITE_BACK", "WRITE_THROUGH",
 	   "NVME_REFORMAT", "CQE_F_LOWER"]

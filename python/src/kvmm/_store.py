@@ -1,0 +1,375 @@
+# SPDX-License-Identifier: MIT
+"""What the engine adapters share: the keyed page store served off the caller's thread.
+
+An engine's offloading interface (vLLM's secondary tier, LMCache's native
+connector) submits batches of puts and gets and must not wait for them.
+:class:`KeyedStore` takes a batch, runs it on one of its worker threads
+through a command ring of that thread's own, and queues its completion;
+an eventfd (:attr:`KeyedStore.event_fd`) is readable while completions
+wait to be taken.
+
+The store is either in this process (a :class:`kvmm.Context` made for it:
+host tier, optionally NVMe; values go in and out of the caller's memory
+with no copy besides the store's own) or kvmmd's (``socket``: every
+engine process that connects shares its host and NVMe tiers; values cross
+through each ring's data area, one copy each way).  Values of one size
+share a space (ns, model_id, value_bytes); a batch of mixed sizes is
+split per space.
+"""
+import collections
+import errno
+import os
+import queue
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._core import Context
+from ._keyed import keys_array
+from ._kvmm import ffi
+from ._ring import Ring, connect
+
+__all__ = ["KeyedStore", "Completion"]
+
+# Entries a KPUT/KGET/KEXISTS/KDELETE may carry (KVMM_KIO_MAX in the C core)
+_KIO_MAX = 4096
+_ENTRY = ffi.sizeof("struct kvmm_kent")
+
+
+class Completion:
+	"""One batch done: @tag as submitted, @res an int32 array (0 or -errno per
+	key), @error a message when the batch failed as a whole ('' otherwise),
+	@nbytes of values moved, @seconds it took from submit."""
+
+	__slots__ = ("tag", "op", "res", "error", "nbytes", "seconds")
+
+	def __init__(self, tag: Any, op: str, res: np.ndarray, error: str, nbytes: int,
+		     seconds: float) -> None:
+		self.tag, self.op, self.res, self.error = tag, op, res, error
+		self.nbytes, self.seconds = nbytes, seconds
+
+	@property
+	def ok(self) -> bool:
+		"""Every key succeeded (stored, read, found, deleted)."""
+		return not self.error and not self.res.any()
+
+
+class _Job:
+	__slots__ = ("tag", "op", "keys", "bufs", "t0")
+
+	def __init__(self, tag: Any, op: str, keys: np.ndarray, bufs: Optional[List[memoryview]]):
+		self.tag, self.op, self.keys, self.bufs = tag, op, keys, bufs
+		self.t0 = time.monotonic()
+
+
+def _byte_view(obj: Any, writable: bool) -> memoryview:
+	mv = obj if isinstance(obj, memoryview) else memoryview(obj)
+	if not mv.c_contiguous:
+		raise ValueError("kvmm: a value must be C-contiguous")
+	if writable and mv.readonly:
+		raise ValueError("kvmm: a value to read into must be writable")
+	return mv.cast("B") if mv.ndim != 1 or mv.format not in ("B", "b", "c") else mv
+
+
+class KeyedStore:
+	"""The keyed page store for an engine adapter (see the module's docstring).
+
+	@model_id: the identity of the model whose KV the values are; a value is
+	only ever served under the identity it was stored with.  @socket: kvmmd's
+	socket (shared store); None: a store in this process, of @host_bytes of
+	host memory and, with @nvme_path, @nvme_bytes of that file, cut in pages
+	of @page_bytes.  @ns: the namespace (a tenant's; through kvmmd the ring
+	is bound to it).  @threads: worker threads (rings).  @ring_bytes: each
+	ring's data area through kvmmd (values cross it; a batch larger is split).
+	"""
+
+	def __init__(self, model_id: str, socket: Optional[str] = None, ns: Optional[int] = None,
+		     host_bytes: int = 1 << 30, nvme_path: Optional[str] = None,
+		     nvme_bytes: int = 0, page_bytes: int = 1 << 16, threads: int = 2,
+		     ring_bytes: int = 64 << 20, connect_timeout: float = 10.0) -> None:
+		if not model_id:
+			raise ValueError("kvmm: model_id must name the model (and its revision)")
+		if threads < 1:
+			raise ValueError(f"kvmm: threads = {threads}; at least 1")
+		self.model_id, self.socket, self.ns = model_id, socket, ns or 0
+		self._ctx: Optional[Context] = None
+		if socket is None:
+			if page_bytes < 64 or page_bytes & (page_bytes - 1):
+				raise ValueError(f"kvmm: page_bytes = {page_bytes}: a power of two >= 64")
+			if host_bytes < page_bytes:
+				raise ValueError(f"kvmm: host_bytes = {host_bytes}: at least a page "
+						 f"({page_bytes})")
+			# pages of 4 tokens (a value's key takes 4 token words of its node:
+			# a page of 4 holds the smallest value in one page) of K and V
+			params: Dict[str, Any] = dict(
+				layers=1, kv_heads=1, head_dim=page_bytes // 8, dtype_bytes=1,
+				page_size=4, nr_pages=16, max_seqs=1, max_seq_len=64,
+				host_pages=host_bytes // page_bytes, model_id=model_id)
+			if nvme_path:
+				params.update(nvme_path=nvme_path, nvme_pages=nvme_bytes // page_bytes)
+			self._ctx = Context(**params)
+			self._open: Callable[[], Ring] = lambda: self._ctx.ring(  # type: ignore
+				sq_entries=64, buf_size=1 << 20)
+		else:
+			self._open = lambda: connect(socket, sq_entries=64, buf_size=ring_bytes,
+						     timeout=connect_timeout, ns=ns)
+		self.local = socket is None
+		self._lock = threading.RLock()		# the control ring, the spaces
+		self._spaces: Dict[int, int] = {}	# value_bytes: space id
+		self._looked_for_spaces = 0.0
+		self._ctl = self._open()
+		self._q: "queue.SimpleQueue[Optional[_Job]]" = queue.SimpleQueue()
+		self._done: Deque[Completion] = collections.deque()
+		self._cv = threading.Condition()
+		self._inflight = 0
+		self._closed = False
+		self.event_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+		self._rings: List[Ring] = []
+		self._threads: List[threading.Thread] = []
+		try:
+			for i in range(threads):
+				self._rings.append(self._open())
+		except BaseException:
+			self._close_rings()
+			raise
+		for i in range(threads):
+			t = threading.Thread(target=self._worker, args=(self._rings[i],),
+					     name=f"kvmm-store-{i}", daemon=True)
+			t.start()
+			self._threads.append(t)
+
+	# ---- spaces ----
+	def space(self, value_bytes: int) -> int:
+		"""The id of this store's space of @value_bytes-byte values (made on first use)."""
+		sp = self._spaces.get(value_bytes)
+		if sp is not None:
+			return sp
+		with self._lock:
+			if value_bytes not in self._spaces:
+				b = self._ctl.batch()
+				b.kspace(self.model_id, value_bytes, self.ns)
+				self._spaces[value_bytes] = self._ctl.submit(b)[0]
+			return self._spaces[value_bytes]
+
+	def known_sizes(self, refresh_after: float = 1.0) -> List[int]:
+		"""The value sizes this model has spaces of: this store's, and (looked
+		up at most every @refresh_after seconds) those other clients made."""
+		now = time.monotonic()
+		if now - self._looked_for_spaces >= refresh_after:
+			self._looked_for_spaces = now
+			for rec in self._list_spaces():
+				if rec["model_id"] == self.model_id and rec["ns"] == self.ns:
+					self._spaces.setdefault(rec["value_bytes"], rec["id"])
+		return list(self._spaces)
+
+	def _list_spaces(self) -> List[Dict[str, Any]]:
+		if self.ns and not self.local:	# a bound ring may not list the context's spaces
+			return []
+		with self._lock:
+			return self._ctl.kspaces()
+
+	def values(self, value_bytes: int) -> int:
+		"""Values stored in the space of @value_bytes, on any tier."""
+		sp = self.space(value_bytes)
+		return next((r["values"] for r in self._list_spaces() if r["id"] == sp), 0)
+
+	def stats(self) -> Any:
+		"""The store's context's statistics (:class:`kvmm.Stats`: keyed_values,
+		keyed_host_pages, keyed_nvme_pages, ...)."""
+		with self._lock:
+			return self._ctl.stats()
+
+	# ---- now, on the caller's thread (short: no values move) ----
+	def exists_now(self, value_bytes: int, keys: Any) -> np.ndarray:
+		"""For each of @keys, 0 if a value of @value_bytes is stored under it,
+		else -ENOENT (KEXISTS, each key answered)."""
+		karr = keys_array(keys)
+		sp = self.space(value_bytes)
+		with self._lock:
+			return self._keys_cmd(self._ctl, "exists", sp, karr)
+
+	def put_now(self, keys: Any, values: Sequence[Any]) -> np.ndarray:
+		"""Store @values under @keys on the caller's thread; each one's result."""
+		job = _Job(None, "put", keys_array(keys), [_byte_view(v, False) for v in values])
+		with self._lock:
+			return self._run(self._ctl, job)
+
+	# ---- batches, off the caller's thread ----
+	def submit(self, tag: Any, op: str, keys: Any, bufs: Optional[Sequence[Any]] = None) -> None:
+		"""Queue a batch: @op "put" (bufs: the values), "get" (bufs: where
+		they go, each exactly a stored value's size), "exists" or "delete"
+		(no bufs).  Its :class:`Completion` comes back with @tag; the buffers
+		must stay valid until then."""
+		if op not in ("put", "get", "exists", "delete"):
+			raise ValueError(f"kvmm: no such keyed operation {op!r}")
+		karr = keys_array(keys)
+		views = None
+		if op in ("put", "get"):
+			if bufs is None or len(bufs) != karr.shape[0]:
+				raise ValueError(f"kvmm: {op} of {karr.shape[0]} keys needs as many buffers")
+			views = [_byte_view(b, op == "get") for b in bufs]
+			if any(v.nbytes == 0 for v in views):
+				raise ValueError("kvmm: an empty value")
+		job = _Job(tag, op, karr, views)
+		with self._cv:
+			if self._closed:
+				raise ValueError("kvmm: the store is closed")
+			self._inflight += 1
+		if not karr.shape[0]:	# nothing to do: complete now, successfully
+			self._complete(job, np.zeros(0, dtype=np.int32), "", 0)
+			return
+		self._q.put(job)
+
+	def take(self) -> List[Completion]:
+		"""Every completion there is (and the event fd read back to quiet)."""
+		try:
+			os.eventfd_read(self.event_fd)
+		except BlockingIOError:
+			pass
+		out = []
+		while self._done:
+			out.append(self._done.popleft())
+		return out
+
+	@property
+	def pending(self) -> int:
+		"""Batches submitted and not yet complete."""
+		return self._inflight
+
+	def drain(self, timeout: Optional[float] = None) -> bool:
+		"""Wait until every batch submitted so far is complete (then take()
+		has them all); False if @timeout passed first."""
+		with self._cv:
+			return self._cv.wait_for(lambda: self._inflight == 0, timeout)
+
+	def close(self) -> None:
+		"""Finish the batches running, fail the queued ones (-ECANCELED), stop
+		the threads, detach.  Idempotent."""
+		with self._cv:
+			if self._closed:
+				return
+			self._closed = True
+		for _ in self._threads:
+			self._q.put(None)
+		for t in self._threads:
+			t.join()
+		self._close_rings()
+		if self._ctx is not None:
+			self._ctx.close()
+			self._ctx = None
+		os.close(self.event_fd)
+
+	def _close_rings(self) -> None:
+		for r in self._rings + [self._ctl]:
+			r.close()
+
+	def __enter__(self) -> "KeyedStore":
+		return self
+
+	def __exit__(self, *exc: Any) -> None:
+		self.close()
+
+	# ---- the workers ----
+	def _worker(self, ring: Ring) -> None:
+		while True:
+			job = self._q.get()
+			if job is None:
+				return
+			if self._closed:
+				res = np.full(job.keys.shape[0], -errno.ECANCELED, dtype=np.int32)
+				self._complete(job, res, "kvmm: the store was closed first", 0)
+				continue
+			try:
+				res = self._run(ring, job)
+				err = ""
+			except Exception as e:	# the ring failed (kvmmd gone ...): the batch did
+				res = np.full(job.keys.shape[0], -errno.EIO, dtype=np.int32)
+				err = f"kvmm: {type(e).__name__}: {e}"
+			nbytes = sum(v.nbytes for v, r in zip(job.bufs, res) if not r) if job.bufs else 0
+			self._complete(job, res, err, nbytes)
+
+	def _complete(self, job: _Job, res: np.ndarray, err: str, nbytes: int) -> None:
+		self._done.append(Completion(job.tag, job.op, res, err, nbytes,
+					     time.monotonic() - job.t0))
+		os.eventfd_write(self.event_fd, 1)
+		with self._cv:
+			self._inflight -= 1
+			self._cv.notify_all()
+
+	def _run(self, ring: Ring, job: _Job) -> np.ndarray:
+		"""Run @job on @ring; each key's result."""
+		n = job.keys.shape[0]
+		res = np.zeros(n, dtype=np.int32)
+		if job.op in ("exists", "delete"):
+			sizes = self.known_sizes()
+			res[:] = -errno.ENOENT
+			for vb in sizes:	# a key is one space's at most, in practice
+				r = self._keys_cmd(ring, job.op, self._spaces[vb], job.keys)
+				res[r != -errno.ENOENT] = r[r != -errno.ENOENT]
+			return res
+		assert job.bufs is not None
+		groups: Dict[int, List[int]] = collections.defaultdict(list)
+		for i, v in enumerate(job.bufs):
+			groups[v.nbytes].append(i)
+		for vb, idx in groups.items():
+			sp = self.space(vb)
+			sel = np.asarray(idx)
+			res[sel] = self._values_cmd(ring, job.op, sp, vb, job.keys[sel],
+						    [job.bufs[i] for i in idx])
+		return res
+
+	def _keys_cmd(self, ring: Ring, op: str, sp: int, keys: np.ndarray) -> np.ndarray:
+		out = []
+		for s in range(0, keys.shape[0], _KIO_MAX):
+			b = ring.batch()
+			i = (b.kexists if op == "exists" else b.kdelete)(sp, keys[s:s + _KIO_MAX], each=True)
+			ring.submit(b)
+			out.append(b.kres(i))
+		return np.concatenate(out) if out else np.zeros(0, dtype=np.int32)
+
+	def _values_cmd(self, ring: Ring, op: str, sp: int, vb: int, keys: np.ndarray,
+			bufs: List[memoryview]) -> np.ndarray:
+		"""KPUT or KGET of values of @vb bytes, as many per command as fit."""
+		if self.local:
+			return self._values_local(ring, op, sp, vb, keys, bufs)
+		# through kvmmd: the values cross the data area, a part at a time
+		per = max(1, min(_KIO_MAX, (ring.buf_size - 128) // (vb + _ENTRY + 64)))
+		if vb + _ENTRY + 128 > ring.buf_size:
+			raise ValueError(f"kvmm: a value of {vb} bytes does not fit the ring's "
+					 f"{ring.buf_size}-byte data area (ring_bytes)")
+		out = []
+		for s in range(0, len(bufs), per):
+			part = bufs[s:s + per]
+			b = ring.batch()
+			if op == "put":
+				i = b.kput(sp, keys[s:s + per], part, vb)
+			else:
+				i = b.kget(sp, keys[s:s + per], vb)
+			ring.submit(b)
+			r = b.kres(i)
+			if op == "get":
+				b.kvalues(i, part, only_read=True)
+			out.append(r)
+		return np.concatenate(out)
+
+	def _values_local(self, ring: Ring, op: str, sp: int, vb: int, keys: np.ndarray,
+			  bufs: List[memoryview]) -> np.ndarray:
+		"""In-process: register the span of the caller's memory the values lie
+		in as buffer 1, and name each value by its offset there."""
+		out = []
+		for s in range(0, len(bufs), _KIO_MAX):
+			part = bufs[s:s + _KIO_MAX]
+			holds = [ffi.from_buffer("char[]", mv, require_writable=(op == "get"))
+				 for mv in part]
+			addrs = np.array([int(ffi.cast("uintptr_t", h)) for h in holds], dtype=np.uint64)
+			lo = int(addrs.min())
+			ring.register([(lo, int(addrs.max()) + vb - lo)])
+			b = ring.batch()
+			fn = b.kput_at if op == "put" else b.kget_at
+			i = fn(sp, keys[s:s + _KIO_MAX], 1, addrs - np.uint64(lo), vb)
+			ring.submit(b)
+			out.append(b.kres(i))
+			del holds
+		return np.concatenate(out)
