@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: MIT
+"""kvmm.vllm.KvmmSecondaryTier under vLLM 0.33's own types, beyond vLLM's tests:
+bytes back as stored (batches of 0 to 5 blocks of 2 MiB), RETRY while a
+store is in flight, partial promotion failure, two engine processes
+sharing through kvmmd, and kvmmd restarted on its NVMe file.
+
+Run by tests/engines/run.sh in the vLLM environment (vLLM's sdist source on
+PYTHONPATH, python/tests for the kvmmd helper).
+"""
+import multiprocessing
+import time
+from unittest.mock import MagicMock
+
+import numpy as np
+import pytest
+
+from kvmmd import running
+from vllm.v1.kv_offload.base import LookupResult, ReqContext
+from vllm.v1.kv_offload.tiering.base import TransferJob
+
+from kvmm.vllm import KvmmSecondaryTier
+
+BLOCK = 2 << 20			# 16 tokens of an 8B model's KV, as vLLM's blocks are
+ROWS = 12
+CTX = ReqContext(req_id="kvmm")
+
+
+def primary(seed=None):
+	rows = np.zeros((ROWS, BLOCK), dtype=np.uint8)
+	if seed is not None:
+		rows[:] = np.random.default_rng(seed).integers(0, 256, rows.shape, dtype=np.uint8)
+	return rows
+
+
+def tier(rows, **kw):
+	kw.setdefault("host_bytes", 64 << 20)
+	return KvmmSecondaryTier(MagicMock(), memoryview(rows), "kvmm", model_id="llama-test@1",
+				 **kw)
+
+
+def key(n):
+	return n.to_bytes(8, "big") + b"\x00" * 4	# vLLM's keys: block hash + group
+
+
+def job(jid, keys, ids, promotion=False):
+	return TransferJob(job_id=jid, keys=keys, chunk_ids=np.asarray(ids, dtype=np.int64),
+			   is_promotion=promotion, req_context=CTX)
+
+
+def finished(t):
+	t.drain_jobs()
+	return list(t.get_finished_jobs())
+
+
+def kvmmd_args(tmp_path, nvme="nvme", extra=()):
+	# 64 KiB pages (4 tokens of 16 KiB), 64 MiB of host tier, 256 MiB of NVMe
+	return ["--page-size", "4", "--pages", "16", "--layers", "1", "--kv-heads", "1",
+		"--head-dim", "2048", "--dtype-bytes", "4", "--host-pages", "1024",
+		"--nvme-pages", "4096", "--nvme-file", str(tmp_path / nvme),
+		"--model-id", "vllm-tests", *extra]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5])
+@pytest.mark.parametrize("where", ["in-process", "kvmmd"])
+def test_blocks_come_back_byte_for_byte(n, where, tmp_path):
+	rows = primary(seed=n)
+	want = rows[:n].copy()
+	with running(tmp_path / "k.sock", kvmmd_args(tmp_path)) as (_, sock):
+		t = tier(rows, **({"socket": sock} if where == "kvmmd" else {}))
+		keys = [key(i) for i in range(n)]
+		t.submit_store(job(1, keys, range(n)))
+		(r,) = finished(t)
+		assert r.job_id == 1 and r.success and r.transfer_bytes == n * BLOCK
+		rows[:] = 0
+		t.submit_load(job(2, keys, range(ROWS - n, ROWS), promotion=True))
+		(r,) = finished(t)
+		assert r.success and r.successful_keys is None
+		assert np.array_equal(rows[ROWS - n:], want)
+		assert [t.lookup(k, CTX) for k in keys] == [LookupResult.HIT] * n
+		t.shutdown()
+
+
+def test_retry_while_stored_then_hit():
+	rows = primary(seed=1)
+	t = tier(rows)
+	t.submit_store(job(1, [key(1)], [0]))
+	assert t.lookup(key(1), CTX) is LookupResult.RETRY	# until the job is reaped
+	assert [r.success for r in finished(t)] == [True]
+	assert t.lookup(key(1), CTX) is LookupResult.HIT
+	assert t.lookup(key(2), CTX) is LookupResult.MISS
+	t.shutdown()
+
+
+def test_partial_promotion_names_the_blocks_loaded():
+	rows = primary(seed=2)
+	t = tier(rows)
+	t.submit_store(job(1, [key(1), key(3)], [1, 3]))
+	assert finished(t)[0].success
+	t.submit_load(job(2, [key(1), key(2), key(3)], [5, 6, 7], promotion=True))
+	(r,) = finished(t)
+	assert not r.success and list(r.successful_keys) == [key(1), key(3)]
+	assert np.array_equal(rows[5], rows[1]) and np.array_equal(rows[7], rows[3])
+	t.submit_load(job(3, [key(2)], [8], promotion=False))
+	(r,) = finished(t)
+	assert not r.success and r.successful_keys is None
+	t.shutdown()
+
+
+def test_full_tier_evicts_and_says_what_failed():
+	rows = primary(seed=3)
+	t = tier(rows, host_bytes=4 * BLOCK)			# room for 4 blocks
+	for i in range(ROWS):
+		t.submit_store(job(i, [key(100 + i)], [i]))
+	assert all(r.success for r in finished(t))		# the oldest made room
+	hits = [t.lookup(key(100 + i), CTX) for i in range(ROWS)]
+	assert 1 <= hits.count(LookupResult.HIT) <= 4 and hits[-1] is LookupResult.HIT
+	t.shutdown()
+
+
+def _engine_a(sock, seed):
+	rows = primary(seed)
+	t = tier(rows, socket=sock)
+	t.submit_store(job(1, [key(i) for i in range(4)], range(4)))
+	ok = finished(t)[0].success
+	t.shutdown()
+	return ok
+
+
+def test_two_engines_share_through_kvmmd(tmp_path):
+	with running(tmp_path / "k.sock", kvmmd_args(tmp_path)) as (_, sock):
+		with multiprocessing.get_context("spawn").Pool(1) as pool:
+			assert pool.apply(_engine_a, (sock, 7))
+		want = primary(7)[:4]
+		rows = primary()
+		t = tier(rows, socket=sock)
+		keys = [key(i) for i in range(4)]
+		assert [t.lookup(k, CTX) for k in keys] == [LookupResult.HIT] * 4
+		t.submit_load(job(2, keys, range(8, 12), promotion=True))
+		assert finished(t)[0].success
+		assert np.array_equal(rows[8:12], want)
+		t.shutdown()
+
+
+def test_kvmmd_restarted_on_its_nvme_file(tmp_path):
+	# host watermarks at the whole tier: everything goes down to NVMe at once
+	args = kvmmd_args(tmp_path, extra=("--host-wmark-low", "1024", "--host-wmark-high", "1024"))
+	rows = primary(seed=9)
+	with running(tmp_path / "k1.sock", args) as (proc, sock):
+		t = tier(rows, socket=sock)
+		t.submit_store(job(1, [key(i) for i in range(3)], range(3)))
+		assert finished(t)[0].success
+		deadline = time.monotonic() + 20
+		while t._store.stats().keyed_nvme_pages < 3 * 32 and time.monotonic() < deadline:
+			time.sleep(0.02)
+		t.shutdown()
+		proc.kill()				# no clean shutdown
+		proc.wait()
+	with running(tmp_path / "k2.sock", args) as (_, sock):
+		out = primary()
+		t = tier(out, socket=sock)
+		keys = [key(i) for i in range(3)]
+		assert [t.lookup(k, CTX) for k in keys] == [LookupResult.HIT] * 3
+		t.submit_load(job(2, keys, [9, 10, 11], promotion=True))
+		assert finished(t)[0].success
+		assert np.array_equal(out[9:12], rows[:3])
+		t.shutdown()
