@@ -235,6 +235,12 @@ struct kvmm_store_key {
 
 #define KVMM_STORE_KEY_KEYED	(1u << 0)	/* a page of a keyed value */
 
+/* Where a read page's bytes go as well (struct kvmm_store_ops.read's @to) */
+struct kvmm_store_to {
+	void *dst;
+	uint64_t len;
+};
+
 /**
  * struct kvmm_store_ops - the bytes of a lower tier's pages
  * @name: what selects it
@@ -259,7 +265,10 @@ struct kvmm_store_key {
  *	the call can be trusted
  * @read: read pages @pfns and check them against @keys (identity) and
  *	their checksums; set @dst[i] to page i's bytes, valid until the next
- *	call on channel @chan.  Return the number of leading pages that read
+ *	call on channel @chan.  With @to, page i's first @to[i].len bytes are
+ *	also copied to @to[i].dst as it lands, while the other reads are in
+ *	flight, its checksum taken in the same pass (a page that fails leaves
+ *	its @to bytes not to be used).  Return the number of leading pages that read
  *	and verified; a store may stop early at its batch size, with *@err 0;
  *	otherwise *@err says why page [return] failed: -EBADMSG (it does not
  *	verify) or the I/O error.  Channel 0 is called under the context
@@ -287,7 +296,8 @@ struct kvmm_store_ops {
 	int (*write)(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
 		     void *const *src, const struct kvmm_store_key *keys);
 	uint32_t (*read)(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
-			 const struct kvmm_store_key *keys, void **dst, int *err);
+			 const struct kvmm_store_key *keys, const struct kvmm_store_to *to,
+			 void **dst, int *err);
 	int (*recover)(void *priv,
 		       int (*fn)(void *arg, uint32_t pfn,
 				 const struct kvmm_store_key *key, uint64_t seq),

@@ -119,6 +119,7 @@ struct kjob_val {
  * @keys: get: per page read from an I/O store, its identity
  * @page_val: get: per page read from an I/O store, the value it is of
  * @addrs: get: per page, where the store's read put it
+ * @to: get: per page read from an I/O store, where its bytes go
  * @io: a value is read from an I/O store: the worker's kind of job
  */
 struct kvmm_kjob {
@@ -135,6 +136,7 @@ struct kvmm_kjob {
 	struct kvmm_store_key *keys;
 	uint32_t *page_val;
 	void **addrs;
+	struct kvmm_store_to *to;
 	bool io;
 };
 
@@ -483,8 +485,8 @@ int kvmm_keyed_recover(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t *fp,
 static size_t kjob_bytes(uint32_t n, uint32_t pages)
 {
 	return sizeof(struct kvmm_kjob) + n * sizeof(struct kjob_val) +
-	       (size_t)n * pages * (sizeof(struct kvmm_store_key) + sizeof(void *) +
-				    sizeof(int32_t) + sizeof(uint32_t));
+	       (size_t)n * pages * (sizeof(struct kvmm_store_key) + sizeof(struct kvmm_store_to) +
+				    sizeof(void *) + sizeof(int32_t) + sizeof(uint32_t));
 }
 
 static void kjob_free(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
@@ -506,7 +508,8 @@ static struct kvmm_kjob *kjob_alloc(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
 	job->n = n;
 	job->vals = (struct kjob_val *)(job + 1);
 	job->keys = (struct kvmm_store_key *)(job->vals + n);
-	job->addrs = (void **)(job->keys + pages);
+	job->to = (struct kvmm_store_to *)(job->keys + pages);
+	job->addrs = (void **)(job->to + pages);
 	job->pfns = (int32_t *)(job->addrs + pages);
 	job->page_val = (uint32_t *)(job->pfns + pages);
 	list_add_tail(&job->link, &ctx->kjobs);
@@ -632,7 +635,8 @@ static int copy_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val
 /*
  * Read the job's values that are on I/O store @tier, all of them in as
  * few reads as the store takes (its queue depth at a time, not one value
- * after the other), each page copied to its value's bytes as it comes.
+ * after the other), each page copied to its value's bytes by the store as
+ * it lands, checksummed in the same pass, while the others are in flight.
  * A page that fails fails its value, whose other pages are skipped.
  */
 static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t tier,
@@ -653,17 +657,20 @@ static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
 		nr = node->len >> ctx->page_shift;
 		kvmm_keyed_store_keys(ctx, node, job->keys + k);
 		memcpy(job->pfns + k, node->pfns, nr * sizeof(int32_t));
-		for (j = 0; j < nr; j++)
+		for (j = 0; j < nr; j++) {
+			uint64_t at = (uint64_t)j * pb, vb = job->space->value_bytes;
+
 			job->page_val[k + j] = i;
+			job->to[k + j] = (struct kvmm_store_to){
+				.dst = (char *)job->vals[i].buf + at,
+				.len = vb - at < pb ? vb - at : pb };
+		}
 		k += nr;
 	}
 	for (done = 0; done < k; ) {
 		err = 0;
 		got = ops->read(priv, chan, job->pfns + done, k - done, job->keys + done,
-				job->addrs, &err);
-		for (j = 0; j < got; j++)
-			copy_pages_out(job->space, pb, job->addrs + j, job->keys[done + j].index,
-				       1, job->vals[job->page_val[done + j]].buf);
+				job->to + done, job->addrs, &err);
 		done += got;
 		if (!err && got)
 			continue;

@@ -194,7 +194,7 @@ static int copy_up(struct kvmm_ctx *ctx, struct kvmm_migrate *job,
 	}
 	for (done = 0; done < pn->nr && !ret; done += got) {
 		got = ops->read(priv, chan, src + done, pn->nr - done,
-				job->keys + pn->first + done, job->addrs, &err);
+				job->keys + pn->first + done, NULL, job->addrs, &err);
 		if (got)
 			ret = b->scatter(ctx->backend_priv, dst + done, got, job->addrs);
 		if (!ret && err)

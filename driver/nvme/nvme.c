@@ -501,6 +501,7 @@ static int nvme_write(void *priv, uint32_t chan, const int32_t *pfns, uint32_t n
 struct nvme_rd {
 	const int32_t *pfns;
 	const struct kvmm_store_key *keys;	/* a read checks each page against */
+	const struct kvmm_store_to *to;		/* and copies it to, when not NULL */
 	uint32_t first;
 	uint32_t n, next;
 	uint32_t len;
@@ -544,20 +545,32 @@ static void read_done(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slot
 {
 	const struct nvme_rd *rd = arg;
 	const struct nvme_slot_hdr *h = (void *)slot_buf(ns, ch, slot);
+	const void *data = slot_buf(ns, ch, slot) + ns->data_off;
+	uint64_t csum;
 
-	if (!ch->io[slot].res &&
-	    (!hdr_is(ns, h, &rd->keys[slot]) ||
-	     kvmm_csum(slot_buf(ns, ch, slot) + ns->data_off, ns->page_bytes) != h->data_csum))
+	if (ch->io[slot].res)
+		return;
+	if (!hdr_is(ns, h, &rd->keys[slot])) {
+		ch->io[slot].res = -EBADMSG;
+		return;
+	}
+	if (rd->to)	/* the copy and the check in one pass, the rest in flight */
+		csum = kvmm_csum_copy_out(rd->to[slot].dst, data, rd->to[slot].len,
+					  ns->page_bytes);
+	else
+		csum = kvmm_csum(data, ns->page_bytes);
+	if (csum != h->data_csum)
 		ch->io[slot].res = -EBADMSG;
 }
 
 
 static uint32_t nvme_read(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
-			  const struct kvmm_store_key *keys, void **dst, int *err)
+			  const struct kvmm_store_key *keys, const struct kvmm_store_to *to,
+			  void **dst, int *err)
 {
 	struct nvme_store *ns = priv;
 	struct nvme_chan *ch = chan_get(ns, chan, err);
-	struct nvme_rd rd = { .pfns = pfns, .keys = keys,
+	struct nvme_rd rd = { .pfns = pfns, .keys = keys, .to = to,
 			      .len = (uint32_t)ns->slot_bytes };
 	uint32_t i;
 

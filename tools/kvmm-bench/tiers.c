@@ -284,7 +284,7 @@ static int nvme_read_all(struct nvme_set *ns)
 
 	for (done = 0; done < ns->nr; done += got) {
 		got = ns->nv->read(ns->npriv, 0, ns->pfns + done, ns->nr - done, ns->keys + done,
-				   ns->dst, &err);
+				   NULL, ns->dst, &err);
 		if (err || !got)
 			return err ? err : -EIO;
 	}
