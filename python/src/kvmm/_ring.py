@@ -500,6 +500,15 @@ class Ring:
 				done.append((ud >> 32, entry[0], entry[1]))
 		return done
 
+	def wait(self, timeout: Optional[float] = None) -> List[Tuple[int, Batch, List[int]]]:
+		"""Sleep until a completion is there (kvmm_wait_cqe_timeout(): a server
+		that went away raises), then :meth:`poll`."""
+		ret = lib.kvmm_wait_cqe_timeout(self._r, ffi.new("struct kvmm_cqe **"),
+						_timespec(timeout))
+		if ret < 0:
+			raise make_error(ret, "kvmm_wait_cqe")
+		return self.poll()
+
 	@property
 	def cq_fd(self) -> int:
 		"""The CQ doorbell (an eventfd): readable after :meth:`arm` once a

@@ -334,25 +334,42 @@ class KeyedStore:
 		"""KPUT or KGET of values of @vb bytes, as many per command as fit."""
 		if self.local:
 			return self._values_local(ring, op, sp, vb, keys, bufs)
-		# through kvmmd: the values cross the data area, a part at a time
-		per = max(1, min(_KIO_MAX, (ring.buf_size - 128) // (vb + _ENTRY + 64)))
-		if vb + _ENTRY + 128 > ring.buf_size:
-			raise ValueError(f"kvmm: a value of {vb} bytes does not fit the ring's "
-					 f"{ring.buf_size}-byte data area (ring_bytes)")
-		out = []
-		for s in range(0, len(bufs), per):
-			part = bufs[s:s + per]
-			b = ring.batch()
-			if op == "put":
-				i = b.kput(sp, keys[s:s + per], part, vb)
-			else:
-				i = b.kget(sp, keys[s:s + per], vb)
-			ring.submit(b)
-			r = b.kres(i)
-			if op == "get":
-				b.kvalues(i, part, only_read=True)
-			out.append(r)
-		return np.concatenate(out)
+		# Through kvmmd the values cross the data area, in parts that keep
+		# post_slots batches in flight: one part is copied in (or out) while
+		# the server works on the others.
+		region = ring.buf_size // ring.post_slots // 64 * 64
+		per = min(_KIO_MAX, (region - 128) // (vb + _ENTRY + 64))
+		if per < 1:
+			raise ValueError(f"kvmm: a value of {vb} bytes does not fit an eighth of the "
+					 f"ring's {ring.buf_size}-byte data area (raise ring_bytes)")
+		res = np.zeros(len(bufs), dtype=np.int32)
+		flight: Dict[int, Tuple[int, int, List[memoryview]]] = {}	# tag: (start, index, part)
+		s = 0
+		try:
+			while s < len(bufs) or flight:
+				while s < len(bufs) and len(flight) < ring.post_slots:
+					part = bufs[s:s + per]
+					b = ring.post_batch()
+					try:
+						i = (b.kput(sp, keys[s:s + per], part, vb) if op == "put" else
+						     b.kget(sp, keys[s:s + per], vb))
+						flight[ring.post(b)] = (s, i, part)
+					except BaseException:
+						ring.discard(b)
+						raise
+					s += len(part)
+				for tag, b, cmd in ring.wait():
+					at, i, part = flight.pop(tag)
+					if cmd[i] < 0:		# the command failed whole
+						res[at:at + len(part)] = cmd[i]
+						continue
+					res[at:at + len(part)] = b.kres(i)
+					if op == "get":
+						b.kvalues(i, part, only_read=True)
+		finally:
+			for tag in list(flight):	# the ring broke: nothing more comes
+				ring.discard(ring._posted.pop(tag)[0])
+		return res
 
 	def _values_local(self, ring: Ring, op: str, sp: int, vb: int, keys: np.ndarray,
 			  bufs: List[memoryview]) -> np.ndarray:
