@@ -122,6 +122,15 @@ def test_store_drain_waits_for_everything():
 		assert st.pending == 0 and len(st.take()) == 30
 
 
+def test_value_larger_than_the_ring_fails_with_a_reason(kvmmd):
+	with kvmm.KeyedStore("m", socket=kvmmd[1], ring_bytes=1 << 20, threads=1) as st:
+		st.submit(1, "put", ["big", "small"], [np.zeros(2 << 20, np.uint8), stamp(0, 1000)])
+		c = take_all(st, 1)[0]
+		assert not c.ok and "ring_bytes" in c.error
+		st.submit(2, "put", ["small"], [stamp(0, 1000)])	# the ring still serves
+		assert take_all(st, 1)[0].ok
+
+
 def test_kvmmd_gone_fails_the_batch_with_a_reason(tmp_path):
 	with running(tmp_path / "k.sock", ["--page-size", "4", "--pages", "16", "--layers", "1",
 					   "--kv-heads", "1", "--head-dim", "128",

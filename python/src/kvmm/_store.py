@@ -335,13 +335,16 @@ class KeyedStore:
 		if self.local:
 			return self._values_local(ring, op, sp, vb, keys, bufs)
 		# Through kvmmd the values cross the data area, in parts that keep
-		# post_slots batches in flight: one part is copied in (or out) while
+		# up to eight batches in flight: one part is copied in (or out) while
 		# the server works on the others.
+		need = vb + _ENTRY + 192		# a value, its entry, alignment
+		ring.post_slots = min(8, ring.buf_size // need)	# fewer, larger parts for big values
+		if not ring.post_slots:
+			ring.post_slots = 8
+			raise ValueError(f"kvmm: a value of {vb} bytes does not fit the ring's "
+					 f"{ring.buf_size}-byte data area (raise ring_bytes)")
 		region = ring.buf_size // ring.post_slots // 64 * 64
 		per = min(_KIO_MAX, (region - 128) // (vb + _ENTRY + 64))
-		if per < 1:
-			raise ValueError(f"kvmm: a value of {vb} bytes does not fit an eighth of the "
-					 f"ring's {ring.buf_size}-byte data area (raise ring_bytes)")
 		res = np.zeros(len(bufs), dtype=np.int32)
 		flight: Dict[int, Tuple[int, int, List[memoryview]]] = {}	# tag: (start, index, part)
 		s = 0
