@@ -26,10 +26,11 @@ uint64_t kvmm_csum_fill(void *page, const void *src, size_t len, size_t page_byt
 
 /*
  * Copy the first @len bytes of @page to @dst; return XXH3-64 of the whole
- * page, hashed from the copy where there is one (it is in cache, and it
- * is what the caller got: a caller that rewrites @dst meanwhile sees a
- * mismatch, and the page is dropped as bad, as the caller could have
- * dropped it anyway).
+ * page.  Both copies stream their stores where the destination is
+ * 16-byte aligned (no read of its lines first, as a large memcpy()) and
+ * hash the source, still in cache: fill() hashes the caller's bytes it
+ * copied (a caller that rewrites them meanwhile stores a page that fails
+ * its check later, and is dropped, never served), copy_out() the page.
  */
 uint64_t kvmm_csum_copy_out(void *dst, const void *page, size_t len, size_t page_bytes);
 

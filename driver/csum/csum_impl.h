@@ -14,6 +14,59 @@
 
 #define CSUM_PIECE	(16u << 10)
 
+#ifdef __SSE2__
+#include <immintrin.h>
+
+/*
+ * memcpy() with non-temporal stores where @dst is 16-byte aligned: the
+ * destination's lines are not read in before they are written (no
+ * read-for-ownership), so a page moves two bytes of memory traffic per
+ * byte copied, not three; a large memcpy() does the same.  The source is
+ * left in cache, where the caller hashes it.  The caller fences
+ * (CSUM_FENCE) before anyone else may read @dst.
+ */
+static inline void CSUM(copy_stream)(void *dst, const void *src, size_t n)
+{
+	unsigned char *d = dst;
+	const unsigned char *s = src;
+
+	if (((uintptr_t)d & 15) || n < 256) {
+		memcpy(d, s, n);
+		return;
+	}
+#ifdef __AVX2__
+	if (!((uintptr_t)d & 31))
+		for (; n >= 128; n -= 128, d += 128, s += 128) {
+			__m256i a = _mm256_loadu_si256((const __m256i *)s);
+			__m256i b = _mm256_loadu_si256((const __m256i *)(s + 32));
+			__m256i c = _mm256_loadu_si256((const __m256i *)(s + 64));
+			__m256i e = _mm256_loadu_si256((const __m256i *)(s + 96));
+
+			_mm256_stream_si256((__m256i *)d, a);
+			_mm256_stream_si256((__m256i *)(d + 32), b);
+			_mm256_stream_si256((__m256i *)(d + 64), c);
+			_mm256_stream_si256((__m256i *)(d + 96), e);
+		}
+#endif
+	for (; n >= 64; n -= 64, d += 64, s += 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)s);
+		__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+		__m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+
+		_mm_stream_si128((__m128i *)d, a);
+		_mm_stream_si128((__m128i *)(d + 16), b);
+		_mm_stream_si128((__m128i *)(d + 32), c);
+		_mm_stream_si128((__m128i *)(d + 48), e);
+	}
+	memcpy(d, s, n);
+}
+#define CSUM_FENCE()	_mm_sfence()	/* the streamed stores, before ours are seen */
+#else
+#define copy_stream_base(d, s, n)	memcpy(d, s, n)
+#define CSUM_FENCE()	do { } while (0)
+#endif
+
 uint64_t CSUM(kvmm_csum)(const void *p, size_t n);
 uint64_t CSUM(kvmm_csum_fill)(void *page, const void *src, size_t len, size_t page_bytes);
 uint64_t CSUM(kvmm_csum_copy_out)(void *dst, const void *page, size_t len, size_t page_bytes);
@@ -33,9 +86,12 @@ uint64_t CSUM(kvmm_csum_fill)(void *page, const void *src, size_t len, size_t pa
 	XXH3_64bits_reset(&st);
 	for (off = 0; off < page_bytes; off += n) {
 		n = page_bytes - off < CSUM_PIECE ? page_bytes - off : CSUM_PIECE;
-		if (off + n <= len) {
-			memcpy(d + off, s + off, n);
-		} else if (off < len) {
+		if (off + n <= len) {	/* hash the source: in cache after the copy */
+			CSUM(copy_stream)(d + off, s + off, n);
+			XXH3_64bits_update(&st, s + off, n);
+			continue;
+		}
+		if (off < len) {
 			memcpy(d + off, s + off, len - off);
 			memset(d + len, 0, off + n - len);
 		} else {
@@ -43,6 +99,7 @@ uint64_t CSUM(kvmm_csum_fill)(void *page, const void *src, size_t len, size_t pa
 		}
 		XXH3_64bits_update(&st, d + off, n);
 	}
+	CSUM_FENCE();
 	return XXH3_64bits_digest(&st);
 }
 
@@ -56,14 +113,10 @@ uint64_t CSUM(kvmm_csum_copy_out)(void *dst, const void *page, size_t len, size_
 	XXH3_64bits_reset(&st);
 	for (off = 0; off < page_bytes; off += n) {
 		n = page_bytes - off < CSUM_PIECE ? page_bytes - off : CSUM_PIECE;
-		if (off + n <= len) {	/* hash the copy, in cache: what the caller got */
-			memcpy(d + off, p + off, n);
-			XXH3_64bits_update(&st, d + off, n);
-			continue;
-		}
-		if (off < len)
-			memcpy(d + off, p + off, len - off);
+		if (off < len)	/* then hash the page's piece: in cache after the copy */
+			CSUM(copy_stream)(d + off, p + off, off + n <= len ? n : len - off);
 		XXH3_64bits_update(&st, p + off, n);
 	}
+	CSUM_FENCE();
 	return XXH3_64bits_digest(&st);
 }

@@ -2,6 +2,7 @@
 /* tests/driver/mock_test.c - the backend contract, run against mock. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../helpers.h"
 
@@ -313,6 +314,65 @@ static void failed_scatter_changes_nothing(void)
 	free(stage);
 }
 
+/*
+ * The stores' copies that checksum on the way (driver/csum): for every
+ * alignment of the destination and length around the streaming copy's
+ * steps and the 16 KiB pieces, the bytes are the plain copy's and the
+ * checksum is XXH3 of the whole page, in each build the CPU can run.
+ */
+uint64_t kvmm_csum(const void *p, size_t n);	/* XXH3-64, the reference */
+uint64_t kvmm_csum_fill_base(void *page, const void *src, size_t len, size_t page_bytes);
+uint64_t kvmm_csum_copy_out_base(void *dst, const void *page, size_t len, size_t page_bytes);
+#if defined(__x86_64__)
+uint64_t kvmm_csum_fill_avx2(void *page, const void *src, size_t len, size_t page_bytes);
+uint64_t kvmm_csum_copy_out_avx2(void *dst, const void *page, size_t len, size_t page_bytes);
+#endif
+
+static void csum_copies_match_plain_copy_and_hash(void)
+{
+	uint64_t (*fill[2])(void *, const void *, size_t, size_t) = { kvmm_csum_fill_base };
+	uint64_t (*out[2])(void *, const void *, size_t, size_t) = { kvmm_csum_copy_out_base };
+	static const size_t lens[] = { 0, 1, 63, 255, 256, 4096 + 17, 16384, 16384 + 100,
+				       40000, 65536 };
+	const size_t pb = 65536;
+	unsigned char *src = malloc(pb + 64), *page = aligned_alloc(64, pb + 64),
+		      *dst = aligned_alloc(64, pb + 64);
+	unsigned seed = 9;
+	uint32_t impls = 1, f, a, l;
+	size_t i;
+
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("avx2")) {
+		fill[1] = kvmm_csum_fill_avx2;
+		out[1] = kvmm_csum_copy_out_avx2;
+		impls = 2;
+	}
+#endif
+	CU_ASSERT_FATAL(src && page && dst);
+	for (i = 0; i < pb + 64; i++)
+		src[i] = (unsigned char)rand_r(&seed);
+	for (f = 0; f < impls; f++)
+		for (a = 0; a < 64; a += a < 4 ? 1 : 12)
+			for (l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+				size_t len = lens[l];
+				uint64_t c;
+
+				memset(page, 0xAB, pb + 64);
+				c = fill[f](page + a, src, len, pb);
+				CU_ASSERT_EQUAL(c, kvmm_csum(page + a, pb));
+				CU_ASSERT(!memcmp(page + a, src, len));
+				CU_ASSERT(len == pb || page[a + len] == 0);
+				CU_ASSERT(page[a + pb - 1] == (len == pb ? src[pb - 1] : 0));
+				memset(dst, 0xCD, pb + 64);
+				CU_ASSERT_EQUAL(out[f](dst + a, page + a, len, pb), c);
+				CU_ASSERT(!memcmp(dst + a, page + a, len));
+				CU_ASSERT(dst[a + len] == 0xCD);	/* nothing past @len */
+			}
+	free(src);
+	free(page);
+	free(dst);
+}
+
 int register_mock_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_backend_mock", NULL, NULL);
@@ -326,5 +386,6 @@ int register_mock_suite(void)
 	ADD_TEST(s, gather_scatter_match_plain_copy);
 	ADD_TEST(s, gather_scatter_of_nothing);
 	ADD_TEST(s, failed_scatter_changes_nothing);
+	ADD_TEST(s, csum_copies_match_plain_copy_and_hash);
 	return 0;
 }
