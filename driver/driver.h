@@ -258,11 +258,16 @@ struct kvmm_store_to {
  * @copy_out: optional: copy the first @len bytes of page @pfn to @dst and
  *	verify the whole page, in one pass: 0, or -EBADMSG (@dst's bytes are
  *	then not to be used)
+ * @sum: optional: the checksum @seal recorded for page @pfn (kvmm_csum()
+ *	of the page), for a write to an I/O store to check the page against
+ *	as it copies it, instead of a @verify pass before
  *
  * An I/O store (the NVMe tier) has them behind reads and writes:
  * @write: write @src[i] as page @pfns[i], labelled @keys[i], on channel
  *	@chan (see @read); 0, or a negative errno after which no page of
- *	the call can be trusted
+ *	the call can be trusted.  With @expect, page i is checked against
+ *	@expect[i] (its kvmm_csum()) as it is copied, and one that differs
+ *	is not written: the call fails with -EBADMSG
  * @read: read pages @pfns and check them against @keys (identity) and
  *	their checksums; set @dst[i] to page i's bytes, valid until the next
  *	call on channel @chan.  With @to, page i's first @to[i].len bytes are
@@ -293,8 +298,10 @@ struct kvmm_store_ops {
 	uint32_t (*verify)(void *priv, const int32_t *pfns, uint32_t nr);
 	void (*fill)(void *priv, uint32_t pfn, const void *src, uint64_t len);
 	int (*copy_out)(void *priv, uint32_t pfn, void *dst, uint64_t len);
+	uint64_t (*sum)(void *priv, uint32_t pfn);
 	int (*write)(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
-		     void *const *src, const struct kvmm_store_key *keys);
+		     void *const *src, const struct kvmm_store_key *keys,
+		     const uint64_t *expect);
 	uint32_t (*read)(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
 			 const struct kvmm_store_key *keys, const struct kvmm_store_to *to,
 			 void **dst, int *err);

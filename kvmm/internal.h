@@ -544,7 +544,7 @@ struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_no
 				      struct kvmm_store_key *keys);
 int kvmm_tier_copy_down(struct kvmm_ctx *ctx, uint32_t from, const int32_t *src,
 			uint32_t to, const int32_t *dst, uint32_t nr, void **addrs,
-			const struct kvmm_store_key *keys, uint32_t chan);
+			uint64_t *sums, const struct kvmm_store_key *keys, uint32_t chan);
 void kvmm_tier_copy_failed(struct kvmm_ctx *ctx, uint32_t from, uint32_t to, int err);
 bool kvmm_tier_make_room(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr);
 uint64_t kvmm_now_ns(void);

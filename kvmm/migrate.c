@@ -91,7 +91,7 @@ size_t kvmm_migrate_arm_bytes(uint32_t nr_nodes, uint32_t nr_pages)
 {
 	return nr_nodes * sizeof(struct migrate_node) +
 	       nr_pages * (2 * sizeof(int32_t) + sizeof(struct kvmm_store_key) +
-			   sizeof(void *));
+			   sizeof(uint64_t) + sizeof(void *));
 }
 
 /* Give @job the arrays at @p (kvmm_migrate_arm_bytes() long). */
@@ -100,7 +100,8 @@ void kvmm_migrate_lay_out(struct kvmm_migrate *job, char *p, uint32_t nr_nodes,
 {
 	job->chain = (struct migrate_node *)p;
 	job->keys = (struct kvmm_store_key *)(job->chain + nr_nodes);
-	job->addrs = (void **)(job->keys + nr_pages);
+	job->sums = (uint64_t *)(job->keys + nr_pages);
+	job->addrs = (void **)(job->sums + nr_pages);
 	job->src = (int32_t *)(job->addrs + nr_pages);
 	job->dst = job->src + nr_pages;
 	job->nr_nodes = nr_nodes;
@@ -233,7 +234,8 @@ void kvmm_migrate_copy(struct kvmm_ctx *ctx, struct kvmm_migrate *job, uint32_t 
 		else
 			pn->err = kvmm_tier_copy_down(ctx, pn->tier, job->src + pn->first,
 						      job->to, job->dst + pn->first, pn->nr,
-						      job->addrs, job->keys + pn->first, chan);
+						      job->addrs, job->sums, job->keys + pn->first,
+						      chan);
 	}
 }
 

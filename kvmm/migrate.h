@@ -64,6 +64,7 @@ struct migrate_node {
  *	by the job in state KVMM_PAGE_IO)
  * @keys: per page, its identity (for an I/O store)
  * @addrs: per page, scratch for the copy
+ * @sums: per page, scratch: the checksums a memory store sealed
  * @nr_pages: pages of the chain
  * @nr_locks: node locks the job holds (a promotion's one)
  * @tokens_copy: a demotion's copy of its nodes' tokens, which @keys point
@@ -88,6 +89,7 @@ struct kvmm_migrate {
 	uint32_t nr_pages;
 	int32_t *src, *dst;
 	struct kvmm_store_key *keys;
+	uint64_t *sums;
 	void **addrs;
 	uint32_t nr_locks;
 	uint32_t *tokens_copy;

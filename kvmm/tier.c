@@ -481,6 +481,9 @@ bool kvmm_tier_make_room(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr)
  * @dst: its frames, @nr of them, taken for the copy
  * @nr: pages
  * @addrs: scratch, @nr page addresses
+ * @sums: scratch, @nr checksums, or NULL: for a memory store @from with
+ *	a sum op, the write checks each page as it copies it instead of a
+ *	verify pass over all of them first
  * @keys: the pages' identities (see struct kvmm_store_key), for an I/O
  *	store @to
  * @chan: the channel of an I/O store (0 under the context lock, 1 on the
@@ -496,8 +499,11 @@ bool kvmm_tier_make_room(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr)
  */
 int kvmm_tier_copy_down(struct kvmm_ctx *ctx, uint32_t from, const int32_t *src,
 			uint32_t to, const int32_t *dst, uint32_t nr, void **addrs,
-			const struct kvmm_store_key *keys, uint32_t chan)
+			uint64_t *sums, const struct kvmm_store_key *keys, uint32_t chan)
 {
+	const struct kvmm_store_ops *ops = ctx->store[from];
+	void *priv = ctx->store_priv[from];
+	uint32_t i;
 	int ret;
 
 	if (from == KVMM_TIER_DEVICE) {
@@ -507,10 +513,16 @@ int kvmm_tier_copy_down(struct kvmm_ctx *ctx, uint32_t from, const int32_t *src,
 			ctx->store[to]->seal(ctx->store_priv[to], dst, nr);
 		return ret;
 	}
-	if (ctx->store[from]->verify(ctx->store_priv[from], src, nr) < nr)
-		return -EBADMSG;
+	if (sums && ops->sum) {	/* the write checks each page as it copies it */
+		for (i = 0; i < nr; i++)
+			sums[i] = ops->sum(priv, (uint32_t)src[i]);
+	} else {		/* a pass over them all before the first write */
+		if (ops->verify(priv, src, nr) < nr)
+			return -EBADMSG;
+		sums = NULL;
+	}
 	return ctx->store[to]->write(ctx->store_priv[to], chan, dst, nr,
-				     tier_addrs(ctx, from, src, nr, addrs), keys);
+				     tier_addrs(ctx, from, src, nr, addrs), keys, sums);
 }
 
 /**
@@ -534,7 +546,7 @@ static int tier_copy_node(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t
 			  const int32_t *pfns, uint32_t nr)
 {
 	int ret = kvmm_tier_copy_down(ctx, node->tier, node->pfns, to, pfns, nr,
-				      ctx->staging, NULL, 0);
+				      ctx->staging, NULL, NULL, 0);
 
 	if (ret)
 		kvmm_tier_copy_failed(ctx, node->tier, to, ret);

@@ -234,6 +234,19 @@ static uint32_t host_verify(void *priv, const int32_t *pfns, uint32_t nr)
 }
 
 
+/*
+ * What host_seal() recorded for @pfn, for a write to NVMe to check the page
+ * against as it copies it (the flip injection happens here then, as it
+ * would in host_verify()).
+ */
+static uint64_t host_sum(void *priv, uint32_t pfn)
+{
+	struct host_store *hs = priv;
+
+	host_maybe_flip(hs, host_page(hs, pfn));
+	return hs->csum[pfn];
+}
+
 /* fill and copy_out: the copy and the checksum in one pass (csum.h) */
 static void host_fill(void *priv, uint32_t pfn, const void *src, uint64_t len)
 {
@@ -260,4 +273,5 @@ const struct kvmm_store_ops kvmm_host_store = {
 	.verify = host_verify,
 	.fill = host_fill,
 	.copy_out = host_copy_out,
+	.sum = host_sum,
 };

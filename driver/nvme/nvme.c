@@ -437,7 +437,9 @@ struct nvme_wr {
 	const int32_t *pfns;
 	void *const *src;
 	const struct kvmm_store_key *keys;
+	const uint64_t *expect;		/* what each page must hash to, or NULL */
 	uint32_t nr, next;
+	int err;			/* -EBADMSG: a page did not, and the rest stayed */
 };
 
 /* Put the next page of a write, with its header, into bounce slot @slot. */
@@ -463,6 +465,10 @@ static bool write_fill(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slo
 	};
 	memcpy(h->tokens, k->tokens, (size_t)ns->page_size * sizeof(uint32_t));
 	h->data_csum = kvmm_csum_fill(data, wr->src[wr->next], ns->page_bytes, ns->page_bytes);
+	if (wr->expect && h->data_csum != wr->expect[wr->next]) {
+		wr->err = -EBADMSG;	/* the source page is not what was sealed */
+		return false;
+	}
 	h->hdr_csum = hdr_csum(h, ns->hdr_len);
 	ns->written++;
 	io->off = slot_off(ns, (uint32_t)wr->pfns[wr->next]);
@@ -487,14 +493,19 @@ static struct nvme_chan *chan_get(struct nvme_store *ns, uint32_t chan, int *err
 }
 
 static int nvme_write(void *priv, uint32_t chan, const int32_t *pfns, uint32_t nr,
-		      void *const *src, const struct kvmm_store_key *keys)
+		      void *const *src, const struct kvmm_store_key *keys,
+		      const uint64_t *expect)
 {
 	struct nvme_store *ns = priv;
-	struct nvme_wr wr = { .pfns = pfns, .src = src, .keys = keys, .nr = nr };
+	struct nvme_wr wr = { .pfns = pfns, .src = src, .keys = keys, .expect = expect,
+			      .nr = nr };
 	int err;
 	struct nvme_chan *ch = chan_get(ns, chan, &err);
 
-	return err ? err : nvme_pump(ns, ch, true, KVMM_NVME_SITE_WRITE, write_fill, NULL, &wr);
+	if (err)
+		return err;
+	err = nvme_pump(ns, ch, true, KVMM_NVME_SITE_WRITE, write_fill, NULL, &wr);
+	return wr.err ? wr.err : err;
 }
 
 /* Reads and the scan: @n blocks of @len at the slots @pfns or from @first. */

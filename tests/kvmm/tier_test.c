@@ -510,6 +510,36 @@ static void test_nvme_roundtrip(void)
 	unlink(path);
 }
 
+/*
+ * A host page whose bytes changed before writeback is not written down:
+ * the write checks each page against its seal as it copies it, and the
+ * prefix is dropped, never put on NVMe with a fresh checksum over bad
+ * bytes.
+ */
+static void test_nvme_writeback_refuses_corrupt_host_page(void)
+{
+	const char *path = nvme_file("wb-corrupt");
+	struct kvmm_host_arg host = { .flip_every = 1 };
+	struct kvmm_params p = nvme_params(PS, 16, 8, 64, path, NULL);
+	struct kvmm_tier_hits hits;
+	struct kvmm_ctx *ctx = NULL;
+	uint32_t tok[32];
+
+	p.host_arg = &host;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	test_tokens(tok, 32, 12);
+	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 1200, 4);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_CSUM_FAIL) >= 1);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_DEMOTE_PAGES), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 64);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* A restarted context on the same file finds its prefixes again. */
 static void test_nvme_restart(void)
 {
@@ -1893,6 +1923,7 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_random_conversations);
 	ADD_TEST(s, test_ring_promote);
 	ADD_TEST(s, test_nvme_roundtrip);
+	ADD_TEST(s, test_nvme_writeback_refuses_corrupt_host_page);
 	ADD_TEST(s, test_nvme_restart);
 	ADD_TEST(s, test_nvme_bad_files);
 	ADD_TEST(s, test_nvme_file_locked);

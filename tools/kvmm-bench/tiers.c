@@ -302,7 +302,7 @@ static int nvme_measure(struct nvme_set *ns, double *wgb, double *rgb)
 	for (r = 0; r < TIERS_REPEAT; r++) {
 		uint64_t t0 = now_ns();
 
-		ret = ns->nv->write(ns->npriv, 0, ns->pfns, ns->nr, ns->src, ns->keys);
+		ret = ns->nv->write(ns->npriv, 0, ns->pfns, ns->nr, ns->src, ns->keys, NULL);
 		w[r] = gbps(bytes, (double)(now_ns() - t0));
 		if (ret)
 			return ret;
