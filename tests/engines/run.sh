@@ -31,7 +31,7 @@ root=$(cd "$here/../.." && pwd)
 objtree=$(cd "$root" && realpath -m "${1:-build}")
 [ $# -eq 0 ] || shift
 engines=("$@")
-[ ${#engines[@]} -gt 0 ] || engines=(vllm lmcache)
+[ ${#engines[@]} -gt 0 ] || engines=(vllm lmcache sglang)
 cache=${KVMM_VENV_CACHE:-$HOME/.cache/kvmm}
 
 # What each engine's tests need from its sdist (a trailing / is a whole
@@ -58,8 +58,13 @@ engine_setup() {
 		# kvmmd for the second pass: 4 KiB pages (LMCache's test chunks), 64 MiB
 		kvmmd_geom=(--head-dim 128 --host-pages 16384)
 		source_on_path= ;;
+	sglang)
+		# SGLang ships no storage-backend tests in its packages (its test/
+		# tree is in neither sdist nor wheel): ours alone, in its environment.
+		tests=() members=()
+		source_on_path= ;;
 	*)
-		echo "engines: unknown engine '$1' (vllm, lmcache)" >&2
+		echo "engines: unknown engine '$1' (vllm, lmcache, sglang)" >&2
 		exit 2 ;;
 	esac
 }
@@ -68,8 +73,11 @@ engine_setup() {
 # The requirements file's "# no-deps: SPEC" lines are installed last,
 # without their dependencies.
 engine_venv() {
-	local req=$here/requirements-$1.txt hash nodeps start=$SECONDS
-	hash=$(cat "$req" "$root/python/requirements.txt" | sha256sum | cut -c1-12)
+	local req=$here/requirements-$1.txt hash nodeps inc start=$SECONDS
+	# the hash covers the files it includes (-r) too
+	inc=$(sed -n 's/^-r[[:space:]]*//p' "$req" | sed "s|^|$here/|")
+	# shellcheck disable=SC2086 # file names without spaces
+	hash=$(cat "$req" $inc | sha256sum | cut -c1-12)
 	venv=$cache/venv-$1-$hash
 	[ ! -f "$venv/.requirements-installed" ] || return 0
 	echo "engines: building $venv (torch from the package index)"
@@ -95,8 +103,12 @@ for engine in "${engines[@]}"; do
 	echo "=== $engine"
 	engine_setup "$engine"
 	dest=$objtree/engines/$engine
-	sdist=$(python3 "$here/fetch.py" fetch "$engine" "$cache/sdist")
-	python3 "$here/fetch.py" extract "$sdist" "$dest" "${members[@]}"
+	if [ ${#members[@]} -gt 0 ]; then
+		sdist=$(python3 "$here/fetch.py" fetch "$engine" "$cache/sdist")
+		python3 "$here/fetch.py" extract "$sdist" "$dest" "${members[@]}"
+	else
+		rm -rf "$dest" && mkdir -p "$dest"
+	fi
 	# An empty configuration there ends pytest's search for one in the
 	# folders above (this tree's, or any other).
 	printf '[pytest]\n' >"$dest/pytest.ini"

@@ -127,6 +127,8 @@ class KeyedStore:
 		self._closed = False
 		self.event_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
 		self._rings: List[Ring] = []
+		self._caller_rings: List[Ring] = []	# call()'s, one per calling thread
+		self._tls = threading.local()
 		self._threads: List[threading.Thread] = []
 		try:
 			for i in range(threads):
@@ -182,26 +184,37 @@ class KeyedStore:
 			return self._ctl.stats()
 
 	# ---- now, on the caller's thread (short: no values move) ----
+	def _thread_ring(self) -> Ring:
+		"""The calling thread's own ring (made on its first call)."""
+		ring = getattr(self._tls, "ring", None)
+		if ring is None:
+			with self._cv:
+				if self._closed:
+					raise ValueError("kvmm: the store is closed")
+				ring = self._tls.ring = self._open()
+				self._caller_rings.append(ring)
+		return ring
+
 	def exists_now(self, value_bytes: int, keys: Any) -> np.ndarray:
 		"""For each of @keys, 0 if a value of @value_bytes is stored under it,
-		else -ENOENT (KEXISTS, each key answered)."""
+		else -ENOENT (KEXISTS, each key answered), on the caller's thread."""
 		karr = keys_array(keys)
-		sp = self.space(value_bytes)
-		with self._lock:
-			return self._keys_cmd(self._ctl, "exists", sp, karr)
+		return self._keys_cmd(self._thread_ring(), "exists", self.space(value_bytes), karr)
+
+	def call(self, op: str, keys: Any, bufs: Optional[Sequence[Any]] = None) -> np.ndarray:
+		"""Run a batch as :meth:`submit` would, but on the caller's thread (a
+		ring of its own), and return each key's result (0 or -errno)."""
+		job = self._job(None, op, keys, bufs)
+		if not job.keys.shape[0]:
+			return np.zeros(0, dtype=np.int32)
+		return self._run(self._thread_ring(), job)
 
 	def put_now(self, keys: Any, values: Sequence[Any]) -> np.ndarray:
 		"""Store @values under @keys on the caller's thread; each one's result."""
-		job = _Job(None, "put", keys_array(keys), [_byte_view(v, False) for v in values])
-		with self._lock:
-			return self._run(self._ctl, job)
+		return self.call("put", keys, values)
 
 	# ---- batches, off the caller's thread ----
-	def submit(self, tag: Any, op: str, keys: Any, bufs: Optional[Sequence[Any]] = None) -> None:
-		"""Queue a batch: @op "put" (bufs: the values), "get" (bufs: where
-		they go, each exactly a stored value's size), "exists" or "delete"
-		(no bufs).  Its :class:`Completion` comes back with @tag; the buffers
-		must stay valid until then."""
+	def _job(self, tag: Any, op: str, keys: Any, bufs: Optional[Sequence[Any]]) -> _Job:
 		if op not in ("put", "get", "exists", "delete"):
 			raise ValueError(f"kvmm: no such keyed operation {op!r}")
 		karr = keys_array(keys)
@@ -212,12 +225,19 @@ class KeyedStore:
 			views = [_byte_view(b, op == "get") for b in bufs]
 			if any(v.nbytes == 0 for v in views):
 				raise ValueError("kvmm: an empty value")
-		job = _Job(tag, op, karr, views)
+		return _Job(tag, op, karr, views)
+
+	def submit(self, tag: Any, op: str, keys: Any, bufs: Optional[Sequence[Any]] = None) -> None:
+		"""Queue a batch: @op "put" (bufs: the values), "get" (bufs: where
+		they go, each exactly a stored value's size), "exists" or "delete"
+		(no bufs).  Its :class:`Completion` comes back with @tag; the buffers
+		must stay valid until then."""
+		job = self._job(tag, op, keys, bufs)
 		with self._cv:
 			if self._closed:
 				raise ValueError("kvmm: the store is closed")
 			self._inflight += 1
-		if not karr.shape[0]:	# nothing to do: complete now, successfully
+		if not job.keys.shape[0]:	# nothing to do: complete now, successfully
 			self._complete(job, np.zeros(0, dtype=np.int32), "", 0)
 			return
 		self._q.put(job)
@@ -262,7 +282,7 @@ class KeyedStore:
 		os.close(self.event_fd)
 
 	def _close_rings(self) -> None:
-		for r in self._rings + [self._ctl]:
+		for r in self._rings + self._caller_rings + [self._ctl]:
 			r.close()
 
 	def __enter__(self) -> "KeyedStore":
