@@ -228,8 +228,9 @@ run-tests: $(TESTS) $(PROGS)
 		echo "check: CUnit not found: install libcunit1-dev (make deps)" >&2; exit 1; fi
 	$(Q)$(srctree)/python/check.sh $(objtree) "$(SAN)" $(TESTS) $(TESTARGS)
 
-# The engines' own tests (vLLM, LMCache) against kvmm's adapters, in
-# virtual environments cached outside the clone (torch: several GB).
+# The engines' own tests (vLLM, LMCache) against kvmm's adapters, and ours
+# of the SGLang one, in virtual environments cached outside the clone
+# (torch: several GB).
 check-engines: all
 	$(Q)$(srctree)/tests/engines/run.sh $(objtree) $(ENGINES)
 
@@ -325,8 +326,8 @@ help:
 	@echo '  all        library (libkvmm.a, libkvmm.so) and tools: kvmmd, kvmmctl, kvmm-bench, kvmm-engine'
 	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites, then the'
 	@echo '             Python package'"'"'s pytest suites (TESTARGS="-s python": those alone)'
-	@echo '  check-engines  vLLM'"'"'s and LMCache'"'"'s own tests against kvmm'"'"'s adapters'
-	@echo '             (their pinned sdists; venvs in ~/.cache/kvmm; ENGINES="vllm lmcache")'
+	@echo '  check-engines  vLLM'"'"'s and LMCache'"'"'s own tests against kvmm'"'"'s adapters, and'
+	@echo '             ours of the SGLang one (pinned; venvs in ~/.cache/kvmm; ENGINES="vllm lmcache sglang")'
 	@echo '  bench      run kvmm-bench micro and replay; JSON lines to BENCH_OUT'
 	@echo '  run        install missing packages (as root), build, run kvmm-engine (ENGINE_ARGS)'
 	@echo '  fuzz       libFuzzer harnesses (clang), FUZZ_TIME seconds each'
