@@ -21,27 +21,15 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import numpy as np
 import torch
-from sglang.srt.mem_cache.device_pool_info import KVBufferLayout, KVBuffers, MHABufferInfo
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
-from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
-from kvmm.sglang import KvmmHiCacheStorage
+from kvmm.sglang import KvmmHiCacheStorage, cpu_host_pool
 
 L, H, D, P, PAGES = 32, 8, 128, 16, 64
 
 
 def pool(layout):
-	tokens = 2 * PAGES * P		# room to read back into other slots
-	k = tuple(torch.zeros(P, H, D, dtype=torch.bfloat16) for _ in range(L))
-	v = tuple(torch.zeros(P, H, D, dtype=torch.bfloat16) for _ in range(L))
-	ptrs = lambda ts: torch.tensor([t.data_ptr() for t in ts], dtype=torch.uint64)
-	info = MHABufferInfo(buffers=KVBuffers(k=k, v=v, k_data_ptrs=ptrs(k), v_data_ptrs=ptrs(v),
-					       layout=KVBufferLayout.NHD),
-			     page_size=P, head_num=H, head_dim=D, v_head_dim=D,
-			     dtype=torch.bfloat16, device=torch.device("cpu"))
-	return MHATokenToKVPoolHost(info, host_to_device_ratio=1.0, host_size=0, page_size=P,
-				    layout=layout, pin_memory=False, device="cpu",
-				    device_capacity_tokens=tokens, start_layer=0, end_layer=L - 1)
+	return cpu_host_pool(L, H, D, P, 2 * PAGES * P, torch.bfloat16, layout)	# room to read back
 
 
 def main():

@@ -18,35 +18,23 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 from kvmmd import running
-from sglang.srt.mem_cache.device_pool_info import KVBufferLayout, KVBuffers, MHABufferInfo
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
-from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-from kvmm.sglang import KvmmHiCacheStorage
+from kvmm.sglang import KvmmHiCacheStorage, cpu_host_pool
 
 L, H, D, P, T = 2, 2, 8, 4, 64		# layers, heads, head dim, page size, device tokens
 LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
 
 
 def host_pool(layout):
-	k = tuple(torch.zeros(T, H, D) for _ in range(L))
-	v = tuple(torch.zeros(T, H, D) for _ in range(L))
-	ptrs = lambda ts: torch.tensor([t.data_ptr() for t in ts], dtype=torch.uint64)
-	info = MHABufferInfo(buffers=KVBuffers(k=k, v=v, k_data_ptrs=ptrs(k), v_data_ptrs=ptrs(v),
-					       layout=KVBufferLayout.NHD),
-			     page_size=P, head_num=H, head_dim=D, v_head_dim=D,
-			     dtype=torch.float32, device=torch.device("cpu"))
-	return MHATokenToKVPoolHost(info, host_to_device_ratio=2.0, host_size=0, page_size=P,
-				    layout=layout, pin_memory=False, device="cpu",
-				    device_capacity_tokens=T, start_layer=0, end_layer=L - 1)
+	return cpu_host_pool(L, H, D, P, T, torch.float32, layout)
 
 
 def config(extra, tp_rank=0, mla=False, model="org/llama-test"):

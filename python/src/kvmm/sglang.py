@@ -31,7 +31,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageC
 
 from ._store import KeyedStore
 
-__all__ = ["KvmmHiCacheStorage"]
+__all__ = ["KvmmHiCacheStorage", "cpu_host_pool"]
 
 _OPTIONS = ("socket", "ns", "host_bytes", "nvme_path", "nvme_bytes", "page_bytes", "threads",
 	    "ring_bytes")
@@ -41,6 +41,27 @@ _ZERO_COPY = ("page_first", "page_first_direct")
 def _byte_view(t: torch.Tensor) -> memoryview:
 	"""A contiguous CPU tensor's bytes, without a copy."""
 	return memoryview(t.view(torch.uint8).numpy()).cast("B")
+
+
+def cpu_host_pool(layers: int, heads: int, head_dim: int, page_size: int, tokens: int,
+		  dtype: torch.dtype = torch.float32, layout: str = "page_first") -> Any:
+	"""SGLang's host KV pool (MHATokenToKVPoolHost) in CPU memory, over a
+	device pool that is CPU memory too: the backend's tests and benchmarks
+	on a machine without a GPU.  Holds @tokens tokens in pages of @page_size."""
+	from sglang.srt.mem_cache.device_pool_info import KVBufferLayout, KVBuffers, MHABufferInfo
+	from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+
+	k = tuple(torch.zeros(page_size, heads, head_dim, dtype=dtype) for _ in range(layers))
+	v = tuple(torch.zeros(page_size, heads, head_dim, dtype=dtype) for _ in range(layers))
+	ptrs = [torch.tensor([t.data_ptr() for t in ts], dtype=torch.uint64) for ts in (k, v)]
+	info = MHABufferInfo(buffers=KVBuffers(k=k, v=v, k_data_ptrs=ptrs[0], v_data_ptrs=ptrs[1],
+					       layout=KVBufferLayout.NHD),
+			     page_size=page_size, head_num=heads, head_dim=head_dim,
+			     v_head_dim=head_dim, dtype=dtype, device=torch.device("cpu"))
+	return MHATokenToKVPoolHost(info, host_to_device_ratio=1.0, host_size=0,
+				    page_size=page_size, layout=layout, pin_memory=False,
+				    device="cpu", device_capacity_tokens=tokens, start_layer=0,
+				    end_layer=layers - 1)
 
 
 class KvmmHiCacheStorage(HiCacheStorage):
