@@ -147,17 +147,13 @@ class KvmmHiCacheStorage(HiCacheStorage):
 		views = self._page_views(host_indices, len(keys))
 		if views is not None:
 			return self._pages_ok(self.store.call("get", self._names(keys), views), len(keys))
-		pool = self.mem_pool_host
-		ps = pool.page_size
-		ok = []
-		for i, key in enumerate(keys):	# through a flat page
-			flat = pool.get_dummy_flat_data_page()
-			parts = flat.chunk(len(self.parts))
-			res = self.store.call("get", self._names([key]), [_byte_view(c) for c in parts])
-			good = bool((res == 0).all())
+		pool = self.mem_pool_host	# through flat pages, all in one batch
+		flats = [pool.get_dummy_flat_data_page() for _ in keys]
+		views = [_byte_view(c) for f in flats for c in f.chunk(len(self.parts))]
+		ok = self._pages_ok(self.store.call("get", self._names(keys), views), len(keys))
+		for i, good in enumerate(ok):
 			if good:
-				pool.set_from_flat_data_page(int(host_indices[i * ps]), flat)
-			ok.append(good)
+				pool.set_from_flat_data_page(int(host_indices[i * pool.page_size]), flats[i])
 		return ok
 
 	def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
