@@ -307,19 +307,30 @@ static int probe_stat(struct lat_probe *pr, uint32_t item, uint64_t *val)
 	return ret;
 }
 
-/* Wait (not timed) until no host page is being written down. */
+/*
+ * Wait (not timed) until no host page is being written down, and none is
+ * about to be: a run that settles can start the next one at once (the host
+ * tier still below its low watermark), so quiet is three looks in a row,
+ * 2 ms apart, with nothing in flight and no run started since the last.
+ */
 static int probe_quiet(struct lat_probe *pr)
 {
-	uint64_t deadline = now_ns() + LAT_QUIET_NS, wb = 1;
+	uint64_t deadline = now_ns() + LAT_QUIET_NS, wb = 1, runs, last = UINT64_MAX;
+	uint32_t calm = 0;
 	int ret;
 
 	for (;;) {
 		ret = probe_stat(pr, KVMM_STAT_HOST_PAGES_WRITEBACK, &wb);
-		if (ret || !wb)
+		ret = ret ?: probe_stat(pr, KVMM_STAT_WRITEBACK_RUNS, &runs);
+		if (ret)
 			return ret;
+		calm = !wb && runs == last ? calm + 1 : 0;
+		last = runs;
+		if (calm == 3)
+			return 0;
 		if (now_ns() > deadline)
 			return -ETIMEDOUT;
-		usleep(1000);
+		usleep(2000);
 	}
 }
 
