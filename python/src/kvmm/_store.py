@@ -27,7 +27,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._core import Context
-from ._keyed import keys_array
+from ._keyed import _buffer, keys_array
 from ._kvmm import ffi
 from ._ring import Ring, connect
 
@@ -62,15 +62,6 @@ class _Job:
 	def __init__(self, tag: Any, op: str, keys: np.ndarray, bufs: Optional[List[memoryview]]):
 		self.tag, self.op, self.keys, self.bufs = tag, op, keys, bufs
 		self.t0 = time.monotonic()
-
-
-def _byte_view(obj: Any, writable: bool) -> memoryview:
-	mv = obj if isinstance(obj, memoryview) else memoryview(obj)
-	if not mv.c_contiguous:
-		raise ValueError("kvmm: a value must be C-contiguous")
-	if writable and mv.readonly:
-		raise ValueError("kvmm: a value to read into must be writable")
-	return mv.cast("B") if mv.ndim != 1 or mv.format not in ("B", "b", "c") else mv
 
 
 class KeyedStore:
@@ -222,7 +213,7 @@ class KeyedStore:
 		if op in ("put", "get"):
 			if bufs is None or len(bufs) != karr.shape[0]:
 				raise ValueError(f"kvmm: {op} of {karr.shape[0]} keys needs as many buffers")
-			views = [_byte_view(b, op == "get") for b in bufs]
+			views = [_buffer(b, op == "get") for b in bufs]
 			if any(v.nbytes == 0 for v in views):
 				raise ValueError("kvmm: an empty value")
 		return _Job(tag, op, karr, views)
