@@ -138,6 +138,7 @@ struct kvmm_backend_ops {
 	int (*copy)(void *priv, const int32_t *src, const int32_t *dst,
 		    uint32_t nr, uint32_t slots);
 	int (*kv_indices)(void *priv, const struct kvmm_kv_index_job *job);
+	int (*table_map)(void *priv, const int32_t *table, size_t bytes, void **dev);
 	int (*mem_info)(void *arg, uint64_t *total, uint64_t *avail, char *err,
 			size_t err_len);
 	int (*info)(void *priv, char *buf, size_t len);

@@ -382,6 +382,7 @@ int64_t kvmm_kv_indices(struct kvmm_ctx *ctx, const struct kvmm_kv_batch *batch)
 int kvmm_backend_info(struct kvmm_ctx *ctx, char *buf, size_t len);
 bool kvmm_backend_available(const char *name);
 int kvmm_stream_wait(struct kvmm_ctx *ctx, void *stream);
+int kvmm_page_table_dev(struct kvmm_ctx *ctx, void **dev);
 
 /*
  * Sharing the pool with another process: the owner describes it

@@ -165,6 +165,30 @@ KVMM_EXPORT int kvmm_stream_wait(struct kvmm_ctx *ctx, void *stream)
 	return ctx->backend->stream_wait(ctx->backend_priv, stream);
 }
 
+/**
+ * kvmm_page_table_dev() - the page table where the backend's kernels read it
+ * @ctx: the context
+ * @dev: out: its address in the backend's memory
+ *
+ * The table stays where kvmm_seq_table() says and is updated in place; on
+ * cuda it is registered (mapped, read-only) and @dev is the device address
+ * of that mapping, so an attention kernel reads rows as the core writes
+ * them.  On mock @dev is the host address.
+ *
+ * Return: 0; -EINVAL; -EOPNOTSUPP for a backend without kernels; the
+ * backend's error.
+ */
+KVMM_EXPORT int kvmm_page_table_dev(struct kvmm_ctx *ctx, void **dev)
+{
+	if (!ctx || !dev)
+		return -EINVAL;
+	if (!ctx->backend->table_map)
+		return -EOPNOTSUPP;
+	return ctx->backend->table_map(ctx->backend_priv, ctx->table,
+				       (size_t)ctx->row_pages * ctx->max_seqs *
+				       sizeof(*ctx->table), dev);
+}
+
 /* A bare description: magic and @status, all else zero; returns @status. */
 static int share_header(struct kvmm_share *share, int status)
 {

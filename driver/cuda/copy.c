@@ -53,14 +53,13 @@ void kvmm_cu_kernels_load(struct cuda_pool *pool, const struct kvmm_cuda_arg *ar
 #if CONFIG_KVMM_NVCC
 	if (arg && arg->no_kernels)
 		return;
-	if (pool->api.cuModuleLoadData(&pool->mod, kvmm_kv_fatbin))
-		return;		/* no image for this GPU: the copy engines serve */
-	if (pool->api.cuModuleGetFunction(&pool->fn_move, pool->mod, KVMM_KV_MOVE_FN) ||
-	    pool->api.cuModuleGetFunction(&pool->fn_copy, pool->mod, KVMM_KV_COPY_FN) ||
-	    pool->api.cuModuleGetFunction(&pool->fn_indptr, pool->mod, KVMM_KV_INDPTR_FN) ||
-	    pool->api.cuModuleGetFunction(&pool->fn_indices, pool->mod, KVMM_KV_INDICES_FN))
-		return;
-	pool->kernels = true;
+	/* no image for this GPU: the copy engines serve, and info says why */
+	pool->kernels_err = pool->api.cuModuleLoadData(&pool->mod, kvmm_kv_fatbin) ?:
+		pool->api.cuModuleGetFunction(&pool->fn_move, pool->mod, KVMM_KV_MOVE_FN) ?:
+		pool->api.cuModuleGetFunction(&pool->fn_copy, pool->mod, KVMM_KV_COPY_FN) ?:
+		pool->api.cuModuleGetFunction(&pool->fn_indptr, pool->mod, KVMM_KV_INDPTR_FN) ?:
+		pool->api.cuModuleGetFunction(&pool->fn_indices, pool->mod, KVMM_KV_INDICES_FN);
+	pool->kernels = !pool->kernels_err;
 #else
 	(void)pool;
 	(void)arg;
@@ -286,10 +285,39 @@ void kvmm_cu_mem_unregister(void *priv, void *addr, size_t len)
 }
 
 /*
- * kv_indptr and kv_indices for a batch.  The page table stays in host
- * memory, registered on first use; the kernels read the batch's rows
- * through the mapping.  The rows and lengths go up through the lane's
- * argument buffers, so the lane is held until the build has run.
+ * The page table, for the kernels: host memory registered on first use
+ * (mapped, read-only to the device) and read through that mapping, so
+ * every update the core makes is seen without a copy.
+ */
+int kvmm_cu_table_map(void *priv, const int32_t *table, size_t bytes, void **dev)
+{
+	struct cuda_pool *pool = priv;
+	CUdeviceptr d;
+	int ret;
+
+	pool->api.cuCtxSetCurrent(pool->cuctx);
+	if (pool->table != table) {
+		if (pool->table)
+			return -EINVAL;	/* a context has one table for life */
+		ret = CUQ(pool, cuMemHostRegister((void *)table, bytes,
+						  CU_MEMHOSTREGISTER_PORTABLE |
+						  CU_MEMHOSTREGISTER_DEVICEMAP |
+						  CU_MEMHOSTREGISTER_READ_ONLY));
+		if (ret)
+			return ret;
+		pool->table = table;
+		pool->table_bytes = bytes;
+	}
+	ret = CUQ(pool, cuMemHostGetDevicePointer(&d, (void *)table, 0));
+	if (!ret)
+		*dev = (void *)(uintptr_t)d;
+	return ret;
+}
+
+/*
+ * kv_indptr and kv_indices for a batch, from the mapped page table.  The
+ * rows and lengths go up through the lane's argument buffers, so the lane
+ * is held until the build has run.
  */
 int kvmm_cu_kv_indices(void *priv, const struct kvmm_kv_index_job *job)
 {
@@ -300,47 +328,36 @@ int kvmm_cu_kv_indices(void *priv, const struct kvmm_kv_index_job *job)
 	uint32_t count = job->count, stride = job->stride, ps = job->page_size;
 	uint32_t blocks = count < 65535 ? count : 65535;
 	size_t half = ARGS_PAGES * (sizeof(int32_t) + sizeof(uint64_t));
+	void *ip[] = { &dlens, &count, &ps, (void *)&job->indptr, (void *)&job->last };
+	void *xp[] = { &table, &stride, &drows, (void *)&job->indptr, &count,
+		       (void *)&job->indices };
+	void *tdev;
+	CUstream s;
 	int ret;
 
 	if (!pool->kernels)
 		return -EOPNOTSUPP;
 	if ((size_t)count * sizeof(uint32_t) > half)
 		return -E2BIG;
-	if (pool->table != job->table) {
-		if (pool->table)
-			return -EINVAL;	/* a context has one table for life */
-		pool->api.cuCtxSetCurrent(pool->cuctx);
-		ret = CUQ(pool, cuMemHostRegister((void *)job->table, job->table_bytes,
-						  CU_MEMHOSTREGISTER_PORTABLE |
-						  CU_MEMHOSTREGISTER_DEVICEMAP |
-						  CU_MEMHOSTREGISTER_READ_ONLY));
-		if (ret)
-			return ret;
-		pool->table = job->table;
-		pool->table_bytes = job->table_bytes;
-	}
+	ret = kvmm_cu_table_map(pool, job->table, job->table_bytes, &tdev);
+	if (ret)
+		return ret;
+	table = (CUdeviceptr)(uintptr_t)tdev;
 	lane = lane_get(pool);
-	ret = CUQ(pool, cuMemHostGetDevicePointer(&table, (void *)job->table, 0));
-	if (!ret) {
-		void *ip[] = { &dlens, &count, &ps, (void *)&job->indptr, (void *)&job->last };
-		void *xp[] = { &table, &stride, &drows, (void *)&job->indptr, &count,
-			       (void *)&job->indices };
-		CUstream s = stream ? stream : lane->stream;
-
-		drows = lane->dargs;
-		dlens = lane->dargs + half;
-		memcpy(lane->args, job->rows, count * sizeof(uint32_t));
-		memcpy((char *)lane->args + half, job->lens, count * sizeof(uint32_t));
-		ret = CUQ(pool, cuMemcpyHtoDAsync(lane->dargs, lane->args, half + count * sizeof(uint32_t), s)) ?:
-		      CUQ(pool, cuLaunchKernel(pool->fn_indptr, 1, 1, 1, KVMM_KV_SCAN_THREADS, 1, 1,
-					       0, s, ip, NULL)) ?:
-		      CUQ(pool, cuLaunchKernel(pool->fn_indices, blocks ? blocks : 1, 1, 1,
-					       KVMM_KV_THREADS, 1, 1, 0, s, xp, NULL)) ?:
-		      CUQ(pool, cuEventRecord(lane->done, s));
-		/* Without a stream of the caller's, the arrays are ready on return. */
-		if (!ret && !stream)
-			ret = CUQ(pool, cuEventSynchronize(lane->done));
-	}
+	s = stream ? stream : lane->stream;
+	drows = lane->dargs;
+	dlens = lane->dargs + half;
+	memcpy(lane->args, job->rows, count * sizeof(uint32_t));
+	memcpy((char *)lane->args + half, job->lens, count * sizeof(uint32_t));
+	ret = CUQ(pool, cuMemcpyHtoDAsync(lane->dargs, lane->args, half + count * sizeof(uint32_t), s)) ?:
+	      CUQ(pool, cuLaunchKernel(pool->fn_indptr, 1, 1, 1, KVMM_KV_SCAN_THREADS, 1, 1,
+				       0, s, ip, NULL)) ?:
+	      CUQ(pool, cuLaunchKernel(pool->fn_indices, blocks ? blocks : 1, 1, 1,
+				       KVMM_KV_THREADS, 1, 1, 0, s, xp, NULL)) ?:
+	      CUQ(pool, cuEventRecord(lane->done, s));
+	/* Without a stream of the caller's, the arrays are ready on return. */
+	if (!ret && !stream)
+		ret = CUQ(pool, cuEventSynchronize(lane->done));
 	lane_put(lane);
 	return ret;
 }

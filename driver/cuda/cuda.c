@@ -378,12 +378,19 @@ static int cuda_info(void *priv, char *buf, size_t len)
 	struct cuda_pool *pool = priv;
 	uint64_t run = kvmm_kv_run(&pool->geom);
 
+	const char *why = NULL;
+
+	if (pool->kernels_err && pool->api.cuGetErrorString)
+		pool->api.cuGetErrorString((CUresult)pool->kernels_err, &why);
 	return snprintf(buf, len, "cuda: %s, %u buffers, %u pages mapped of %u reserved "
 			"(%.1f MiB each buffer), %u-page chunks (%" PRIu64 " KiB granularity), "
-			"copies by %s, numa node %d",
+			"copies by %s%s%s%s, numa node %d",
 			pool->name, pool->geom.nbufs, pool->nr_pages, pool->max_pages,
 			pool->nr_pages * run / 1048576.0, pool->chunk, pool->gran >> 10,
-			pool->kernels ? "kernels" : "copy engines", pool->numa);
+			pool->kernels ? "kernels" : "copy engines",
+			pool->kernels_err ? " (kernels: " : "",
+			pool->kernels_err ? (why ? why : "load failed") : "",
+			pool->kernels_err ? ")" : "", pool->numa);
 }
 
 static int cuda_stream_wait(void *priv, void *stream)
@@ -410,6 +417,7 @@ const struct kvmm_backend_ops kvmm_cuda_backend = {
 	.mem_unregister = kvmm_cu_mem_unregister,
 	.copy = kvmm_cu_copy,
 	.kv_indices = kvmm_cu_kv_indices,
+	.table_map = kvmm_cu_table_map,
 	.mem_info = cuda_mem_info,
 	.info = cuda_info,
 	.stream_wait = cuda_stream_wait,

@@ -87,6 +87,7 @@ struct cuda_pool {
 	CUmodule mod;
 	CUfunction fn_move, fn_copy, fn_indptr, fn_indices;
 	bool kernels;
+	int kernels_err;		/* why they did not load (a CUresult), 0 */
 	struct cuda_lane lane[2];
 	struct kvmm_dma_ranges dma;	/* registered host memory */
 	const int32_t *table;	/* the page table, registered on first use */
@@ -131,5 +132,6 @@ int kvmm_cu_copy(void *priv, const int32_t *src, const int32_t *dst,
 int kvmm_cu_mem_register(void *priv, void *addr, size_t len);
 void kvmm_cu_mem_unregister(void *priv, void *addr, size_t len);
 int kvmm_cu_kv_indices(void *priv, const struct kvmm_kv_index_job *job);
+int kvmm_cu_table_map(void *priv, const int32_t *table, size_t bytes, void **dev);
 
 #endif

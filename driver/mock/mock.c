@@ -306,6 +306,13 @@ static int mock_kv_indices(void *priv, const struct kvmm_kv_index_job *job)
 	return 0;
 }
 
+/* The kernels' references read the page table where it is. */
+static int mock_table_map(void *priv, const int32_t *table, size_t bytes, void **dev)
+{
+	*dev = (void *)table;
+	return 0;
+}
+
 /* A pretend device of the size the test says (both zero: none). */
 static int mock_mem_info(void *arg, uint64_t *total, uint64_t *avail, char *err,
 			 size_t err_len)
@@ -441,6 +448,7 @@ const struct kvmm_backend_ops kvmm_mock_backend = {
 	.mem_unregister = mock_mem_unregister,
 	.copy = mock_kv_copy,
 	.kv_indices = mock_kv_indices,
+	.table_map = mock_table_map,
 	.mem_info = mock_mem_info,
 	.info = mock_info,
 	.resize = mock_resize,

@@ -418,6 +418,45 @@ static void contract_kv_indices_match_reference(void)
 	}
 }
 
+/*
+ * The page table where the kernels read it: the same rows as the host's,
+ * and a row the core changes afterwards is seen through the mapping.
+ */
+static void contract_page_table_dev_is_the_table(void)
+{
+	struct kvmm_ctx *ctx = target_ctx(16, 256, 0);
+	struct kvmm_table tab;
+	uint32_t seq[3], i;
+	size_t bytes;
+	int32_t *got;
+	void *dev = NULL, *again = NULL;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	for (i = 0; i < 3; i++) {
+		CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq[i]), 0);
+		CU_ASSERT_EQUAL(kvmm_seq_extend(ctx, seq[i], 40 + 30 * i, 0), 0);
+	}
+	kvmm_seq_table(ctx, &tab);
+	bytes = (size_t)tab.stride * tab.rows * sizeof(int32_t);
+	got = malloc(bytes);
+	CU_ASSERT_EQUAL_FATAL(kvmm_page_table_dev(ctx, &dev), 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(dev);
+	tgt.mem->get(got, dev, bytes);
+	CU_ASSERT(!memcmp(got, tab.base, bytes));
+	/* a second call maps nothing new; later updates show through */
+	CU_ASSERT_EQUAL(kvmm_seq_extend(ctx, seq[1], 100, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq[0], NULL, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_page_table_dev(ctx, &again), 0);
+	CU_ASSERT_PTR_EQUAL(again, dev);
+	tgt.mem->get(got, dev, bytes);
+	CU_ASSERT(!memcmp(got, tab.base, bytes));
+	CU_ASSERT_EQUAL(kvmm_page_table_dev(ctx, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_page_table_dev(NULL, &dev), -EINVAL);
+	CHECK_OK(ctx);
+	free(got);
+	kvmm_destroy(ctx);
+}
+
 /* The KV of @seq's tokens [0, n): read (@get) or written from @buf. */
 static void seq_kv(struct kvmm_ctx *ctx, uint32_t seq, uint32_t n, char *buf, bool get)
 {
@@ -798,6 +837,22 @@ static void contract_info_names_the_backend(void)
 	kvmm_destroy(ctx);
 }
 
+/*
+ * On a device the copies must be the kernels, or the suite would hold
+ * only the copy engines to the references: the fatbin must have an image
+ * (or PTX) this GPU loads.
+ */
+static void cuda_device_runs_the_kernels(void)
+{
+	struct kvmm_ctx *ctx = target_ctx(16, 64, 0);
+	char line[256];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT(kvmm_backend_info(ctx, line, sizeof(line)) > 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(line, "copies by kernels"));
+	kvmm_destroy(ctx);
+}
+
 /* ---- cuda on the fake driver: errors, faults, sizing ---- */
 
 static void cuda_errno_is_mapped_in_one_place(void)
@@ -1044,6 +1099,27 @@ static void cuda_copy_fault_is_contained(void)
 	CU_ASSERT_EQUAL(fake_live(), 0);
 }
 
+/* A failed registration of the page table maps nothing; the next call does. */
+static void cuda_table_map_fault_is_contained(void)
+{
+	struct kvmm_ctx *ctx = target_ctx(16, 64, 0);
+	void *dev = NULL;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	fake_fail("cuMemHostRegister", 1, 2 /* OUT_OF_MEMORY */);
+	CU_ASSERT_EQUAL(kvmm_page_table_dev(ctx, &dev), -ENOMEM);
+	CU_ASSERT_PTR_NULL(dev);
+	fake_fail("cuMemHostGetDevicePointer", 1, 1 /* INVALID_VALUE */);
+	CU_ASSERT_EQUAL(kvmm_page_table_dev(ctx, &dev), -EINVAL);
+	CU_ASSERT_PTR_NULL(dev);
+	fake_fail("", 0, 0);
+	CU_ASSERT_EQUAL(kvmm_page_table_dev(ctx, &dev), 0);
+	CU_ASSERT_PTR_NOT_NULL(dev);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(fake_live(), 0);
+}
+
 /* The copy engines give the same bytes as the kernels, one copy per run. */
 static void cuda_copy_engines_match_reference(void)
 {
@@ -1251,6 +1327,7 @@ static int suite_teardown(void)
 	ADD_TEST(s, contract_copies_match_reference); \
 	ADD_TEST(s, contract_unregistered_staging_is_efault); \
 	ADD_TEST(s, contract_kv_indices_match_reference); \
+	ADD_TEST(s, contract_page_table_dev_is_the_table); \
 	ADD_TEST(s, contract_promote_after_demote_is_identical); \
 	ADD_TEST(s, contract_info_names_the_backend); \
 	ADD_TEST(s, contract_resize_keeps_every_byte); \
@@ -1280,6 +1357,7 @@ int register_backend_suite(void)
 		ADD_TEST(s, cuda_without_device_is_enodev);
 		ADD_TEST(s, cuda_init_faults_leave_nothing);
 		ADD_TEST(s, cuda_copy_fault_is_contained);
+		ADD_TEST(s, cuda_table_map_fault_is_contained);
 		ADD_TEST(s, cuda_copy_engines_match_reference);
 		ADD_TEST(s, cuda_pool_sized_from_device_memory);
 		ADD_TEST(s, cuda_resize_maps_whole_extents);
@@ -1290,6 +1368,9 @@ int register_backend_suite(void)
 		if (!s)
 			return -1;
 		ADD_CONTRACT(s);
+#if CONFIG_KVMM_NVCC
+		ADD_TEST(s, cuda_device_runs_the_kernels);
+#endif
 		ADD_TEST(s, contract_pool_shared_across_processes);
 		if (cuda_probe(why, sizeof(why))) {
 			printf("kvmm_contract_cuda: inactive: %s\n", why);
