@@ -27,8 +27,22 @@ __device__ static void warp_copy(char *dst, const char *src, uint64_t n,
 	if (!(((uintptr_t)dst | (uintptr_t)src | n) & 15)) {
 		uint4 *d = (uint4 *)dst;
 		const uint4 *s = (const uint4 *)src;
+		uint64_t n16 = n / 16;
 
-		for (i = lane; i < n / 16; i += 32)
+		/*
+		 * Four loads in flight before the first store: a read from
+		 * registered host memory crosses PCIe, and one at a time a
+		 * warp would wait out each round trip.
+		 */
+		for (i = lane; i + 96 < n16; i += 128) {
+			uint4 a = s[i], b = s[i + 32], c = s[i + 64], e = s[i + 96];
+
+			d[i] = a;
+			d[i + 32] = b;
+			d[i + 64] = c;
+			d[i + 96] = e;
+		}
+		for (; i < n16; i += 32)
 			d[i] = s[i];
 		return;
 	}
