@@ -13,10 +13,12 @@ mkdir -p "$OUT/include/generated"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# probe NAME 'CFLAGS' 'LIBS' 'C source'
+# probe NAME 'CFLAGS' 'LIBS' 'C source' - with the build's own CFLAGS and
+# LDFLAGS, which may name a prefix the libraries were unpacked into
+# (scripts/gpu-run.sh)
 probe() {
 	printf '%s\n' "$4" > "$tmp/t.c"
-	if $CC $2 -o "$tmp/t" "$tmp/t.c" $3 >/dev/null 2>&1; then
+	if $CC ${CFLAGS:-} $2 -o "$tmp/t" "$tmp/t.c" ${LDFLAGS:-} $3 >/dev/null 2>&1; then
 		echo "#define CONFIG_KVMM_$1 1" >> "$tmp/autoconf.h"
 		echo "CONFIG_KVMM_$1 := y" >> "$tmp/config.mk"
 		printf '  %-10s yes\n' "$1"
