@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# python/check-torch.sh - the torch suite (python/tests/test_torch.py): the
+# python/check-torch.sh - the torch suites (test_torch.py, test_gpu_transformer.py): the
 # package with torch CPU tensors in and out.  torch is several GB, so its
 # virtual environment lives outside the clone, in
 # ${KVMM_VENV_CACHE:-~/.cache/kvmm}/venv-torch-HASH (HASH of
@@ -27,4 +27,4 @@ fi
 make -C "$root" -s O="$objtree" lib
 KVMM_O=$objtree "$venv/bin/pip" install -q --no-build-isolation --no-deps --force-reinstall "$here"
 cd "$here/tests"
-exec "$venv/bin/python" -X dev -m pytest -q test_torch.py
+exec "$venv/bin/python" -X dev -m pytest -q test_torch.py test_gpu_transformer.py

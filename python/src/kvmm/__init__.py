@@ -16,7 +16,8 @@
 
 See Documentation/userspace-api/python.rst.
 """
-from ._core import STAT_NAMES, Context, DeviceArray, Sequence, SeqInfo, Stats, default_params
+from ._core import (STAT_NAMES, Context, DeviceArray, Sequence, SeqInfo, Stats,
+		    backend_available, default_params)
 from ._errors import Busy, Error, InvalidArgument, NoSpace, OutOfMemory, error_class
 from ._keyed import KeyedSpace, key_of, keys_array
 from ._kvmm import lib as _lib
@@ -32,6 +33,7 @@ CQE_F_LOWER: int = _lib.KVMM_CQE_F_LOWER
 
 __version__ = "0.2.0"
 __all__ = ["Ring", "Batch", "Pool", "SeqRow", "DeviceArray", "connect", "Context", "Sequence", "SeqInfo", "Stats", "STAT_NAMES", "default_params",
+	   "backend_available",
 	   "KeyedSpace", "key_of", "keys_array", "KeyedStore", "Completion",
 	   "Error", "InvalidArgument", "NoSpace", "Busy", "OutOfMemory", "error_class",
 	   "EXTEND_RESERVE", "EXTEND_NORECLAIM", "WRITE_BACK", "WRITE_THROUGH",

@@ -10,9 +10,11 @@ each keeps its context alive, and closing a context while one is alive
 raises :class:`kvmm.Busy`.
 """
 import collections
+import ctypes
 import dataclasses
 import errno
 import logging
+import operator
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
@@ -20,7 +22,8 @@ import numpy as np
 from ._errors import Busy, InvalidArgument, make_error
 from ._kvmm import ffi, lib
 
-__all__ = ["Context", "Sequence", "SeqInfo", "Stats", "STAT_NAMES", "default_params"]
+__all__ = ["Context", "DeviceArray", "Sequence", "SeqInfo", "Stats", "STAT_NAMES",
+	   "backend_available", "default_params"]
 
 _log = logging.getLogger("kvmm")
 
@@ -57,6 +60,13 @@ def default_params() -> Dict[str, Any]:
 	return out
 
 
+def backend_available(name: str) -> bool:
+	"""Whether this build has the backend @name ("mock", "cuda"):
+	kvmm_backend_available().  For cuda that says the backend is built in,
+	not that a driver or a GPU is there: Context() finds out."""
+	return bool(lib.kvmm_backend_available(name.encode()))
+
+
 def tokens_arg(tokens: Any, n: Optional[int] = None) -> Tuple[Any, int]:
 	"""Check a token buffer and return (a cdata over it, its length to pass).
 
@@ -87,6 +97,66 @@ def tokens_arg(tokens: Any, n: Optional[int] = None) -> Tuple[Any, int]:
 	elif not 0 <= n <= length:
 		raise ValueError(f"n = {n} is outside 0..{length}")
 	return ffi.from_buffer(_U32_ARRAY, mv), n
+
+
+_INT32_FORMATS = frozenset(("i", "@i", "=i", "<i"))
+_INT32_PTR = ffi.typeof("int32_t *")
+_INT32_ARRAY = ffi.typeof("int32_t[]")
+
+
+def _host_int32_out(arr: Any, name: str, need: int) -> Tuple[Any, int]:
+	"""(int32_t * over @arr, its length) for an out array in host memory.
+
+	@arr is a writable 1-D C-contiguous buffer of int32 (numpy, a torch
+	CPU tensor through DLPack) of at least @need entries.
+	"""
+	try:
+		mv = memoryview(arr)
+	except TypeError:
+		if hasattr(arr, "__cuda_array_interface__"):
+			raise TypeError(f"{name}: the backend's memory is host memory; this array "
+					"is on a GPU") from None
+		if not hasattr(arr, "__dlpack__"):
+			raise TypeError(f"{name}: an int32 array, not {type(arr).__name__}") from None
+		try:
+			mv = memoryview(np.from_dlpack(arr))
+		except (RuntimeError, BufferError, ValueError, TypeError) as e:
+			raise TypeError(f"{name} must be in host memory: {e}") from None
+	if mv.format not in _INT32_FORMATS:
+		raise TypeError(f"{name} must be int32, not format {mv.format!r}")
+	if mv.ndim != 1 or not mv.c_contiguous:
+		raise ValueError(f"{name} must be a 1-D C-contiguous array")
+	if mv.readonly:
+		raise ValueError(f"{name} is read-only")
+	if mv.shape[0] < need:
+		raise ValueError(f"{name} has {mv.shape[0]} entries; {need} needed")
+	if mv.shape[0] == 0:
+		return ffi.NULL, 0
+	return ffi.from_buffer(_INT32_ARRAY, mv, require_writable=True), mv.shape[0]
+
+
+def _device_int32_out(arr: Any, name: str, need: int) -> Tuple[Any, int]:
+	"""(int32_t * at @arr's device address, its length) for an out array in
+	GPU memory: anything with ``__cuda_array_interface__`` (a torch CUDA
+	tensor, a CuPy array), writable, 1-D, contiguous int32, at least
+	@need entries."""
+	cai = getattr(arr, "__cuda_array_interface__", None)
+	if cai is None:
+		raise TypeError(f"{name}: the backend's memory is device memory: an array with "
+				f"__cuda_array_interface__, not {type(arr).__name__}")
+	if np.dtype(cai["typestr"]) != np.dtype(np.int32):
+		raise TypeError(f"{name} must be int32, not {cai['typestr']}")
+	shape, strides = tuple(cai["shape"]), cai.get("strides")
+	if len(shape) != 1 or (strides is not None and shape[0] > 1 and tuple(strides) != (4,)):
+		raise ValueError(f"{name} must be a 1-D contiguous array")
+	if cai.get("mask") is not None:
+		raise ValueError(f"{name} must not be masked")
+	ptr, readonly = cai["data"]
+	if readonly:
+		raise ValueError(f"{name} is read-only")
+	if shape[0] < need:
+		raise ValueError(f"{name} has {shape[0]} entries; {need} needed")
+	return (ffi.cast(_INT32_PTR, ptr) if shape[0] else ffi.NULL), shape[0]
 
 
 class _LogLines:
@@ -124,17 +194,128 @@ def row_slots(row: np.ndarray, page_size: int, start: int, stop: int) -> np.ndar
 	return row[t // page_size].astype(np.int64) * page_size + t % page_size
 
 
-class DeviceArray:
-	"""A layer's K or V in GPU memory, described by ``__cuda_array_interface__``.
+# ---- DLPack (https://dmlc.github.io/dlpack/latest/c_api.html), with ctypes ----
+_KDLCPU, _KDLCUDA = 1, 2
+_DL_CODES = {"i": 0, "u": 1, "f": 2}		# kDLInt, kDLUInt, kDLFloat
+_CU_STREAM_LEGACY = 1				# (CUstream)0x1
 
-	CuPy, Numba and torch (``torch.as_tensor(x, device="cuda")``) take it
-	without a copy.  It keeps its context alive as a host view does.
+
+class _DLDevice(ctypes.Structure):
+	_fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+	_fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+	_fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+		    ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+		    ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+# void (*deleter)(DLManagedTensor *self); void (*PyCapsule_Destructor)(PyObject *)
+_DL_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _DLManagedTensor(ctypes.Structure):
+	_fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+		    ("deleter", _DL_DELETER)]
+
+
+class _DLPackVersion(ctypes.Structure):
+	_fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+	_fields_ = [("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+		    ("deleter", _DL_DELETER), ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+_DL_READ_ONLY = 1 << 0		# DLPACK_FLAG_BITMASK_READ_ONLY
+
+
+# Prototypes of our own over ctypes.pythonapi's functions, so that its
+# shared function objects keep whatever argtypes others give them.
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
+				 _CAPSULE_DESTRUCTOR)(("PyCapsule_New", ctypes.pythonapi))
+_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+	("PyCapsule_IsValid", ctypes.pythonapi))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+	("PyCapsule_GetPointer", ctypes.pythonapi))
+# The names of capsules not yet consumed (a consumer renames one it takes).
+_DLTENSOR = b"dltensor"
+_DLTENSOR_VERSIONED = b"dltensor_versioned"
+
+# Exported tensors not yet deleted, by the DLManagedTensor's address: the
+# struct, its shape and strides, and the array (which holds its owner).
+_dl_live: Dict[int, Tuple[Any, ...]] = {}
+
+
+def _dl_release(addr: Optional[int]) -> None:
+	"""The DLManagedTensor's deleter: drop what the export kept alive (once)."""
+	try:
+		_dl_live.pop(addr, None)
+	except BaseException:	# pragma: no cover - interpreter shutdown
+		pass
+
+
+def _dl_capsule_gone(cap: Optional[int]) -> None:
+	"""The capsule's destructor: a capsule never consumed deletes its tensor."""
+	try:
+		for name in (_DLTENSOR, _DLTENSOR_VERSIONED):
+			if cap and _capsule_is_valid(cap, name):
+				_dl_release(_capsule_pointer(cap, name))
+	except BaseException:	# pragma: no cover - interpreter shutdown
+		pass
+
+
+_dl_deleter = _DL_DELETER(_dl_release)
+_dl_destructor = _CAPSULE_DESTRUCTOR(_dl_capsule_gone)
+# C may call them until the process ends (a tensor alive at exit): never freed.
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_dl_deleter))
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_dl_destructor))
+
+
+def dlpack_exports() -> int:
+	"""How many DLPack tensors of :class:`DeviceArray` objects are alive
+	(exported and not yet deleted by their consumer or capsule)."""
+	return len(_dl_live)
+
+
+def _stream_arg(stream: Any) -> Any:
+	"""A CUstream (a void *) from an int or an object with ``cuda_stream``
+	(torch.cuda.Stream): 0, the default stream as torch reports it, is
+	CU_STREAM_LEGACY; 1 and 2 are CU_STREAM_LEGACY and CU_STREAM_PER_THREAD
+	as DLPack numbers them, which the driver takes as they are."""
+	stream = getattr(stream, "cuda_stream", stream)
+	try:
+		s = operator.index(stream)
+	except TypeError:
+		raise TypeError(f"a stream is an int (a CUstream) or has cuda_stream, "
+				f"not {type(stream).__name__}") from None
+	if not 0 <= s < 1 << 64:
+		raise ValueError(f"stream {s} is not a CUstream")
+	return ffi.cast("void *", s or _CU_STREAM_LEGACY)
+
+
+class DeviceArray:
+	"""An array in GPU memory: a layer's K or V, or the page table's
+	device mapping, described by ``__cuda_array_interface__`` and DLPack.
+
+	CuPy, Numba and torch (``torch.as_tensor(x, device="cuda")``,
+	``torch.from_dlpack(x)``) take it without a copy.  It keeps its
+	context alive as a host view does, and so does every DLPack tensor
+	made of it until its consumer deletes it.
 	"""
 
 	def __init__(self, hold: Any, shape: Tuple[int, ...], strides: Tuple[int, ...],
-		     dtype: np.dtype, device: int) -> None:
+		     dtype: np.dtype, device: int, owner: Any = None, readonly: bool = False) -> None:
 		self._hold = hold
+		self._owner = owner
 		self.shape, self.strides, self.dtype, self.device = shape, strides, dtype, device
+		self.readonly = readonly
 
 	@property
 	def ptr(self) -> int:
@@ -144,10 +325,78 @@ class DeviceArray:
 	@property
 	def __cuda_array_interface__(self) -> Dict[str, Any]:
 		return {"shape": self.shape, "strides": self.strides, "typestr": self.dtype.str,
-			"data": (self.ptr, False), "version": 3}
+			"data": (self.ptr, self.readonly), "version": 3}
 
 	def __dlpack_device__(self) -> Tuple[int, int]:
-		return (2, self.device)		# kDLCUDA
+		return (_KDLCUDA, self.device)
+
+	def __dlpack__(self, *, stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
+		       dl_device: Optional[Tuple[int, int]] = None,
+		       copy: Optional[bool] = None) -> Any:
+		"""A DLPack capsule over this memory, no copy.
+
+		DLPack 1.0 ("dltensor_versioned", a DLManagedTensorVersioned
+		whose flags say read-only for the page table's mapping) when
+		@max_version is (1, x) or later, as torch and numpy ask; else the
+		legacy "dltensor" (a DLManagedTensor), which cannot say read-only:
+		writing through it to the page table is the caller's error.
+		@stream (CUDA's numbering: 1 the legacy default stream, 2 the
+		per-thread one, else a CUstream; None or -1: none) is made to wait
+		for kvmm's copies (:meth:`Context.stream_wait`) before the consumer
+		uses the memory on it.  BufferError for @copy True (kvmm exports
+		its memory, never a copy) or a @dl_device other than
+		:meth:`__dlpack_device__`.
+		"""
+		dev = self.__dlpack_device__()
+		if copy:
+			raise BufferError("kvmm: a DeviceArray exports its memory, not a copy")
+		if dl_device is not None and tuple(dl_device) != tuple(dev):
+			raise BufferError(f"kvmm: the array is on DLPack device {dev}, not {dl_device}")
+		if stream is not None and stream != -1 and dev[0] == _KDLCUDA:
+			if stream == 0:
+				raise ValueError("DLPack: stream 0 is ambiguous for CUDA; 1 is the "
+						 "legacy default stream")
+			wait = getattr(self._owner, "stream_wait", None)
+			if wait is not None:
+				wait(stream)
+		return self._capsule(dev, max_version is not None and max_version[0] >= 1)
+
+	def _capsule(self, dev: Tuple[int, int], versioned: bool) -> Any:
+		"""Build the managed tensor and the capsule that owns it until consumed."""
+		code = _DL_CODES.get(self.dtype.kind)
+		size = self.dtype.itemsize
+		if code is None:
+			raise BufferError(f"kvmm: no DLPack type for dtype {self.dtype}")
+		if any(s % size for s in self.strides):
+			raise BufferError(f"kvmm: strides {self.strides} are not whole {self.dtype} elements")
+		ndim = len(self.shape)
+		shape = (ctypes.c_int64 * max(ndim, 1))(*self.shape)
+		strides = (ctypes.c_int64 * max(ndim, 1))(*(s // size for s in self.strides))
+		if versioned:
+			m: Any = _DLManagedTensorVersioned()
+			m.version = _DLPackVersion(1, 0)
+			m.flags = _DL_READ_ONLY if self.readonly else 0
+			name = _DLTENSOR_VERSIONED
+		else:
+			m = _DLManagedTensor()
+			name = _DLTENSOR
+		t = m.dl_tensor
+		t.data = self.ptr
+		t.device = _DLDevice(dev[0], dev[1])
+		t.ndim = ndim
+		t.dtype = _DLDataType(code, size * 8, 1)
+		t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+		t.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+		t.byte_offset = 0
+		addr = ctypes.addressof(m)
+		m.manager_ctx = addr
+		m.deleter = _dl_deleter
+		_dl_live[addr] = (m, shape, strides, self)
+		try:
+			return _capsule_new(addr, name, _dl_destructor)
+		except BaseException:
+			_dl_live.pop(addr, None)
+			raise
 
 
 class ViewOwner:
@@ -201,7 +450,8 @@ class ViewOwner:
 			      for i in range(len(cell)))
 		shape, strides = (slots,) + tuple(cell), (slot_bytes,) + inner
 		if device is not None:
-			views = [DeviceArray(self._hold(a), shape, strides, dt, device) for a in (k, v) if a]
+			views = [DeviceArray(self._hold(a), shape, strides, dt, device, owner=self)
+				 for a in (k, v) if a]
 		else:
 			views = [self._view(a, nbytes, dt, shape, strides) for a in (k, v) if a]
 		return views[0], (views[1] if v else None)
@@ -450,14 +700,89 @@ class Context(ViewOwner):
 		return ffi.string(buf).decode()
 
 	# ---- views of the library's memory ----
-	def page_table(self) -> np.ndarray:
+	def page_table(self, device: bool = False) -> Any:
 		"""The whole page table, (max_seqs, pages per row) int32, read-only, in place.
 
 		Entry [s, i] is the page frame of sequence s's page i, -1 where none.
+		With @device, where the backend's kernels read it
+		(kvmm_page_table_dev()): on cuda a read-only :class:`DeviceArray`
+		over the host table mapped into the GPU (every change kvmm makes is
+		seen there, no copy); on host backends the same as without.
 		"""
-		self._c()
+		ptr = self._c()
 		t = self._table
+		if device:
+			out = ffi.new("void **")
+			ret = lib.kvmm_page_table_dev(ptr, out)
+			if self._cuda_device is not None or ret != -errno.EOPNOTSUPP:
+				self._check(ret, "kvmm_page_table_dev")
+				addr = int(ffi.cast("uintptr_t", out[0]))
+				if self._cuda_device is not None:
+					return DeviceArray(self._hold(addr), t.shape, t.strides, t.dtype,
+							   self._cuda_device, owner=self, readonly=True)
+				return self._view(addr, t.nbytes, np.int32, t.shape, readonly=True)
 		return self._view(t.ctypes.data, t.nbytes, np.int32, t.shape, readonly=True)
+
+	def kv_indices(self, seqs: Iterable[Any], indptr: Any, indices: Any, last_page_len: Any,
+		       stream: Any = None) -> int:
+		"""FlashInfer's paged-KV arrays for a batch (kvmm_kv_indices()); the pages written.
+
+		@seqs are open :class:`Sequence` objects (or their ids), each taken
+		at its whole length.  Out, in the backend's memory (host: numpy
+		int32 arrays or torch CPU tensors; cuda: int32 arrays with
+		``__cuda_array_interface__``, e.g. torch CUDA tensors), 1-D and
+		contiguous: @indptr (len(seqs) + 1 entries: sequence i's pages are
+		indices[indptr[i]:indptr[i + 1]]), @indices (the page frames, as
+		many as it has room for) and @last_page_len (len(seqs) entries:
+		tokens in each last page, 1..page_size, 0 for an empty sequence).
+
+		@stream (cuda: a CUstream as an int, or a torch.cuda.Stream; 0 is
+		the legacy default stream): the build is queued on it and the call
+		returns at once; the sequences must not change until the stream
+		has run it.  None: the arrays are written when the call returns,
+		so they must not be in use by queued GPU work.  Host backends
+		ignore it.
+
+		TypeError for an array of another dtype or in the wrong memory,
+		ValueError for one too short, strided or read-only, before C runs;
+		kvmm.NoSpace when @indices has too little room,
+		kvmm.InvalidArgument for a sequence closed or named twice.
+		"""
+		ptr = self._c()
+		ids = []
+		for s in seqs:
+			if isinstance(s, Sequence):
+				ids.append(s._id_checked(self))
+				continue
+			i = operator.index(s)
+			if not 0 <= i < 1 << 32:
+				raise ValueError(f"kv_indices: sequence id {i} is out of range")
+			ids.append(i)
+		out = _host_int32_out if self._cuda_device is None else _device_int32_out
+		ip, _ = out(indptr, "indptr", len(ids) + 1)
+		ix, room = out(indices, "indices", 0)
+		lp, _ = out(last_page_len, "last_page_len", len(ids))
+		seq_arr = ffi.new("uint32_t[]", ids) if ids else ffi.NULL
+		b = ffi.new("struct kvmm_kv_batch *", {"seqs": seq_arr, "count": len(ids),
+						      "max_indices": min(room, 0xffffffff),
+						      "indptr": ip, "indices": ix,
+						      "last_page_len": lp})
+		if stream is not None and self._cuda_device is not None:
+			b.stream = _stream_arg(stream)
+		return self._check(lib.kvmm_kv_indices(ptr, b), "kvmm_kv_indices")
+
+	def stream_wait(self, stream: Any) -> None:
+		"""Make work queued on @stream from now on wait for every copy kvmm
+		has issued (kvmm_stream_wait()): demotions, promotions and KV
+		copies, before an engine's kernels read the pool.
+
+		@stream: a CUstream as an int or a torch.cuda.Stream (0, torch's
+		default stream, and 1 are the legacy default stream, 2 the
+		per-thread one).  Host backends have nothing to wait for: a no-op.
+		"""
+		ret = lib.kvmm_stream_wait(self._c(), _stream_arg(stream))
+		if ret != -errno.EOPNOTSUPP:
+			self._check(ret, "kvmm_stream_wait")
 
 	def kv_layer_info(self, layer: int) -> Tuple[int, int, int, int]:
 		"""Return (k address, v address or 0, slot bytes, bytes) of a layer."""
