@@ -118,15 +118,16 @@ sanitize() {
 	return $rc
 }
 
-# ncu over the bench's copy kernels at a smaller set: what bounds them
+# ncu over the bench's copy kernels at page size 1, past its probe (14
+# launches): host staging, then device staging
 do_ncu() {
 	local ncu t
 	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 	t=$(( $(left) - 10 ))
 	[ -n "$ncu" ] && [ "$t" -gt 30 ] || { echo "ncu: none, or no time left"; return 124; }
-	timeout "$t" "$ncu" --kernel-name regex:kvmm_kv --launch-count 12 \
+	timeout "$t" "$ncu" --kernel-name regex:kvmm_kv --launch-skip 14 --launch-count 28 \
 		--section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
-		--section Occupancy "$objtree/bin/kvmm-bench" cuda --set-mib 32 >"$OUT/ncu.log" 2>&1
+		--section Occupancy "$objtree/bin/kvmm-bench" cuda --set-mib 64 >"$OUT/ncu.log" 2>&1
 	local rc=$?
 	grep -E '^  kvmm_kv|Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy' \
 		"$OUT/ncu.log" | head -60

@@ -233,12 +233,18 @@ int kvmm_cu_copy(void *priv, const int32_t *src, const int32_t *dst,
 
 /* Pin and map host memory, so kernels and copy engines reach it directly. */
 /* Is @addr device memory (cuMemAlloc'ed staging), not host memory? */
+/*
+ * cuPointerGetAttributes, unlike cuPointerGetAttribute, answers for
+ * memory the driver never saw (type 0) instead of failing, so a probe of
+ * plain host memory is no API error (compute-sanitizer reports those).
+ */
 static bool is_device_mem(struct cuda_pool *pool, const void *addr)
 {
+	CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
 	unsigned int type = 0;
+	void *data = &type;
 
-	return !pool->api.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-						(CUdeviceptr)(uintptr_t)addr) &&
+	return !pool->api.cuPointerGetAttributes(1, &attr, &data, (CUdeviceptr)(uintptr_t)addr) &&
 	       type == CU_MEMORYTYPE_DEVICE;
 }
 

@@ -35,7 +35,7 @@
 	X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) \
 	X(cuLaunchKernel) X(cuMemExportToShareableHandle) \
 	X(cuMemImportFromShareableHandle) X(cuDeviceGetByPCIBusId) \
-	X(cuPointerGetAttribute) X(cuMemcpyAsync)
+	X(cuPointerGetAttributes) X(cuMemcpyAsync)
 
 #define STR_(x)	#x
 #define STR(x)	STR_(x)

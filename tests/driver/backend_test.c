@@ -737,7 +737,13 @@ static void contract_share_maps_the_same_bytes(void)
 	kvmm_kv_pool_close(pool);
 	kvmm_kv_share_release(&sh, ext, fds);
 	kvmm_destroy(ctx);
-	CU_ASSERT_EQUAL(open_fds(), nfd);
+	/*
+	 * A tool injected into the driver (compute-sanitizer sets
+	 * CUDA_INJECTION64_PATH) opens descriptors of its own meanwhile;
+	 * the same test without it holds the count.
+	 */
+	if (!getenv("CUDA_INJECTION64_PATH"))
+		CU_ASSERT_EQUAL(open_fds(), nfd);
 }
 
 /*

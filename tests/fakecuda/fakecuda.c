@@ -606,18 +606,19 @@ API CUresult cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr sp, size_t n)
 	return copy((uintptr_t)d, (uintptr_t)sp, n, 1, 1);
 }
 
-API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr p)
+/* As the driver: memory it never saw is type 0, not an error. */
+API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *a, void **data,
+				    CUdeviceptr p)
 {
 	int kind;
 
 	ENTER();
-	if (a != CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+	if (n != 1 || a[0] != CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	kind = region_kind((uintptr_t)p, 1);
-	if (kind < 0)
-		return CUDA_ERROR_INVALID_VALUE;	/* memory the driver never saw */
-	*(unsigned int *)data = kind == R_DEV || kind == R_MAPPED ? CU_MEMORYTYPE_DEVICE :
-								   CU_MEMORYTYPE_HOST;
+	*(unsigned int *)data[0] = kind < 0 ? 0 :
+				   kind == R_DEV || kind == R_MAPPED ? CU_MEMORYTYPE_DEVICE :
+								       CU_MEMORYTYPE_HOST;
 	return CUDA_SUCCESS;
 }
 

@@ -49,10 +49,21 @@ struct drv {
 	int (*htod)(uint64_t d, const void *h, size_t n);
 	int (*dtod)(uint64_t d, uint64_t s, size_t n);
 	int (*sync)(void);
+	int (*release)(int dev);
+	int dev;
 };
 
-static int drv_open(struct drv *d, const char *lib)
+/*
+ * The references' own hold on the device's primary context, current on
+ * this thread: each backend the bench brings up retains and releases it
+ * too, and the last release would leave the thread a dead context.
+ */
+static int drv_open(struct drv *d, const char *lib, int device)
 {
+	int (*init)(unsigned int), (*get)(int *, int), (*retain)(void **, int);
+	int (*set)(void *);
+	void *ctx;
+
 	d->dl = dlopen(lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!d->dl)
 		return -ENODEV;
@@ -63,8 +74,28 @@ static int drv_open(struct drv *d, const char *lib)
 	d->dtoh = (int (*)(void *, uint64_t, size_t))dlsym(d->dl, "cuMemcpyDtoH_v2");
 	d->htod = (int (*)(uint64_t, const void *, size_t))dlsym(d->dl, "cuMemcpyHtoD_v2");
 	d->dtod = (int (*)(uint64_t, uint64_t, size_t))dlsym(d->dl, "cuMemcpyDtoD_v2");
-	return d->alloc && d->free && d->alloc_host && d->free_host && d->dtoh && d->htod &&
-	       d->dtod ? 0 : -ENODEV;
+	init = (int (*)(unsigned int))dlsym(d->dl, "cuInit");
+	get = (int (*)(int *, int))dlsym(d->dl, "cuDeviceGet");
+	retain = (int (*)(void **, int))dlsym(d->dl, "cuDevicePrimaryCtxRetain");
+	set = (int (*)(void *))dlsym(d->dl, "cuCtxSetCurrent");
+	d->release = (int (*)(int))dlsym(d->dl, "cuDevicePrimaryCtxRelease_v2");
+	if (!(d->alloc && d->free && d->alloc_host && d->free_host && d->dtoh && d->htod &&
+	      d->dtod && init && get && retain && set && d->release))
+		return -ENODEV;
+	if (init(0) || get(&d->dev, device) || retain(&ctx, d->dev))
+		return -ENODEV;
+	if (set(ctx)) {
+		d->release(d->dev);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+static void drv_close(struct drv *d)
+{
+	if (d->release)
+		d->release(d->dev);
+	dlclose(d->dl);
 }
 
 /* Host staging, as a host tier's chunk is: anonymous, prefaulted. */
@@ -328,12 +359,15 @@ int cmd_cuda(int argc, char **argv)
 			return 2;
 		}
 	}
-	ret = drv_open(&d, arg.driver);
+	ret = drv_open(&d, arg.driver, arg.device);
 	if (!ret && move_bench(&arg, NULL, 1, 1, &rd, &ru, why, sizeof(why)) == -ENODEV)
 		ret = -ENODEV;
 	if (ret) {
+		const char *e = dlerror();
+
 		if (!why[0])
-			snprintf(why, sizeof(why), "no CUDA driver (%s)", dlerror());
+			snprintf(why, sizeof(why), "no CUDA driver or device (%s)",
+				 e ? e : "the driver found no device");
 		if (json)
 			tool_json_line(json_pack("{s:s,s:s}", "bench", "cuda", "skipped", why),
 				       stdout);
@@ -361,7 +395,7 @@ int cmd_cuda(int argc, char **argv)
 		else
 			printf("kv_indices: 256 sequences of 4096 tokens: %.1f us\n", us);
 	}
-	dlclose(d.dl);
+	drv_close(&d);
 	if (ret)
 		fprintf(stderr, "cuda: %s%s%s\n", strerror(-ret), why[0] ? ": " : "", why);
 	return ret ? 1 : 0;
