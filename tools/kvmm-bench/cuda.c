@@ -74,13 +74,14 @@ static int drv_open(struct drv *d, const char *lib, int device)
 	d->dtoh = (int (*)(void *, uint64_t, size_t))dlsym(d->dl, "cuMemcpyDtoH_v2");
 	d->htod = (int (*)(uint64_t, const void *, size_t))dlsym(d->dl, "cuMemcpyHtoD_v2");
 	d->dtod = (int (*)(uint64_t, uint64_t, size_t))dlsym(d->dl, "cuMemcpyDtoD_v2");
+	d->sync = (int (*)(void))dlsym(d->dl, "cuCtxSynchronize");
 	init = (int (*)(unsigned int))dlsym(d->dl, "cuInit");
 	get = (int (*)(int *, int))dlsym(d->dl, "cuDeviceGet");
 	retain = (int (*)(void **, int))dlsym(d->dl, "cuDevicePrimaryCtxRetain");
 	set = (int (*)(void *))dlsym(d->dl, "cuCtxSetCurrent");
 	d->release = (int (*)(int))dlsym(d->dl, "cuDevicePrimaryCtxRelease_v2");
 	if (!(d->alloc && d->free && d->alloc_host && d->free_host && d->dtoh && d->htod &&
-	      d->dtod && init && get && retain && set && d->release))
+	      d->dtod && d->sync && init && get && retain && set && d->release))
 		return -ENODEV;
 	if (init(0) || get(&d->dev, device) || retain(&ctx, d->dev))
 		return -ENODEV;
@@ -122,10 +123,10 @@ static int ref_copy(struct drv *d, uint64_t bytes, double *dtoh, double *htod)
 	for (r = 0; !ret && r < CUDA_REPEAT; r++) {
 		uint64_t t0 = now_ns();
 
-		ret = d->dtoh(host, dev, bytes) ? -EIO : 0;
+		ret = d->dtoh(host, dev, bytes) || d->sync() ? -EIO : 0;
 		a[r] = gbps(bytes, (double)(now_ns() - t0));
 		t0 = now_ns();
-		ret = ret ?: d->htod(dev, host, bytes) ? -EIO : 0;
+		ret = ret ?: d->htod(dev, host, bytes) || d->sync() ? -EIO : 0;
 		b[r] = gbps(bytes, (double)(now_ns() - t0));
 	}
 	if (host)
@@ -149,7 +150,8 @@ static int ref_d2d(struct drv *d, uint64_t bytes, double *gb)
 	for (r = 0; !ret && r < CUDA_REPEAT; r++) {
 		uint64_t t0 = now_ns();
 
-		ret = d->dtod(dst, src, bytes) ? -EIO : 0;
+		/* a device-to-device cuMemcpy returns before it is done */
+		ret = d->dtod(dst, src, bytes) || d->sync() ? -EIO : 0;
 		a[r] = gbps(bytes, (double)(now_ns() - t0));
 	}
 	if (src)
