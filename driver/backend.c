@@ -194,22 +194,44 @@ uint32_t kvmm_dma_ranges_del(struct kvmm_dma_ranges *rs, void *addr, size_t len)
 }
 
 /*
+ * kvmm_dma_ranges_find_many() - where the device sees each of @n ranges
+ * of @bytes at @addr[i], into @dev[i]; each must lie inside one
+ * registered range.  One hold of the lock for the batch, and the last
+ * hit is tried first (a batch's staging pages mostly share a range): a
+ * launch of thousands of small pages pays nanoseconds a page, not a lock.
+ * Return: true when every one was found.
+ */
+bool kvmm_dma_ranges_find_many(struct kvmm_dma_ranges *rs, void *const *addr, uint32_t n,
+			       uint64_t bytes, uint64_t *dev)
+{
+	const struct kvmm_dma_range *hit = NULL;
+	uint32_t i, j;
+
+	pthread_mutex_lock(&rs->lock);
+	for (i = 0; i < n; i++) {
+		uintptr_t a = (uintptr_t)addr[i];
+
+		if (!hit || a < hit->start || a + bytes > hit->end) {
+			for (hit = NULL, j = 0; j < rs->nr && !hit; j++)
+				if (a >= rs->r[j].start && a + bytes <= rs->r[j].end)
+					hit = &rs->r[j];
+			if (!hit)
+				break;
+		}
+		dev[i] = hit->dev + (a - hit->start);
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return i == n;
+}
+
+/*
  * kvmm_dma_ranges_find() - where the device sees [@addr, +@bytes), which
  * must lie inside one registered range.  Return: that address, or 0.
  */
 uint64_t kvmm_dma_ranges_find(struct kvmm_dma_ranges *rs, const void *addr, uint64_t bytes)
 {
-	uintptr_t a = (uintptr_t)addr;
+	void *a = (void *)addr;
 	uint64_t dev = 0;
-	uint32_t i;
 
-	pthread_mutex_lock(&rs->lock);
-	for (i = 0; i < rs->nr; i++) {
-		if (a >= rs->r[i].start && a + bytes <= rs->r[i].end) {
-			dev = rs->r[i].dev + (a - rs->r[i].start);
-			break;
-		}
-	}
-	pthread_mutex_unlock(&rs->lock);
-	return dev;
+	return kvmm_dma_ranges_find_many(rs, &a, 1, bytes, &dev) ? dev : 0;
 }

@@ -44,6 +44,8 @@ void kvmm_dma_ranges_exit(struct kvmm_dma_ranges *rs);
 int kvmm_dma_ranges_add(struct kvmm_dma_ranges *rs, void *addr, size_t len, uint64_t dev);
 uint32_t kvmm_dma_ranges_del(struct kvmm_dma_ranges *rs, void *addr, size_t len);
 uint64_t kvmm_dma_ranges_find(struct kvmm_dma_ranges *rs, const void *addr, uint64_t bytes);
+bool kvmm_dma_ranges_find_many(struct kvmm_dma_ranges *rs, void *const *addr, uint32_t n,
+			       uint64_t bytes, uint64_t *dev);
 
 /* driver/cuda: the one CUresult-to-errno map (tests check it) */
 int kvmm_cu_errno(int r);

@@ -115,16 +115,13 @@ static int move_kernel(struct cuda_pool *pool, struct cuda_lane *lane,
 	uint64_t *haddr = lane->args;
 	int32_t *hpfn = (int32_t *)(haddr + nr);
 	CUdeviceptr dpfn = lane->dargs + nr * sizeof(uint64_t), daddr = lane->dargs;
-	uint32_t nbufs = pool->geom.nbufs, i;
+	uint32_t nbufs = pool->geom.nbufs;
 	void *params[] = { &pool->dbufs, &nbufs, &run, &dpfn, &daddr, &nr, &dir };
 	uint64_t pieces = (run + KVMM_KV_PIECE - 1) / KVMM_KV_PIECE;
 
-	for (i = 0; i < nr; i++) {
-		haddr[i] = kvmm_dma_ranges_find(&pool->dma, host[i], page);
-		if (!haddr[i])
-			return -EFAULT;	/* a store handed us unregistered memory */
-		hpfn[i] = pfns[i];
-	}
+	if (!kvmm_dma_ranges_find_many(&pool->dma, host, nr, page, haddr))
+		return -EFAULT;	/* a store handed us unregistered memory */
+	memcpy(hpfn, pfns, nr * sizeof(*hpfn));
 	return CUQ(pool, cuMemcpyHtoDAsync(lane->dargs, lane->args,
 					   nr * (sizeof(uint64_t) + sizeof(int32_t)),
 					   lane->stream)) ?:
