@@ -15,9 +15,11 @@ write each new token's KV into the slots the page table names (numpy
 views of the pool), attend by gathering KV through the page table,
 COMMIT, decode with batched EXTEND, CLOSE.
 """
+import copy
+import math
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -54,8 +56,52 @@ class Config:
 			"head_dim": self.head_dim, "dtype_bytes": 4}
 
 
+class NumpyOps:
+	"""The array operations the model's maths is written in, for numpy
+	(float32 throughout); another library supplies the same methods
+	(test_gpu_transformer.py's TorchOps) to run the same model."""
+
+	einsum = staticmethod(np.einsum)
+	exp = staticmethod(np.exp)
+
+	@staticmethod
+	def cat(xs: List[np.ndarray]) -> np.ndarray:
+		"""Concatenation along the last axis."""
+		return np.concatenate(xs, axis=-1)
+
+	@staticmethod
+	def rms(x: np.ndarray) -> np.ndarray:
+		"""Root mean square over the last axis (kept), with RMSNorm's epsilon."""
+		return np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+
+	@staticmethod
+	def repeat_heads(x: np.ndarray, n: int) -> np.ndarray:
+		"""Each KV head @n times in a row (grouped-query attention)."""
+		return np.repeat(x, n, axis=1)
+
+	@staticmethod
+	def rope_cos_sin(pos: np.ndarray, half: int) -> Tuple[np.ndarray, np.ndarray]:
+		"""RoPE's cos and sin at positions @pos, (tokens, 1, half)."""
+		freq = 10000.0 ** (-np.arange(half, dtype=np.float32) / half)
+		ang = np.asarray(pos)[:, None].astype(np.float32) * freq[None, :]
+		return np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+
+	@staticmethod
+	def causal_softmax(scores: np.ndarray, pos: np.ndarray) -> np.ndarray:
+		"""Softmax over keys (last axis) of (heads, queries, keys), a query
+		at pos[i] seeing keys 0..pos[i]."""
+		mask = np.arange(scores.shape[-1])[None, :] > pos[:, None]
+		scores = np.where(mask[None], -np.inf, scores)
+		scores -= scores.max(axis=-1, keepdims=True)
+		p = np.exp(scores)
+		return p / p.sum(axis=-1, keepdims=True)
+
+
 class Model:
-	"""Random weights of a Config, and the per-layer maths shared by both paths."""
+	"""Random weights of a Config, and the per-layer maths shared by both
+	paths, written in the operations of @ops (numpy unless to() says)."""
+
+	ops: Any = NumpyOps
 
 	def __init__(self, cfg: Config) -> None:
 		self.cfg = cfg
@@ -87,22 +133,28 @@ class Model:
 				lw["wv"] = w(c.hidden, c.kv_heads * c.head_dim)
 			self.layers.append(lw)
 
-	@staticmethod
-	def rmsnorm(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-		"""RMSNorm over the last axis."""
-		return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6) * weight
+	def to(self, ops: Any, convert: Any) -> "Model":
+		"""This model with its weights through @convert and its maths in
+		@ops (an object with NumpyOps' methods): the same model in
+		another array library, on another device."""
+		m = copy.copy(self)
+		m.ops = ops
+		m.embed, m.norm, m.head = convert(self.embed), convert(self.norm), convert(self.head)
+		m.layers = [{name: convert(w) for name, w in lw.items()} for lw in self.layers]
+		return m
 
-	@staticmethod
-	def rope(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+	def rmsnorm(self, x: Any, weight: Any) -> Any:
+		"""RMSNorm over the last axis."""
+		return x / self.ops.rms(x) * weight
+
+	def rope(self, x: Any, pos: Any) -> Any:
 		"""Rotary embedding of x (tokens, heads, dim) at positions @pos."""
 		half = x.shape[-1] // 2
-		freq = 10000.0 ** (-np.arange(half, dtype=np.float32) / half)
-		ang = pos[:, None].astype(np.float32) * freq[None, :]
-		cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+		cos, sin = self.ops.rope_cos_sin(pos, half)
 		x1, x2 = x[..., :half], x[..., half:]
-		return np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+		return self.ops.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos])
 
-	def new_kv(self, li: int, h: np.ndarray, pos: np.ndarray) -> Tuple[np.ndarray, ...]:
+	def new_kv(self, li: int, h: Any, pos: Any) -> Tuple[Any, ...]:
 		"""The KV layer @li stores for normed hidden states @h at @pos.
 
 		MHA: (k, v), each (tokens, kv_heads, head_dim); MLA: (latent,),
@@ -111,15 +163,14 @@ class Model:
 		c, lw = self.cfg, self.layers[li]
 		if c.mla:
 			kr = self.rope((h @ lw["wkr"])[:, None, :], pos)[:, 0, :]
-			return (np.concatenate([h @ lw["wdkv"], kr], axis=-1),)
+			return (self.ops.cat([h @ lw["wdkv"], kr]),)
 		k = (h @ lw["wk"]).reshape(-1, c.kv_heads, c.head_dim)
 		v = (h @ lw["wv"]).reshape(-1, c.kv_heads, c.head_dim)
 		return self.rope(k, pos), v
 
-	def attend(self, li: int, h: np.ndarray, pos: np.ndarray,
-		   kv: Tuple[np.ndarray, ...]) -> np.ndarray:
+	def attend(self, li: int, h: Any, pos: Any, kv: Tuple[Any, ...]) -> Any:
 		"""Causal attention of queries at @pos over the KV of positions 0..pos[-1]."""
-		c, lw = self.cfg, self.layers[li]
+		c, lw, ops = self.cfg, self.layers[li], self.ops
 		n = kv[0].shape[0]
 		if c.mla:
 			q = (h @ lw["wq"]).reshape(-1, c.q_heads, c.head_dim + c.rope_dim)
@@ -127,31 +178,26 @@ class Model:
 			lat, kr = kv[0][:, :c.kv_rank], kv[0][:, c.kv_rank:]
 			k_nope = (lat @ lw["wuk"]).reshape(n, c.q_heads, c.head_dim)
 			v = (lat @ lw["wuv"]).reshape(n, c.q_heads, c.head_dim)
-			scores = (np.einsum("qhd,khd->hqk", qn, k_nope) +
-				  np.einsum("qhd,kd->hqk", qr, kr))
-			scores /= np.sqrt(c.head_dim + c.rope_dim)
+			scores = (ops.einsum("qhd,khd->hqk", qn, k_nope) +
+				  ops.einsum("qhd,kd->hqk", qr, kr)) * (1.0 / math.sqrt(c.head_dim + c.rope_dim))
 		else:
 			q = self.rope((h @ lw["wq"]).reshape(-1, c.q_heads, c.head_dim), pos)
 			group = c.q_heads // c.kv_heads
-			k = np.repeat(kv[0], group, axis=1)
-			v = np.repeat(kv[1], group, axis=1)
-			scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(c.head_dim)
-		mask = np.arange(n)[None, :] > pos[:, None]
-		scores = np.where(mask[None], -np.inf, scores)
-		scores -= scores.max(axis=-1, keepdims=True)
-		p = np.exp(scores)
-		p /= p.sum(axis=-1, keepdims=True)
-		out = np.einsum("hqk,khd->qhd", p, v).reshape(len(pos), -1)
+			k = ops.repeat_heads(kv[0], group)
+			v = ops.repeat_heads(kv[1], group)
+			scores = ops.einsum("qhd,khd->hqk", q, k) * (1.0 / math.sqrt(c.head_dim))
+		p = ops.causal_softmax(scores, pos)
+		out = ops.einsum("hqk,khd->qhd", p, v).reshape(len(pos), -1)
 		return out @ lw["wo"]
 
-	def ffn(self, li: int, x: np.ndarray) -> np.ndarray:
+	def ffn(self, li: int, x: Any) -> Any:
 		"""SwiGLU feed-forward with its pre-norm, residual added."""
 		lw = self.layers[li]
 		h = self.rmsnorm(x, lw["ffn_norm"])
 		a = h @ lw["w1"]
-		return x + ((a / (1 + np.exp(-a))) * (h @ lw["w3"])) @ lw["w2"]
+		return x + ((a / (1 + self.ops.exp(-a))) * (h @ lw["w3"])) @ lw["w2"]
 
-	def logits(self, x: np.ndarray) -> np.ndarray:
+	def logits(self, x: Any) -> Any:
 		"""Final norm and LM head."""
 		return self.rmsnorm(x, self.norm) @ self.head
 

@@ -9,7 +9,7 @@ import pytest
 
 import kvmm
 
-from conftest import GEOM
+from conftest import GEOM, fake_cuda_context
 
 
 def toks(n, start=0):
@@ -203,19 +203,7 @@ def test_evict_policy_and_watermarks(ctx):
 
 def test_cuda_pool_through_the_fake_driver():
 	"""The cuda backend's K/V come out as __cuda_array_interface__ objects."""
-	import os
-	from pathlib import Path
-	objtree = Path(os.environ.get("KVMM_O", Path(__file__).resolve().parents[2] / "build"))
-	fake = objtree / "tests" / "libfakecuda.so"
-	if not fake.exists():
-		pytest.skip(f"no {fake} (make check builds it where cuda.h is)")
-	try:
-		c = kvmm.Context(**GEOM, page_size=4, nr_pages=64, backend="cuda",
-				 cuda_driver=str(fake))
-	except kvmm.Error as e:
-		if e.errno == errno.EOPNOTSUPP:
-			pytest.skip("no cuda backend in this build")
-		raise
+	c = fake_cuda_context()
 	k, v = c.kv(1)
 	kp, vp, slot_bytes, nbytes = c.kv_layer_info(1)
 	ki, vi = k.__cuda_array_interface__, v.__cuda_array_interface__

@@ -28,7 +28,7 @@ import pytest
 
 import kvmm
 import test_transformer
-from llama import Config, Engine, Model, check_against_reference
+from llama import Engine, Model, NumpyOps, check_against_reference
 from test_transformer import SYSTEM_LEN, tiered, workload
 
 torch = pytest.importorskip("torch")
@@ -38,94 +38,56 @@ ATOL = {"cpu": 1e-5, "cuda": 1e-4}
 MAX_POS = 4096		# positions the RoPE tables cover
 
 
-class TorchModel:
-	"""A llama.Model's weights and per-layer maths in torch, on @device.
+class TorchOps:
+	"""llama.NumpyOps' operations in torch, on @device; RoPE's cos and sin
+	are numpy's own values (NumpyOps.rope_cos_sin over every position
+	the tests reach), looked up on the device."""
 
-	The same float32 operations in the same order as the numpy model;
-	RoPE's cos/sin come from tables numpy computes as the reference does.
-	"""
+	einsum = staticmethod(torch.einsum)
+	exp = staticmethod(torch.exp)
 
-	def __init__(self, model: Model, device: Any) -> None:
-		self.cfg, self.device = model.cfg, device
-		dev = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)
-		self.embed, self.norm, self.head = dev(model.embed), dev(model.norm), dev(model.head)
-		self.layers = [{name: dev(w) for name, w in lw.items()} for lw in model.layers]
+	def __init__(self, device: Any) -> None:
+		self.device = device
 		self.rope_tables: Dict[int, Tuple[Any, Any]] = {}
-		for dim in {model.cfg.head_dim, model.cfg.rope_dim}:
-			half = dim // 2
-			freq = 10000.0 ** (-np.arange(half, dtype=np.float32) / half)
-			ang = np.arange(MAX_POS)[:, None].astype(np.float32) * freq[None, :]
-			self.rope_tables[dim] = (dev(np.cos(ang)), dev(np.sin(ang)))
 
 	@staticmethod
-	def rmsnorm(x: Any, weight: Any) -> Any:
-		return x / torch.sqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-6) * weight
+	def cat(xs: List[Any]) -> Any:
+		return torch.cat(xs, dim=-1)
 
-	def rope(self, x: Any, pos: Any) -> Any:
-		"""Rotary embedding of x (tokens, heads, dim) at positions @pos."""
-		half = x.shape[-1] // 2
-		cos_t, sin_t = self.rope_tables[x.shape[-1]]
-		cos, sin = cos_t[pos][:, None, :], sin_t[pos][:, None, :]
-		x1, x2 = x[..., :half], x[..., half:]
-		return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+	@staticmethod
+	def rms(x: Any) -> Any:
+		return torch.sqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-6)
 
-	def new_kv(self, li: int, h: Any, pos: Any) -> Tuple[Any, ...]:
-		"""What llama.Model.new_kv() computes, in torch."""
-		c, lw = self.cfg, self.layers[li]
-		if c.mla:
-			kr = self.rope((h @ lw["wkr"])[:, None, :], pos)[:, 0, :]
-			return (torch.cat([h @ lw["wdkv"], kr], dim=-1),)
-		k = (h @ lw["wk"]).reshape(-1, c.kv_heads, c.head_dim)
-		v = (h @ lw["wv"]).reshape(-1, c.kv_heads, c.head_dim)
-		return self.rope(k, pos), v
+	@staticmethod
+	def repeat_heads(x: Any, n: int) -> Any:
+		return torch.repeat_interleave(x, n, dim=1)
 
-	def attend(self, li: int, h: Any, pos: Any, kv: Tuple[Any, ...]) -> Any:
-		"""What llama.Model.attend() computes, in torch."""
-		c, lw = self.cfg, self.layers[li]
-		n = kv[0].shape[0]
-		if c.mla:
-			q = (h @ lw["wq"]).reshape(-1, c.q_heads, c.head_dim + c.rope_dim)
-			qn, qr = q[..., :c.head_dim], self.rope(q[..., c.head_dim:], pos)
-			lat, kr = kv[0][:, :c.kv_rank], kv[0][:, c.kv_rank:]
-			k_nope = (lat @ lw["wuk"]).reshape(n, c.q_heads, c.head_dim)
-			v = (lat @ lw["wuv"]).reshape(n, c.q_heads, c.head_dim)
-			scores = (torch.einsum("qhd,khd->hqk", qn, k_nope) +
-				  torch.einsum("qhd,kd->hqk", qr, kr))
-			scores = scores / np.sqrt(c.head_dim + c.rope_dim).astype(np.float32)
-		else:
-			q = self.rope((h @ lw["wq"]).reshape(-1, c.q_heads, c.head_dim), pos)
-			group = c.q_heads // c.kv_heads
-			k = torch.repeat_interleave(kv[0], group, dim=1)
-			v = torch.repeat_interleave(kv[1], group, dim=1)
-			scores = torch.einsum("qhd,khd->hqk", q, k) / np.sqrt(c.head_dim).astype(np.float32)
-		mask = torch.arange(n, device=self.device)[None, :] > pos[:, None]
+	def rope_cos_sin(self, pos: Any, half: int) -> Tuple[Any, Any]:
+		if half not in self.rope_tables:
+			cos, sin = NumpyOps.rope_cos_sin(np.arange(MAX_POS), half)
+			self.rope_tables[half] = (torch.from_numpy(cos).to(self.device),
+						  torch.from_numpy(sin).to(self.device))
+		cos, sin = self.rope_tables[half]
+		return cos[pos], sin[pos]
+
+	@staticmethod
+	def causal_softmax(scores: Any, pos: Any) -> Any:
+		mask = torch.arange(scores.shape[-1], device=scores.device)[None, :] > pos[:, None]
 		scores = scores.masked_fill(mask[None], float("-inf"))
-		scores = scores - scores.amax(dim=-1, keepdim=True)
-		p = torch.exp(scores)
-		p = p / p.sum(dim=-1, keepdim=True)
-		out = torch.einsum("hqk,khd->qhd", p, v).reshape(len(pos), -1)
-		return out @ lw["wo"]
-
-	def ffn(self, li: int, x: Any) -> Any:
-		lw = self.layers[li]
-		h = self.rmsnorm(x, lw["ffn_norm"])
-		a = h @ lw["w1"]
-		return x + ((a / (1 + torch.exp(-a))) * (h @ lw["w3"])) @ lw["w2"]
-
-	def logits(self, x: Any) -> Any:
-		return self.rmsnorm(x, self.norm) @ self.head
+		p = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+		return p / p.sum(dim=-1, keepdim=True)
 
 
-_models: Dict[Tuple[int, str], Tuple[Model, TorchModel]] = {}
+_models: Dict[Tuple[int, str], Model] = {}
 
 
-def torch_model(model: Model, device: Any) -> TorchModel:
-	"""One TorchModel per numpy model and device (the cache holds the
-	model, so that its id is not another's)."""
+def torch_model(model: Model, device: Any) -> Model:
+	"""@model in torch on @device (its weights copied there once)."""
 	key = (id(model), str(device))
 	if key not in _models:
-		_models[key] = (model, TorchModel(model, device))
-	return _models[key][1]
+		_models[key] = model.to(TorchOps(device),
+					lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device))
+	return _models[key]
 
 
 class TorchEngine(Engine):
@@ -194,16 +156,6 @@ class TorchEngine(Engine):
 			kv = tuple(buf[kv_slots] for buf in pool)
 			x = tm.ffn(li, x + tm.attend(li, h, pos, kv))
 		return tm.logits(x).cpu().numpy()	# waits for the stream: kvmm may move pages next
-
-
-@pytest.fixture(scope="module")
-def mha():
-	return Model(Config())
-
-
-@pytest.fixture(scope="module")
-def mla():
-	return Model(Config(mla=True))
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.skipif(

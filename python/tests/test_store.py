@@ -4,7 +4,6 @@
 this process and through kvmmd, shared by two processes."""
 import errno
 import multiprocessing
-import os
 import select
 import threading
 

@@ -11,10 +11,7 @@ the fake driver without tests/libfakecuda.so, and those that need a GPU
 without torch.cuda and kvmm's cuda backend; the rest run everywhere.
 """
 import ctypes
-import errno
 import gc
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,7 +19,7 @@ import pytest
 import kvmm
 from kvmm import _core
 
-from conftest import GEOM
+from conftest import FAKE, GEOM, fake_cuda_context
 
 try:
 	import torch
@@ -33,8 +30,6 @@ needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 HAVE_GPU = (torch is not None and torch.cuda.is_available() and
 	    kvmm.backend_available("cuda"))
 needs_gpu = pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU for torch and kvmm")
-FAKE = (Path(os.environ.get("KVMM_O", Path(__file__).resolve().parents[2] / "build")) /
-	"tests" / "libfakecuda.so")
 
 
 def toks(n, start=0):
@@ -392,15 +387,7 @@ def test_backend_available():
 @pytest.fixture
 def fake():
 	"""(a context on the cuda backend over libfakecuda, the driver library)."""
-	if not FAKE.exists():
-		pytest.skip(f"no {FAKE} (make check builds it where cuda.h is)")
-	try:
-		c = kvmm.Context(**GEOM, page_size=4, nr_pages=64, backend="cuda",
-				 cuda_driver=str(FAKE))
-	except kvmm.Error as e:
-		if e.errno == errno.EOPNOTSUPP:
-			pytest.skip("no cuda backend in this build")
-		raise
+	c = fake_cuda_context()
 	drv = ctypes.CDLL(str(FAKE))		# the library the backend opened: its state
 	drv.fakecuda_calls.restype = ctypes.c_uint
 	drv.fakecuda_calls.argtypes = [ctypes.c_char_p]

@@ -13,7 +13,7 @@ import pytest
 
 import kvmm
 from kvmmd import running
-from llama import Config, Engine, Model, RingContext, check_against_reference
+from llama import Engine, RingContext, check_against_reference
 
 DEVICE_PAGES = {1: 128, 16: 12, 64: 4}
 HOST_PAGES = {1: 64, 16: 2, 64: 1}
@@ -75,16 +75,6 @@ def tiered(cfg, ps, path):
 		    # the host tier stages the NVMe one: background reclaim writes it all down
 		    host_wmark_low=HOST_PAGES[ps], host_wmark_high=HOST_PAGES[ps],
 		    model_id="kvmm-tests/llama-numpy@1234", max_seqs=8, max_seq_len=512)
-
-
-@pytest.fixture(scope="module")
-def mha():
-	return Model(Config())
-
-
-@pytest.fixture(scope="module")
-def mla():
-	return Model(Config(mla=True))
 
 
 @pytest.mark.parametrize("ps", [1, 16, 64])
