@@ -326,6 +326,14 @@ API CUresult cuCtxSetCurrent(CUcontext c)
 	return CUDA_SUCCESS;
 }
 
+/* The version of the toolkit this fake was built against. */
+API CUresult cuDriverGetVersion(int *v)
+{
+	ENTER();
+	*v = CUDA_VERSION;
+	return CUDA_SUCCESS;
+}
+
 /* Every copy here is done when its call returns. */
 API CUresult cuCtxSynchronize(void)
 {

@@ -32,6 +32,7 @@
 #include "../../tools/lib/json.h"
 #include "../../tools/lib/parse.h"
 #include "../helpers.h"
+#include "autoconf.h"
 #include "hostile.h"
 
 #define RUN_MS		20000	/* a tool that hangs fails the test */
@@ -947,6 +948,47 @@ static void bench_json_escapes_what_it_prints(void)
 	json_decref(j);
 }
 
+#if CONFIG_KVMM_CUDA_H
+/*
+ * On the fake driver the whole cuda bench runs (figures meaningless):
+ * the device it measured comes first, then a line per page size and
+ * kv_indices, each JSON.
+ */
+static void bench_cuda_names_its_device(void)
+{
+	static char fake[4096], out[1 << 14];
+	const char *argv[] = { "kvmm-bench", "cuda", "--json", "--set-mib", "16", "--driver",
+			       fake, NULL };
+	unsigned moves = 0, indices = 0, lines = 0;
+	char *line, *save = NULL;
+	ssize_t n = readlink("/proc/self/exe", fake, sizeof(fake) - 32);
+
+	CU_ASSERT_FATAL(n > 0);
+	fake[n] = '\0';
+	strcpy(strrchr(fake, '/'), "/libfakecuda.so");
+	CU_ASSERT_EQUAL(run_stdout(argv, out, sizeof(out)), 0);
+	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		json_error_t err;
+		json_t *j = json_loads(line, 0, &err);
+		const char *op;
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+		op = json_string_value(json_object_get(j, "op")) ?: "";
+		if (!lines++) {
+			CU_ASSERT_STRING_EQUAL(op, "device");
+			CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "device")) ?: "",
+					       "fakecuda");
+			CU_ASSERT(json_integer_value(json_object_get(j, "driver_version")) >= 12000);
+		}
+		moves += !strcmp(op, "move");
+		indices += !strcmp(op, "kv_indices");
+		json_decref(j);
+	}
+	CU_ASSERT_EQUAL(moves, 3);
+	CU_ASSERT_EQUAL(indices, 1);
+}
+#endif
+
 /* One phase/op line of kvmm-bench latency: counts and ordered quantiles. */
 static void latency_check_op(json_t *j)
 {
@@ -1078,6 +1120,9 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, engine_json_stdout_is_only_json);
 	ADD_TEST(s, json_figures_print_as_printf_rounds_them);
 	ADD_TEST(s, bench_json_escapes_what_it_prints);
+#if CONFIG_KVMM_CUDA_H
+	ADD_TEST(s, bench_cuda_names_its_device);
+#endif
 	ADD_TEST(s, bench_latency_json_has_its_fields);
 	return 0;
 }

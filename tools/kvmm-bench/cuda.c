@@ -23,6 +23,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,8 @@ struct drv {
 	int (*sync)(void);
 	int (*release)(int dev);
 	int dev;
+	char name[128];		/* cuDeviceGetName's */
+	int version;		/* cuDriverGetVersion's, 0 where unknown */
 };
 
 /*
@@ -61,7 +64,7 @@ struct drv {
 static int drv_open(struct drv *d, const char *lib, int device)
 {
 	int (*init)(unsigned int), (*get)(int *, int), (*retain)(void **, int);
-	int (*set)(void *);
+	int (*set)(void *), (*getname)(char *, int, int), (*version)(int *);
 	void *ctx;
 
 	d->dl = dlopen(lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -85,6 +88,12 @@ static int drv_open(struct drv *d, const char *lib, int device)
 		return -ENODEV;
 	if (init(0) || get(&d->dev, device) || retain(&ctx, d->dev))
 		return -ENODEV;
+	getname = (int (*)(char *, int, int))dlsym(d->dl, "cuDeviceGetName");
+	version = (int (*)(int *))dlsym(d->dl, "cuDriverGetVersion");
+	if (!getname || getname(d->name, sizeof(d->name), d->dev))
+		strcpy(d->name, "unknown");
+	if (version && version(&d->version))
+		d->version = 0;
 	if (set(ctx)) {
 		d->release(d->dev);
 		return -ENODEV;
@@ -377,12 +386,26 @@ int cmd_cuda(int argc, char **argv)
 			printf("cuda: skipped: %s\n", why);
 		return 0;
 	}
+	/* what the figures were measured on, first */
+	if (json)
+		tool_json_line(json_pack("{s:s,s:s,s:s,s:i}", "bench", "cuda", "op", "device",
+					 "device", d.name, "driver_version", d.version), stdout);
+	else
+		printf("device: %s, driver API %d.%d\n", d.name, d.version / 1000,
+		       d.version % 1000 / 10);
 	ret = ref_copy(&d, set, &ref.dtoh, &ref.htod) ?: ref_d2d(&d, set, &ref.d2d);
 	for (i = 0; !ret && i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		struct move_figs m = { .page_size = sizes[i],
 				       .page_bytes = kvmm_page_bytes(&cuda_model, sizes[i]) };
 
 		m.pages = (uint32_t)(set / m.page_bytes);
+		if (!m.pages) {
+			snprintf(why, sizeof(why), "a set of %" PRIu64 " MiB holds no page of %" PRIu64
+				 " MiB at page size %u: raise --set-mib", set >> 20,
+				 m.page_bytes >> 20, m.page_size);
+			ret = -EINVAL;
+			break;
+		}
 		ret = move_figs(&arg, &d, &m, why, sizeof(why));
 		if (!ret)
 			print_move(&m, &ref, json);
