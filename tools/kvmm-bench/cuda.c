@@ -352,7 +352,7 @@ int cmd_cuda(int argc, char **argv)
 	static const uint32_t sizes[] = { 1, 16, 64 };
 	struct kvmm_cuda_arg arg = { 0 };
 	struct ref_figs ref = { 0 };
-	uint64_t set = 256ull << 20;
+	uint64_t set = 256ull << 20, big;
 	bool json = false;
 	char why[256] = "";
 	struct drv d = { 0 };
@@ -386,6 +386,15 @@ int cmd_cuda(int argc, char **argv)
 			printf("cuda: skipped: %s\n", why);
 		return 0;
 	}
+	/* a set that holds no page of the largest size measures nothing there */
+	big = kvmm_page_bytes(&cuda_model, sizes[sizeof(sizes) / sizeof(sizes[0]) - 1]);
+	if (set < big) {
+		fprintf(stderr, "cuda: a set of %" PRIu64 " MiB holds no page of %" PRIu64
+			" MiB (page size %u): raise --set-mib\n", set >> 20, big >> 20,
+			sizes[sizeof(sizes) / sizeof(sizes[0]) - 1]);
+		drv_close(&d);
+		return 2;
+	}
 	/* what the figures were measured on, first */
 	if (json)
 		tool_json_line(json_pack("{s:s,s:s,s:s,s:i}", "bench", "cuda", "op", "device",
@@ -399,13 +408,6 @@ int cmd_cuda(int argc, char **argv)
 				       .page_bytes = kvmm_page_bytes(&cuda_model, sizes[i]) };
 
 		m.pages = (uint32_t)(set / m.page_bytes);
-		if (!m.pages) {
-			snprintf(why, sizeof(why), "a set of %" PRIu64 " MiB holds no page of %" PRIu64
-				 " MiB at page size %u: raise --set-mib", set >> 20,
-				 m.page_bytes >> 20, m.page_size);
-			ret = -EINVAL;
-			break;
-		}
 		ret = move_figs(&arg, &d, &m, why, sizeof(why));
 		if (!ret)
 			print_move(&m, &ref, json);
