@@ -29,7 +29,7 @@ import pytest
 import kvmm
 import test_transformer
 from llama import Engine, Model, NumpyOps, check_against_reference
-from test_transformer import SYSTEM_LEN, tiered, workload
+from test_transformer import SYSTEM_LEN, check_tiered, tiered, workload
 
 torch = pytest.importorskip("torch")
 
@@ -195,14 +195,7 @@ def test_demoted_prefixes_come_back_exact(on, geometry, ps, tmp_path, request):
 	dev, backend, atol = on
 	model = request.getfixturevalue(geometry)
 	with kvmm.Context(**tiered(model.cfg, ps, tmp_path / "nvme"), backend=backend) as ctx:
-		reqs = workload(model.cfg, ctx, model)
-		check_against_reference(model, reqs, atol)
-		s = ctx.stats()
-		assert s.host_demote_pages > 0
-		assert s.host_promote_pages + s.nvme_promote_pages > 0
-		if ps != 16:		# 16: the host tier's 2 pages never overflow
-			assert s.nvme_demote_pages > 0 and s.nvme_promote_pages > 0
-		ctx.check()
+		check_tiered(ctx, model, ps, workload(model.cfg, ctx, model), atol)
 
 
 def test_torch_engine_attends_over_kvmms_pool_in_place(mha):

@@ -77,6 +77,17 @@ def tiered(cfg, ps, path):
 		    model_id="kvmm-tests/llama-numpy@1234", max_seqs=8, max_seq_len=512)
 
 
+def check_tiered(ctx, model, ps, reqs, atol=1e-5):
+	"""The tiered workload's requests exact, and its KV through both tiers."""
+	check_against_reference(model, reqs, atol)
+	s = ctx.stats()
+	assert s.host_demote_pages > 0
+	assert s.host_promote_pages + s.nvme_promote_pages > 0
+	if ps != 16:		# 16: the host tier's 2 pages never overflow
+		assert s.nvme_demote_pages > 0 and s.nvme_promote_pages > 0
+	ctx.check()
+
+
 @pytest.mark.parametrize("ps", [1, 16, 64])
 def test_prefix_cache_matches_reference(mha, ps):
 	"""A pool big enough for everything: later turns reuse whole prefixes."""
@@ -97,14 +108,7 @@ def run_tiered(model, ps, path):
 		k, v = ctx.kv(0)
 		assert (v is None) == model.cfg.mla
 		del k, v
-		reqs = workload(model.cfg, ctx, model)
-		check_against_reference(model, reqs)
-		s = ctx.stats()
-		assert s.host_demote_pages > 0
-		assert s.host_promote_pages + s.nvme_promote_pages > 0
-		if ps != 16:		# 16: the host tier's 2 pages never overflow
-			assert s.nvme_demote_pages > 0 and s.nvme_promote_pages > 0
-		ctx.check()
+		check_tiered(ctx, model, ps, workload(model.cfg, ctx, model))
 
 
 @pytest.mark.parametrize("ps", [1, 16, 64])
