@@ -137,6 +137,12 @@ struct kvmm_alloc_ops {
  *	the host tier, at least 1 (see the tunables doc)
  * @host_wmark_high: ... until this many are; both 0: twice the low mark
  *
+ * Frames:
+ * @frames: KVMM_FRAMES_KVMM (0): kvmm allocates the pool's frames to its
+ *	sequences; KVMM_FRAMES_ENGINE: the engine's allocator owns them and
+ *	the tree takes and hands back frames through kvmm_frames_*() (no
+ *	sequences, host or NVMe tier, resize, kvmm_reclaim())
+ *
  * Hooks:
  * @alloc: metadata allocator, NULL for malloc/free
  * @alloc_priv: passed to @alloc's hooks
@@ -193,12 +199,18 @@ struct kvmm_params {
 
 	uint32_t host_wmark_low;
 	uint32_t host_wmark_high;
+
+	uint32_t frames;
 };
 
 /* The first struct kvmm_params with a size: no caller passes less. */
 #define KVMM_PARAMS_SIZE_VER0	200
 
 #define KVMM_NODE_NEAREST	(-1)
+
+/* kvmm_params.frames: who allocates the pool's frames */
+#define KVMM_FRAMES_KVMM	0	/* kvmm: sequences, tiers, promotion */
+#define KVMM_FRAMES_ENGINE	1	/* the engine: kvmm_frames_*() only */
 
 #define KVMM_WRITE_BACK		0
 #define KVMM_WRITE_THROUGH	1
@@ -383,6 +395,26 @@ int kvmm_backend_info(struct kvmm_ctx *ctx, char *buf, size_t len);
 bool kvmm_backend_available(const char *name);
 int kvmm_stream_wait(struct kvmm_ctx *ctx, void *stream);
 int kvmm_page_table_dev(struct kvmm_ctx *ctx, void **dev);
+
+/*
+ * Engine-owned frames (kvmm_params.frames = KVMM_FRAMES_ENGINE): the tree
+ * over frames the engine allocates (SGLang's radix cache).  An insert
+ * hands the tree the frames of what it did not have; an eviction hands
+ * them back.  A node is named by a handle; {NULL, 0} is a namespace's
+ * root, and a handle to a node that is gone is refused (-ESTALE).
+ */
+struct kvmm_fnode {
+	void *node;
+	uint64_t id;
+};
+int kvmm_frames_match(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+		      uint32_t n, int32_t *frames, struct kvmm_fnode *last);
+int kvmm_frames_insert(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+		       uint32_t n, const int32_t *frames, struct kvmm_fnode *last);
+int64_t kvmm_frames_lock(struct kvmm_ctx *ctx, const struct kvmm_fnode *node, int delta);
+int64_t kvmm_frames_evict(struct kvmm_ctx *ctx, uint32_t nr_pages, int32_t *frames,
+			  uint32_t max);
+int kvmm_frames_sizes(const struct kvmm_ctx *ctx, uint64_t *evictable, uint64_t *protected);
 
 /*
  * Sharing the pool with another process: the owner describes it

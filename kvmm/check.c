@@ -473,10 +473,11 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 		      (unsigned long long)ctx->io_pages[t]);
 	CHECK(job_nodes == sums.io_nodes, "migrations arm %llu nodes, %llu are marked",
 	      (unsigned long long)job_nodes, (unsigned long long)sums.io_nodes);
-	CHECK(locked + job_locks == sums.direct,
-	      "%llu sequences and %llu migrations hold locks, nodes count %llu",
+	CHECK(locked + job_locks + ctx->frames_locks == sums.direct,
+	      "%llu sequences and %llu migrations (and %llu engine references) hold locks, "
+	      "nodes count %llu",
 	      (unsigned long long)locked, (unsigned long long)job_locks,
-	      (unsigned long long)sums.direct);
+	      (unsigned long long)ctx->frames_locks, (unsigned long long)sums.direct);
 	for (t = 0; t < KVMM_NR_TIERS; t++) {
 		const struct kvmm_zone *zone = &ctx->zone[t];
 		uint64_t owned = 0;

@@ -120,6 +120,12 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 		return -EINVAL;
 	if (p->host_wmark_low > p->host_wmark_high || p->host_wmark_high > p->host_pages)
 		return -EINVAL;
+	/* The engine's frames are never moved: no tiers below, no resize. */
+	if (p->frames > KVMM_FRAMES_ENGINE)
+		return -EINVAL;
+	if (p->frames == KVMM_FRAMES_ENGINE && (p->host_pages || p->max_pages > p->nr_pages))
+		return params_bad(p, "frames: the engine's frames take no host tier (host_pages) "
+				  "and no growth (max_pages)");
 	ret = params_nr_pages(p, page_bytes, nr_pages);
 	if (ret)
 		return ret;

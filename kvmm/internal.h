@@ -833,6 +833,7 @@ struct kvmm_ctx {
 	struct kvmm_list kjobs;
 	pthread_cond_t kjobs_done;
 	uint64_t keyed_values;
+	uint64_t frames_locks;	/* lock references the engine holds (frames.c) */
 	uint64_t keyed_pages[KVMM_NR_TIERS];
 	uint32_t keyed_share;
 };

@@ -161,6 +161,7 @@ static void node_free(struct kvmm_ctx *ctx, struct kvmm_node *node)
 		return;
 	}
 	kvmm_mfree(ctx, node->tokens, node_buf_bytes(ctx, node->len));
+	node->id = 0;	/* a handle to it is stale from now on (frames.c) */
 	node_cache_put(ctx, node);
 }
 

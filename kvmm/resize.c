@@ -192,6 +192,8 @@ KVMM_EXPORT int kvmm_resize(struct kvmm_ctx *ctx, uint32_t nr_pages)
 
 	if (!ctx)
 		return -EINVAL;
+	if (ctx->params.frames == KVMM_FRAMES_ENGINE)
+		return -EOPNOTSUPP;	/* a shrink would move the engine's frames */
 	zone = &ctx->zone[KVMM_TIER_DEVICE];
 	if (!nr_pages || nr_pages > zone->max_pages)
 		return -EINVAL;

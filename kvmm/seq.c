@@ -96,6 +96,8 @@ KVMM_EXPORT int kvmm_seq_open(struct kvmm_ctx *ctx, uint32_t ns, uint32_t *seqp)
 
 	if (!ctx || !seqp)
 		return -EINVAL;
+	if (ctx->params.frames == KVMM_FRAMES_ENGINE)
+		return -EOPNOTSUPP;	/* kvmm allocates no frame in this mode */
 	if (ctx->free_seq == SEQ_NONE)
 		return -EBUSY;
 	root = kvmm_tree_root(ctx, ns, true);

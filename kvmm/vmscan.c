@@ -413,6 +413,8 @@ KVMM_EXPORT int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages)
 
 	if (!ctx || !nr_pages)
 		return -EINVAL;
+	if (ctx->params.frames == KVMM_FRAMES_ENGINE)
+		return -EOPNOTSUPP;	/* kvmm_frames_evict() hands them back */
 	kvmm_migrate_reap(ctx);
 	kvmm_shrink(ctx, &sc);
 	kvmm_debug_check(ctx, "reclaim");
@@ -435,6 +437,8 @@ KVMM_EXPORT int64_t kvmm_drop_caches(struct kvmm_ctx *ctx)
 
 	if (!ctx)
 		return -EINVAL;
+	if (ctx->params.frames == KVMM_FRAMES_ENGINE)
+		return -EOPNOTSUPP;
 	kvmm_migrate_reap(ctx);
 	kvmm_shrink(ctx, &sc);
 	freed = sc.nr_reclaimed;

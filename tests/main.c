@@ -33,6 +33,7 @@ static const suite_register_fn suites[] = {
 	register_backend_suite,
 	register_tier_suite,
 	register_keyed_suite,
+	register_frames_suite,
 	register_dispatch_suite,
 	register_server_suite,
 	register_abi_suite,

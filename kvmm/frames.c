@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvmm/frames.c - the prefix tree over frames an engine allocates itself.
+ *
+ * DOC: engine-owned frames (kvmm_params.frames = KVMM_FRAMES_ENGINE)
+ *
+ * An engine with its own slot allocator (SGLang's TokenToKVPoolAllocator)
+ * wants kvmm's tree and reclaim without kvmm's allocator: it hands the
+ * tree frames it allocated when it inserts, and gets them back when the
+ * tree evicts them.  This is a mode of the one tree, with the page states
+ * it already has: a FREE frame is the engine's (kvmm never allocates one
+ * in this mode: sequences, tiers and promotion are refused), a CACHED one
+ * the tree's.  An insert takes the frames of the part the tree did not
+ * have off the free bitmap (each must be FREE: a frame the tree already
+ * holds refuses the whole insert); an eviction drops whole LRU leaves and
+ * writes their frames out as it frees them.  kvmm_check() holds the same
+ * invariants as in the default mode: every frame FREE or CACHED by exactly
+ * one node, the counts adding up, evictable + protected == cached.
+ *
+ * Nodes are named to the engine by a handle (struct kvmm_fnode): the node
+ * and its id.  Nodes live in slabs that stay mapped for the context's
+ * life and a freed node's id is cleared, so a handle to a node that was
+ * evicted or merged away is recognised and refused (-ESTALE), never
+ * followed.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+static bool engine_mode(const struct kvmm_ctx *ctx)
+{
+	return ctx && ctx->params.frames == KVMM_FRAMES_ENGINE;
+}
+
+/* The node a handle names, or NULL for a stale one; @*root for the root's. */
+static struct kvmm_node *fnode_get(const struct kvmm_fnode *h, bool *root)
+{
+	struct kvmm_node *node = h->node;
+
+	*root = !node;
+	if (!node)
+		return NULL;
+	if (!h->id || node->id != h->id || (node->flags & KVMM_NODE_ROOT))
+		return NULL;
+	return node;
+}
+
+static void fnode_set(struct kvmm_fnode *h, struct kvmm_node *node)
+{
+	if (!h)
+		return;
+	if (node->flags & KVMM_NODE_ROOT)
+		*h = (struct kvmm_fnode){ 0 };
+	else
+		*h = (struct kvmm_fnode){ .node = node, .id = node->id };
+}
+
+/**
+ * kvmm_frames_match() - the longest cached prefix of @tokens, and its frames
+ * @ctx: a context in engine-frames mode
+ * @ns: the namespace
+ * @tokens: token ids
+ * @n: how many; a trailing partial page is not looked at
+ * @frames: out, a frame per matched page (room for @n / page_size)
+ * @last: out (may be NULL): the node the match ends on, split there if it
+ *	ended inside an edge; the root's handle ({NULL, 0}) when nothing
+ *	matched
+ *
+ * The matched path is stamped as accessed.  Nothing is locked.
+ *
+ * Return: tokens matched (a multiple of the page size), -EINVAL, or
+ * -ENOMEM (a split that could not allocate: nothing changed).
+ */
+KVMM_EXPORT int kvmm_frames_match(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+				  uint32_t n, int32_t *frames, struct kvmm_fnode *last)
+{
+	struct kvmm_node *root;
+	struct kvmm_path path;
+	int ret;
+
+	if (!engine_mode(ctx) || (n && (!tokens || !frames)) || n > ctx->params.max_seq_len)
+		return -EINVAL;
+	root = kvmm_tree_root(ctx, ns, true);
+	if (!root)
+		return -ENOMEM;
+	kvmm_tree_walk(ctx, root, tokens, n, &path);
+	ret = kvmm_tree_split(ctx, &path);
+	if (ret)
+		return ret;
+	if (path.matched) {
+		kvmm_tree_touch(ctx, path.node);
+		kvmm_tree_fill(ctx, root, path.node, frames);
+	}
+	fnode_set(last, path.node);
+	kvmm_count(ctx, EV_MATCH_CALLS, 1);
+	kvmm_count(ctx, EV_MATCH_TOKENS, n);
+	kvmm_count(ctx, EV_HIT_TOKENS, path.matched);
+	kvmm_debug_check(ctx, "frames_match");
+	return (int)path.matched;
+}
+
+/**
+ * kvmm_frames_insert() - cache @tokens, whose KV is in the engine's @frames
+ * @ctx: a context in engine-frames mode
+ * @ns: the namespace
+ * @tokens: token ids
+ * @n: how many, a multiple of the page size
+ * @frames: the engine's frame of each page of @tokens
+ * @last: out (may be NULL): the node the key ends on
+ *
+ * The part of the key the tree had already keeps the tree's frames: the
+ * engine's frames for it are duplicates, the engine's to free.  The rest
+ * become the tree's (CACHED), each of which must be a frame of the pool
+ * the tree does not hold, named once.  The path is stamped as accessed
+ * and its end queued for eviction.
+ *
+ * Return: tokens the tree had already (from the start of the key);
+ * -EINVAL for bad arguments (an unaligned @n, a frame outside the pool);
+ * -EBUSY when a new frame is one the tree holds or is named twice;
+ * -ENOMEM.  Nothing changed on error.
+ */
+KVMM_EXPORT int kvmm_frames_insert(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+				   uint32_t n, const int32_t *frames, struct kvmm_fnode *last)
+{
+	struct kvmm_zone *zone;
+	struct kvmm_node *root;
+	struct kvmm_insert ins;
+	struct kvmm_path path;
+	uint32_t first, nr, i;
+	int ret;
+
+	if (!engine_mode(ctx) || (n && (!tokens || !frames)) || kvmm_align_down(ctx, n) != n ||
+	    n > ctx->params.max_seq_len)
+		return -EINVAL;
+	zone = &ctx->zone[KVMM_TIER_DEVICE];
+	root = kvmm_tree_root(ctx, ns, true);
+	if (!root)
+		return -ENOMEM;
+	kvmm_tree_walk(ctx, root, tokens, n, &path);
+	first = path.matched >> ctx->page_shift;
+	nr = (n >> ctx->page_shift) - first;
+	for (i = 0; i < nr; i++)
+		if (frames[first + i] < 0 || (uint32_t)frames[first + i] >= zone->nr_pages)
+			return -EINVAL;
+	/* the new part's frames leave the engine: FREE to OWNED, then the leaf's */
+	for (i = 0; i < nr; i++)
+		if (!kvmm_alloc_pfn(zone, (uint32_t)frames[first + i]))
+			break;
+	if (i < nr) {
+		kvmm_free_pages(ctx, zone, frames + first, i);
+		return -EBUSY;
+	}
+	if (!n) {
+		fnode_set(last, root);
+		return 0;
+	}
+	ret = kvmm_tree_insert(ctx, root, tokens, n, frames, &ins);
+	if (ret < 0 || (uint32_t)ret != n) {
+		kvmm_free_pages(ctx, zone, frames + first, nr);
+		return ret < 0 ? ret : -EBUSY;
+	}
+	kvmm_tree_touch(ctx, ins.end);
+	kvmm_lru_update(ctx, ins.end);
+	fnode_set(last, ins.end);
+	kvmm_debug_check(ctx, "frames_insert");
+	return (int)ins.matched;
+}
+
+/**
+ * kvmm_frames_lock() - take or drop a lock reference on a node's path
+ * @ctx: a context in engine-frames mode
+ * @node: a handle from kvmm_frames_match() or _insert(); the root's
+ *	handle locks nothing
+ * @delta: +1 to lock, -1 to unlock
+ *
+ * A locked node and its ancestors are never evicted.
+ *
+ * Return: tokens that moved from evictable to protected (locking) or
+ * back (unlocking), as SGLang's inc_lock_ref/dec_lock_ref return them;
+ * -ESTALE for a handle to a node that is gone; -EINVAL for another
+ * @delta or unlocking a node that holds no lock.  Nothing changed on error.
+ */
+KVMM_EXPORT int64_t kvmm_frames_lock(struct kvmm_ctx *ctx, const struct kvmm_fnode *node,
+				     int delta)
+{
+	struct kvmm_lruvec *lv;
+	struct kvmm_node *x;
+	uint64_t before;
+	bool root;
+
+	if (!engine_mode(ctx) || !node || (delta != 1 && delta != -1))
+		return -EINVAL;
+	x = fnode_get(node, &root);
+	if (root)
+		return 0;
+	if (!x)
+		return -ESTALE;
+	if (delta < 0 && !x->lock_ref)
+		return -EINVAL;
+	lv = &ctx->lruvec[KVMM_TIER_DEVICE];
+	before = lv->evictable;
+	if (delta > 0)
+		kvmm_tree_lock(ctx, x);
+	else
+		kvmm_tree_unlock(ctx, x);
+	ctx->frames_locks += delta;
+	kvmm_debug_check(ctx, "frames_lock");
+	return (int64_t)((delta > 0 ? before - lv->evictable : lv->evictable - before)
+			 << ctx->page_shift);
+}
+
+/**
+ * kvmm_frames_evict() - evict at least @nr_pages, handing their frames back
+ * @ctx: a context in engine-frames mode
+ * @nr_pages: pages wanted
+ * @frames: out, the evicted frames, the engine's again
+ * @max: room at @frames
+ *
+ * Whole unlocked leaves go, least recently used first (by the context's
+ * eviction policy); eviction stops when @nr_pages are out, when nothing
+ * evictable is left, or before a leaf whose frames would not fit @max.
+ *
+ * Return: frames written, or -EINVAL.
+ */
+KVMM_EXPORT int64_t kvmm_frames_evict(struct kvmm_ctx *ctx, uint32_t nr_pages, int32_t *frames,
+				      uint32_t max)
+{
+	struct kvmm_lruvec *lv;
+	uint32_t out = 0;
+
+	if (!engine_mode(ctx) || (max && !frames))
+		return -EINVAL;
+	lv = &ctx->lruvec[KVMM_TIER_DEVICE];
+	while (out < nr_pages) {
+		struct kvmm_node *victim = lv->ops->victim(lv);
+		uint32_t nr;
+
+		if (!victim)
+			break;
+		nr = victim->len >> ctx->page_shift;
+		if (nr > max - out)
+			break;
+		memcpy(frames + out, victim->pfns, (size_t)nr * sizeof(*frames));
+		out += nr;
+		kvmm_drop_leaf(ctx, victim);
+		kvmm_count(ctx, EV_EVICT_NODES, 1);
+		kvmm_count(ctx, EV_EVICT_PAGES, nr);
+	}
+	kvmm_debug_check(ctx, "frames_evict");
+	return out;
+}
+
+/**
+ * kvmm_frames_sizes() - the tree's evictable and protected tokens
+ * @ctx: a context in engine-frames mode
+ * @evictable: out, tokens of unlocked cached pages
+ * @protected: out, tokens of locked ones
+ *
+ * Return: 0, or -EINVAL.
+ */
+KVMM_EXPORT int kvmm_frames_sizes(const struct kvmm_ctx *ctx, uint64_t *evictable,
+				  uint64_t *protected)
+{
+	if (!engine_mode(ctx) || !evictable || !protected)
+		return -EINVAL;
+	*evictable = ctx->lruvec[KVMM_TIER_DEVICE].evictable << ctx->page_shift;
+	*protected = ctx->tree.protected[KVMM_TIER_DEVICE] << ctx->page_shift;
+	return 0;
+}

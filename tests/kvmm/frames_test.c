@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/kvmm/frames_test.c - the tree over frames the engine allocates
+ * (kvmm_params.frames = KVMM_FRAMES_ENGINE, kvmm/frames.c).
+ *
+ * The tests play the engine: a free list of frames it allocates from,
+ * hands to the tree on insert, frees when insert says they duplicate what
+ * the tree has, and gets back from eviction.  Every frame is always
+ * exactly one side's, and kvmm_check() runs after every step.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "../helpers.h"
+
+#define NR_FRAMES	256
+
+/* The engine's allocator: which frames it holds. */
+struct engine {
+	bool mine[NR_FRAMES];
+	uint32_t nr_mine;
+};
+
+static void engine_init(struct engine *e)
+{
+	uint32_t i;
+
+	for (i = 0; i < NR_FRAMES; i++)
+		e->mine[i] = true;
+	e->nr_mine = NR_FRAMES;
+}
+
+/* @nr frames from the engine's own, lowest first; false when it lacks them. */
+static bool engine_alloc(struct engine *e, int32_t *frames, uint32_t nr)
+{
+	uint32_t i, got = 0;
+
+	for (i = 0; i < NR_FRAMES && got < nr; i++)
+		if (e->mine[i])
+			frames[got++] = (int32_t)i;
+	if (got < nr)
+		return false;
+	for (i = 0; i < nr; i++)
+		e->mine[frames[i]] = false;
+	e->nr_mine -= nr;
+	return true;
+}
+
+static void engine_free(struct engine *e, const int32_t *frames, uint32_t nr)
+{
+	uint32_t i;
+
+	for (i = 0; i < nr; i++) {
+		CU_ASSERT_FATAL(frames[i] >= 0 && frames[i] < NR_FRAMES);
+		CU_ASSERT_FATAL(!e->mine[frames[i]]);	/* never handed out twice */
+		e->mine[frames[i]] = true;
+	}
+	e->nr_mine += nr;
+}
+
+static struct kvmm_ctx *frames_ctx(uint32_t ps, struct test_alloc *ta)
+{
+	struct kvmm_params p = test_params(ps, NR_FRAMES, 4, 4096);
+	struct kvmm_ctx *ctx = NULL;
+
+	p.frames = KVMM_FRAMES_ENGINE;
+	if (ta) {
+		p.alloc = &test_alloc_ops;
+		p.alloc_priv = ta;
+	}
+	return kvmm_create(&p, &ctx) ? NULL : ctx;
+}
+
+/* Every frame is the engine's or the tree's, never both. */
+static void check_conserved(struct kvmm_ctx *ctx, const struct engine *e, uint32_t ps)
+{
+	uint64_t ev = 0, pr = 0;
+
+	CU_ASSERT_EQUAL(kvmm_frames_sizes(ctx, &ev, &pr), 0);
+	CU_ASSERT_EQUAL(e->nr_mine + (ev + pr) / ps, NR_FRAMES);
+	CHECK_OK(ctx);
+}
+
+/* Insert @n tokens as an engine does: allocate, insert, free the duplicates. */
+static int engine_insert(struct kvmm_ctx *ctx, struct engine *e, uint32_t ns,
+			 const uint32_t *tok, uint32_t n, uint32_t ps, struct kvmm_fnode *last)
+{
+	int32_t frames[4096];
+	int had;
+
+	if (!engine_alloc(e, frames, n / ps))
+		return -ENOSPC;
+	had = kvmm_frames_insert(ctx, ns, tok, n, frames, last);
+	if (had < 0)
+		engine_free(e, frames, n / ps);
+	else
+		engine_free(e, frames, (uint32_t)had / ps);	/* the tree had those */
+	return had;
+}
+
+static void frames_insert_match_at(uint32_t ps)
+{
+	struct kvmm_ctx *ctx = frames_ctx(ps, NULL);
+	uint32_t tok[512], n = 16 * ps;
+	int32_t got[512];
+	struct kvmm_fnode a, b, m;
+	struct engine e;
+	int32_t want[512];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	engine_init(&e);
+	test_tokens(tok, 2 * n, 7);
+	/* nothing cached: the root's handle */
+	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, tok, n, got, &m), 0);
+	CU_ASSERT_PTR_NULL(m.node);
+	/* the first half, then the whole: the tree had the first half */
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, tok, n, ps, &a), 0);
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, tok, 2 * n, ps, &b), (int)n);
+	check_conserved(ctx, &e, ps);
+	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, tok, 2 * n + ps - 1, got, &m), (int)(2 * n));
+	CU_ASSERT(m.node == b.node && m.id == b.id);
+	/* a match inside the edge splits it: its node ends there */
+	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, tok, n + 3 * ps, want, &m), (int)(n + 3 * ps));
+	CU_ASSERT(!memcmp(want, got, (n / ps + 3) * sizeof(int32_t)));
+	CU_ASSERT(m.node != b.node);
+	/* another namespace sees none of it */
+	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 1, tok, n, got, NULL), 0);
+	/* a key diverging after the first page: one page hit */
+	tok[ps] ^= 1;
+	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, tok, n, got, NULL), (int)ps);
+	CU_ASSERT_EQUAL(got[0], want[0]);
+	check_conserved(ctx, &e, ps);
+	kvmm_destroy(ctx);
+}
+
+static void frames_insert_match(void)
+{
+	frames_insert_match_at(1);
+	frames_insert_match_at(4);
+}
+
+/* What an engine might get wrong is refused, with nothing changed. */
+static void frames_refusals(void)
+{
+	struct kvmm_ctx *ctx = frames_ctx(4, NULL), *plain;
+	struct kvmm_params p = test_params(4, NR_FRAMES, 4, 4096);
+	int32_t frames[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, bad[2] = { 8, NR_FRAMES };
+	uint32_t tok[32], seq;
+	struct kvmm_fnode h;
+	struct engine e;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	engine_init(&e);
+	test_tokens(tok, 32, 3);
+	CU_ASSERT_EQUAL(kvmm_frames_insert(ctx, 0, tok, 6, frames, NULL), -EINVAL); /* unaligned */
+	CU_ASSERT_EQUAL(kvmm_frames_insert(ctx, 0, tok, 8, bad, NULL), -EINVAL);
+	bad[1] = -1;
+	CU_ASSERT_EQUAL(kvmm_frames_insert(ctx, 0, tok, 8, bad, NULL), -EINVAL);
+	bad[1] = 8;	/* named twice */
+	CU_ASSERT_EQUAL(kvmm_frames_insert(ctx, 0, tok, 8, bad, NULL), -EBUSY);
+	check_conserved(ctx, &e, 4);
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, tok, 8, 4, &h), 0);
+	/* a frame the tree holds, for another key */
+	CU_ASSERT_EQUAL(kvmm_frames_insert(ctx, 0, tok + 16, 8, frames, NULL), -EBUSY);
+	check_conserved(ctx, &e, 4);
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &h, 2), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &h, -1), -EINVAL);	/* not locked */
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, NULL, 1), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, NULL, 4), -EINVAL);
+	/* kvmm allocates nothing, and moves nothing, in this mode */
+	CU_ASSERT_EQUAL(kvmm_seq_open(ctx, 0, &seq), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(kvmm_reclaim(ctx, 1), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(kvmm_resize(ctx, NR_FRAMES / 2), -EOPNOTSUPP);
+	check_conserved(ctx, &e, 4);
+	kvmm_destroy(ctx);
+
+	/* a context of the default mode has no engine frames; nor a tiered one */
+	plain = test_ctx(4, NR_FRAMES, 4, 4096);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(plain);
+	CU_ASSERT_EQUAL(kvmm_frames_match(plain, 0, tok, 8, frames, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_insert(plain, 0, tok, 8, frames, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_evict(plain, 1, frames, 8), -EINVAL);
+	kvmm_destroy(plain);
+	p.frames = KVMM_FRAMES_ENGINE;
+	p.host_pages = 16;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &plain), -EINVAL);
+	p.host_pages = 0;
+	p.frames = 2;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &plain), -EINVAL);
+}
+
+/*
+ * Lock references protect a path from eviction and say how many tokens
+ * moved; eviction goes least recently used first, whole leaves, hands the
+ * frames back, and leaves handles to what went stale.
+ */
+static void frames_lock_and_evict(void)
+{
+	struct kvmm_ctx *ctx = frames_ctx(1, NULL);
+	uint32_t a[16], b[16], c[24];
+	struct kvmm_fnode ha, hb, hc, hsplit;
+	uint64_t ev, pr;
+	int32_t out[64];
+	struct engine e;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	engine_init(&e);
+	test_tokens(a, 16, 1);
+	test_tokens(b, 16, 2);
+	memcpy(c, a, 8 * sizeof(*c));		/* c shares a's first 8 tokens */
+	test_tokens(c + 8, 16, 3);
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, a, 16, 1, &ha), 0);
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, b, 16, 1, &hb), 0);
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, c, 24, 1, &hc), 8);	/* splits a */
+	check_conserved(ctx, &e, 1);
+	/* lock c's path: its 16 and the shared 8 become protected */
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &hc, 1), 24);
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &hc, 1), 0);		/* nested */
+	CU_ASSERT_EQUAL(kvmm_frames_sizes(ctx, &ev, &pr), 0);
+	CU_ASSERT_EQUAL(pr, 24);
+	CU_ASSERT_EQUAL(ev, 24);		/* a's tail 8, b's 16 */
+	/* a's tail (older) goes first, then b; c's path stays */
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, out, 64), 8);
+	engine_free(&e, out, 8);
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &ha, 1), -ESTALE);	/* gone */
+	/* b does not fit in 8: eviction stops before it */
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 100, out, 8), 0);
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 100, out, 64), 16);
+	engine_free(&e, out, 16);
+	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, b, 16, out, NULL), 0);
+	check_conserved(ctx, &e, 1);
+	/* locked: nothing more to evict */
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 100, out, 64), 0);
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &hc, -1), 0);		/* still held once */
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &hc, -1), 24);
+	/* a match splitting c's edge: the handle of the part above stays good */
+	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, c, 12, out, &hsplit), 12);
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &hsplit, 1), 12);
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 100, out, 64), 12);	/* c's last 12 */
+	engine_free(&e, out, 12);
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &hc, 1), -ESTALE);
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &hsplit, -1), 12);
+	check_conserved(ctx, &e, 1);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * An engine's life at random: requests over a few shared prefixes,
+ * each matched, locked, extended with fresh frames, inserted, unlocked;
+ * eviction under pressure.  After every step the frames add up and the
+ * tree is consistent; whatever is matched is what was inserted.
+ */
+static void frames_random_engine(void)
+{
+	uint32_t ps;
+
+	for (ps = 1; ps <= 4; ps *= 4) {
+		struct kvmm_ctx *ctx = frames_ctx(ps, NULL);
+		unsigned seed = 11 * ps;
+		uint64_t evicted = 0;
+		struct engine e;
+		uint32_t step;
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+		engine_init(&e);
+		for (step = 0; step < 400; step++) {
+			uint32_t tok[96], n = (1 + (uint32_t)rand_r(&seed) % (80 / ps)) * ps;
+			uint32_t prefix = (uint32_t)rand_r(&seed) % 4, i, ns = rand_r(&seed) % 2;
+			int32_t got[96], frames[96];
+			struct kvmm_fnode m, end;
+			int hit, had;
+
+			/* four system prompts of 32 tokens, then the request's own */
+			for (i = 0; i < n; i++)
+				tok[i] = i < 32 ? prefix * 1000 + i : (uint32_t)rand_r(&seed) % 3;
+			hit = kvmm_frames_match(ctx, ns, tok, n, got, &m);
+			CU_ASSERT_FATAL(hit >= 0 && (uint32_t)hit <= n && hit % ps == 0);
+			CU_ASSERT_FATAL(kvmm_frames_lock(ctx, &m, 1) >= 0);
+			/* the engine's frames for the rest, evicting when short */
+			while (!engine_alloc(&e, frames + hit / ps, (n - hit) / ps)) {
+				int32_t out[NR_FRAMES];
+				int64_t k = kvmm_frames_evict(ctx, (n - hit) / ps, out, NR_FRAMES);
+
+				CU_ASSERT_FATAL(k > 0);
+				engine_free(&e, out, (uint32_t)k);
+				evicted += (uint64_t)k;
+			}
+			memcpy(frames, got, (size_t)hit / ps * sizeof(*frames));
+			had = kvmm_frames_insert(ctx, ns, tok, n, frames, &end);
+			CU_ASSERT_FATAL(had >= hit);
+			/* frames past what the tree had are its now; the engine frees the rest */
+			if ((uint32_t)had > (uint32_t)hit)
+				engine_free(&e, frames + hit / ps, (uint32_t)(had - hit) / ps);
+			CU_ASSERT_EQUAL(kvmm_frames_match(ctx, ns, tok, n, got, NULL), (int)n);
+			CU_ASSERT(!memcmp(got + had / ps, frames + had / ps,
+					  (size_t)(n - had) / ps * sizeof(*got)));
+			CU_ASSERT_FATAL(kvmm_frames_lock(ctx, &m, -1) >= 0);
+			check_conserved(ctx, &e, ps);
+		}
+		CU_ASSERT(evicted > NR_FRAMES);	/* the pool turned over */
+		kvmm_destroy(ctx);
+	}
+}
+
+/* Every allocation the tree makes failing in turn: nothing changed, nothing lost. */
+static void frames_alloc_faults(void)
+{
+	unsigned long n;
+
+	for (n = 1; n < 100; n++) {
+		struct test_alloc ta = { 0 };
+		struct kvmm_ctx *ctx = frames_ctx(1, &ta);
+		uint32_t tok[24];
+		struct engine e;
+		int r1, r2;
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+		engine_init(&e);
+		test_tokens(tok, 24, 5);
+		ta.fail_at = ta.calls + n;
+		r1 = engine_insert(ctx, &e, 0, tok, 16, 1, NULL);
+		r2 = engine_insert(ctx, &e, 0, tok, 24, 1, NULL);
+		CU_ASSERT(r1 == 0 || r1 == -ENOMEM);
+		CU_ASSERT(r2 == -ENOMEM || r2 == (r1 == 0 ? 16 : 0));
+		check_conserved(ctx, &e, 1);
+		kvmm_destroy(ctx);
+		CU_ASSERT_EQUAL(ta.live_blocks, 0);
+		if (ta.calls < ta.fail_at)
+			break;
+	}
+	CU_ASSERT(n > 1);
+}
+
+int register_frames_suite(void)
+{
+	CU_pSuite s = CU_add_suite("frames", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, frames_insert_match);
+	ADD_TEST(s, frames_refusals);
+	ADD_TEST(s, frames_lock_and_evict);
+	ADD_TEST(s, frames_random_engine);
+	ADD_TEST(s, frames_alloc_faults);
+	return 0;
+}
