@@ -73,11 +73,13 @@ run_pytest() {
 	(cd "$here/tests" && KVMM_O=$objtree "$venv/bin/python" -X dev -m pytest -q \
 		-p no:cacheprovider .) |
 		tee "$log"
-	local p f e
+	# pytest's status before anything else runs: a conftest that does not
+	# import prints no counts at all, and must still fail
+	local prc=${PIPESTATUS[0]} p f e
 	p=$(count passed "$log") f=$(count failed "$log") e=$(count error "$log")
 	passed=$((passed + ${p:-0}))
 	failed=$((failed + ${f:-0} + ${e:-0}))
-	if [ "${PIPESTATUS[0]}" != 0 ] && [ -z "$f$e" ]; then
+	if [ "$prc" != 0 ] && [ -z "$f$e" ]; then
 		failed=$((failed + 1))
 	fi
 }

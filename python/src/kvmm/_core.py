@@ -22,7 +22,7 @@ import numpy as np
 from ._errors import Busy, InvalidArgument, make_error
 from ._kvmm import ffi, lib
 
-__all__ = ["Context", "DeviceArray", "Sequence", "SeqInfo", "Stats", "STAT_NAMES",
+__all__ = ["Context", "DeviceArray", "FrameNode", "Sequence", "SeqInfo", "Stats", "STAT_NAMES",
 	   "backend_available", "default_params"]
 
 _log = logging.getLogger("kvmm")
@@ -43,6 +43,7 @@ _INT_FIELDS = ("page_size", "max_seqs", "max_seq_len", "nr_pages", "max_pages", 
 	       "host_pages", "host_node", "write_policy", "nvme_pages", "nvme_qd", "nvme_flags",
 	       "host_wmark_low", "host_wmark_high")
 _ATTN = {"mha": lib.KVMM_ATTN_MHA, "mla": lib.KVMM_ATTN_MLA}
+_FRAMES = {"kvmm": lib.KVMM_FRAMES_KVMM, "engine": lib.KVMM_FRAMES_ENGINE}
 # struct module formats of 4-byte ints in native (little-endian) order
 _TOKEN_FORMATS = frozenset(("i", "I", "@i", "@I", "=i", "=I", "<i", "<I"))
 _U32_ARRAY = ffi.typeof("uint32_t[]")
@@ -300,6 +301,63 @@ def _stream_arg(stream: Any) -> Any:
 	return ffi.cast("void *", s or _CU_STREAM_LEGACY)
 
 
+def frames_arg(frames: Any, n: int) -> np.ndarray:
+	"""@frames as a C-contiguous int32 array of exactly @n entries.
+
+	Any integer array-like is taken (a copy when it is not int32 already:
+	SGLang's values are int64); values outside int32 are a ValueError, a
+	non-integer dtype a TypeError.
+	"""
+	arr = np.asarray(frames)
+	if arr.dtype.kind not in "iu":
+		raise TypeError(f"frames must be integers, not {arr.dtype}")
+	if arr.ndim != 1 or arr.shape[0] != n:
+		raise ValueError(f"frames must be 1-D with {n} entries (one a page), not shape "
+				 f"{arr.shape}")
+	if arr.dtype != np.int32:
+		if n and (arr.min() < -(1 << 31) or arr.max() >= 1 << 31):
+			raise ValueError("a frame is outside int32")
+		arr = arr.astype(np.int32)
+	return np.ascontiguousarray(arr)
+
+
+def _i32p(arr: np.ndarray) -> Any:
+	"""An int32 * over @arr (which must stay alive for the call)."""
+	return ffi.cast("int32_t *", arr.ctypes.data) if arr.size else ffi.NULL
+
+
+class FrameNode:
+	"""A tree node as Context.frames_match()/frames_insert() name it: a
+	handle (the node and its id), equal and hashable by both, so an engine
+	can use it as a dict key.  The root's handle is falsy-named: ``is_root``."""
+
+	__slots__ = ("_h",)
+
+	def __init__(self, h: Any) -> None:
+		self._h = ffi.new("struct kvmm_fnode *", {"node": h.node, "id": h.id})
+
+	@property
+	def id(self) -> int:
+		"""The node's id (0 for a namespace's root)."""
+		return int(self._h.id)
+
+	@property
+	def is_root(self) -> bool:
+		return self._h.node == ffi.NULL
+
+	def _key(self) -> Tuple[int, int]:
+		return int(ffi.cast("uintptr_t", self._h.node)), int(self._h.id)
+
+	def __eq__(self, other: object) -> bool:
+		return isinstance(other, FrameNode) and self._key() == other._key()
+
+	def __hash__(self) -> int:
+		return hash(self._key())
+
+	def __repr__(self) -> str:
+		return "FrameNode(root)" if self.is_root else f"FrameNode(id={self.id})"
+
+
 class DeviceArray:
 	"""An array in GPU memory: a layer's K or V, or the page table's
 	device mapping, described by ``__cuda_array_interface__`` and DLPack.
@@ -502,6 +560,10 @@ class Context(ViewOwner):
 				setattr(p.model, key, val)
 			elif key == "attn":
 				p.model.attn = _ATTN[val]
+			elif key == "frames":
+				if val not in _FRAMES:
+					raise ValueError(f"frames is 'kvmm' or 'engine', not {val!r}")
+				p.frames = _FRAMES[val]
 			elif key in _STR_FIELDS:
 				if val is not None:
 					keep.append(ffi.new("char[]", str(val).encode()))
@@ -638,6 +700,63 @@ class Context(ViewOwner):
 		buf, n = tokens_arg(tokens, n)
 		self._check(lib.kvmm_prefix_set_prio(self._c(), ns, buf, n, prio),
 			    "kvmm_prefix_set_prio")
+
+	# ---- engine-owned frames (Context(frames="engine")) ----
+	def frames_match(self, tokens: Any, ns: int = 0) -> Tuple[int, np.ndarray, "FrameNode"]:
+		"""The longest cached prefix of @tokens (whole pages).
+
+		Returns (tokens matched, their pages' frames (int32), the node the
+		match ends on: split there; the root's when nothing matched).  The
+		path is stamped as used; nothing is locked.
+		"""
+		buf, n = tokens_arg(tokens)
+		frames = np.empty(n // self.page_size, dtype=np.int32)
+		last = ffi.new("struct kvmm_fnode *")
+		got = self._check(lib.kvmm_frames_match(self._c(), ns, buf, n, _i32p(frames), last),
+				  "kvmm_frames_match")
+		return got, frames[:got // self.page_size], FrameNode(last)
+
+	def frames_insert(self, tokens: Any, frames: Any, ns: int = 0) -> Tuple[int, "FrameNode"]:
+		"""Cache @tokens (a whole number of pages) whose KV is in @frames, the
+		engine's frame of each page.
+
+		Returns (tokens the tree had already, the node the key ends on):
+		the engine's frames for those tokens are duplicates, its own to
+		free; the rest are the tree's until frames_evict() hands them back.
+		Raises Busy for a frame the tree holds or one named twice, with
+		nothing changed.
+		"""
+		buf, n = tokens_arg(tokens)
+		fr = frames_arg(frames, n // self.page_size)
+		last = ffi.new("struct kvmm_fnode *")
+		had = self._check(lib.kvmm_frames_insert(self._c(), ns, buf, n, _i32p(fr), last),
+				  "kvmm_frames_insert")
+		return had, FrameNode(last)
+
+	def frames_lock(self, node: "FrameNode", delta: int = 1) -> int:
+		"""Lock (+1) or unlock (-1) the path to @node; return the tokens that
+		moved between evictable and protected.  A node that was evicted
+		raises Error (ESTALE); unlocking an unlocked one InvalidArgument."""
+		if not isinstance(node, FrameNode):
+			raise TypeError(f"frames_lock() takes a FrameNode, not {type(node).__name__}")
+		return self._check(lib.kvmm_frames_lock(self._c(), node._h, delta), "kvmm_frames_lock")
+
+	def frames_evict(self, nr_pages: int, max_pages: Optional[int] = None) -> np.ndarray:
+		"""Evict whole unlocked leaves, least recently used first, until
+		@nr_pages are out (never more than @max_pages; by default room for
+		everything evictable); return their frames (int32), the engine's again."""
+		room = self.frames_sizes()[0] // self.page_size if max_pages is None else max_pages
+		out = np.empty(max(room, 0), dtype=np.int32)
+		got = self._check(lib.kvmm_frames_evict(self._c(), nr_pages, _i32p(out), len(out)),
+				  "kvmm_frames_evict")
+		return out[:got]
+
+	def frames_sizes(self) -> Tuple[int, int]:
+		"""(evictable, protected) tokens of the tree."""
+		ev = ffi.new("uint64_t *")
+		pr = ffi.new("uint64_t *")
+		self._check(lib.kvmm_frames_sizes(self._c(), ev, pr), "kvmm_frames_sizes")
+		return int(ev[0]), int(pr[0])
 
 	# ---- reclaim and tunables ----
 	def reclaim(self, nr_pages: int) -> int:
