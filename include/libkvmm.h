@@ -415,6 +415,8 @@ int64_t kvmm_frames_lock(struct kvmm_ctx *ctx, const struct kvmm_fnode *node, in
 int64_t kvmm_frames_evict(struct kvmm_ctx *ctx, uint32_t nr_pages, int32_t *frames,
 			  uint32_t max);
 int kvmm_frames_sizes(const struct kvmm_ctx *ctx, uint64_t *evictable, uint64_t *protected);
+int kvmm_frames_path(const struct kvmm_ctx *ctx, const struct kvmm_fnode *node,
+		     int32_t *frames, uint32_t max);
 
 /*
  * Sharing the pool with another process: the owner describes it

@@ -56,6 +56,19 @@ static void fnode_set(struct kvmm_fnode *h, struct kvmm_node *node)
 		*h = (struct kvmm_fnode){ .node = node, .id = node->id };
 }
 
+/*
+ * Stamp a walk that ended on @end as used.  A walk that split an edge
+ * stamps the edge's remainder @rest as well, first (older than the path):
+ * SGLang's tree stamps the node it splits before it splits it, and this
+ * mode keeps its eviction order.
+ */
+static void touch_split(struct kvmm_ctx *ctx, struct kvmm_node *rest, struct kvmm_node *end)
+{
+	if (rest)
+		kvmm_tree_touch(ctx, rest);
+	kvmm_tree_touch(ctx, end);
+}
+
 /**
  * kvmm_frames_match() - the longest cached prefix of @tokens, and its frames
  * @ctx: a context in engine-frames mode
@@ -75,7 +88,7 @@ static void fnode_set(struct kvmm_fnode *h, struct kvmm_node *node)
 KVMM_EXPORT int kvmm_frames_match(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 				  uint32_t n, int32_t *frames, struct kvmm_fnode *last)
 {
-	struct kvmm_node *root;
+	struct kvmm_node *root, *rest;
 	struct kvmm_path path;
 	int ret;
 
@@ -85,11 +98,12 @@ KVMM_EXPORT int kvmm_frames_match(struct kvmm_ctx *ctx, uint32_t ns, const uint3
 	if (!root)
 		return -ENOMEM;
 	kvmm_tree_walk(ctx, root, tokens, n, &path);
+	rest = path.split ? path.node : NULL;
 	ret = kvmm_tree_split(ctx, &path);
 	if (ret)
 		return ret;
 	if (path.matched) {
-		kvmm_tree_touch(ctx, path.node);
+		touch_split(ctx, rest, path.node);
 		kvmm_tree_fill(ctx, root, path.node, frames);
 	}
 	fnode_set(last, path.node);
@@ -123,8 +137,8 @@ KVMM_EXPORT int kvmm_frames_match(struct kvmm_ctx *ctx, uint32_t ns, const uint3
 KVMM_EXPORT int kvmm_frames_insert(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 				   uint32_t n, const int32_t *frames, struct kvmm_fnode *last)
 {
+	struct kvmm_node *root, *rest;
 	struct kvmm_zone *zone;
-	struct kvmm_node *root;
 	struct kvmm_insert ins;
 	struct kvmm_path path;
 	uint32_t first, nr, i;
@@ -138,6 +152,7 @@ KVMM_EXPORT int kvmm_frames_insert(struct kvmm_ctx *ctx, uint32_t ns, const uint
 	if (!root)
 		return -ENOMEM;
 	kvmm_tree_walk(ctx, root, tokens, n, &path);
+	rest = path.split ? path.node : NULL;	/* insert splits it; it stays the tail */
 	first = path.matched >> ctx->page_shift;
 	nr = (n >> ctx->page_shift) - first;
 	for (i = 0; i < nr; i++)
@@ -160,7 +175,7 @@ KVMM_EXPORT int kvmm_frames_insert(struct kvmm_ctx *ctx, uint32_t ns, const uint
 		kvmm_free_pages(ctx, zone, frames + first, nr);
 		return ret < 0 ? ret : -EBUSY;
 	}
-	kvmm_tree_touch(ctx, ins.end);
+	touch_split(ctx, rest, ins.end);
 	kvmm_lru_update(ctx, ins.end);
 	fnode_set(last, ins.end);
 	kvmm_debug_check(ctx, "frames_insert");
@@ -203,7 +218,7 @@ KVMM_EXPORT int64_t kvmm_frames_lock(struct kvmm_ctx *ctx, const struct kvmm_fno
 	if (delta > 0)
 		kvmm_tree_lock(ctx, x);
 	else
-		kvmm_tree_unlock(ctx, x);
+		__kvmm_tree_unlock(ctx, x, false);	/* a release is no use */
 	ctx->frames_locks += delta;
 	kvmm_debug_check(ctx, "frames_lock");
 	return (int64_t)((delta > 0 ? before - lv->evictable : lv->evictable - before)
@@ -249,6 +264,39 @@ KVMM_EXPORT int64_t kvmm_frames_evict(struct kvmm_ctx *ctx, uint32_t nr_pages, i
 	}
 	kvmm_debug_check(ctx, "frames_evict");
 	return out;
+}
+
+/**
+ * kvmm_frames_path() - the frames of the path from the root to a node
+ * @ctx: a context in engine-frames mode
+ * @node: a handle; the root's has an empty path
+ * @frames: out, a frame per page of the path, in order
+ * @max: room at @frames
+ *
+ * What SGLang's path_device_indices() gives, a page at a time.
+ *
+ * Return: frames written; -ESTALE for a node that is gone; -ENOSPC when
+ * the path has more than @max pages (nothing written); -EINVAL.
+ */
+KVMM_EXPORT int kvmm_frames_path(const struct kvmm_ctx *ctx, const struct kvmm_fnode *node,
+				 int32_t *frames, uint32_t max)
+{
+	const struct kvmm_node *x, *n;
+	uint64_t pages = 0;
+	bool root;
+
+	if (!engine_mode(ctx) || !node || (max && !frames))
+		return -EINVAL;
+	x = fnode_get(node, &root);
+	if (root)
+		return 0;
+	if (!x)
+		return -ESTALE;
+	for (n = x; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
+		pages += n->len >> ctx->page_shift;
+	if (pages > max)
+		return -ENOSPC;
+	return (int)kvmm_tree_fill(ctx, n, x, frames);
 }
 
 /**

@@ -411,6 +411,7 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path);
 void kvmm_tree_touch(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_tree_lock(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void __kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node, bool touch);
 int kvmm_tree_insert(struct kvmm_ctx *ctx, struct kvmm_node *from,
 		     const uint32_t *key, uint32_t n, const int32_t *pfns,
 		     struct kvmm_insert *ins);

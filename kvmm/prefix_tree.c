@@ -625,6 +625,16 @@ void kvmm_tree_lock(struct kvmm_ctx *ctx, struct kvmm_node *node)
  */
 void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
+	__kvmm_tree_unlock(ctx, node, true);
+}
+
+/*
+ * kvmm_tree_unlock(), stamping @node as used when it becomes an unlocked
+ * leaf only if @touch: an engine whose own cache does not count a release
+ * as a use (SGLang's dec_lock_ref) keeps its order (frames.c).
+ */
+void __kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node, bool touch)
+{
 	struct kvmm_node *n;
 	bool touched;
 
@@ -641,7 +651,8 @@ void kvmm_tree_unlock(struct kvmm_ctx *ctx, struct kvmm_node *node)
 		return;
 	touched = !node->tkids;
 	if (touched) {
-		kvmm_tree_touch(ctx, node);
+		if (touch)
+			kvmm_tree_touch(ctx, node);
 		kvmm_lru_update(ctx, node);
 	}
 	if (node->tier == KVMM_TIER_DEVICE)

@@ -121,9 +121,9 @@ for engine in "${engines[@]}"; do
 		if [ -f "$here/${engine}_plugin.py" ]; then
 			plugin=(-p "${engine}_plugin")
 		fi
-		if [ -f "$here/test_kvmm_$engine.py" ]; then
-			ours=("$here/test_kvmm_$engine.py")
-		fi
+		for f in "$here/test_kvmm_$engine.py" "$here/test_kvmm_${engine}_"*.py; do
+			[ -f "$f" ] && ours+=("$f")
+		done
 	else
 		echo "engines: KVMM_ENGINES_BASELINE: $engine's tests as shipped"
 	fi

@@ -123,6 +123,13 @@ static void frames_insert_match_at(uint32_t ps)
 	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, tok, n + 3 * ps, want, &m), (int)(n + 3 * ps));
 	CU_ASSERT(!memcmp(want, got, (n / ps + 3) * sizeof(int32_t)));
 	CU_ASSERT(m.node != b.node);
+	/* the paths to both nodes, as the match gave them; too little room */
+	CU_ASSERT_EQUAL(kvmm_frames_path(ctx, &m, want, 512), (int)(n / ps + 3));
+	CU_ASSERT(!memcmp(want, got, (n / ps + 3) * sizeof(int32_t)));
+	CU_ASSERT_EQUAL(kvmm_frames_path(ctx, &b, want, 512), (int)(2 * n / ps));
+	CU_ASSERT(!memcmp(want, got, 2 * n / ps * sizeof(int32_t)));
+	CU_ASSERT_EQUAL(kvmm_frames_path(ctx, &b, want, 2 * n / ps - 1), -ENOSPC);
+	CU_ASSERT_EQUAL(kvmm_frames_path(ctx, &(struct kvmm_fnode){ 0 }, want, 0), 0);
 	/* another namespace sees none of it */
 	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 1, tok, n, got, NULL), 0);
 	/* a key diverging after the first page: one page hit */
@@ -220,15 +227,18 @@ static void frames_lock_and_evict(void)
 	CU_ASSERT_EQUAL(kvmm_frames_sizes(ctx, &ev, &pr), 0);
 	CU_ASSERT_EQUAL(pr, 24);
 	CU_ASSERT_EQUAL(ev, 24);		/* a's tail 8, b's 16 */
-	/* a's tail (older) goes first, then b; c's path stays */
-	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, out, 64), 8);
-	engine_free(&e, out, 8);
-	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &ha, 1), -ESTALE);	/* gone */
-	/* b does not fit in 8: eviction stops before it */
-	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 100, out, 8), 0);
-	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 100, out, 64), 16);
+	/*
+	 * b is the oldest leaf: c's insert stamped a's tail as it split it,
+	 * as SGLang's tree stamps the node it splits; c's path stays
+	 */
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, out, 8), 0);	/* b's 16 do not fit */
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, out, 64), 16);
 	engine_free(&e, out, 16);
 	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, b, 16, out, NULL), 0);
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, out, 64), 8);	/* a's tail */
+	engine_free(&e, out, 8);
+	CU_ASSERT_EQUAL(kvmm_frames_lock(ctx, &ha, 1), -ESTALE);	/* gone */
+	CU_ASSERT_EQUAL(kvmm_frames_path(ctx, &ha, out, 64), -ESTALE);
 	check_conserved(ctx, &e, 1);
 	/* locked: nothing more to evict */
 	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 100, out, 64), 0);

@@ -331,10 +331,11 @@ class FrameNode:
 	handle (the node and its id), equal and hashable by both, so an engine
 	can use it as a dict key.  The root's handle is falsy-named: ``is_root``."""
 
-	__slots__ = ("_h",)
+	__slots__ = ("_h", "__weakref__")
 
-	def __init__(self, h: Any) -> None:
-		self._h = ffi.new("struct kvmm_fnode *", {"node": h.node, "id": h.id})
+	def __init__(self, h: Any = None) -> None:
+		self._h = ffi.new("struct kvmm_fnode *",
+				  {"node": h.node, "id": h.id} if h is not None else {})
 
 	@property
 	def id(self) -> int:
@@ -542,6 +543,7 @@ class Context(ViewOwner):
 		self.model = {f: getattr(p.model, f) for f in _MODEL_FIELDS}
 		self.model["attn"] = "mla" if p.model.attn == lib.KVMM_ATTN_MLA else "mha"
 		self.page_size = lib.kvmm_page_size(self._ptr)
+		self.max_seq_len = p.max_seq_len
 		self._cuda_device = (params.get("cuda_device", 0)
 				     if params.get("backend") == "cuda" else None)
 		table = ffi.new("struct kvmm_table *")
@@ -749,6 +751,18 @@ class Context(ViewOwner):
 		out = np.empty(max(room, 0), dtype=np.int32)
 		got = self._check(lib.kvmm_frames_evict(self._c(), nr_pages, _i32p(out), len(out)),
 				  "kvmm_frames_evict")
+		return out[:got]
+
+	def frames_path(self, node: "FrameNode") -> np.ndarray:
+		"""The frames (int32, a page each) of the path from the root to
+		@node; empty for the root.  A node that was evicted raises Error
+		(ESTALE)."""
+		if not isinstance(node, FrameNode):
+			raise TypeError(f"frames_path() takes a FrameNode, not {type(node).__name__}")
+		room = max(self.max_seq_len // self.page_size, 1)
+		out = np.empty(room, dtype=np.int32)
+		got = self._check(lib.kvmm_frames_path(self._c(), node._h, _i32p(out), room),
+				  "kvmm_frames_path")
 		return out[:got]
 
 	def frames_sizes(self) -> Tuple[int, int]:

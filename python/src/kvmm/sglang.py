@@ -31,7 +31,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageC
 
 from ._store import KeyedStore
 
-__all__ = ["KvmmHiCacheStorage", "cpu_host_pool"]
+__all__ = ["KvmmHiCacheStorage", "KvmmRadixCache", "cpu_host_pool", "register"]
 
 _OPTIONS = ("socket", "ns", "host_bytes", "nvme_path", "nvme_bytes", "page_bytes", "threads",
 	    "ring_bytes")
@@ -201,3 +201,226 @@ class KvmmHiCacheStorage(HiCacheStorage):
 
 	def close(self) -> None:
 		self.store.close()
+
+
+# ---- the radix cache: kvmm's tree as SGLang's prefix cache ----
+
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+	BasePrefixCache, DecLockRefResult, EvictParams, EvictResult, IncLockRefResult, MatchResult)
+from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
+
+from ._core import Context, FrameNode  # noqa: E402
+
+# SGLang's policies whose order kvmm's tree keeps in this mode (kvmm's slru
+# counts hits where SGLang's does not, so it is not offered yet).
+_POLICIES = {"lru": "lru"}
+
+
+class KvmmRadixCache(BasePrefixCache):
+	"""SGLang's RadixCache on kvmm's tree (``--radix-cache-backend kvmm``).
+
+	SGLang's allocator keeps the slots (engine-owned frames: kvmm allocates
+	none); the tree holds a frame a page, hands the frames of what it
+	evicts back to SGLang's allocator, and answers as RadixCache does:
+	match_prefix splits and returns lengths and nodes, path_device_indices
+	the int64 slots, checkpoint inserts a request's row, repoints it at the
+	tree's copy and frees the duplicates, inc/dec_lock_ref return the
+	tokens moved.  Keys of another extra_key or cache_salt are another
+	kvmm namespace.  Not supported (refused when asked): EAGLE's bigram
+	keys, sliding-window trees, policies other than lru, KV events.
+	"""
+
+	def __init__(self, params: Any) -> None:
+		self.disable = params.disable
+		self.req_to_token_pool = params.req_to_token_pool
+		self.token_to_kv_pool_allocator = params.token_to_kv_pool_allocator
+		self.page_size = params.page_size
+		policy = (params.eviction_policy or "lru").lower()
+		if policy not in _POLICIES:
+			raise ValueError(f"kvmm radix cache: eviction policy {policy!r} is not one of "
+					 f"{sorted(_POLICIES)}")
+		if params.is_eagle:
+			raise ValueError("kvmm radix cache: EAGLE's bigram keys are not supported")
+		if getattr(params, "enable_kv_cache_events", False):
+			raise ValueError("kvmm radix cache: KV events are not supported yet")
+		self.eviction_policy = policy
+		alloc = self.token_to_kv_pool_allocator
+		self.device = torch.device(alloc.device) if alloc is not None else torch.device("cpu")
+		size = alloc.size if alloc is not None else 1 << 16
+		pool = self.req_to_token_pool
+		self._max_len = (int(pool.req_to_token.shape[1]) if pool is not None else 1 << 20)
+		# frames are page indices; SGLang's slot 0 (page 0) is padding, never handed out
+		self._nr_pages = size // self.page_size + 1
+		self._ctx: Optional[Context] = None
+		self.reset()
+
+	# ---- lifecycle ----
+	def reset(self) -> None:
+		"""Empty the tree (SGLang clears its allocator beside it)."""
+		if self._ctx is not None:
+			self._ctx.close()
+		ps = self.page_size
+		self._ctx = Context(layers=1, kv_heads=1, head_dim=1, dtype_bytes=1, page_size=ps,
+				    nr_pages=self._nr_pages, max_seqs=1,
+				    max_seq_len=-(-self._max_len // ps) * ps, frames="engine",
+				    evict_policy=self.eviction_policy)
+		self._ns: Dict[Any, int] = {}
+		self.root_node = FrameNode()
+		self._offsets = torch.arange(ps, dtype=torch.int64, device=self.device)
+		self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
+
+	# ---- keys ----
+	def _ns_of(self, key: Any) -> int:
+		"""A kvmm namespace per (extra_key, cache_salt), as RadixCache keys
+		its root's children."""
+		tag = (key.extra_key, getattr(key, "cache_salt", None))
+		ns = self._ns.get(tag)
+		if ns is None:
+			ns = self._ns[tag] = len(self._ns)
+		return ns
+
+	def _tokens(self, key: Any) -> np.ndarray:
+		"""The key's page-aligned token ids as uint32 (SGLang's are int64)."""
+		n = len(key) // self.page_size * self.page_size
+		ids = key.token_ids
+		arr = (np.frombuffer(ids, dtype=np.int64, count=n) if getattr(ids, "typecode", "") == "q"
+		       else np.asarray(ids[:n], dtype=np.int64))
+		if n and (arr.min() < 0 or arr.max() >= 1 << 32):
+			raise ValueError("kvmm radix cache: token ids must fit 32 bits")
+		return arr.astype(np.uint32)
+
+	def _slots(self, frames: np.ndarray) -> torch.Tensor:
+		"""Frames (a page each) as SGLang's int64 token slots."""
+		f = torch.from_numpy(frames.astype(np.int64)).to(self.device)
+		if self.page_size == 1:
+			return f
+		return (f[:, None] * self.page_size + self._offsets[None, :]).reshape(-1)
+
+	# ---- BasePrefixCache ----
+	def match_prefix(self, params: Any) -> MatchResult:
+		key = params.key
+		if self.disable or len(key) == 0:
+			return MatchResult(0, self.root_node, self.root_node, self.root_node)
+		n, _, node = self._ctx.frames_match(self._tokens(key), self._ns_of(key))
+		return MatchResult(n, node, node, node)
+
+	def path_device_indices(self, node: Any) -> torch.Tensor:
+		if node.is_root:
+			return self._empty
+		return self._slots(self._ctx.frames_path(node))
+
+	def insert(self, params: Any) -> Any:
+		"""RadixCache.insert(): the key's pages with @params.value's slots;
+		returns InsertResult(prefix_len = tokens the tree had)."""
+		from sglang.srt.mem_cache.base_prefix_cache import InsertResult
+
+		if self.disable:
+			return InsertResult(prefix_len=0)
+		key = params.key
+		tokens = self._tokens(key)
+		value = params.value
+		if value is None:
+			raise ValueError("kvmm radix cache: insert needs the key's slots (value)")
+		frames = value[: len(tokens)][:: self.page_size] // self.page_size
+		had, node = self._ctx.frames_insert(tokens, frames.cpu().numpy(), self._ns_of(key))
+		return InsertResult(prefix_len=had, last_device_node=node)
+
+	def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
+		"""Cache req's row up to @up_to as RadixCache does: insert the
+		page-aligned key (and split it at the prompt's end), free the slots
+		the tree had already, repoint the row at the tree's, and move the
+		request's lock to the new end."""
+		from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+
+		if self.disable:
+			return
+		if getattr(req.kv, "swa_evict_floor", 0) > 0:
+			raise ValueError("kvmm radix cache: sliding-window requests are not supported")
+		token_ids = req.full_untruncated_fill_ids[:up_to]
+		kv_indices = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, : len(token_ids)]
+		key = RadixKey(token_ids, req.extra_key, cache_salt=req.cache_salt).page_aligned(
+			self.page_size)
+		key_len = len(key)
+		values = kv_indices[:key_len].to(dtype=torch.int64, copy=True)
+		res = self.insert(InsertParams(key=key, value=values))
+		req.kv.cache_inserted_len = max(req.kv.cache_inserted_len, key_len)
+		prompt = RadixKey(token_ids[: len(req.origin_input_ids)], req.extra_key,
+				  cache_salt=req.cache_salt).page_aligned(self.page_size)
+		if 0 < len(prompt) < key_len:	# the prompt's end becomes a node boundary
+			self.insert(InsertParams(key=prompt, value=values[: len(prompt)]))
+		self.token_to_kv_pool_allocator.free_segment(
+			kv_indices[req.kv.cache_protected_len:res.prefix_len],
+			start_pos=req.kv.cache_protected_len)
+		new_last = self.match_prefix(MatchPrefixParams(key=key)).last_device_node
+		new_indices = self.path_device_indices(new_last)
+		assert len(new_indices) == key_len, f"{len(new_indices)=}, {key_len=}"
+		self.req_to_token_pool.write(
+			(req.kv.req_pool_idx, slice(req.kv.cache_protected_len, len(new_indices))),
+			new_indices[req.kv.cache_protected_len:])
+		req.kv.cache_protected_len = len(new_indices)
+		self.unlock(req.lock)
+		req.lock = self.lock(new_last)
+		req.last_node = new_last
+
+	def evict(self, params: EvictParams) -> EvictResult:
+		"""Whole unlocked leaves, least recently used first, until
+		@params.num_tokens are freed; their slots go back to the allocator."""
+		if self.disable or params.num_tokens <= 0:
+			return EvictResult()
+		pages = -(-params.num_tokens // self.page_size)
+		frames = self._ctx.frames_evict(pages)
+		if frames.size:
+			self.token_to_kv_pool_allocator.free_segment(self._slots(frames), start_pos=0)
+		return EvictResult(num_tokens_evicted=int(frames.size) * self.page_size)
+
+	def inc_lock_ref(self, node: Any) -> IncLockRefResult:
+		if self.disable or node.is_root:
+			return IncLockRefResult(delta=0)
+		return IncLockRefResult(delta=-self._ctx.frames_lock(node, 1))
+
+	def dec_lock_ref(self, node: Any, params: Any = None) -> DecLockRefResult:
+		"""Unlocking a node that holds no lock raises ValueError (SGLang's own
+		tree lets the count go negative), and changes nothing."""
+		if self.disable or node.is_root:
+			return DecLockRefResult(delta=0)
+		try:
+			return DecLockRefResult(delta=self._ctx.frames_lock(node, -1))
+		except OSError as e:
+			raise ValueError(f"kvmm radix cache: dec_lock_ref of {node!r}, which holds "
+					 f"no lock") from e
+
+	def supports_prefix_sharing(self) -> bool:
+		return not self.disable
+
+	def evictable_size(self) -> int:
+		return self._ctx.frames_sizes()[0]
+
+	def protected_size(self) -> int:
+		return self._ctx.frames_sizes()[1]
+
+	def total_size(self) -> int:
+		ev, pr = self._ctx.frames_sizes()
+		return ev + pr
+
+	def pretty_print(self) -> None:
+		ev, pr = self._ctx.frames_sizes()
+		print(f"kvmm radix cache: {ev} evictable + {pr} protected tokens, "
+		      f"{len(self._ns)} key namespaces, page size {self.page_size}")
+
+	def dfs_weight_order(self, node_handles: Any) -> Any:
+		raise NotImplementedError("kvmm radix cache: the dfs-weight schedule policy walks "
+					  "SGLang's own tree nodes; use lpm or fcfs")
+
+
+def _factory(ctx: Any) -> KvmmRadixCache:
+	return KvmmRadixCache(ctx.params)
+
+
+def register() -> None:
+	"""The ``sglang.srt.plugins`` entry point: registers the radix-cache
+	backend ``kvmm`` (``--radix-cache-backend kvmm``).  Idempotent."""
+	from sglang.srt.mem_cache.registry import (register_radix_cache_backend,
+						    registered_radix_cache_backends)
+
+	if "kvmm" not in registered_radix_cache_backends():
+		register_radix_cache_backend("kvmm", _factory)

@@ -1,0 +1,276 @@
+# SPDX-License-Identifier: MIT
+"""kvmm.sglang.KvmmRadixCache against SGLang 0.5.23's own RadixCache, call by call.
+
+SGLang's packages ship no RadixCache tests, so these drive both caches
+through the same sequences of BasePrefixCache calls, each over its own
+CPU ReqToTokenPool and slot allocator built alike, and assert the same
+answers after every call: insert's prefix_len, match's length and the
+slots path_device_indices gives, inc/dec_lock_ref's deltas, evict's
+count, evictable/protected sizes, and checkpoint's effect on a request's
+row and on the allocator.  Random sequences at page sizes 1 and 4, and
+the cases SGLang's upstream unit tests cover (splits, lock refs
+protecting a path, extra keys, page-aligned keys, empty keys).  Bad input
+as SGLang sees it: a dec_lock_ref of an unlocked node is a ValueError
+here (RadixCache lets the count go negative), with nothing changed.
+Run by tests/engines/run.sh in the SGLang environment.
+"""
+import os
+import random
+from array import array
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+from sglang.srt.managers.schedule_batch import ReqKvInfo
+from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+
+from kvmm.sglang import KvmmRadixCache, register
+
+SLOTS = 512
+
+
+def build(cls, ps, policy="lru"):
+	"""A cache of @cls over its own request pool and allocator."""
+	pool = ReqToTokenPool(size=8, max_context_len=256, device="cpu", enable_memory_saver=False)
+	if ps == 1:
+		alloc = TokenToKVPoolAllocator(size=SLOTS, dtype=torch.float16, device="cpu",
+					       kvcache=None, need_sort=False)
+	else:
+		alloc = PagedTokenToKVPoolAllocator(size=SLOTS, page_size=ps, dtype=torch.float16,
+						    device="cpu", kvcache=None, need_sort=False)
+	cache = cls(CacheInitParams(disable=False, req_to_token_pool=pool,
+				    token_to_kv_pool_allocator=alloc, page_size=ps,
+				    eviction_policy=policy))
+	return SimpleNamespace(cache=cache, pool=pool, alloc=alloc)
+
+
+def K(tokens, extra=None):
+	return RadixKey(array("q", tokens), extra_key=extra)
+
+
+def slots(base, n, ps):
+	"""@n slots of whole pages from page @base on: what an allocator hands out."""
+	return torch.arange(base * ps, base * ps + n, dtype=torch.int64)
+
+
+class Pair:
+	"""Both caches, the same call on each, the answers compared."""
+
+	def __init__(self, ps, policy="lru"):
+		self.ps = ps
+		self.ref = build(RadixCache, ps, policy)
+		self.kv = build(KvmmRadixCache, ps, policy)
+
+	def sizes(self):
+		a = (self.ref.cache.evictable_size(), self.ref.cache.protected_size())
+		b = (self.kv.cache.evictable_size(), self.kv.cache.protected_size())
+		assert a == b, f"sizes: RadixCache {a}, kvmm {b}"
+		return a
+
+	def insert(self, key, value):
+		a = self.ref.cache.insert(InsertParams(key=key, value=value)).prefix_len
+		b = self.kv.cache.insert(InsertParams(key=key, value=value)).prefix_len
+		assert a == b, f"insert prefix_len: RadixCache {a}, kvmm {b}"
+		self.sizes()
+		return a
+
+	def match(self, key):
+		a = self.ref.cache.match_prefix(MatchPrefixParams(key=key))
+		b = self.kv.cache.match_prefix(MatchPrefixParams(key=key))
+		assert a.device_prefix_len == b.device_prefix_len, \
+			f"match: RadixCache {a.device_prefix_len}, kvmm {b.device_prefix_len}"
+		ia = self.ref.cache.path_device_indices(a.last_device_node)
+		ib = self.kv.cache.path_device_indices(b.last_device_node)
+		assert ib.dtype == torch.int64 and ib.is_contiguous()
+		assert torch.equal(ia, ib), f"path indices: RadixCache {ia.tolist()}, kvmm {ib.tolist()}"
+		assert b.last_host_node == b.last_device_node == b.best_match_node
+		self.sizes()
+		return a.device_prefix_len, (a.last_device_node, b.last_device_node)
+
+	def lock(self, nodes, inc=True):
+		if inc:
+			a = self.ref.cache.inc_lock_ref(nodes[0]).delta
+			b = self.kv.cache.inc_lock_ref(nodes[1]).delta
+		else:
+			a = self.ref.cache.dec_lock_ref(nodes[0]).delta
+			b = self.kv.cache.dec_lock_ref(nodes[1]).delta
+		assert a == b, f"lock delta: RadixCache {a}, kvmm {b}"
+		self.sizes()
+
+	def evict(self, n):
+		a = self.ref.cache.evict(EvictParams(num_tokens=n)).num_tokens_evicted
+		b = self.kv.cache.evict(EvictParams(num_tokens=n)).num_tokens_evicted
+		assert a == b, f"evict({n}): RadixCache {a}, kvmm {b}"
+		assert self.ref.alloc.available_size() == self.kv.alloc.available_size()
+		self.sizes()
+		return a
+
+
+@pytest.fixture(params=[1, 4])
+def pair(request):
+	return Pair(request.param)
+
+
+def test_splits_and_branches(pair):
+	ps = pair.ps
+	a = [1, 2, 3, 4, 5, 6, 7, 8]
+	assert pair.insert(K(a), slots(1, 8, ps)) == 0
+	assert pair.insert(K([1, 2, 3, 4, 9, 10, 11, 12]), slots(10, 8, ps)) == 4
+	assert pair.match(K(a))[0] == 8
+	assert pair.match(K([1, 2, 3, 4, 9, 10, 11, 12]))[0] == 8
+	assert pair.match(K([1, 2, 3, 4, 5, 6]))[0] == (6 if ps == 1 else 4)	# splits
+	assert pair.match(K([1, 2, 3, 99]))[0] == (3 if ps == 1 else 0)
+	assert pair.match(K([42]))[0] == 0
+
+
+def test_empty_and_unaligned_keys(pair):
+	ps = pair.ps
+	assert pair.match(K([]))[0] == 0
+	assert pair.insert(K([7] * 10), slots(1, 10, ps)) == 0	# only whole pages stay
+	assert pair.sizes() == (10 if ps == 1 else 8, 0)
+	assert pair.match(K([7] * 7))[0] == (7 if ps == 1 else 4)
+
+
+def test_extra_keys_are_apart(pair):
+	ps = pair.ps
+	t = [1, 2, 3, 4, 5, 6, 7, 8]
+	pair.insert(K(t, "lora-a"), slots(1, 8, ps))
+	pair.insert(K(t), slots(20, 8, ps))
+	assert pair.match(K(t, "lora-b"))[0] == 0
+	assert pair.match(K(t, "lora-a"))[0] == 8
+	assert pair.match(K(t))[0] == 8
+
+
+def test_locks_protect_a_path(pair):
+	ps = pair.ps
+	pair.insert(K(list(range(16))), slots(1, 16, ps))
+	pair.insert(K(list(range(100, 108))), slots(40, 8, ps))
+	_, nodes = pair.match(K(list(range(12))))
+	pair.lock(nodes)
+	pair.lock(nodes)					# nested
+	assert pair.evict(1000) == 4 + 8			# the tail past 12, and the other key
+	assert pair.match(K(list(range(16))))[0] == 12
+	pair.lock(nodes, inc=False)
+	pair.lock(nodes, inc=False)
+	assert pair.evict(1000) == 12
+	assert pair.sizes() == (0, 0)
+
+
+def test_lru_order(pair):
+	ps = pair.ps
+	keys = [[k * 100 + i for i in range(8)] for k in range(4)]
+	for k, key in enumerate(keys):
+		pair.insert(K(key), slots(1 + 10 * k, 8, ps))
+	pair.match(K(keys[0]))				# 0 is the newest now
+	assert pair.evict(8) == 8				# 1 goes
+	assert pair.match(K(keys[1]))[0] == 0
+	assert pair.match(K(keys[0]))[0] == 8
+	assert pair.evict(16) == 16			# 2 and 3
+	assert pair.match(K(keys[0]))[0] == 8
+
+
+def test_dec_of_an_unlocked_node_is_refused():
+	p = Pair(1)
+	p.insert(K([1, 2, 3]), slots(1, 3, 1))
+	_, nodes = p.match(K([1, 2, 3]))
+	with pytest.raises(ValueError):
+		p.kv.cache.dec_lock_ref(nodes[1])
+	assert p.kv.cache.evictable_size() == 3 and p.kv.cache.protected_size() == 0
+
+
+def test_refused_configurations():
+	for policy in ("fifo", "slru", "priority"):
+		with pytest.raises(ValueError):
+			build(KvmmRadixCache, 1, policy=policy)
+
+
+def test_registered_as_a_backend():
+	from sglang.srt.mem_cache.registry import (get_radix_cache_factory,
+						    registered_radix_cache_backends)
+
+	register()
+	register()					# idempotent, as plugins may load twice
+	assert "kvmm" in registered_radix_cache_backends()
+	ctx = SimpleNamespace(params=CacheInitParams(disable=False, req_to_token_pool=None,
+						     token_to_kv_pool_allocator=None, page_size=1))
+	assert isinstance(get_radix_cache_factory("kvmm")(ctx), KvmmRadixCache)
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_random_calls_agree(ps):
+	"""Inserts over shared prefixes, matches, locks and unlocks, evictions
+	under pressure: the same answers after every call."""
+	p = Pair(ps)
+	rng = random.Random(ps)
+	base, locked = 1, []
+	for _ in range(600):
+		op = rng.random()
+		prefix = [rng.randrange(3) * 1000 + i for i in range(rng.choice([0, 4, 8]))]
+		key = prefix + [rng.randrange(4) for _ in range(rng.randrange(1, 13))]
+		if op < 0.45:
+			n = len(key) // ps * ps
+			if base * ps + n >= SLOTS:
+				p.evict(rng.randrange(1, 64))
+				continue
+			p.insert(K(key), slots(base, len(key), ps))
+			base += -(-n // ps) if n else 0
+		elif op < 0.7:
+			_, nodes = p.match(K(key))
+			if rng.random() < 0.5:
+				p.lock(nodes)
+				locked.append(nodes)
+		elif op < 0.85 and locked:
+			p.lock(locked.pop(rng.randrange(len(locked))), inc=False)
+		else:
+			p.evict(rng.randrange(1, 40))
+	while locked:
+		p.lock(locked.pop(), inc=False)
+	p.evict(10 ** 6)
+	assert p.sizes() == (0, 0)
+
+
+def make_req(side, tokens, prompt_len):
+	"""A request of @tokens over fresh slots of @side's allocator, as the
+	scheduler leaves one before checkpoint()."""
+	kv = ReqKvInfo()
+	kv.req_pool_idx = side.pool.alloc_rows(1)[0]
+	n = -(-len(tokens) // side.cache.page_size) * side.cache.page_size
+	idx = side.alloc.alloc(n)
+	side.pool.write((kv.req_pool_idx, slice(0, n)), idx.to(torch.int32))
+	return SimpleNamespace(kv=kv, full_untruncated_fill_ids=array("q", tokens),
+			       origin_input_ids=array("q", tokens[:prompt_len]), extra_key=None,
+			       cache_salt=None, priority=None, lock=None,
+			       last_node=side.cache.root_node)
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_checkpoint_as_the_scheduler_calls_it(ps):
+	"""checkpoint() of requests sharing a prompt: the same rows, the same
+	slots freed, the same locks; then release as release_kv_cache does."""
+	p = Pair(ps)
+	prompts = [[5, 6, 7, 8, 9, 10, 11, 12, 13], [5, 6, 7, 8, 9, 10, 11, 12, 40, 41]]
+	for toks in prompts:
+		reqs = [make_req(side, toks, 6) for side in (p.ref, p.kv)]
+		for side, req in zip((p.ref, p.kv), reqs):
+			side.cache.checkpoint(req, up_to=len(toks))
+		a, b = reqs
+		assert a.kv.cache_protected_len == b.kv.cache_protected_len
+		row = slice(0, len(toks))
+		assert torch.equal(p.ref.pool.req_to_token[a.kv.req_pool_idx, row],
+				   p.kv.pool.req_to_token[b.kv.req_pool_idx, row])
+		assert p.ref.alloc.available_size() == p.kv.alloc.available_size()
+		p.sizes()
+		for side, req in zip((p.ref, p.kv), reqs):
+			side.cache.free_kv_row(req.kv, [(req.kv.cache_protected_len, len(toks))])
+			side.cache.unlock(req.lock)
+			req.lock = None
+		p.sizes()
+	assert p.match(K(prompts[1]))[0] == len(prompts[1]) // ps * ps
+	assert p.evict(10 ** 6) > 0 and p.sizes() == (0, 0)
