@@ -1,0 +1,184 @@
+# SPDX-License-Identifier: MIT
+"""radix.py - ../shared/bench/workload.jsonl through SGLang's BasePrefixCache
+interface, once with SGLang's RadixCache and once with kvmm's backend.
+
+The replay rule of shared/bench/README.md, driven as SGLang 0.5.23's
+scheduler drives a tree cache: in arrival order, finish the oldest request
+(FIFO) while max_inflight are in flight or the conversation's previous
+turn is not finished; admit = match_prefix(prompt[:N-1]), lock the last
+node, allocate the rest of the prompt from SGLang's allocator (evicting
+from the tree when it is short) into the request's req_to_token row,
+checkpoint(up_to=N) (publish the prompt), then allocate the L-1 decoded
+tokens; finish = checkpoint(up_to=N+L-1), free the request's rest of
+the row (free_kv_row), unlock, free the row.  The allocator holds the
+workload's capacity (250,512 tokens).  Only the tree cache's calls are
+timed (match_prefix, lock, checkpoint, evict, free_kv_row, unlock); the
+allocator and the row bookkeeping cost both the same.  Prints a JSON line
+per page size: matched tokens and µs per request for each, and the ratio
+(medians over --repeat runs, both caches in each run).
+
+    ~/.cache/kvmm/venv-sglang-*/bin/python python/bench/radix.py [--page-size 1 16] [--repeat 3]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from array import array
+from collections import deque
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import torch  # noqa: E402
+from sglang.srt.managers.schedule_batch import ReqKvInfo  # noqa: E402
+from sglang.srt.mem_cache.allocator import (PagedTokenToKVPoolAllocator,  # noqa: E402
+					    TokenToKVPoolAllocator)
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams  # noqa: E402
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
+
+from kvmm.sglang import KvmmRadixCache  # noqa: E402
+
+DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "bench" / "workload.jsonl"
+
+
+def load(path: Path):
+	"""(meta, requests): each request's prev, prompt and full token arrays ('q')."""
+	segs, reqs, meta = {}, [], None
+	with open(path) as f:
+		for line in f:
+			rec = json.loads(line)
+			if rec["type"] == "meta":
+				meta = rec
+			elif rec["type"] == "segment":
+				segs[rec["id"]] = rec["tokens"]
+			elif rec["type"] == "request":
+				prompt = [t for s in rec["prompt_segments"] for t in segs[s]]
+				out = max(rec["output_len"] - 1, 0)
+				full = prompt + segs[rec["output_segment"]][:out]
+				reqs.append((rec["prev"], array("q", prompt), array("q", full)))
+	return meta, reqs
+
+
+def ceil_to(n: int, ps: int) -> int:
+	return -(-n // ps) * ps
+
+
+def replay(cls, meta, reqs, ps: int) -> dict:
+	"""One replay through @cls; matched tokens and seconds in the tree's calls."""
+	inflight, cap = meta["max_inflight"], meta["capacity_tokens"]
+	pool = ReqToTokenPool(size=inflight, max_context_len=ceil_to(meta["max_seq_len"], ps) + ps,
+			      device="cpu", enable_memory_saver=False)
+	if ps == 1:
+		alloc = TokenToKVPoolAllocator(size=cap, dtype=torch.float16, device="cpu",
+					       kvcache=None, need_sort=False)
+	else:
+		alloc = PagedTokenToKVPoolAllocator(size=cap, page_size=ps, dtype=torch.float16,
+						    device="cpu", kvcache=None, need_sort=False)
+	tc = cls(CacheInitParams(disable=False, req_to_token_pool=pool,
+				 token_to_kv_pool_allocator=alloc, page_size=ps))
+	clock = time.perf_counter
+	spent = 0.0
+
+	def timed(fn, *a, **k):
+		nonlocal spent
+		t0 = clock()
+		r = fn(*a, **k)
+		spent += clock() - t0
+		return r
+
+	def grab(n: int) -> torch.Tensor:
+		"""@n slots (whole pages), evicting from the tree when short."""
+		if alloc.available_size() < n:
+			timed(tc.evict, EvictParams(num_tokens=n - alloc.available_size()))
+		got = alloc.alloc(n)
+		assert got is not None, "the tree could not free enough"
+		return got
+
+	fifo: deque = deque()
+	done = [False] * len(reqs)
+	matched = 0
+
+	def finish() -> None:
+		r, req = fifo.popleft()
+		owned = len(req.full_untruncated_fill_ids)
+		timed(tc.checkpoint, req, up_to=owned)
+		timed(tc.free_kv_row, req.kv, [(req.kv.cache_protected_len, req.allocated)])
+		timed(tc.unlock, req.lock)
+		req.lock = None
+		pool.free_rows([req.kv.req_pool_idx])
+		done[r] = True
+
+	for r, (prev, prompt, full) in enumerate(reqs):
+		while len(fifo) == inflight or (prev >= 0 and not done[prev] and fifo):
+			finish()
+		n = len(prompt)
+		m_res = timed(tc.match_prefix, MatchPrefixParams(key=RadixKey(prompt[: n - 1])))
+		m = m_res.device_prefix_len
+		node = m_res.last_device_node
+		lock = timed(tc.lock, node)
+		prefix = timed(tc.path_device_indices, node)[:m]
+		kv = ReqKvInfo()
+		kv.req_pool_idx = pool.alloc_rows(1)[0]
+		kv.cache_protected_len = m
+		req = SimpleNamespace(kv=kv, full_untruncated_fill_ids=prompt, origin_input_ids=prompt,
+				      extra_key=None, cache_salt=None, priority=None, lock=lock,
+				      last_node=node)
+		new = grab(ceil_to(n, ps) - m)
+		pool.write((kv.req_pool_idx, slice(0, m)), prefix.to(torch.int32))
+		pool.write((kv.req_pool_idx, slice(m, ceil_to(n, ps))), new.to(torch.int32))
+		req.allocated = ceil_to(n, ps)
+		timed(tc.checkpoint, req, up_to=n)
+		extra = ceil_to(len(full), ps) - req.allocated
+		if extra > 0:
+			dec = grab(extra)
+			pool.write((kv.req_pool_idx, slice(req.allocated, req.allocated + extra)),
+				   dec.to(torch.int32))
+			req.allocated += extra
+		req.full_untruncated_fill_ids = full
+		fifo.append((r, req))
+		matched += m
+	while fifo:
+		finish()
+	ev, pr = tc.evictable_size(), tc.protected_size()
+	ok = pr == 0 and alloc.available_size() + ev == cap
+	return {"matched": matched, "seconds": spent, "accounting_ok": ok}
+
+
+def main() -> None:
+	ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+	ap.add_argument("--workload", type=Path, default=DEFAULT)
+	ap.add_argument("--page-size", type=int, nargs="+", default=[1, 16])
+	ap.add_argument("--repeat", type=int, default=3)
+	ap.add_argument("--requests", type=int, default=0, help="the first N only (0: all)")
+	args = ap.parse_args()
+	meta, reqs = load(args.workload)
+	if args.requests:
+		reqs = reqs[: args.requests]
+	for ps in args.page_size:
+		res = {"radix": [], "kvmm": []}
+		for i in range(args.repeat):
+			for name, cls in (("radix", RadixCache), ("kvmm", KvmmRadixCache)):
+				res[name].append(replay(cls, meta, reqs, ps))
+				print(f"radix: page size {ps} run {i + 1} {name}: "
+				      f"{1e6 * res[name][-1]['seconds'] / len(reqs):.1f} us/request",
+				      file=sys.stderr, flush=True)
+		us = {k: statistics.median(1e6 * r["seconds"] / len(reqs) for r in v)
+		      for k, v in res.items()}
+		print(json.dumps({
+			"bench": "sglang_radix_replay", "page_size": ps, "requests": len(reqs),
+			"matched_tokens_radix": res["radix"][0]["matched"],
+			"matched_tokens_kvmm": res["kvmm"][0]["matched"],
+			"us_per_request_radix": round(us["radix"], 2),
+			"us_per_request_kvmm": round(us["kvmm"], 2),
+			"speedup": round(us["radix"] / us["kvmm"], 2),
+			"repeat": args.repeat,
+			"accounting_ok": all(r["accounting_ok"] for v in res.values() for r in v)}))
+
+
+if __name__ == "__main__":
+	main()
