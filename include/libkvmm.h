@@ -414,7 +414,7 @@ int kvmm_frames_insert(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens
 int64_t kvmm_frames_lock(struct kvmm_ctx *ctx, const struct kvmm_fnode *node, int delta);
 int64_t kvmm_frames_evict(struct kvmm_ctx *ctx, uint32_t nr_pages, int32_t *frames,
 			  uint32_t max);
-int kvmm_frames_sizes(const struct kvmm_ctx *ctx, uint64_t *evictable, uint64_t *protected);
+int kvmm_frames_sizes(const struct kvmm_ctx *ctx, uint64_t *evictable, uint64_t *locked);
 int kvmm_frames_path(const struct kvmm_ctx *ctx, const struct kvmm_fnode *node,
 		     int32_t *frames, uint32_t max);
 

@@ -33,17 +33,18 @@ static bool engine_mode(const struct kvmm_ctx *ctx)
 	return ctx && ctx->params.frames == KVMM_FRAMES_ENGINE;
 }
 
-/* The node a handle names, or NULL for a stale one; @*root for the root's. */
-static struct kvmm_node *fnode_get(const struct kvmm_fnode *h, bool *root)
+/* The node a handle names into @*out (NULL for a root's); -ESTALE for one gone. */
+static int fnode_get(const struct kvmm_fnode *h, struct kvmm_node **out)
 {
 	struct kvmm_node *node = h->node;
 
-	*root = !node;
+	*out = NULL;
 	if (!node)
-		return NULL;
+		return 0;
 	if (!h->id || node->id != h->id || (node->flags & KVMM_NODE_ROOT))
-		return NULL;
-	return node;
+		return -ESTALE;
+	*out = node;
+	return 0;
 }
 
 static void fnode_set(struct kvmm_fnode *h, struct kvmm_node *node)
@@ -202,15 +203,13 @@ KVMM_EXPORT int64_t kvmm_frames_lock(struct kvmm_ctx *ctx, const struct kvmm_fno
 	struct kvmm_lruvec *lv;
 	struct kvmm_node *x;
 	uint64_t before;
-	bool root;
+	int ret;
 
 	if (!engine_mode(ctx) || !node || (delta != 1 && delta != -1))
 		return -EINVAL;
-	x = fnode_get(node, &root);
-	if (root)
-		return 0;
-	if (!x)
-		return -ESTALE;
+	ret = fnode_get(node, &x);
+	if (ret || !x)
+		return ret;	/* the root's locks nothing */
 	if (delta < 0 && !x->lock_ref)
 		return -EINVAL;
 	lv = &ctx->lruvec[KVMM_TIER_DEVICE];
@@ -281,17 +280,16 @@ KVMM_EXPORT int64_t kvmm_frames_evict(struct kvmm_ctx *ctx, uint32_t nr_pages, i
 KVMM_EXPORT int kvmm_frames_path(const struct kvmm_ctx *ctx, const struct kvmm_fnode *node,
 				 int32_t *frames, uint32_t max)
 {
-	const struct kvmm_node *x, *n;
+	const struct kvmm_node *n;
+	struct kvmm_node *x;
 	uint64_t pages = 0;
-	bool root;
+	int ret;
 
 	if (!engine_mode(ctx) || !node || (max && !frames))
 		return -EINVAL;
-	x = fnode_get(node, &root);
-	if (root)
-		return 0;
-	if (!x)
-		return -ESTALE;
+	ret = fnode_get(node, &x);
+	if (ret || !x)
+		return ret;	/* the root's path is empty */
 	for (n = x; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
 		pages += n->len >> ctx->page_shift;
 	if (pages > max)
@@ -303,16 +301,16 @@ KVMM_EXPORT int kvmm_frames_path(const struct kvmm_ctx *ctx, const struct kvmm_f
  * kvmm_frames_sizes() - the tree's evictable and protected tokens
  * @ctx: a context in engine-frames mode
  * @evictable: out, tokens of unlocked cached pages
- * @protected: out, tokens of locked ones
+ * @locked: out, tokens of locked ones (protected, in SGLang's words)
  *
  * Return: 0, or -EINVAL.
  */
 KVMM_EXPORT int kvmm_frames_sizes(const struct kvmm_ctx *ctx, uint64_t *evictable,
-				  uint64_t *protected)
+				  uint64_t *locked)
 {
-	if (!engine_mode(ctx) || !evictable || !protected)
+	if (!engine_mode(ctx) || !evictable || !locked)
 		return -EINVAL;
 	*evictable = ctx->lruvec[KVMM_TIER_DEVICE].evictable << ctx->page_shift;
-	*protected = ctx->tree.protected[KVMM_TIER_DEVICE] << ctx->page_shift;
+	*locked = ctx->tree.protected[KVMM_TIER_DEVICE] << ctx->page_shift;
 	return 0;
 }

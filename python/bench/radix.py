@@ -34,34 +34,18 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import torch  # noqa: E402
 from sglang.srt.managers.schedule_batch import ReqKvInfo  # noqa: E402
-from sglang.srt.mem_cache.allocator import (PagedTokenToKVPoolAllocator,  # noqa: E402
-					    TokenToKVPoolAllocator)
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams  # noqa: E402
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
 
-from kvmm.sglang import KvmmRadixCache  # noqa: E402
-
-DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "bench" / "workload.jsonl"
-
+from kvmm.sglang import KvmmRadixCache, cpu_tree_cache  # noqa: E402
+from replay import DEFAULT, load as load_arrays  # noqa: E402  (python/bench/replay.py)
 
 def load(path: Path):
-	"""(meta, requests): each request's prev, prompt and full token arrays ('q')."""
-	segs, reqs, meta = {}, [], None
-	with open(path) as f:
-		for line in f:
-			rec = json.loads(line)
-			if rec["type"] == "meta":
-				meta = rec
-			elif rec["type"] == "segment":
-				segs[rec["id"]] = rec["tokens"]
-			elif rec["type"] == "request":
-				prompt = [t for s in rec["prompt_segments"] for t in segs[s]]
-				out = max(rec["output_len"] - 1, 0)
-				full = prompt + segs[rec["output_segment"]][:out]
-				reqs.append((rec["prev"], array("q", prompt), array("q", full)))
-	return meta, reqs
+	"""(meta, requests): replay.py's, with each prompt and full token run as
+	array('q'), the type SGLang's RadixKey holds."""
+	meta, reqs = load_arrays(path)
+	q = lambda a: array("q", a.astype("int64").tobytes())	# noqa: E731
+	return meta, [(prev, q(prompt), q(full)) for prev, prompt, full, _ in reqs]
 
 
 def ceil_to(n: int, ps: int) -> int:
@@ -71,16 +55,9 @@ def ceil_to(n: int, ps: int) -> int:
 def replay(cls, meta, reqs, ps: int) -> dict:
 	"""One replay through @cls; matched tokens and seconds in the tree's calls."""
 	inflight, cap = meta["max_inflight"], meta["capacity_tokens"]
-	pool = ReqToTokenPool(size=inflight, max_context_len=ceil_to(meta["max_seq_len"], ps) + ps,
-			      device="cpu", enable_memory_saver=False)
-	if ps == 1:
-		alloc = TokenToKVPoolAllocator(size=cap, dtype=torch.float16, device="cpu",
-					       kvcache=None, need_sort=False)
-	else:
-		alloc = PagedTokenToKVPoolAllocator(size=cap, page_size=ps, dtype=torch.float16,
-						    device="cpu", kvcache=None, need_sort=False)
-	tc = cls(CacheInitParams(disable=False, req_to_token_pool=pool,
-				 token_to_kv_pool_allocator=alloc, page_size=ps))
+	side = cpu_tree_cache(cls, ps, cap, rows=inflight,
+			      max_context_len=ceil_to(meta["max_seq_len"], ps) + ps)
+	tc, pool, alloc = side.cache, side.pool, side.alloc
 	clock = time.perf_counter
 	spent = 0.0
 

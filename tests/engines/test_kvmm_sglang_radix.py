@@ -25,30 +25,18 @@ import torch
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 from sglang.srt.managers.schedule_batch import ReqKvInfo
-from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
-from kvmm.sglang import KvmmRadixCache, register
+from kvmm.sglang import KvmmRadixCache, cpu_tree_cache, register
 
 SLOTS = 512
 
 
 def build(cls, ps, policy="lru"):
 	"""A cache of @cls over its own request pool and allocator."""
-	pool = ReqToTokenPool(size=8, max_context_len=256, device="cpu", enable_memory_saver=False)
-	if ps == 1:
-		alloc = TokenToKVPoolAllocator(size=SLOTS, dtype=torch.float16, device="cpu",
-					       kvcache=None, need_sort=False)
-	else:
-		alloc = PagedTokenToKVPoolAllocator(size=SLOTS, page_size=ps, dtype=torch.float16,
-						    device="cpu", kvcache=None, need_sort=False)
-	cache = cls(CacheInitParams(disable=False, req_to_token_pool=pool,
-				    token_to_kv_pool_allocator=alloc, page_size=ps,
-				    eviction_policy=policy))
-	return SimpleNamespace(cache=cache, pool=pool, alloc=alloc)
+	return cpu_tree_cache(cls, ps, SLOTS, policy=policy)
 
 
 def K(tokens, extra=None):

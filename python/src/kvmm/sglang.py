@@ -31,7 +31,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageC
 
 from ._store import KeyedStore
 
-__all__ = ["KvmmHiCacheStorage", "KvmmRadixCache", "cpu_host_pool", "register"]
+__all__ = ["KvmmHiCacheStorage", "KvmmRadixCache", "cpu_host_pool", "cpu_tree_cache", "register"]
 
 _OPTIONS = ("socket", "ns", "host_bytes", "nvme_path", "nvme_bytes", "page_bytes", "threads",
 	    "ring_bytes")
@@ -410,6 +410,34 @@ class KvmmRadixCache(BasePrefixCache):
 	def dfs_weight_order(self, node_handles: Any) -> Any:
 		raise NotImplementedError("kvmm radix cache: the dfs-weight schedule policy walks "
 					  "SGLang's own tree nodes; use lpm or fcfs")
+
+
+def cpu_tree_cache(cls: Any, page_size: int, tokens: int, rows: int = 8,
+		   max_context_len: int = 256, policy: str = "lru") -> Any:
+	"""A tree cache of @cls (RadixCache or KvmmRadixCache) over its own CPU
+	ReqToTokenPool of @rows rows and a slot allocator of @tokens tokens, as
+	SGLang builds them: the side-by-side tests' and the replay benchmark's.
+	Returns an object with .cache, .pool and .alloc."""
+	from types import SimpleNamespace
+
+	from sglang.srt.mem_cache.allocator import (PagedTokenToKVPoolAllocator,
+						    TokenToKVPoolAllocator)
+	from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+	from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+	pool = ReqToTokenPool(size=rows, max_context_len=max_context_len, device="cpu",
+			      enable_memory_saver=False)
+	if page_size == 1:
+		alloc = TokenToKVPoolAllocator(size=tokens, dtype=torch.float16, device="cpu",
+					       kvcache=None, need_sort=False)
+	else:
+		alloc = PagedTokenToKVPoolAllocator(size=tokens, page_size=page_size,
+						    dtype=torch.float16, device="cpu", kvcache=None,
+						    need_sort=False)
+	cache = cls(CacheInitParams(disable=False, req_to_token_pool=pool,
+				    token_to_kv_pool_allocator=alloc, page_size=page_size,
+				    eviction_policy=policy))
+	return SimpleNamespace(cache=cache, pool=pool, alloc=alloc)
 
 
 def _factory(ctx: Any) -> KvmmRadixCache:
