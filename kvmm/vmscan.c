@@ -79,12 +79,28 @@ static struct kvmm_node *lru_node(struct kvmm_list *pos)
 	return list_entry(pos, struct kvmm_node, lru);
 }
 
-/* Insert keeping @head sorted by atime, searching from the end @oldest says. */
+/*
+ * Insert keeping @head sorted by atime, searching from the end @oldest
+ * says, or from the end nearer @node's atime when the two ends say that
+ * is the other one (a node unlocked without being touched, in the
+ * engine-frames mode, goes back by an old stamp).  Either way it lands
+ * after the nodes of its own stamp: the same place.
+ */
 static void lru_insert_sorted(struct kvmm_list *head, struct kvmm_node *node,
 			      bool oldest)
 {
 	struct kvmm_list *pos;
 
+	if (!list_empty(head)) {
+		uint64_t lo = lru_node(head->next)->atime, hi = lru_node(head->prev)->atime;
+
+		if (node->atime <= lo)
+			oldest = true;
+		else if (node->atime >= hi)
+			oldest = false;
+		else
+			oldest = node->atime - lo < hi - node->atime;
+	}
 	if (oldest) {
 		for (pos = head->next; pos != head; pos = pos->next)
 			if (lru_node(pos)->atime > node->atime)
