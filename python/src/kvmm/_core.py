@@ -746,8 +746,14 @@ class Context(ViewOwner):
 	def frames_evict(self, nr_pages: int, max_pages: Optional[int] = None) -> np.ndarray:
 		"""Evict whole unlocked leaves, least recently used first, until
 		@nr_pages are out (never more than @max_pages; by default room for
-		everything evictable); return their frames (int32), the engine's again."""
-		room = self.frames_sizes()[0] // self.page_size if max_pages is None else max_pages
+		whatever that takes); return their frames (int32), the engine's again."""
+		if max_pages is None:
+			# past @nr_pages only the last leaf's pages, at most a sequence's:
+			# no need for room for the whole evictable tree on every call
+			room = min(self.frames_sizes()[0] // self.page_size,
+				   nr_pages + self.max_seq_len // self.page_size)
+		else:
+			room = max_pages
 		out = np.empty(max(room, 0), dtype=np.int32)
 		got = self._check(lib.kvmm_frames_evict(self._c(), nr_pages, _i32p(out), len(out)),
 				  "kvmm_frames_evict")
