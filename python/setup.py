@@ -43,6 +43,10 @@ class BuildWithLib(build_ext):
 
 
 # cffi builds the extension against the stable ABI (_kvmm.abi3.so); tag the
-# wheel so, and one build serves every CPython from 3.9 on.
+# wheel so, and one build serves every CPython from 3.9 on.  setuptools'
+# build directory lives in the make output tree: with one shared python/build,
+# an extension linked with another tree's libkvmm.a (make check's, at DEBUG=3)
+# looked up to date and was installed instead of relinking.
 setup(cffi_modules=["build_ffi.py:ffibuilder"], cmdclass={"build_ext": BuildWithLib},
-      options={"bdist_wheel": {"py_limited_api": "cp39"}})
+      options={"bdist_wheel": {"py_limited_api": "cp39"},
+	       "build": {"build_base": str(OBJTREE / "python")}})
