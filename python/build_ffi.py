@@ -44,6 +44,30 @@ void kvmm_cqe_seen(struct kvmm_ring *ring, struct kvmm_cqe *cqe);
 /* The package's own (below): arming the CQ doorbell for an event loop. */
 uint32_t kvmm_py_cq_arm(struct kvmm_ring *ring);
 void kvmm_py_cq_disarm(struct kvmm_ring *ring);
+/* csrc/radix.c: SGLang's radix-cache calls, one C call each. */
+struct kvmm_py_radix {
+	struct kvmm_ctx *ctx;
+	uint32_t page_size;
+	uint32_t page_shift;
+	uint32_t max_tokens;
+	uint32_t max_frames;
+	uint32_t *tokens;
+	int32_t *frames;
+	uint32_t nr_frames;
+	int64_t *out;
+	uint32_t nr_out;
+};
+int kvmm_py_radix_match(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids, uint32_t n,
+			struct kvmm_fnode *last);
+int64_t kvmm_py_radix_path(struct kvmm_py_radix *r, const struct kvmm_fnode *node);
+void kvmm_py_radix_slots(const struct kvmm_py_radix *r, uintptr_t out, int expand);
+int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages);
+uint32_t kvmm_py_radix_row_free(const struct kvmm_py_radix *r, uintptr_t row, uint32_t start,
+				uint32_t end, uintptr_t out, int pages);
+int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids,
+				 uint32_t key_len, uint32_t prompt_len, uintptr_t row,
+				 uint32_t protected, const struct kvmm_fnode *unlock,
+				 struct kvmm_fnode *last, int pages);
 """
 
 
@@ -131,6 +155,10 @@ static void kvmm_py_cq_disarm(struct kvmm_ring *ring)
 }
 """
 
+# SGLang's radix cache, a C call per method (csrc/radix.c).
+RADIX = Path(__file__).resolve().parent / "csrc" / "radix.c"
+SOURCE += RADIX.read_text()
+
 ffibuilder = FFI()
 ffibuilder.cdef(cdef())
 ffibuilder.set_source(
@@ -140,9 +168,9 @@ ffibuilder.set_source(
 	extra_objects=[str(OBJTREE / "libkvmm.a")],
 	# relink when the library changes: setuptools checks sources and depends only
 	depends=[str(OBJTREE / "libkvmm.a"), str(ROOT / "include" / "libkvmm.h"),
-		 str(ROOT / "include" / "libkvmm-ring.h")],
+		 str(ROOT / "include" / "libkvmm-ring.h"), str(RADIX), str(Path(__file__).resolve())],
 	libraries=["pthread"],
-	extra_compile_args=["-O2"],
+	extra_compile_args=["-O3"],	# csrc/radix.c's loops vectorize
 )
 
 if __name__ == "__main__":

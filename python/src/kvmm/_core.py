@@ -337,6 +337,13 @@ class FrameNode:
 		self._h = ffi.new("struct kvmm_fnode *",
 				  {"node": h.node, "id": h.id} if h is not None else {})
 
+	@classmethod
+	def _new(cls) -> "FrameNode":
+		"""A root's handle for a C call to fill in (the hot paths' constructor)."""
+		node = cls.__new__(cls)
+		node._h = ffi.new("struct kvmm_fnode *")
+		return node
+
 	@property
 	def id(self) -> int:
 		"""The node's id (0 for a namespace's root)."""

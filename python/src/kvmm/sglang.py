@@ -22,7 +22,7 @@ pool's layout keeps a page's K and its V contiguous (page_first,
 page_first_direct); layer_first pages go through one flat copy.  See
 Documentation/admin-guide/engines.rst.
 """
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -205,15 +205,56 @@ class KvmmHiCacheStorage(HiCacheStorage):
 
 # ---- the radix cache: kvmm's tree as SGLang's prefix cache ----
 
+import errno  # noqa: E402
+from array import array  # noqa: E402
+
 from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
-	BasePrefixCache, DecLockRefResult, EvictParams, EvictResult, IncLockRefResult, MatchResult)
+	BasePrefixCache, DecLockRefParams, DecLockRefResult, EvictParams, EvictResult,
+	IncLockRefResult, MatchResult, TreeLock)
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 
 from ._core import Context, FrameNode  # noqa: E402
+from ._errors import make_error  # noqa: E402
+from ._kvmm import ffi, lib  # noqa: E402
 
 # SGLang's policies whose order kvmm's tree keeps in this mode (kvmm's slru
 # counts hits where SGLang's does not, so it is not offered yet).
 _POLICIES = {"lru": "lru"}
+
+_match = lib.kvmm_py_radix_match
+_path = lib.kvmm_py_radix_path
+_slots = lib.kvmm_py_radix_slots
+_evict = lib.kvmm_py_radix_evict
+_row_free = lib.kvmm_py_radix_row_free
+_checkpoint = lib.kvmm_py_radix_checkpoint
+_lock = lib.kvmm_frames_lock
+_NULL = ffi.NULL
+_new_fnode = FrameNode._new
+_I64 = torch.int64
+
+
+def _ids(ids: Any, n: int) -> Tuple[Any, int]:
+	"""(an object holding the first @n token ids as int64, their address).
+	SGLang's keys hold array('q'), taken as they are; anything else
+	(a list, a tensor) is converted once."""
+	if type(ids) is not array or ids.typecode != "q":
+		ids = array("q", [int(t) for t in ids[:n]])
+	return ids, ids.buffer_info()[0]
+
+
+def _page_freer(alloc: Any) -> Any:
+	"""The allocator's free_page_ids() where SGLang's own allocators have
+	it (free_segment() of a page-aligned segment is free_page_ids() of
+	each page's first slot // page_size there); None otherwise, and the
+	cache frees slots through free_segment()."""
+	try:
+		from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+		from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+	except ImportError:	# pragma: no cover - another SGLang
+		return None
+	if type(alloc) in (TokenToKVPoolAllocator, PagedTokenToKVPoolAllocator):
+		return alloc.free_page_ids
+	return None
 
 
 class KvmmRadixCache(BasePrefixCache):
@@ -228,6 +269,12 @@ class KvmmRadixCache(BasePrefixCache):
 	tokens moved.  Keys of another extra_key or cache_salt are another
 	kvmm namespace.  Not supported (refused when asked): EAGLE's bigram
 	keys, sliding-window trees, policies other than lru, KV events.
+
+	Each method the scheduler calls per request (match_prefix, lock,
+	path_device_indices, checkpoint, free_kv_row, unlock, evict) is one
+	C call (python/csrc/radix.c) over this object's scratch buffers, and
+	hands SGLang's allocator int64 tensors (page ids where the allocator
+	takes them) it frees with one concatenation.
 	"""
 
 	def __init__(self, params: Any) -> None:
@@ -243,14 +290,20 @@ class KvmmRadixCache(BasePrefixCache):
 			raise ValueError("kvmm radix cache: EAGLE's bigram keys are not supported")
 		if getattr(params, "enable_kv_cache_events", False):
 			raise ValueError("kvmm radix cache: KV events are not supported yet")
+		if self.page_size < 1 or self.page_size & (self.page_size - 1):
+			raise ValueError(f"kvmm radix cache: page size {self.page_size} is not a "
+					 f"power of two")
 		self.eviction_policy = policy
 		alloc = self.token_to_kv_pool_allocator
 		self.device = torch.device(alloc.device) if alloc is not None else torch.device("cpu")
+		self._on_cpu = self.device.type == "cpu"
 		size = alloc.size if alloc is not None else 1 << 16
 		pool = self.req_to_token_pool
 		self._max_len = (int(pool.req_to_token.shape[1]) if pool is not None else 1 << 20)
 		# frames are page indices; SGLang's slot 0 (page 0) is padding, never handed out
 		self._nr_pages = size // self.page_size + 1
+		self._free_pages = _page_freer(alloc)
+		self._rt: Any = None		# the req_to_token tensor _row() last checked
 		self._ctx: Optional[Context] = None
 		self.reset()
 
@@ -266,48 +319,95 @@ class KvmmRadixCache(BasePrefixCache):
 				    evict_policy=self.eviction_policy)
 		self._ns: Dict[Any, int] = {}
 		self.root_node = FrameNode()
-		self._offsets = torch.arange(ps, dtype=torch.int64, device=self.device)
 		self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
+		# the C side's scratch (csrc/radix.c), alive as long as the context
+		max_tokens = self._ctx.max_seq_len
+		max_frames = max(max_tokens // ps, self._nr_pages)
+		self._tokens_buf = ffi.new("uint32_t[]", max_tokens)
+		self._frames_buf = ffi.new("int32_t[]", max_frames)
+		self._out = torch.empty(max_tokens, dtype=torch.int64)
+		r = ffi.new("struct kvmm_py_radix *")
+		r.ctx = self._ctx._c()
+		r.page_size = ps
+		r.page_shift = ps.bit_length() - 1
+		r.max_tokens = max_tokens
+		r.max_frames = max_frames
+		r.tokens = self._tokens_buf
+		r.frames = self._frames_buf
+		r.out = ffi.cast("int64_t *", self._out.data_ptr())
+		self._r = r
+		# free_page_ids() takes page ids; free_segment() every slot
+		self._pages = int(self._free_pages is not None and ps > 1)
 
-	# ---- keys ----
+	# ---- keys, rows, errors ----
 	def _ns_of(self, key: Any) -> int:
 		"""A kvmm namespace per (extra_key, cache_salt), as RadixCache keys
 		its root's children."""
-		tag = (key.extra_key, getattr(key, "cache_salt", None))
+		return self._ns_tag((key.extra_key, getattr(key, "cache_salt", None)))
+
+	def _ns_tag(self, tag: Tuple[Any, Any]) -> int:
 		ns = self._ns.get(tag)
 		if ns is None:
 			ns = self._ns[tag] = len(self._ns)
 		return ns
 
-	def _tokens(self, key: Any) -> np.ndarray:
-		"""The key's page-aligned token ids as uint32 (SGLang's are int64)."""
-		n = len(key) // self.page_size * self.page_size
-		ids = key.token_ids
-		arr = (np.frombuffer(ids, dtype=np.int64, count=n) if getattr(ids, "typecode", "") == "q"
-		       else np.asarray(ids[:n], dtype=np.int64))
-		if n and (arr.min() < 0 or arr.max() >= 1 << 32):
+	def _raise(self, ret: int, call: str) -> None:
+		if ret == -errno.ERANGE:
 			raise ValueError("kvmm radix cache: token ids must fit 32 bits")
-		return arr.astype(np.uint32)
+		self._ctx._check(ret, call)
 
-	def _slots(self, frames: np.ndarray) -> torch.Tensor:
-		"""Frames (a page each) as SGLang's int64 token slots."""
-		f = torch.from_numpy(frames.astype(np.int64)).to(self.device)
-		if self.page_size == 1:
-			return f
-		return (f[:, None] * self.page_size + self._offsets[None, :]).reshape(-1)
+	def _row(self, idx: int, n: int) -> int:
+		"""The address of req_to_token's row @idx, @n slots long at least;
+		0 where the table is not a contiguous int32 CPU tensor (the caller
+		copies the row then)."""
+		rt = self.req_to_token_pool.req_to_token
+		if rt is not self._rt:
+			self._rt = rt
+			self._rt_ok = (rt.device.type == "cpu" and rt.dtype == torch.int32 and
+				       rt.dim() == 2 and rt.is_contiguous())
+			self._rt_rows, self._rt_len = rt.shape[0], rt.shape[1]
+		if not 0 <= idx < self._rt_rows or n > self._rt_len:
+			raise IndexError(f"kvmm radix cache: row {idx}[:{n}] outside req_to_token "
+					 f"{tuple(rt.shape)}")
+		return rt.data_ptr() + idx * self._rt_len * 4 if self._rt_ok else 0
+
+	def _free(self, t: torch.Tensor, start: int) -> None:
+		"""Give the allocator @t: page ids (self._pages) or slots of a row
+		segment from @start."""
+		if not self._on_cpu:
+			t = t.to(self.device)
+		if self._free_pages is not None:
+			self._free_pages(t)
+		else:
+			self.token_to_kv_pool_allocator.free_segment(t, start_pos=start)
 
 	# ---- BasePrefixCache ----
 	def match_prefix(self, params: Any) -> MatchResult:
 		key = params.key
-		if self.disable or len(key) == 0:
+		n = len(key)
+		if self.disable or n == 0:
 			return MatchResult(0, self.root_node, self.root_node, self.root_node)
-		n, _, node = self._ctx.frames_match(self._tokens(key), self._ns_of(key))
-		return MatchResult(n, node, node, node)
+		ids, addr = _ids(key.token_ids, n)
+		node = _new_fnode()
+		got = _match(self._r, self._ns_of(key), addr, n, node._h)
+		if got < 0:
+			self._raise(got, "kvmm_frames_match")
+		return MatchResult(got, node, node, node)
 
 	def path_device_indices(self, node: Any) -> torch.Tensor:
-		if node.is_root:
+		try:
+			h = node._h
+		except AttributeError:
+			raise TypeError(f"path_device_indices() takes a FrameNode, not "
+					f"{type(node).__name__}") from None
+		n = _path(self._r, h)
+		if n <= 0:
+			if n < 0:
+				self._raise(n, "kvmm_frames_path")
 			return self._empty
-		return self._slots(self._ctx.frames_path(node))
+		out = torch.empty(n, dtype=_I64)
+		_slots(self._r, out.data_ptr(), 1)
+		return out if self._on_cpu else out.to(self.device)
 
 	def insert(self, params: Any) -> Any:
 		"""RadixCache.insert(): the key's pages with @params.value's slots;
@@ -317,77 +417,139 @@ class KvmmRadixCache(BasePrefixCache):
 		if self.disable:
 			return InsertResult(prefix_len=0)
 		key = params.key
-		tokens = self._tokens(key)
 		value = params.value
 		if value is None:
 			raise ValueError("kvmm radix cache: insert needs the key's slots (value)")
-		frames = value[: len(tokens)][:: self.page_size] // self.page_size
-		had, node = self._ctx.frames_insert(tokens, frames.cpu().numpy(), self._ns_of(key))
+		n = len(key) // self.page_size * self.page_size
+		ids, _ = _ids(key.token_ids, n)
+		tokens = np.frombuffer(ids, dtype=np.int64, count=n)
+		if n and (tokens.min() < 0 or tokens.max() >= 1 << 32):
+			raise ValueError("kvmm radix cache: token ids must fit 32 bits")
+		frames = value[:n][:: self.page_size] // self.page_size
+		had, node = self._ctx.frames_insert(tokens.astype(np.uint32), frames.cpu().numpy(),
+						    self._ns_of(key))
 		return InsertResult(prefix_len=had, last_device_node=node)
 
 	def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
 		"""Cache req's row up to @up_to as RadixCache does: insert the
 		page-aligned key (and split it at the prompt's end), free the slots
 		the tree had already, repoint the row at the tree's, and move the
-		request's lock to the new end."""
-		from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
-
+		request's lock to the new end.  One C call where req_to_token is a
+		CPU tensor; through a copy of the row where it is not."""
 		if self.disable:
 			return
-		if getattr(req.kv, "swa_evict_floor", 0) > 0:
+		kv = req.kv
+		if getattr(kv, "swa_evict_floor", 0) > 0:
 			raise ValueError("kvmm radix cache: sliding-window requests are not supported")
-		token_ids = req.full_untruncated_fill_ids[:up_to]
-		kv_indices = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, : len(token_ids)]
-		key = RadixKey(token_ids, req.extra_key, cache_salt=req.cache_salt).page_aligned(
-			self.page_size)
-		key_len = len(key)
-		values = kv_indices[:key_len].to(dtype=torch.int64, copy=True)
-		res = self.insert(InsertParams(key=key, value=values))
-		req.kv.cache_inserted_len = max(req.kv.cache_inserted_len, key_len)
-		prompt = RadixKey(token_ids[: len(req.origin_input_ids)], req.extra_key,
-				  cache_salt=req.cache_salt).page_aligned(self.page_size)
-		if 0 < len(prompt) < key_len:	# the prompt's end becomes a node boundary
-			self.insert(InsertParams(key=prompt, value=values[: len(prompt)]))
-		self.token_to_kv_pool_allocator.free_segment(
-			kv_indices[req.kv.cache_protected_len:res.prefix_len],
-			start_pos=req.kv.cache_protected_len)
-		new_last = self.match_prefix(MatchPrefixParams(key=key)).last_device_node
-		new_indices = self.path_device_indices(new_last)
-		assert len(new_indices) == key_len, f"{len(new_indices)=}, {key_len=}"
-		self.req_to_token_pool.write(
-			(req.kv.req_pool_idx, slice(req.kv.cache_protected_len, len(new_indices))),
-			new_indices[req.kv.cache_protected_len:])
-		req.kv.cache_protected_len = len(new_indices)
-		self.unlock(req.lock)
-		req.lock = self.lock(new_last)
-		req.last_node = new_last
+		ids = req.full_untruncated_fill_ids
+		n = len(range(len(ids))[:up_to])		# len(token_ids[:up_to])
+		ps = self.page_size
+		key_len = n // ps * ps
+		prompt = min(len(req.origin_input_ids), n) // ps * ps
+		ids, addr = _ids(ids, key_len)
+		protected = kv.cache_protected_len
+		idx = kv.req_pool_idx
+		row = self._row(idx, key_len)
+		copy = None
+		if not row:	# a device table: work on a CPU copy of the row
+			copy = self.req_to_token_pool.req_to_token[idx, :key_len].to(
+				"cpu", torch.int32, copy=True).contiguous()
+			row = copy.data_ptr()
+		old = req.lock
+		last = _new_fnode()
+		ret = _checkpoint(self._r, self._ns_tag((req.extra_key, req.cache_salt or None)),
+				  addr, key_len, prompt, row, protected,
+				  old.node._h if old is not None else _NULL, last._h, self._pages)
+		if ret < 0 and ret != -errno.ENOLCK:
+			self._raise(ret, "kvmm_frames_insert")
+		if copy is not None and protected < key_len:
+			self.req_to_token_pool.write((idx, slice(protected, key_len)),
+						     copy[protected:key_len].to(self.device))
+		dups = self._r.nr_out
+		if dups:		# the row's slots the tree had already
+			self._free(self._out[:dups].clone(), protected)
+		kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
+		kv.cache_protected_len = key_len
+		if ret == -errno.ENOLCK:
+			raise ValueError(f"kvmm radix cache: unlock of {old.node!r}, which holds no lock")
+		req.lock = TreeLock(last, DecLockRefParams())
+		req.last_node = last
+
+	def free_kv_row(self, kv: Any, ranges: list) -> None:
+		"""BasePrefixCache.free_kv_row(): the row's [start, end) slots back to
+		the allocator.  One range of a request with no sliding-window
+		cursor (all this cache takes) is one C call and one free; anything
+		else goes SGLang's way."""
+		if len(ranges) == 1 and not getattr(kv, "component_evicted_seqlens", 1):
+			start, end = ranges[0]
+			ps = self.page_size
+			if 0 <= end <= start:
+				return		# nothing to free
+			if 0 <= start and not start & (ps - 1):
+				row = self._row(kv.req_pool_idx, end)
+				if row:
+					n = (end - start + ps - 1) // ps if self._pages else end - start
+					out = torch.empty(n, dtype=_I64)
+					_row_free(self._r, row, start, end, out.data_ptr(), self._pages)
+					self._free(out, start)
+					return
+		super().free_kv_row(kv, ranges)
 
 	def evict(self, params: EvictParams) -> EvictResult:
 		"""Whole unlocked leaves, least recently used first, until
 		@params.num_tokens are freed; their slots go back to the allocator."""
 		if self.disable or params.num_tokens <= 0:
 			return EvictResult()
-		pages = -(-params.num_tokens // self.page_size)
-		frames = self._ctx.frames_evict(pages)
-		if frames.size:
-			self.token_to_kv_pool_allocator.free_segment(self._slots(frames), start_pos=0)
-		return EvictResult(num_tokens_evicted=int(frames.size) * self.page_size)
+		ps = self.page_size
+		pages = min(-(-params.num_tokens // ps), self._r.max_frames)
+		got = _evict(self._r, pages)
+		if got <= 0:
+			if got < 0:
+				self._raise(got, "kvmm_frames_evict")
+			return EvictResult()
+		expand = not self._pages
+		out = torch.empty(got * ps if expand else got, dtype=_I64)
+		_slots(self._r, out.data_ptr(), int(expand))
+		self._free(out, 0)
+		return EvictResult(num_tokens_evicted=got * ps)
+
+	def lock(self, node: Any) -> TreeLock:
+		"""BasePrefixCache.lock(): inc_lock_ref() and the receipt a legacy
+		cache's release takes (an empty DecLockRefParams)."""
+		if not self.disable:
+			self._lock_ref(node, 1)
+		return TreeLock(node, DecLockRefParams())
+
+	def unlock(self, lock: Any) -> None:
+		if lock is not None and not self.disable:
+			self._lock_ref(lock.node, -1)
+
+	def _lock_ref(self, node: Any, delta: int) -> int:
+		try:
+			h = node._h
+		except AttributeError:
+			raise TypeError(f"kvmm radix cache: a lock of a FrameNode, not "
+					f"{type(node).__name__}") from None
+		ret = _lock(self._r.ctx, h, delta)
+		if ret < 0:
+			err = make_error(ret, "kvmm_frames_lock")
+			if delta < 0:
+				raise ValueError(f"kvmm radix cache: dec_lock_ref of {node!r}, which "
+						 f"holds no lock") from err
+			raise err
+		return ret
 
 	def inc_lock_ref(self, node: Any) -> IncLockRefResult:
-		if self.disable or node.is_root:
+		if self.disable:
 			return IncLockRefResult(delta=0)
-		return IncLockRefResult(delta=-self._ctx.frames_lock(node, 1))
+		return IncLockRefResult(delta=-self._lock_ref(node, 1))
 
 	def dec_lock_ref(self, node: Any, params: Any = None) -> DecLockRefResult:
 		"""Unlocking a node that holds no lock raises ValueError (SGLang's own
 		tree lets the count go negative), and changes nothing."""
-		if self.disable or node.is_root:
+		if self.disable:
 			return DecLockRefResult(delta=0)
-		try:
-			return DecLockRefResult(delta=self._ctx.frames_lock(node, -1))
-		except OSError as e:
-			raise ValueError(f"kvmm radix cache: dec_lock_ref of {node!r}, which holds "
-					 f"no lock") from e
+		return DecLockRefResult(delta=self._lock_ref(node, -1))
 
 	def supports_prefix_sharing(self) -> bool:
 		return not self.disable

@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: MIT
+/*
+ * python/csrc/radix.c - kvmm.sglang.KvmmRadixCache's calls, each one C call.
+ *
+ * SGLang's tree cache is driven a few times per request with a whole
+ * prompt at a time: token ids as int64 (array('q')), slots as int64
+ * tensors, a request's row of int32 slots in req_to_token.  Done as a
+ * string of Python steps (convert the ids, read the row, insert, insert
+ * again at the prompt's end, free the duplicates, match, rewrite the row,
+ * move the lock) each SGLang method cost tens of microseconds in numpy and
+ * torch calls, far more than the tree's work.  Here each method is one
+ * call into the library's public frames API (libkvmm.h) over scratch
+ * buffers the Python object owns; Python passes addresses (the array's
+ * buffer, the tensor's data_ptr()) it has checked, and keeps the objects
+ * alive across the call.  Nothing here knows the tree's insides.
+ *
+ * Slots: at page size 1 a slot is a frame; above it a page's slots are
+ * frame * page_size + 0 .. page_size - 1, and the first slot of a page in
+ * a row names its frame (slot >> page_shift), as SGLang's paged allocator
+ * reads it.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <libkvmm.h>
+
+/**
+ * struct kvmm_py_radix - one KvmmRadixCache's context and scratch
+ * @ctx: the context, in engine-frames mode
+ * @page_size: tokens per page, a power of two
+ * @page_shift: its log2
+ * @max_tokens: room at @tokens: the longest key (the context's max_seq_len)
+ * @max_frames: room at @frames: a key's pages, and every page of the pool
+ *	(what one eviction may hand back)
+ * @tokens: a key's ids as uint32
+ * @frames: frames of a path, of a key being inserted, or evicted ones
+ * @nr_frames: valid entries at @frames after _path() or _evict()
+ * @out: int64 room for @max_tokens entries (a tensor's memory): the
+ *	duplicates a checkpoint frees
+ * @nr_out: valid entries at @out after _checkpoint()
+ *
+ * Owned by the Python object, which allocates every buffer; the struct is
+ * only ever used by the thread driving the cache, as the context is.
+ */
+struct kvmm_py_radix {
+	struct kvmm_ctx *ctx;
+	uint32_t page_size;
+	uint32_t page_shift;
+	uint32_t max_tokens;
+	uint32_t max_frames;
+	uint32_t *tokens;
+	int32_t *frames;
+	uint32_t nr_frames;
+	int64_t *out;
+	uint32_t nr_out;
+};
+
+/*
+ * The loops below run over whole prompts several times a request: they
+ * keep the struct's fields in locals and restrict their pointers so that
+ * they vectorize (the int32 stores could alias the struct otherwise).
+ */
+
+/* @n int64 ids into r->tokens; -ERANGE for one that is not a uint32 */
+static int radix_tokens(struct kvmm_py_radix *r, const int64_t *restrict ids, uint32_t n)
+{
+	uint32_t *restrict out = r->tokens;
+	uint64_t any = 0;
+	uint32_t i;
+
+	if (n > r->max_tokens)
+		return -EINVAL;
+	for (i = 0; i < n; i++) {
+		any |= (uint64_t)ids[i];
+		out[i] = (uint32_t)ids[i];
+	}
+	return any >> 32 ? -ERANGE : 0;
+}
+
+/* the frames of a row's first @nr pages into r->frames (each page's first slot) */
+static void radix_row_frames(struct kvmm_py_radix *r, const int32_t *restrict slot, uint32_t nr)
+{
+	int32_t *restrict out = r->frames;
+	uint32_t i, shift = r->page_shift;
+
+	if (!shift) {
+		memcpy(out, slot, (size_t)nr * sizeof(*out));
+		return;
+	}
+	for (i = 0; i < nr; i++)
+		out[i] = slot[(size_t)i << shift] >> shift;
+}
+
+/* the row's positions [@from, @to) pointed at r->frames' slots */
+static void radix_row_write(const struct kvmm_py_radix *r, int32_t *restrict slot,
+			    uint32_t from, uint32_t to)
+{
+	const int32_t *restrict frames = r->frames;
+	uint32_t i, shift = r->page_shift, mask = r->page_size - 1;
+
+	if (from >= to)
+		return;
+	if (!shift) {
+		memcpy(slot + from, frames + from, (size_t)(to - from) * sizeof(*slot));
+		return;
+	}
+	for (i = from; i < to; i++)
+		slot[i] = (frames[i >> shift] << shift) + (int32_t)(i & mask);
+}
+
+/* @nr frames as int64 at @out: slots (each page's, @expand) or the frames */
+static void radix_expand(const struct kvmm_py_radix *r, const int32_t *restrict frames,
+			 uint32_t nr, int64_t *restrict out, int expand)
+{
+	uint32_t i, j, ps = r->page_size, shift = r->page_shift;
+
+	if (!expand || ps == 1) {
+		for (i = 0; i < nr; i++)
+			out[i] = frames[i];
+		return;
+	}
+	for (i = 0; i < nr; i++)
+		for (j = 0; j < ps; j++)
+			out[((size_t)i << shift) + j] = ((int64_t)frames[i] << shift) + j;
+}
+
+/**
+ * kvmm_py_radix_match() - match_prefix(): the longest cached prefix of @ids
+ * @r: the cache
+ * @ns: the key's namespace
+ * @ids: int64 token ids (an address)
+ * @n: how many; a trailing partial page is not looked at
+ * @last: out, the node the match ends on
+ *
+ * Return: tokens matched, or -errno (-ERANGE for an id outside uint32).
+ */
+static int kvmm_py_radix_match(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids,
+			       uint32_t n, struct kvmm_fnode *last)
+{
+	int ret;
+
+	n &= ~(r->page_size - 1);
+	ret = radix_tokens(r, (const int64_t *)ids, n);
+	if (ret)
+		return ret;
+	return kvmm_frames_match(r->ctx, ns, r->tokens, n, r->frames, last);
+}
+
+/**
+ * kvmm_py_radix_path() - a node's path into r->frames, for _slots()
+ * @r: the cache
+ * @node: the node
+ *
+ * Return: tokens on the path (r->nr_frames pages), or -errno.
+ */
+static int64_t kvmm_py_radix_path(struct kvmm_py_radix *r, const struct kvmm_fnode *node)
+{
+	int ret = kvmm_frames_path(r->ctx, node, r->frames, r->max_frames);
+
+	r->nr_frames = ret < 0 ? 0 : (uint32_t)ret;
+	return ret < 0 ? ret : (int64_t)ret << r->page_shift;
+}
+
+/**
+ * kvmm_py_radix_slots() - r->frames (from _path() or _evict()) as int64
+ * @r: the cache
+ * @out: room for r->nr_frames entries, or that many pages' slots (an address)
+ * @expand: each page's slots; else the frames themselves
+ */
+static void kvmm_py_radix_slots(const struct kvmm_py_radix *r, uintptr_t out, int expand)
+{
+	radix_expand(r, r->frames, r->nr_frames, (int64_t *)out, expand);
+}
+
+/**
+ * kvmm_py_radix_evict() - evict(): whole LRU leaves, their frames into r->frames
+ * @r: the cache
+ * @nr_pages: pages wanted
+ *
+ * Return: frames evicted (r->nr_frames), or -errno.
+ */
+static int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages)
+{
+	int64_t ret = kvmm_frames_evict(r->ctx, nr_pages, r->frames, r->max_frames);
+
+	r->nr_frames = ret < 0 ? 0 : (uint32_t)ret;
+	return ret;
+}
+
+/**
+ * kvmm_py_radix_row_free() - a row's slots [@start, @end) as the allocator frees them
+ * @r: the cache
+ * @row: the row's int32 slots (an address)
+ * @start: first position, page aligned
+ * @end: one past the last; a partial last page counts whole
+ * @out: int64 room for the result (an address)
+ * @pages: write each page's frame (its first slot >> page_shift) instead of
+ *	the slots
+ *
+ * Return: entries written.
+ */
+static uint32_t kvmm_py_radix_row_free(const struct kvmm_py_radix *r, uintptr_t row,
+				       uint32_t start, uint32_t end, uintptr_t out, int pages)
+{
+	const int32_t *restrict s = (const int32_t *)row;
+	int64_t *restrict o = (int64_t *)out;
+	uint32_t i, n, shift = r->page_shift;
+
+	if (end <= start)
+		return 0;
+	if (!pages || !shift) {
+		for (i = 0; i < end - start; i++)
+			o[i] = s[start + i];
+		return end - start;
+	}
+	n = (end - start + r->page_size - 1) >> shift;
+	for (i = 0; i < n; i++)
+		o[i] = s[start + ((size_t)i << shift)] >> shift;
+	return n;
+}
+
+/**
+ * kvmm_py_radix_checkpoint() - checkpoint(): cache a request's row as RadixCache does
+ * @r: the cache
+ * @ns: the request's namespace
+ * @ids: its int64 token ids (an address), @key_len of them
+ * @key_len: the key, page aligned
+ * @prompt_len: the prompt's page-aligned length: where the key is split
+ *	when 0 < @prompt_len < @key_len
+ * @row: the request's int32 row (an address), @key_len slots at least
+ * @protected: the row's first positions the tree owns already (its lock)
+ * @unlock: the request's lock to drop, or NULL
+ * @last: out, the key's node, locked in its stead
+ * @pages: the duplicates as page frames, not slots (see _row_free())
+ *
+ * Inserts the key with the row's frames, inserts the prompt (a split),
+ * matches the key again (stamping the path as RadixCache's match does),
+ * copies the duplicates (the row's [@protected, had) the tree held
+ * already) to r->out (r->nr_out of them) for the caller to free, points
+ * the row's [@protected, @key_len) at the tree's slots, unlocks @unlock
+ * and locks @last.  An error before the duplicates are copied changes
+ * nothing but the tree (r->nr_out is 0); one of the first insert changes
+ * nothing at all.
+ *
+ * Return: 0; -ENOLCK when @unlock held no lock (or is gone): the rest is
+ * done, r->nr_out set and @last not locked, as RadixCache's sequence of
+ * calls leaves it; -EIO when the match does not find the key just
+ * inserted; another -errno.
+ */
+static int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids,
+					uint32_t key_len, uint32_t prompt_len, uintptr_t row,
+					uint32_t protected, const struct kvmm_fnode *unlock,
+					struct kvmm_fnode *last, int pages)
+{
+	int32_t *slot = (int32_t *)row;
+	uint32_t had_end;
+	int64_t ret;
+	int had;
+
+	r->nr_out = 0;
+	if ((key_len | protected) & (r->page_size - 1))
+		return -EINVAL;
+	ret = radix_tokens(r, (const int64_t *)ids, key_len);
+	if (ret)
+		return ret;
+	radix_row_frames(r, slot, key_len >> r->page_shift);
+	had = kvmm_frames_insert(r->ctx, ns, r->tokens, key_len, r->frames, last);
+	if (had < 0)
+		return had;
+	if (prompt_len && prompt_len < key_len) {
+		ret = kvmm_frames_insert(r->ctx, ns, r->tokens, prompt_len, r->frames, NULL);
+		if (ret < 0)
+			return ret;
+	}
+	ret = kvmm_frames_match(r->ctx, ns, r->tokens, key_len, r->frames, last);
+	if (ret < 0)
+		return ret;
+	if ((uint32_t)ret != key_len)
+		return -EIO;
+	had_end = (uint32_t)had > protected ? (uint32_t)had : protected;
+	r->nr_out = kvmm_py_radix_row_free(r, row, protected, had_end, (uintptr_t)r->out, pages);
+	radix_row_write(r, slot, protected, key_len);
+	if (unlock && kvmm_frames_lock(r->ctx, unlock, -1) < 0)
+		return -ENOLCK;
+	ret = kvmm_frames_lock(r->ctx, last, 1);
+	return ret < 0 ? ret : 0;
+}
