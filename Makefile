@@ -98,7 +98,8 @@ all-objs := $(lib-objs) $(foreach p,$(progs-y),$(addprefix tools/,$($(p)-objs)))
 	    tests/stress/stress.o tests/stress/stress_client.o
 
 # Libraries libkvmm itself needs, for every link against libkvmm.a.
-lib_libs := $(if $(filter y,$(CONFIG_KVMM_LIBNUMA)),-lnuma) $(if $(filter y,$(CONFIG_KVMM_LIBURING)),-luring)
+lib_libs := $(if $(filter y,$(CONFIG_KVMM_LIBNUMA)),-lnuma) $(if $(filter y,$(CONFIG_KVMM_LIBURING)),-luring) \
+	    $(if $(filter y,$(CONFIG_KVMM_HIREDIS)),-lhiredis)
 
 # ---- commands, quiet unless V=1 ----
 cmd = @$(if $($(quiet)cmd_$(1)),echo '  $($(quiet)cmd_$(1))';) $(cmd_$(1))

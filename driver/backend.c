@@ -74,6 +74,22 @@ const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier)
 }
 
 /**
+ * kvmm_remote_lookup() - a remote tier's client by name
+ * @name: "redis" (a Redis Cluster, or Valkey)
+ *
+ * Return: its ops, or NULL when this build has none of that name (the
+ * Redis one needs hiredis).
+ */
+const struct kvmm_remote_ops *kvmm_remote_lookup(const char *name)
+{
+#if CONFIG_KVMM_HIREDIS
+	if (name && !strcmp(name, "redis"))
+		return &kvmm_remote_redis;
+#endif
+	return NULL;
+}
+
+/**
  * kvmm_hint_huge() - ask for transparent huge pages under a large buffer
  * @p: page aligned
  * @bytes: its length

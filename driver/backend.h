@@ -17,6 +17,7 @@ extern const struct kvmm_backend_ops kvmm_mock_backend;
 extern const struct kvmm_backend_ops kvmm_cuda_backend;
 extern const struct kvmm_store_ops kvmm_host_store;
 extern const struct kvmm_store_ops kvmm_nvme_store;
+extern const struct kvmm_remote_ops kvmm_remote_redis;
 
 void *kvmm_map_anon(uint64_t bytes);
 void kvmm_hint_huge(void *p, uint64_t bytes);

@@ -13,6 +13,7 @@
 #ifndef KVMM_DRIVER_DRIVER_H
 #define KVMM_DRIVER_DRIVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -313,5 +314,114 @@ struct kvmm_store_ops {
 };
 
 const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier);
+
+/**
+ * struct kvmm_remote_cfg - what the remote tier's client is given
+ * @seeds: "host:port[,host:port...]", nodes of the cluster to start from
+ * @salt: the tenant's salt: nodes share pages only under the same salt
+ * @model_id: kvmm_params.model_id: ... and the same model
+ * @model: the model geometry (part of the identity too)
+ * @page_size: tokens per page
+ * @page_bytes: bytes of one page in the staging layout
+ * @timeout_ms: every batch's deadline (0: 1000)
+ * @err: where init may write a line saying why it failed
+ * @err_len: bytes at @err
+ */
+struct kvmm_remote_cfg {
+	const char *seeds;
+	const char *salt;
+	const char *model_id;
+	struct kvmm_model model;
+	uint32_t page_size;
+	uint64_t page_bytes;
+	uint32_t timeout_ms;
+	char *err;
+	size_t err_len;
+};
+
+/**
+ * struct kvmm_remote_page - one page of a prefix, as the remote tier
+ *	names it
+ * @key: its content address, kvmm_remote_ops.chain()'s: the same on every
+ *	node for the same salt, model, tokens and parent
+ * @parent: the key of the page before it (zero for a first page)
+ * @tokens: its token ids (page_size of them)
+ */
+struct kvmm_remote_page {
+	uint64_t key[2];
+	uint64_t parent[2];
+	const uint32_t *tokens;
+};
+
+/**
+ * struct kvmm_remote_stats - the remote tier's counters
+ * @probes, @probe_hits: pages probed, and found
+ * @gets, @get_hits, @get_bytes: pages asked for, read and verified, bytes
+ * @puts, @put_skipped, @put_bytes: pages written, found there already
+ *	(not written), bytes written
+ * @corrupt: values that did not verify (bad header, identity, checksum,
+ *	length, a part missing): a miss, deleted
+ * @timeouts: commands a shard did not answer by the deadline
+ * @errors: commands failed otherwise (connection, cluster down)
+ * @probe_ns, @get_ns, @put_ns: time in those batches, summed
+ * @probe_batches, @get_batches, @put_batches: ... and their number
+ * @moved, @ask, @connects, @refreshes: the client's redirections,
+ *	connections made and slot maps read
+ */
+struct kvmm_remote_stats {
+	uint64_t probes, probe_hits;
+	uint64_t gets, get_hits, get_bytes;
+	uint64_t puts, put_skipped, put_bytes;
+	uint64_t corrupt;
+	uint64_t timeouts, errors;
+	uint64_t probe_ns, get_ns, put_ns;
+	uint64_t probe_batches, get_batches, put_batches;
+	uint64_t moved, ask, connects, refreshes;
+};
+
+/**
+ * struct kvmm_remote_ops - a remote tier: content-addressed pages in a
+ *	distributed store shared by many nodes
+ * @name: what selects it
+ * @init: connect as @cfg says; store private state in *@privp
+ * @exit: release everything @init took
+ * @chain: name @nr pages of a prefix: page i's tokens are
+ *	@tokens[i * page_size ...], the first one's parent is @parent (zero
+ *	for the prefix's first page); fill @out[0..nr)
+ * @probe: how many of @pages, from the first, the store holds (one
+ *	pipelined batch per shard)
+ * @get: read @pages into @dst[i] (page_bytes each); return how many,
+ *	from the first, arrived and verified (header, identity, tokens,
+ *	checksum).  A page that does not verify is a miss, is deleted and
+ *	counted; the run ends at the first page that fails, and @dst of
+ *	pages past it is not to be used
+ * @put: write @src[i] as @pages[i], skipping pages the store has; the
+ *	number of pages written or found there, or a negative errno when
+ *	none could be
+ * @drop: delete @pages from the store, best effort
+ * @stats: copy the counters
+ * @hiredis_writes: optional, for the benchmark: format commands with
+ *	the client library instead of writing them from the page
+ *
+ * Calls come from one thread at a time and block up to the deadline;
+ * the caller holds no lock the engine needs meanwhile.
+ */
+struct kvmm_remote_ops {
+	const char *name;
+	int (*init)(const struct kvmm_remote_cfg *cfg, void **privp);
+	void (*exit)(void *priv);
+	void (*chain)(void *priv, const uint64_t parent[2], const uint32_t *tokens,
+		      uint32_t nr, struct kvmm_remote_page *out);
+	uint32_t (*probe)(void *priv, const struct kvmm_remote_page *pages, uint32_t nr);
+	uint32_t (*get)(void *priv, const struct kvmm_remote_page *pages, uint32_t nr,
+			void *const *dst);
+	int (*put)(void *priv, const struct kvmm_remote_page *pages, uint32_t nr,
+		   const void *const *src);
+	void (*drop)(void *priv, const struct kvmm_remote_page *pages, uint32_t nr);
+	void (*stats)(void *priv, struct kvmm_remote_stats *out);
+	void (*hiredis_writes)(void *priv, bool on);
+};
+
+const struct kvmm_remote_ops *kvmm_remote_lookup(const char *name);
 
 #endif /* KVMM_DRIVER_DRIVER_H */

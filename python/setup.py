@@ -23,7 +23,8 @@ def lib_libs():
 	"""Return the libraries libkvmm.a needs, from the probed config.mk."""
 	libs = []
 	config = (OBJTREE / "config.mk").read_text()
-	for flag, lib in (("CONFIG_KVMM_LIBURING", "uring"), ("CONFIG_KVMM_LIBNUMA", "numa")):
+	for flag, lib in (("CONFIG_KVMM_LIBURING", "uring"), ("CONFIG_KVMM_LIBNUMA", "numa"),
+			  ("CONFIG_KVMM_HIREDIS", "hiredis")):
 		if f"{flag} := y" in config:
 			libs.append(lib)
 	return libs

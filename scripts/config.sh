@@ -43,6 +43,8 @@ probe LIBURING '' '-luring' '#include <liburing.h>
 int main(void) { struct io_uring r; return io_uring_queue_init(1, &r, 0); }'
 probe LIBNUMA '' '-lnuma' '#include <numa.h>
 int main(void) { return numa_available(); }'
+probe HIREDIS '' '-lhiredis' '#include <hiredis/hiredis.h>
+int main(void) { redisReader *r = redisReaderCreate(); redisReaderFree(r); return 0; }'
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 probe CUDA_H "-I$cuda_home/include" '' '#include <cuda.h>
 int main(void) { CUresult r = CUDA_SUCCESS; return (int)r; }'

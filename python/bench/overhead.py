@@ -30,8 +30,10 @@ def build_c(objtree: Path) -> Path:
 	exe = objtree / "python-bench" / "overhead"
 	exe.parent.mkdir(parents=True, exist_ok=True)
 	subprocess.check_call(["make", "-C", str(ROOT), "-s", "-j2", f"O={objtree}", "lib"])
-	libs = ["-luring"] if "LIBURING := y" in (objtree / "config.mk").read_text() else []
-	libs += ["-lnuma"] if "LIBNUMA := y" in (objtree / "config.mk").read_text() else []
+	config = (objtree / "config.mk").read_text()
+	libs = [f"-l{lib}" for flag, lib in (("LIBURING", "uring"), ("LIBNUMA", "numa"),
+					     ("HIREDIS", "hiredis"))
+		if f"CONFIG_KVMM_{flag} := y" in config]
 	subprocess.check_call(["cc", "-O2", "-I", str(ROOT / "include"), "-I", str(ROOT / "uapi"),
 			       "-o", str(exe), str(Path(__file__).with_name("overhead.c")),
 			       str(objtree / "libkvmm.a"), "-pthread"] + libs)
