@@ -155,6 +155,9 @@ $(objtree)/driver/csum/csum_avx2.o: c_flags += -mavx2
 $(objtree)/driver/csum/csum_sse2.o: c_flags += -DKVMM_CSUM_AVX2
 endif
 
+# tests/remote starts its cluster with scripts/redis-cluster.sh
+$(objtree)/tests/remote/%.o: c_flags += -DKVMM_SRCTREE='"$(srctree)"'
+
 # driver/cuda builds against the toolkit's cuda.h alone: libcuda.so.1 is
 # opened at run time.
 $(objtree)/driver/cuda/%.o: c_flags += -I$(CUDA_HOME)/include

@@ -1,0 +1,733 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/remote/remote_test.c - the remote tier's client against a real
+ * Redis Cluster: 3 masters and 3 replicas started on free loopback ports
+ * by scripts/redis-cluster.sh for the suite, and torn down by PID.
+ *
+ * Every page is stamped: its bytes are a function of its key, so any page
+ * a read hands back is checked against what it must hold.  The faults
+ * (a value corrupted or cut on the server, a crafted value, FLUSHALL, a
+ * client killed mid-write, a master stopped or killed mid-batch) may only
+ * ever cost misses, never a wrong page.
+ *
+ * Without redis-server (or a build without hiredis) the suite is not
+ * registered, and says so.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CUnit/CUnit.h>
+
+#include "../helpers.h"
+#include "autoconf.h"
+
+#if CONFIG_KVMM_HIREDIS
+
+#define PS	16		/* tokens per page */
+#define SMALL	(64u << 10)	/* bytes of a page in most tests */
+
+static const struct kvmm_remote_ops *ops;
+static char cdir[256];
+static char seeds[512];
+static const char *script = KVMM_SRCTREE "/scripts/redis-cluster.sh";
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The first line @cmd prints, into @out. */
+static int sh_line(char *out, size_t len, const char *cmd)
+{
+	FILE *f = popen(cmd, "r");
+	int st;
+
+	if (!f)
+		return -1;
+	out[0] = '\0';
+	if (fgets(out, (int)len, f))
+		out[strcspn(out, "\n")] = '\0';
+	while (fgetc(f) != EOF)	/* the rest, so that it is not killed by SIGPIPE */
+		;
+	st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int suite_clean(void);
+
+static int suite_init(void)
+{
+	char cmd[600];
+	const char *tmp = getenv("TMPDIR");
+
+	snprintf(cdir, sizeof(cdir), "%s/kvmm-redis-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(cdir))
+		return -1;
+	snprintf(cmd, sizeof(cmd), "%s start %s", script, cdir);
+	if (sh_line(seeds, sizeof(seeds), cmd) || !strchr(seeds, ':')) {
+		fprintf(stderr, "remote: could not start a cluster (%s)\n", cdir);
+		suite_clean();
+		return -1;
+	}
+	ops = kvmm_remote_lookup("redis");
+	return ops ? 0 : -1;
+}
+
+static int suite_clean(void)
+{
+	sh("%s stop %s", script, cdir);
+	sh("rm -rf %s", cdir);
+	return 0;
+}
+
+/* A client of the suite's cluster; @page_bytes per page, @salt. */
+static void *client(uint64_t page_bytes, const char *salt, const char *model_id)
+{
+	char err[256] = "";
+	struct kvmm_remote_cfg cfg = {
+		.seeds = seeds, .salt = salt, .model_id = model_id,
+		.model = { .layers = 2, .kv_heads = 2, .head_dim = 64, .dtype_bytes = 2 },
+		.page_size = PS, .page_bytes = page_bytes, .timeout_ms = 1500,
+		.err = err, .err_len = sizeof(err),
+	};
+	void *priv = NULL;
+
+	if (ops->init(&cfg, &priv)) {
+		fprintf(stderr, "\n  remote init: %s\n", err);
+		return NULL;
+	}
+	return priv;
+}
+
+/* Page bytes that are a function of the page's key. */
+static void stamp(void *dst, uint64_t len, const uint64_t key[2])
+{
+	uint64_t x = key[0] ^ (key[1] * 0x9e3779b97f4a7c15ull), *p = dst;
+	uint64_t i;
+
+	for (i = 0; i < len / 8; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = x;
+	}
+}
+
+static bool stamped(const void *src, uint64_t len, const uint64_t key[2])
+{
+	void *want = malloc(len);
+	bool same;
+
+	stamp(want, len, key);
+	same = !memcmp(want, src, len);
+	free(want);
+	return same;
+}
+
+/* A prefix of @nr pages: tokens, names and stamped bytes. */
+struct prefix {
+	uint32_t nr;
+	uint64_t page_bytes;
+	uint32_t *tok;
+	struct kvmm_remote_page *pg;
+	void **buf;	/* the stamped pages */
+	void **out;	/* where reads land */
+};
+
+static struct prefix *prefix_new(void *priv, uint32_t nr, uint64_t page_bytes, uint32_t seed)
+{
+	struct prefix *p = calloc(1, sizeof(*p));
+	uint32_t i;
+
+	p->nr = nr;
+	p->page_bytes = page_bytes;
+	p->tok = malloc(sizeof(uint32_t) * PS * nr);
+	p->pg = calloc(nr, sizeof(*p->pg));
+	p->buf = calloc(nr, sizeof(void *));
+	p->out = calloc(nr, sizeof(void *));
+	test_tokens(p->tok, PS * nr, seed);
+	ops->chain(priv, NULL, p->tok, nr, p->pg);
+	for (i = 0; i < nr; i++) {
+		p->buf[i] = malloc(page_bytes);
+		p->out[i] = malloc(page_bytes);
+		stamp(p->buf[i], page_bytes, p->pg[i].key);
+	}
+	return p;
+}
+
+static void prefix_free(struct prefix *p)
+{
+	uint32_t i;
+
+	for (i = 0; i < p->nr; i++) {
+		free(p->buf[i]);
+		free(p->out[i]);
+	}
+	free(p->tok);
+	free(p->pg);
+	free(p->buf);
+	free(p->out);
+	free(p);
+}
+
+/* Read @p back: the run that verified, every page of it checked. */
+static uint32_t get_checked(void *priv, struct prefix *p)
+{
+	uint32_t i, run;
+
+	for (i = 0; i < p->nr; i++)
+		memset(p->out[i], 0xa5, p->page_bytes);
+	run = ops->get(priv, p->pg, p->nr, p->out);
+	CU_ASSERT(run <= p->nr);
+	for (i = 0; i < run; i++)
+		CU_ASSERT_FATAL(stamped(p->out[i], p->page_bytes, p->pg[i].key));
+	return run;
+}
+
+static void key_name(char *out, const struct kvmm_remote_page *pg, int part)
+{
+	static const char digits[] = "0123456789abcdef";
+	int i;
+
+	memcpy(out, "kvmm:{", 6);
+	for (i = 0; i < 32; i++)
+		out[6 + i] = digits[(pg->key[i / 16] >> (60 - 4 * (i % 16))) & 15];
+	strcpy(out + 38, part ? "}:1" : "}");
+}
+
+/* redis-cli in cluster mode, following redirections, output to @out. */
+static int rcli(char *out, size_t len, const char *args)
+{
+	char cmd[1024];
+	const char *colon = strchr(seeds, ':');
+
+	snprintf(cmd, sizeof(cmd), "redis-cli -c -h 127.0.0.1 -p %d %s 2>&1", atoi(colon + 1), args);
+	return sh_line(out, len, cmd);
+}
+
+static struct kvmm_remote_stats stats_of(void *priv)
+{
+	struct kvmm_remote_stats st;
+
+	ops->stats(priv, &st);
+	return st;
+}
+
+/* ---- tests ---- */
+
+static void remote_roundtrip(void)
+{
+	void *priv = client(SMALL, "tenant-a", "model-x");
+	struct prefix *p;
+	struct kvmm_remote_stats st;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 32, SMALL, 1);
+	CU_ASSERT_EQUAL(ops->probe(priv, p->pg, p->nr), 0);
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, p->nr, (const void *const *)p->buf), 32);
+	CU_ASSERT_EQUAL(ops->probe(priv, p->pg, p->nr), 32);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 32);
+	/* a second put finds every page there and writes none */
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, p->nr, (const void *const *)p->buf), 32);
+	st = stats_of(priv);
+	CU_ASSERT_EQUAL(st.puts, 32);
+	CU_ASSERT_EQUAL(st.put_skipped, 32);
+	CU_ASSERT_EQUAL(st.get_hits, 32);
+	CU_ASSERT_EQUAL(st.corrupt, 0);
+	CU_ASSERT_EQUAL(st.timeouts + st.errors, 0);
+	/* a prefix past what is there: the run stops at the first missing page */
+	{
+		struct prefix *q = prefix_new(priv, 40, SMALL, 1);
+
+		CU_ASSERT_EQUAL(ops->probe(priv, q->pg, q->nr), 32);
+		CU_ASSERT_EQUAL(get_checked(priv, q), 32);
+		prefix_free(q);
+	}
+	prefix_free(p);
+	ops->exit(priv);
+}
+
+/* The same tokens under another salt or model are other pages. */
+static void remote_identity(void)
+{
+	void *a = client(SMALL, "tenant-a", "model-x");
+	void *b = client(SMALL, "tenant-b", "model-x");
+	void *c = client(SMALL, "tenant-a", "model-y");
+	struct prefix *pa, *pb, *pc;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	pa = prefix_new(a, 8, SMALL, 2);
+	pb = prefix_new(b, 8, SMALL, 2);
+	pc = prefix_new(c, 8, SMALL, 2);
+	CU_ASSERT(memcmp(pa->pg[0].key, pb->pg[0].key, 16) != 0);
+	CU_ASSERT(memcmp(pa->pg[0].key, pc->pg[0].key, 16) != 0);
+	CU_ASSERT_EQUAL(ops->put(a, pa->pg, 8, (const void *const *)pa->buf), 8);
+	CU_ASSERT_EQUAL(ops->probe(b, pb->pg, 8), 0);
+	CU_ASSERT_EQUAL(ops->probe(c, pc->pg, 8), 0);
+	CU_ASSERT_EQUAL(get_checked(b, pb), 0);
+	/* pages of one prefix differ from the same tokens after another parent */
+	{
+		struct kvmm_remote_page other;
+
+		ops->chain(a, pa->pg[3].key, pa->tok, 1, &other);
+		CU_ASSERT(memcmp(other.key, pa->pg[0].key, 16) != 0);
+	}
+	prefix_free(pa);
+	prefix_free(pb);
+	prefix_free(pc);
+	ops->exit(a);
+	ops->exit(b);
+	ops->exit(c);
+}
+
+/* MEMORY USAGE: a 2 MiB page costs 2 MiB and a little, not 2.5. */
+static void remote_value_size(void)
+{
+	uint64_t pb = 2u << 20;
+	void *priv = client(pb, "tenant-size", "model-x");
+	struct prefix *p;
+	char k0[64], k1[64], cmd[128], out[128];
+	long long m0, m1, naive;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 2, pb, 3);
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, 2, (const void *const *)p->buf), 2);
+	key_name(k0, &p->pg[0], 0);
+	key_name(k1, &p->pg[0], 1);
+	snprintf(cmd, sizeof(cmd), "MEMORY USAGE '%s' SAMPLES 0", k0);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), cmd), 0);
+	m0 = atoll(out);
+	snprintf(cmd, sizeof(cmd), "MEMORY USAGE '%s' SAMPLES 0", k1);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), cmd), 0);
+	m1 = atoll(out);
+	/* what one value of the page and its header would have cost */
+	CU_ASSERT_EQUAL(sh("head -c %llu /dev/zero | redis-cli -c -h 127.0.0.1 -p %d -x SET "
+			   "kvmm-naive-value >/dev/null 2>&1",
+			   (unsigned long long)(pb + 96 + PS * 4), atoi(strchr(seeds, ':') + 1)), 0);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), "MEMORY USAGE kvmm-naive-value SAMPLES 0"), 0);
+	naive = atoll(out);
+	rcli(out, sizeof(out), "DEL kvmm-naive-value");
+	fprintf(stderr, "\n  2 MiB page: %lld + %lld bytes on the server (one value: %lld) ",
+		m0, m1, naive);
+	CU_ASSERT(m0 > 0 && m1 > 0);
+	CU_ASSERT(m0 + m1 <= (long long)pb + (long long)pb / 128);
+	CU_ASSERT(naive >= (long long)pb + (long long)pb / 8);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 2);
+	prefix_free(p);
+	ops->exit(priv);
+}
+
+/* Two processes: one writes a prefix, the other reads it; counters agree. */
+static void remote_two_processes(void)
+{
+	void *priv;
+	struct prefix *p;
+	int pipefd[2], st;
+	uint64_t child_puts = 0;
+	pid_t pid;
+
+	CU_ASSERT_EQUAL_FATAL(pipe(pipefd), 0);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		struct kvmm_remote_stats cs;
+		void *c = client(SMALL, "tenant-share", "model-x");
+		struct prefix *q;
+
+		if (!c)
+			_exit(1);
+		q = prefix_new(c, 24, SMALL, 4);
+		if (ops->put(c, q->pg, 24, (const void *const *)q->buf) != 24)
+			_exit(2);
+		ops->stats(c, &cs);
+		if (write(pipefd[1], &cs.puts, sizeof(cs.puts)) != sizeof(cs.puts))
+			_exit(3);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT_EQUAL(read(pipefd[0], &child_puts, sizeof(child_puts)), sizeof(child_puts));
+	close(pipefd[0]);
+	priv = client(SMALL, "tenant-share", "model-x");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 24, SMALL, 4);
+	CU_ASSERT_EQUAL(ops->probe(priv, p->pg, 24), 24);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 24);
+	CU_ASSERT_EQUAL(stats_of(priv).get_hits, child_puts);
+	CU_ASSERT_EQUAL(stats_of(priv).get_bytes, child_puts * SMALL);
+	prefix_free(p);
+	ops->exit(priv);
+}
+
+/* A byte changed on the server: that page is a miss, counted and deleted. */
+static void remote_corrupt_value(void)
+{
+	void *priv = client(SMALL, "tenant-corrupt", "model-x");
+	struct prefix *p;
+	char k[64], cmd[160], out[64];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 16, SMALL, 5);
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, 16, (const void *const *)p->buf), 16);
+	key_name(k, &p->pg[9], 0);
+	snprintf(cmd, sizeof(cmd), "SETRANGE '%s' 5000 X", k);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), cmd), 0);
+	CU_ASSERT_EQUAL(ops->probe(priv, p->pg, 16), 16);	/* a probe cannot tell */
+	CU_ASSERT_EQUAL(get_checked(priv, p), 9);
+	CU_ASSERT_EQUAL(stats_of(priv).corrupt, 1);
+	snprintf(cmd, sizeof(cmd), "EXISTS '%s'", k);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), cmd), 0);
+	CU_ASSERT_STRING_EQUAL(out, "0");
+	CU_ASSERT_EQUAL(ops->probe(priv, p->pg, 16), 9);
+	/* the header's own bytes, too (it trails the page's, tokens last) */
+	key_name(k, &p->pg[2], 0);
+	snprintf(cmd, sizeof(cmd), "STRLEN '%s'", k);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), cmd), 0);
+	snprintf(cmd, sizeof(cmd), "SETRANGE '%s' %lld Z", k, atoll(out) - (96 + PS * 4) + 40);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), cmd), 0);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 2);
+	CU_ASSERT_EQUAL(stats_of(priv).corrupt, 2);
+	/* and a value cut short */
+	key_name(k, &p->pg[1], 0);
+	snprintf(cmd, sizeof(cmd), "SET '%s' short", k);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), cmd), 0);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 1);
+	CU_ASSERT_EQUAL(stats_of(priv).corrupt, 3);
+	prefix_free(p);
+	ops->exit(priv);
+}
+
+/* A 2-part value with its second key deleted: a miss, both parts dropped. */
+static void remote_part_deleted(void)
+{
+	uint64_t pb = 2u << 20;
+	void *priv = client(pb, "tenant-part", "model-x");
+	struct prefix *p;
+	char k[64], cmd[160], out[64];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 6, pb, 6);
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, 6, (const void *const *)p->buf), 6);
+	key_name(k, &p->pg[4], 1);
+	snprintf(cmd, sizeof(cmd), "DEL '%s'", k);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), cmd), 0);
+	CU_ASSERT_STRING_EQUAL(out, "1");
+	CU_ASSERT_EQUAL(ops->probe(priv, p->pg, 6), 4);	/* a probe checks both */
+	CU_ASSERT_EQUAL(get_checked(priv, p), 4);
+	CU_ASSERT_EQUAL(stats_of(priv).corrupt, 1);
+	key_name(k, &p->pg[4], 0);
+	snprintf(cmd, sizeof(cmd), "EXISTS '%s'", k);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), cmd), 0);
+	CU_ASSERT_STRING_EQUAL(out, "0");
+	/* written again, it is whole again */
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, 6, (const void *const *)p->buf), 6);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 6);
+	prefix_free(p);
+	ops->exit(priv);
+}
+
+/*
+ * A value with the right key, a right header and checksums, but another
+ * page's tokens (a client with a bug, or a hostile one): a miss.
+ */
+static void remote_crafted_value(void)
+{
+	void *priv = client(SMALL, "tenant-craft", "model-x");
+	struct prefix *p;
+	struct kvmm_remote_page forged;
+	uint32_t wrong[PS];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 4, SMALL, 7);
+	/* page 0 written under its key, with other tokens in the value */
+	memcpy(wrong, p->tok, sizeof(wrong));
+	wrong[3] ^= 1;
+	forged = p->pg[0];
+	forged.tokens = wrong;
+	CU_ASSERT_EQUAL(ops->put(priv, &forged, 1, (const void *const *)p->buf), 1);
+	CU_ASSERT_EQUAL(ops->probe(priv, p->pg, 4), 1);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 0);
+	CU_ASSERT_EQUAL(stats_of(priv).corrupt, 1);
+	CU_ASSERT_EQUAL(ops->probe(priv, p->pg, 4), 0);	/* and it is gone */
+	/* ... or the right tokens with the wrong parent */
+	forged = p->pg[1];
+	forged.parent[0] ^= 1;
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, 1, (const void *const *)p->buf), 1);
+	CU_ASSERT_EQUAL(ops->put(priv, &forged, 1, (const void *const *)&p->buf[1]), 1);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 1);
+	CU_ASSERT_EQUAL(stats_of(priv).corrupt, 2);
+	prefix_free(p);
+	ops->exit(priv);
+}
+
+static void remote_flushall(void)
+{
+	void *priv = client(SMALL, "tenant-flush", "model-x");
+	struct prefix *p;
+	char m[64];
+	FILE *f;
+	char cmd[600];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 16, SMALL, 8);
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, 16, (const void *const *)p->buf), 16);
+	snprintf(cmd, sizeof(cmd), "%s masters %s", script, cdir);
+	f = popen(cmd, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	while (fgets(m, sizeof(m), f))
+		CU_ASSERT_EQUAL(sh("redis-cli -h 127.0.0.1 -p %d FLUSHALL >/dev/null", atoi(m)), 0);
+	pclose(f);
+	CU_ASSERT_EQUAL(ops->probe(priv, p->pg, 16), 0);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 0);
+	CU_ASSERT_EQUAL(stats_of(priv).corrupt, 0);
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, 16, (const void *const *)p->buf), 16);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 16);
+	prefix_free(p);
+	ops->exit(priv);
+}
+
+/* A client killed while it writes leaves nothing that reads as a page. */
+static void remote_client_killed(void)
+{
+	uint64_t pb = 2u << 20;
+	void *priv = client(pb, "tenant-kill", "model-x");
+	struct prefix *p;
+	uint32_t round, got;
+	pid_t pid;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 48, pb, 9);
+	for (round = 0; round < 3; round++) {
+		pid = fork();
+		CU_ASSERT_FATAL(pid >= 0);
+		if (pid == 0) {
+			void *c = client(pb, "tenant-kill", "model-x");
+			struct prefix *q;
+
+			if (!c)
+				_exit(1);
+			q = prefix_new(c, 48, pb, 9);
+			ops->put(c, q->pg, 48, (const void *const *)q->buf);
+			_exit(0);
+		}
+		usleep(20000 + round * 15000);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		/* whatever it wrote whole reads back right; the rest is a miss */
+		got = get_checked(priv, p);
+		CU_ASSERT(got <= 48);
+		/* finish the job: what is missing is written, the rest skipped */
+		CU_ASSERT_EQUAL(ops->put(priv, p->pg, 48, (const void *const *)p->buf), 48);
+		CU_ASSERT_EQUAL(get_checked(priv, p), 48);
+		/* start over for the next round */
+		CU_ASSERT_EQUAL(sh("%s masters %s | while read port pid; do "
+				   "redis-cli -h 127.0.0.1 -p $port FLUSHALL >/dev/null; done",
+				   script, cdir), 0);
+	}
+	prefix_free(p);
+	ops->exit(priv);
+}
+
+struct killer {
+	pid_t pid;
+	int sig;
+	useconds_t after;
+};
+
+static void *kill_after(void *arg)
+{
+	struct killer *k = arg;
+
+	usleep(k->after);
+	kill(k->pid, k->sig);
+	return NULL;
+}
+
+/* The first master's "PORT PID". */
+static int first_master(int *port, pid_t *pid)
+{
+	char cmd[600], out[64];
+
+	snprintf(cmd, sizeof(cmd), "%s masters %s", script, cdir);
+	if (sh_line(out, sizeof(out), cmd) || sscanf(out, "%d %d", port, pid) != 2)
+		return -1;
+	return 0;
+}
+
+/*
+ * Read @p until the cluster has failed over and every page is back (for
+ * 30 s at most); until then every read is misses and good pages, never a
+ * wrong one (get_checked()).  The pages read at the end.
+ */
+static uint32_t read_after_failover(void *priv, struct prefix *p)
+{
+	struct kvmm_remote_stats st;
+	struct timespec t0, t;
+	uint32_t got = 0, tries = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		got = get_checked(priv, p);
+		tries++;
+		if (got == p->nr)
+			break;
+		usleep(100000);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (t.tv_sec - t0.tv_sec < 30);
+	st = stats_of(priv);
+	fprintf(stderr, "then %u of %u after %u more reads (%lu slot maps read, %lu timeouts, "
+		"%lu errors) ", got, p->nr, tries, (unsigned long)st.refreshes,
+		(unsigned long)st.timeouts, (unsigned long)st.errors);
+	return got;
+}
+
+/*
+ * A master stopped (SIGSTOP: a partition) in the middle of a batch: the
+ * batch ends by its deadline with misses, never a stall and never a wrong
+ * page; after the failover the pages its replica holds read again.
+ */
+static void remote_master_stopped(void)
+{
+	uint64_t pb = 256u << 10;
+	void *priv = client(pb, "tenant-stop", "model-x");
+	struct prefix *p;
+	struct killer k = { .sig = SIGSTOP, .after = 2000 };
+	struct timespec t0, t1;
+	pthread_t th;
+	int port;
+	uint32_t got;
+	double secs;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 64, pb, 10);
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, 64, (const void *const *)p->buf), 64);
+	CU_ASSERT_EQUAL_FATAL(first_master(&port, &k.pid), 0);
+	sh("redis-cli -h 127.0.0.1 -p %d WAIT 1 2000 >/dev/null", port);
+	pthread_create(&th, NULL, kill_after, &k);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	got = get_checked(priv, p);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	pthread_join(th, NULL);
+	secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	CU_ASSERT(secs < 1.5 + 1.0);	/* the deadline, and some slack */
+	fprintf(stderr, "\n  stopped master: %u of 64 pages, %.2f s, %lu timeouts ", got, secs,
+		(unsigned long)stats_of(priv).timeouts);
+	/* until the failover, reads are misses or good pages: never wrong ones */
+	CU_ASSERT_EQUAL(read_after_failover(priv, p), p->nr);
+	CU_ASSERT(stats_of(priv).timeouts > 0);
+	CU_ASSERT_EQUAL(stats_of(priv).corrupt, 0);
+	kill(k.pid, SIGCONT);
+	CU_ASSERT_EQUAL(sh("%s wait %s 30", script, cdir), 0);
+	prefix_free(p);
+	ops->exit(priv);
+}
+
+/* A master killed (SIGKILL) mid-batch: the same, by a broken connection. */
+static void remote_master_killed(void)
+{
+	uint64_t pb = 256u << 10;
+	void *priv = client(pb, "tenant-kill9", "model-x");
+	struct prefix *p;
+	struct killer k = { .sig = SIGKILL, .after = 2000 };
+	pthread_t th;
+	int port;
+	uint32_t got;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 64, pb, 11);
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, 64, (const void *const *)p->buf), 64);
+	CU_ASSERT_EQUAL_FATAL(first_master(&port, &k.pid), 0);
+	sh("redis-cli -h 127.0.0.1 -p %d WAIT 1 2000 >/dev/null", port);
+	pthread_create(&th, NULL, kill_after, &k);
+	got = get_checked(priv, p);
+	pthread_join(th, NULL);
+	fprintf(stderr, "\n  killed master: %u of 64 pages, %lu errors ", got,
+		(unsigned long)stats_of(priv).errors);
+	CU_ASSERT_EQUAL(read_after_failover(priv, p), p->nr);
+	CU_ASSERT(stats_of(priv).errors + stats_of(priv).timeouts > 0);
+	CU_ASSERT_EQUAL(stats_of(priv).corrupt, 0);
+	CU_ASSERT(stats_of(priv).refreshes >= 2);
+	prefix_free(p);
+	ops->exit(priv);
+}
+
+static void remote_bad_config(void)
+{
+	char err[256] = "";
+	struct kvmm_remote_cfg cfg = {
+		.salt = "t", .model_id = "m", .page_size = PS, .page_bytes = SMALL,
+		.timeout_ms = 300, .err = err, .err_len = sizeof(err),
+	};
+	void *priv = NULL;
+	char port[64];
+
+	cfg.seeds = "no-port-here";
+	CU_ASSERT(ops->init(&cfg, &priv) < 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "bad seed"));
+	/* a port nobody listens on */
+	snprintf(port, sizeof(port), "127.0.0.1:1");
+	cfg.seeds = port;
+	CU_ASSERT(ops->init(&cfg, &priv) < 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "CLUSTER SLOTS"));
+	cfg.seeds = NULL;
+	CU_ASSERT_EQUAL(ops->init(&cfg, &priv), -EINVAL);
+	CU_ASSERT_PTR_NULL(priv);
+}
+
+int register_remote_suite(void)
+{
+	CU_pSuite s;
+
+	if (system("command -v redis-server >/dev/null 2>&1 && "
+		   "command -v redis-cli >/dev/null 2>&1")) {
+		fprintf(stderr, "remote: suite not run: redis-server/redis-cli not installed "
+			"(apt-get install redis-server redis-tools)\n");
+		return 0;
+	}
+	s = CU_add_suite("remote", suite_init, suite_clean);
+	if (!s)
+		return -1;
+	ADD_TEST(s, remote_bad_config);
+	ADD_TEST(s, remote_roundtrip);
+	ADD_TEST(s, remote_identity);
+	ADD_TEST(s, remote_value_size);
+	ADD_TEST(s, remote_two_processes);
+	ADD_TEST(s, remote_corrupt_value);
+	ADD_TEST(s, remote_part_deleted);
+	ADD_TEST(s, remote_crafted_value);
+	ADD_TEST(s, remote_flushall);
+	ADD_TEST(s, remote_client_killed);
+	ADD_TEST(s, remote_master_stopped);
+	ADD_TEST(s, remote_master_killed);
+	return 0;
+}
+
+#else /* !CONFIG_KVMM_HIREDIS */
+
+int register_remote_suite(void)
+{
+	fprintf(stderr, "remote: suite not run: built without hiredis (apt-get install libhiredis-dev)\n");
+	return 0;
+}
+
+#endif
