@@ -44,6 +44,18 @@ echo "bench: latency (MATCH, EXTEND, STATS p50/p99 while writeback writes NVMe, 
 echo "bench: keyed (put/get of 2 MiB values vs memcpy and fio, through a ring vs in-process)" >&2
 "$bench" keyed --json --nvme-file "$(dirname "$out")/keyed.nvme" | tee -a "$out"
 rm -f "$(dirname "$out")/keyed.nvme"
+if command -v redis-server >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1; then
+	echo "bench: remote (Redis Cluster put/get of 2 MiB pages vs redis-benchmark; a throwaway cluster)" >&2
+	rdir=$(mktemp -d)
+	here=$(cd "$(dirname "$0")" && pwd)
+	if seeds=$("$here/redis-cluster.sh" start "$rdir"); then
+		"$bench" remote --json --seeds "$seeds" | tee -a "$out" || true
+	fi
+	"$here/redis-cluster.sh" stop "$rdir"
+	rm -rf "$rdir"
+else
+	echo "bench: no redis-server/redis-benchmark: remote skipped (apt-get install redis-server redis-tools)" >&2
+fi
 echo "bench: cuda (GPU demote/promote vs pinned copies, kv_indices; skipped without a GPU)" >&2
 "$bench" cuda --json | tee -a "$out"
 trace=${4:-}

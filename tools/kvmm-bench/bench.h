@@ -64,6 +64,7 @@ int cmd_cuda(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_latency(int argc, char **argv);
 int cmd_keyed(int argc, char **argv);
+int cmd_remote(int argc, char **argv);
 
 /* measure.c: what the throughput benchmarks compare kvmm with */
 extern const struct kvmm_model bench_model_8b;

@@ -11,6 +11,7 @@
  *   kvmm-bench cuda [--json] [--driver LIB] [--set-mib N]
  *   kvmm-bench latency [--json] [--quick] [--nvme-file PATH]
  *   kvmm-bench keyed [--json] [--quick] [--batch N] [--nvme-file PATH]
+ *   kvmm-bench remote --seeds HOST:PORT[,...] [--json] [--batch N]
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -36,7 +37,9 @@ static void usage(FILE *f)
 		"  latency [--json] [--quick] [--nvme-file PATH]\n"
 		"                             command p50/p99 while NVMe is written, against idle\n"
 		"  keyed [--json] [--quick] [--batch N] [--nvme-file PATH] [--qd N] [--no-fio]\n"
-		"                             keyed store put/get GB/s beside memcpy, fio, in-process\n");
+		"                             keyed store put/get GB/s beside memcpy, fio, in-process\n"
+		"  remote --seeds HOST:PORT[,...] [--json] [--batch N] [--rounds R] [--value-kib K]\n"
+		"                             remote tier (Redis Cluster) put/get beside redis-benchmark\n");
 }
 
 int main(int argc, char **argv)
@@ -63,6 +66,8 @@ int main(int argc, char **argv)
 		return cmd_latency(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "keyed"))
 		return cmd_keyed(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "remote"))
+		return cmd_remote(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;
