@@ -367,6 +367,8 @@ struct kvmm_remote_page {
  * @probe_batches, @get_batches, @put_batches: ... and their number
  * @moved, @ask, @connects, @refreshes: the client's redirections,
  *	connections made and slot maps read
+ * @stale: idle connections it dropped because the server had sent what
+ *	nobody asked for (out of step) or had closed them
  */
 struct kvmm_remote_stats {
 	uint64_t probes, probe_hits;
@@ -377,6 +379,7 @@ struct kvmm_remote_stats {
 	uint64_t probe_ns, get_ns, put_ns;
 	uint64_t probe_batches, get_batches, put_batches;
 	uint64_t moved, ask, connects, refreshes;
+	uint64_t stale;
 };
 
 /**

@@ -83,6 +83,7 @@ int register_dispatch_suite(void);
 int register_keyed_suite(void);
 int register_frames_suite(void);
 int register_remote_suite(void);
+int register_remote_server_suite(void);
 int register_server_suite(void);
 int register_abi_suite(void);
 int cuda_attach_child(const char *path, const char *driver);

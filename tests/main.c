@@ -45,6 +45,7 @@ static const suite_register_fn suites[] = {
 	register_hostile_nvme_suite,
 	register_hostile_server_suite,
 	register_remote_suite,
+	register_remote_server_suite,
 };
 
 int main(int argc, char **argv)

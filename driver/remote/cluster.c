@@ -587,11 +587,33 @@ static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 			node_reply(cl, nd, r);
 		}
 		rc_cur = NULL;
-		if (!nd->w && nd->reader->len > nd->reader->pos)
-			return -EPROTO;	/* a reply nobody asked for */
+		if (!nd->w && nd->reader->len > nd->reader->pos) {
+			cl->stats.stale++;	/* a reply nobody asked for */
+			return -EPROTO;
+		}
 		if ((size_t)n < RC_RBUF)
 			return 0;
 	}
+}
+
+/*
+ * Before a batch: an idle connection with bytes to read (replies nobody
+ * asked for: a server out of step with us, whose next reply would answer
+ * the wrong command) or closed by the server is dropped, and made again.
+ */
+static void node_check_idle(struct rc_cluster *cl, struct rc_node *nd)
+{
+	char b;
+	ssize_t n;
+
+	if (nd->fd < 0 || nd->connecting || nd->w || nd->q)
+		return;
+	n = recv(nd->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+	    nd->reader->len == nd->reader->pos)
+		return;
+	cl->stats.stale++;
+	node_disconnect(nd);
 }
 
 /* ---- the slot map ---- */
@@ -782,6 +804,8 @@ void rc_exec(struct rc_cluster *cl, struct rc_cmd *cmds, uint32_t n)
 
 	cl->stats.batches++;
 	cl->stats.cmds += n;
+	for (i = 0; i < cl->nr_nodes; i++)
+		node_check_idle(cl, &cl->node[i]);
 	if (cl->dirty)
 		slots_refresh(cl, deadline);
 	for (i = 0; i < n; i++) {

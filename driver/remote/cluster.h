@@ -83,6 +83,8 @@ struct rc_cmd {
  * @busy: CLUSTERDOWN, TRYAGAIN and LOADING answers
  * @connects: connections made
  * @refreshes: slot maps read (CLUSTER SLOTS)
+ * @stale: connections dropped because the server sent replies nobody
+ *	asked for, or (found before a batch) had closed them
  * @bytes_out, @bytes_in: bytes written and read
  */
 struct rc_stats {
@@ -95,6 +97,7 @@ struct rc_stats {
 	uint64_t busy;
 	uint64_t connects;
 	uint64_t refreshes;
+	uint64_t stale;
 	uint64_t bytes_out;
 	uint64_t bytes_in;
 };

@@ -517,6 +517,7 @@ static void remote_stats(void *priv, struct kvmm_remote_stats *out)
 	out->ask = cs->ask;
 	out->connects = cs->connects;
 	out->refreshes = cs->refreshes;
+	out->stale = cs->stale;
 }
 
 static void remote_hiredis_writes(void *priv, bool on)
