@@ -233,13 +233,13 @@ _new_fnode = FrameNode._new
 _I64 = torch.int64
 
 
-def _ids(ids: Any, n: int) -> Tuple[Any, int]:
-	"""(an object holding the first @n token ids as int64, their address).
-	SGLang's keys hold array('q'), taken as they are; anything else
-	(a list, a tensor) is converted once."""
-	if type(ids) is not array or ids.typecode != "q":
-		ids = array("q", [int(t) for t in ids[:n]])
-	return ids, ids.buffer_info()[0]
+def _ids(ids: Any, n: int) -> array:
+	"""The first @n token ids as array('q'), what SGLang's keys and requests
+	hold and the C side reads in place (the hot paths take such an array
+	as it is and call this only for another type: a list, a tensor)."""
+	if type(ids) is array and ids.typecode == "q":
+		return ids
+	return array("q", [int(t) for t in ids[:n]])
 
 
 def _page_freer(alloc: Any) -> Any:
@@ -327,7 +327,7 @@ class KvmmRadixCache(BasePrefixCache):
 		self._frames_buf = ffi.new("int32_t[]", max_frames)
 		self._out = torch.empty(max_tokens, dtype=torch.int64)
 		r = ffi.new("struct kvmm_py_radix *")
-		r.ctx = self._ctx._c()
+		r.ctx = self._c = self._ctx._c()
 		r.page_size = ps
 		r.page_shift = ps.bit_length() - 1
 		r.max_tokens = max_tokens
@@ -385,11 +385,16 @@ class KvmmRadixCache(BasePrefixCache):
 	def match_prefix(self, params: Any) -> MatchResult:
 		key = params.key
 		n = len(key)
-		if self.disable or n == 0:
+		if n == 0 or self.disable:
 			return MatchResult(0, self.root_node, self.root_node, self.root_node)
-		ids, addr = _ids(key.token_ids, n)
+		ids = key.token_ids
+		if type(ids) is not array or ids.typecode != "q":
+			ids = _ids(ids, n)
+		tag = (key.extra_key, getattr(key, "cache_salt", None))
+		ns = self._ns.get(tag)
 		node = _new_fnode()
-		got = _match(self._r, self._ns_of(key), addr, n, node._h)
+		got = _match(self._r, self._ns_tag(tag) if ns is None else ns, ids.buffer_info()[0], n,
+			     node._h)
 		if got < 0:
 			self._raise(got, "kvmm_frames_match")
 		return MatchResult(got, node, node, node)
@@ -421,8 +426,7 @@ class KvmmRadixCache(BasePrefixCache):
 		if value is None:
 			raise ValueError("kvmm radix cache: insert needs the key's slots (value)")
 		n = len(key) // self.page_size * self.page_size
-		ids, _ = _ids(key.token_ids, n)
-		tokens = np.frombuffer(ids, dtype=np.int64, count=n)
+		tokens = np.frombuffer(_ids(key.token_ids, n), dtype=np.int64, count=n)
 		if n and (tokens.min() < 0 or tokens.max() >= 1 << 32):
 			raise ValueError("kvmm radix cache: token ids must fit 32 bits")
 		frames = value[:n][:: self.page_size] // self.page_size
@@ -442,11 +446,14 @@ class KvmmRadixCache(BasePrefixCache):
 		if getattr(kv, "swa_evict_floor", 0) > 0:
 			raise ValueError("kvmm radix cache: sliding-window requests are not supported")
 		ids = req.full_untruncated_fill_ids
-		n = len(range(len(ids))[:up_to])		# len(token_ids[:up_to])
+		n = len(ids)
+		n = up_to if 0 <= up_to <= n else len(range(n)[:up_to])	# len(ids[:up_to])
 		ps = self.page_size
-		key_len = n // ps * ps
-		prompt = min(len(req.origin_input_ids), n) // ps * ps
-		ids, addr = _ids(ids, key_len)
+		key_len = n - n % ps
+		prompt = len(req.origin_input_ids)
+		prompt = key_len if prompt >= n else prompt - prompt % ps
+		if type(ids) is not array or ids.typecode != "q":
+			ids = _ids(ids, key_len)
 		protected = kv.cache_protected_len
 		idx = kv.req_pool_idx
 		row = self._row(idx, key_len)
@@ -457,8 +464,10 @@ class KvmmRadixCache(BasePrefixCache):
 			row = copy.data_ptr()
 		old = req.lock
 		last = _new_fnode()
-		ret = _checkpoint(self._r, self._ns_tag((req.extra_key, req.cache_salt or None)),
-				  addr, key_len, prompt, row, protected,
+		tag = (req.extra_key, req.cache_salt or None)
+		ns = self._ns.get(tag)
+		ret = _checkpoint(self._r, self._ns_tag(tag) if ns is None else ns,
+				  ids.buffer_info()[0], key_len, prompt, row, protected,
 				  old.node._h if old is not None else _NULL, last._h, self._pages)
 		if ret < 0 and ret != -errno.ENOLCK:
 			self._raise(ret, "kvmm_frames_insert")
@@ -517,12 +526,17 @@ class KvmmRadixCache(BasePrefixCache):
 		"""BasePrefixCache.lock(): inc_lock_ref() and the receipt a legacy
 		cache's release takes (an empty DecLockRefParams)."""
 		if not self.disable:
-			self._lock_ref(node, 1)
+			h = getattr(node, "_h", None)
+			if h is None or _lock(self._c, h, 1) < 0:
+				self._lock_ref(node, 1)		# raises
 		return TreeLock(node, DecLockRefParams())
 
 	def unlock(self, lock: Any) -> None:
 		if lock is not None and not self.disable:
-			self._lock_ref(lock.node, -1)
+			node = lock.node
+			h = getattr(node, "_h", None)
+			if h is None or _lock(self._c, h, -1) < 0:
+				self._lock_ref(node, -1)	# raises
 
 	def _lock_ref(self, node: Any, delta: int) -> int:
 		try:
@@ -530,7 +544,7 @@ class KvmmRadixCache(BasePrefixCache):
 		except AttributeError:
 			raise TypeError(f"kvmm radix cache: a lock of a FrameNode, not "
 					f"{type(node).__name__}") from None
-		ret = _lock(self._r.ctx, h, delta)
+		ret = _lock(self._c, h, delta)
 		if ret < 0:
 			err = make_error(ret, "kvmm_frames_lock")
 			if delta < 0:
