@@ -54,6 +54,8 @@ struct kvmm_py_radix {
 	uint32_t *tokens;
 	int32_t *frames;
 	uint32_t nr_frames;
+	uint32_t *leaves;
+	uint32_t nr_leaves;
 	int64_t *out;
 	uint32_t nr_out;
 };
@@ -61,7 +63,7 @@ int kvmm_py_radix_match(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids, uin
 			struct kvmm_fnode *last);
 int64_t kvmm_py_radix_path(struct kvmm_py_radix *r, const struct kvmm_fnode *node);
 void kvmm_py_radix_slots(const struct kvmm_py_radix *r, uintptr_t out, int expand);
-int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages);
+int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages, int reverse);
 uint32_t kvmm_py_radix_row_free(const struct kvmm_py_radix *r, uintptr_t row, uint32_t start,
 				uint32_t end, uintptr_t out, int pages);
 int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids,

@@ -36,6 +36,9 @@
  * @tokens: a key's ids as uint32
  * @frames: frames of a path, of a key being inserted, or evicted ones
  * @nr_frames: valid entries at @frames after _path() or _evict()
+ * @leaves: room for @max_frames: where each leaf an _evict() took ends at
+ *	@frames, in the order evicted
+ * @nr_leaves: valid entries at @leaves
  * @out: int64 room for @max_tokens entries (a tensor's memory): the
  *	duplicates a checkpoint frees
  * @nr_out: valid entries at @out after _checkpoint()
@@ -52,6 +55,8 @@ struct kvmm_py_radix {
 	uint32_t *tokens;
 	int32_t *frames;
 	uint32_t nr_frames;
+	uint32_t *leaves;
+	uint32_t nr_leaves;
 	int64_t *out;
 	uint32_t nr_out;
 };
@@ -173,19 +178,61 @@ static void kvmm_py_radix_slots(const struct kvmm_py_radix *r, uintptr_t out, in
 	radix_expand(r, r->frames, r->nr_frames, (int64_t *)out, expand);
 }
 
+/* reverse @n frames in place */
+static void radix_reverse(int32_t *f, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n / 2; i++) {
+		int32_t t = f[i];
+
+		f[i] = f[n - 1 - i];
+		f[n - 1 - i] = t;
+	}
+}
+
 /**
  * kvmm_py_radix_evict() - evict(): whole LRU leaves, their frames into r->frames
  * @r: the cache
  * @nr_pages: pages wanted
+ * @reverse: the leaves last evicted first (each leaf's frames in order)
  *
- * Return: frames evicted (r->nr_frames), or -errno.
+ * RadixCache frees each leaf as it evicts it, one allocator call each:
+ * r->leaves[] says where each leaf's frames end (in the order evicted,
+ * without @reverse), for a caller that frees them so; @reverse lays them
+ * out for one call to an allocator that puts what it frees in front of its
+ * free list (SGLang's paged one), whose list then ends up as the
+ * leaf-by-leaf calls would leave it.
+ *
+ * Return: frames evicted (r->nr_frames, in r->nr_leaves leaves), or -errno.
  */
-static int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages)
+static int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages, int reverse)
 {
-	int64_t ret = kvmm_frames_evict(r->ctx, nr_pages, r->frames, r->max_frames);
+	uint32_t out = 0, i, start;
+	int64_t ret = 0;
 
-	r->nr_frames = ret < 0 ? 0 : (uint32_t)ret;
-	return ret;
+	r->nr_frames = r->nr_leaves = 0;
+	while (out < nr_pages) {	/* one leaf a call: a leaf's pages are >= 1 */
+		ret = kvmm_frames_evict(r->ctx, 1, r->frames + out, r->max_frames - out);
+		if (ret <= 0)
+			break;
+		out += (uint32_t)ret;
+		r->leaves[r->nr_leaves++] = out;
+	}
+	if (ret < 0 && !out)
+		return ret;
+	if (reverse && r->nr_leaves > 1) {
+		radix_reverse(r->frames, out);
+		for (i = 0, start = 0; i < r->nr_leaves; i++) {
+			uint32_t len = r->leaves[r->nr_leaves - 1 - i] -
+				       (i + 1 < r->nr_leaves ? r->leaves[r->nr_leaves - 2 - i] : 0);
+
+			radix_reverse(r->frames + start, len);
+			start += len;
+		}
+	}
+	r->nr_frames = out;
+	return out;
 }
 
 /**

@@ -25,7 +25,8 @@ import torch
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 from sglang.srt.managers.schedule_batch import ReqKvInfo
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.base_prefix_cache import (DecLockRefParams, EvictParams, InsertParams,
+						     MatchPrefixParams, TreeLock)
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
@@ -262,3 +263,206 @@ def test_checkpoint_as_the_scheduler_calls_it(ps):
 		p.sizes()
 	assert p.match(K(prompts[1]))[0] == len(prompts[1]) // ps * ps
 	assert p.evict(10 ** 6) > 0 and p.sizes() == (0, 0)
+
+
+class Requests:
+	"""Requests through both caches as SGLang's scheduler drives a tree
+	cache (python/bench/radix.py's replay, small): admit = match_prefix,
+	lock, the prefix and fresh slots (evicting when short) into a row,
+	checkpoint the prompt; finish = checkpoint everything, free_kv_row,
+	unlock.  Every answer, row and allocator size compared as it goes."""
+
+	def __init__(self, ps, rows=6):
+		self.ps = ps
+		self.p = Pair(ps)
+		self.sides = (self.p.ref, self.p.kv)
+		self.live = []
+
+	def rows(self, reqs, n):
+		for a, b in [reqs]:
+			assert a.kv.cache_protected_len == b.kv.cache_protected_len
+			ra = self.p.ref.pool.req_to_token[a.kv.req_pool_idx, :n]
+			rb = self.p.kv.pool.req_to_token[b.kv.req_pool_idx, :n]
+			assert torch.equal(ra, rb), f"rows: RadixCache {ra.tolist()}, kvmm {rb.tolist()}"
+		assert self.p.ref.alloc.available_size() == self.p.kv.alloc.available_size()
+		self.p.sizes()
+
+	def grab(self, n):
+		"""@n slots on each side, evicting alike when short."""
+		short = n - self.p.ref.alloc.available_size()
+		if short > 0:
+			self.p.evict(short)
+		got = [side.alloc.alloc(n) for side in self.sides]
+		assert (got[0] is None) == (got[1] is None)
+		return got if got[0] is not None else None
+
+	def admit(self, prompt, full):
+		ps, n = self.ps, len(prompt)
+		m, nodes = self.p.match(K(prompt[: n - 1]))
+		locks = [side.cache.lock(node) for side, node in zip(self.sides, nodes)]
+		alloc = -(-n // ps) * ps
+		new = self.grab(alloc - m)
+		if new is None:
+			for side, lock in zip(self.sides, locks):
+				side.cache.unlock(lock)
+			return False
+		reqs = []
+		for side, node, lock, slots_ in zip(self.sides, nodes, locks, new):
+			kv = ReqKvInfo()
+			kv.req_pool_idx = side.pool.alloc_rows(1)[0]
+			kv.cache_protected_len = m
+			prefix = side.cache.path_device_indices(node)[:m]
+			side.pool.write((kv.req_pool_idx, slice(0, m)), prefix.to(torch.int32))
+			side.pool.write((kv.req_pool_idx, slice(m, alloc)), slots_.to(torch.int32))
+			req = SimpleNamespace(kv=kv, full_untruncated_fill_ids=array("q", prompt),
+					      origin_input_ids=array("q", prompt), extra_key=None,
+					      cache_salt=None, priority=None, lock=lock, last_node=node,
+					      allocated=alloc)
+			side.cache.checkpoint(req, up_to=n)
+			reqs.append(req)
+		self.rows(reqs, alloc)
+		extra = -(-len(full) // ps) * ps - alloc
+		dec = self.grab(extra) if extra > 0 else None
+		for side, req in zip(self.sides, reqs):
+			if dec is not None:
+				slots_ = dec[self.sides.index(side)]
+				side.pool.write((req.kv.req_pool_idx, slice(alloc, alloc + extra)),
+						slots_.to(torch.int32))
+				req.allocated += extra
+			req.full_untruncated_fill_ids = array("q", full[: req.allocated])
+		self.live.append(reqs)
+		return True
+
+	def finish(self, i=0):
+		reqs = self.live.pop(i)
+		owned = len(reqs[0].full_untruncated_fill_ids)
+		for side, req in zip(self.sides, reqs):
+			side.cache.checkpoint(req, up_to=owned)
+		self.rows(reqs, owned)
+		for side, req in zip(self.sides, reqs):
+			side.cache.free_kv_row(req.kv, [(req.kv.cache_protected_len, req.allocated)])
+			side.cache.unlock(req.lock)
+			req.lock = None
+			side.pool.free_rows([req.kv.req_pool_idx])
+		assert self.p.ref.alloc.available_size() == self.p.kv.alloc.available_size()
+		self.p.sizes()
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+@pytest.mark.parametrize("way", ["row", "int64 table", "free_segment"])
+def test_requests_agree(ps, way):
+	"""Admitted and finished requests over shared prefixes, under eviction
+	pressure: the same rows, slots and sizes at every step.  "int64 table"
+	is a req_to_token the C side cannot write (a device's, in SGLang): the
+	row goes through a CPU copy; "free_segment" an allocator whose
+	free_page_ids() the cache does not use."""
+	r = Requests(ps)
+	if way == "int64 table":
+		for side in r.sides:
+			side.pool.req_to_token = side.pool.req_to_token.to(torch.int64)
+	elif way == "free_segment":
+		kv = r.p.kv.cache			# as for an allocator not SGLang's own
+		kv._free_pages, kv._prepends, kv._pages = None, 0, 0
+	rng = random.Random(ps * 7 + len(way))
+	systems = [[rng.randrange(1000) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
+	seen = []
+	for _ in range(120):
+		if len(r.live) == 6 or (r.live and rng.random() < 0.4):
+			r.finish(rng.randrange(len(r.live)))
+			continue
+		if seen and rng.random() < 0.25:	# the same answer twice: duplicates to free
+			prompt, full = rng.choice(seen)
+		else:
+			prompt = rng.choice(systems) + [rng.randrange(1000)
+							for _ in range(rng.randrange(1, 30))]
+			full = prompt + [rng.randrange(1000) for _ in range(rng.randrange(0, 20))]
+			seen.append((prompt, full))
+		r.admit(prompt, full)
+	while r.live:
+		r.finish()
+	assert r.p.sizes()[1] == 0
+	assert r.p.evict(10 ** 6) >= 0 and r.p.sizes() == (0, 0)
+	assert r.p.ref.alloc.available_size() == r.p.kv.alloc.available_size() == SLOTS
+
+
+def test_free_kv_row_ranges_agree():
+	"""free_kv_row of several ranges (SGLang's way) and of an empty one."""
+	p = Pair(4)
+	toks = list(range(1, 21))
+	reqs = [make_req(side, toks, 20) for side in (p.ref, p.kv)]
+	for side, req in zip((p.ref, p.kv), reqs):
+		side.cache.free_kv_row(req.kv, [(8, 8)])
+		side.cache.free_kv_row(req.kv, [(0, 4), (4, 8), (12, 20)])
+	assert p.ref.alloc.available_size() == p.kv.alloc.available_size()
+	assert torch.equal(p.ref.alloc.free_pages, p.kv.alloc.free_pages)
+
+
+def test_bad_token_ids_are_refused():
+	"""Ids outside 32 bits: ValueError, from match and from checkpoint, with
+	nothing changed."""
+	p = Pair(1)
+	kv = p.kv.cache
+	for bad in (1 << 32, -1):
+		with pytest.raises(ValueError):
+			kv.match_prefix(MatchPrefixParams(key=K([1, 2, bad])))
+		req = make_req(p.kv, [1, 2, 3, bad], 4)
+		row = p.kv.pool.req_to_token[req.kv.req_pool_idx, :4].clone()
+		with pytest.raises(ValueError):
+			kv.checkpoint(req, up_to=4)
+		assert torch.equal(p.kv.pool.req_to_token[req.kv.req_pool_idx, :4], row)
+		assert kv.evictable_size() == kv.protected_size() == 0 and req.lock is None
+
+
+def test_lists_of_ids_are_taken():
+	"""Keys and requests holding lists rather than array('q') (RadixCache
+	wants arrays throughout; kvmm's converts)."""
+	p = Pair(1)
+	assert p.insert(K([1, 2, 3, 4]), slots(1, 4, 1)) == 0
+	res = p.kv.cache.match_prefix(MatchPrefixParams(key=RadixKey([1, 2, 3, 9])))
+	assert res.device_prefix_len == 3
+	req = make_req(p.kv, [1, 2, 3, 4, 5], 5)
+	req.full_untruncated_fill_ids = list(req.full_untruncated_fill_ids)
+	p.kv.cache.checkpoint(req, up_to=5)
+	assert req.kv.cache_protected_len == 5 and p.kv.cache.protected_size() == 5
+
+
+def test_checkpoint_of_an_unheld_lock():
+	"""checkpoint() whose request holds a lock the tree does not: ValueError
+	after the rest is done (the row cached and repointed), no lock taken."""
+	p = Pair(1)
+	kv = p.kv.cache
+	p.insert(K([1, 2, 3]), slots(1, 3, 1))
+	node = kv.match_prefix(MatchPrefixParams(key=K([1, 2, 3]))).last_device_node
+	req = make_req(p.kv, [1, 2, 3, 4], 4)
+	req.lock = kv.lock(node)
+	kv.unlock(req.lock)				# the request's lock is gone
+	with pytest.raises(ValueError):
+		kv.checkpoint(req, up_to=4)
+	assert req.kv.cache_protected_len == 4
+	assert p.kv.pool.req_to_token[req.kv.req_pool_idx, :3].tolist() == [1, 2, 3]
+	assert kv.evictable_size() == 4 and kv.protected_size() == 0
+
+
+def test_bad_nodes_and_rows():
+	"""A node that is not kvmm's, one that was evicted, a row outside the pool."""
+	p = Pair(1)
+	kv = p.kv.cache
+	p.insert(K([1, 2, 3]), slots(1, 3, 1))
+	node = kv.match_prefix(MatchPrefixParams(key=K([1, 2, 3]))).last_device_node
+	with pytest.raises(TypeError):
+		kv.path_device_indices(object())
+	with pytest.raises(TypeError):
+		kv.lock(object())
+	assert kv.evict(EvictParams(num_tokens=100)).num_tokens_evicted == 3
+	with pytest.raises(OSError):
+		kv.path_device_indices(node)
+	with pytest.raises(OSError):
+		kv.lock(node)
+	with pytest.raises(ValueError):
+		kv.unlock(TreeLock(node, DecLockRefParams()))
+	assert kv.path_device_indices(kv.root_node).numel() == 0
+	req = make_req(p.kv, [1, 2, 3, 4], 4)
+	req.kv.req_pool_idx = 10 ** 6
+	with pytest.raises(IndexError):
+		kv.checkpoint(req, up_to=4)
+	assert kv.evictable_size() == kv.protected_size() == 0

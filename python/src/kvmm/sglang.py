@@ -242,19 +242,24 @@ def _ids(ids: Any, n: int) -> array:
 	return array("q", [int(t) for t in ids[:n]])
 
 
-def _page_freer(alloc: Any) -> Any:
-	"""The allocator's free_page_ids() where SGLang's own allocators have
-	it (free_segment() of a page-aligned segment is free_page_ids() of
-	each page's first slot // page_size there); None otherwise, and the
-	cache frees slots through free_segment()."""
+def _page_freer(alloc: Any) -> Tuple[Any, int]:
+	"""(the allocator's free_page_ids(), whether it puts what it frees in
+	front of its free list) for SGLang's own two allocators: there
+	free_segment() of a page-aligned segment is free_page_ids() of each
+	page's first slot // page_size, and the token allocator appends what
+	it frees where the paged one prepends it.  (None, 0) for another: the
+	cache frees slots through free_segment(), a leaf at a time as
+	RadixCache does."""
 	try:
 		from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
 		from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 	except ImportError:	# pragma: no cover - another SGLang
-		return None
-	if type(alloc) in (TokenToKVPoolAllocator, PagedTokenToKVPoolAllocator):
-		return alloc.free_page_ids
-	return None
+		return None, 0
+	if type(alloc) is TokenToKVPoolAllocator:
+		return alloc.free_page_ids, 0
+	if type(alloc) is PagedTokenToKVPoolAllocator:
+		return alloc.free_page_ids, 1
+	return None, 0
 
 
 class KvmmRadixCache(BasePrefixCache):
@@ -302,7 +307,7 @@ class KvmmRadixCache(BasePrefixCache):
 		self._max_len = (int(pool.req_to_token.shape[1]) if pool is not None else 1 << 20)
 		# frames are page indices; SGLang's slot 0 (page 0) is padding, never handed out
 		self._nr_pages = size // self.page_size + 1
-		self._free_pages = _page_freer(alloc)
+		self._free_pages, self._prepends = _page_freer(alloc)
 		self._rt: Any = None		# the req_to_token tensor _row() last checked
 		self._ctx: Optional[Context] = None
 		self.reset()
@@ -325,6 +330,7 @@ class KvmmRadixCache(BasePrefixCache):
 		max_frames = max(max_tokens // ps, self._nr_pages)
 		self._tokens_buf = ffi.new("uint32_t[]", max_tokens)
 		self._frames_buf = ffi.new("int32_t[]", max_frames)
+		self._leaves_buf = ffi.new("uint32_t[]", max_frames)
 		self._out = torch.empty(max_tokens, dtype=torch.int64)
 		r = ffi.new("struct kvmm_py_radix *")
 		r.ctx = self._c = self._ctx._c()
@@ -334,6 +340,7 @@ class KvmmRadixCache(BasePrefixCache):
 		r.max_frames = max_frames
 		r.tokens = self._tokens_buf
 		r.frames = self._frames_buf
+		r.leaves = self._leaves_buf
 		r.out = ffi.cast("int64_t *", self._out.data_ptr())
 		self._r = r
 		# free_page_ids() takes page ids; free_segment() every slot
@@ -506,20 +513,29 @@ class KvmmRadixCache(BasePrefixCache):
 
 	def evict(self, params: EvictParams) -> EvictResult:
 		"""Whole unlocked leaves, least recently used first, until
-		@params.num_tokens are freed; their slots go back to the allocator."""
+		@params.num_tokens are freed; their slots go back to the allocator,
+		whose free list ends up as RadixCache's leaf-by-leaf frees leave
+		it (in one call to SGLang's own allocators)."""
 		if self.disable or params.num_tokens <= 0:
 			return EvictResult()
 		ps = self.page_size
-		pages = min(-(-params.num_tokens // ps), self._r.max_frames)
-		got = _evict(self._r, pages)
+		r = self._r
+		pages = min(-(-params.num_tokens // ps), r.max_frames)
+		got = _evict(r, pages, self._prepends)
 		if got <= 0:
 			if got < 0:
 				self._raise(got, "kvmm_frames_evict")
 			return EvictResult()
 		expand = not self._pages
 		out = torch.empty(got * ps if expand else got, dtype=_I64)
-		_slots(self._r, out.data_ptr(), int(expand))
-		self._free(out, 0)
+		_slots(r, out.data_ptr(), int(expand))
+		if self._free_pages is not None or r.nr_leaves == 1:
+			self._free(out, 0)
+		else:
+			step = ps if expand else 1
+			ends = [r.leaves[i] * step for i in range(r.nr_leaves)]
+			for start, end in zip([0] + ends, ends):
+				self._free(out[start:end], 0)
 		return EvictResult(num_tokens_evicted=got * ps)
 
 	def lock(self, node: Any) -> TreeLock:
