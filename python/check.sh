@@ -46,8 +46,8 @@ venv_ready() {
 # pkg_ready VENV - install the package into VENV when its inputs changed
 pkg_ready() {
 	local stamp=$1/.kvmm-installed
-	if [ -f "$stamp" ] && [ -z "$(find "$here/src" "$here/build_ffi.py" "$here/setup.py" \
-			"$objtree/libkvmm.a" -newer "$stamp" -print -quit)" ]; then
+	if [ -f "$stamp" ] && [ -z "$(find "$here/src" "$here/csrc" "$here/build_ffi.py" \
+			"$here/setup.py" "$objtree/libkvmm.a" -newer "$stamp" -print -quit)" ]; then
 		return 0
 	fi
 	KVMM_O=$objtree "$1/bin/pip" install -q --no-build-isolation --no-deps "$here" \
