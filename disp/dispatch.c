@@ -643,7 +643,7 @@ static int op_kkeys(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		memcpy(keys, in, bytes);
 	}
 	ret = kvmm_keyed_run_keys(d->ctx, s, keys, sqe->len, sqe->opcode == KVMM_OP_KDELETE,
-				  resps);
+				  resps, true);
 	kvmm_mfree(d->ctx, keys, bytes);
 	return ret;
 }

@@ -345,7 +345,9 @@ struct kvmm_remote_cfg {
  * @key: its content address, kvmm_remote_ops.chain()'s: the same on every
  *	node for the same salt, model, tokens and parent
  * @parent: the key of the page before it (zero for a first page)
- * @tokens: its token ids (page_size of them)
+ * @tokens: its token ids (page_size of them); NULL for a page named by
+ *	its key alone (a keyed value's: the core derives @key from the value's
+ *	key, and the value carries zeros where tokens would be)
  */
 struct kvmm_remote_page {
 	uint64_t key[2];
@@ -392,16 +394,21 @@ struct kvmm_remote_stats {
  *	@tokens[i * page_size ...], the first one's parent is @parent (zero
  *	for the prefix's first page); fill @out[0..nr)
  * @probe: how many of @pages, from the first, the store holds (one
- *	pipelined batch per shard)
+ *	pipelined batch per shard); with @ok, ok[i] says whether page i is
+ *	there, for every page
  * @get: read @pages into @dst[i] (page_bytes each); return how many,
  *	from the first, arrived and verified (header, identity, tokens,
  *	checksum).  A page that does not verify is a miss, is deleted and
  *	counted; the run ends at the first page that fails, and @dst of
- *	pages past it is not to be used
+ *	pages past it is not to be used, unless @ok says page by page which
+ *	ones verified (for pages that are not a prefix: keyed values)
  * @put: write @src[i] as @pages[i], skipping pages the store has; the
  *	number of pages written or found there, or a negative errno when
  *	none could be
  * @drop: delete @pages from the store, best effort
+ * @key_name: the store's key of part @part (0, or 1 for a value cut in
+ *	two) of page @pg, NUL-terminated in @buf (at least 48 bytes); 0, or
+ *	-EINVAL for a part the values do not have (for tools and tests)
  * @stats: copy the counters
  * @hiredis_writes: optional, for the benchmark: format commands with
  *	the client library instead of writing them from the page
@@ -415,12 +422,15 @@ struct kvmm_remote_ops {
 	void (*exit)(void *priv);
 	void (*chain)(void *priv, const uint64_t parent[2], const uint32_t *tokens,
 		      uint32_t nr, struct kvmm_remote_page *out);
-	uint32_t (*probe)(void *priv, const struct kvmm_remote_page *pages, uint32_t nr);
+	uint32_t (*probe)(void *priv, const struct kvmm_remote_page *pages, uint32_t nr,
+			  uint8_t *ok);
 	uint32_t (*get)(void *priv, const struct kvmm_remote_page *pages, uint32_t nr,
-			void *const *dst);
+			void *const *dst, uint8_t *ok);
 	int (*put)(void *priv, const struct kvmm_remote_page *pages, uint32_t nr,
 		   const void *const *src);
 	void (*drop)(void *priv, const struct kvmm_remote_page *pages, uint32_t nr);
+	int (*key_name)(void *priv, const struct kvmm_remote_page *pg, uint32_t part, char *buf,
+			size_t len);
 	void (*stats)(void *priv, struct kvmm_remote_stats *out);
 	void (*hiredis_writes)(void *priv, bool on);
 };

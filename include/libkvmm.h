@@ -143,6 +143,15 @@ struct kvmm_alloc_ops {
  *	the tree takes and hands back frames through kvmm_frames_*() (no
  *	sequences, host or NVMe tier, resize, kvmm_reclaim())
  *
+ * The remote tier (Documentation/admin-guide/remote.rst):
+ * @remote: NULL, or "host:port[,host:port...]": seed nodes of a Redis
+ *	Cluster (or Valkey) that keyed values are written through to and
+ *	read from when the lower tiers miss, shared by every context with
+ *	the same @remote_salt and @model_id; needs a host tier
+ * @remote_salt: the tenant's salt (NULL: ""): contexts share values only
+ *	under the same salt
+ * @remote_timeout_ms: every remote batch's deadline; 0: 1000
+ *
  * Hooks:
  * @alloc: metadata allocator, NULL for malloc/free
  * @alloc_priv: passed to @alloc's hooks
@@ -201,6 +210,10 @@ struct kvmm_params {
 	uint32_t host_wmark_high;
 
 	uint32_t frames;
+
+	const char *remote;
+	const char *remote_salt;
+	uint32_t remote_timeout_ms;
 };
 
 /* The first struct kvmm_params with a size: no caller passes less. */

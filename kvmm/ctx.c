@@ -120,6 +120,12 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 		return -EINVAL;
 	if (p->host_wmark_low > p->host_wmark_high || p->host_wmark_high > p->host_pages)
 		return -EINVAL;
+	/* Remote values come and go through the host tier. */
+	if (p->remote && !p->host_pages)
+		return params_bad(p, "remote: values come and go through the host tier: "
+				  "set host_pages");
+	if (p->remote_timeout_ms > 600000)
+		return params_bad(p, "remote_timeout_ms: at most 600000 (10 minutes)");
 	/* The engine's frames are never moved: no tiers below, no resize. */
 	if (p->frames > KVMM_FRAMES_ENGINE)
 		return -EINVAL;

@@ -589,7 +589,13 @@ int kvmm_keyed_recover(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t *fp,
 		       uint64_t value_bytes, const uint64_t *key, const uint64_t *id,
 		       const int32_t *pfns, uint32_t nr, uint32_t tier);
 int kvmm_keyed_run_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
-			const struct kvmm_key *keys, uint32_t n, bool del, int32_t *const *res);
+			const struct kvmm_key *keys, uint32_t n, bool del, int32_t *const *res,
+			bool held);
+int kvmm_keyed_remote_exists(struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
+			     const struct kvmm_key *keys, uint32_t n, uint32_t from,
+			     int32_t *const *res);
+int kvmm_keyed_remote_init(struct kvmm_ctx *ctx);
+void kvmm_keyed_remote_exit(struct kvmm_ctx *ctx);
 int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
 		    struct kvmm_kspace *s, bool put, const struct kvmm_key *keys,
 		    void *const *bufs, int32_t *const *resps, uint32_t n);
@@ -726,6 +732,7 @@ enum kvmm_event {
 	EV_KEYED_MISSES,
 	EV_KEYED_DROPS,
 	EV_KEYED_DELETES,
+	EV_KEYED_REMOTE_GETS,	/* values a get brought from the remote tier */
 	NR_KVMM_EVENTS
 };
 
@@ -837,6 +844,11 @@ struct kvmm_ctx {
 	uint64_t frames_locks;	/* lock references the engine holds (frames.c) */
 	uint64_t keyed_pages[KVMM_NR_TIERS];
 	uint32_t keyed_share;
+	/* the remote tier (keyed.c): its client, one caller at a time */
+	const struct kvmm_remote_ops *remote;
+	void *remote_priv;
+	pthread_mutex_t remote_lock;
+	struct kvmm_remote_stats remote_stats;	/* copied after every call, for STATS */
 };
 
 static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,

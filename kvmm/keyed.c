@@ -88,9 +88,12 @@ struct kvmm_kspace {
  * @buf: the caller's bytes (put: read; get: written)
  * @resp: where its result goes at settle, or NULL
  * @node: get: the value, locked; NULL when it was not found
- * @first: put: its frames' index in the job's @pfns
+ * @first: put: its frames' index in the job's @pfns; a get from the
+ *	remote tier: in its @rpfns
  * @err: 0, or why it failed (set at arm when it was never armed)
  * @armed: the copy step has work for it
+ * @remote: get: not stored here, asked of the remote tier into new host
+ *	frames (held in state IO like a put's), stored here when it verifies
  */
 struct kjob_val {
 	struct kvmm_key key;
@@ -100,6 +103,7 @@ struct kjob_val {
 	uint32_t first;
 	int err;
 	bool armed;
+	bool remote;
 };
 
 /**
@@ -121,6 +125,13 @@ struct kjob_val {
  * @addrs: get: per page, where the store's read put it
  * @to: get: per page read from an I/O store, where its bytes go
  * @io: a value is read from an I/O store: the worker's kind of job
+ * @remote: the copy calls the remote tier (a put writes through to it, a
+ *	get asks it for what is not stored here): the worker's kind too, and
+ *	never under the context's lock
+ * @rpages: per page of every value, its name on the remote tier
+ * @rpfns: get: the frames of values asked of the remote tier (their
+ *	@first indexes it), held in state IO
+ * @rok: per page of every value, whether the remote tier had it
  */
 struct kvmm_kjob {
 	struct kvmm_work work;
@@ -138,6 +149,10 @@ struct kvmm_kjob {
 	void **addrs;
 	struct kvmm_store_to *to;
 	bool io;
+	bool remote;
+	struct kvmm_remote_page *rpages;
+	int32_t *rpfns;
+	uint8_t *rok;
 };
 
 /* ---- spaces ---- */
@@ -486,7 +501,8 @@ static size_t kjob_bytes(uint32_t n, uint32_t pages)
 {
 	return sizeof(struct kvmm_kjob) + n * sizeof(struct kjob_val) +
 	       (size_t)n * pages * (sizeof(struct kvmm_store_key) + sizeof(struct kvmm_store_to) +
-				    sizeof(void *) + sizeof(int32_t) + sizeof(uint32_t));
+				    sizeof(struct kvmm_remote_page) + sizeof(void *) +
+				    2 * sizeof(int32_t) + sizeof(uint32_t) + 1);
 }
 
 static void kjob_free(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
@@ -509,9 +525,12 @@ static struct kvmm_kjob *kjob_alloc(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
 	job->vals = (struct kjob_val *)(job + 1);
 	job->keys = (struct kvmm_store_key *)(job->vals + n);
 	job->to = (struct kvmm_store_to *)(job->keys + pages);
-	job->addrs = (void **)(job->to + pages);
+	job->rpages = (struct kvmm_remote_page *)(job->to + pages);
+	job->addrs = (void **)(job->rpages + pages);
 	job->pfns = (int32_t *)(job->addrs + pages);
 	job->page_val = (uint32_t *)(job->pfns + pages);
+	job->rpfns = (int32_t *)(job->page_val + pages);
+	job->rok = (uint8_t *)(job->rpfns + pages);
 	list_add_tail(&job->link, &ctx->kjobs);
 	return job;
 }
@@ -545,6 +564,22 @@ static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 			v->first = at;
 			at += s->pages;
 			v->armed = true;
+			job->remote |= ctx->remote != NULL;	/* written through */
+			continue;
+		}
+		if (!node && ctx->remote) {	/* ask the remote tier, into new frames */
+			if (!kvmm_tier_make_room(ctx, KVMM_TIER_HOST, s->pages)) {
+				v->err = -ENOENT;
+				kvmm_count(ctx, EV_KEYED_MISSES, 1);
+				continue;
+			}
+			__kvmm_alloc_pages(ctx, host, s->pages, job->rpfns + at);
+			kvmm_pages_set_state(host, job->rpfns + at, s->pages, KVMM_PAGE_IO);
+			ctx->io_pages[KVMM_TIER_HOST] += s->pages;
+			v->first = at;
+			at += s->pages;
+			v->armed = v->remote = true;
+			job->remote = true;
 			continue;
 		}
 		if (!node) {
@@ -652,7 +687,7 @@ static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
 		struct kvmm_node *node = job->vals[i].node;
 		uint32_t nr;
 
-		if (!job->vals[i].armed || node->tier != tier)
+		if (!job->vals[i].armed || job->vals[i].remote || node->tier != tier)
 			continue;
 		nr = node->len >> ctx->page_shift;
 		kvmm_keyed_store_keys(ctx, node, job->keys + k);
@@ -681,6 +716,247 @@ static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
 	}
 }
 
+/* ---- the remote tier ---- */
+
+/*
+ * The names of the pages of the value with key @key in @s on the remote
+ * tier: page i is XXH3-128 of (a tag, the space's model fingerprint and
+ * value size, the key, i), its parent page i - 1's name.  Unlike
+ * page_id(), no namespace: contexts on other machines share them, kept
+ * apart by the tier's salt.
+ */
+static void remote_names(const struct kvmm_kspace *s, const struct kvmm_key *key,
+			 struct kvmm_remote_page *out)
+{
+	uint32_t w[KVMM_KEY_WORDS], i;
+
+	key_words(key, w);
+	for (i = 0; i < s->pages; i++) {
+		struct {
+			uint32_t tag;
+			uint32_t index;
+			uint64_t fp[2];
+			uint64_t value_bytes;
+			uint32_t key[KVMM_KEY_WORDS];
+		} in = { 0x594b564bu /* "KVKY" */, i, { s->fp[0], s->fp[1] }, s->value_bytes,
+			 { w[0], w[1], w[2], w[3] } };
+		XXH128_hash_t h = XXH3_128bits(&in, sizeof(in));
+
+		out[i].parent[0] = i ? out[i - 1].key[0] : 0;
+		out[i].parent[1] = i ? out[i - 1].key[1] : 0;
+		out[i].key[0] = h.low64;
+		out[i].key[1] = h.high64;
+		out[i].tokens = NULL;
+	}
+}
+
+/* After a call to the client (its lock held): its counters, for STATS. */
+static void remote_snapshot(struct kvmm_ctx *ctx)
+{
+	struct kvmm_remote_stats st;
+	uint64_t *dst = (uint64_t *)&ctx->remote_stats, *src = (uint64_t *)&st;
+	size_t i;
+
+	ctx->remote->stats(ctx->remote_priv, &st);
+	for (i = 0; i < sizeof(st) / sizeof(uint64_t); i++)
+		__atomic_store_n(&dst[i], src[i], __ATOMIC_RELAXED);
+}
+
+/*
+ * The remote tier's part of the copy step, without the context's lock: a
+ * put's values (in their frames now) written through, skipping what the
+ * cluster has; a get's values not stored here read into their new frames,
+ * sealed, and copied out to the caller.  A value the tier does not have
+ * whole and verified is a miss.
+ */
+static void remote_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
+{
+	const struct kvmm_store_ops *host = ctx->store[KVMM_TIER_HOST];
+	void *hpriv = ctx->store_priv[KVMM_TIER_HOST];
+	uint32_t pages = job->space->pages, i, j, k = 0;
+
+	for (i = 0; i < job->n; i++) {
+		struct kjob_val *v = &job->vals[i];
+		const int32_t *pfns;
+
+		if (!v->armed || v->err || (!job->put && !v->remote))
+			continue;
+		pfns = (job->put ? job->pfns : job->rpfns) + v->first;
+		remote_names(job->space, &v->key, job->rpages + k);
+		for (j = 0; j < pages; j++) {
+			job->addrs[k + j] = host->page(hpriv, (uint32_t)pfns[j]);
+			job->page_val[k + j] = i;
+		}
+		k += pages;
+	}
+	if (!k)
+		return;
+	pthread_mutex_lock(&ctx->remote_lock);
+	if (job->put)
+		ctx->remote->put(ctx->remote_priv, job->rpages, k, (const void *const *)job->addrs);
+	else
+		ctx->remote->get(ctx->remote_priv, job->rpages, k, job->addrs, job->rok);
+	remote_snapshot(ctx);
+	pthread_mutex_unlock(&ctx->remote_lock);
+	if (job->put)
+		return;		/* the local put stands either way */
+	for (j = 0; j < k; j += pages) {
+		struct kjob_val *v = &job->vals[job->page_val[j]];
+		uint32_t good = 0;
+
+		while (good < pages && job->rok[j + good])
+			good++;
+		if (good < pages) {
+			v->err = -ENOENT;
+			continue;
+		}
+		host->seal(hpriv, job->rpfns + v->first, pages);
+		copy_pages_out(job->space, page_bytes(ctx), job->addrs + j, 0, pages, v->buf);
+	}
+}
+
+/* Settle a value asked of the remote tier: stored here now, or a miss. */
+static void remote_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
+{
+	struct kvmm_kspace *s = job->space;
+	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	int32_t *pfns = job->rpfns + v->first;
+	struct kvmm_node *node = NULL;
+	uint32_t w[KVMM_KEY_WORDS];
+
+	ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
+	if (!v->err) {
+		key_words(&v->key, w);
+		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST);
+	}
+	if (!node) {	/* a miss, or there first meanwhile, or no memory: ours go */
+		kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
+		kvmm_free_pages(ctx, host, pfns, s->pages);
+		kvmm_count(ctx, v->err ? EV_KEYED_MISSES : EV_KEYED_GETS, 1);
+		return;
+	}
+	kvmm_lru_update(ctx, node);
+	kvmm_count(ctx, EV_KEYED_GETS, 1);
+	kvmm_count(ctx, EV_KEYED_REMOTE_GETS, 1);
+	kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN, (uint64_t)s->pages * page_bytes(ctx));
+}
+
+/**
+ * kvmm_keyed_remote_exists() - carry on an EXISTS on the remote tier
+ * @ctx: the context, its lock not held (a probe waits on the network)
+ * @s: the space
+ * @keys: the keys
+ * @n: how many
+ * @from: the first key not stored here (a run's end); with @res, every
+ *	key whose res[i] is -ENOENT is asked
+ * @res: NULL, or each key's result, as walk_keys() left it: a key the
+ *	remote tier has whole turns 0
+ *
+ * Return: how many more keys from @from on the remote tier has, one after
+ * the other (@res: how many of the keys asked it has); 0 without a
+ * remote tier.  Nothing is read: a get that follows brings them here.
+ */
+int kvmm_keyed_remote_exists(struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
+			     const struct kvmm_key *keys, uint32_t n, uint32_t from,
+			     int32_t *const *res)
+{
+	struct kvmm_remote_page *pg;
+	uint32_t pages = s->pages, i, k = 0, more = 0, *which;
+	uint8_t *ok;
+	size_t bytes = (size_t)n * pages * (sizeof(*pg) + 1) + (size_t)n * sizeof(*which);
+
+	if (!ctx->remote || from >= n)
+		return 0;
+	pg = kvmm_malloc(ctx, bytes);
+	if (!pg)
+		return 0;
+	which = (uint32_t *)(pg + (size_t)n * pages);
+	ok = (uint8_t *)(which + n);
+	for (i = res ? 0 : from; i < n; i++) {
+		if (res && *res[i] != -ENOENT)
+			continue;
+		remote_names(s, &keys[i], pg + (size_t)k * pages);
+		which[k++] = i;
+	}
+	pthread_mutex_lock(&ctx->remote_lock);
+	ctx->remote->probe(ctx->remote_priv, pg, k * pages, ok);
+	remote_snapshot(ctx);
+	pthread_mutex_unlock(&ctx->remote_lock);
+	for (i = 0; i < k; i++) {
+		bool whole = !memchr(ok + (size_t)i * pages, 0, pages);
+
+		if (!whole && !res)
+			break;
+		if (whole && res)
+			*res[which[i]] = 0;
+		more += whole;
+	}
+	kvmm_mfree(ctx, pg, bytes);
+	return (int)more;
+}
+
+/* The remote tier's counters, as STATS items (the last copy of them). */
+static void remote_stat_items(const struct kvmm_ctx *ctx, uint64_t *v)
+{
+	const struct kvmm_remote_stats *st = &ctx->remote_stats;
+#define RS(f) __atomic_load_n(&st->f, __ATOMIC_RELAXED)
+	v[KVMM_STAT_REMOTE_PROBES] = RS(probes);
+	v[KVMM_STAT_REMOTE_PROBE_HITS] = RS(probe_hits);
+	v[KVMM_STAT_REMOTE_GET_PAGES] = RS(gets);
+	v[KVMM_STAT_REMOTE_GET_HITS] = RS(get_hits);
+	v[KVMM_STAT_REMOTE_BYTES_OUT] = RS(get_bytes);
+	v[KVMM_STAT_REMOTE_PUT_PAGES] = RS(puts);
+	v[KVMM_STAT_REMOTE_PUT_SKIPPED] = RS(put_skipped);
+	v[KVMM_STAT_REMOTE_BYTES_IN] = RS(put_bytes);
+	v[KVMM_STAT_REMOTE_CORRUPT] = RS(corrupt);
+	v[KVMM_STAT_REMOTE_TIMEOUTS] = RS(timeouts);
+	v[KVMM_STAT_REMOTE_ERRORS] = RS(errors);
+	v[KVMM_STAT_REMOTE_NS] = RS(probe_ns) + RS(get_ns) + RS(put_ns);
+#undef RS
+}
+
+/* The remote tier of @ctx's parameters: connected, or why not. */
+int kvmm_keyed_remote_init(struct kvmm_ctx *ctx)
+{
+	const struct kvmm_params *p = &ctx->params;
+	char why[512] = "";
+	struct kvmm_remote_cfg cfg = {
+		.seeds = p->remote, .salt = p->remote_salt ? p->remote_salt : "",
+		.model_id = p->model_id ? p->model_id : "", .model = p->model,
+		.page_size = p->page_size, .page_bytes = kvmm_page_bytes(&p->model, p->page_size),
+		.timeout_ms = p->remote_timeout_ms, .err = why, .err_len = sizeof(why),
+	};
+	const struct kvmm_remote_ops *ops;
+	int ret;
+
+	if (!p->remote)
+		return 0;
+	ops = kvmm_remote_lookup("redis");
+	if (!ops) {
+		kvmm_report(ctx, "remote tier: this build has no Redis client (hiredis)");
+		return -EOPNOTSUPP;
+	}
+	if (pthread_mutex_init(&ctx->remote_lock, NULL))
+		return -ENOMEM;
+	ret = ops->init(&cfg, &ctx->remote_priv);
+	if (ret) {
+		kvmm_report(ctx, "%s", why[0] ? why : strerror(-ret));
+		pthread_mutex_destroy(&ctx->remote_lock);
+		return ret;
+	}
+	ctx->remote = ops;
+	return 0;
+}
+
+void kvmm_keyed_remote_exit(struct kvmm_ctx *ctx)
+{
+	if (!ctx->remote)
+		return;
+	ctx->remote->exit(ctx->remote_priv);
+	pthread_mutex_destroy(&ctx->remote_lock);
+	ctx->remote = NULL;
+}
+
 /*
  * The copy step: no context state changes, so it runs with or without
  * the lock (@chan: the I/O stores' channel, as kvmm_migrate_copy()).
@@ -697,9 +973,11 @@ static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan
 			continue;
 		if (job->put)
 			v->err = copy_in(ctx, job, v);
-		else if (ctx->store[v->node->tier]->page)
+		else if (!v->remote && ctx->store[v->node->tier]->page)
 			v->err = copy_out(ctx, job, v);
 	}
+	if (job->remote)
+		remote_copy(ctx, job);
 	for (t = KVMM_TIER_HOST; !job->put && job->io && t < KVMM_NR_TIERS; t++)
 		if (ctx->store[t] && !ctx->store[t]->page)
 			read_values(ctx, job, t, chan);
@@ -735,6 +1013,8 @@ static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 				kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN,
 						(uint64_t)s->pages * page_bytes(ctx));
 			}
+		} else if (v->remote) {
+			remote_settle(ctx, job, v);
 		} else if (!job->put && v->armed) {
 			uint32_t tier = node->tier, nr = node->len >> ctx->page_shift;
 
@@ -900,17 +1180,31 @@ static int walk_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s, const struct k
  * @n: how many
  * @del: delete (else: look up)
  * @res: NULL, or where each key's result goes (see walk_keys())
+ * @held: the caller holds the context's lock (a ring): it is dropped
+ *	while the remote tier is asked, and taken again
+ *
+ * An EXISTS carries on on the remote tier past the keys stored here
+ * (kvmm_keyed_remote_exists()).
  *
  * Return: leading keys stored (@res: keys stored), or values deleted.
  */
 int kvmm_keyed_run_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
-			const struct kvmm_key *keys, uint32_t n, bool del, int32_t *const *res)
+			const struct kvmm_key *keys, uint32_t n, bool del, int32_t *const *res,
+			bool held)
 {
 	int ret;
 
 	kvmm_migrate_reap(ctx);
 	ret = walk_keys(ctx, s, keys, n, del, res);
 	kvmm_debug_check(ctx, del ? "keyed delete" : "keyed exists");
+	if (del || !ctx->remote || (!res && (uint32_t)ret == n))
+		return ret;
+	/* what is not here may be on the remote tier: ask, off the lock */
+	if (held)
+		pthread_mutex_unlock(&ctx->lock);
+	ret += kvmm_keyed_remote_exists(ctx, s, keys, n, (uint32_t)ret, res);
+	if (held)
+		pthread_mutex_lock(&ctx->lock);
 	return ret;
 }
 
@@ -935,7 +1229,7 @@ static int direct_keys(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_k
 		for (i = 0; i < n; i++)
 			resps[i] = &res[i];
 	}
-	ret = kvmm_keyed_run_keys(ctx, s, keys, n, del, resps);
+	ret = kvmm_keyed_run_keys(ctx, s, keys, n, del, resps, false);
 	if (resps)
 		kvmm_mfree(ctx, resps, bytes);
 	return ret;
@@ -1029,7 +1323,7 @@ int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t use
 	if (!job)
 		return -ENOMEM;
 	kjob_arm(ctx, job);
-	if (job->io && owner && ctx->iow) {
+	if ((job->io || job->remote) && owner && ctx->iow) {
 		job->owner = owner;
 		job->user_data = user_data;
 		job->work.run = kjob_run;
@@ -1038,7 +1332,7 @@ int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t use
 	}
 	if (job->io) {		/* kvmm_ioctl(): it waits, under the lock */
 		kjob_copy(ctx, job, 0);
-	} else {
+	} else {		/* memory, and the remote tier: never under it */
 		pthread_mutex_unlock(&ctx->lock);
 		kjob_copy(ctx, job, 0);	/* memory only: channel 0 is not used */
 		pthread_mutex_lock(&ctx->lock);
@@ -1101,6 +1395,8 @@ void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v)
 	v[KVMM_STAT_KEYED_SHARE] = ctx->keyed_share;
 	v[KVMM_STAT_KEYED_VALUES] = ctx->keyed_values;
 	v[KVMM_STAT_KEYED_EVICTS] = ctx->events[EV_KEYED_DROPS] - ctx->events[EV_KEYED_DELETES];
+	v[KVMM_STAT_KEYED_REMOTE_GETS] = ctx->events[EV_KEYED_REMOTE_GETS];
+	remote_stat_items(ctx, v);
 }
 
 /*
@@ -1124,7 +1420,7 @@ int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t 
 
 			if (!v->armed)
 				continue;
-			if (!job->put) {
+			if (!job->put && !v->remote) {
 				if (!v->node || !v->node->lock_ref ||
 				    !(v->node->flags & KVMM_NODE_KEYED)) {
 					*why = "a keyed get holds a value it has not locked";
@@ -1134,12 +1430,13 @@ int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t 
 				continue;
 			}
 			for (j = 0; j < job->space->pages; j++) {
-				int32_t pfn = job->pfns[v->first + j];
+				int32_t pfn = (v->remote ? job->rpfns : job->pfns)[v->first + j];
 
 				if (pfn < 0 || (uint32_t)pfn >= host->nr_pages ||
 				    host->pages[pfn].state != KVMM_PAGE_IO ||
 				    marks[KVMM_TIER_HOST][pfn]) {
-					*why = "a keyed put's frame is not in state IO, or is held twice";
+					*why = "a keyed put's (or remote get's) frame is not in state "
+					       "IO, or is held twice";
 					return -EUCLEAN;
 				}
 				marks[KVMM_TIER_HOST][pfn] = mark_io;

@@ -231,3 +231,34 @@ void test_tmp_dir_remove(void)
 	if (tmp_dir[0] && !rmdir(tmp_dir))
 		tmp_dir[0] = 0;
 }
+
+/* ---- an in-process ring with one 1 MiB buffer registered (buffer 1) ---- */
+
+void test_kring_init(struct kvmm_ctx *ctx, struct test_kring *r, uint32_t flags, uint32_t ns)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 16, .flags = flags, .ns = ns };
+	struct kvmm_iovec iov;
+
+	r->bytes = 1 << 20;
+	r->mem = calloc(1, r->bytes);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(r->mem);
+	iov = (struct kvmm_iovec){ r->mem, r->bytes };
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &r->ring), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&r->ring, &iov, 1), 0);
+}
+
+void test_kring_exit(struct test_kring *r)
+{
+	kvmm_ring_exit(&r->ring);
+	free(r->mem);
+}
+
+/* A keyed command on space @sp, its @n entries or keys at offset 0: its result. */
+int32_t test_kring_io(struct test_kring *r, uint8_t op, uint32_t sp, uint32_t n)
+{
+	struct kvmm_sqe *sqe = TEST_SQE(&r->ring);
+
+	kvmm_prep_rw(sqe, op, 0, 1, 0, n);
+	sqe->arg = sp;
+	return test_ring1(&r->ring, NULL);
+}

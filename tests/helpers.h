@@ -49,6 +49,16 @@ int32_t test_ring1(struct kvmm_ring *ring, uint32_t *flags);
 const char *test_tmp_file(const char *name);
 void test_tmp_dir_remove(void);
 
+/* An in-process ring with a 1 MiB buffer registered as buffer 1. */
+struct test_kring {
+	struct kvmm_ring ring;
+	uint8_t *mem;
+	size_t bytes;
+};
+void test_kring_init(struct kvmm_ctx *ctx, struct test_kring *r, uint32_t flags, uint32_t ns);
+void test_kring_exit(struct test_kring *r);
+int32_t test_kring_io(struct test_kring *r, uint8_t op, uint32_t sp, uint32_t n);
+
 #define CHECK_OK(ctx) CU_ASSERT_EQUAL(kvmm_check(ctx), 0)
 
 /*

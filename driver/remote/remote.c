@@ -87,6 +87,7 @@ struct remote {
 	struct rc_cmd *cmd;
 	uint8_t *ok;
 	uint32_t cap;
+	uint32_t *zeros;	/* the tokens of a page named by its key alone */
 };
 
 static uint64_t now_ns(void)
@@ -176,11 +177,19 @@ static void hex128(char *out, const uint64_t k[2])
 	}
 }
 
-/* The keys of page @pg: "kvmm:{HEX}" and, for a second part, "kvmm:{HEX}:1". */
-static void slot_keys(struct rv_slot *s, const struct kvmm_remote_page *pg)
+/*
+ * The keys of page @pg: "kvmm:{HEX}" and, for a second part,
+ * "kvmm:{HEX}:1", HEX naming (the space, the page's key): every key
+ * depends on the salt and model, however the caller derived the page's.
+ */
+static void slot_keys(const struct remote *r, struct rv_slot *s, const struct kvmm_remote_page *pg)
 {
+	uint64_t in[4] = { r->space[0], r->space[1], pg->key[0], pg->key[1] };
+	XXH128_hash_t h = XXH3_128bits(in, sizeof(in));
+	uint64_t name[2] = { h.low64, h.high64 };
+
 	memcpy(s->key[0], "kvmm:{", 6);
-	hex128(s->key[0] + 6, pg->key);
+	hex128(s->key[0] + 6, name);
 	s->key[0][38] = '}';
 	s->key_len[0] = 39;
 	memcpy(s->key[1], s->key[0], 39);
@@ -217,6 +226,11 @@ static void count_errors(struct remote *r, const struct rc_cmd *c, uint32_t n)
 			r->st.timeouts++;
 		else if (c[i].err)
 			r->st.errors++;
+}
+
+static const uint32_t *tokens_of(const struct remote *r, const struct kvmm_remote_page *pg)
+{
+	return pg->tokens ? pg->tokens : r->zeros;
 }
 
 static uint64_t hdr_sum(const struct rv_hdr *h, const uint32_t *tokens, uint32_t page_size)
@@ -267,7 +281,7 @@ static int exists(struct remote *r, const struct kvmm_remote_page *pages, uint32
 		struct rv_slot *s = &r->slot[i];
 		struct rc_cmd *c = &r->cmd[i];
 
-		slot_keys(s, &pages[i]);
+		slot_keys(r, s, &pages[i]);
 		cmd_set(c, r->parts + 1, "EXISTS", s->key[0], s->key_len[0]);
 		if (r->parts == 2) {
 			c->argv[2] = s->key[1];
@@ -286,7 +300,8 @@ static int exists(struct remote *r, const struct kvmm_remote_page *pages, uint32
 	return 0;
 }
 
-static uint32_t remote_probe(void *priv, const struct kvmm_remote_page *pages, uint32_t nr)
+static uint32_t remote_probe(void *priv, const struct kvmm_remote_page *pages, uint32_t nr,
+			     uint8_t *ok)
 {
 	struct remote *r = priv;
 	uint64_t t0 = now_ns();
@@ -298,6 +313,8 @@ static uint32_t remote_probe(void *priv, const struct kvmm_remote_page *pages, u
 		run++;
 	for (i = 0; i < nr; i++)
 		r->st.probe_hits += r->ok[i];
+	if (ok)
+		memcpy(ok, r->ok, nr);
 	r->st.probes += nr;
 	r->st.probe_batches++;
 	r->st.probe_ns += now_ns() - t0;
@@ -354,9 +371,9 @@ static int verify(struct remote *r, const struct kvmm_remote_page *pg, const str
 	    h.split != r->split || memcmp(h.space, r->space, sizeof(h.space)) ||
 	    memcmp(h.key, pg->key, sizeof(h.key)) || memcmp(h.parent, pg->parent, sizeof(h.parent)))
 		return 2;
-	if (memcmp(trail + sizeof(h), pg->tokens, (size_t)r->page_size * sizeof(uint32_t)))
+	if (memcmp(trail + sizeof(h), tokens_of(r, pg), (size_t)r->page_size * sizeof(uint32_t)))
 		return 2;
-	if (hdr_sum(&h, pg->tokens, r->page_size) != h.hsum)
+	if (hdr_sum(&h, tokens_of(r, pg), r->page_size) != h.hsum)
 		return 2;
 	if (kvmm_csum(dst, r->page_bytes) != h.psum)
 		return 2;
@@ -364,7 +381,7 @@ static int verify(struct remote *r, const struct kvmm_remote_page *pg, const str
 }
 
 static uint32_t remote_get(void *priv, const struct kvmm_remote_page *pages, uint32_t nr,
-			   void *const *dst)
+			   void *const *dst, uint8_t *ok)
 {
 	struct remote *r = priv;
 	uint64_t t0 = now_ns();
@@ -377,7 +394,7 @@ static uint32_t remote_get(void *priv, const struct kvmm_remote_page *pages, uin
 		struct rv_slot *s = &r->slot[i];
 		struct rc_cmd *c = &r->cmd[i * k];
 
-		slot_keys(s, &pages[i]);
+		slot_keys(r, s, &pages[i]);
 		cmd_set(c, 2, "GET", s->key[0], s->key_len[0]);
 		c->into[0] = dst[i];
 		c->into_len[0] = r->split;
@@ -397,19 +414,22 @@ static uint32_t remote_get(void *priv, const struct kvmm_remote_page *pages, uin
 			verify(r, &pages[i], c0, c1, dst[i], r->trail + i * rv_head(r));
 
 		r->ok[i] = (uint8_t)v;
+		if (ok)
+			ok[i] = v == 1;
 		if (v == 2)
 			r->st.corrupt++;
-		if (v == 1 && !ended) {
-			run++;
+		if (v == 1 && (!ended || ok)) {
+			r->st.get_hits++;
 			r->st.get_bytes += r->page_bytes;
-		} else {
-			ended = true;
 		}
+		if (v == 1 && !ended)
+			run++;
+		else
+			ended = true;
 	}
 	cmds_free(r->cmd, nr * k);
 	drop_bad(r, nr);
 	r->st.gets += nr;
-	r->st.get_hits += run;
 	r->st.get_batches++;
 	r->st.get_ns += now_ns() - t0;
 	return run;
@@ -450,7 +470,7 @@ static int remote_put(void *priv, const struct kvmm_remote_page *pages, uint32_t
 		h->len = r->page_bytes;
 		h->split = r->split;
 		h->psum = kvmm_csum(src[i], r->page_bytes);
-		h->hsum = hdr_sum(h, pages[i].tokens, r->page_size);
+		h->hsum = hdr_sum(h, tokens_of(r, &pages[i]), r->page_size);
 		/* the second part first: a first part found means a whole value */
 		if (r->parts == 2) {
 			c = &r->cmd[n++];
@@ -466,7 +486,7 @@ static int remote_put(void *priv, const struct kvmm_remote_page *pages, uint32_t
 		c->piece_len[0] = r->split;
 		c->piece[1] = h;
 		c->piece_len[1] = sizeof(*h);
-		c->piece[2] = pages[i].tokens;
+		c->piece[2] = tokens_of(r, &pages[i]);
 		c->piece_len[2] = (size_t)r->page_size * sizeof(uint32_t);
 	}
 	/* exists() left r->cmd's replies freed: the SETs reuse the array */
@@ -501,10 +521,24 @@ static void remote_drop(void *priv, const struct kvmm_remote_page *pages, uint32
 	if (!nr || grow(r, nr))
 		return;
 	for (i = 0; i < nr; i++) {
-		slot_keys(&r->slot[i], &pages[i]);
+		slot_keys(r, &r->slot[i], &pages[i]);
 		r->ok[i] = 2;
 	}
 	drop_bad(r, nr);
+}
+
+static int remote_key_name(void *priv, const struct kvmm_remote_page *pg, uint32_t part,
+			   char *buf, size_t len)
+{
+	struct remote *r = priv;
+	struct rv_slot s;
+
+	if (part >= r->parts || len < sizeof(s.key[0]))
+		return -EINVAL;
+	slot_keys(r, &s, pg);
+	memcpy(buf, s.key[part], s.key_len[part]);
+	buf[s.key_len[part]] = '\0';
+	return 0;
 }
 
 static void remote_stats(void *priv, struct kvmm_remote_stats *out)
@@ -538,6 +572,7 @@ static void remote_exit(void *priv)
 	free(r->cmd);
 	free(r->ok);
 	free(r->trail);
+	free(r->zeros);
 	free(r);
 }
 
@@ -557,6 +592,11 @@ static int remote_init(const struct kvmm_remote_cfg *cfg, void **privp)
 		return -ENOMEM;
 	r->page_size = cfg->page_size;
 	r->page_bytes = cfg->page_bytes;
+	r->zeros = calloc(cfg->page_size, sizeof(uint32_t));
+	if (!r->zeros) {
+		free(r);
+		return -ENOMEM;
+	}
 	r->split = rv_split(rv_head(r), r->page_bytes);
 	r->parts = r->split < r->page_bytes ? 2 : 1;
 	XXH3_128bits_reset(&st);
@@ -587,6 +627,7 @@ const struct kvmm_remote_ops kvmm_remote_redis = {
 	.get = remote_get,
 	.put = remote_put,
 	.drop = remote_drop,
+	.key_name = remote_key_name,
 	.stats = remote_stats,
 	.hiredis_writes = remote_hiredis_writes,
 };

@@ -439,31 +439,7 @@ static void test_keyed_alloc_faults(void)
 
 /* ---- through a ring ---- */
 
-struct kring {
-	struct kvmm_ring ring;
-	uint8_t *mem;		/* buffer 1: entries, keys, values */
-	size_t bytes;
-};
-
-static void kring_init(struct kvmm_ctx *ctx, struct kring *r, uint32_t flags, uint32_t ns)
-{
-	struct kvmm_ring_params rp = { .sq_entries = 16, .flags = flags, .ns = ns };
-	struct kvmm_iovec iov;
-
-	r->bytes = 1 << 20;
-	r->mem = calloc(1, r->bytes);
-	iov = (struct kvmm_iovec){ r->mem, r->bytes };
-	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &r->ring), 0);
-	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&r->ring, &iov, 1), 0);
-}
-
-static void kring_exit(struct kring *r)
-{
-	kvmm_ring_exit(&r->ring);
-	free(r->mem);
-}
-
-static int32_t ring_kspace(struct kring *r, uint32_t ns, uint64_t vb, const char *id)
+static int32_t ring_kspace(struct test_kring *r, uint32_t ns, uint64_t vb, const char *id)
 {
 	struct kvmm_kspace_reg *reg = (void *)r->mem;
 	struct kvmm_sqe *sqe = TEST_SQE(&r->ring);
@@ -477,7 +453,7 @@ static int32_t ring_kspace(struct kring *r, uint32_t ns, uint64_t vb, const char
 }
 
 /* Entries at offset 0, values from offset 4096 (VB apart), stamped for a put. */
-static struct kvmm_kent *ring_ents(struct kring *r, uint32_t from, uint32_t n, bool put)
+static struct kvmm_kent *ring_ents(struct test_kring *r, uint32_t from, uint32_t n, bool put)
 {
 	struct kvmm_kent *e = (void *)r->mem;
 	uint32_t i;
@@ -495,28 +471,19 @@ static struct kvmm_kent *ring_ents(struct kring *r, uint32_t from, uint32_t n, b
 	return e;
 }
 
-static int32_t ring_kio(struct kring *r, uint8_t op, uint32_t sp, uint32_t n)
-{
-	struct kvmm_sqe *sqe = TEST_SQE(&r->ring);
-
-	kvmm_prep_rw(sqe, op, 0, 1, 0, n);
-	sqe->arg = sp;
-	return test_ring1(&r->ring, NULL);
-}
-
 /* KEXISTS or KDELETE of keys @from.. (at offset 0) */
-static int32_t ring_kkeys(struct kring *r, uint8_t op, uint32_t sp, uint32_t from, uint32_t n)
+static int32_t ring_kkeys(struct test_kring *r, uint8_t op, uint32_t sp, uint32_t from, uint32_t n)
 {
 	struct kvmm_key *k = (void *)r->mem;
 	uint32_t i;
 
 	for (i = 0; i < n; i++)
 		k[i] = key_of(from + i);
-	return ring_kio(r, op, sp, n);
+	return test_kring_io(r, op, sp, n);
 }
 
 /* KEXISTS or KDELETE with KVMM_KEYS_EACH of keys @from.. (entries at offset 0) */
-static int32_t ring_keach(struct kring *r, uint8_t op, uint32_t sp, uint32_t from, uint32_t n)
+static int32_t ring_keach(struct test_kring *r, uint8_t op, uint32_t sp, uint32_t from, uint32_t n)
 {
 	struct kvmm_kent *e = (void *)r->mem;
 	struct kvmm_sqe *sqe = TEST_SQE(&r->ring);
@@ -534,23 +501,23 @@ static void test_keyed_ring(void)
 {
 	struct kvmm_ctx *ctx = host_ctx(64, NULL, NULL);
 	struct kvmm_kent *e;
-	struct kring r;
+	struct test_kring r;
 	int32_t sp;
 	uint32_t i;
 
 	CU_ASSERT_FATAL(ctx != NULL);
-	kring_init(ctx, &r, 0, 0);
+	test_kring_init(ctx, &r, 0, 0);
 	sp = ring_kspace(&r, 0, VB, model);
 	CU_ASSERT(sp >= 0);
 	CU_ASSERT_EQUAL(sp, (int32_t)space_of(ctx, 0, VB));	/* the C API's space too */
 	e = ring_ents(&r, 0, 4, true);
-	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 4), 4);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KPUT, (uint32_t)sp, 4), 4);
 	for (i = 0; i < 4; i++)
 		CU_ASSERT_EQUAL(e[i].res, 0);
 	CU_ASSERT_EQUAL(get_one(ctx, (uint32_t)sp, 2), 0);	/* seen by the C API */
 	/* a get of two hits and a miss */
 	e = ring_ents(&r, 2, 3, false);
-	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KGET, (uint32_t)sp, 3), 2);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KGET, (uint32_t)sp, 3), 2);
 	CU_ASSERT_EQUAL(e[0].res, 0);
 	CU_ASSERT_EQUAL(e[1].res, 0);
 	CU_ASSERT_EQUAL(e[2].res, -ENOENT);
@@ -569,7 +536,7 @@ static void test_keyed_ring(void)
 	CU_ASSERT_EQUAL(ring_keach(&r, KVMM_OP_KEXISTS, (uint32_t)sp, 3, 1), 0);
 	CU_ASSERT_EQUAL(e[0].res, -ENOENT);
 	ring_ents(&r, 3, 1, true);
-	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 1), 1);	/* back */
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KPUT, (uint32_t)sp, 1), 1);	/* back */
 	CU_ASSERT_EQUAL(ring_kkeys(&r, KVMM_OP_KEXISTS, (uint32_t)sp, 3, 1), 1);
 	CU_ASSERT_EQUAL(ring_keach(&r, KVMM_OP_KEXISTS, 77, 0, 1), -EINVAL);
 	{
@@ -584,21 +551,21 @@ static void test_keyed_ring(void)
 	/* refused whole, nothing done: a value past the buffer, a bad field */
 	e = ring_ents(&r, 10, 2, true);
 	e[1].off = r.bytes - VB + 1;
-	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 2), -EFAULT);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KPUT, (uint32_t)sp, 2), -EFAULT);
 	e = ring_ents(&r, 10, 2, true);
 	e[1].resv = 1;
-	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 2), -EINVAL);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KPUT, (uint32_t)sp, 2), -EINVAL);
 	e = ring_ents(&r, 10, 2, true);
 	e[1].buf = 7;
-	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 2), -EFAULT);
-	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, (uint32_t)sp, 0), -EINVAL);
-	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KPUT, 77, 1), -EINVAL);
-	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KGET, (uint32_t)sp, 4097), -EINVAL);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KPUT, (uint32_t)sp, 2), -EFAULT);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KPUT, (uint32_t)sp, 0), -EINVAL);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KPUT, 77, 1), -EINVAL);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KGET, (uint32_t)sp, 4097), -EINVAL);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_VALUES), 2);
 	CU_ASSERT_EQUAL(ring_kspace(&r, 0, 0, model), -EINVAL);
 	CU_ASSERT_EQUAL(ring_kspace(&r, 0, VB, ""), -EINVAL);
 	CHECK_OK(ctx);
-	kring_exit(&r);
+	test_kring_exit(&r);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -607,28 +574,28 @@ static void test_keyed_ring(void)
 static void test_keyed_ring_tenant(void)
 {
 	struct kvmm_ctx *ctx = host_ctx(64, NULL, NULL);
-	struct kring a, b;
+	struct test_kring a, b;
 	int32_t sa, sb;
 
 	CU_ASSERT_FATAL(ctx != NULL);
-	kring_init(ctx, &a, KVMM_RING_F_NS, 5);
-	kring_init(ctx, &b, KVMM_RING_F_NS, 6);
+	test_kring_init(ctx, &a, KVMM_RING_F_NS, 5);
+	test_kring_init(ctx, &b, KVMM_RING_F_NS, 6);
 	sa = ring_kspace(&a, 5, VB, model);
 	sb = ring_kspace(&b, 6, VB, model);
 	CU_ASSERT(sa >= 0 && sb >= 0 && sa != sb);
 	CU_ASSERT_EQUAL(ring_kspace(&a, 6, VB, model), -EPERM);	/* not its namespace */
 	ring_ents(&a, 0, 2, true);
-	CU_ASSERT_EQUAL(ring_kio(&a, KVMM_OP_KPUT, (uint32_t)sa, 2), 2);
+	CU_ASSERT_EQUAL(test_kring_io(&a, KVMM_OP_KPUT, (uint32_t)sa, 2), 2);
 	/* b cannot name a's space, to read, probe or delete */
 	ring_ents(&b, 0, 2, false);
-	CU_ASSERT_EQUAL(ring_kio(&b, KVMM_OP_KGET, (uint32_t)sa, 2), -EINVAL);
+	CU_ASSERT_EQUAL(test_kring_io(&b, KVMM_OP_KGET, (uint32_t)sa, 2), -EINVAL);
 	CU_ASSERT_EQUAL(ring_kkeys(&b, KVMM_OP_KEXISTS, (uint32_t)sa, 0, 2), -EINVAL);
 	CU_ASSERT_EQUAL(ring_kkeys(&b, KVMM_OP_KDELETE, (uint32_t)sa, 0, 2), -EINVAL);
 	/* its own space of the same model holds none of a's values */
 	CU_ASSERT_EQUAL(ring_kkeys(&b, KVMM_OP_KEXISTS, (uint32_t)sb, 0, 2), 0);
 	CU_ASSERT_EQUAL(ring_kkeys(&a, KVMM_OP_KEXISTS, (uint32_t)sa, 0, 2), 2);
-	kring_exit(&a);
-	kring_exit(&b);
+	test_kring_exit(&a);
+	test_kring_exit(&b);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -771,11 +738,11 @@ static void test_keyed_nvme_ring_busy(void)
 	struct kvmm_kent *e;
 	struct kvmm_sqe *sqe;
 	struct kvmm_cqe *cqe;
-	struct kring g, d;
+	struct test_kring g, d;
 
 	fill(ctx, sp, 30);
-	kring_init(ctx, &g, 0, 0);
-	kring_init(ctx, &d, 0, 0);
+	test_kring_init(ctx, &g, 0, 0);
+	test_kring_init(ctx, &d, 0, 0);
 	e = ring_ents(&g, 0, 1, false);		/* value 0: the oldest, on NVMe */
 	sqe = TEST_SQE(&g.ring);
 	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
@@ -793,8 +760,8 @@ static void test_keyed_nvme_ring_busy(void)
 	CU_ASSERT_EQUAL(e[0].res, 0);
 	CU_ASSERT(stamped(g.mem + e[0].off, VB, 0));
 	CU_ASSERT_EQUAL(ring_keach(&d, KVMM_OP_KDELETE, sp, 0, 1), 1);	/* free now */
-	kring_exit(&g);
-	kring_exit(&d);
+	test_kring_exit(&g);
+	test_kring_exit(&d);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 	unlink(path);
@@ -807,18 +774,18 @@ static void test_keyed_nvme_ring(void)
 	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
 	uint32_t sp = space_of(ctx, 0, VB), i;
 	struct kvmm_kent *e;
-	struct kring r;
+	struct test_kring r;
 
 	fill(ctx, sp, 30);
-	kring_init(ctx, &r, 0, 0);
+	test_kring_init(ctx, &r, 0, 0);
 	e = ring_ents(&r, 0, 30, false);
-	CU_ASSERT_EQUAL(ring_kio(&r, KVMM_OP_KGET, sp, 30), 30);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KGET, sp, 30), 30);
 	for (i = 0; i < 30; i++) {
 		CU_ASSERT_EQUAL(e[i].res, 0);
 		CU_ASSERT(stamped(r.mem + e[i].off, VB, i));
 	}
 	CU_ASSERT(test_stat_locked(ctx, KVMM_STAT_NVME_BYTES_OUT) > 0);
-	kring_exit(&r);
+	test_kring_exit(&r);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 	unlink(path);

@@ -319,11 +319,11 @@ static struct kvmm_remote_stats run_mode(int mode)
 		src[i] = page[i];
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	CU_ASSERT_EQUAL(ops->get(priv, pg, 8, dst), 0);
+	CU_ASSERT_EQUAL(ops->get(priv, pg, 8, dst, NULL), 0);
 	CU_ASSERT(secs_since(&t0) < 3 * TIMEOUT_MS / 1000.0 + 0.5);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	/* a server that answers twice may have a probe say yes: reads tell */
-	CU_ASSERT(ops->probe(priv, pg, 8) == 0 || mode == FAKE_ASK || mode == FAKE_EXTRA);
+	CU_ASSERT(ops->probe(priv, pg, 8, NULL) == 0 || mode == FAKE_ASK || mode == FAKE_EXTRA);
 	CU_ASSERT(secs_since(&t0) < TIMEOUT_MS / 1000.0 + 0.5);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	put = ops->put(priv, pg, 8, src);

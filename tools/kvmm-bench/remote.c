@@ -216,7 +216,7 @@ static int remote_bench(const struct remote_opts *o)
 			goto out;
 		}
 		t0 = now_ns();
-		ret = (int)ops->get(priv, b.pg, b.n, b.dst);
+		ret = (int)ops->get(priv, b.pg, b.n, b.dst, NULL);
 		get[r] = gbps(bytes, (double)(now_ns() - t0));
 		if (ret != (int)b.n || memcmp(b.dst[b.n - 1], b.src[b.n - 1], o->page_bytes)) {
 			fprintf(stderr, "kvmm-bench: remote: get read %d of %u\n", ret, b.n);
@@ -256,7 +256,7 @@ static int remote_bench(const struct remote_opts *o)
 	for (i = 0; i < PROBE_CALLS; i++) {
 		uint64_t t0 = now_ns();
 
-		if (ops->probe(priv, pb.pg, pb.n) != pb.n) {
+		if (ops->probe(priv, pb.pg, pb.n, NULL) != pb.n) {
 			fprintf(stderr, "kvmm-bench: remote: probe missed stored pages\n");
 			ret = 1;
 			goto out;

@@ -61,6 +61,13 @@ static void usage(FILE *f)
 		"                       file records it and refuses to serve it to another model\n"
 		"  --nvme-reformat      format the NVMe file afresh (a cold start), even one of\n"
 		"                       another model or geometry or with a damaged superblock\n"
+		"  --remote HOST:PORT[,...]  a Redis Cluster (or Valkey) below the host tier, shared\n"
+		"                       with other machines: keyed values are written through to it\n"
+		"                       and read from it when this machine has them not (needs\n"
+		"                       --host-pages; see Documentation/admin-guide/remote.rst)\n"
+		"  --remote-salt STR    the tenant's salt: values are shared only under the same\n"
+		"                       salt and --model-id (default empty)\n"
+		"  --remote-timeout-ms MS  the deadline of every batch to the cluster (default 1000)\n"
 		"  --write-policy write-back|write-through   copy KV to the host tier when\n"
 		"                       reclaim demotes it (default), or when it is committed\n"
 		"  --poll               serve every ring in polling mode (one core polls, 2 ms at most)\n"
@@ -90,6 +97,8 @@ struct opts {
 	char *nvme_path;
 	char *backend;
 	char *model_id;
+	char *remote;
+	char *remote_salt;
 	uint32_t server_flags;
 	int quiet;
 	uint64_t given;			/* bits of kvmmd_opts[] given */
@@ -141,7 +150,8 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_HOST_PAGES, O_HOST_NODE, O_NVME_FILE, O_NVME_PAGES, O_NVME_QD, O_WRITE_POLICY,
        O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE,
        O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
-       O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, NR_OPTS };
+       O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, O_REMOTE, O_REMOTE_SALT,
+       O_REMOTE_TIMEOUT, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 #define REQ	required_argument
@@ -193,6 +203,9 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 	[O_MAX_PENDING] = { "max-pending", REQ, set_u32, L(max_pending), 1024 },
 	[O_HANDSHAKE_MS] = { "handshake-ms", REQ, set_u32, L(handshake_ms), UINT32_MAX },
 	[O_SEND_MS] = { "send-ms", REQ, set_u32, L(send_ms), UINT32_MAX },
+	[O_REMOTE] = { "remote", REQ, set_str, offsetof(struct opts, remote) },
+	[O_REMOTE_SALT] = { "remote-salt", REQ, set_str, offsetof(struct opts, remote_salt) },
+	[O_REMOTE_TIMEOUT] = { "remote-timeout-ms", REQ, set_u32, P(remote_timeout_ms), 600000 },
 };
 
 /* A number within the option's range, or a message naming it. */
@@ -494,6 +507,16 @@ static int check_opts(struct opts *o)
 	o->p.nvme_path = o->nvme_path;
 	o->p.backend = o->backend;
 	o->p.model_id = o->model_id;
+	o->p.remote = o->remote;
+	o->p.remote_salt = o->remote_salt;
+	if (o->remote && !o->p.host_pages) {
+		fprintf(stderr, "kvmmd: --remote needs --host-pages: values come and go "
+			"through the host tier\n");
+		return -1;
+	}
+	if (o->remote && !o->model_id && !o->quiet)
+		fprintf(stderr, "kvmmd: warning: --remote without --model-id: every machine of "
+			"the same geometry and salt shares the values, whatever its model\n");
 	if (o->p.nvme_pages && !o->model_id && !o->quiet)
 		fprintf(stderr, "kvmmd: warning: --nvme-file without --model-id: the file cannot "
 			"tell this model's KV from another's of the same geometry\n");
@@ -532,6 +555,8 @@ static void opts_free(struct opts *o)
 	free(o->nvme_path);
 	free(o->backend);
 	free(o->model_id);
+	free(o->remote);
+	free(o->remote_salt);
 }
 
 /* Who answers at @path, which is taken: another kvmm server, or not? */
@@ -579,6 +604,7 @@ static int pool_start(struct opts *o, struct kvmm_ctx **ctx)
 			ret == -EINVAL ? " (check the geometry, page size, sizes, --max-pages and watermarks; "
 					 "an NVMe tier needs --host-pages and --nvme-file, "
 					 "write-through needs --host-pages)" :
+			ret == -ECONNREFUSED ? " (the --remote cluster: see the line above)" :
 			ret == -ENOSPC ? " (the memory budget holds no page)" : "");
 		return -1;
 	}
@@ -632,6 +658,8 @@ static void say_serving(const struct opts *o, struct kvmm_ctx *ctx)
 			o->p.nvme_pages, o->p.nvme_path,
 			o->p.nvme_flags & KVMM_NVME_REFORMAT ? "reformatted, " : "",
 			(unsigned long long)st[KVMM_STAT_NVME_PAGES_CACHED]);
+	if (o->p.remote)
+		fprintf(stderr, ", remote tier on %s", o->p.remote);
 	fputc('\n', stderr);
 }
 

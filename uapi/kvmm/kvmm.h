@@ -142,6 +142,20 @@ enum kvmm_stat_item {
 	KVMM_STAT_KEYED_SHARE,		/* (gauge) KVMM_SET_KEYED_SHARE, percent */
 	KVMM_STAT_PAGES_WRITEBACK,	/* (gauge) device pages background reclaim
 					 * is moving to the host tier */
+	/* The remote tier (struct kvmm_params.remote), in pages of the pool: */
+	KVMM_STAT_REMOTE_PROBES,	/* pages probed for */
+	KVMM_STAT_REMOTE_PROBE_HITS,	/* ... and found */
+	KVMM_STAT_REMOTE_GET_PAGES,	/* pages asked for */
+	KVMM_STAT_REMOTE_GET_HITS,	/* ... read and verified */
+	KVMM_STAT_REMOTE_BYTES_OUT,	/* bytes read from it */
+	KVMM_STAT_REMOTE_PUT_PAGES,	/* pages written to it */
+	KVMM_STAT_REMOTE_PUT_SKIPPED,	/* pages it had already: not written */
+	KVMM_STAT_REMOTE_BYTES_IN,	/* bytes written to it */
+	KVMM_STAT_REMOTE_CORRUPT,	/* values that did not verify: misses, deleted */
+	KVMM_STAT_REMOTE_TIMEOUTS,	/* commands a shard did not answer in time */
+	KVMM_STAT_REMOTE_ERRORS,	/* commands failed otherwise */
+	KVMM_STAT_REMOTE_NS,		/* nanoseconds spent in its batches */
+	KVMM_STAT_KEYED_REMOTE_GETS,	/* keyed values a get brought from it */
 	NR_KVMM_STATS
 };
 
