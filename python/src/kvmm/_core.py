@@ -37,11 +37,11 @@ Stats.__doc__ = "A snapshot of kvmm_stats(): one field per enum kvmm_stat_item."
 Stats.__module__ = "kvmm"
 
 _MODEL_FIELDS = ("layers", "kv_heads", "head_dim", "latent_dim", "dtype_bytes")
-_STR_FIELDS = ("model_id", "backend", "evict_policy", "nvme_path")
+_STR_FIELDS = ("model_id", "backend", "evict_policy", "nvme_path", "remote", "remote_salt")
 _INT_FIELDS = ("page_size", "max_seqs", "max_seq_len", "nr_pages", "max_pages", "mem_total",
 	       "mem_avail", "mem_fraction", "wmark_min", "wmark_low", "wmark_high",
 	       "host_pages", "host_node", "write_policy", "nvme_pages", "nvme_qd", "nvme_flags",
-	       "host_wmark_low", "host_wmark_high")
+	       "host_wmark_low", "host_wmark_high", "remote_timeout_ms")
 _ATTN = {"mha": lib.KVMM_ATTN_MHA, "mla": lib.KVMM_ATTN_MLA}
 _FRAMES = {"kvmm": lib.KVMM_FRAMES_KVMM, "engine": lib.KVMM_FRAMES_ENGINE}
 # struct module formats of 4-byte ints in native (little-endian) order
@@ -531,7 +531,8 @@ class Context(ViewOwner):
 	``attn`` "mha"/"mla"; ``page_size``, ``max_seqs``, ``max_seq_len``,
 	``nr_pages`` or SGLang's ``mem_fraction`` with ``mem_total`` and
 	``mem_avail``; watermarks, ``evict_policy``, ``host_pages``,
-	``nvme_pages``, ``nvme_path``, ``nvme_flags``, ``model_id`` ...);
+	``nvme_pages``, ``nvme_path``, ``nvme_flags``, ``model_id``, ``remote``,
+	``remote_salt``, ``remote_timeout_ms`` ...);
 	anything not given keeps the library's default (kvmm_params_init()).
 	``shareable=True`` backs the mock pool with memfds.  Use it as a
 	context manager, or call :meth:`close`.

@@ -74,12 +74,17 @@ class KeyedStore:
 	of @page_bytes.  @ns: the namespace (a tenant's; through kvmmd the ring
 	is bound to it).  @threads: worker threads (rings).  @ring_bytes: each
 	ring's data area through kvmmd (values cross it; a batch larger is split).
+	@remote: an in-process store's Redis Cluster ("host:port,..."), shared
+	with other machines under @remote_salt (kvmmd has its own --remote);
+	@remote_timeout_ms: its batches' deadline.
 	"""
 
 	def __init__(self, model_id: str, socket: Optional[str] = None, ns: Optional[int] = None,
 		     host_bytes: int = 1 << 30, nvme_path: Optional[str] = None,
 		     nvme_bytes: int = 0, page_bytes: int = 1 << 16, threads: int = 2,
-		     ring_bytes: int = 64 << 20, connect_timeout: float = 10.0) -> None:
+		     ring_bytes: int = 64 << 20, connect_timeout: float = 10.0,
+		     remote: Optional[str] = None, remote_salt: Optional[str] = None,
+		     remote_timeout_ms: int = 0) -> None:
 		if not model_id:
 			raise ValueError("kvmm: model_id must name the model (and its revision)")
 		if threads < 1:
@@ -100,10 +105,16 @@ class KeyedStore:
 				host_pages=host_bytes // page_bytes, model_id=model_id)
 			if nvme_path:
 				params.update(nvme_path=nvme_path, nvme_pages=nvme_bytes // page_bytes)
+			if remote:
+				params.update(remote=remote, remote_salt=remote_salt or "",
+					      remote_timeout_ms=remote_timeout_ms)
 			self._ctx = Context(**params)
 			self._open: Callable[[], Ring] = lambda: self._ctx.ring(  # type: ignore
 				sq_entries=64, buf_size=1 << 20)
 		else:
+			if remote:
+				raise ValueError("kvmm: remote= is kvmmd's --remote when the store "
+						 "is kvmmd's (socket=)")
 			self._open = lambda: connect(socket, sq_entries=64, buf_size=ring_bytes,
 						     timeout=connect_timeout, ns=ns)
 		self.local = socket is None

@@ -18,7 +18,11 @@ Options (the tier's dict, besides ``type`` and ``module_path``):
 ``socket`` (kvmmd's; omit for a store in this process, sized by
 ``host_bytes`` and optionally ``nvme_path``/``nvme_bytes``), ``ns``,
 ``model_id`` (default: the served model and its revision), ``threads``,
-``ring_bytes``.  See Documentation/admin-guide/engines.rst.
+``ring_bytes``; for a store in this process, ``remote`` (a Redis Cluster's
+seeds, "host:port,...": blocks written through to it and read from it
+when this machine has them not, shared with other machines),
+``remote_salt`` and ``remote_timeout_ms``.  See
+Documentation/admin-guide/engines.rst and remote.rst.
 """
 import collections
 from dataclasses import dataclass
@@ -81,7 +85,8 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		     ns: Optional[int] = None, model_id: Optional[str] = None,
 		     host_bytes: int = 1 << 30, nvme_path: Optional[str] = None,
 		     nvme_bytes: int = 0, threads: int = 2, ring_bytes: int = 64 << 20,
-		     locality: Any = None) -> None:
+		     locality: Any = None, remote: Optional[str] = None,
+		     remote_salt: Optional[str] = None, remote_timeout_ms: int = 0) -> None:
 		super().__init__(offloading_spec=offloading_spec, primary_kv_view=primary_kv_view,
 				 tier_type=tier_type, backpressure_detector=backpressure_detector)
 		self._vb = self.block_size_bytes
@@ -92,7 +97,8 @@ class KvmmSecondaryTier(SecondaryTierManager):
 					 socket=socket, ns=ns, host_bytes=host_bytes,
 					 nvme_path=nvme_path, nvme_bytes=nvme_bytes,
 					 page_bytes=_page_bytes(self._vb), threads=threads,
-					 ring_bytes=ring_bytes)
+					 ring_bytes=ring_bytes, remote=remote, remote_salt=remote_salt,
+					 remote_timeout_ms=remote_timeout_ms)
 		self._info = KvmmTierInfo(kvmm_store=socket or "in-process",
 					  kvmm_model_id=self._store.model_id)
 		# keys whose store is in flight: lookup() says RETRY for them
