@@ -142,6 +142,11 @@ enum kvmm_stat_item {
 	KVMM_STAT_KEYED_SHARE,		/* (gauge) KVMM_SET_KEYED_SHARE, percent */
 	KVMM_STAT_PAGES_WRITEBACK,	/* (gauge) device pages background reclaim
 					 * is moving to the host tier */
+	/* Cache events (KVMM_SET_EVENTS, KVMM_OP_EVENTS): */
+	KVMM_STAT_EVENTS,		/* events recorded */
+	KVMM_STAT_EVENTS_DROPPED,	/* of those, overwritten before any reader
+					 * read them (or dropped whole) */
+	KVMM_STAT_EVENTS_BYTES,		/* (gauge) bytes of the event buffer, 0: off */
 	NR_KVMM_STATS
 };
 
