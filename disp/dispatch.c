@@ -44,7 +44,7 @@
  * the namespace's pin limit (-EDQUOT past it), so a tenant cannot pin the
  * pool away from the others; the operator (an unbound ring) lists every
  * pin with DUMP_PINS and drops any of them, whoever took it, with
- * PIN_DROP.
+ * PIN_DROP.  Its EVENTS show the events of its namespace only.
  *
  * Ownership.  A sequence opened through a ring belongs to it: other rings
  * (and the direct API) cannot touch it, and when the ring goes (the client
@@ -319,7 +319,8 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	p->nr_ops = KVMM_OP_LAST;
 	probe_ops(p);
 	p->features = KVMM_FEAT_NAMESPACES | KVMM_FEAT_PIN_KEEP | KVMM_FEAT_SLRU |
-		      KVMM_FEAT_TIERS | KVMM_FEAT_NS_LIMITS | KVMM_FEAT_KEYED;
+		      KVMM_FEAT_TIERS | KVMM_FEAT_NS_LIMITS | KVMM_FEAT_KEYED |
+		      KVMM_FEAT_EVENTS;
 	p->page_size = ctx->page_size;
 	p->nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
 	p->max_seqs = ctx->max_seqs;
@@ -448,6 +449,8 @@ static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		return kvmm_set_ns_cache_share(ctx, sqe->arg2);
 	case KVMM_SET_KEYED_SHARE:
 		return kvmm_set_keyed_share(ctx, sqe->arg2);
+	case KVMM_SET_EVENTS:
+		return kvmm_set_events(ctx, sqe->arg2);
 	default:
 		return -EINVAL;
 	}
@@ -648,6 +651,25 @@ static int op_kkeys(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return ret;
 }
 
+/*
+ * EVENTS: cache events from cursor arg2 on (events.c).  A ring bound to
+ * a namespace sees its own only, whatever arg says: it names its
+ * namespace in ns (checked as every bound ring's), and the filter is on.
+ */
+static int op_events(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		     const uint32_t *tok, uint32_t *cflags)
+{
+	void *out = output(d, sqe);
+	bool filter = sqe->arg & KVMM_EVENTS_NS;
+
+	if ((sqe->arg & ~KVMM_EVENTS_FLAGS) || (!filter && !d->ns_bound && sqe->ns))
+		return -EINVAL;
+	if (!out)
+		return -EFAULT;
+	return kvmm_events_read(d->ctx, sqe->arg2, filter || d->ns_bound, sqe->ns, out,
+				sqe->len, cflags);
+}
+
 /* What (buf, off, len) hold for an opcode: struct disp_op.payload. */
 enum disp_payload {
 	P_NONE,		/* nothing: the fields are zero */
@@ -703,6 +725,7 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_KGET]		= { F_TOK | F_ARG, P_OWN, false, false, op_kio },
 	[KVMM_OP_KEXISTS]	= { F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_kkeys },
 	[KVMM_OP_KDELETE]	= { F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_kkeys },
+	[KVMM_OP_EVENTS]	= { F_NS | F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_events },
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");

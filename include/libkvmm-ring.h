@@ -335,6 +335,19 @@ static inline void kvmm_prep_dump(struct kvmm_sqe *sqe, uint32_t kind, uint64_t 
 	sqe->arg2 = cursor;
 }
 
+/*
+ * Output: a struct kvmm_events_hdr and the cache events from @cursor on in
+ * @bytes at (buf, off); @flags KVMM_EVENTS_NS keeps namespace @ns's only.
+ */
+static inline void kvmm_prep_events(struct kvmm_sqe *sqe, uint64_t cursor, uint32_t flags,
+				    uint32_t ns, uint16_t buf, uint64_t off, uint32_t bytes)
+{
+	kvmm_prep_rw(sqe, KVMM_OP_EVENTS, 0, buf, off, bytes);
+	sqe->arg = flags;
+	sqe->arg2 = cursor;
+	sqe->ns = ns;
+}
+
 /* Output: a struct kvmm_seq_row and @seq's page frames in @bytes at (buf, off). */
 static inline void kvmm_prep_seq_row(struct kvmm_sqe *sqe, uint32_t seq, uint16_t buf,
 				     uint64_t off, uint32_t bytes)

@@ -373,6 +373,7 @@ KVMM_EXPORT void kvmm_destroy(struct kvmm_ctx *ctx)
 	kvmm_iow_stop(ctx);	/* promotions in flight finish first */
 	pthread_cond_destroy(&ctx->kjobs_done);
 	pthread_mutex_destroy(&ctx->lock);
+	kvmm_events_exit(ctx);
 	kvmm_tree_exit(ctx);
 	kvmm_keyed_exit(ctx);
 	kvmm_tiers_exit(ctx);

@@ -543,6 +543,9 @@ void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 		     const int32_t *pfns, uint32_t lt, uint64_t t0);
 struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
 				      struct kvmm_store_key *keys);
+struct XXH3_state_s;
+uint32_t kvmm_node_hash_start(const struct kvmm_node *node, struct kvmm_node **path,
+			      struct XXH3_state_s *st, uint64_t *parent);
 int kvmm_tier_copy_down(struct kvmm_ctx *ctx, uint32_t from, const int32_t *src,
 			uint32_t to, const int32_t *dst, uint32_t nr, void **addrs,
 			uint64_t *sums, const struct kvmm_store_key *keys, uint32_t chan);
@@ -658,6 +661,18 @@ int __kvmm_prefix_pinned(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *toke
 			 uint32_t n, struct kvmm_node **nodep);
 void kvmm_node_unpin(struct kvmm_ctx *ctx, struct kvmm_node *node, bool keep);
 
+/* ---- events.c ---- */
+
+struct kvmm_evbuf;
+int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes);
+void kvmm_events_exit(struct kvmm_ctx *ctx);
+void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_node *node,
+		       uint32_t from, uint32_t to);
+int kvmm_events_read(struct kvmm_ctx *ctx, uint64_t cursor, bool filter, uint32_t ns,
+		     void *out, uint32_t len, uint32_t *cflags);
+uint64_t kvmm_events_bytes(const struct kvmm_ctx *ctx);
+int kvmm_events_check(const struct kvmm_ctx *ctx, const char **why);
+
 /* ---- owner.c ---- */
 
 struct kvmm_owner;
@@ -733,6 +748,8 @@ enum kvmm_event {
 	EV_KEYED_DROPS,
 	EV_KEYED_DELETES,
 	EV_KEYED_REMOTE_GETS,	/* values a get brought from the remote tier */
+	EV_CACHE_EVENTS,	/* cache events recorded (events.c) */
+	EV_CACHE_EVENTS_DROPPED,
 	NR_KVMM_EVENTS
 };
 
@@ -798,6 +815,12 @@ enum kvmm_tier_event {
  * @keyed_share: percent of each lower tier keyed values may hold, and
  *	100 minus it the tree's demoted pages, before reclaim takes that
  *	kind first; 100 for no split
+ * @evbuf: the cache event buffer (events.c), NULL while events are off
+ * @ev_seq: the sequence number of the next cache event; kept when the
+ *	buffer changes, so that readers' cursors stay meaningful
+ * @ev_read: one past the newest event a reader was handed (EVENTS'
+ *	hdr.next at most): an event overwritten from there on was read by
+ *	nobody, and counts as dropped
  */
 struct kvmm_ctx {
 	struct kvmm_params params;
@@ -849,12 +872,27 @@ struct kvmm_ctx {
 	void *remote_priv;
 	pthread_mutex_t remote_lock;
 	struct kvmm_remote_stats remote_stats;	/* copied after every call, for STATS */
+	struct kvmm_evbuf *evbuf;
+	uint64_t ev_seq;
+	uint64_t ev_read;
 };
 
 static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,
 			      uint64_t n)
 {
 	ctx->events[ev] += n;
+}
+
+/*
+ * A cache event about @node's pages (KVMM_EVENT_*): nothing but a test
+ * while events are off.  Keyed values are the keyed store's, not the
+ * prefix cache's, and are not told.
+ */
+static inline void kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type,
+				   const struct kvmm_node *node, uint32_t from, uint32_t to)
+{
+	if (unlikely(ctx->evbuf != NULL) && !(node->flags & KVMM_NODE_KEYED))
+		__kvmm_event_node(ctx, type, node, from, to);
 }
 
 static inline void kvmm_tier_count(struct kvmm_ctx *ctx, uint32_t tier,

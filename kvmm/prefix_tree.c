@@ -714,6 +714,7 @@ static void link_leaf(struct kvmm_ctx *ctx, struct kvmm_node *parent,
 	kvmm_ns_cached_add(parent, tier, nr);
 	kvmm_keyed_pages_add(ctx, leaf, tier, nr);
 	ctx->lruvec[tier].evictable += nr;
+	kvmm_event_node(ctx, KVMM_EVENT_STORED, leaf, tier, tier);
 }
 
 /**

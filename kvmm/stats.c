@@ -99,6 +99,9 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_REMOTE_NS] = "remote_ns",
 	[KVMM_STAT_KEYED_REMOTE_GETS] = "keyed_remote_gets",
 	[KVMM_STAT_PAGES_WRITEBACK] = "pages_writeback",
+	[KVMM_STAT_EVENTS] = "events",
+	[KVMM_STAT_EVENTS_DROPPED] = "events_dropped",
+	[KVMM_STAT_EVENTS_BYTES] = "events_bytes",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -128,6 +131,8 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_KEYED_PUTS] = EV_KEYED_PUTS + 1,
 	[KVMM_STAT_KEYED_GETS] = EV_KEYED_GETS + 1,
 	[KVMM_STAT_KEYED_MISSES] = EV_KEYED_MISSES + 1,
+	[KVMM_STAT_EVENTS] = EV_CACHE_EVENTS + 1,
+	[KVMM_STAT_EVENTS_DROPPED] = EV_CACHE_EVENTS_DROPPED + 1,
 };
 
 /**
@@ -208,6 +213,7 @@ KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t 
 	v[KVMM_STAT_WMARK_LOW] = ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_LOW];
 	v[KVMM_STAT_WMARK_HIGH] = ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_HIGH];
 	v[KVMM_STAT_META_BYTES] = ctx->meta_bytes;
+	v[KVMM_STAT_EVENTS_BYTES] = kvmm_events_bytes(ctx);
 	v[KVMM_STAT_MISS_TOKENS] = v[KVMM_STAT_MATCH_TOKENS] - v[KVMM_STAT_HIT_TOKENS];
 	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++)
 		tier_stats(ctx, t, v);

@@ -399,6 +399,8 @@ static void node_rehome(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t t
 	node_set_tier(ctx, node, to, pfns);
 	if (keep)
 		shadow_attach(ctx, node);
+	kvmm_event_node(ctx, to > from ? KVMM_EVENT_DEMOTED : KVMM_EVENT_PROMOTED,
+			node, from, to);
 }
 
 /*
@@ -418,6 +420,39 @@ void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 	node_rehome(ctx, node, to, pfns);
 }
 
+/**
+ * kvmm_node_hash_start() - begin hashing @node's pages as the tiers name them
+ * @node: a node of the prefix tree (not a root, not a keyed value)
+ * @path: scratch for its ancestors, room for its depth
+ * @st: out, seeded with its namespace and fed its ancestors' tokens:
+ *	taking a digest after each of @node's pages gives their identities
+ * @parent: out, two words: the identity of the page before @node's first,
+ *	zero when its parent is a root
+ *
+ * Return: the namespace.
+ */
+uint32_t kvmm_node_hash_start(const struct kvmm_node *node, struct kvmm_node **path,
+			      XXH3_state_t *st, uint64_t *parent)
+{
+	const struct kvmm_node *n;
+	uint32_t depth = 0;
+
+	for (n = node->parent; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
+		path[depth++] = (struct kvmm_node *)n;
+	XXH3_128bits_reset_withSeed(st, n->ns);
+	while (depth--)
+		XXH3_128bits_update(st, path[depth]->tokens,
+				    (size_t)path[depth]->len * sizeof(uint32_t));
+	parent[0] = parent[1] = 0;
+	if (node->parent != n) {
+		XXH128_hash_t h = XXH3_128bits_digest(st);
+
+		parent[0] = h.low64;
+		parent[1] = h.high64;
+	}
+	return n->ns;
+}
+
 /*
  * The identities of @node's pages (see struct kvmm_store_key), into
  * @keys (one per page): one pass over the tokens of its path from the
@@ -426,32 +461,24 @@ void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
 				      struct kvmm_store_key *keys)
 {
-	struct kvmm_node **path = ctx->tier_path;
-	uint32_t depth = 0, i, ps = ctx->page_size, ns;
-	XXH128_hash_t h = { 0, 0 };
-	const struct kvmm_node *n;
+	uint32_t i, ps = ctx->page_size, ns;
+	uint64_t h[2];
 	XXH3_state_t st;
 
 	if (node->flags & KVMM_NODE_KEYED) {
 		kvmm_keyed_store_keys(ctx, node, keys);
 		return keys;
 	}
-	for (n = node->parent; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
-		path[depth++] = (struct kvmm_node *)n;
-	ns = n->ns;
-	XXH3_128bits_reset_withSeed(&st, ns);
-	while (depth--)
-		XXH3_128bits_update(&st, path[depth]->tokens,
-				    (size_t)path[depth]->len * sizeof(uint32_t));
-	if (node->parent != n)
-		h = XXH3_128bits_digest(&st);
+	ns = kvmm_node_hash_start(node, ctx->tier_path, &st, h);
 	for (i = 0; i < node->len >> ctx->page_shift; i++) {
-		keys[i] = (struct kvmm_store_key){ .parent = { h.low64, h.high64 }, .ns = ns,
+		XXH128_hash_t d;
+
+		keys[i] = (struct kvmm_store_key){ .parent = { h[0], h[1] }, .ns = ns,
 						   .tokens = node->tokens + i * ps };
 		XXH3_128bits_update(&st, node->tokens + i * ps, ps * sizeof(uint32_t));
-		h = XXH3_128bits_digest(&st);
-		keys[i].id[0] = h.low64;
-		keys[i].id[1] = h.high64;
+		d = XXH3_128bits_digest(&st);
+		keys[i].id[0] = h[0] = d.low64;
+		keys[i].id[1] = h[1] = d.high64;
 	}
 	return keys;
 }
@@ -619,6 +646,7 @@ void kvmm_drop_leaf(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	uint32_t nr = node->len >> ctx->page_shift;
 
 	kvmm_assert(ctx, !node->lock_ref && kvmm_node_is_leaf(node));
+	kvmm_event_node(ctx, KVMM_EVENT_REMOVED, node, node->tier, node->tier);
 	kvmm_lru_del(ctx, node);
 	kvmm_shadow_drop(ctx, node);
 	if (node->flags & KVMM_NODE_IO)	/* being written down: the job frees them */

@@ -94,6 +94,7 @@ int register_keyed_suite(void);
 int register_frames_suite(void);
 int register_remote_suite(void);
 int register_remote_server_suite(void);
+int register_events_suite(void);
 int register_server_suite(void);
 int register_abi_suite(void);
 int cuda_attach_child(const char *path, const char *driver);

@@ -34,6 +34,7 @@ static const suite_register_fn suites[] = {
 	register_tier_suite,
 	register_keyed_suite,
 	register_frames_suite,
+	register_events_suite,
 	register_dispatch_suite,
 	register_server_suite,
 	register_abi_suite,

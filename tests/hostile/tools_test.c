@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 #include <CUnit/CUnit.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include <libkvmm.h>
 #include <libkvmm-ring.h>
@@ -848,6 +850,160 @@ static void ctl_shows_keyed_spaces(void)
 	env_fini(&e);
 }
 
+/* XXH3-128 of @n tokens seeded with @ns, as kvmmctl events prints a page key. */
+static void page_key_hex(uint32_t ns, const uint32_t *tok, uint32_t n, char *hex)
+{
+	XXH128_hash_t h = XXH3_128bits_withSeed(tok, n * sizeof(*tok), ns);
+
+	snprintf(hex, 33, "%016llx%016llx", (unsigned long long)h.high64,
+		 (unsigned long long)h.low64);
+}
+
+/* kvmmd --events, a prompt committed through a ring, kvmmctl events reads it. */
+static void ctl_shows_cache_events(void)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 1 << 16 };
+	uint32_t *tok, seq, i;
+	struct kvmm_ring ring;
+	char out[8192], k0[33], k1[33];
+	struct env e;
+	json_t *j, *keys;
+	env_init(&e);
+	{
+		const char *argv[] = { "kvmmd", "--socket", e.sock, "--pages", "64", "--page-size",
+				       "4", "--layers", "1", "--kv-heads", "1", "--head-dim", "8",
+				       "--events", "65536", "--quiet", NULL };
+
+		e.kvmmd = hostile_spawn(argv, -1);
+		wait_kvmmd(&e);
+	}
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(e.sock, &rp, &ring), 0);
+	tok = ring.buf;
+	for (i = 0; i < 8; i++)
+		tok[i] = 100 + i;
+	kvmm_prep_open(TEST_SQE(&ring), 2);
+	seq = (uint32_t)test_ring1(&ring, NULL);
+	kvmm_prep_extend(TEST_SQE(&ring), seq, 8, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	kvmm_prep_close(TEST_SQE(&ring), seq, 0, 0, 8);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	page_key_hex(2, tok, 4, k0);
+	page_key_hex(2, tok, 8, k1);
+	{
+		const char *argv[] = { "kvmmctl", "events", "--json", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+		j = json_loads(out, 0, NULL);
+		CU_ASSERT_FATAL(json_is_object(j));
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "seq")), 0);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "type")), "stored");
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "ns")), 2);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "tier")), "device");
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "pages")), 2);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "parent")),
+				       "00000000000000000000000000000000");
+		keys = json_object_get(j, "keys");
+		CU_ASSERT_FATAL(json_is_array(keys) && json_array_size(keys) == 2);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(keys, 0)), k0);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(keys, 1)), k1);
+		json_decref(j);
+	}
+	/* --follow --count: the stored event, then the removal it waits for */
+	{
+		const char *drop[] = { "kvmmctl", "drop-caches", "--socket", e.sock, NULL };
+		const char *argv[] = { "kvmmctl", "events", "--follow", "--count", "2",
+				       "--interval", "0.01", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(drop, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "0 stored ns 2 device pages 2"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "1 removed ns 2 device pages 2"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, k1));
+	}
+	/* off: a clear refusal, exit 1; a bad size is refused by the instance */
+	{
+		const char *off[] = { "kvmmctl", "set", "events", "off", "--socket", e.sock, NULL };
+		const char *small[] = { "kvmmctl", "set", "events", "100", "--socket", e.sock,
+					NULL };
+		const char *argv[] = { "kvmmctl", "events", "--socket", e.sock, NULL };
+		const char *usage[] = { "kvmmctl", "events", "extra", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(small, out, sizeof(out), RUN_MS), 1);
+		CU_ASSERT_EQUAL(hostile_run(off, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
+		CU_ASSERT_EQUAL(hostile_run(usage, out, sizeof(out), RUN_MS), 2);
+	}
+	kvmm_ring_exit(&ring);
+	CU_ASSERT(hostile_alive(e.kvmmd));
+	env_fini(&e);
+}
+
+/* A kvmmd with small KV and events on, at @sock. */
+static pid_t start_events_kvmmd(const char *sock)
+{
+	const char *argv[] = { "kvmmd", "--socket", sock, "--pages", "64", "--page-size", "4",
+			       "--layers", "1", "--kv-heads", "1", "--head-dim", "8",
+			       "--events", "65536", "--quiet", NULL };
+	pid_t pid = hostile_spawn(argv, -1);
+
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT_FATAL(!hostile_wait_socket(sock, RUN_MS));
+	return pid;
+}
+
+/* Commit the first @n tokens 100, 101, ... to @sock's cache in namespace @ns. */
+static void commit_prompt(const char *sock, uint32_t ns, uint32_t n)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 1 << 16 };
+	struct kvmm_ring ring;
+	uint32_t *tok, seq, i;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	tok = ring.buf;
+	for (i = 0; i < n; i++)
+		tok[i] = 100 + i;
+	kvmm_prep_open(TEST_SQE(&ring), ns);
+	seq = (uint32_t)test_ring1(&ring, NULL);
+	kvmm_prep_extend(TEST_SQE(&ring), seq, n, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	kvmm_prep_close(TEST_SQE(&ring), seq, 0, 0, n);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	kvmm_ring_exit(&ring);
+}
+
+/* kvmm-route sends a prompt to the instance with the longest cached prefix. */
+static void route_picks_the_longest_cached_prefix(void)
+{
+	struct env a, b;
+	char out[4096], want[512];
+	const char *drop[] = { "kvmmctl", "drop-caches", "--socket", b.sock, NULL };
+	const char *argv[] = { "kvmm-route", a.sock, b.sock, "--", "100", "101", "102", "103",
+			       "104", "105", "106", "107", "108", "109", "110", "111", "112", NULL };
+	const char *other[] = { "kvmm-route", "--ns", "1", a.sock, b.sock, "--", "100", "101",
+				"102", "103", NULL };
+
+	env_init(&a);
+	env_init(&b);
+	a.kvmmd = start_events_kvmmd(a.sock);
+	b.kvmmd = start_events_kvmmd(b.sock);
+	commit_prompt(a.sock, 0, 4);	/* one page */
+	commit_prompt(b.sock, 0, 12);	/* three */
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+	snprintf(want, sizeof(want), "%s 1\n%s 3\nroute %s\n", a.sock, b.sock, b.sock);
+	CU_ASSERT_STRING_EQUAL(out, want);
+	/* namespace 1 holds nothing anywhere: the first one named */
+	CU_ASSERT_EQUAL(hostile_run(other, out, sizeof(out), RUN_MS), 0);
+	snprintf(want, sizeof(want), "%s 0\n%s 0\nroute %s\n", a.sock, b.sock, a.sock);
+	CU_ASSERT_STRING_EQUAL(out, want);
+	/* b's pages evicted: its removed events take them out of its set */
+	CU_ASSERT_EQUAL(hostile_run(drop, out, sizeof(out), RUN_MS), 0);
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+	snprintf(want, sizeof(want), "%s 1\n%s 0\nroute %s\n", a.sock, b.sock, a.sock);
+	CU_ASSERT_STRING_EQUAL(out, want);
+	env_fini(&a);
+	env_fini(&b);
+}
+
 static int run_stdout(const char *const argv[], char *out, size_t len)
 {
 	int pfd[2], devnull;
@@ -1108,6 +1264,8 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, ctl_errnos_print_by_name);
 	ADD_TEST(s, ctl_top_exits_3_when_kvmmd_dies);
 	ADD_TEST(s, ctl_shows_keyed_spaces);
+	ADD_TEST(s, ctl_shows_cache_events);
+	ADD_TEST(s, route_picks_the_longest_cached_prefix);
 	ADD_TEST(s, ring_waits_have_deadlines);
 	ADD_TEST(s, kvmmd_option_order_does_not_matter);
 	ADD_TEST(s, kvmmd_config_trailing_words_are_errors);

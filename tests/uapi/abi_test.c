@@ -102,6 +102,17 @@ PIN(kvmm_share, nr_fds, 76);
 PIN(kvmm_share, granularity, 80);
 PIN(kvmm_share, device, 88);
 SIZE(kvmm_share_ext, 8);
+SIZE(kvmm_events_hdr, 32);
+PIN(kvmm_events_hdr, lost, 8);
+PIN(kvmm_events_hdr, nr, 16);
+PIN(kvmm_events_hdr, bytes, 20);
+SIZE(kvmm_cache_event, 48);
+PIN(kvmm_cache_event, type, 8);
+PIN(kvmm_cache_event, tier, 9);
+PIN(kvmm_cache_event, to, 10);
+PIN(kvmm_cache_event, ns, 12);
+PIN(kvmm_cache_event, pages, 16);
+PIN(kvmm_cache_event, parent, 24);
 
 static void abi_opcodes_and_stats_are_append_only(void)
 {
@@ -117,7 +128,17 @@ static void abi_opcodes_and_stats_are_append_only(void)
 	CU_ASSERT_EQUAL(KVMM_OP_KGET, 22);
 	CU_ASSERT_EQUAL(KVMM_OP_KEXISTS, 23);
 	CU_ASSERT_EQUAL(KVMM_OP_KDELETE, 24);
-	CU_ASSERT_EQUAL(KVMM_OP_LAST, 25);
+	CU_ASSERT_EQUAL(KVMM_OP_EVENTS, 25);
+	CU_ASSERT_EQUAL(KVMM_OP_LAST, 26);
+	CU_ASSERT_EQUAL(KVMM_FEAT_EVENTS, 1ull << 6);
+	CU_ASSERT_EQUAL(KVMM_EVENTS_NS, 1);
+	CU_ASSERT_EQUAL(KVMM_EVENT_STORED, 0);
+	CU_ASSERT_EQUAL(KVMM_EVENT_REMOVED, 1);
+	CU_ASSERT_EQUAL(KVMM_EVENT_DEMOTED, 2);
+	CU_ASSERT_EQUAL(KVMM_EVENT_PROMOTED, 3);
+	CU_ASSERT_EQUAL(KVMM_EVENT_LAST, 4);
+	CU_ASSERT_EQUAL(KVMM_EVENT_MAX_PAGES, 256);
+	CU_ASSERT_EQUAL(KVMM_EVENTS_LEN_MIN, 32 + 48 + 256 * 16);
 	CU_ASSERT_EQUAL(KVMM_FEAT_KEYED, 1ull << 5);
 	CU_ASSERT_EQUAL(sizeof(struct kvmm_key), 16);
 	CU_ASSERT_EQUAL(sizeof(struct kvmm_kent), 32);
@@ -129,7 +150,8 @@ static void abi_opcodes_and_stats_are_append_only(void)
 	CU_ASSERT_EQUAL(KVMM_SET_NS_PIN_PAGES, 5);
 	CU_ASSERT_EQUAL(KVMM_SET_NS_CACHE_SHARE, 6);
 	CU_ASSERT_EQUAL(KVMM_SET_KEYED_SHARE, 7);
-	CU_ASSERT_EQUAL(KVMM_SET_LAST, 8);
+	CU_ASSERT_EQUAL(KVMM_SET_EVENTS, 8);
+	CU_ASSERT_EQUAL(KVMM_SET_LAST, 9);
 	CU_ASSERT_EQUAL(KVMM_NS_PIN_AUTO, ~0ull);
 	CU_ASSERT_EQUAL(KVMM_DUMP_PINS, 2);
 	CU_ASSERT_EQUAL(KVMM_DUMP_NS, 3);
@@ -159,7 +181,10 @@ static void abi_opcodes_and_stats_are_append_only(void)
 	CU_ASSERT_EQUAL(KVMM_STAT_PAGES_WRITEBACK, 77);
 	CU_ASSERT_EQUAL(KVMM_STAT_REMOTE_PROBES, 78);
 	CU_ASSERT_EQUAL(KVMM_STAT_KEYED_REMOTE_GETS, 90);
-	CU_ASSERT_EQUAL(NR_KVMM_STATS, 91);
+	CU_ASSERT_EQUAL(KVMM_STAT_EVENTS, 91);
+	CU_ASSERT_EQUAL(KVMM_STAT_EVENTS_DROPPED, 92);
+	CU_ASSERT_EQUAL(KVMM_STAT_EVENTS_BYTES, 93);
+	CU_ASSERT_EQUAL(NR_KVMM_STATS, 94);
 	CU_ASSERT_EQUAL(KVMM_SET_NR_PAGES, 4);
 	CU_ASSERT_EQUAL(KVMM_SHARE_FDS_MAX, 253);
 	CU_ASSERT_EQUAL(KVMM_DUMP_F_SHADOW, 4);

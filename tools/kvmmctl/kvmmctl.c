@@ -115,7 +115,7 @@ static int seconds_arg(const char *what, const char *s, double *v)
 /* ---- options ---- */
 
 enum { OPT_SOCKET, OPT_JSON, OPT_TIMEOUT, OPT_HELP, OPT_INTERVAL, OPT_COUNT,
-       OPT_DEPTH, OPT_LIMIT, OPT_NS, OPT_ID, NR_OPTS };
+       OPT_DEPTH, OPT_LIMIT, OPT_NS, OPT_ID, OPT_FOLLOW, NR_OPTS };
 
 #define OPT(x)		(1u << OPT_##x)
 #define OPT_VAL		256		/* getopt's value of option 0 (1 is an operand) */
@@ -186,6 +186,11 @@ static int opt_id(struct ctl *c, const char *v)
 	return num_arg("--id", v, UINT64_MAX, &c->id);
 }
 
+static int opt_follow(struct ctl *c, const char *v)
+{
+	return 0;
+}
+
 static const struct ctl_opt {
 	const char *name;
 	const char *arg;		/* NULL: takes none */
@@ -201,6 +206,7 @@ static const struct ctl_opt {
 	[OPT_LIMIT] = { "limit", "N", opt_limit },
 	[OPT_NS] = { "ns", "N", opt_ns },
 	[OPT_ID] = { "id", "ID", opt_id },
+	[OPT_FOLLOW] = { "follow", NULL, opt_follow },
 };
 
 /* ---- one command on the ring ---- */
@@ -757,6 +763,8 @@ static const struct ctl_key {
 	  (const char *const[]){ "auto", NULL }, (const uint64_t[]){ KVMM_NS_PIN_AUTO } },
 	{ "ns_cache_share", KVMM_SET_NS_CACHE_SHARE, 100, NULL, NULL },
 	{ "keyed_share", KVMM_SET_KEYED_SHARE, 100, NULL, NULL },
+	{ "events", KVMM_SET_EVENTS, KVMM_EVENTS_BUF_MAX,
+	  (const char *const[]){ "off", NULL }, (const uint64_t[]){ 0 } },
 };
 
 static int parse_set(struct ctl *c, int argc, char **argv)
@@ -840,6 +848,137 @@ static int cmd_probe(struct ctl *c)
 	return 0;
 }
 
+/* ---- events ---- */
+
+static const char *const event_names[KVMM_EVENT_LAST] = {
+	[KVMM_EVENT_STORED] = "stored",
+	[KVMM_EVENT_REMOVED] = "removed",
+	[KVMM_EVENT_DEMOTED] = "demoted",
+	[KVMM_EVENT_PROMOTED] = "promoted",
+};
+
+static const char *const tier_names[KVMM_NR_TIERS] = {
+	[KVMM_TIER_DEVICE] = "device",
+	[KVMM_TIER_HOST] = "host",
+	[KVMM_TIER_NVME] = "nvme",
+};
+
+static const char *name_of(const char *const *names, uint32_t nr, uint32_t i)
+{
+	return i < nr && names[i] ? names[i] : "?";
+}
+
+/* A page identity as text: 32 hex digits, hi then lo (XXH128's canonical order). */
+static void key_hex(const struct kvmm_key *k, char *s)
+{
+	snprintf(s, 33, "%016llx%016llx", (unsigned long long)k->hi, (unsigned long long)k->lo);
+}
+
+static void show_event(const struct ctl *c, const struct kvmm_cache_event *e)
+{
+	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
+	const char *type = name_of(event_names, KVMM_EVENT_LAST, e->type);
+	bool move = e->type == KVMM_EVENT_DEMOTED || e->type == KVMM_EVENT_PROMOTED;
+	char hex[33];
+	uint32_t i;
+
+	key_hex(&e->parent, hex);
+	if (c->json) {
+		json_t *j = json_pack("{s:o,s:s,s:I}", "seq", tool_json_u64(e->seq), "type", type,
+				      "ns", (json_int_t)e->ns);
+		json_t *arr = json_array();
+
+		if (move) {
+			json_object_set_new(j, "from", json_string(name_of(tier_names, KVMM_NR_TIERS,
+									   e->tier)));
+			json_object_set_new(j, "to", json_string(name_of(tier_names, KVMM_NR_TIERS,
+									 e->to)));
+		} else {
+			json_object_set_new(j, "tier", json_string(name_of(tier_names, KVMM_NR_TIERS,
+									   e->tier)));
+		}
+		json_object_set_new(j, "pages", json_integer(e->pages));
+		json_object_set_new(j, "parent", json_string(hex));
+		for (i = 0; i < e->pages; i++) {
+			key_hex(&keys[i], hex);
+			json_array_append_new(arr, json_string(hex));
+		}
+		json_object_set_new(j, "keys", arr);
+		tool_json_line(j, stdout);
+		return;
+	}
+	printf("%llu %s ns %u ", (unsigned long long)e->seq, type, e->ns);
+	if (move)
+		printf("%s -> %s", name_of(tier_names, KVMM_NR_TIERS, e->tier),
+		       name_of(tier_names, KVMM_NR_TIERS, e->to));
+	else
+		printf("%s", name_of(tier_names, KVMM_NR_TIERS, e->tier));
+	printf(" pages %u parent %s keys", e->pages, hex);
+	for (i = 0; i < e->pages; i++) {
+		key_hex(&keys[i], hex);
+		printf(" %s", hex);
+	}
+	putchar('\n');
+}
+
+/* A reader that fell behind: the events it missed, in the stream itself. */
+static void show_lost(const struct ctl *c, uint64_t n, uint64_t at)
+{
+	if (c->json)
+		tool_json_line(json_pack("{s:s,s:o,s:o}", "type", "lost", "lost",
+					 tool_json_u64(n), "seq", tool_json_u64(at)), stdout);
+	else
+		printf("lost %llu events before %llu (the buffer overwrote them)\n",
+		       (unsigned long long)n, (unsigned long long)at);
+}
+
+/*
+ * events: every event the instance holds, oldest first; with --follow,
+ * then the new ones as they come, polling every --interval; --count N
+ * stops after N events.
+ */
+static int cmd_events(struct ctl *c)
+{
+	bool follow = c->given & OPT(FOLLOW), limit = c->given & OPT(COUNT);
+	uint32_t flags = (c->given & OPT(NS)) ? KVMM_EVENTS_NS : 0;
+	uint64_t cursor = 0, shown = 0;
+
+	for (;;) {
+		struct kvmm_events_hdr *hdr = ring.buf;
+		const char *p = (const char *)(hdr + 1);
+		uint32_t cflags = 0, i;
+		int res;
+
+		kvmm_prep_events(sqe_get(), cursor, flags, flags ? c->ns : 0, 0, 0,
+				 (uint32_t)ring.buf_size);
+		res = run1(c, &cflags);
+		if (res == -EOPNOTSUPP && !lost) {
+			fprintf(stderr, "kvmmctl: events: the instance records none "
+				"(turn them on: kvmmctl set events BYTES)\n");
+			return EXIT_REFUSED;
+		}
+		if (res < 0)
+			return refused(c, "events", res);
+		if (hdr->lost)
+			show_lost(c, hdr->lost, cursor + hdr->lost);
+		for (i = 0; i < hdr->nr && (!limit || shown < c->count); i++, shown++) {
+			const struct kvmm_cache_event *e = (const void *)p;
+
+			show_event(c, e);
+			p += sizeof(*e) + (size_t)e->pages * sizeof(struct kvmm_key);
+		}
+		fflush(stdout);
+		if (limit && shown >= c->count)
+			return 0;
+		cursor = hdr->next;
+		if (cflags & KVMM_CQE_F_MORE)
+			continue;
+		if (!follow)
+			return 0;
+		sleep_s(c->interval);
+	}
+}
+
 /*
  * The commands.  @opts are the options besides the global ones it takes;
  * @parse checks and stores its operands (NULL: it takes none); @run runs
@@ -877,8 +1016,11 @@ static const struct ctl_cmd {
 	{ "set", "KEY VALUE", "wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
 	  "                               nr_pages PAGES (resize the pool, up to pages_max),\n"
 	  "                               ns_pin_pages PAGES|auto, ns_cache_share PERCENT,\n"
-	  "                               keyed_share PERCENT",
+	  "                               keyed_share PERCENT, events BYTES|off",
 	  0, parse_set, cmd_set },
+	{ "events", "[--follow] [--interval S] [--count N] [--ns N]",
+	  "cache events (stored, removed, demoted, promoted) with page keys",
+	  OPT(FOLLOW) | OPT(INTERVAL) | OPT(COUNT) | OPT(NS), NULL, cmd_events },
 	{ "probe", "", "ABI version, opcodes, features, pool shape", 0, NULL, cmd_probe },
 };
 

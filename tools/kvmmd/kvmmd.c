@@ -73,6 +73,8 @@ static void usage(FILE *f)
 		"  --poll               serve every ring in polling mode (one core polls, 2 ms at most)\n"
 		"  --ns-per-uid         bind each client that is not root to the namespace of its uid\n"
 		"  --ns-pin-pages N|auto  pages a bound namespace may pin (default auto: half the pool)\n"
+		"  --events BYTES       record cache events for routers in a buffer of BYTES\n"
+		"                       (kvmmctl events; 8 KiB .. 1 GiB; default 0: off)\n"
 		"  --ns-cache-share PCT   percent of the pool a namespace may cache before its own\n"
 		"                       cache is reclaimed first (1..100, default 100: no share)\n"
 		"  --keyed-share PCT    percent of the host and NVMe tiers the keyed page store's\n"
@@ -105,6 +107,7 @@ struct opts {
 	uint64_t ns_pin_pages;		/* KVMM_SET_NS_PIN_PAGES */
 	uint64_t ns_cache_share;	/* KVMM_SET_NS_CACHE_SHARE */
 	uint64_t keyed_share;		/* KVMM_SET_KEYED_SHARE */
+	uint64_t events;		/* KVMM_SET_EVENTS */
 	struct kvmm_server_limits lim;	/* 0: the server's default */
 };
 
@@ -151,7 +154,7 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE,
        O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
        O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, O_REMOTE, O_REMOTE_SALT,
-       O_REMOTE_TIMEOUT, NR_OPTS };
+       O_REMOTE_TIMEOUT, O_EVENTS, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 #define REQ	required_argument
@@ -197,6 +200,8 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 			       offsetof(struct opts, ns_cache_share), 100 },
 	[O_KEYED_SHARE] = { "keyed-share", REQ, set_percent,
 			    offsetof(struct opts, keyed_share), 100 },
+	[O_EVENTS] = { "events", REQ, set_u64, offsetof(struct opts, events),
+		       KVMM_EVENTS_BUF_MAX },
 	[O_MODEL_ID] = { "model-id", REQ, set_model_id, offsetof(struct opts, model_id) },
 	[O_NVME_REFORMAT] = { "nvme-reformat", NONE, set_flag },
 	[O_MAX_CLIENTS] = { "max-clients", REQ, set_u32, L(max_clients), UINT32_MAX },
@@ -387,6 +392,10 @@ static int set_ns_limits(struct kvmm_ctx *ctx, const struct opts *o)
 		ret = kvmm_ioctl(ctx, &set, NULL, 0);
 	set.arg = KVMM_SET_KEYED_SHARE;
 	set.arg2 = o->keyed_share;
+	if (!ret)
+		ret = kvmm_ioctl(ctx, &set, NULL, 0);
+	set.arg = KVMM_SET_EVENTS;
+	set.arg2 = o->events;
 	return ret ? ret : kvmm_ioctl(ctx, &set, NULL, 0);
 }
 
@@ -610,7 +619,7 @@ static int pool_start(struct opts *o, struct kvmm_ctx **ctx)
 	}
 	ret = set_ns_limits(*ctx, o);
 	if (ret) {
-		fprintf(stderr, "kvmmd: cannot set the namespace limits: %s\n", errno_str(-ret));
+		fprintf(stderr, "kvmmd: cannot set the namespace limits or --events: %s\n", errno_str(-ret));
 		kvmm_destroy(*ctx);
 		*ctx = NULL;
 		return -1;

@@ -156,6 +156,11 @@ enum kvmm_stat_item {
 	KVMM_STAT_REMOTE_ERRORS,	/* commands failed otherwise */
 	KVMM_STAT_REMOTE_NS,		/* nanoseconds spent in its batches */
 	KVMM_STAT_KEYED_REMOTE_GETS,	/* keyed values a get brought from it */
+	/* Cache events (KVMM_SET_EVENTS, KVMM_OP_EVENTS): */
+	KVMM_STAT_EVENTS,		/* events recorded */
+	KVMM_STAT_EVENTS_DROPPED,	/* of those, overwritten before any reader
+					 * read them (or dropped whole) */
+	KVMM_STAT_EVENTS_BYTES,		/* (gauge) bytes of the event buffer, 0: off */
 	NR_KVMM_STATS
 };
 

@@ -51,7 +51,10 @@
 #define KVMM_OP_KEXISTS		23	/* arg: space, len struct kvmm_key; res: leading hits */
 #define KVMM_OP_KDELETE		24	/* arg: space, len struct kvmm_key; res: values deleted */
 					/* (both: arg2 KVMM_KEYS_EACH, see below) */
-#define KVMM_OP_LAST		25
+#define KVMM_OP_EVENTS		25	/* ns, arg: KVMM_EVENTS_*, arg2: cursor;
+					 * out: struct kvmm_events_hdr + events;
+					 * res: events written */
+#define KVMM_OP_LAST		26
 
 /*
  * struct kvmm_sqe - one command (64 bytes)
@@ -265,7 +268,11 @@ struct kvmm_extend_ent {
 					 * may hold, the rest the tree's pages,
 					 * before that kind goes first (1 .. 100;
 					 * 100: no split) */
-#define KVMM_SET_LAST		8
+#define KVMM_SET_EVENTS		8	/* bytes of the cache event buffer (EVENTS):
+					 * KVMM_EVENTS_BUF_MIN .. KVMM_EVENTS_BUF_MAX,
+					 * rounded up to a power of two; 0: off, the
+					 * default */
+#define KVMM_SET_LAST		9
 
 #define KVMM_NS_PIN_AUTO	(~0ull)	/* SET_NS_PIN_PAGES: the default */
 
@@ -420,6 +427,101 @@ struct kvmm_stats_snap {
 	__u32	abi;
 };
 
+/*
+ * Cache events: a record of what enters and leaves the prefix tree and
+ * moves between its tiers, for a KV-aware router that sends each request
+ * to the instance holding most of its prefix (vLLM's KV events, SGLang's
+ * kv_events).  Off until KVMM_SET_EVENTS gives them a buffer: a ring
+ * that keeps the newest events and overwrites the oldest, so that the
+ * engine never waits for a reader.
+ *
+ * Every event has a sequence number, 0 up, one more than the event
+ * before it for the context's life (a new buffer size keeps counting).
+ * EVENTS copies the events from cursor arg2 on, oldest first, to
+ * (buf, off): a struct kvmm_events_hdr, then each event a struct
+ * kvmm_cache_event followed by its @pages struct kvmm_key.  len must hold
+ * the header and the first event due (KVMM_EVENTS_LEN_MIN always does),
+ * else -EINVAL; the address must be 8-byte aligned.  Events that were
+ * overwritten before this reader got them are a gap it is told about
+ * (hdr.lost); a cursor past the newest event is -EINVAL (the instance
+ * restarted, or the cursor is not one it handed out); with no buffer,
+ * -EOPNOTSUPP.  KVMM_CQE_F_MORE: events after hdr.next are waiting.
+ *
+ * With KVMM_EVENTS_NS in arg only namespace ns's events are copied (ns
+ * must be 0 without it); a ring bound to a namespace sees only its own,
+ * flag or not.  hdr.next passes over the others' events too.
+ */
+#define KVMM_EVENTS_NS		(1u << 0)
+#define KVMM_EVENTS_FLAGS	KVMM_EVENTS_NS
+
+/* Event types (struct kvmm_cache_event.type) */
+#define KVMM_EVENT_STORED	0	/* pages entered the tree (a commit), on @tier */
+#define KVMM_EVENT_REMOVED	1	/* pages left it (evicted, dropped), from @tier */
+#define KVMM_EVENT_DEMOTED	2	/* pages moved down, from @tier to @to */
+#define KVMM_EVENT_PROMOTED	3	/* pages moved up, from @tier to @to */
+#define KVMM_EVENT_LAST		4
+
+/* A node's pages are told in events of at most this many, in order. */
+#define KVMM_EVENT_MAX_PAGES	256
+
+#define KVMM_EVENTS_BUF_MIN	(8u << 10)
+#define KVMM_EVENTS_BUF_MAX	(1u << 30)
+
+/*
+ * struct kvmm_events_hdr - starts EVENTS output (32 bytes)
+ * @next: the cursor to pass next: one past the last event looked at
+ * @lost: events between the cursor and the oldest the buffer still held:
+ *	overwritten before this reader read them
+ * @nr: events that follow
+ * @bytes: bytes they take, after this header
+ * @resv: zero
+ */
+struct kvmm_events_hdr {
+	__u64	next;
+	__u64	lost;
+	__u32	nr;
+	__u32	bytes;
+	__u64	resv;
+};
+
+/*
+ * struct kvmm_cache_event - one event (48 bytes), @pages struct kvmm_key
+ *	after it: the identities of its pages, in prefix order
+ * @seq: its sequence number
+ * @type: KVMM_EVENT_*
+ * @tier: KVMM_TIER_* the pages were on (STORED: went onto)
+ * @to: DEMOTED, PROMOTED: the tier they are on now; else @tier
+ * @resv0: zero
+ * @ns: the namespace of the prefix
+ * @pages: keys that follow, 1 .. KVMM_EVENT_MAX_PAGES
+ * @resv1: zero
+ * @parent: the identity of the page before the first (zero when the
+ *	first page starts the prefix)
+ * @resv2: zero
+ *
+ * A page's identity is the one its tier copies carry: XXH3-128, seeded
+ * with @ns, of the token ids of its whole prefix up to and including its
+ * own page (lo: the low 64 bits).  A router computes the same for a
+ * prompt's whole pages and finds the longest run an instance holds.
+ */
+struct kvmm_cache_event {
+	__u64	seq;
+	__u8	type;
+	__u8	tier;
+	__u8	to;
+	__u8	resv0;
+	__u32	ns;
+	__u32	pages;
+	__u32	resv1;
+	struct kvmm_key parent;
+	__u64	resv2;
+};
+
+/* Bytes of an EVENTS output that any event fits in */
+#define KVMM_EVENTS_LEN_MIN	(sizeof(struct kvmm_events_hdr) + \
+				 sizeof(struct kvmm_cache_event) + \
+				 KVMM_EVENT_MAX_PAGES * sizeof(struct kvmm_key))
+
 /* Feature bits of struct kvmm_probe.features */
 #define KVMM_FEAT_NAMESPACES	(1ull << 0)
 #define KVMM_FEAT_PIN_KEEP	(1ull << 1)
@@ -428,6 +530,7 @@ struct kvmm_stats_snap {
 #define KVMM_FEAT_NS_LIMITS	(1ull << 4)	/* PIN_DROP, DUMP_PINS, DUMP_NS,
 						 * SET_NS_*: -EDQUOT */
 #define KVMM_FEAT_KEYED		(1ull << 5)	/* KSPACE, KPUT, KGET, KEXISTS, KDELETE */
+#define KVMM_FEAT_EVENTS	(1ull << 6)	/* EVENTS, SET_EVENTS */
 
 /*
  * struct kvmm_probe - PROBE output (128 bytes)

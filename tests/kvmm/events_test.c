@@ -1,0 +1,369 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/kvmm/events_test.c - kvmm_events: cache events (kvmm/events.c)
+ * and the EVENTS command.  The core is driven through the direct API
+ * (insert, evict, demote to the host tier, promote back) and each step's
+ * events are read back through kvmm_ioctl() and compared, type, tiers,
+ * namespace and every page key, with keys computed here independently
+ * from the tokens.  Then the ring: overflow and its counter, paging,
+ * malformed commands, and a ring bound to a namespace.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "../helpers.h"
+
+#define PS	4
+#define OUT_BYTES	(64u << 10)
+
+static uint64_t out[OUT_BYTES / 8];
+
+/* The identities of pages [first, first + nr) of prompt @tok in @ns. */
+static void ref_keys(uint32_t ns, const uint32_t *tok, uint32_t ps, uint32_t first,
+		     uint32_t nr, struct kvmm_key *keys, struct kvmm_key *parent)
+{
+	XXH3_state_t st;
+	XXH128_hash_t h = { 0, 0 };
+	uint32_t i;
+
+	XXH3_128bits_reset_withSeed(&st, ns);
+	for (i = 0; i < first + nr; i++) {
+		if (i == first)
+			*parent = (struct kvmm_key){ h.low64, h.high64 };
+		XXH3_128bits_update(&st, tok + i * ps, ps * sizeof(*tok));
+		h = XXH3_128bits_digest(&st);
+		if (i >= first)
+			keys[i - first] = (struct kvmm_key){ h.low64, h.high64 };
+	}
+}
+
+static int set_events(struct kvmm_ctx *ctx, uint64_t bytes)
+{
+	struct kvmm_sqe sqe = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENTS, .arg2 = bytes };
+
+	return kvmm_ioctl(ctx, &sqe, NULL, 0);
+}
+
+/* EVENTS from @cursor into out[] (kvmm_ioctl: buffer 0). */
+static int read_events(struct kvmm_ctx *ctx, uint64_t cursor, uint32_t flags, uint32_t ns,
+		       uint32_t len)
+{
+	struct kvmm_iovec iov = { out, sizeof(out) };
+	struct kvmm_sqe sqe;
+
+	memset(&sqe, 0, sizeof(sqe));
+	kvmm_prep_events(&sqe, cursor, flags, ns, 0, 0, len);
+	return kvmm_ioctl(ctx, &sqe, &iov, 1);
+}
+
+static const struct kvmm_events_hdr *hdr(void)
+{
+	return (const struct kvmm_events_hdr *)out;
+}
+
+/* The @i-th event of the last read. */
+static const struct kvmm_cache_event *event(uint32_t i)
+{
+	const char *p = (const char *)(hdr() + 1);
+
+	while (i--) {
+		const struct kvmm_cache_event *e = (const void *)p;
+
+		p += sizeof(*e) + e->pages * sizeof(struct kvmm_key);
+	}
+	return (const struct kvmm_cache_event *)p;
+}
+
+static const struct kvmm_key *event_keys(const struct kvmm_cache_event *e)
+{
+	return (const struct kvmm_key *)(e + 1);
+}
+
+/* Event @e is @type from @from to @to in @ns, pages [first, +nr) of @tok. */
+static void assert_event(const struct kvmm_cache_event *e, uint64_t seq, uint8_t type,
+			 uint8_t from, uint8_t to, uint32_t ns, const uint32_t *tok,
+			 uint32_t ps, uint32_t first, uint32_t nr)
+{
+	struct kvmm_key keys[512], parent;
+
+	CU_ASSERT_EQUAL(e->seq, seq);
+	CU_ASSERT_EQUAL(e->type, type);
+	CU_ASSERT_EQUAL(e->tier, from);
+	CU_ASSERT_EQUAL(e->to, to);
+	CU_ASSERT_EQUAL(e->ns, ns);
+	CU_ASSERT_EQUAL_FATAL(e->pages, nr);
+	CU_ASSERT(!e->resv0 && !e->resv1 && !e->resv2);
+	ref_keys(ns, tok, ps, first, nr, keys, &parent);
+	CU_ASSERT(memcmp(&e->parent, &parent, sizeof(parent)) == 0);
+	CU_ASSERT(memcmp(event_keys(e), keys, nr * sizeof(keys[0])) == 0);
+}
+
+static void events_are_off_by_default(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(PS, 64, 4, 64);
+	uint32_t tok[16];
+
+	test_tokens(tok, 16, 1);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, tok, 16), 0);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_BYTES), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+static void set_events_checks_the_size(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(PS, 64, 4, 64);
+
+	CU_ASSERT_EQUAL(set_events(ctx, 1), -EINVAL);
+	CU_ASSERT_EQUAL(set_events(ctx, KVMM_EVENTS_BUF_MIN - 1), -EINVAL);
+	CU_ASSERT_EQUAL(set_events(ctx, (uint64_t)KVMM_EVENTS_BUF_MAX + 1), -EINVAL);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_BYTES), 0);
+	CU_ASSERT_EQUAL(set_events(ctx, 10000), 0);	/* rounded up */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_BYTES), 16384);
+	CU_ASSERT_EQUAL(set_events(ctx, 0), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_BYTES), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* Insert, extend the prompt, evict everything: STORED, STORED, REMOVED x2. */
+static void events_insert_and_evict(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(PS, 64, 4, 64);
+	uint32_t tok[24];
+
+	test_tokens(tok, 24, 2);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, KVMM_EVENTS_BUF_MIN), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 3, tok, 16), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_cache(ctx, 3, tok, 24), 0);	/* 4 pages hit, 2 new */
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), 2);
+	CU_ASSERT_EQUAL(hdr()->next, 2);
+	CU_ASSERT_EQUAL(hdr()->lost, 0);
+	assert_event(event(0), 0, KVMM_EVENT_STORED, KVMM_TIER_DEVICE, KVMM_TIER_DEVICE, 3,
+		     tok, PS, 0, 4);
+	assert_event(event(1), 1, KVMM_EVENT_STORED, KVMM_TIER_DEVICE, KVMM_TIER_DEVICE, 3,
+		     tok, PS, 4, 2);
+	CU_ASSERT_EQUAL(hdr()->bytes, 2 * 48 + 6 * 16);
+
+	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), 6);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(read_events(ctx, 2, 0, 0, OUT_BYTES), 2);
+	/* leaves first */
+	assert_event(event(0), 2, KVMM_EVENT_REMOVED, KVMM_TIER_DEVICE, KVMM_TIER_DEVICE, 3,
+		     tok, PS, 4, 2);
+	assert_event(event(1), 3, KVMM_EVENT_REMOVED, KVMM_TIER_DEVICE, KVMM_TIER_DEVICE, 3,
+		     tok, PS, 0, 4);
+	/* caught up: nothing more, the cursor stays */
+	CU_ASSERT_EQUAL(read_events(ctx, 4, 0, 0, OUT_BYTES), 0);
+	CU_ASSERT_EQUAL(hdr()->next, 4);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS), 4);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_DROPPED), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* Demoted to the host tier by reclaim, promoted back by PROMOTE. */
+static void events_demote_and_promote(void)
+{
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct kvmm_ctx *ctx = NULL;
+	uint32_t tok[32], seq;
+
+	p.host_pages = 64;
+	p.host_node = KVMM_NODE_NEAREST;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	test_tokens(tok, 32, 3);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, 1u << 16), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, tok, 32), 0);
+	CU_ASSERT_EQUAL(kvmm_reclaim(ctx, 8), 8);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED), 8);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), 2);
+	assert_event(event(0), 0, KVMM_EVENT_STORED, KVMM_TIER_DEVICE, KVMM_TIER_DEVICE, 0,
+		     tok, PS, 0, 8);
+	assert_event(event(1), 1, KVMM_EVENT_DEMOTED, KVMM_TIER_DEVICE, KVMM_TIER_HOST, 0,
+		     tok, PS, 0, 8);
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, seq, tok, 32), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, seq, tok, 32), 32);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(read_events(ctx, hdr()->next, 0, 0, OUT_BYTES), 1);
+	assert_event(event(0), 2, KVMM_EVENT_PROMOTED, KVMM_TIER_HOST, KVMM_TIER_DEVICE, 0,
+		     tok, PS, 0, 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_DROPPED), 0);
+	kvmm_destroy(ctx);
+}
+
+/* A node of more than KVMM_EVENT_MAX_PAGES pages is told in order, in parts. */
+static void events_split_a_long_node(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 1024, 2, 700);
+	static uint32_t tok[600];
+
+	test_tokens(tok, 600, 4);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, 1u << 16), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 9, tok, 600), 0);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), 3);
+	assert_event(event(0), 0, KVMM_EVENT_STORED, 0, 0, 9, tok, 1, 0, 256);
+	assert_event(event(1), 1, KVMM_EVENT_STORED, 0, 0, 9, tok, 1, 256, 256);
+	assert_event(event(2), 2, KVMM_EVENT_STORED, 0, 0, 9, tok, 1, 512, 88);
+	/* a buffer that holds one part at a time pages through them */
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, KVMM_EVENTS_LEN_MIN), 1);
+	CU_ASSERT_EQUAL(hdr()->next, 1);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, 32 + 48 + 255 * 16), -EINVAL);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * The smallest buffer holds 512 slots, a one-page event 4 of them: more
+ * events than that overwrite the oldest, which nobody read: dropped and
+ * counted, and a reader from 0 is told the gap.  Events a reader got are
+ * not counted when they go.
+ */
+static void events_overflow_drops_and_counts(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(PS, 512, 4, 64);
+	uint32_t tok[4 * 300], i;
+	uint64_t dropped;
+
+	test_tokens(tok, 4 * 300, 5);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, KVMM_EVENTS_BUF_MIN), 0);
+	for (i = 0; i < 200; i++)	/* 200 one-page prompts */
+		CU_ASSERT_EQUAL(test_cache(ctx, 0, tok + 4 * i, 4), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS), 200);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_DROPPED), 200 - 128);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), 128);
+	CU_ASSERT_EQUAL(hdr()->lost, 72);
+	CU_ASSERT_EQUAL(hdr()->next, 200);
+	assert_event(event(0), 72, KVMM_EVENT_STORED, 0, 0, 0, tok + 4 * 72, PS, 0, 1);
+	/* read: overwriting them drops nothing more */
+	dropped = test_stat(ctx, KVMM_STAT_EVENTS_DROPPED);
+	for (i = 200; i < 300; i++)
+		CU_ASSERT_EQUAL(test_cache(ctx, 0, tok + 4 * i, 4), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_DROPPED), dropped);
+	/* a cursor past the newest event is refused, and nothing is written */
+	out[0] = 0xa5a5a5a5a5a5a5a5ull;
+	CU_ASSERT_EQUAL(read_events(ctx, 301, 0, 0, OUT_BYTES), -EINVAL);
+	CU_ASSERT_EQUAL(out[0], 0xa5a5a5a5a5a5a5a5ull);
+	/* a new size keeps the numbers; what the old buffer held is gone */
+	CU_ASSERT_EQUAL(set_events(ctx, 1u << 16), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_DROPPED), dropped + 100);
+	CU_ASSERT_EQUAL(read_events(ctx, 200, 0, 0, OUT_BYTES), 0);
+	CU_ASSERT_EQUAL(hdr()->lost, 100);
+	CU_ASSERT_EQUAL(hdr()->next, 300);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* Malformed EVENTS commands fail and change nothing. */
+static void events_bad_commands(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(PS, 64, 4, 64);
+	struct kvmm_iovec iov = { out, sizeof(out) };
+	uint64_t before[NR_KVMM_STATS], after[NR_KVMM_STATS];
+	static const struct { struct kvmm_sqe sqe; int expect; } bad[] = {
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .arg = 2 }, -EINVAL },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .ns = 3 }, -EINVAL },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .seq = 1 }, -EINVAL },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .resv0 = 1 }, -EINVAL },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .resv = { 0, 1 } }, -EINVAL },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .flags = 1 }, -EINVAL },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 16 }, -EINVAL },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 128 }, -EINVAL },	/* first event is 112 */
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .arg2 = 2 }, -EINVAL },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .off = 4 }, -EFAULT },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .off = OUT_BYTES - 8 }, -EFAULT },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .buf = 1 }, -EFAULT },
+		{ { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENTS, .arg2 = 100 }, -EINVAL },
+	};
+	uint32_t tok[16], i;
+
+	test_tokens(tok, 16, 6);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, KVMM_EVENTS_BUF_MIN), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, tok, 16), 0);	/* one event, 4 pages */
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		test_stats(ctx, before);
+		memset(out, 0xa5, 256);
+		CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &bad[i].sqe, &iov, 1), bad[i].expect);
+		CU_ASSERT_EQUAL(out[0], 0xa5a5a5a5a5a5a5a5ull);
+		test_stats(ctx, after);
+		ASSERT_STATS_SAME(before, after);
+	}
+	/* a good one, then: the cursor two is now the end */
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, 4096), 1);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* A ring bound to namespace 5 sees namespace 5's events and no other. */
+static void events_bound_ring_sees_its_namespace_only(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(PS, 64, 4, 64);
+	struct kvmm_ring_params rp = { .sq_entries = 4, .flags = KVMM_RING_F_NS, .ns = 5 };
+	struct kvmm_ring ring;
+	struct kvmm_iovec iov = { out, sizeof(out) };
+	uint32_t a[8], b[12], cflags;
+
+	test_tokens(a, 8, 7);
+	test_tokens(b, 12, 8);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, KVMM_EVENTS_BUF_MIN), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
+	/* buffer 0 is the ring's own data area: ours is 1 */
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&ring, &iov, 1), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 4, a, 8), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 5, b, 12), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 6, a, 8), 0);
+	/* another namespace: refused, as every command of a bound ring */
+	kvmm_prep_events(TEST_SQE(&ring), 0, KVMM_EVENTS_NS, 4, 1, 0, 4096);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
+	/* without the flag, or with it: its own only */
+	kvmm_prep_events(TEST_SQE(&ring), 0, 0, 5, 1, 0, 4096);
+	CU_ASSERT_EQUAL(test_ring1(&ring, &cflags), 1);
+	assert_event(event(0), 1, KVMM_EVENT_STORED, 0, 0, 5, b, PS, 0, 3);
+	CU_ASSERT_EQUAL(hdr()->next, 3);
+	CU_ASSERT_FALSE(cflags & KVMM_CQE_F_MORE);
+	kvmm_prep_events(TEST_SQE(&ring), 0, KVMM_EVENTS_NS, 5, 1, 0, 4096);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 1);
+	CU_ASSERT_EQUAL(event(0)->ns, 5);
+	/* the operator filters by hand, or sees all */
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_NS, 6, 4096), 1);
+	assert_event(event(0), 2, KVMM_EVENT_STORED, 0, 0, 6, a, PS, 0, 2);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, 4096), 3);
+	/* a page at a time, with F_MORE while more wait */
+	kvmm_prep_events(TEST_SQE(&ring), 0, 0, 5, 1, 0, 32 + 48 + 3 * 16);
+	CU_ASSERT_EQUAL(test_ring1(&ring, &cflags), 1);
+	CU_ASSERT_EQUAL(hdr()->next, 3);
+	kvmm_ring_exit(&ring);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, 32 + 48 + 2 * 16), 1);
+	CU_ASSERT_EQUAL(hdr()->next, 1);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+int register_events_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_events", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, events_are_off_by_default);
+	ADD_TEST(s, set_events_checks_the_size);
+	ADD_TEST(s, events_insert_and_evict);
+	ADD_TEST(s, events_demote_and_promote);
+	ADD_TEST(s, events_split_a_long_node);
+	ADD_TEST(s, events_overflow_drops_and_counts);
+	ADD_TEST(s, events_bad_commands);
+	ADD_TEST(s, events_bound_ring_sees_its_namespace_only);
+	return 0;
+}
