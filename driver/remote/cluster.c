@@ -81,17 +81,32 @@ static uint64_t now_ns(void)
 
 /* ---- key slots: CRC16-CCITT (XMODEM) of the key or of its {hash tag} ---- */
 
+/* CRC16-CCITT, XMODEM (poly 0x1021, init 0): a byte at a time by table */
+static uint16_t crc16_table[256];
+static pthread_once_t crc16_once = PTHREAD_ONCE_INIT;
+
+static void crc16_init(void)
+{
+	uint32_t i;
+	int b;
+
+	for (i = 0; i < 256; i++) {
+		uint16_t crc = (uint16_t)(i << 8);
+
+		for (b = 0; b < 8; b++)
+			crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+		crc16_table[i] = crc;
+	}
+}
+
 static uint16_t crc16(const char *p, size_t n)
 {
 	uint16_t crc = 0;
 	size_t i;
-	int b;
 
-	for (i = 0; i < n; i++) {
-		crc ^= (uint16_t)((uint8_t)p[i] << 8);
-		for (b = 0; b < 8; b++)
-			crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
-	}
+	pthread_once(&crc16_once, crc16_init);
+	for (i = 0; i < n; i++)
+		crc = (uint16_t)((crc << 8) ^ crc16_table[((crc >> 8) ^ (uint8_t)p[i]) & 0xff]);
 	return crc;
 }
 
