@@ -362,7 +362,7 @@ def test_requests_agree(ps, way):
 			side.pool.req_to_token = side.pool.req_to_token.to(torch.int64)
 	elif way == "free_segment":
 		kv = r.p.kv.cache			# as for an allocator not SGLang's own
-		kv._free_pages, kv._prepends, kv._pages = None, 0, 0
+		kv._free_pages, kv._free_now, kv._prepends, kv._pages = None, None, 0, 0
 	rng = random.Random(ps * 7 + len(way))
 	systems = [[rng.randrange(1000) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
 	seen = []

@@ -308,6 +308,8 @@ class KvmmRadixCache(BasePrefixCache):
 		# frames are page indices; SGLang's slot 0 (page 0) is padding, never handed out
 		self._nr_pages = size // self.page_size + 1
 		self._free_pages, self._prepends = _page_freer(alloc)
+		# page ids straight to the allocator: its own, on the CPU
+		self._free_now = self._free_pages if self._on_cpu else None
 		self._rt: Any = None		# the req_to_token tensor _row() last checked
 		self._ctx: Optional[Context] = None
 		self.reset()
@@ -391,10 +393,13 @@ class KvmmRadixCache(BasePrefixCache):
 	# ---- BasePrefixCache ----
 	def match_prefix(self, params: Any) -> MatchResult:
 		key = params.key
-		n = len(key)
+		ids = key.token_ids
+		if type(key) is RadixKey and key.limit is None and not key.is_bigram:
+			n = len(ids)				# len(key), without its calls
+		else:
+			n = len(key)
 		if n == 0 or self.disable:
 			return MatchResult(0, self.root_node, self.root_node, self.root_node)
-		ids = key.token_ids
 		if type(ids) is not array or ids.typecode != "q":
 			ids = _ids(ids, n)
 		tag = (key.extra_key, getattr(key, "cache_salt", None))
@@ -507,7 +512,10 @@ class KvmmRadixCache(BasePrefixCache):
 					n = (end - start + ps - 1) // ps if self._pages else end - start
 					out = torch.empty(n, dtype=_I64)
 					_row_free(self._r, row, start, end, out.data_ptr(), self._pages)
-					self._free(out, start)
+					if self._free_now is not None:
+						self._free_now(out)
+					else:
+						self._free(out, start)
 					return
 		super().free_kv_row(kv, ranges)
 
@@ -529,7 +537,9 @@ class KvmmRadixCache(BasePrefixCache):
 		expand = not self._pages
 		out = torch.empty(got * ps if expand else got, dtype=_I64)
 		_slots(r, out.data_ptr(), int(expand))
-		if self._free_pages is not None or r.nr_leaves == 1:
+		if self._free_now is not None:
+			self._free_now(out)
+		elif self._free_pages is not None or r.nr_leaves == 1:
 			self._free(out, 0)
 		else:
 			step = ps if expand else 1
