@@ -84,6 +84,9 @@ double memcpy_gbps(const struct memcpy_pair *m);
 int run_fio(const char *path, const char *rw, uint64_t bs, uint64_t bytes,
 	    uint32_t qd, struct fio_result *res);
 int fio_present(void);
+void report_figure(bool json, const char *bench, const char *what, double v, const char *unit,
+		   const char *vs_name, double vs, double ratio, json_t *extra);
+double median_ratio(const double *a, const double *b, uint32_t n);
 /* ring.c: a kvmm server in a child process, one fresh context a session */
 struct bench_server {
 	pid_t pid;

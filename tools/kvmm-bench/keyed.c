@@ -78,38 +78,13 @@ static struct kvmm_params keyed_params(uint32_t host_pages)
 static void report_ratio(const struct keyed_opts *o, const char *what, double v,
 			 const char *unit, const char *vs_name, double vs, double ratio)
 {
-	if (o->json) {
-		json_t *j = json_pack("{s:s,s:s,s:o,s:s}", "bench", "keyed", "what", what,
-				      "value", tool_json_fixed(v, 3), "unit", unit);
-
-		if (j && vs_name) {
-			json_object_set_new(j, vs_name, tool_json_fixed(vs, 3));
-			json_object_set_new(j, "ratio", tool_json_fixed(ratio, 3));
-		}
-		tool_json_line(j, stdout);
-		return;
-	}
-	printf("%-14s %10.3f %-5s", what, v, unit);
-	if (vs_name)
-		printf("   %s %.3f  ratio %.3f", vs_name, vs, ratio);
-	printf("\n");
+	report_figure(o->json, "keyed", what, v, unit, vs_name, vs, ratio, NULL);
 }
 
 static void report(const struct keyed_opts *o, const char *what, double v, const char *unit,
 		   const char *vs_name, double vs)
 {
 	report_ratio(o, what, v, unit, vs_name, vs, vs > 0 ? v / vs : 0);
-}
-
-/* The median of the rounds' @a[r] / @b[r]: what pairs run side by side say. */
-static double median_ratio(const double *a, const double *b, uint32_t n)
-{
-	double q[KEYED_NVME_ROUNDS];
-	uint32_t r;
-
-	for (r = 0; r < n; r++)
-		q[r] = b[r] > 0 ? a[r] / b[r] : 0;
-	return median(q, n);
 }
 
 /*

@@ -126,3 +126,50 @@ int fio_present(void)
 {
 	return system("fio --version >/dev/null 2>&1") == 0;
 }
+
+/**
+ * report_figure() - one figure of a throughput benchmark
+ * @json: as a JSON line (else a line for people)
+ * @bench: the benchmark's name
+ * @what: the figure's
+ * @v: its value, in @unit
+ * @vs_name: what it is compared with, or NULL
+ * @vs: ... its value
+ * @ratio: and the ratio to report (the caller's: a median of per-round
+ *	ratios is not the ratio of the medians)
+ * @extra: NULL, or fields to add to the JSON object (taken)
+ */
+void report_figure(bool json, const char *bench, const char *what, double v, const char *unit,
+		   const char *vs_name, double vs, double ratio, json_t *extra)
+{
+	if (json) {
+		json_t *j = json_pack("{s:s,s:s,s:o,s:s}", "bench", bench, "what", what,
+				      "value", tool_json_fixed(v, 3), "unit", unit);
+
+		if (j && vs_name) {
+			json_object_set_new(j, vs_name, tool_json_fixed(vs, 3));
+			json_object_set_new(j, "ratio", tool_json_fixed(ratio, 3));
+		}
+		if (j && extra)
+			json_object_update(j, extra);
+		json_decref(extra);
+		tool_json_line(j, stdout);
+		return;
+	}
+	json_decref(extra);
+	printf("%-14s %10.3f %-5s", what, v, unit);
+	if (vs_name)
+		printf("   %s %.3f  ratio %.3f", vs_name, vs, ratio);
+	printf("\n");
+}
+
+/* The median over @n rounds (at most 64) of @a[r] / @b[r]: what pairs run side by side say. */
+double median_ratio(const double *a, const double *b, uint32_t n)
+{
+	double q[64];
+	uint32_t r;
+
+	for (r = 0; r < n && r < 64; r++)
+		q[r] = b[r] > 0 ? a[r] / b[r] : 0;
+	return median(q, r);
+}

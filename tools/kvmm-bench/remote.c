@@ -142,33 +142,9 @@ static double redis_benchmark(const char *seeds, const char *test, uint64_t byte
 static void report(const struct remote_opts *o, const char *what, double v, const char *unit,
 		   const char *vs_name, double vs, double ratio)
 {
-	if (o->json) {
-		json_t *j = json_pack("{s:s,s:s,s:o,s:s,s:I,s:I}", "bench", "remote", "what", what,
-				      "value", tool_json_fixed(v, 3), "unit", unit,
-				      "page_bytes", (json_int_t)o->page_bytes,
-				      "batch", (json_int_t)o->batch);
-
-		if (j && vs_name) {
-			json_object_set_new(j, vs_name, tool_json_fixed(vs, 3));
-			json_object_set_new(j, "ratio", tool_json_fixed(ratio, 3));
-		}
-		tool_json_line(j, stdout);
-		return;
-	}
-	printf("%-12s %10.3f %-5s", what, v, unit);
-	if (vs_name)
-		printf("   %s %.3f  ratio %.3f", vs_name, vs, ratio);
-	printf("\n");
-}
-
-static double ratio_median(const double *a, const double *b, uint32_t n)
-{
-	double q[64];
-	uint32_t r;
-
-	for (r = 0; r < n; r++)
-		q[r] = b[r] > 0 ? a[r] / b[r] : 0;
-	return median(q, n);
+	report_figure(o->json, "remote", what, v, unit, vs_name, vs, ratio,
+		      json_pack("{s:I,s:I}", "page_bytes", (json_int_t)o->page_bytes,
+				"batch", (json_int_t)o->batch));
 }
 
 static int remote_bench(const struct remote_opts *o)
@@ -267,11 +243,11 @@ static int remote_bench(const struct remote_opts *o)
 	ops->stats(priv, &st);
 	if (o->redis_benchmark) {
 		report(o, "put", median(put, o->rounds), "GB/s", "redis_benchmark_set_gbps",
-		       median(rset, o->rounds), ratio_median(put, rset, o->rounds));
+		       median(rset, o->rounds), median_ratio(put, rset, o->rounds));
 		report(o, "put_hiredis", median(puth, o->rounds), "GB/s", "redis_benchmark_set_gbps",
-		       median(rset, o->rounds), ratio_median(puth, rset, o->rounds));
+		       median(rset, o->rounds), median_ratio(puth, rset, o->rounds));
 		report(o, "get", median(get, o->rounds), "GB/s", "redis_benchmark_get_gbps",
-		       median(rget, o->rounds), ratio_median(get, rget, o->rounds));
+		       median(rget, o->rounds), median_ratio(get, rget, o->rounds));
 	} else {
 		report(o, "put", median(put, o->rounds), "GB/s", NULL, 0, 0);
 		report(o, "put_hiredis", median(puth, o->rounds), "GB/s", NULL, 0, 0);
