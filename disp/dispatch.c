@@ -525,6 +525,19 @@ static int op_prio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return kvmm_prefix_set_prio(d->ctx, sqe->ns, tok, sqe->len, sqe->arg);
 }
 
+/* RPUSH, RFETCH: the prefix tree over the remote tier, the lock dropped meanwhile. */
+static int op_rpush(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		    const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_remote_push_held(d->ctx, sqe->ns, tok, sqe->len, true);
+}
+
+static int op_rfetch(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		     const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_remote_fetch_held(d->ctx, sqe->ns, tok, sqe->len, true);
+}
+
 /* KSPACE: register (or find) a keyed space in the entry's namespace. */
 static int op_kspace(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		     const uint32_t *tok, uint32_t *cflags)
@@ -726,6 +739,8 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_KEXISTS]	= { F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_kkeys },
 	[KVMM_OP_KDELETE]	= { F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_kkeys },
 	[KVMM_OP_EVENTS]	= { F_NS | F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_events },
+	[KVMM_OP_RPUSH]		= { F_NS | F_TOK, P_TOKENS, false, false, op_rpush },
+	[KVMM_OP_RFETCH]	= { F_NS | F_TOK, P_TOKENS, false, false, op_rfetch },
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");

@@ -313,6 +313,21 @@ static inline void kvmm_prep_lookup(struct kvmm_sqe *sqe, uint32_t ns, uint16_t 
 	sqe->ns = ns;
 }
 
+/* RPUSH / RFETCH: a prompt's pages to or from the remote tier (kvmm_remote_push/fetch()) */
+static inline void kvmm_prep_rpush(struct kvmm_sqe *sqe, uint32_t ns, uint16_t buf,
+				   uint64_t off, uint32_t n)
+{
+	kvmm_prep_rw(sqe, KVMM_OP_RPUSH, 0, buf, off, n);
+	sqe->ns = ns;
+}
+
+static inline void kvmm_prep_rfetch(struct kvmm_sqe *sqe, uint32_t ns, uint16_t buf,
+				    uint64_t off, uint32_t n)
+{
+	kvmm_prep_rw(sqe, KVMM_OP_RFETCH, 0, buf, off, n);
+	sqe->ns = ns;
+}
+
 static inline void kvmm_prep_reclaim(struct kvmm_sqe *sqe, uint32_t pages)
 {
 	sqe->opcode = KVMM_OP_RECLAIM;

@@ -337,6 +337,10 @@ int kvmm_keyed_delete(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_ke
 		      uint32_t n, int32_t *res);
 int kvmm_keyed_info(const struct kvmm_ctx *ctx, uint32_t space, struct kvmm_dump_kspace *info);
 
+/* The prefix tree over the remote tier (kvmm_params.remote) */
+int kvmm_remote_push(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n);
+int kvmm_remote_fetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n);
+
 /* Reclaim and tunables */
 int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages);
 int64_t kvmm_drop_caches(struct kvmm_ctx *ctx);

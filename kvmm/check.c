@@ -467,6 +467,7 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 	CHECK(!kvmm_migrations_check(ctx, marks, MARK_IO, io, &job_locks, &job_nodes, &why),
 	      "%s", why);
 	CHECK(!kvmm_keyed_check(ctx, marks, MARK_IO, io, &job_locks, &why), "%s", why);
+	CHECK(!kvmm_remote_check(ctx, marks, MARK_IO, io, &job_locks, &why), "%s", why);
 	CHECK(!kvmm_events_check(ctx, &why), "%s", why);
 	for (t = 0; t < KVMM_NR_TIERS; t++)
 		CHECK(io[t] == ctx->io_pages[t], "migrations hold %llu frames of tier %u, "

@@ -303,6 +303,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	ctx->keyed_share = 100;
 	list_init(&ctx->migrations);
 	list_init(&ctx->kjobs);
+	list_init(&ctx->rjobs);
 	if (pthread_mutex_init(&ctx->lock, NULL)) {
 		aops->free(ctx, sizeof(*ctx), params->alloc_priv);
 		return -ENOMEM;

@@ -597,8 +597,17 @@ int kvmm_keyed_run_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
 int kvmm_keyed_remote_exists(struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
 			     const struct kvmm_key *keys, uint32_t n, uint32_t from,
 			     int32_t *const *res);
-int kvmm_keyed_remote_init(struct kvmm_ctx *ctx);
-void kvmm_keyed_remote_exit(struct kvmm_ctx *ctx);
+/* ---- remote.c ---- */
+int kvmm_remote_init(struct kvmm_ctx *ctx);
+void kvmm_remote_exit(struct kvmm_ctx *ctx);
+void kvmm_remote_snapshot(struct kvmm_ctx *ctx);
+void kvmm_remote_stats(const struct kvmm_ctx *ctx, uint64_t *v);
+int kvmm_remote_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t mark_io,
+		      uint64_t *io, uint64_t *locks, const char **why);
+int kvmm_remote_push_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+			  uint32_t n, bool held);
+int kvmm_remote_fetch_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+			   uint32_t n, bool held);
 int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
 		    struct kvmm_kspace *s, bool put, const struct kvmm_key *keys,
 		    void *const *bufs, int32_t *const *resps, uint32_t n);
@@ -748,6 +757,8 @@ enum kvmm_event {
 	EV_KEYED_DROPS,
 	EV_KEYED_DELETES,
 	EV_KEYED_REMOTE_GETS,	/* values a get brought from the remote tier */
+	EV_REMOTE_FETCH_TOKENS,	/* prefix tokens kvmm_remote_fetch() brought */
+	EV_REMOTE_PUSH_TOKENS,	/* prefix tokens kvmm_remote_push() left there */
 	EV_CACHE_EVENTS,	/* cache events recorded (events.c) */
 	EV_CACHE_EVENTS_DROPPED,
 	NR_KVMM_EVENTS
@@ -862,6 +873,7 @@ struct kvmm_ctx {
 	struct kvmm_kspace **kspaces;
 	uint32_t nr_kspaces, cap_kspaces;
 	struct kvmm_list kjobs;
+	struct kvmm_list rjobs;		/* remote.c's pushes and fetches in flight */
 	pthread_cond_t kjobs_done;
 	uint64_t keyed_values;
 	uint64_t frames_locks;	/* lock references the engine holds (frames.c) */

@@ -750,18 +750,6 @@ static void remote_names(const struct kvmm_kspace *s, const struct kvmm_key *key
 	}
 }
 
-/* After a call to the client (its lock held): its counters, for STATS. */
-static void remote_snapshot(struct kvmm_ctx *ctx)
-{
-	struct kvmm_remote_stats st;
-	uint64_t *dst = (uint64_t *)&ctx->remote_stats, *src = (uint64_t *)&st;
-	size_t i;
-
-	ctx->remote->stats(ctx->remote_priv, &st);
-	for (i = 0; i < sizeof(st) / sizeof(uint64_t); i++)
-		__atomic_store_n(&dst[i], src[i], __ATOMIC_RELAXED);
-}
-
 /*
  * The remote tier's part of the copy step, without the context's lock: a
  * put's values (in their frames now) written through, skipping what the
@@ -796,7 +784,7 @@ static void remote_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 		ctx->remote->put(ctx->remote_priv, job->rpages, k, (const void *const *)job->addrs);
 	else
 		ctx->remote->get(ctx->remote_priv, job->rpages, k, job->addrs, job->rok);
-	remote_snapshot(ctx);
+	kvmm_remote_snapshot(ctx);
 	pthread_mutex_unlock(&ctx->remote_lock);
 	if (job->put)
 		return;		/* the local put stands either way */
@@ -880,7 +868,7 @@ int kvmm_keyed_remote_exists(struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
 	}
 	pthread_mutex_lock(&ctx->remote_lock);
 	ctx->remote->probe(ctx->remote_priv, pg, k * pages, ok);
-	remote_snapshot(ctx);
+	kvmm_remote_snapshot(ctx);
 	pthread_mutex_unlock(&ctx->remote_lock);
 	for (i = 0; i < k; i++) {
 		bool whole = !memchr(ok + (size_t)i * pages, 0, pages);
@@ -893,68 +881,6 @@ int kvmm_keyed_remote_exists(struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
 	}
 	kvmm_mfree(ctx, pg, bytes);
 	return (int)more;
-}
-
-/* The remote tier's counters, as STATS items (the last copy of them). */
-static void remote_stat_items(const struct kvmm_ctx *ctx, uint64_t *v)
-{
-	const struct kvmm_remote_stats *st = &ctx->remote_stats;
-#define RS(f) __atomic_load_n(&st->f, __ATOMIC_RELAXED)
-	v[KVMM_STAT_REMOTE_PROBES] = RS(probes);
-	v[KVMM_STAT_REMOTE_PROBE_HITS] = RS(probe_hits);
-	v[KVMM_STAT_REMOTE_GET_PAGES] = RS(gets);
-	v[KVMM_STAT_REMOTE_GET_HITS] = RS(get_hits);
-	v[KVMM_STAT_REMOTE_BYTES_OUT] = RS(get_bytes);
-	v[KVMM_STAT_REMOTE_PUT_PAGES] = RS(puts);
-	v[KVMM_STAT_REMOTE_PUT_SKIPPED] = RS(put_skipped);
-	v[KVMM_STAT_REMOTE_BYTES_IN] = RS(put_bytes);
-	v[KVMM_STAT_REMOTE_CORRUPT] = RS(corrupt);
-	v[KVMM_STAT_REMOTE_TIMEOUTS] = RS(timeouts);
-	v[KVMM_STAT_REMOTE_ERRORS] = RS(errors);
-	v[KVMM_STAT_REMOTE_NS] = RS(probe_ns) + RS(get_ns) + RS(put_ns);
-#undef RS
-}
-
-/* The remote tier of @ctx's parameters: connected, or why not. */
-int kvmm_keyed_remote_init(struct kvmm_ctx *ctx)
-{
-	const struct kvmm_params *p = &ctx->params;
-	char why[512] = "";
-	struct kvmm_remote_cfg cfg = {
-		.seeds = p->remote, .salt = p->remote_salt ? p->remote_salt : "",
-		.model_id = p->model_id ? p->model_id : "", .model = p->model,
-		.page_size = p->page_size, .page_bytes = kvmm_page_bytes(&p->model, p->page_size),
-		.timeout_ms = p->remote_timeout_ms, .err = why, .err_len = sizeof(why),
-	};
-	const struct kvmm_remote_ops *ops;
-	int ret;
-
-	if (!p->remote)
-		return 0;
-	ops = kvmm_remote_lookup("redis");
-	if (!ops) {
-		kvmm_report(ctx, "remote tier: this build has no Redis client (hiredis)");
-		return -EOPNOTSUPP;
-	}
-	if (pthread_mutex_init(&ctx->remote_lock, NULL))
-		return -ENOMEM;
-	ret = ops->init(&cfg, &ctx->remote_priv);
-	if (ret) {
-		kvmm_report(ctx, "%s", why[0] ? why : strerror(-ret));
-		pthread_mutex_destroy(&ctx->remote_lock);
-		return ret;
-	}
-	ctx->remote = ops;
-	return 0;
-}
-
-void kvmm_keyed_remote_exit(struct kvmm_ctx *ctx)
-{
-	if (!ctx->remote)
-		return;
-	ctx->remote->exit(ctx->remote_priv);
-	pthread_mutex_destroy(&ctx->remote_lock);
-	ctx->remote = NULL;
 }
 
 /*
@@ -1396,7 +1322,6 @@ void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v)
 	v[KVMM_STAT_KEYED_VALUES] = ctx->keyed_values;
 	v[KVMM_STAT_KEYED_EVICTS] = ctx->events[EV_KEYED_DROPS] - ctx->events[EV_KEYED_DELETES];
 	v[KVMM_STAT_KEYED_REMOTE_GETS] = ctx->events[EV_KEYED_REMOTE_GETS];
-	remote_stat_items(ctx, v);
 }
 
 /*

@@ -98,6 +98,8 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_REMOTE_ERRORS] = "remote_errors",
 	[KVMM_STAT_REMOTE_NS] = "remote_ns",
 	[KVMM_STAT_KEYED_REMOTE_GETS] = "keyed_remote_gets",
+	[KVMM_STAT_REMOTE_FETCH_TOKENS] = "remote_fetch_tokens",
+	[KVMM_STAT_REMOTE_PUSH_TOKENS] = "remote_push_tokens",
 	[KVMM_STAT_PAGES_WRITEBACK] = "pages_writeback",
 	[KVMM_STAT_EVENTS] = "events",
 	[KVMM_STAT_EVENTS_DROPPED] = "events_dropped",
@@ -132,6 +134,8 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_KEYED_GETS] = EV_KEYED_GETS + 1,
 	[KVMM_STAT_KEYED_MISSES] = EV_KEYED_MISSES + 1,
 	[KVMM_STAT_EVENTS] = EV_CACHE_EVENTS + 1,
+	[KVMM_STAT_REMOTE_FETCH_TOKENS] = EV_REMOTE_FETCH_TOKENS + 1,
+	[KVMM_STAT_REMOTE_PUSH_TOKENS] = EV_REMOTE_PUSH_TOKENS + 1,
 	[KVMM_STAT_EVENTS_DROPPED] = EV_CACHE_EVENTS_DROPPED + 1,
 };
 
@@ -218,6 +222,7 @@ KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t 
 	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++)
 		tier_stats(ctx, t, v);
 	kvmm_keyed_stats(ctx, v);
+	kvmm_remote_stats(ctx, v);
 	if (nr)
 		memcpy(vals, v, (nr < NR_KVMM_STATS ? nr : NR_KVMM_STATS) * sizeof(*v));
 	return NR_KVMM_STATS;

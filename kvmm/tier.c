@@ -207,7 +207,7 @@ int kvmm_tiers_init(struct kvmm_ctx *ctx)
 			kvmm_tier_recover(ctx, KVMM_TIER_NVME);
 	}
 	if (!ret)	/* below them all, shared with other machines */
-		ret = kvmm_keyed_remote_init(ctx);
+		ret = kvmm_remote_init(ctx);
 	if (!ret)	/* background reclaim, NVMe I/O, the remote tier */
 		ret = kvmm_iow_start(ctx);
 	if (ret)
@@ -220,7 +220,7 @@ void kvmm_tiers_exit(struct kvmm_ctx *ctx)
 	uint32_t t;
 
 	kvmm_iow_stop(ctx);
-	kvmm_keyed_remote_exit(ctx);
+	kvmm_remote_exit(ctx);
 	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++) {
 		if (!ctx->store[t])
 			continue;

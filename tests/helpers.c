@@ -262,3 +262,83 @@ int32_t test_kring_io(struct test_kring *r, uint8_t op, uint32_t sp, uint32_t n)
 	sqe->arg = sp;
 	return test_ring1(&r->ring, NULL);
 }
+
+/* ---- KV bytes a test can check: stamped by token and position ---- */
+
+/* The byte token @t at position @pos holds in @layer's K (kv 0) or V. */
+static uint8_t kv_stamp_of(uint32_t t, uint32_t pos, uint32_t layer, uint32_t kv,
+			uint32_t byte)
+{
+	return (uint8_t)((t * 131u) ^ (pos * 7u) ^ (layer << 5) ^ (kv << 4) ^ byte);
+}
+
+/*
+ * Write (or, with @check, compare) the KV of tokens [from, n) of @seq: each
+ * byte a function of its token, position, layer and K/V (the mock
+ * backend's memory, as an engine's attention would write it).
+ */
+int test_kv_stamp(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tok,
+		  uint32_t from, uint32_t n, bool check)
+{
+	uint32_t PS = kvmm_page_size(ctx);
+	struct kvmm_table tab;
+	struct kvmm_kv_layer kl;
+	uint32_t i, layer, kv, b;
+	int bad = 0;
+
+	kvmm_seq_table(ctx, &tab);
+	for (layer = 0; kvmm_kv_layer(ctx, layer, &kl) == 0; layer++) {
+		for (i = from; i < n; i++) {
+			int32_t pfn = tab.base[seq * tab.stride + i / PS];
+			uint64_t slot = (uint64_t)pfn * PS + i % PS;
+
+			for (kv = 0; kv < 2; kv++) {
+				uint8_t *p = (uint8_t *)(kv ? kl.v : kl.k) + slot * kl.slot_bytes;
+
+				for (b = 0; b < kl.slot_bytes; b++) {
+					uint8_t want = kv_stamp_of(tok[i], i, layer, kv, b);
+
+					if (!check)
+						p[b] = want;
+					else
+						bad += p[b] != want;
+				}
+			}
+		}
+	}
+	return bad;
+}
+
+/*
+ * A request: match (and promote), check the KV that came back against the
+ * stamps, compute (stamp) the rest, finish.  Return: tokens matched, or
+ * the failing call's error.
+ */
+int test_kv_serve(struct kvmm_ctx *ctx, const uint32_t *tok, uint32_t n, bool promote)
+{
+	uint32_t seq;
+	int m, ret;
+
+	ret = kvmm_seq_open(ctx, 0, &seq);
+	if (ret)
+		return ret;
+	m = kvmm_seq_match(ctx, seq, tok, n);
+	if (m >= 0 && promote)
+		m = kvmm_seq_promote(ctx, seq, tok, n);
+	if (m < 0) {
+		kvmm_seq_close(ctx, seq, NULL, 0);
+		return m;
+	}
+	CU_ASSERT_EQUAL(test_kv_stamp(ctx, seq, tok, 0, (uint32_t)m, true), 0);
+	if ((uint32_t)m < n) {
+		ret = kvmm_seq_extend(ctx, seq, n - (uint32_t)m, 0);
+		if (ret) {
+			kvmm_seq_close(ctx, seq, NULL, 0);
+			return ret;
+		}
+		test_kv_stamp(ctx, seq, tok, (uint32_t)m, n, false);
+	}
+	ret = kvmm_seq_close(ctx, seq, tok, n);
+	return ret ? ret : m;
+}
+

@@ -59,6 +59,10 @@ void test_kring_init(struct kvmm_ctx *ctx, struct test_kring *r, uint32_t flags,
 void test_kring_exit(struct test_kring *r);
 int32_t test_kring_io(struct test_kring *r, uint8_t op, uint32_t sp, uint32_t n);
 
+int test_kv_stamp(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tok,
+		  uint32_t from, uint32_t n, bool check);
+int test_kv_serve(struct kvmm_ctx *ctx, const uint32_t *tok, uint32_t n, bool promote);
+
 #define CHECK_OK(ctx) CU_ASSERT_EQUAL(kvmm_check(ctx), 0)
 
 /*

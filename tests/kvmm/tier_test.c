@@ -42,74 +42,6 @@ static struct kvmm_ctx *tier_ctx(uint32_t dev_pages, uint32_t host_pages,
 	return ctx;
 }
 
-/* The byte token @t at position @pos holds in @layer's K (kv 0) or V. */
-static uint8_t stamp_of(uint32_t t, uint32_t pos, uint32_t layer, uint32_t kv,
-			uint32_t byte)
-{
-	return (uint8_t)((t * 131u) ^ (pos * 7u) ^ (layer << 5) ^ (kv << 4) ^ byte);
-}
-
-/* Write (or, with @check, compare) the KV of tokens [from, n) of @seq. */
-static int stamp(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tok,
-		 uint32_t from, uint32_t n, bool check)
-{
-	struct kvmm_table tab;
-	struct kvmm_kv_layer kl;
-	uint32_t i, layer, kv, b;
-	int bad = 0;
-
-	kvmm_seq_table(ctx, &tab);
-	for (layer = 0; kvmm_kv_layer(ctx, layer, &kl) == 0; layer++) {
-		for (i = from; i < n; i++) {
-			int32_t pfn = tab.base[seq * tab.stride + i / PS];
-			uint64_t slot = (uint64_t)pfn * PS + i % PS;
-
-			for (kv = 0; kv < 2; kv++) {
-				uint8_t *p = (uint8_t *)(kv ? kl.v : kl.k) + slot * kl.slot_bytes;
-
-				for (b = 0; b < kl.slot_bytes; b++) {
-					uint8_t want = stamp_of(tok[i], i, layer, kv, b);
-
-					if (!check)
-						p[b] = want;
-					else
-						bad += p[b] != want;
-				}
-			}
-		}
-	}
-	return bad;
-}
-
-/* A request: match (and promote), verify what came back, compute the rest, finish. */
-static int serve(struct kvmm_ctx *ctx, const uint32_t *tok, uint32_t n, bool promote)
-{
-	uint32_t seq;
-	int m, ret;
-
-	ret = kvmm_seq_open(ctx, 0, &seq);
-	if (ret)
-		return ret;
-	m = kvmm_seq_match(ctx, seq, tok, n);
-	if (m >= 0 && promote)
-		m = kvmm_seq_promote(ctx, seq, tok, n);
-	if (m < 0) {
-		kvmm_seq_close(ctx, seq, NULL, 0);
-		return m;
-	}
-	CU_ASSERT_EQUAL(stamp(ctx, seq, tok, 0, (uint32_t)m, true), 0);
-	if ((uint32_t)m < n) {
-		ret = kvmm_seq_extend(ctx, seq, n - (uint32_t)m, 0);
-		if (ret) {
-			kvmm_seq_close(ctx, seq, NULL, 0);
-			return ret;
-		}
-		stamp(ctx, seq, tok, (uint32_t)m, n, false);
-	}
-	ret = kvmm_seq_close(ctx, seq, tok, n);
-	return ret ? ret : m;
-}
-
 static uint64_t host_stat(struct kvmm_ctx *ctx, unsigned item)
 {
 	return test_stat(ctx, item);
@@ -122,7 +54,7 @@ static void push_down(struct kvmm_ctx *ctx, uint32_t seed, uint32_t count)
 
 	for (i = 0; i < count; i++) {
 		test_tokens(other, 32, seed + i);
-		CU_ASSERT_EQUAL(serve(ctx, other, 32, false), 0);
+		CU_ASSERT_EQUAL(test_kv_serve(ctx, other, 32, false), 0);
 		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);	/* background reclaim kept up */
 		CHECK_OK(ctx);
 	}
@@ -135,7 +67,7 @@ static void test_demote_promote_roundtrip(void)
 	uint32_t tok[32];
 
 	test_tokens(tok, 32, 1);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 100, 2);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES) >= 8);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED) >= 8);
@@ -145,7 +77,7 @@ static void test_demote_promote_roundtrip(void)
 	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 0);
 
 	/* the whole prompt comes back and reads as it was computed */
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 8);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_HIT_TOKENS), 32);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_BYTES_OUT) > 0);
@@ -163,16 +95,16 @@ static void test_promote_partial_path(void)
 	uint32_t tok[32];
 
 	test_tokens(tok, 32, 2);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 200, 2);
 	/* the first half comes back by itself, then the whole */
-	CU_ASSERT_EQUAL(serve(ctx, tok, 16, true), 16);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 16, true), 16);
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
 	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 16);
 	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_HOST], 16);
 	CHECK_OK(ctx);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 30, true), 28);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 30, true), 28);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -185,9 +117,9 @@ static void test_corrupt_page_is_a_miss(void)
 	uint32_t tok[32];
 
 	test_tokens(tok, 32, 3);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 300, 2);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 0);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_CSUM_FAIL), 1);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 0);
 	CHECK_OK(ctx);
@@ -206,7 +138,7 @@ static void test_copy_faults(void)
 	uint64_t demoted;
 
 	test_tokens(tok, 32, 4);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 400, 2);
 	demoted = host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES);
 	CU_ASSERT(demoted >= 8);
@@ -215,7 +147,7 @@ static void test_copy_faults(void)
 	/* every copy fails: demotion falls back to dropping, promotion to a miss */
 	mf.fail_every = 1;
 	ctx = tier_ctx(16, 64, &mock, NULL);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 400, 2);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES), 0);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_IO_ERRORS) > 0);
@@ -227,11 +159,11 @@ static void test_copy_faults(void)
 	/* demotions work, then promotion's scatter fails: a miss */
 	mf.fail_every = 0;
 	ctx = tier_ctx(16, 64, &mock, NULL);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 400, 2);
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 32);
 	mf.fail_every = 1;
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 0);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_IO_ERRORS) >= 1);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 0);
 	CHECK_OK(ctx);
@@ -245,13 +177,13 @@ static void test_host_full(void)
 	uint32_t tok[32];
 
 	test_tokens(tok, 32, 5);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 500, 6);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_EVICT_PAGES) > 0);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED) <= 16);
 	/* the oldest prompt went first: it is nowhere now */
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 0);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 0);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -264,16 +196,16 @@ static void test_adopt_recomputed(void)
 	uint32_t tok[32];
 
 	test_tokens(tok, 32, 6);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 600, 2);
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
 	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_HOST], 32);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);	/* no promote: recompute */
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);	/* no promote: recompute */
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
 	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 32);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 0);
 	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -284,7 +216,7 @@ static void test_drop_caches_all_tiers(void)
 	uint32_t tok[32];
 
 	test_tokens(tok, 32, 7);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 700, 3);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED) > 0);
 	CU_ASSERT(kvmm_drop_caches(ctx) > 0);
@@ -316,7 +248,7 @@ static void test_bad_params(void)
 	ctx = tier_ctx(16, 16, NULL, NULL);
 	test_tokens(tok, 8, 8);
 	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, 3, tok, 8), -EINVAL);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 8, true), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 8, true), 0);
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 0, NULL), -EINVAL);
 	kvmm_destroy(ctx);
 }
@@ -345,7 +277,7 @@ static void random_conversations(struct kvmm_ctx *ctx, uint32_t turns)
 		if (n > 96)
 			n = 24;
 		len[c] = n;
-		m = serve(ctx, conv[c], n, (x >> 4) & 1);
+		m = test_kv_serve(ctx, conv[c], n, (x >> 4) & 1);
 		CU_ASSERT(m >= 0);
 		/* background reclaim keeps up half the time; else it runs beside */
 		if ((x >> 12) & 1)
@@ -387,7 +319,7 @@ static void test_ring_promote(void)
 	int32_t seq;
 
 	test_tokens(buf.tok, 32, 9);
-	CU_ASSERT_EQUAL(serve(ctx, buf.tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, buf.tok, 32, false), 0);
 	push_down(ctx, 900, 2);
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
 	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&ring, &iov, 1), 0);
@@ -416,7 +348,7 @@ static void test_ring_promote(void)
 	CU_ASSERT(flags & KVMM_CQE_F_LOWER);
 	kvmm_prep_promote(TEST_SQE(&ring), (uint32_t)seq, 1, 0, 32);
 	CU_ASSERT_EQUAL(test_ring1(&ring, &flags), 32);
-	CU_ASSERT_EQUAL(stamp(ctx, (uint32_t)seq, buf.tok, 0, 32, true), 0);
+	CU_ASSERT_EQUAL(test_kv_stamp(ctx, (uint32_t)seq, buf.tok, 0, 32, true), 0);
 	kvmm_prep_close(TEST_SQE(&ring), (uint32_t)seq, 0, 0, 0);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
 	CHECK_OK(ctx);
@@ -479,7 +411,7 @@ static void to_nvme(struct kvmm_ctx *ctx, const uint32_t *tok, uint32_t seed)
 {
 	struct kvmm_tier_hits hits;
 
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, seed, 4);
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
 	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_NVME], 32);
@@ -496,7 +428,7 @@ static void test_nvme_roundtrip(void)
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_DEMOTE_PAGES) >= 8);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_BYTES_IN) > 0);
 	CHECK_OK(ctx);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_HIT_TOKENS), 32);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL), 0);
@@ -528,7 +460,7 @@ static void test_nvme_writeback_refuses_corrupt_host_page(void)
 	p.host_arg = &host;
 	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
 	test_tokens(tok, 32, 12);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 1200, 4);
 	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_CSUM_FAIL) >= 1);
@@ -560,7 +492,7 @@ static void test_nvme_restart(void)
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
 	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_NVME], 32);
 	CHECK_OK(ctx);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);	/* the bytes are checked */
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);	/* the bytes are checked */
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
 	CHECK_OK(ctx);
 	/* it goes down again, then the file loses its tail: fewer pages, all good */
@@ -572,7 +504,7 @@ static void test_nvme_restart(void)
 	ctx = nvme_ctx(16, 8, 64, path, NULL);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) < cached);
 	CHECK_OK(ctx);
-	CU_ASSERT(serve(ctx, tok, 32, true) >= 0);
+	CU_ASSERT(test_kv_serve(ctx, tok, 32, true) >= 0);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 	/* a bigger tier on the same file keeps what it had */
@@ -726,7 +658,7 @@ static void test_nvme_file_locked(void)
 	CU_ASSERT_EQUAL(model_create(NULL, PS, KVMM_NVME_REFORMAT, path, &log, &second), -EBUSY);
 	test_tokens(tok, 32, 14);
 	to_nvme(ctx, tok, 1400);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL), 0);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
@@ -944,7 +876,7 @@ static void test_nvme_identity_params(void)
 
 /*
  * Every fault the injection layer can make, at every I/O site: no crash,
- * no leak, no wrong KV (serve() checks every promoted byte), failed pages
+ * no leak, no wrong KV (test_kv_serve() checks every promoted byte), failed pages
  * become misses, and errors are counted.
  */
 static void test_nvme_fault_sweep(void)
@@ -1029,7 +961,7 @@ static void test_nvme_conversations_restart(void)
 	 * the timing, so the restart below always has something to find.
 	 */
 	test_tokens(tok, 32, 4242);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	push_down(ctx, 77, 16);		/* past the device's 48 and the host's 24 pages */
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
 	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_NVME], 32);
@@ -1040,7 +972,7 @@ static void test_nvme_conversations_restart(void)
 	 * lost with them; the rest comes back.  So may a chain that was
 	 * promoted and whose slots were not reused since: its pages are
 	 * still the KV of their prefixes (their keys say so), so the count
-	 * is not bounded by @cached; serve() checks every byte that comes up.
+	 * is not bounded by @cached; test_kv_serve() checks every byte that comes up.
 	 */
 	ctx = nvme_ctx(48, 24, 96, path, NULL);
 	CU_ASSERT(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) > 0);
@@ -1162,7 +1094,7 @@ static void test_nvme_async_promote(void)
 	kvmm_prep_promote(TEST_SQE(&ring), seq, 1, 0, 32);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EBUSY);
 	kvmm_lock(ctx);
-	CU_ASSERT_EQUAL(serve(ctx, tok[1], 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[1], 32, false), 0);
 	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, seq, tok[0], 32), -EBUSY);
 
 	/* recomputing the same prompt meanwhile caches nothing of it */
@@ -1170,7 +1102,7 @@ static void test_nvme_async_promote(void)
 	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, other, tok[0], 32), 0);
 	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, other, tok[0], 32), -EBUSY);
 	CU_ASSERT_EQUAL(kvmm_seq_extend(ctx, other, 32, 0), 0);
-	stamp(ctx, other, tok[0], 0, 32, false);
+	test_kv_stamp(ctx, other, tok[0], 0, 32, false);
 	CU_ASSERT_EQUAL(kvmm_seq_commit(ctx, other, tok[0], 32), 0);
 	CHECK_OK(ctx);
 	kvmm_unlock(ctx);
@@ -1180,7 +1112,7 @@ static void test_nvme_async_promote(void)
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 0);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
 	kvmm_lock(ctx);
-	CU_ASSERT_EQUAL(stamp(ctx, seq, tok[0], 0, 32, true), 0);
+	CU_ASSERT_EQUAL(test_kv_stamp(ctx, seq, tok[0], 0, 32, true), 0);
 	CHECK_OK(ctx);
 	/* now the other sequence's copy is a duplicate */
 	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, other, tok[0], 32), 0);
@@ -1231,7 +1163,7 @@ static void test_nvme_async_cancel(void)
 	CU_ASSERT_EQUAL(ring_reap(&ring, 2), 32);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PROMOTE_CANCELED), 1);
 	kvmm_lock(ctx);
-	CU_ASSERT_EQUAL(stamp(ctx, b, tok, 0, 32, true), 0);
+	CU_ASSERT_EQUAL(test_kv_stamp(ctx, b, tok, 0, 32, true), 0);
 	kvmm_unlock(ctx);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
 	CU_ASSERT_EQUAL(lcheck(ctx), 0);
@@ -1304,7 +1236,7 @@ static void ring_conversations(struct kvmm_ctx *ctx, uint32_t turns)
 			int32_t ret = 0;
 
 			kvmm_lock(ctx);
-			CU_ASSERT_EQUAL(stamp(ctx, seq[g], conv[c[g]], 0, (uint32_t)m[g], true), 0);
+			CU_ASSERT_EQUAL(test_kv_stamp(ctx, seq[g], conv[c[g]], 0, (uint32_t)m[g], true), 0);
 			kvmm_unlock(ctx);
 			if ((uint32_t)m[g] < n[g]) {
 				kvmm_prep_extend(TEST_SQE(&ring), seq[g], n[g] - (uint32_t)m[g], 0);
@@ -1312,7 +1244,7 @@ static void ring_conversations(struct kvmm_ctx *ctx, uint32_t turns)
 				CU_ASSERT(ret == 0 || ret == -ENOSPC);
 				kvmm_lock(ctx);
 				if (!ret)
-					stamp(ctx, seq[g], conv[c[g]], (uint32_t)m[g], n[g], false);
+					test_kv_stamp(ctx, seq[g], conv[c[g]], (uint32_t)m[g], n[g], false);
 				kvmm_unlock(ctx);
 			}
 			if (ret)
@@ -1420,7 +1352,7 @@ static void test_nvme_write_held_ring_goes_on(void)
 	memcpy(mem, tok, sizeof(tok));
 	/* two prefixes fill the device; the third demotes the first, which writeback takes */
 	for (i = 0; i < 3; i++)
-		CU_ASSERT_EQUAL(serve(ctx, tok[i], 32, false), 0);
+		CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[i], 32, false), 0);
 	CU_ASSERT_FATAL(latch_entered(&latch));
 
 	async_ring(ctx, &ring, mem, bytes);
@@ -1454,7 +1386,7 @@ static void test_nvme_write_held_ring_goes_on(void)
 	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
 	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_DEMOTE_PAGES) >= 8);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK), 0);
-	CU_ASSERT_EQUAL(serve(ctx, tok[0], 32, true), 32);	/* A is back, from NVMe, byte for byte */
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[0], 32, true), 32);	/* A is back, from NVMe, byte for byte */
 	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) >= 8);
 	CU_ASSERT_EQUAL(__atomic_load_n(&latch.locked, __ATOMIC_RELAXED), 0);
 	CHECK_OK(ctx);
@@ -1484,7 +1416,7 @@ static void test_nvme_dropped_while_written(void)
 	test_tokens(tok[2], 32, 4202);
 	/* A's tail (16 tokens under the shared half) is demoted, then written, held */
 	for (i = 0; i < 3; i++)
-		CU_ASSERT_EQUAL(serve(ctx, tok[i], 32, false) >= 0, 1);
+		CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[i], 32, false) >= 0, 1);
 	CU_ASSERT_FATAL(latch_entered(&latch));
 	CU_ASSERT(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK) > 0);
 	/* everything evictable goes, the prefix being written with its ancestors */
@@ -1499,7 +1431,7 @@ static void test_nvme_dropped_while_written(void)
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 8);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 64);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 16);
-	CU_ASSERT_EQUAL(serve(ctx, tok[0], 32, true), 0);	/* a miss, recomputed */
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[0], 32, true), 0);	/* a miss, recomputed */
 	CU_ASSERT_EQUAL(__atomic_load_n(&latch.locked, __ATOMIC_RELAXED), 0);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
@@ -1553,8 +1485,8 @@ static void test_device_kswapd(void)
 
 	for (i = 0; i < 3; i++)
 		test_tokens(tok[i], 32, 5100 + i);
-	CU_ASSERT_EQUAL(serve(ctx, tok[0], 32, false), 0);
-	CU_ASSERT_EQUAL(serve(ctx, tok[1], 32, false), 0);	/* free 0: A goes down */
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[0], 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[1], 32, false), 0);	/* free 0: A goes down */
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_WRITEBACK), 8);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_RECLAIM_RUNS), 0);
 	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
@@ -1564,10 +1496,10 @@ static void test_device_kswapd(void)
 	CU_ASSERT(test_stat(ctx, KVMM_STAT_WRITEBACK_RUNS) >= 1);
 	CHECK_OK(ctx);
 	/* C's EXTEND finds its 8 pages free; B goes down behind it */
-	CU_ASSERT_EQUAL(serve(ctx, tok[2], 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[2], 32, false), 0);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_RECLAIM_RUNS), 0);
 	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
-	CU_ASSERT_EQUAL(serve(ctx, tok[0], 32, true), 32);	/* from the host, stamped */
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[0], 32, true), 32);	/* from the host, stamped */
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVICT_PAGES), 0);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
@@ -1589,15 +1521,15 @@ static void test_device_kswapd_match_while_moving(void)
 
 	for (i = 0; i < 2; i++)
 		test_tokens(tok[i], 32, 5200 + i);
-	CU_ASSERT_EQUAL(serve(ctx, tok[0], 32, false), 0);
-	CU_ASSERT_EQUAL(serve(ctx, tok[1], 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[0], 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[1], 32, false), 0);
 	for (i = 0; i < 5000 && !__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE); i++)
 		usleep(1000);
 	CU_ASSERT_FATAL(__atomic_load_n(&latch.entered, __ATOMIC_ACQUIRE));
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_WRITEBACK), 8);
 	CU_ASSERT_EQUAL(kvmm_seq_open(ctx, 0, &a), 0);
 	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, a, tok[0], 32), 32);	/* whole: mapped */
-	CU_ASSERT_EQUAL(stamp(ctx, a, tok[0], 0, 32, true), 0);
+	CU_ASSERT_EQUAL(test_kv_stamp(ctx, a, tok[0], 0, 32, true), 0);
 	CU_ASSERT_EQUAL(kvmm_seq_open(ctx, 0, &b), 0);
 	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, b, tok[0], 18), 0);	/* inside it: no split */
 	CU_ASSERT_EQUAL(kvmm_check(ctx), 0);
@@ -1680,7 +1612,7 @@ static void test_wt_demotion_is_free(void)
 	ctx = tier_ctx(16, 64, NULL, NULL);
 	policy = KVMM_WRITE_BACK;
 	test_tokens(tok, 32, 11);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WT_PAGES), 8);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_SHADOWED), 8);
 	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 56);
@@ -1699,7 +1631,7 @@ static void test_wt_demotion_is_free(void)
 		CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_BYTES_IN),
 				test_stat(ctx, KVMM_STAT_WT_PAGES) * per_page);
 		/* it comes back as computed, and keeps its host frames as its copy */
-		CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
+		CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
 		CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
 		CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 32);
 		CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 8 * (round + 1));
@@ -1727,8 +1659,8 @@ static void test_wt_split_keeps_copies(void)
 	test_tokens(tok, 32, 12);
 	test_tokens(fork, 32, 13);
 	memcpy(fork, tok, 16 * sizeof(*tok));
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
-	CU_ASSERT_EQUAL(serve(ctx, fork, 32, false), 16);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, fork, 32, false), 16);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_SPLITS), 1);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_SHADOWED), 12);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WT_PAGES), 12);
@@ -1737,8 +1669,8 @@ static void test_wt_split_keeps_copies(void)
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, fork, 32, NULL), 32);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_DEMOTE_FREE_PAGES),
 			host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES));
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, true), 32);
-	CU_ASSERT_EQUAL(serve(ctx, fork, 32, true), 32);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, fork, 32, true), 32);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -1768,7 +1700,7 @@ static void test_wt_host_pressure_and_faults(void)
 	CU_ASSERT(kvmm_drop_caches(ctx) >= 0);
 	mf.fail_every = 1;
 	test_tokens(tok, 32, 14);
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WT_SKIP_PAGES), 8);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_SHADOWED), 0);
@@ -1779,7 +1711,7 @@ static void test_wt_host_pressure_and_faults(void)
 	/* a copy larger than the host tier is skipped, not forced */
 	ctx = tier_ctx(48, 4, NULL, NULL);
 	policy = KVMM_WRITE_BACK;
-	CU_ASSERT_EQUAL(serve(ctx, tok, 32, false), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WT_SKIP_PAGES), 8);
 	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, 32), 32);
 	CHECK_OK(ctx);

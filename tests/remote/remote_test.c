@@ -26,7 +26,10 @@
 
 #include <CUnit/CUnit.h>
 
+#include <jansson.h>
+
 #include "../helpers.h"
+#include "../hostile/hostile.h"
 #include "autoconf.h"
 
 #if CONFIG_KVMM_HIREDIS
@@ -962,6 +965,163 @@ static void remote_keyed_ring(void)
 	kvmm_destroy(b);
 }
 
+/* ---- the prefix tree over the remote tier (kvmm_remote_push/fetch) ---- */
+
+/* A context of 32 device pages of 16 tokens, a host tier, the cluster. */
+static struct kvmm_ctx *tree_ctx(const char *salt)
+{
+	struct kvmm_params p = test_params(16, 32, 4, 1024);
+	struct kvmm_ctx *ctx = NULL;
+
+	p.host_pages = 64;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.remote = seeds;
+	p.remote_salt = salt;
+	p.remote_timeout_ms = 1500;
+	p.model_id = kmodel;
+	return kvmm_create(&p, &ctx) ? NULL : ctx;
+}
+
+/*
+ * Machine A computes a prompt (its KV stamped by token and position) and
+ * pushes it; machine B, which never saw it, fetches it to its host tier,
+ * MATCHes it there as a host hit, PROMOTEs it to the device, and finds
+ * every byte of it as A wrote it.  A prompt that goes on past A's is
+ * fetched as far as A had it; another salt fetches nothing.
+ */
+static void remote_tree_push_fetch(void)
+{
+	struct kvmm_ctx *a = tree_ctx("tree-1"), *b = tree_ctx("tree-1"), *c = tree_ctx("tree-2");
+	uint32_t tok[200];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	test_tokens(tok, 200, 77);
+	CU_ASSERT_EQUAL(test_kv_serve(a, tok, 136, false), 0);		/* 8 full pages + 8 */
+	CU_ASSERT_EQUAL(kvmm_remote_push(a, 0, tok, 136), 128);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES), 8);
+	CU_ASSERT_EQUAL(kvmm_remote_push(a, 0, tok, 136), 128);	/* all there already */
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_SKIPPED), 8);
+	CHECK_OK(a);
+	/* b: nothing here, 8 pages there (the prompt goes on past them) */
+	CU_ASSERT_EQUAL(kvmm_remote_fetch(b, 0, tok, 200), 128);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_HOST_PAGES_CACHED), 8);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_REMOTE_FETCH_TOKENS), 128);
+	CHECK_OK(b);
+	CU_ASSERT_EQUAL(kvmm_remote_fetch(b, 0, tok, 200), 0);	/* had them all now */
+	/* served: matched on the host tier, promoted, KV as a wrote it */
+	CU_ASSERT_EQUAL(test_kv_serve(b, tok, 200, true), 128);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_HOST_PROMOTE_PAGES), 8);
+	CHECK_OK(b);
+	/* and what b computed past them, b pushes: a finds the rest there */
+	CU_ASSERT_EQUAL(kvmm_remote_push(b, 0, tok, 200), 192);
+	CU_ASSERT_EQUAL(kvmm_remote_fetch(a, 0, tok, 200), 64);
+	CU_ASSERT_EQUAL(test_kv_serve(a, tok, 200, true), 192);
+	CHECK_OK(a);
+	/* another tenant: nothing */
+	CU_ASSERT_EQUAL(kvmm_remote_fetch(c, 0, tok, 200), 0);
+	CU_ASSERT_EQUAL(test_stat(c, KVMM_STAT_REMOTE_PROBE_HITS), 0);
+	CHECK_OK(c);
+	CU_ASSERT_EQUAL(kvmm_remote_push(NULL, 0, tok, 16), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_remote_fetch(a, 0, NULL, 16), -EINVAL);
+	{
+		struct kvmm_ctx *none = test_ctx(16, 32, 4, 64);	/* no remote tier */
+
+		CU_ASSERT_EQUAL(kvmm_remote_push(none, 0, tok, 16), -EOPNOTSUPP);
+		CU_ASSERT_EQUAL(kvmm_remote_fetch(none, 0, tok, 16), -EOPNOTSUPP);
+		kvmm_destroy(none);
+	}
+	kvmm_destroy(a);
+	kvmm_destroy(b);
+	kvmm_destroy(c);
+}
+
+/* A page changed on the server ends the fetch there: nothing wrong is served. */
+static void remote_tree_corrupt(void)
+{
+	struct kvmm_ctx *a = tree_ctx("tree-3"), *b = tree_ctx("tree-3");
+	struct kvmm_remote_page pg[8];
+	uint32_t tok[128];
+	char key[64], args[160], out[64];
+	void *priv;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	test_tokens(tok, 128, 78);
+	CU_ASSERT_EQUAL(test_kv_serve(a, tok, 128, false), 0);
+	CU_ASSERT_EQUAL(kvmm_remote_push(a, 0, tok, 128), 128);
+	/* the names a page 5 of that prefix has, as any client with its salt sees them */
+	{
+		char err[256];
+		struct kvmm_remote_cfg cfg = {
+			.seeds = seeds, .salt = "tree-3", .model_id = kmodel,
+			.page_size = 16, .timeout_ms = 1500, .err = err, .err_len = sizeof(err),
+		};
+		struct kvmm_params p = test_params(16, 32, 4, 1024);
+
+		cfg.model = p.model;
+		cfg.page_bytes = kvmm_cell_bytes(&p.model) * 16;
+		CU_ASSERT_EQUAL_FATAL(ops->init(&cfg, &priv), 0);
+	}
+	ops->chain(priv, NULL, tok, 8, pg);
+	key_name(priv, key, &pg[5], 0);
+	snprintf(args, sizeof(args), "SETRANGE '%s' 3 X", key);
+	CU_ASSERT_EQUAL(rcli(out, sizeof(out), args), 0);
+	CU_ASSERT_EQUAL(kvmm_remote_fetch(b, 0, tok, 128), 80);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_REMOTE_CORRUPT), 1);
+	CU_ASSERT_EQUAL(test_kv_serve(b, tok, 128, true), 80);
+	CHECK_OK(b);
+	ops->exit(priv);
+	kvmm_destroy(a);
+	kvmm_destroy(b);
+}
+
+/*
+ * Two kvmm-engine processes over one cluster: the second, with a cold
+ * cache of its own, is served what the first pushed (through its host
+ * tier), and its hit rate shows it.
+ */
+static double engine_run(const char *json, const char *salt, uint64_t *remote_tokens)
+{
+	const char *argv[] = { "kvmm-engine", "--requests", "120", "--seed", "5",
+			       "--host-pages", "2048", "--remote", seeds, "--remote-salt", salt,
+			       "--quiet", "--json", json, NULL };
+	json_error_t jerr;
+	json_t *j, *res, *tiers;
+	double rate = -1;
+	int st = hostile_run(argv, NULL, 0, 120000);
+
+	CU_ASSERT_EQUAL(st, 0);
+	j = json_load_file(json, 0, &jerr);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	res = json_object_get(j, "results");
+	tiers = json_object_get(res, "tiers");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(tiers);
+	*remote_tokens = (uint64_t)json_integer_value(json_object_get(tiers, "remote_tokens"));
+	rate = json_real_value(json_object_get(res, "hit_rate"));
+	CU_ASSERT(json_is_true(json_object_get(res, "check_ok")));
+	json_decref(j);
+	return rate;
+}
+
+static void remote_two_engines(void)
+{
+	const char *json = test_tmp_file("engine.json");
+	uint64_t first_remote, second_remote;
+	double first, second;
+
+	first = engine_run(json, "engines-1", &first_remote);
+	second = engine_run(json, "engines-1", &second_remote);
+	fprintf(stderr, "\n  hit rate: one engine %.4f, the second over the cluster %.4f "
+		"(%llu tokens from the remote tier) ", first, second,
+		(unsigned long long)second_remote);
+	CU_ASSERT_EQUAL(first_remote, 0);
+	CU_ASSERT(second_remote > 0);
+	CU_ASSERT(second > first);
+	unlink(json);
+}
+
 static void remote_keyed_params(void)
 {
 	struct kvmm_params p = test_params(16, 16, 4, 64);
@@ -1012,6 +1172,9 @@ int register_remote_suite(void)
 	ADD_TEST(s, remote_keyed_salt);
 	ADD_TEST(s, remote_keyed_corrupt);
 	ADD_TEST(s, remote_keyed_ring);
+	ADD_TEST(s, remote_tree_push_fetch);
+	ADD_TEST(s, remote_tree_corrupt);
+	ADD_TEST(s, remote_two_engines);
 	ADD_TEST(s, remote_master_stopped);
 	ADD_TEST(s, remote_master_killed);
 	return 0;

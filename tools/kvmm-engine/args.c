@@ -46,6 +46,11 @@ static void usage(FILE *f)
 "  --host-gbps F           host-to-device copy bandwidth charged for a\n"
 "                          promotion from the host tier, GB/s (25)\n"
 "  --nvme-gbps F           NVMe read bandwidth charged for one from NVMe (6)\n"
+"  --remote HOST:PORT,...  a Redis Cluster below the host tier, shared with\n"
+"                          other engines: each prompt's pages past the local\n"
+"                          cache are fetched from it, committed ones pushed\n"
+"  --remote-salt S         the tenant's salt: engines share under the same (\"\")\n"
+"  --remote-gbps F         cluster read bandwidth charged for a fetch (1)\n"
 "\n"
 "Scheduler:\n"
 "  --policy NAME           fcfs, lpm (longest cached prefix first), priority (lpm)\n"
@@ -81,6 +86,7 @@ enum {
 	O_LAYERS, O_HEADS, O_KV_HEADS, O_HEAD_DIM, O_PARAMS, O_DTYPE_BYTES, O_PEAK_TFLOPS,
 	O_MFU, O_MEM_GBPS, O_BW_EFF, O_STEP_US, O_JSON, O_PLOT, O_QUIET, O_HELP,
 	O_HOST_PAGES, O_NVME_FILE, O_NVME_PAGES, O_WRITE_POLICY, O_HOST_GBPS, O_NVME_GBPS,
+	O_REMOTE, O_REMOTE_SALT, O_REMOTE_GBPS,
 };
 
 static uint32_t parse_u32(const char *opt, const char *s, uint32_t min)
@@ -144,6 +150,9 @@ static const struct option lopts[] = {
 	{ "write-policy", required_argument, NULL, O_WRITE_POLICY },
 	{ "host-gbps", required_argument, NULL, O_HOST_GBPS },
 	{ "nvme-gbps", required_argument, NULL, O_NVME_GBPS },
+	{ "remote", required_argument, NULL, O_REMOTE },
+	{ "remote-salt", required_argument, NULL, O_REMOTE_SALT },
+	{ "remote-gbps", required_argument, NULL, O_REMOTE_GBPS },
 	{ 0 }
 };
 
@@ -197,6 +206,10 @@ static void cli_check(struct cli *c, bool pages_set)
 	if (o->write_policy == KVMM_WRITE_THROUGH && !o->host_pages)
 		die_usage("--write-policy write-through copies to the host tier: "
 			  "give --host-pages too");
+	if (o->remote && !o->host_pages)
+		die_usage("--remote: pages come and go through the host tier: give --host-pages too");
+	if (o->remote && c->compare)
+		die_usage("--remote with --compare: the second run would find the first's pages");
 	if ((o->host_pages || o->nvme_pages) && o->no_cache)
 		die_usage("--host-pages and --nvme-pages hold the cache: not with --no-cache");
 	if (c->quiet && !c->json && !c->plot)
@@ -295,6 +308,9 @@ void cli_parse(int argc, char **argv, struct cli *c)
 			break;
 		case O_HOST_GBPS: o->host_gbps = parse_pos("--host-gbps", optarg); break;
 		case O_NVME_GBPS: o->nvme_gbps = parse_pos("--nvme-gbps", optarg); break;
+		case O_REMOTE: o->remote = optarg; break;
+		case O_REMOTE_SALT: o->remote_salt = optarg; break;
+		case O_REMOTE_GBPS: o->remote_gbps = parse_pos("--remote-gbps", optarg); break;
 		case O_HELP: usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}

@@ -47,6 +47,7 @@ struct ereq {
 	uint32_t cached;	/* LOOKUP result, for lpm */
 	uint32_t from_host;	/* of the last match, tokens promoted from the host */
 	uint32_t from_nvme;	/* ... and from NVMe */
+	uint32_t from_remote;	/* of from_host, fetched from the remote tier first */
 	double t_arrive, t_first;
 	uint8_t state;
 	bool admitted;
@@ -350,6 +351,12 @@ static int finish(struct eng *e, uint32_t i)
 	if (ret < 0)
 		return ret;
 	r->seq = NONE;
+	if (e->o->remote && n) {	/* the committed pages, written through */
+		kvmm_prep_rpush(sqe(e), 0, 0, stage(e, r->tok, n), n);
+		ret = kv1(e);
+		if (ret > 0)
+			e->rep->remote_pushed += (uint64_t)ret;
+	}
 	r->kvlen = 0;
 	r->state = R_DONE;
 	free(r->tok);
@@ -418,15 +425,15 @@ static int prefill_chunk(struct eng *e, uint32_t i, uint32_t c, double *flops)
 static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
 {
 	const struct eng_opts *o = e->o;
-	uint32_t n = r->input - 1, promoted, host, nvme;
+	uint32_t n = r->input - 1, promoted, host, nvme, fetched = 0;
 	struct kvmm_tier_hits *hits;
 	uint64_t off = stage(e, r->tok, n), hoff;
 	double tb = (double)eng_model_token_bytes(&o->model);
 	struct kvmm_sqe *q;
-	int32_t res[3];
+	int32_t res[4];
 	int ret;
 
-	r->from_host = r->from_nvme = 0;
+	r->from_host = r->from_nvme = r->from_remote = 0;
 	if (!o->host_pages) {
 		kvmm_prep_match(sqe(e), r->seq, 0, off, n);
 		ret = kv1(e);
@@ -437,6 +444,10 @@ static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
 	hoff = e->staged;
 	e->staged += 64;
 	hits = (struct kvmm_tier_hits *)((char *)e->ring.buf + hoff);
+	/* with a remote tier: what the cluster has past the local cache, to
+	 * the host tier first, in the same batch */
+	if (o->remote)
+		kvmm_prep_rfetch(sqe(e), 0, 0, off, n);
 	q = sqe(e);
 	kvmm_prep_lookup(q, 0, 0, off, n);
 	q->arg = KVMM_LOOKUP_TIERS;
@@ -446,6 +457,11 @@ static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
 	ret = kv_run(e, res);
 	if (ret)
 		return ret;
+	if (o->remote) {
+		/* a cluster that fails is a miss, not a failed request */
+		fetched = res[0] > 0 ? (uint32_t)res[0] : 0;
+		memmove(res, res + 1, 3 * sizeof(res[0]));
+	}
 	if (res[0] < 0 || res[1] < 0)
 		return res[0] < 0 ? res[0] : res[1];
 	if (res[2] == -ENOSPC) {
@@ -460,7 +476,9 @@ static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
 	nvme = promoted - host;
 	r->from_host = host;
 	r->from_nvme = nvme;
-	*secs += host * tb / (o->host_gbps * 1e9) + nvme * tb / (o->nvme_gbps * 1e9);
+	r->from_remote = fetched < host ? fetched : host;
+	*secs += host * tb / (o->host_gbps * 1e9) + nvme * tb / (o->nvme_gbps * 1e9) +
+		 r->from_remote * tb / (o->remote_gbps * 1e9);
 	return 0;
 }
 
@@ -549,6 +567,7 @@ static void prefill_admitted(struct eng *e, uint32_t i, uint32_t m, uint32_t nee
 		e->rep->cached_tokens += m;
 		e->rep->host_tokens += r->from_host;
 		e->rep->nvme_tokens += r->from_nvme;
+		e->rep->remote_tokens += r->from_remote;
 		e->rep->hit_blocks += m / WL_BLOCK;
 	}
 	event(e, ENG_EV_ADMIT, i, m, need);
@@ -857,6 +876,8 @@ static int setup(struct eng *e, const struct workload *wl, const struct eng_opts
 		p.write_policy = o->write_policy;
 		p.nvme_pages = o->nvme_pages;
 		p.nvme_path = o->nvme_file;
+		p.remote = o->remote;
+		p.remote_salt = o->remote_salt;
 		/* every run starts cold, so runs (and --compare, --plot) compare */
 		if (o->nvme_file && unlink(o->nvme_file) && errno != ENOENT) {
 			fprintf(stderr, "%s: cannot empty %s: %s\n", tool_name, o->nvme_file,
@@ -1031,7 +1052,7 @@ void eng_report_free(struct eng_report *rep)
 void eng_opts_default(struct eng_opts *o)
 {
 	*o = (struct eng_opts){
-		.host_gbps = 25, .nvme_gbps = 6,
+		.host_gbps = 25, .nvme_gbps = 6, .remote_gbps = 1,
 		.page_size = 16,
 		.device_pages = 8192,
 		.evict = "lru",

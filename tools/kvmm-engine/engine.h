@@ -54,6 +54,9 @@ struct eng_opts {
 	uint32_t write_policy;		/* KVMM_WRITE_BACK or KVMM_WRITE_THROUGH */
 	double host_gbps;		/* host-to-device copy bandwidth, GB/s */
 	double nvme_gbps;		/* NVMe read bandwidth, GB/s */
+	const char *remote;		/* a Redis Cluster's seeds; NULL: no remote tier */
+	const char *remote_salt;
+	double remote_gbps;		/* its read bandwidth, GB/s */
 	bool progress;			/* a progress bar on stderr */
 	struct eng_model model;
 	/* tests: every scheduling event */
@@ -85,6 +88,10 @@ struct eng_report {
 	uint32_t requests, completed;
 	uint64_t prompt_tokens, cached_tokens;	/* first admission of each request */
 	uint64_t host_tokens, nvme_tokens;	/* of cached_tokens, promoted from there */
+	uint64_t remote_tokens;			/* of host_tokens, fetched from the
+						 * remote tier first */
+	uint64_t remote_pushed;			/* tokens the remote tier held after
+						 * each request's push */
 	uint64_t host_demoted, nvme_demoted;	/* pages moved onto the tier */
 	uint64_t host_copied;			/* pages copied to the host tier */
 	uint64_t wt_pages, free_demoted;	/* of those, when committed; demoted

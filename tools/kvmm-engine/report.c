@@ -100,6 +100,11 @@ void report_summary(FILE *out, const struct cli *c, const char *input,
 	if (o->nvme_pages)
 		tier_rows("NVMe", r->nvme_tokens, r->nvme_demoted, nc ? nc->nvme_tokens : 0,
 			  nc ? nc->nvme_demoted : 0, r, nc);
+	if (o->remote) {
+		row_u("tokens from the remote tier", r->remote_tokens, 0, nc);
+		row_f("  remote hit rate", "%14.4f", tier_rate(r, r->remote_tokens), 0, nc);
+		row_u("tokens held there after pushes", r->remote_pushed, 0, nc);
+	}
 	if (o->host_pages) {
 		row_u("promotions refused (recomputed)", r->promote_failed,
 		      nc ? nc->promote_failed : 0, nc);
@@ -172,7 +177,7 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
 	if (sequential)
 		json_object_set_new(j, "block_hit_rate",
 				    json_real(r->blocks ? (double)r->hit_blocks / r->blocks : 0));
-	json_object_set_new(j, "tiers", json_pack("{s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:f}",
+	json_object_set_new(j, "tiers", json_pack("{s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:f}",
 		"host_tokens", (json_int_t)r->host_tokens,
 		"nvme_tokens", (json_int_t)r->nvme_tokens,
 		"host_hit_rate", tier_rate(r, r->host_tokens),
@@ -183,6 +188,9 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
 		"write_through_pages", (json_int_t)r->wt_pages,
 		"free_demoted_pages", (json_int_t)r->free_demoted,
 		"promotions_refused", (json_int_t)r->promote_failed,
+		"remote_tokens", (json_int_t)r->remote_tokens,
+		"remote_hit_rate", tier_rate(r, r->remote_tokens),
+		"remote_pushed_tokens", (json_int_t)r->remote_pushed,
 		"promote_seconds", r->promote_secs));
 	json_object_set_new(j, "wall_seconds", json_real(r->wall_secs));
 	json_object_set_new(j, "check_ok", json_boolean(r->check_ok));

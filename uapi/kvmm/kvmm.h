@@ -161,6 +161,9 @@ enum kvmm_stat_item {
 	KVMM_STAT_EVENTS_DROPPED,	/* of those, overwritten before any reader
 					 * read them (or dropped whole) */
 	KVMM_STAT_EVENTS_BYTES,		/* (gauge) bytes of the event buffer, 0: off */
+	/* The prefix tree over the remote tier (kvmm_remote_fetch(), _push()): */
+	KVMM_STAT_REMOTE_FETCH_TOKENS,	/* tokens brought to the host tier */
+	KVMM_STAT_REMOTE_PUSH_TOKENS,	/* tokens of prefixes pushed (written or there) */
 	NR_KVMM_STATS
 };
 

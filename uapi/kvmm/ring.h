@@ -54,7 +54,10 @@
 #define KVMM_OP_EVENTS		25	/* ns, arg: KVMM_EVENTS_*, arg2: cursor;
 					 * out: struct kvmm_events_hdr + events;
 					 * res: events written */
-#define KVMM_OP_LAST		26
+/* The prefix tree over the remote tier (struct kvmm_params.remote): */
+#define KVMM_OP_RPUSH		26	/* ns, tokens; res: tokens the remote tier holds */
+#define KVMM_OP_RFETCH		27	/* ns, tokens; res: tokens fetched to the host tier */
+#define KVMM_OP_LAST		28
 
 /*
  * struct kvmm_sqe - one command (64 bytes)
