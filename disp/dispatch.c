@@ -525,17 +525,23 @@ static int op_prio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return kvmm_prefix_set_prio(d->ctx, sqe->ns, tok, sqe->len, sqe->arg);
 }
 
-/* RPUSH, RFETCH: the prefix tree over the remote tier, the lock dropped meanwhile. */
+/* RPUSH, RFETCH: a ring's complete later, from the I/O worker; kvmm_ioctl() waits. */
 static int op_rpush(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		    const uint32_t *tok, uint32_t *cflags)
 {
-	return kvmm_remote_push_held(d->ctx, sqe->ns, tok, sqe->len, true);
+	int ret = kvmm_remote_ring(d->ctx, d->hdr ? &d->owner : NULL, sqe->user_data, false,
+				   sqe->ns, tok, sqe->len);
+
+	return ret == -EINPROGRESS ? RES_DEFERRED : ret;
 }
 
 static int op_rfetch(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		     const uint32_t *tok, uint32_t *cflags)
 {
-	return kvmm_remote_fetch_held(d->ctx, sqe->ns, tok, sqe->len, true);
+	int ret = kvmm_remote_ring(d->ctx, d->hdr ? &d->owner : NULL, sqe->user_data, true,
+				   sqe->ns, tok, sqe->len);
+
+	return ret == -EINPROGRESS ? RES_DEFERRED : ret;
 }
 
 /* KSPACE: register (or find) a keyed space in the entry's namespace. */

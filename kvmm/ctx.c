@@ -304,6 +304,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	list_init(&ctx->migrations);
 	list_init(&ctx->kjobs);
 	list_init(&ctx->rjobs);
+	list_init(&ctx->rreqs);
 	if (pthread_mutex_init(&ctx->lock, NULL)) {
 		aops->free(ctx, sizeof(*ctx), params->alloc_priv);
 		return -ENOMEM;

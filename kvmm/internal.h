@@ -604,6 +604,9 @@ void kvmm_remote_snapshot(struct kvmm_ctx *ctx);
 void kvmm_remote_stats(const struct kvmm_ctx *ctx, uint64_t *v);
 int kvmm_remote_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t mark_io,
 		      uint64_t *io, uint64_t *locks, const char **why);
+int kvmm_remote_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
+		     bool fetch, uint32_t ns, const uint32_t *tokens, uint32_t n);
+void kvmm_remote_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 int kvmm_remote_push_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 			  uint32_t n, bool held);
 int kvmm_remote_fetch_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
@@ -874,6 +877,7 @@ struct kvmm_ctx {
 	uint32_t nr_kspaces, cap_kspaces;
 	struct kvmm_list kjobs;
 	struct kvmm_list rjobs;		/* remote.c's pushes and fetches in flight */
+	struct kvmm_list rreqs;		/* ... and rings' ones queued to the worker */
 	pthread_cond_t kjobs_done;
 	uint64_t keyed_values;
 	uint64_t frames_locks;	/* lock references the engine holds (frames.c) */

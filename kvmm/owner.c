@@ -59,6 +59,7 @@ void kvmm_owner_del(struct kvmm_ctx *ctx, struct kvmm_owner *o)
 	}
 	kvmm_promos_forget(ctx, o);
 	kvmm_keyed_forget(ctx, o);
+	kvmm_remote_forget(ctx, o);
 	while (o->nr_pins)
 		kvmm_node_unpin(ctx, o->pins[--o->nr_pins], false);
 	kvmm_mfree(ctx, o->pins, o->cap_pins * sizeof(*o->pins));

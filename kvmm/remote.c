@@ -27,6 +27,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "migrate.h"
 
 /**
  * kvmm_remote_snapshot() - copy the client's counters for STATS
@@ -480,4 +481,95 @@ KVMM_EXPORT int kvmm_remote_fetch(struct kvmm_ctx *ctx, uint32_t ns, const uint3
 				  uint32_t n)
 {
 	return kvmm_remote_fetch_held(ctx, ns, tokens, n, false);
+}
+
+/* ---- through a ring: on the I/O worker, completing later ---- */
+
+/**
+ * struct kvmm_rreq - a ring's RPUSH or RFETCH, queued to the I/O worker
+ * @work: its queue entry
+ * @link: on ctx->rreqs until it completes
+ * @owner: where the completion goes; NULL once its ring is gone
+ * @user_data: the completion's
+ * @fetch: RFETCH (else RPUSH)
+ * @ns: the namespace
+ * @n: tokens at @tokens, a copy of the ring's (which may change)
+ */
+struct kvmm_rreq {
+	struct kvmm_work work;
+	struct kvmm_list link;
+	struct kvmm_owner *owner;
+	uint64_t user_data;
+	bool fetch;
+	uint32_t ns;
+	uint32_t n;
+	uint32_t tokens[];
+};
+
+static void rreq_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
+{
+	struct kvmm_rreq *rq = container_of(work, struct kvmm_rreq, work);
+	int ret;
+
+	pthread_mutex_lock(&ctx->lock);
+	ret = rq->fetch ? kvmm_remote_fetch_held(ctx, rq->ns, rq->tokens, rq->n, true) :
+			  kvmm_remote_push_held(ctx, rq->ns, rq->tokens, rq->n, true);
+	if (rq->owner)
+		kvmm_owner_complete(rq->owner, rq->user_data, ret);
+	list_del(&rq->link);
+	kvmm_mfree(ctx, rq, sizeof(*rq) + (size_t)rq->n * sizeof(uint32_t));
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/**
+ * kvmm_remote_ring() - a ring's RPUSH or RFETCH
+ * @ctx: the context, its lock held
+ * @owner: the ring's owner, for the completion that comes later; NULL
+ *	(kvmm_ioctl()): run it here, the lock dropped while the network answers
+ * @user_data: that completion's user_data
+ * @fetch: RFETCH (else RPUSH)
+ * @ns, @tokens, @n: the command's
+ *
+ * With an owner and an I/O worker the command is queued to the worker
+ * (which waits on the network in its place, so that a stalled shard stalls
+ * no ring) and completes later.
+ *
+ * Return: -EINPROGRESS when the completion comes later; else the result.
+ */
+int kvmm_remote_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
+		     bool fetch, uint32_t ns, const uint32_t *tokens, uint32_t n)
+{
+	struct kvmm_rreq *rq;
+
+	if (!ctx->remote)
+		return -EOPNOTSUPP;
+	if (!owner || !ctx->iow)
+		return fetch ? kvmm_remote_fetch_held(ctx, ns, tokens, n, true) :
+			       kvmm_remote_push_held(ctx, ns, tokens, n, true);
+	rq = kvmm_malloc(ctx, sizeof(*rq) + (size_t)n * sizeof(uint32_t));
+	if (!rq)
+		return -ENOMEM;
+	rq->owner = owner;
+	rq->user_data = user_data;
+	rq->fetch = fetch;
+	rq->ns = ns;
+	rq->n = n;
+	memcpy(rq->tokens, tokens, (size_t)n * sizeof(uint32_t));
+	rq->work.run = rreq_run;
+	list_add_tail(&rq->link, &ctx->rreqs);
+	kvmm_work_queue(ctx, &rq->work);
+	return -EINPROGRESS;
+}
+
+/* An owner is going: its queued commands complete to no one. */
+void kvmm_remote_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner)
+{
+	struct kvmm_list *pos;
+
+	list_for_each(pos, &ctx->rreqs) {
+		struct kvmm_rreq *rq = list_entry(pos, struct kvmm_rreq, link);
+
+		if (rq->owner == owner)
+			rq->owner = NULL;
+	}
 }

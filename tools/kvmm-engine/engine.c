@@ -430,7 +430,7 @@ static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
 	uint64_t off = stage(e, r->tok, n), hoff;
 	double tb = (double)eng_model_token_bytes(&o->model);
 	struct kvmm_sqe *q;
-	int32_t res[4];
+	int32_t res[3];
 	int ret;
 
 	r->from_host = r->from_nvme = r->from_remote = 0;
@@ -441,13 +441,20 @@ static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
 			*m = (uint32_t)ret;
 		return ret;
 	}
+	/*
+	 * With a remote tier: what the cluster has past the local cache, to the
+	 * host tier first.  RFETCH completes later (the I/O worker waits on the
+	 * network), so the match goes in the next batch, after it.
+	 */
+	if (o->remote) {
+		kvmm_prep_rfetch(sqe(e), 0, 0, off, n);
+		ret = kv1(e);		/* a cluster that fails is a miss, not an error */
+		fetched = ret > 0 ? (uint32_t)ret : 0;
+		off = stage(e, r->tok, n);
+	}
 	hoff = e->staged;
 	e->staged += 64;
 	hits = (struct kvmm_tier_hits *)((char *)e->ring.buf + hoff);
-	/* with a remote tier: what the cluster has past the local cache, to
-	 * the host tier first, in the same batch */
-	if (o->remote)
-		kvmm_prep_rfetch(sqe(e), 0, 0, off, n);
 	q = sqe(e);
 	kvmm_prep_lookup(q, 0, 0, off, n);
 	q->arg = KVMM_LOOKUP_TIERS;
@@ -457,11 +464,6 @@ static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
 	ret = kv_run(e, res);
 	if (ret)
 		return ret;
-	if (o->remote) {
-		/* a cluster that fails is a miss, not a failed request */
-		fetched = res[0] > 0 ? (uint32_t)res[0] : 0;
-		memmove(res, res + 1, 3 * sizeof(res[0]));
-	}
 	if (res[0] < 0 || res[1] < 0)
 		return res[0] < 0 ? res[0] : res[1];
 	if (res[2] == -ENOSPC) {
