@@ -17,8 +17,8 @@
  * MOVED updates the slot's node and resends there; ASK resends to the
  * node named, preceded by ASKING.  Both count, and stop after RC_MAX_HOPS.
  *
- * Replies are parsed by hiredis's reader (redisReader), fed from our own
- * non-blocking reads; commands are written by writev() from the caller's
+ * Replies are parsed by hiredis's reader (redisReader), our non-blocking
+ * reads landing in its buffer; commands are written by writev() from the caller's
  * buffers (see cluster.h), or formatted by hiredis when asked to
  * (rc_set_hiredis_writes(), for the benchmark that compares the two).
  */
@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
 
 #include "cluster.h"
 
@@ -66,7 +67,6 @@ struct rc_cluster {
 	bool hiredis_writes;
 	uint32_t timeout_ms;
 	struct rc_stats stats;
-	char *rbuf;
 };
 
 static void rc_run(struct rc_cluster *cl, uint64_t deadline);
@@ -576,24 +576,34 @@ static void node_reply(struct rc_cluster *cl, struct rc_node *nd, redisReply *r)
 	cmd_done(c, r, 0);	/* an error the caller reads */
 }
 
-/* Read what @nd's socket has; settle replies; 0 or -errno. */
+/*
+ * Read what @nd's socket has straight into its reader's buffer (hiredis's
+ * sds, grown for it: one copy of each byte less than feeding the reader
+ * from a buffer of ours), and settle the replies; 0 or -errno.
+ */
 static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 {
+	redisReader *rd = nd->reader;
 	void *r;
 	ssize_t n;
 
 	for (;;) {
-		n = read(nd->fd, cl->rbuf, RC_RBUF);
+		sds buf = sdsMakeRoomFor(rd->buf, RC_RBUF);
+
+		if (!buf)
+			return -ENOMEM;
+		rd->buf = buf;
+		n = read(nd->fd, buf + rd->len, RC_RBUF);
 		if (n == 0)
 			return -ECONNRESET;
 		if (n < 0)
 			return errno == EAGAIN ? 0 : -errno;
 		cl->stats.bytes_in += (uint64_t)n;
-		if (redisReaderFeed(nd->reader, cl->rbuf, (size_t)n) != REDIS_OK)
-			return -ENOMEM;
+		sdsIncrLen(buf, (int)n);
+		rd->len += (size_t)n;
 		rc_cur = nd;
 		while (nd->w) {
-			if (redisReaderGetReply(nd->reader, &r) != REDIS_OK) {
+			if (redisReaderGetReply(rd, &r) != REDIS_OK) {
 				rc_cur = NULL;
 				return -EPROTO;
 			}
@@ -602,7 +612,7 @@ static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 			node_reply(cl, nd, r);
 		}
 		rc_cur = NULL;
-		if (!nd->w && nd->reader->len > nd->reader->pos) {
+		if (!nd->w && rd->len > rd->pos) {
 			cl->stats.stale++;	/* a reply nobody asked for */
 			return -EPROTO;
 		}
@@ -864,8 +874,7 @@ struct rc_cluster *rc_open(const char *seeds, uint32_t timeout_ms, char *err, si
 	int ret;
 
 	cl = calloc(1, sizeof(*cl));
-	if (!cl || !(cl->rbuf = malloc(RC_RBUF))) {
-		free(cl);
+	if (!cl) {
 		snprintf(err, err_len, "remote: out of memory");
 		return NULL;
 	}
@@ -906,7 +915,6 @@ void rc_close(struct rc_cluster *cl)
 		return;
 	for (i = 0; i < cl->nr_nodes; i++)
 		node_disconnect(&cl->node[i]);
-	free(cl->rbuf);
 	free(cl);
 }
 
