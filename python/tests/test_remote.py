@@ -63,6 +63,35 @@ def test_values_shared_through_the_cluster(cluster):
 			s.close()
 
 
+def test_prefix_pushed_by_one_context_fetched_by_another(cluster):
+	geom = dict(layers=2, kv_heads=2, head_dim=16, dtype_bytes=2, page_size=16, nr_pages=64,
+		    max_seqs=4, max_seq_len=1024, host_pages=64, model_id="remote-test@1",
+		    remote=cluster, remote_salt="py-tree")
+	a, b = kvmm.Context(**geom), kvmm.Context(**geom)
+	try:
+		tok = np.arange(1000, 1000 + 200, dtype=np.uint32)
+		seq = a.open()
+		seq.match(tok)
+		seq.extend(200)
+		seq.close(tok)
+		assert a.remote_push(tok) == 192		# 12 whole pages
+		assert b.tiers(tok) == (0, 0, 0)
+		assert b.remote_fetch(tok) == 192
+		assert b.tiers(tok)[1] == 192			# (device, host, NVMe)
+		assert b.stats().remote_fetch_tokens == 192
+		assert b.remote_fetch(tok) == 0			# it holds them now
+		with pytest.raises(OSError) as e:
+			a.remote_push(tok, ns=0xFFFFFFFF)
+		assert e.value.errno == 22			# EINVAL
+	finally:
+		a.close()
+		b.close()
+	with kvmm.Context(**{k: v for k, v in geom.items() if not k.startswith("remote")}) as c:
+		with pytest.raises(OSError) as e:
+			c.remote_fetch(np.arange(32, dtype=np.uint32))
+		assert e.value.errno == 95			# EOPNOTSUPP: no remote tier
+
+
 def test_remote_needs_an_in_process_store(cluster):
 	with pytest.raises(ValueError, match="kvmmd's --remote"):
 		kvmm.KeyedStore("m@1", socket="/nonexistent.sock", remote=cluster)

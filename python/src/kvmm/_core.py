@@ -687,6 +687,20 @@ class Context(ViewOwner):
 		return self._check(lib.kvmm_prefix_lookup(self._c(), ns, buf, n),
 				   "kvmm_prefix_lookup")
 
+	def remote_push(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> int:
+		"""Write the cached pages of the prompt to the remote tier (a context
+		made with ``remote=``): the tokens the cluster holds from the start
+		afterwards.  After a commit, this is the tier's write-through."""
+		buf, n = tokens_arg(tokens, n)
+		return self._check(lib.kvmm_remote_push(self._c(), ns, buf, n), "kvmm_remote_push")
+
+	def remote_fetch(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> int:
+		"""Bring the prompt's pages past what the tree holds from the remote
+		tier to the host tier (a leaf the next match finds, promote brings
+		up): the tokens fetched."""
+		buf, n = tokens_arg(tokens, n)
+		return self._check(lib.kvmm_remote_fetch(self._c(), ns, buf, n), "kvmm_remote_fetch")
+
 	def tiers(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> Tuple[int, ...]:
 		"""Return the tokens of the prefix cached on each tier (device, host, NVMe)."""
 		buf, n = tokens_arg(tokens, n)
