@@ -213,6 +213,7 @@ static void ctl_options_after_the_command(void)
 
 		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"hit_rate\""));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"remote_get_pages_per_s\""));
 	}
 	CU_ASSERT(hostile_alive(e.kvmmd));
 	env_fini(&e);

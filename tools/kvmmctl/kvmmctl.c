@@ -332,7 +332,14 @@ static const struct {
 };
 
 /* top --json: one object a line, the time, the page columns, then the rates. */
-static void top_json(const uint64_t *cur, double t1, double hit, double evict_s)
+/* The remote tier's pages read and written per second (top's last columns). */
+struct top_rates {
+	double evict_s;
+	double remote_in_s;
+	double remote_out_s;
+};
+
+static void top_json(const uint64_t *cur, double t1, double hit, const struct top_rates *r)
 {
 	json_t *j = json_pack("{s:o}", "t", tool_json_fixed(t1, 3));
 	size_t i;
@@ -342,7 +349,9 @@ static void top_json(const uint64_t *cur, double t1, double hit, double evict_s)
 				    tool_json_u64(cur[top_cols[i].item]));
 	if (j) {
 		json_object_set_new(j, "hit_rate", tool_json_fixed(hit, 4));
-		json_object_set_new(j, "evicted_pages_per_s", tool_json_fixed(evict_s, 1));
+		json_object_set_new(j, "evicted_pages_per_s", tool_json_fixed(r->evict_s, 1));
+		json_object_set_new(j, "remote_get_pages_per_s", tool_json_fixed(r->remote_in_s, 1));
+		json_object_set_new(j, "remote_put_pages_per_s", tool_json_fixed(r->remote_out_s, 1));
 		json_object_set_new(j, "seqs_open", tool_json_u64(cur[KVMM_STAT_SEQS_OPEN]));
 	}
 	tool_json_line(j, stdout);
@@ -355,22 +364,29 @@ static void top_line(const struct ctl *c, const uint64_t *cur, const uint64_t *p
 	uint64_t dh = cur[KVMM_STAT_HIT_TOKENS] - prev[KVMM_STAT_HIT_TOKENS];
 	uint64_t de = cur[KVMM_STAT_EVICT_PAGES] - prev[KVMM_STAT_EVICT_PAGES];
 	double hit = dm ? (double)dh / (double)dm : 0.0;
+	struct top_rates r = {
+		.evict_s = (double)de / dt,
+		.remote_in_s = (double)(cur[KVMM_STAT_REMOTE_GET_HITS] -
+					prev[KVMM_STAT_REMOTE_GET_HITS]) / dt,
+		.remote_out_s = (double)(cur[KVMM_STAT_REMOTE_PUT_PAGES] -
+					 prev[KVMM_STAT_REMOTE_PUT_PAGES]) / dt,
+	};
 	size_t i;
 
 	if (c->json) {
-		top_json(cur, t1, hit, (double)de / dt);
+		top_json(cur, t1, hit, &r);
 		fflush(stdout);
 		return;
 	}
 	if (head) {
 		for (i = 0; i < ARRAY_LEN(top_cols); i++)
 			printf("%10s ", top_cols[i].head);
-		printf("%8s %10s %6s\n", "hit", "evict/s", "seqs");
+		printf("%8s %10s %6s %10s %10s\n", "hit", "evict/s", "seqs", "rget/s", "rput/s");
 	}
 	for (i = 0; i < ARRAY_LEN(top_cols); i++)
 		printf("%10llu ", (unsigned long long)cur[top_cols[i].item]);
-	printf("%8.4f %10.1f %6llu\n", hit, (double)de / dt,
-	       (unsigned long long)cur[KVMM_STAT_SEQS_OPEN]);
+	printf("%8.4f %10.1f %6llu %10.1f %10.1f\n", hit, r.evict_s,
+	       (unsigned long long)cur[KVMM_STAT_SEQS_OPEN], r.remote_in_s, r.remote_out_s);
 	fflush(stdout);
 }
 
