@@ -33,7 +33,9 @@
 #define LAT_PREFIX	256		/* tokens of a prefix: the probe's and each pushed one */
 #define LAT_STATS_OFF	4096		/* where in a ring's data area STATS output goes */
 #define LAT_BUF_SIZE	8192
-#define LAT_QUIET_NS	(10 * 1000000000ull)	/* longest wait for writeback to settle */
+#define LAT_QUIET_NS	(30 * 1000000000ull)	/* longest wait for writeback to settle
+						 * (or start): a shared disk, a
+						 * sanitizer build are slow */
 
 enum { OP_MATCH, OP_EXTEND, OP_STATS, NR_OPS };
 enum { PH_IDLE, PH_BUSY, NR_PHASES };
