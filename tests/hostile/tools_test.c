@@ -1007,7 +1007,8 @@ static void route_picks_the_longest_cached_prefix(void)
 
 static int run_stdout(const char *const argv[], char *out, size_t len)
 {
-	int pfd[2], devnull;
+	const char *errpath = test_tmp_file("run_stdout.err");
+	int pfd[2], devnull, st;
 	size_t got = 0;
 	ssize_t n;
 	pid_t pid;
@@ -1016,9 +1017,11 @@ static int run_stdout(const char *const argv[], char *out, size_t len)
 	fflush(NULL);
 	pid = fork();
 	if (!pid) {
+		int errfd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
 		devnull = open("/dev/null", O_RDWR);
 		dup2(pfd[1], STDOUT_FILENO);
-		dup2(devnull, STDERR_FILENO);
+		dup2(errfd >= 0 ? errfd : devnull, STDERR_FILENO);
 		dup2(devnull, STDIN_FILENO);
 		execv(hostile_bin(argv[0]), (char *const *)argv);
 		_exit(127);
@@ -1028,7 +1031,19 @@ static int run_stdout(const char *const argv[], char *out, size_t len)
 		got += (size_t)n;
 	out[got] = '\0';
 	close(pfd[0]);
-	return pid > 0 ? hostile_reap(pid, RUN_MS) : -1;
+	st = pid > 0 ? hostile_reap(pid, RUN_MS) : -1;
+	if (st) {	/* say why: what the tool wrote to stderr */
+		char why[1024] = "";
+		FILE *f = fopen(errpath, "r");
+
+		if (f) {
+			why[fread(why, 1, sizeof(why) - 1, f)] = '\0';
+			fclose(f);
+		}
+		fprintf(stderr, "\n  %s %s: exit %d: %s", argv[0], argv[1] ? argv[1] : "", st, why);
+	}
+	unlink(errpath);
+	return st;
 }
 
 static void engine_json_stdout_is_only_json(void)
