@@ -208,6 +208,17 @@ static void cmd_set(struct rc_cmd *c, int argc, const char *a0, const char *a1, 
 	c->slot = rc_slot(a1, l1);
 }
 
+/* @verb (EXISTS, DEL) of every key of the value in @s. */
+static void cmd_value_keys(const struct remote *r, struct rc_cmd *c, const char *verb,
+			   const struct rv_slot *s)
+{
+	cmd_set(c, (int)r->parts + 1, verb, s->key[0], s->key_len[0]);
+	if (r->parts == 2) {
+		c->argv[2] = s->key[1];
+		c->len[2] = s->key_len[1];
+	}
+}
+
 static void cmds_free(struct rc_cmd *c, uint32_t n)
 {
 	uint32_t i;
@@ -282,11 +293,7 @@ static int exists(struct remote *r, const struct kvmm_remote_page *pages, uint32
 		struct rc_cmd *c = &r->cmd[i];
 
 		slot_keys(r, s, &pages[i]);
-		cmd_set(c, r->parts + 1, "EXISTS", s->key[0], s->key_len[0]);
-		if (r->parts == 2) {
-			c->argv[2] = s->key[1];
-			c->len[2] = s->key_len[1];
-		}
+		cmd_value_keys(r, c, "EXISTS", s);
 	}
 	rc_exec(r->cl, r->cmd, nr);
 	count_errors(r, r->cmd, nr);
@@ -331,12 +338,7 @@ static void drop_bad(struct remote *r, uint32_t nr)
 
 		if (r->ok[i] != 2)
 			continue;
-		cmd_set(&r->cmd[n], r->parts + 1, "DEL", s->key[0], s->key_len[0]);
-		if (r->parts == 2) {
-			r->cmd[n].argv[2] = s->key[1];
-			r->cmd[n].len[2] = s->key_len[1];
-		}
-		n++;
+		cmd_value_keys(r, &r->cmd[n++], "DEL", s);
 	}
 	if (!n)
 		return;
@@ -493,12 +495,17 @@ static int remote_put(void *priv, const struct kvmm_remote_page *pages, uint32_t
 	if (n) {
 		rc_exec(r->cl, r->cmd, n);
 		count_errors(r, r->cmd, n);
-		for (i = 0; i < n; i++) {
-			redisReply *rep = r->cmd[i].reply;
-			bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+		/* a page's SETs are adjacent, its second part's first: it counts
+		 * when every one of them landed */
+		for (i = 0; i < n; i += r->parts) {
+			uint32_t k, landed = 0;
 
-			/* a page counts when its last command (the first part) landed */
-			if (ok && r->cmd[i].len[1] == 39) {
+			for (k = 0; k < r->parts; k++) {
+				const redisReply *rep = r->cmd[i + k].reply;
+
+				landed += rep && rep->type == REDIS_REPLY_STATUS;
+			}
+			if (landed == r->parts) {
 				done++;
 				r->st.put_bytes += r->page_bytes;
 			}
