@@ -442,7 +442,7 @@ static int remote_put(void *priv, const struct kvmm_remote_page *pages, uint32_t
 {
 	struct remote *r = priv;
 	uint64_t t0 = now_ns();
-	uint32_t i, n = 0, want = 0, done = 0;
+	uint32_t i, n = 0, there = 0, done = 0;
 
 	if (!nr)
 		return 0;
@@ -455,11 +455,11 @@ static int remote_put(void *priv, const struct kvmm_remote_page *pages, uint32_t
 
 		if (r->ok[i]) {
 			r->st.put_skipped++;
+			there++;
 			continue;
 		}
 		if (!r->cmd[i].reply && r->cmd[i].err)
 			continue;	/* its shard did not answer: do not write blind */
-		want++;
 		memset(h, 0, sizeof(*h));
 		h->magic = RV_MAGIC;
 		h->version = RV_VERSION;
@@ -515,9 +515,9 @@ static int remote_put(void *priv, const struct kvmm_remote_page *pages, uint32_t
 	r->st.puts += done;
 	r->st.put_batches++;
 	r->st.put_ns += now_ns() - t0;
-	if (want && !done && nr == want)
+	if (!there && !done)
 		return -EIO;
-	return (int)(nr - want + done);
+	return (int)(there + done);
 }
 
 static void remote_drop(void *priv, const struct kvmm_remote_page *pages, uint32_t nr)
