@@ -151,6 +151,14 @@ struct kvmm_alloc_ops {
  * @remote_salt: the tenant's salt (NULL: ""): contexts share values only
  *	under the same salt
  * @remote_timeout_ms: every remote batch's deadline; 0: 1000
+ * @remote_write: when the prefix tree's pages go to the remote tier on
+ *	their own, on the I/O worker, without holding the context:
+ *	KVMM_REMOTE_WRITE_NONE (0, the default) only when the engine pushes
+ *	them (kvmm_remote_push(), RPUSH); KVMM_REMOTE_WRITE_COMMIT after every
+ *	commit, the committed whole pages the cluster does not have yet
+ *	(write-through); KVMM_REMOTE_WRITE_DEMOTE when background reclaim
+ *	takes them off the host tier, to NVMe or (with no NVMe tier) out of
+ *	the machine.  Keyed values are always written through.
  *
  * Hooks:
  * @alloc: metadata allocator, NULL for malloc/free
@@ -214,6 +222,7 @@ struct kvmm_params {
 	const char *remote;
 	const char *remote_salt;
 	uint32_t remote_timeout_ms;
+	uint32_t remote_write;
 };
 
 /* The first struct kvmm_params with a size: no caller passes less. */
@@ -227,6 +236,11 @@ struct kvmm_params {
 
 #define KVMM_WRITE_BACK		0
 #define KVMM_WRITE_THROUGH	1
+
+/* kvmm_params.remote_write: when tree pages go to the remote tier on their own */
+#define KVMM_REMOTE_WRITE_NONE		0	/* only when pushed (RPUSH) */
+#define KVMM_REMOTE_WRITE_COMMIT	1	/* after every commit */
+#define KVMM_REMOTE_WRITE_DEMOTE	2	/* as they leave the host tier */
 
 /* kvmm_params.nvme_flags */
 #define KVMM_NVME_REFORMAT	(1u << 0)	/* format the file afresh: a cold start */

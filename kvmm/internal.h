@@ -241,6 +241,9 @@ bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn);
 						 * pages on the host tier (tier.c) */
 #define KVMM_NODE_KEYED		(1u << 4)	/* a keyed space's root, or one of its
 						 * values (keyed.c) */
+#define KVMM_NODE_REMOTE	(1u << 5)	/* its pages were pushed to the remote
+						 * tier, or are being (remote.c): a
+						 * write-through skips it */
 
 /* Words of a keyed value's key (struct kvmm_key), the start of its edge. */
 #define KVMM_KEY_WORDS		4
@@ -611,6 +614,11 @@ int kvmm_remote_push_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok
 			  uint32_t n, bool held);
 int kvmm_remote_fetch_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 			   uint32_t n, bool held);
+void kvmm_remote_write_through(struct kvmm_ctx *ctx, struct kvmm_node *end);
+void kvmm_remote_name_node(struct kvmm_ctx *ctx, const struct kvmm_node *node,
+			   const uint32_t *tokens, struct kvmm_remote_page *out);
+struct kvmm_migrate;
+void kvmm_remote_demoted(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
 int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
 		    struct kvmm_kspace *s, bool put, const struct kvmm_key *keys,
 		    void *const *bufs, int32_t *const *resps, uint32_t n);
@@ -762,6 +770,7 @@ enum kvmm_event {
 	EV_KEYED_REMOTE_GETS,	/* values a get brought from the remote tier */
 	EV_REMOTE_FETCH_TOKENS,	/* prefix tokens kvmm_remote_fetch() brought */
 	EV_REMOTE_PUSH_TOKENS,	/* prefix tokens kvmm_remote_push() left there */
+	EV_REMOTE_DEMOTE_PAGES,	/* pages demotions wrote there (remote.c) */
 	EV_CACHE_EVENTS,	/* cache events recorded (events.c) */
 	EV_CACHE_EVENTS_DROPPED,
 	NR_KVMM_EVENTS

@@ -36,6 +36,16 @@
  * the context serves other commands.  Direct reclaim on the host tier
  * never writes: it drops what it cannot wait for (kvmm_demote()).
  *
+ * Under KVMM_REMOTE_WRITE_DEMOTE a demotion from the host tier also
+ * writes its pages to the remote tier, from the host frames it holds,
+ * after its copy (kvmm_remote_demoted()); with no tier below the host,
+ * the remote tier is the only destination (@no_dst): the job holds no
+ * frames below, and settling drops the nodes it wrote.
+ *
+ * The worker's done list holds any work whose settle step belongs to the
+ * context's own thread (struct kvmm_work.settle): demotions, and the
+ * remote tier's write-through pushes (remote.c).
+ *
  * The worker settles a promotion itself, under the context's lock, since
  * a ring waits for its completion (rings are the only source of queued
  * promotions, and every ring command holds that lock).  A demotion has no
@@ -120,6 +130,8 @@ void kvmm_migrate_free(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 	list_del(&job->link);
 	if (job->tokens_copy)
 		kvmm_mfree(ctx, job->tokens_copy, tokens_bytes(ctx, job->nr_pages));
+	if (job->rpages)
+		kvmm_mfree(ctx, job->rpages, (size_t)job->nr_pages * sizeof(*job->rpages));
 	if (job->chain)
 		kvmm_mfree(ctx, job->chain, kvmm_migrate_arm_bytes(job->nr_nodes,
 								   job->nr_pages));
@@ -154,9 +166,11 @@ void kvmm_migrate_hold(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 		job->chain[i].node->flags |= KVMM_NODE_IO;
 		job->chain[i].err = 0;
 	}
+	job->t0 = kvmm_now_ns();
+	if (job->no_dst)
+		return;
 	kvmm_pages_set_state(&ctx->zone[job->to], job->dst, job->nr_pages, KVMM_PAGE_IO);
 	ctx->io_pages[job->to] += job->nr_pages;
-	job->t0 = kvmm_now_ns();
 }
 
 /* Settling: the nodes and frames are no longer the job's. */
@@ -167,7 +181,8 @@ void kvmm_migrate_release(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 	for (i = 0; i < job->nr_nodes; i++)
 		if (job->chain[i].node)
 			job->chain[i].node->flags &= (uint8_t)~KVMM_NODE_IO;
-	ctx->io_pages[job->to] -= job->nr_pages;
+	if (!job->no_dst)
+		ctx->io_pages[job->to] -= job->nr_pages;
 }
 
 /*
@@ -231,12 +246,25 @@ void kvmm_migrate_copy(struct kvmm_ctx *ctx, struct kvmm_migrate *job, uint32_t 
 		}
 		if (job->to == KVMM_TIER_DEVICE)
 			failed = pn->err = copy_up(ctx, job, pn, chan);
-		else
+		else if (!job->no_dst)
 			pn->err = kvmm_tier_copy_down(ctx, pn->tier, job->src + pn->first,
 						      job->to, job->dst + pn->first, pn->nr,
 						      job->addrs, job->sums, job->keys + pn->first,
 						      chan);
 	}
+	if (job->rpages)
+		kvmm_remote_demoted(ctx, job);
+}
+
+/* The worker ran @work: its settle step is for the context's own thread. */
+void kvmm_work_done(struct kvmm_ctx *ctx, struct kvmm_work *work)
+{
+	struct kvmm_iow *w = ctx->iow;
+
+	pthread_mutex_lock(&w->mu);
+	list_add_tail(&work->link, &w->done);
+	__atomic_store_n(&w->nr_done, w->nr_done + 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&w->mu);
 }
 
 /* Hand @work to the I/O worker. */
@@ -258,7 +286,6 @@ void kvmm_work_queue(struct kvmm_ctx *ctx, struct kvmm_work *work)
 static void migrate_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
 {
 	struct kvmm_migrate *job = container_of(work, struct kvmm_migrate, work);
-	struct kvmm_iow *w = ctx->iow;
 
 	kvmm_migrate_copy(ctx, job, 1);
 	if (job->to == KVMM_TIER_DEVICE) {	/* settled and freed there */
@@ -267,15 +294,24 @@ static void migrate_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
 		pthread_mutex_unlock(&ctx->lock);
 		return;
 	}
-	pthread_mutex_lock(&w->mu);
-	list_add_tail(&job->qlink, &w->done);
-	__atomic_store_n(&w->nr_done, w->nr_done + 1, __ATOMIC_RELAXED);
-	pthread_mutex_unlock(&w->mu);
+	kvmm_work_done(ctx, work);
+}
+
+static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
+
+/* A copied demotion, on the context's own thread: settle it, free it. */
+static void migrate_settle(struct kvmm_ctx *ctx, struct kvmm_work *work)
+{
+	struct kvmm_migrate *job = container_of(work, struct kvmm_migrate, work);
+
+	writeback_settle(ctx, job);
+	kvmm_migrate_free(ctx, job);
 }
 
 void kvmm_migrate_queue(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 {
 	job->work.run = migrate_run;
+	job->work.settle = migrate_settle;
 	kvmm_work_queue(ctx, &job->work);
 }
 
@@ -328,7 +364,8 @@ static void writeback_putback(struct kvmm_ctx *ctx, struct kvmm_node *node)
 
 /*
  * Arm a writeback job of @nodes (@pages pages, isolated on tier @from) to
- * tier @to.  Pages written to an I/O store carry their identity, hashed
+ * tier @to (@from itself: the remote tier is the only one below).  Pages
+ * written to an I/O store or the remote tier carry their identity, hashed
  * from a copy of their tokens the job keeps (a node may be dropped while
  * the worker writes it); a memory store needs neither.
  */
@@ -336,14 +373,20 @@ static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node
 					  uint32_t nr, uint32_t pages, uint32_t from,
 					  uint32_t to)
 {
-	bool io = !ctx->store[to]->page;
-	size_t tok_bytes = io ? tokens_bytes(ctx, pages) : 0;
+	bool no_dst = to == from, io = !no_dst && !ctx->store[to]->page;
+	bool remote = from == KVMM_TIER_HOST &&
+		      ctx->params.remote_write == KVMM_REMOTE_WRITE_DEMOTE;
+	size_t tok_bytes = io || remote ? tokens_bytes(ctx, pages) : 0;
+	size_t rp_bytes = remote ? (size_t)pages * sizeof(struct kvmm_remote_page) : 0;
 	struct kvmm_migrate *job = kvmm_zalloc(ctx, kvmm_migrate_bytes(0));
 	char *arm = kvmm_malloc(ctx, kvmm_migrate_arm_bytes(nr, pages));
-	uint32_t *tok = io ? kvmm_malloc(ctx, tok_bytes) : NULL;
+	uint32_t *tok = tok_bytes ? kvmm_malloc(ctx, tok_bytes) : NULL;
+	struct kvmm_remote_page *rp = remote ? kvmm_malloc(ctx, rp_bytes) : NULL;
 	uint32_t i, at = 0;
 
-	if (!job || !arm || (io && !tok) || !kvmm_tier_make_room(ctx, to, pages)) {
+	if (!job || !arm || (tok_bytes && !tok) || (remote && !rp) ||
+	    (!no_dst && !kvmm_tier_make_room(ctx, to, pages))) {
+		kvmm_mfree(ctx, rp, rp_bytes);
 		kvmm_mfree(ctx, tok, tok_bytes);
 		kvmm_mfree(ctx, arm, kvmm_migrate_arm_bytes(nr, pages));
 		kvmm_mfree(ctx, job, kvmm_migrate_bytes(0));
@@ -351,27 +394,32 @@ static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node
 	}
 	kvmm_migrate_lay_out(job, arm, nr, pages);
 	job->tokens_copy = tok;
+	job->rpages = rp;
 	job->seq = KVMM_SEQ_NONE;
 	job->to = to;
 	job->from = from;
 	job->io = io;
+	job->no_dst = no_dst;
 	list_init(&job->waiters);
 	for (i = 0; i < nr; i++) {
 		uint32_t len = nodes[i]->len >> ctx->page_shift;
+		uint32_t *t = tok + (size_t)at * ctx->page_size;
 
 		job->chain[i] = (struct migrate_node){ .node = nodes[i], .first = at,
 						       .nr = len, .tier = nodes[i]->tier };
 		memcpy(job->src + at, nodes[i]->pfns, len * sizeof(int32_t));
-		if (io) {
+		if (tok)
+			memcpy(t, nodes[i]->tokens, (size_t)nodes[i]->len * sizeof(uint32_t));
+		if (remote)
+			kvmm_remote_name_node(ctx, nodes[i], t, rp + at);
+		if (io)
 			kvmm_tier_keys(ctx, nodes[i], job->keys + at);
-			memcpy(tok + (size_t)at * ctx->page_size, nodes[i]->tokens,
-			       (size_t)nodes[i]->len * sizeof(uint32_t));
-		}
 		for (; len; len--, at++)
 			if (io)
 				job->keys[at].tokens = tok + (size_t)at * ctx->page_size;
 	}
-	__kvmm_alloc_pages(ctx, &ctx->zone[to], pages, job->dst);
+	if (!no_dst)
+		__kvmm_alloc_pages(ctx, &ctx->zone[to], pages, job->dst);
 	kvmm_migrate_hold(ctx, job);
 	list_add_tail(&job->link, &ctx->migrations);
 	return job;
@@ -395,7 +443,8 @@ void kvmm_writeback_tier(struct kvmm_ctx *ctx, uint32_t tier)
 	if (!kvmm_writeback_serves(ctx, tier) ||
 	    headroom(ctx, tier) >= zone->wmark[KVMM_WMARK_LOW])
 		return;
-	kvmm_tier_below(ctx, tier, &lower);
+	if (!kvmm_tier_below(ctx, tier, &lower))
+		lower = tier;	/* the remote tier, and nothing here, takes them */
 	kvmm_migrate_reap(ctx);
 	if (headroom(ctx, tier) >= zone->wmark[KVMM_WMARK_LOW])
 		return;
@@ -420,13 +469,19 @@ void kvmm_writeback_tier(struct kvmm_ctx *ctx, uint32_t tier)
 	}
 }
 
-/* Whether background reclaim keeps tier @tier above its low watermark. */
+/*
+ * Whether background reclaim keeps tier @tier above its low watermark:
+ * with a tier below, or for the host tier with none, when its pages go to
+ * the remote tier as they leave it (KVMM_REMOTE_WRITE_DEMOTE).
+ */
 bool kvmm_writeback_serves(const struct kvmm_ctx *ctx, uint32_t tier)
 {
 	uint32_t lower;
 
 	return ctx->iow && ctx->zone[tier].wmark[KVMM_WMARK_LOW] &&
-	       kvmm_tier_below(ctx, tier, &lower);
+	       (kvmm_tier_below(ctx, tier, &lower) ||
+		(tier == KVMM_TIER_HOST &&
+		 ctx->params.remote_write == KVMM_REMOTE_WRITE_DEMOTE));
 }
 
 /**
@@ -481,14 +536,24 @@ static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 
 	kvmm_migrate_release(ctx, job);
 	ctx->writeback[job->from] -= job->nr_pages;
+	kvmm_count(ctx, EV_REMOTE_DEMOTE_PAGES, job->rput);
 	for (i = 0; i < job->nr_nodes; i++) {
 		const struct migrate_node *pn = &job->chain[i];
 		struct kvmm_node *node = pn->node;
 
 		if (!node) {	/* dropped meanwhile: nothing to keep */
-			kvmm_free_pages(ctx, &ctx->zone[job->to], job->dst + pn->first, pn->nr);
+			if (!job->no_dst)
+				kvmm_free_pages(ctx, &ctx->zone[job->to], job->dst + pn->first,
+						pn->nr);
 			kvmm_free_pages(ctx, &ctx->zone[pn->tier], job->src + pn->first, pn->nr);
 			ctx->io_pages[pn->tier] -= pn->nr;
+			continue;
+		}
+		if (job->no_dst) {	/* written to the remote tier, or lost: it goes */
+			if (node->lock_ref)
+				writeback_putback(ctx, node);
+			else
+				kvmm_drop_subtree(ctx, node);
 			continue;
 		}
 		if (!pn->err && !node->lock_ref) {
@@ -525,12 +590,13 @@ void kvmm_migrate_reap(struct kvmm_ctx *ctx)
 	__atomic_store_n(&w->nr_done, 0, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&w->mu);
 	while (!list_empty(&done)) {
-		struct kvmm_migrate *job = list_entry(done.next, struct kvmm_migrate, qlink);
+		struct kvmm_work *work = list_entry(done.next, struct kvmm_work, link);
 
-		list_del(&job->qlink);
-		to_host |= job->to == KVMM_TIER_HOST;
-		writeback_settle(ctx, job);
-		kvmm_migrate_free(ctx, job);
+		list_del(&work->link);
+		to_host |= work->settle == migrate_settle &&
+			   container_of(work, struct kvmm_migrate, work)->to == KVMM_TIER_HOST &&
+			   !container_of(work, struct kvmm_migrate, work)->no_dst;
+		work->settle(ctx, work);
 	}
 	if (to_host)	/* what the device's background reclaim brought may be too much */
 		kvmm_writeback_tier(ctx, KVMM_TIER_HOST);
@@ -716,18 +782,25 @@ int kvmm_migrations_check(const struct kvmm_ctx *ctx, uint8_t *const *marks,
 			}
 			*nodes += 1;
 			if (!(n->flags & KVMM_NODE_IO) || n->tier != job->chain[i].tier ||
-			    n->tier == job->to ||
+			    (n->tier == job->to && !job->no_dst) ||
 			    (job->to == KVMM_TIER_DEVICE ? !n->lock_ref
 							 : !!(n->flags & KVMM_NODE_EVICTABLE))) {
 				*why = "a migrating node is not marked, held and off its destination";
 				return -EUCLEAN;
 			}
 		}
-		if (mark_frames(zone, marks[job->to], mark_io, job->dst, job->nr_pages)) {
+		if (!job->no_dst &&
+		    mark_frames(zone, marks[job->to], mark_io, job->dst, job->nr_pages)) {
 			*why = "a migration's frame is not in state IO, or is held twice";
 			return -EUCLEAN;
 		}
-		io[job->to] += job->nr_pages;
+		if ((job->rpages || job->no_dst) &&
+		    (job->from != KVMM_TIER_HOST || job->to == KVMM_TIER_DEVICE)) {
+			*why = "a job writes the remote tier from another tier than the host's";
+			return -EUCLEAN;
+		}
+		if (!job->no_dst)
+			io[job->to] += job->nr_pages;
 		if (job->to != KVMM_TIER_DEVICE)
 			wb[job->from] += job->nr_pages;
 		*locks += job->nr_locks;

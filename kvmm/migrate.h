@@ -14,16 +14,20 @@
 
 /**
  * struct kvmm_work - an entry of the I/O worker's queue
- * @link: on the queue
+ * @link: on the queue, then on the worker's done list
  * @run: what the worker does with it, holding no lock: the copy, then
- *	whatever settles it (which may free the entry)
+ *	whatever settles it (which may free the entry), or kvmm_work_done()
+ * @settle: for an entry put on the done list: settles and frees it on
+ *	the context's own thread (kvmm_migrate_reap())
  */
 struct kvmm_work {
 	struct kvmm_list link;
 	void (*run)(struct kvmm_ctx *ctx, struct kvmm_work *work);
+	void (*settle)(struct kvmm_ctx *ctx, struct kvmm_work *work);
 };
 
 void kvmm_work_queue(struct kvmm_ctx *ctx, struct kvmm_work *work);
+void kvmm_work_done(struct kvmm_ctx *ctx, struct kvmm_work *work);
 
 /**
  * struct migrate_node - one node of an armed job: its pages in the job's
@@ -48,8 +52,7 @@ struct migrate_node {
  *	or a demotion (@to is the tier below its nodes)
  * @link: on ctx->migrations while it exists
  * @work: its entry on the worker's queue
- * @qlink: on the worker's done list, or on the waiters of the promotion
- *	it waits for
+ * @qlink: on the waiters of the promotion it waits for
  * @waiters: promotions waiting for this one's chain
  * @owner: where a promotion's deferred completion goes; NULL: nobody
  *	waits for one
@@ -67,11 +70,17 @@ struct migrate_node {
  * @sums: per page, scratch: the checksums a memory store sealed
  * @nr_pages: pages of the chain
  * @nr_locks: node locks the job holds (a promotion's one)
- * @tokens_copy: a demotion's copy of its nodes' tokens, which @keys point
- *	into (a node may be dropped while the worker writes it)
- * @to: the tier its pages go to
+ * @tokens_copy: a demotion's copy of its nodes' tokens, which @keys and
+ *	@rpages point into (a node may be dropped while the worker writes it)
+ * @rpages: a demotion from the host tier under KVMM_REMOTE_WRITE_DEMOTE:
+ *	per page, its remote name; the copy writes the pages there too
+ * @to: the tier its pages go to; @from for a demotion whose only
+ *	destination is the remote tier (@no_dst)
  * @from: a demotion's: the tier its nodes come from
  * @io: the copy reads or writes an I/O store (the worker's kind of job)
+ * @no_dst: no frames below: the remote tier takes the pages and the
+ *	nodes are dropped when they are written
+ * @rput: after the copy, pages the remote tier took (or had)
  * @t0: when it was armed
  */
 struct kvmm_migrate {
@@ -93,9 +102,12 @@ struct kvmm_migrate {
 	void **addrs;
 	uint32_t nr_locks;
 	uint32_t *tokens_copy;
+	struct kvmm_remote_page *rpages;
 	uint32_t to;
 	uint32_t from;
 	bool io;
+	bool no_dst;
+	uint32_t rput;
 	uint64_t t0;
 };
 

@@ -548,6 +548,7 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
 	p->hits = x->hits;
 	p->prio = x->prio;
 	p->tier = x->tier;
+	p->flags |= x->flags & KVMM_NODE_REMOTE;
 	p->tkids = 1;
 	list_del(&x->sibling);
 	list_add(&p->sibling, &p->parent->children);

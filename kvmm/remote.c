@@ -16,7 +16,11 @@
  *  - the prefix tree, on the engine's word: kvmm_remote_push() writes the
  *    pages of a cached prefix, kvmm_remote_fetch() reads the pages of a
  *    prompt past what the tree has into the host tier, as a leaf there,
- *    which the next MATCH finds and PROMOTE brings to the device.
+ *    which the next MATCH finds and PROMOTE brings to the device;
+ *  - the prefix tree, on its own (kvmm_params.remote_write): a commit
+ *    queues a push of its new pages to the I/O worker (write-through,
+ *    settled by the next kvmm_migrate_reap()), or a demotion from the
+ *    host tier writes its pages from the frames it holds (migrate.c).
  *
  * Nothing here runs with the context's lock held across the network: the
  * direct API holds none, and the client has its own mutex (a ring's
@@ -170,22 +174,276 @@ static struct kvmm_remote_page *names_of(struct kvmm_ctx *ctx, const uint32_t *t
 	return pg;
 }
 
-/* The nodes of @path from the root's child down, into @out; how many. */
-static uint32_t path_nodes(const struct kvmm_path *path, struct kvmm_node **out, uint32_t max)
+/**
+ * kvmm_remote_name_node() - the remote names of a tree node's pages
+ * @ctx: the context, with a remote tier; its lock held
+ * @node: a node of the prefix tree (not a root, not a keyed value)
+ * @tokens: its tokens, or a copy of them that the names will point into
+ * @out: one name per page
+ *
+ * A page's name chains its parent's, so its ancestors' tokens are hashed
+ * from the root down first.
+ */
+void kvmm_remote_name_node(struct kvmm_ctx *ctx, const struct kvmm_node *node,
+			   const uint32_t *tokens, struct kvmm_remote_page *out)
 {
-	struct kvmm_node *node;
-	uint32_t nr = 0, i;
+	struct kvmm_node **path = ctx->tier_path;
+	struct kvmm_remote_page one;
+	const struct kvmm_node *n;
+	uint64_t parent[2] = { 0, 0 };
+	uint32_t depth = 0, j;
 
-	for (node = path->node; node && !(node->flags & KVMM_NODE_ROOT) && nr < max;
-	     node = node->parent)
-		out[nr++] = node;
-	for (i = 0; i < nr / 2; i++) {
-		struct kvmm_node *t = out[i];
-
-		out[i] = out[nr - 1 - i];
-		out[nr - 1 - i] = t;
+	for (n = node->parent; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
+		path[depth++] = (struct kvmm_node *)n;
+	while (depth--) {
+		n = path[depth];
+		for (j = 0; j < n->len >> ctx->page_shift; j++) {
+			ctx->remote->chain(ctx->remote_priv, parent,
+					   n->tokens + (size_t)j * ctx->page_size, 1, &one);
+			parent[0] = one.key[0];
+			parent[1] = one.key[1];
+		}
 	}
-	return nr;
+	ctx->remote->chain(ctx->remote_priv, parent, tokens, node->len >> ctx->page_shift, out);
+}
+
+/**
+ * kvmm_remote_demoted() - a demotion from the host tier writes its pages
+ *	to the remote tier too (KVMM_REMOTE_WRITE_DEMOTE)
+ * @ctx: the context; on the I/O worker, its lock not held
+ * @job: the demotion, copied; its host frames are still its own
+ *
+ * Pages of a node whose copy failed are not written.  A job with no tier
+ * below the host (@job->no_dst) verifies its pages here; one that does
+ * not verify is not written and its node is dropped all the same.
+ */
+void kvmm_remote_demoted(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
+{
+	const struct kvmm_store_ops *host = ctx->store[KVMM_TIER_HOST];
+	void *hp = ctx->store_priv[KVMM_TIER_HOST];
+	uint32_t i, j, k = 0;
+	int ret;
+
+	for (i = 0; i < job->nr_nodes; i++) {
+		struct migrate_node *pn = &job->chain[i];
+		const int32_t *src = job->src + pn->first;
+
+		if (!pn->err && job->no_dst && host->verify(hp, src, pn->nr) < pn->nr)
+			pn->err = -EBADMSG;
+		if (pn->err)
+			continue;
+		for (j = 0; j < pn->nr; j++, k++) {	/* the good ones, to the front */
+			job->rpages[k] = job->rpages[pn->first + j];
+			job->addrs[k] = host->page(hp, (uint32_t)src[j]);
+		}
+	}
+	if (!k)
+		return;
+	pthread_mutex_lock(&ctx->remote_lock);
+	ret = ctx->remote->put(ctx->remote_priv, job->rpages, k, (const void *const *)job->addrs);
+	kvmm_remote_snapshot(ctx);
+	pthread_mutex_unlock(&ctx->remote_lock);
+	job->rput = ret > 0 ? (uint32_t)ret : 0;
+}
+
+/**
+ * struct kvmm_rpush - a push of a prefix's pages: armed under the
+ *	context's lock, written without it (inline, or on the I/O worker),
+ *	settled under it again
+ * @work: on the worker's queue, then its done list (a write-through)
+ * @rj: on ctx->rjobs; locks the prefix's last node, so that no page of
+ *	it leaves the device meanwhile
+ * @pg: the pushed pages' names, @nr of them
+ * @addrs: where each page's bytes are: in @staging
+ * @dev_pfns: the device pages, gathered into @staging when written
+ * @dst: their places in @staging
+ * @tokens: a copy of the pushed pages' tokens (@pg's point into it: a
+ *	split may move a node's own while the worker writes)
+ * @staging: a copy of every pushed page; host pages are copied in when
+ *	the push is armed (a promotion may free their frames meanwhile)
+ * @staging_bytes: its size
+ * @skipped: pages before @pg that this context pushed earlier
+ * @max: pages of the path the job was sized for
+ * @cap: pages @staging holds
+ * @nr: pages pushed
+ * @dev: of them on the device
+ * @registered: @staging is registered with the backend for DMA
+ * @ret: the store's answer: pages written or there already, or an error
+ */
+struct kvmm_rpush {
+	struct kvmm_work work;
+	struct kvmm_rjob rj;
+	struct kvmm_remote_page *pg;
+	void **addrs;
+	int32_t *dev_pfns;
+	void **dst;
+	uint32_t *tokens;
+	char *staging;
+	size_t staging_bytes;
+	uint32_t skipped;
+	uint32_t max;
+	uint32_t cap;
+	uint32_t nr;
+	uint32_t dev;
+	bool registered;
+	int ret;
+};
+
+static size_t rpush_bytes(const struct kvmm_ctx *ctx, uint32_t max)
+{
+	return sizeof(struct kvmm_rpush) +
+	       (size_t)max * (sizeof(struct kvmm_remote_page) + 2 * sizeof(void *) +
+			      sizeof(int32_t) + ctx->page_size * sizeof(uint32_t));
+}
+
+static void rpush_free(struct kvmm_ctx *ctx, struct kvmm_rpush *job)
+{
+	if (job->registered)
+		ctx->dma.unreg(ctx->dma.priv, job->staging, job->staging_bytes);
+	if (job->staging)
+		kvmm_mfree(ctx, job->staging, job->staging_bytes);
+	kvmm_mfree(ctx, job, rpush_bytes(ctx, job->max));
+}
+
+/*
+ * The pages of the path from the root to @end, the first @max of them,
+ * up to the first on NVMe or the first host page that does not verify:
+ * named, and past the run of nodes pushed before when @skip
+ * (KVMM_NODE_REMOTE), staged to be written.  Nodes pushed whole are
+ * marked; @end is locked.  Return: 0 with *@out NULL when there is
+ * nothing to write; -ENOMEM; the backend's DMA registration error.
+ */
+static int rpush_arm(struct kvmm_ctx *ctx, struct kvmm_node *end, uint32_t max, bool skip,
+		     struct kvmm_rpush **out)
+{
+	const struct kvmm_store_ops *host = ctx->store[KVMM_TIER_HOST];
+	void *hp = ctx->store_priv[KVMM_TIER_HOST];
+	uint64_t pb = kvmm_page_bytes(&ctx->params.model, ctx->page_size);
+	struct kvmm_node **path = ctx->tier_path, *n;
+	struct kvmm_remote_page *all;
+	struct kvmm_rpush *job;
+	uint32_t depth = 0, d, j, k = 0, first = UINT32_MAX, ps = ctx->page_size;
+	int ret;
+
+	*out = NULL;
+	for (n = end; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
+		path[depth++] = n;
+	job = kvmm_zalloc(ctx, rpush_bytes(ctx, max));
+	if (!job)
+		return -ENOMEM;
+	job->max = max;
+	all = (struct kvmm_remote_page *)(job + 1);
+	job->addrs = (void **)(all + max);
+	job->dst = job->addrs + max;
+	job->dev_pfns = (int32_t *)(job->dst + max);
+	job->tokens = (uint32_t *)(job->dev_pfns + max);
+	/* name them all from the root; what is pushed starts at @first */
+	for (d = depth; d-- && k < max; k += j) {
+		n = path[d];
+		j = n->len >> ctx->page_shift;
+		j = j < max - k ? j : max - k;
+		if (n->tier == KVMM_TIER_NVME)
+			break;
+		ctx->remote->chain(ctx->remote_priv, k ? all[k - 1].key : NULL, n->tokens, j,
+				   all + k);
+		if (first == UINT32_MAX && !(skip && (n->flags & KVMM_NODE_REMOTE)))
+			first = k;
+	}
+	if (first == UINT32_MAX || first == k) {
+		rpush_free(ctx, job);
+		return 0;
+	}
+	job->pg = all + first;
+	job->skipped = first;
+	job->cap = k - first;
+	job->staging_bytes = (size_t)job->cap * pb;
+	job->staging = kvmm_malloc(ctx, job->staging_bytes);
+	ret = job->staging ? 0 : -ENOMEM;
+	if (!ret && ctx->dma.reg) {
+		ret = ctx->dma.reg(ctx->dma.priv, job->staging, job->staging_bytes);
+		job->registered = !ret;
+	}
+	if (ret) {
+		rpush_free(ctx, job);
+		return ret;
+	}
+	/* each page's bytes and tokens, into the job */
+	for (d = depth, k = 0; d-- && job->nr < job->cap;) {
+		uint32_t np;
+
+		n = path[d];
+		np = n->len >> ctx->page_shift;
+		for (j = 0; j < np && k < first; j++)
+			k++;
+		for (; j < np && job->nr < job->cap; j++) {
+			uint32_t i = job->nr;
+			char *at = job->staging + (size_t)i * pb;
+			int32_t pfn = n->pfns[j];
+
+			if (n->tier == KVMM_TIER_HOST) {
+				if (host->verify(hp, &pfn, 1) < 1)
+					goto armed;	/* bad here: the push ends before it */
+				memcpy(at, host->page(hp, (uint32_t)pfn), pb);
+			} else {
+				job->dev_pfns[job->dev] = pfn;
+				job->dst[job->dev++] = at;
+			}
+			job->addrs[i] = at;
+			memcpy(job->tokens + (size_t)i * ps, n->tokens + (size_t)j * ps,
+			       ps * sizeof(uint32_t));
+			job->pg[i].tokens = job->tokens + (size_t)i * ps;
+			job->nr++;
+		}
+		if (k >= first && j == np && np)
+			n->flags |= KVMM_NODE_REMOTE;
+	}
+armed:
+	kvmm_tree_lock(ctx, end);	/* its device pages stay where they are */
+	job->rj.locked = end;
+	list_add_tail(&job->rj.link, &ctx->rjobs);
+	*out = job;
+	return 0;
+}
+
+/* Write an armed push: gather its device pages, then the store. No lock. */
+static void rpush_write(struct kvmm_ctx *ctx, struct kvmm_rpush *job)
+{
+	int ret = 0;
+
+	if (job->dev)
+		ret = ctx->backend->gather(ctx->backend_priv, job->dev_pfns, job->dev, job->dst);
+	if (!ret && job->nr) {
+		pthread_mutex_lock(&ctx->remote_lock);
+		ret = ctx->remote->put(ctx->remote_priv, job->pg, job->nr,
+				       (const void *const *)job->addrs);
+		kvmm_remote_snapshot(ctx);
+		pthread_mutex_unlock(&ctx->remote_lock);
+	}
+	job->ret = ret;
+}
+
+/*
+ * Settle a written push, under the lock: unlock the prefix; when not all
+ * of its pages landed, no node of the path counts as pushed any more (the
+ * next write-through asks the store again).  Return: tokens the store
+ * holds from the start as far as this context knows, or the error.
+ */
+static int rpush_settle(struct kvmm_ctx *ctx, struct kvmm_rpush *job)
+{
+	struct kvmm_node *n;
+	int ret = job->ret;
+
+	list_del(&job->rj.link);
+	if (ret < (int)job->nr)
+		for (n = job->rj.locked; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
+			n->flags &= (uint8_t)~KVMM_NODE_REMOTE;
+	__kvmm_tree_unlock(ctx, job->rj.locked, false);
+	if (ret >= 0) {
+		kvmm_count(ctx, EV_REMOTE_PUSH_TOKENS, (uint64_t)ret << ctx->page_shift);
+		ret = (int)((job->skipped + (uint32_t)ret) << ctx->page_shift);
+	}
+	rpush_free(ctx, job);
+	return ret;
 }
 
 /**
@@ -197,9 +455,10 @@ static uint32_t path_nodes(const struct kvmm_path *path, struct kvmm_node **out,
  *
  * The pages of @tokens the tree holds (from the start, whole pages) on
  * the device or the host tier are written, skipping those the cluster
- * has; the push stops at a page on NVMe.  Device pages are gathered
- * first.  The prefix is locked meanwhile.  A push of committed pages
- * after COMMIT is the remote tier's write-through.
+ * has; the push stops at a page on NVMe.  Host pages are copied when the
+ * push starts, device pages gathered after; the prefix is locked
+ * meanwhile.  A push of committed pages after COMMIT is the remote tier's
+ * write-through (which KVMM_REMOTE_WRITE_COMMIT does on its own).
  *
  * Return: tokens the cluster holds now from the start (written or
  * there before), or -EINVAL, -EOPNOTSUPP (no remote tier), -ENOMEM, -EIO
@@ -208,18 +467,11 @@ static uint32_t path_nodes(const struct kvmm_path *path, struct kvmm_node **out,
 int kvmm_remote_push_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 			  uint32_t n, bool held)
 {
-	const struct kvmm_store_ops *host;
-	struct kvmm_remote_page *pg = NULL;
-	struct kvmm_node **nodes = NULL, *root;
+	struct kvmm_rpush *job;
+	struct kvmm_node *root;
 	struct kvmm_path path;
-	uint32_t max, nr_pages, nr_nodes, i, k = 0, dev = 0, d = 0;
-	uint64_t pb;
-	void **addrs = NULL, **dst = NULL;
-	char *staging = NULL;
-	int32_t *dev_pfns = NULL;
-	bool registered = false;
-	struct kvmm_rjob rj = { .locked = NULL };
-	int ret = 0;
+	uint32_t max;
+	int ret;
 
 	if (!ctx || (n && !tokens) || ns == KVMM_NS_ANY)
 		return -EINVAL;
@@ -234,93 +486,15 @@ int kvmm_remote_push_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok
 	max = path.matched >> ctx->page_shift;
 	if (!max)
 		return 0;
-	host = ctx->store[KVMM_TIER_HOST];
-	pb = kvmm_page_bytes(&ctx->params.model, ctx->page_size);
-	nodes = kvmm_malloc(ctx, (size_t)max * sizeof(*nodes));
-	addrs = kvmm_malloc(ctx, (size_t)max * sizeof(*addrs));
-	dst = kvmm_malloc(ctx, (size_t)max * sizeof(*dst));
-	dev_pfns = kvmm_malloc(ctx, (size_t)max * sizeof(*dev_pfns));
-	pg = names_of(ctx, tokens, max);
-	if (!nodes || !addrs || !dst || !dev_pfns || !pg) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	nr_nodes = path_nodes(&path, nodes, max);
-	/* each page's bytes: a host page where it is, device pages gathered */
-	for (i = 0; i < nr_nodes && k < max; i++) {
-		struct kvmm_node *node = nodes[i];
-		uint32_t j, np = node->len >> ctx->page_shift;
-
-		if (node->tier == KVMM_TIER_NVME)
-			break;
-		for (j = 0; j < np && k < max; j++, k++) {
-			addrs[k] = NULL;
-			if (node->tier == KVMM_TIER_HOST)
-				addrs[k] = host->page(ctx->store_priv[KVMM_TIER_HOST],
-						      (uint32_t)node->pfns[j]);
-			else
-				dev_pfns[dev++] = node->pfns[j];
-		}
-	}
-	nr_pages = k;
-	if (!nr_pages)
-		goto out;
-	if (dev) {
-		staging = kvmm_malloc(ctx, dev * pb);
-		if (!staging) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		if (ctx->dma.reg) {
-			ret = ctx->dma.reg(ctx->dma.priv, staging, dev * pb);
-			if (ret)
-				goto out;
-			registered = true;
-		}
-		for (i = 0; i < nr_pages; i++) {
-			if (addrs[i])
-				continue;
-			dst[d] = staging + (uint64_t)d * pb;
-			addrs[i] = dst[d++];
-		}
-	}
-	kvmm_tree_lock(ctx, path.node);		/* its pages stay where they are */
-	rj.locked = path.node;
-	list_add_tail(&rj.link, &ctx->rjobs);
+	ret = rpush_arm(ctx, path.node, max, false, &job);
+	if (ret || !job)
+		return ret;
 	if (held)
 		pthread_mutex_unlock(&ctx->lock);
-	if (dev)
-		ret = ctx->backend->gather(ctx->backend_priv, dev_pfns, dev, dst);
-	if (!ret) {
-		pthread_mutex_lock(&ctx->remote_lock);
-		ret = ctx->remote->put(ctx->remote_priv, pg, nr_pages,
-				       (const void *const *)addrs);
-		kvmm_remote_snapshot(ctx);
-		pthread_mutex_unlock(&ctx->remote_lock);
-	}
+	rpush_write(ctx, job);
 	if (held)
 		pthread_mutex_lock(&ctx->lock);
-	list_del(&rj.link);
-	kvmm_tree_unlock(ctx, path.node);
-	if (ret >= 0) {
-		kvmm_count(ctx, EV_REMOTE_PUSH_TOKENS, (uint64_t)ret << ctx->page_shift);
-		ret <<= ctx->page_shift;
-	}
-out:
-	if (registered)
-		ctx->dma.unreg(ctx->dma.priv, staging, dev * pb);
-	if (staging)
-		kvmm_mfree(ctx, staging, dev * pb);
-	if (pg)
-		kvmm_mfree(ctx, pg, (size_t)max * sizeof(*pg));
-	if (nodes)
-		kvmm_mfree(ctx, nodes, (size_t)max * sizeof(*nodes));
-	if (addrs)
-		kvmm_mfree(ctx, addrs, (size_t)max * sizeof(*addrs));
-	if (dst)
-		kvmm_mfree(ctx, dst, (size_t)max * sizeof(*dst));
-	if (dev_pfns)
-		kvmm_mfree(ctx, dev_pfns, (size_t)max * sizeof(*dev_pfns));
+	ret = rpush_settle(ctx, job);
 	kvmm_debug_check(ctx, "remote push");
 	return ret;
 }
@@ -329,6 +503,58 @@ KVMM_EXPORT int kvmm_remote_push(struct kvmm_ctx *ctx, uint32_t ns, const uint32
 				 uint32_t n)
 {
 	return kvmm_remote_push_held(ctx, ns, tokens, n, false);
+}
+
+/* A write-through's push, on the worker, settled on the context's thread. */
+static void wt_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
+{
+	rpush_write(ctx, container_of(work, struct kvmm_rpush, work));
+	kvmm_work_done(ctx, work);
+}
+
+static void wt_settle(struct kvmm_ctx *ctx, struct kvmm_work *work)
+{
+	struct kvmm_rpush *job = container_of(work, struct kvmm_rpush, work);
+
+	rpush_settle(ctx, job);
+}
+
+/**
+ * kvmm_remote_write_through() - a commit left @end cached (or found it
+ *	all cached): queue the write of its path's pages this context has
+ *	not written yet (KVMM_REMOTE_WRITE_COMMIT), to the I/O worker
+ * @ctx: the context, held by the caller
+ * @end: the committed path's last node
+ *
+ * Nothing is waited for: the worker gathers and writes the pages while
+ * the path is locked, and the context's own thread settles the job the
+ * next time it matches, reclaims or syncs.  A push that cannot be armed
+ * (no memory) is skipped, and a write that fails leaves the path
+ * unmarked: the pages are written by the next commit over them, or never,
+ * which costs another machine a recomputation.
+ */
+void kvmm_remote_write_through(struct kvmm_ctx *ctx, struct kvmm_node *end)
+{
+	struct kvmm_rpush *job;
+	struct kvmm_node *n;
+	uint32_t pages = 0;
+
+	bool all = true;
+
+	if (ctx->params.remote_write != KVMM_REMOTE_WRITE_COMMIT || !ctx->iow)
+		return;
+	for (n = end; !(n->flags & KVMM_NODE_ROOT); n = n->parent) {
+		pages += n->len >> ctx->page_shift;
+		all &= !!(n->flags & KVMM_NODE_REMOTE);
+	}
+	if (all)	/* written, or being written: nothing to ask */
+		return;
+	kvmm_migrate_reap(ctx);
+	if (rpush_arm(ctx, end, pages, true, &job) || !job)
+		return;
+	job->work.run = wt_run;
+	job->work.settle = wt_settle;
+	kvmm_work_queue(ctx, &job->work);
 }
 
 /* Give back @nr frames a fetch held (state IO) on the host tier. */

@@ -306,8 +306,11 @@ static int __seq_commit(struct kvmm_ctx *ctx, uint32_t seq, struct kvmm_seq *s,
 	int ret;
 
 	n = kvmm_align_down(ctx, n);
-	if (n <= s->cached)
+	if (n <= s->cached) {	/* nothing new; a write-through that failed is retried */
+		if (s->node != s->root)
+			kvmm_remote_write_through(ctx, s->node);
 		return 0;
+	}
 	ret = kvmm_tree_insert(ctx, s->node, tokens + s->cached, n - s->cached,
 			       pfns, &ins);
 	if (ret <= 0)
@@ -321,6 +324,7 @@ static int __seq_commit(struct kvmm_ctx *ctx, uint32_t seq, struct kvmm_seq *s,
 		kvmm_tree_unlock(ctx, s->node);
 	s->node = ins.end;
 	s->cached += (uint32_t)ret;
+	kvmm_remote_write_through(ctx, ins.end);
 	return 0;
 }
 

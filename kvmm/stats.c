@@ -100,6 +100,7 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_KEYED_REMOTE_GETS] = "keyed_remote_gets",
 	[KVMM_STAT_REMOTE_FETCH_TOKENS] = "remote_fetch_tokens",
 	[KVMM_STAT_REMOTE_PUSH_TOKENS] = "remote_push_tokens",
+	[KVMM_STAT_REMOTE_DEMOTE_PAGES] = "remote_demote_pages",
 	[KVMM_STAT_PAGES_WRITEBACK] = "pages_writeback",
 	[KVMM_STAT_EVENTS] = "events",
 	[KVMM_STAT_EVENTS_DROPPED] = "events_dropped",
@@ -136,6 +137,7 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_EVENTS] = EV_CACHE_EVENTS + 1,
 	[KVMM_STAT_REMOTE_FETCH_TOKENS] = EV_REMOTE_FETCH_TOKENS + 1,
 	[KVMM_STAT_REMOTE_PUSH_TOKENS] = EV_REMOTE_PUSH_TOKENS + 1,
+	[KVMM_STAT_REMOTE_DEMOTE_PAGES] = EV_REMOTE_DEMOTE_PAGES + 1,
 	[KVMM_STAT_EVENTS_DROPPED] = EV_CACHE_EVENTS_DROPPED + 1,
 };
 

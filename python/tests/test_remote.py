@@ -92,6 +92,32 @@ def test_prefix_pushed_by_one_context_fetched_by_another(cluster):
 		assert e.value.errno == 95			# EOPNOTSUPP: no remote tier
 
 
+def test_commits_written_through_on_their_own(cluster):
+	geom = dict(layers=2, kv_heads=2, head_dim=16, dtype_bytes=2, page_size=16, nr_pages=64,
+		    max_seqs=4, max_seq_len=1024, host_pages=64, model_id="remote-test@1",
+		    remote=cluster, remote_salt="py-wt")
+	a, b = kvmm.Context(remote_write="commit", **geom), kvmm.Context(**geom)
+	try:
+		tok = np.arange(5000, 5000 + 200, dtype=np.uint32)
+		seq = a.open()
+		seq.match(tok)
+		seq.extend(200)
+		seq.close(tok)				# queues the write; returns at once
+		a.sync()				# the worker wrote it
+		st = a.stats()
+		assert st.remote_put_pages == 12 and st.remote_push_tokens == 192
+		assert b.remote_fetch(tok) == 192
+	finally:
+		a.close()
+		b.close()
+	with pytest.raises(ValueError, match="remote_write is"):
+		kvmm.Context(remote_write="always", **geom)
+	with pytest.raises(OSError) as e:		# a policy with no remote tier
+		kvmm.Context(remote_write="demote",
+			     **{k: v for k, v in geom.items() if not k.startswith("remote")})
+	assert e.value.errno == 22
+
+
 def test_remote_needs_an_in_process_store(cluster):
 	with pytest.raises(ValueError, match="kvmmd's --remote"):
 		kvmm.KeyedStore("m@1", socket="/nonexistent.sock", remote=cluster)

@@ -967,19 +967,35 @@ static void remote_keyed_ring(void)
 
 /* ---- the prefix tree over the remote tier (kvmm_remote_push/fetch) ---- */
 
-/* A context of 32 device pages of 16 tokens, a host tier, the cluster. */
-static struct kvmm_ctx *tree_ctx(const char *salt)
+/*
+ * A context of 32 device pages of 16 tokens, @host host pages (watermarks
+ * 4 and 8), an NVMe tier of 64 pages at @nvme (or none), the cluster,
+ * remote write policy @write.
+ */
+static struct kvmm_ctx *tree_ctx_w(const char *salt, uint32_t host, const char *nvme,
+				   uint32_t write)
 {
 	struct kvmm_params p = test_params(16, 32, 4, 1024);
 	struct kvmm_ctx *ctx = NULL;
 
-	p.host_pages = 64;
+	p.host_pages = host;
 	p.host_node = KVMM_NODE_NEAREST;
+	p.host_wmark_low = 4;
+	p.host_wmark_high = 8;
+	p.nvme_pages = nvme ? 64 : 0;
+	p.nvme_path = nvme;
+	p.nvme_flags = KVMM_NVME_REFORMAT;
 	p.remote = seeds;
 	p.remote_salt = salt;
 	p.remote_timeout_ms = 1500;
+	p.remote_write = write;
 	p.model_id = kmodel;
 	return kvmm_create(&p, &ctx) ? NULL : ctx;
+}
+
+static struct kvmm_ctx *tree_ctx(const char *salt)
+{
+	return tree_ctx_w(salt, 64, NULL, KVMM_REMOTE_WRITE_NONE);
 }
 
 /*
@@ -1075,6 +1091,157 @@ static void remote_tree_corrupt(void)
 	ops->exit(priv);
 	kvmm_destroy(a);
 	kvmm_destroy(b);
+}
+
+/*
+ * KVMM_REMOTE_WRITE_COMMIT: a commit queues the write of its new whole
+ * pages and returns; the worker writes them with the prefix locked, and
+ * the next sync settles it.  A prefix written once is not asked about
+ * again; one that goes on writes only its new pages.  Another machine
+ * fetches all of them, byte for byte.
+ */
+static void remote_write_commit(void)
+{
+	struct kvmm_ctx *a = tree_ctx_w("wt-1", 64, NULL, KVMM_REMOTE_WRITE_COMMIT);
+	struct kvmm_ctx *b = tree_ctx("wt-1");
+	uint64_t probes;
+	uint32_t tok[200];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	test_tokens(tok, 200, 81);
+	CU_ASSERT_EQUAL(test_kv_serve(a, tok, 136, false), 0);	/* 8 whole pages */
+	CHECK_OK(a);		/* the push in flight holds its lock */
+	CU_ASSERT_EQUAL(kvmm_sync(a), 0);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES), 8);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUSH_TOKENS), 128);
+	CHECK_OK(a);
+	/* served again and committed: nothing written, nothing asked */
+	probes = test_stat(a, KVMM_STAT_REMOTE_PROBES);
+	CU_ASSERT_EQUAL(test_kv_serve(a, tok, 136, false), 128);
+	CU_ASSERT_EQUAL(kvmm_sync(a), 0);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES), 8);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PROBES), probes);
+	/* a prompt that goes on: its 4 new pages */
+	CU_ASSERT_EQUAL(test_kv_serve(a, tok, 200, false), 128);
+	CU_ASSERT_EQUAL(kvmm_sync(a), 0);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES), 12);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_SKIPPED), 0);
+	CHECK_OK(a);
+	CU_ASSERT_EQUAL(kvmm_remote_fetch(b, 0, tok, 200), 192);
+	CU_ASSERT_EQUAL(test_kv_serve(b, tok, 200, true), 192);
+	CHECK_OK(b);
+	kvmm_destroy(a);
+	kvmm_destroy(b);
+}
+
+/*
+ * Requests with prompts of their own (4 pages each), 12 of them through a
+ * device of 32 pages and a host tier of 16: reclaim demotes the oldest to
+ * the host tier, and background reclaim takes the host tier's oldest out
+ * of the machine.  With KVMM_REMOTE_WRITE_DEMOTE every page that leaves
+ * the host tier that way is written first (host frames held until it is),
+ * and another machine is served all of them.  With an NVMe tier below,
+ * the pages written down to it are written to the cluster too.
+ */
+static void write_demote_run(const char *salt, const char *nvme)
+{
+	struct kvmm_ctx *a = tree_ctx_w(salt, 16, nvme, KVMM_REMOTE_WRITE_DEMOTE);
+	struct kvmm_ctx *b = tree_ctx(salt);
+	uint32_t tok[12][64], i, fetched = 0;
+	uint64_t left;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	for (i = 0; i < 12; i++) {
+		test_tokens(tok[i], 64, 900 + i + (nvme ? 50 : 0));
+		CU_ASSERT_EQUAL(test_kv_serve(a, tok[i], 64, false), 0);
+		CU_ASSERT_EQUAL(kvmm_sync(a), 0);	/* background reclaim keeps up */
+		CHECK_OK(a);
+	}
+	left = nvme ? test_stat(a, KVMM_STAT_NVME_DEMOTE_PAGES) :
+		      test_stat(a, KVMM_STAT_HOST_EVICT_PAGES);
+	CU_ASSERT(left >= 8);
+	CU_ASSERT(test_stat(a, KVMM_STAT_WRITEBACK_RUNS) > 0);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_DEMOTE_PAGES), left);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES), left);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_HOST_PAGES_WRITEBACK), 0);
+	CU_ASSERT(test_stat(a, KVMM_STAT_HOST_PAGES_FREE) >= 4);
+	/* b is served every prompt the cluster has, as a computed it */
+	for (i = 0; i < 12; i++) {
+		int got = kvmm_remote_fetch(b, 0, tok[i], 64);
+
+		CU_ASSERT(got == 0 || got == 64);
+		if (got <= 0)
+			continue;
+		fetched += (uint32_t)got / 16;
+		CU_ASSERT_EQUAL(test_kv_serve(b, tok[i], 64, true), 64);
+		CHECK_OK(b);
+	}
+	CU_ASSERT_EQUAL(fetched, left);
+	/* and the oldest, gone from a, comes back to a from there */
+	if (!nvme) {
+		CU_ASSERT_EQUAL(kvmm_prefix_lookup(a, 0, tok[0], 64), 0);
+		CU_ASSERT_EQUAL(kvmm_remote_fetch(a, 0, tok[0], 64), 64);
+		CU_ASSERT_EQUAL(test_kv_serve(a, tok[0], 64, true), 64);
+	}
+	CHECK_OK(a);
+	kvmm_destroy(a);
+	kvmm_destroy(b);
+}
+
+static void remote_write_demote(void)
+{
+	write_demote_run("demote-1", NULL);
+}
+
+static void remote_write_demote_nvme(void)
+{
+	const char *path = test_tmp_file("remote-demote.nvme");
+
+	write_demote_run("demote-2", path);
+	unlink(path);
+}
+
+/*
+ * A write-through to a cluster whose masters are all stopped: the commit
+ * returns before the batch's deadline; the write times out on the
+ * worker; the prefix is unlocked and not taken as written, so the next
+ * commit over it, with the cluster back, writes it.
+ */
+static void remote_write_stalled(void)
+{
+	struct kvmm_ctx *a = tree_ctx_w("wt-stall", 64, NULL, KVMM_REMOTE_WRITE_COMMIT);
+	uint32_t tok[64], i;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	test_tokens(tok, 64, 83);
+	CU_ASSERT_EQUAL(kvmm_remote_fetch(a, 0, tok, 64), 0);	/* connected, slot map read */
+	/* a stopped master answers no "masters" query: remember them */
+	CU_ASSERT_EQUAL(sh("%s masters %s > %s/stopped", script, cdir, cdir), 0);
+	CU_ASSERT_EQUAL(sh("while read port pid; do kill -STOP $pid; done < %s/stopped", cdir), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(a, tok, 64, false), 0);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_TIMEOUTS), 0);	/* not waited for */
+	CHECK_OK(a);
+	CU_ASSERT_EQUAL(kvmm_sync(a), 0);
+	CU_ASSERT(test_stat(a, KVMM_STAT_REMOTE_TIMEOUTS) > 0);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES), 0);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_PAGES_PROTECTED), 0);
+	CHECK_OK(a);
+	CU_ASSERT_EQUAL(sh("while read port pid; do kill -CONT $pid; done < %s/stopped", cdir), 0);
+	CU_ASSERT_EQUAL(sh("%s wait %s", script, cdir), 0);
+	/* a write may still meet the failover's last redirections: retried */
+	for (i = 0; i < 10 && test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES) < 4; i++) {
+		CU_ASSERT_EQUAL(test_kv_serve(a, tok, 64, false), 64);
+		CU_ASSERT_EQUAL(kvmm_sync(a), 0);
+		if (test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES) < 4)
+			fprintf(stderr, "\n  write %u after the stall: %llu of 4 pages ", i,
+				(unsigned long long)test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES));
+		usleep(200000);
+	}
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES), 4);
+	CHECK_OK(a);
+	kvmm_destroy(a);
 }
 
 /*
@@ -1174,9 +1341,13 @@ int register_remote_suite(void)
 	ADD_TEST(s, remote_keyed_ring);
 	ADD_TEST(s, remote_tree_push_fetch);
 	ADD_TEST(s, remote_tree_corrupt);
+	ADD_TEST(s, remote_write_commit);
+	ADD_TEST(s, remote_write_demote);
+	ADD_TEST(s, remote_write_demote_nvme);
 	ADD_TEST(s, remote_two_engines);
 	ADD_TEST(s, remote_master_stopped);
 	ADD_TEST(s, remote_master_killed);
+	ADD_TEST(s, remote_write_stalled);
 	return 0;
 }
 

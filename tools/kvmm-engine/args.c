@@ -51,6 +51,11 @@ static void usage(FILE *f)
 "                          cache are fetched from it, committed ones pushed\n"
 "  --remote-salt S         the tenant's salt: engines share under the same (\"\")\n"
 "  --remote-gbps F         cluster read bandwidth charged for a fetch (1)\n"
+"  --remote-write W        how pages reach the cluster: rpush (the engine\n"
+"                          pushes each finished request's, the default),\n"
+"                          commit (kvmm writes every commit through on its\n"
+"                          own) or demote (kvmm writes them as they leave\n"
+"                          the host tier)\n"
 "\n"
 "Scheduler:\n"
 "  --policy NAME           fcfs, lpm (longest cached prefix first), priority (lpm)\n"
@@ -86,7 +91,7 @@ enum {
 	O_LAYERS, O_HEADS, O_KV_HEADS, O_HEAD_DIM, O_PARAMS, O_DTYPE_BYTES, O_PEAK_TFLOPS,
 	O_MFU, O_MEM_GBPS, O_BW_EFF, O_STEP_US, O_JSON, O_PLOT, O_QUIET, O_HELP,
 	O_HOST_PAGES, O_NVME_FILE, O_NVME_PAGES, O_WRITE_POLICY, O_HOST_GBPS, O_NVME_GBPS,
-	O_REMOTE, O_REMOTE_SALT, O_REMOTE_GBPS,
+	O_REMOTE, O_REMOTE_SALT, O_REMOTE_GBPS, O_REMOTE_WRITE,
 };
 
 static uint32_t parse_u32(const char *opt, const char *s, uint32_t min)
@@ -153,6 +158,7 @@ static const struct option lopts[] = {
 	{ "remote", required_argument, NULL, O_REMOTE },
 	{ "remote-salt", required_argument, NULL, O_REMOTE_SALT },
 	{ "remote-gbps", required_argument, NULL, O_REMOTE_GBPS },
+	{ "remote-write", required_argument, NULL, O_REMOTE_WRITE },
 	{ 0 }
 };
 
@@ -208,6 +214,8 @@ static void cli_check(struct cli *c, bool pages_set)
 			  "give --host-pages too");
 	if (o->remote && !o->host_pages)
 		die_usage("--remote: pages come and go through the host tier: give --host-pages too");
+	if (o->remote_write && !o->remote)
+		die_usage("--remote-write: there is no cluster to write to: give --remote too");
 	if (o->remote && c->compare)
 		die_usage("--remote with --compare: the second run would find the first's pages");
 	if ((o->host_pages || o->nvme_pages) && o->no_cache)
@@ -311,6 +319,17 @@ void cli_parse(int argc, char **argv, struct cli *c)
 		case O_REMOTE: o->remote = optarg; break;
 		case O_REMOTE_SALT: o->remote_salt = optarg; break;
 		case O_REMOTE_GBPS: o->remote_gbps = parse_pos("--remote-gbps", optarg); break;
+		case O_REMOTE_WRITE:
+			if (!strcmp(optarg, "rpush"))
+				o->remote_write = KVMM_REMOTE_WRITE_NONE;
+			else if (!strcmp(optarg, "commit"))
+				o->remote_write = KVMM_REMOTE_WRITE_COMMIT;
+			else if (!strcmp(optarg, "demote"))
+				o->remote_write = KVMM_REMOTE_WRITE_DEMOTE;
+			else
+				die_usage("--remote-write: '%s' is not rpush, commit or demote",
+					  optarg);
+			break;
 		case O_HELP: usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}

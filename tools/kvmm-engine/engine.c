@@ -351,7 +351,7 @@ static int finish(struct eng *e, uint32_t i)
 	if (ret < 0)
 		return ret;
 	r->seq = NONE;
-	if (e->o->remote && n) {	/* the committed pages, written through */
+	if (e->o->remote && !e->o->remote_write && n) {	/* the committed pages */
 		kvmm_prep_rpush(sqe(e), 0, 0, stage(e, r->tok, n), n);
 		ret = kv1(e);
 		if (ret > 0)
@@ -880,6 +880,7 @@ static int setup(struct eng *e, const struct workload *wl, const struct eng_opts
 		p.nvme_path = o->nvme_file;
 		p.remote = o->remote;
 		p.remote_salt = o->remote_salt;
+		p.remote_write = o->remote_write;
 		/* every run starts cold, so runs (and --compare, --plot) compare */
 		if (o->nvme_file && unlink(o->nvme_file) && errno != ENOENT) {
 			fprintf(stderr, "%s: cannot empty %s: %s\n", tool_name, o->nvme_file,
@@ -961,6 +962,9 @@ static void summarize(struct eng *e)
 	rep->nvme_demoted = e->stats[KVMM_STAT_NVME_DEMOTE_PAGES];
 	rep->wt_pages = e->stats[KVMM_STAT_WT_PAGES];
 	rep->free_demoted = e->stats[KVMM_STAT_DEMOTE_FREE_PAGES];
+	if (e->o->remote_write)	/* kvmm wrote them on its own: its count */
+		rep->remote_pushed = e->stats[KVMM_STAT_REMOTE_PUSH_TOKENS] +
+				     e->stats[KVMM_STAT_REMOTE_DEMOTE_PAGES] * e->o->page_size;
 	rep->host_copied = rep->host_demoted - rep->free_demoted + rep->wt_pages;
 	rep->steps = rep->prefill_steps + rep->decode_steps;
 	sort_double(rep->ttft, rep->nttft);

@@ -57,6 +57,7 @@ struct eng_opts {
 	const char *remote;		/* a Redis Cluster's seeds; NULL: no remote tier */
 	const char *remote_salt;
 	double remote_gbps;		/* its read bandwidth, GB/s */
+	uint32_t remote_write;		/* KVMM_REMOTE_WRITE_*; NONE: RPUSH after a finish */
 	bool progress;			/* a progress bar on stderr */
 	struct eng_model model;
 	/* tests: every scheduling event */

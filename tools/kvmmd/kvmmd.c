@@ -68,6 +68,9 @@ static void usage(FILE *f)
 		"  --remote-salt STR    the tenant's salt: values are shared only under the same\n"
 		"                       salt and --model-id (default empty)\n"
 		"  --remote-timeout-ms MS  the deadline of every batch to the cluster (default 1000)\n"
+		"  --remote-write none|commit|demote  when prefix pages go to the cluster on their\n"
+		"                       own: only when a client pushes them (RPUSH; default),\n"
+		"                       after every commit, or as they leave the host tier\n"
 		"  --write-policy write-back|write-through   copy KV to the host tier when\n"
 		"                       reclaim demotes it (default), or when it is committed\n"
 		"  --poll               serve every ring in polling mode (one core polls, 2 ms at most)\n"
@@ -115,9 +118,10 @@ struct opts {
  * One option: its name, whether it takes a value, and how the value is
  * stored.  A number option names its field (@off into struct opts) and
  * the largest value it holds (@max); a flag option's @max is the server
- * flag it sets; others have their own @set.  Appending an
- * option is one line here (and a small function when it is not a plain
- * number).
+ * flag it sets; a choice option's values are @names (NULL-terminated),
+ * the index of the one given stored as a uint32_t at @off; others have
+ * their own @set.  Appending an option is one line here (and a small
+ * function when it is none of those).
  */
 struct kvmmd_opt {
 	const char *name;
@@ -125,6 +129,7 @@ struct kvmmd_opt {
 	int (*set)(struct opts *o, const struct kvmmd_opt *d, const char *val);
 	size_t off;
 	uint64_t max;
+	const char *const *names;
 };
 
 #define P(field)	offsetof(struct opts, p.field)
@@ -142,7 +147,7 @@ static int set_evict(struct opts *o, const struct kvmmd_opt *d, const char *val)
 static int set_flag(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_host_node(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_backend(struct opts *o, const struct kvmmd_opt *d, const char *val);
-static int set_write_policy(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_choice(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_ns_pin_pages(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_percent(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_model_id(struct opts *o, const struct kvmmd_opt *d, const char *val);
@@ -154,9 +159,14 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE,
        O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
        O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, O_REMOTE, O_REMOTE_SALT,
-       O_REMOTE_TIMEOUT, O_EVENTS, NR_OPTS };
+       O_REMOTE_TIMEOUT, O_EVENTS, O_REMOTE_WRITE, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
+
+/* Choice options' values, at the index of the library's value. */
+static const char *const write_policies[] = { "write-back", "write-through", NULL };
+static const char *const remote_writes[] = { "none", "commit", "demote", NULL };
+
 #define REQ	required_argument
 #define NONE	no_argument
 static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
@@ -189,7 +199,8 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 	[O_NVME_FILE] = { "nvme-file", REQ, set_str, offsetof(struct opts, nvme_path) },
 	[O_NVME_PAGES] = { "nvme-pages", REQ, set_u32, P(nvme_pages), UINT32_MAX },
 	[O_NVME_QD] = { "nvme-qd", REQ, set_u32, P(nvme_qd), UINT32_MAX },
-	[O_WRITE_POLICY] = { "write-policy", REQ, set_write_policy },
+	[O_WRITE_POLICY] = { "write-policy", REQ, set_choice, P(write_policy), 0,
+			     write_policies },
 	[O_MAX_PAGES] = { "max-pages", REQ, set_u32, P(max_pages), UINT32_MAX },
 	[O_BACKEND] = { "backend", REQ, set_backend, offsetof(struct opts, backend) },
 	[O_CUDA_DEVICE] = { "cuda-device", REQ, set_i32, offsetof(struct opts, cuda.device),
@@ -211,6 +222,7 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 	[O_REMOTE] = { "remote", REQ, set_str, offsetof(struct opts, remote) },
 	[O_REMOTE_SALT] = { "remote-salt", REQ, set_str, offsetof(struct opts, remote_salt) },
 	[O_REMOTE_TIMEOUT] = { "remote-timeout-ms", REQ, set_u32, P(remote_timeout_ms), 600000 },
+	[O_REMOTE_WRITE] = { "remote-write", REQ, set_choice, P(remote_write), 0, remote_writes },
 };
 
 /* A number within the option's range, or a message naming it. */
@@ -331,18 +343,21 @@ static int set_backend(struct opts *o, const struct kvmmd_opt *d, const char *va
 	return set_str(o, d, val);
 }
 
-static int set_write_policy(struct opts *o, const struct kvmmd_opt *d, const char *val)
+static int set_choice(struct opts *o, const struct kvmmd_opt *d, const char *val)
 {
-	if (!strcmp(val, "write-back"))
-		o->p.write_policy = KVMM_WRITE_BACK;
-	else if (!strcmp(val, "write-through"))
-		o->p.write_policy = KVMM_WRITE_THROUGH;
-	else {
-		fprintf(stderr, "kvmmd: --%s: '%s' is not write-back or write-through\n",
-			d->name, val);
-		return -1;
+	uint32_t i;
+
+	for (i = 0; d->names[i]; i++) {
+		if (!strcmp(val, d->names[i])) {
+			*(uint32_t *)((char *)o + d->off) = i;
+			return 0;
+		}
 	}
-	return 0;
+	fprintf(stderr, "kvmmd: --%s: '%s' is not one of:", d->name, val);
+	for (i = 0; d->names[i]; i++)
+		fprintf(stderr, " %s", d->names[i]);
+	fputc('\n', stderr);
+	return -1;
 }
 
 static int set_model_id(struct opts *o, const struct kvmmd_opt *d, const char *val)

@@ -164,6 +164,8 @@ enum kvmm_stat_item {
 	/* The prefix tree over the remote tier (kvmm_remote_fetch(), _push()): */
 	KVMM_STAT_REMOTE_FETCH_TOKENS,	/* tokens brought to the host tier */
 	KVMM_STAT_REMOTE_PUSH_TOKENS,	/* tokens of prefixes pushed (written or there) */
+	KVMM_STAT_REMOTE_DEMOTE_PAGES,	/* pages written to it (or there) as they left
+					 * the host tier (KVMM_REMOTE_WRITE_DEMOTE) */
 	NR_KVMM_STATS
 };
 

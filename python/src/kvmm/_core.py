@@ -44,6 +44,8 @@ _INT_FIELDS = ("page_size", "max_seqs", "max_seq_len", "nr_pages", "max_pages", 
 	       "host_wmark_low", "host_wmark_high", "remote_timeout_ms")
 _ATTN = {"mha": lib.KVMM_ATTN_MHA, "mla": lib.KVMM_ATTN_MLA}
 _FRAMES = {"kvmm": lib.KVMM_FRAMES_KVMM, "engine": lib.KVMM_FRAMES_ENGINE}
+_REMOTE_WRITE = {"none": lib.KVMM_REMOTE_WRITE_NONE, "commit": lib.KVMM_REMOTE_WRITE_COMMIT,
+		 "demote": lib.KVMM_REMOTE_WRITE_DEMOTE}
 # struct module formats of 4-byte ints in native (little-endian) order
 _TOKEN_FORMATS = frozenset(("i", "I", "@i", "@I", "=i", "=I", "<i", "<I"))
 _U32_ARRAY = ffi.typeof("uint32_t[]")
@@ -532,7 +534,8 @@ class Context(ViewOwner):
 	``nr_pages`` or SGLang's ``mem_fraction`` with ``mem_total`` and
 	``mem_avail``; watermarks, ``evict_policy``, ``host_pages``,
 	``nvme_pages``, ``nvme_path``, ``nvme_flags``, ``model_id``, ``remote``,
-	``remote_salt``, ``remote_timeout_ms`` ...);
+	``remote_salt``, ``remote_timeout_ms``, ``remote_write`` "none",
+	"commit" or "demote" ...);
 	anything not given keeps the library's default (kvmm_params_init()).
 	``shareable=True`` backs the mock pool with memfds.  Use it as a
 	context manager, or call :meth:`close`.
@@ -574,6 +577,11 @@ class Context(ViewOwner):
 				if val not in _FRAMES:
 					raise ValueError(f"frames is 'kvmm' or 'engine', not {val!r}")
 				p.frames = _FRAMES[val]
+			elif key == "remote_write":
+				if val not in _REMOTE_WRITE:
+					raise ValueError("remote_write is 'none', 'commit' or 'demote', "
+							 f"not {val!r}")
+				p.remote_write = _REMOTE_WRITE[val]
 			elif key in _STR_FIELDS:
 				if val is not None:
 					keep.append(ffi.new("char[]", str(val).encode()))
