@@ -324,6 +324,9 @@ const struct kvmm_store_ops *kvmm_store_lookup(uint32_t tier);
  * @page_size: tokens per page
  * @page_bytes: bytes of one page in the staging layout
  * @timeout_ms: every batch's deadline (0: 1000)
+ * @user: the ACL user to AUTH as, or NULL (the server's default user)
+ * @password: NULL: no AUTH; else the password every connection sends
+ *	first (the store keeps a copy, wiped when it exits)
  * @err: where init may write a line saying why it failed
  * @err_len: bytes at @err
  */
@@ -335,6 +338,8 @@ struct kvmm_remote_cfg {
 	uint32_t page_size;
 	uint64_t page_bytes;
 	uint32_t timeout_ms;
+	const char *user;
+	const char *password;
 	char *err;
 	size_t err_len;
 };

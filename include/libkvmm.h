@@ -159,6 +159,11 @@ struct kvmm_alloc_ops {
  *	(write-through); KVMM_REMOTE_WRITE_DEMOTE when background reclaim
  *	takes them off the host tier, to NVMe or (with no NVMe tier) out of
  *	the machine.  Keyed values are always written through.
+ * @remote_user: the ACL user the client AUTHenticates as (NULL: the
+ *	server's default user); used only with @remote_password
+ * @remote_password: NULL: no AUTH; else every connection to the cluster
+ *	sends AUTH first, and a refusal fails kvmm_create() with the
+ *	server's reason (the library keeps a copy, wiped at kvmm_destroy())
  *
  * Hooks:
  * @alloc: metadata allocator, NULL for malloc/free
@@ -223,6 +228,8 @@ struct kvmm_params {
 	const char *remote_salt;
 	uint32_t remote_timeout_ms;
 	uint32_t remote_write;
+	const char *remote_user;
+	const char *remote_password;
 };
 
 /* The first struct kvmm_params with a size: no caller passes less. */

@@ -126,6 +126,10 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 				  "set host_pages");
 	if (p->remote_timeout_ms > 600000)
 		return params_bad(p, "remote_timeout_ms: at most 600000 (10 minutes)");
+	if ((p->remote_user || p->remote_password) && !p->remote)
+		return params_bad(p, "remote_user, remote_password: there is no remote tier (remote)");
+	if (p->remote_user && !p->remote_password)
+		return params_bad(p, "remote_user: AUTH needs remote_password too");
 	if (p->remote_write > KVMM_REMOTE_WRITE_DEMOTE || (p->remote_write && !p->remote))
 		return params_bad(p, "remote_write: %u is not a write policy, or there is no "
 				  "remote tier (remote)", p->remote_write);

@@ -78,6 +78,7 @@ int kvmm_remote_init(struct kvmm_ctx *ctx)
 		.model_id = p->model_id ? p->model_id : "", .model = p->model,
 		.page_size = p->page_size, .page_bytes = kvmm_page_bytes(&p->model, p->page_size),
 		.timeout_ms = p->remote_timeout_ms, .err = why, .err_len = sizeof(why),
+		.user = p->remote_user, .password = p->remote_password,
 	};
 	const struct kvmm_remote_ops *ops;
 	int ret;

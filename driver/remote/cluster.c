@@ -56,6 +56,8 @@ struct rc_node {
 	struct rc_cmd *w, **w_tail;	/* written, their replies awaited */
 	char *fmt;		/* hiredis-formatted command being written */
 	size_t fmt_len, fmt_sent;
+	struct rc_cmd auth;	/* AUTH, first on every connection when set */
+	bool auth_refused;	/* ... and the server said no */
 };
 
 struct rc_cluster {
@@ -66,6 +68,9 @@ struct rc_cluster {
 	uint32_t refresh_from;		/* the node to ask for it first */
 	bool hiredis_writes;
 	uint32_t timeout_ms;
+	char *user;			/* AUTH's; NULL: the server's default user */
+	char *password;			/* NULL: no AUTH */
+	char auth_err[160];		/* the last refusal, for rc_open()'s message */
 	struct rc_stats stats;
 };
 
@@ -211,6 +216,35 @@ static void node_disconnect(struct rc_node *nd)
 	nd->fmt_len = nd->fmt_sent = 0;
 }
 
+static bool cmd_head(struct rc_cmd *c);
+
+/*
+ * A new connection's first command: AUTH [user] password, in front of
+ * whatever is queued (rc_open() checked that its head fits).
+ */
+static void auth_queue(struct rc_cluster *cl, struct rc_node *nd)
+{
+	struct rc_cmd *c = &nd->auth;
+	int i = 0;
+
+	memset(c, 0, sizeof(*c));
+	c->argv[i] = "AUTH";
+	c->len[i++] = 4;
+	if (cl->user) {
+		c->argv[i] = cl->user;
+		c->len[i++] = strlen(cl->user);
+	}
+	c->argv[i] = cl->password;
+	c->len[i++] = strlen(cl->password);
+	c->argc = i;
+	c->node = (int)(nd - cl->node);
+	cmd_head(c);
+	c->next = nd->q;
+	if (!nd->q)
+		nd->q_tail = &c->next;
+	nd->q = c;
+}
+
 /* Start a non-blocking connect; 0 or a negative errno. */
 static int node_connect(struct rc_cluster *cl, struct rc_node *nd)
 {
@@ -245,7 +279,10 @@ static int node_connect(struct rc_cluster *cl, struct rc_node *nd)
 	nd->reader->maxbuf = 0;	/* keep its buffer: values come back to back */
 	nd->fd = fd;
 	nd->connecting = ret < 0;
+	nd->auth_refused = false;
 	cl->stats.connects++;
+	if (cl->password)
+		auth_queue(cl, nd);
 	return 0;
 }
 
@@ -266,6 +303,8 @@ static void node_fail(struct rc_cluster *cl, struct rc_node *nd, int err)
 	for (i = 0; i < 2; i++)
 		for (c = lists[i]; c; c = next) {
 			next = c->next;
+			if (c == &nd->auth)
+				continue;
 			cmd_done(c, NULL, err);
 			if (err == -ETIMEDOUT)
 				cl->stats.timeouts++;
@@ -536,6 +575,15 @@ static void node_reply(struct rc_cluster *cl, struct rc_node *nd, redisReply *r)
 	nd->w = c->next;
 	if (!nd->w)
 		nd->w_tail = &nd->w;
+	if (c == &nd->auth) {	/* refused: the connection is given up */
+		if (r->type == REDIS_REPLY_ERROR) {
+			nd->auth_refused = true;
+			cl->stats.auth_refused++;
+			snprintf(cl->auth_err, sizeof(cl->auth_err), "%.*s", (int)r->len, r->str);
+		}
+		freeReplyObject(r);
+		return;
+	}
 	if (r->type != REDIS_REPLY_ERROR) {
 		cmd_done(c, r, 0);
 		return;
@@ -602,7 +650,7 @@ static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 		sdsIncrLen(buf, (int)n);
 		rd->len += (size_t)n;
 		rc_cur = nd;
-		while (nd->w) {
+		while (nd->w && !nd->auth_refused) {
 			if (redisReaderGetReply(rd, &r) != REDIS_OK) {
 				rc_cur = NULL;
 				return -EPROTO;
@@ -612,6 +660,8 @@ static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 			node_reply(cl, nd, r);
 		}
 		rc_cur = NULL;
+		if (nd->auth_refused)
+			return -EACCES;
 		if (!nd->w && rd->len > rd->pos) {
 			cl->stats.stale++;	/* a reply nobody asked for */
 			return -EPROTO;
@@ -803,8 +853,9 @@ static void rc_run(struct rc_cluster *cl, uint64_t deadline)
 				continue;
 			}
 			if (ev & (POLLIN | POLLERR | POLLHUP)) {
-				if (node_read(cl, nd)) {
-					node_fail(cl, nd, -EIO);
+				ret = node_read(cl, nd);
+				if (ret) {
+					node_fail(cl, nd, ret == -EACCES ? ret : -EIO);
 					continue;
 				}
 			}
@@ -861,13 +912,18 @@ void rc_exec(struct rc_cluster *cl, struct rc_cmd *cmds, uint32_t n)
  * rc_open() - connect to a cluster
  * @seeds: "host:port[,host:port...]": nodes to read the slot map from
  * @timeout_ms: every batch's deadline
+ * @user: the ACL user AUTH names, or NULL (the server's default user)
+ * @password: NULL: no AUTH; else every connection AUTHenticates first,
+ *	and one the server refuses is given up (its commands fail with
+ *	-EACCES)
  * @err: where to say why it failed
  * @err_len: bytes at @err
  *
  * Return: the client, or NULL (with @err written) when no seed answers
- * CLUSTER SLOTS with a map.
+ * CLUSTER SLOTS with a map, or the seeds refuse AUTH.
  */
-struct rc_cluster *rc_open(const char *seeds, uint32_t timeout_ms, char *err, size_t err_len)
+struct rc_cluster *rc_open(const char *seeds, uint32_t timeout_ms, const char *user,
+			   const char *password, char *err, size_t err_len)
 {
 	struct rc_cluster *cl;
 	const char *p = seeds;
@@ -880,6 +936,18 @@ struct rc_cluster *rc_open(const char *seeds, uint32_t timeout_ms, char *err, si
 	}
 	memset(cl->slot_node, 0xff, sizeof(cl->slot_node));
 	cl->timeout_ms = timeout_ms ? timeout_ms : 1000;
+	if (user && strlen(user) > 100) {
+		snprintf(err, err_len, "remote: user name longer than 100 bytes");
+		rc_close(cl);
+		return NULL;
+	}
+	cl->user = user && *user ? strdup(user) : NULL;
+	cl->password = password ? strdup(password) : NULL;
+	if ((user && *user && !cl->user) || (password && !cl->password)) {
+		snprintf(err, err_len, "remote: out of memory");
+		rc_close(cl);
+		return NULL;
+	}
 	while (p && *p) {
 		const char *end = strchr(p, ',');
 		size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -898,6 +966,12 @@ struct rc_cluster *rc_open(const char *seeds, uint32_t timeout_ms, char *err, si
 		return NULL;
 	}
 	ret = slots_refresh(cl, now_ns() + (uint64_t)cl->timeout_ms * 1000000u);
+	if (ret && cl->auth_err[0]) {
+		snprintf(err, err_len, "remote: the cluster refused AUTH as user '%s': %s",
+			 cl->user ? cl->user : "default", cl->auth_err);
+		rc_close(cl);
+		return NULL;
+	}
 	if (ret) {
 		snprintf(err, err_len, "remote: no seed answered CLUSTER SLOTS (%s): is it a cluster?",
 			 strerror(-ret));
@@ -915,6 +989,11 @@ void rc_close(struct rc_cluster *cl)
 		return;
 	for (i = 0; i < cl->nr_nodes; i++)
 		node_disconnect(&cl->node[i]);
+	if (cl->password) {
+		explicit_bzero(cl->password, strlen(cl->password));
+		free(cl->password);
+	}
+	free(cl->user);
 	free(cl);
 }
 

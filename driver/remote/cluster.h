@@ -45,7 +45,8 @@
  * @err: out: 0, or why there is no reply: -ETIMEDOUT (its shard did not
  *	answer before the deadline), -EIO (the connection failed), -ENXIO
  *	(no node serves the slot now), -EAGAIN (the cluster said
- *	CLUSTERDOWN/TRYAGAIN/LOADING), -ELOOP (too many redirections)
+ *	CLUSTERDOWN/TRYAGAIN/LOADING), -ELOOP (too many redirections),
+ *	-EACCES (the node refused AUTH)
  *
  * The rest is the client's.
  */
@@ -85,6 +86,7 @@ struct rc_cmd {
  * @refreshes: slot maps read (CLUSTER SLOTS)
  * @stale: connections dropped because the server sent replies nobody
  *	asked for, or (found before a batch) had closed them
+ * @auth_refused: connections given up because the server refused AUTH
  * @bytes_out, @bytes_in: bytes written and read
  */
 struct rc_stats {
@@ -98,13 +100,15 @@ struct rc_stats {
 	uint64_t connects;
 	uint64_t refreshes;
 	uint64_t stale;
+	uint64_t auth_refused;
 	uint64_t bytes_out;
 	uint64_t bytes_in;
 };
 
 struct rc_cluster;
 
-struct rc_cluster *rc_open(const char *seeds, uint32_t timeout_ms, char *err, size_t err_len);
+struct rc_cluster *rc_open(const char *seeds, uint32_t timeout_ms, const char *user,
+			   const char *password, char *err, size_t err_len);
 void rc_close(struct rc_cluster *cl);
 void rc_exec(struct rc_cluster *cl, struct rc_cmd *cmds, uint32_t n);
 uint16_t rc_slot(const char *key, size_t len);

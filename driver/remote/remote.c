@@ -228,6 +228,7 @@ static void cmds_free(struct rc_cmd *c, uint32_t n)
 			freeReplyObject(c[i].reply);
 }
 
+/* Commands with no reply, or an error reply (NOPERM, OOM under maxmemory ...). */
 static void count_errors(struct remote *r, const struct rc_cmd *c, uint32_t n)
 {
 	uint32_t i;
@@ -235,7 +236,7 @@ static void count_errors(struct remote *r, const struct rc_cmd *c, uint32_t n)
 	for (i = 0; i < n; i++)
 		if (c[i].err == -ETIMEDOUT)
 			r->st.timeouts++;
-		else if (c[i].err)
+		else if (c[i].err || (c[i].reply && c[i].reply->type == REDIS_REPLY_ERROR))
 			r->st.errors++;
 }
 
@@ -616,7 +617,8 @@ static int remote_init(const struct kvmm_remote_cfg *cfg, void **privp)
 	h = XXH3_128bits_digest(&st);
 	r->space[0] = h.low64;
 	r->space[1] = h.high64;
-	r->cl = rc_open(cfg->seeds, cfg->timeout_ms, cfg->err, cfg->err_len);
+	r->cl = rc_open(cfg->seeds, cfg->timeout_ms, cfg->user, cfg->password, cfg->err,
+			cfg->err_len);
 	if (!r->cl) {
 		remote_exit(r);
 		return -ECONNREFUSED;

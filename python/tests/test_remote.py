@@ -118,6 +118,35 @@ def test_commits_written_through_on_their_own(cluster):
 	assert e.value.errno == 22
 
 
+def test_auth_as_an_acl_user(cluster):
+	ports = [hp.rsplit(":", 1)[1] for hp in cluster.split(",")]
+	acl = ["ACL", "SETUSER", "py-auth", "on", ">pw-1", "~kvmm:*", "+@all"]
+	for p in ports:
+		subprocess.run(["redis-cli", "-p", p] + acl, check=True, capture_output=True)
+	geom = dict(layers=2, kv_heads=2, head_dim=16, dtype_bytes=2, page_size=16, nr_pages=64,
+		    max_seqs=4, max_seq_len=1024, host_pages=64, model_id="remote-test@1",
+		    remote=cluster, remote_salt="py-auth", remote_user="py-auth")
+	try:
+		with kvmm.Context(remote_password="pw-1", **geom) as a:
+			tok = np.arange(9000, 9000 + 64, dtype=np.uint32)
+			seq = a.open()
+			seq.match(tok)
+			seq.extend(64)
+			seq.close(tok)
+			assert a.remote_push(tok) == 64
+		with pytest.raises(OSError) as e:
+			kvmm.Context(remote_password="not-it", **geom)
+		assert e.value.errno == 111			# ECONNREFUSED
+		assert "WRONGPASS" in str(e.value)
+		with pytest.raises(OSError) as e:		# a user without a password
+			kvmm.Context(**geom)
+		assert e.value.errno == 22
+	finally:
+		for p in ports:
+			subprocess.run(["redis-cli", "-p", p, "ACL", "DELUSER", "py-auth"],
+				       check=False, capture_output=True)
+
+
 def test_remote_needs_an_in_process_store(cluster):
 	with pytest.raises(ValueError, match="kvmmd's --remote"):
 		kvmm.KeyedStore("m@1", socket="/nonexistent.sock", remote=cluster)

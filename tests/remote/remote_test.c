@@ -101,21 +101,28 @@ static int suite_clean(void)
 }
 
 /* A client of the suite's cluster; @page_bytes per page, @salt. */
-static void *client(uint64_t page_bytes, const char *salt, const char *model_id)
+/* A client AUTHenticating as @user with @password (NULL: none); why not in @err. */
+static void *client_auth(uint64_t page_bytes, const char *salt, const char *model_id,
+			 const char *user, const char *password, char *err, size_t err_len)
 {
-	char err[256] = "";
 	struct kvmm_remote_cfg cfg = {
 		.seeds = seeds, .salt = salt, .model_id = model_id,
 		.model = { .layers = 2, .kv_heads = 2, .head_dim = 64, .dtype_bytes = 2 },
 		.page_size = PS, .page_bytes = page_bytes, .timeout_ms = 1500,
-		.err = err, .err_len = sizeof(err),
+		.user = user, .password = password, .err = err, .err_len = err_len,
 	};
 	void *priv = NULL;
 
-	if (ops->init(&cfg, &priv)) {
+	return ops->init(&cfg, &priv) ? NULL : priv;
+}
+
+static void *client(uint64_t page_bytes, const char *salt, const char *model_id)
+{
+	char err[256] = "";
+	void *priv = client_auth(page_bytes, salt, model_id, NULL, NULL, err, sizeof(err));
+
+	if (!priv)
 		fprintf(stderr, "\n  remote init: %s\n", err);
-		return NULL;
-	}
 	return priv;
 }
 
@@ -260,6 +267,55 @@ static void remote_roundtrip(void)
 	}
 	prefix_free(p);
 	ops->exit(priv);
+}
+
+/*
+ * An ACL user on every node, allowed kvmm's keys and the commands it
+ * sends only (as remote.rst tells operators to set it up): a client that
+ * AUTHenticates as it writes and reads; a wrong password is refused at
+ * init with the server's reason; a user the ACL keeps off kvmm's keys
+ * writes nothing and reads nothing, in counted errors, never a wrong page.
+ */
+static void remote_auth(void)
+{
+	char err[256] = "";
+	struct prefix *p;
+	struct kvmm_remote_stats st;
+	void *priv, *off;
+
+	CU_ASSERT_EQUAL_FATAL(sh("for p in $(cat %s/ports); do "
+				 "redis-cli -p $p ACL SETUSER kvmm-ok on '>s3cret' '~kvmm:*' '+@read' "
+				 "'+@write' '+@keyspace' '+cluster|slots' '+asking' "
+				 ">/dev/null && redis-cli -p $p ACL SETUSER kvmm-off on '>s3cret' "
+				 "'~other:*' '+@all' >/dev/null || exit 1; done", cdir), 0);
+	priv = client_auth(SMALL, "auth", "model-x", "kvmm-ok", "s3cret", err, sizeof(err));
+	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
+	p = prefix_new(priv, 16, SMALL, 41);
+	CU_ASSERT_EQUAL(ops->put(priv, p->pg, p->nr, (const void *const *)p->buf), 16);
+	CU_ASSERT_EQUAL(get_checked(priv, p), 16);
+	st = stats_of(priv);
+	CU_ASSERT_EQUAL(st.errors + st.timeouts, 0);
+	/* a wrong password: refused, and said so */
+	CU_ASSERT_PTR_NULL(client_auth(SMALL, "auth", "model-x", "kvmm-ok", "wrong", err,
+				       sizeof(err)));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "refused AUTH as user 'kvmm-ok'"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "WRONGPASS"));
+	/* a user kept off the keys: every command refused, nothing served */
+	off = client_auth(SMALL, "auth", "model-x", "kvmm-off", "s3cret", err, sizeof(err));
+	CU_ASSERT_PTR_NOT_NULL_FATAL(off);
+	CU_ASSERT_EQUAL(ops->probe(off, p->pg, p->nr, NULL), 0);
+	CU_ASSERT_EQUAL(get_checked(off, p), 0);
+	CU_ASSERT(ops->put(off, p->pg, p->nr, (const void *const *)p->buf) < 0);
+	st = stats_of(off);
+	CU_ASSERT(st.errors > 0);
+	CU_ASSERT_EQUAL(st.puts + st.get_hits + st.probe_hits, 0);
+	ops->exit(off);
+	ops->drop(priv, p->pg, p->nr);
+	prefix_free(p);
+	ops->exit(priv);
+	CU_ASSERT_EQUAL(sh("for p in $(cat %s/ports); do "
+			   "redis-cli -p $p ACL DELUSER kvmm-ok kvmm-off >/dev/null || exit 1; done",
+			   cdir), 0);
 }
 
 /* The same tokens under another salt or model are other pages. */
@@ -1326,6 +1382,7 @@ int register_remote_suite(void)
 		return -1;
 	ADD_TEST(s, remote_bad_config);
 	ADD_TEST(s, remote_roundtrip);
+	ADD_TEST(s, remote_auth);
 	ADD_TEST(s, remote_identity);
 	ADD_TEST(s, remote_value_size);
 	ADD_TEST(s, remote_two_processes);

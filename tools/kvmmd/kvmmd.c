@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <libkvmm.h>
@@ -68,6 +69,9 @@ static void usage(FILE *f)
 		"  --remote-salt STR    the tenant's salt: values are shared only under the same\n"
 		"                       salt and --model-id (default empty)\n"
 		"  --remote-timeout-ms MS  the deadline of every batch to the cluster (default 1000)\n"
+		"  --remote-user NAME   the ACL user to AUTH as (with --remote-password-file)\n"
+		"  --remote-password-file PATH  AUTH with the password on PATH's first line (a\n"
+		"                       file only its owner may read)\n"
 		"  --remote-write none|commit|demote  when prefix pages go to the cluster on their\n"
 		"                       own: only when a client pushes them (RPUSH; default),\n"
 		"                       after every commit, or as they leave the host tier\n"
@@ -104,6 +108,8 @@ struct opts {
 	char *model_id;
 	char *remote;
 	char *remote_salt;
+	char *remote_user;
+	char *remote_password;		/* read from --remote-password-file */
 	uint32_t server_flags;
 	int quiet;
 	uint64_t given;			/* bits of kvmmd_opts[] given */
@@ -151,6 +157,7 @@ static int set_choice(struct opts *o, const struct kvmmd_opt *d, const char *val
 static int set_ns_pin_pages(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_percent(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_model_id(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_secret_file(struct opts *o, const struct kvmmd_opt *d, const char *val);
 
 enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTAL,
        O_MEM_FRAC, O_LAYERS, O_KV_HEADS, O_HEAD_DIM, O_DTYPE, O_MLA, O_MAX_SEQS,
@@ -159,7 +166,8 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_MAX_PAGES, O_BACKEND, O_CUDA_DEVICE, O_NS_PIN_PAGES, O_NS_CACHE_SHARE,
        O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
        O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, O_REMOTE, O_REMOTE_SALT,
-       O_REMOTE_TIMEOUT, O_EVENTS, O_REMOTE_WRITE, NR_OPTS };
+       O_REMOTE_TIMEOUT, O_EVENTS, O_REMOTE_WRITE, O_REMOTE_USER, O_REMOTE_PASSWORD_FILE,
+       NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 
@@ -223,6 +231,9 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 	[O_REMOTE_SALT] = { "remote-salt", REQ, set_str, offsetof(struct opts, remote_salt) },
 	[O_REMOTE_TIMEOUT] = { "remote-timeout-ms", REQ, set_u32, P(remote_timeout_ms), 600000 },
 	[O_REMOTE_WRITE] = { "remote-write", REQ, set_choice, P(remote_write), 0, remote_writes },
+	[O_REMOTE_USER] = { "remote-user", REQ, set_str, offsetof(struct opts, remote_user) },
+	[O_REMOTE_PASSWORD_FILE] = { "remote-password-file", REQ, set_secret_file,
+				     offsetof(struct opts, remote_password) },
 };
 
 /* A number within the option's range, or a message naming it. */
@@ -358,6 +369,48 @@ static int set_choice(struct opts *o, const struct kvmmd_opt *d, const char *val
 		fprintf(stderr, " %s", d->names[i]);
 	fputc('\n', stderr);
 	return -1;
+}
+
+/*
+ * A secret from a file (its first line), never from the command line,
+ * where every user's ps(1) shows it.  A file that others than its owner
+ * may read is refused: the secret is out already.
+ */
+static int set_secret_file(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	char **dst = (char **)((char *)o + d->off), *line = NULL;
+	size_t cap = 0;
+	struct stat st;
+	ssize_t n;
+	FILE *f = fopen(val, "re");
+
+	if (!f || fstat(fileno(f), &st)) {
+		fprintf(stderr, "kvmmd: --%s: %s: %s\n", d->name, val, strerror(errno));
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	if (st.st_mode & 077) {
+		fprintf(stderr, "kvmmd: --%s: %s may be read by others than its owner "
+			"(mode %03o): chmod 600 it\n", d->name, val, (unsigned)(st.st_mode & 0777));
+		fclose(f);
+		return -1;
+	}
+	n = getline(&line, &cap, f);
+	fclose(f);
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = '\0';
+	if (n <= 0) {
+		fprintf(stderr, "kvmmd: --%s: %s: no secret on its first line\n", d->name, val);
+		free(line);
+		return -1;
+	}
+	if (*dst) {
+		explicit_bzero(*dst, strlen(*dst));
+		free(*dst);
+	}
+	*dst = line;
+	return 0;
 }
 
 static int set_model_id(struct opts *o, const struct kvmmd_opt *d, const char *val)
@@ -533,6 +586,8 @@ static int check_opts(struct opts *o)
 	o->p.model_id = o->model_id;
 	o->p.remote = o->remote;
 	o->p.remote_salt = o->remote_salt;
+	o->p.remote_user = o->remote_user;
+	o->p.remote_password = o->remote_password;
 	if (o->remote && !o->p.host_pages) {
 		fprintf(stderr, "kvmmd: --remote needs --host-pages: values come and go "
 			"through the host tier\n");
@@ -581,6 +636,10 @@ static void opts_free(struct opts *o)
 	free(o->model_id);
 	free(o->remote);
 	free(o->remote_salt);
+	free(o->remote_user);
+	if (o->remote_password)
+		explicit_bzero(o->remote_password, strlen(o->remote_password));
+	free(o->remote_password);
 }
 
 /* Who answers at @path, which is taken: another kvmm server, or not? */

@@ -37,7 +37,8 @@ Stats.__doc__ = "A snapshot of kvmm_stats(): one field per enum kvmm_stat_item."
 Stats.__module__ = "kvmm"
 
 _MODEL_FIELDS = ("layers", "kv_heads", "head_dim", "latent_dim", "dtype_bytes")
-_STR_FIELDS = ("model_id", "backend", "evict_policy", "nvme_path", "remote", "remote_salt")
+_STR_FIELDS = ("model_id", "backend", "evict_policy", "nvme_path", "remote", "remote_salt",
+	       "remote_user", "remote_password")
 _INT_FIELDS = ("page_size", "max_seqs", "max_seq_len", "nr_pages", "max_pages", "mem_total",
 	       "mem_avail", "mem_fraction", "wmark_min", "wmark_low", "wmark_high",
 	       "host_pages", "host_node", "write_policy", "nvme_pages", "nvme_qd", "nvme_flags",
