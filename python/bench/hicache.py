@@ -4,26 +4,26 @@
 SGLang's host KV pool of a Llama-3-8B-shaped model on CPU (32 layers, 8
 KV heads of 128, bf16; pages of 16 tokens: 2 MiB a page, its K and its V
 1 MiB each), in the page_first layout (pages moved in place) and
-layer_first (through one flat copy).  Per round: batch_set_v1 of 64
-fresh pages, batch_get_v1 of them into other slots, and a memcpy of the
-same bytes between two buffers; medians over rounds, JSON lines with the
-ratio.
+layer_first (gathered into a staging buffer, and scattered from it, a
+chunk of pages at a time).  Per round: batch_set_v1 of 64 fresh pages,
+batch_get_v1 of them into other slots, and a memcpy of the same bytes
+between two buffers; medians over rounds, JSON lines with the ratio.
+The pages read back are checked byte for byte.
 
 Then the NVMe tier (page_first, SGLang's layout that moves pages in
 place; --no-nvme skips it): the same backend in-process with an NVMe file
 (extra config nvme_path/nvme_bytes; page_bytes of 1 MiB, so a page's K
 and its V are one NVMe slot each) and a host tier of one batch that
-writes everything down (host watermarks at its size, as kvmm-bench
-keyed's nvme case sets them: KeyedStore has no option for them, so the
-bench adds them to the Context it makes).  Per round, as kvmm-bench
-keyed does: fio writes the batch's bytes in blocks of one slot at
---qd on a file beside kvmm's (FILE.fio, the same disk), then
-batch_set_v1 of 64 fresh pages and Context.sync() until writeback has
-every value on NVMe (the value: from the call to the sync's return;
-writeback_gbps: the sync alone, kvmm-bench keyed's nvme_write); then fio
-reads them back and batch_get_v1 reads the batch from NVMe into other
-slots.  Their ratios are medians of the rounds' ratios (without fio: no
-fio_gbps, no ratio).  Needs SGLang
+writes everything down (extra config host_wmark_low/host_wmark_high at
+its size, as kvmm-bench keyed's nvme case sets them; nvme_qd of --qd).
+Per round, as kvmm-bench keyed does: fio writes the batch's bytes in
+blocks of one slot at --qd on a file beside kvmm's (FILE.fio, the same
+disk), then batch_set_v1 of 64 fresh pages and KeyedStore.sync() until
+writeback has every value on NVMe (the value: from the call to the
+sync's return; writeback_gbps: the sync alone, kvmm-bench keyed's
+nvme_write); then fio reads them back and batch_get_v1 reads the batch
+from NVMe into other slots.  Their ratios are medians of the rounds'
+ratios (without fio: no fio_gbps, no ratio).  Needs SGLang
 (tests/engines' environment) and fio for the comparison:
 
     ~/.cache/kvmm/venv-sglang-*/bin/python python/bench/hicache.py [--rounds 5] \
@@ -36,7 +36,6 @@ import shutil
 import statistics
 import subprocess
 import time
-from unittest import mock
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
@@ -45,7 +44,6 @@ import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
 
 import kvmm
-import kvmm._store
 from kvmm.sglang import KvmmHiCacheStorage, cpu_host_pool
 
 L, H, D, P, PAGES = 32, 8, 128, 16, 64
@@ -85,18 +83,12 @@ def bench_nvme(a, page_bytes, nbytes, src_buf):
 	use_fio = shutil.which("fio") is not None
 	hp = pool("page_first")
 	hp.kv_buffer.view(torch.uint8).view(-1)[:nbytes] = torch.from_numpy(src_buf)
-	made = kvmm._store.Context
-
-	def context(**params):	# what KeyedStore has no option for
-		return made(**params, host_wmark_low=nvals, host_wmark_high=nvals,
-			    nvme_qd=a.qd, nvme_flags=kvmm.NVME_REFORMAT)
-
-	with mock.patch.object(kvmm._store, "Context", context):
-		be = KvmmHiCacheStorage(storage_config({
-			"host_bytes": nvals * value_bytes, "nvme_path": a.nvme_file,
-			"nvme_bytes": 2 * nvals * value_bytes, "page_bytes": value_bytes,
-			"threads": 1}))
-	ctx = be.store._ctx
+	be = KvmmHiCacheStorage(storage_config({
+		"host_bytes": nvals * value_bytes, "nvme_path": a.nvme_file,
+		"nvme_bytes": 2 * nvals * value_bytes, "page_bytes": value_bytes, "threads": 1,
+		"host_wmark_low": nvals, "host_wmark_high": nvals, "nvme_qd": a.qd,
+		"nvme_flags": kvmm.NVME_REFORMAT}))
+	st = be.store
 	try:
 		be.register_mem_pool_host(hp)
 		src = hp.alloc(PAGES * P)
@@ -108,18 +100,18 @@ def bench_nvme(a, page_bytes, nbytes, src_buf):
 			t0 = time.perf_counter()
 			assert all(be.batch_set_v1(keys, src))
 			t1 = time.perf_counter()
-			ctx.sync()
+			st.sync()
 			t2 = time.perf_counter()
-			st = ctx.stats()
-			if st.keyed_nvme_pages < nvals or st.keyed_host_pages:
-				raise RuntimeError(f"writeback left {st.keyed_host_pages} values on "
-						   f"the host, {st.keyed_nvme_pages} on NVMe")
+			stats = st.stats()
+			if stats.keyed_nvme_pages < nvals or stats.keyed_host_pages:
+				raise RuntimeError(f"writeback left {stats.keyed_host_pages} values on "
+						   f"the host, {stats.keyed_nvme_pages} on NVMe")
 			fr = fio(fio_file, "read", slot, nvals * slot, a.qd) if use_fio else 0.0
-			in0 = ctx.stats().nvme_bytes_out
+			in0 = st.stats().nvme_bytes_out
 			t3 = time.perf_counter()
 			assert all(be.batch_get_v1(keys, dst))
 			t4 = time.perf_counter()
-			read = ctx.stats().nvme_bytes_out - in0
+			read = st.stats().nvme_bytes_out - in0
 			if read < nvals * value_bytes:
 				raise RuntimeError(f"the get read {read} bytes from NVMe, not "
 						   f"{nvals * value_bytes}")
@@ -133,7 +125,7 @@ def bench_nvme(a, page_bytes, nbytes, src_buf):
 			if not torch.equal(hp.get_data_page(int(src[i * P])).view(torch.uint8),
 					   hp.get_data_page(int(dst[i * P])).view(torch.uint8)):
 				raise RuntimeError(f"page {i} came back different")
-		ctx.check()
+		st.check()
 	finally:
 		be.close()
 		for f in (a.nvme_file, fio_file):
@@ -191,6 +183,10 @@ def main():
 				put.append(nbytes / (t1 - t0) / 1e9)
 				get.append(nbytes / (t2 - t1) / 1e9)
 				mc.append(nbytes / (t3 - t2) / 1e9)
+		for i in range(PAGES):			# the bytes came back (as bytes: NaNs)
+			if not torch.equal(hp.get_data_page(int(src[i * P])).view(torch.uint8),
+					   hp.get_data_page(int(dst[i * P])).view(torch.uint8)):
+				raise RuntimeError(f"{layout}: page {i} came back different")
 		m = statistics.median(mc)
 		for what, vals in (("batch_set_v1", put), ("batch_get_v1", get)):
 			v = statistics.median(vals)

@@ -284,3 +284,46 @@ def test_keyed_space_each_and_info():
 		assert list(sp.delete_each(["z", "a"])) == [-errno.ENOENT, 0]
 		assert len(sp) == 1
 		ctx.check()
+
+
+def test_store_writeback_options_and_sync(tmp_path):
+	"""An in-process store's NVMe tier tuned by its options: host watermarks at
+	the whole host tier write every value down, sync() waits until they are
+	there; the file is recovered by the next store on it, or formatted afresh
+	with nvme_flags=NVME_REFORMAT; the options reach the library (which
+	checks them) and are kvmmd's own through a socket."""
+	path = str(tmp_path / "nvme")
+	tier = dict(host_bytes=16 << 16, nvme_path=path, nvme_bytes=64 << 16)
+	keys = [f"wb{i}" for i in range(8)]
+	with kvmm.KeyedStore("m@1", host_wmark_low=16, host_wmark_high=16, nvme_qd=4,
+			     **tier) as st:
+		assert list(st.put_now(keys, [stamp(i, 1 << 16) for i in range(8)])) == [0] * 8
+		st.sync()
+		stats = st.stats()
+		assert stats.keyed_nvme_pages == 8 and stats.keyed_host_pages == 0
+		out = [np.zeros(1 << 16, np.uint8) for _ in range(2)]
+		assert list(st.call("get", keys[6:], out)) == [0, 0]
+		assert all(np.array_equal(o, stamp(6 + i, 1 << 16)) for i, o in enumerate(out))
+		st.check()
+	with kvmm.KeyedStore("m@1", **tier) as st:		# the file recovered
+		assert list(st.exists_now(1 << 16, keys[:2])) == [0, 0]
+	with kvmm.KeyedStore("m@1", nvme_flags=kvmm.NVME_REFORMAT, **tier) as st:
+		assert list(st.exists_now(1 << 16, keys[:2])) == [-errno.ENOENT] * 2
+	with kvmm.KeyedStore("m@1", host_bytes=1 << 20) as st:
+		st.sync()					# no NVMe tier: at once
+	with pytest.raises(kvmm.InvalidArgument):
+		kvmm.KeyedStore("m@1", host_wmark_low=8, host_wmark_high=4, **tier)
+	with pytest.raises(kvmm.InvalidArgument):
+		kvmm.KeyedStore("m@1", nvme_qd=1 << 20, **tier)
+	with pytest.raises(ValueError, match="an int >= 0"):
+		kvmm.KeyedStore("m@1", nvme_qd=-1, **tier)
+
+
+def test_store_through_kvmmd_has_no_tier_options(kvmmd):
+	with pytest.raises(ValueError, match="--host-wmark-low, --nvme-qd"):
+		kvmm.KeyedStore("m@1", socket=kvmmd[1], host_wmark_low=4, nvme_qd=8)
+	with kvmm.KeyedStore("m@1", socket=kvmmd[1], ring_bytes=1 << 20, threads=1) as st:
+		for call in (st.sync, st.check):
+			with pytest.raises(kvmm.Error) as e:
+				call()
+			assert e.value.errno == errno.EOPNOTSUPP

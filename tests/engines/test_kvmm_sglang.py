@@ -6,16 +6,20 @@ not in the sdist or wheel), so these drive the backend as HiCache does,
 against a real CPU MHATokenToKVPoolHost in each layout: loaded through
 SGLang's StorageBackendFactory as a dynamic backend with interface_v1,
 pages set and read back byte for byte through batch_set_v1/batch_get_v1
-(zero-copy layouts and the flat-copy one), batch_exists as the run of
-hits, the interface before v1, layouts and TP ranks kept apart, two
-processes sharing through kvmmd, and a tenant namespace.  Run by tests/engines/run.sh in the
-SGLang environment.
+(zero-copy layouts and the staged one), layer_first pages stored as
+SGLang's own flat pages and read back where SGLang's own
+set_from_flat_data_page() puts them (MHA and MLA pools, in chunks, from
+two threads), batch_exists as the run of hits, the interface before v1,
+layouts and TP ranks kept apart, two processes sharing through kvmmd,
+and a tenant namespace.  Run by tests/engines/run.sh in the SGLang
+environment.
 """
 import contextlib
 import hashlib
 import multiprocessing
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -27,6 +31,7 @@ from kvmmd import running
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
+import kvmm.sglang
 from kvmm.sglang import KvmmHiCacheStorage, cpu_host_pool
 
 L, H, D, P, T = 2, 2, 8, 4, 64		# layers, heads, head dim, page size, device tokens
@@ -99,6 +104,121 @@ def test_pages_round_trip_through_the_factory(layout):
 		assert torch.equal(a, b)
 	miss = pool.alloc(2 * P)
 	assert be.batch_get_v1([keys[0], hashes(1, seed=7)[0]], miss) == [True, False]
+	be.close()
+
+
+def mla_host_pool(layout, width=24):
+	"""SGLang's MLA host pool (MLATokenToKVPoolHost) on CPU: a row of @width
+	a token and layer, bf16."""
+	from sglang.srt.mem_cache.device_pool_info import MLABufferInfo
+	from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
+
+	bufs = tuple(torch.zeros(P, 1, width, dtype=torch.bfloat16) for _ in range(L))
+	info = MLABufferInfo(buffers=bufs, data_ptrs=torch.tensor([b.data_ptr() for b in bufs],
+								   dtype=torch.uint64),
+			     layer_indices=tuple(range(L)), device_layer_num=L, page_size=P,
+			     kv_lora_rank=width - 8, qk_rope_head_dim=8, kv_cache_dim=width,
+			     dtype=torch.bfloat16, device=torch.device("cpu"))
+	return MLATokenToKVPoolHost(info, host_to_device_ratio=1.0, host_size=0, page_size=P,
+				    layout=layout, pin_memory=False, device="cpu",
+				    device_capacity_tokens=T, start_layer=0, end_layer=L - 1,
+				    target_layer_num=L)
+
+
+def as_bytes(t):
+	return t.contiguous().view(torch.uint8)
+
+
+def random_bytes(t, seed):
+	"""Fill @t with random bytes (NaNs among them: compare as bytes)."""
+	g = torch.Generator().manual_seed(seed)
+	b = t.view(torch.uint8).view(-1)
+	b.copy_(torch.randint(0, 256, b.shape, dtype=torch.uint8, generator=g))
+
+
+def scattered_pages(pool, n, seed):
+	"""2 @n pages of @pool in a shuffled order, as two runs of host indices."""
+	idx = pool.alloc(2 * n * P).view(-1, P)
+	order = torch.randperm(2 * n, generator=torch.Generator().manual_seed(seed))
+	idx = idx[order].reshape(-1)
+	return idx[:n * P], idx[n * P:]
+
+
+@pytest.mark.parametrize("mla", [False, True], ids=["mha", "mla"])
+@pytest.mark.parametrize("path", ["rows", "per_page"])
+def test_layer_first_pages_are_sglang_flat_pages(monkeypatch, mla, path):
+	"""A layer_first page is stored as SGLang's own flat page (its K, then its
+	V: get_data_page(flat=True)), and one read back lands exactly where
+	SGLang's own set_from_flat_data_page() puts it, nothing else in the pool
+	touched; batches cross the staging buffer in chunks (of two pages
+	here), gathered as rows or (a pool of another shape) a page at a time."""
+	pool = mla_host_pool("layer_first") if mla else cpu_host_pool(L, H, D, P, T, torch.bfloat16,
+								      "layer_first")
+	page_bytes = pool.get_data_page(0, flat=True).nbytes
+	monkeypatch.setattr(kvmm.sglang, "_STAGE_BYTES", 2 * page_bytes + 1)
+	if path == "per_page":
+		monkeypatch.setattr(kvmm.sglang, "_layer_rows", lambda pool, parts: None)
+	be = backend(pool, mla=mla)
+	assert (be._rows is not None) == (path == "rows")
+	n = 7
+	src, dst = scattered_pages(pool, n, seed=1)
+	random_bytes(pool.kv_buffer, 2)
+	keys = hashes(n, seed=21)
+	assert be.batch_set_v1(keys, src) == [True] * n
+	# what kvmm holds: SGLang's flat pages (read whole by the interface before v1)
+	got = be.batch_get(keys, [pool.get_dummy_flat_data_page() for _ in keys])
+	for i in range(n):
+		want = pool.get_data_page(int(src[i * P]), flat=True)
+		assert got[i] is not None and torch.equal(as_bytes(got[i]), as_bytes(want))
+	# flat pages stored by the interface before v1, read into layer_first slots
+	flats = [pool.get_dummy_flat_data_page() for _ in range(n)]
+	for i, f in enumerate(flats):
+		random_bytes(f, 30 + i)
+	keys = hashes(n, seed=22)
+	assert be.batch_set(keys, flats)
+	keys[3] = hashes(1, seed=23)[0]		# a miss: its slots keep what they held
+	before = pool.kv_buffer.clone()
+	ok = be.batch_get_v1(keys, dst)
+	assert ok == [i != 3 for i in range(n)]
+	after = pool.kv_buffer.clone()
+	pool.kv_buffer.copy_(before)
+	for i in range(n):
+		if ok[i]:
+			pool.set_from_flat_data_page(int(dst[i * P]), flats[i])
+	assert torch.equal(as_bytes(after), as_bytes(pool.kv_buffer))
+	assert not torch.equal(as_bytes(after), as_bytes(before))
+	be.close()
+
+
+def test_layer_first_from_two_threads():
+	"""SGLang's backup and prefetch threads call at once: each stages in a
+	buffer of its own."""
+	pool = cpu_host_pool(L, H, D, P, 4 * T, torch.bfloat16, "layer_first")
+	be = backend(pool)
+	runs = [scattered_pages(pool, 12, seed=t) for t in range(2)]
+	random_bytes(pool.kv_buffer, 5)
+	errors = []
+
+	def work(t):
+		src, dst = runs[t]
+		try:
+			for r in range(10):
+				keys = hashes(12, seed=100 * t + r)
+				assert be.batch_set_v1(keys, src) == [True] * 12
+				assert be.batch_get_v1(keys[::-1], dst) == [True] * 12
+				for i in range(12):
+					a = pool.get_data_page(int(src[i * P]))
+					b = pool.get_data_page(int(dst[(11 - i) * P]))
+					assert torch.equal(as_bytes(a), as_bytes(b))
+		except BaseException as e:	# noqa: BLE001 - reported below
+			errors.append(e)
+
+	ts = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+	for t in ts:
+		t.start()
+	for t in ts:
+		t.join()
+	assert not errors, errors
 	be.close()
 
 

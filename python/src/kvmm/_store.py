@@ -27,6 +27,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._core import Context
+from ._errors import make_error
 from ._keyed import _buffer, keys_array
 from ._kvmm import ffi
 from ._ring import Ring, connect
@@ -36,6 +37,9 @@ __all__ = ["KeyedStore", "Completion"]
 # Entries a KPUT/KGET/KEXISTS/KDELETE may carry (KVMM_KIO_MAX in the C core)
 _KIO_MAX = 4096
 _ENTRY = ffi.sizeof("struct kvmm_kent")
+# An in-process store's tier options and the kvmmd flags that set them for its store
+_KVMMD_FLAGS = {"host_wmark_low": "--host-wmark-low", "host_wmark_high": "--host-wmark-high",
+		"nvme_qd": "--nvme-qd", "nvme_flags": "--nvme-reformat"}
 
 
 class Completion:
@@ -77,6 +81,16 @@ class KeyedStore:
 	@remote: an in-process store's Redis Cluster ("host:port,..."), shared
 	with other machines under @remote_salt (kvmmd has its own --remote);
 	@remote_timeout_ms: its batches' deadline.
+
+	An in-process store with an NVMe tier also takes (kvmmd's store is set
+	by its --host-wmark-low, --host-wmark-high, --nvme-qd, --nvme-reformat):
+	@host_wmark_low, @host_wmark_high: background writeback starts when
+	fewer than @host_wmark_low host pages (of @page_bytes) are free and
+	writes the oldest values down to NVMe until @host_wmark_high are (at
+	most the host tier's pages; both 0: the library's 1/8 and 1/4 of it);
+	@nvme_qd: the NVMe tier's io_uring queue depth (0: 32); @nvme_flags:
+	kvmm.NVME_REFORMAT formats @nvme_path afresh instead of recovering what
+	it holds.  :meth:`sync` waits for the writeback.
 	"""
 
 	def __init__(self, model_id: str, socket: Optional[str] = None, ns: Optional[int] = None,
@@ -84,11 +98,17 @@ class KeyedStore:
 		     nvme_bytes: int = 0, page_bytes: int = 1 << 16, threads: int = 2,
 		     ring_bytes: int = 64 << 20, connect_timeout: float = 10.0,
 		     remote: Optional[str] = None, remote_salt: Optional[str] = None,
-		     remote_timeout_ms: int = 0) -> None:
+		     remote_timeout_ms: int = 0, host_wmark_low: int = 0, host_wmark_high: int = 0,
+		     nvme_qd: int = 0, nvme_flags: int = 0) -> None:
 		if not model_id:
 			raise ValueError("kvmm: model_id must name the model (and its revision)")
 		if threads < 1:
 			raise ValueError(f"kvmm: threads = {threads}; at least 1")
+		tier = dict(host_wmark_low=host_wmark_low, host_wmark_high=host_wmark_high,
+			    nvme_qd=nvme_qd, nvme_flags=nvme_flags)
+		for name, val in tier.items():
+			if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+				raise ValueError(f"kvmm: {name} = {val!r}; an int >= 0")
 		self.model_id, self.socket, self.ns = model_id, socket, ns or 0
 		self._ctx: Optional[Context] = None
 		if socket is None:
@@ -105,6 +125,7 @@ class KeyedStore:
 				host_pages=host_bytes // page_bytes, model_id=model_id)
 			if nvme_path:
 				params.update(nvme_path=nvme_path, nvme_pages=nvme_bytes // page_bytes)
+			params.update((k, v) for k, v in tier.items() if v)
 			if remote:
 				params.update(remote=remote, remote_salt=remote_salt or "",
 					      remote_timeout_ms=remote_timeout_ms)
@@ -115,6 +136,10 @@ class KeyedStore:
 			if remote:
 				raise ValueError("kvmm: remote= is kvmmd's --remote when the store "
 						 "is kvmmd's (socket=)")
+			given = [_KVMMD_FLAGS[k] for k, v in tier.items() if v]
+			if given:
+				raise ValueError(f"kvmm: the store is kvmmd's (socket=): its tiers "
+						 f"are set by kvmmd's {', '.join(given)}")
 			self._open = lambda: connect(socket, sq_entries=64, buf_size=ring_bytes,
 						     timeout=connect_timeout, ns=ns)
 		self.local = socket is None
@@ -184,6 +209,28 @@ class KeyedStore:
 		keyed_host_pages, keyed_nvme_pages, ...)."""
 		with self._lock:
 			return self._ctl.stats()
+
+	def sync(self) -> None:
+		"""Wait for the writeback to NVMe that background reclaim has in
+		flight, and settle it: every value it took is then on NVMe
+		(:meth:`kvmm.Context.sync`).  Returns at once without an NVMe tier.
+		An in-process store's only: kvmmd writes its tiers back on its own
+		(kvmm.Error, EOPNOTSUPP, through its socket)."""
+		self._local_ctx("sync", "cannot wait for kvmmd's writeback").sync()
+
+	def check(self) -> None:
+		"""Verify every invariant of an in-process store's context
+		(:meth:`kvmm.Context.check`; kvmm.Error, EOPNOTSUPP, through kvmmd)."""
+		self._local_ctx("check", "cannot check kvmmd's context").check()
+
+	def _local_ctx(self, what: str, why: str) -> Context:
+		if not self.local:
+			raise make_error(-errno.EOPNOTSUPP, f"KeyedStore.{what}",
+					 [f"a store through kvmmd {why}"])
+		ctx = self._ctx
+		if ctx is None:
+			raise ValueError("kvmm: the store is closed")
+		return ctx
 
 	# ---- now, on the caller's thread (short: no values move) ----
 	def _thread_ring(self) -> Ring:

@@ -14,15 +14,20 @@ kvmmd.  SGLang loads it as a dynamic backend::
 
 Options in the extra config, besides SGLang's: ``socket`` (kvmmd's; omit
 for a store in this process, sized by ``host_bytes`` and optionally
-``nvme_path``/``nvme_bytes``, ``page_bytes``), ``ns``, ``threads``,
-``ring_bytes``.
+``nvme_path``/``nvme_bytes``, ``page_bytes``, its NVMe writeback tuned by
+``host_wmark_low``/``host_wmark_high``, ``nvme_qd`` and ``nvme_flags``:
+kvmm.KeyedStore's), ``ns``, ``threads``, ``ring_bytes``.
 ``interface_v1`` makes SGLang use batch_get_v1/batch_set_v1, which move
 each page between the host pool and kvmm without a copy of ours where the
 pool's layout keeps a page's K and its V contiguous (page_first,
-page_first_direct); layer_first pages go through one flat copy.  See
-Documentation/admin-guide/engines.rst.
+page_first_direct).  A layer_first page is stored as SGLang's flat page
+(its K, then its V, layer by layer): a batch's pages are gathered from
+the pool into a staging buffer of the calling thread's, and scattered
+back from it, by one numpy call per chunk of pages (16 MiB), no Python
+loop over pages or layers.  See Documentation/admin-guide/engines.rst.
 """
-from typing import Any, Dict, List, Optional, Tuple
+import threading
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -34,13 +39,75 @@ from ._store import KeyedStore
 __all__ = ["KvmmHiCacheStorage", "KvmmRadixCache", "cpu_host_pool", "cpu_tree_cache", "register"]
 
 _OPTIONS = ("socket", "ns", "host_bytes", "nvme_path", "nvme_bytes", "page_bytes", "threads",
-	    "ring_bytes")
+	    "ring_bytes", "host_wmark_low", "host_wmark_high", "nvme_qd", "nvme_flags")
 _ZERO_COPY = ("page_first", "page_first_direct")
+# Pages that are not moved in place cross a staging buffer of each calling
+# thread's, this many bytes at most (one page when a page is larger): a
+# batch larger moves a chunk of pages at a time.
+_STAGE_BYTES = 16 << 20
 
 
 def _byte_view(t: torch.Tensor) -> memoryview:
 	"""A contiguous CPU tensor's bytes, without a copy."""
 	return memoryview(t.view(torch.uint8).numpy()).cast("B")
+
+
+class _Rows(NamedTuple):
+	"""A layer_first pool's KV buffer as rows: a row is one page's tokens of
+	one layer (of K or of V), contiguous in the pool, and a flat page is the
+	page's rows in the buffer's order (K's layers, then V's).
+
+	@kv: the pool's kv_buffer the rows view (checked before each use);
+	@rows: its bytes as a 1-D numpy array of row-sized void items, row
+	(o, p) of leading index o and page p at o * @npages + p; @per_page:
+	rows a page has; @npages: pages the pool holds; @page_bytes: a flat
+	page's bytes; @tokens: tokens the pool holds."""
+	kv: torch.Tensor
+	rows: np.ndarray
+	per_page: int
+	npages: int
+	page_bytes: int
+	tokens: int
+
+
+def _layer_rows(pool: Any, parts: int) -> Optional[_Rows]:
+	"""The rows of @pool's kv_buffer when it is laid out layer_first, with
+	the token dimension in the middle: (..., tokens, ...), contiguous, in CPU
+	memory, and its pages (each a slice of @parts contiguous runs of rows)
+	are where SGLang's own get_data_page() puts them; None otherwise."""
+	kv = getattr(pool, "kv_buffer", None)
+	ps = getattr(pool, "page_size", 0)
+	if (getattr(pool, "layout", None) != "layer_first" or not isinstance(kv, torch.Tensor)
+			or kv.device.type != "cpu" or not kv.is_contiguous() or kv.dim() < 2 or ps < 1):
+		return None
+	try:
+		first = pool.get_data_page(0, flat=False)
+	except Exception:	# noqa: BLE001 - a pool of another shape: the generic path
+		return None
+	if (not isinstance(first, torch.Tensor) or first.dim() != kv.dim()
+			or first.data_ptr() != kv.data_ptr() or first.stride() != kv.stride()):
+		return None
+	dims = [d for d in range(kv.dim()) if first.shape[d] != kv.shape[d]]
+	if len(dims) != 1 or first.shape[dims[0]] != ps or kv.shape[dims[0]] % ps:
+		return None
+	t = dims[0]
+	tokens = kv.shape[t]
+	if tokens >= 2 * ps:		# the next page: ps tokens on, as the buffer's strides say
+		try:
+			second = pool.get_data_page(ps, flat=False)
+		except Exception:	# noqa: BLE001
+			return None
+		if second.data_ptr() != kv.data_ptr() + ps * kv.stride(t) * kv.element_size():
+			return None
+	per_page = 1
+	for d in kv.shape[:t]:
+		per_page *= d
+	if per_page % parts:
+		return None
+	row = ps * kv.stride(t) * kv.element_size()
+	flat = kv.view(torch.uint8).numpy().reshape(-1)
+	rows = flat.view(np.dtype((np.void, row)))
+	return _Rows(kv, rows, per_page, tokens // ps, per_page * row, tokens)
 
 
 def cpu_host_pool(layers: int, heads: int, head_dim: int, page_size: int, tokens: int,
@@ -92,6 +159,8 @@ class KvmmHiCacheStorage(HiCacheStorage):
 		self.parts = ("",) if self.is_mla else ("_k", "_v")
 		self.store = KeyedStore(f"sglang:{model}", **opts)
 		self.mem_pool_host: Any = None
+		self._rows: Optional[_Rows] = None	# the pool's rows, when layer_first
+		self._tls = threading.local()		# each calling thread's staging buffer
 
 	# ---- the host pool ----
 	def register_mem_pool_host(self, mem_pool_host: Any) -> None:
@@ -101,6 +170,7 @@ class KvmmHiCacheStorage(HiCacheStorage):
 		super().register_mem_pool_host(mem_pool_host)
 		layout = getattr(mem_pool_host, "layout", None)
 		self.suffix = self._rank_suffix + (f"_{layout}" if layout else "")
+		self._rows = _layer_rows(mem_pool_host, len(self.parts))
 
 	def _names(self, keys: List[str]) -> List[str]:
 		return [f"{k}{self.suffix}{p}" for k in keys for p in self.parts]
@@ -126,35 +196,128 @@ class KvmmHiCacheStorage(HiCacheStorage):
 		per = len(self.parts)
 		return [bool((res[i * per:(i + 1) * per] == 0).all()) for i in range(n)]
 
+	# ---- staging: the pages not moved in place ----
+	def _stage(self, nbytes: int) -> np.ndarray:
+		"""The calling thread's staging buffer, @nbytes of it (made, or made
+		larger, on first need; kept for the next batch, its memory touched
+		once)."""
+		buf = getattr(self._tls, "stage", None)
+		if buf is None or buf.nbytes < nbytes:
+			buf = self._tls.stage = np.empty(nbytes, dtype=np.uint8)
+		return buf[:nbytes]
+
+	def _row_index(self, host_indices: torch.Tensor, n: int) -> Optional[np.ndarray]:
+		"""Each of @n pages' rows in the pool (an (n, rows a page) array, in
+		flat-page order); None when the pool has no rows or a page does
+		not start on a page boundary inside it."""
+		r = self._rows
+		if r is None or self.mem_pool_host.kv_buffer is not r.kv:
+			return None
+		ps = self.mem_pool_host.page_size
+		starts = host_indices[: n * ps: ps].to("cpu", torch.int64).numpy()
+		if starts.shape[0] != n or (starts % ps).any() or starts.min() < 0 or \
+				starts.max() + ps > r.tokens:
+			return None
+		lead = np.arange(r.per_page, dtype=np.intp) * r.npages
+		return lead[None, :] + (starts // ps).astype(np.intp)[:, None]
+
+	def _chunks(self, n: int, page_bytes: int) -> List[Tuple[int, int]]:
+		per = max(1, _STAGE_BYTES // page_bytes)
+		return [(a, min(a + per, n)) for a in range(0, n, per)]
+
+	def _store_staged(self, op: str, names: List[str], stage: np.ndarray) -> np.ndarray:
+		"""@op ("put", "get") of @names' values, which lie one after the other
+		in @stage."""
+		vb = stage.nbytes // len(names)
+		mv = memoryview(stage)
+		return self.store.call(op, names, [mv[j * vb:(j + 1) * vb] for j in range(len(names))])
+
+	def _set_staged(self, keys: List[str], host_indices: torch.Tensor) -> np.ndarray:
+		"""Store pages not laid out in place: each chunk gathered into the
+		staging buffer (one numpy take of its rows, or a page's copy at a
+		time for a pool of another shape), then stored from there."""
+		n, per = len(keys), len(self.parts)
+		names = self._names(keys)
+		res = np.zeros(n * per, dtype=np.int32)
+		idx = self._row_index(host_indices, n)
+		if idx is not None:
+			r = self._rows
+			for a, b in self._chunks(n, r.page_bytes):
+				stage = self._stage((b - a) * r.page_bytes)
+				np.take(r.rows, idx[a:b].reshape(-1), out=stage.view(r.rows.dtype),
+					mode="clip")		# in bounds: _row_index checked them
+				res[a * per:b * per] = self._store_staged("put", names[a * per:b * per],
+									  stage)
+			return res
+		pool, ps = self.mem_pool_host, self.mem_pool_host.page_size
+		page_bytes = pool.get_data_page(int(host_indices[0]), flat=False).nbytes
+		for a, b in self._chunks(n, page_bytes):
+			stage = self._stage((b - a) * page_bytes)
+			for i in range(a, b):
+				page = pool.get_data_page(int(host_indices[i * ps]), flat=False)
+				dst = torch.from_numpy(stage[(i - a) * page_bytes:(i - a + 1) * page_bytes])
+				dst.view(page.dtype).view(page.shape).copy_(page)
+			res[a * per:b * per] = self._store_staged("put", names[a * per:b * per], stage)
+		return res
+
+	def _get_staged(self, keys: List[str], host_indices: torch.Tensor) -> List[bool]:
+		"""Read pages not laid out in place: each chunk into the staging buffer,
+		then its pages read whole scattered to the pool (one numpy
+		assignment of their rows, or SGLang's set_from_flat_data_page() a
+		page at a time for a pool of another shape).  A page not read
+		leaves the pool's slots as they were."""
+		n, per = len(keys), len(self.parts)
+		names = self._names(keys)
+		pool, ps = self.mem_pool_host, self.mem_pool_host.page_size
+		ok: List[bool] = []
+		idx = self._row_index(host_indices, n)
+		r = self._rows
+		page_bytes = r.page_bytes if idx is not None else \
+			pool.get_data_page(int(host_indices[0]), flat=False).nbytes
+		for a, b in self._chunks(n, page_bytes):
+			stage = self._stage((b - a) * page_bytes)
+			got = self._pages_ok(self._store_staged("get", names[a * per:b * per], stage),
+					     b - a)
+			ok += got
+			if idx is not None:
+				rows = stage.view(r.rows.dtype)
+				if all(got):
+					r.rows[idx[a:b].reshape(-1)] = rows
+				elif any(got):
+					good = np.asarray(got)
+					r.rows[idx[a:b][good].reshape(-1)] = \
+						rows.reshape(b - a, r.per_page)[good].reshape(-1)
+				continue
+			for i in range(a, b):
+				if got[i - a]:
+					flat = torch.from_numpy(stage[(i - a) * page_bytes:
+								      (i - a + 1) * page_bytes])
+					pool.set_from_flat_data_page(int(host_indices[i * ps]),
+								     flat.view(pool.dtype))
+		return ok
+
 	# ---- the v1 interface: pages between the host pool and kvmm ----
 	def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
 			 extra_info: Any = None) -> List[bool]:
 		if self.mem_pool_host is None or getattr(self.mem_pool_host, "kv_buffer", 1) is None:
 			return [True] * len(keys)
+		if not keys:
+			return []
 		views = self._page_views(host_indices, len(keys))
-		if views is None:	# one flat copy per page, split in its parts
-			views = []
-			ps = self.mem_pool_host.page_size
-			for i in range(len(keys)):
-				flat = self.mem_pool_host.get_data_page(int(host_indices[i * ps]), flat=True)
-				views += [_byte_view(c.contiguous()) for c in flat.chunk(len(self.parts))]
+		if views is None:	# gathered into the staging buffer, a chunk at a time
+			return self._pages_ok(self._set_staged(keys, host_indices), len(keys))
 		return self._pages_ok(self.store.call("put", self._names(keys), views), len(keys))
 
 	def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
 			 extra_info: Any = None) -> List[bool]:
 		if self.mem_pool_host is None or getattr(self.mem_pool_host, "kv_buffer", 1) is None:
 			return [True] * len(keys)
+		if not keys:
+			return []
 		views = self._page_views(host_indices, len(keys))
-		if views is not None:
-			return self._pages_ok(self.store.call("get", self._names(keys), views), len(keys))
-		pool = self.mem_pool_host	# through flat pages, all in one batch
-		flats = [pool.get_dummy_flat_data_page() for _ in keys]
-		views = [_byte_view(c) for f in flats for c in f.chunk(len(self.parts))]
-		ok = self._pages_ok(self.store.call("get", self._names(keys), views), len(keys))
-		for i, good in enumerate(ok):
-			if good:
-				pool.set_from_flat_data_page(int(host_indices[i * pool.page_size]), flats[i])
-		return ok
+		if views is None:	# through the staging buffer, a chunk at a time
+			return self._get_staged(keys, host_indices)
+		return self._pages_ok(self.store.call("get", self._names(keys), views), len(keys))
 
 	def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
 		"""How many of @keys, from the first on, are stored (every part of each)."""
