@@ -134,6 +134,16 @@ def test_auth_as_an_acl_user(cluster):
 			seq.extend(64)
 			seq.close(tok)
 			assert a.remote_push(tok) == 64
+		# the keyed store (and through it the vLLM and LMCache adapters)
+		ks = kvmm.KeyedStore("remote-test@1", host_bytes=1 << 20, page_bytes=4096,
+				     remote=cluster, remote_salt="py-auth", remote_user="py-auth",
+				     remote_password="pw-1")
+		try:
+			assert list(ks.put_now(["a1"], [stamp(1)])) == [0]
+		finally:
+			ks.close()
+		with pytest.raises(ValueError, match="kvmmd's --remote"):
+			kvmm.KeyedStore("m@1", socket="/nonexistent.sock", remote_password="x")
 		with pytest.raises(OSError) as e:
 			kvmm.Context(remote_password="not-it", **geom)
 		assert e.value.errno == 111			# ECONNREFUSED

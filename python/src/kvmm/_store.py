@@ -80,7 +80,9 @@ class KeyedStore:
 	ring's data area through kvmmd (values cross it; a batch larger is split).
 	@remote: an in-process store's Redis Cluster ("host:port,..."), shared
 	with other machines under @remote_salt (kvmmd has its own --remote);
-	@remote_timeout_ms: its batches' deadline.
+	@remote_timeout_ms: its batches' deadline; @remote_user and
+	@remote_password: AUTH on every connection to it (kvmmd's
+	--remote-user, --remote-password-file).
 
 	An in-process store with an NVMe tier also takes (kvmmd's store is set
 	by its --host-wmark-low, --host-wmark-high, --nvme-qd, --nvme-reformat):
@@ -99,7 +101,8 @@ class KeyedStore:
 		     ring_bytes: int = 64 << 20, connect_timeout: float = 10.0,
 		     remote: Optional[str] = None, remote_salt: Optional[str] = None,
 		     remote_timeout_ms: int = 0, host_wmark_low: int = 0, host_wmark_high: int = 0,
-		     nvme_qd: int = 0, nvme_flags: int = 0) -> None:
+		     nvme_qd: int = 0, nvme_flags: int = 0, remote_user: Optional[str] = None,
+		     remote_password: Optional[str] = None) -> None:
 		if not model_id:
 			raise ValueError("kvmm: model_id must name the model (and its revision)")
 		if threads < 1:
@@ -128,12 +131,13 @@ class KeyedStore:
 			params.update((k, v) for k, v in tier.items() if v)
 			if remote:
 				params.update(remote=remote, remote_salt=remote_salt or "",
-					      remote_timeout_ms=remote_timeout_ms)
+					      remote_timeout_ms=remote_timeout_ms,
+					      remote_user=remote_user, remote_password=remote_password)
 			self._ctx = Context(**params)
 			self._open: Callable[[], Ring] = lambda: self._ctx.ring(  # type: ignore
 				sq_entries=64, buf_size=1 << 20)
 		else:
-			if remote:
+			if remote or remote_user or remote_password:
 				raise ValueError("kvmm: remote= is kvmmd's --remote when the store "
 						 "is kvmmd's (socket=)")
 			given = [_KVMMD_FLAGS[k] for k, v in tier.items() if v]

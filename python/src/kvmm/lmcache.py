@@ -14,7 +14,8 @@ engine attached to one kvmmd.  LMCache takes it as an L2 adapter::
 
 adapter_params: ``socket``, ``ns``, ``model_id``, ``host_bytes``,
 ``nvme_path``, ``nvme_bytes``, ``page_bytes``, ``threads``,
-``ring_bytes``, ``remote``, ``remote_salt``, ``remote_timeout_ms``
+``ring_bytes``, ``remote``, ``remote_salt``, ``remote_timeout_ms``,
+``remote_user``, ``remote_password``
 (kvmm.KeyedStore's).  Keys (``model@rank@group@hash``
 strings) become 128-bit keys by kvmm.key_of() (BLAKE2b-128).  A value is
 stored in the space of its size; a get reads the value of the buffer's
@@ -48,12 +49,14 @@ class KvmmNativeConnector:
 		     nvme_path: Optional[str] = None, nvme_bytes: int = 0,
 		     page_bytes: int = 1 << 16, threads: int = 2,
 		     ring_bytes: int = 64 << 20, remote: Optional[str] = None,
-		     remote_salt: Optional[str] = None, remote_timeout_ms: int = 0) -> None:
+		     remote_salt: Optional[str] = None, remote_timeout_ms: int = 0,
+		     remote_user: Optional[str] = None, remote_password: Optional[str] = None) -> None:
 		self._store = KeyedStore(model_id, socket=socket, ns=ns, host_bytes=host_bytes,
 					 nvme_path=nvme_path, nvme_bytes=nvme_bytes,
 					 page_bytes=page_bytes, threads=threads,
 					 ring_bytes=ring_bytes, remote=remote, remote_salt=remote_salt,
-					 remote_timeout_ms=remote_timeout_ms)
+					 remote_timeout_ms=remote_timeout_ms, remote_user=remote_user,
+					 remote_password=remote_password)
 		self._ids = itertools.count(1)
 		self._id_lock = threading.Lock()
 		self._closed = False

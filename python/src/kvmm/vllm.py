@@ -21,7 +21,8 @@ Options (the tier's dict, besides ``type`` and ``module_path``):
 ``ring_bytes``; for a store in this process, ``remote`` (a Redis Cluster's
 seeds, "host:port,...": blocks written through to it and read from it
 when this machine has them not, shared with other machines),
-``remote_salt`` and ``remote_timeout_ms``.  See
+``remote_salt``, ``remote_timeout_ms``, ``remote_user`` and
+``remote_password``.  See
 Documentation/admin-guide/engines.rst and remote.rst.
 """
 import collections
@@ -86,7 +87,8 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		     host_bytes: int = 1 << 30, nvme_path: Optional[str] = None,
 		     nvme_bytes: int = 0, threads: int = 2, ring_bytes: int = 64 << 20,
 		     locality: Any = None, remote: Optional[str] = None,
-		     remote_salt: Optional[str] = None, remote_timeout_ms: int = 0) -> None:
+		     remote_salt: Optional[str] = None, remote_timeout_ms: int = 0,
+		     remote_user: Optional[str] = None, remote_password: Optional[str] = None) -> None:
 		super().__init__(offloading_spec=offloading_spec, primary_kv_view=primary_kv_view,
 				 tier_type=tier_type, backpressure_detector=backpressure_detector)
 		self._vb = self.block_size_bytes
@@ -98,7 +100,8 @@ class KvmmSecondaryTier(SecondaryTierManager):
 					 nvme_path=nvme_path, nvme_bytes=nvme_bytes,
 					 page_bytes=_page_bytes(self._vb), threads=threads,
 					 ring_bytes=ring_bytes, remote=remote, remote_salt=remote_salt,
-					 remote_timeout_ms=remote_timeout_ms)
+					 remote_timeout_ms=remote_timeout_ms, remote_user=remote_user,
+					 remote_password=remote_password)
 		self._info = KvmmTierInfo(kvmm_store=socket or "in-process",
 					  kvmm_model_id=self._store.model_id)
 		# keys whose store is in flight: lookup() says RETRY for them
