@@ -94,7 +94,7 @@ PROGS	:= $(addprefix $(objtree)/bin/,$(progs-y))
 TESTS	:= $(objtree)/tests/kvmm-tests
 
 all-objs := $(lib-objs) $(foreach p,$(progs-y),$(addprefix tools/,$($(p)-objs))) \
-	    $(addprefix tests/,$(tests-y)) $(addprefix tools/,$(tests-tools-y)) $(addprefix fuzz/,$(addsuffix .o,dispatch_fuzz ring_fuzz)) \
+	    $(addprefix tests/,$(tests-y)) $(addprefix tools/,$(tests-tools-y)) $(addprefix fuzz/,$(addsuffix .o,dispatch_fuzz ring_fuzz remote_fuzz)) \
 	    tests/stress/stress.o tests/stress/stress_client.o
 
 # Libraries libkvmm itself needs, for every link against libkvmm.a.
@@ -269,7 +269,7 @@ deps:
 # libFuzzer harnesses (clang): each runs FUZZ_TIME seconds; a crash, a
 # sanitizer report or a broken invariant (abort) fails the target.
 FUZZ_TIME	?= 60
-FUZZERS		:= dispatch_fuzz ring_fuzz
+FUZZERS		:= dispatch_fuzz ring_fuzz remote_fuzz
 fuzz:
 	$(Q)$(MAKE) -f $(srctree)/Makefile CC=clang SAN=address,undefined DEBUG=2 \
 		O=$(abspath $(srctree))/build-fuzz CFLAGS=-fsanitize=fuzzer-no-link fuzz-run
@@ -280,7 +280,8 @@ fuzz-run: $(addprefix $(objtree)/fuzz/,$(FUZZERS))
 		mkdir -p $(objtree)/corpus/$$f; \
 		echo "  FUZZ    $$f for $(FUZZ_TIME) s"; \
 		$(objtree)/fuzz/$$f -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
-			$(objtree)/corpus/$$f 2>$(objtree)/fuzz/$$f.log || \
+			$(objtree)/corpus/$$f $$(ls -d $(srctree)/fuzz/seeds/$$f 2>/dev/null) \
+			2>$(objtree)/fuzz/$$f.log || \
 			{ tail -40 $(objtree)/fuzz/$$f.log; exit 1; }; \
 		grep -E 'stat::number_of_executed_units|stat::peak_rss' $(objtree)/fuzz/$$f.log; \
 	done

@@ -58,6 +58,9 @@ struct rc_node {
 	size_t fmt_len, fmt_sent;
 	struct rc_cmd auth;	/* AUTH, first on every connection when set */
 	bool auth_refused;	/* ... and the server said no */
+	struct rc_cmd *direct;	/* the awaited command whose value lands by readv() */
+	size_t direct_off;	/* bytes of its value and CRLF read */
+	char crlf[2];		/* the CRLF after it */
 };
 
 struct rc_cluster {
@@ -214,6 +217,7 @@ static void node_disconnect(struct rc_node *nd)
 	free(nd->fmt);
 	nd->fmt = NULL;
 	nd->fmt_len = nd->fmt_sent = 0;
+	nd->direct = NULL;
 }
 
 static bool cmd_head(struct rc_cmd *c);
@@ -624,19 +628,146 @@ static void node_reply(struct rc_cluster *cl, struct rc_node *nd, redisReply *r)
 	cmd_done(c, r, 0);	/* an error the caller reads */
 }
 
+/* Bytes of @c's value: what a string reply must hold to land in @c->into. */
+static size_t into_bytes(const struct rc_cmd *c)
+{
+	return c->into_len[0] + c->into_len[1];
+}
+
+/* Copy @n bytes of @c's value (and its CRLF, past it) from @p, at @nd->direct_off. */
+static void direct_copy(struct rc_node *nd, const char *p, size_t n)
+{
+	struct rc_cmd *c = nd->direct;
+	size_t off = nd->direct_off, k;
+
+	for (; n; n -= k, p += k, off += k) {
+		if (off < c->into_len[0]) {
+			k = c->into_len[0] - off < n ? c->into_len[0] - off : n;
+			memcpy((char *)c->into[0] + off, p, k);
+		} else if (off < into_bytes(c)) {
+			k = into_bytes(c) - off < n ? into_bytes(c) - off : n;
+			memcpy((char *)c->into[1] + off - c->into_len[0], p, k);
+		} else {
+			k = 1;
+			nd->crlf[off - into_bytes(c)] = *p;
+		}
+	}
+	nd->direct_off = off;
+}
+
+/*
+ * The reader stopped inside a string reply to the awaited command, which
+ * asked for its value to land in its buffers (@into) and is that long:
+ * take the reply over from the reader, so that the rest of the value is
+ * read from the socket straight into the buffers, never through the
+ * reader's (one copy of every byte less).  Relies on how hiredis's reader
+ * leaves an incomplete bulk string: its type read ('$' consumed, and the
+ * buffer maybe compacted past it), the length line and the bytes so far
+ * unconsumed.  Return: taken over.
+ */
+static bool direct_start(struct rc_node *nd)
+{
+	redisReader *rd = nd->reader;
+	struct rc_cmd *c = nd->w;
+	const char *p = rd->buf + rd->pos, *nl;
+	size_t have = rd->len - rd->pos, hdr;
+	char *end;
+	long long len;
+
+	if (!c || c->asked || !c->into[0] || rd->ridx != 0 || rd->rstack[0].parent ||
+	    rd->rstack[0].type != REDIS_REPLY_STRING)
+		return false;
+	nl = memchr(p, '\n', have);
+	if (!nl || nl == p || nl[-1] != '\r')
+		return false;
+	errno = 0;
+	len = strtoll(p, &end, 10);
+	if (errno || end != nl - 1 || len < 0 || (size_t)len != into_bytes(c))
+		return false;
+	hdr = (size_t)(nl + 1 - p);
+	if (have - hdr >= into_bytes(c) + 2)
+		return false;	/* the reader has it whole: it parses it */
+	nd->direct = c;
+	nd->direct_off = 0;
+	direct_copy(nd, p + hdr, have - hdr);
+	rd->pos = rd->len;	/* consumed; the reader starts on the next reply */
+	rd->ridx = -1;
+	return true;
+}
+
+/*
+ * Read the rest of @nd->direct's value into its buffers; when it is
+ * whole (and its CRLF right), settle the command with an empty string
+ * reply and @landed set, as rc_create_string() does.  Return: 1 done,
+ * 0 the socket is empty, or -errno.
+ */
+static int direct_read(struct rc_cluster *cl, struct rc_node *nd)
+{
+	struct rc_cmd *c = nd->direct;
+	size_t total = into_bytes(c) + 2, off;
+	struct iovec iov[3];
+	redisReply *r;
+	ssize_t n;
+	int cnt;
+
+	while ((off = nd->direct_off) < total) {
+		cnt = 0;
+		if (off < c->into_len[0])
+			iov[cnt++] = (struct iovec){ (char *)c->into[0] + off, c->into_len[0] - off };
+		if (c->into_len[1] && off < into_bytes(c))
+			iov[cnt++] = off < c->into_len[0] ?
+				     (struct iovec){ c->into[1], c->into_len[1] } :
+				     (struct iovec){ (char *)c->into[1] + off - c->into_len[0],
+						     into_bytes(c) - off };
+		iov[cnt++] = off < into_bytes(c) ? (struct iovec){ nd->crlf, 2 } :
+			     (struct iovec){ nd->crlf + off - into_bytes(c), total - off };
+		n = readv(nd->fd, iov, cnt);
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0)
+			return errno == EAGAIN ? 0 : -errno;
+		cl->stats.bytes_in += (uint64_t)n;
+		nd->direct_off += (size_t)n;
+	}
+	if (nd->crlf[0] != '\r' || nd->crlf[1] != '\n')
+		return -EPROTO;
+	r = calloc(1, sizeof(*r));
+	if (r)
+		r->str = calloc(1, 1);
+	if (!r || !r->str) {
+		free(r);
+		return -ENOMEM;
+	}
+	r->type = REDIS_REPLY_STRING;
+	c->landed = into_bytes(c);
+	nd->direct = NULL;
+	node_reply(cl, nd, r);
+	return 1;
+}
+
 /*
  * Read what @nd's socket has straight into its reader's buffer (hiredis's
  * sds, grown for it: one copy of each byte less than feeding the reader
- * from a buffer of ours), and settle the replies; 0 or -errno.
+ * from a buffer of ours), and settle the replies; a value that lands in a
+ * command's buffers is read into them directly once its length is known
+ * (direct_start()).  Return: 0 or -errno.
  */
 static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 {
 	redisReader *rd = nd->reader;
 	void *r;
 	ssize_t n;
+	int ret;
 
 	for (;;) {
-		sds buf = sdsMakeRoomFor(rd->buf, RC_RBUF);
+		sds buf;
+
+		if (nd->direct) {
+			ret = direct_read(cl, nd);
+			if (ret <= 0)
+				return ret;
+		}
+		buf = sdsMakeRoomFor(rd->buf, RC_RBUF);
 
 		if (!buf)
 			return -ENOMEM;
@@ -666,6 +797,8 @@ static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 			cl->stats.stale++;	/* a reply nobody asked for */
 			return -EPROTO;
 		}
+		if (direct_start(nd))
+			continue;
 		if ((size_t)n < RC_RBUF)
 			return 0;
 	}

@@ -44,8 +44,14 @@ enum fake_mode {
 	FAKE_ENDLESS,		/* a bulk string that never ends */
 	FAKE_CLOSE,		/* closes the connection */
 	FAKE_WRONG_TYPE,	/* a string where an integer belongs, and back */
+	FAKE_DRIBBLE,		/* GET: a value of the right length, not kvmm's, in
+				 * small pieces (read straight into the page) */
+	FAKE_BAD_CRLF,		/* ... and what follows it is not CRLF */
 	FAKE_OK,		/* EXISTS :1, GET nil: a healthy empty node */
 };
+
+/* Bytes of a value of the client's: the page, the 96-byte header, its tokens. */
+#define VALUE_BYTES	(PAGE + 96 + PS * 4)
 
 struct fake {
 	int lfd;
@@ -60,17 +66,37 @@ struct fake {
 static struct fake fk;
 static const struct kvmm_remote_ops *ops;
 
-static void say(int fd, const char *s)
+/* Send @n bytes of @s, @piece at a time with a pause between (0: at once). */
+static void say_n(int fd, const char *s, size_t n, size_t piece)
 {
-	size_t n = strlen(s), at = 0;
+	size_t at = 0;
 
 	while (at < n) {
-		ssize_t w = send(fd, s + at, n - at, MSG_NOSIGNAL);
+		size_t k = piece && piece < n - at ? piece : n - at;
+		ssize_t w = send(fd, s + at, k, MSG_NOSIGNAL);
 
 		if (w <= 0)
 			return;
 		at += (size_t)w;
+		if (piece)
+			usleep(300);
 	}
+}
+
+static void say(int fd, const char *s)
+{
+	say_n(fd, s, strlen(s), 0);
+}
+
+/* A string reply of VALUE_BYTES that is not a value of kvmm's, trailed by @end. */
+static void say_value(int fd, const char *end, size_t piece)
+{
+	static char v[16 + VALUE_BYTES + 2];
+	int h = snprintf(v, sizeof(v), "$%d\r\n", VALUE_BYTES);
+
+	memset(v + h, 'x', VALUE_BYTES);
+	memcpy(v + h + VALUE_BYTES, end, 2);
+	say_n(fd, v, (size_t)h + VALUE_BYTES + 2, piece);
 }
 
 /*
@@ -161,6 +187,14 @@ static void answer(int fd, const char *name, bool *asked)
 		return;
 	case FAKE_ENDLESS:
 		say(fd, "$2147483647\r\nabc");
+		return;
+	case FAKE_DRIBBLE:
+	case FAKE_BAD_CRLF:
+		if (!strcasecmp(name, "GET")) {
+			say_value(fd, fk.mode == FAKE_DRIBBLE ? "\r\n" : "XY", 97);
+			return;
+		}
+		say(fd, ":0\r\n");
 		return;
 	case FAKE_WRONG_TYPE:
 		say(fd, !strcasecmp(name, "EXISTS") ? "$1\r\n1\r\n" :
@@ -421,6 +455,28 @@ static void fake_wrong_type(void)
 	CU_ASSERT_EQUAL(st.puts, 0);		/* SET answered with :0 */
 }
 
+/*
+ * A value that arrives in small pieces is read into the caller's page as
+ * it comes (the reader steps aside once it knows the length): whole, then
+ * checked, and not kvmm's, so a miss counted as corrupt.
+ */
+static void fake_dribble(void)
+{
+	struct kvmm_remote_stats st = run_mode(FAKE_DRIBBLE);
+
+	CU_ASSERT_EQUAL(st.corrupt, 8);
+	CU_ASSERT_EQUAL(st.errors + st.timeouts, 0);
+}
+
+/* ... and one that is not followed by CRLF breaks the connection: misses. */
+static void fake_bad_crlf(void)
+{
+	struct kvmm_remote_stats st = run_mode(FAKE_BAD_CRLF);
+
+	CU_ASSERT(st.errors > 0);
+	CU_ASSERT_EQUAL(st.corrupt, 0);
+}
+
 int register_remote_server_suite(void)
 {
 	CU_pSuite s = CU_add_suite("remote_server", suite_init, suite_clean);
@@ -437,6 +493,8 @@ int register_remote_server_suite(void)
 	ADD_TEST(s, fake_endless);
 	ADD_TEST(s, fake_close);
 	ADD_TEST(s, fake_wrong_type);
+	ADD_TEST(s, fake_dribble);
+	ADD_TEST(s, fake_bad_crlf);
 	return 0;
 }
 
