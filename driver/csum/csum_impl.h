@@ -67,6 +67,63 @@ static inline void CSUM(copy_stream)(void *dst, const void *src, size_t n)
 #define CSUM_FENCE()	do { } while (0)
 #endif
 
+/*
+ * XXH3-64 of @n bytes at @src (long input: n > 240) while copying them to
+ * @dst (32-byte aligned) with streamed stores, one 64-byte stripe at a
+ * time: the stripe is hashed from the registers' cache line it was just
+ * loaded into, so the hash's arithmetic runs while the copy's loads and
+ * stores are in flight, not after them (a copy then a hash of each piece
+ * leaves the memory idle while it hashes).  The same steps as xxhash.h's
+ * XXH3_hashLong_64b with the default secret: 16 stripes a block, the
+ * accumulators scrambled after each block, then the partial block, the
+ * last stripe, and the merge.  Built on xxhash.h's internals, which
+ * XXH_INLINE_ALL exposes, so only for the 0.8 series it was written
+ * against (csum_test.c compares it with XXH3_64bits()).
+ */
+#if defined(__AVX2__) && XXH_VERSION_NUMBER >= 801 && XXH_VERSION_NUMBER < 900
+#define CSUM_FUSED	1
+#ifndef CSUM_PREFETCH
+#define CSUM_PREFETCH	2048
+#endif
+static inline void CSUM(stripe_stream)(unsigned char *d, const unsigned char *s)
+{
+	__m256i a = _mm256_loadu_si256((const __m256i *)s);
+	__m256i b = _mm256_loadu_si256((const __m256i *)(s + 32));
+
+	_mm256_stream_si256((__m256i *)d, a);
+	_mm256_stream_si256((__m256i *)(d + 32), b);
+}
+
+static uint64_t CSUM(copy_hash)(void *dst, const void *src, size_t n)
+{
+	XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc[XXH_ACC_NB] = XXH3_INIT_ACC;
+	const xxh_u8 *secret = XXH3_kSecret, *s = src;
+	const size_t secret_size = sizeof(XXH3_kSecret);
+	const size_t per_block = (secret_size - XXH_STRIPE_LEN) / XXH_SECRET_CONSUME_RATE;
+	const size_t block = XXH_STRIPE_LEN * per_block;
+	size_t blocks = (n - 1) / block, b, k, last, off = 0;
+	unsigned char *d = dst;
+
+	for (b = 0; b < blocks; b++) {
+		for (k = 0; k < per_block; k++, off += XXH_STRIPE_LEN) {
+			__builtin_prefetch(s + off + CSUM_PREFETCH);
+			CSUM(stripe_stream)(d + off, s + off);
+			XXH3_accumulate_512(acc, s + off, secret + k * XXH_SECRET_CONSUME_RATE);
+		}
+		XXH3_scrambleAcc(acc, secret + secret_size - XXH_STRIPE_LEN);
+	}
+	last = ((n - 1) - off) / XXH_STRIPE_LEN;
+	for (k = 0; k < last; k++, off += XXH_STRIPE_LEN) {
+		CSUM(stripe_stream)(d + off, s + off);
+		XXH3_accumulate_512(acc, s + off, secret + k * XXH_SECRET_CONSUME_RATE);
+	}
+	XXH3_accumulate_512(acc, s + n - XXH_STRIPE_LEN,
+			    secret + secret_size - XXH_STRIPE_LEN - XXH_SECRET_LASTACC_START);
+	memcpy(d + off, s + off, n - off);	/* under a stripe: not streamed */
+	return XXH3_mergeAccs(acc, secret + XXH_SECRET_MERGEACCS_START, (xxh_u64)n * XXH_PRIME64_1);
+}
+#endif
+
 uint64_t CSUM(kvmm_csum)(const void *p, size_t n);
 uint64_t CSUM(kvmm_csum_fill)(void *page, const void *src, size_t len, size_t page_bytes);
 uint64_t CSUM(kvmm_csum_copy_out)(void *dst, const void *page, size_t len, size_t page_bytes);
@@ -83,6 +140,14 @@ uint64_t CSUM(kvmm_csum_fill)(void *page, const void *src, size_t len, size_t pa
 	XXH3_state_t st;
 	size_t off, n;
 
+#ifdef CSUM_FUSED
+	if (len == page_bytes && len > 240 && !((uintptr_t)page & 31)) {
+		uint64_t sum = CSUM(copy_hash)(page, src, len);
+
+		CSUM_FENCE();
+		return sum;
+	}
+#endif
 	XXH3_64bits_reset(&st);
 	for (off = 0; off < page_bytes; off += n) {
 		n = page_bytes - off < CSUM_PIECE ? page_bytes - off : CSUM_PIECE;
@@ -110,6 +175,14 @@ uint64_t CSUM(kvmm_csum_copy_out)(void *dst, const void *page, size_t len, size_
 	XXH3_state_t st;
 	size_t off, n;
 
+#ifdef CSUM_FUSED
+	if (len == page_bytes && len > 240 && !((uintptr_t)dst & 31)) {
+		uint64_t sum = CSUM(copy_hash)(dst, page, len);
+
+		CSUM_FENCE();
+		return sum;
+	}
+#endif
 	XXH3_64bits_reset(&st);
 	for (off = 0; off < page_bytes; off += n) {
 		n = page_bytes - off < CSUM_PIECE ? page_bytes - off : CSUM_PIECE;
