@@ -162,6 +162,8 @@ static void *rc_create_string(const redisReadTask *task, char *str, size_t len)
 		if (c->into_len[1])
 			memcpy(c->into[1], str + c->into_len[0], c->into_len[1]);
 		c->landed = len;
+		if (c->landed_fn)
+			c->landed_fn(c, c->landed_arg);
 		return hiredis_fns->createString(task, str, 0);
 	}
 	return hiredis_fns->createString(task, str, len);
@@ -741,6 +743,8 @@ static int direct_read(struct rc_cluster *cl, struct rc_node *nd)
 	r->type = REDIS_REPLY_STRING;
 	c->landed = into_bytes(c);
 	nd->direct = NULL;
+	if (c->landed_fn)
+		c->landed_fn(c, c->landed_arg);
 	node_reply(cl, nd, r);
 	return 1;
 }

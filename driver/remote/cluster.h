@@ -37,6 +37,10 @@
  *	first @into_len[0] to @into[0] and the rest to @into[1], when the
  *	reply is exactly @into_len[0] + @into_len[1] long: copied there once,
  *	from the reader's buffer, as the reply is parsed
+ * @landed_fn: optional: called, inside rc_exec(), as soon as a reply's
+ *	bytes are all in @into (with @landed_arg): the caller's work on them
+ *	then overlaps the other shards' replies still on their way
+ * @landed_arg: its argument
  * @slot: the hash slot it goes to (rc_slot() of its key)
  * @reply: out: the reply (the caller frees it with freeReplyObject()),
  *	NULL when @err is set
@@ -59,6 +63,8 @@ struct rc_cmd {
 	int pieces;
 	void *into[2];
 	size_t into_len[2];
+	void (*landed_fn)(struct rc_cmd *c, void *arg);
+	void *landed_arg;
 	uint16_t slot;
 	redisReply *reply;
 	size_t landed;

@@ -71,6 +71,10 @@ struct rv_slot {
 	char key[2][RV_KEY_LEN + 2];
 	size_t key_len[2];
 	struct rv_hdr hdr;
+	const void *dst;	/* a get's page, @bytes long */
+	uint64_t bytes;
+	uint64_t psum;		/* ... its checksum, taken as its last part landed */
+	bool summed;
 };
 
 struct remote {
@@ -355,7 +359,7 @@ static void drop_bad(struct remote *r, uint32_t nr)
  * should be.
  */
 static int verify(struct remote *r, const struct kvmm_remote_page *pg, const struct rc_cmd *c0,
-		  const struct rc_cmd *c1, const void *dst, const char *trail)
+		  const struct rc_cmd *c1, const struct rv_slot *s, const char *trail)
 {
 	const redisReply *a = c0->reply, *b = c1 ? c1->reply : NULL;
 	uint64_t head = rv_head(r);
@@ -378,9 +382,23 @@ static int verify(struct remote *r, const struct kvmm_remote_page *pg, const str
 		return 2;
 	if (hdr_sum(&h, tokens_of(r, pg), r->page_size) != h.hsum)
 		return 2;
-	if (kvmm_csum(dst, r->page_bytes) != h.psum)
+	if ((s->summed ? s->psum : kvmm_csum(s->dst, r->page_bytes)) != h.psum)
 		return 2;
 	return 1;
+}
+
+/*
+ * A get's last part of a page landed (cluster.c calls it mid-batch): sum
+ * the page now, while its bytes are in cache and other shards' replies
+ * are still arriving, rather than after the batch.
+ */
+static void page_landed(struct rc_cmd *c, void *arg)
+{
+	struct rv_slot *s = arg;
+
+	(void)c;
+	s->psum = kvmm_csum(s->dst, s->bytes);
+	s->summed = true;
 }
 
 static uint32_t remote_get(void *priv, const struct kvmm_remote_page *pages, uint32_t nr,
@@ -398,6 +416,9 @@ static uint32_t remote_get(void *priv, const struct kvmm_remote_page *pages, uin
 		struct rc_cmd *c = &r->cmd[i * k];
 
 		slot_keys(r, s, &pages[i]);
+		s->dst = dst[i];
+		s->bytes = r->page_bytes;
+		s->summed = false;
 		cmd_set(c, 2, "GET", s->key[0], s->key_len[0]);
 		c->into[0] = dst[i];
 		c->into_len[0] = r->split;
@@ -408,13 +429,15 @@ static uint32_t remote_get(void *priv, const struct kvmm_remote_page *pages, uin
 			c->into[0] = (char *)dst[i] + r->split;
 			c->into_len[0] = r->page_bytes - r->split;
 		}
+		c->landed_fn = page_landed;	/* the page's last part */
+		c->landed_arg = s;
 	}
 	rc_exec(r->cl, r->cmd, nr * k);
 	count_errors(r, r->cmd, nr * k);
 	for (i = 0; i < nr; i++) {
 		const struct rc_cmd *c0 = &r->cmd[i * k], *c1 = k == 2 ? c0 + 1 : NULL;
 		int v = c0->err || (c1 && c1->err) ? 0 :
-			verify(r, &pages[i], c0, c1, dst[i], r->trail + i * rv_head(r));
+			verify(r, &pages[i], c0, c1, &r->slot[i], r->trail + i * rv_head(r));
 
 		r->ok[i] = (uint8_t)v;
 		if (ok)
