@@ -328,26 +328,35 @@ uint64_t kvmm_csum_fill_avx2(void *page, const void *src, size_t len, size_t pag
 uint64_t kvmm_csum_copy_out_avx2(void *dst, const void *page, size_t len, size_t page_bytes);
 #endif
 
+typedef uint64_t (*csum_copy_fn)(void *, const void *, size_t, size_t);
+
+/* The builds of fill and copy_out this CPU runs, into @fill and @out: how many. */
+static uint32_t csum_impls(csum_copy_fn *fill, csum_copy_fn *out)
+{
+	fill[0] = kvmm_csum_fill_base;
+	out[0] = kvmm_csum_copy_out_base;
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("avx2")) {
+		fill[1] = kvmm_csum_fill_avx2;
+		out[1] = kvmm_csum_copy_out_avx2;
+		return 2;
+	}
+#endif
+	return 1;
+}
+
 static void csum_copies_match_plain_copy_and_hash(void)
 {
-	uint64_t (*fill[2])(void *, const void *, size_t, size_t) = { kvmm_csum_fill_base };
-	uint64_t (*out[2])(void *, const void *, size_t, size_t) = { kvmm_csum_copy_out_base };
+	csum_copy_fn fill[2], out[2];
 	static const size_t lens[] = { 0, 1, 63, 255, 256, 4096 + 17, 16384, 16384 + 100,
 				       40000, 65536 };
 	const size_t pb = 65536;
 	unsigned char *src = malloc(pb + 64), *page = aligned_alloc(64, pb + 64),
 		      *dst = aligned_alloc(64, pb + 64);
 	unsigned seed = 9;
-	uint32_t impls = 1, f, a, l;
+	uint32_t impls = csum_impls(fill, out), f, a, l;
 	size_t i;
 
-#if defined(__x86_64__)
-	if (__builtin_cpu_supports("avx2")) {
-		fill[1] = kvmm_csum_fill_avx2;
-		out[1] = kvmm_csum_copy_out_avx2;
-		impls = 2;
-	}
-#endif
 	CU_ASSERT_FATAL(src && page && dst);
 	for (i = 0; i < pb + 64; i++)
 		src[i] = (unsigned char)rand_r(&seed);
@@ -381,23 +390,15 @@ static void csum_copies_match_plain_copy_and_hash(void)
  */
 static void csum_whole_pages_fused(void)
 {
-	uint64_t (*fill[2])(void *, const void *, size_t, size_t) = { kvmm_csum_fill_base };
-	uint64_t (*out[2])(void *, const void *, size_t, size_t) = { kvmm_csum_copy_out_base };
+	csum_copy_fn fill[2], out[2];
 	static const size_t sizes[] = { 241, 255, 256, 319, 320, 1023, 1024, 1025, 1087, 1088,
 					4096 + 17, 65536, 65536 + 64, 2u << 20 };
 	const size_t max = 2u << 20;
 	unsigned char *src = malloc(max), *page = aligned_alloc(64, max), *dst = aligned_alloc(64, max);
 	unsigned seed = 11;
-	uint32_t impls = 1, f, z;
+	uint32_t impls = csum_impls(fill, out), f, z;
 	size_t i;
 
-#if defined(__x86_64__)
-	if (__builtin_cpu_supports("avx2")) {
-		fill[1] = kvmm_csum_fill_avx2;
-		out[1] = kvmm_csum_copy_out_avx2;
-		impls = 2;
-	}
-#endif
 	CU_ASSERT_FATAL(src && page && dst);
 	for (i = 0; i < max; i++)
 		src[i] = (unsigned char)rand_r(&seed);
