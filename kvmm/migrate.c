@@ -410,8 +410,10 @@ static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node
 		memcpy(job->src + at, nodes[i]->pfns, len * sizeof(int32_t));
 		if (tok)
 			memcpy(t, nodes[i]->tokens, (size_t)nodes[i]->len * sizeof(uint32_t));
-		if (remote)
+		if (remote && !(nodes[i]->flags & KVMM_NODE_KEYED))
 			kvmm_remote_name_node(ctx, nodes[i], t, rp + at);
+		else if (remote)	/* written through when put: not again */
+			memset(rp + at, 0, len * sizeof(*rp));
 		if (io)
 			kvmm_tier_keys(ctx, nodes[i], job->keys + at);
 		for (; len; len--, at++)

@@ -214,7 +214,8 @@ void kvmm_remote_name_node(struct kvmm_ctx *ctx, const struct kvmm_node *node,
  * @ctx: the context; on the I/O worker, its lock not held
  * @job: the demotion, copied; its host frames are still its own
  *
- * Pages of a node whose copy failed are not written.  A job with no tier
+ * Pages of a node whose copy failed are not written, nor keyed values
+ * (written through when they were put; unnamed here).  A job with no tier
  * below the host (@job->no_dst) verifies its pages here; one that does
  * not verify is not written and its node is dropped all the same.
  */
@@ -231,7 +232,7 @@ void kvmm_remote_demoted(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 
 		if (!pn->err && job->no_dst && host->verify(hp, src, pn->nr) < pn->nr)
 			pn->err = -EBADMSG;
-		if (pn->err)
+		if (pn->err || !job->rpages[pn->first].tokens)	/* or a keyed value */
 			continue;
 		for (j = 0; j < pn->nr; j++, k++) {	/* the good ones, to the front */
 			job->rpages[k] = job->rpages[pn->first + j];

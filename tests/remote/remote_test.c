@@ -878,6 +878,47 @@ static void remote_keyed_shared(void)
 	kvmm_destroy(b);
 }
 
+/*
+ * Under KVMM_REMOTE_WRITE_DEMOTE, background reclaim of the host tier
+ * takes keyed values out of the machine too; they were written through
+ * when put, so they are not written again, and a get of one brings it
+ * back from the cluster.
+ */
+static void remote_keyed_demote(void)
+{
+	struct kvmm_params p = test_params(16, 16, 4, 64);
+	struct kvmm_ctx *a = NULL;
+	int32_t res[32];
+	uint32_t sa, good, i, put = 0;
+	int ret;
+
+	p.host_pages = 32;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.remote = seeds;
+	p.remote_salt = "keyed-demote";
+	p.remote_timeout_ms = 1500;
+	p.remote_write = KVMM_REMOTE_WRITE_DEMOTE;
+	p.model_id = kmodel;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &a), 0);
+	sa = kspace(a);
+	for (i = 0; i < 8; i++) {	/* 4 values of 6 pages a batch: a batch fits */
+		ret = kio(a, sa, i * 4, 4, true, res, &good);
+		put += ret > 0 ? (uint32_t)ret : 0;
+		CU_ASSERT_EQUAL(kvmm_sync(a), 0);
+		CHECK_OK(a);
+	}
+	CU_ASSERT_EQUAL(put, 32);
+	CU_ASSERT(test_stat(a, KVMM_STAT_HOST_EVICT_PAGES) > 0);
+	CU_ASSERT(test_stat(a, KVMM_STAT_WRITEBACK_RUNS) > 0);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_DEMOTE_PAGES), 0);
+	/* the first ones are gone from here: read back from the cluster */
+	CU_ASSERT_EQUAL(kio(a, sa, 0, 4, false, res, &good), 4);
+	CU_ASSERT_EQUAL(good, 4);
+	CU_ASSERT(test_stat(a, KVMM_STAT_KEYED_REMOTE_GETS) > 0);
+	CHECK_OK(a);
+	kvmm_destroy(a);
+}
+
 /* Another salt sees none of them; misses give their frames back. */
 static void remote_keyed_salt(void)
 {
@@ -1395,6 +1436,7 @@ int register_remote_suite(void)
 	ADD_TEST(s, remote_keyed_shared);
 	ADD_TEST(s, remote_keyed_salt);
 	ADD_TEST(s, remote_keyed_corrupt);
+	ADD_TEST(s, remote_keyed_demote);
 	ADD_TEST(s, remote_keyed_ring);
 	ADD_TEST(s, remote_tree_push_fetch);
 	ADD_TEST(s, remote_tree_corrupt);
