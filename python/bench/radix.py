@@ -17,6 +17,12 @@ allocator and the row bookkeeping cost both the same.  Prints a JSON line
 per page size: matched tokens and µs per request for each, and the ratio
 (medians over --repeat runs, both caches in each run).
 
+A third column, SGLang's C++ tree (RadixCacheCpp, the experimental
+sglang.srt.mem_cache.radix_cache_cpp that JIT-builds cpp_radix_tree/), is
+replayed the same way when the installed SGLang has it and it builds and
+runs here; otherwise the JSON line says it was not measured and why (the
+error, as raised here): SGLang 0.5.23 ships no radix_cache_cpp module.
+
     ~/.cache/kvmm/venv-sglang-*/bin/python python/bench/radix.py [--page-size 1 16] [--repeat 3]
 """
 import argparse
@@ -46,6 +52,23 @@ def load(path: Path):
 	meta, reqs = load_arrays(path)
 	q = lambda a: array("q", a.astype("int64").tobytes())	# noqa: E731
 	return meta, [(prev, q(prompt), q(full)) for prev, prompt, full, _ in reqs]
+
+
+def cpp_tree():
+	"""(RadixCacheCpp, None) when this SGLang has its C++ tree and the
+	tree's JIT build succeeds (it runs at import), else (None, the error)."""
+	try:
+		from sglang.srt.mem_cache.radix_cache_cpp import RadixCacheCpp
+	except Exception as e:	# noqa: BLE001  (ImportError, or the build's own)
+		return None, why(e)
+	return RadixCacheCpp, None
+
+
+def why(e: BaseException) -> str:
+	"""@e as one line: its type and message, lines joined with " | " and cut
+	at 400 characters (a failed build's message is the compiler's output)."""
+	msg = " | ".join(ln.strip() for ln in str(e).strip().splitlines() if ln.strip())
+	return f"{type(e).__name__}: {msg[:400]}"
 
 
 def ceil_to(n: int, ps: int) -> int:
@@ -136,17 +159,35 @@ def main() -> None:
 	meta, reqs = load(args.workload)
 	if args.requests:
 		reqs = reqs[: args.requests]
+	cpp, cpp_why = cpp_tree()
+	if cpp is None:
+		print(f"radix: RadixCacheCpp not measured: {cpp_why}", file=sys.stderr, flush=True)
 	for ps in args.page_size:
-		res = {"radix": [], "kvmm": []}
+		caches = [("radix", RadixCache), ("kvmm", KvmmRadixCache)]
+		if cpp is not None:
+			caches.append(("cpp", cpp))
+		res = {name: [] for name, _ in caches}
 		for i in range(args.repeat):
-			for name, cls in (("radix", RadixCache), ("kvmm", KvmmRadixCache)):
-				res[name].append(replay(cls, meta, reqs, ps))
+			for name, cls in caches:
+				if name == "cpp" and cpp is None:
+					continue
+				try:
+					res[name].append(replay(cls, meta, reqs, ps))
+				except Exception as e:	# noqa: BLE001
+					if name != "cpp":
+						raise
+					cpp, cpp_why = None, why(e)	# built, but cannot be driven
+					print(f"radix: RadixCacheCpp not measured: {cpp_why}",
+					      file=sys.stderr, flush=True)
+					continue
 				print(f"radix: page size {ps} run {i + 1} {name}: "
 				      f"{1e6 * res[name][-1]['seconds'] / len(reqs):.1f} us/request",
 				      file=sys.stderr, flush=True)
+		if "cpp" in res and len(res["cpp"]) < args.repeat:
+			del res["cpp"]
 		us = {k: statistics.median(1e6 * r["seconds"] / len(reqs) for r in v)
 		      for k, v in res.items()}
-		print(json.dumps({
+		line = {
 			"bench": "sglang_radix_replay", "page_size": ps, "requests": len(reqs),
 			"matched_tokens_radix": res["radix"][0]["matched"],
 			"matched_tokens_kvmm": res["kvmm"][0]["matched"],
@@ -154,7 +195,19 @@ def main() -> None:
 			"us_per_request_kvmm": round(us["kvmm"], 2),
 			"speedup": round(us["radix"] / us["kvmm"], 2),
 			"repeat": args.repeat,
-			"accounting_ok": all(r["accounting_ok"] for v in res.values() for r in v)}))
+			"accounting_ok": all(r["accounting_ok"] for k in ("radix", "kvmm")
+					     for r in res[k]),
+			"cpp_measured": "cpp" in res,
+			"cpp_not_measured_reason": None if "cpp" in res else cpp_why}
+		if "cpp" in res:
+			line.update({
+				"matched_tokens_cpp": res["cpp"][0]["matched"],
+				"matched_tokens_cpp_minus_radix":
+					res["cpp"][0]["matched"] - res["radix"][0]["matched"],
+				"us_per_request_cpp": round(us["cpp"], 2),
+				"speedup_vs_cpp": round(us["cpp"] / us["kvmm"], 2),
+				"accounting_ok_cpp": all(r["accounting_ok"] for r in res["cpp"])})
+		print(json.dumps(line))
 
 
 if __name__ == "__main__":
