@@ -403,7 +403,7 @@ static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node
 	list_init(&job->waiters);
 	for (i = 0; i < nr; i++) {
 		uint32_t len = nodes[i]->len >> ctx->page_shift;
-		uint32_t *t = tok + (size_t)at * ctx->page_size;
+		uint32_t *t = tok ? tok + (size_t)at * ctx->page_size : NULL;
 
 		job->chain[i] = (struct migrate_node){ .node = nodes[i], .first = at,
 						       .nr = len, .tier = nodes[i]->tier };
@@ -593,11 +593,11 @@ void kvmm_migrate_reap(struct kvmm_ctx *ctx)
 	pthread_mutex_unlock(&w->mu);
 	while (!list_empty(&done)) {
 		struct kvmm_work *work = list_entry(done.next, struct kvmm_work, link);
+		const struct kvmm_migrate *job = work->settle == migrate_settle ?
+						 container_of(work, struct kvmm_migrate, work) : NULL;
 
 		list_del(&work->link);
-		to_host |= work->settle == migrate_settle &&
-			   container_of(work, struct kvmm_migrate, work)->to == KVMM_TIER_HOST &&
-			   !container_of(work, struct kvmm_migrate, work)->no_dst;
+		to_host |= job && job->to == KVMM_TIER_HOST && !job->no_dst;
 		work->settle(ctx, work);
 	}
 	if (to_host)	/* what the device's background reclaim brought may be too much */

@@ -324,7 +324,7 @@ static int rpush_arm(struct kvmm_ctx *ctx, struct kvmm_node *end, uint32_t max, 
 	struct kvmm_node **path = ctx->tier_path, *n;
 	struct kvmm_remote_page *all;
 	struct kvmm_rpush *job;
-	uint32_t depth = 0, d, j, k = 0, first = UINT32_MAX, ps = ctx->page_size;
+	uint32_t depth = 0, d, j, np, k = 0, first = UINT32_MAX, ps = ctx->page_size;
 	int ret;
 
 	*out = NULL;
@@ -369,15 +369,13 @@ static int rpush_arm(struct kvmm_ctx *ctx, struct kvmm_node *end, uint32_t max, 
 		rpush_free(ctx, job);
 		return ret;
 	}
-	/* each page's bytes and tokens, into the job */
-	for (d = depth, k = 0; d-- && job->nr < job->cap;) {
-		uint32_t np;
-
+	/* each pushed page's bytes and tokens, into the job (@first starts a node) */
+	for (d = depth, k = 0; d-- && job->nr < job->cap; k += np) {
 		n = path[d];
 		np = n->len >> ctx->page_shift;
-		for (j = 0; j < np && k < first; j++)
-			k++;
-		for (; j < np && job->nr < job->cap; j++) {
+		if (k < first)
+			continue;	/* pushed before: only named */
+		for (j = 0; j < np && job->nr < job->cap; j++) {
 			uint32_t i = job->nr;
 			char *at = job->staging + (size_t)i * pb;
 			int32_t pfn = n->pfns[j];
@@ -396,7 +394,7 @@ static int rpush_arm(struct kvmm_ctx *ctx, struct kvmm_node *end, uint32_t max, 
 			job->pg[i].tokens = job->tokens + (size_t)i * ps;
 			job->nr++;
 		}
-		if (k >= first && j == np && np)
+		if (j == np)
 			n->flags |= KVMM_NODE_REMOTE;
 	}
 armed:

@@ -5,6 +5,7 @@
  * a piece at a time, small enough to stay in the L1/L2 cache between the
  * copy and the hash, so the hash costs no second trip to memory.
  */
+#include <stdbool.h>
 #include <string.h>
 
 #define XXH_INLINE_ALL
@@ -124,6 +125,30 @@ static uint64_t CSUM(copy_hash)(void *dst, const void *src, size_t n)
 }
 #endif
 
+/*
+ * A whole page (@len == @page_bytes, long) to a 32-byte aligned @dst in
+ * the fused loop, its sum in *@sum; false where the loop does not apply
+ * (the caller takes the pieces loop).
+ */
+static inline bool CSUM(whole_page)(void *dst, const void *src, size_t len, size_t page_bytes,
+				    uint64_t *sum)
+{
+#ifdef CSUM_FUSED
+	if (len == page_bytes && len > 240 && !((uintptr_t)dst & 31)) {
+		*sum = CSUM(copy_hash)(dst, src, len);
+		CSUM_FENCE();
+		return true;
+	}
+#else
+	(void)dst;
+	(void)src;
+	(void)len;
+	(void)page_bytes;
+	(void)sum;
+#endif
+	return false;
+}
+
 uint64_t CSUM(kvmm_csum)(const void *p, size_t n);
 uint64_t CSUM(kvmm_csum_fill)(void *page, const void *src, size_t len, size_t page_bytes);
 uint64_t CSUM(kvmm_csum_copy_out)(void *dst, const void *page, size_t len, size_t page_bytes);
@@ -138,16 +163,11 @@ uint64_t CSUM(kvmm_csum_fill)(void *page, const void *src, size_t len, size_t pa
 	unsigned char *d = page;
 	const unsigned char *s = src;
 	XXH3_state_t st;
+	uint64_t sum;
 	size_t off, n;
 
-#ifdef CSUM_FUSED
-	if (len == page_bytes && len > 240 && !((uintptr_t)page & 31)) {
-		uint64_t sum = CSUM(copy_hash)(page, src, len);
-
-		CSUM_FENCE();
+	if (CSUM(whole_page)(page, src, len, page_bytes, &sum))
 		return sum;
-	}
-#endif
 	XXH3_64bits_reset(&st);
 	for (off = 0; off < page_bytes; off += n) {
 		n = page_bytes - off < CSUM_PIECE ? page_bytes - off : CSUM_PIECE;
@@ -173,16 +193,11 @@ uint64_t CSUM(kvmm_csum_copy_out)(void *dst, const void *page, size_t len, size_
 	const unsigned char *p = page;
 	unsigned char *d = dst;
 	XXH3_state_t st;
+	uint64_t sum;
 	size_t off, n;
 
-#ifdef CSUM_FUSED
-	if (len == page_bytes && len > 240 && !((uintptr_t)dst & 31)) {
-		uint64_t sum = CSUM(copy_hash)(dst, page, len);
-
-		CSUM_FENCE();
+	if (CSUM(whole_page)(dst, page, len, page_bytes, &sum))
 		return sum;
-	}
-#endif
 	XXH3_64bits_reset(&st);
 	for (off = 0; off < page_bytes; off += n) {
 		n = page_bytes - off < CSUM_PIECE ? page_bytes - off : CSUM_PIECE;

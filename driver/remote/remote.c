@@ -71,9 +71,7 @@ struct rv_slot {
 	char key[2][RV_KEY_LEN + 2];
 	size_t key_len[2];
 	struct rv_hdr hdr;
-	const void *dst;	/* a get's page, @bytes long */
-	uint64_t bytes;
-	uint64_t psum;		/* ... its checksum, taken as its last part landed */
+	uint64_t psum;		/* a get's page's checksum, taken as its last part landed */
 	bool summed;
 };
 
@@ -382,7 +380,7 @@ static int verify(struct remote *r, const struct kvmm_remote_page *pg, const str
 		return 2;
 	if (hdr_sum(&h, tokens_of(r, pg), r->page_size) != h.hsum)
 		return 2;
-	if ((s->summed ? s->psum : kvmm_csum(s->dst, r->page_bytes)) != h.psum)
+	if ((s->summed ? s->psum : kvmm_csum(c0->into[0], r->page_bytes)) != h.psum)
 		return 2;
 	return 1;
 }
@@ -394,11 +392,11 @@ static int verify(struct remote *r, const struct kvmm_remote_page *pg, const str
  */
 static void page_landed(struct rc_cmd *c, void *arg)
 {
-	struct rv_slot *s = arg;
+	struct remote *r = arg;
+	uint32_t i = (uint32_t)(c - r->cmd) / r->parts;	/* its page */
 
-	(void)c;
-	s->psum = kvmm_csum(s->dst, s->bytes);
-	s->summed = true;
+	r->slot[i].psum = kvmm_csum(r->cmd[i * r->parts].into[0], r->page_bytes);
+	r->slot[i].summed = true;
 }
 
 static uint32_t remote_get(void *priv, const struct kvmm_remote_page *pages, uint32_t nr,
@@ -416,8 +414,6 @@ static uint32_t remote_get(void *priv, const struct kvmm_remote_page *pages, uin
 		struct rc_cmd *c = &r->cmd[i * k];
 
 		slot_keys(r, s, &pages[i]);
-		s->dst = dst[i];
-		s->bytes = r->page_bytes;
 		s->summed = false;
 		cmd_set(c, 2, "GET", s->key[0], s->key_len[0]);
 		c->into[0] = dst[i];
@@ -430,7 +426,7 @@ static uint32_t remote_get(void *priv, const struct kvmm_remote_page *pages, uin
 			c->into_len[0] = r->page_bytes - r->split;
 		}
 		c->landed_fn = page_landed;	/* the page's last part */
-		c->landed_arg = s;
+		c->landed_arg = r;
 	}
 	rc_exec(r->cl, r->cmd, nr * k);
 	count_errors(r, r->cmd, nr * k);

@@ -35,6 +35,13 @@ def stamp(i):
 	return ((np.arange(VB, dtype=np.uint32) * 7 + i * 131) & 0xFF).astype(np.uint8)
 
 
+def tree_geom(seeds, salt, **more):
+	"""A context's parameters: a small pool, a host tier, the cluster as @salt."""
+	return dict(layers=2, kv_heads=2, head_dim=16, dtype_bytes=2, page_size=16, nr_pages=64,
+		    max_seqs=4, max_seq_len=1024, host_pages=64, model_id="remote-test@1",
+		    remote=seeds, remote_salt=salt, **more)
+
+
 def store(seeds, salt):
 	return kvmm.KeyedStore("remote-test@1", host_bytes=1 << 20, page_bytes=4096,
 			       remote=seeds, remote_salt=salt, remote_timeout_ms=2000)
@@ -64,9 +71,7 @@ def test_values_shared_through_the_cluster(cluster):
 
 
 def test_prefix_pushed_by_one_context_fetched_by_another(cluster):
-	geom = dict(layers=2, kv_heads=2, head_dim=16, dtype_bytes=2, page_size=16, nr_pages=64,
-		    max_seqs=4, max_seq_len=1024, host_pages=64, model_id="remote-test@1",
-		    remote=cluster, remote_salt="py-tree")
+	geom = tree_geom(cluster, "py-tree")
 	a, b = kvmm.Context(**geom), kvmm.Context(**geom)
 	try:
 		tok = np.arange(1000, 1000 + 200, dtype=np.uint32)
@@ -93,9 +98,7 @@ def test_prefix_pushed_by_one_context_fetched_by_another(cluster):
 
 
 def test_commits_written_through_on_their_own(cluster):
-	geom = dict(layers=2, kv_heads=2, head_dim=16, dtype_bytes=2, page_size=16, nr_pages=64,
-		    max_seqs=4, max_seq_len=1024, host_pages=64, model_id="remote-test@1",
-		    remote=cluster, remote_salt="py-wt")
+	geom = tree_geom(cluster, "py-wt")
 	a, b = kvmm.Context(remote_write="commit", **geom), kvmm.Context(**geom)
 	try:
 		tok = np.arange(5000, 5000 + 200, dtype=np.uint32)
@@ -123,9 +126,7 @@ def test_auth_as_an_acl_user(cluster):
 	acl = ["ACL", "SETUSER", "py-auth", "on", ">pw-1", "~kvmm:*", "+@all"]
 	for p in ports:
 		subprocess.run(["redis-cli", "-p", p] + acl, check=True, capture_output=True)
-	geom = dict(layers=2, kv_heads=2, head_dim=16, dtype_bytes=2, page_size=16, nr_pages=64,
-		    max_seqs=4, max_seq_len=1024, host_pages=64, model_id="remote-test@1",
-		    remote=cluster, remote_salt="py-auth", remote_user="py-auth")
+	geom = tree_geom(cluster, "py-auth", remote_user="py-auth")
 	try:
 		with kvmm.Context(remote_password="pw-1", **geom) as a:
 			tok = np.arange(9000, 9000 + 64, dtype=np.uint32)

@@ -767,11 +767,15 @@ static void kstamp(uint8_t *v, uint32_t i)
 		v[b] = (uint8_t)(i * 131u ^ b * 7u ^ b >> 8);
 }
 
-/* A context with a host tier of @host_pages and the suite's cluster under it. */
-static struct kvmm_ctx *remote_ctx(const char *salt, uint32_t host_pages, struct test_log *log)
+/*
+ * Parameters of a context of @dev device pages of 16 tokens (sequences of
+ * up to @max_len), a host tier of @host_pages and the suite's cluster
+ * under it, as tenant @salt.
+ */
+static struct kvmm_params remote_params(uint32_t dev, uint32_t max_len, const char *salt,
+					uint32_t host_pages)
 {
-	struct kvmm_params p = test_params(16, 16, 4, 64);
-	struct kvmm_ctx *ctx = NULL;
+	struct kvmm_params p = test_params(16, dev, 4, max_len);
 
 	p.host_pages = host_pages;
 	p.host_node = KVMM_NODE_NEAREST;
@@ -779,6 +783,15 @@ static struct kvmm_ctx *remote_ctx(const char *salt, uint32_t host_pages, struct
 	p.remote_salt = salt;
 	p.remote_timeout_ms = 1500;
 	p.model_id = kmodel;
+	return p;
+}
+
+/* A context with a host tier of @host_pages and the suite's cluster under it. */
+static struct kvmm_ctx *remote_ctx(const char *salt, uint32_t host_pages, struct test_log *log)
+{
+	struct kvmm_params p = remote_params(16, 64, salt, host_pages);
+	struct kvmm_ctx *ctx = NULL;
+
 	if (log) {
 		p.log = test_log_fn;
 		p.log_priv = log;
@@ -886,19 +899,13 @@ static void remote_keyed_shared(void)
  */
 static void remote_keyed_demote(void)
 {
-	struct kvmm_params p = test_params(16, 16, 4, 64);
+	struct kvmm_params p = remote_params(16, 64, "keyed-demote", 32);
 	struct kvmm_ctx *a = NULL;
 	int32_t res[32];
 	uint32_t sa, good, i, put = 0;
 	int ret;
 
-	p.host_pages = 32;
-	p.host_node = KVMM_NODE_NEAREST;
-	p.remote = seeds;
-	p.remote_salt = "keyed-demote";
-	p.remote_timeout_ms = 1500;
 	p.remote_write = KVMM_REMOTE_WRITE_DEMOTE;
-	p.model_id = kmodel;
 	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &a), 0);
 	sa = kspace(a);
 	for (i = 0; i < 8; i++) {	/* 4 values of 6 pages a batch: a batch fits */
@@ -1072,21 +1079,15 @@ static void remote_keyed_ring(void)
 static struct kvmm_ctx *tree_ctx_w(const char *salt, uint32_t host, const char *nvme,
 				   uint32_t write)
 {
-	struct kvmm_params p = test_params(16, 32, 4, 1024);
+	struct kvmm_params p = remote_params(32, 1024, salt, host);
 	struct kvmm_ctx *ctx = NULL;
 
-	p.host_pages = host;
-	p.host_node = KVMM_NODE_NEAREST;
 	p.host_wmark_low = 4;
 	p.host_wmark_high = 8;
 	p.nvme_pages = nvme ? 64 : 0;
 	p.nvme_path = nvme;
 	p.nvme_flags = KVMM_NVME_REFORMAT;
-	p.remote = seeds;
-	p.remote_salt = salt;
-	p.remote_timeout_ms = 1500;
 	p.remote_write = write;
-	p.model_id = kmodel;
 	return kvmm_create(&p, &ctx) ? NULL : ctx;
 }
 
