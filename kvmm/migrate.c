@@ -552,6 +552,8 @@ static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 			continue;
 		}
 		if (job->no_dst) {	/* written to the remote tier, or lost: it goes */
+			if (pn->err)
+				kvmm_tier_copy_failed(ctx, pn->tier, job->to, pn->err);
 			if (node->lock_ref)
 				writeback_putback(ctx, node);
 			else

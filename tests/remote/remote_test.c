@@ -1293,6 +1293,37 @@ static void remote_write_demote(void)
 	write_demote_run("demote-1", NULL);
 }
 
+/*
+ * Host pages that do not verify as background reclaim takes them out of
+ * the machine (memory corrupted after they were sealed) are never
+ * written to the cluster: they are dropped, and counted as checksum
+ * failures of the host tier.
+ */
+static void remote_write_demote_corrupt(void)
+{
+	struct kvmm_host_arg host = { .flip_every = 1 };
+	struct kvmm_params p = remote_params(32, 1024, "demote-bad", 16);
+	struct kvmm_ctx *a = NULL;
+	uint32_t tok[64], i;
+
+	p.host_wmark_low = 4;
+	p.host_wmark_high = 8;
+	p.host_arg = &host;
+	p.remote_write = KVMM_REMOTE_WRITE_DEMOTE;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &a), 0);
+	for (i = 0; i < 12; i++) {
+		test_tokens(tok, 64, 970 + i);
+		CU_ASSERT_EQUAL(test_kv_serve(a, tok, 64, false), 0);
+		CU_ASSERT_EQUAL(kvmm_sync(a), 0);
+		CHECK_OK(a);
+	}
+	CU_ASSERT(test_stat(a, KVMM_STAT_HOST_EVICT_PAGES) >= 8);
+	CU_ASSERT(test_stat(a, KVMM_STAT_HOST_CSUM_FAIL) > 0);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES), 0);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_DEMOTE_PAGES), 0);
+	kvmm_destroy(a);
+}
+
 static void remote_write_demote_nvme(void)
 {
 	const char *path = test_tmp_file("remote-demote.nvme");
@@ -1444,6 +1475,7 @@ int register_remote_suite(void)
 	ADD_TEST(s, remote_write_commit);
 	ADD_TEST(s, remote_write_demote);
 	ADD_TEST(s, remote_write_demote_nvme);
+	ADD_TEST(s, remote_write_demote_corrupt);
 	ADD_TEST(s, remote_two_engines);
 	ADD_TEST(s, remote_master_stopped);
 	ADD_TEST(s, remote_master_killed);
