@@ -152,18 +152,30 @@ static const redisReplyObjectFunctions *hiredis_fns;
 static pthread_once_t rc_fns_once = PTHREAD_ONCE_INIT;
 static __thread struct rc_node *rc_cur;	/* the node whose replies are parsed */
 
+/* Bytes of @c's value: what a string reply must hold to land in @c->into. */
+static size_t into_bytes(const struct rc_cmd *c)
+{
+	return c->into_len[0] + c->into_len[1];
+}
+
+/* @c's value is all in its buffers: say so, and tell its caller's hook. */
+static void cmd_landed(struct rc_cmd *c)
+{
+	c->landed = into_bytes(c);
+	if (c->landed_fn)
+		c->landed_fn(c, c->landed_arg);
+}
+
 static void *rc_create_string(const redisReadTask *task, char *str, size_t len)
 {
 	struct rc_cmd *c = rc_cur ? rc_cur->w : NULL;
 
 	if (c && !c->asked && !task->parent && task->type == REDIS_REPLY_STRING && c->into[0] &&
-	    len == c->into_len[0] + c->into_len[1]) {
+	    len == into_bytes(c)) {
 		memcpy(c->into[0], str, c->into_len[0]);
 		if (c->into_len[1])
 			memcpy(c->into[1], str + c->into_len[0], c->into_len[1]);
-		c->landed = len;
-		if (c->landed_fn)
-			c->landed_fn(c, c->landed_arg);
+		cmd_landed(c);
 		return hiredis_fns->createString(task, str, 0);
 	}
 	return hiredis_fns->createString(task, str, len);
@@ -584,7 +596,6 @@ static void node_reply(struct rc_cluster *cl, struct rc_node *nd, redisReply *r)
 	if (c == &nd->auth) {	/* refused: the connection is given up */
 		if (r->type == REDIS_REPLY_ERROR) {
 			nd->auth_refused = true;
-			cl->stats.auth_refused++;
 			snprintf(cl->auth_err, sizeof(cl->auth_err), "%.*s", (int)r->len, r->str);
 		}
 		freeReplyObject(r);
@@ -628,12 +639,6 @@ static void node_reply(struct rc_cluster *cl, struct rc_node *nd, redisReply *r)
 		return;
 	}
 	cmd_done(c, r, 0);	/* an error the caller reads */
-}
-
-/* Bytes of @c's value: what a string reply must hold to land in @c->into. */
-static size_t into_bytes(const struct rc_cmd *c)
-{
-	return c->into_len[0] + c->into_len[1];
 }
 
 /* Copy @n bytes of @c's value (and its CRLF, past it) from @p, at @nd->direct_off. */
@@ -741,10 +746,8 @@ static int direct_read(struct rc_cluster *cl, struct rc_node *nd)
 		return -ENOMEM;
 	}
 	r->type = REDIS_REPLY_STRING;
-	c->landed = into_bytes(c);
 	nd->direct = NULL;
-	if (c->landed_fn)
-		c->landed_fn(c, c->landed_arg);
+	cmd_landed(c);
 	node_reply(cl, nd, r);
 	return 1;
 }

@@ -92,7 +92,6 @@ struct rc_cmd {
  * @refreshes: slot maps read (CLUSTER SLOTS)
  * @stale: connections dropped because the server sent replies nobody
  *	asked for, or (found before a batch) had closed them
- * @auth_refused: connections given up because the server refused AUTH
  * @bytes_out, @bytes_in: bytes written and read
  */
 struct rc_stats {
@@ -106,7 +105,6 @@ struct rc_stats {
 	uint64_t connects;
 	uint64_t refreshes;
 	uint64_t stale;
-	uint64_t auth_refused;
 	uint64_t bytes_out;
 	uint64_t bytes_in;
 };
