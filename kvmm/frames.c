@@ -161,6 +161,63 @@ static int frames_link(struct kvmm_ctx *ctx, struct kvmm_node *root, const uint3
 	return (int)n;
 }
 
+/*
+ * The insert of kvmm_frames_insert() and _extend(): the key's first @base
+ * tokens are the path from @root down to @start (a node boundary) and are
+ * not read; the walk starts at @start.  Stamps the path and queues its end
+ * for reclaim; @*endp is where the key ends.
+ *
+ * Return: tokens the tree had (from the key's start), or -errno with
+ * nothing changed.
+ */
+static int frames_insert(struct kvmm_ctx *ctx, struct kvmm_node *root, struct kvmm_node *start,
+			 uint32_t base, const uint32_t *tokens, uint32_t n, const int32_t *frames,
+			 struct kvmm_node **endp)
+{
+	struct kvmm_zone *zone = &ctx->zone[KVMM_TIER_DEVICE];
+	struct kvmm_node *rest;
+	struct kvmm_insert ins;
+	struct kvmm_path path;
+	uint32_t first, nr, i;
+	int ret;
+
+	kvmm_tree_walk(ctx, start, tokens + base, n - base, &path);
+	rest = path.split ? path.node : NULL;	/* insert splits it; it stays the tail */
+	first = (base + path.matched) >> ctx->page_shift;
+	nr = (n >> ctx->page_shift) - first;
+	for (i = 0; i < nr; i++)
+		if (frames[first + i] < 0 || (uint32_t)frames[first + i] >= zone->nr_pages)
+			return -EINVAL;
+	/* the new part's frames leave the engine: FREE to OWNED, then the leaf's */
+	for (i = 0; i < nr; i++)
+		if (!kvmm_alloc_pfn(zone, (uint32_t)frames[first + i]))
+			break;
+	if (i < nr) {
+		kvmm_free_pages(ctx, zone, frames + first, i);
+		return -EBUSY;
+	}
+	*endp = start;
+	if (n == base && start == root)
+		return 0;
+	ret = frames_link(ctx, start, tokens + base, n - base, frames + (base >> ctx->page_shift),
+			  &path, &ins);
+	if (ret < 0 || (uint32_t)ret != n - base) {
+		kvmm_free_pages(ctx, zone, frames + first, nr);
+		return ret < 0 ? ret : -EBUSY;
+	}
+	touch_split(ctx, rest, ins.end);
+	kvmm_lru_update(ctx, ins.end);
+	*endp = ins.end;
+	return (int)(base + ins.matched);
+}
+
+static bool frames_args_ok(const struct kvmm_ctx *ctx, const uint32_t *tokens, uint32_t n,
+			   const int32_t *frames)
+{
+	return engine_mode(ctx) && (!n || (tokens && frames)) && kvmm_align_down(ctx, n) == n &&
+	       n <= ctx->params.max_seq_len;
+}
+
 /**
  * kvmm_frames_insert() - cache @tokens, whose KV is in the engine's @frames
  * @ctx: a context in engine-frames mode
@@ -184,49 +241,111 @@ static int frames_link(struct kvmm_ctx *ctx, struct kvmm_node *root, const uint3
 KVMM_EXPORT int kvmm_frames_insert(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 				   uint32_t n, const int32_t *frames, struct kvmm_fnode *last)
 {
-	struct kvmm_node *root, *rest;
-	struct kvmm_zone *zone;
-	struct kvmm_insert ins;
-	struct kvmm_path path;
-	uint32_t first, nr, i;
-	int ret;
+	struct kvmm_node *root, *end;
+	int had;
 
-	if (!engine_mode(ctx) || (n && (!tokens || !frames)) || kvmm_align_down(ctx, n) != n ||
-	    n > ctx->params.max_seq_len)
+	if (!frames_args_ok(ctx, tokens, n, frames))
 		return -EINVAL;
-	zone = &ctx->zone[KVMM_TIER_DEVICE];
 	root = kvmm_tree_root(ctx, ns, true);
 	if (!root)
 		return -ENOMEM;
-	kvmm_tree_walk(ctx, root, tokens, n, &path);
-	rest = path.split ? path.node : NULL;	/* insert splits it; it stays the tail */
-	first = path.matched >> ctx->page_shift;
-	nr = (n >> ctx->page_shift) - first;
-	for (i = 0; i < nr; i++)
-		if (frames[first + i] < 0 || (uint32_t)frames[first + i] >= zone->nr_pages)
-			return -EINVAL;
-	/* the new part's frames leave the engine: FREE to OWNED, then the leaf's */
-	for (i = 0; i < nr; i++)
-		if (!kvmm_alloc_pfn(zone, (uint32_t)frames[first + i]))
-			break;
-	if (i < nr) {
-		kvmm_free_pages(ctx, zone, frames + first, i);
-		return -EBUSY;
-	}
-	if (!n) {
-		fnode_set(last, root);
-		return 0;
-	}
-	ret = frames_link(ctx, root, tokens, n, frames, &path, &ins);
-	if (ret < 0 || (uint32_t)ret != n) {
-		kvmm_free_pages(ctx, zone, frames + first, nr);
-		return ret < 0 ? ret : -EBUSY;
-	}
-	touch_split(ctx, rest, ins.end);
-	kvmm_lru_update(ctx, ins.end);
-	fnode_set(last, ins.end);
+	had = frames_insert(ctx, root, root, 0, tokens, n, frames, &end);
+	if (had < 0)
+		return had;
+	fnode_set(last, end);
 	kvmm_debug_check(ctx, "frames_insert");
-	return (int)ins.matched;
+	return had;
+}
+
+/*
+ * Make the path down to @end (@len tokens long) end a node at @at tokens
+ * as well: the edge across @at is split there, from the structure alone
+ * (no token is read).  Nothing to do when a node ends there already.
+ */
+static int frames_split_at(struct kvmm_ctx *ctx, struct kvmm_node *end, uint32_t len, uint32_t at)
+{
+	struct kvmm_node *x;
+
+	for (x = end; !(x->flags & KVMM_NODE_ROOT) && at < len; x = x->parent) {
+		uint32_t top = len - x->len;
+
+		if (at > top) {
+			struct kvmm_path path = { .node = x, .split = at - top };
+
+			return kvmm_tree_split(ctx, &path);
+		}
+		len = top;
+	}
+	return 0;
+}
+
+/**
+ * kvmm_frames_extend() - kvmm_frames_insert() from a node on the key's path
+ * @ctx: a context in engine-frames mode
+ * @ns: the namespace
+ * @tokens: the key's token ids; the first @from_len are not read
+ * @n: the key's tokens, a multiple of the page size
+ * @frames: in, the engine's frame of each page of the key (those of the
+ *	first @from_len tokens are not read); out, past @from_len, the
+ *	tree's frame of each page
+ * @from: a handle to a node whose path is the key's first @from_len tokens
+ *	(the root's, with 0): on the caller's word, only its length and
+ *	namespace are checked
+ * @from_len: its tokens, a multiple of the page size, at most @n
+ * @split: where the key's path must end a node as well (0 or >= @n: none)
+ * @last: out (may be NULL): the node the key ends on
+ *
+ * What an engine does when a request it holds locked at @from grows:
+ * kvmm_frames_insert() of the whole key, kvmm_frames_insert() of its first
+ * @split tokens (a split, in SGLang at a prompt's end) and
+ * kvmm_frames_match() of the key (the tree's frames, the path stamped
+ * once more), without reading the part of the key the request holds
+ * already: where a request's key is thousands of tokens and its new part
+ * a few, that reading is the work.  The split needs no token either; it
+ * is left out, and the call still succeeds, when no node can be allocated
+ * for it (the tree then has one node fewer than SGLang's would).
+ *
+ * Return: tokens the tree had already (from the start of the key, at
+ * least @from_len), as kvmm_frames_insert(); -ESTALE for a handle to a
+ * node that is gone; -EXDEV when @from's path is not @from_len tokens of
+ * namespace @ns; -EINVAL, -EBUSY, -ENOMEM as kvmm_frames_insert().
+ * Nothing changed on error.
+ */
+KVMM_EXPORT int kvmm_frames_extend(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+				   uint32_t n, int32_t *frames, const struct kvmm_fnode *from,
+				   uint32_t from_len, uint32_t split, struct kvmm_fnode *last)
+{
+	struct kvmm_node *root, *start, *end, *x;
+	uint64_t len = 0;
+	int had, ret;
+
+	if (!frames_args_ok(ctx, tokens, n, frames) || !from || from_len > n ||
+	    kvmm_align_down(ctx, from_len) != from_len || kvmm_align_down(ctx, split) != split)
+		return -EINVAL;
+	ret = fnode_get(from, &start);
+	if (ret)
+		return ret;
+	root = kvmm_tree_root(ctx, ns, true);
+	if (!root)
+		return -ENOMEM;
+	if (!start)
+		start = root;
+	for (x = start; !(x->flags & KVMM_NODE_ROOT); x = x->parent)
+		len += x->len;
+	if (x != root || len != from_len)
+		return -EXDEV;
+	had = frames_insert(ctx, root, start, from_len, tokens, n, frames, &end);
+	if (had < 0)
+		return had;
+	if (split && split < n)
+		frames_split_at(ctx, end, n, split);	/* -ENOMEM: left out */
+	if (end != root) {
+		kvmm_tree_touch(ctx, end);
+		kvmm_tree_fill(ctx, start, end, frames + (from_len >> ctx->page_shift));
+	}
+	fnode_set(last, end);
+	kvmm_debug_check(ctx, "frames_extend");
+	return had;
 }
 
 /**

@@ -80,6 +80,47 @@ def test_refusals_change_nothing(ectx):
 	ectx.check()
 
 
+def test_extend_reads_only_past_the_node(ectx):
+	ps = ectx.page_size
+	prompt = np.arange(8 * ps, dtype=np.int32)
+	had, end = ectx.frames_insert(prompt, np.arange(8) + 10)
+	assert ectx.frames_lock(end, 1) == 8 * ps
+	# the request grows by 4 pages; its first 8 are garbage here: not read
+	key = np.concatenate([np.full(8 * ps, 7, np.int32), np.arange(4 * ps, dtype=np.int32) + 500])
+	frames = np.concatenate([np.full(8, -1), np.arange(4) + 30])
+	had, tree, end2 = ectx.frames_extend(key, frames, end, 8 * ps, split=8 * ps)
+	assert had == 8 * ps and tree.tolist() == [30, 31, 32, 33]
+	ectx.frames_lock(end, -1)
+	full = np.concatenate([prompt, key[8 * ps:]])
+	got, fr, node = ectx.frames_match(full)
+	assert got == 12 * ps and node == end2 and fr.tolist() == list(range(10, 18)) + [30, 31, 32, 33]
+	# again, nothing new: the tree's frames come back, the engine's are duplicates
+	had, tree, end3 = ectx.frames_extend(full, np.arange(12) + 40, end, 8 * ps)
+	assert had == 12 * ps and tree.tolist() == [30, 31, 32, 33] and end3 == end2
+	# the output past the split is a leaf of its own: evicting it leaves the prompt
+	assert sorted(ectx.frames_evict(1).tolist()) == [30, 31, 32, 33]
+	assert ectx.frames_match(full)[0] == 8 * ps
+	ectx.check()
+
+
+def test_extend_refusals(ectx):
+	ps = ectx.page_size
+	a = np.arange(8 * ps, dtype=np.int32)
+	_, end = ectx.frames_insert(a, np.arange(8))
+	for bad_len, ns in ((4 * ps, 0), (8 * ps, 1)):			# not the node's path
+		with pytest.raises(kvmm.Error) as e:
+			ectx.frames_extend(a, np.arange(8), end, bad_len, ns=ns)
+		assert e.value.errno == errno.EXDEV
+	with pytest.raises(TypeError):
+		ectx.frames_extend(a, np.arange(8), "node", 8 * ps)
+	ectx.frames_evict(8)
+	with pytest.raises(kvmm.Error) as e:
+		ectx.frames_extend(a, np.arange(8), end, 8 * ps)	# evicted
+	assert e.value.errno == errno.ESTALE
+	assert ectx.frames_sizes() == (0, 0)
+	ectx.check()
+
+
 def test_modes_are_told_apart():
 	with pytest.raises(ValueError):
 		kvmm.Context(**GEOM, page_size=1, nr_pages=NR, frames="sglang")

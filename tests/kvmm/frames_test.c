@@ -342,6 +342,214 @@ static void frames_alloc_faults(void)
 	CU_ASSERT(n > 1);
 }
 
+/*
+ * kvmm_frames_extend() with each allocation failing in turn: the insert's
+ * failure changes nothing; the split's is left out and the call succeeds.
+ */
+static void frames_extend_faults(void)
+{
+	unsigned long n;
+
+	for (n = 1; n < 100; n++) {
+		struct test_alloc ta = { 0 };
+		struct kvmm_ctx *ctx = frames_ctx(1, &ta);
+		struct kvmm_fnode h, end;
+		int32_t frames[32], given[32];
+		uint32_t tok[32];
+		struct engine e;
+		int had;
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+		engine_init(&e);
+		test_tokens(tok, 32, 6);
+		CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, tok, 16, 1, &h), 0);
+		CU_ASSERT(engine_alloc(&e, given + 16, 16));
+		memcpy(frames, given, sizeof(frames));
+		ta.fail_at = ta.calls + n;
+		had = kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 16, 8, &end);
+		CU_ASSERT(had == 16 || had == -ENOMEM);
+		if (had < 0)
+			engine_free(&e, given + 16, 16);	/* still the engine's */
+		else
+			CU_ASSERT(!memcmp(frames + 16, given + 16, 16 * sizeof(*frames)));
+		check_conserved(ctx, &e, 1);
+		kvmm_destroy(ctx);
+		CU_ASSERT_EQUAL(ta.live_blocks, 0);
+		if (ta.calls < ta.fail_at)
+			break;
+	}
+	CU_ASSERT(n > 2);	/* the leaf's allocations, then the split's */
+}
+
+/*
+ * kvmm_frames_extend() against what it stands for.  Two trees and two
+ * engines take the same requests: one checkpoints as SGLang's tree does
+ * (insert the key, insert its first @split tokens, match the key), the
+ * other with one kvmm_frames_extend() from the node the request holds
+ * locked.  Every answer is the same: tokens had, the tree's frames, and
+ * the order eviction hands leaves back in.
+ */
+struct twin {
+	struct kvmm_ctx *ctx;
+	struct engine e;
+};
+
+/*
+ * Cache @n tokens of a request holding @*lock (@held tokens): the engine
+ * allocates frames for the rest, the tree takes them, the engine frees the
+ * duplicates; @frames gets the tree's frame of each page, the lock moves
+ * to the key's end.  Returns tokens the tree had.
+ */
+static int twin_checkpoint(struct twin *t, bool extend, uint32_t ns, const uint32_t *tok,
+			   uint32_t n, uint32_t held, uint32_t split, int32_t *frames,
+			   struct kvmm_fnode *lock, uint32_t ps)
+{
+	int32_t given[96];
+	struct kvmm_fnode end;
+	int had;
+
+	CU_ASSERT_FATAL(engine_alloc(&t->e, given + held / ps, (n - held) / ps));
+	memcpy(frames + held / ps, given + held / ps, (size_t)(n - held) / ps * sizeof(*given));
+	if (extend) {
+		had = kvmm_frames_extend(t->ctx, ns, tok, n, frames, lock, held, split, &end);
+	} else {
+		had = kvmm_frames_insert(t->ctx, ns, tok, n, frames, &end);
+		if (split && split < n)
+			CU_ASSERT_EQUAL(kvmm_frames_insert(t->ctx, ns, tok, split, frames, NULL),
+					(int)split);
+		CU_ASSERT_EQUAL(kvmm_frames_match(t->ctx, ns, tok, n, frames, &end), (int)n);
+	}
+	CU_ASSERT_FATAL(had >= (int)held);
+	engine_free(&t->e, given + held / ps, ((uint32_t)had - held) / ps);
+	CU_ASSERT_FATAL(kvmm_frames_lock(t->ctx, lock, -1) >= 0);
+	CU_ASSERT_FATAL(kvmm_frames_lock(t->ctx, &end, 1) >= 0);
+	*lock = end;
+	return had;
+}
+
+/* evict @nr pages from both; they must hand back the same frames */
+static void twin_evict(struct twin *t, uint32_t nr)
+{
+	int32_t out[2][NR_FRAMES];
+	int64_t k[2];
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		k[i] = kvmm_frames_evict(t[i].ctx, nr, out[i], NR_FRAMES);
+		CU_ASSERT_FATAL(k[i] > 0);
+		engine_free(&t[i].e, out[i], (uint32_t)k[i]);
+	}
+	CU_ASSERT_FATAL(k[0] == k[1]);
+	CU_ASSERT(!memcmp(out[0], out[1], (size_t)k[0] * sizeof(out[0][0])));
+}
+
+static void frames_extend_as_insert(void)
+{
+	uint32_t ps;
+
+	for (ps = 1; ps <= 4; ps *= 4) {
+		struct twin t[2];
+		unsigned seed = 5 + ps;
+		uint32_t step, i;
+
+		for (i = 0; i < 2; i++) {
+			t[i].ctx = frames_ctx(ps, NULL);
+			CU_ASSERT_PTR_NOT_NULL_FATAL(t[i].ctx);
+			engine_init(&t[i].e);
+		}
+		for (step = 0; step < 300; step++) {
+			uint32_t prompt = (1 + (uint32_t)rand_r(&seed) % (48 / ps)) * ps;
+			uint32_t out = (uint32_t)rand_r(&seed) % (32 / ps) * ps, n = prompt + out;
+			uint32_t tok[96], pfx = (uint32_t)rand_r(&seed) % 4, ns = rand_r(&seed) % 2;
+			int32_t frames[2][96];
+			struct kvmm_fnode lock[2];
+			int hit[2], had[2];
+
+			for (i = 0; i < n; i++)
+				tok[i] = i < 24 ? pfx * 1000 + i : (uint32_t)rand_r(&seed) % 3;
+			while (t[0].e.nr_mine < n / ps)
+				twin_evict(t, n / ps);
+			for (i = 0; i < 2; i++) {
+				hit[i] = kvmm_frames_match(t[i].ctx, ns, tok, prompt, frames[i], &lock[i]);
+				CU_ASSERT_FATAL(kvmm_frames_lock(t[i].ctx, &lock[i], 1) >= 0);
+			}
+			CU_ASSERT_FATAL(hit[0] == hit[1]);
+			/* the prompt, then the prompt and its output, split at the prompt */
+			for (i = 0; i < 2; i++)
+				had[i] = twin_checkpoint(&t[i], i, ns, tok, prompt, (uint32_t)hit[i], 0,
+							 frames[i], &lock[i], ps);
+			CU_ASSERT_EQUAL(had[0], had[1]);
+			CU_ASSERT(!memcmp(frames[0], frames[1], prompt / ps * sizeof(int32_t)));
+			for (i = 0; i < 2; i++)
+				had[i] = twin_checkpoint(&t[i], i, ns, tok, n, prompt, prompt,
+							 frames[i], &lock[i], ps);
+			CU_ASSERT_EQUAL(had[0], had[1]);
+			CU_ASSERT(!memcmp(frames[0], frames[1], n / ps * sizeof(int32_t)));
+			for (i = 0; i < 2; i++) {
+				uint64_t ev, pr;
+
+				CU_ASSERT_FATAL(kvmm_frames_lock(t[i].ctx, &lock[i], -1) >= 0);
+				check_conserved(t[i].ctx, &t[i].e, ps);
+				CU_ASSERT_EQUAL(kvmm_frames_sizes(t[i].ctx, &ev, &pr), 0);
+				CU_ASSERT_EQUAL(pr, 0);
+			}
+		}
+		/* the same leaves, in the same order, down to nothing */
+		while (t[0].e.nr_mine < NR_FRAMES)
+			twin_evict(t, 1);
+		CU_ASSERT_EQUAL(t[1].e.nr_mine, NR_FRAMES);
+		for (i = 0; i < 2; i++)
+			kvmm_destroy(t[i].ctx);
+	}
+}
+
+/* What kvmm_frames_extend() refuses, with nothing changed. */
+static void frames_extend_refusals(void)
+{
+	struct kvmm_ctx *ctx = frames_ctx(4, NULL);
+	struct kvmm_fnode h, root = { 0 }, gone;
+	int32_t frames[16], out[16];
+	uint32_t tok[64];
+	struct engine e;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	engine_init(&e);
+	test_tokens(tok, 64, 9);
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, tok, 16, 4, &h), 0);
+	CU_ASSERT(engine_alloc(&e, frames + 4, 4));
+	/* the node's path is 16 tokens of namespace 0, no other */
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 12, 0, NULL), -EXDEV);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 1, tok, 32, frames, &h, 16, 0, NULL), -EXDEV);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &root, 16, 0, NULL), -EXDEV);
+	/* unaligned, past the key, no handle */
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 14, 0, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 16, 18, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 12, frames, &h, 16, 0, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, NULL, 16, 0, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, NULL, &h, 16, 0, NULL), -EINVAL);
+	engine_free(&e, frames + 4, 4);
+	check_conserved(ctx, &e, 4);
+	/* a handle to a node gone */
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 4, out, 16), 4);
+	engine_free(&e, out, 4);
+	gone = h;
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &gone, 16, 0, NULL), -ESTALE);
+	check_conserved(ctx, &e, 4);
+	/* from the root, with a split: the key and its first 8 tokens as nodes */
+	CU_ASSERT(engine_alloc(&e, frames, 8));
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &root, 0, 8, &h), 0);
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, out, 16), 6);	/* the key past the split */
+	engine_free(&e, out, 6);
+	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, tok, 32, out, NULL), 8);
+	check_conserved(ctx, &e, 4);
+	/* a default-mode context has none of it */
+	kvmm_destroy(ctx);
+	ctx = test_ctx(4, NR_FRAMES, 4, 4096);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &root, 0, 0, NULL), -EINVAL);
+	kvmm_destroy(ctx);
+}
+
 int register_frames_suite(void)
 {
 	CU_pSuite s = CU_add_suite("frames", NULL, NULL);
@@ -353,5 +561,8 @@ int register_frames_suite(void)
 	ADD_TEST(s, frames_lock_and_evict);
 	ADD_TEST(s, frames_random_engine);
 	ADD_TEST(s, frames_alloc_faults);
+	ADD_TEST(s, frames_extend_as_insert);
+	ADD_TEST(s, frames_extend_refusals);
+	ADD_TEST(s, frames_extend_faults);
 	return 0;
 }

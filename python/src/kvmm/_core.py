@@ -766,6 +766,30 @@ class Context(ViewOwner):
 				  "kvmm_frames_insert")
 		return had, FrameNode(last)
 
+	def frames_extend(self, tokens: Any, frames: Any, node: "FrameNode", node_len: int,
+			  split: int = 0, ns: int = 0) -> Tuple[int, np.ndarray, "FrameNode"]:
+		"""frames_insert() of @tokens whose first @node_len are the path to
+		@node (a node the caller holds locked), without reading those: with
+		frames_insert() of the first @split tokens too (a split, 0 for none)
+		and the key's path stamped as frames_match() stamps it.  @frames
+		holds the engine's frame of each page of @tokens (those of the first
+		@node_len tokens are not read).
+
+		Returns (tokens the tree had already, the tree's frame of each page
+		of the key past @node_len as int32, the node the key ends on).
+		Raises Error (EXDEV) when @node's path is not @node_len tokens of
+		namespace @ns, Error (ESTALE) for a node that was evicted, Busy as
+		frames_insert(); nothing changed on error.
+		"""
+		if not isinstance(node, FrameNode):
+			raise TypeError(f"frames_extend() takes a FrameNode, not {type(node).__name__}")
+		buf, n = tokens_arg(tokens)
+		fr = frames_arg(frames, n // self.page_size).copy()
+		last = ffi.new("struct kvmm_fnode *")
+		had = self._check(lib.kvmm_frames_extend(self._c(), ns, buf, n, _i32p(fr), node._h,
+							  node_len, split, last), "kvmm_frames_extend")
+		return had, fr[node_len // self.page_size:], FrameNode(last)
+
 	def frames_lock(self, node: "FrameNode", delta: int = 1) -> int:
 		"""Lock (+1) or unlock (-1) the path to @node; return the tokens that
 		moved between evictable and protected.  A node that was evicted
