@@ -67,8 +67,9 @@ struct kvmm_py_radix {
  * they vectorize (the int32 stores could alias the struct otherwise).
  */
 
-/* @n int64 ids into r->tokens; -ERANGE for one that is not a uint32 */
-static int radix_tokens(struct kvmm_py_radix *r, const int64_t *restrict ids, uint32_t n)
+/* ids [@from, @n) into r->tokens at the same places; -ERANGE for one not a uint32 */
+static int radix_tokens(struct kvmm_py_radix *r, const int64_t *restrict ids, uint32_t from,
+			uint32_t n)
 {
 	uint32_t *restrict out = r->tokens;
 	uint64_t any = 0;
@@ -76,24 +77,25 @@ static int radix_tokens(struct kvmm_py_radix *r, const int64_t *restrict ids, ui
 
 	if (n > r->max_tokens)
 		return -EINVAL;
-	for (i = 0; i < n; i++) {
+	for (i = from; i < n; i++) {
 		any |= (uint64_t)ids[i];
 		out[i] = (uint32_t)ids[i];
 	}
 	return any >> 32 ? -ERANGE : 0;
 }
 
-/* the frames of a row's first @nr pages into r->frames (each page's first slot) */
-static void radix_row_frames(struct kvmm_py_radix *r, const int32_t *restrict slot, uint32_t nr)
+/* the frames of a row's pages [@first, @end) into r->frames (each page's first slot) */
+static void radix_row_frames(struct kvmm_py_radix *r, const int32_t *restrict slot,
+			     uint32_t first, uint32_t end)
 {
 	int32_t *restrict out = r->frames;
 	uint32_t i, shift = r->page_shift;
 
 	if (!shift) {
-		memcpy(out, slot, (size_t)nr * sizeof(*out));
+		memcpy(out + first, slot + first, (size_t)(end - first) * sizeof(*out));
 		return;
 	}
-	for (i = 0; i < nr; i++)
+	for (i = first; i < end; i++)
 		out[i] = slot[(size_t)i << shift] >> shift;
 }
 
@@ -146,7 +148,7 @@ static int kvmm_py_radix_match(struct kvmm_py_radix *r, uint32_t ns, uintptr_t i
 	int ret;
 
 	n &= ~(r->page_size - 1);
-	ret = radix_tokens(r, (const int64_t *)ids, n);
+	ret = radix_tokens(r, (const int64_t *)ids, 0, n);
 	if (ret)
 		return ret;
 	return kvmm_frames_match(r->ctx, ns, r->tokens, n, r->frames, last);
@@ -267,6 +269,17 @@ static uint32_t kvmm_py_radix_row_free(const struct kvmm_py_radix *r, uintptr_t 
 	return n;
 }
 
+/* the key's [@held, @key_len) as the tree reads it: tokens, and the row's frames */
+static int radix_key(struct kvmm_py_radix *r, uintptr_t ids, const int32_t *slot,
+		     uint32_t held, uint32_t key_len)
+{
+	int ret = radix_tokens(r, (const int64_t *)ids, held, key_len);
+
+	if (!ret)
+		radix_row_frames(r, slot, held >> r->page_shift, key_len >> r->page_shift);
+	return ret;
+}
+
 /**
  * kvmm_py_radix_checkpoint() - checkpoint(): cache a request's row as RadixCache does
  * @r: the cache
@@ -281,50 +294,57 @@ static uint32_t kvmm_py_radix_row_free(const struct kvmm_py_radix *r, uintptr_t 
  * @last: out, the key's node, locked in its stead
  * @pages: the duplicates as page frames, not slots (see _row_free())
  *
- * Inserts the key with the row's frames, inserts the prompt (a split),
- * matches the key again (stamping the path as RadixCache's match does),
- * copies the duplicates (the row's [@protected, had) the tree held
- * already) to r->out (r->nr_out of them) for the caller to free, points
- * the row's [@protected, @key_len) at the tree's slots, unlocks @unlock
- * and locks @last.  An error before the duplicates are copied changes
- * nothing but the tree (r->nr_out is 0); one of the first insert changes
- * nothing at all.
+ * Inserts the key with the row's frames, splits it at the prompt's end
+ * and stamps its path as RadixCache's insert, insert and match do; copies
+ * the duplicates (the row's [@protected, had) the tree held already) to
+ * r->out (r->nr_out of them) for the caller to free, points the row's
+ * [@protected, @key_len) at the tree's slots, unlocks @unlock and locks
+ * @last.  The request's first @protected tokens are the path to @unlock
+ * (SGLang's cache_protected_len: the tree owns them for it), so they are
+ * not read again: one kvmm_frames_extend() from @unlock takes the rest.
+ * Where @unlock is not that (another length, gone), the key is read whole
+ * and inserted from the root.  An error before the duplicates are copied
+ * changes nothing but the tree (r->nr_out is 0); one of the insert
+ * changes nothing at all.
  *
  * Return: 0; -ENOLCK when @unlock held no lock (or is gone): the rest is
  * done, r->nr_out set and @last not locked, as RadixCache's sequence of
- * calls leaves it; -EIO when the match does not find the key just
- * inserted; another -errno.
+ * calls leaves it; another -errno.
  */
 static int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids,
 					uint32_t key_len, uint32_t prompt_len, uintptr_t row,
 					uint32_t protected, const struct kvmm_fnode *unlock,
 					struct kvmm_fnode *last, int pages)
 {
+	static const struct kvmm_fnode root;
+	const struct kvmm_fnode *from = &root;
+	uint32_t had_end, held = 0, split;
 	int32_t *slot = (int32_t *)row;
-	uint32_t had_end;
 	int64_t ret;
 	int had;
 
 	r->nr_out = 0;
 	if ((key_len | protected) & (r->page_size - 1))
 		return -EINVAL;
-	ret = radix_tokens(r, (const int64_t *)ids, key_len);
+	if (unlock && protected <= key_len) {
+		from = unlock;
+		held = protected;
+	}
+	split = prompt_len < key_len ? prompt_len : 0;
+	ret = radix_key(r, ids, slot, held, key_len);
 	if (ret)
 		return ret;
-	radix_row_frames(r, slot, key_len >> r->page_shift);
-	had = kvmm_frames_insert(r->ctx, ns, r->tokens, key_len, r->frames, last);
+	had = kvmm_frames_extend(r->ctx, ns, r->tokens, key_len, r->frames, from, held, split,
+				 last);
+	if ((had == -EXDEV || had == -ESTALE) && from != &root) {
+		ret = radix_key(r, ids, slot, 0, held);
+		if (ret)
+			return ret;
+		had = kvmm_frames_extend(r->ctx, ns, r->tokens, key_len, r->frames, &root, 0,
+					 split, last);
+	}
 	if (had < 0)
 		return had;
-	if (prompt_len && prompt_len < key_len) {
-		ret = kvmm_frames_insert(r->ctx, ns, r->tokens, prompt_len, r->frames, NULL);
-		if (ret < 0)
-			return ret;
-	}
-	ret = kvmm_frames_match(r->ctx, ns, r->tokens, key_len, r->frames, last);
-	if (ret < 0)
-		return ret;
-	if ((uint32_t)ret != key_len)
-		return -EIO;
 	had_end = (uint32_t)had > protected ? (uint32_t)had : protected;
 	r->nr_out = kvmm_py_radix_row_free(r, row, protected, had_end, (uintptr_t)r->out, pages);
 	radix_row_write(r, slot, protected, key_len);
