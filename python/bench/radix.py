@@ -26,6 +26,7 @@ error, as raised here): SGLang 0.5.23 ships no radix_cache_cpp module.
     ~/.cache/kvmm/venv-sglang-*/bin/python python/bench/radix.py [--page-size 1 16] [--repeat 3]
 """
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -186,6 +187,10 @@ def main() -> None:
 				if name == "cpp" and cpp is None:
 					continue
 				try:
+					# the last replay's tree is garbage in cycles (RadixCache's
+					# nodes and their parents): collected now, not by a
+					# collection that lands in this replay's timed calls
+					gc.collect()
 					res[name].append(replay(cls, meta, reqs, ps))
 				except Exception as e:	# noqa: BLE001
 					if name != "cpp":
