@@ -42,11 +42,11 @@ def host_pool(layout):
 	return cpu_host_pool(L, H, D, P, T, torch.float32, layout)
 
 
-def config(extra, tp_rank=0, mla=False, model="org/llama-test"):
+def config(extra, tp_rank=0, mla=False, model="org/llama-test", **more):
 	return HiCacheStorageConfig(tp_rank=tp_rank, tp_size=2, pp_rank=0, pp_size=1, attn_cp_rank=0,
 				    attn_cp_size=1, is_mla_model=mla, enable_storage_metrics=False,
 				    is_page_first_layout=False, model_name=model,
-				    extra_config=dict(extra))
+				    extra_config=dict(extra), **more)
 
 
 def backend(pool, socket=None, ns=None, **cfg):
@@ -252,6 +252,35 @@ def test_layouts_and_ranks_do_not_share_pages():
 		assert ba.batch_exists(keys) == 1
 		assert bb.batch_exists(keys) == 0 and ra.batch_exists(keys) == 0
 		for be in (ba, bb, ra):
+			be.close()
+
+
+def test_dcp_shards_do_not_share_pages():
+	"""Under decode context parallelism each DCP rank of an MLA model holds
+	its own shard of every page, under the same page hash: a rank reads its
+	own shard back, never another's, and a store cut for another topology
+	(no DCP, another logical page size) sees none of them."""
+	with running_kvmmd() as sock:
+		pools = [mla_host_pool("page_first") for _ in range(2)]
+		dcp = [backend(pools[r], sock, tp_rank=r, mla=True, dcp_size=2, dcp_rank=r,
+			       logical_page_size=2 * P) for r in range(2)]
+		idx = [pool.alloc(P) for pool in pools]
+		for r in range(2):
+			random_bytes(pools[r].kv_buffer, 40 + r)
+		keys = hashes(1, seed=9)
+		want = [pages(pools[r], idx[r])[0] for r in range(2)]
+		assert not torch.equal(as_bytes(want[0]), as_bytes(want[1]))
+		for r in range(2):
+			assert dcp[r].batch_set_v1(keys, idx[r]) == [True]
+		for r in range(2):
+			pools[r].kv_buffer.zero_()
+			assert dcp[r].batch_get_v1(keys, idx[r]) == [True]
+			assert torch.equal(as_bytes(pages(pools[r], idx[r])[0]), as_bytes(want[r]))
+		plain = backend(mla_host_pool("page_first"), sock, mla=True)
+		other = backend(mla_host_pool("page_first"), sock, mla=True, dcp_size=2, dcp_rank=0,
+				logical_page_size=4 * P)
+		assert plain.batch_exists(keys) == 0 and other.batch_exists(keys) == 0
+		for be in dcp + [plain, other]:
 			be.close()
 
 

@@ -136,7 +136,8 @@ class KvmmHiCacheStorage(HiCacheStorage):
 
 	Keys are SGLang's page hashes with this rank's suffix (model, TP rank
 	and size, as SGLang's file backend; an MLA model's pages are shared by
-	its ranks), mapped to 128 bits by kvmm.key_of().  A page is stored as
+	its ranks, each DCP shard of them by the ranks holding that shard),
+	mapped to 128 bits by kvmm.key_of().  A page is stored as
 	two values, its K and its V (one for MLA), as the zero-copy backends
 	store them.  Every call runs on the calling thread with a ring of its
 	own: SGLang calls from its prefetch and backup threads at once.
@@ -155,6 +156,13 @@ class KvmmHiCacheStorage(HiCacheStorage):
 			self.suffix += f"_{storage_config.pp_size}_{storage_config.pp_rank}"
 		if getattr(storage_config, "attn_cp_size", 1) > 1:
 			self.suffix += f"_cp{storage_config.attn_cp_rank}_{storage_config.attn_cp_size}"
+		if getattr(storage_config, "dcp_size", 1) > 1:
+			# each DCP rank holds its own shard of an MLA page: the shard,
+			# the topology and the logical page size join the key (as
+			# SGLang's file backend keys them), so a rank never reads
+			# another's shard, nor one cut for another topology
+			self.suffix += (f"_tp{storage_config.tp_size}_dcp{storage_config.dcp_rank}_"
+					f"{storage_config.dcp_size}_page{storage_config.logical_page_size}")
 		self._rank_suffix = self.suffix
 		self.parts = ("",) if self.is_mla else ("_k", "_v")
 		self.store = KeyedStore(f"sglang:{model}", **opts)
