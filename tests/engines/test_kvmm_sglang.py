@@ -284,6 +284,23 @@ def test_dcp_shards_do_not_share_pages():
 			be.close()
 
 
+def test_a_hybrid_models_other_pools_are_refused_at_attach():
+	"""A hybrid model registers each pool of its host pool group: the KV pool
+	is taken, a Mamba (or any other) pool refused with the reason, before
+	SGLang's storage threads would call the v2 interface for it."""
+	from sglang.srt.mem_cache.hicache_storage import PoolName
+
+	pool = host_pool("page_first")
+	be = backend(pool)
+	be.register_mem_host_pool_v2(pool, PoolName.KV)
+	for name in (PoolName.MAMBA, "swa"):
+		with pytest.raises(ValueError, match="v2 storage interface"):
+			be.register_mem_host_pool_v2(pool, name)
+	idx = pool.alloc(P)
+	assert be.batch_set_v1(hashes(1, seed=3), idx) == [True]	# the KV pool still works
+	be.close()
+
+
 def _store_pages(sock, seed):
 	pool = host_pool("page_first")
 	be = backend(pool, sock)

@@ -180,6 +180,19 @@ class KvmmHiCacheStorage(HiCacheStorage):
 		self.suffix = self._rank_suffix + (f"_{layout}" if layout else "")
 		self._rows = _layer_rows(mem_pool_host, len(self.parts))
 
+	def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+		"""A hybrid model's host pool group registers each pool here: the KV
+		pool is the one this backend stores; any other (Mamba states, SWA,
+		an indexer) moves through the v2 interface, which this backend does
+		not have, so it is refused now, failing the attach with the reason,
+		rather than each v2 batch on SGLang's storage threads later."""
+		name = str(getattr(host_pool_name, "value", host_pool_name))
+		if name != "kv":
+			raise ValueError(f"kvmm HiCache storage: the host pool {name!r} of a hybrid model "
+					 f"needs SGLang's v2 storage interface, which this backend does "
+					 f"not implement (it stores the KV pool only)")
+		super().register_mem_host_pool_v2(host_pool, host_pool_name)
+
 	def _names(self, keys: List[str]) -> List[str]:
 		return [f"{k}{self.suffix}{p}" for k in keys for p in self.parts]
 
