@@ -284,20 +284,99 @@ def test_dcp_shards_do_not_share_pages():
 			be.close()
 
 
-def test_a_hybrid_models_other_pools_are_refused_at_attach():
-	"""A hybrid model registers each pool of its host pool group: the KV pool
-	is taken, a Mamba (or any other) pool refused with the reason, before
-	SGLang's storage threads would call the v2 interface for it."""
-	from sglang.srt.mem_cache.hicache_storage import PoolName
+def _hybrid(kind, tmp_path):
+	"""A backend of @kind ("kvmm", or "file": SGLang's own HiCacheFile) with a
+	hybrid model's pools: the KV pool, and two that stand in for a Mamba
+	state pool (a page a token) and an indexer pool (SGLang's host pool
+	page protocol: get_data_page, get_dummy_flat_data_page,
+	set_from_flat_data_page), random bytes in each."""
+	from sglang.srt.mem_cache.hicache_storage import HiCacheFile, PoolName
 
-	pool = host_pool("page_first")
-	be = backend(pool)
-	be.register_mem_host_pool_v2(pool, PoolName.KV)
-	for name in (PoolName.MAMBA, "swa"):
-		with pytest.raises(ValueError, match="v2 storage interface"):
-			be.register_mem_host_pool_v2(pool, name)
-	idx = pool.alloc(P)
-	assert be.batch_set_v1(hashes(1, seed=3), idx) == [True]	# the KV pool still works
+	kv = host_pool("page_first")
+	pools = {PoolName.MAMBA: cpu_host_pool(1, 1, 8, 1, T, torch.float32, "page_first"),
+		 PoolName.INDEXER: cpu_host_pool(1, 1, 4, P, T, torch.float32, "layer_first")}
+	for seed, pool in enumerate([kv, *pools.values()]):
+		random_bytes(pool.kv_buffer, 70 + seed)
+	if kind == "file":
+		be = HiCacheFile(config({"file_storage_path": str(tmp_path)}), file_path=str(tmp_path))
+		be.register_mem_pool_host(kv)
+	else:
+		be = backend(kv)
+	for name, pool in pools.items():
+		be.register_mem_host_pool_v2(pool, name)
+	return be, kv, pools
+
+
+def test_v2_pools_answer_as_sglangs_file_backend(tmp_path):
+	"""A hybrid model's other host pools move through batch_*_v2: pages
+	stored and read back byte for byte, and batch_exists_v2 answering as
+	SGLang's own file backend does for the same pages stored (the KV run,
+	each pool's hits, the restorable prefixes under ALL_PAGES and
+	TRAILING_PAGES), for several patterns of what is stored."""
+	from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+
+	n = 6
+	for case, (kv_n, mamba_at, index_at) in enumerate([(6, [4, 5], range(6)), (6, [1, 4], [0, 1, 3]),
+							   (4, [0, 1, 2, 3], [0, 1]), (6, [], range(6)),
+							   (0, [0], [0]), (5, [2, 3, 4], [0, 2, 3, 4])]):
+		keys = hashes(n, seed=60 + case)
+		answers = []
+		for kind in ("file", "kvmm"):
+			be, kv, pools = _hybrid(kind, tmp_path / f"{case}")
+			kv_idx = kv.alloc(n * P)
+			if kind == "file":
+				flats = [kv.get_data_page(int(kv_idx[i * P]), flat=True) for i in range(kv_n)]
+				assert be.batch_set(keys[:kv_n], flats) or not kv_n
+			else:
+				assert be.batch_set_v1(keys[:kv_n], kv_idx[:kv_n * P]) == [True] * kv_n
+			m_idx = pools[PoolName.MAMBA].alloc(n)
+			x_idx = pools[PoolName.INDEXER].alloc(n * P)
+			put = [PoolTransfer(name=PoolName.MAMBA, keys=[keys[i] for i in mamba_at],
+					    host_indices=m_idx[mamba_at]),
+			       PoolTransfer(name=PoolName.INDEXER, keys=[keys[i] for i in index_at],
+					    host_indices=x_idx.view(-1, P)[list(index_at)].reshape(-1))]
+			got = be.batch_set_v2(put)
+			assert got == {PoolName.MAMBA: [True] * len(mamba_at),
+				       PoolName.INDEXER: [True] * len(index_at)}
+			ask = [PoolTransfer(name=PoolName.MAMBA, keys=keys[-2:],
+					    hit_policy=PoolHitPolicy.TRAILING_PAGES),
+			       PoolTransfer(name=PoolName.INDEXER, hit_policy=PoolHitPolicy.ALL_PAGES)]
+			r = be.batch_exists_v2(keys, ask)
+			answers.append((r.kv_hit_pages, dict(r.extra_pool_hit_pages),
+					r.restorable_prefix_pages))
+			# read the pages back into cleared pools: the same bytes
+			moved = [(PoolName.MAMBA, int(m_idx[i])) for i in mamba_at] + \
+				[(PoolName.INDEXER, int(x_idx[i * P])) for i in index_at]
+			want = [pools[name].get_data_page(o, flat=True).clone() for name, o in moved]
+			for pool in pools.values():
+				pool.kv_buffer.zero_()
+			got = be.batch_get_v2(put)
+			assert got == {PoolName.MAMBA: [True] * len(mamba_at),
+				       PoolName.INDEXER: [True] * len(index_at)}
+			for (name, o), w in zip(moved, want):
+				assert torch.equal(as_bytes(pools[name].get_data_page(o, flat=True)), as_bytes(w))
+			be.close() if kind == "kvmm" else None
+		assert answers[0] == answers[1], (case, answers)
+
+
+def test_v2_what_moves_nothing(tmp_path):
+	"""A pool never registered, host indices that are not a page a key, and
+	a hit policy this backend does not answer (as SGLang's file backend,
+	BLOCK_GROUPS): nothing moves, and the policy is a ValueError."""
+	from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+
+	be, kv, pools = _hybrid("kvmm", tmp_path)
+	keys = hashes(2, seed=80)
+	idx = pools[PoolName.INDEXER].alloc(2 * P)
+	assert be.batch_set_v2([PoolTransfer(name=PoolName.SWA, keys=keys, host_indices=idx)]) == \
+		{PoolName.SWA: [False, False]}
+	assert be.batch_set_v2([PoolTransfer(name=PoolName.INDEXER, keys=keys,
+					     host_indices=idx[:P])]) == {PoolName.INDEXER: [False, False]}
+	assert be.batch_set_v1(keys, kv.alloc(2 * P)) == [True, True]
+	with pytest.raises(ValueError, match="hit policy"):
+		be.batch_exists_v2(keys, [PoolTransfer(name=PoolName.INDEXER,
+						       hit_policy=PoolHitPolicy.BLOCK_GROUPS)])
+	assert be.batch_exists_v2(keys, [PoolTransfer(name=PoolName.INDEXER)]).kv_hit_pages == 0
 	be.close()
 
 

@@ -20,7 +20,8 @@ kvmm.KeyedStore's), ``ns``, ``threads``, ``ring_bytes``.
 ``interface_v1`` makes SGLang use batch_get_v1/batch_set_v1, which move
 each page between the host pool and kvmm without a copy of ours where the
 pool's layout keeps a page's K and its V contiguous (page_first,
-page_first_direct).  A layer_first page is stored as SGLang's flat page
+page_first_direct); a hybrid model's other host pools (Mamba states, SWA,
+indexers) move through batch_*_v2, a flat page a value.  A layer_first page is stored as SGLang's flat page
 (its K, then its V, layer by layer): a batch's pages are gathered from
 the pool into a staging buffer of the calling thread's, and scattered
 back from it, by one numpy call per chunk of pages (16 MiB), no Python
@@ -32,7 +33,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 import torch
 
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
+from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig,
+						 PoolHitPolicy, PoolName, PoolTransferResult)
 
 from ._store import KeyedStore
 
@@ -45,6 +47,11 @@ _ZERO_COPY = ("page_first", "page_first_direct")
 # thread's, this many bytes at most (one page when a page is larger): a
 # batch larger moves a chunk of pages at a time.
 _STAGE_BYTES = 16 << 20
+
+
+def _pool_name(name: Any) -> str:
+	"""A host pool's name as a string (SGLang passes PoolName members or str)."""
+	return str(getattr(name, "value", name))
 
 
 def _byte_view(t: torch.Tensor) -> memoryview:
@@ -150,19 +157,22 @@ class KvmmHiCacheStorage(HiCacheStorage):
 		self.config = storage_config
 		self.is_mla = bool(storage_config.is_mla_model)
 		model = (storage_config.model_name or "model").replace("/", "-")
-		self.suffix = f"_{model}" if self.is_mla else \
-			f"_{model}_{storage_config.tp_rank}_{storage_config.tp_size}"
+		tp = f"_{model}_{storage_config.tp_rank}_{storage_config.tp_size}"
+		shard = ""
 		if getattr(storage_config, "pp_size", 1) > 1:
-			self.suffix += f"_{storage_config.pp_size}_{storage_config.pp_rank}"
+			shard += f"_{storage_config.pp_size}_{storage_config.pp_rank}"
 		if getattr(storage_config, "attn_cp_size", 1) > 1:
-			self.suffix += f"_cp{storage_config.attn_cp_rank}_{storage_config.attn_cp_size}"
+			shard += f"_cp{storage_config.attn_cp_rank}_{storage_config.attn_cp_size}"
 		if getattr(storage_config, "dcp_size", 1) > 1:
 			# each DCP rank holds its own shard of an MLA page: the shard,
 			# the topology and the logical page size join the key (as
 			# SGLang's file backend keys them), so a rank never reads
 			# another's shard, nor one cut for another topology
-			self.suffix += (f"_tp{storage_config.tp_size}_dcp{storage_config.dcp_rank}_"
-					f"{storage_config.dcp_size}_page{storage_config.logical_page_size}")
+			shard += (f"_tp{storage_config.tp_size}_dcp{storage_config.dcp_rank}_"
+				  f"{storage_config.dcp_size}_page{storage_config.logical_page_size}")
+		self.suffix = (f"_{model}" if self.is_mla else tp) + shard
+		# a Mamba state is the TP rank's even where the model's MLA KV is shared
+		self._tp_suffix = tp + shard
 		self._rank_suffix = self.suffix
 		self.parts = ("",) if self.is_mla else ("_k", "_v")
 		self.store = KeyedStore(f"sglang:{model}", **opts)
@@ -179,19 +189,6 @@ class KvmmHiCacheStorage(HiCacheStorage):
 		layout = getattr(mem_pool_host, "layout", None)
 		self.suffix = self._rank_suffix + (f"_{layout}" if layout else "")
 		self._rows = _layer_rows(mem_pool_host, len(self.parts))
-
-	def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
-		"""A hybrid model's host pool group registers each pool here: the KV
-		pool is the one this backend stores; any other (Mamba states, SWA,
-		an indexer) moves through the v2 interface, which this backend does
-		not have, so it is refused now, failing the attach with the reason,
-		rather than each v2 batch on SGLang's storage threads later."""
-		name = str(getattr(host_pool_name, "value", host_pool_name))
-		if name != "kv":
-			raise ValueError(f"kvmm HiCache storage: the host pool {name!r} of a hybrid model "
-					 f"needs SGLang's v2 storage interface, which this backend does "
-					 f"not implement (it stores the KV pool only)")
-		super().register_mem_host_pool_v2(host_pool, host_pool_name)
 
 	def _names(self, keys: List[str]) -> List[str]:
 		return [f"{k}{self.suffix}{p}" for k in keys for p in self.parts]
@@ -352,6 +349,100 @@ class KvmmHiCacheStorage(HiCacheStorage):
 
 	def exists(self, key: str) -> bool:
 		return self.batch_exists([key]) == 1
+
+	# ---- the v2 interface: a hybrid model's other host pools ----
+	def _pool_names(self, keys: List[str], pool: Any) -> List[str]:
+		"""The value names of @keys' pages of host pool @pool (a name): one
+		value a page, keyed as SGLang's file backend keys a component
+		(the page hash, the pool's name, the rank's suffix: the TP rank's
+		for Mamba states), and the pool's own layout."""
+		name = _pool_name(pool)
+		host = self._pool(pool)
+		suffix = self._tp_suffix if name == "mamba" else self._rank_suffix
+		layout = getattr(host, "layout", None)
+		suffix += f"_{layout}" if layout else ""
+		return [f"{k}.{name}{suffix}" for k in keys]
+
+	def _pool(self, pool: Any) -> Any:
+		for name, host in getattr(self, "registered_pools", {}).items():
+			if _pool_name(name) == _pool_name(pool):
+				return host
+		return None
+
+	def batch_exists_v2(self, keys: List[str], pool_transfers: Optional[List[Any]] = None,
+			    extra_info: Any = None) -> PoolTransferResult:
+		"""The run of KV pages stored from the first, cut to the prefixes
+		every other pool can restore too, as SGLang's file backend answers:
+		an ALL_PAGES pool needs each page of the prefix, a TRAILING_PAGES
+		pool (Mamba, SWA states) the prefix's last len(transfer.keys)."""
+		kv = self.batch_exists(keys)
+		hits: Dict[Any, int] = {PoolName.KV: kv} if kv else {}
+		restorable = set(range(1, kv + 1))
+		for t in pool_transfers or []:
+			if not restorable:
+				break
+			if t.hit_policy not in (PoolHitPolicy.ALL_PAGES, PoolHitPolicy.TRAILING_PAGES):
+				raise ValueError(f"kvmm HiCache storage: pool hit policy {t.hit_policy} is "
+						 f"not supported")
+			have = (self.store.call("exists", self._pool_names(keys[:kv], t.name)) == 0
+				if kv else np.zeros(0, bool))
+			# run[p]: how many pages up to page p - 1 are stored, back to back
+			run = [0] * (kv + 1)
+			for i in range(kv):
+				run[i + 1] = run[i] + 1 if have[i] else 0
+			if t.hit_policy == PoolHitPolicy.ALL_PAGES:
+				ok = {p for p in range(1, kv + 1) if run[p] == p}
+			else:
+				trailing = max(1, len(t.keys) if t.keys else 1)
+				ok = {p for p in range(1, kv + 1) if run[p] >= min(trailing, p)}
+			if ok:
+				hits[t.name] = max(ok)
+			restorable &= ok
+		order = sorted(restorable)
+		return PoolTransferResult(order[-1] if order else 0, hits, order)
+
+	def _batch_v2(self, op: str, transfers: List[Any]) -> Dict[Any, List[bool]]:
+		"""@op ("get", "set") of each transfer's pages: the KV pool's through
+		the v1 paths, any other's a flat page at a time (SGLang's
+		get_data_page()/set_from_flat_data_page(), as its file backend
+		moves them), one store call a transfer.  A transfer whose pool is
+		not registered, or whose host indices are not a page per key,
+		moves nothing."""
+		out: Dict[Any, List[bool]] = {}
+		for t in transfers:
+			keys = list(t.keys or [])
+			if _pool_name(t.name) == "kv":
+				fn = self.batch_get_v1 if op == "get" else self.batch_set_v1
+				out[t.name] = fn(keys, t.host_indices)
+				continue
+			host = self._pool(t.name)
+			ps = (getattr(host, "page_size", 1) or 1) if host is not None else 1
+			idx = t.host_indices
+			if host is None or idx is None or idx.numel() != len(keys) * ps:
+				out[t.name] = [False] * len(keys)
+				continue
+			if not keys:
+				out[t.name] = []
+				continue
+			offs = idx[::ps].tolist()
+			names = self._pool_names(keys, t.name)
+			if op == "set":
+				pages = [host.get_data_page(o, flat=True).contiguous() for o in offs]
+				res = self.store.call("put", names, [_byte_view(p) for p in pages])
+			else:
+				pages = [host.get_dummy_flat_data_page() for _ in offs]
+				res = self.store.call("get", names, [_byte_view(p) for p in pages])
+				for r, o, page in zip(res, offs, pages):
+					if r == 0:
+						host.set_from_flat_data_page(o, page)
+			out[t.name] = [bool(r == 0) for r in res]
+		return out
+
+	def batch_get_v2(self, transfers: List[Any], extra_info: Any = None) -> Dict[Any, List[bool]]:
+		return self._batch_v2("get", transfers)
+
+	def batch_set_v2(self, transfers: List[Any], extra_info: Any = None) -> Dict[Any, List[bool]]:
+		return self._batch_v2("set", transfers)
 
 	# ---- the interface before v1: whole flat pages, copied ----
 	def set(self, key: str, value: Any = None, target_location: Any = None,
