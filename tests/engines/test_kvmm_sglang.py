@@ -362,7 +362,8 @@ def test_v2_pools_answer_as_sglangs_file_backend(tmp_path):
 def test_v2_what_moves_nothing(tmp_path):
 	"""A pool never registered, host indices that are not a page a key, and
 	a hit policy this backend does not answer (as SGLang's file backend,
-	BLOCK_GROUPS): nothing moves, and the policy is a ValueError."""
+	BLOCK_GROUPS): nothing moves, and the policy is a ValueError.  The KV
+	pool named in a v2 transfer moves as v1 moves it."""
 	from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
 
 	be, kv, pools = _hybrid("kvmm", tmp_path)
@@ -372,7 +373,13 @@ def test_v2_what_moves_nothing(tmp_path):
 		{PoolName.SWA: [False, False]}
 	assert be.batch_set_v2([PoolTransfer(name=PoolName.INDEXER, keys=keys,
 					     host_indices=idx[:P])]) == {PoolName.INDEXER: [False, False]}
-	assert be.batch_set_v1(keys, kv.alloc(2 * P)) == [True, True]
+	# the KV pool in a v2 transfer takes the v1 paths
+	kv_idx = kv.alloc(2 * P)
+	assert be.batch_set_v2([PoolTransfer(name=PoolName.KV, keys=keys, host_indices=kv_idx)]) == \
+		{PoolName.KV: [True, True]}
+	assert be.batch_exists(keys) == 2
+	assert be.batch_get_v2([PoolTransfer(name=PoolName.KV, keys=keys, host_indices=kv_idx)]) == \
+		{PoolName.KV: [True, True]}
 	with pytest.raises(ValueError, match="hit policy"):
 		be.batch_exists_v2(keys, [PoolTransfer(name=PoolName.INDEXER,
 						       hit_policy=PoolHitPolicy.BLOCK_GROUPS)])
