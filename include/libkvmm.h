@@ -451,7 +451,8 @@ int kvmm_frames_insert(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens
 		       uint32_t n, const int32_t *frames, struct kvmm_fnode *last);
 int kvmm_frames_extend(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 		       uint32_t n, int32_t *frames, const struct kvmm_fnode *from,
-		       uint32_t from_len, uint32_t split, struct kvmm_fnode *last);
+		       uint32_t from_len, uint32_t split, uint32_t inserted_len,
+		       struct kvmm_fnode *last);
 int64_t kvmm_frames_lock(struct kvmm_ctx *ctx, const struct kvmm_fnode *node, int delta);
 int64_t kvmm_frames_evict(struct kvmm_ctx *ctx, uint32_t nr_pages, int32_t *frames,
 			  uint32_t max);

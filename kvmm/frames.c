@@ -162,6 +162,25 @@ static int frames_link(struct kvmm_ctx *ctx, struct kvmm_node *root, const uint3
 }
 
 /*
+ * Hits, in this mode, are counted as SGLang's tree counts them (its slru
+ * policy's): an insert counts one on each node of the key's path that
+ * ends past @inserted_len, the tokens the request had inserted before
+ * (so that a request counts each node once), and a match counts none.
+ * @end is the key's node, @len tokens deep.
+ */
+static void count_hits(struct kvmm_ctx *ctx, struct kvmm_node *end, uint32_t len,
+		       uint32_t inserted_len)
+{
+	struct kvmm_node *x;
+
+	for (x = end; !(x->flags & KVMM_NODE_ROOT) && len > inserted_len; x = x->parent) {
+		if (x->hits < UINT16_MAX)
+			x->hits++;
+		len -= x->len;
+	}
+}
+
+/*
  * The insert of kvmm_frames_insert() and _extend(): the key's first @base
  * tokens are the path from @root down to @start (a node boundary) and are
  * not read; the walk starts at @start.  Stamps the path and queues its end
@@ -172,7 +191,7 @@ static int frames_link(struct kvmm_ctx *ctx, struct kvmm_node *root, const uint3
  */
 static int frames_insert(struct kvmm_ctx *ctx, struct kvmm_node *root, struct kvmm_node *start,
 			 uint32_t base, const uint32_t *tokens, uint32_t n, const int32_t *frames,
-			 struct kvmm_node **endp)
+			 uint32_t inserted_len, struct kvmm_node **endp)
 {
 	struct kvmm_zone *zone = &ctx->zone[KVMM_TIER_DEVICE];
 	struct kvmm_node *rest;
@@ -205,6 +224,7 @@ static int frames_insert(struct kvmm_ctx *ctx, struct kvmm_node *root, struct kv
 		kvmm_free_pages(ctx, zone, frames + first, nr);
 		return ret < 0 ? ret : -EBUSY;
 	}
+	count_hits(ctx, ins.end, n, inserted_len);
 	touch_split(ctx, rest, ins.end);
 	kvmm_lru_update(ctx, ins.end);
 	*endp = ins.end;
@@ -230,8 +250,8 @@ static bool frames_args_ok(const struct kvmm_ctx *ctx, const uint32_t *tokens, u
  * The part of the key the tree had already keeps the tree's frames: the
  * engine's frames for it are duplicates, the engine's to free.  The rest
  * become the tree's (CACHED), each of which must be a frame of the pool
- * the tree does not hold, named once.  The path is stamped as accessed
- * and its end queued for eviction.
+ * the tree does not hold, named once.  The path is stamped as accessed,
+ * each of its nodes counts a hit, and its end is queued for eviction.
  *
  * Return: tokens the tree had already (from the start of the key);
  * -EINVAL for bad arguments (an unaligned @n, a frame outside the pool);
@@ -249,7 +269,7 @@ KVMM_EXPORT int kvmm_frames_insert(struct kvmm_ctx *ctx, uint32_t ns, const uint
 	root = kvmm_tree_root(ctx, ns, true);
 	if (!root)
 		return -ENOMEM;
-	had = frames_insert(ctx, root, root, 0, tokens, n, frames, &end);
+	had = frames_insert(ctx, root, root, 0, tokens, n, frames, 0, &end);
 	if (had < 0)
 		return had;
 	fnode_set(last, end);
@@ -293,6 +313,9 @@ static int frames_split_at(struct kvmm_ctx *ctx, struct kvmm_node *end, uint32_t
  *	namespace are checked
  * @from_len: its tokens, a multiple of the page size, at most @n
  * @split: where the key's path must end a node as well (0 or >= @n: none)
+ * @inserted_len: the tokens of the key the request inserted before: a
+ *	node of the key's path counts a hit only if it ends past them, as
+ *	SGLang counts them (kvmm_frames_insert() counts one on every node)
  * @last: out (may be NULL): the node the key ends on
  *
  * What an engine does when a request it holds locked at @from grows:
@@ -313,7 +336,8 @@ static int frames_split_at(struct kvmm_ctx *ctx, struct kvmm_node *end, uint32_t
  */
 KVMM_EXPORT int kvmm_frames_extend(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 				   uint32_t n, int32_t *frames, const struct kvmm_fnode *from,
-				   uint32_t from_len, uint32_t split, struct kvmm_fnode *last)
+				   uint32_t from_len, uint32_t split, uint32_t inserted_len,
+				   struct kvmm_fnode *last)
 {
 	struct kvmm_node *root, *start, *end, *x;
 	uint64_t len = 0;
@@ -334,7 +358,7 @@ KVMM_EXPORT int kvmm_frames_extend(struct kvmm_ctx *ctx, uint32_t ns, const uint
 		len += x->len;
 	if (x != root || len != from_len)
 		return -EXDEV;
-	had = frames_insert(ctx, root, start, from_len, tokens, n, frames, &end);
+	had = frames_insert(ctx, root, start, from_len, tokens, n, frames, inserted_len, &end);
 	if (had < 0)
 		return had;
 	if (split && split < n)

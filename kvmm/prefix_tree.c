@@ -571,10 +571,14 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
  * @ctx: the context
  * @node: the deepest node accessed
  *
- * Ancestors get older stamps than the node, in walk order.
+ * Ancestors get older stamps than the node, in walk order.  Each counts a
+ * hit (the slru policy's), except in engine-frames mode, where an insert
+ * counts them as the engine's own cache does (kvmm_frames_extend()).
  */
 void kvmm_tree_touch(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
+	/* an engine's own frames: its inserts say what a hit is (frames.c) */
+	bool hit = ctx->params.frames != KVMM_FRAMES_ENGINE;
 	struct kvmm_node *n;
 	uint64_t depth = 0, t;
 
@@ -583,7 +587,7 @@ void kvmm_tree_touch(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	t = ctx->tree.clock += depth;
 	for (n = node; n; n = n->parent) {
 		n->atime = t--;
-		if (n->hits < UINT16_MAX)
+		if (hit && n->hits < UINT16_MAX)
 			n->hits++;
 	}
 	if (node->flags & KVMM_NODE_EVICTABLE)

@@ -69,8 +69,8 @@ uint32_t kvmm_py_radix_row_free(const struct kvmm_py_radix *r, uintptr_t row, ui
 				uint32_t end, uintptr_t out, int pages);
 int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids,
 				 uint32_t key_len, uint32_t prompt_len, uintptr_t row,
-				 uint32_t protected, const struct kvmm_fnode *unlock,
-				 struct kvmm_fnode *last, int pages);
+				 uint32_t protected, uint32_t inserted,
+				 const struct kvmm_fnode *unlock, struct kvmm_fnode *last, int pages);
 """
 
 

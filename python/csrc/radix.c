@@ -290,6 +290,8 @@ static int radix_key(struct kvmm_py_radix *r, uintptr_t ids, const int32_t *slot
  *	when 0 < @prompt_len < @key_len
  * @row: the request's int32 row (an address), @key_len slots at least
  * @protected: the row's first positions the tree owns already (its lock)
+ * @inserted: the tokens the request inserted before (its
+ *	cache_inserted_len): the nodes that count a hit end past them
  * @unlock: the request's lock to drop, or NULL
  * @last: out, the key's node, locked in its stead
  * @pages: the duplicates as page frames, not slots (see _row_free())
@@ -313,8 +315,9 @@ static int radix_key(struct kvmm_py_radix *r, uintptr_t ids, const int32_t *slot
  */
 static int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids,
 					uint32_t key_len, uint32_t prompt_len, uintptr_t row,
-					uint32_t protected, const struct kvmm_fnode *unlock,
-					struct kvmm_fnode *last, int pages)
+					uint32_t protected, uint32_t inserted,
+					const struct kvmm_fnode *unlock, struct kvmm_fnode *last,
+					int pages)
 {
 	static const struct kvmm_fnode root;
 	const struct kvmm_fnode *from = &root;
@@ -335,13 +338,13 @@ static int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, ui
 	if (ret)
 		return ret;
 	had = kvmm_frames_extend(r->ctx, ns, r->tokens, key_len, r->frames, from, held, split,
-				 last);
+				 inserted, last);
 	if ((had == -EXDEV || had == -ESTALE) && from != &root) {
 		ret = radix_key(r, ids, slot, 0, held);
 		if (ret)
 			return ret;
 		had = kvmm_frames_extend(r->ctx, ns, r->tokens, key_len, r->frames, &root, 0,
-					 split, last);
+					 split, inserted, last);
 	}
 	if (had < 0)
 		return had;

@@ -165,6 +165,26 @@ def test_lru_order(pair):
 	assert pair.match(K(keys[0]))[0] == 8
 
 
+def test_slru_counts_a_hit_as_sglang_does():
+	"""slru keeps what was inserted twice over what was inserted once; an
+	insert by a request that inserted the key before (inserted_len) and a
+	match count no hit.  z goes first, though x is newer and matched."""
+	p = Pair(1, "slru")
+	x, y, z = ([base + i for i in range(16)] for base in (100, 200, 300))
+	p.insert(K(y), slots(1, 16, 1))
+	p.insert(K(y), slots(17, 16, 1))
+	p.insert(K(z), slots(33, 16, 1))
+	for side in (p.ref, p.kv):
+		side.cache.insert(InsertParams(key=K(z), value=slots(49, 16, 1), inserted_len=16))
+	p.insert(K(x), slots(65, 16, 1))
+	for _ in range(3):
+		p.match(K(x))
+	assert p.evict(1) == 16
+	assert [p.match(K(t))[0] for t in (z, x, y)] == [0, 16, 16]
+	assert p.evict(1) == 16
+	assert [p.match(K(t))[0] for t in (x, y)] == [0, 16]
+
+
 def test_dec_of_an_unlocked_node_is_refused():
 	p = Pair(1)
 	p.insert(K([1, 2, 3]), slots(1, 3, 1))
@@ -175,9 +195,22 @@ def test_dec_of_an_unlocked_node_is_refused():
 
 
 def test_refused_configurations():
-	for policy in ("fifo", "slru", "priority"):
+	for policy in ("fifo", "lfu", "mru", "filo", "priority", "tlru"):
 		with pytest.raises(ValueError):
 			build(KvmmRadixCache, 1, policy=policy)
+	# slru's threshold is kvmm's 2 (SGLang's default): another is refused
+	side = build(KvmmRadixCache, 1, policy="lru")
+	for policy, config, ok in (("slru", {"protected_threshold": 2}, True),
+				   ("slru", {"protected_threshold": 3}, False),
+				   ("lru", {"x": 1}, False)):
+		params = CacheInitParams(disable=False, req_to_token_pool=side.pool,
+					 token_to_kv_pool_allocator=side.alloc, page_size=1,
+					 eviction_policy=policy, eviction_policy_config=config)
+		if ok:
+			KvmmRadixCache(params)
+		else:
+			with pytest.raises(ValueError, match="config"):
+				KvmmRadixCache(params)
 
 
 def test_registered_as_a_backend():
@@ -192,11 +225,14 @@ def test_registered_as_a_backend():
 	assert isinstance(get_radix_cache_factory("kvmm")(ctx), KvmmRadixCache)
 
 
+@pytest.mark.parametrize("policy", ["lru", "slru"])
 @pytest.mark.parametrize("ps", [1, 4])
-def test_random_calls_agree(ps):
+def test_random_calls_agree(ps, policy):
 	"""Inserts over shared prefixes, matches, locks and unlocks, evictions
-	under pressure: the same answers after every call."""
-	p = Pair(ps)
+	under pressure: the same answers after every call, under each eviction
+	policy both trees have (slru: a node inserted twice is kept over one
+	inserted once, whatever matched it)."""
+	p = Pair(ps, policy)
 	rng = random.Random(ps)
 	base, locked = 1, []
 	for _ in range(600):
@@ -272,9 +308,9 @@ class Requests:
 	checkpoint the prompt; finish = checkpoint everything, free_kv_row,
 	unlock.  Every answer, row and allocator size compared as it goes."""
 
-	def __init__(self, ps, rows=6):
+	def __init__(self, ps, rows=6, policy="lru"):
 		self.ps = ps
-		self.p = Pair(ps)
+		self.p = Pair(ps, policy)
 		self.sides = (self.p.ref, self.p.kv)
 		self.live = []
 
@@ -348,15 +384,16 @@ class Requests:
 		self.p.sizes()
 
 
+@pytest.mark.parametrize("policy", ["lru", "slru"])
 @pytest.mark.parametrize("ps", [1, 4])
 @pytest.mark.parametrize("way", ["row", "int64 table", "free_segment"])
-def test_requests_agree(ps, way):
+def test_requests_agree(ps, way, policy):
 	"""Admitted and finished requests over shared prefixes, under eviction
 	pressure: the same rows, slots and sizes at every step.  "int64 table"
 	is a req_to_token the C side cannot write (a device's, in SGLang): the
 	row goes through a CPU copy; "free_segment" an allocator whose
 	free_page_ids() the cache does not use."""
-	r = Requests(ps)
+	r = Requests(ps, policy=policy)
 	if way == "int64 table":
 		for side in r.sides:
 			side.pool.req_to_token = side.pool.req_to_token.to(torch.int64)

@@ -343,6 +343,52 @@ static void frames_alloc_faults(void)
 }
 
 /*
+ * Under slru a node reached twice is kept over one reached once.  In this
+ * mode a hit is what SGLang's tree counts: an insert, on the nodes past
+ * what the request inserted before; a match counts none.  y is inserted
+ * twice (protected); z once, then again as a request that had inserted it
+ * all (no hit); x once and matched three times (no hit), the newest.  The
+ * once-reached go first, oldest first: z, x, then y.
+ */
+static void frames_slru_hits(void)
+{
+	struct kvmm_params p = test_params(1, NR_FRAMES, 4, 4096);
+	uint32_t x[16], y[16], z[16], i;
+	struct kvmm_fnode root = { 0 };
+	int32_t frames[16], out[64];
+	struct kvmm_ctx *ctx = NULL;
+	struct engine e;
+
+	p.frames = KVMM_FRAMES_ENGINE;
+	p.evict_policy = "slru";
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	engine_init(&e);
+	test_tokens(y, 16, 1);
+	test_tokens(z, 16, 2);
+	test_tokens(x, 16, 3);
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, y, 16, 1, NULL), 0);		/* frames 0.. */
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, y, 16, 1, NULL), 16);
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, z, 16, 1, NULL), 0);		/* 16.. */
+	for (i = 0; i < 16; i++)
+		frames[i] = 100 + (int32_t)i;	/* all duplicates: not read */
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, z, 16, frames, &root, 0, 0, 16, NULL), 16);
+	CU_ASSERT_EQUAL(frames[0], 16);		/* the tree's */
+	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, x, 16, 1, NULL), 0);		/* 32.. */
+	for (i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, x, 16, out, NULL), 16);
+	check_conserved(ctx, &e, 1);
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, out, 64), 16);
+	CU_ASSERT_EQUAL(out[0], 16);
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, out + 16, 48), 16);
+	CU_ASSERT_EQUAL(out[16], 32);
+	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, out + 32, 32), 16);
+	CU_ASSERT_EQUAL(out[32], 0);
+	engine_free(&e, out, 48);
+	check_conserved(ctx, &e, 1);
+	kvmm_destroy(ctx);
+}
+
+/*
  * kvmm_frames_extend() with each allocation failing in turn: the insert's
  * failure changes nothing; the split's is left out and the call succeeds.
  */
@@ -366,7 +412,7 @@ static void frames_extend_faults(void)
 		CU_ASSERT(engine_alloc(&e, given + 16, 16));
 		memcpy(frames, given, sizeof(frames));
 		ta.fail_at = ta.calls + n;
-		had = kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 16, 8, &end);
+		had = kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 16, 8, 0, &end);
 		CU_ASSERT(had == 16 || had == -ENOMEM);
 		if (had < 0)
 			engine_free(&e, given + 16, 16);	/* still the engine's */
@@ -411,7 +457,7 @@ static int twin_checkpoint(struct twin *t, bool extend, uint32_t ns, const uint3
 	CU_ASSERT_FATAL(engine_alloc(&t->e, given + held / ps, (n - held) / ps));
 	memcpy(frames + held / ps, given + held / ps, (size_t)(n - held) / ps * sizeof(*given));
 	if (extend) {
-		had = kvmm_frames_extend(t->ctx, ns, tok, n, frames, lock, held, split, &end);
+		had = kvmm_frames_extend(t->ctx, ns, tok, n, frames, lock, held, split, held, &end);
 	} else {
 		had = kvmm_frames_insert(t->ctx, ns, tok, n, frames, &end);
 		if (split && split < n)
@@ -518,26 +564,26 @@ static void frames_extend_refusals(void)
 	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, tok, 16, 4, &h), 0);
 	CU_ASSERT(engine_alloc(&e, frames + 4, 4));
 	/* the node's path is 16 tokens of namespace 0, no other */
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 12, 0, NULL), -EXDEV);
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 1, tok, 32, frames, &h, 16, 0, NULL), -EXDEV);
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &root, 16, 0, NULL), -EXDEV);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 12, 0, 0, NULL), -EXDEV);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 1, tok, 32, frames, &h, 16, 0, 0, NULL), -EXDEV);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &root, 16, 0, 0, NULL), -EXDEV);
 	/* unaligned, past the key, no handle */
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 14, 0, NULL), -EINVAL);
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 16, 18, NULL), -EINVAL);
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 12, frames, &h, 16, 0, NULL), -EINVAL);
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, NULL, 16, 0, NULL), -EINVAL);
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, NULL, &h, 16, 0, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 14, 0, 0, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 16, 18, 0, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 12, frames, &h, 16, 0, 0, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, NULL, 16, 0, 0, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, NULL, &h, 16, 0, 0, NULL), -EINVAL);
 	engine_free(&e, frames + 4, 4);
 	check_conserved(ctx, &e, 4);
 	/* a handle to a node gone */
 	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 4, out, 16), 4);
 	engine_free(&e, out, 4);
 	gone = h;
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &gone, 16, 0, NULL), -ESTALE);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &gone, 16, 0, 0, NULL), -ESTALE);
 	check_conserved(ctx, &e, 4);
 	/* from the root, with a split: the key and its first 8 tokens as nodes */
 	CU_ASSERT(engine_alloc(&e, frames, 8));
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &root, 0, 8, &h), 0);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &root, 0, 8, 0, &h), 0);
 	CU_ASSERT_EQUAL(kvmm_frames_evict(ctx, 1, out, 16), 6);	/* the key past the split */
 	engine_free(&e, out, 6);
 	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 0, tok, 32, out, NULL), 8);
@@ -546,7 +592,7 @@ static void frames_extend_refusals(void)
 	kvmm_destroy(ctx);
 	ctx = test_ctx(4, NR_FRAMES, 4, 4096);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
-	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &root, 0, 0, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &root, 0, 0, 0, NULL), -EINVAL);
 	kvmm_destroy(ctx);
 }
 
@@ -564,5 +610,6 @@ int register_frames_suite(void)
 	ADD_TEST(s, frames_extend_as_insert);
 	ADD_TEST(s, frames_extend_refusals);
 	ADD_TEST(s, frames_extend_faults);
+	ADD_TEST(s, frames_slru_hits);
 	return 0;
 }

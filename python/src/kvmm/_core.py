@@ -767,13 +767,16 @@ class Context(ViewOwner):
 		return had, FrameNode(last)
 
 	def frames_extend(self, tokens: Any, frames: Any, node: "FrameNode", node_len: int,
-			  split: int = 0, ns: int = 0) -> Tuple[int, np.ndarray, "FrameNode"]:
+			  split: int = 0, inserted_len: int = 0,
+			  ns: int = 0) -> Tuple[int, np.ndarray, "FrameNode"]:
 		"""frames_insert() of @tokens whose first @node_len are the path to
 		@node (a node the caller holds locked), without reading those: with
 		frames_insert() of the first @split tokens too (a split, 0 for none)
 		and the key's path stamped as frames_match() stamps it.  @frames
 		holds the engine's frame of each page of @tokens (those of the first
-		@node_len tokens are not read).
+		@node_len tokens are not read).  A node of the path counts a hit
+		(the slru policy's) only if it ends past @inserted_len, the tokens
+		the request inserted before, as SGLang counts them.
 
 		Returns (tokens the tree had already, the tree's frame of each page
 		of the key past @node_len as int32, the node the key ends on).
@@ -787,7 +790,8 @@ class Context(ViewOwner):
 		fr = frames_arg(frames, n // self.page_size).copy()
 		last = ffi.new("struct kvmm_fnode *")
 		had = self._check(lib.kvmm_frames_extend(self._c(), ns, buf, n, _i32p(fr), node._h,
-							  node_len, split, last), "kvmm_frames_extend")
+							  node_len, split, inserted_len, last),
+				  "kvmm_frames_extend")
 		return had, fr[node_len // self.page_size:], FrameNode(last)
 
 	def frames_lock(self, node: "FrameNode", delta: int = 1) -> int:

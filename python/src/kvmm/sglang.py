@@ -492,9 +492,10 @@ from ._core import Context, FrameNode  # noqa: E402
 from ._errors import make_error  # noqa: E402
 from ._kvmm import ffi, lib  # noqa: E402
 
-# SGLang's policies whose order kvmm's tree keeps in this mode (kvmm's slru
-# counts hits where SGLang's does not, so it is not offered yet).
-_POLICIES = {"lru": "lru"}
+# SGLang's policies whose order kvmm's tree keeps in this mode: slru counts
+# a hit where SGLang's tree does (an insert, once a request, past the
+# request's cache_inserted_len; never a match: see kvmm/frames.c).
+_POLICIES = {"lru": "lru", "slru": "slru"}
 
 _match = lib.kvmm_py_radix_match
 _path = lib.kvmm_py_radix_path
@@ -548,7 +549,7 @@ class KvmmRadixCache(BasePrefixCache):
 	tree's copy and frees the duplicates, inc/dec_lock_ref return the
 	tokens moved.  Keys of another extra_key or cache_salt are another
 	kvmm namespace.  Not supported (refused when asked): EAGLE's bigram
-	keys, sliding-window trees, policies other than lru, KV events.
+	keys, sliding-window trees, policies other than lru and slru, KV events.
 
 	Each method the scheduler calls per request (match_prefix, lock,
 	path_device_indices, checkpoint, free_kv_row, unlock, evict) is one
@@ -566,6 +567,13 @@ class KvmmRadixCache(BasePrefixCache):
 		if policy not in _POLICIES:
 			raise ValueError(f"kvmm radix cache: eviction policy {policy!r} is not one of "
 					 f"{sorted(_POLICIES)}")
+		config = dict(getattr(params, "eviction_policy_config", None) or {})
+		if policy == "slru" and config.get("protected_threshold") == 2:
+			del config["protected_threshold"]	# kvmm's, and SGLang's default
+		if config:
+			raise ValueError(f"kvmm radix cache: eviction policy config {config} is not "
+					 f"supported (slru keeps a node reached twice: "
+					 f"protected_threshold 2)")
 		if params.is_eagle:
 			raise ValueError("kvmm radix cache: EAGLE's bigram keys are not supported")
 		if getattr(params, "enable_kv_cache_events", False):
@@ -717,8 +725,10 @@ class KvmmRadixCache(BasePrefixCache):
 		if n and (tokens.min() < 0 or tokens.max() >= 1 << 32):
 			raise ValueError("kvmm radix cache: token ids must fit 32 bits")
 		frames = value[:n][:: self.page_size] // self.page_size
-		had, node = self._ctx.frames_insert(tokens.astype(np.uint32), frames.cpu().numpy(),
-						    self._ns_of(key))
+		had, _, node = self._ctx.frames_extend(tokens.astype(np.uint32), frames.cpu().numpy(),
+						       self.root_node, 0,
+						       inserted_len=getattr(params, "inserted_len", 0),
+						       ns=self._ns_of(key))
 		return InsertResult(prefix_len=had, last_device_node=node)
 
 	def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
@@ -755,7 +765,8 @@ class KvmmRadixCache(BasePrefixCache):
 		ns = self._ns.get(tag)
 		ret = _checkpoint(self._r, self._ns_tag(tag) if ns is None else ns,
 				  ids.buffer_info()[0], key_len, prompt, row, protected,
-				  old.node._h if old is not None else _NULL, last._h, self._pages)
+				  kv.cache_inserted_len, old.node._h if old is not None else _NULL,
+				  last._h, self._pages)
 		if ret < 0 and ret != -errno.ENOLCK:
 			self._raise(ret, "kvmm_frames_insert")
 		if copy is not None and protected < key_len:
