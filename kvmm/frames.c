@@ -349,9 +349,10 @@ KVMM_EXPORT int kvmm_frames_extend(struct kvmm_ctx *ctx, uint32_t ns, const uint
 	ret = fnode_get(from, &start);
 	if (ret)
 		return ret;
-	root = kvmm_tree_root(ctx, ns, true);
+	/* a node of @ns has its root already: none made on the way to -EXDEV */
+	root = kvmm_tree_root(ctx, ns, !start);
 	if (!root)
-		return -ENOMEM;
+		return start ? -EXDEV : -ENOMEM;
 	if (!start)
 		start = root;
 	for (x = start; !(x->flags & KVMM_NODE_ROOT); x = x->parent)

@@ -566,6 +566,8 @@ static void frames_extend_refusals(void)
 	/* the node's path is 16 tokens of namespace 0, no other */
 	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 12, 0, 0, NULL), -EXDEV);
 	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 1, tok, 32, frames, &h, 16, 0, 0, NULL), -EXDEV);
+	CU_ASSERT_EQUAL(kvmm_frames_match(ctx, 1, tok, 16, out, NULL), 0);	/* ns 1 exists now */
+	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 1, tok, 32, frames, &h, 16, 0, 0, NULL), -EXDEV);
 	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &root, 16, 0, 0, NULL), -EXDEV);
 	/* unaligned, past the key, no handle */
 	CU_ASSERT_EQUAL(kvmm_frames_extend(ctx, 0, tok, 32, frames, &h, 14, 0, 0, NULL), -EINVAL);
