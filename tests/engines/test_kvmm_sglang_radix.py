@@ -463,6 +463,36 @@ def test_lists_of_ids_are_taken():
 	assert req.kv.cache_protected_len == 5 and p.kv.cache.protected_size() == 5
 
 
+@pytest.mark.parametrize("ps", [1, 4])
+def test_checkpoint_of_a_lock_past_the_protected_part(ps):
+	"""A request holding its lock deeper than its cache_protected_len (the
+	tree owns less of its row than the lock covers): kvmm cannot take the
+	key past the lock on the request's word and reads it whole, and
+	answers as RadixCache does: the same row, frees and sizes."""
+	p = Pair(ps)
+	toks = list(range(50, 50 + 6 * ps))
+	p.insert(K(toks[:4 * ps]), slots(1, 4 * ps, ps))
+	reqs = []
+	for side in (p.ref, p.kv):
+		node = side.cache.match_prefix(MatchPrefixParams(key=K(toks[:4 * ps]))).last_device_node
+		req = make_req(side, toks, len(toks))
+		tree = side.cache.path_device_indices(node)
+		side.pool.write((req.kv.req_pool_idx, slice(0, 2 * ps)), tree[:2 * ps].to(torch.int32))
+		req.kv.cache_protected_len = 2 * ps
+		req.lock = side.cache.lock(node)
+		side.cache.checkpoint(req, up_to=len(toks))
+		reqs.append(req)
+	a, b = reqs
+	assert a.kv.cache_protected_len == b.kv.cache_protected_len == len(toks)
+	assert torch.equal(p.ref.pool.req_to_token[a.kv.req_pool_idx, :len(toks)],
+			   p.kv.pool.req_to_token[b.kv.req_pool_idx, :len(toks)])
+	assert p.ref.alloc.available_size() == p.kv.alloc.available_size()
+	p.sizes()
+	for side, req in zip((p.ref, p.kv), reqs):
+		side.cache.unlock(req.lock)
+	p.sizes()
+
+
 def test_checkpoint_of_an_unheld_lock():
 	"""checkpoint() whose request holds a lock the tree does not: ValueError
 	after the rest is done (the row cached and repointed), no lock taken."""
