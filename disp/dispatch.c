@@ -525,6 +525,13 @@ static int op_prio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return kvmm_prefix_set_prio(d->ctx, sqe->ns, tok, sqe->len, sqe->arg);
 }
 
+/* CHECK: kvmm_check() of the whole context, under its lock like every command */
+static int op_check(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		    const uint32_t *tok, uint32_t *cflags)
+{
+	return kvmm_check(d->ctx);
+}
+
 /* RPUSH, RFETCH: a ring's complete later, from the I/O worker; kvmm_ioctl() waits. */
 static int op_rpush(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		    const uint32_t *tok, uint32_t *cflags)
@@ -747,6 +754,7 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_EVENTS]	= { F_NS | F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_events },
 	[KVMM_OP_RPUSH]		= { F_NS | F_TOK, P_TOKENS, false, false, op_rpush },
 	[KVMM_OP_RFETCH]	= { F_NS | F_TOK, P_TOKENS, false, false, op_rfetch },
+	[KVMM_OP_CHECK]		= { 0, P_NONE, false, true, op_check },
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");

@@ -382,6 +382,12 @@ static inline void kvmm_prep_drop_caches(struct kvmm_sqe *sqe)
 	sqe->opcode = KVMM_OP_DROP_CACHES;
 }
 
+/* CHECK: kvmm_check() of the server's context (operator rings only) */
+static inline void kvmm_prep_check(struct kvmm_sqe *sqe)
+{
+	sqe->opcode = KVMM_OP_CHECK;
+}
+
 /*
  * PIN_DROP: @how is KVMM_PIN_DROP_ID (drop the pins ending at node @id;
  * @ns must be 0) or KVMM_PIN_DROP_NS (every pin in namespace @ns; @id

@@ -319,11 +319,18 @@ def test_store_writeback_options_and_sync(tmp_path):
 		kvmm.KeyedStore("m@1", nvme_qd=-1, **tier)
 
 
-def test_store_through_kvmmd_has_no_tier_options(kvmmd):
+def test_store_through_kvmmd_has_no_tier_options_and_checks_kvmmd(kvmmd):
 	with pytest.raises(ValueError, match="--host-wmark-low, --nvme-qd"):
 		kvmm.KeyedStore("m@1", socket=kvmmd[1], host_wmark_low=4, nvme_qd=8)
 	with kvmm.KeyedStore("m@1", socket=kvmmd[1], ring_bytes=1 << 20, threads=1) as st:
-		for call in (st.sync, st.check):
-			with pytest.raises(kvmm.Error) as e:
-				call()
-			assert e.value.errno == errno.EOPNOTSUPP
+		with pytest.raises(kvmm.Error) as e:
+			st.sync()				# kvmmd writes back on its own
+		assert e.value.errno == errno.EOPNOTSUPP
+		st.submit(1, "put", ["a"], [stamp(0, 300)])
+		assert take_all(st, 1)[0].ok
+		st.check()					# kvmmd's CHECK: it all holds
+	# a store bound to a namespace may not check the whole context
+	with kvmm.KeyedStore("m@1", socket=kvmmd[1], ns=5, ring_bytes=1 << 20, threads=1) as st:
+		with pytest.raises(kvmm.Error) as e:
+			st.check()
+		assert e.value.errno == errno.EPERM

@@ -313,6 +313,8 @@ static void ring_stats_probe_dump_set(void)
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 4);
 	kvmm_prep_drop_caches(TEST_SQE(&f.ring));
 	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 396);
+	kvmm_prep_check(TEST_SQE(&f.ring));
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
 	rfix_exit(&f);
 }
 
@@ -382,6 +384,8 @@ static void ring_bound_to_a_namespace_keeps_to_it(void)
 	kvmm_prep_lookup(TEST_SQE(&ring), 0, 0, 0, 16);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	kvmm_prep_drop_caches(TEST_SQE(&ring));
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
+	kvmm_prep_check(TEST_SQE(&ring));
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	kvmm_prep_reclaim(TEST_SQE(&ring), 1);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);

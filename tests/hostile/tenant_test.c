@@ -189,19 +189,22 @@ static int ctl(struct tenant *t, char *out, size_t len, const char *a1, const ch
 	return hostile_run(argv, out, len, TIMEOUT_MS);
 }
 
-/* As a tenant: kvmmctl pins and unpin --ns are refused (exit 1, EPERM). */
+/* As a tenant: kvmmctl pins, unpin --ns and check are refused (exit 1, EPERM). */
 static int ctl_as_tenant(void *arg)
 {
 	struct tenant *t = arg;
 	const char *pins[] = { "kvmmctl", "--socket", t->sock, "pins", NULL };
 	const char *unpin[] = { "kvmmctl", "--socket", t->sock, "unpin", "--ns", "65534",
 				NULL };
+	const char *check[] = { "kvmmctl", "--socket", t->sock, "check", NULL };
 	char out[1024];
 
 	if (hostile_run(pins, out, sizeof(out), TIMEOUT_MS) != 1 || !strstr(out, "EPERM"))
 		return 30;
 	if (hostile_run(unpin, out, sizeof(out), TIMEOUT_MS) != 1 || !strstr(out, "EPERM"))
 		return 31;
+	if (hostile_run(check, out, sizeof(out), TIMEOUT_MS) != 1 || !strstr(out, "EPERM"))
+		return 32;
 	return 0;
 }
 
@@ -271,6 +274,13 @@ static void tenant_pins_stop_at_the_limit_and_the_operator_drops_them(void)
 	/* and the hog's cache is everyone's again */
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "drop-caches", NULL, NULL), 0);
 	CU_ASSERT_STRING_EQUAL(out, "{\"pages\":64}\n");
+	/* the operator verifies the instance's invariants */
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "check", NULL, NULL, NULL), 0);
+	CU_ASSERT_STRING_EQUAL(out, "check: every invariant holds\n");
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "check", NULL, NULL), 0);
+	CU_ASSERT_STRING_EQUAL(out, "{\"ok\":true}\n");
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "check", "now", NULL, NULL), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "check: unexpected argument 'now'"));
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "ns", NULL, NULL), 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "{\"ns\":65534,\"pinned\":0,\"cached\":0,"));
 	/* usage errors name what is wrong */

@@ -758,6 +758,22 @@ static int cmd_drop_caches(struct ctl *c)
 	return cmd_simple(c, "drop-caches", "pages");
 }
 
+/* check: every invariant of kvmmd's context; what broke is in kvmmd's log */
+static int cmd_check(struct ctl *c)
+{
+	int res;
+
+	kvmm_prep_check(sqe_get());
+	res = run1(c, NULL);
+	if (res < 0)
+		return refused(c, "check", res);
+	if (c->json)
+		tool_json_line(json_pack("{s:b}", "ok", 1), stdout);
+	else
+		printf("check: every invariant holds\n");
+	return 0;
+}
+
 /*
  * set KEY VALUE: a key's value is one of @words, or a number up to @max
  * (when @max is not 0).
@@ -1029,6 +1045,8 @@ static const struct ctl_cmd {
 	{ "reclaim", "PAGES", "evict at least PAGES cached pages", 0, parse_reclaim,
 	  cmd_reclaim },
 	{ "drop-caches", "", "evict everything evictable", 0, NULL, cmd_drop_caches },
+	{ "check", "", "verify every invariant of kvmmd's context (kvmm_check())", 0, NULL,
+	  cmd_check },
 	{ "set", "KEY VALUE", "wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
 	  "                               nr_pages PAGES (resize the pool, up to pages_max),\n"
 	  "                               ns_pin_pages PAGES|auto, ns_cache_share PERCENT,\n"

@@ -57,7 +57,8 @@
 /* The prefix tree over the remote tier (struct kvmm_params.remote): */
 #define KVMM_OP_RPUSH		26	/* ns, tokens; res: tokens the remote tier holds */
 #define KVMM_OP_RFETCH		27	/* ns, tokens; res: tokens fetched to the host tier */
-#define KVMM_OP_LAST		28
+#define KVMM_OP_CHECK		28	/* res: 0, or -EUCLEAN (what broke goes to the log) */
+#define KVMM_OP_LAST		29
 
 /*
  * struct kvmm_sqe - one command (64 bytes)

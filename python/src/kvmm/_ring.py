@@ -32,7 +32,8 @@ _NAMES = {lib.KVMM_OP_NOP: "NOP", lib.KVMM_OP_OPEN: "OPEN", lib.KVMM_OP_MATCH: "
 	  lib.KVMM_OP_PROMOTE: "PROMOTE", lib.KVMM_OP_DROP_CACHES: "DROP_CACHES",
 	  lib.KVMM_OP_SEQ_ROW: "SEQ_ROW", lib.KVMM_OP_PROBE: "PROBE",
 	  lib.KVMM_OP_KSPACE: "KSPACE", lib.KVMM_OP_KPUT: "KPUT", lib.KVMM_OP_KGET: "KGET",
-	  lib.KVMM_OP_KEXISTS: "KEXISTS", lib.KVMM_OP_KDELETE: "KDELETE"}
+	  lib.KVMM_OP_KEXISTS: "KEXISTS", lib.KVMM_OP_KDELETE: "KDELETE",
+	  lib.KVMM_OP_CHECK: "CHECK"}
 _KENT = ffi.sizeof("struct kvmm_kent")
 # struct kvmm_kent as numpy sees it: a batch's entries are filled and read whole
 _KENT_DTYPE = np.dtype([("key", np.uint8, 16), ("off", "<u8"), ("buf", "<u2"),
@@ -158,6 +159,11 @@ class Batch:
 	def reclaim(self, pages: int) -> int:
 		"""RECLAIM: the result is the pages freed."""
 		return self._add(lib.KVMM_OP_RECLAIM, arg=pages)
+
+	def check(self) -> int:
+		"""CHECK: every invariant of the context (kvmm_check()); 0, or
+		-EUCLEAN with what broke in the server's log."""
+		return self._add(lib.KVMM_OP_CHECK)
 
 	def seq_row(self, seq: int, pages: int) -> int:
 		"""SEQ_ROW with room for @pages frames: the result is the row's frames.
@@ -565,6 +571,14 @@ class Ring:
 			out.extend(kspace_dict(r) for r in recs)
 			if not cursor:
 				return out
+
+	def check(self, timeout: Optional[float] = None) -> None:
+		"""Verify every invariant of the ring's context (CHECK): kvmm.Error
+		EUCLEAN when one is broken (what broke is in the server's log),
+		EPERM on a ring bound to a namespace."""
+		b = self.batch()
+		b.check()
+		self.submit(b, timeout)
 
 	def stats(self, timeout: Optional[float] = None) -> Any:
 		"""The context's statistics through the ring (STATS), as :class:`kvmm.Stats`."""
