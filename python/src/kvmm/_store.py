@@ -220,7 +220,10 @@ class KeyedStore:
 		(:meth:`kvmm.Context.sync`).  Returns at once without an NVMe tier.
 		An in-process store's only: kvmmd writes its tiers back on its own
 		(kvmm.Error, EOPNOTSUPP, through its socket)."""
-		self._local_ctx("sync", "cannot wait for kvmmd's writeback").sync()
+		if not self.local:
+			raise make_error(-errno.EOPNOTSUPP, "KeyedStore.sync",
+					 ["a store through kvmmd cannot wait for kvmmd's writeback"])
+		self._open_ctx().sync()
 
 	def check(self) -> None:
 		"""Verify every invariant of the store's context: kvmm.Error EUCLEAN
@@ -231,12 +234,10 @@ class KeyedStore:
 			with self._lock:
 				self._ctl.check()
 			return
-		self._local_ctx("check", "").check()
+		self._open_ctx().check()
 
-	def _local_ctx(self, what: str, why: str) -> Context:
-		if not self.local:
-			raise make_error(-errno.EOPNOTSUPP, f"KeyedStore.{what}",
-					 [f"a store through kvmmd {why}"])
+	def _open_ctx(self) -> Context:
+		"""An in-process store's context; ValueError once the store is closed."""
 		ctx = self._ctx
 		if ctx is None:
 			raise ValueError("kvmm: the store is closed")

@@ -21,8 +21,8 @@ kvmm.KeyedStore's), ``ns``, ``threads``, ``ring_bytes``.
 each page between the host pool and kvmm without a copy of ours where the
 pool's layout keeps a page's K and its V contiguous (page_first,
 page_first_direct); a hybrid model's other host pools (Mamba states, SWA,
-indexers) move through batch_*_v2, a flat page a value.  A layer_first page is stored as SGLang's flat page
-(its K, then its V, layer by layer): a batch's pages are gathered from
+indexers) move through batch_*_v2, a flat page a value.  A layer_first
+page is stored as SGLang's flat page (its K, then its V, layer by layer): a batch's pages are gathered from
 the pool into a staging buffer of the calling thread's, and scattered
 back from it, by one numpy call per chunk of pages (16 MiB), no Python
 loop over pages or layers.  See Documentation/admin-guide/engines.rst.
@@ -351,13 +351,13 @@ class KvmmHiCacheStorage(HiCacheStorage):
 		return self.batch_exists([key]) == 1
 
 	# ---- the v2 interface: a hybrid model's other host pools ----
-	def _pool_names(self, keys: List[str], pool: Any) -> List[str]:
-		"""The value names of @keys' pages of host pool @pool (a name): one
-		value a page, keyed as SGLang's file backend keys a component
-		(the page hash, the pool's name, the rank's suffix: the TP rank's
-		for Mamba states), and the pool's own layout."""
+	def _pool_names(self, keys: List[str], pool: Any, host: Any) -> List[str]:
+		"""The value names of @keys' pages of the host pool named @pool,
+		@host (None when not registered): one value a page, keyed as
+		SGLang's file backend keys a component (the page hash, the pool's
+		name, the rank's suffix: the TP rank's for Mamba states), and the
+		pool's own layout."""
 		name = _pool_name(pool)
-		host = self._pool(pool)
 		suffix = self._tp_suffix if name == "mamba" else self._rank_suffix
 		layout = getattr(host, "layout", None)
 		suffix += f"_{layout}" if layout else ""
@@ -384,7 +384,8 @@ class KvmmHiCacheStorage(HiCacheStorage):
 			if t.hit_policy not in (PoolHitPolicy.ALL_PAGES, PoolHitPolicy.TRAILING_PAGES):
 				raise ValueError(f"kvmm HiCache storage: pool hit policy {t.hit_policy} is "
 						 f"not supported")
-			have = (self.store.call("exists", self._pool_names(keys[:kv], t.name)) == 0
+			have = (self.store.call("exists", self._pool_names(keys[:kv], t.name,
+									    self._pool(t.name))) == 0
 				if kv else np.zeros(0, bool))
 			# run[p]: how many pages up to page p - 1 are stored, back to back
 			run = [0] * (kv + 1)
@@ -425,7 +426,7 @@ class KvmmHiCacheStorage(HiCacheStorage):
 				out[t.name] = []
 				continue
 			offs = idx[::ps].tolist()
-			names = self._pool_names(keys, t.name)
+			names = self._pool_names(keys, t.name, host)
 			if op == "set":
 				pages = [host.get_data_page(o, flat=True).contiguous() for o in offs]
 				res = self.store.call("put", names, [_byte_view(p) for p in pages])
@@ -768,7 +769,7 @@ class KvmmRadixCache(BasePrefixCache):
 				  kv.cache_inserted_len, old.node._h if old is not None else _NULL,
 				  last._h, self._pages)
 		if ret < 0 and ret != -errno.ENOLCK:
-			self._raise(ret, "kvmm_frames_insert")
+			self._raise(ret, "kvmm_frames_extend")
 		if copy is not None and protected < key_len:
 			self.req_to_token_pool.write((idx, slice(protected, key_len)),
 						     copy[protected:key_len].to(self.device))
