@@ -451,6 +451,8 @@ static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		return kvmm_set_keyed_share(ctx, sqe->arg2);
 	case KVMM_SET_EVENTS:
 		return kvmm_set_events(ctx, sqe->arg2);
+	case KVMM_SET_NS_KSPACES:
+		return kvmm_set_ns_kspaces(ctx, sqe->arg2);
 	default:
 		return -EINVAL;
 	}
@@ -637,6 +639,7 @@ static int op_kio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 /*
  * KEXISTS, KDELETE: an array of keys, copied before it is read; with
  * KVMM_KEYS_EACH in arg2, of struct kvmm_kent, each one's res written.
+ * KDELETE with KVMM_KDELETE_SPACE (and no keys) removes the whole space.
  */
 static int op_kkeys(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		    const uint32_t *tok, uint32_t *cflags)
@@ -653,6 +656,11 @@ static int op_kkeys(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 
 	if (!s || sqe->len > KVMM_KIO_MAX || (sqe->arg2 & ~(uint64_t)KVMM_KEYS_FLAGS))
 		return -EINVAL;
+	if (sqe->arg2 & KVMM_KDELETE_SPACE) {
+		if (sqe->opcode != KVMM_OP_KDELETE || sqe->len || each)
+			return -EINVAL;
+		return kvmm_keyed_space_remove_in(d->ctx, s);
+	}
 	if (!in)
 		return -EFAULT;
 	if (!sqe->len)

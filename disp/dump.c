@@ -187,20 +187,24 @@ struct dump_kind {
 			 uint32_t room, uint64_t *next);
 };
 
-/* DUMP of keyed spaces; the cursor is a space id. */
+/* DUMP of keyed spaces; the cursor is a slot of the space table. */
 static uint32_t dump_kspaces(const struct kvmm_ctx *ctx, uint64_t cursor,
 			     void *out, uint32_t room, uint64_t *next)
 {
 	struct kvmm_dump_kspace *rec = out;
 	uint32_t nr = 0;
 	uint64_t i;
+	int got;
 
 	*next = 0;
 	for (i = cursor; i < UINT32_MAX; i++) {
 		struct kvmm_dump_kspace r;
 
-		if (!kvmm_keyed_dump(ctx, (uint32_t)i, &r))
+		got = kvmm_keyed_dump(ctx, (uint32_t)i, &r);
+		if (got < 0)
 			break;
+		if (!got)	/* a removed space's slot */
+			continue;
 		if (nr == room) {
 			*next = i;
 			return nr;

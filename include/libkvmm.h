@@ -165,6 +165,12 @@ struct kvmm_alloc_ops {
  *	sends AUTH first, and a refusal fails kvmm_create() with the
  *	server's reason (the library keeps a copy, wiped at kvmm_destroy())
  *
+ * The keyed store:
+ * @ns_kspaces: keyed spaces one namespace may hold, 1 .. KVMM_KSPACES_MAX
+ *	(0: KVMM_NS_KSPACES_DEFAULT); in force from the start, so a restart
+ *	recovers that many per namespace from NVMe (KVMM_SET_NS_KSPACES
+ *	changes it later)
+ *
  * Hooks:
  * @alloc: metadata allocator, NULL for malloc/free
  * @alloc_priv: passed to @alloc's hooks
@@ -230,6 +236,8 @@ struct kvmm_params {
 	uint32_t remote_write;
 	const char *remote_user;
 	const char *remote_password;
+
+	uint32_t ns_kspaces;
 };
 
 /* The first struct kvmm_params with a size: no caller passes less. */
@@ -357,6 +365,7 @@ int kvmm_keyed_exists(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_ke
 int kvmm_keyed_delete(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
 		      uint32_t n, int32_t *res);
 int kvmm_keyed_info(const struct kvmm_ctx *ctx, uint32_t space, struct kvmm_dump_kspace *info);
+int kvmm_keyed_space_remove(struct kvmm_ctx *ctx, uint32_t space);
 
 /* The prefix tree over the remote tier (kvmm_params.remote) */
 int kvmm_remote_push(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n);

@@ -126,6 +126,8 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 				  "set host_pages");
 	if (p->remote_timeout_ms > 600000)
 		return params_bad(p, "remote_timeout_ms: at most 600000 (10 minutes)");
+	if (p->ns_kspaces > KVMM_KSPACES_MAX)
+		return params_bad(p, "ns_kspaces: at most 1024 (the keyed space table)");
 	if ((p->remote_user || p->remote_password) && !p->remote)
 		return params_bad(p, "remote_user, remote_password: there is no remote tier (remote)");
 	if (p->remote_user && !p->remote_password)
@@ -308,6 +310,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	ctx->ns_pin_pages = KVMM_NS_PIN_AUTO;
 	ctx->ns_cache_share = 100;
 	ctx->keyed_share = 100;
+	ctx->ns_kspaces = params->ns_kspaces ? params->ns_kspaces : KVMM_NS_KSPACES_DEFAULT;
 	list_init(&ctx->migrations);
 	list_init(&ctx->kjobs);
 	list_init(&ctx->rjobs);

@@ -423,6 +423,7 @@ struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *par
 				     const uint32_t *key, uint32_t n,
 				     const int32_t *pfns, uint32_t tier);
 struct kvmm_node *kvmm_tree_keyed_root(struct kvmm_ctx *ctx, uint32_t ns);
+void kvmm_tree_keyed_root_free(struct kvmm_ctx *ctx, struct kvmm_node *root);
 struct kvmm_node *kvmm_tree_add_keyed(struct kvmm_ctx *ctx, struct kvmm_node *root,
 				      const uint32_t *key, uint32_t pages,
 				      const int32_t *pfns, uint32_t tier);
@@ -626,7 +627,9 @@ void kvmm_keyed_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 bool kvmm_keyed_pending(const struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v);
 int kvmm_set_keyed_share(struct kvmm_ctx *ctx, uint64_t pct);
-bool kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t id, struct kvmm_dump_kspace *rec);
+int kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t slot, struct kvmm_dump_kspace *rec);
+int kvmm_set_ns_kspaces(struct kvmm_ctx *ctx, uint64_t n);
+int kvmm_keyed_space_remove_in(struct kvmm_ctx *ctx, struct kvmm_kspace *s);
 uint64_t kvmm_keyed_ns_pages(const struct kvmm_ctx *ctx, uint32_t ns, uint32_t tier);
 int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t mark_io,
 		     uint64_t *io, uint64_t *locks, const char **why);
@@ -830,7 +833,12 @@ enum kvmm_tier_event {
  *	KVMM_NS_PIN_AUTO for half the device pool
  * @ns_cache_share: percent of the device pool one namespace may cache
  *	before reclaim takes its own cache first; 100 for no share
- * @kspaces: the keyed spaces (keyed.c), @nr_kspaces of @cap_kspaces
+ * @kspaces: the keyed spaces (keyed.c) by slot, @nr_kspaces slots used of
+ *	@cap_kspaces; a removed space's slot is NULL until it is taken again
+ * @nr_kspaces_live: spaces in them
+ * @kspace_gen: spaces removed so far (masked), the generation a new
+ *	space's id carries
+ * @ns_kspaces: spaces one namespace may hold (KVMM_SET_NS_KSPACES)
  * @kjobs: keyed commands in flight (struct kvmm_kjob.link)
  * @kjobs_done: signalled, under @lock, when the worker finished one
  * @keyed_values: values of every space, on every tier
@@ -884,6 +892,9 @@ struct kvmm_ctx {
 	uint32_t ns_cache_share;
 	struct kvmm_kspace **kspaces;
 	uint32_t nr_kspaces, cap_kspaces;
+	uint32_t nr_kspaces_live;
+	uint32_t kspace_gen;
+	uint32_t ns_kspaces;
 	struct kvmm_list kjobs;
 	struct kvmm_list rjobs;		/* remote.c's pushes and fetches in flight */
 	struct kvmm_list rreqs;		/* ... and rings' ones queued to the worker */

@@ -58,8 +58,15 @@
 
 #include "migrate.h"
 
-/* Spaces a context holds at most: registrations are per model and size. */
-#define KVMM_KSPACES_MAX	1024
+/*
+ * A space's id is its slot in ctx->kspaces (KVMM_KSPACES_MAX of them) and,
+ * above, the context's removal count when it was made: an id kept past
+ * its space's removal names nothing, even once the slot is taken again.
+ * The first spaces of a context have ids 0, 1, 2 ...
+ */
+#define KSPACE_SLOT_BITS	10
+#define KSPACE_GEN_MASK		((1u << 21) - 1)	/* ids stay below 2^31 */
+_Static_assert(KVMM_KSPACES_MAX == 1u << KSPACE_SLOT_BITS, "a slot is the id's low bits");
 
 /**
  * struct kvmm_kspace - one keyed space
@@ -68,7 +75,9 @@
  * @value_bytes: bytes of each value
  * @pages: frames a value takes: its bytes, at least KVMM_KEY_WORDS tokens
  * @ns: its namespace
- * @id: its index in ctx->kspaces
+ * @id: its id: its index in ctx->kspaces, and its generation above
+ * @busy: callers using it with the context's lock dropped (an EXISTS
+ *	asking the remote tier): it is not removed under them
  * @model_id: the identity it was registered with; empty for a space
  *	recovered from NVMe that no client has registered since
  */
@@ -79,6 +88,7 @@ struct kvmm_kspace {
 	uint32_t pages;
 	uint32_t ns;
 	uint32_t id;
+	uint32_t busy;
 	char model_id[KVMM_MODEL_ID_MAX + 1];
 };
 
@@ -194,16 +204,58 @@ static struct kvmm_kspace *space_find(struct kvmm_ctx *ctx, uint32_t ns,
 	for (i = 0; i < ctx->nr_kspaces; i++) {
 		struct kvmm_kspace *s = ctx->kspaces[i];
 
-		if (s->ns == ns && s->value_bytes == value_bytes && s->fp[0] == fp[0] &&
+		if (s && s->ns == ns && s->value_bytes == value_bytes && s->fp[0] == fp[0] &&
 		    s->fp[1] == fp[1])
 			return s;
 	}
 	return NULL;
 }
 
+/* Spaces namespace @ns holds. */
+static uint32_t ns_spaces(const struct kvmm_ctx *ctx, uint32_t ns)
+{
+	uint32_t i, n = 0;
+
+	for (i = 0; i < ctx->nr_kspaces; i++)
+		n += ctx->kspaces[i] && ctx->kspaces[i]->ns == ns;
+	return n;
+}
+
+/* A free slot: a removed space's, or a new one at the end. */
+static int slot_get(struct kvmm_ctx *ctx, uint32_t *slot)
+{
+	uint32_t i;
+
+	for (i = 0; i < ctx->nr_kspaces; i++) {
+		if (!ctx->kspaces[i]) {
+			*slot = i;
+			return 0;
+		}
+	}
+	if (ctx->nr_kspaces == KVMM_KSPACES_MAX)
+		return -ENOSPC;
+	if (ctx->nr_kspaces == ctx->cap_kspaces) {
+		uint32_t cap = ctx->cap_kspaces ? 2 * ctx->cap_kspaces : 8;
+		struct kvmm_kspace **a = kvmm_malloc(ctx, cap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		if (ctx->nr_kspaces)
+			memcpy(a, ctx->kspaces, ctx->nr_kspaces * sizeof(*a));
+		kvmm_mfree(ctx, ctx->kspaces, ctx->cap_kspaces * sizeof(*a));
+		ctx->kspaces = a;
+		ctx->cap_kspaces = cap;
+	}
+	ctx->kspaces[ctx->nr_kspaces] = NULL;
+	*slot = ctx->nr_kspaces++;
+	return 0;
+}
+
 /*
- * The space (@ns, @fp, @value_bytes), made if it does not exist yet.
- * Return: it, or NULL with *err set (-ENOMEM, -ENOSPC: too many spaces).
+ * The space (@ns, @fp, @value_bytes), made if it does not exist yet and
+ * both the namespace's limit (KVMM_SET_NS_KSPACES) and the table allow.
+ * Return: it, or NULL with *err set (-ENOMEM; -ENOSPC: the namespace
+ * holds its limit, or the table is full).
  */
 static struct kvmm_kspace *space_get(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t fp[2],
 				     uint64_t value_bytes, int *err)
@@ -211,25 +263,17 @@ static struct kvmm_kspace *space_get(struct kvmm_ctx *ctx, uint32_t ns, const ui
 	struct kvmm_kspace *s = space_find(ctx, ns, fp, value_bytes);
 	uint64_t pb = page_bytes(ctx), min = (KVMM_KEY_WORDS + ctx->page_size - 1) >>
 					     ctx->page_shift;
+	uint32_t slot;
 
 	if (s)
 		return s;
 	*err = -ENOSPC;
-	if (ctx->nr_kspaces == KVMM_KSPACES_MAX)
+	if (ns_spaces(ctx, ns) >= ctx->ns_kspaces)
+		return NULL;
+	*err = slot_get(ctx, &slot);
+	if (*err)
 		return NULL;
 	*err = -ENOMEM;
-	if (ctx->nr_kspaces == ctx->cap_kspaces) {
-		uint32_t cap = ctx->cap_kspaces ? 2 * ctx->cap_kspaces : 8;
-		struct kvmm_kspace **a = kvmm_malloc(ctx, cap * sizeof(*a));
-
-		if (!a)
-			return NULL;
-		if (ctx->nr_kspaces)
-			memcpy(a, ctx->kspaces, ctx->nr_kspaces * sizeof(*a));
-		kvmm_mfree(ctx, ctx->kspaces, ctx->cap_kspaces * sizeof(*a));
-		ctx->kspaces = a;
-		ctx->cap_kspaces = cap;
-	}
 	s = kvmm_zalloc(ctx, sizeof(*s));
 	if (!s)
 		return NULL;
@@ -245,8 +289,9 @@ static struct kvmm_kspace *space_get(struct kvmm_ctx *ctx, uint32_t ns, const ui
 	if (s->pages < min)
 		s->pages = (uint32_t)min;
 	s->ns = ns;
-	s->id = ctx->nr_kspaces;
-	ctx->kspaces[ctx->nr_kspaces++] = s;
+	s->id = slot | (ctx->kspace_gen << KSPACE_SLOT_BITS);
+	ctx->kspaces[slot] = s;
+	ctx->nr_kspaces_live++;
 	return s;
 }
 
@@ -256,10 +301,31 @@ void kvmm_keyed_exit(struct kvmm_ctx *ctx)
 	uint32_t i;
 
 	for (i = 0; i < ctx->nr_kspaces; i++)
-		kvmm_mfree(ctx, ctx->kspaces[i], sizeof(*ctx->kspaces[i]));
+		if (ctx->kspaces[i])
+			kvmm_mfree(ctx, ctx->kspaces[i], sizeof(*ctx->kspaces[i]));
 	kvmm_mfree(ctx, ctx->kspaces, ctx->cap_kspaces * sizeof(*ctx->kspaces));
 	ctx->kspaces = NULL;
-	ctx->nr_kspaces = ctx->cap_kspaces = 0;
+	ctx->nr_kspaces = ctx->cap_kspaces = ctx->nr_kspaces_live = 0;
+}
+
+/**
+ * kvmm_set_ns_kspaces() - set how many keyed spaces a namespace may hold
+ * @ctx: the context
+ * @n: the limit, 0 .. KVMM_KSPACES_MAX
+ *
+ * Spaces a namespace already holds stay; only new ones are refused.
+ *
+ * Return: 0, or -EINVAL above KVMM_KSPACES_MAX.
+ */
+int kvmm_set_ns_kspaces(struct kvmm_ctx *ctx, uint64_t n)
+{
+	if (n > KVMM_KSPACES_MAX) {
+		kvmm_report(ctx, "ns_kspaces: %llu is above the table's %u spaces",
+			    (unsigned long long)n, KVMM_KSPACES_MAX);
+		return -EINVAL;
+	}
+	ctx->ns_kspaces = (uint32_t)n;
+	return 0;
 }
 
 /**
@@ -271,7 +337,8 @@ void kvmm_keyed_exit(struct kvmm_ctx *ctx)
  * @space: out, its id
  *
  * Return: 0; -EINVAL for a bad spec; -EOPNOTSUPP without a host tier;
- * -ENOSPC past KVMM_KSPACES_MAX spaces; -ENOMEM.
+ * -ENOSPC when the namespace holds as many spaces as its limit allows
+ * (KVMM_SET_NS_KSPACES) or the context KVMM_KSPACES_MAX; -ENOMEM.
  */
 KVMM_EXPORT int kvmm_keyed_space(struct kvmm_ctx *ctx, const struct kvmm_keyed_spec *spec,
 				 uint32_t *space)
@@ -287,6 +354,12 @@ KVMM_EXPORT int kvmm_keyed_space(struct kvmm_ctx *ctx, const struct kvmm_keyed_s
 		return -EOPNOTSUPP;
 	model_fp(spec->model_id, fp);
 	s = space_get(ctx, spec->ns, fp, spec->value_bytes, &err);
+	if (!s && err == -ENOSPC && ns_spaces(ctx, spec->ns) >= ctx->ns_kspaces)
+		kvmm_report(ctx, "keyed space: namespace %u holds %u spaces, its limit "
+			    "(ns_kspaces); remove one, or raise it", spec->ns, ctx->ns_kspaces);
+	else if (!s && err == -ENOSPC)
+		kvmm_report(ctx, "keyed space: the context holds %u spaces, all it can",
+			    KVMM_KSPACES_MAX);
 	if (!s)
 		return err;
 	if (!s->model_id[0])	/* new, or recovered: now it has a name */
@@ -295,23 +368,20 @@ KVMM_EXPORT int kvmm_keyed_space(struct kvmm_ctx *ctx, const struct kvmm_keyed_s
 	return 0;
 }
 
-/**
- * kvmm_keyed_dump() - what DUMP_KSPACES shows of space @id
- * @ctx: the context
- * @id: a space id
- * @rec: out
- *
- * Return: whether space @id exists.
- */
-bool kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t id, struct kvmm_dump_kspace *rec)
+/* The space @id names, if it exists. */
+static struct kvmm_kspace *space_by_id(const struct kvmm_ctx *ctx, uint32_t id)
 {
-	const struct kvmm_kspace *s;
-	const struct kvmm_ns *ns;
+	uint32_t slot = id & (KVMM_KSPACES_MAX - 1);
 
-	if (id >= ctx->nr_kspaces)
-		return false;
-	s = ctx->kspaces[id];
-	ns = kvmm_root_ns(s->root);
+	if (slot >= ctx->nr_kspaces || !ctx->kspaces[slot] || ctx->kspaces[slot]->id != id)
+		return NULL;
+	return ctx->kspaces[slot];
+}
+
+static void space_dump(const struct kvmm_kspace *s, struct kvmm_dump_kspace *rec)
+{
+	const struct kvmm_ns *ns = kvmm_root_ns(s->root);
+
 	memset(rec, 0, sizeof(*rec));
 	*rec = (struct kvmm_dump_kspace){
 		.id = s->id, .ns = s->ns, .value_bytes = s->value_bytes, .pages = s->pages,
@@ -321,7 +391,25 @@ bool kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t id, struct kvmm_dump_k
 	rec->values = (rec->host_pages + rec->nvme_pages) / s->pages;
 	memcpy(rec->model_id, s->model_id, sizeof(rec->model_id) < sizeof(s->model_id) ?
 					   sizeof(rec->model_id) : sizeof(s->model_id));
-	return true;
+}
+
+/**
+ * kvmm_keyed_dump() - what DUMP_KSPACES shows of the space in slot @slot
+ * @ctx: the context
+ * @slot: a slot of the space table, 0 up
+ * @rec: out, when the slot holds a space
+ *
+ * Return: 1 (@rec filled), 0 (a free slot: removed space), or -1 past
+ * the last slot.
+ */
+int kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t slot, struct kvmm_dump_kspace *rec)
+{
+	if (slot >= ctx->nr_kspaces)
+		return -1;
+	if (!ctx->kspaces[slot])
+		return 0;
+	space_dump(ctx->kspaces[slot], rec);
+	return 1;
 }
 
 /**
@@ -336,9 +424,15 @@ bool kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t id, struct kvmm_dump_k
 KVMM_EXPORT int kvmm_keyed_info(const struct kvmm_ctx *ctx, uint32_t space,
 				struct kvmm_dump_kspace *info)
 {
+	const struct kvmm_kspace *s;
+
 	if (!ctx || !info)
 		return -EINVAL;
-	return kvmm_keyed_dump(ctx, space, info) ? 0 : -EINVAL;
+	s = space_by_id(ctx, space);
+	if (!s)
+		return -EINVAL;
+	space_dump(s, info);
+	return 0;
 }
 
 /* Pages of tier @tier that the keyed spaces of namespace @ns hold. */
@@ -348,7 +442,7 @@ uint64_t kvmm_keyed_ns_pages(const struct kvmm_ctx *ctx, uint32_t ns, uint32_t t
 	uint32_t i;
 
 	for (i = 0; i < ctx->nr_kspaces; i++)
-		if (ctx->kspaces[i]->ns == ns)
+		if (ctx->kspaces[i] && ctx->kspaces[i]->ns == ns)
 			pages += kvmm_root_ns(ctx->kspaces[i]->root)->keyed[tier];
 	return pages;
 }
@@ -356,12 +450,9 @@ uint64_t kvmm_keyed_ns_pages(const struct kvmm_ctx *ctx, uint32_t ns, uint32_t t
 /* The space @id, if it exists and @ns may use it (KVMM_NS_ANY: any). */
 struct kvmm_kspace *kvmm_kspace_of(struct kvmm_ctx *ctx, uint32_t id, uint32_t ns)
 {
-	struct kvmm_kspace *s;
+	struct kvmm_kspace *s = space_by_id(ctx, id);
 
-	if (id >= ctx->nr_kspaces)
-		return NULL;
-	s = ctx->kspaces[id];
-	return ns == KVMM_NS_ANY || s->ns == ns ? s : NULL;
+	return s && (ns == KVMM_NS_ANY || s->ns == ns) ? s : NULL;
 }
 
 uint64_t kvmm_kspace_value_bytes(const struct kvmm_kspace *s)
@@ -392,7 +483,7 @@ static const struct kvmm_kspace *value_space(const struct kvmm_ctx *ctx,
 	uint32_t i;
 
 	for (i = 0; i < ctx->nr_kspaces; i++)
-		if (ctx->kspaces[i]->root == node->parent)
+		if (ctx->kspaces[i] && ctx->kspaces[i]->root == node->parent)
 			return ctx->kspaces[i];
 	return NULL;
 }
@@ -1126,11 +1217,13 @@ int kvmm_keyed_run_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
 	if (del || !ctx->remote || (!res && (uint32_t)ret == n))
 		return ret;
 	/* what is not here may be on the remote tier: ask, off the lock */
+	s->busy++;
 	if (held)
 		pthread_mutex_unlock(&ctx->lock);
 	ret += kvmm_keyed_remote_exists(ctx, s, keys, n, (uint32_t)ret, res);
 	if (held)
 		pthread_mutex_lock(&ctx->lock);
+	s->busy--;
 	return ret;
 }
 
@@ -1197,6 +1290,85 @@ KVMM_EXPORT int kvmm_keyed_delete(struct kvmm_ctx *ctx, uint32_t space,
 				  const struct kvmm_key *keys, uint32_t n, int32_t *res)
 {
 	return direct_keys(ctx, space, keys, n, true, res);
+}
+
+/* Whether a command of @s is in flight: its values or frames are held. */
+static bool space_busy(const struct kvmm_ctx *ctx, const struct kvmm_kspace *s)
+{
+	const struct kvmm_list *pos;
+
+	if (s->busy)
+		return true;
+	list_for_each(pos, &ctx->kjobs)
+		if (list_entry(pos, struct kvmm_kjob, link)->space == s)
+			return true;
+	list_for_each(pos, &s->root->children)
+		if (list_entry(pos, struct kvmm_node, sibling)->lock_ref)
+			return true;
+	return false;
+}
+
+/**
+ * kvmm_keyed_space_remove_in() - remove a space: every value it stores
+ *	here, on every tier, then the space itself
+ * @ctx: the context, held
+ * @s: the space; freed on success
+ *
+ * Refused, with nothing dropped, while a command of the space is in
+ * flight.  The space's slot is free again; its id names nothing from now
+ * on, even once a new space takes the slot.
+ *
+ * Return: values dropped, or -EBUSY.
+ */
+int kvmm_keyed_space_remove_in(struct kvmm_ctx *ctx, struct kvmm_kspace *s)
+{
+	uint32_t slot = s->id & (KVMM_KSPACES_MAX - 1);
+	int dropped = 0;
+
+	kvmm_migrate_reap(ctx);
+	if (space_busy(ctx, s))
+		return -EBUSY;
+	while (!list_empty(&s->root->children)) {
+		kvmm_drop_leaf(ctx, list_entry(s->root->children.next, struct kvmm_node,
+					       sibling));
+		kvmm_count(ctx, EV_KEYED_DELETES, 1);
+		dropped++;
+	}
+	kvmm_tree_keyed_root_free(ctx, s->root);
+	ctx->kspaces[slot] = NULL;
+	while (ctx->nr_kspaces && !ctx->kspaces[ctx->nr_kspaces - 1])
+		ctx->nr_kspaces--;
+	ctx->nr_kspaces_live--;
+	ctx->kspace_gen = (ctx->kspace_gen + 1) & KSPACE_GEN_MASK;
+	kvmm_mfree(ctx, s, sizeof(*s));
+	kvmm_debug_check(ctx, "keyed space remove");
+	return dropped;
+}
+
+/**
+ * kvmm_keyed_space_remove() - remove a keyed space and every value it
+ *	stores on the host and NVMe tiers
+ * @ctx: the context
+ * @space: a space (kvmm_keyed_space())
+ *
+ * Its slot counts no more against its namespace's limit
+ * (KVMM_SET_NS_KSPACES) nor the context's table; @space names nothing
+ * from now on.  Values written through to a remote tier stay there (other
+ * contexts may share them).
+ *
+ * Return: values dropped; -EINVAL for no such space; -EBUSY while a
+ * command of the space is in flight (nothing is dropped then).
+ */
+KVMM_EXPORT int kvmm_keyed_space_remove(struct kvmm_ctx *ctx, uint32_t space)
+{
+	struct kvmm_kspace *s;
+
+	if (!ctx)
+		return -EINVAL;
+	s = kvmm_kspace_of(ctx, space, KVMM_NS_ANY);
+	if (!s)
+		return -EINVAL;
+	return kvmm_keyed_space_remove_in(ctx, s);
 }
 
 /* ---- through a ring ---- */
@@ -1315,7 +1487,7 @@ int kvmm_set_keyed_share(struct kvmm_ctx *ctx, uint64_t pct)
 
 void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v)
 {
-	v[KVMM_STAT_KEYED_SPACES] = ctx->nr_kspaces;
+	v[KVMM_STAT_KEYED_SPACES] = ctx->nr_kspaces_live;
 	v[KVMM_STAT_KEYED_HOST_PAGES] = ctx->keyed_pages[KVMM_TIER_HOST];
 	v[KVMM_STAT_KEYED_NVME_PAGES] = ctx->keyed_pages[KVMM_TIER_NVME];
 	v[KVMM_STAT_KEYED_SHARE] = ctx->keyed_share;

@@ -439,6 +439,19 @@ struct kvmm_node *kvmm_tree_keyed_root(struct kvmm_ctx *ctx, uint32_t ns)
 	return node;
 }
 
+/**
+ * kvmm_tree_keyed_root_free() - take a removed keyed space's root off the
+ *	root list and free it
+ * @ctx: the context
+ * @root: a root from kvmm_tree_keyed_root() whose values are all gone
+ */
+void kvmm_tree_keyed_root_free(struct kvmm_ctx *ctx, struct kvmm_node *root)
+{
+	kvmm_assert(ctx, (root->flags & KVMM_NODE_KEYED) && list_empty(&root->children));
+	list_del(&root->sibling);
+	node_free(ctx, root);
+}
+
 /* ---- walking ---- */
 
 /*

@@ -179,12 +179,17 @@ static bool same_value(const struct tier_rec *a, const struct tier_rec *b)
 /*
  * The keyed values among the records: each whose pages 0 .. count - 1
  * are all there (and agree on what they belong to) goes back whole.
+ * What does not is left out, its slots free, and said in one line: a
+ * value torn or forged, or over the keyed space limits (a namespace's
+ * KVMM_SET_NS_KSPACES, the context's table).
  */
 static void keyed_attach(struct tier_scan *ts, uint32_t tier, struct tier_rec **k,
 			 int32_t *pfns)
 {
 	struct kvmm_ctx *ctx = ts->ctx;
 	uint32_t n = 0, i, j, end, cnt, taken;
+	uint32_t torn = 0, forged = 0, over = 0, nomem = 0;
+	int err;
 
 	for (i = 0; i < ts->nr; i++)
 		if (ts->recs[i].flags & KVMM_STORE_KEY_KEYED)
@@ -194,24 +199,34 @@ static void keyed_attach(struct tier_scan *ts, uint32_t tier, struct tier_rec **
 		for (end = i + 1; end < n && same_value(k[i], k[end]); end++)
 			;
 		cnt = k[i]->count;
-		if (end - i != cnt)
-			continue;	/* a page is missing (or forged ones are extra) */
-		for (j = 0; j < cnt && k[i + j]->index == j; j++)
+		for (j = 0; end - i == cnt && j < cnt && k[i + j]->index == j; j++)
 			;
-		if (j < cnt)
+		if (end - i != cnt || j < cnt) {
+			torn++;		/* a page is missing (or forged ones are extra) */
 			continue;
+		}
 		for (taken = 0; taken < cnt; taken++) {
 			if (!kvmm_alloc_pfn(&ctx->zone[tier], k[i + taken]->pfn))
 				break;
 			pfns[taken] = (int32_t)k[i + taken]->pfn;
 		}
-		if (taken == cnt && !kvmm_keyed_recover(ctx, k[i]->ns, k[i]->space,
-							k[i]->value_bytes, k[i]->parent,
-							k[i]->id, pfns, cnt, tier))
+		err = taken < cnt ? -EINVAL :
+		      kvmm_keyed_recover(ctx, k[i]->ns, k[i]->space, k[i]->value_bytes,
+					 k[i]->parent, k[i]->id, pfns, cnt, tier);
+		if (!err)
 			continue;
+		over += err == -ENOSPC;
+		nomem += err == -ENOMEM;
+		forged += err == -EINVAL;
 		if (taken)
 			kvmm_free_pages(ctx, &ctx->zone[tier], pfns, taken);
 	}
+	if (torn + forged + over + nomem)
+		kvmm_report(ctx, "%s tier: recovery skipped %u keyed values, their slots now "
+			    "free: %u torn, %u not what they claim, %u over the keyed space "
+			    "limits (%u per namespace, ns_kspaces; %u in all), %u for want of "
+			    "memory", ctx->store[tier]->name, torn + forged + over + nomem, torn,
+			    forged, over, ctx->ns_kspaces, KVMM_KSPACES_MAX, nomem);
 }
 
 /**

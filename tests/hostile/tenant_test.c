@@ -326,6 +326,142 @@ static void tenant_limits_are_set_by_kvmmd_and_kvmmctl(void)
 	tenant_finish(&t);
 }
 
+/* ---- keyed spaces: one tenant cannot take the table ---- */
+
+#define KSPACES_DEFAULT	64	/* kvmmd's --ns-kspaces default */
+
+/* KSPACE in the caller's namespace, values of @vb bytes: the space id or -errno. */
+static int32_t kspace(struct kvmm_ring *ring, uint64_t vb)
+{
+	struct kvmm_kspace_reg *reg = ring->buf;
+	struct kvmm_sqe *sqe = hostile_sqe(ring);
+
+	memset(reg, 0, sizeof(*reg));
+	reg->value_bytes = vb;
+	snprintf(reg->model_id, sizeof(reg->model_id), "tenant-model");
+	kvmm_prep_rw(sqe, KVMM_OP_KSPACE, 0, 0, 0, sizeof(*reg));
+	sqe->ns = getuid();
+	return hostile_ring1(ring);
+}
+
+/* KDELETE with KVMM_KDELETE_SPACE: values dropped, or -errno. */
+static int32_t kspace_rm(struct kvmm_ring *ring, uint32_t id)
+{
+	struct kvmm_sqe *sqe = hostile_sqe(ring);
+
+	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 0, 0, 0);
+	sqe->arg = id;
+	sqe->arg2 = KVMM_KDELETE_SPACE;
+	return hostile_ring1(ring);
+}
+
+/*
+ * The space hog, as uid nobody: registers spaces until refused; that must
+ * be -ENOSPC at the limit (*arg spaces), not at the table's end.  It then
+ * removes one, may take one again, and cannot remove another's space.
+ */
+struct space_hog {
+	const char *sock;
+	int limit;		/* spaces it may register still */
+	uint64_t base;		/* the value size of the first: each run its own */
+	int32_t foreign;	/* another namespace's space, or -1 */
+};
+
+static int space_hog(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 65536 };
+	const struct space_hog *h = arg;
+	struct kvmm_ring ring;
+	int32_t id = 0, first = -1;
+	int n;
+
+	if (kvmm_ring_connect(h->sock, &rp, &ring))
+		return 40;
+	for (n = 0; n < 2048; n++) {
+		id = kspace(&ring, h->base + (uint64_t)n);
+		if (id < 0)
+			break;
+		if (first < 0)
+			first = id;
+	}
+	if (id != -ENOSPC)
+		return 41;
+	if (n != h->limit)
+		return 42;
+	if (h->foreign >= 0 && kspace_rm(&ring, (uint32_t)h->foreign) != -EINVAL)
+		return 43;
+	if (first >= 0 && kspace_rm(&ring, (uint32_t)first) != 0)
+		return 44;
+	if (first >= 0 && kspace_rm(&ring, (uint32_t)first) != -EINVAL)	/* gone */
+		return 45;
+	if (first >= 0 && kspace(&ring, 999999) < 0)	/* room for one again */
+		return 46;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+/* Another tenant (and root below) still registers a space. */
+static int space_other(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 65536 };
+	struct kvmm_ring ring;
+
+	if (kvmm_ring_connect(arg, &rp, &ring))
+		return 50;
+	if (kspace(&ring, 4096) < 0)
+		return 51;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+static void tenant_keyed_spaces_stop_at_the_namespace_limit(void)
+{
+	const char *bad[] = { "kvmmd", "--ns-kspaces", "1025", NULL };
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 65536 };
+	struct space_hog h = { .limit = KSPACES_DEFAULT, .base = 1000, .foreign = 0 };
+	struct kvmm_ring op;
+	char out[4096];
+	struct tenant t;
+
+	CU_ASSERT_EQUAL(hostile_run(bad, out, sizeof(out), TIMEOUT_MS), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns-kspaces"));
+	if (!tenant_start(&t, "--host-pages", "64"))
+		return;
+	h.sock = t.sock;
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(t.sock, &rp, &op), 0);
+	CU_ASSERT_EQUAL(kspace(&op, 4096), 0);		/* root's space 0 */
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, space_hog, &h, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(hostile_child(OTHER_UID, space_other, t.sock, TIMEOUT_MS), 0);
+	CU_ASSERT(kspace(&op, 8192) > 0);		/* and root */
+	/* the operator raises the limit: the hog gets that many, no more */
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_kspaces", "100", NULL), 0);
+	h.limit = 100 - KSPACES_DEFAULT;
+	h.base = 5000;
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, space_hog, &h, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "set", "ns_kspaces", "1025", NULL), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns_kspaces"));
+	/* and removes a tenant's space: kvmmctl spaces lists it no more */
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "spaces", "--ns", "65534"), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "{\"id\":2,"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "space-rm", "2", NULL, NULL), 0);
+	CU_ASSERT_STRING_EQUAL(out, "space-rm: 0 values\n");
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "spaces", "--ns", "65534"), 0);
+	CU_ASSERT_PTR_NULL(strstr(out, "{\"id\":2,"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "space-rm", "2", NULL, NULL), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "EINVAL"));
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "space-rm", NULL, NULL, NULL), 2);
+	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "check", NULL, NULL, NULL), 0);
+	kvmm_ring_exit(&op);
+	tenant_finish(&t);
+
+	/* --ns-kspaces sets it from the start */
+	if (!tenant_start(&t, "--host-pages=64", "--ns-kspaces=3"))
+		return;
+	h = (struct space_hog){ .sock = t.sock, .limit = 3, .base = 1000, .foreign = -1 };
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, space_hog, &h, TIMEOUT_MS), 0);
+	tenant_finish(&t);
+}
+
 int register_hostile_tenant_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_hostile_tenant", NULL, NULL);
@@ -334,5 +470,6 @@ int register_hostile_tenant_suite(void)
 		return -1;
 	ADD_TEST(s, tenant_pins_stop_at_the_limit_and_the_operator_drops_them);
 	ADD_TEST(s, tenant_limits_are_set_by_kvmmd_and_kvmmctl);
+	ADD_TEST(s, tenant_keyed_spaces_stop_at_the_namespace_limit);
 	return 0;
 }

@@ -791,6 +791,223 @@ static void test_keyed_nvme_ring(void)
 	unlink(path);
 }
 
+/* ---- the space table: per-namespace limits, removal, recovery ---- */
+
+static int try_space(struct kvmm_ctx *ctx, uint32_t ns, uint64_t vb, uint32_t *id)
+{
+	struct kvmm_keyed_spec spec = { .ns = ns, .value_bytes = vb, .model_id = model };
+
+	return kvmm_keyed_space(ctx, &spec, id);
+}
+
+static int set_key(struct kvmm_ctx *ctx, uint32_t key, uint64_t val)
+{
+	struct kvmm_sqe set = { .opcode = KVMM_OP_SET, .arg = key, .arg2 = val };
+
+	return kvmm_ioctl(ctx, &set, NULL, 0);
+}
+
+/*
+ * One namespace holds at most ns_kspaces spaces (default 64): past them it
+ * is refused with a line naming the limit, and every other namespace still
+ * registers; the limit moves with SET, within the table's 1,024, which is
+ * then the last word.
+ */
+static void test_keyed_ns_space_limit(void)
+{
+	struct test_log log = { 0 };
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct kvmm_ctx *ctx = NULL;
+	uint32_t i, id, first;
+
+	p.host_pages = 64;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.log = test_log_fn;
+	p.log_priv = &log;
+	CU_ASSERT_FATAL(kvmm_create(&p, &ctx) == 0);
+	for (i = 0; i < KVMM_NS_KSPACES_DEFAULT; i++)
+		CU_ASSERT_EQUAL(try_space(ctx, 7, VB + i, &id), 0);
+	CU_ASSERT_EQUAL(try_space(ctx, 7, VB + i, &id), -ENOSPC);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "namespace 7 holds 64 spaces"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "ns_kspaces"));
+	CU_ASSERT_EQUAL(try_space(ctx, 7, VB, &id), 0);		/* one it holds: found */
+	CU_ASSERT_EQUAL(try_space(ctx, 0, VB, &first), 0);	/* others are not held up */
+	CU_ASSERT_EQUAL(try_space(ctx, 8, VB, &id), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_SPACES), KVMM_NS_KSPACES_DEFAULT + 2);
+	CHECK_OK(ctx);
+
+	CU_ASSERT_EQUAL(set_key(ctx, KVMM_SET_NS_KSPACES, KVMM_KSPACES_MAX + 1), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "ns_kspaces: 1025"));
+	CU_ASSERT_EQUAL(set_key(ctx, KVMM_SET_NS_KSPACES, 1), 0);	/* held ones stay */
+	CU_ASSERT_EQUAL(try_space(ctx, 8, VB + 1, &id), -ENOSPC);
+	CU_ASSERT_EQUAL(try_space(ctx, 8, VB, &id), 0);
+	CU_ASSERT_EQUAL(set_key(ctx, KVMM_SET_NS_KSPACES, KVMM_KSPACES_MAX), 0);
+	for (i = KVMM_NS_KSPACES_DEFAULT; test_stat(ctx, KVMM_STAT_KEYED_SPACES) < KVMM_KSPACES_MAX; i++)
+		CU_ASSERT_EQUAL_FATAL(try_space(ctx, 7, VB + i, &id), 0);
+	CU_ASSERT_EQUAL(try_space(ctx, 9, VB, &id), -ENOSPC);	/* the table is full */
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "the context holds 1024 spaces"));
+	CU_ASSERT_EQUAL(kvmm_keyed_space_remove(ctx, first), 0);	/* removing makes room */
+	CU_ASSERT_EQUAL(try_space(ctx, 9, VB, &id), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * A removed space takes its values with it, on the host tier and on NVMe;
+ * its id then names nothing, even once a new space takes its slot, and
+ * its namespace may register a new one in its place.
+ */
+static void test_keyed_space_remove(void)
+{
+	const char *path = nvme_file("remove");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	struct kvmm_dump_kspace info;
+	uint32_t sp = space_of(ctx, 0, VB), keep = space_of(ctx, 1, VB), again, other;
+	struct kvmm_key k = key_of(0);
+
+	fill(ctx, sp, 30);
+	CU_ASSERT_EQUAL(put_range(ctx, keep, 0, 1), 1);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES) > 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_space_remove(ctx, sp), 30);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_SPACES), 1);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 1);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES) +
+			test_stat(ctx, KVMM_STAT_KEYED_HOST_PAGES), VPAGES);
+	CHECK_OK(ctx);
+	/* the old id names nothing: not even the space that takes its slot */
+	CU_ASSERT_EQUAL(kvmm_keyed_space_remove(ctx, sp), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, &k, 1, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_info(ctx, sp, &info), -EINVAL);
+	CU_ASSERT_EQUAL(try_space(ctx, 3, VB, &other), 0);
+	CU_ASSERT(other != sp);
+	CU_ASSERT_EQUAL(other % KVMM_KSPACES_MAX, sp % KVMM_KSPACES_MAX);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, sp, &k, 1, NULL), -EINVAL);
+	again = space_of(ctx, 0, VB);		/* registered afresh: empty */
+	CU_ASSERT(again != sp);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(ctx, again, &k, 1, NULL), 0);
+	CU_ASSERT_EQUAL(get_one(ctx, keep, 0), 0);	/* the other space is untouched */
+	CU_ASSERT_EQUAL(kvmm_keyed_info(ctx, keep, &info), 0);
+	CU_ASSERT_EQUAL(info.values, 1);
+	CU_ASSERT_EQUAL(kvmm_keyed_space_remove(NULL, keep), -EINVAL);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * Through a ring: KDELETE with KVMM_KDELETE_SPACE removes the space, but
+ * not while a KGET reads it (-EBUSY, nothing dropped); a ring bound to
+ * another namespace cannot name it; the flag takes no keys.
+ */
+static void test_keyed_space_remove_ring(void)
+{
+	const char *path = nvme_file("remove-ring");
+	int hold = 1;
+	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads, .latch_arg = &hold };
+	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
+	uint32_t sp = space_of(ctx, 0, VB);
+	struct kvmm_sqe *sqe;
+	struct kvmm_cqe *cqe;
+	struct test_kring g, d, t;
+
+	fill(ctx, sp, 30);
+	test_kring_init(ctx, &g, 0, 0);
+	test_kring_init(ctx, &d, 0, 0);
+	test_kring_init(ctx, &t, KVMM_RING_F_NS, 5);	/* another tenant's */
+	ring_ents(&g, 0, 1, false);		/* value 0: the oldest, on NVMe */
+	sqe = TEST_SQE(&g.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+
+	sqe = TEST_SQE(&d.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 1, 0, 0);
+	sqe->arg = sp;
+	sqe->arg2 = KVMM_KDELETE_SPACE;
+	CU_ASSERT_EQUAL(test_ring1(&d.ring, NULL), -EBUSY);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_VALUES), 30);
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 1);
+	kvmm_cqe_seen(&g.ring, cqe);
+
+	sqe = TEST_SQE(&t.ring);		/* another tenant's ring */
+	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 1, 0, 0);
+	sqe->ns = 5;
+	sqe->arg = sp;
+	sqe->arg2 = KVMM_KDELETE_SPACE;
+	CU_ASSERT_EQUAL(test_ring1(&t.ring, NULL), -EINVAL);
+	sqe = TEST_SQE(&d.ring);		/* keys with the flag */
+	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 1, 0, 1);
+	sqe->arg = sp;
+	sqe->arg2 = KVMM_KDELETE_SPACE;
+	CU_ASSERT_EQUAL(test_ring1(&d.ring, NULL), -EINVAL);
+	sqe = TEST_SQE(&d.ring);		/* KEXISTS does not take it */
+	kvmm_prep_rw(sqe, KVMM_OP_KEXISTS, 0, 1, 0, 0);
+	sqe->arg = sp;
+	sqe->arg2 = KVMM_KDELETE_SPACE;
+	CU_ASSERT_EQUAL(test_ring1(&d.ring, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_VALUES), 30);
+
+	sqe = TEST_SQE(&d.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 1, 0, 0);
+	sqe->arg = sp;
+	sqe->arg2 = KVMM_KDELETE_SPACE;
+	CU_ASSERT_EQUAL(test_ring1(&d.ring, NULL), 30);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_SPACES), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_VALUES), 0);
+	test_kring_exit(&g);
+	test_kring_exit(&d);
+	test_kring_exit(&t);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * A restart recovers no more spaces per namespace than the limit in force
+ * (kvmm_params.ns_kspaces), and says in one line what it skipped.
+ */
+static void test_keyed_recover_space_limit(void)
+{
+	const char *path = nvme_file("recover-limit");
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct test_log log = { 0 };
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	static const char *const models[] = { "m-a", "m-b", "m-c" };
+	uint32_t i, sp;
+
+	for (i = 0; i < 3; i++) {	/* a value in each of 3 spaces of namespace 0 */
+		struct kvmm_keyed_spec spec = { .value_bytes = VB, .model_id = models[i] };
+
+		CU_ASSERT_EQUAL(kvmm_keyed_space(ctx, &spec, &sp), 0);
+		CU_ASSERT_EQUAL(put_range(ctx, sp, 100 + i, 101 + i), 1);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	}
+	fill(ctx, space_of(ctx, 1, VB), 30);	/* pushes them down to NVMe */
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES) >= 20 * VPAGES);
+	kvmm_destroy(ctx);
+
+	p.host_pages = 8 * VPAGES;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.nvme_pages = 64 * VPAGES;
+	p.nvme_path = path;
+	p.nvme_qd = 4;
+	p.ns_kspaces = 2;
+	p.log = test_log_fn;
+	p.log_priv = &log;
+	CU_ASSERT_FATAL(kvmm_create(&p, &ctx) == 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_SPACES), 3);	/* 2 + 1 */
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "recovery skipped 1 keyed values"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "1 over the keyed space limits (2 per namespace"));
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	p.ns_kspaces = KVMM_KSPACES_MAX + 1;
+	CU_ASSERT_EQUAL(kvmm_create(&p, &ctx), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "ns_kspaces"));
+	unlink(path);
+}
+
 static int keyed_suite_clean(void)
 {
 	test_tmp_dir_remove();
@@ -818,5 +1035,9 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_nvme_flip_tear);
 	ADD_TEST(s, test_keyed_nvme_ring);
 	ADD_TEST(s, test_keyed_nvme_ring_busy);
+	ADD_TEST(s, test_keyed_ns_space_limit);
+	ADD_TEST(s, test_keyed_space_remove);
+	ADD_TEST(s, test_keyed_space_remove_ring);
+	ADD_TEST(s, test_keyed_recover_space_limit);
 	return 0;
 }

@@ -752,6 +752,24 @@ static int cmd_reclaim(struct ctl *c)
 	return cmd_simple(c, "reclaim", "pages");
 }
 
+static int parse_space_rm(struct ctl *c, int argc, char **argv)
+{
+	if (argc != 1)
+		return usage_err("space-rm: give one space ID (kvmmctl spaces lists them)");
+	return num_arg("space-rm: ID", argv[0], INT32_MAX, &c->value) ? EXIT_USAGE : 0;
+}
+
+/* space-rm ID: KDELETE with KVMM_KDELETE_SPACE, the space and its values go */
+static int cmd_space_rm(struct ctl *c)
+{
+	struct kvmm_sqe *sqe = sqe_get();
+
+	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 0, 0, 0);
+	sqe->arg = (uint32_t)c->value;
+	sqe->arg2 = KVMM_KDELETE_SPACE;
+	return cmd_simple(c, "space-rm", "values");
+}
+
 static int cmd_drop_caches(struct ctl *c)
 {
 	kvmm_prep_drop_caches(sqe_get());
@@ -797,6 +815,7 @@ static const struct ctl_key {
 	{ "keyed_share", KVMM_SET_KEYED_SHARE, 100, NULL, NULL },
 	{ "events", KVMM_SET_EVENTS, KVMM_EVENTS_BUF_MAX,
 	  (const char *const[]){ "off", NULL }, (const uint64_t[]){ 0 } },
+	{ "ns_kspaces", KVMM_SET_NS_KSPACES, KVMM_KSPACES_MAX, NULL, NULL },
 };
 
 static int parse_set(struct ctl *c, int argc, char **argv)
@@ -1042,6 +1061,8 @@ static const struct ctl_cmd {
 	  cmd_ns },
 	{ "spaces", "[--ns N]", "keyed spaces: model, value size, values, pages per tier",
 	  OPT(NS), NULL, cmd_spaces },
+	{ "space-rm", "ID", "remove keyed space ID and every value it stores here", 0,
+	  parse_space_rm, cmd_space_rm },
 	{ "reclaim", "PAGES", "evict at least PAGES cached pages", 0, parse_reclaim,
 	  cmd_reclaim },
 	{ "drop-caches", "", "evict everything evictable", 0, NULL, cmd_drop_caches },
@@ -1050,7 +1071,8 @@ static const struct ctl_cmd {
 	{ "set", "KEY VALUE", "wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
 	  "                               nr_pages PAGES (resize the pool, up to pages_max),\n"
 	  "                               ns_pin_pages PAGES|auto, ns_cache_share PERCENT,\n"
-	  "                               keyed_share PERCENT, events BYTES|off",
+	  "                               keyed_share PERCENT, events BYTES|off,\n"
+	  "                               ns_kspaces SPACES",
 	  0, parse_set, cmd_set },
 	{ "events", "[--follow] [--interval S] [--count N] [--ns N]",
 	  "cache events (stored, removed, demoted, promoted) with page keys",

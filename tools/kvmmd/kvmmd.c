@@ -80,6 +80,8 @@ static void usage(FILE *f)
 		"  --poll               serve every ring in polling mode (one core polls, 2 ms at most)\n"
 		"  --ns-per-uid         bind each client that is not root to the namespace of its uid\n"
 		"  --ns-pin-pages N|auto  pages a bound namespace may pin (default auto: half the pool)\n"
+		"  --ns-kspaces N       keyed spaces one namespace may hold, also at recovery\n"
+		"                       (0..1024, default 64)\n"
 		"  --events BYTES       record cache events for routers in a buffer of BYTES\n"
 		"                       (kvmmctl events; 8 KiB .. 1 GiB; default 0: off)\n"
 		"  --ns-cache-share PCT   percent of the pool a namespace may cache before its own\n"
@@ -117,6 +119,7 @@ struct opts {
 	uint64_t ns_cache_share;	/* KVMM_SET_NS_CACHE_SHARE */
 	uint64_t keyed_share;		/* KVMM_SET_KEYED_SHARE */
 	uint64_t events;		/* KVMM_SET_EVENTS */
+	uint64_t ns_kspaces;		/* KVMM_SET_NS_KSPACES */
 	struct kvmm_server_limits lim;	/* 0: the server's default */
 };
 
@@ -167,7 +170,7 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
        O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, O_REMOTE, O_REMOTE_SALT,
        O_REMOTE_TIMEOUT, O_EVENTS, O_REMOTE_WRITE, O_REMOTE_USER, O_REMOTE_PASSWORD_FILE,
-       NR_OPTS };
+       O_NS_KSPACES, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 
@@ -221,6 +224,8 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 			    offsetof(struct opts, keyed_share), 100 },
 	[O_EVENTS] = { "events", REQ, set_u64, offsetof(struct opts, events),
 		       KVMM_EVENTS_BUF_MAX },
+	[O_NS_KSPACES] = { "ns-kspaces", REQ, set_u64, offsetof(struct opts, ns_kspaces),
+			   KVMM_KSPACES_MAX },
 	[O_MODEL_ID] = { "model-id", REQ, set_model_id, offsetof(struct opts, model_id) },
 	[O_NVME_REFORMAT] = { "nvme-reformat", NONE, set_flag },
 	[O_MAX_CLIENTS] = { "max-clients", REQ, set_u32, L(max_clients), UINT32_MAX },
@@ -462,6 +467,10 @@ static int set_ns_limits(struct kvmm_ctx *ctx, const struct opts *o)
 	set.arg2 = o->keyed_share;
 	if (!ret)
 		ret = kvmm_ioctl(ctx, &set, NULL, 0);
+	set.arg = KVMM_SET_NS_KSPACES;
+	set.arg2 = o->ns_kspaces;
+	if (!ret)
+		ret = kvmm_ioctl(ctx, &set, NULL, 0);
 	set.arg = KVMM_SET_EVENTS;
 	set.arg2 = o->events;
 	return ret ? ret : kvmm_ioctl(ctx, &set, NULL, 0);
@@ -588,6 +597,7 @@ static int check_opts(struct opts *o)
 	o->p.remote_salt = o->remote_salt;
 	o->p.remote_user = o->remote_user;
 	o->p.remote_password = o->remote_password;
+	o->p.ns_kspaces = (uint32_t)o->ns_kspaces;	/* in force at recovery (0: default) */
 	if (o->remote && !o->p.host_pages) {
 		fprintf(stderr, "kvmmd: --remote needs --host-pages: values come and go "
 			"through the host tier\n");
@@ -762,6 +772,7 @@ int main(int argc, char **argv)
 		.ns_pin_pages = KVMM_NS_PIN_AUTO,
 		.ns_cache_share = 100,
 		.keyed_share = 100,
+		.ns_kspaces = KVMM_NS_KSPACES_DEFAULT,
 	};
 	struct kvmm_server *srv = NULL;
 	struct kvmm_ctx *ctx = NULL;

@@ -202,7 +202,9 @@ struct kvmm_kspace_reg {
 
 /* KEXISTS and KDELETE flags (arg2) */
 #define KVMM_KEYS_EACH		(1u << 0)	/* struct kvmm_kent in, a result per key */
-#define KVMM_KEYS_FLAGS		KVMM_KEYS_EACH
+#define KVMM_KDELETE_SPACE	(1u << 1)	/* KDELETE, len 0: every value, then
+						 * the space itself */
+#define KVMM_KEYS_FLAGS		(KVMM_KEYS_EACH | KVMM_KDELETE_SPACE)
 
 /*
  * struct kvmm_kent - one value of a KPUT or KGET (32 bytes)
@@ -276,9 +278,14 @@ struct kvmm_extend_ent {
 					 * KVMM_EVENTS_BUF_MIN .. KVMM_EVENTS_BUF_MAX,
 					 * rounded up to a power of two; 0: off, the
 					 * default */
-#define KVMM_SET_LAST		9
+#define KVMM_SET_NS_KSPACES	9	/* keyed spaces one namespace may hold
+					 * (0 .. KVMM_KSPACES_MAX; default
+					 * KVMM_NS_KSPACES_DEFAULT) */
+#define KVMM_SET_LAST		10
 
 #define KVMM_NS_PIN_AUTO	(~0ull)	/* SET_NS_PIN_PAGES: the default */
+#define KVMM_KSPACES_MAX	1024	/* keyed spaces a context holds */
+#define KVMM_NS_KSPACES_DEFAULT	64	/* SET_NS_KSPACES: the default */
 
 #define KVMM_POLICY_LRU		0
 #define KVMM_POLICY_SLRU	1
