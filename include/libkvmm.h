@@ -128,7 +128,8 @@ struct kvmm_alloc_ops {
  *	kvmm file of the same geometry and @model_id is recovered (restart),
  *	an empty or new one is formatted, anything else is refused; the
  *	file is locked while the context lives, and a second context on it
- *	is refused (-EBUSY)
+ *	is refused (-EBUSY) after waiting 2 s for the lock (which a killed
+ *	instance's in-flight I/O holds a moment after its process is gone)
  * @host_arg: fault injection for kvmm's own tests; NULL
  * @nvme_arg: fault injection for kvmm's own tests; NULL
  * @host_wmark_low: with an NVMe tier, background reclaim writes the

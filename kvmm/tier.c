@@ -154,9 +154,9 @@ static int tier_init(struct kvmm_ctx *ctx, uint32_t tier, uint32_t nr, void *arg
 		.flags = p->nvme_flags,
 	};
 	ret = ops->init(&cfg, &ctx->store_priv[tier]);
+	if (why[0])	/* why it failed, or a note on how it went */
+		kvmm_report(ctx, "%s tier: %s", ops->name, why);
 	if (ret) {
-		if (why[0])
-			kvmm_report(ctx, "%s tier: %s", ops->name, why);
 		kvmm_zone_exit(ctx, &ctx->zone[tier]);
 		return ret;
 	}

@@ -68,6 +68,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/fs.h>
 
@@ -89,6 +90,8 @@
 #define NVME_TRIES		4	/* submissions of one I/O before it fails */
 #define NVME_DEFAULT_QD		32
 #define NVME_BOUNCE_BYTES	(256ull << 20)	/* beyond qd slots */
+#define NVME_LOCK_WAIT_MS	2000	/* for a killed instance's lock to go */
+#define NVME_LOCK_NAP_NS	2000000	/* between two tries */
 
 /*
  * The superblock, version 2.  The model is known by its geometry and by
@@ -647,26 +650,54 @@ static int nvme_recover(void *priv,
 
 /* ---- opening the file ---- */
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 /*
  * Take the file's lock: an exclusive OFD lock on the whole file, held as
  * long as the store keeps it open.  Two contexts on one file (two kvmmd,
  * or two kvmm_create() in one process: the lock belongs to the open file,
  * not the process) would overwrite each other's slots, so the second is
  * refused.
+ *
+ * An instance killed with I/O in flight keeps the lock a moment after it
+ * is reaped: its io_uring requests hold the open file until the kernel has
+ * cancelled them, in the background.  So a lock that is taken is tried
+ * again for up to NVME_LOCK_WAIT_MS before the file counts as in use; a
+ * wait that was needed is said (a note in @cfg->err, which the core logs).
  */
 static int lock_file(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
 {
-	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	const struct timespec nap = { .tv_nsec = NVME_LOCK_NAP_NS };
+	uint64_t start = now_ms(), waited = 0;
 
-	if (!fcntl(ns->fd, F_OFD_SETLK, &fl))
-		return 0;
-	if (errno == EAGAIN || errno == EACCES)
-		return nvme_err(cfg, -EBUSY, "%s is in use: another kvmm instance (a kvmmd, "
-				"or a context in some process) holds its lock, and a file "
-				"serves one context at a time; stop that one or use another "
-				"file", cfg->path);
-	return nvme_err(cfg, -errno, "cannot lock %s: %s (kvmm refuses a file it "
-			"cannot lock)", cfg->path, strerror(errno));
+	for (;;) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+
+		if (!fcntl(ns->fd, F_OFD_SETLK, &fl))
+			break;
+		if (errno != EAGAIN && errno != EACCES)
+			return nvme_err(cfg, -errno, "cannot lock %s: %s (kvmm refuses a file "
+					"it cannot lock)", cfg->path, strerror(errno));
+		waited = now_ms() - start;
+		if (waited >= NVME_LOCK_WAIT_MS)
+			return nvme_err(cfg, -EBUSY, "%s is in use: another kvmm instance (a "
+					"kvmmd, or a context in some process) held its lock "
+					"for the %u ms kvmm waits, and a file serves one context "
+					"at a time; stop that one or use another file",
+					cfg->path, NVME_LOCK_WAIT_MS);
+		nanosleep(&nap, NULL);
+	}
+	if (waited)
+		nvme_err(cfg, 0, "%s: waited %llu ms for its lock (an instance that was "
+			 "killed with I/O in flight holds it until the kernel has "
+			 "cancelled that I/O)", cfg->path, (unsigned long long)waited);
+	return 0;
 }
 
 static int open_file(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)

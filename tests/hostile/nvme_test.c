@@ -311,6 +311,77 @@ static void test_killed_kvmmd_releases_file(void)
 	fixture_exit(&f);
 }
 
+/*
+ * Keep kvmmd's NVMe tier busy until it goes away: cache prefixes and
+ * reclaim them, so that demotions and background writeback always have
+ * io_uring writes in flight.  Runs in a forked child; exits when kvmmd
+ * is gone.
+ */
+static void nvme_traffic(const char *sock)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 65536 };
+	struct kvmm_ring ring;
+	uint32_t *tok, round, i;
+	int32_t seq;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		_exit(1);
+	tok = ring.buf;
+	for (round = 0;; round++) {
+		for (i = 0; i < 512; i++)
+			tok[i] = round * 512 + i + 1;
+		kvmm_prep_open(child_sqe(&ring, __FILE__, __LINE__), 0);
+		seq = hostile_ring1(&ring);
+		if (seq < 0)
+			_exit(0);
+		kvmm_prep_extend(child_sqe(&ring, __FILE__, __LINE__), (uint32_t)seq, 512, 0);
+		if (hostile_ring1(&ring) < 0)
+			_exit(0);
+		kvmm_prep_close(child_sqe(&ring, __FILE__, __LINE__), (uint32_t)seq, 0, 0, 512);
+		if (hostile_ring1(&ring) < 0)
+			_exit(0);
+		kvmm_prep_reclaim(child_sqe(&ring, __FILE__, __LINE__), 32);
+		if (hostile_ring1(&ring) < 0)
+			_exit(0);
+	}
+}
+
+/*
+ * kill -9 of a kvmmd in the middle of NVMe I/O, then an immediate restart
+ * on the same file, 20 times: every restart must serve.  The killed
+ * process's in-flight io_uring requests hold the open file, and its lock,
+ * for a moment after it is reaped; the restart waits for it (boundedly)
+ * instead of failing with EBUSY.
+ */
+static void test_restart_after_kill_during_io(void)
+{
+	const char *const big[] = { "--pages", "128", "--host-pages", "32", "--nvme-pages",
+				    "4096", NULL };
+	struct nvme_fixture f;
+	int i, served = 0;
+
+	CU_ASSERT_EQUAL_FATAL(fixture_init(&f), 0);
+	for (i = 0; i < 20; i++) {
+		pid_t pid = kvmmd_start(&f, 0, "model-a", big), traffic;
+
+		CU_ASSERT(pid > 0);
+		if (pid <= 0)
+			break;
+		served++;
+		traffic = fork();
+		if (!traffic)
+			nvme_traffic(f.sock[0]);
+		usleep(50000 + 10000 * (i % 5));	/* writes in flight by now */
+		kill(pid, SIGKILL);
+		CU_ASSERT_EQUAL(hostile_reap(pid, DEADLINE_MS), 128 + SIGKILL);
+		if (traffic > 0)
+			CU_ASSERT(hostile_reap(traffic, DEADLINE_MS) >= 0);
+		unlink(f.sock[0]);
+	}
+	CU_ASSERT_EQUAL(served, 20);
+	fixture_exit(&f);
+}
+
 int register_hostile_nvme_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_hostile_nvme", NULL, NULL);
@@ -321,5 +392,6 @@ int register_hostile_nvme_suite(void)
 	ADD_TEST(s, test_other_model_refused);
 	ADD_TEST(s, test_damaged_superblock_refused);
 	ADD_TEST(s, test_killed_kvmmd_releases_file);
+	ADD_TEST(s, test_restart_after_kill_during_io);
 	return 0;
 }

@@ -669,6 +669,52 @@ static void test_nvme_file_locked(void)
 	unlink(path);
 }
 
+/* Hold the lock of the file at @arg's fd for 200 ms, as a dying instance's I/O. */
+static void *drop_lock_later(void *arg)
+{
+	struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
+
+	usleep(200000);
+	fcntl(*(int *)arg, F_OFD_SETLK, &fl);
+	return NULL;
+}
+
+/*
+ * A lock that goes a moment after the context starts (a killed instance's
+ * in-flight I/O holding the file) is waited for: the context starts, and
+ * its log says it waited.  One held for good is refused after the wait,
+ * saying how long kvmm waited.
+ */
+static void test_nvme_lock_waited_for(void)
+{
+	const char *path = nvme_file("lockwait");
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	struct test_log log = { 0 };
+	struct kvmm_ctx *ctx;
+	pthread_t t;
+	int fd;
+
+	ctx = nvme_ctx(16, 8, 64, path, NULL);		/* a kvmm file */
+	kvmm_destroy(ctx);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL_FATAL(fcntl(fd, F_OFD_SETLK, &fl), 0);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, drop_lock_later, &fd), 0);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), 0);
+	pthread_join(t, NULL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "waited"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "for its lock"));
+	if (ctx) {
+		CHECK_OK(ctx);
+		kvmm_destroy(ctx);
+	}
+	CU_ASSERT_EQUAL(fcntl(fd, F_OFD_SETLK, &fl), 0);	/* held for good now */
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EBUSY);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "held its lock for the 2000 ms kvmm waits"));
+	close(fd);
+	unlink(path);
+}
+
 /*
  * KV written under one model id is never served under another of the same
  * geometry: refused with both names, the file left alone; reformatting
@@ -1873,6 +1919,7 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_restart);
 	ADD_TEST(s, test_nvme_bad_files);
 	ADD_TEST(s, test_nvme_file_locked);
+	ADD_TEST(s, test_nvme_lock_waited_for);
 	ADD_TEST(s, test_nvme_model_identity);
 	ADD_TEST(s, test_nvme_superblock_damaged);
 	ADD_TEST(s, test_nvme_layout_v1);
