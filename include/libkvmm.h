@@ -126,7 +126,11 @@ struct kvmm_alloc_ops {
  *	is damaged (never a file that is not a kvmm file)
  * @nvme_path: the file or block device of the NVMe tier; an existing
  *	kvmm file of the same geometry and @model_id is recovered (restart),
- *	an empty or new one is formatted, anything else is refused; the
+ *	an empty (0-byte) or new one is formatted, anything else is refused
+ *	(one whose first 4 KiB are zeros is formatted with
+ *	KVMM_NVME_REFORMAT); it must be the process's user's, mode 600 (a
+ *	block device: no access for others), not a symbolic link (-ELOOP)
+ *	and not on procfs or another pseudo filesystem (-EPERM, -EINVAL); the
  *	file is locked while the context lives, and a second context on it
  *	is refused (-EBUSY) after waiting 2 s for the lock (which a killed
  *	instance's in-flight I/O holds a moment after its process is gone)

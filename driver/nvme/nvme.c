@@ -68,9 +68,11 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/fs.h>
+#include <linux/magic.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -700,37 +702,108 @@ static int lock_file(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
 	return 0;
 }
 
-static int open_file(struct nvme_store *ns, const struct kvmm_store_cfg *cfg)
+/* The pseudo filesystem @fd is on (procfs, sysfs, ...), or NULL: storage. */
+static const char *pseudo_fs(int fd)
 {
-	ns->fd = open(cfg->path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	static const struct {
+		unsigned long magic;
+		const char *name;
+	} fs[] = {
+		{ PROC_SUPER_MAGIC, "procfs" }, { SYSFS_MAGIC, "sysfs" },
+		{ DEBUGFS_MAGIC, "debugfs" }, { TRACEFS_MAGIC, "tracefs" },
+		{ CGROUP_SUPER_MAGIC, "cgroupfs" }, { CGROUP2_SUPER_MAGIC, "cgroup2fs" },
+		{ SECURITYFS_MAGIC, "securityfs" }, { BPF_FS_MAGIC, "bpffs" },
+		{ EFIVARFS_MAGIC, "efivarfs" }, { PSTOREFS_MAGIC, "pstore" },
+		{ DEVPTS_SUPER_MAGIC, "devpts" },
+	};
+	struct statfs sfs;
+	size_t i;
+
+	if (fstatfs(fd, &sfs))
+		return NULL;
+	for (i = 0; i < sizeof(fs) / sizeof(fs[0]); i++)
+		if ((unsigned long)sfs.f_type == fs[i].magic)
+			return fs[i].name;
+	return NULL;
+}
+
+/*
+ * Whether the file just opened may hold the tier: a file or block device
+ * on storage, owned by this process's user, that nobody else may read or
+ * write (a block device's group may: the disk group can read the raw
+ * disk anyway).  The file holds every tenant's KV at rest, and what is in
+ * it is served: whoever else may write it chooses KV, whoever may read it
+ * reads everyone's.
+ */
+static int file_check(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
+		      struct stat *st)
+{
+	mode_t others;
+	const char *fs;
+
+	if (fstat(ns->fd, st))
+		return nvme_err(cfg, -errno, "cannot stat %s: %s", cfg->path,
+				strerror(errno));
+	if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode))
+		return nvme_err(cfg, -EINVAL, "%s is neither a file nor a block device",
+				cfg->path);
+	fs = pseudo_fs(ns->fd);
+	if (fs)
+		return nvme_err(cfg, -EINVAL, "%s is on %s, not on storage: refusing it "
+				"(it is no file for KV, whatever size it reports)", cfg->path, fs);
+	if (st->st_uid != geteuid())
+		return nvme_err(cfg, -EPERM, "%s is owned by uid %u, not by this process's "
+				"uid %u: whoever owns it could read every tenant's KV at rest "
+				"and write what is served; refusing it (use a file of this "
+				"user's, mode 600)", cfg->path, (unsigned)st->st_uid,
+				(unsigned)geteuid());
+	others = S_ISBLK(st->st_mode) ? 007 : 077;
+	if (st->st_mode & others)
+		return nvme_err(cfg, -EPERM, "%s may be read or written by %s (mode %03o): "
+				"it holds every tenant's KV at rest; refusing it (chmod %s it)",
+				cfg->path, S_ISBLK(st->st_mode) ? "others" : "its group or others",
+				(unsigned)(st->st_mode & 0777), S_ISBLK(st->st_mode) ? "o-rw" : "600");
+	return 0;
+}
+
+/*
+ * Open the file, never through a symbolic link (one planted in a
+ * directory others may write would have kvmm create or overwrite its
+ * target), check it, and lock it.
+ */
+static int open_file(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
+		     struct stat *st)
+{
+	const int flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC;
+	int ret;
+
+	ns->fd = open(cfg->path, flags | O_DIRECT, 0600);
 	ns->direct = ns->fd >= 0;
 	if (ns->fd < 0 && errno == EINVAL)	/* tmpfs and friends */
-		ns->fd = open(cfg->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		ns->fd = open(cfg->path, flags, 0600);
+	if (ns->fd < 0 && errno == ELOOP)
+		return nvme_err(cfg, -ELOOP, "%s is a symbolic link: kvmm does not follow "
+				"one to its NVMe file (a link planted in a directory others may "
+				"write would have it create or overwrite the target); give the "
+				"file's own path", cfg->path);
 	if (ns->fd < 0)
 		return nvme_err(cfg, -errno, "cannot open %s: %s", cfg->path,
 				strerror(errno));
-	return lock_file(ns, cfg);
+	ret = file_check(ns, cfg, st);
+	return ret ? ret : lock_file(ns, cfg);
 }
 
 static int file_size(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
-		     uint64_t *size, bool *blk)
+		     const struct stat *st, uint64_t *size, bool *blk)
 {
-	struct stat st;
-
-	if (fstat(ns->fd, &st))
-		return nvme_err(cfg, -errno, "cannot stat %s: %s", cfg->path,
-				strerror(errno));
-	*blk = S_ISBLK(st.st_mode);
+	*blk = S_ISBLK(st->st_mode);
 	if (*blk) {
 		if (ioctl(ns->fd, BLKGETSIZE64, size))
 			return nvme_err(cfg, -errno, "cannot size %s: %s", cfg->path,
 					strerror(errno));
 		return 0;
 	}
-	if (!S_ISREG(st.st_mode))
-		return nvme_err(cfg, -EINVAL, "%s is neither a file nor a block device",
-				cfg->path);
-	*size = (uint64_t)st.st_size;
+	*size = (uint64_t)st->st_size;
 	return 0;
 }
 
@@ -847,11 +920,13 @@ static int super_check(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 
 /*
  * Read the superblock of a file of @size bytes: a kvmm file of this
- * geometry and model is recovered (old_slots set); an empty or zeroed
- * one, or any kvmm file when reformatting is asked, is formatted; a
- * kvmm file of another model, geometry or layout version is refused
- * (-EEXIST), one whose superblock is damaged too (-EUCLEAN), and
- * anything else always (-EINVAL).
+ * geometry and model is recovered (old_slots set); an empty one, or any
+ * kvmm file or one whose first 4 KiB are zeros when reformatting is
+ * asked, is formatted; a kvmm file of another model, geometry or layout
+ * version is refused (-EEXIST), one whose superblock is damaged too
+ * (-EUCLEAN), a non-empty one that is not recognisably kvmm's without
+ * reformatting (-EINVAL), and one that does not start with zeros or
+ * kvmm's magic always (-EINVAL).
  */
 static int read_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 		      uint64_t size, struct nvme_super *sb)
@@ -861,18 +936,27 @@ static int read_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 	int ret;
 
 	ns->old_slots = 0;
-	if (!size)
-		return 0;
 	memset(sb, 0, NVME_BLOCK);
 	got = pread(ns->fd, sb, NVME_BLOCK, 0);	/* short for a short file */
 	if (got < 0)
 		return nvme_err(cfg, -errno, "cannot read the superblock of %s: %s",
 				cfg->path, strerror(errno));
-	if (memcmp(sb->magic, NVME_MAGIC, sizeof(sb->magic)))
-		return all_zero(sb, NVME_BLOCK) ? 0 :
-		       nvme_err(cfg, -EINVAL, "%s is not a kvmm NVMe tier file; "
+	if (!size && got)
+		return nvme_err(cfg, -EINVAL, "%s says it is empty but reads as data: it "
+				"is no file on storage; refusing it", cfg->path);
+	if (!size)
+		return 0;
+	if (memcmp(sb->magic, NVME_MAGIC, sizeof(sb->magic)) && !all_zero(sb, NVME_BLOCK))
+		return nvme_err(cfg, -EINVAL, "%s is not a kvmm NVMe tier file; "
 				"refusing to overwrite it, even to reformat (zero its "
-				"first 4 KiB to hand it to kvmm)", cfg->path);
+				"first 4 KiB and reformat to hand it to kvmm)", cfg->path);
+	if (memcmp(sb->magic, NVME_MAGIC, sizeof(sb->magic)) &&
+	    !(cfg->flags & KVMM_NVME_REFORMAT))
+		return nvme_err(cfg, -EINVAL, "%s holds %llu bytes but no kvmm superblock "
+				"(its first 4 KiB are zeros): not recognisably a kvmm file, "
+				"so it is not formatted; reformat (KVMM_NVME_REFORMAT, kvmmd "
+				"--nvme-reformat) to hand it to kvmm", cfg->path,
+				(unsigned long long)size);
 	if (cfg->flags & KVMM_NVME_REFORMAT)
 		return 0;
 	ret = super_check(ns, cfg, sb, got);
@@ -896,7 +980,11 @@ static uint64_t new_epoch(void)
 	return XXH3_64bits_withSeed(&ts, sizeof(ts), (uint64_t)getpid()) | 1;
 }
 
-/* Make the file big enough and write the superblock. */
+/*
+ * Write the superblock, then make the file big enough: a file kvmm made
+ * is recognisably its own from the first write on, so a start cut short
+ * never leaves a file of zeros the next start would refuse to format.
+ */
 static int write_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 		       uint64_t size, bool blk, struct nvme_super *sb)
 {
@@ -907,15 +995,6 @@ static int write_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 		return nvme_err(cfg, -ENOSPC, "%s holds %llu bytes; %u pages need %llu",
 				cfg->path, (unsigned long long)size, ns->nr_slots,
 				(unsigned long long)need);
-	if (!blk && size < need) {
-		ret = posix_fallocate(ns->fd, 0, (off_t)need);
-		if (ret == EINVAL || ret == EOPNOTSUPP)
-			ret = ftruncate(ns->fd, (off_t)need) ? errno : 0;
-		if (ret)
-			return nvme_err(cfg, -ret, "cannot make %s %llu bytes for %u pages: %s",
-					cfg->path, (unsigned long long)need, ns->nr_slots,
-					strerror(ret));
-	}
 	if (!ns->epoch)
 		ns->epoch = new_epoch();
 	memset(sb, 0, NVME_BLOCK);
@@ -932,9 +1011,19 @@ static int write_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 	if (cfg->model_id)
 		strncpy(sb->model_id, cfg->model_id, KVMM_MODEL_ID_MAX);
 	sb->csum = super_csum(sb);
+	errno = 0;
 	if (pwrite(ns->fd, sb, NVME_BLOCK, 0) != NVME_BLOCK)
 		return nvme_err(cfg, errno ? -errno : -EIO, "cannot write the superblock of %s",
 				cfg->path);
+	if (!blk && size < need) {
+		ret = posix_fallocate(ns->fd, 0, (off_t)need);
+		if (ret == EINVAL || ret == EOPNOTSUPP)
+			ret = ftruncate(ns->fd, (off_t)need) ? errno : 0;
+		if (ret)
+			return nvme_err(cfg, -ret, "cannot make %s %llu bytes for %u pages: %s",
+					cfg->path, (unsigned long long)need, ns->nr_slots,
+					strerror(ret));
+	}
 	return 0;
 }
 
@@ -1015,6 +1104,7 @@ static int nvme_init(const struct kvmm_store_cfg *cfg, void **privp)
 	const struct kvmm_nvme_arg *arg = cfg->arg;
 	struct nvme_store *ns;
 	struct nvme_super *sb = NULL;
+	struct stat st;
 	uint64_t size = 0;
 	bool blk = false;
 	int ret;
@@ -1055,9 +1145,9 @@ static int nvme_init(const struct kvmm_store_cfg *cfg, void **privp)
 	}
 	if (posix_memalign((void **)&sb, NVME_BLOCK, NVME_BLOCK))
 		goto out;
-	ret = open_file(ns, cfg);
+	ret = open_file(ns, cfg, &st);
 	if (!ret)
-		ret = file_size(ns, cfg, &size, &blk);
+		ret = file_size(ns, cfg, &st, &size, &blk);
 	if (!ret)
 		ret = read_super(ns, cfg, size, sb);
 	if (!ret)

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CUnit/CUnit.h>
@@ -382,6 +383,106 @@ static void test_restart_after_kill_during_io(void)
 	fixture_exit(&f);
 }
 
+/* As uid nobody in the shared directory: a link to @arg's target, planted. */
+static int plant_link(void *arg)
+{
+	const char *const *p = arg;
+
+	return symlink(p[1], p[0]) ? 60 : 0;
+}
+
+/* As uid nobody: an empty file of its own at @arg, mode 666, left for kvmmd. */
+static int plant_file(void *arg)
+{
+	int fd = open(arg, O_RDWR | O_CREAT | O_EXCL, 0666);
+
+	if (fd < 0 || fchmod(fd, 0666))
+		return 61;
+	close(fd);
+	return 0;
+}
+
+static off_t file_bytes(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) ? -1 : st.st_size;
+}
+
+/*
+ * The operator names an --nvme-file in a directory every user may write
+ * (not sticky, so the kernel's protected_symlinks does not step in).
+ * Whatever another user leaves there, kvmmd (root) exits 1 saying why
+ * instead of using it: a symbolic link (its target is
+ * not created), a file of that user's (who would read every tenant's KV
+ * and write what is served), a file of root's that others may read, a
+ * file of data whose first 4 KiB happen to be zeros (formatted only with
+ * --nvme-reformat), a procfs file that says it is empty.
+ */
+static void test_foreign_files_refused(void)
+{
+	const char *const reformat[] = { "--nvme-reformat", NULL };
+	struct nvme_fixture f;
+	char out[4096], target[160], zeros[4096] = { 0 }, data[256 * 1024];
+	const char *link[2] = { NULL, target };
+	struct nvme_fixture proc;
+	int fd;
+
+	CU_ASSERT_EQUAL_FATAL(fixture_init(&f), 0);
+	CU_ASSERT_EQUAL_FATAL(chmod(f.dir, 0777), 0);	/* not sticky: links are followed */
+	snprintf(target, sizeof(target), "%s.victim", f.dir);	/* root's directory */
+	unlink(target);
+
+	link[0] = f.file;
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, plant_link, link, DEADLINE_MS), 0);
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-a", NULL, out, sizeof(out)), 1);
+	CU_ASSERT(strstr(out, "is a symbolic link") != NULL);
+	CU_ASSERT_EQUAL(file_bytes(target), -1);		/* never created */
+	unlink(f.file);
+
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, plant_file, f.file, DEADLINE_MS), 0);
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-a", NULL, out, sizeof(out)), 1);
+	CU_ASSERT(strstr(out, "is owned by uid 65534") != NULL);
+	CU_ASSERT_EQUAL(file_bytes(f.file), 0);			/* left alone */
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-a", reformat, out, sizeof(out)), 1);
+	CU_ASSERT_EQUAL(file_bytes(f.file), 0);
+	unlink(f.file);
+
+	/* root's own file, but readable by all */
+	fd = open(f.file, O_RDWR | O_CREAT | O_EXCL, 0600);
+	CU_ASSERT(fd >= 0);
+	CU_ASSERT_EQUAL(fchmod(fd, 0644), 0);
+	close(fd);
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-a", NULL, out, sizeof(out)), 1);
+	CU_ASSERT(strstr(out, "(mode 644)") != NULL);
+	unlink(f.file);
+
+	/* data behind 4 KiB of zeros: not kvmm's, not formatted */
+	memset(data, 0x5a, sizeof(data));
+	fd = open(f.file, O_RDWR | O_CREAT | O_EXCL, 0600);
+	CU_ASSERT(fd >= 0);
+	CU_ASSERT_EQUAL(pwrite(fd, zeros, sizeof(zeros), 0), (ssize_t)sizeof(zeros));
+	CU_ASSERT_EQUAL(pwrite(fd, data, sizeof(data), sizeof(zeros)), (ssize_t)sizeof(data));
+	close(fd);
+	CU_ASSERT_EQUAL(kvmmd_refused(&f, 0, "model-a", NULL, out, sizeof(out)), 1);
+	CU_ASSERT(strstr(out, "not recognisably a kvmm file") != NULL);
+	CU_ASSERT(strstr(out, "--nvme-reformat") != NULL);
+	fd = open(f.file, O_RDONLY);
+	CU_ASSERT_EQUAL(pread(fd, out, sizeof(out), sizeof(zeros) + 1000), (ssize_t)sizeof(out));
+	CU_ASSERT_EQUAL(memcmp(out, data, sizeof(out)), 0);	/* untouched */
+	close(fd);
+	kvmmd_cycle(&f, 0, "model-a", reformat);		/* the operator's say-so */
+	kvmmd_cycle(&f, 0, "model-a", NULL);
+
+	/* procfs: a file that reports 0 bytes is not an empty file */
+	proc = f;
+	snprintf(proc.file, sizeof(proc.file), "/proc/self/mem");
+	CU_ASSERT_EQUAL(kvmmd_refused(&proc, 0, "model-a", NULL, out, sizeof(out)), 1);
+	CU_ASSERT(strstr(out, "is on procfs") != NULL);
+	unlink(target);
+	fixture_exit(&f);
+}
+
 int register_hostile_nvme_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_hostile_nvme", NULL, NULL);
@@ -393,5 +494,6 @@ int register_hostile_nvme_suite(void)
 	ADD_TEST(s, test_damaged_superblock_refused);
 	ADD_TEST(s, test_killed_kvmmd_releases_file);
 	ADD_TEST(s, test_restart_after_kill_during_io);
+	ADD_TEST(s, test_foreign_files_refused);
 	return 0;
 }

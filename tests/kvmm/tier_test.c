@@ -821,6 +821,85 @@ static void test_nvme_superblock_damaged(void)
 	unlink(path);
 }
 
+/* Whether @path holds @n bytes of @byte from @at on. */
+static bool file_holds(const char *path, off_t at, size_t n, int byte)
+{
+	char *buf = malloc(n), *want = malloc(n);
+	int fd = open(path, O_RDONLY);
+	bool ok = buf && want && fd >= 0 && pread(fd, buf, n, at) == (ssize_t)n;
+
+	if (ok) {
+		memset(want, byte, n);
+		ok = !memcmp(buf, want, n);
+	}
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	free(want);
+	return ok;
+}
+
+/*
+ * Files the NVMe tier must not take, each refused with its reason and
+ * left as it was: another user's file, one its group or others may read
+ * or write, a symbolic link (its target is not created), a non-empty file
+ * that is not recognisably kvmm's (only a reformat takes one whose first
+ * 4 KiB are zeros), a procfs file that says it is empty.
+ */
+static void test_nvme_files_refused(void)
+{
+	const char *path = nvme_file("owner"), *link = nvme_file("link");
+	const char *target = nvme_file("link-target");
+	struct test_log log = { 0 };
+	char zeros[4096] = { 0 }, data[65536];
+	struct kvmm_ctx *ctx;
+	struct stat st;
+
+	memset(data, 0xa5, sizeof(data));
+	/* another uid's, even mode 600 */
+	write_file(path, data, 8192, 0);
+	CU_ASSERT_EQUAL_FATAL(chown(path, 65534, 65534), 0);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EPERM);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "is owned by uid 65534"));
+	CU_ASSERT_EQUAL(model_create(NULL, PS, KVMM_NVME_REFORMAT, path, &log, &ctx), -EPERM);
+	CU_ASSERT(file_holds(path, 0, 8192, 0xa5));
+	unlink(path);
+	/* ours, but others or the group may read or write it */
+	ctx = nvme_ctx(16, 8, 64, path, NULL);		/* a kvmm file */
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(chmod(path, 0666), 0);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EPERM);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "(mode 666)"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "chmod 600"));
+	CU_ASSERT_EQUAL(chmod(path, 0640), 0);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EPERM);
+	CU_ASSERT_EQUAL(chmod(path, 0600), 0);
+	ctx = nvme_ctx(16, 8, 64, path, NULL);		/* and now it is fine */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+	/* a symbolic link: refused, its target never created */
+	unlink(target);
+	CU_ASSERT_EQUAL_FATAL(symlink(target, link), 0);
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, link, NULL, &log, &ctx), -ELOOP);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "is a symbolic link"));
+	CU_ASSERT_NOT_EQUAL(lstat(target, &st), 0);
+	unlink(link);
+	/* zeros, then someone's data: not formatted without a reformat */
+	write_file(path, zeros, sizeof(zeros), 0);
+	write_file(path, data, sizeof(data), sizeof(zeros));
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, path, NULL, &log, &ctx), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "not recognisably a kvmm file"));
+	CU_ASSERT(file_holds(path, sizeof(zeros), sizeof(data), 0xa5));
+	CU_ASSERT_EQUAL_FATAL(model_create(NULL, PS, KVMM_NVME_REFORMAT, path, &log, &ctx), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+	/* a file of procfs says it is empty; it is no storage */
+	CU_ASSERT_EQUAL(nvme_create(16, 8, 64, "/proc/self/mem", NULL, &log, &ctx), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "is on procfs"));
+}
+
 /*
  * The file at @path, of an older layout, is refused with a message naming
  * @why until a context reformats it; then it serves.  It is removed.
@@ -1920,6 +1999,7 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_bad_files);
 	ADD_TEST(s, test_nvme_file_locked);
 	ADD_TEST(s, test_nvme_lock_waited_for);
+	ADD_TEST(s, test_nvme_files_refused);
 	ADD_TEST(s, test_nvme_model_identity);
 	ADD_TEST(s, test_nvme_superblock_damaged);
 	ADD_TEST(s, test_nvme_layout_v1);
