@@ -131,6 +131,38 @@ def test_in_process_ring(hctx):
 		ring.close()
 
 
+def test_a_removed_space_goes_with_its_values(hctx):
+	sp = hctx.keyed("org/model@1", VB)
+	assert list(sp.put(["a", "b"], [stamp(0), stamp(1)])) == [0, 0]
+	old = sp.id
+	assert sp.remove() == 2
+	with pytest.raises(kvmm.InvalidArgument):
+		sp.exists(["a"])				# the id names nothing now
+	again = hctx.keyed("org/model@1", VB)			# made afresh, empty
+	assert again.id != old and again.exists(["a"]) == 0
+	hctx.check()
+	ring = hctx.ring()
+	try:							# through a ring
+		b = ring.batch()
+		b.kput(again.id, ["c"], [stamp(2)], VB)
+		b.kspace_remove(again.id)
+		assert ring.submit(b) == [1, 1]
+		b = ring.batch()
+		b.kexists(again.id, ["c"])
+		with pytest.raises(kvmm.InvalidArgument):
+			ring.submit(b)
+	finally:
+		ring.close()
+	store = kvmm.KeyedStore("org/model@2", host_bytes=1 << 20, page_bytes=1 << 12)
+	try:
+		sid = store.space(VB)
+		assert store.remove_space(VB) == 0
+		assert store.space(VB) != sid
+	finally:
+		store.close()
+	hctx.check()
+
+
 @pytest.fixture
 def kvmmd(tmp_path):
 	"""A kvmmd with a host tier of 8 values over an NVMe file, page size 4."""

@@ -204,6 +204,13 @@ class KeyedSpace:
 		or -EBUSY (a get through a ring is reading it; it stays)."""
 		return self._each(lib.kvmm_keyed_delete, "kvmm_keyed_delete", keys)
 
+	def remove(self) -> int:
+		"""Remove the space and every value it stores on the host and NVMe tiers
+		(kvmm_keyed_space_remove()); return how many values went.  The space's
+		id names nothing afterwards: this object's other calls raise."""
+		return self._ctx._check(lib.kvmm_keyed_space_remove(self._ctx._c(), self.id),
+					"kvmm_keyed_space_remove")
+
 	def info(self) -> Dict[str, Any]:
 		"""What the space holds (kvmm_keyed_info()): values, host_pages,
 		nvme_pages, value_bytes, pages (a value's), ns, model_id, id."""

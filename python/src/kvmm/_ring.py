@@ -249,6 +249,12 @@ class Batch:
 		each key (0 deleted, -ENOENT not stored, -EBUSY being read)."""
 		return self._kkeys(lib.KVMM_OP_KDELETE, space, keys, each)
 
+	def kspace_remove(self, space: int) -> int:
+		"""KDELETE with KVMM_KDELETE_SPACE: remove @space and every value it stores
+		here; the result is how many values went (-EBUSY while a command of the
+		space is in flight).  The id names nothing afterwards."""
+		return self._add(lib.KVMM_OP_KDELETE, arg=space, arg2=lib.KVMM_KDELETE_SPACE)
+
 	def kres(self, index: int) -> np.ndarray:
 		"""Each value's result (0 or -errno) of the KPUT, KGET, or KEXISTS or
 		KDELETE with each=True, at @index (read after the batch completed,

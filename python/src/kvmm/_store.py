@@ -203,6 +203,18 @@ class KeyedStore:
 		with self._lock:
 			return self._ctl.kspaces()
 
+	def remove_space(self, value_bytes: int) -> int:
+		"""Remove this store's space of @value_bytes-byte values, with every value
+		it holds on the host and NVMe tiers; return how many went.  It raises
+		kvmm.Busy while one of this store's batches uses the space.  A later
+		use of the size makes the space again, empty."""
+		with self._lock:
+			b = self._ctl.batch()
+			b.kspace_remove(self.space(value_bytes))
+			n = self._ctl.submit(b)[0]
+			self._spaces.pop(value_bytes, None)
+			return n
+
 	def values(self, value_bytes: int) -> int:
 		"""Values stored in the space of @value_bytes, on any tier."""
 		sp = self.space(value_bytes)
