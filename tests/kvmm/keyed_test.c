@@ -725,29 +725,47 @@ static void test_keyed_nvme_flip_tear(void)
 }
 
 /*
+ * A context on @path whose NVMe reads wait while *@hold (@arg: the
+ * latch), space *@sp filled with 30 values, most on NVMe, and on ring @g
+ * (set up here) a KGET of value 0, the oldest, held on the I/O worker
+ * until the test clears *@hold.
+ */
+static struct kvmm_ctx *post_held_get(const char *path, int *hold, struct kvmm_nvme_arg *arg,
+				      uint32_t *sp, struct test_kring *g)
+{
+	struct kvmm_ctx *ctx;
+	struct kvmm_sqe *sqe;
+
+	*hold = 1;
+	*arg = (struct kvmm_nvme_arg){ .latch = test_hold_worker_reads, .latch_arg = hold };
+	ctx = nvme_ctx(path, arg);
+	*sp = space_of(ctx, 0, VB);
+	fill(ctx, *sp, 30);
+	test_kring_init(ctx, g, 0, 0);
+	ring_ents(g, 0, 1, false);
+	sqe = TEST_SQE(&g->ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
+	sqe->arg = *sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g->ring), 1);
+	return ctx;
+}
+
+/*
  * A value a get reads from NVMe is not deleted meanwhile: KDELETE with a
  * result per key says -EBUSY for it, and the get still completes whole.
  */
 static void test_keyed_nvme_ring_busy(void)
 {
 	const char *path = nvme_file("busy");
-	int hold = 1;
-	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads, .latch_arg = &hold };
-	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
-	uint32_t sp = space_of(ctx, 0, VB);
-	struct kvmm_kent *e;
-	struct kvmm_sqe *sqe;
-	struct kvmm_cqe *cqe;
+	struct kvmm_nvme_arg arg;
 	struct test_kring g, d;
+	struct kvmm_kent *e;
+	struct kvmm_cqe *cqe;
+	int hold;
+	uint32_t sp;
+	struct kvmm_ctx *ctx = post_held_get(path, &hold, &arg, &sp, &g);
 
-	fill(ctx, sp, 30);
-	test_kring_init(ctx, &g, 0, 0);
 	test_kring_init(ctx, &d, 0, 0);
-	e = ring_ents(&g, 0, 1, false);		/* value 0: the oldest, on NVMe */
-	sqe = TEST_SQE(&g.ring);
-	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
-	sqe->arg = sp;
-	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
 	CU_ASSERT_EQUAL(ring_keach(&d, KVMM_OP_KDELETE, sp, 0, 2), 1);
 	e = (void *)d.mem;
 	CU_ASSERT_EQUAL(e[0].res, -EBUSY);	/* being read: it stays */
@@ -895,6 +913,22 @@ static void test_keyed_space_remove(void)
 }
 
 /*
+ * @op (KDELETE; KEXISTS must refuse it) of space @sp with
+ * KVMM_KDELETE_SPACE, @len keys, as namespace @ns: its result.
+ */
+static int32_t ring_space_op(struct test_kring *r, uint8_t op, uint32_t sp, uint32_t len,
+			     uint32_t ns)
+{
+	struct kvmm_sqe *sqe = TEST_SQE(&r->ring);
+
+	kvmm_prep_rw(sqe, op, 0, 1, 0, len);
+	sqe->ns = ns;
+	sqe->arg = sp;
+	sqe->arg2 = KVMM_KDELETE_SPACE;
+	return test_ring1(&r->ring, NULL);
+}
+
+/*
  * Through a ring: KDELETE with KVMM_KDELETE_SPACE removes the space, but
  * not while a KGET reads it (-EBUSY, nothing dropped); a ring bound to
  * another namespace cannot name it; the flag takes no keys.
@@ -902,58 +936,28 @@ static void test_keyed_space_remove(void)
 static void test_keyed_space_remove_ring(void)
 {
 	const char *path = nvme_file("remove-ring");
-	int hold = 1;
-	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads, .latch_arg = &hold };
-	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
-	uint32_t sp = space_of(ctx, 0, VB);
-	struct kvmm_sqe *sqe;
-	struct kvmm_cqe *cqe;
+	struct kvmm_nvme_arg arg;
 	struct test_kring g, d, t;
+	struct kvmm_cqe *cqe;
+	int hold;
+	uint32_t sp;
+	struct kvmm_ctx *ctx = post_held_get(path, &hold, &arg, &sp, &g);
 
-	fill(ctx, sp, 30);
-	test_kring_init(ctx, &g, 0, 0);
 	test_kring_init(ctx, &d, 0, 0);
 	test_kring_init(ctx, &t, KVMM_RING_F_NS, 5);	/* another tenant's */
-	ring_ents(&g, 0, 1, false);		/* value 0: the oldest, on NVMe */
-	sqe = TEST_SQE(&g.ring);
-	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
-	sqe->arg = sp;
-	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
-
-	sqe = TEST_SQE(&d.ring);
-	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 1, 0, 0);
-	sqe->arg = sp;
-	sqe->arg2 = KVMM_KDELETE_SPACE;
-	CU_ASSERT_EQUAL(test_ring1(&d.ring, NULL), -EBUSY);
+	CU_ASSERT_EQUAL(ring_space_op(&d, KVMM_OP_KDELETE, sp, 0, 0), -EBUSY);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_VALUES), 30);
 	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
 	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
 	CU_ASSERT_EQUAL(cqe->res, 1);
 	kvmm_cqe_seen(&g.ring, cqe);
 
-	sqe = TEST_SQE(&t.ring);		/* another tenant's ring */
-	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 1, 0, 0);
-	sqe->ns = 5;
-	sqe->arg = sp;
-	sqe->arg2 = KVMM_KDELETE_SPACE;
-	CU_ASSERT_EQUAL(test_ring1(&t.ring, NULL), -EINVAL);
-	sqe = TEST_SQE(&d.ring);		/* keys with the flag */
-	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 1, 0, 1);
-	sqe->arg = sp;
-	sqe->arg2 = KVMM_KDELETE_SPACE;
-	CU_ASSERT_EQUAL(test_ring1(&d.ring, NULL), -EINVAL);
-	sqe = TEST_SQE(&d.ring);		/* KEXISTS does not take it */
-	kvmm_prep_rw(sqe, KVMM_OP_KEXISTS, 0, 1, 0, 0);
-	sqe->arg = sp;
-	sqe->arg2 = KVMM_KDELETE_SPACE;
-	CU_ASSERT_EQUAL(test_ring1(&d.ring, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(ring_space_op(&t, KVMM_OP_KDELETE, sp, 0, 5), -EINVAL);
+	CU_ASSERT_EQUAL(ring_space_op(&d, KVMM_OP_KDELETE, sp, 1, 0), -EINVAL);	/* keys */
+	CU_ASSERT_EQUAL(ring_space_op(&d, KVMM_OP_KEXISTS, sp, 0, 0), -EINVAL);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_VALUES), 30);
 
-	sqe = TEST_SQE(&d.ring);
-	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 1, 0, 0);
-	sqe->arg = sp;
-	sqe->arg2 = KVMM_KDELETE_SPACE;
-	CU_ASSERT_EQUAL(test_ring1(&d.ring, NULL), 30);
+	CU_ASSERT_EQUAL(ring_space_op(&d, KVMM_OP_KDELETE, sp, 0, 0), 30);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_SPACES), 0);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_VALUES), 0);
 	test_kring_exit(&g);
