@@ -221,6 +221,13 @@ static uint32_t ns_spaces(const struct kvmm_ctx *ctx, uint32_t ns)
 	return n;
 }
 
+/* Drop the free slots at the end of the table. */
+static void slots_trim(struct kvmm_ctx *ctx)
+{
+	while (ctx->nr_kspaces && !ctx->kspaces[ctx->nr_kspaces - 1])
+		ctx->nr_kspaces--;
+}
+
 /* A free slot: a removed space's, or a new one at the end. */
 static int slot_get(struct kvmm_ctx *ctx, uint32_t *slot)
 {
@@ -275,11 +282,12 @@ static struct kvmm_kspace *space_get(struct kvmm_ctx *ctx, uint32_t ns, const ui
 		return NULL;
 	*err = -ENOMEM;
 	s = kvmm_zalloc(ctx, sizeof(*s));
-	if (!s)
-		return NULL;
-	s->root = kvmm_tree_keyed_root(ctx, ns);
-	if (!s->root) {
-		kvmm_mfree(ctx, s, sizeof(*s));
+	if (s)
+		s->root = kvmm_tree_keyed_root(ctx, ns);
+	if (!s || !s->root) {
+		if (s)
+			kvmm_mfree(ctx, s, sizeof(*s));
+		slots_trim(ctx);
 		return NULL;
 	}
 	s->fp[0] = fp[0];
@@ -1336,8 +1344,7 @@ int kvmm_keyed_space_remove_in(struct kvmm_ctx *ctx, struct kvmm_kspace *s)
 	}
 	kvmm_tree_keyed_root_free(ctx, s->root);
 	ctx->kspaces[slot] = NULL;
-	while (ctx->nr_kspaces && !ctx->kspaces[ctx->nr_kspaces - 1])
-		ctx->nr_kspaces--;
+	slots_trim(ctx);
 	ctx->nr_kspaces_live--;
 	ctx->kspace_gen = (ctx->kspace_gen + 1) & KSPACE_GEN_MASK;
 	kvmm_mfree(ctx, s, sizeof(*s));

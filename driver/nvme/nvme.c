@@ -941,9 +941,6 @@ static int read_super(struct nvme_store *ns, const struct kvmm_store_cfg *cfg,
 	if (got < 0)
 		return nvme_err(cfg, -errno, "cannot read the superblock of %s: %s",
 				cfg->path, strerror(errno));
-	if (!size && got)
-		return nvme_err(cfg, -EINVAL, "%s says it is empty but reads as data: it "
-				"is no file on storage; refusing it", cfg->path);
 	if (!size)
 		return 0;
 	if (memcmp(sb->magic, NVME_MAGIC, sizeof(sb->magic)) && !all_zero(sb, NVME_BLOCK))

@@ -871,6 +871,49 @@ static void test_keyed_ns_space_limit(void)
 }
 
 /*
+ * Registering and removing spaces under every allocation failure in turn:
+ * a failed registration takes no slot and changes nothing, the table
+ * grows past its first 8 slots, and a removed slot is taken again.
+ */
+static void test_keyed_space_alloc_faults(void)
+{
+	unsigned long n;
+
+	for (n = 1; n < 100; n++) {
+		struct test_alloc ta = { 0 };
+		struct kvmm_ctx *ctx = host_ctx(64, NULL, &ta);
+		uint32_t i, id, ok = 0, first = ~0u;
+		int r;
+
+		CU_ASSERT_FATAL(ctx != NULL);
+		ta.fail_at = ta.calls + n;
+		for (i = 0; i < 10; i++) {
+			r = try_space(ctx, 0, VB + i, &id);
+			CU_ASSERT(r == 0 || r == -ENOMEM);
+			if (!r && first == ~0u)
+				first = id;
+			ok += !r;
+		}
+		CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_SPACES), ok);
+		if (first != ~0u) {
+			CU_ASSERT(kvmm_keyed_space_remove(ctx, first) == 0);
+			ok--;
+		}
+		r = try_space(ctx, 1, VB, &id);
+		CU_ASSERT(r == 0 || r == -ENOMEM);
+		ok += !r;
+		CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_SPACES), ok);
+		CU_ASSERT(r || (id & (KVMM_KSPACES_MAX - 1)) <= 10);	/* a slot at most one past */
+		CHECK_OK(ctx);
+		kvmm_destroy(ctx);
+		CU_ASSERT_EQUAL(ta.live_blocks, 0);
+		if (ta.calls < ta.fail_at)
+			break;		/* the whole run took fewer: every one was tried */
+	}
+	CU_ASSERT(n > 3);
+}
+
+/*
  * A removed space takes its values with it, on the host tier and on NVMe;
  * its id then names nothing, even once a new space takes its slot, and
  * its namespace may register a new one in its place.
@@ -1041,6 +1084,7 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_nvme_ring_busy);
 	ADD_TEST(s, test_keyed_ns_space_limit);
 	ADD_TEST(s, test_keyed_space_remove);
+	ADD_TEST(s, test_keyed_space_alloc_faults);
 	ADD_TEST(s, test_keyed_space_remove_ring);
 	ADD_TEST(s, test_keyed_recover_space_limit);
 	return 0;
