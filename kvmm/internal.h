@@ -6,8 +6,10 @@
  * Coding conventions in the core:
  * @ctx is the context, the one handle everything hangs off (no globals);
  * @zone is a pool of pages of one tier; @pfn a page frame number in it;
- * @node a prefix-tree node; @seq a sequence id, which is also its row in
- * the page table; @n a count of tokens, @nr a count of pages.
+ * @node a prefix-tree node; @seq a sequence id: its row in the page
+ * table, or a ring's KVMM_SEQ_ID(row, generation), which kvmm_seq_lookup()
+ * checks and kvmm_row() reads through; @n a count of tokens, @nr a count
+ * of pages.
  * Token counts handed to the tree are page aligned unless said otherwise.
  */
 #ifndef KVMM_INTERNAL_H
