@@ -24,7 +24,11 @@
  *    back as soon as most polls pay, and stays away while most do not
  *    (the back-off is a running vote of the last polls' outcomes);
  *  - a wait that ended (by the doorbell) within the ceiling sets the
- *    budget to twice that wait: the next poll lasts that long.
+ *    budget to twice that wait: the next poll lasts that long;
+ *  - a wait that lasted past the ceiling was the other side being idle
+ *    (an engine computing between steps), not being kept off a core: the
+ *    failed poll before it is not counted in the back-off, so a burst
+ *    after an idle spell polls as soon as its waits are short again.
  *
  * The back-off is what keeps a contended machine from collapsing: a wait
  * the scheduler's wake-up made short used to set the budget again to
@@ -63,6 +67,7 @@ bool kvmm_spin(struct kvmm_spin *s, bool (*ready)(const void *arg), const void *
 {
 	uint64_t start, last, now;
 
+	s->undo = 0;
 	if (!s->budget_ns || s->skip) {
 		if (s->skip)
 			s->skip--;
@@ -74,6 +79,7 @@ bool kvmm_spin(struct kvmm_spin *s, bool (*ready)(const void *arg), const void *
 		now = kvmm_now_ns();
 		if (now - last > KVMM_SPIN_PREEMPT_NS || now - start >= s->budget_ns) {
 			s->budget_ns /= 2;
+			s->undo = s->backoff + 1;
 			s->backoff = s->backoff ? 2 * s->backoff : 1;
 			if (s->backoff > KVMM_SPIN_BACKOFF_MAX)
 				s->backoff = KVMM_SPIN_BACKOFF_MAX;
@@ -96,8 +102,15 @@ void kvmm_spin_waited(struct kvmm_spin *s, uint64_t waited_ns)
 {
 	uint64_t b = 2 * waited_ns;
 
-	if (waited_ns >= s->max_ns)
+	if (waited_ns >= s->max_ns) {
+		if (s->undo) {	/* an idle spell, not contention */
+			s->backoff = s->undo - 1;
+			s->skip = s->backoff;
+		}
+		s->undo = 0;
 		return;
+	}
+	s->undo = 0;
 	if (b < KVMM_SPIN_MIN_NS)
 		b = KVMM_SPIN_MIN_NS;
 	s->budget_ns = b < s->max_ns ? b : s->max_ns;

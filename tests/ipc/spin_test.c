@@ -97,6 +97,35 @@ static void spin_keeps_polling_while_polls_pay(void)
 		CU_ASSERT_EQUAL(one_wait(&s, 2, &got), 2);
 }
 
+/*
+ * A failed poll followed by a wait past the ceiling is the other side
+ * being idle (an engine computing between steps), not contention: it
+ * does not count, and a burst after idle spells polls again at once.
+ */
+static void spin_idle_spells_do_not_back_off(void)
+{
+	struct kvmm_spin s = { .budget_ns = 50000, .max_ns = 50000 };
+	struct fake_event e;
+	uint32_t i;
+	bool got;
+
+	for (i = 0; i < 20; i++) {
+		e = (struct fake_event){ .ready_at = 0 };
+		CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, &e));
+		kvmm_spin_waited(&s, 10 * 1000 * 1000);		/* 10 ms later */
+		CU_ASSERT_EQUAL(s.backoff, 0);
+		CU_ASSERT_EQUAL(s.skip, 0);
+	}
+	/* the burst: its first wait is short, the ones after it poll */
+	kvmm_spin_waited(&s, 3000);
+	for (i = 0; i < 10; i++)
+		CU_ASSERT_EQUAL(one_wait(&s, 2, &got), 2);
+	/* contention still counts: a failed poll, then a short wait */
+	CU_ASSERT(one_wait(&s, 0, &got) >= 2);
+	CU_ASSERT_EQUAL(s.backoff, 1);
+	CU_ASSERT_EQUAL(one_wait(&s, 0, &got), 1);
+}
+
 /* A budget of 0 (an idle poller's ceiling spent) looks once and sleeps. */
 static void spin_with_no_budget_only_looks(void)
 {
@@ -123,6 +152,7 @@ int register_spin_suite(void)
 		return -1;
 	ADD_TEST(s, spin_backs_off_after_failed_polls_and_comes_back);
 	ADD_TEST(s, spin_keeps_polling_while_polls_pay);
+	ADD_TEST(s, spin_idle_spells_do_not_back_off);
 	ADD_TEST(s, spin_with_no_budget_only_looks);
 	return 0;
 }
