@@ -52,6 +52,13 @@
  * commit and every pin it took without KVMM_PIN_KEEP is dropped, so no
  * page stays owned or locked for a client that is gone.
  *
+ * Sequence ids.  OPEN answers KVMM_SEQ_ID(row, generation), never the
+ * bare row, and every command naming a sequence is checked against the
+ * row's current generation (seq_mine()), so an id an engine kept past
+ * its CLOSE fails with -ESTALE instead of reaching the request that
+ * reused the row.  The core takes either form; it is checked here first
+ * for the errno.
+ *
  * Locking.  The context lock is taken once per batch of entries, not per
  * command.  A keyed KPUT or KGET drops it while it copies values (the
  * entries before it in the batch have completed, the ones after it have
@@ -169,13 +176,28 @@ static const void *input(const struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return d->scratch;
 }
 
-/* The sequence @seq if this ring may use it. */
-static bool seq_mine(const struct kvmm_disp *d, uint32_t seq)
+/*
+ * 0 if this ring may use sequence id @seq: its row is open, the ring's
+ * own, and opened under that id.  -ESTALE for an id the ring kept past
+ * its CLOSE while the row is open again under a later generation (the
+ * same ring's: another's row says nothing of its generation to it);
+ * -EINVAL otherwise.  kvmm_ioctl() (owner 0) also takes a bare row, as
+ * the direct API it shares its sequences with.
+ */
+static int seq_mine(const struct kvmm_disp *d, uint32_t seq)
 {
 	const struct kvmm_ctx *ctx = d->ctx;
+	uint32_t row = KVMM_SEQ_ROW(seq), gen = KVMM_SEQ_GEN(seq);
+	const struct kvmm_seq *s;
 
-	return seq < ctx->max_seqs && ctx->seqs[seq].open &&
-	       ctx->seqs[seq].owner == d->owner.id;
+	if (row >= ctx->max_seqs)
+		return -EINVAL;
+	s = &ctx->seqs[row];
+	if (!s->open || s->owner != d->owner.id)
+		return -EINVAL;
+	if (gen == s->gen || (!gen && !d->owner.id))
+		return 0;
+	return gen ? -ESTALE : -EINVAL;
 }
 
 static int op_pin(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
@@ -266,9 +288,13 @@ static int extend_one(struct kvmm_disp *d, const struct kvmm_sqe *sqe)
 {
 	uint32_t n = sqe->arg, flags = (uint32_t)sqe->arg2 & ~KVMM_EXTEND_TO;
 	const struct kvmm_seq *s;
+	int ret;
 
-	if (sqe->buf || sqe->off || !seq_mine(d, sqe->seq))
+	if (sqe->buf || sqe->off)
 		return -EINVAL;
+	ret = seq_mine(d, sqe->seq);
+	if (ret)
+		return ret;
 	if (sqe->arg2 & KVMM_EXTEND_TO) {
 		s = kvmm_seq_lookup(d->ctx, sqe->seq);
 		if (!s || n <= s->len)
@@ -294,9 +320,11 @@ static int op_extend(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	ents = input(d, sqe, (uint64_t)sqe->len * sizeof(*ents), &ret);
 	if (!ents)
 		return ret;
-	for (i = 0; i < sqe->len; i++)
-		if (!seq_mine(d, ents[i].seq))
-			return -EINVAL;
+	for (i = 0; i < sqe->len; i++) {
+		ret = seq_mine(d, ents[i].seq);
+		if (ret)
+			return ret;
+	}
 	return __kvmm_seq_extend(d->ctx, &ents->seq, &ents->n,
 				 sizeof(*ents) / sizeof(uint32_t), sqe->len,
 				 (uint32_t)sqe->arg2);
@@ -320,7 +348,7 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	probe_ops(p);
 	p->features = KVMM_FEAT_NAMESPACES | KVMM_FEAT_PIN_KEEP | KVMM_FEAT_SLRU |
 		      KVMM_FEAT_TIERS | KVMM_FEAT_NS_LIMITS | KVMM_FEAT_KEYED |
-		      KVMM_FEAT_EVENTS;
+		      KVMM_FEAT_EVENTS | KVMM_FEAT_SEQ_GEN;
 	p->page_size = ctx->page_size;
 	p->nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
 	p->max_seqs = ctx->max_seqs;
@@ -402,7 +430,7 @@ static int op_seq_row(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		      const uint32_t *tok, uint32_t *cflags)
 {
 	const struct kvmm_ctx *ctx = d->ctx;
-	const struct kvmm_seq *s = &ctx->seqs[sqe->seq];
+	const struct kvmm_seq *s = kvmm_seq_lookup(ctx, sqe->seq);
 	uint32_t pages = kvmm_pages_of(ctx, s->len);
 	struct kvmm_seq_row *row = payload(d, sqe, sqe->len);
 
@@ -472,13 +500,15 @@ static int op_nop(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 static int op_open(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		   const uint32_t *tok, uint32_t *cflags)
 {
+	struct kvmm_seq *s;
 	uint32_t seq;
 	int ret = kvmm_seq_open(d->ctx, sqe->ns, &seq);
 
 	if (ret)
 		return ret;
-	d->ctx->seqs[seq].owner = d->owner.id;
-	return (int)seq;
+	s = &d->ctx->seqs[seq];
+	s->owner = d->owner.id;
+	return (int)KVMM_SEQ_ID(seq, s->gen);
 }
 
 /* A ring's PROMOTE may complete later, through its owner; kvmm_ioctl() waits. */
@@ -813,8 +843,12 @@ static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32
 		return -EINVAL;
 	if (d->ns_bound && (op->admin || ((op->fields & F_NS) && sqe->ns != d->ns)))
 		return -EPERM;
-	if (op->own_seq && !seq_mine(d, sqe->seq))
-		return -EINVAL;
+	if (op->own_seq) {
+		int ret = seq_mine(d, sqe->seq);
+
+		if (ret)
+			return ret;
+	}
 	if (op->payload == P_TOKENS) {
 		if (sqe->len) {
 			tok = payload(d, sqe, (uint64_t)sqe->len * sizeof(*tok));

@@ -325,7 +325,8 @@ int kvmm_seq_info(const struct kvmm_ctx *ctx, uint32_t seq,
  * @base: row r starts at base + r * stride; entry i is the page frame
  *	number of the sequence's page i, -1 where none is mapped
  * @stride: entries per row, ceil(max_seq_len / page_size)
- * @rows: max_seqs; a row's index is its sequence id
+ * @rows: max_seqs; a row's index is kvmm_seq_open()'s sequence id, or
+ *	KVMM_SEQ_ROW() of a ring's
  *
  * The slot of token t of sequence s is
  * base[s * stride + t / page_size] * page_size + t % page_size.

@@ -59,10 +59,18 @@ int kvmm_sock_recv_until(int sock, void *buf, size_t len, int *fds, uint32_t max
  *	(ipc/spin.c)
  * @budget_ns: the next poll's length; adapts to what polling bought
  * @max_ns: the most it grows to: what an idle poller may cost
+ * @backoff: waits to sleep through, without polling, after a poll:
+ *	doubled by a poll that failed, halved by one that paid
+ * @skip: what is left of it before the next poll
+ * @undo: 1 + the back-off before the last poll, which failed, until
+ *	kvmm_spin_waited() hears how long that wait was; 0 otherwise
  */
 struct kvmm_spin {
 	uint64_t budget_ns;
 	uint64_t max_ns;
+	uint32_t backoff;
+	uint32_t skip;
+	uint32_t undo;
 };
 
 uint64_t kvmm_now_ns(void);	/* the library's monotonic clock (kvmm/) */

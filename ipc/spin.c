@@ -9,19 +9,34 @@
  * (microseconds).  That holds only while each side has a core of its own:
  * on a machine whose cores are shared a poller holds the core the other
  * side (or anyone) is waiting for, and a round trip then costs a
- * scheduler time slice.  So a poller spends a budget of time, not of
- * loops, and the budget follows what polling bought lately:
+ * scheduler time slice.  A sleeper, on the contrary, is what the
+ * scheduler favours: woken by the doorbell, it preempts whatever spins
+ * on the core.  So a poller spends a budget of time, not of loops, and
+ * polls at all only while polling pays:
  *
- *  - a poll that sees its event keeps the budget;
- *  - a poll that runs out halves it: waits that long are not worth a core;
- *  - so does a poll that finds it was descheduled (two looks at the clock
- *    far apart), and it stops there: the core is contended, and the other
- *    side may be the one waiting for it;
- *  - a wait that ended (by the doorbell) within the ceiling sets it to
- *    twice that wait: polling that long would have caught it.
+ *  - a poll that runs out, or finds it was descheduled (two looks at the
+ *    clock far apart), halves the budget: the core is contended, or the
+ *    wait is long, and the other side may be the one waiting for the core;
+ *  - it also doubles the back-off (0, then 1, 2, 4 ... up to
+ *    KVMM_SPIN_BACKOFF_MAX), the number of waits the poller then sleeps
+ *    through without polling before it tries again (a probe);
+ *  - a poll that sees its event halves the back-off, so polling comes
+ *    back as soon as most polls pay, and stays away while most do not
+ *    (the back-off is a running vote of the last polls' outcomes);
+ *  - a wait that ended (by the doorbell) within the ceiling sets the
+ *    budget to twice that wait: the next poll lasts that long;
+ *  - a wait that lasted past the ceiling was the other side being idle
+ *    (an engine computing between steps), not being kept off a core: the
+ *    failed poll before it is not counted in the back-off, so a burst
+ *    after an idle spell polls as soon as its waits are short again.
  *
- * Under sustained contention the budget so decays to nothing and both
- * sides sleep between doorbells; a quiet spell brings it back.
+ * The back-off is what keeps a contended machine from collapsing: a wait
+ * the scheduler's wake-up made short used to set the budget again to
+ * twice that wait, and the next poll spun that long on the core the
+ * other side needed, so a round trip cost a time slice of whoever held
+ * it.  Now, under sustained contention, both sides sleep between
+ * doorbells and pay one probe every KVMM_SPIN_BACKOFF_MAX waits; on a
+ * quiet machine polls pay and the back-off stays at 0.
  *
  * The ceiling bounds what an idle ring costs: a server thread polls at
  * most that long after its last entry, a client that long for a
@@ -33,12 +48,17 @@
 #define KVMM_SPIN_PREEMPT_NS	30000
 /* The least a budget grows to after a short wait. */
 #define KVMM_SPIN_MIN_NS	1000
+/* The most waits slept through between two polls. */
+#define KVMM_SPIN_BACKOFF_MAX	256
 
 /**
  * kvmm_spin() - poll @ready for at most @s's budget
  * @s: the poller's budget, adapted here
  * @ready: the event polled for
  * @arg: its argument
+ *
+ * While a back-off from failed polls lasts it does not poll at all, only
+ * looks once.
  *
  * Return: whether @ready became true; false means sleep on the doorbell,
  * then tell kvmm_spin_waited() how long the whole wait took.
@@ -47,18 +67,29 @@ bool kvmm_spin(struct kvmm_spin *s, bool (*ready)(const void *arg), const void *
 {
 	uint64_t start, last, now;
 
-	if (!s->budget_ns)
+	s->undo = 0;
+	if (!s->budget_ns || s->skip) {
+		if (s->skip)
+			s->skip--;
 		return ready(arg);
+	}
 	start = last = kvmm_now_ns();
 	while (!ready(arg)) {
 		__builtin_ia32_pause();
 		now = kvmm_now_ns();
 		if (now - last > KVMM_SPIN_PREEMPT_NS || now - start >= s->budget_ns) {
 			s->budget_ns /= 2;
-			return ready(arg);
+			s->undo = s->backoff + 1;
+			s->backoff = s->backoff ? 2 * s->backoff : 1;
+			if (s->backoff > KVMM_SPIN_BACKOFF_MAX)
+				s->backoff = KVMM_SPIN_BACKOFF_MAX;
+			s->skip = s->backoff;
+			return ready(arg);	/* a last look: it may have come */
 		}
 		last = now;
 	}
+	s->backoff /= 2;
+	s->skip = s->backoff;
 	return true;
 }
 
@@ -71,8 +102,15 @@ void kvmm_spin_waited(struct kvmm_spin *s, uint64_t waited_ns)
 {
 	uint64_t b = 2 * waited_ns;
 
-	if (waited_ns >= s->max_ns)
+	if (waited_ns >= s->max_ns) {
+		if (s->undo) {	/* an idle spell, not contention */
+			s->backoff = s->undo - 1;
+			s->skip = s->backoff;
+		}
+		s->undo = 0;
 		return;
+	}
+	s->undo = 0;
 	if (b < KVMM_SPIN_MIN_NS)
 		b = KVMM_SPIN_MIN_NS;
 	s->budget_ns = b < s->max_ns ? b : s->max_ns;

@@ -6,8 +6,10 @@
  * Coding conventions in the core:
  * @ctx is the context, the one handle everything hangs off (no globals);
  * @zone is a pool of pages of one tier; @pfn a page frame number in it;
- * @node a prefix-tree node; @seq a sequence id, which is also its row in
- * the page table; @n a count of tokens, @nr a count of pages.
+ * @node a prefix-tree node; @seq a sequence id: its row in the page
+ * table, or a ring's KVMM_SEQ_ID(row, generation), which kvmm_seq_lookup()
+ * checks and kvmm_row() reads through; @n a count of tokens, @nr a count
+ * of pages.
  * Token counts handed to the tree are page aligned unless said otherwise.
  */
 #ifndef KVMM_INTERNAL_H
@@ -649,6 +651,8 @@ int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t 
  *	direct API
  * @promo: its promotion in flight (promote.c), or NULL; while there is
  *	one, only CLOSE and RETRACT (which cancel it) may touch the sequence
+ * @gen: generation of the row, 1..KVMM_SEQ_GEN_MAX, one more at every
+ *	open (0 before the first): the ring's id is KVMM_SEQ_ID(row, @gen)
  * @open: the row is in use
  */
 struct kvmm_seq {
@@ -661,11 +665,12 @@ struct kvmm_seq {
 	uint32_t mark;
 	uint32_t owner;
 	struct kvmm_migrate *promo;
+	uint16_t gen;
 	bool open;
 };
 
 int kvmm_seqs_init(struct kvmm_ctx *ctx);
-struct kvmm_seq *kvmm_seq_lookup(struct kvmm_ctx *ctx, uint32_t seq);
+struct kvmm_seq *kvmm_seq_lookup(const struct kvmm_ctx *ctx, uint32_t seq);
 void kvmm_seqs_exit(struct kvmm_ctx *ctx);
 int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		     uint32_t n, uint32_t *below);
@@ -969,9 +974,10 @@ static inline uint32_t kvmm_align_down(const struct kvmm_ctx *ctx, uint32_t n)
 	return n & ~(ctx->page_size - 1);
 }
 
+/* The page-table row of @seq, a checked sequence id or bare row. */
 static inline int32_t *kvmm_row(const struct kvmm_ctx *ctx, uint32_t seq)
 {
-	return ctx->table + (size_t)seq * ctx->row_pages;
+	return ctx->table + (size_t)KVMM_SEQ_ROW(seq) * ctx->row_pages;
 }
 
 #endif /* KVMM_INTERNAL_H */

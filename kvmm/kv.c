@@ -77,7 +77,8 @@ KVMM_EXPORT int64_t kvmm_kv_indices(struct kvmm_ctx *ctx, const struct kvmm_kv_b
 {
 	struct kvmm_kv_index_job job;
 	uint64_t total = 0;
-	uint32_t *lens, stamp, i;
+	uint32_t *lens, *rows, stamp, i;
+	size_t bytes;
 	int ret = 0;
 
 	if (!ctx || !b || (b->count && !b->seqs) || !b->indptr ||
@@ -85,9 +86,12 @@ KVMM_EXPORT int64_t kvmm_kv_indices(struct kvmm_ctx *ctx, const struct kvmm_kv_b
 		return -EINVAL;
 	if (!ctx->backend->kv_indices)
 		return -EOPNOTSUPP;
-	lens = kvmm_malloc(ctx, (size_t)b->count * sizeof(*lens) + 1);
+	/* The lengths, then the rows: @b->seqs may be ids (KVMM_SEQ_ID). */
+	bytes = 2 * (size_t)b->count * sizeof(*lens) + 1;
+	lens = kvmm_malloc(ctx, bytes);
 	if (!lens)
 		return -ENOMEM;
+	rows = lens + b->count;
 	stamp = ++ctx->batch;
 	for (i = 0; i < b->count && !ret; i++) {
 		struct kvmm_seq *s = kvmm_seq_lookup(ctx, b->seqs[i]);
@@ -98,6 +102,7 @@ KVMM_EXPORT int64_t kvmm_kv_indices(struct kvmm_ctx *ctx, const struct kvmm_kv_b
 		}
 		s->mark = stamp;
 		lens[i] = s->len;
+		rows[i] = KVMM_SEQ_ROW(b->seqs[i]);
 		total += kvmm_pages_of(ctx, s->len);
 	}
 	if (!ret && total > INT32_MAX)
@@ -112,7 +117,7 @@ KVMM_EXPORT int64_t kvmm_kv_indices(struct kvmm_ctx *ctx, const struct kvmm_kv_b
 			.table_bytes = (size_t)ctx->row_pages * ctx->max_seqs * sizeof(*ctx->table),
 			.stride = ctx->row_pages,
 			.page_size = ctx->page_size,
-			.rows = b->seqs,
+			.rows = rows,
 			.lens = lens,
 			.count = b->count,
 			.indptr = b->indptr,
@@ -122,7 +127,7 @@ KVMM_EXPORT int64_t kvmm_kv_indices(struct kvmm_ctx *ctx, const struct kvmm_kv_b
 		};
 		ret = ctx->backend->kv_indices(ctx->backend_priv, &job);
 	}
-	kvmm_mfree(ctx, lens, (size_t)b->count * sizeof(*lens) + 1);
+	kvmm_mfree(ctx, lens, bytes);
 	return ret ? ret : (int64_t)total;
 }
 

@@ -325,7 +325,7 @@ int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 	job->tokens = (uint32_t *)(job + 1);
 	job->n = n - s->cached;
 	memcpy(job->tokens, tokens + s->cached, (size_t)job->n * sizeof(*tokens));
-	job->seq = seq;
+	job->seq = KVMM_SEQ_ROW(seq);
 	job->owner = owner;
 	job->user_data = user_data;
 	list_init(&job->waiters);

@@ -5,8 +5,12 @@
  *
  * DOC: sequences
  *
- * The page table is one dense int32 array of max_seqs rows; a sequence id
- * is its row.  Entry i of a row is the frame of the sequence's page i, -1
+ * The page table is one dense int32 array of max_seqs rows; the direct
+ * API's sequence id is its row.  Each open of a row counts a generation,
+ * and the ring names a sequence by KVMM_SEQ_ID(row, generation), so that
+ * an id an engine kept past its CLOSE cannot reach the row's next
+ * sequence; every entry point here takes either form (a bare row is not
+ * checked, a generation must be the row's current one).  Entry i of a row is the frame of the sequence's page i, -1
  * where none is mapped, so attention kernels read slot indices straight
  * out of it.  A row has two parts:
  *
@@ -33,6 +37,9 @@
 #include "internal.h"
 
 #define SEQ_NONE	UINT32_MAX
+
+_Static_assert(KVMM_MAX_SEQS - 1 <= KVMM_SEQ_ROW_MASK, "a row fits a sequence id");
+_Static_assert(KVMM_SEQ_GEN_MAX <= UINT16_MAX, "struct kvmm_seq.gen holds a generation");
 
 int kvmm_seqs_init(struct kvmm_ctx *ctx)
 {
@@ -71,12 +78,21 @@ void kvmm_seqs_exit(struct kvmm_ctx *ctx)
 	ctx->seqs = NULL;
 }
 
-/* The open sequence @seq, or NULL for a bad or closed one. */
-struct kvmm_seq *kvmm_seq_lookup(struct kvmm_ctx *ctx, uint32_t seq)
+/*
+ * The open sequence @seq (a bare row, or a ring's id whose generation is
+ * the row's), or NULL for a bad, closed or stale one.
+ */
+struct kvmm_seq *kvmm_seq_lookup(const struct kvmm_ctx *ctx, uint32_t seq)
 {
-	if (!ctx || seq >= ctx->max_seqs || !ctx->seqs[seq].open)
+	uint32_t row = KVMM_SEQ_ROW(seq), gen = KVMM_SEQ_GEN(seq);
+	struct kvmm_seq *s;
+
+	if (!ctx || row >= ctx->max_seqs)
 		return NULL;
-	return &ctx->seqs[seq];
+	s = &ctx->seqs[row];
+	if (!s->open || (gen && gen != s->gen))
+		return NULL;
+	return s;
 }
 
 /**
@@ -106,7 +122,8 @@ KVMM_EXPORT int kvmm_seq_open(struct kvmm_ctx *ctx, uint32_t ns, uint32_t *seqp)
 	id = ctx->free_seq;
 	s = &ctx->seqs[id];
 	ctx->free_seq = s->next_free;
-	*s = (struct kvmm_seq){ .root = root, .node = root, .ns = ns, .open = true };
+	*s = (struct kvmm_seq){ .root = root, .node = root, .ns = ns, .open = true,
+				.gen = s->gen % KVMM_SEQ_GEN_MAX + 1 };
 	ctx->nr_open++;
 	*seqp = id;
 	kvmm_debug_check(ctx, "seq_open");
@@ -218,7 +235,7 @@ int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t
 		return ret;
 	for (i = 0; i < count; i++) {
 		uint32_t id = seqs[i * stride];
-		struct kvmm_seq *s = &ctx->seqs[id];
+		struct kvmm_seq *s = &ctx->seqs[KVMM_SEQ_ROW(id)];
 		uint32_t have = kvmm_pages_of(ctx, s->len);
 		uint32_t need = kvmm_pages_of(ctx, s->len + ns[i * stride]);
 
@@ -421,8 +438,9 @@ static int seq_finish(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens
  * promotion of the sequence still in flight is cancelled: it keeps its
  * frames until its I/O is over, then completes with -ECANCELED.
  *
- * Return: 0; -EINVAL for a bad or closed sequence (a double close) or bad
- * commit arguments; -ENOMEM from the commit, with the sequence still open.
+ * Return: 0; -EINVAL for a bad or closed sequence (a double close, or a
+ * ring's id of the row's earlier sequence) or bad commit arguments;
+ * -ENOMEM from the commit, with the sequence still open.
  */
 KVMM_EXPORT int kvmm_seq_close(struct kvmm_ctx *ctx, uint32_t seq,
 			       const uint32_t *tokens, uint32_t n)
@@ -434,7 +452,7 @@ KVMM_EXPORT int kvmm_seq_close(struct kvmm_ctx *ctx, uint32_t seq,
 		return ret;
 	s->open = false;
 	s->next_free = ctx->free_seq;
-	ctx->free_seq = seq;
+	ctx->free_seq = KVMM_SEQ_ROW(seq);
 	ctx->nr_open--;
 	kvmm_debug_check(ctx, "seq_close");
 	return 0;
@@ -476,11 +494,10 @@ KVMM_EXPORT int kvmm_seq_retract(struct kvmm_ctx *ctx, uint32_t seq,
 KVMM_EXPORT int kvmm_seq_info(const struct kvmm_ctx *ctx, uint32_t seq,
 			      struct kvmm_seq_info *info)
 {
-	const struct kvmm_seq *s;
+	const struct kvmm_seq *s = kvmm_seq_lookup(ctx, seq);
 
-	if (!ctx || !info || seq >= ctx->max_seqs || !ctx->seqs[seq].open)
+	if (!s || !info)
 		return -EINVAL;
-	s = &ctx->seqs[seq];
 	info->len = s->len;
 	info->cached = s->cached;
 	info->ns = s->ns;

@@ -273,9 +273,10 @@ static uint8_t kv_stamp_of(uint32_t t, uint32_t pos, uint32_t layer, uint32_t kv
 }
 
 /*
- * Write (or, with @check, compare) the KV of tokens [from, n) of @seq: each
- * byte a function of its token, position, layer and K/V (the mock
- * backend's memory, as an engine's attention would write it).
+ * Write (or, with @check, compare) the KV of tokens [from, n) of @seq (a
+ * row or a ring's id): each byte a function of its token, position, layer
+ * and K/V (the mock backend's memory, as an engine's attention would
+ * write it).
  */
 int test_kv_stamp(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tok,
 		  uint32_t from, uint32_t n, bool check)
@@ -289,7 +290,7 @@ int test_kv_stamp(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tok,
 	kvmm_seq_table(ctx, &tab);
 	for (layer = 0; kvmm_kv_layer(ctx, layer, &kl) == 0; layer++) {
 		for (i = from; i < n; i++) {
-			int32_t pfn = tab.base[seq * tab.stride + i / PS];
+			int32_t pfn = tab.base[(size_t)KVMM_SEQ_ROW(seq) * tab.stride + i / PS];
 			uint64_t slot = (uint64_t)pfn * PS + i % PS;
 
 			for (kv = 0; kv < 2; kv++) {

@@ -100,6 +100,7 @@ int register_remote_suite(void);
 int register_remote_server_suite(void);
 int register_events_suite(void);
 int register_server_suite(void);
+int register_spin_suite(void);
 int register_abi_suite(void);
 int cuda_attach_child(const char *path, const char *driver);
 int register_tier_suite(void);

@@ -37,6 +37,7 @@ static const suite_register_fn suites[] = {
 	register_events_suite,
 	register_dispatch_suite,
 	register_server_suite,
+	register_spin_suite,
 	register_abi_suite,
 	register_engine_suite,
 	register_ns_suite,

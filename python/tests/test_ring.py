@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The ring client: batches to kvmmd in another process, asyncio PROMOTE."""
 import asyncio
+import errno
 import time
 
 import numpy as np
@@ -66,6 +67,31 @@ def test_a_failed_command_raises_after_the_batch(kvmmd):
 		with pytest.raises(kvmm.InvalidArgument) as e:
 			ring.submit(b)
 		assert e.value.results == [0, -22, 0] and "EXTEND" in str(e.value)
+
+
+def test_stale_sequence_id_is_refused(kvmmd):
+	"""An id kept past its CLOSE cannot close the request that reuses its row."""
+	_, sock = kvmmd
+	with kvmm.connect(sock) as ring:
+		b = ring.batch()
+		b.open()
+		old = ring.submit(b)[0]
+		b = ring.batch()
+		b.close(old)
+		b.open()
+		new = ring.submit(b)[1]
+		assert new != old
+		b = ring.batch()
+		b.extend(new, 20)
+		b.close(old)
+		with pytest.raises(kvmm.Error) as e:
+			ring.submit(b)
+		assert e.value.errno == errno.ESTALE and e.value.results == [0, -errno.ESTALE]
+		assert len(ring.seq_row(new).frames) == -(-20 // PS) and ring.stats().seqs_open == 1
+		b = ring.batch()
+		b.close(new)
+		assert ring.submit(b) == [0]
+		ring.check()
 
 
 def test_promote_from_nvme_awaited_on_asyncio(kvmmd):

@@ -427,7 +427,8 @@ static bool row_is_the_table(const struct rfix *f, uint32_t seq)
 	    row->cached != info.cached || row->resv)
 		return false;
 	return row->pages == (info.len + 3) / 4 &&
-	       !memcmp(row + 1, t.base + (size_t)seq * t.stride, row->pages * sizeof(int32_t));
+	       !memcmp(row + 1, t.base + (size_t)KVMM_SEQ_ROW(seq) * t.stride,
+		       row->pages * sizeof(int32_t));
 }
 
 /*
@@ -488,6 +489,176 @@ static void ring_seq_row_is_the_ring_own_page_table_row(void)
 	CU_ASSERT_EQUAL(seq_row(&f, &tenant, (uint32_t)b, sizeof(f.out)), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_seq_close(f.ctx, direct, NULL, 0), 0);
 	kvmm_ring_exit(&tenant);
+	rfix_exit(&f);
+}
+
+/* The page-table row of @seq, a ring's id, read in place. */
+static const int32_t *seq_row_in_place(struct kvmm_ctx *ctx, uint32_t seq)
+{
+	struct kvmm_table t;
+
+	kvmm_seq_table(ctx, &t);
+	return t.base + (size_t)KVMM_SEQ_ROW(seq) * t.stride;
+}
+
+/* kvmm_kv_indices() of the one sequence @seq into @idx (8 entries). */
+static int64_t kv_indices_of(struct kvmm_ctx *ctx, uint32_t seq, int32_t *idx)
+{
+	int32_t indptr[2], last, scratch[8];
+	struct kvmm_kv_batch kb = {
+		.seqs = &seq, .count = 1, .max_indices = 8, .indptr = indptr,
+		.indices = idx ? idx : scratch, .last_page_len = &last,
+	};
+
+	return kvmm_kv_indices(ctx, &kb);
+}
+
+/*
+ * An id kept past its CLOSE: once the ring opens the row again, every
+ * command naming the old id fails with -ESTALE and changes nothing; the
+ * row's new sequence keeps its pages and its KV.  (Ids were the bare row,
+ * so a stale CLOSE closed the new request.)
+ */
+static void ring_stale_seq_id_fails_and_changes_nothing(void)
+{
+	struct kvmm_extend_ent *ents;
+	uint64_t before[NR_KVMM_STATS], after[NR_KVMM_STATS];
+	struct kvmm_seq_info info;
+	struct rfix f;
+	int32_t a, b;
+	size_t i;
+
+	rfix_init(&f, 4, 64);
+	ents = (void *)((char *)f.out + 2048);
+	kvmm_prep_open(TEST_SQE(&f.ring), 0);
+	a = test_ring1(&f.ring, NULL);
+	CU_ASSERT_FATAL(a > 0);
+	kvmm_prep_extend(TEST_SQE(&f.ring), (uint32_t)a, 8, 0);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
+	kvmm_prep_close(TEST_SQE(&f.ring), (uint32_t)a, 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
+	/* a double close while the row is free: -EINVAL, as before */
+	kvmm_prep_close(TEST_SQE(&f.ring), (uint32_t)a, 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), -EINVAL);
+	/* another request takes the same row under a new id */
+	kvmm_prep_open(TEST_SQE(&f.ring), 0);
+	b = test_ring1(&f.ring, NULL);
+	CU_ASSERT_FATAL(b > 0);
+	CU_ASSERT_EQUAL(KVMM_SEQ_ROW(b), KVMM_SEQ_ROW(a));
+	CU_ASSERT_EQUAL(KVMM_SEQ_GEN(b), KVMM_SEQ_GEN(a) + 1);
+	CU_ASSERT_NOT_EQUAL_FATAL(b, a);
+	kvmm_prep_extend(TEST_SQE(&f.ring), (uint32_t)b, 20, 0);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
+	CU_ASSERT_EQUAL(test_kv_stamp(f.ctx, (uint32_t)b, f.tok, 0, 20, false), 0);
+	CHECK_OK(f.ctx);
+	test_stats(f.ctx, before);
+
+	/* every command that names a sequence, with the old id */
+	kvmm_prep_match(TEST_SQE(&f.ring), (uint32_t)a, 1, 0, 8);
+	kvmm_prep_extend(TEST_SQE(&f.ring), (uint32_t)a, 4, 0);
+	kvmm_prep_extend(TEST_SQE(&f.ring), (uint32_t)a, 24, KVMM_EXTEND_TO);
+	kvmm_prep_commit(TEST_SQE(&f.ring), (uint32_t)a, 1, 0, 8);
+	kvmm_prep_close(TEST_SQE(&f.ring), (uint32_t)a, 0, 0, 0);
+	kvmm_prep_close(TEST_SQE(&f.ring), (uint32_t)a, 1, 0, 8);
+	kvmm_prep_retract(TEST_SQE(&f.ring), (uint32_t)a, 0, 0, 0);
+	kvmm_prep_promote(TEST_SQE(&f.ring), (uint32_t)a, 1, 0, 8);
+	kvmm_prep_seq_row(TEST_SQE(&f.ring), (uint32_t)a, 2, 0, 1024);
+	/* a decode batch that names the live id and the stale one */
+	ents[0] = (struct kvmm_extend_ent){ (uint32_t)b, 1 };
+	ents[1] = (struct kvmm_extend_ent){ (uint32_t)a, 1 };
+	kvmm_prep_extend_batch(TEST_SQE(&f.ring), 2, 2048, 2, 0);
+	for (i = 0; i < 10; i++) {
+		struct kvmm_cqe *cqe;
+
+		if (i == 0)
+			CU_ASSERT_EQUAL(kvmm_submit(&f.ring), 10);
+		CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&f.ring, &cqe), 0);
+		if (cqe->res != -ESTALE)
+			fprintf(stderr, "stale id: command %zu gave %d\n", i, cqe->res);
+		CU_ASSERT_EQUAL(cqe->res, -ESTALE);
+		kvmm_cqe_seen(&f.ring, cqe);
+	}
+	test_stats(f.ctx, after);
+	ASSERT_STATS_SAME(before, after);
+	CHECK_OK(f.ctx);
+	CU_ASSERT_EQUAL(kvmm_seq_info(f.ctx, (uint32_t)b, &info), 0);
+	CU_ASSERT_EQUAL(info.len, 20);
+	CU_ASSERT_EQUAL(test_kv_stamp(f.ctx, (uint32_t)b, f.tok, 0, 20, true), 0);
+
+	/* the direct API refuses the stale id and takes the live one */
+	CU_ASSERT_EQUAL(kvmm_seq_close(f.ctx, (uint32_t)a, NULL, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_seq_extend(f.ctx, (uint32_t)a, 1, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_seq_info(f.ctx, (uint32_t)a, &info), -EINVAL);
+	CU_ASSERT_EQUAL(kv_indices_of(f.ctx, (uint32_t)a, NULL), -EINVAL);
+	/* the backend gets the row of the live id: B's 5 frames */
+	{
+		int32_t idx[8];
+
+		CU_ASSERT_EQUAL(kv_indices_of(f.ctx, (uint32_t)b, idx), 5);
+		CU_ASSERT_EQUAL(memcmp(idx, seq_row_in_place(f.ctx, (uint32_t)b), 5 * 4), 0);
+	}
+	/* a bare row is no ring's id */
+	kvmm_prep_close(TEST_SQE(&f.ring), KVMM_SEQ_ROW(b), 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_seq_info(f.ctx, (uint32_t)b, &info), 0);
+	kvmm_prep_close(TEST_SQE(&f.ring), (uint32_t)b, 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&f.ring, NULL), 0);
+	rfix_exit(&f);
+}
+
+/*
+ * kvmm_ioctl() shares its sequences with the direct API: it hands out
+ * ids as a ring does, refuses a stale one, and still takes a bare row.
+ */
+static void ioctl_stale_seq_id_fails(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(4, 64, 4, NTOK);
+	struct kvmm_sqe sqe;
+	uint32_t row;
+	int32_t a;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	kvmm_prep_open(memset(&sqe, 0, sizeof(sqe)), 0);
+	a = kvmm_ioctl(ctx, &sqe, NULL, 0);
+	CU_ASSERT_FATAL(a > 0);
+	kvmm_prep_close(memset(&sqe, 0, sizeof(sqe)), (uint32_t)a, 0, 0, 0);
+	CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &sqe, NULL, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &row), 0);
+	CU_ASSERT_EQUAL(row, KVMM_SEQ_ROW(a));
+	CU_ASSERT_EQUAL(kvmm_seq_extend(ctx, row, 5, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &sqe, NULL, 0), -ESTALE);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_OWNED), 2);
+	kvmm_prep_close(memset(&sqe, 0, sizeof(sqe)), row, 0, 0, 0);
+	CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &sqe, NULL, 0), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * A row's generation counts 1..KVMM_SEQ_GEN_MAX and wraps past 0: every
+ * id is positive (a CQE's res), never a bare row, and the same row.
+ */
+static void ring_seq_generation_wraps_and_is_never_zero(void)
+{
+	struct rfix f;
+	uint32_t i, row = 0;
+	int32_t id, prev = 0;
+
+	rfix_init(&f, 4, 64);
+	for (i = 0; i < KVMM_SEQ_GEN_MAX + 2; i++) {
+		kvmm_prep_open(TEST_SQE(&f.ring), 0);
+		id = test_ring1(&f.ring, NULL);
+		CU_ASSERT_FATAL(id > 0);
+		if (!i)
+			row = KVMM_SEQ_ROW(id);
+		CU_ASSERT_EQUAL(KVMM_SEQ_ROW(id), row);
+		CU_ASSERT_EQUAL(KVMM_SEQ_GEN(id), i % KVMM_SEQ_GEN_MAX + 1);
+		CU_ASSERT_NOT_EQUAL(id, prev);
+		kvmm_prep_close(TEST_SQE(&f.ring), (uint32_t)id, 0, 0, 0);
+		CU_ASSERT_EQUAL_FATAL(test_ring1(&f.ring, NULL), 0);
+		prev = id;
+	}
 	rfix_exit(&f);
 }
 
@@ -758,6 +929,9 @@ int register_dispatch_suite(void)
 	ADD_TEST(s, ring_malformed_commands_fail_and_change_nothing);
 	ADD_TEST(s, ring_extend_to_chains_match_extend_commit);
 	ADD_TEST(s, ring_seq_row_is_the_ring_own_page_table_row);
+	ADD_TEST(s, ring_stale_seq_id_fails_and_changes_nothing);
+	ADD_TEST(s, ioctl_stale_seq_id_fails);
+	ADD_TEST(s, ring_seq_generation_wraps_and_is_never_zero);
 	if (add_racy(s, "ring_tokens_rewritten_while_read_keep_tree_sound",
 		     ring_tokens_rewritten_while_read_keep_tree_sound) ||
 	    add_racy(s, "ring_output_rewritten_while_written_stays_in_bounds",

@@ -7,10 +7,12 @@
  *    instruction with ptrace so the test cannot pass by luck;
  *  - absurd pool geometry given to kvmmd is refused with a message
  *    naming the field, not a SIGFPE;
- *  - the server kvmm-bench ring forks dies with the benchmark.
+ *  - the server kvmm-bench ring forks dies with the benchmark, and so
+ *    does the CPU hog kvmm-bench replay --contend forks.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +218,23 @@ static pid_t child_of(pid_t parent)
 }
 
 /*
+ * SIGKILL @bench (a crash) and give its child @orphan, now ours as the
+ * subreaper's, 10 s to go.  Return: 0 when it went, 1 when it outlived
+ * the benchmark (it is killed then).
+ */
+static int orphan_goes(pid_t bench, pid_t orphan, const char *what)
+{
+	kill(bench, SIGKILL);
+	hostile_reap(bench, 10000);
+	if (hostile_reap(orphan, 10000) != -ETIMEDOUT)
+		return 0;
+	fprintf(stderr, "kvmm-bench's %s %d outlived it\n", what, (int)orphan);
+	kill(orphan, SIGKILL);
+	hostile_reap(orphan, 10000);
+	return 1;
+}
+
+/*
  * As a subreaper, so that the benchmark's orphaned server is ours to
  * reap: start kvmm-bench ring, wait until its forked server listens,
  * SIGKILL the benchmark (a crash), and give the server 10 s to go.
@@ -244,14 +263,7 @@ static int bench_orphan(void *arg)
 		ret = 5;
 		goto out_bench;
 	}
-	kill(bench, SIGKILL);
-	hostile_reap(bench, 10000);
-	if (hostile_reap(srv, 10000) == -ETIMEDOUT) {
-		fprintf(stderr, "kvmm-bench ring's server %d outlived the benchmark\n", (int)srv);
-		kill(srv, SIGKILL);
-		hostile_reap(srv, 10000);
-		ret = 1;
-	}
+	ret = orphan_goes(bench, srv, "ring server");
 	unlink(sock);
 	return ret;
 
@@ -271,6 +283,69 @@ out_bench:
 static void bench_ring_server_dies_with_its_parent(void)
 {
 	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, bench_orphan, NULL, 180000), 0);
+}
+
+/* A workload of one request: eight prompt tokens, four out. */
+static const char tiny_workload[] =
+	"M capacity_tokens 64\nM max_inflight 2\nM max_seq_len 16\n"
+	"S 0 system 8 1 2 3 4 5 6 7 8\nS 1 output 4 9 10 11 12\n"
+	"R 0 0 0 0 -1 8 1 4 1 0\n";
+
+/*
+ * As a subreaper: kvmm-bench replay --contend on a CPU it may use, with
+ * repeats enough to last minutes, until its contender (its one child)
+ * runs; SIGKILL the benchmark and give the contender 10 s to go.
+ * Return: 0 when it went, 1 when it outlived its parent, 2 + n otherwise.
+ */
+static int contender_orphan(void *arg)
+{
+	char path[] = "/tmp/kvmm-contend-XXXXXX", cpu[16];
+	const char *argv[] = { "kvmm-bench", "replay", "--workload", path, "--repeat",
+			       "10000000", "--contend", cpu, NULL };
+	int fd = mkstemp(path), i, ret;
+	pid_t bench, hog = -1;
+	cpu_set_t set;
+
+	(void)arg;
+	if (fd < 0 || write(fd, tiny_workload, sizeof(tiny_workload) - 1) < 0 || close(fd))
+		return 2;
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) || sched_getaffinity(0, sizeof(set), &set))
+		return 3;
+	for (i = 0; i < CPU_SETSIZE && !CPU_ISSET(i, &set); i++)
+		;
+	snprintf(cpu, sizeof(cpu), "%d", i);
+	bench = hostile_spawn(argv, -1);
+	if (bench < 0)
+		return 4;
+	for (i = 0; i < 10000 && hog < 0; i++) {
+		usleep(1000);
+		hog = child_of(bench);
+	}
+	if (hog < 0) {
+		kill(bench, SIGKILL);
+		hostile_reap(bench, 10000);
+		ret = 5;
+	} else {
+		ret = orphan_goes(bench, hog, "contender");
+	}
+	unlink(path);
+	return ret;
+}
+
+/*
+ * kvmm-bench replay --contend: a CPU this process may not use is a usage
+ * error (exit 2); the hog it starts dies with the benchmark, however the
+ * benchmark ends.
+ */
+static void bench_contender_dies_with_its_parent(void)
+{
+	const char *bad[] = { "kvmm-bench", "replay", "--workload", "/dev/null", "--contend",
+			      "100000", NULL };
+	char out[512];
+
+	CU_ASSERT_EQUAL(hostile_run(bad, out, sizeof(out), 10000), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--contend"));
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, contender_orphan, NULL, 60000), 0);
 }
 
 /*
@@ -325,6 +400,7 @@ int register_hostile_ring_suite(void)
 	ADD_TEST(s, ring_completion_never_visible_before_its_slot_is_free);
 	ADD_TEST(s, kvmmd_absurd_geometry_exits_naming_the_field);
 	ADD_TEST(s, bench_ring_server_dies_with_its_parent);
+	ADD_TEST(s, bench_contender_dies_with_its_parent);
 	ADD_TEST(s, ring_sqe_full_sq_fails_instead_of_null);
 	return 0;
 }

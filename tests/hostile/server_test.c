@@ -14,6 +14,8 @@
  *   - 256 trickling handshakes do not lock a new client out (6)
  *   - a client whose CQ is full and who sleeps costs no wake-ups (7)
  *   - every connect over the client limit reads -EBUSY (13)
+ *   - an engine's stale sequence id cannot close the request that reuses
+ *     its row (issue 33, 11)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -778,6 +780,127 @@ static void client_that_does_not_read_is_dropped(void)
 	server_down(ctx, srv);
 }
 
+/* Fill (or, with @check, compare) the KV of @n frames at @pfn with @byte. */
+static int stamp_frames(const struct kvmm_kv_pool *pool, const int32_t *pfn, uint32_t n,
+			int byte, bool check)
+{
+	struct kvmm_kv_layer kl;
+	uint32_t l, i;
+	size_t bytes, j;
+
+	for (l = 0; kvmm_kv_pool_layer(pool, l, &kl) == 0; l++) {
+		bytes = 16 * kl.slot_bytes;	/* kvmmd_start(): page size 16 */
+		for (i = 0; i < n; i++) {
+			uint8_t *k = (uint8_t *)kl.k + (size_t)pfn[i] * bytes;
+			uint8_t *v = (uint8_t *)kl.v + (size_t)pfn[i] * bytes;
+
+			if (!check) {
+				memset(k, byte + (int)l, bytes);
+				memset(v, byte + (int)l + 1, bytes);
+				continue;
+			}
+			for (j = 0; j < bytes; j++)
+				if (k[j] != (uint8_t)(byte + (int)l) ||
+				    v[j] != (uint8_t)(byte + (int)l + 1))
+					return -1;
+		}
+	}
+	return l ? 0 : -1;
+}
+
+/* SEQ_ROW of @seq into the start of the ring's data area. */
+static int32_t row_of(struct kvmm_ring *ring, uint32_t seq)
+{
+	kvmm_prep_seq_row(hostile_sqe(ring), seq, 0, 0, 512);
+	return hostile_ring1(ring);
+}
+
+/*
+ * Child (an engine in its own process): request A is closed, request B
+ * takes its row, and A's id is used again.  Every command naming it must
+ * fail with -ESTALE; B keeps its frames and the KV it wrote, even after
+ * request C takes every page kvmmd would have handed out again.
+ */
+static int stale_close(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 4096 };
+	struct kvmm_kv_pool *pool;
+	struct kvmm_seq_row *row;
+	struct kvmm_ring ring;
+	int32_t a, b, c, res, frames[2];
+
+	if (kvmm_ring_connect(arg, &rp, &ring) || kvmm_kv_pool_attach(&ring, NULL, &pool))
+		return 10;
+	row = ring.buf;
+	kvmm_prep_open(hostile_sqe(&ring), 0);
+	a = hostile_ring1(&ring);
+	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)a, 32, 0);
+	if (a < 0 || hostile_ring1(&ring))
+		return 11;
+	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)a, 0, 0, 0);
+	if (hostile_ring1(&ring))
+		return 12;
+	kvmm_prep_open(hostile_sqe(&ring), 0);
+	b = hostile_ring1(&ring);
+	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)b, 32, 0);
+	if (b < 0 || hostile_ring1(&ring) || row_of(&ring, (uint32_t)b) != 2)
+		return 13;
+	memcpy(frames, row + 1, sizeof(frames));
+	if (stamp_frames(pool, frames, 2, 0xb0, false))
+		return 14;
+	/* the engine's stale CLOSE, and the rest of what it might send */
+	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)a, 0, 0, 0);
+	res = hostile_ring1(&ring);
+	if (res != -ESTALE) {
+		fprintf(stderr, "stale CLOSE: %d\n", res);
+		return 15;
+	}
+	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)a, 16, 0);
+	if (hostile_ring1(&ring) != -ESTALE || row_of(&ring, (uint32_t)a) != -ESTALE)
+		return 16;
+	/* C takes what is free: had B's frames been freed, they would be C's */
+	kvmm_prep_open(hostile_sqe(&ring), 0);
+	c = hostile_ring1(&ring);
+	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)c, 60 * 16, 0);
+	if (c < 0 || hostile_ring1(&ring) || row_of(&ring, (uint32_t)c) != 60 ||
+	    stamp_frames(pool, (int32_t *)(row + 1), 60, 0xc0, false))
+		return 17;
+	if (row_of(&ring, (uint32_t)b) != 2 || memcmp(frames, row + 1, sizeof(frames)))
+		return 18;
+	if (stamp_frames(pool, frames, 2, 0xb0, true))
+		return 19;
+	kvmm_prep_check(hostile_sqe(&ring));
+	if (hostile_ring1(&ring))
+		return 20;
+	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)b, 0, 0, 0);
+	if (hostile_ring1(&ring))
+		return 21;
+	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)c, 0, 0, 0);
+	if (hostile_ring1(&ring))
+		return 22;
+	kvmm_kv_pool_close(pool);
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+/*
+ * A stale sequence id through kvmmd fails with -ESTALE and the request
+ * that reuses the row keeps its pages and KV; kvmmd stops with
+ * kvmm_check() holding.
+ */
+static void stale_seq_id_cannot_close_another_request(void)
+{
+	pid_t pid;
+
+	CU_ASSERT_FATAL(!setup_dir());
+	pid = kvmmd_start("--quiet");
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, stale_close, sock, 20000), 0);
+	CU_ASSERT(hostile_alive(pid));
+	CU_ASSERT_EQUAL(kvmmd_stop(pid), 0);
+	cleanup_dir();
+}
+
 int register_hostile_server_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_hostile_server", NULL, NULL);
@@ -794,6 +917,7 @@ int register_hostile_server_suite(void)
 	ADD_TEST(s, server_limits_are_enforced);
 	ADD_TEST(s, kvmmd_sigterm_is_bounded_under_a_trickled_hello);
 	ADD_TEST(s, client_that_does_not_read_is_dropped);
+	ADD_TEST(s, stale_seq_id_cannot_close_another_request);
 	/* these run a client as nobody: root only */
 	t = CU_add_test(s, "ring_memfd_cannot_be_shrunk", ring_memfd_cannot_be_shrunk);
 	if (t && !root)

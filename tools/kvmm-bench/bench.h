@@ -34,6 +34,8 @@ struct replay_opts {
 	const char *nvme_file;		/* its file, recreated for every run */
 	bool sync;			/* wait for background writeback after each
 					 * request (kvmm_sync(), direct only) */
+	int contend;			/* a CPU kept busy by another process
+					 * meanwhile; -1: none */
 };
 
 struct replay_result {
@@ -98,6 +100,10 @@ int server_spawn(struct bench_server *s, const struct kvmm_params *p, const char
 int server_open(struct bench_server *s);
 int server_close(struct bench_server *s);
 int server_reap(struct bench_server *s);
+/* ring.c: a process that keeps one CPU busy, as another tenant of the machine would */
+int contender_check(int cpu);
+pid_t contender_start(int cpu);
+void contender_stop(pid_t pid);
 
 
 #endif

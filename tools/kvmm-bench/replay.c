@@ -477,6 +477,7 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 	struct replay rp = { .wl = wl, .o = o };
 	uint32_t rep = o->repeat ? o->repeat : 1, r, i;
 	double *us = calloc(rep, sizeof(*us));
+	pid_t contender = -1;
 	int ret = -ENOMEM;
 
 	memset(res, 0, sizeof(*res));
@@ -501,6 +502,12 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 		if (!rp.tokens[r])
 			goto out;
 	}
+	if (o->contend >= 0) {
+		contender = contender_start(o->contend);
+		ret = contender < 0 ? -ECHILD : 0;
+		if (ret)
+			goto out;
+	}
 	for (i = 0; i < rep; i++) {
 		ret = replay_once(&rp, res, &us[i]);
 		if (ret)
@@ -512,6 +519,7 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 	}
 	res->us_per_request = median(us, rep);
 out:
+	contender_stop(contender);
 	if (rp.spawned && server_reap(&rp.server) && !ret)
 		ret = -ECHILD;
 	for (r = 0; o->via != VIA_REMOTE && rp.tokens && r < rp.nslots; r++)
@@ -532,7 +540,8 @@ static void replay_usage(void)
 		"usage: kvmm-bench replay --workload FILE [--page-size N] [--capacity-tokens N]\n"
 		"                         [--decode-chunk N] [--repeat N] [--evict lru|slru]\n"
 		"                         [--via direct|ring|remote] [--host-tokens N]\n"
-		"                         [--nvme-tokens N --nvme-file PATH [--sync]] [--json]\n");
+		"                         [--nvme-tokens N --nvme-file PATH [--sync]]\n"
+		"                         [--contend CPU] [--json]\n");
 }
 
 static const char *const via_names[] = { "direct", "ring", "remote" };
@@ -543,6 +552,14 @@ struct replay_cli {
 	const char *path;	/* --workload */
 	bool json;
 };
+
+/* --contend's CPU; one past any CPU_SETSIZE for a number too large. */
+static int parse_cpu(const char *s)
+{
+	uint64_t v = parse_u64("--contend", s);
+
+	return v > INT32_MAX ? INT32_MAX : (int)v;
+}
 
 static enum replay_via parse_via(const char *s)
 {
@@ -569,6 +586,7 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		{ "nvme-tokens", required_argument, NULL, 'N' },
 		{ "nvme-file", required_argument, NULL, 'F' },
 		{ "sync", no_argument, NULL, 's' },
+		{ "contend", required_argument, NULL, 'C' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
@@ -589,6 +607,7 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		case 'N': o->nvme_tokens = parse_u64("--nvme-tokens", optarg); break;
 		case 'F': o->nvme_file = optarg; break;
 		case 's': o->sync = true; break;
+		case 'C': o->contend = parse_cpu(optarg); break;
 		case 'j': c->json = true; break;
 		case 'h': replay_usage(); return 0;
 		default: replay_usage(); return 2;
@@ -620,6 +639,8 @@ static void replay_check(const struct replay_cli *c)
 		die_usage("replay: --sync needs an NVMe tier and --via direct");
 	if (o->evict && strcmp(o->evict, "lru") && strcmp(o->evict, "slru"))
 		die_usage("replay: --evict must be lru or slru");
+	if (o->contend >= 0 && contender_check(o->contend))
+		die_usage("replay: --contend must name a CPU this process may run on");
 }
 
 static double replay_hit_rate(const struct replay_result *res)
@@ -635,7 +656,7 @@ static void replay_print_json(const struct replay_cli *c, const struct replay_re
 					       (double)res->cached_tokens_end : 0.0;
 
 	tool_json_line(json_pack("{s:s,s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,"
-				 "s:I,s:I,s:I,s:b,s:o,s:o,s:o,s:I,s:o,s:b}",
+				 "s:I,s:I,s:I,s:b,s:o,s:o,s:o,s:I,s:o,s:b,s:i}",
 		"bench", "replay", "workload", c->path, "via", via_names[o->via],
 		"page_size", (json_int_t)o->page_size,
 		"capacity_tokens", (json_int_t)o->capacity_tokens,
@@ -657,7 +678,7 @@ static void replay_print_json(const struct replay_cli *c, const struct replay_re
 		"us_max", tool_json_fixed(res->us_max, 3),
 		"repeat", (json_int_t)o->repeat,
 		"meta_bytes_per_cached_token", tool_json_fixed(meta, 2),
-		"accounting_ok", res->accounting_ok), stdout);
+		"accounting_ok", res->accounting_ok, "contend", o->contend), stdout);
 }
 
 static void replay_print_text(const struct replay_cli *c, const struct replay_result *res)
@@ -681,7 +702,7 @@ static void replay_print_text(const struct replay_cli *c, const struct replay_re
 
 int cmd_replay(int argc, char **argv)
 {
-	struct replay_cli c = { .o = { .page_size = 1, .repeat = 1 } };
+	struct replay_cli c = { .o = { .page_size = 1, .repeat = 1, .contend = -1 } };
 	struct replay_result res;
 	struct workload wl;
 	int ret;

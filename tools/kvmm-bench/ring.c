@@ -11,9 +11,12 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -139,6 +142,58 @@ int server_reap(struct bench_server *s)
 	if (waitpid(s->pid, &status, 0) != s->pid)
 		return -1;
 	return WIFEXITED(status) && !WEXITSTATUS(status) ? 0 : -1;
+}
+
+/**
+ * contender_check() - may this process run on CPU @cpu?
+ * Return: 0, or -EINVAL.
+ */
+int contender_check(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(set), &set) ||
+	    !CPU_ISSET(cpu, &set))
+		return -EINVAL;
+	return 0;
+}
+
+/**
+ * contender_start() - a child that spins on CPU @cpu until stopped (or
+ *	until this process exits, however it exits), what another process
+ *	keeping one core busy does to a benchmark
+ * @cpu: a CPU contender_check() accepted
+ *
+ * Return: its pid, or -1.
+ */
+pid_t contender_start(int cpu)
+{
+	volatile uint64_t spins = 0;
+	cpu_set_t set;
+	pid_t parent = getpid(), pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(0);
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		_exit(1);
+	for (;;)
+		spins++;
+}
+
+/* Stop what contender_start() started. */
+void contender_stop(pid_t pid)
+{
+	if (pid <= 0)
+		return;
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
 }
 
 static bool json;

@@ -61,11 +61,26 @@
 #define KVMM_OP_LAST		29
 
 /*
+ * A sequence id, what OPEN returns: the sequence's page-table row in the
+ * low KVMM_SEQ_ROW_BITS bits, a generation (1..KVMM_SEQ_GEN_MAX, one more
+ * each time the row is opened, wrapping) above them, so an id kept past
+ * its CLOSE names no later sequence of the same row: a command naming
+ * it fails with -ESTALE.  Ids are positive (a CQE's res) and never a
+ * bare row.  Read a row in place with KVMM_SEQ_ROW(id).
+ */
+#define KVMM_SEQ_ROW_BITS	20
+#define KVMM_SEQ_ROW_MASK	((1u << KVMM_SEQ_ROW_BITS) - 1)
+#define KVMM_SEQ_GEN_MAX	((1u << (31 - KVMM_SEQ_ROW_BITS)) - 1)
+#define KVMM_SEQ_ROW(id)	((__u32)(id) & KVMM_SEQ_ROW_MASK)
+#define KVMM_SEQ_GEN(id)	((__u32)(id) >> KVMM_SEQ_ROW_BITS)
+#define KVMM_SEQ_ID(row, gen)	((__u32)(row) | ((__u32)(gen) << KVMM_SEQ_ROW_BITS))
+
+/*
  * struct kvmm_sqe - one command (64 bytes)
  * @opcode: KVMM_OP_*
  * @flags: KVMM_SQE_*; none defined yet, must be 0
  * @buf: registered buffer index of the payload
- * @seq: sequence id
+ * @seq: sequence id (KVMM_SEQ_ID: row and generation)
  * @off: payload offset in buffer @buf, in bytes; the payload's address
  *	must be 4-byte aligned (tokens, batch entries) or 8-byte aligned
  *	(PROBE, STATS and DUMP output), else the command fails with -EFAULT
@@ -542,6 +557,8 @@ struct kvmm_cache_event {
 						 * SET_NS_*: -EDQUOT */
 #define KVMM_FEAT_KEYED		(1ull << 5)	/* KSPACE, KPUT, KGET, KEXISTS, KDELETE */
 #define KVMM_FEAT_EVENTS	(1ull << 6)	/* EVENTS, SET_EVENTS */
+#define KVMM_FEAT_SEQ_GEN	(1ull << 7)	/* sequence ids carry a generation:
+						 * KVMM_SEQ_ROW(), -ESTALE */
 
 /*
  * struct kvmm_probe - PROBE output (128 bytes)

@@ -1089,14 +1089,15 @@ class Sequence:
 	def row(self) -> np.ndarray:
 		"""This sequence's page-table row, read-only, in place (a view)."""
 		table = self.ctx.page_table()
-		return table[self._id_checked()]
+		return table[self._id_checked() & lib.KVMM_SEQ_ROW_MASK]	# a ring's id too
 
 	def slots(self, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
 		"""Return the pool slots of tokens [start, stop) (a new int64 array)."""
 		seq = self._id_checked()
 		if stop is None:
 			stop = self.info().len
-		return row_slots(self.ctx._table[seq], self.ctx.page_size, start, stop)
+		return row_slots(self.ctx._table[seq & lib.KVMM_SEQ_ROW_MASK], self.ctx.page_size,
+				 start, stop)
 
 	def __enter__(self) -> "Sequence":
 		return self

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/ipc/spin_test.c - kvmm_spin: how long a side of a ring polls
+ * before it sleeps (ipc/spin.c).  The policy is checked by what it does,
+ * not by how long it takes: a fake event counts the looks, so "polled"
+ * is two looks or more and "slept straight away" exactly one, whatever
+ * the scheduler does to the test meanwhile.
+ */
+#include <stdint.h>
+
+#include "../helpers.h"
+#include "../../ipc/ipc.h"
+
+/*
+ * struct fake_event - what a poller waits for
+ * @looks: times ready() looked
+ * @ready_at: the look at which it is there (1 up); 0: never
+ */
+struct fake_event {
+	uint32_t looks;
+	uint32_t ready_at;
+};
+
+static bool fake_ready(const void *arg)
+{
+	struct fake_event *e = (struct fake_event *)arg;
+
+	return ++e->looks == e->ready_at;
+}
+
+/* One wait as ipc/ does it: poll, and after a failed poll sleep, here 5 µs. */
+static uint32_t one_wait(struct kvmm_spin *s, uint32_t ready_at, bool *got)
+{
+	struct fake_event e = { .ready_at = ready_at };
+
+	*got = kvmm_spin(s, fake_ready, &e);
+	if (!*got)
+		kvmm_spin_waited(s, 5000);
+	return e.looks;
+}
+
+/*
+ * A poll that fails makes the next waits sleep without polling, 1, 2, 4
+ * ... of them, up to 256; polls that pay bring polling back by halves.
+ * (A poll used to follow every sleep, at twice the sleep's length, which
+ * is what spun on the core the other side needed.)
+ */
+static void spin_backs_off_after_failed_polls_and_comes_back(void)
+{
+	struct kvmm_spin s = { .budget_ns = 10000, .max_ns = 50000 };
+	uint32_t k, n, want;
+	bool got;
+
+	for (k = 0; k < 12; k++) {
+		/* a poll: it looks more than once, and the event never comes */
+		CU_ASSERT(one_wait(&s, 0, &got) >= 2);
+		CU_ASSERT_FALSE(got);
+		want = k < 8 ? 1u << k : 256;
+		for (n = 0; n < want; n++) {
+			if (one_wait(&s, 0, &got) != 1)
+				break;
+		}
+		CU_ASSERT_EQUAL(n, want);
+	}
+	/* the machine is quiet again: each poll pays, the back-off halves */
+	for (want = 128; want; want /= 2) {
+		CU_ASSERT_EQUAL(one_wait(&s, 3, &got), 3);	/* polled */
+		CU_ASSERT(got);
+		for (n = 0; n < want; n++) {
+			if (one_wait(&s, 0, &got) != 1)
+				break;
+		}
+		CU_ASSERT_EQUAL(n, want);
+	}
+	CU_ASSERT_EQUAL(one_wait(&s, 3, &got), 3);
+	CU_ASSERT(got);
+	CU_ASSERT_EQUAL(s.backoff, 0);
+	CU_ASSERT_EQUAL(s.skip, 0);
+}
+
+/* While polls pay, every wait polls: the quiet machine's fast path stays. */
+static void spin_keeps_polling_while_polls_pay(void)
+{
+	struct kvmm_spin s = { .budget_ns = 50000, .max_ns = 50000 };
+	uint32_t i;
+	bool got;
+
+	for (i = 0; i < 1000; i++) {
+		CU_ASSERT_EQUAL(one_wait(&s, 2, &got), 2);
+		CU_ASSERT(got);
+	}
+	CU_ASSERT_EQUAL(s.budget_ns, 50000);
+	/* a failed poll now and then costs one sleep, not the polling */
+	CU_ASSERT(one_wait(&s, 0, &got) >= 2);
+	CU_ASSERT_EQUAL(one_wait(&s, 0, &got), 1);
+	for (i = 0; i < 100; i++)
+		CU_ASSERT_EQUAL(one_wait(&s, 2, &got), 2);
+}
+
+/*
+ * A failed poll followed by a wait past the ceiling is the other side
+ * being idle (an engine computing between steps), not contention: it
+ * does not count, and a burst after idle spells polls again at once.
+ */
+static void spin_idle_spells_do_not_back_off(void)
+{
+	struct kvmm_spin s = { .budget_ns = 50000, .max_ns = 50000 };
+	struct fake_event e;
+	uint32_t i;
+	bool got;
+
+	for (i = 0; i < 20; i++) {
+		e = (struct fake_event){ .ready_at = 0 };
+		CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, &e));
+		kvmm_spin_waited(&s, 10 * 1000 * 1000);		/* 10 ms later */
+		CU_ASSERT_EQUAL(s.backoff, 0);
+		CU_ASSERT_EQUAL(s.skip, 0);
+	}
+	/* the burst: its first wait is short, the ones after it poll */
+	kvmm_spin_waited(&s, 3000);
+	for (i = 0; i < 10; i++)
+		CU_ASSERT_EQUAL(one_wait(&s, 2, &got), 2);
+	/* contention still counts: a failed poll, then a short wait */
+	CU_ASSERT(one_wait(&s, 0, &got) >= 2);
+	CU_ASSERT_EQUAL(s.backoff, 1);
+	CU_ASSERT_EQUAL(one_wait(&s, 0, &got), 1);
+}
+
+/* A budget of 0 (an idle poller's ceiling spent) looks once and sleeps. */
+static void spin_with_no_budget_only_looks(void)
+{
+	struct kvmm_spin s = { .budget_ns = 0, .max_ns = 50000 };
+	struct fake_event e = { .ready_at = 0 };
+
+	CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, &e));
+	CU_ASSERT_EQUAL(e.looks, 1);
+	/* a wait past the ceiling says nothing: the budget stays 0 */
+	kvmm_spin_waited(&s, 50000);
+	CU_ASSERT_EQUAL(s.budget_ns, 0);
+	/* a short one brings it back, twice as long, at least 1 µs */
+	kvmm_spin_waited(&s, 100);
+	CU_ASSERT_EQUAL(s.budget_ns, 1000);
+	kvmm_spin_waited(&s, 40000);
+	CU_ASSERT_EQUAL(s.budget_ns, 50000);
+}
+
+int register_spin_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_spin", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, spin_backs_off_after_failed_polls_and_comes_back);
+	ADD_TEST(s, spin_keeps_polling_while_polls_pay);
+	ADD_TEST(s, spin_idle_spells_do_not_back_off);
+	ADD_TEST(s, spin_with_no_budget_only_looks);
+	return 0;
+}
