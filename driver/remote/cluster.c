@@ -21,6 +21,15 @@
  * reads landing in its buffer; commands are written by writev() from the caller's
  * buffers (see cluster.h), or formatted by hiredis when asked to
  * (rc_set_hiredis_writes(), for the benchmark that compares the two).
+ *
+ * A node is not trusted to send what a command can need, and no more: a
+ * reply gets at most the bytes its command can need (a GET its value's,
+ * CLUSTER SLOTS a slot map's; reply_max_bytes()), and no aggregate but a
+ * slot map's, of at most RC_SLOTS entries each.  An array header or a bulk
+ * length past that is refused as soon as it is read, before the reader
+ * allocates anything for it (an array of 2^31 - 1 elements would cost
+ * 16 GiB of address space, and freeing it half a minute), and the
+ * connection is dropped like one that broke: the command is a miss.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +54,14 @@
 #define RC_MAX_NODES	64
 #define RC_RBUF		(256u << 10)
 #define RC_IOV		64
+#define RC_REPLY_SLACK	(64u << 10)	/* a reply's bytes besides its value: errors, lines */
+#define RC_SLOT_MAP_MAX	(4u << 20)	/* CLUSTER SLOTS: 16384 ranges of a few nodes */
+
+#if HIREDIS_MAJOR >= 1
+typedef size_t rc_nelem_t;
+#else
+typedef int rc_nelem_t;
+#endif
 
 struct rc_node {
 	char host[64];
@@ -61,6 +78,7 @@ struct rc_node {
 	struct rc_cmd *direct;	/* the awaited command whose value lands by readv() */
 	size_t direct_off;	/* bytes of its value and CRLF read */
 	char crlf[2];		/* the CRLF after it */
+	size_t reply_bytes;	/* bytes the reader consumed of the reply it is in */
 };
 
 struct rc_cluster {
@@ -158,6 +176,16 @@ static size_t into_bytes(const struct rc_cmd *c)
 	return c->into_len[0] + c->into_len[1];
 }
 
+/* Most bytes a reply to @c (awaited; NULL: none is) may have. */
+static size_t reply_max_bytes(const struct rc_cmd *c)
+{
+	if (!c || c->asked)
+		return RC_REPLY_SLACK;
+	if (c->slot_map)
+		return RC_SLOT_MAP_MAX;
+	return into_bytes(c) + RC_REPLY_SLACK;
+}
+
 /* @c's value is all in its buffers: say so, and tell its caller's hook. */
 static void cmd_landed(struct rc_cmd *c)
 {
@@ -181,6 +209,20 @@ static void *rc_create_string(const redisReadTask *task, char *str, size_t len)
 	return hiredis_fns->createString(task, str, len);
 }
 
+/*
+ * An array header: only a slot map has arrays, of at most RC_SLOTS
+ * entries.  NULL (which the reader takes for no memory, and stops) for
+ * any other, before it allocates a thing for it.
+ */
+static void *rc_create_array(const redisReadTask *task, rc_nelem_t elements)
+{
+	const struct rc_cmd *c = rc_cur ? rc_cur->w : NULL;
+
+	if (!c || c->asked || !c->slot_map || elements < 0 || (uint64_t)elements > RC_SLOTS)
+		return NULL;
+	return hiredis_fns->createArray(task, elements);
+}
+
 static void rc_fns_init(void)
 {
 	redisReader *r = redisReaderCreate();
@@ -190,6 +232,7 @@ static void rc_fns_init(void)
 	hiredis_fns = r->fn;	/* hiredis's own table, static in the library */
 	rc_fns = *r->fn;
 	rc_fns.createString = rc_create_string;
+	rc_fns.createArray = rc_create_array;
 	redisReaderFree(r);
 }
 
@@ -232,6 +275,7 @@ static void node_disconnect(struct rc_node *nd)
 	nd->fmt = NULL;
 	nd->fmt_len = nd->fmt_sent = 0;
 	nd->direct = NULL;
+	nd->reply_bytes = 0;
 }
 
 static bool cmd_head(struct rc_cmd *c);
@@ -641,6 +685,51 @@ static void node_reply(struct rc_cluster *cl, struct rc_node *nd, redisReply *r)
 	cmd_done(c, r, 0);	/* an error the caller reads */
 }
 
+/*
+ * The length of the bulk string the reader stopped in (its '$' consumed,
+ * its length line at the reader's cursor), and in *@hdr that line's
+ * bytes; -1 when it did not stop in one, or has not its whole length line
+ * yet; -2 when that line is not a length.
+ */
+static long long pending_bulk(const redisReader *rd, size_t *hdr)
+{
+	const char *p = rd->buf + rd->pos, *nl;
+	size_t have = rd->len - rd->pos;
+	char *end;
+	long long len;
+
+	if (rd->ridx < 0 || rd->rstack[rd->ridx].type != REDIS_REPLY_STRING)
+		return -1;
+	nl = memchr(p, '\n', have < 24 ? have : 24);
+	if (!nl)
+		return have < 24 ? -1 : -2;
+	if (nl == p || nl[-1] != '\r')
+		return -2;
+	errno = 0;
+	len = strtoll(p, &end, 10);
+	if (errno || end != nl - 1 || len < -1)
+		return -2;
+	*hdr = (size_t)(nl + 1 - p);
+	return len;
+}
+
+/*
+ * After the reader stopped inside a reply to @nd's awaited command: has
+ * the reply grown, or does its bulk string say it will grow, past what
+ * the command can need?  (The reader only allocates a bulk string once
+ * it is all in the buffer: refused here, it never is.)
+ */
+static bool reply_too_big(struct rc_node *nd)
+{
+	const redisReader *rd = nd->reader;
+	size_t max = reply_max_bytes(nd->w), hdr;
+	long long len = pending_bulk(rd, &hdr);
+
+	if (len == -2 || (len > 0 && (uint64_t)len > max))
+		return true;
+	return nd->reply_bytes + (rd->len - rd->pos) > max;
+}
+
 /* Copy @n bytes of @c's value (and its CRLF, past it) from @p, at @nd->direct_off. */
 static void direct_copy(struct rc_node *nd, const char *p, size_t n)
 {
@@ -676,22 +765,15 @@ static bool direct_start(struct rc_node *nd)
 {
 	redisReader *rd = nd->reader;
 	struct rc_cmd *c = nd->w;
-	const char *p = rd->buf + rd->pos, *nl;
+	const char *p = rd->buf + rd->pos;
 	size_t have = rd->len - rd->pos, hdr;
-	char *end;
 	long long len;
 
-	if (!c || c->asked || !c->into[0] || rd->ridx != 0 || rd->rstack[0].parent ||
-	    rd->rstack[0].type != REDIS_REPLY_STRING)
+	if (!c || c->asked || !c->into[0] || rd->ridx != 0 || rd->rstack[0].parent)
 		return false;
-	nl = memchr(p, '\n', have);
-	if (!nl || nl == p || nl[-1] != '\r')
+	len = pending_bulk(rd, &hdr);
+	if (len < 0 || (size_t)len != into_bytes(c))
 		return false;
-	errno = 0;
-	len = strtoll(p, &end, 10);
-	if (errno || end != nl - 1 || len < 0 || (size_t)len != into_bytes(c))
-		return false;
-	hdr = (size_t)(nl + 1 - p);
 	if (have - hdr >= into_bytes(c) + 2)
 		return false;	/* the reader has it whole: it parses it */
 	nd->direct = c;
@@ -789,12 +871,19 @@ static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 		rd->len += (size_t)n;
 		rc_cur = nd;
 		while (nd->w && !nd->auth_refused) {
+			size_t before = rd->len - rd->pos;
+
 			if (redisReaderGetReply(rd, &r) != REDIS_OK) {
 				rc_cur = NULL;
+				if (rd->err == REDIS_ERR_OOM)	/* an array refused */
+					cl->stats.refused++;
 				return -EPROTO;
 			}
-			if (!r)
+			if (!r) {	/* consumed of a reply not whole yet */
+				nd->reply_bytes += before - (rd->len - rd->pos);
 				break;
+			}
+			nd->reply_bytes = 0;
 			node_reply(cl, nd, r);
 		}
 		rc_cur = NULL;
@@ -804,8 +893,14 @@ static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 			cl->stats.stale++;	/* a reply nobody asked for */
 			return -EPROTO;
 		}
-		if (direct_start(nd))
+		if (direct_start(nd)) {
+			nd->reply_bytes = 0;
 			continue;
+		}
+		if (nd->w && reply_too_big(nd)) {
+			cl->stats.refused++;
+			return -EPROTO;
+		}
 		if ((size_t)n < RC_RBUF)
 			return 0;
 	}
@@ -837,7 +932,8 @@ static void node_check_idle(struct rc_cluster *cl, struct rc_node *nd)
 static int slots_from(struct rc_cluster *cl, uint32_t i, uint64_t deadline)
 {
 	struct rc_node *nd = &cl->node[i];
-	struct rc_cmd c = { .argc = 2, .argv = { "CLUSTER", "SLOTS" }, .len = { 7, 5 } };
+	struct rc_cmd c = { .argc = 2, .argv = { "CLUSTER", "SLOTS" }, .len = { 7, 5 },
+			    .slot_map = true };
 	redisReply *r;
 	size_t k;
 	uint32_t s;

@@ -78,6 +78,7 @@ struct rc_cmd {
 	char head[160];		/* the RESP text before the last argument */
 	uint32_t head_len;
 	uint64_t sent;		/* bytes of it written */
+	bool slot_map;		/* CLUSTER SLOTS: its reply may be arrays */
 };
 
 /**
@@ -92,6 +93,9 @@ struct rc_cmd {
  * @refreshes: slot maps read (CLUSTER SLOTS)
  * @stale: connections dropped because the server sent replies nobody
  *	asked for, or (found before a batch) had closed them
+ * @refused: connections dropped because a reply was larger than its
+ *	command can need (an array where none belongs, a string past the
+ *	value's length), read no further
  * @bytes_out, @bytes_in: bytes written and read
  */
 struct rc_stats {
@@ -105,6 +109,7 @@ struct rc_stats {
 	uint64_t connects;
 	uint64_t refreshes;
 	uint64_t stale;
+	uint64_t refused;
 	uint64_t bytes_out;
 	uint64_t bytes_in;
 };

@@ -8,6 +8,9 @@
  * the wrong type.  Every one must end in misses counted as errors or
  * timeouts, within the batch's deadline, with nothing served: the error
  * paths of driver/remote/cluster.c, which a healthy cluster never takes.
+ * Replies larger than their command can need (an array header of 2^31 - 1
+ * elements, a bulk string of 1 GiB that keeps coming) are refused as soon
+ * as they say so: errors, not timeouts.
  *
  * Needs hiredis in the build, not redis-server.
  */
@@ -48,6 +51,9 @@ enum fake_mode {
 				 * small pieces (read straight into the page) */
 	FAKE_BAD_CRLF,		/* ... and what follows it is not CRLF */
 	FAKE_OK,		/* EXISTS :1, GET nil: a healthy empty node */
+	FAKE_HUGE_ARRAY,	/* an array header of 2^31 - 1 elements, then nothing */
+	FAKE_HUGE_BULK,		/* a bulk string of 1 GiB, sent as fast as it goes */
+	FAKE_SLOTS_HUGE,	/* CLUSTER SLOTS answered like FAKE_HUGE_ARRAY */
 };
 
 /* Bytes of a value of the client's: the page, the 96-byte header, its tokens. */
@@ -86,6 +92,19 @@ static void say_n(int fd, const char *s, size_t n, size_t piece)
 static void say(int fd, const char *s)
 {
 	say_n(fd, s, strlen(s), 0);
+}
+
+/* "$1073741824" and its bytes, until the client stops reading (256 MiB at most). */
+static void say_endless(int fd)
+{
+	static char chunk[1 << 16];
+	size_t sent;
+
+	say(fd, "$1073741824\r\n");
+	memset(chunk, 'x', sizeof(chunk));
+	for (sent = 0; sent < (256u << 20); sent += sizeof(chunk))
+		if (send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL) != (ssize_t)sizeof(chunk))
+			return;
 }
 
 /* A string reply of VALUE_BYTES that is not a value of kvmm's, trailed by @end. */
@@ -155,6 +174,10 @@ static void answer(int fd, const char *name, bool *asked)
 			say(fd, "+OK\r\n");
 			return;
 		}
+		if (fk.mode == FAKE_SLOTS_HUGE) {
+			say(fd, "*2147483647\r\n");
+			return;
+		}
 		snprintf(line, sizeof(line),
 			 "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", fk.port);
 		say(fd, line);
@@ -184,6 +207,14 @@ static void answer(int fd, const char *name, bool *asked)
 		say(fd, ":1\r\n:1\r\n");
 		return;
 	case FAKE_SILENT:
+		return;
+	case FAKE_HUGE_ARRAY:
+		if (!*asked)	/* once a connection: then silence */
+			say(fd, "*2147483647\r\n");
+		*asked = true;
+		return;
+	case FAKE_HUGE_BULK:
+		say_endless(fd);
 		return;
 	case FAKE_ENDLESS:
 		say(fd, "$2147483647\r\nabc");
@@ -431,11 +462,13 @@ static void fake_silent(void)
 	CU_ASSERT_EQUAL(st.puts, 0);
 }
 
+/* A bulk string of 2 GiB that never comes: refused at its length. */
 static void fake_endless(void)
 {
 	struct kvmm_remote_stats st = run_mode(FAKE_ENDLESS);
 
-	CU_ASSERT(st.timeouts > 0);
+	CU_ASSERT(st.errors > 0);
+	CU_ASSERT_EQUAL(st.timeouts, 0);
 }
 
 static void fake_close(void)
@@ -468,6 +501,44 @@ static void fake_dribble(void)
 	CU_ASSERT_EQUAL(st.errors + st.timeouts, 0);
 }
 
+/*
+ * An array header of 2^31 - 1 elements (no command of the tier's has an
+ * array reply): refused when it is read, the connection dropped; every
+ * call ends within its deadline (run_mode() checks), as an error.
+ */
+static void fake_huge_array(void)
+{
+	struct kvmm_remote_stats st = run_mode(FAKE_HUGE_ARRAY);
+
+	CU_ASSERT(st.errors > 0);
+	CU_ASSERT_EQUAL(st.timeouts, 0);
+	CU_ASSERT_EQUAL(st.get_hits + st.probe_hits + st.puts, 0);
+}
+
+/* A bulk string longer than any value: refused at its length, not read on. */
+static void fake_huge_bulk(void)
+{
+	struct kvmm_remote_stats st = run_mode(FAKE_HUGE_BULK);
+
+	CU_ASSERT(st.errors > 0);
+	CU_ASSERT_EQUAL(st.timeouts, 0);
+	CU_ASSERT_EQUAL(st.get_hits + st.probe_hits + st.puts, 0);
+}
+
+/* A slot map of 2^31 - 1 ranges: no cluster, said within the deadline. */
+static void fake_slots_huge(void)
+{
+	char err[256] = "";
+	struct timespec t0;
+
+	fk.mode = FAKE_SLOTS_HUGE;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CU_ASSERT_PTR_NULL(client(err, sizeof(err)));
+	CU_ASSERT(secs_since(&t0) < TIMEOUT_MS / 1000.0 + 0.5);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "CLUSTER SLOTS"));
+	fk.mode = FAKE_OK;
+}
+
 /* ... and one that is not followed by CRLF breaks the connection: misses. */
 static void fake_bad_crlf(void)
 {
@@ -495,6 +566,9 @@ int register_remote_server_suite(void)
 	ADD_TEST(s, fake_wrong_type);
 	ADD_TEST(s, fake_dribble);
 	ADD_TEST(s, fake_bad_crlf);
+	ADD_TEST(s, fake_huge_array);
+	ADD_TEST(s, fake_huge_bulk);
+	ADD_TEST(s, fake_slots_huge);
 	return 0;
 }
 
