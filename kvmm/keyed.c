@@ -1257,7 +1257,10 @@ int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t use
 		job->owner = owner;
 		job->user_data = user_data;
 		job->work.run = kjob_run;
-		kvmm_work_queue(ctx, &job->work);
+		if (job->io)
+			kvmm_work_queue(ctx, &job->work);
+		else	/* the remote tier alone: never ahead of NVMe I/O */
+			kvmm_work_queue_remote(ctx, &job->work);
 		return -EINPROGRESS;
 	}
 	if (job->io) {		/* kvmm_ioctl(): it waits, under the lock */

@@ -592,7 +592,7 @@ void kvmm_remote_write_through(struct kvmm_ctx *ctx, struct kvmm_node *end)
 		return;
 	job->work.run = wt_run;
 	job->work.settle = wt_settle;
-	kvmm_work_queue(ctx, &job->work);
+	kvmm_work_queue_remote(ctx, &job->work);
 }
 
 /* Give back @nr frames a fetch held (state IO) on the host tier. */
@@ -821,7 +821,7 @@ int kvmm_remote_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t us
 	memcpy(rq->tokens, tokens, (size_t)n * sizeof(uint32_t));
 	rq->work.run = rreq_run;
 	list_add_tail(&rq->link, &ctx->rreqs);
-	kvmm_work_queue(ctx, &rq->work);
+	kvmm_work_queue_remote(ctx, &rq->work);
 	return -EINPROGRESS;
 }
 

@@ -92,6 +92,8 @@ struct rc_cluster {
 	char *user;			/* AUTH's; NULL: the server's default user */
 	char *password;			/* NULL: no AUTH */
 	char auth_err[160];		/* the last refusal, for rc_open()'s message */
+	int wake[2];			/* a pipe: rc_cancel() writes, rc_run() polls */
+	bool cancelled;			/* rc_cancel() was called (atomic) */
 	struct rc_stats stats;
 };
 
@@ -1019,16 +1021,25 @@ static int slots_refresh(struct rc_cluster *cl, uint64_t deadline)
 
 /* ---- the batch loop ---- */
 
-/* Run every node's queued commands until all are settled or @deadline. */
+static bool rc_cancelled(const struct rc_cluster *cl)
+{
+	return __atomic_load_n(&cl->cancelled, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Run every node's queued commands until all are settled, @deadline, or
+ * rc_cancel() (they fail with -ECANCELED then).
+ */
 static void rc_run(struct rc_cluster *cl, uint64_t deadline)
 {
-	struct pollfd pfd[RC_MAX_NODES];
+	struct pollfd pfd[RC_MAX_NODES + 1];
 	int idx[RC_MAX_NODES];
 	uint32_t i;
 	int nfds, ret;
 
 	for (;;) {
 		uint64_t now;
+		bool cancel = rc_cancelled(cl);
 
 		nfds = 0;
 		for (i = 0; i < cl->nr_nodes; i++) {
@@ -1059,12 +1070,13 @@ static void rc_run(struct rc_cluster *cl, uint64_t deadline)
 		if (!nfds)
 			return;
 		now = now_ns();
-		if (now >= deadline) {
+		if (now >= deadline || cancel) {
 			for (i = 0; i < (uint32_t)nfds; i++)
-				node_fail(cl, &cl->node[idx[i]], -ETIMEDOUT);
+				node_fail(cl, &cl->node[idx[i]], cancel ? -ECANCELED : -ETIMEDOUT);
 			return;
 		}
-		ret = poll(pfd, (nfds_t)nfds, (int)((deadline - now + 999999u) / 1000000u));
+		pfd[nfds] = (struct pollfd){ .fd = cl->wake[0], .events = POLLIN };
+		ret = poll(pfd, (nfds_t)nfds + 1, (int)((deadline - now + 999999u) / 1000000u));
 		if (ret < 0 && errno != EINTR) {
 			for (i = 0; i < (uint32_t)nfds; i++)
 				node_fail(cl, &cl->node[idx[i]], -EIO);
@@ -1116,6 +1128,11 @@ void rc_exec(struct rc_cluster *cl, struct rc_cmd *cmds, uint32_t n)
 
 	cl->stats.batches++;
 	cl->stats.cmds += n;
+	if (rc_cancelled(cl)) {
+		for (i = 0; i < n; i++)
+			cmd_done(&cmds[i], NULL, -ECANCELED);
+		return;
+	}
 	for (i = 0; i < cl->nr_nodes; i++)
 		node_check_idle(cl, &cl->node[i]);
 	if (cl->dirty)
@@ -1172,6 +1189,11 @@ struct rc_cluster *rc_open(const char *seeds, uint32_t timeout_ms, const char *u
 	}
 	memset(cl->slot_node, 0xff, sizeof(cl->slot_node));
 	cl->timeout_ms = timeout_ms ? timeout_ms : 1000;
+	if (pipe2(cl->wake, O_NONBLOCK | O_CLOEXEC)) {
+		snprintf(err, err_len, "remote: pipe: %s", strerror(errno));
+		free(cl);
+		return NULL;
+	}
 	if (user && strlen(user) > 100) {
 		snprintf(err, err_len, "remote: user name longer than 100 bytes");
 		rc_close(cl);
@@ -1230,7 +1252,27 @@ void rc_close(struct rc_cluster *cl)
 		free(cl->password);
 	}
 	free(cl->user);
+	close(cl->wake[0]);
+	close(cl->wake[1]);
 	free(cl);
+}
+
+/**
+ * rc_cancel() - end the call in flight and every later one at once
+ * @cl: the client
+ *
+ * From any thread, while another may be in rc_exec(): its commands and
+ * every later one's fail with -ECANCELED (a miss to the caller), waiting
+ * on no node.  For a shutdown: the client is of no more use after.
+ */
+void rc_cancel(struct rc_cluster *cl)
+{
+	static const char b = 1;
+
+	__atomic_store_n(&cl->cancelled, true, __ATOMIC_RELEASE);
+	if (write(cl->wake[1], &b, 1) < 0) {
+		/* full: a wake-up is pending already */
+	}
 }
 
 void rc_set_hiredis_writes(struct rc_cluster *cl, bool on)

@@ -18,6 +18,8 @@
  *  - A node that answers a command with an array header of 2^31 - 1
  *    elements and then nothing costs a client of kvmmd its deadline at
  *    most, and kvmmd stops on SIGTERM at once after.
+ *  - A node that never answers (a deadline of 30 s) holds neither another
+ *    client's promotion from NVMe nor kvmmd's SIGTERM.
  *
  * Without redis-server (or a build without hiredis) the cluster tests are
  * not registered, and say so.
@@ -62,37 +64,54 @@ struct daemon {
 };
 
 /*
- * kvmmd --ns-per-uid over the suite's cluster as salt @salt, its socket
- * open to every uid; @extra1, @extra2 more flags (or NULL).
+ * kvmmd --ns-per-uid over the cluster at @remote as salt @salt, its socket
+ * open to every uid; @extra more flags (up to 16, NULL-terminated; or NULL).
  */
 static int daemon_start(struct daemon *d, const char *remote, const char *salt,
-			const char *extra1, const char *extra2)
+			const char *const *extra)
 {
-	const char *argv[] = { "kvmmd", "--socket", d->sock, "--ns-per-uid", "--quiet",
-			       "--pages", "128", "--page-size", "16", "--layers", "1",
-			       "--kv-heads", "1", "--head-dim", "8", "--max-seqs", "8",
-			       "--max-seq-len", "4096", "--host-pages", "256",
-			       "--model-id", MODEL, "--remote", remote, "--remote-salt", salt,
-			       extra1, extra2, NULL };
+	const char *argv[48] = { "kvmmd", "--socket", d->sock, "--ns-per-uid", "--quiet",
+				 "--pages", "128", "--page-size", "16", "--layers", "1",
+				 "--kv-heads", "1", "--head-dim", "8", "--max-seqs", "8",
+				 "--max-seq-len", "4096", "--model-id", MODEL, "--remote", remote,
+				 "--remote-salt", salt };
+	int i, n = 0;
 
+	while (argv[n])
+		n++;
+	for (i = 0; extra && extra[i] && i < 16; i++)
+		argv[n++] = extra[i];
+	if (!extra || !extra[0] || strcmp(extra[0], "--host-pages")) {
+		argv[n++] = "--host-pages";
+		argv[n++] = "256";
+	}
+	argv[n] = NULL;
 	d->pid = hostile_spawn(argv, -1);
 	if (d->pid < 0 || hostile_wait_socket(d->sock, TIMEOUT_MS))
 		return -1;
 	return chmod(d->sock, 0777);
 }
 
-static bool daemon_up(struct daemon *d, const char *remote, const char *salt,
-		      const char *extra1, const char *extra2)
+static bool daemon_up_argv(struct daemon *d, const char *remote, const char *salt,
+			   const char *const *extra)
 {
 	memset(d, 0, sizeof(*d));
 	d->pid = -1;
 	if (!hostile_tmpdir(d->dir, sizeof(d->dir))) {
 		snprintf(d->sock, sizeof(d->sock), "%s/kvmmd.sock", d->dir);
-		if (!daemon_start(d, remote, salt, extra1, extra2))
+		if (!daemon_start(d, remote, salt, extra))
 			return true;
 	}
 	CU_FAIL("kvmmd did not start");
 	return false;
+}
+
+static bool daemon_up(struct daemon *d, const char *remote, const char *salt,
+		      const char *extra1, const char *extra2)
+{
+	const char *extra[] = { extra1, extra2, NULL };
+
+	return daemon_up_argv(d, remote, salt, extra);
 }
 
 /* SIGTERM, and its exit status (0: kvmm_check() held at exit). */
@@ -395,14 +414,16 @@ static void remote_tenant_fetches_no_other_tenants_commit(void)
 struct fake {
 	int lfd;
 	int port;
+	bool silent;		/* answer nothing but CLUSTER SLOTS */
 	volatile bool stop;
+	unsigned long cmds;	/* chunks of other commands received (atomic) */
 	pthread_t th;
 };
 
 /*
  * A "cluster" of one node: CLUSTER SLOTS is answered with itself, any
  * other command with an array header of 2^31 - 1 elements, and then
- * nothing more on that connection.
+ * nothing more on that connection (or, @silent, with nothing at all).
  */
 static void *fake_main(void *arg)
 {
@@ -442,9 +463,11 @@ static void *fake_main(void *arg)
 				snprintf(line, sizeof(line), "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n"
 					 "$9\r\n127.0.0.1\r\n:%d\r\n", f->port);
 				send(pfd[i].fd, line, strlen(line), MSG_NOSIGNAL);
-			} else if (!said[i]) {
+			} else {
+				__atomic_add_fetch(&f->cmds, 1, __ATOMIC_RELAXED);
+				if (!said[i] && !f->silent)
+					send(pfd[i].fd, "*2147483647\r\n", 13, MSG_NOSIGNAL);
 				said[i] = true;
-				send(pfd[i].fd, "*2147483647\r\n", 13, MSG_NOSIGNAL);
 			}
 		}
 	}
@@ -453,12 +476,13 @@ static void *fake_main(void *arg)
 	return NULL;
 }
 
-static int fake_start(struct fake *f)
+static int fake_start(struct fake *f, bool silent)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t al = sizeof(a);
 
 	memset(f, 0, sizeof(*f));
+	f->silent = silent;
 	f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (f->lfd < 0 || bind(f->lfd, (struct sockaddr *)&a, sizeof(a)) ||
 	    listen(f->lfd, 16) || getsockname(f->lfd, (struct sockaddr *)&a, &al))
@@ -496,7 +520,7 @@ static void remote_node_huge_array_costs_a_deadline(void)
 	struct fake f;
 	char remote[32];
 
-	CU_ASSERT_EQUAL_FATAL(fake_start(&f), 0);
+	CU_ASSERT_EQUAL_FATAL(fake_start(&f, false), 0);
 	snprintf(remote, sizeof(remote), "127.0.0.1:%d", f.port);
 	if (!daemon_up(&d, remote, "hostile-fake", "--remote-timeout-ms", "1000")) {
 		fake_stop(&f);
@@ -511,6 +535,175 @@ static void remote_node_huge_array_costs_a_deadline(void)
 	CU_ASSERT(hostile_alive(d.pid));
 	CU_ASSERT_EQUAL(daemon_stop(&d), 0);
 	CU_ASSERT(secs_since(&t0) < 3.0);
+	rmdir(d.dir);
+	fake_stop(&f);
+}
+
+/* A tenant's RFETCH, which the silent node holds for its deadline, in a thread. */
+struct stalled {
+	struct tjob job;
+	pthread_t th;
+	int status;
+};
+
+static void *stall_main(void *arg)
+{
+	struct stalled *st = arg;
+
+	st->status = hostile_child(HOSTILE_NOBODY, tjob_run, &st->job, 60000);
+	return NULL;
+}
+
+static bool fake_asked(void *arg)
+{
+	const struct fake *f = arg;
+
+	return __atomic_load_n(&f->cmds, __ATOMIC_RELAXED) > 0;
+}
+
+#define PROMPT		(4 * PAGE)
+#define PROMPT_TOK(i)	(424242u + (i))
+
+/* As root: the prompt's cached tokens on each tier, LOOKUP's. */
+static int lookup_tiers(struct kvmm_ring *ring, struct kvmm_tier_hits *hits)
+{
+	const uint64_t off = 4 * PROMPT;
+	struct kvmm_sqe *sqe = hostile_sqe(ring);
+
+	kvmm_prep_lookup(sqe, 0, 0, 0, PROMPT);
+	sqe->arg = KVMM_LOOKUP_TIERS;
+	sqe->arg2 = off;
+	if (hostile_ring1(ring) < 0)
+		return -1;
+	memcpy(hits, (char *)ring->buf + off, sizeof(*hits));
+	return 0;
+}
+
+/*
+ * As root: compute a prompt of 4 pages and reclaim the device, which
+ * demotes it to the host tier, whose background reclaim (past its
+ * watermarks) writes it down to NVMe.  Return: 0 once it is all there, or
+ * the step that failed.
+ */
+static int to_nvme_run(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 65536 };
+	struct kvmm_tier_hits hits;
+	struct kvmm_ring ring;
+	uint32_t *tok, i;
+	int32_t seq;
+
+	if (kvmm_ring_connect(arg, &rp, &ring))
+		return 100;
+	tok = ring.buf;
+	for (i = 0; i < PROMPT; i++)
+		tok[i] = PROMPT_TOK(i);
+	kvmm_prep_open(hostile_sqe(&ring), 0);
+	seq = hostile_ring1(&ring);
+	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)seq, PROMPT, 0);
+	if (seq < 0 || hostile_ring1(&ring))
+		return 101;
+	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)seq, 0, 0, PROMPT);
+	if (hostile_ring1(&ring))
+		return 102;
+	for (i = 0; i < 2000; i++) {
+		kvmm_prep_reclaim(hostile_sqe(&ring), 128);
+		if (hostile_ring1(&ring) < 0 || lookup_tiers(&ring, &hits))
+			return 103;
+		if (hits.tokens[KVMM_TIER_NVME] == PROMPT)
+			break;
+		usleep(5000);
+	}
+	kvmm_ring_exit(&ring);
+	return i < 2000 ? 0 : 104;
+}
+
+/* As root: MATCH the prompt (a hit below the device) and PROMOTE it. */
+static int promote_run(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 65536 };
+	struct kvmm_cqe *cqe;
+	struct kvmm_ring ring;
+	uint32_t *tok, i, flags;
+	int32_t seq, res;
+
+	if (kvmm_ring_connect(arg, &rp, &ring))
+		return 100;
+	tok = ring.buf;
+	for (i = 0; i < PROMPT; i++)
+		tok[i] = PROMPT_TOK(i);
+	kvmm_prep_open(hostile_sqe(&ring), 0);
+	seq = hostile_ring1(&ring);
+	if (seq < 0)
+		return 101;
+	kvmm_prep_match(hostile_sqe(&ring), (uint32_t)seq, 0, 0, PROMPT);
+	if (kvmm_submit_and_wait(&ring, 1) != 1 || kvmm_wait_cqe(&ring, &cqe))
+		return 102;
+	res = cqe->res;
+	flags = cqe->flags;
+	kvmm_cqe_seen(&ring, cqe);
+	if (res != 0 || !(flags & KVMM_CQE_F_LOWER))
+		return 103;
+	kvmm_prep_promote(hostile_sqe(&ring), (uint32_t)seq, 0, 0, PROMPT);
+	if (hostile_ring1(&ring) != PROMPT)
+		return 104;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+/*
+ * kvmmd over a node that never answers (--remote-timeout-ms 30000), with
+ * an NVMe tier: while a tenant's RFETCH waits on the node, root's
+ * promotion from NVMe (the I/O worker's read) completes at once, and
+ * SIGTERM stops kvmmd at once, however long the deadline.  (Before, the
+ * promotion queued behind the fetch on the one worker, and the shutdown
+ * waited for it: up to 30 s each.)
+ */
+static void remote_stalled_node_holds_no_promotion_nor_shutdown(void)
+{
+	struct stalled st = { .job = { .seed = 9, .n = 4 * PAGE, .op = T_FETCH } };
+	char remote[32], nvme[96];
+	const char *extra[] = { "--host-pages", "16", "--host-wmark-low", "15",
+				"--host-wmark-high", "16", "--remote-timeout-ms", "30000", NULL };
+	const char *nv[] = { "--nvme-file", nvme, "--nvme-pages", "256", NULL };
+	const char *all[13];
+	struct timespec t0;
+	struct daemon d;
+	struct fake f;
+	int i, n = 0;
+
+	CU_ASSERT_EQUAL_FATAL(fake_start(&f, true), 0);
+	snprintf(remote, sizeof(remote), "127.0.0.1:%d", f.port);
+	memset(&d, 0, sizeof(d));
+	CU_ASSERT_EQUAL_FATAL(hostile_tmpdir(d.dir, sizeof(d.dir)), 0);
+	snprintf(nvme, sizeof(nvme), "%s/nvme", d.dir);
+	snprintf(d.sock, sizeof(d.sock), "%s/kvmmd.sock", d.dir);
+	for (i = 0; extra[i]; i++)
+		all[n++] = extra[i];
+	for (i = 0; nv[i]; i++)
+		all[n++] = nv[i];
+	all[n] = NULL;
+	if (daemon_start(&d, remote, "hostile-stall", all)) {
+		CU_FAIL("kvmmd did not start");
+		daemon_stop(&d);
+		rmdir(d.dir);
+		fake_stop(&f);
+		return;
+	}
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, to_nvme_run, d.sock, TIMEOUT_MS), 0);
+	st.job.sock = d.sock;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&st.th, NULL, stall_main, &st), 0);
+	CU_ASSERT_EQUAL(hostile_wait(fake_asked, &f, TIMEOUT_MS), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, promote_run, d.sock, 60000), 0);
+	CU_ASSERT(secs_since(&t0) < 10.0);
+	/* the fetch still waits on the node: kvmmd stops all the same */
+	CU_ASSERT(hostile_alive(d.pid));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CU_ASSERT_EQUAL(daemon_stop(&d), 0);
+	CU_ASSERT(secs_since(&t0) < 10.0);
+	pthread_join(st.th, NULL);
+	unlink(nvme);
 	rmdir(d.dir);
 	fake_stop(&f);
 }
@@ -576,6 +769,7 @@ int register_hostile_remote_suite(void)
 	ADD_TEST(s, remote_tenant_fetches_no_other_tenants_prefix);
 	ADD_TEST(s, remote_tenant_fetches_no_other_tenants_commit);
 	ADD_TEST(s, remote_node_huge_array_costs_a_deadline);
+	ADD_TEST(s, remote_stalled_node_holds_no_promotion_nor_shutdown);
 	return 0;
 }
 
