@@ -13,8 +13,9 @@
  *    (a restart).
  *  - A tenant's prefixes are not another's: RFETCH in nobody's namespace
  *    brings none of what another tenant pushed (or, with --remote-write
- *    commit, only committed), and what nobody pushes is fetched into no
- *    other tree, root's included.
+ *    commit or demote, only committed, or had demoted out of the
+ *    machine), and what nobody pushes is fetched into no other tree,
+ *    root's included.
  *  - A node that answers a command with an array header of 2^31 - 1
  *    elements and then nothing costs a client of kvmmd its deadline at
  *    most, and kvmmd stops on SIGTERM at once after.
@@ -409,6 +410,42 @@ static void remote_tenant_fetches_no_other_tenants_commit(void)
 	daemon_down(&d);
 }
 
+/* As root: reclaim the device, which demotes to the host tier. */
+static int reclaim_run(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 4096 };
+	struct kvmm_ring ring;
+	int32_t res;
+
+	if (kvmm_ring_connect(arg, &rp, &ring))
+		return 100;
+	kvmm_prep_reclaim(hostile_sqe(&ring), 128);
+	res = hostile_ring1(&ring);
+	kvmm_ring_exit(&ring);
+	return res < 0 ? 101 : 0;
+}
+
+/*
+ * --remote-write demote, no NVMe tier: uid 1001's prompt leaves the host
+ * tier (its watermarks past it) for the cluster; nobody's RFETCH of it
+ * brings nothing, uid 1001's own brings it back.
+ */
+static void remote_tenant_fetches_no_other_tenants_demotion(void)
+{
+	const char *extra[] = { "--host-pages", "16", "--host-wmark-low", "15",
+				"--host-wmark-high", "16", "--remote-write", "demote", NULL };
+	struct daemon d;
+
+	if (!daemon_up_argv(&d, seeds, "hostile-tree-3", extra))
+		return;
+	CU_ASSERT_EQUAL(tjob(VICTIM_UID, &d, T_COMMIT, 4, 8 * PAGE), 0);
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, reclaim_run, d.sock, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(hostile_wait(written_through, &d, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(tjob(HOSTILE_NOBODY, &d, T_FETCH, 4, 8 * PAGE), 0);
+	CU_ASSERT_EQUAL(tjob(VICTIM_UID, &d, T_FETCH, 4, 8 * PAGE), 8);
+	daemon_down(&d);
+}
+
 /* ---- a node that is not one ---- */
 
 struct fake {
@@ -768,6 +805,7 @@ int register_hostile_remote_suite(void)
 	ADD_TEST(s, remote_tenant_cannot_poison_another);
 	ADD_TEST(s, remote_tenant_fetches_no_other_tenants_prefix);
 	ADD_TEST(s, remote_tenant_fetches_no_other_tenants_commit);
+	ADD_TEST(s, remote_tenant_fetches_no_other_tenants_demotion);
 	ADD_TEST(s, remote_node_huge_array_costs_a_deadline);
 	ADD_TEST(s, remote_stalled_node_holds_no_promotion_nor_shutdown);
 	return 0;
