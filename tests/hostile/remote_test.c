@@ -452,7 +452,7 @@ struct fake {
 	int lfd;
 	int port;
 	bool silent;		/* answer nothing but CLUSTER SLOTS */
-	volatile bool stop;
+	bool stop;		/* atomic */
 	unsigned long cmds;	/* chunks of other commands received (atomic) */
 	pthread_t th;
 };
@@ -471,7 +471,7 @@ static void *fake_main(void *arg)
 	int nfds = 1, i;
 
 	pfd[0] = (struct pollfd){ .fd = f->lfd, .events = POLLIN };
-	while (!f->stop) {
+	while (!__atomic_load_n(&f->stop, __ATOMIC_RELAXED)) {
 		if (poll(pfd, (nfds_t)nfds, 20) <= 0)
 			continue;
 		if ((pfd[0].revents & POLLIN) && nfds < 9) {
@@ -530,7 +530,7 @@ static int fake_start(struct fake *f, bool silent)
 
 static void fake_stop(struct fake *f)
 {
-	f->stop = true;
+	__atomic_store_n(&f->stop, true, __ATOMIC_RELAXED);
 	pthread_join(f->th, NULL);
 	close(f->lfd);
 }
