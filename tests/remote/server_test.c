@@ -62,8 +62,8 @@ enum fake_mode {
 struct fake {
 	int lfd;
 	int port;
-	volatile int mode;
-	volatile bool stop;
+	int mode;		/* atomic: the test sets it, the thread reads it */
+	bool stop;		/* atomic */
 	unsigned long asking;	/* ASKING commands seen */
 	unsigned long cmds;
 	pthread_t th;
@@ -71,6 +71,16 @@ struct fake {
 
 static struct fake fk;
 static const struct kvmm_remote_ops *ops;
+
+static int fake_mode(void)
+{
+	return __atomic_load_n(&fk.mode, __ATOMIC_RELAXED);
+}
+
+static void set_mode(int mode)
+{
+	__atomic_store_n(&fk.mode, mode, __ATOMIC_RELAXED);
+}
 
 /* Send @n bytes of @s, @piece at a time with a pause between (0: at once). */
 static void say_n(int fd, const char *s, size_t n, size_t piece)
@@ -170,11 +180,11 @@ static void answer(int fd, const char *name, bool *asked)
 		return;
 	}
 	if (cluster) {
-		if (fk.mode == FAKE_SLOTS_BAD) {
+		if (fake_mode() == FAKE_SLOTS_BAD) {
 			say(fd, "+OK\r\n");
 			return;
 		}
-		if (fk.mode == FAKE_SLOTS_HUGE) {
+		if (fake_mode() == FAKE_SLOTS_HUGE) {
 			say(fd, "*2147483647\r\n");
 			return;
 		}
@@ -183,7 +193,7 @@ static void answer(int fd, const char *name, bool *asked)
 		say(fd, line);
 		return;
 	}
-	switch (fk.mode) {
+	switch (fake_mode()) {
 	case FAKE_MOVED_LOOP:
 		snprintf(line, sizeof(line), "-MOVED 1 127.0.0.1:%d\r\n", fk.port);
 		say(fd, line);
@@ -222,7 +232,7 @@ static void answer(int fd, const char *name, bool *asked)
 	case FAKE_DRIBBLE:
 	case FAKE_BAD_CRLF:
 		if (!strcasecmp(name, "GET")) {
-			say_value(fd, fk.mode == FAKE_DRIBBLE ? "\r\n" : "XY", 97);
+			say_value(fd, fake_mode() == FAKE_DRIBBLE ? "\r\n" : "XY", 97);
 			return;
 		}
 		say(fd, ":0\r\n");
@@ -254,7 +264,7 @@ static void *fake_main(void *arg)
 
 	for (i = 0; i < 8; i++)
 		c[i].fd = -1;
-	while (!fk.stop) {
+	while (!__atomic_load_n(&fk.stop, __ATOMIC_RELAXED)) {
 		pfd[0].fd = fk.lfd;
 		pfd[0].events = POLLIN;
 		for (i = 0; i < 8; i++) {
@@ -291,7 +301,7 @@ static void *fake_main(void *arg)
 			}
 			c[i].len += (size_t)r;
 			while ((used = parse_cmd(c[i].buf, c[i].len, name, sizeof(name))) > 0) {
-				if (fk.mode == FAKE_CLOSE && strcasecmp(name, "CLUSTER")) {
+				if (fake_mode() == FAKE_CLOSE && strcasecmp(name, "CLUSTER")) {
 					close(c[i].fd);
 					c[i].fd = -1;
 					break;
@@ -322,13 +332,13 @@ static int suite_init(void)
 	    listen(fk.lfd, 16) || getsockname(fk.lfd, (struct sockaddr *)&a, &al))
 		return -1;
 	fk.port = ntohs(a.sin_port);
-	fk.mode = FAKE_OK;
+	set_mode(FAKE_OK);
 	return pthread_create(&fk.th, NULL, fake_main, NULL) ? -1 : 0;
 }
 
 static int suite_clean(void)
 {
-	fk.stop = true;
+	__atomic_store_n(&fk.stop, true, __ATOMIC_RELAXED);
 	pthread_join(fk.th, NULL);
 	close(fk.lfd);
 	return 0;
@@ -373,10 +383,10 @@ static struct kvmm_remote_stats run_mode(int mode)
 	struct timespec t0;
 	int put;
 
-	fk.mode = FAKE_OK;	/* the slot map is read at init */
+	set_mode(FAKE_OK);	/* the slot map is read at init */
 	priv = client(err, sizeof(err));
 	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
-	fk.mode = mode;
+	set_mode(mode);
 	test_tokens(tok, 8 * PS, 3);
 	ops->chain(priv, NULL, tok, 8, pg);
 	for (i = 0; i < 8; i++) {
@@ -397,7 +407,7 @@ static struct kvmm_remote_stats run_mode(int mode)
 	ops->stats(priv, &st);
 	CU_ASSERT_EQUAL(st.get_hits, 0);
 	ops->exit(priv);
-	fk.mode = FAKE_OK;
+	set_mode(FAKE_OK);
 	return st;
 }
 
@@ -405,10 +415,10 @@ static void fake_slots_bad(void)
 {
 	char err[256] = "";
 
-	fk.mode = FAKE_SLOTS_BAD;
+	set_mode(FAKE_SLOTS_BAD);
 	CU_ASSERT_PTR_NULL(client(err, sizeof(err)));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "CLUSTER SLOTS"));
-	fk.mode = FAKE_OK;
+	set_mode(FAKE_OK);
 }
 
 static void fake_moved_loop(void)
@@ -531,12 +541,12 @@ static void fake_slots_huge(void)
 	char err[256] = "";
 	struct timespec t0;
 
-	fk.mode = FAKE_SLOTS_HUGE;
+	set_mode(FAKE_SLOTS_HUGE);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	CU_ASSERT_PTR_NULL(client(err, sizeof(err)));
 	CU_ASSERT(secs_since(&t0) < TIMEOUT_MS / 1000.0 + 0.5);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "CLUSTER SLOTS"));
-	fk.mode = FAKE_OK;
+	set_mode(FAKE_OK);
 }
 
 /* ... and one that is not followed by CRLF breaks the connection: misses. */
