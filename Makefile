@@ -157,6 +157,7 @@ endif
 
 # tests/remote starts its cluster with scripts/redis-cluster.sh
 $(objtree)/tests/remote/%.o: c_flags += -DKVMM_SRCTREE='"$(srctree)"'
+$(objtree)/tests/hostile/remote_test.o: c_flags += -DKVMM_SRCTREE='"$(srctree)"'
 
 # driver/cuda builds against the toolkit's cuda.h alone: libcuda.so.1 is
 # opened at run time.

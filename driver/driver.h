@@ -417,9 +417,12 @@ struct kvmm_remote_stats {
  * @stats: copy the counters
  * @hiredis_writes: optional, for the benchmark: format commands with
  *	the client library instead of writing them from the page
+ * @cancel: optional: from any thread, end the call in flight and make
+ *	every later one a miss at once, waiting on no node (a context's
+ *	shutdown, so that a stalled cluster does not hold it)
  *
- * Calls come from one thread at a time and block up to the deadline;
- * the caller holds no lock the engine needs meanwhile.
+ * Calls come from one thread at a time (@cancel excepted) and block up
+ * to the deadline; the caller holds no lock the engine needs meanwhile.
  */
 struct kvmm_remote_ops {
 	const char *name;
@@ -438,6 +441,7 @@ struct kvmm_remote_ops {
 			size_t len);
 	void (*stats)(void *priv, struct kvmm_remote_stats *out);
 	void (*hiredis_writes)(void *priv, bool on);
+	void (*cancel)(void *priv);
 };
 
 const struct kvmm_remote_ops *kvmm_remote_lookup(const char *name);

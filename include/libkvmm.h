@@ -153,8 +153,9 @@ struct kvmm_alloc_ops {
  *	Cluster (or Valkey) that keyed values are written through to and
  *	read from when the lower tiers miss, shared by every context with
  *	the same @remote_salt and @model_id; needs a host tier
- * @remote_salt: the tenant's salt (NULL: ""): contexts share values only
- *	under the same salt
+ * @remote_salt: the salt (NULL: ""): contexts share pages and values
+ *	only under the same salt and @model_id, and within one namespace
+ *	(every remote name is derived from its namespace)
  * @remote_timeout_ms: every remote batch's deadline; 0: 1000
  * @remote_write: when the prefix tree's pages go to the remote tier on
  *	their own, on the I/O worker, without holding the context:

@@ -618,6 +618,7 @@ int kvmm_remote_push_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok
 int kvmm_remote_fetch_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 			   uint32_t n, bool held);
 void kvmm_remote_write_through(struct kvmm_ctx *ctx, struct kvmm_node *end);
+void kvmm_remote_ns_seed(uint32_t ns, uint64_t seed[2]);
 void kvmm_remote_name_node(struct kvmm_ctx *ctx, const struct kvmm_node *node,
 			   const uint32_t *tokens, struct kvmm_remote_page *out);
 struct kvmm_migrate;

@@ -819,26 +819,30 @@ static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
 
 /*
  * The names of the pages of the value with key @key in @s on the remote
- * tier: page i is XXH3-128 of (a tag, the space's model fingerprint and
- * value size, the key, i), its parent page i - 1's name.  Unlike
- * page_id(), no namespace: contexts on other machines share them, kept
- * apart by the tier's salt.
+ * tier: page i is XXH3-128 of (a tag, the space's namespace's seed, its
+ * model fingerprint and value size, the key, i), its parent page i - 1's
+ * name.  Contexts on other machines share them within one namespace,
+ * kept apart by the tier's salt; two namespaces never share a name, so a
+ * tenant neither reads nor plants another's values.
  */
 static void remote_names(const struct kvmm_kspace *s, const struct kvmm_key *key,
 			 struct kvmm_remote_page *out)
 {
 	uint32_t w[KVMM_KEY_WORDS], i;
+	uint64_t seed[2];
 
 	key_words(key, w);
+	kvmm_remote_ns_seed(s->ns, seed);
 	for (i = 0; i < s->pages; i++) {
 		struct {
 			uint32_t tag;
 			uint32_t index;
+			uint64_t ns[2];
 			uint64_t fp[2];
 			uint64_t value_bytes;
 			uint32_t key[KVMM_KEY_WORDS];
-		} in = { 0x594b564bu /* "KVKY" */, i, { s->fp[0], s->fp[1] }, s->value_bytes,
-			 { w[0], w[1], w[2], w[3] } };
+		} in = { 0x594b564bu /* "KVKY" */, i, { seed[0], seed[1] }, { s->fp[0], s->fp[1] },
+			 s->value_bytes, { w[0], w[1], w[2], w[3] } };
 		XXH128_hash_t h = XXH3_128bits(&in, sizeof(in));
 
 		out[i].parent[0] = i ? out[i - 1].key[0] : 0;
@@ -1432,7 +1436,10 @@ int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t use
 		job->owner = owner;
 		job->user_data = user_data;
 		job->work.run = kjob_run;
-		kvmm_work_queue(ctx, &job->work);
+		if (job->io)
+			kvmm_work_queue(ctx, &job->work);
+		else	/* the remote tier alone: never ahead of NVMe I/O */
+			kvmm_work_queue_remote(ctx, &job->work);
 		return -EINPROGRESS;
 	}
 	if (job->io) {		/* kvmm_ioctl(): it waits, under the lock */

@@ -69,25 +69,33 @@
  * struct kvmm_iow - the I/O worker of a context
  * @ctx: the context
  * @thread: it
+ * @rthread: with a remote tier, a second thread for the work that only
+ *	waits on the network (@rqueue), so that a stalled cluster never
+ *	holds a promotion or a writeback behind it
+ * @rthread_on: @rthread runs
  * @mu: protects everything below
- * @cv: signalled when @queue or @stop changes
- * @idle: signalled when the worker has nothing queued or in hand
+ * @cv: broadcast when @queue, @rqueue or @stop changes
+ * @idle: signalled when the workers have nothing queued or in hand
  * @queue: armed jobs to copy, oldest first
+ * @rqueue: the remote tier's jobs (kvmm_work_queue_remote())
  * @done: copied demotions, to settle
  * @nr_done: jobs on @done (read without @mu as a hint)
- * @busy: the worker is copying a job
- * @stop: exit once the queue is empty
+ * @busy: jobs the threads are running
+ * @stop: exit once the queues are empty
  */
 struct kvmm_iow {
 	struct kvmm_ctx *ctx;
 	pthread_t thread;
+	pthread_t rthread;
+	bool rthread_on;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	pthread_cond_t idle;
 	struct kvmm_list queue;
+	struct kvmm_list rqueue;
 	struct kvmm_list done;
 	uint32_t nr_done;
-	bool busy;
+	uint32_t busy;
 	bool stop;
 };
 
@@ -267,15 +275,30 @@ void kvmm_work_done(struct kvmm_ctx *ctx, struct kvmm_work *work)
 	pthread_mutex_unlock(&w->mu);
 }
 
+static void work_queue_on(struct kvmm_iow *w, struct kvmm_list *q, struct kvmm_work *work)
+{
+	pthread_mutex_lock(&w->mu);
+	list_add_tail(&work->link, q);
+	pthread_cond_broadcast(&w->cv);	/* two threads wait on it */
+	pthread_mutex_unlock(&w->mu);
+}
+
 /* Hand @work to the I/O worker. */
 void kvmm_work_queue(struct kvmm_ctx *ctx, struct kvmm_work *work)
 {
+	work_queue_on(ctx->iow, &ctx->iow->queue, work);
+}
+
+/*
+ * Hand @work, which touches no NVMe and waits only on the remote tier,
+ * to the worker's remote thread: however long the cluster takes, the
+ * promotions and writebacks queued meanwhile do not wait behind it.
+ */
+void kvmm_work_queue_remote(struct kvmm_ctx *ctx, struct kvmm_work *work)
+{
 	struct kvmm_iow *w = ctx->iow;
 
-	pthread_mutex_lock(&w->mu);
-	list_add_tail(&work->link, &w->queue);
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
+	work_queue_on(w, w->rthread_on ? &w->rqueue : &w->queue, work);
 }
 
 /*
@@ -608,30 +631,45 @@ void kvmm_migrate_reap(struct kvmm_ctx *ctx)
 
 /* ---- the I/O worker ---- */
 
-static void *iow_main(void *arg)
+/* Run the jobs of @q until the worker stops and @q is empty. */
+static void iow_loop(struct kvmm_iow *w, struct kvmm_list *q)
 {
-	struct kvmm_iow *w = arg;
 	struct kvmm_ctx *ctx = w->ctx;
 
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		struct kvmm_work *work;
 
-		while (list_empty(&w->queue) && !w->stop)
+		while (list_empty(q) && !w->stop)
 			pthread_cond_wait(&w->cv, &w->mu);
-		if (list_empty(&w->queue))
+		if (list_empty(q))
 			break;
-		work = list_entry(w->queue.next, struct kvmm_work, link);
+		work = list_entry(q->next, struct kvmm_work, link);
 		list_del(&work->link);
-		w->busy = true;
+		w->busy++;
 		pthread_mutex_unlock(&w->mu);
 		work->run(ctx, work);
 		pthread_mutex_lock(&w->mu);
-		w->busy = false;
-		if (list_empty(&w->queue))
+		w->busy--;
+		if (!w->busy && list_empty(&w->queue) && list_empty(&w->rqueue))
 			pthread_cond_broadcast(&w->idle);
 	}
 	pthread_mutex_unlock(&w->mu);
+}
+
+static void *iow_main(void *arg)
+{
+	struct kvmm_iow *w = arg;
+
+	iow_loop(w, &w->queue);
+	return NULL;
+}
+
+static void *iow_remote_main(void *arg)
+{
+	struct kvmm_iow *w = arg;
+
+	iow_loop(w, &w->rqueue);
 	return NULL;
 }
 
@@ -650,11 +688,23 @@ int kvmm_iow_start(struct kvmm_ctx *ctx)
 		return -ENOMEM;
 	w->ctx = ctx;
 	list_init(&w->queue);
+	list_init(&w->rqueue);
 	list_init(&w->done);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->cv, NULL);
 	pthread_cond_init(&w->idle, NULL);
 	ret = -pthread_create(&w->thread, NULL, iow_main, w);
+	if (!ret && ctx->remote) {
+		ret = -pthread_create(&w->rthread, NULL, iow_remote_main, w);
+		w->rthread_on = !ret;
+		if (ret) {
+			pthread_mutex_lock(&w->mu);
+			w->stop = true;
+			pthread_cond_broadcast(&w->cv);
+			pthread_mutex_unlock(&w->mu);
+			pthread_join(w->thread, NULL);
+		}
+	}
 	if (ret) {
 		pthread_cond_destroy(&w->idle);
 		pthread_cond_destroy(&w->cv);
@@ -669,6 +719,9 @@ int kvmm_iow_start(struct kvmm_ctx *ctx)
 /**
  * kvmm_iow_stop() - finish every queued job, settle them, stop the worker
  * @ctx: the context; its lock not held
+ *
+ * The remote tier's calls are cut short first (a miss each, at once):
+ * what is queued for it runs, but waits on no cluster.
  */
 void kvmm_iow_stop(struct kvmm_ctx *ctx)
 {
@@ -676,11 +729,15 @@ void kvmm_iow_stop(struct kvmm_ctx *ctx)
 
 	if (!w)
 		return;
+	if (ctx->remote && ctx->remote->cancel)
+		ctx->remote->cancel(ctx->remote_priv);
 	pthread_mutex_lock(&w->mu);
 	w->stop = true;
-	pthread_cond_signal(&w->cv);
+	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	pthread_join(w->thread, NULL);
+	if (w->rthread_on)
+		pthread_join(w->rthread, NULL);
 	kvmm_migrate_reap(ctx);
 	pthread_cond_destroy(&w->idle);
 	pthread_cond_destroy(&w->cv);
@@ -713,7 +770,7 @@ KVMM_EXPORT int kvmm_sync(struct kvmm_ctx *ctx)
 	if (!w)
 		return 0;
 	pthread_mutex_lock(&w->mu);
-	while (w->busy || !list_empty(&w->queue))
+	while (w->busy || !list_empty(&w->queue) || !list_empty(&w->rqueue))
 		pthread_cond_wait(&w->idle, &w->mu);
 	pthread_mutex_unlock(&w->mu);
 	pthread_mutex_lock(&ctx->lock);

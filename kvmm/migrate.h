@@ -27,6 +27,7 @@ struct kvmm_work {
 };
 
 void kvmm_work_queue(struct kvmm_ctx *ctx, struct kvmm_work *work);
+void kvmm_work_queue_remote(struct kvmm_ctx *ctx, struct kvmm_work *work);
 void kvmm_work_done(struct kvmm_ctx *ctx, struct kvmm_work *work);
 
 /**

@@ -27,8 +27,19 @@
  * keyed GET may be on the I/O worker meanwhile).  Every page read is
  * checked by the store (identity, tokens, checksum); the run fetched ends
  * at the first page that does not verify.
+ *
+ * Tenants.  A page's name chains from its namespace's seed
+ * (kvmm_remote_ns_seed()), not from nothing, and a keyed value's name
+ * hashes it too: the same tokens, or the same key, under two namespaces
+ * of one context are two names, so one tenant can neither read another's
+ * pages nor plant pages under another's names (the store checks the
+ * parent of every page it reads).  Machines share a page only when they
+ * run the same model under the same salt and the same namespace.
  */
 #include <stdlib.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "internal.h"
 #include "migrate.h"
@@ -164,14 +175,38 @@ int kvmm_remote_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t
 /* Most pages one push or fetch moves: a long prompt's, in one batch. */
 #define KVMM_REMOTE_BATCH	4096u
 
-/* The names of the first @nr pages of @tokens; NULL without memory. */
-static struct kvmm_remote_page *names_of(struct kvmm_ctx *ctx, const uint32_t *tokens,
-					 uint32_t nr)
+/**
+ * kvmm_remote_ns_seed() - the name a namespace's remote names start from
+ * @ns: the namespace (a tenant's, under kvmmd --ns-per-uid its uid)
+ * @seed: out: the parent name of its prefixes' first pages, and a part of
+ *	every name of its keyed values
+ *
+ * Never { 0, 0 }, and different for every namespace, so no name of one
+ * namespace is a name of another.  A function of @ns alone: the same
+ * namespace on another machine (under the same salt) shares its pages.
+ */
+void kvmm_remote_ns_seed(uint32_t ns, uint64_t seed[2])
+{
+	const struct {
+		uint32_t tag;
+		uint32_t ns;
+	} in = { 0x534e564bu /* "KVNS" */, ns };
+	XXH128_hash_t h = XXH3_128bits(&in, sizeof(in));
+
+	seed[0] = h.low64;
+	seed[1] = h.high64;
+}
+
+/* The names of the first @nr pages of @tokens in @ns; NULL without memory. */
+static struct kvmm_remote_page *names_of(struct kvmm_ctx *ctx, uint32_t ns,
+					 const uint32_t *tokens, uint32_t nr)
 {
 	struct kvmm_remote_page *pg = kvmm_malloc(ctx, (size_t)nr * sizeof(*pg));
+	uint64_t seed[2];
 
+	kvmm_remote_ns_seed(ns, seed);
 	if (pg)
-		ctx->remote->chain(ctx->remote_priv, NULL, tokens, nr, pg);
+		ctx->remote->chain(ctx->remote_priv, seed, tokens, nr, pg);
 	return pg;
 }
 
@@ -183,7 +218,7 @@ static struct kvmm_remote_page *names_of(struct kvmm_ctx *ctx, const uint32_t *t
  * @out: one name per page
  *
  * A page's name chains its parent's, so its ancestors' tokens are hashed
- * from the root down first.
+ * from the root (its namespace's seed) down first.
  */
 void kvmm_remote_name_node(struct kvmm_ctx *ctx, const struct kvmm_node *node,
 			   const uint32_t *tokens, struct kvmm_remote_page *out)
@@ -191,11 +226,12 @@ void kvmm_remote_name_node(struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	struct kvmm_node **path = ctx->tier_path;
 	struct kvmm_remote_page one;
 	const struct kvmm_node *n;
-	uint64_t parent[2] = { 0, 0 };
+	uint64_t parent[2];
 	uint32_t depth = 0, j;
 
 	for (n = node->parent; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
 		path[depth++] = (struct kvmm_node *)n;
+	kvmm_remote_ns_seed(n->ns, parent);
 	while (depth--) {
 		n = path[depth];
 		for (j = 0; j < n->len >> ctx->page_shift; j++) {
@@ -325,11 +361,13 @@ static int rpush_arm(struct kvmm_ctx *ctx, struct kvmm_node *end, uint32_t max, 
 	struct kvmm_remote_page *all;
 	struct kvmm_rpush *job;
 	uint32_t depth = 0, d, j, np, k = 0, first = UINT32_MAX, ps = ctx->page_size;
+	uint64_t seed[2];
 	int ret;
 
 	*out = NULL;
 	for (n = end; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
 		path[depth++] = n;
+	kvmm_remote_ns_seed(n->ns, seed);
 	job = kvmm_zalloc(ctx, rpush_bytes(ctx, max));
 	if (!job)
 		return -ENOMEM;
@@ -346,7 +384,7 @@ static int rpush_arm(struct kvmm_ctx *ctx, struct kvmm_node *end, uint32_t max, 
 		j = j < max - k ? j : max - k;
 		if (n->tier == KVMM_TIER_NVME)
 			break;
-		ctx->remote->chain(ctx->remote_priv, k ? all[k - 1].key : NULL, n->tokens, j,
+		ctx->remote->chain(ctx->remote_priv, k ? all[k - 1].key : seed, n->tokens, j,
 				   all + k);
 		if (first == UINT32_MAX && !(skip && (n->flags & KVMM_NODE_REMOTE)))
 			first = k;
@@ -554,7 +592,7 @@ void kvmm_remote_write_through(struct kvmm_ctx *ctx, struct kvmm_node *end)
 		return;
 	job->work.run = wt_run;
 	job->work.settle = wt_settle;
-	kvmm_work_queue(ctx, &job->work);
+	kvmm_work_queue_remote(ctx, &job->work);
 }
 
 /* Give back @nr frames a fetch held (state IO) on the host tier. */
@@ -626,7 +664,7 @@ int kvmm_remote_fetch_held(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *to
 	if (!cap)
 		return 0;
 	want = cap;
-	pg = names_of(ctx, tokens, total);
+	pg = names_of(ctx, ns, tokens, total);
 	pfns = kvmm_malloc(ctx, (size_t)cap * sizeof(*pfns));
 	addrs = kvmm_malloc(ctx, (size_t)cap * sizeof(*addrs));
 	if (!pg || !pfns || !addrs) {
@@ -783,7 +821,7 @@ int kvmm_remote_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t us
 	memcpy(rq->tokens, tokens, (size_t)n * sizeof(uint32_t));
 	rq->work.run = rreq_run;
 	list_add_tail(&rq->link, &ctx->rreqs);
-	kvmm_work_queue(ctx, &rq->work);
+	kvmm_work_queue_remote(ctx, &rq->work);
 	return -EINPROGRESS;
 }
 

@@ -17,6 +17,7 @@
 #include "autoconf.h"
 
 int register_hostile_server_suite(void);
+int register_hostile_remote_suite(void);
 
 static const suite_register_fn suites[] = {
 	register_ctx_suite,
@@ -48,6 +49,7 @@ static const suite_register_fn suites[] = {
 	register_hostile_server_suite,
 	register_remote_suite,
 	register_remote_server_suite,
+	register_hostile_remote_suite,
 };
 
 int main(int argc, char **argv)

@@ -21,6 +21,15 @@
  * reads landing in its buffer; commands are written by writev() from the caller's
  * buffers (see cluster.h), or formatted by hiredis when asked to
  * (rc_set_hiredis_writes(), for the benchmark that compares the two).
+ *
+ * A node is not trusted to send what a command can need, and no more: a
+ * reply gets at most the bytes its command can need (a GET its value's,
+ * CLUSTER SLOTS a slot map's; reply_max_bytes()), and no aggregate but a
+ * slot map's, of at most RC_SLOTS entries each.  An array header or a bulk
+ * length past that is refused as soon as it is read, before the reader
+ * allocates anything for it (an array of 2^31 - 1 elements would cost
+ * 16 GiB of address space, and freeing it half a minute), and the
+ * connection is dropped like one that broke: the command is a miss.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +54,14 @@
 #define RC_MAX_NODES	64
 #define RC_RBUF		(256u << 10)
 #define RC_IOV		64
+#define RC_REPLY_SLACK	(64u << 10)	/* a reply's bytes besides its value: errors, lines */
+#define RC_SLOT_MAP_MAX	(4u << 20)	/* CLUSTER SLOTS: 16384 ranges of a few nodes */
+
+#if HIREDIS_MAJOR >= 1
+typedef size_t rc_nelem_t;
+#else
+typedef int rc_nelem_t;
+#endif
 
 struct rc_node {
 	char host[64];
@@ -61,6 +78,7 @@ struct rc_node {
 	struct rc_cmd *direct;	/* the awaited command whose value lands by readv() */
 	size_t direct_off;	/* bytes of its value and CRLF read */
 	char crlf[2];		/* the CRLF after it */
+	size_t reply_bytes;	/* bytes the reader consumed of the reply it is in */
 };
 
 struct rc_cluster {
@@ -74,6 +92,8 @@ struct rc_cluster {
 	char *user;			/* AUTH's; NULL: the server's default user */
 	char *password;			/* NULL: no AUTH */
 	char auth_err[160];		/* the last refusal, for rc_open()'s message */
+	int wake[2];			/* a pipe: rc_cancel() writes, rc_run() polls */
+	bool cancelled;			/* rc_cancel() was called (atomic) */
 	struct rc_stats stats;
 };
 
@@ -158,6 +178,16 @@ static size_t into_bytes(const struct rc_cmd *c)
 	return c->into_len[0] + c->into_len[1];
 }
 
+/* Most bytes a reply to @c (awaited; NULL: none is) may have. */
+static size_t reply_max_bytes(const struct rc_cmd *c)
+{
+	if (!c || c->asked)
+		return RC_REPLY_SLACK;
+	if (c->slot_map)
+		return RC_SLOT_MAP_MAX;
+	return into_bytes(c) + RC_REPLY_SLACK;
+}
+
 /* @c's value is all in its buffers: say so, and tell its caller's hook. */
 static void cmd_landed(struct rc_cmd *c)
 {
@@ -181,6 +211,20 @@ static void *rc_create_string(const redisReadTask *task, char *str, size_t len)
 	return hiredis_fns->createString(task, str, len);
 }
 
+/*
+ * An array header: only a slot map has arrays, of at most RC_SLOTS
+ * entries.  NULL (which the reader takes for no memory, and stops) for
+ * any other, before it allocates a thing for it.
+ */
+static void *rc_create_array(const redisReadTask *task, rc_nelem_t elements)
+{
+	const struct rc_cmd *c = rc_cur ? rc_cur->w : NULL;
+
+	if (!c || c->asked || !c->slot_map || elements < 0 || (uint64_t)elements > RC_SLOTS)
+		return NULL;
+	return hiredis_fns->createArray(task, elements);
+}
+
 static void rc_fns_init(void)
 {
 	redisReader *r = redisReaderCreate();
@@ -190,6 +234,7 @@ static void rc_fns_init(void)
 	hiredis_fns = r->fn;	/* hiredis's own table, static in the library */
 	rc_fns = *r->fn;
 	rc_fns.createString = rc_create_string;
+	rc_fns.createArray = rc_create_array;
 	redisReaderFree(r);
 }
 
@@ -232,6 +277,7 @@ static void node_disconnect(struct rc_node *nd)
 	nd->fmt = NULL;
 	nd->fmt_len = nd->fmt_sent = 0;
 	nd->direct = NULL;
+	nd->reply_bytes = 0;
 }
 
 static bool cmd_head(struct rc_cmd *c);
@@ -641,6 +687,51 @@ static void node_reply(struct rc_cluster *cl, struct rc_node *nd, redisReply *r)
 	cmd_done(c, r, 0);	/* an error the caller reads */
 }
 
+/*
+ * The length of the bulk string the reader stopped in (its '$' consumed,
+ * its length line at the reader's cursor), and in *@hdr that line's
+ * bytes; -1 when it did not stop in one, or has not its whole length line
+ * yet; -2 when that line is not a length.
+ */
+static long long pending_bulk(const redisReader *rd, size_t *hdr)
+{
+	const char *p = rd->buf + rd->pos, *nl;
+	size_t have = rd->len - rd->pos;
+	char *end;
+	long long len;
+
+	if (rd->ridx < 0 || rd->rstack[rd->ridx].type != REDIS_REPLY_STRING)
+		return -1;
+	nl = memchr(p, '\n', have < 24 ? have : 24);
+	if (!nl)
+		return have < 24 ? -1 : -2;
+	if (nl == p || nl[-1] != '\r')
+		return -2;
+	errno = 0;
+	len = strtoll(p, &end, 10);
+	if (errno || end != nl - 1 || len < -1)
+		return -2;
+	*hdr = (size_t)(nl + 1 - p);
+	return len;
+}
+
+/*
+ * After the reader stopped inside a reply to @nd's awaited command: has
+ * the reply grown, or does its bulk string say it will grow, past what
+ * the command can need?  (The reader only allocates a bulk string once
+ * it is all in the buffer: refused here, it never is.)
+ */
+static bool reply_too_big(struct rc_node *nd)
+{
+	const redisReader *rd = nd->reader;
+	size_t max = reply_max_bytes(nd->w), hdr;
+	long long len = pending_bulk(rd, &hdr);
+
+	if (len == -2 || (len > 0 && (uint64_t)len > max))
+		return true;
+	return nd->reply_bytes + (rd->len - rd->pos) > max;
+}
+
 /* Copy @n bytes of @c's value (and its CRLF, past it) from @p, at @nd->direct_off. */
 static void direct_copy(struct rc_node *nd, const char *p, size_t n)
 {
@@ -676,22 +767,15 @@ static bool direct_start(struct rc_node *nd)
 {
 	redisReader *rd = nd->reader;
 	struct rc_cmd *c = nd->w;
-	const char *p = rd->buf + rd->pos, *nl;
+	const char *p = rd->buf + rd->pos;
 	size_t have = rd->len - rd->pos, hdr;
-	char *end;
 	long long len;
 
-	if (!c || c->asked || !c->into[0] || rd->ridx != 0 || rd->rstack[0].parent ||
-	    rd->rstack[0].type != REDIS_REPLY_STRING)
+	if (!c || c->asked || !c->into[0] || rd->ridx != 0 || rd->rstack[0].parent)
 		return false;
-	nl = memchr(p, '\n', have);
-	if (!nl || nl == p || nl[-1] != '\r')
+	len = pending_bulk(rd, &hdr);
+	if (len < 0 || (size_t)len != into_bytes(c))
 		return false;
-	errno = 0;
-	len = strtoll(p, &end, 10);
-	if (errno || end != nl - 1 || len < 0 || (size_t)len != into_bytes(c))
-		return false;
-	hdr = (size_t)(nl + 1 - p);
 	if (have - hdr >= into_bytes(c) + 2)
 		return false;	/* the reader has it whole: it parses it */
 	nd->direct = c;
@@ -789,12 +873,19 @@ static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 		rd->len += (size_t)n;
 		rc_cur = nd;
 		while (nd->w && !nd->auth_refused) {
+			size_t before = rd->len - rd->pos;
+
 			if (redisReaderGetReply(rd, &r) != REDIS_OK) {
 				rc_cur = NULL;
+				if (rd->err == REDIS_ERR_OOM)	/* an array refused */
+					cl->stats.refused++;
 				return -EPROTO;
 			}
-			if (!r)
+			if (!r) {	/* consumed of a reply not whole yet */
+				nd->reply_bytes += before - (rd->len - rd->pos);
 				break;
+			}
+			nd->reply_bytes = 0;
 			node_reply(cl, nd, r);
 		}
 		rc_cur = NULL;
@@ -804,8 +895,14 @@ static int node_read(struct rc_cluster *cl, struct rc_node *nd)
 			cl->stats.stale++;	/* a reply nobody asked for */
 			return -EPROTO;
 		}
-		if (direct_start(nd))
+		if (direct_start(nd)) {
+			nd->reply_bytes = 0;
 			continue;
+		}
+		if (nd->w && reply_too_big(nd)) {
+			cl->stats.refused++;
+			return -EPROTO;
+		}
 		if ((size_t)n < RC_RBUF)
 			return 0;
 	}
@@ -837,7 +934,8 @@ static void node_check_idle(struct rc_cluster *cl, struct rc_node *nd)
 static int slots_from(struct rc_cluster *cl, uint32_t i, uint64_t deadline)
 {
 	struct rc_node *nd = &cl->node[i];
-	struct rc_cmd c = { .argc = 2, .argv = { "CLUSTER", "SLOTS" }, .len = { 7, 5 } };
+	struct rc_cmd c = { .argc = 2, .argv = { "CLUSTER", "SLOTS" }, .len = { 7, 5 },
+			    .slot_map = true };
 	redisReply *r;
 	size_t k;
 	uint32_t s;
@@ -923,16 +1021,25 @@ static int slots_refresh(struct rc_cluster *cl, uint64_t deadline)
 
 /* ---- the batch loop ---- */
 
-/* Run every node's queued commands until all are settled or @deadline. */
+static bool rc_cancelled(const struct rc_cluster *cl)
+{
+	return __atomic_load_n(&cl->cancelled, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Run every node's queued commands until all are settled, @deadline, or
+ * rc_cancel() (they fail with -ECANCELED then).
+ */
 static void rc_run(struct rc_cluster *cl, uint64_t deadline)
 {
-	struct pollfd pfd[RC_MAX_NODES];
+	struct pollfd pfd[RC_MAX_NODES + 1];
 	int idx[RC_MAX_NODES];
 	uint32_t i;
 	int nfds, ret;
 
 	for (;;) {
 		uint64_t now;
+		bool cancel = rc_cancelled(cl);
 
 		nfds = 0;
 		for (i = 0; i < cl->nr_nodes; i++) {
@@ -963,12 +1070,13 @@ static void rc_run(struct rc_cluster *cl, uint64_t deadline)
 		if (!nfds)
 			return;
 		now = now_ns();
-		if (now >= deadline) {
+		if (now >= deadline || cancel) {
 			for (i = 0; i < (uint32_t)nfds; i++)
-				node_fail(cl, &cl->node[idx[i]], -ETIMEDOUT);
+				node_fail(cl, &cl->node[idx[i]], cancel ? -ECANCELED : -ETIMEDOUT);
 			return;
 		}
-		ret = poll(pfd, (nfds_t)nfds, (int)((deadline - now + 999999u) / 1000000u));
+		pfd[nfds] = (struct pollfd){ .fd = cl->wake[0], .events = POLLIN };
+		ret = poll(pfd, (nfds_t)nfds + 1, (int)((deadline - now + 999999u) / 1000000u));
 		if (ret < 0 && errno != EINTR) {
 			for (i = 0; i < (uint32_t)nfds; i++)
 				node_fail(cl, &cl->node[idx[i]], -EIO);
@@ -1020,6 +1128,11 @@ void rc_exec(struct rc_cluster *cl, struct rc_cmd *cmds, uint32_t n)
 
 	cl->stats.batches++;
 	cl->stats.cmds += n;
+	if (rc_cancelled(cl)) {
+		for (i = 0; i < n; i++)
+			cmd_done(&cmds[i], NULL, -ECANCELED);
+		return;
+	}
 	for (i = 0; i < cl->nr_nodes; i++)
 		node_check_idle(cl, &cl->node[i]);
 	if (cl->dirty)
@@ -1076,6 +1189,11 @@ struct rc_cluster *rc_open(const char *seeds, uint32_t timeout_ms, const char *u
 	}
 	memset(cl->slot_node, 0xff, sizeof(cl->slot_node));
 	cl->timeout_ms = timeout_ms ? timeout_ms : 1000;
+	if (pipe2(cl->wake, O_NONBLOCK | O_CLOEXEC)) {
+		snprintf(err, err_len, "remote: pipe: %s", strerror(errno));
+		free(cl);
+		return NULL;
+	}
 	if (user && strlen(user) > 100) {
 		snprintf(err, err_len, "remote: user name longer than 100 bytes");
 		rc_close(cl);
@@ -1134,7 +1252,27 @@ void rc_close(struct rc_cluster *cl)
 		free(cl->password);
 	}
 	free(cl->user);
+	close(cl->wake[0]);
+	close(cl->wake[1]);
 	free(cl);
+}
+
+/**
+ * rc_cancel() - end the call in flight and every later one at once
+ * @cl: the client
+ *
+ * From any thread, while another may be in rc_exec(): its commands and
+ * every later one's fail with -ECANCELED (a miss to the caller), waiting
+ * on no node.  For a shutdown: the client is of no more use after.
+ */
+void rc_cancel(struct rc_cluster *cl)
+{
+	static const char b = 1;
+
+	__atomic_store_n(&cl->cancelled, true, __ATOMIC_RELEASE);
+	if (write(cl->wake[1], &b, 1) < 0) {
+		/* full: a wake-up is pending already */
+	}
 }
 
 void rc_set_hiredis_writes(struct rc_cluster *cl, bool on)

@@ -10,7 +10,8 @@
  * copies it twice and moves what is left of its output buffer after every
  * partial write: kvmm-bench remote --hiredis-writes measures it).
  *
- * Private to driver/remote/.  Not thread-safe: one caller at a time.
+ * Private to driver/remote/.  Not thread-safe: one caller at a time
+ * (rc_cancel() excepted, which any thread may call).
  */
 #ifndef KVMM_DRIVER_REMOTE_CLUSTER_H
 #define KVMM_DRIVER_REMOTE_CLUSTER_H
@@ -50,7 +51,7 @@
  *	answer before the deadline), -EIO (the connection failed), -ENXIO
  *	(no node serves the slot now), -EAGAIN (the cluster said
  *	CLUSTERDOWN/TRYAGAIN/LOADING), -ELOOP (too many redirections),
- *	-EACCES (the node refused AUTH)
+ *	-EACCES (the node refused AUTH), -ECANCELED (rc_cancel())
  *
  * The rest is the client's.
  */
@@ -78,6 +79,7 @@ struct rc_cmd {
 	char head[160];		/* the RESP text before the last argument */
 	uint32_t head_len;
 	uint64_t sent;		/* bytes of it written */
+	bool slot_map;		/* CLUSTER SLOTS: its reply may be arrays */
 };
 
 /**
@@ -92,6 +94,9 @@ struct rc_cmd {
  * @refreshes: slot maps read (CLUSTER SLOTS)
  * @stale: connections dropped because the server sent replies nobody
  *	asked for, or (found before a batch) had closed them
+ * @refused: connections dropped because a reply was larger than its
+ *	command can need (an array where none belongs, a string past the
+ *	value's length), read no further
  * @bytes_out, @bytes_in: bytes written and read
  */
 struct rc_stats {
@@ -105,6 +110,7 @@ struct rc_stats {
 	uint64_t connects;
 	uint64_t refreshes;
 	uint64_t stale;
+	uint64_t refused;
 	uint64_t bytes_out;
 	uint64_t bytes_in;
 };
@@ -115,6 +121,7 @@ struct rc_cluster *rc_open(const char *seeds, uint32_t timeout_ms, const char *u
 			   const char *password, char *err, size_t err_len);
 void rc_close(struct rc_cluster *cl);
 void rc_exec(struct rc_cluster *cl, struct rc_cmd *cmds, uint32_t n);
+void rc_cancel(struct rc_cluster *cl);
 uint16_t rc_slot(const char *key, size_t len);
 void rc_set_hiredis_writes(struct rc_cluster *cl, bool on);
 const struct rc_stats *rc_stats(const struct rc_cluster *cl);

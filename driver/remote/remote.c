@@ -588,6 +588,13 @@ static void remote_hiredis_writes(void *priv, bool on)
 	rc_set_hiredis_writes(r->cl, on);
 }
 
+static void remote_cancel(void *priv)
+{
+	struct remote *r = priv;
+
+	rc_cancel(r->cl);
+}
+
 static void remote_exit(void *priv)
 {
 	struct remote *r = priv;
@@ -658,4 +665,5 @@ const struct kvmm_remote_ops kvmm_remote_redis = {
 	.key_name = remote_key_name,
 	.stats = remote_stats,
 	.hiredis_writes = remote_hiredis_writes,
+	.cancel = remote_cancel,
 };

@@ -4,6 +4,7 @@ machines, as far as the tier can tell) sharing values through a real Redis
 Cluster, started for the module by scripts/redis-cluster.sh."""
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -168,3 +169,59 @@ def test_unreachable_cluster_is_a_clear_error():
 		kvmm.KeyedStore("m@1", host_bytes=1 << 20, page_bytes=4096, remote="127.0.0.1:1",
 				remote_timeout_ms=200)
 	assert e.value.errno in (111, 5, 95)
+
+
+# A "cluster" of one node, in the child: CLUSTER SLOTS names itself; any
+# other command gets an array header of 2^31 - 1 elements and then nothing.
+HOSTILE_NODE = r'''
+import socket, sys, threading, time
+import numpy as np
+import kvmm
+
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(8)
+port = srv.getsockname()[1]
+
+def serve(c):
+	said = False
+	while True:
+		d = c.recv(65536)
+		if not d:
+			return
+		if b"SLOTS" in d:
+			c.sendall(b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n" % port)
+		elif not said:
+			said = True
+			c.sendall(b"*2147483647\r\n")
+
+def accept():
+	while True:
+		c, _ = srv.accept()
+		threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+threading.Thread(target=accept, daemon=True).start()
+s = kvmm.KeyedStore("hostile@1", host_bytes=1 << 20, page_bytes=4096,
+		    remote=f"127.0.0.1:{port}", remote_timeout_ms=500)
+for _ in range(3):
+	t = time.monotonic()
+	assert list(s.exists_now(5000, ["a", "b"])) == [-2, -2]
+	assert list(s.call("get", ["a"], [np.zeros(5000, np.uint8)])) == [-2]
+	took = time.monotonic() - t
+	print(f"{took:.2f} s", flush=True)
+	assert took < 5, took
+s.close()
+'''
+
+
+def test_hostile_node_costs_a_call_its_deadline():
+	"""A node that answers with a 2^31 - 1 element array costs an in-process
+	store's calls their deadline (500 ms) at most, and the next calls
+	too; in a child interpreter, so that a hang or a crash is a failure."""
+	try:
+		r = subprocess.run([sys.executable, "-c", HOSTILE_NODE], capture_output=True, text=True,
+				   timeout=60)
+	except subprocess.TimeoutExpired:
+		pytest.fail("the store's calls did not end within 60 s")
+	assert r.returncode == 0, r.stdout + r.stderr
+	assert len(r.stdout.split()) == 6

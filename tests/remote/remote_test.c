@@ -28,6 +28,7 @@
 
 #include <jansson.h>
 
+#include "../../kvmm/internal.h"
 #include "../helpers.h"
 #include "../hostile/hostile.h"
 #include "autoconf.h"
@@ -1158,6 +1159,7 @@ static void remote_tree_corrupt(void)
 	struct kvmm_remote_page pg[8];
 	uint32_t tok[128];
 	char key[64], args[160], out[64];
+	uint64_t seed[2];
 	void *priv;
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
@@ -1178,7 +1180,8 @@ static void remote_tree_corrupt(void)
 		cfg.page_bytes = kvmm_cell_bytes(&p.model) * 16;
 		CU_ASSERT_EQUAL_FATAL(ops->init(&cfg, &priv), 0);
 	}
-	ops->chain(priv, NULL, tok, 8, pg);
+	kvmm_remote_ns_seed(0, seed);	/* namespace 0's names */
+	ops->chain(priv, seed, tok, 8, pg);
 	key_name(priv, key, &pg[5], 0);
 	snprintf(args, sizeof(args), "SETRANGE '%s' 3 X", key);
 	CU_ASSERT_EQUAL(rcli(out, sizeof(out), args), 0);

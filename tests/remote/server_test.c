@@ -8,6 +8,9 @@
  * the wrong type.  Every one must end in misses counted as errors or
  * timeouts, within the batch's deadline, with nothing served: the error
  * paths of driver/remote/cluster.c, which a healthy cluster never takes.
+ * Replies larger than their command can need (an array header of 2^31 - 1
+ * elements, a bulk string of 1 GiB that keeps coming) are refused as soon
+ * as they say so: errors, not timeouts.
  *
  * Needs hiredis in the build, not redis-server.
  */
@@ -48,6 +51,9 @@ enum fake_mode {
 				 * small pieces (read straight into the page) */
 	FAKE_BAD_CRLF,		/* ... and what follows it is not CRLF */
 	FAKE_OK,		/* EXISTS :1, GET nil: a healthy empty node */
+	FAKE_HUGE_ARRAY,	/* an array header of 2^31 - 1 elements, then nothing */
+	FAKE_HUGE_BULK,		/* a bulk string of 1 GiB, sent as fast as it goes */
+	FAKE_SLOTS_HUGE,	/* CLUSTER SLOTS answered like FAKE_HUGE_ARRAY */
 };
 
 /* Bytes of a value of the client's: the page, the 96-byte header, its tokens. */
@@ -56,8 +62,8 @@ enum fake_mode {
 struct fake {
 	int lfd;
 	int port;
-	volatile int mode;
-	volatile bool stop;
+	int mode;		/* atomic: the test sets it, the thread reads it */
+	bool stop;		/* atomic */
 	unsigned long asking;	/* ASKING commands seen */
 	unsigned long cmds;
 	pthread_t th;
@@ -65,6 +71,16 @@ struct fake {
 
 static struct fake fk;
 static const struct kvmm_remote_ops *ops;
+
+static int fake_mode(void)
+{
+	return __atomic_load_n(&fk.mode, __ATOMIC_RELAXED);
+}
+
+static void set_mode(int mode)
+{
+	__atomic_store_n(&fk.mode, mode, __ATOMIC_RELAXED);
+}
 
 /* Send @n bytes of @s, @piece at a time with a pause between (0: at once). */
 static void say_n(int fd, const char *s, size_t n, size_t piece)
@@ -86,6 +102,19 @@ static void say_n(int fd, const char *s, size_t n, size_t piece)
 static void say(int fd, const char *s)
 {
 	say_n(fd, s, strlen(s), 0);
+}
+
+/* "$1073741824" and its bytes, until the client stops reading (256 MiB at most). */
+static void say_endless(int fd)
+{
+	static char chunk[1 << 16];
+	size_t sent;
+
+	say(fd, "$1073741824\r\n");
+	memset(chunk, 'x', sizeof(chunk));
+	for (sent = 0; sent < (256u << 20); sent += sizeof(chunk))
+		if (send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL) != (ssize_t)sizeof(chunk))
+			return;
 }
 
 /* A string reply of VALUE_BYTES that is not a value of kvmm's, trailed by @end. */
@@ -151,8 +180,12 @@ static void answer(int fd, const char *name, bool *asked)
 		return;
 	}
 	if (cluster) {
-		if (fk.mode == FAKE_SLOTS_BAD) {
+		if (fake_mode() == FAKE_SLOTS_BAD) {
 			say(fd, "+OK\r\n");
+			return;
+		}
+		if (fake_mode() == FAKE_SLOTS_HUGE) {
+			say(fd, "*2147483647\r\n");
 			return;
 		}
 		snprintf(line, sizeof(line),
@@ -160,7 +193,7 @@ static void answer(int fd, const char *name, bool *asked)
 		say(fd, line);
 		return;
 	}
-	switch (fk.mode) {
+	switch (fake_mode()) {
 	case FAKE_MOVED_LOOP:
 		snprintf(line, sizeof(line), "-MOVED 1 127.0.0.1:%d\r\n", fk.port);
 		say(fd, line);
@@ -185,13 +218,21 @@ static void answer(int fd, const char *name, bool *asked)
 		return;
 	case FAKE_SILENT:
 		return;
+	case FAKE_HUGE_ARRAY:
+		if (!*asked)	/* once a connection: then silence */
+			say(fd, "*2147483647\r\n");
+		*asked = true;
+		return;
+	case FAKE_HUGE_BULK:
+		say_endless(fd);
+		return;
 	case FAKE_ENDLESS:
 		say(fd, "$2147483647\r\nabc");
 		return;
 	case FAKE_DRIBBLE:
 	case FAKE_BAD_CRLF:
 		if (!strcasecmp(name, "GET")) {
-			say_value(fd, fk.mode == FAKE_DRIBBLE ? "\r\n" : "XY", 97);
+			say_value(fd, fake_mode() == FAKE_DRIBBLE ? "\r\n" : "XY", 97);
 			return;
 		}
 		say(fd, ":0\r\n");
@@ -223,7 +264,7 @@ static void *fake_main(void *arg)
 
 	for (i = 0; i < 8; i++)
 		c[i].fd = -1;
-	while (!fk.stop) {
+	while (!__atomic_load_n(&fk.stop, __ATOMIC_RELAXED)) {
 		pfd[0].fd = fk.lfd;
 		pfd[0].events = POLLIN;
 		for (i = 0; i < 8; i++) {
@@ -260,7 +301,7 @@ static void *fake_main(void *arg)
 			}
 			c[i].len += (size_t)r;
 			while ((used = parse_cmd(c[i].buf, c[i].len, name, sizeof(name))) > 0) {
-				if (fk.mode == FAKE_CLOSE && strcasecmp(name, "CLUSTER")) {
+				if (fake_mode() == FAKE_CLOSE && strcasecmp(name, "CLUSTER")) {
 					close(c[i].fd);
 					c[i].fd = -1;
 					break;
@@ -291,13 +332,13 @@ static int suite_init(void)
 	    listen(fk.lfd, 16) || getsockname(fk.lfd, (struct sockaddr *)&a, &al))
 		return -1;
 	fk.port = ntohs(a.sin_port);
-	fk.mode = FAKE_OK;
+	set_mode(FAKE_OK);
 	return pthread_create(&fk.th, NULL, fake_main, NULL) ? -1 : 0;
 }
 
 static int suite_clean(void)
 {
-	fk.stop = true;
+	__atomic_store_n(&fk.stop, true, __ATOMIC_RELAXED);
 	pthread_join(fk.th, NULL);
 	close(fk.lfd);
 	return 0;
@@ -342,10 +383,10 @@ static struct kvmm_remote_stats run_mode(int mode)
 	struct timespec t0;
 	int put;
 
-	fk.mode = FAKE_OK;	/* the slot map is read at init */
+	set_mode(FAKE_OK);	/* the slot map is read at init */
 	priv = client(err, sizeof(err));
 	CU_ASSERT_PTR_NOT_NULL_FATAL(priv);
-	fk.mode = mode;
+	set_mode(mode);
 	test_tokens(tok, 8 * PS, 3);
 	ops->chain(priv, NULL, tok, 8, pg);
 	for (i = 0; i < 8; i++) {
@@ -366,7 +407,7 @@ static struct kvmm_remote_stats run_mode(int mode)
 	ops->stats(priv, &st);
 	CU_ASSERT_EQUAL(st.get_hits, 0);
 	ops->exit(priv);
-	fk.mode = FAKE_OK;
+	set_mode(FAKE_OK);
 	return st;
 }
 
@@ -374,10 +415,10 @@ static void fake_slots_bad(void)
 {
 	char err[256] = "";
 
-	fk.mode = FAKE_SLOTS_BAD;
+	set_mode(FAKE_SLOTS_BAD);
 	CU_ASSERT_PTR_NULL(client(err, sizeof(err)));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "CLUSTER SLOTS"));
-	fk.mode = FAKE_OK;
+	set_mode(FAKE_OK);
 }
 
 static void fake_moved_loop(void)
@@ -431,11 +472,13 @@ static void fake_silent(void)
 	CU_ASSERT_EQUAL(st.puts, 0);
 }
 
+/* A bulk string of 2 GiB that never comes: refused at its length. */
 static void fake_endless(void)
 {
 	struct kvmm_remote_stats st = run_mode(FAKE_ENDLESS);
 
-	CU_ASSERT(st.timeouts > 0);
+	CU_ASSERT(st.errors > 0);
+	CU_ASSERT_EQUAL(st.timeouts, 0);
 }
 
 static void fake_close(void)
@@ -468,6 +511,44 @@ static void fake_dribble(void)
 	CU_ASSERT_EQUAL(st.errors + st.timeouts, 0);
 }
 
+/*
+ * An array header of 2^31 - 1 elements (no command of the tier's has an
+ * array reply): refused when it is read, the connection dropped; every
+ * call ends within its deadline (run_mode() checks), as an error.
+ */
+static void fake_huge_array(void)
+{
+	struct kvmm_remote_stats st = run_mode(FAKE_HUGE_ARRAY);
+
+	CU_ASSERT(st.errors > 0);
+	CU_ASSERT_EQUAL(st.timeouts, 0);
+	CU_ASSERT_EQUAL(st.get_hits + st.probe_hits + st.puts, 0);
+}
+
+/* A bulk string longer than any value: refused at its length, not read on. */
+static void fake_huge_bulk(void)
+{
+	struct kvmm_remote_stats st = run_mode(FAKE_HUGE_BULK);
+
+	CU_ASSERT(st.errors > 0);
+	CU_ASSERT_EQUAL(st.timeouts, 0);
+	CU_ASSERT_EQUAL(st.get_hits + st.probe_hits + st.puts, 0);
+}
+
+/* A slot map of 2^31 - 1 ranges: no cluster, said within the deadline. */
+static void fake_slots_huge(void)
+{
+	char err[256] = "";
+	struct timespec t0;
+
+	set_mode(FAKE_SLOTS_HUGE);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CU_ASSERT_PTR_NULL(client(err, sizeof(err)));
+	CU_ASSERT(secs_since(&t0) < TIMEOUT_MS / 1000.0 + 0.5);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "CLUSTER SLOTS"));
+	set_mode(FAKE_OK);
+}
+
 /* ... and one that is not followed by CRLF breaks the connection: misses. */
 static void fake_bad_crlf(void)
 {
@@ -495,6 +576,9 @@ int register_remote_server_suite(void)
 	ADD_TEST(s, fake_wrong_type);
 	ADD_TEST(s, fake_dribble);
 	ADD_TEST(s, fake_bad_crlf);
+	ADD_TEST(s, fake_huge_array);
+	ADD_TEST(s, fake_huge_bulk);
+	ADD_TEST(s, fake_slots_huge);
 	return 0;
 }
 
