@@ -626,6 +626,7 @@ void kvmm_keyed_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 bool kvmm_keyed_pending(const struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v);
 int kvmm_set_keyed_share(struct kvmm_ctx *ctx, uint64_t pct);
+int kvmm_set_ns_kjob_bytes(struct kvmm_ctx *ctx, uint64_t bytes);
 bool kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t id, struct kvmm_dump_kspace *rec);
 uint64_t kvmm_keyed_ns_pages(const struct kvmm_ctx *ctx, uint32_t ns, uint32_t tier);
 int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t mark_io,
@@ -833,6 +834,8 @@ enum kvmm_tier_event {
  * @kspaces: the keyed spaces (keyed.c), @nr_kspaces of @cap_kspaces
  * @kjobs: keyed commands in flight (struct kvmm_kjob.link)
  * @kjobs_done: signalled, under @lock, when the worker finished one
+ * @ns_kjob_bytes: memory the keyed jobs of one namespace may hold at once
+ *	(KVMM_SET_NS_KJOB_BYTES)
  * @keyed_values: values of every space, on every tier
  * @keyed_pages: per tier, pages they hold
  * @keyed_share: percent of each lower tier keyed values may hold, and
@@ -888,6 +891,7 @@ struct kvmm_ctx {
 	struct kvmm_list rjobs;		/* remote.c's pushes and fetches in flight */
 	struct kvmm_list rreqs;		/* ... and rings' ones queued to the worker */
 	pthread_cond_t kjobs_done;
+	uint64_t ns_kjob_bytes;
 	uint64_t keyed_values;
 	uint64_t frames_locks;	/* lock references the engine holds (frames.c) */
 	uint64_t keyed_pages[KVMM_NR_TIERS];

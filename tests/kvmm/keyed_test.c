@@ -600,6 +600,123 @@ static void test_keyed_ring_tenant(void)
 	kvmm_destroy(ctx);
 }
 
+/* ---- what one command may make the context hold ---- */
+
+#define BIG_VB		(4u << 20)	/* a value of 32768 pages of 128 bytes */
+#define BIG_PAGES	(BIG_VB / 128)
+#define BIG_N		24
+#define JOB_BOUND	(1 << 20)	/* a window, a frame list, a value's node */
+
+/*
+ * The metadata a keyed command makes the context allocate follows what
+ * it moves, never its entries times the value's pages: BIG_N gets of a
+ * value of 32768 pages, all into one buffer (a miss each, then a hit
+ * each), and the put of it, each peak at most JOB_BOUND over what the
+ * context held before (not BIG_N x 32768 records of a page).
+ */
+static void test_keyed_job_memory_follows_what_it_moves(void)
+{
+	struct test_alloc ta = { 0 };
+	struct kvmm_ctx *ctx = host_ctx(BIG_PAGES + 64, NULL, &ta);
+	uint8_t *buf = malloc(BIG_VB), *src = malloc(BIG_VB);
+	struct kvmm_key keys[BIG_N];
+	void *dst[BIG_N];
+	int32_t res[BIG_N];
+	long long before;
+	uint32_t sp, i;
+
+	CU_ASSERT_FATAL(ctx != NULL && buf && src);
+	sp = space_of(ctx, 0, BIG_VB);
+	for (i = 0; i < BIG_N; i++) {
+		keys[i] = key_of(7);
+		dst[i] = buf;
+	}
+	before = ta.peak_bytes = ta.live_bytes;
+	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, sp, keys, dst, BIG_N, res), 0);
+	for (i = 0; i < BIG_N; i++)
+		CU_ASSERT_EQUAL(res[i], -ENOENT);
+	CU_ASSERT(ta.peak_bytes - before <= JOB_BOUND);
+	CU_ASSERT_EQUAL(ta.live_bytes, before);		/* all given back */
+	CHECK_OK(ctx);
+
+	stamp(src, BIG_VB, 7);
+	before = ta.peak_bytes = ta.live_bytes;
+	CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, sp, keys, (const void *const *)&src, 1, res), 1);
+	CU_ASSERT(ta.peak_bytes - before <= JOB_BOUND);
+	CHECK_OK(ctx);
+
+	before = ta.peak_bytes = ta.live_bytes;
+	memset(buf, 0, BIG_VB);
+	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, sp, keys, dst, BIG_N, res), BIG_N);
+	for (i = 0; i < BIG_N; i++)
+		CU_ASSERT_EQUAL(res[i], 0);
+	CU_ASSERT(stamped(buf, BIG_VB, 7));
+	CU_ASSERT(ta.peak_bytes - before <= JOB_BOUND);
+	CU_ASSERT_EQUAL(ta.live_bytes, before);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(ta.live_blocks, 0);
+	free(buf);
+	free(src);
+}
+
+static int32_t ring_set(struct test_kring *r, uint32_t key, uint64_t value)
+{
+	kvmm_prep_set(TEST_SQE(&r->ring), key, value);
+	return test_ring1(&r->ring, NULL);
+}
+
+/*
+ * A namespace's keyed commands may make the context hold at most
+ * ns_kjob_bytes: a KPUT of 100 values (its window alone is 300 pages'
+ * records) past a 32 KiB limit is refused with -EDQUOT and changes
+ * nothing; a small one passes; the tenant cannot raise its own limit; the
+ * operator can, and then the big one passes.
+ */
+static void test_keyed_ns_kjob_bytes_limit(void)
+{
+	struct kvmm_ctx *ctx = host_ctx(512, NULL, NULL);
+	struct test_kring op, t;
+	struct kvmm_kent *e;
+	uint64_t free_pages;
+	int32_t sp;
+	uint32_t i;
+
+	CU_ASSERT_FATAL(ctx != NULL);
+	test_kring_init(ctx, &op, 0, 0);
+	test_kring_init(ctx, &t, KVMM_RING_F_NS, 5);
+	sp = ring_kspace(&t, 5, VB, model);
+	CU_ASSERT_FATAL(sp >= 0);
+	CU_ASSERT_EQUAL(ring_set(&op, KVMM_SET_NS_KJOB_BYTES, 4095), -EINVAL);
+	CU_ASSERT_EQUAL(ring_set(&op, KVMM_SET_NS_KJOB_BYTES, (1ull << 40) + 1), -EINVAL);
+	CU_ASSERT_EQUAL(ring_set(&op, KVMM_SET_NS_KJOB_BYTES, 32 << 10), 0);
+	CU_ASSERT_EQUAL(ring_set(&t, KVMM_SET_NS_KJOB_BYTES, 1ull << 30), -EPERM);
+
+	free_pages = test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE);
+	e = ring_ents(&t, 0, 100, true);
+	CU_ASSERT_EQUAL(test_kring_io(&t, KVMM_OP_KPUT, (uint32_t)sp, 100), -EDQUOT);
+	for (i = 0; i < 100; i++)
+		CU_ASSERT_EQUAL(e[i].res, 12345);	/* not touched */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), free_pages);
+	CHECK_OK(ctx);
+
+	ring_ents(&t, 0, 4, true);
+	CU_ASSERT_EQUAL(test_kring_io(&t, KVMM_OP_KPUT, (uint32_t)sp, 4), 4);
+	ring_ents(&t, 0, 100, false);
+	CU_ASSERT_EQUAL(test_kring_io(&t, KVMM_OP_KGET, (uint32_t)sp, 100), -EDQUOT);
+	CHECK_OK(ctx);
+
+	CU_ASSERT_EQUAL(ring_set(&op, KVMM_SET_NS_KJOB_BYTES, KVMM_NS_KJOB_BYTES_DEFAULT), 0);
+	ring_ents(&t, 0, 100, true);
+	CU_ASSERT_EQUAL(test_kring_io(&t, KVMM_OP_KPUT, (uint32_t)sp, 100), 100);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 100);
+	test_kring_exit(&op);
+	test_kring_exit(&t);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 /* ---- the NVMe tier below ---- */
 
 /* A file in this run's scratch directory (tests/helpers.c). */
@@ -813,6 +930,8 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_alloc_faults);
 	ADD_TEST(s, test_keyed_ring);
 	ADD_TEST(s, test_keyed_ring_tenant);
+	ADD_TEST(s, test_keyed_job_memory_follows_what_it_moves);
+	ADD_TEST(s, test_keyed_ns_kjob_bytes_limit);
 	ADD_TEST(s, test_keyed_nvme_roundtrip);
 	ADD_TEST(s, test_keyed_nvme_restart);
 	ADD_TEST(s, test_keyed_nvme_flip_tear);

@@ -891,6 +891,73 @@ static void remote_keyed_shared(void)
 	kvmm_destroy(b);
 }
 
+#define XPAGES	2048			/* pages of a large value (512 bytes each) */
+#define XVB	(XPAGES * 512u)
+#define XSCRATCH (128 << 10)		/* a probe's window, and then some */
+
+/*
+ * KEXISTS in a space of large values costs probes, and memory, that
+ * follow its answer, not the keys times the value's pages: a key the
+ * tier lacks costs one probe whatever the value size, a key it has costs
+ * its pages, a run stops at its first miss; the scratch is one window,
+ * given back.  Context a stores one value of XPAGES pages (written
+ * through); b, with nothing here, asks about it and three keys no one
+ * stored.
+ */
+static void remote_keyed_exists_follows_answer(void)
+{
+	struct kvmm_keyed_spec spec = { .value_bytes = XVB, .model_id = kmodel };
+	struct kvmm_params pa = remote_params(16, 64, "kx-1", XPAGES + 64);
+	struct kvmm_params pb = remote_params(16, 64, "kx-1", 64);
+	struct kvmm_ctx *a = NULL, *b = NULL;
+	struct test_alloc ta = { 0 };
+	struct kvmm_key keys[4];
+	uint8_t *v = malloc(XVB);
+	const void *src = v;
+	int32_t res[4];
+	uint32_t sa, sb, i;
+	uint64_t probes;
+	long long before;
+
+	pb.alloc = &test_alloc_ops;
+	pb.alloc_priv = &ta;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&pa, &a), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&pb, &b), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_space(a, &spec, &sa), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_space(b, &spec, &sb), 0);
+	for (i = 0; i < 4; i++)
+		keys[i] = kkey(900 + i);
+	memset(v, 0x5a, XVB);
+	CU_ASSERT_EQUAL(kvmm_keyed_put(a, sa, keys, &src, 1, NULL), 1);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES), XPAGES);
+	CHECK_OK(a);
+
+	/* the three no one stored: a probe each, each way of asking */
+	probes = test_stat(b, KVMM_STAT_REMOTE_PROBES);
+	before = ta.peak_bytes = ta.live_bytes;
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(b, sb, keys + 1, 3, NULL), 0);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_REMOTE_PROBES) - probes, 3);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(b, sb, keys + 1, 3, res), 0);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_REMOTE_PROBES) - probes, 6);
+	CU_ASSERT(res[0] == -ENOENT && res[1] == -ENOENT && res[2] == -ENOENT);
+	/* with the stored one first: the first pages, then its other pages */
+	probes = test_stat(b, KVMM_STAT_REMOTE_PROBES);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(b, sb, keys, 4, res), 1);
+	CU_ASSERT(res[0] == 0 && res[1] == -ENOENT && res[2] == -ENOENT && res[3] == -ENOENT);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_REMOTE_PROBES) - probes, 4 + XPAGES - 1);
+	probes = test_stat(b, KVMM_STAT_REMOTE_PROBES);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(b, sb, keys, 4, NULL), 1);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_REMOTE_PROBES) - probes, 4 + XPAGES - 1);
+	CU_ASSERT(ta.peak_bytes - before <= XSCRATCH);
+	CU_ASSERT_EQUAL(ta.live_bytes, before);		/* given back */
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_KEYED_VALUES), 0);	/* nothing read */
+	CHECK_OK(b);
+	kvmm_destroy(a);
+	kvmm_destroy(b);
+	CU_ASSERT_EQUAL(ta.live_blocks, 0);
+	free(v);
+}
+
 /*
  * Under KVMM_REMOTE_WRITE_DEMOTE, background reclaim of the host tier
  * takes keyed values out of the machine too; they were written through
@@ -1470,6 +1537,7 @@ int register_remote_suite(void)
 	ADD_TEST(s, remote_keyed_corrupt);
 	ADD_TEST(s, remote_keyed_demote);
 	ADD_TEST(s, remote_keyed_ring);
+	ADD_TEST(s, remote_keyed_exists_follows_answer);
 	ADD_TEST(s, remote_tree_push_fetch);
 	ADD_TEST(s, remote_tree_corrupt);
 	ADD_TEST(s, remote_write_commit);

@@ -276,7 +276,15 @@ struct kvmm_extend_ent {
 					 * KVMM_EVENTS_BUF_MIN .. KVMM_EVENTS_BUF_MAX,
 					 * rounded up to a power of two; 0: off, the
 					 * default */
-#define KVMM_SET_LAST		9
+#define KVMM_SET_NS_KJOB_BYTES	9	/* bytes of memory the keyed commands
+					 * (KPUT, KGET) of one namespace may make
+					 * the server hold at once (their values,
+					 * frame lists and windows); past it,
+					 * -EDQUOT.  Default
+					 * KVMM_NS_KJOB_BYTES_DEFAULT */
+#define KVMM_SET_LAST		10
+
+#define KVMM_NS_KJOB_BYTES_DEFAULT	(64ull << 20)
 
 #define KVMM_NS_PIN_AUTO	(~0ull)	/* SET_NS_PIN_PAGES: the default */
 
