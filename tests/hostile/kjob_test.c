@@ -63,24 +63,6 @@ struct kjob_env {
 	struct kjob_shared *sh;
 };
 
-/* kvmmd's RssAnon in KiB, or 0. */
-static uint64_t rss_anon(pid_t pid)
-{
-	char path[64], line[256];
-	uint64_t kib = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "RssAnon: %lu kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
-}
-
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -254,7 +236,7 @@ static int victim(void *arg)
 	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)seq, 0, 0, 64);
 	if (hostile_ring1(&ring))
 		return 23;
-	e->sh->rss0 = e->sh->rss_max = rss_anon(e->kvmmd);
+	e->sh->rss0 = e->sh->rss_max = hostile_rss_anon(e->kvmmd);
 	e->sh->ready = 1;
 	while (!e->sh->done) {
 		uint64_t t0 = now_ns(), t1;
@@ -269,7 +251,7 @@ static int victim(void *arg)
 			e->sh->lat_ns[e->sh->nr++] = (uint32_t)(t1 - t0 > UINT32_MAX ? UINT32_MAX :
 								     t1 - t0);
 		if (t1 - last > 1000000) {
-			uint64_t kib = rss_anon(e->kvmmd);
+			uint64_t kib = hostile_rss_anon(e->kvmmd);
 
 			if (kib > e->sh->rss_max)
 				e->sh->rss_max = kib;
