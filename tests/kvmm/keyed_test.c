@@ -884,6 +884,61 @@ static void test_keyed_nvme_ring_busy(void)
 	unlink(path);
 }
 
+/*
+ * The limit is on what a namespace's commands hold together: a KGET that
+ * waits on the I/O worker (held by the latch) keeps its memory counted,
+ * so a second one of the namespace (16 entries each), that would fit
+ * alone, gets -EDQUOT
+ * until the first completes.  The limit is set to one and a half times
+ * what such a command takes, found by raising it until one passes.
+ */
+static void test_keyed_ns_kjob_bytes_in_flight(void)
+{
+	const char *path = nvme_file("inflight");
+	int hold = 1;
+	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads, .latch_arg = &hold };
+	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
+	uint32_t sp = space_of(ctx, 0, VB);
+	struct test_kring g, d;
+	struct kvmm_cqe *cqe;
+	struct kvmm_sqe *sqe;
+	struct kvmm_kent *e;
+	uint64_t one;
+
+	fill(ctx, sp, 30);
+	test_kring_init(ctx, &g, 0, 0);
+	test_kring_init(ctx, &d, 0, 0);
+	for (one = 4096;; one += 64) {		/* what a KGET of 16 takes */
+		CU_ASSERT_EQUAL_FATAL(ring_set(&d, KVMM_SET_NS_KJOB_BYTES, one), 0);
+		ring_ents(&d, 1000, 16, false);
+		if (test_kring_io(&d, KVMM_OP_KGET, sp, 16) != -EDQUOT)
+			break;
+	}
+	CU_ASSERT(one > 4096);		/* above the floor: a measure of it */
+	CU_ASSERT_EQUAL(ring_set(&d, KVMM_SET_NS_KJOB_BYTES, one + one / 2), 0);
+	ring_ents(&g, 0, 16, false);		/* values 0..15: the oldest, on NVMe */
+	sqe = TEST_SQE(&g.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 16);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	e = ring_ents(&d, 1000, 16, false);
+	CU_ASSERT_EQUAL(test_kring_io(&d, KVMM_OP_KGET, sp, 16), -EDQUOT);
+	CU_ASSERT_EQUAL(e[0].res, 12345);
+	CHECK_OK(ctx);
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 16);
+	kvmm_cqe_seen(&g.ring, cqe);
+	CU_ASSERT(stamped(g.mem + 4096, VB, 0));
+	ring_ents(&d, 1000, 16, false);
+	CU_ASSERT_EQUAL(test_kring_io(&d, KVMM_OP_KGET, sp, 16), 0);	/* misses, not refused */
+	test_kring_exit(&g);
+	test_kring_exit(&d);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* Through a ring, a get from NVMe completes later, on the I/O worker. */
 static void test_keyed_nvme_ring(void)
 {
@@ -937,5 +992,6 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_nvme_flip_tear);
 	ADD_TEST(s, test_keyed_nvme_ring);
 	ADD_TEST(s, test_keyed_nvme_ring_busy);
+	ADD_TEST(s, test_keyed_ns_kjob_bytes_in_flight);
 	return 0;
 }
