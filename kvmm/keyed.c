@@ -679,9 +679,10 @@ static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 
 	for (i = 0; i < job->n; i++) {
 		struct kjob_val *v = &job->vals[i];
-		struct kvmm_node *node = value_find(ctx, s, &v->key);
+		struct kvmm_node *node;
 
-		kjob_breathe(ctx, held, &since);
+		kjob_breathe(ctx, held, &since);	/* before the lookup: it may go meanwhile */
+		node = value_find(ctx, s, &v->key);
 		if (job->put) {
 			if (node) {		/* stored already: as good as new */
 				kvmm_tree_touch(ctx, node);
@@ -1233,7 +1234,7 @@ static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 
 	for (i = 0; i < job->n; i++) {
 		struct kjob_val *v = &job->vals[i];
-		struct kvmm_node *node = v->node;
+		struct kvmm_node *node = v->node;	/* locked by the job: it stays */
 
 		kjob_breathe(ctx, held, &since);
 		if (job->put && v->armed) {

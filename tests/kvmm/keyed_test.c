@@ -9,8 +9,10 @@
  * stored under that key, or a miss.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../helpers.h"
@@ -660,6 +662,109 @@ static void test_keyed_job_memory_follows_what_it_moves(void)
 	free(src);
 }
 
+#define MID_PAGES	4096		/* 8 of them pass the frames between breaths */
+#define MID_VB		(MID_PAGES * 128u)
+#define MID_LIST	(8 * MID_PAGES * sizeof(int32_t))	/* their frame list */
+
+/*
+ * An allocator that, for blocks of @size, looks whether the context's
+ * lock is free while the block is allocated: another thread takes it
+ * (and is waited for, for long, only when it is held: a failure).
+ */
+struct lock_probe {
+	struct kvmm_ctx *ctx;
+	size_t size;
+	unsigned seen, free;
+	pthread_t t;
+	bool waiting;
+};
+
+static void *lock_taker(void *arg)
+{
+	kvmm_lock(arg);
+	kvmm_unlock(arg);
+	return NULL;
+}
+
+static void *probe_alloc(size_t size, void *priv)
+{
+	struct lock_probe *lp = priv;
+	struct timespec ts;
+
+	if (lp->ctx && size == lp->size && !lp->waiting &&
+	    !pthread_create(&lp->t, NULL, lock_taker, lp->ctx)) {
+		lp->seen++;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 10;
+		if (!pthread_timedjoin_np(lp->t, NULL, &ts))
+			lp->free++;
+		else
+			lp->waiting = true;	/* joined once the command is done */
+	}
+	return malloc(size);
+}
+
+static void probe_free(void *ptr, size_t size, void *priv)
+{
+	(void)size;
+	(void)priv;
+	free(ptr);
+}
+
+static const struct kvmm_alloc_ops probe_ops = { .alloc = probe_alloc, .free = probe_free };
+
+/*
+ * Through a ring, a KPUT and a KGET of 8 values of 4096 pages each (all
+ * at one region of the buffer) take and give back 32768 frames: the
+ * frame list (128 KiB) is allocated with the lock free (another thread
+ * takes it meanwhile), the lock is let go between values on the way,
+ * and every value is stored and read whole, the invariants holding
+ * after each.
+ */
+static void test_keyed_ring_long_job_lets_the_lock_go(void)
+{
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct lock_probe lp = { .size = MID_LIST };
+	struct kvmm_ctx *ctx = NULL;
+	struct test_kring r;
+	struct kvmm_kent *e;
+	int32_t sp;
+	uint32_t i;
+
+	p.host_pages = 8 * MID_PAGES + 64;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.alloc = &probe_ops;
+	p.alloc_priv = &lp;
+	CU_ASSERT_FATAL(kvmm_create(&p, &ctx) == 0);
+	test_kring_init(ctx, &r, 0, 0);
+	sp = ring_kspace(&r, 0, MID_VB, model);
+	CU_ASSERT_FATAL(sp >= 0);
+	e = (void *)r.mem;
+	for (i = 0; i < 8; i++)
+		e[i] = (struct kvmm_kent){ .key = key_of(i), .off = 4096, .buf = 1, .res = 1 };
+	stamp(r.mem + 4096, MID_VB, 3);
+	lp.ctx = ctx;
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KPUT, (uint32_t)sp, 8), 8);
+	lp.ctx = NULL;
+	if (lp.waiting)
+		pthread_join(lp.t, NULL);
+	CU_ASSERT_EQUAL(lp.seen, 1);
+	CU_ASSERT_EQUAL(lp.free, 1);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_HOST_PAGES), 8 * MID_PAGES);
+	CHECK_OK(ctx);
+	for (i = 0; i < 8; i++)
+		e[i].res = 1;
+	memset(r.mem + 4096, 0, MID_VB);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KGET, (uint32_t)sp, 8), 8);
+	for (i = 0; i < 8; i++)
+		CU_ASSERT_EQUAL(e[i].res, 0);
+	CU_ASSERT(stamped(r.mem + 4096, MID_VB, 3));
+	CHECK_OK(ctx);
+	test_kring_exit(&r);
+	kvmm_destroy(ctx);
+}
+
 static int32_t ring_set(struct test_kring *r, uint32_t key, uint64_t value)
 {
 	kvmm_prep_set(TEST_SQE(&r->ring), key, value);
@@ -987,6 +1092,7 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_ring_tenant);
 	ADD_TEST(s, test_keyed_job_memory_follows_what_it_moves);
 	ADD_TEST(s, test_keyed_ns_kjob_bytes_limit);
+	ADD_TEST(s, test_keyed_ring_long_job_lets_the_lock_go);
 	ADD_TEST(s, test_keyed_nvme_roundtrip);
 	ADD_TEST(s, test_keyed_nvme_restart);
 	ADD_TEST(s, test_keyed_nvme_flip_tear);
