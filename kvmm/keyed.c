@@ -60,7 +60,9 @@
  * per-page scratch (identities, destinations, remote names) through which
  * every copy works a window at a time.  The window and a large frame list
  * are allocated with the lock let go; arm and settle let it go every
- * KJOB_ROUND frames.  What the jobs of one namespace hold or may still
+ * KJOB_ROUND frames.  The I/O worker copies a job KJOB_SLICE_BYTES of
+ * values at a time and queues it again behind the others' work after
+ * each slice.  What the jobs of one namespace hold or may still
  * take together is bounded by ctx->ns_kjob_bytes (-EDQUOT past it,
  * checked before anything is done).  An EXISTS asked of the remote tier
  * probes each key's first page first and a key's other pages only when
@@ -133,6 +135,7 @@ struct kjob_val {
 #define KJOB_ROUND		16384u		/* frames between breaths of the lock */
 #define KJOB_LOCKED_BYTES	(64u << 10)	/* frame lists allocated under the lock */
 #define KVMM_NS_KJOB_BYTES_MIN	4096u		/* kvmm_set_ns_kjob_bytes()'s floor */
+#define KJOB_SLICE_BYTES	(16u << 20)	/* values the worker copies between others' work */
 
 /**
  * struct kvmm_kjob - a keyed command's values in flight
@@ -153,6 +156,9 @@ struct kjob_val {
  *	state IO, held by the job: @nr_frames of @cap_frames
  * @charge: bytes of memory it holds or may still take (its block, its
  *	frame list, its window), counted against its namespace's limit
+ * @lo, @hi: the values the copy step works on now: all of them, but on
+ *	the I/O worker a slice of about KJOB_SLICE_BYTES at a time, the job
+ *	queued again behind the others' work after each
  * @win: pages of the window below; 0 while it has none (outside the copy)
  * @keys: per page of the window read from an I/O store, its identity
  * @to: ... where its bytes go
@@ -178,6 +184,7 @@ struct kvmm_kjob {
 	int32_t *frames;
 	uint32_t nr_frames, cap_frames;
 	size_t charge;
+	uint32_t lo, hi;
 	uint32_t win;
 	struct kvmm_store_key *keys;
 	struct kvmm_store_to *to;
@@ -575,6 +582,7 @@ static struct kvmm_kjob *kjob_alloc(struct kvmm_ctx *ctx, struct kvmm_kspace *s,
 	job->space = s;
 	job->put = put;
 	job->n = n;
+	job->hi = n;
 	job->vals = (struct kjob_val *)(job + 1);
 	job->charge = kjob_bytes(n) + (size_t)kjob_win(job) * KJOB_WIN_PAGE_BYTES;
 	list_add_tail(&job->link, &ctx->kjobs);
@@ -879,7 +887,7 @@ static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
 	uint64_t pb = page_bytes(ctx), vb = job->space->value_bytes;
 	uint32_t i, j, p, m, k = 0;
 
-	for (i = 0; i < job->n; i++) {
+	for (i = job->lo; i < job->hi; i++) {
 		struct kjob_val *v = &job->vals[i];
 		struct kvmm_node *node = v->node;
 		uint32_t nr;
@@ -991,7 +999,7 @@ static void remote_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 	void *hpriv = ctx->store_priv[KVMM_TIER_HOST];
 	uint32_t pages = job->space->pages, i, j, p, m, k = 0;
 
-	for (i = 0; i < job->n; i++) {
+	for (i = job->lo; i < job->hi; i++) {
 		struct kjob_val *v = &job->vals[i];
 		const int32_t *pfns = job->frames + v->first;
 
@@ -1015,7 +1023,7 @@ static void remote_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 		remote_window(ctx, job, k);
 	if (job->put)
 		return;		/* the local put stands either way */
-	for (i = 0; i < job->n; i++) {
+	for (i = job->lo; i < job->hi; i++) {
 		struct kjob_val *v = &job->vals[i];
 
 		if (!v->armed || !v->remote || v->err)
@@ -1174,12 +1182,12 @@ static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan
 	uint32_t i, t;
 
 	if (kjob_win_alloc(ctx, job)) {
-		for (i = 0; i < job->n; i++)
+		for (i = job->lo; i < job->hi; i++)
 			if (job->vals[i].armed)
 				job->vals[i].err = -ENOMEM;
 		return;
 	}
-	for (i = 0; i < job->n; i++) {
+	for (i = job->lo; i < job->hi; i++) {
 		struct kjob_val *v = &job->vals[i];
 
 		if (!v->armed)
@@ -1514,13 +1522,38 @@ KVMM_EXPORT int kvmm_keyed_delete(struct kvmm_ctx *ctx, uint32_t space,
 
 /* ---- through a ring ---- */
 
-/* The worker read a get's values from NVMe: settle and complete it. */
+/*
+ * The worker's next slice of @job's values: from where the last one
+ * ended, values until about KJOB_SLICE_BYTES are copied (one at least).
+ */
+static uint32_t kjob_slice_end(const struct kvmm_kjob *job)
+{
+	uint64_t vb = job->space->value_bytes, bytes = 0;
+	uint32_t i = job->lo;
+
+	while (i < job->n && (i == job->lo || bytes + vb <= KJOB_SLICE_BYTES))
+		bytes += job->vals[i++].armed ? vb : 0;
+	return i;
+}
+
+/*
+ * The worker copies a get's values (from NVMe, from the remote tier) a
+ * slice at a time, queued again behind the others' work after each, so
+ * that a long one does not hold theirs; after the last it settles and
+ * completes the job.
+ */
 static void kjob_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
 {
 	struct kvmm_kjob *job = container_of(work, struct kvmm_kjob, work);
 	int ok;
 
+	job->hi = kjob_slice_end(job);
 	kjob_copy(ctx, job, 1);
+	if (job->hi < job->n) {
+		job->lo = job->hi;
+		kvmm_work_queue(ctx, &job->work);
+		return;
+	}
 	pthread_mutex_lock(&ctx->lock);
 	ok = kjob_settle(ctx, job, true);
 	if (job->owner)

@@ -1044,6 +1044,111 @@ static void test_keyed_ns_kjob_bytes_in_flight(void)
 	unlink(path);
 }
 
+#define SL_PAGES	4096			/* a value of 512 KiB */
+#define SL_VB		(SL_PAGES * 128u)
+#define SL_G		36			/* 18 MiB: more than one slice */
+
+/*
+ * Holds the worker's reads while @hold, and, once the other ring's value
+ * (@h_res) has settled, until @release: what the worker reads after that
+ * is the long job's rest.
+ */
+struct slice_latch {
+	int hold, release;
+	const int32_t *h_res;
+};
+
+static void slice_latch(void *arg, uint32_t site, uint32_t chan)
+{
+	struct slice_latch *sl = arg;
+
+	if (site != KVMM_NVME_SITE_READ || !chan)
+		return;
+	while (__atomic_load_n(&sl->hold, __ATOMIC_ACQUIRE) ||
+	       (*sl->h_res != 12345 && !__atomic_load_n(&sl->release, __ATOMIC_ACQUIRE)))
+		usleep(1000);
+}
+
+/*
+ * A long KGET from NVMe (36 values of 512 KiB) does not hold another
+ * ring's KGET queued behind it on the I/O worker: the worker copies the
+ * long one a slice at a time, queued again behind the other after its
+ * first slice, so the other completes while the long one still has
+ * values to read; then the long one completes whole.
+ */
+static void test_keyed_nvme_long_get_is_sliced(void)
+{
+	const char *path = nvme_file("slice");
+	struct slice_latch sl = { .hold = 1 };
+	struct kvmm_nvme_arg arg = { .latch = slice_latch, .latch_arg = &sl };
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct kvmm_kent *eg, *eh;
+	struct kvmm_ctx *ctx = NULL;
+	struct test_kring g, h;
+	struct kvmm_cqe *cqe;
+	struct kvmm_sqe *sqe;
+	uint8_t *v = malloc(SL_VB);
+	const void *src = v;
+	uint32_t sp, i;
+
+	p.host_pages = 4 * SL_PAGES;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.nvme_pages = 48 * SL_PAGES;
+	p.nvme_path = path;
+	p.nvme_arg = &arg;
+	p.nvme_qd = 4;
+	p.host_wmark_low = 2 * SL_PAGES;
+	p.host_wmark_high = 3 * SL_PAGES;
+	CU_ASSERT_FATAL(v && !kvmm_create(&p, &ctx));
+	sp = space_of(ctx, 0, SL_VB);
+	for (i = 0; i < SL_G + 8; i++) {	/* 0 .. SL_G on NVMe, the newest on the host */
+		struct kvmm_key k = key_of(i);
+
+		stamp(v, SL_VB, i);
+		CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, sp, &k, &src, 1, NULL), 1);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	}
+	test_kring_init(ctx, &g, 0, 0);
+	test_kring_init(ctx, &h, 0, 0);
+	eg = (void *)g.mem;
+	for (i = 0; i < SL_G; i++)
+		eg[i] = (struct kvmm_kent){ .key = key_of(1 + i), .off = 4096, .buf = 1,
+					    .res = 12345 };
+	eh = (void *)h.mem;
+	eh[0] = (struct kvmm_kent){ .key = key_of(0), .off = 4096, .buf = 1, .res = 12345 };
+	sl.h_res = &eh[0].res;
+	sqe = TEST_SQE(&g.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, SL_G);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	sqe = TEST_SQE(&h.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&h.ring), 1);
+	__atomic_store_n(&sl.hold, 0, __ATOMIC_RELEASE);
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&h.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 1);
+	kvmm_cqe_seen(&h.ring, cqe);
+	CU_ASSERT_EQUAL(eh[0].res, 0);
+	CU_ASSERT(stamped(h.mem + 4096, SL_VB, 0));
+	/* the long one has not completed: its rest waits behind the latch */
+	CU_ASSERT_EQUAL(kvmm_peek_cqe(&g.ring, &cqe), -EAGAIN);
+	CU_ASSERT_EQUAL(eg[SL_G - 1].res, 12345);
+	__atomic_store_n(&sl.release, 1, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, SL_G);
+	kvmm_cqe_seen(&g.ring, cqe);
+	for (i = 0; i < SL_G; i++)
+		CU_ASSERT_EQUAL(eg[i].res, 0);
+	test_kring_exit(&g);
+	test_kring_exit(&h);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+	free(v);
+}
+
 /* Through a ring, a get from NVMe completes later, on the I/O worker. */
 static void test_keyed_nvme_ring(void)
 {
@@ -1099,5 +1204,6 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_nvme_ring);
 	ADD_TEST(s, test_keyed_nvme_ring_busy);
 	ADD_TEST(s, test_keyed_ns_kjob_bytes_in_flight);
+	ADD_TEST(s, test_keyed_nvme_long_get_is_sliced);
 	return 0;
 }
