@@ -313,7 +313,9 @@ static void kjob_huge_values_do_not_hold_kvmmd(void)
 		env_stop(&e);
 		return;
 	}
-	e.sh->miss_vb = vb_env ? strtoull(vb_env, NULL, 0) : MISS_VB;
+	e.sh->miss_vb = vb_env && *vb_env ? strtoull(vb_env, NULL, 0) : 0;
+	if (!e.sh->miss_vb)
+		e.sh->miss_vb = MISS_VB;
 	run_attack(&e, &att, &vic);
 	CU_ASSERT_EQUAL(att, 0);
 	CU_ASSERT_EQUAL(vic, 0);
