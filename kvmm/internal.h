@@ -425,7 +425,10 @@ struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *par
 struct kvmm_node *kvmm_tree_keyed_root(struct kvmm_ctx *ctx, uint32_t ns);
 struct kvmm_node *kvmm_tree_add_keyed(struct kvmm_ctx *ctx, struct kvmm_node *root,
 				      const uint32_t *key, uint32_t pages,
-				      const int32_t *pfns, uint32_t tier);
+				      const int32_t *pfns, uint32_t tier, uint32_t *buf);
+uint32_t *kvmm_tree_keyed_buf(struct kvmm_ctx *ctx, const uint32_t *key, uint32_t pages,
+			      const int32_t *pfns);
+void kvmm_tree_keyed_buf_free(struct kvmm_ctx *ctx, uint32_t *buf, uint32_t pages);
 void kvmm_tree_prefetch(const struct kvmm_node *node);
 uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from,
 			const struct kvmm_node *to, int32_t *dst);

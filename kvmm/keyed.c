@@ -58,8 +58,10 @@
  * get's values asked of the remote tier: never more than the host tier
  * has), and, during the copy only, one window of KJOB_WIN pages of
  * per-page scratch (identities, destinations, remote names) through which
- * every copy works a window at a time.  The window and a large frame list
- * are allocated with the lock let go; arm and settle let it go every
+ * every copy works a window at a time.  The window, a large frame list
+ * and a new value's edge in the index (kvmm_tree_keyed_buf(): a page's
+ * worth of token slots a page) are allocated with the lock let go; arm
+ * and settle let it go every
  * KJOB_ROUND frames.  The I/O worker copies a job KJOB_SLICE_BYTES of
  * values at a time and queues it again behind the others' work after
  * each slice.  What the jobs of one namespace hold or may still
@@ -112,12 +114,15 @@ struct kvmm_kspace {
  * @armed: the copy step has work for it (cleared once it has settled)
  * @remote: get: not stored here, asked of the remote tier into new host
  *	frames (held in state IO like a put's), stored here when it verifies
+ * @edge: a put's, or a remote get's, node edge made in the copy step
+ *	(kvmm_tree_keyed_buf()), for its settle; NULL before
  */
 struct kjob_val {
 	struct kvmm_key key;
 	void *buf;
 	int32_t *resp;
 	struct kvmm_node *node;
+	uint32_t *edge;
 	uint32_t first;
 	int err;
 	bool armed;
@@ -536,7 +541,7 @@ int kvmm_keyed_recover(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t *fp,
 	page_id(s, w, 0, want);
 	if (want[0] != id[0] || want[1] != id[1])
 		return -EINVAL;		/* not what it claims to be */
-	node = kvmm_tree_add_keyed(ctx, s->root, w, nr, pfns, tier);
+	node = kvmm_tree_add_keyed(ctx, s->root, w, nr, pfns, tier, NULL);
 	if (!node)
 		return -ENOMEM;
 	kvmm_lru_update(ctx, node);
@@ -567,6 +572,11 @@ static uint32_t kjob_win(const struct kvmm_kjob *job)
 
 static void kjob_free(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 {
+	uint32_t i;
+
+	for (i = 0; i < job->n; i++)	/* an edge whose settle never came */
+		if (job->vals[i].edge)
+			kvmm_tree_keyed_buf_free(ctx, job->vals[i].edge, job->space->pages);
 	list_del(&job->link);
 	kvmm_mfree(ctx, job->frames, (size_t)job->cap_frames * sizeof(int32_t));
 	kvmm_mfree(ctx, job, kjob_bytes(job->n));
@@ -1045,8 +1055,11 @@ static void remote_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kj
 	ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
 	if (!v->err) {
 		key_words(&v->key, w);
-		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST);
+		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST,
+					   v->edge);
 	}
+	if (node)
+		v->edge = NULL;		/* the node's now */
 	if (!node) {	/* a miss, or there first meanwhile, or no memory: ours go */
 		kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
 		kvmm_free_pages(ctx, host, pfns, s->pages);
@@ -1203,6 +1216,17 @@ static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan
 		if (ctx->store[t] && !ctx->store[t]->page)
 			read_values(ctx, job, t, chan);
 	kjob_win_free(ctx, job);
+	for (i = job->lo; i < job->hi; i++) {	/* the new values' edges, off the lock */
+		struct kjob_val *v = &job->vals[i];
+		uint32_t w[KVMM_KEY_WORDS];
+
+		if (!v->armed || v->err || (!job->put && !v->remote))
+			continue;
+		key_words(&v->key, w);
+		v->edge = kvmm_tree_keyed_buf(ctx, w, job->space->pages, job->frames + v->first);
+		if (!v->edge)
+			v->err = -ENOMEM;
+	}
 }
 
 /* Settle a put's value: it joins the index, or its frames go back. */
@@ -1217,7 +1241,10 @@ static void put_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_
 	ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
 	key_words(&v->key, w);
 	if (!v->err)
-		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST);
+		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST,
+					   v->edge);
+	if (node)
+		v->edge = NULL;		/* the node's now */
 	if (!node) {	/* there first, failed, or no memory: ours go */
 		kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
 		kvmm_free_pages(ctx, host, pfns, s->pages);

@@ -665,16 +665,18 @@ static void test_keyed_job_memory_follows_what_it_moves(void)
 #define MID_PAGES	4096		/* 8 of them pass the frames between breaths */
 #define MID_VB		(MID_PAGES * 128u)
 #define MID_LIST	(8 * MID_PAGES * sizeof(int32_t))	/* their frame list */
+#define MID_EDGE	(MID_PAGES * (PS + 1) * sizeof(int32_t))	/* a value's edge */
 
 /*
- * An allocator that, for blocks of @size, looks whether the context's
- * lock is free while the block is allocated: another thread takes it
- * (and is waited for, for long, only when it is held: a failure).
+ * An allocator that, for blocks of @size[0] or @size[1], looks whether
+ * the context's lock is free while the block is allocated: another
+ * thread takes it (and is waited for, for long, only when it is held: a
+ * failure).
  */
 struct lock_probe {
 	struct kvmm_ctx *ctx;
-	size_t size;
-	unsigned seen, free;
+	size_t size[2];
+	unsigned seen[2], free[2];
 	pthread_t t;
 	bool waiting;
 };
@@ -689,15 +691,16 @@ static void *lock_taker(void *arg)
 static void *probe_alloc(size_t size, void *priv)
 {
 	struct lock_probe *lp = priv;
+	int k = size == lp->size[0] ? 0 : size == lp->size[1] ? 1 : -1;
 	struct timespec ts;
 
-	if (lp->ctx && size == lp->size && !lp->waiting &&
+	if (lp->ctx && k >= 0 && !lp->waiting &&
 	    !pthread_create(&lp->t, NULL, lock_taker, lp->ctx)) {
-		lp->seen++;
+		lp->seen[k]++;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 10;
 		if (!pthread_timedjoin_np(lp->t, NULL, &ts))
-			lp->free++;
+			lp->free[k]++;
 		else
 			lp->waiting = true;	/* joined once the command is done */
 	}
@@ -716,15 +719,16 @@ static const struct kvmm_alloc_ops probe_ops = { .alloc = probe_alloc, .free = p
 /*
  * Through a ring, a KPUT and a KGET of 8 values of 4096 pages each (all
  * at one region of the buffer) take and give back 32768 frames: the
- * frame list (128 KiB) is allocated with the lock free (another thread
- * takes it meanwhile), the lock is let go between values on the way,
+ * frame list (128 KiB) and each value's edge in the index (80 KiB) are
+ * allocated with the lock free (another thread takes it meanwhile), the
+ * lock is let go between values on the way,
  * and every value is stored and read whole, the invariants holding
  * after each.
  */
 static void test_keyed_ring_long_job_lets_the_lock_go(void)
 {
 	struct kvmm_params p = test_params(PS, 16, 4, 64);
-	struct lock_probe lp = { .size = MID_LIST };
+	struct lock_probe lp = { .size = { MID_LIST, MID_EDGE } };
 	struct kvmm_ctx *ctx = NULL;
 	struct test_kring r;
 	struct kvmm_kent *e;
@@ -748,8 +752,10 @@ static void test_keyed_ring_long_job_lets_the_lock_go(void)
 	lp.ctx = NULL;
 	if (lp.waiting)
 		pthread_join(lp.t, NULL);
-	CU_ASSERT_EQUAL(lp.seen, 1);
-	CU_ASSERT_EQUAL(lp.free, 1);
+	CU_ASSERT_EQUAL(lp.seen[0], 1);
+	CU_ASSERT_EQUAL(lp.free[0], 1);
+	CU_ASSERT_EQUAL(lp.seen[1], 8);
+	CU_ASSERT_EQUAL(lp.free[1], 8);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 8);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_HOST_PAGES), 8 * MID_PAGES);
 	CHECK_OK(ctx);
