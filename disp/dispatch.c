@@ -60,9 +60,10 @@
  * for the errno.
  *
  * Locking.  The context lock is taken once per batch of entries, not per
- * command.  A keyed KPUT or KGET drops it while it copies values (the
- * entries before it in the batch have completed, the ones after it have
- * not started), so that other rings are served meanwhile.
+ * command.  A keyed KPUT or KGET drops it while it copies values, and
+ * now and then while it takes or gives back many frames (the entries
+ * before it in the batch have completed, the ones after it have not
+ * started), so that other rings are served meanwhile.
  *
  * Keyed spaces.  A ring bound to a namespace registers spaces in its own
  * namespace only (KSPACE names it) and reaches only spaces of its own
@@ -481,6 +482,8 @@ static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		return kvmm_set_events(ctx, sqe->arg2);
 	case KVMM_SET_NS_KSPACES:
 		return kvmm_set_ns_kspaces(ctx, sqe->arg2);
+	case KVMM_SET_NS_KJOB_BYTES:
+		return kvmm_set_ns_kjob_bytes(ctx, sqe->arg2);
 	default:
 		return -EINVAL;
 	}

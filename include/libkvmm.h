@@ -64,7 +64,10 @@ struct kvmm_model {
  *
  * Optional.  Every metadata allocation of a context goes through these
  * (the page descriptors, page tables, tree nodes, hash buckets), which is
- * how tests inject an allocation failure at every site.
+ * how tests inject an allocation failure at every site.  They may be
+ * called from several threads at once (a ring's keyed command allocates
+ * its copy window and new values' edges without the context's lock, the
+ * I/O worker too): they must be thread-safe, as malloc is.
  */
 struct kvmm_alloc_ops {
 	void *(*alloc)(size_t size, void *priv);

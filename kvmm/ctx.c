@@ -308,6 +308,7 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 	ctx->backend = bops;
 	list_init(&ctx->owners);
 	ctx->ns_pin_pages = KVMM_NS_PIN_AUTO;
+	ctx->ns_kjob_bytes = KVMM_NS_KJOB_BYTES_DEFAULT;
 	ctx->ns_cache_share = 100;
 	ctx->keyed_share = 100;
 	ctx->ns_kspaces = params->ns_kspaces ? params->ns_kspaces : KVMM_NS_KSPACES_DEFAULT;

@@ -428,7 +428,10 @@ struct kvmm_node *kvmm_tree_keyed_root(struct kvmm_ctx *ctx, uint32_t ns);
 void kvmm_tree_keyed_root_free(struct kvmm_ctx *ctx, struct kvmm_node *root);
 struct kvmm_node *kvmm_tree_add_keyed(struct kvmm_ctx *ctx, struct kvmm_node *root,
 				      const uint32_t *key, uint32_t pages,
-				      const int32_t *pfns, uint32_t tier);
+				      const int32_t *pfns, uint32_t tier, uint32_t *buf);
+uint32_t *kvmm_tree_keyed_buf(struct kvmm_ctx *ctx, const uint32_t *key, uint32_t pages,
+			      const int32_t *pfns);
+void kvmm_tree_keyed_buf_free(struct kvmm_ctx *ctx, uint32_t *buf, uint32_t pages);
 void kvmm_tree_prefetch(const struct kvmm_node *node);
 uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from,
 			const struct kvmm_node *to, int32_t *dst);
@@ -633,6 +636,7 @@ int kvmm_set_keyed_share(struct kvmm_ctx *ctx, uint64_t pct);
 int kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t slot, struct kvmm_dump_kspace *rec);
 int kvmm_set_ns_kspaces(struct kvmm_ctx *ctx, uint64_t n);
 int kvmm_keyed_space_remove_in(struct kvmm_ctx *ctx, struct kvmm_kspace *s);
+int kvmm_set_ns_kjob_bytes(struct kvmm_ctx *ctx, uint64_t bytes);
 uint64_t kvmm_keyed_ns_pages(const struct kvmm_ctx *ctx, uint32_t ns, uint32_t tier);
 int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t mark_io,
 		     uint64_t *io, uint64_t *locks, const char **why);
@@ -847,6 +851,8 @@ enum kvmm_tier_event {
  * @ns_kspaces: spaces one namespace may hold (KVMM_SET_NS_KSPACES)
  * @kjobs: keyed commands in flight (struct kvmm_kjob.link)
  * @kjobs_done: signalled, under @lock, when the worker finished one
+ * @ns_kjob_bytes: memory the keyed jobs of one namespace may hold at once
+ *	(KVMM_SET_NS_KJOB_BYTES)
  * @keyed_values: values of every space, on every tier
  * @keyed_pages: per tier, pages they hold
  * @keyed_share: percent of each lower tier keyed values may hold, and
@@ -905,6 +911,7 @@ struct kvmm_ctx {
 	struct kvmm_list rjobs;		/* remote.c's pushes and fetches in flight */
 	struct kvmm_list rreqs;		/* ... and rings' ones queued to the worker */
 	pthread_cond_t kjobs_done;
+	uint64_t ns_kjob_bytes;
 	uint64_t keyed_values;
 	uint64_t frames_locks;	/* lock references the engine holds (frames.c) */
 	uint64_t keyed_pages[KVMM_NR_TIERS];

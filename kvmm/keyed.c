@@ -50,7 +50,27 @@
  * host (its frames stay until the write settles); a value a get holds is
  * not moved by that settle (the write is put back, kvmm_keyed_busy()).
  * A delete skips values a get holds.
+ *
+ * Bounds.  A client chooses the value size (up to 1 GiB), the entries of
+ * a command (up to 4096) and where they point, so nothing a job holds may
+ * grow with entries times value pages.  A job holds a record per entry,
+ * the list of the host frames it really takes (a put's new values, a
+ * get's values asked of the remote tier: never more than the host tier
+ * has), and, during the copy only, one window of KJOB_WIN pages of
+ * per-page scratch (identities, destinations, remote names) through which
+ * every copy works a window at a time.  The window, a large frame list
+ * and a new value's edge in the index (kvmm_tree_keyed_buf(): a page's
+ * worth of token slots a page) are allocated with the lock let go; arm
+ * and settle let it go every
+ * KJOB_ROUND frames.  The I/O worker copies a job KJOB_SLICE_BYTES of
+ * values at a time and queues it again behind the others' work after
+ * each slice.  What the jobs of one namespace hold or may still
+ * take together is bounded by ctx->ns_kjob_bytes (-EDQUOT past it,
+ * checked before anything is done).  An EXISTS asked of the remote tier
+ * probes each key's first page first and a key's other pages only when
+ * the tier has that one, so its probes follow its answer.
  */
+#include <sched.h>
 #include <stdlib.h>
 
 #define XXH_INLINE_ALL
@@ -98,23 +118,39 @@ struct kvmm_kspace {
  * @buf: the caller's bytes (put: read; get: written)
  * @resp: where its result goes at settle, or NULL
  * @node: get: the value, locked; NULL when it was not found
- * @first: put: its frames' index in the job's @pfns; a get from the
- *	remote tier: in its @rpfns
+ * @first: a put, or a get from the remote tier: its frames' index in the
+ *	job's @frames
  * @err: 0, or why it failed (set at arm when it was never armed)
- * @armed: the copy step has work for it
+ * @armed: the copy step has work for it (cleared once it has settled)
  * @remote: get: not stored here, asked of the remote tier into new host
  *	frames (held in state IO like a put's), stored here when it verifies
+ * @edge: a put's, or a remote get's, node edge made in the copy step
+ *	(kvmm_tree_keyed_buf()), for its settle; NULL before
  */
 struct kjob_val {
 	struct kvmm_key key;
 	void *buf;
 	int32_t *resp;
 	struct kvmm_node *node;
+	uint32_t *edge;
 	uint32_t first;
 	int err;
 	bool armed;
 	bool remote;
 };
+
+/*
+ * What one keyed job may make the context allocate (see "Bounds" in the
+ * DOC above).  The copy step works through a job's pages a window at a
+ * time, whatever the values' size; the frames a job takes are listed in
+ * one array sized by what it can take; the lock is let go every
+ * KJOB_ROUND frames armed or settled.
+ */
+#define KJOB_WIN		1024u		/* pages of per-page scratch */
+#define KJOB_ROUND		16384u		/* frames between breaths of the lock */
+#define KJOB_LOCKED_BYTES	(64u << 10)	/* frame lists allocated under the lock */
+#define KVMM_NS_KJOB_BYTES_MIN	4096u		/* kvmm_set_ns_kjob_bytes()'s floor */
+#define KJOB_SLICE_BYTES	(16u << 20)	/* values the worker copies between others' work */
 
 /**
  * struct kvmm_kjob - a keyed command's values in flight
@@ -124,24 +160,29 @@ struct kjob_val {
  * @user_data: that completion's user_data
  * @space: the space
  * @put: a put (else a get)
- * @n: values
- * @vals: them
- * @pfns: space->pages per value: a put's frames taken on the host tier
- *	(state IO, held by the job); a get's scratch, the pages it reads
- *	from an I/O store
- * @nr_locks: get: values it holds locked
- * @keys: get: per page read from an I/O store, its identity
- * @page_val: get: per page read from an I/O store, the value it is of
- * @addrs: get: per page, where the store's read put it
- * @to: get: per page read from an I/O store, where its bytes go
  * @io: a value is read from an I/O store: the worker's kind of job
  * @remote: the copy calls the remote tier (a put writes through to it, a
  *	get asks it for what is not stored here): the worker's kind too, and
  *	never under the context's lock
- * @rpages: per page of every value, its name on the remote tier
- * @rpfns: get: the frames of values asked of the remote tier (their
- *	@first indexes it), held in state IO
- * @rok: per page of every value, whether the remote tier had it
+ * @n: values
+ * @vals: them
+ * @nr_locks: get: values it holds locked
+ * @frames: the host frames its values took (a put's, a remote get's), in
+ *	state IO, held by the job: @nr_frames of @cap_frames
+ * @charge: bytes of memory it holds or may still take (its block, its
+ *	frame list, its window), counted against its namespace's limit
+ * @lo, @hi: the values the copy step works on now: all of them, but on
+ *	the I/O worker a slice of about KJOB_SLICE_BYTES at a time, the job
+ *	queued again behind the others' work after each
+ * @win: pages of the window below; 0 while it has none (outside the copy)
+ * @keys: per page of the window read from an I/O store, its identity
+ * @to: ... where its bytes go
+ * @pfns: ... its frame there
+ * @page_val: per page of the window, the value it is of
+ * @addrs: per page of the window, its bytes (a store's read, a copy out,
+ *	the remote tier's get and put)
+ * @rpages: per page of the window, its name on the remote tier
+ * @rok: per page of the window, whether the remote tier had it
  */
 struct kvmm_kjob {
 	struct kvmm_work work;
@@ -150,18 +191,22 @@ struct kvmm_kjob {
 	uint64_t user_data;
 	struct kvmm_kspace *space;
 	bool put;
-	uint32_t n;
-	struct kjob_val *vals;
-	int32_t *pfns;
-	uint32_t nr_locks;
-	struct kvmm_store_key *keys;
-	uint32_t *page_val;
-	void **addrs;
-	struct kvmm_store_to *to;
 	bool io;
 	bool remote;
+	uint32_t n;
+	struct kjob_val *vals;
+	uint32_t nr_locks;
+	int32_t *frames;
+	uint32_t nr_frames, cap_frames;
+	size_t charge;
+	uint32_t lo, hi;
+	uint32_t win;
+	struct kvmm_store_key *keys;
+	struct kvmm_store_to *to;
+	int32_t *pfns;
+	uint32_t *page_val;
+	void **addrs;
 	struct kvmm_remote_page *rpages;
-	int32_t *rpfns;
 	uint8_t *rok;
 };
 
@@ -512,6 +557,32 @@ static void page_id(const struct kvmm_kspace *s, const uint32_t *key, uint32_t i
 	id[1] = h.high64;
 }
 
+/* Pages @from .. @from + @nr - 1 of value @node of @s: their identities. */
+static void space_store_keys(const struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
+			     const struct kvmm_node *node, uint32_t from, uint32_t nr,
+			     struct kvmm_store_key *keys)
+{
+	uint32_t i, count = node->len >> ctx->page_shift;
+
+	for (i = from; i < from + nr; i++) {
+		struct kvmm_store_key *k = &keys[i - from];
+		uint64_t id[2];
+
+		page_id(s, node->tokens, i, id);
+		*k = (struct kvmm_store_key){
+			.id = { id[0], id[1] },
+			.ns = s->ns,
+			.tokens = node->tokens + ((size_t)i << ctx->page_shift),
+			.flags = KVMM_STORE_KEY_KEYED,
+			.index = i,
+			.count = count,
+			.space = { s->fp[0], s->fp[1] },
+			.value_bytes = s->value_bytes,
+		};
+		memcpy(k->parent, node->tokens, sizeof(k->parent));
+	}
+}
+
 /**
  * kvmm_keyed_store_keys() - the identities of a value's pages on an I/O
  *	store (struct kvmm_store_key)
@@ -527,25 +598,8 @@ static void page_id(const struct kvmm_kspace *s, const uint32_t *key, uint32_t i
 void kvmm_keyed_store_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
 			   struct kvmm_store_key *keys)
 {
-	const struct kvmm_kspace *s = value_space(ctx, node);
-	uint32_t i, nr = node->len >> ctx->page_shift;
-
-	for (i = 0; i < nr; i++) {
-		uint64_t id[2];
-
-		page_id(s, node->tokens, i, id);
-		keys[i] = (struct kvmm_store_key){
-			.id = { id[0], id[1] },
-			.ns = s->ns,
-			.tokens = node->tokens + ((size_t)i << ctx->page_shift),
-			.flags = KVMM_STORE_KEY_KEYED,
-			.index = i,
-			.count = nr,
-			.space = { s->fp[0], s->fp[1] },
-			.value_bytes = s->value_bytes,
-		};
-		memcpy(keys[i].parent, node->tokens, sizeof(keys[i].parent));
-	}
+	space_store_keys(ctx, value_space(ctx, node), node, 0, node->len >> ctx->page_shift,
+			 keys);
 }
 
 /**
@@ -586,7 +640,7 @@ int kvmm_keyed_recover(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t *fp,
 	page_id(s, w, 0, want);
 	if (want[0] != id[0] || want[1] != id[1])
 		return -EINVAL;		/* not what it claims to be */
-	node = kvmm_tree_add_keyed(ctx, s->root, w, nr, pfns, tier);
+	node = kvmm_tree_add_keyed(ctx, s->root, w, nr, pfns, tier, NULL);
 	if (!node)
 		return -ENOMEM;
 	kvmm_lru_update(ctx, node);
@@ -595,88 +649,178 @@ int kvmm_keyed_recover(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t *fp,
 
 /* ---- jobs ---- */
 
-/* A job's block: itself, its values, then per page of all of them the arrays. */
-static size_t kjob_bytes(uint32_t n, uint32_t pages)
+/* Bytes of the window's arrays, per page. */
+#define KJOB_WIN_PAGE_BYTES						\
+	(sizeof(struct kvmm_store_key) + sizeof(struct kvmm_store_to) +	\
+	 sizeof(int32_t) + sizeof(uint32_t) + sizeof(void *) +		\
+	 sizeof(struct kvmm_remote_page) + 1)
+
+/* A job's block: itself and its values. */
+static size_t kjob_bytes(uint32_t n)
 {
-	return sizeof(struct kvmm_kjob) + n * sizeof(struct kjob_val) +
-	       (size_t)n * pages * (sizeof(struct kvmm_store_key) + sizeof(struct kvmm_store_to) +
-				    sizeof(struct kvmm_remote_page) + sizeof(void *) +
-				    2 * sizeof(int32_t) + sizeof(uint32_t) + 1);
+	return sizeof(struct kvmm_kjob) + n * sizeof(struct kjob_val);
+}
+
+/* The window a job works through: no more pages than it has. */
+static uint32_t kjob_win(const struct kvmm_kjob *job)
+{
+	uint64_t pages = (uint64_t)job->n * job->space->pages;
+
+	return pages < KJOB_WIN ? (uint32_t)pages : KJOB_WIN;
 }
 
 static void kjob_free(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 {
+	uint32_t i;
+
+	for (i = 0; i < job->n; i++)	/* an edge whose settle never came */
+		if (job->vals[i].edge)
+			kvmm_tree_keyed_buf_free(ctx, job->vals[i].edge, job->space->pages);
 	list_del(&job->link);
-	kvmm_mfree(ctx, job, kjob_bytes(job->n, job->space->pages));
+	kvmm_mfree(ctx, job->frames, (size_t)job->cap_frames * sizeof(int32_t));
+	kvmm_mfree(ctx, job, kjob_bytes(job->n));
 }
 
 static struct kvmm_kjob *kjob_alloc(struct kvmm_ctx *ctx, struct kvmm_kspace *s, bool put,
 				    uint32_t n)
 {
-	struct kvmm_kjob *job = kvmm_zalloc(ctx, kjob_bytes(n, s->pages));
-	size_t pages = (size_t)n * s->pages;
+	struct kvmm_kjob *job = kvmm_zalloc(ctx, kjob_bytes(n));
 
 	if (!job)
 		return NULL;
 	job->space = s;
 	job->put = put;
 	job->n = n;
+	job->hi = n;
 	job->vals = (struct kjob_val *)(job + 1);
-	job->keys = (struct kvmm_store_key *)(job->vals + n);
-	job->to = (struct kvmm_store_to *)(job->keys + pages);
-	job->rpages = (struct kvmm_remote_page *)(job->to + pages);
-	job->addrs = (void **)(job->rpages + pages);
-	job->pfns = (int32_t *)(job->addrs + pages);
-	job->page_val = (uint32_t *)(job->pfns + pages);
-	job->rpfns = (int32_t *)(job->page_val + pages);
-	job->rok = (uint8_t *)(job->rpfns + pages);
+	job->charge = kjob_bytes(n) + (size_t)kjob_win(job) * KJOB_WIN_PAGE_BYTES;
 	list_add_tail(&job->link, &ctx->kjobs);
 	return job;
+}
+
+/* Memory the keyed jobs of namespace @ns hold or may still take, @except's aside. */
+static size_t ns_charge(const struct kvmm_ctx *ctx, uint32_t ns, const struct kvmm_kjob *except)
+{
+	const struct kvmm_list *pos;
+	size_t bytes = 0;
+
+	list_for_each(pos, &ctx->kjobs) {
+		const struct kvmm_kjob *job = list_entry(pos, struct kvmm_kjob, link);
+
+		if (job != except && job->space->ns == ns)
+			bytes += job->charge;
+	}
+	return bytes;
+}
+
+/*
+ * Let the context's lock go for a moment, if the caller holds it (@held)
+ * and @*since frames were armed or settled since the last time, so that
+ * other rings' commands are not held behind a long job.
+ */
+static void kjob_breathe(struct kvmm_ctx *ctx, bool held, uint32_t *since)
+{
+	if (!held || *since < KJOB_ROUND)
+		return;
+	*since = 0;
+	pthread_mutex_unlock(&ctx->lock);
+	sched_yield();
+	pthread_mutex_lock(&ctx->lock);
+}
+
+/*
+ * The list of the frames the job's values may take (a put's new values,
+ * a get's values asked of the remote tier): no more than the host tier
+ * has, charged to the namespace first.  A large one is allocated with the
+ * lock let go (@held).  Return: 0, -EDQUOT (past the namespace's limit),
+ * or -ENOMEM.
+ */
+static int kjob_frames(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
+{
+	struct kvmm_kspace *s = job->space;
+	uint64_t want = 0, host = ctx->zone[KVMM_TIER_HOST].nr_pages;
+	size_t bytes;
+	int32_t *frames;
+	uint32_t i;
+
+	for (i = 0; i < job->n; i++)
+		if ((job->put || ctx->remote) && !value_find(ctx, s, &job->vals[i].key))
+			want += s->pages;
+	if (want > host)
+		want = host;
+	bytes = (size_t)want * sizeof(int32_t);
+	if (ns_charge(ctx, s->ns, job) + job->charge + bytes > ctx->ns_kjob_bytes)
+		return -EDQUOT;
+	if (!want)
+		return 0;
+	job->charge += bytes;		/* taken now: jobs meanwhile see it */
+	if (held && bytes > KJOB_LOCKED_BYTES)
+		pthread_mutex_unlock(&ctx->lock);
+	frames = kvmm_malloc(ctx, bytes);
+	if (held && bytes > KJOB_LOCKED_BYTES)
+		pthread_mutex_lock(&ctx->lock);
+	if (!frames)
+		return -ENOMEM;
+	job->frames = frames;
+	job->cap_frames = (uint32_t)want;
+	return 0;
+}
+
+/* Take @s->pages host frames for @v, in state IO.  Return: whether it could. */
+static bool kjob_take(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
+{
+	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	uint32_t pages = job->space->pages;
+	int32_t *pfns = job->frames + job->nr_frames;
+
+	if (job->cap_frames - job->nr_frames < pages ||
+	    !kvmm_tier_make_room(ctx, KVMM_TIER_HOST, pages))
+		return false;
+	__kvmm_alloc_pages(ctx, host, pages, pfns);
+	kvmm_pages_set_state(host, pfns, pages, KVMM_PAGE_IO);
+	ctx->io_pages[KVMM_TIER_HOST] += pages;
+	v->first = job->nr_frames;
+	job->nr_frames += pages;
+	return true;
 }
 
 /*
  * Arm the job's values (see the DOC above).  A put of a key already
  * stored succeeds at once; a key that finds no room fails with -ENOSPC.
+ * With @held, the lock is let go now and then (kjob_breathe()).
  */
-static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
+static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 {
 	struct kvmm_kspace *s = job->space;
-	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
-	uint32_t i, at = 0;
+	uint32_t i, since = 0;
 
 	for (i = 0; i < job->n; i++) {
 		struct kjob_val *v = &job->vals[i];
-		struct kvmm_node *node = value_find(ctx, s, &v->key);
+		struct kvmm_node *node;
 
+		kjob_breathe(ctx, held, &since);	/* before the lookup: it may go meanwhile */
+		node = value_find(ctx, s, &v->key);
 		if (job->put) {
 			if (node) {		/* stored already: as good as new */
 				kvmm_tree_touch(ctx, node);
 				continue;
 			}
-			if (!kvmm_tier_make_room(ctx, KVMM_TIER_HOST, s->pages)) {
+			if (!kjob_take(ctx, job, v)) {
 				v->err = -ENOSPC;
 				continue;
 			}
-			__kvmm_alloc_pages(ctx, host, s->pages, job->pfns + at);
-			kvmm_pages_set_state(host, job->pfns + at, s->pages, KVMM_PAGE_IO);
-			ctx->io_pages[KVMM_TIER_HOST] += s->pages;
-			v->first = at;
-			at += s->pages;
+			since += s->pages;
 			v->armed = true;
 			job->remote |= ctx->remote != NULL;	/* written through */
 			continue;
 		}
 		if (!node && ctx->remote) {	/* ask the remote tier, into new frames */
-			if (!kvmm_tier_make_room(ctx, KVMM_TIER_HOST, s->pages)) {
+			if (!kjob_take(ctx, job, v)) {
 				v->err = -ENOENT;
 				kvmm_count(ctx, EV_KEYED_MISSES, 1);
 				continue;
 			}
-			__kvmm_alloc_pages(ctx, host, s->pages, job->rpfns + at);
-			kvmm_pages_set_state(host, job->rpfns + at, s->pages, KVMM_PAGE_IO);
-			ctx->io_pages[KVMM_TIER_HOST] += s->pages;
-			v->first = at;
-			at += s->pages;
+			since += s->pages;
 			v->armed = v->remote = true;
 			job->remote = true;
 			continue;
@@ -694,12 +838,42 @@ static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 	}
 }
 
+/*
+ * The window's arrays, for the copy step: taken off the lock where the
+ * caller has one, within what the job was charged for.  Return: 0 or
+ * -ENOMEM.
+ */
+static int kjob_win_alloc(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
+{
+	uint32_t w = kjob_win(job);
+	char *p = kvmm_malloc(ctx, (size_t)w * KJOB_WIN_PAGE_BYTES);
+
+	if (!p)
+		return -ENOMEM;
+	job->win = w;
+	job->keys = (struct kvmm_store_key *)p;
+	job->to = (struct kvmm_store_to *)(job->keys + w);
+	job->rpages = (struct kvmm_remote_page *)(job->to + w);
+	job->addrs = (void **)(job->rpages + w);
+	job->pfns = (int32_t *)(job->addrs + w);
+	job->page_val = (uint32_t *)(job->pfns + w);
+	job->rok = (uint8_t *)(job->page_val + w);
+	return 0;
+}
+
+static void kjob_win_free(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
+{
+	kvmm_mfree(ctx, job->keys, (size_t)job->win * KJOB_WIN_PAGE_BYTES);
+	job->keys = NULL;
+	job->win = 0;
+}
+
 /* Copy @v's bytes into its frames (a put), sealed: in one pass where the store can. */
 static int copy_in(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
 {
 	const struct kvmm_store_ops *ops = ctx->store[KVMM_TIER_HOST];
 	void *priv = ctx->store_priv[KVMM_TIER_HOST];
-	const int32_t *pfns = job->pfns + v->first;
+	const int32_t *pfns = job->frames + v->first;
 	uint64_t pb = page_bytes(ctx), left = job->space->value_bytes;
 	const char *src = v->buf;
 	uint32_t i;
@@ -722,7 +896,7 @@ static int copy_in(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val 
 	return 0;
 }
 
-/* Copy a value's pages (@addrs) out to the caller's bytes at @dst. */
+/* Copy a value's pages @first.. (@addrs, @nr of them) out to the caller's bytes at @dst. */
 static void copy_pages_out(const struct kvmm_kspace *s, uint64_t pb, void *const *addrs,
 			   uint32_t first, uint32_t nr, char *dst)
 {
@@ -734,6 +908,25 @@ static void copy_pages_out(const struct kvmm_kspace *s, uint64_t pb, void *const
 
 		memcpy(dst + done, addrs[i], b);
 		done += b;
+	}
+}
+
+/*
+ * Copy a whole value's bytes out to @dst from its @pfns on memory store
+ * @tier (verified already), a window of pages at a time.
+ */
+static void copy_frames_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t tier,
+			    const int32_t *pfns, char *dst)
+{
+	const struct kvmm_store_ops *ops = ctx->store[tier];
+	void *priv = ctx->store_priv[tier];
+	uint32_t pages = job->space->pages, i, j, m;
+
+	for (j = 0; j < pages; j += m) {
+		m = pages - j < job->win ? pages - j : job->win;
+		for (i = 0; i < m; i++)
+			job->addrs[i] = ops->page(priv, (uint32_t)pfns[j + i]);
+		copy_pages_out(job->space, page_bytes(ctx), job->addrs, j, m, dst);
 	}
 }
 
@@ -760,53 +953,29 @@ static int copy_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val
 	}
 	if (ops->verify(priv, node->pfns, nr) < nr)
 		return -EBADMSG;
-	for (i = 0; i < nr; i++)
-		job->addrs[i] = ops->page(priv, (uint32_t)node->pfns[i]);
-	copy_pages_out(job->space, pb, job->addrs, 0, nr, v->buf);
+	copy_frames_out(ctx, job, node->tier, node->pfns, v->buf);
 	return 0;
 }
 
 /*
- * Read the job's values that are on I/O store @tier, all of them in as
- * few reads as the store takes (its queue depth at a time, not one value
- * after the other), each page copied to its value's bytes by the store as
- * it lands, checksummed in the same pass, while the others are in flight.
- * A page that fails fails its value, whose other pages are skipped.
+ * Read the window's @k pages from I/O store @tier, in as few reads as the
+ * store takes.  A page that fails fails its value, whose other pages in
+ * the window are skipped (and the later ones not queued).
  */
-static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t tier,
-			uint32_t chan)
+static void read_window(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t tier,
+			uint32_t chan, uint32_t k)
 {
 	const struct kvmm_store_ops *ops = ctx->store[tier];
 	void *priv = ctx->store_priv[tier];
-	uint64_t pb = page_bytes(ctx);
-	uint32_t i, j, k = 0, done, got;
+	uint32_t i, done, got;
 	int err;
 
-	for (i = 0; i < job->n; i++) {
-		struct kvmm_node *node = job->vals[i].node;
-		uint32_t nr;
-
-		if (!job->vals[i].armed || job->vals[i].remote || node->tier != tier)
-			continue;
-		nr = node->len >> ctx->page_shift;
-		kvmm_keyed_store_keys(ctx, node, job->keys + k);
-		memcpy(job->pfns + k, node->pfns, nr * sizeof(int32_t));
-		for (j = 0; j < nr; j++) {
-			uint64_t at = (uint64_t)j * pb, vb = job->space->value_bytes;
-
-			job->page_val[k + j] = i;
-			job->to[k + j] = (struct kvmm_store_to){
-				.dst = (char *)job->vals[i].buf + at,
-				.len = vb - at < pb ? vb - at : pb };
-		}
-		k += nr;
-	}
 	for (done = 0; done < k; ) {
 		err = 0;
 		got = ops->read(priv, chan, job->pfns + done, k - done, job->keys + done,
 				job->to + done, job->addrs, &err);
 		done += got;
-		if (!err && got)
+		if ((!err && got) || done >= k)
 			continue;
 		i = job->page_val[done];	/* its value failed: skip the rest of it */
 		job->vals[i].err = err ? err : -EIO;	/* no progress: -EIO */
@@ -815,73 +984,109 @@ static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
 	}
 }
 
+/*
+ * Read the job's values that are on I/O store @tier, a window of pages at
+ * a time (the store's queue depth of them in flight, not one value after
+ * the other), each page copied to its value's bytes by the store as it
+ * lands, checksummed in the same pass.
+ */
+static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t tier,
+			uint32_t chan)
+{
+	uint64_t pb = page_bytes(ctx), vb = job->space->value_bytes;
+	uint32_t i, j, p, m, k = 0;
+
+	for (i = job->lo; i < job->hi; i++) {
+		struct kjob_val *v = &job->vals[i];
+		struct kvmm_node *node = v->node;
+		uint32_t nr;
+
+		if (!v->armed || v->remote || v->err || node->tier != tier)
+			continue;
+		nr = node->len >> ctx->page_shift;
+		for (j = 0; j < nr && !v->err; j += m) {
+			m = nr - j < job->win - k ? nr - j : job->win - k;
+			space_store_keys(ctx, job->space, node, j, m, job->keys + k);
+			memcpy(job->pfns + k, node->pfns + j, m * sizeof(int32_t));
+			for (p = 0; p < m; p++) {
+				uint64_t at = (uint64_t)(j + p) * pb;
+
+				job->page_val[k + p] = i;
+				job->to[k + p] = (struct kvmm_store_to){
+					.dst = (char *)v->buf + at,
+					.len = vb - at < pb ? vb - at : pb };
+			}
+			k += m;
+			if (k == job->win) {
+				read_window(ctx, job, tier, chan, k);
+				k = 0;
+			}
+		}
+	}
+	if (k)
+		read_window(ctx, job, tier, chan, k);
+}
+
 /* ---- the remote tier ---- */
 
 /*
- * The names of the pages of the value with key @key in @s on the remote
- * tier: page i is XXH3-128 of (a tag, the space's namespace's seed, its
- * model fingerprint and value size, the key, i), its parent page i - 1's
- * name.  Contexts on other machines share them within one namespace,
- * kept apart by the tier's salt; two namespaces never share a name, so a
- * tenant neither reads nor plants another's values.
+ * The name of page @index of the value with key words @w in @s on the
+ * remote tier: XXH3-128 of (a tag, the space's namespace's seed @seed,
+ * its model fingerprint and value size, the key, the index).  Contexts on
+ * other machines share them within one namespace, kept apart by the
+ * tier's salt; two namespaces never share a name, so a tenant neither
+ * reads nor plants another's values.
+ */
+static void remote_name(const struct kvmm_kspace *s, const uint64_t *seed, const uint32_t *w,
+			uint32_t index, uint64_t *out)
+{
+	struct {
+		uint32_t tag;
+		uint32_t index;
+		uint64_t ns[2];
+		uint64_t fp[2];
+		uint64_t value_bytes;
+		uint32_t key[KVMM_KEY_WORDS];
+	} in = { 0x594b564bu /* "KVKY" */, index, { seed[0], seed[1] }, { s->fp[0], s->fp[1] },
+		 s->value_bytes, { w[0], w[1], w[2], w[3] } };
+	XXH128_hash_t h = XXH3_128bits(&in, sizeof(in));
+
+	out[0] = h.low64;
+	out[1] = h.high64;
+}
+
+/*
+ * The names of pages @from .. @from + @nr - 1 of the value with key @key
+ * in @s on the remote tier; each one's parent is the page before it.
  */
 static void remote_names(const struct kvmm_kspace *s, const struct kvmm_key *key,
-			 struct kvmm_remote_page *out)
+			 uint32_t from, uint32_t nr, struct kvmm_remote_page *out)
 {
 	uint32_t w[KVMM_KEY_WORDS], i;
-	uint64_t seed[2];
+	uint64_t seed[2], prev[2] = { 0, 0 };
 
 	key_words(key, w);
 	kvmm_remote_ns_seed(s->ns, seed);
-	for (i = 0; i < s->pages; i++) {
-		struct {
-			uint32_t tag;
-			uint32_t index;
-			uint64_t ns[2];
-			uint64_t fp[2];
-			uint64_t value_bytes;
-			uint32_t key[KVMM_KEY_WORDS];
-		} in = { 0x594b564bu /* "KVKY" */, i, { seed[0], seed[1] }, { s->fp[0], s->fp[1] },
-			 s->value_bytes, { w[0], w[1], w[2], w[3] } };
-		XXH128_hash_t h = XXH3_128bits(&in, sizeof(in));
-
-		out[i].parent[0] = i ? out[i - 1].key[0] : 0;
-		out[i].parent[1] = i ? out[i - 1].key[1] : 0;
-		out[i].key[0] = h.low64;
-		out[i].key[1] = h.high64;
+	if (from)
+		remote_name(s, seed, w, from - 1, prev);
+	for (i = 0; i < nr; i++) {
+		out[i].parent[0] = prev[0];
+		out[i].parent[1] = prev[1];
+		remote_name(s, seed, w, from + i, out[i].key);
+		prev[0] = out[i].key[0];
+		prev[1] = out[i].key[1];
 		out[i].tokens = NULL;
 	}
 }
 
 /*
- * The remote tier's part of the copy step, without the context's lock: a
- * put's values (in their frames now) written through, skipping what the
- * cluster has; a get's values not stored here read into their new frames,
- * sealed, and copied out to the caller.  A value the tier does not have
- * whole and verified is a miss.
+ * One call to the remote tier for the window's @k pages: a put's written,
+ * a get's read (a page it had not fails its value: a miss).
  */
-static void remote_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
+static void remote_window(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t k)
 {
-	const struct kvmm_store_ops *host = ctx->store[KVMM_TIER_HOST];
-	void *hpriv = ctx->store_priv[KVMM_TIER_HOST];
-	uint32_t pages = job->space->pages, i, j, k = 0;
+	uint32_t i;
 
-	for (i = 0; i < job->n; i++) {
-		struct kjob_val *v = &job->vals[i];
-		const int32_t *pfns;
-
-		if (!v->armed || v->err || (!job->put && !v->remote))
-			continue;
-		pfns = (job->put ? job->pfns : job->rpfns) + v->first;
-		remote_names(job->space, &v->key, job->rpages + k);
-		for (j = 0; j < pages; j++) {
-			job->addrs[k + j] = host->page(hpriv, (uint32_t)pfns[j]);
-			job->page_val[k + j] = i;
-		}
-		k += pages;
-	}
-	if (!k)
-		return;
 	pthread_mutex_lock(&ctx->remote_lock);
 	if (job->put)
 		ctx->remote->put(ctx->remote_priv, job->rpages, k, (const void *const *)job->addrs);
@@ -889,20 +1094,55 @@ static void remote_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 		ctx->remote->get(ctx->remote_priv, job->rpages, k, job->addrs, job->rok);
 	kvmm_remote_snapshot(ctx);
 	pthread_mutex_unlock(&ctx->remote_lock);
+	for (i = 0; !job->put && i < k; i++)
+		if (!job->rok[i])
+			job->vals[job->page_val[i]].err = -ENOENT;
+}
+
+/*
+ * The remote tier's part of the copy step, without the context's lock: a
+ * put's values (in their frames now) written through, skipping what the
+ * cluster has; a get's values not stored here read into their new frames,
+ * a window of pages at a time, then sealed and copied out to the caller.
+ * A value the tier does not have whole and verified is a miss.
+ */
+static void remote_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
+{
+	const struct kvmm_store_ops *host = ctx->store[KVMM_TIER_HOST];
+	void *hpriv = ctx->store_priv[KVMM_TIER_HOST];
+	uint32_t pages = job->space->pages, i, j, p, m, k = 0;
+
+	for (i = job->lo; i < job->hi; i++) {
+		struct kjob_val *v = &job->vals[i];
+		const int32_t *pfns = job->frames + v->first;
+
+		if (!v->armed || (!job->put && !v->remote))
+			continue;
+		for (j = 0; j < pages && !v->err; j += m) {
+			m = pages - j < job->win - k ? pages - j : job->win - k;
+			remote_names(job->space, &v->key, j, m, job->rpages + k);
+			for (p = 0; p < m; p++) {
+				job->addrs[k + p] = host->page(hpriv, (uint32_t)pfns[j + p]);
+				job->page_val[k + p] = i;
+			}
+			k += m;
+			if (k == job->win) {
+				remote_window(ctx, job, k);
+				k = 0;
+			}
+		}
+	}
+	if (k)
+		remote_window(ctx, job, k);
 	if (job->put)
 		return;		/* the local put stands either way */
-	for (j = 0; j < k; j += pages) {
-		struct kjob_val *v = &job->vals[job->page_val[j]];
-		uint32_t good = 0;
+	for (i = job->lo; i < job->hi; i++) {
+		struct kjob_val *v = &job->vals[i];
 
-		while (good < pages && job->rok[j + good])
-			good++;
-		if (good < pages) {
-			v->err = -ENOENT;
+		if (!v->armed || !v->remote || v->err)
 			continue;
-		}
-		host->seal(hpriv, job->rpfns + v->first, pages);
-		copy_pages_out(job->space, page_bytes(ctx), job->addrs + j, 0, pages, v->buf);
+		host->seal(hpriv, job->frames + v->first, pages);
+		copy_frames_out(ctx, job, KVMM_TIER_HOST, job->frames + v->first, v->buf);
 	}
 }
 
@@ -911,15 +1151,18 @@ static void remote_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kj
 {
 	struct kvmm_kspace *s = job->space;
 	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
-	int32_t *pfns = job->rpfns + v->first;
+	int32_t *pfns = job->frames + v->first;
 	struct kvmm_node *node = NULL;
 	uint32_t w[KVMM_KEY_WORDS];
 
 	ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
 	if (!v->err) {
 		key_words(&v->key, w);
-		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST);
+		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST,
+					   v->edge);
 	}
+	if (node)
+		v->edge = NULL;		/* the node's now */
 	if (!node) {	/* a miss, or there first meanwhile, or no memory: ours go */
 		kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
 		kvmm_free_pages(ctx, host, pfns, s->pages);
@@ -930,6 +1173,51 @@ static void remote_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kj
 	kvmm_count(ctx, EV_KEYED_GETS, 1);
 	kvmm_count(ctx, EV_KEYED_REMOTE_GETS, 1);
 	kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN, (uint64_t)s->pages * page_bytes(ctx));
+}
+
+/*
+ * struct rprobe - a remote EXISTS's window: per page probed, its name,
+ * the key (index into the caller's) it is of, and the answer
+ */
+struct rprobe {
+	struct kvmm_remote_page *pg;
+	uint32_t *which;
+	uint8_t *ok;
+	uint32_t k;
+};
+
+/* Probe the window's pages; a key with a page the tier lacks is not whole. */
+static void rprobe_flush(struct kvmm_ctx *ctx, struct rprobe *rp, bool *whole)
+{
+	uint32_t i;
+
+	if (!rp->k)
+		return;
+	pthread_mutex_lock(&ctx->remote_lock);
+	ctx->remote->probe(ctx->remote_priv, rp->pg, rp->k, rp->ok);
+	kvmm_remote_snapshot(ctx);
+	pthread_mutex_unlock(&ctx->remote_lock);
+	for (i = 0; i < rp->k; i++)
+		if (!rp->ok[i])
+			whole[rp->which[i]] = false;
+	rp->k = 0;
+}
+
+/* Queue pages @from .. @to - 1 of key @i for a probe, flushing a full window. */
+static void rprobe_add(struct kvmm_ctx *ctx, struct rprobe *rp, const struct kvmm_kspace *s,
+		       const struct kvmm_key *key, uint32_t i, uint32_t from, uint32_t to,
+		       bool *whole)
+{
+	uint32_t m, j;
+
+	for (; from < to && whole[i]; from += m) {
+		m = to - from < KJOB_WIN - rp->k ? to - from : KJOB_WIN - rp->k;
+		remote_names(s, key, from, m, rp->pg + rp->k);
+		for (j = 0; j < m; j++)
+			rp->which[rp->k++] = i;
+		if (rp->k == KJOB_WIN)
+			rprobe_flush(ctx, rp, whole);
+	}
 }
 
 /**
@@ -943,46 +1231,59 @@ static void remote_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kj
  * @res: NULL, or each key's result, as walk_keys() left it: a key the
  *	remote tier has whole turns 0
  *
+ * The first page of every key asked is probed first; only a key the tier
+ * has that page of costs more probes, its other pages', and a key stops
+ * costing at its first page the tier lacks: probes (and memory) follow
+ * the answer, never the value size times the keys asked.  The scratch is
+ * one window of KJOB_WIN pages, given back before the return.
+ *
  * Return: how many more keys from @from on the remote tier has, one after
  * the other (@res: how many of the keys asked it has); 0 without a
- * remote tier.  Nothing is read: a get that follows brings them here.
+ * remote tier (or without memory for the window).  Nothing is read: a get
+ * that follows brings them here.
  */
 int kvmm_keyed_remote_exists(struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
 			     const struct kvmm_key *keys, uint32_t n, uint32_t from,
 			     int32_t *const *res)
 {
-	struct kvmm_remote_page *pg;
-	uint32_t pages = s->pages, i, k = 0, more = 0, *which;
-	uint8_t *ok;
-	size_t bytes = (size_t)n * pages * (sizeof(*pg) + 1) + (size_t)n * sizeof(*which);
+	size_t bytes = (size_t)KJOB_WIN * (sizeof(struct kvmm_remote_page) + sizeof(uint32_t) + 1) +
+		       (size_t)n * sizeof(bool);
+	struct rprobe rp = { 0 };
+	uint32_t i, more = 0;
+	bool *whole;
+	char *mem;
 
 	if (!ctx->remote || from >= n)
 		return 0;
-	pg = kvmm_malloc(ctx, bytes);
-	if (!pg)
+	mem = kvmm_malloc(ctx, bytes);
+	if (!mem)
 		return 0;
-	which = (uint32_t *)(pg + (size_t)n * pages);
-	ok = (uint8_t *)(which + n);
+	rp.pg = (struct kvmm_remote_page *)mem;
+	rp.which = (uint32_t *)(rp.pg + KJOB_WIN);
+	rp.ok = (uint8_t *)(rp.which + KJOB_WIN);
+	whole = (bool *)(rp.ok + KJOB_WIN);
+	for (i = 0; i < n; i++)		/* the keys asked */
+		whole[i] = res ? *res[i] == -ENOENT : i >= from;
+	for (i = 0; i < n; i++)		/* their first pages, all at once */
+		rprobe_add(ctx, &rp, s, &keys[i], i, 0, 1, whole);
+	rprobe_flush(ctx, &rp, whole);
+	for (i = 0; i < n; i++) {	/* the rest of those found */
+		rprobe_add(ctx, &rp, s, &keys[i], i, 1, s->pages, whole);
+		if (!res) {		/* a run: each one's answer before the next */
+			rprobe_flush(ctx, &rp, whole);
+			if (i >= from && !whole[i])
+				break;
+		}
+	}
+	rprobe_flush(ctx, &rp, whole);
 	for (i = res ? 0 : from; i < n; i++) {
-		if (res && *res[i] != -ENOENT)
-			continue;
-		remote_names(s, &keys[i], pg + (size_t)k * pages);
-		which[k++] = i;
-	}
-	pthread_mutex_lock(&ctx->remote_lock);
-	ctx->remote->probe(ctx->remote_priv, pg, k * pages, ok);
-	kvmm_remote_snapshot(ctx);
-	pthread_mutex_unlock(&ctx->remote_lock);
-	for (i = 0; i < k; i++) {
-		bool whole = !memchr(ok + (size_t)i * pages, 0, pages);
-
-		if (!whole && !res)
+		if (!whole[i] && !res)
 			break;
-		if (whole && res)
-			*res[which[i]] = 0;
-		more += whole;
+		if (whole[i] && res)
+			*res[i] = 0;
+		more += whole[i];
 	}
-	kvmm_mfree(ctx, pg, bytes);
+	kvmm_mfree(ctx, mem, bytes);
 	return (int)more;
 }
 
@@ -990,12 +1291,19 @@ int kvmm_keyed_remote_exists(struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
  * The copy step: no context state changes, so it runs with or without
  * the lock (@chan: the I/O stores' channel, as kvmm_migrate_copy()).
  * A get's identities are taken here, from the locked values' tokens.
+ * Its window is taken here and given back at the end.
  */
 static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan)
 {
 	uint32_t i, t;
 
-	for (i = 0; i < job->n; i++) {
+	if (kjob_win_alloc(ctx, job)) {
+		for (i = job->lo; i < job->hi; i++)
+			if (job->vals[i].armed)
+				job->vals[i].err = -ENOMEM;
+		return;
+	}
+	for (i = job->lo; i < job->hi; i++) {
 		struct kjob_val *v = &job->vals[i];
 
 		if (!v->armed)
@@ -1010,40 +1318,69 @@ static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan
 	for (t = KVMM_TIER_HOST; !job->put && job->io && t < KVMM_NR_TIERS; t++)
 		if (ctx->store[t] && !ctx->store[t]->page)
 			read_values(ctx, job, t, chan);
+	kjob_win_free(ctx, job);
+	for (i = job->lo; i < job->hi; i++) {	/* the new values' edges, off the lock */
+		struct kjob_val *v = &job->vals[i];
+		uint32_t w[KVMM_KEY_WORDS];
+
+		if (!v->armed || v->err || (!job->put && !v->remote))
+			continue;
+		key_words(&v->key, w);
+		v->edge = kvmm_tree_keyed_buf(ctx, w, job->space->pages, job->frames + v->first);
+		if (!v->edge)
+			v->err = -ENOMEM;
+	}
 }
 
-/* The settle step.  Return: values that succeeded. */
-static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
+/* Settle a put's value: it joins the index, or its frames go back. */
+static void put_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
 {
 	struct kvmm_kspace *s = job->space;
 	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
-	uint32_t i, w[KVMM_KEY_WORDS];
+	int32_t *pfns = job->frames + v->first;
+	struct kvmm_node *node = NULL;
+	uint32_t w[KVMM_KEY_WORDS];
+
+	ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
+	key_words(&v->key, w);
+	if (!v->err)
+		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST,
+					   v->edge);
+	if (node)
+		v->edge = NULL;		/* the node's now */
+	if (!node) {	/* there first, failed, or no memory: ours go */
+		kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
+		kvmm_free_pages(ctx, host, pfns, s->pages);
+		if (!v->err && !value_find(ctx, s, &v->key))
+			v->err = -ENOMEM;
+		return;
+	}
+	kvmm_lru_update(ctx, node);
+	kvmm_count(ctx, EV_KEYED_PUTS, 1);
+	kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN, (uint64_t)s->pages * page_bytes(ctx));
+}
+
+/*
+ * The settle step; with @held, the lock is let go now and then (a value
+ * settled is no longer armed, so kvmm_check() meanwhile sees it done).
+ * Return: values that succeeded.
+ */
+static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
+{
+	uint32_t i, since = 0;
 	int ok = 0;
 
 	for (i = 0; i < job->n; i++) {
 		struct kjob_val *v = &job->vals[i];
-		struct kvmm_node *node = v->node;
+		struct kvmm_node *node = v->node;	/* locked by the job: it stays */
 
+		kjob_breathe(ctx, held, &since);
 		if (job->put && v->armed) {
-			int32_t *pfns = job->pfns + v->first;
-
-			ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
-			key_words(&v->key, w);
-			node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns,
-						   KVMM_TIER_HOST);
-			if (!node) {	/* there first, or no memory: ours go */
-				kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
-				kvmm_free_pages(ctx, host, pfns, s->pages);
-				if (!value_find(ctx, s, &v->key))
-					v->err = -ENOMEM;
-			} else {
-				kvmm_lru_update(ctx, node);
-				kvmm_count(ctx, EV_KEYED_PUTS, 1);
-				kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN,
-						(uint64_t)s->pages * page_bytes(ctx));
-			}
-		} else if (v->remote) {
+			put_settle(ctx, job, v);
+			since += job->space->pages;
+		} else if (v->armed && v->remote) {
 			remote_settle(ctx, job, v);
+			since += job->space->pages;
 		} else if (!job->put && v->armed) {
 			uint32_t tier = node->tier, nr = node->len >> ctx->page_shift;
 
@@ -1060,6 +1397,7 @@ static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 						(uint64_t)nr * page_bytes(ctx));
 			}
 		}
+		v->armed = false;
 		ok += !v->err;
 		if (v->resp)
 			*v->resp = v->err;
@@ -1069,20 +1407,29 @@ static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 	return ok;
 }
 
-/* A job for the values of one command, keys and buffers copied in. */
+/*
+ * A job for the values of one command, keys and buffers copied in, its
+ * frame list ready (kjob_frames()).  Return: it, or NULL with *@err set.
+ */
 static struct kvmm_kjob *kjob_make(struct kvmm_ctx *ctx, struct kvmm_kspace *s, bool put,
 				   const struct kvmm_key *keys, void *const *bufs,
-				   int32_t *const *resps, uint32_t n)
+				   int32_t *const *resps, uint32_t n, bool held, int *err)
 {
 	struct kvmm_kjob *job = kjob_alloc(ctx, s, put, n);
 	uint32_t i;
 
+	*err = -ENOMEM;
 	if (!job)
 		return NULL;
 	for (i = 0; i < n; i++) {
 		job->vals[i].key = keys[i];
 		job->vals[i].buf = bufs[i];
 		job->vals[i].resp = resps ? resps[i] : NULL;
+	}
+	*err = kjob_frames(ctx, job, held);
+	if (*err) {
+		kjob_free(ctx, job);
+		return NULL;
 	}
 	return job;
 }
@@ -1095,7 +1442,7 @@ static int direct_io(struct kvmm_ctx *ctx, uint32_t space, bool put,
 	struct kvmm_kspace *s;
 	struct kvmm_kjob *job;
 	uint32_t i;
-	int ok;
+	int ok, err;
 
 	if (!ctx || (n && (!keys || !bufs)))
 		return -EINVAL;
@@ -1108,12 +1455,12 @@ static int direct_io(struct kvmm_ctx *ctx, uint32_t space, bool put,
 	if (!n)
 		return 0;
 	kvmm_migrate_reap(ctx);
-	job = kjob_make(ctx, s, put, keys, bufs, NULL, n);
+	job = kjob_make(ctx, s, put, keys, bufs, NULL, n, false, &err);
 	if (!job)
-		return -ENOMEM;
-	kjob_arm(ctx, job);
+		return err;
+	kjob_arm(ctx, job, false);
 	kjob_copy(ctx, job, 0);
-	ok = kjob_settle(ctx, job);
+	ok = kjob_settle(ctx, job, false);
 	for (i = 0; res && i < n; i++)
 		res[i] = job->vals[i].err;
 	kjob_free(ctx, job);
@@ -1136,7 +1483,8 @@ static int direct_io(struct kvmm_ctx *ctx, uint32_t space, bool put,
  * host tier, making room there by reclaim; background writeback takes the
  * oldest host pages down to NVMe.
  *
- * Return: values stored, or -EINVAL for bad arguments (nothing done).
+ * Return: values stored, or -EINVAL for bad arguments, -EDQUOT past the
+ * namespace's ns_kjob_bytes, -ENOMEM (nothing done).
  */
 KVMM_EXPORT int kvmm_keyed_put(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
 			       const void *const *src, uint32_t n, int32_t *res)
@@ -1157,7 +1505,7 @@ KVMM_EXPORT int kvmm_keyed_put(struct kvmm_ctx *ctx, uint32_t space, const struc
  *
  * Values are read from whatever tier holds them, without moving them.
  *
- * Return: values read, or -EINVAL.
+ * Return: values read, or -EINVAL, -EDQUOT, -ENOMEM (nothing done).
  */
 KVMM_EXPORT int kvmm_keyed_get(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
 			       void *const *dst, uint32_t n, int32_t *res)
@@ -1384,15 +1732,40 @@ KVMM_EXPORT int kvmm_keyed_space_remove(struct kvmm_ctx *ctx, uint32_t space)
 
 /* ---- through a ring ---- */
 
-/* The worker read a get's values from NVMe: settle and complete it. */
+/*
+ * The worker's next slice of @job's values: from where the last one
+ * ended, values until about KJOB_SLICE_BYTES are copied (one at least).
+ */
+static uint32_t kjob_slice_end(const struct kvmm_kjob *job)
+{
+	uint64_t vb = job->space->value_bytes, bytes = 0;
+	uint32_t i = job->lo;
+
+	while (i < job->n && (i == job->lo || bytes + vb <= KJOB_SLICE_BYTES))
+		bytes += job->vals[i++].armed ? vb : 0;
+	return i;
+}
+
+/*
+ * The worker copies a get's values (from NVMe, from the remote tier) a
+ * slice at a time, queued again behind the others' work after each, so
+ * that a long one does not hold theirs; after the last it settles and
+ * completes the job.
+ */
 static void kjob_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
 {
 	struct kvmm_kjob *job = container_of(work, struct kvmm_kjob, work);
 	int ok;
 
+	job->hi = kjob_slice_end(job);
 	kjob_copy(ctx, job, 1);
+	if (job->hi < job->n) {
+		job->lo = job->hi;
+		kvmm_work_queue(ctx, &job->work);
+		return;
+	}
 	pthread_mutex_lock(&ctx->lock);
-	ok = kjob_settle(ctx, job);
+	ok = kjob_settle(ctx, job, true);
 	if (job->owner)
 		kvmm_owner_complete(job->owner, job->user_data, ok);
 	kjob_free(ctx, job);
@@ -1417,21 +1790,24 @@ static void kjob_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
  * Copies that need no I/O run on the calling thread with the context's
  * lock dropped (other rings go on meanwhile) and retaken; a get that
  * reads NVMe goes to the I/O worker, whose completion is posted to
- * @owner later (the owner must then stay until it has been).
+ * @owner later (the owner must then stay until it has been).  Arming
+ * and settling many frames let the lock go now and then too.
  *
  * Return: values that succeeded; -EINPROGRESS when the completion comes
- * later; -ENOMEM.
+ * later; -EDQUOT when the memory the command would take is past its
+ * namespace's limit (KVMM_SET_NS_KJOB_BYTES; nothing done); -ENOMEM.
  */
 int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
 		    struct kvmm_kspace *s, bool put, const struct kvmm_key *keys,
 		    void *const *bufs, int32_t *const *resps, uint32_t n)
 {
-	struct kvmm_kjob *job = kjob_make(ctx, s, put, keys, bufs, resps, n);
+	struct kvmm_kjob *job;
 	int ok;
 
+	job = kjob_make(ctx, s, put, keys, bufs, resps, n, true, &ok);
 	if (!job)
-		return -ENOMEM;
-	kjob_arm(ctx, job);
+		return ok;
+	kjob_arm(ctx, job, true);
 	if ((job->io || job->remote) && owner && ctx->iow) {
 		job->owner = owner;
 		job->user_data = user_data;
@@ -1449,7 +1825,7 @@ int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t use
 		kjob_copy(ctx, job, 0);	/* memory only: channel 0 is not used */
 		pthread_mutex_lock(&ctx->lock);
 	}
-	ok = kjob_settle(ctx, job);
+	ok = kjob_settle(ctx, job, true);
 	kjob_free(ctx, job);
 	kvmm_debug_check(ctx, put ? "keyed put" : "keyed get");
 	return ok;
@@ -1497,6 +1873,31 @@ int kvmm_set_keyed_share(struct kvmm_ctx *ctx, uint64_t pct)
 	return kvmm_set_percent(ctx, "keyed_share", pct, &ctx->keyed_share);
 }
 
+/**
+ * kvmm_set_ns_kjob_bytes() - bound the memory one namespace's keyed
+ *	commands may make the context hold at once
+ * @ctx: the context, held
+ * @bytes: the limit: the values' records, frame lists and copy windows of
+ *	every KPUT and KGET of a namespace in flight; at least
+ *	KVMM_NS_KJOB_BYTES_MIN, at most 2^40 (KVMM_NS_KJOB_BYTES_DEFAULT,
+ *	64 MiB, by default)
+ *
+ * A command that would take its namespace past it is refused with
+ * -EDQUOT before anything is done; the ones in flight are not touched.
+ *
+ * Return: 0, or -EINVAL out of range.
+ */
+int kvmm_set_ns_kjob_bytes(struct kvmm_ctx *ctx, uint64_t bytes)
+{
+	if (bytes < KVMM_NS_KJOB_BYTES_MIN || bytes > (1ull << 40)) {
+		kvmm_report(ctx, "ns_kjob_bytes: %llu is outside %u .. 2^40",
+			    (unsigned long long)bytes, KVMM_NS_KJOB_BYTES_MIN);
+		return -EINVAL;
+	}
+	ctx->ns_kjob_bytes = bytes;
+	return 0;
+}
+
 /* ---- statistics and checks ---- */
 
 void kvmm_keyed_stats(const struct kvmm_ctx *ctx, uint64_t *v)
@@ -1541,7 +1942,7 @@ int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t 
 				continue;
 			}
 			for (j = 0; j < job->space->pages; j++) {
-				int32_t pfn = (v->remote ? job->rpfns : job->pfns)[v->first + j];
+				int32_t pfn = job->frames[v->first + j];
 
 				if (pfn < 0 || (uint32_t)pfn >= host->nr_pages ||
 				    host->pages[pfn].state != KVMM_PAGE_IO ||

@@ -770,6 +770,41 @@ struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *par
 }
 
 /**
+ * kvmm_tree_keyed_buf() - a keyed value's edge, made ahead of
+ *	kvmm_tree_add_keyed(): its tokens (the key, then zeros) and its
+ *	frames, in the block a node of @pages pages keeps them in
+ * @ctx: the context; its lock need not be held (the block is the
+ *	caller's until kvmm_tree_add_keyed() takes it)
+ * @key: the key, KVMM_KEY_WORDS words
+ * @pages: the value's pages
+ * @pfns: its frames
+ *
+ * A large value's edge holds a page's worth of token slots a page: it is
+ * made here, off the lock, rather than allocated and zeroed under it.
+ *
+ * Return: the block, or NULL.
+ */
+uint32_t *kvmm_tree_keyed_buf(struct kvmm_ctx *ctx, const uint32_t *key, uint32_t pages,
+			      const int32_t *pfns)
+{
+	uint32_t len = pages << ctx->page_shift;
+	uint32_t *buf = node_buf_alloc(ctx, len);
+
+	if (!buf)
+		return NULL;
+	memset(buf, 0, (size_t)len * sizeof(*buf));
+	memcpy(buf, key, KVMM_KEY_WORDS * sizeof(*buf));
+	memcpy(buf + len, pfns, (size_t)pages * sizeof(*pfns));
+	return buf;
+}
+
+/* A block kvmm_tree_keyed_buf() made that no node took. */
+void kvmm_tree_keyed_buf_free(struct kvmm_ctx *ctx, uint32_t *buf, uint32_t pages)
+{
+	kvmm_mfree(ctx, buf, node_buf_bytes(ctx, pages << ctx->page_shift));
+}
+
+/**
  * kvmm_tree_add_keyed() - hang a keyed value's pages under its space's root
  * @ctx: the context
  * @root: the space's root (kvmm_tree_keyed_root())
@@ -778,28 +813,34 @@ struct kvmm_node *kvmm_tree_add_leaf(struct kvmm_ctx *ctx, struct kvmm_node *par
  * @pages: its frames, at least KVMM_KEY_WORDS tokens' worth
  * @pfns: its frames on @tier, held (OWNED or IO), which become the tree's
  * @tier: KVMM_TIER_*
+ * @buf: NULL, or its edge made ahead (kvmm_tree_keyed_buf() of @key,
+ *	@pages and @pfns), which the node takes when it is made
  *
  * Like kvmm_tree_add_leaf(), the value is stamped newer than anything and
  * queued for reclaim by the caller.
  *
- * Return: the value; NULL, with nothing changed, when @root has it already
- * or on -ENOMEM.
+ * Return: the value; NULL, with nothing changed (@buf still the
+ * caller's), when @root has it already or on -ENOMEM.
  */
 struct kvmm_node *kvmm_tree_add_keyed(struct kvmm_ctx *ctx, struct kvmm_node *root,
 				      const uint32_t *key, uint32_t pages,
-				      const int32_t *pfns, uint32_t tier)
+				      const int32_t *pfns, uint32_t tier, uint32_t *buf)
 {
 	uint32_t len = pages << ctx->page_shift;
 	struct kvmm_node *leaf;
 
 	if (kvmm_tree_lookup_child(ctx, root, key))
 		return NULL;
-	leaf = node_alloc(ctx, len);
+	leaf = node_alloc(ctx, buf ? 0 : len);
 	if (!leaf)
 		return NULL;
-	memset(leaf->tokens, 0, (size_t)len * sizeof(*key));
-	memcpy(leaf->tokens, key, KVMM_KEY_WORDS * sizeof(*key));
-	memcpy(leaf->pfns, pfns, (size_t)pages * sizeof(*pfns));
+	if (buf) {
+		node_set_buf(leaf, buf, len);
+	} else {
+		memset(leaf->tokens, 0, (size_t)len * sizeof(*key));
+		memcpy(leaf->tokens, key, KVMM_KEY_WORDS * sizeof(*key));
+		memcpy(leaf->pfns, pfns, (size_t)pages * sizeof(*pfns));
+	}
 	leaf->flags = KVMM_NODE_KEYED;
 	link_leaf(ctx, root, leaf, tier);
 	leaf->atime = ++ctx->tree.clock;

@@ -218,7 +218,7 @@ KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t 
 	v[KVMM_STAT_WMARK_MIN] = ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_MIN];
 	v[KVMM_STAT_WMARK_LOW] = ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_LOW];
 	v[KVMM_STAT_WMARK_HIGH] = ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_HIGH];
-	v[KVMM_STAT_META_BYTES] = ctx->meta_bytes;
+	v[KVMM_STAT_META_BYTES] = __atomic_load_n(&ctx->meta_bytes, __ATOMIC_RELAXED);
 	v[KVMM_STAT_EVENTS_BYTES] = kvmm_events_bytes(ctx);
 	v[KVMM_STAT_MISS_TOKENS] = v[KVMM_STAT_MATCH_TOKENS] - v[KVMM_STAT_HIT_TOKENS];
 	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++)

@@ -34,8 +34,8 @@ void *kvmm_malloc(struct kvmm_ctx *ctx, size_t size)
 {
 	void *p = ctx->alloc->alloc(size, ctx->alloc_priv);
 
-	if (p)
-		ctx->meta_bytes += size;
+	if (p)	/* keyed jobs allocate off the context's lock */
+		__atomic_fetch_add(&ctx->meta_bytes, size, __ATOMIC_RELAXED);
 	return p;
 }
 
@@ -52,7 +52,7 @@ void kvmm_mfree(struct kvmm_ctx *ctx, void *ptr, size_t size)
 {
 	if (!ptr)
 		return;
-	ctx->meta_bytes -= size;
+	__atomic_fetch_sub(&ctx->meta_bytes, size, __ATOMIC_RELAXED);
 	ctx->alloc->free(ptr, size, ctx->alloc_priv);
 }
 

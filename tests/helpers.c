@@ -19,6 +19,8 @@ static void *t_alloc(size_t size, void *priv)
 	if (p) {
 		ta->live_blocks++;
 		ta->live_bytes += (long long)size;
+		if (ta->live_bytes > ta->peak_bytes)
+			ta->peak_bytes = ta->live_bytes;
 	}
 	return p;
 }

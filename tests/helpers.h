@@ -23,6 +23,7 @@ struct test_alloc {
 	size_t fail_size;	/* fail every block of exactly this size; 0: never */
 	long live_blocks;
 	long long live_bytes;
+	long long peak_bytes;	/* the most live_bytes has been */
 };
 extern const struct kvmm_alloc_ops test_alloc_ops;
 

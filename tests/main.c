@@ -18,6 +18,7 @@
 
 int register_hostile_server_suite(void);
 int register_hostile_remote_suite(void);
+int register_hostile_kjob_suite(void);
 
 static const suite_register_fn suites[] = {
 	register_ctx_suite,
@@ -47,6 +48,7 @@ static const suite_register_fn suites[] = {
 	register_hostile_tools_suite,
 	register_hostile_nvme_suite,
 	register_hostile_server_suite,
+	register_hostile_kjob_suite,
 	register_remote_suite,
 	register_remote_server_suite,
 	register_hostile_remote_suite,

@@ -254,3 +254,20 @@ bool hostile_alive(pid_t pid)
 		return false;
 	return si.si_pid == 0;
 }
+
+uint64_t hostile_rss_anon(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long kib = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "RssAnon: %lu kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}

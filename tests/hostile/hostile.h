@@ -81,4 +81,7 @@ int hostile_reap(pid_t pid, int timeout_ms);
 /* Is @pid alive (not exited, not a zombie we could reap)? */
 bool hostile_alive(pid_t pid);
 
+/* @pid's anonymous memory now (RssAnon of /proc/PID/status), in KiB; 0 when unknown. */
+uint64_t hostile_rss_anon(pid_t pid);
+
 #endif

@@ -9,8 +9,10 @@
  * stored under that key, or a miss.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../helpers.h"
@@ -600,6 +602,232 @@ static void test_keyed_ring_tenant(void)
 	kvmm_destroy(ctx);
 }
 
+/* ---- what one command may make the context hold ---- */
+
+#define BIG_VB		(4u << 20)	/* a value of 32768 pages of 128 bytes */
+#define BIG_PAGES	(BIG_VB / 128)
+#define BIG_N		24
+#define JOB_BOUND	(1 << 20)	/* a window, a frame list, a value's node */
+
+/*
+ * The metadata a keyed command makes the context allocate follows what
+ * it moves, never its entries times the value's pages: BIG_N gets of a
+ * value of 32768 pages, all into one buffer (a miss each, then a hit
+ * each), and the put of it, each peak at most JOB_BOUND over what the
+ * context held before (not BIG_N x 32768 records of a page).
+ */
+static void test_keyed_job_memory_follows_what_it_moves(void)
+{
+	struct test_alloc ta = { 0 };
+	struct kvmm_ctx *ctx = host_ctx(BIG_PAGES + 64, NULL, &ta);
+	uint8_t *buf = malloc(BIG_VB), *src = malloc(BIG_VB);
+	struct kvmm_key keys[BIG_N];
+	void *dst[BIG_N];
+	int32_t res[BIG_N];
+	long long before;
+	uint32_t sp, i;
+
+	CU_ASSERT_FATAL(ctx != NULL && buf && src);
+	sp = space_of(ctx, 0, BIG_VB);
+	for (i = 0; i < BIG_N; i++) {
+		keys[i] = key_of(7);
+		dst[i] = buf;
+	}
+	before = ta.peak_bytes = ta.live_bytes;
+	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, sp, keys, dst, BIG_N, res), 0);
+	for (i = 0; i < BIG_N; i++)
+		CU_ASSERT_EQUAL(res[i], -ENOENT);
+	CU_ASSERT(ta.peak_bytes - before <= JOB_BOUND);
+	CU_ASSERT_EQUAL(ta.live_bytes, before);		/* all given back */
+	CHECK_OK(ctx);
+
+	stamp(src, BIG_VB, 7);
+	before = ta.peak_bytes = ta.live_bytes;
+	CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, sp, keys, (const void *const *)&src, 1, res), 1);
+	CU_ASSERT(ta.peak_bytes - before <= JOB_BOUND);
+	CHECK_OK(ctx);
+
+	before = ta.peak_bytes = ta.live_bytes;
+	memset(buf, 0, BIG_VB);
+	CU_ASSERT_EQUAL(kvmm_keyed_get(ctx, sp, keys, dst, BIG_N, res), BIG_N);
+	for (i = 0; i < BIG_N; i++)
+		CU_ASSERT_EQUAL(res[i], 0);
+	CU_ASSERT(stamped(buf, BIG_VB, 7));
+	CU_ASSERT(ta.peak_bytes - before <= JOB_BOUND);
+	CU_ASSERT_EQUAL(ta.live_bytes, before);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(ta.live_blocks, 0);
+	free(buf);
+	free(src);
+}
+
+#define MID_PAGES	4096		/* 8 of them pass the frames between breaths */
+#define MID_VB		(MID_PAGES * 128u)
+#define MID_LIST	(8 * MID_PAGES * sizeof(int32_t))	/* their frame list */
+#define MID_EDGE	(MID_PAGES * (PS + 1) * sizeof(int32_t))	/* a value's edge */
+
+/*
+ * An allocator that, for blocks of @size[0] or @size[1], looks whether
+ * the context's lock is free while the block is allocated: another
+ * thread takes it (and is waited for, for long, only when it is held: a
+ * failure).
+ */
+struct lock_probe {
+	struct kvmm_ctx *ctx;
+	size_t size[2];
+	unsigned seen[2], free[2];
+	pthread_t t;
+	bool waiting;
+};
+
+static void *lock_taker(void *arg)
+{
+	kvmm_lock(arg);
+	kvmm_unlock(arg);
+	return NULL;
+}
+
+static void *probe_alloc(size_t size, void *priv)
+{
+	struct lock_probe *lp = priv;
+	int k = size == lp->size[0] ? 0 : size == lp->size[1] ? 1 : -1;
+	struct timespec ts;
+
+	if (lp->ctx && k >= 0 && !lp->waiting &&
+	    !pthread_create(&lp->t, NULL, lock_taker, lp->ctx)) {
+		lp->seen[k]++;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 10;
+		if (!pthread_timedjoin_np(lp->t, NULL, &ts))
+			lp->free[k]++;
+		else
+			lp->waiting = true;	/* joined once the command is done */
+	}
+	return malloc(size);
+}
+
+static void probe_free(void *ptr, size_t size, void *priv)
+{
+	(void)size;
+	(void)priv;
+	free(ptr);
+}
+
+static const struct kvmm_alloc_ops probe_ops = { .alloc = probe_alloc, .free = probe_free };
+
+/*
+ * Through a ring, a KPUT and a KGET of 8 values of 4096 pages each (all
+ * at one region of the buffer) take and give back 32768 frames: the
+ * frame list (128 KiB) and each value's edge in the index (80 KiB) are
+ * allocated with the lock free (another thread takes it meanwhile), the
+ * lock is let go between values on the way,
+ * and every value is stored and read whole, the invariants holding
+ * after each.
+ */
+static void test_keyed_ring_long_job_lets_the_lock_go(void)
+{
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct lock_probe lp = { .size = { MID_LIST, MID_EDGE } };
+	struct kvmm_ctx *ctx = NULL;
+	struct test_kring r;
+	struct kvmm_kent *e;
+	int32_t sp;
+	uint32_t i;
+
+	p.host_pages = 8 * MID_PAGES + 64;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.alloc = &probe_ops;
+	p.alloc_priv = &lp;
+	CU_ASSERT_FATAL(kvmm_create(&p, &ctx) == 0);
+	test_kring_init(ctx, &r, 0, 0);
+	sp = ring_kspace(&r, 0, MID_VB, model);
+	CU_ASSERT_FATAL(sp >= 0);
+	e = (void *)r.mem;
+	for (i = 0; i < 8; i++)
+		e[i] = (struct kvmm_kent){ .key = key_of(i), .off = 4096, .buf = 1, .res = 1 };
+	stamp(r.mem + 4096, MID_VB, 3);
+	lp.ctx = ctx;
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KPUT, (uint32_t)sp, 8), 8);
+	lp.ctx = NULL;
+	if (lp.waiting)
+		pthread_join(lp.t, NULL);
+	CU_ASSERT_EQUAL(lp.seen[0], 1);
+	CU_ASSERT_EQUAL(lp.free[0], 1);
+	CU_ASSERT_EQUAL(lp.seen[1], 8);
+	CU_ASSERT_EQUAL(lp.free[1], 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_HOST_PAGES), 8 * MID_PAGES);
+	CHECK_OK(ctx);
+	for (i = 0; i < 8; i++)
+		e[i].res = 1;
+	memset(r.mem + 4096, 0, MID_VB);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KGET, (uint32_t)sp, 8), 8);
+	for (i = 0; i < 8; i++)
+		CU_ASSERT_EQUAL(e[i].res, 0);
+	CU_ASSERT(stamped(r.mem + 4096, MID_VB, 3));
+	CHECK_OK(ctx);
+	test_kring_exit(&r);
+	kvmm_destroy(ctx);
+}
+
+static int32_t ring_set(struct test_kring *r, uint32_t key, uint64_t value)
+{
+	kvmm_prep_set(TEST_SQE(&r->ring), key, value);
+	return test_ring1(&r->ring, NULL);
+}
+
+/*
+ * A namespace's keyed commands may make the context hold at most
+ * ns_kjob_bytes: a KPUT of 100 values (its window alone is 300 pages'
+ * records) past a 32 KiB limit is refused with -EDQUOT and changes
+ * nothing; a small one passes; the tenant cannot raise its own limit; the
+ * operator can, and then the big one passes.
+ */
+static void test_keyed_ns_kjob_bytes_limit(void)
+{
+	struct kvmm_ctx *ctx = host_ctx(512, NULL, NULL);
+	struct test_kring op, t;
+	struct kvmm_kent *e;
+	uint64_t free_pages;
+	int32_t sp;
+	uint32_t i;
+
+	CU_ASSERT_FATAL(ctx != NULL);
+	test_kring_init(ctx, &op, 0, 0);
+	test_kring_init(ctx, &t, KVMM_RING_F_NS, 5);
+	sp = ring_kspace(&t, 5, VB, model);
+	CU_ASSERT_FATAL(sp >= 0);
+	CU_ASSERT_EQUAL(ring_set(&op, KVMM_SET_NS_KJOB_BYTES, 4095), -EINVAL);
+	CU_ASSERT_EQUAL(ring_set(&op, KVMM_SET_NS_KJOB_BYTES, (1ull << 40) + 1), -EINVAL);
+	CU_ASSERT_EQUAL(ring_set(&op, KVMM_SET_NS_KJOB_BYTES, 32 << 10), 0);
+	CU_ASSERT_EQUAL(ring_set(&t, KVMM_SET_NS_KJOB_BYTES, 1ull << 30), -EPERM);
+
+	free_pages = test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE);
+	e = ring_ents(&t, 0, 100, true);
+	CU_ASSERT_EQUAL(test_kring_io(&t, KVMM_OP_KPUT, (uint32_t)sp, 100), -EDQUOT);
+	for (i = 0; i < 100; i++)
+		CU_ASSERT_EQUAL(e[i].res, 12345);	/* not touched */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), free_pages);
+	CHECK_OK(ctx);
+
+	ring_ents(&t, 0, 4, true);
+	CU_ASSERT_EQUAL(test_kring_io(&t, KVMM_OP_KPUT, (uint32_t)sp, 4), 4);
+	ring_ents(&t, 0, 100, false);
+	CU_ASSERT_EQUAL(test_kring_io(&t, KVMM_OP_KGET, (uint32_t)sp, 100), -EDQUOT);
+	CHECK_OK(ctx);
+
+	CU_ASSERT_EQUAL(ring_set(&op, KVMM_SET_NS_KJOB_BYTES, KVMM_NS_KJOB_BYTES_DEFAULT), 0);
+	ring_ents(&t, 0, 100, true);
+	CU_ASSERT_EQUAL(test_kring_io(&t, KVMM_OP_KPUT, (uint32_t)sp, 100), 100);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 100);
+	test_kring_exit(&op);
+	test_kring_exit(&t);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 /* ---- the NVMe tier below ---- */
 
 /* A file in this run's scratch directory (tests/helpers.c). */
@@ -783,6 +1011,166 @@ static void test_keyed_nvme_ring_busy(void)
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 	unlink(path);
+}
+
+/*
+ * The limit is on what a namespace's commands hold together: a KGET that
+ * waits on the I/O worker (held by the latch) keeps its memory counted,
+ * so a second one of the namespace (16 entries each), that would fit
+ * alone, gets -EDQUOT
+ * until the first completes.  The limit is set to one and a half times
+ * what such a command takes, found by raising it until one passes.
+ */
+static void test_keyed_ns_kjob_bytes_in_flight(void)
+{
+	const char *path = nvme_file("inflight");
+	int hold = 1;
+	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads, .latch_arg = &hold };
+	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
+	uint32_t sp = space_of(ctx, 0, VB);
+	struct test_kring g, d;
+	struct kvmm_cqe *cqe;
+	struct kvmm_sqe *sqe;
+	struct kvmm_kent *e;
+	uint64_t one;
+
+	fill(ctx, sp, 30);
+	test_kring_init(ctx, &g, 0, 0);
+	test_kring_init(ctx, &d, 0, 0);
+	for (one = 4096;; one += 64) {		/* what a KGET of 16 takes */
+		CU_ASSERT_EQUAL_FATAL(ring_set(&d, KVMM_SET_NS_KJOB_BYTES, one), 0);
+		ring_ents(&d, 1000, 16, false);
+		if (test_kring_io(&d, KVMM_OP_KGET, sp, 16) != -EDQUOT)
+			break;
+	}
+	CU_ASSERT(one > 4096);		/* above the floor: a measure of it */
+	CU_ASSERT_EQUAL(ring_set(&d, KVMM_SET_NS_KJOB_BYTES, one + one / 2), 0);
+	ring_ents(&g, 0, 16, false);		/* values 0..15: the oldest, on NVMe */
+	sqe = TEST_SQE(&g.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 16);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	e = ring_ents(&d, 1000, 16, false);
+	CU_ASSERT_EQUAL(test_kring_io(&d, KVMM_OP_KGET, sp, 16), -EDQUOT);
+	CU_ASSERT_EQUAL(e[0].res, 12345);
+	CHECK_OK(ctx);
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 16);
+	kvmm_cqe_seen(&g.ring, cqe);
+	CU_ASSERT(stamped(g.mem + 4096, VB, 0));
+	ring_ents(&d, 1000, 16, false);
+	CU_ASSERT_EQUAL(test_kring_io(&d, KVMM_OP_KGET, sp, 16), 0);	/* misses, not refused */
+	test_kring_exit(&g);
+	test_kring_exit(&d);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+#define SL_PAGES	4096			/* a value of 512 KiB */
+#define SL_VB		(SL_PAGES * 128u)
+#define SL_G		36			/* 18 MiB: more than one slice */
+
+/*
+ * Holds the worker's reads while @hold, and, once the other ring's value
+ * (@h_res) has settled, until @release: what the worker reads after that
+ * is the long job's rest.
+ */
+struct slice_latch {
+	int hold, release;
+	const int32_t *h_res;
+};
+
+static void slice_latch(void *arg, uint32_t site, uint32_t chan)
+{
+	struct slice_latch *sl = arg;
+
+	if (site != KVMM_NVME_SITE_READ || !chan)
+		return;
+	while (__atomic_load_n(&sl->hold, __ATOMIC_ACQUIRE) ||
+	       (*sl->h_res != 12345 && !__atomic_load_n(&sl->release, __ATOMIC_ACQUIRE)))
+		usleep(1000);
+}
+
+/*
+ * A long KGET from NVMe (36 values of 512 KiB) does not hold another
+ * ring's KGET queued behind it on the I/O worker: the worker copies the
+ * long one a slice at a time, queued again behind the other after its
+ * first slice, so the other completes while the long one still has
+ * values to read; then the long one completes whole.
+ */
+static void test_keyed_nvme_long_get_is_sliced(void)
+{
+	const char *path = nvme_file("slice");
+	struct slice_latch sl = { .hold = 1 };
+	struct kvmm_nvme_arg arg = { .latch = slice_latch, .latch_arg = &sl };
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct kvmm_kent *eg, *eh;
+	struct kvmm_ctx *ctx = NULL;
+	struct test_kring g, h;
+	struct kvmm_cqe *cqe;
+	struct kvmm_sqe *sqe;
+	uint8_t *v = malloc(SL_VB);
+	const void *src = v;
+	uint32_t sp, i;
+
+	p.host_pages = 4 * SL_PAGES;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.nvme_pages = 48 * SL_PAGES;
+	p.nvme_path = path;
+	p.nvme_arg = &arg;
+	p.nvme_qd = 4;
+	p.host_wmark_low = 2 * SL_PAGES;
+	p.host_wmark_high = 3 * SL_PAGES;
+	CU_ASSERT_FATAL(v && !kvmm_create(&p, &ctx));
+	sp = space_of(ctx, 0, SL_VB);
+	for (i = 0; i < SL_G + 8; i++) {	/* 0 .. SL_G on NVMe, the newest on the host */
+		struct kvmm_key k = key_of(i);
+
+		stamp(v, SL_VB, i);
+		CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, sp, &k, &src, 1, NULL), 1);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	}
+	test_kring_init(ctx, &g, 0, 0);
+	test_kring_init(ctx, &h, 0, 0);
+	eg = (void *)g.mem;
+	for (i = 0; i < SL_G; i++)
+		eg[i] = (struct kvmm_kent){ .key = key_of(1 + i), .off = 4096, .buf = 1,
+					    .res = 12345 };
+	eh = (void *)h.mem;
+	eh[0] = (struct kvmm_kent){ .key = key_of(0), .off = 4096, .buf = 1, .res = 12345 };
+	sl.h_res = &eh[0].res;
+	sqe = TEST_SQE(&g.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, SL_G);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	sqe = TEST_SQE(&h.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&h.ring), 1);
+	__atomic_store_n(&sl.hold, 0, __ATOMIC_RELEASE);
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&h.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 1);
+	kvmm_cqe_seen(&h.ring, cqe);
+	CU_ASSERT_EQUAL(eh[0].res, 0);
+	CU_ASSERT(stamped(h.mem + 4096, SL_VB, 0));
+	/* the long one has not completed: its rest waits behind the latch */
+	CU_ASSERT_EQUAL(kvmm_peek_cqe(&g.ring, &cqe), -EAGAIN);
+	CU_ASSERT_EQUAL(eg[SL_G - 1].res, 12345);
+	__atomic_store_n(&sl.release, 1, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, SL_G);
+	kvmm_cqe_seen(&g.ring, cqe);
+	for (i = 0; i < SL_G; i++)
+		CU_ASSERT_EQUAL(eg[i].res, 0);
+	test_kring_exit(&g);
+	test_kring_exit(&h);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+	free(v);
 }
 
 /* Through a ring, a get from NVMe completes later, on the I/O worker. */
@@ -1077,6 +1465,9 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_alloc_faults);
 	ADD_TEST(s, test_keyed_ring);
 	ADD_TEST(s, test_keyed_ring_tenant);
+	ADD_TEST(s, test_keyed_job_memory_follows_what_it_moves);
+	ADD_TEST(s, test_keyed_ns_kjob_bytes_limit);
+	ADD_TEST(s, test_keyed_ring_long_job_lets_the_lock_go);
 	ADD_TEST(s, test_keyed_nvme_roundtrip);
 	ADD_TEST(s, test_keyed_nvme_restart);
 	ADD_TEST(s, test_keyed_nvme_flip_tear);
@@ -1087,5 +1478,7 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_space_alloc_faults);
 	ADD_TEST(s, test_keyed_space_remove_ring);
 	ADD_TEST(s, test_keyed_recover_space_limit);
+	ADD_TEST(s, test_keyed_ns_kjob_bytes_in_flight);
+	ADD_TEST(s, test_keyed_nvme_long_get_is_sliced);
 	return 0;
 }

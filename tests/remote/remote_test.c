@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -892,6 +893,166 @@ static void remote_keyed_shared(void)
 	kvmm_destroy(b);
 }
 
+#define XPAGES	2048			/* pages of a large value (512 bytes each) */
+#define XVB	(XPAGES * 512u)
+#define XSCRATCH (128 << 10)		/* a probe's window, and then some */
+
+/*
+ * KEXISTS in a space of large values costs probes, and memory, that
+ * follow its answer, not the keys times the value's pages: a key the
+ * tier lacks costs one probe whatever the value size, a key it has costs
+ * its pages, a run stops at its first miss; the scratch is one window,
+ * given back.  Context a stores one value of XPAGES pages (written
+ * through); b, with nothing here, asks about it and three keys no one
+ * stored.
+ */
+static void remote_keyed_exists_follows_answer(void)
+{
+	struct kvmm_keyed_spec spec = { .value_bytes = XVB, .model_id = kmodel };
+	struct kvmm_params pa = remote_params(16, 64, "kx-1", XPAGES + 64);
+	struct kvmm_params pb = remote_params(16, 64, "kx-1", 64);
+	struct kvmm_ctx *a = NULL, *b = NULL;
+	struct test_alloc ta = { 0 };
+	struct kvmm_key keys[4];
+	uint8_t *v = malloc(XVB);
+	const void *src = v;
+	int32_t res[4];
+	uint32_t sa, sb, i;
+	uint64_t probes;
+	long long before;
+
+	pb.alloc = &test_alloc_ops;
+	pb.alloc_priv = &ta;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&pa, &a), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&pb, &b), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_space(a, &spec, &sa), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_space(b, &spec, &sb), 0);
+	for (i = 0; i < 4; i++)
+		keys[i] = kkey(900 + i);
+	memset(v, 0x5a, XVB);
+	CU_ASSERT_EQUAL(kvmm_keyed_put(a, sa, keys, &src, 1, NULL), 1);
+	CU_ASSERT_EQUAL(test_stat(a, KVMM_STAT_REMOTE_PUT_PAGES), XPAGES);
+	CHECK_OK(a);
+
+	/* the three no one stored: a probe each, each way of asking */
+	probes = test_stat(b, KVMM_STAT_REMOTE_PROBES);
+	before = ta.peak_bytes = ta.live_bytes;
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(b, sb, keys + 1, 3, NULL), 0);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_REMOTE_PROBES) - probes, 3);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(b, sb, keys + 1, 3, res), 0);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_REMOTE_PROBES) - probes, 6);
+	CU_ASSERT(res[0] == -ENOENT && res[1] == -ENOENT && res[2] == -ENOENT);
+	/* with the stored one first: the first pages, then its other pages */
+	probes = test_stat(b, KVMM_STAT_REMOTE_PROBES);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(b, sb, keys, 4, res), 1);
+	CU_ASSERT(res[0] == 0 && res[1] == -ENOENT && res[2] == -ENOENT && res[3] == -ENOENT);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_REMOTE_PROBES) - probes, 4 + XPAGES - 1);
+	probes = test_stat(b, KVMM_STAT_REMOTE_PROBES);
+	CU_ASSERT_EQUAL(kvmm_keyed_exists(b, sb, keys, 4, NULL), 1);
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_REMOTE_PROBES) - probes, 4 + XPAGES - 1);
+	CU_ASSERT(ta.peak_bytes - before <= XSCRATCH);
+	CU_ASSERT_EQUAL(ta.live_bytes, before);		/* given back */
+	CU_ASSERT_EQUAL(test_stat(b, KVMM_STAT_KEYED_VALUES), 0);	/* nothing read */
+	CHECK_OK(b);
+	kvmm_destroy(a);
+	kvmm_destroy(b);
+	CU_ASSERT_EQUAL(ta.live_blocks, 0);
+	free(v);
+}
+
+#define GVB		(1ull << 30)	/* the largest value size */
+#define KX_MS		60000
+
+/*
+ * As uid nobody in its own namespace: KEXISTS of 4 keys no one stored in
+ * a space of 1 GiB values, as a run and with an answer each.  Return: 0,
+ * or the step that went wrong.
+ */
+static int exists_attacker(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 65536 };
+	struct kvmm_kspace_reg *reg;
+	struct kvmm_ring ring;
+	struct kvmm_kent *e;
+	struct kvmm_key *k;
+	struct kvmm_sqe *sqe;
+	int32_t sp;
+	uint32_t i;
+
+	if (kvmm_ring_connect(arg, &rp, &ring))
+		return 10;
+	reg = ring.buf;
+	memset(reg, 0, sizeof(*reg));
+	reg->value_bytes = GVB;
+	strcpy(reg->model_id, kmodel);
+	sqe = hostile_sqe(&ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KSPACE, 0, 0, 0, sizeof(*reg));
+	sqe->ns = getuid();
+	sp = hostile_ring1(&ring);
+	if (sp < 0)
+		return 11;
+	k = ring.buf;
+	for (i = 0; i < 4; i++)
+		k[i] = kkey(4000 + i);
+	sqe = hostile_sqe(&ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KEXISTS, 0, 0, 0, 4);
+	sqe->arg = (uint32_t)sp;
+	if (hostile_ring1(&ring) != 0)
+		return 12;
+	e = ring.buf;
+	for (i = 0; i < 4; i++)
+		e[i] = (struct kvmm_kent){ .key = kkey(4000 + i), .res = 12345 };
+	sqe = hostile_sqe(&ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KEXISTS, 0, 0, 0, 4);
+	sqe->arg = (uint32_t)sp;
+	sqe->arg2 = KVMM_KEYS_EACH;
+	if (hostile_ring1(&ring) != 0)
+		return 13;
+	for (i = 0; i < 4; i++)
+		if (e[i].res != -ENOENT)
+			return 14;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+/*
+ * The same through kvmmd --ns-per-uid on the suite's cluster: a probe a
+ * key (8 in all), and kvmmd's memory afterwards what it was before (not
+ * hundreds of MiB a key, nor kept).
+ */
+static void remote_kvmmd_exists_costs_its_answer(void)
+{
+	char dir[64], sock[96], out[8192];
+	const char *argv[] = { "kvmmd", "--socket", sock, "--ns-per-uid", "--quiet",
+			       "--pages", "256", "--page-size", "16", "--layers", "1",
+			       "--kv-heads", "1", "--head-dim", "8", "--dtype-bytes", "2",
+			       "--max-seqs", "8", "--host-pages", "4096", "--remote", seeds,
+			       "--remote-salt", "kx-2", "--model-id", kmodel, NULL };
+	const char *stat[] = { "kvmmctl", "stat", "--json", "--socket", sock, NULL };
+	uint64_t rss0, rss1;
+	json_t *j;
+	pid_t pid;
+
+	CU_ASSERT_FATAL(!hostile_tmpdir(dir, sizeof(dir)));
+	snprintf(sock, sizeof(sock), "%s/kvmmd.sock", dir);
+	pid = hostile_spawn(argv, -1);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT_FATAL(!hostile_wait_socket(sock, 10000) && !chmod(sock, 0777));
+	rss0 = hostile_rss_anon(pid);
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, exists_attacker, sock, KX_MS), 0);
+	rss1 = hostile_rss_anon(pid);
+	CU_ASSERT(rss0 > 0 && rss1 <= rss0 + (8 << 10));
+	CU_ASSERT_EQUAL(hostile_run(stat, out, sizeof(out), 10000), 0);
+	j = json_loads(out, 0, NULL);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "remote_probes")), 8);
+	json_decref(j);
+	CU_ASSERT(hostile_alive(pid));
+	kill(pid, SIGTERM);
+	CU_ASSERT_EQUAL(hostile_reap(pid, 30000), 0);
+	unlink(sock);
+	rmdir(dir);
+}
+
 /*
  * Under KVMM_REMOTE_WRITE_DEMOTE, background reclaim of the host tier
  * takes keyed values out of the machine too; they were written through
@@ -1473,6 +1634,8 @@ int register_remote_suite(void)
 	ADD_TEST(s, remote_keyed_corrupt);
 	ADD_TEST(s, remote_keyed_demote);
 	ADD_TEST(s, remote_keyed_ring);
+	ADD_TEST(s, remote_keyed_exists_follows_answer);
+	ADD_TEST(s, remote_kvmmd_exists_costs_its_answer);
 	ADD_TEST(s, remote_tree_push_fetch);
 	ADD_TEST(s, remote_tree_corrupt);
 	ADD_TEST(s, remote_write_commit);

@@ -816,6 +816,7 @@ static const struct ctl_key {
 	{ "events", KVMM_SET_EVENTS, KVMM_EVENTS_BUF_MAX,
 	  (const char *const[]){ "off", NULL }, (const uint64_t[]){ 0 } },
 	{ "ns_kspaces", KVMM_SET_NS_KSPACES, KVMM_KSPACES_MAX, NULL, NULL },
+	{ "ns_kjob_bytes", KVMM_SET_NS_KJOB_BYTES, 1ull << 40, NULL, NULL },
 };
 
 static int parse_set(struct ctl *c, int argc, char **argv)
@@ -1072,7 +1073,7 @@ static const struct ctl_cmd {
 	  "                               nr_pages PAGES (resize the pool, up to pages_max),\n"
 	  "                               ns_pin_pages PAGES|auto, ns_cache_share PERCENT,\n"
 	  "                               keyed_share PERCENT, events BYTES|off,\n"
-	  "                               ns_kspaces SPACES",
+	  "                               ns_kspaces SPACES, ns_kjob_bytes BYTES",
 	  0, parse_set, cmd_set },
 	{ "events", "[--follow] [--interval S] [--count N] [--ns N]",
 	  "cache events (stored, removed, demoted, promoted) with page keys",

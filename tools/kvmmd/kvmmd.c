@@ -90,6 +90,9 @@ static void usage(FILE *f)
 		"                       values may hold, the rest the prefix tree's, before the\n"
 		"                       kind over its part is reclaimed first (1..100, default\n"
 		"                       100: no split)\n"
+		"  --ns-kjob-bytes N    memory the keyed commands (KPUT, KGET) of one namespace\n"
+		"                       may make kvmmd hold at once; past it they get EDQUOT\n"
+		"                       (4096 .. 2^40, default 64 MiB)\n"
 		"  --max-clients N      clients attached at once (default 256)\n"
 		"  --max-pending N      handshakes in progress, apart from them (default 64, up to 1024)\n"
 		"  --handshake-ms MS    a whole hello must arrive within MS (default 5000)\n"
@@ -120,6 +123,7 @@ struct opts {
 	uint64_t keyed_share;		/* KVMM_SET_KEYED_SHARE */
 	uint64_t events;		/* KVMM_SET_EVENTS */
 	uint64_t ns_kspaces;		/* KVMM_SET_NS_KSPACES */
+	uint64_t ns_kjob_bytes;		/* KVMM_SET_NS_KJOB_BYTES */
 	struct kvmm_server_limits lim;	/* 0: the server's default */
 };
 
@@ -170,7 +174,7 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
        O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, O_REMOTE, O_REMOTE_SALT,
        O_REMOTE_TIMEOUT, O_EVENTS, O_REMOTE_WRITE, O_REMOTE_USER, O_REMOTE_PASSWORD_FILE,
-       O_NS_KSPACES, NR_OPTS };
+       O_NS_KSPACES, O_NS_KJOB_BYTES, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 
@@ -226,6 +230,8 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 		       KVMM_EVENTS_BUF_MAX },
 	[O_NS_KSPACES] = { "ns-kspaces", REQ, set_u64, offsetof(struct opts, ns_kspaces),
 			   KVMM_KSPACES_MAX },
+	[O_NS_KJOB_BYTES] = { "ns-kjob-bytes", REQ, set_u64, offsetof(struct opts, ns_kjob_bytes),
+			      1ull << 40 },
 	[O_MODEL_ID] = { "model-id", REQ, set_model_id, offsetof(struct opts, model_id) },
 	[O_NVME_REFORMAT] = { "nvme-reformat", NONE, set_flag },
 	[O_MAX_CLIENTS] = { "max-clients", REQ, set_u32, L(max_clients), UINT32_MAX },
@@ -469,6 +475,10 @@ static int set_ns_limits(struct kvmm_ctx *ctx, const struct opts *o)
 		ret = kvmm_ioctl(ctx, &set, NULL, 0);
 	set.arg = KVMM_SET_NS_KSPACES;
 	set.arg2 = o->ns_kspaces;
+	if (!ret)
+		ret = kvmm_ioctl(ctx, &set, NULL, 0);
+	set.arg = KVMM_SET_NS_KJOB_BYTES;
+	set.arg2 = o->ns_kjob_bytes;
 	if (!ret)
 		ret = kvmm_ioctl(ctx, &set, NULL, 0);
 	set.arg = KVMM_SET_EVENTS;
@@ -773,6 +783,7 @@ int main(int argc, char **argv)
 		.ns_cache_share = 100,
 		.keyed_share = 100,
 		.ns_kspaces = KVMM_NS_KSPACES_DEFAULT,
+		.ns_kjob_bytes = KVMM_NS_KJOB_BYTES_DEFAULT,
 	};
 	struct kvmm_server *srv = NULL;
 	struct kvmm_ctx *ctx = NULL;

@@ -296,7 +296,15 @@ struct kvmm_extend_ent {
 #define KVMM_SET_NS_KSPACES	9	/* keyed spaces one namespace may hold
 					 * (0 .. KVMM_KSPACES_MAX; default
 					 * KVMM_NS_KSPACES_DEFAULT) */
-#define KVMM_SET_LAST		10
+#define KVMM_SET_NS_KJOB_BYTES	10	/* bytes of memory the keyed commands
+					 * (KPUT, KGET) of one namespace may make
+					 * the server hold at once (their values,
+					 * frame lists and windows); past it,
+					 * -EDQUOT.  Default
+					 * KVMM_NS_KJOB_BYTES_DEFAULT */
+#define KVMM_SET_LAST		11
+
+#define KVMM_NS_KJOB_BYTES_DEFAULT	(64ull << 20)
 
 #define KVMM_NS_PIN_AUTO	(~0ull)	/* SET_NS_PIN_PAGES: the default */
 #define KVMM_KSPACES_MAX	1024	/* keyed spaces a context holds */
