@@ -39,6 +39,7 @@ LIBDIR		?= $(PREFIX)/lib
 INCLUDEDIR	?= $(PREFIX)/include
 BINDIR		?= $(PREFIX)/bin
 MANDIR		?= $(PREFIX)/share/man
+DOCDIR		?= $(PREFIX)/share/doc/kvmm
 CC		?= cc
 AR		?= ar
 ifeq ($(origin AR),default)
@@ -291,7 +292,9 @@ $(objtree)/fuzz/%: $(objtree)/fuzz/%.o $(LIB_A)
 
 install: lib tools
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/kvmm \
-		$(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1
+		$(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1 \
+		$(DESTDIR)$(DOCDIR)
+	install -m 644 $(srctree)/LICENSE $(DESTDIR)$(DOCDIR)/
 	install -m 755 $(objtree)/bin/kvmmd $(objtree)/bin/kvmmctl $(objtree)/bin/kvmm-bench \
 		$(objtree)/bin/kvmm-engine $(DESTDIR)$(BINDIR)/
 	install -m 644 $(srctree)/Documentation/man/kvmm-bench.1 \
@@ -318,7 +321,7 @@ uninstall:
 	      $(DESTDIR)$(BINDIR)/kvmm-engine $(DESTDIR)$(MANDIR)/man1/kvmm-engine.1 \
 	      $(DESTDIR)$(MANDIR)/man1/kvmm-bench.1 $(DESTDIR)$(MANDIR)/man8/kvmmd.8 \
 	      $(DESTDIR)$(MANDIR)/man8/kvmmctl.8 \
-	      $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc
+	      $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc $(DESTDIR)$(DOCDIR)/LICENSE
 
 clean:
 	rm -rf $(objtree)
@@ -337,7 +340,7 @@ help:
 	@echo '  run        install missing packages (as root), build, run kvmm-engine (ENGINE_ARGS)'
 	@echo '  fuzz       libFuzzer harnesses (clang), FUZZ_TIME seconds each'
 	@echo '  stress     clients killed at random while they use rings (KILLS=120)'
-	@echo '  install    library, headers, kvmm.pc, kvmmd, kvmmctl, man pages under DESTDIR/PREFIX'
+	@echo '  install    library, headers, kvmm.pc, kvmmd, kvmmctl, man pages, LICENSE under DESTDIR/PREFIX'
 	@echo '  deps       install missing Debian packages (as root)'
 	@echo '  config     probe features again into O/include/generated/autoconf.h'
 	@echo '  clean      remove the output tree O'
