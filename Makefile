@@ -332,8 +332,9 @@ distclean:
 help:
 	@echo 'Targets:'
 	@echo '  all        library (libkvmm.a, libkvmm.so) and tools: kvmmd, kvmmctl, kvmm-bench, kvmm-engine'
-	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites, then the'
-	@echo '             Python package'"'"'s pytest suites (TESTARGS="-s python": those alone)'
+	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites, the Python'
+	@echo '             package'"'"'s pytest suites (TESTARGS="-s python": those alone) and every'
+	@echo '             example of README.md and Documentation/ (TESTARGS="-s examples")'
 	@echo '  check-engines  vLLM'"'"'s and LMCache'"'"'s own tests against kvmm'"'"'s adapters, and'
 	@echo '             ours of the SGLang one (pinned; venvs in ~/.cache/kvmm; ENGINES="vllm lmcache sglang")'
 	@echo '  bench      run kvmm-bench micro and replay; JSON lines to BENCH_OUT'
