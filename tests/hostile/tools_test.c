@@ -1271,6 +1271,112 @@ static void parse_numbers_strictly(void)
 	CU_ASSERT_STRING_EQUAL(errno_str(1620730221), "error 1620730221 (not an errno value)");
 }
 
+/* Byte counts take K, M, G and T (powers of 1024), with iB or B or bare. */
+static void parse_bytes_takes_units(void)
+{
+	static const struct {
+		const char *s;
+		uint64_t v;
+	} good[] = {
+		{ "0", 0 }, { "4096", 4096 }, { "0x10", 16 }, { "1K", 1024 }, { "1k", 1024 },
+		{ "2KiB", 2048 }, { "3MB", 3ull << 20 }, { "1G", 1ull << 30 },
+		{ "1GiB", 1ull << 30 }, { "16T", 16ull << 40 }, { "0x10G", 16ull << 30 },
+	};
+	static const struct {
+		const char *s;
+		int err;
+	} bad[] = {
+		{ "", -EINVAL }, { "G", -EINVAL }, { "1Q", -EINVAL }, { "1GG", -EINVAL },
+		{ "1Gi", -EINVAL }, { "1G1", -EINVAL }, { " 1G", -EINVAL }, { "-1K", -EINVAL },
+		{ "1.5G", -EINVAL }, { "16777216T", -ERANGE }, { "2G", -ERANGE },
+	};
+	uint64_t v;
+	size_t i;
+
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		v = 7;
+		CU_ASSERT_EQUAL(parse_bytes(good[i].s, UINT64_MAX, &v), 0);
+		CU_ASSERT_EQUAL(v, good[i].v);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		v = 7;
+		/* "2G" against a field of at most 1 GiB */
+		CU_ASSERT_EQUAL(parse_bytes(bad[i].s, 1ull << 30, &v), bad[i].err);
+		CU_ASSERT_EQUAL(v, 7);
+	}
+}
+
+/*
+ * kvmmd's byte options take units, on the command line and in a config
+ * file: with the options read, it gets as far as the socket (exit 1, not
+ * the usage error 2).
+ */
+static void kvmmd_sizes_take_units(void)
+{
+	const char *argv[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock", "--mem-avail",
+			       "64M", "--mem-total", "64MiB", "--events", "64K", NULL };
+	char out[1024], cfg[4096];
+	struct env e;
+
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "cannot serve"));
+	/* the units count: 64 MiB free of 1 GiB is below what SGLang's formula keeps back */
+	argv[6] = "1G";
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "the memory budget holds no page"));
+	env_init(&e);
+	write_cfg(&e, "mem-avail 64MiB\nmem-total 64M\n", cfg, sizeof(cfg));
+	{
+		const char *a[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock", "--config",
+				    cfg, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), RUN_MS), 1);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "cannot serve"));
+	}
+	env_fini(&e);
+	{
+		const char *a[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock", "--events",
+				    "2G", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--events: '2G' is out of range"));
+	}
+}
+
+/*
+ * A mistyped option of kvmm-engine gets one line naming it, the nearest
+ * option and --help; not the whole help.
+ */
+static void engine_bad_option_names_it(void)
+{
+	static const struct {
+		const char *arg, *want;
+	} cases[] = {
+		{ "--devce-pages", "unknown option --devce-pages: did you mean --device-pages?" },
+		{ "--plt", "unknown option --plt: did you mean --plot?" },
+		{ "--frobnicate", "unknown option --frobnicate (see --help)" },
+		{ "--requests", "--requests needs a value" },
+		{ "--quiet=1", "--quiet takes no value" },
+		{ "--re", "--re is ambiguous" },
+		{ "-x", "unknown option '-x'" },
+	};
+	char out[4096];
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *argv[] = { "kvmm-engine", cases[i].arg, "5", NULL };
+
+		if (!strcmp(cases[i].arg, "--requests") || !strcmp(cases[i].arg, "--quiet=1"))
+			argv[2] = NULL;
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, cases[i].want));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--help"));
+		CU_ASSERT_PTR_NULL(strstr(out, "usage:"));	/* not the whole help */
+		CU_ASSERT_PTR_NOT_NULL(strchr(out, '\n'));
+		CU_ASSERT_PTR_NULL(strchr(strchr(out, '\n') + 1, '\n'));	/* one line */
+	}
+}
+
 int register_hostile_tools_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_hostile_tools", NULL, NULL);
@@ -1278,6 +1384,9 @@ int register_hostile_tools_suite(void)
 	if (!s)
 		return -1;
 	ADD_TEST(s, parse_numbers_strictly);
+	ADD_TEST(s, parse_bytes_takes_units);
+	ADD_TEST(s, kvmmd_sizes_take_units);
+	ADD_TEST(s, engine_bad_option_names_it);
 	ADD_TEST(s, ctl_options_after_the_command);
 	ADD_TEST(s, ctl_stray_argument_is_a_usage_error);
 	ADD_TEST(s, ctl_usage_errors_before_connecting);

@@ -77,6 +77,52 @@ int parse_real(const char *s, double min, double max, double *v)
 	return 0;
 }
 
+/**
+ * parse_bytes() - a byte count of at most @max, with an optional unit
+ * @s: a number as parse_uint() takes it, then nothing or one of K, M, G, T
+ *     (either case; powers of 1024), which may be followed by "iB" or "B"
+ * @max: the largest value the field holds
+ * @v: out, set on success only
+ *
+ * "1G", "1g", "1GiB" and "1GB" are all 1 << 30, as kvmm-engine's
+ * --device-mem has always read them.
+ *
+ * Return: 0; -EINVAL for no number, an unknown unit or trailing
+ * characters; -ERANGE for a count larger than @max (or than 64 bits).
+ */
+int parse_bytes(const char *s, uint64_t max, uint64_t *v)
+{
+	static const char units[] = "KMGT";
+	char num[32];
+	const char *u, *end;
+	uint64_t x;
+	size_t n;
+	int shift = 0, ret;
+
+	if (!s)
+		return -EINVAL;
+	for (end = s; *end && !strchr("kmgtKMGT", *end); end++)
+		;
+	n = (size_t)(end - s);
+	if (n >= sizeof(num))
+		return -ERANGE;
+	memcpy(num, s, n);
+	num[n] = '\0';
+	ret = parse_uint(num, UINT64_MAX, &x);
+	if (ret)
+		return ret;
+	if (*end) {
+		u = strchr(units, *end & ~0x20);
+		if (end[1] && strcmp(end + 1, "iB") && strcmp(end + 1, "B"))
+			return -EINVAL;
+		shift = 10 * (int)(u - units + 1);
+	}
+	if (x > (UINT64_MAX >> shift) || (x << shift) > max)
+		return -ERANGE;
+	*v = x << shift;
+	return 0;
+}
+
 /* What a parse_*() error means, for a message. */
 const char *parse_strerror(int err)
 {
