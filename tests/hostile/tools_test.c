@@ -972,6 +972,61 @@ static void commit_prompt(const char *sock, uint32_t ns, uint32_t n)
 	kvmm_ring_exit(&ring);
 }
 
+/* MATCH @n tokens @first, @first + 1, ... on @sock; return the tokens hit. */
+static int match_prompt(const char *sock, uint32_t first, uint32_t n)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 1 << 16 };
+	struct kvmm_ring ring;
+	uint32_t *tok, seq, i;
+	int hit;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	tok = ring.buf;
+	for (i = 0; i < n; i++)
+		tok[i] = first + i;
+	kvmm_prep_open(TEST_SQE(&ring), 0);
+	seq = (uint32_t)test_ring1(&ring, NULL);
+	kvmm_prep_match(TEST_SQE(&ring), seq, 0, 0, n);
+	hit = test_ring1(&ring, NULL);
+	kvmm_ring_exit(&ring);
+	return hit;
+}
+
+/*
+ * kvmmctl top says which hit rate is which: this interval's ("-" when it
+ * matched nothing, not a rate of 0) beside the one since the start; and
+ * device pages dropped beside those demoted to the host tier.
+ */
+static void ctl_top_labels_its_rates(void)
+{
+	const char *argv[] = { "kvmmctl", "top", "--count", "1", "--interval", "0.01",
+			       "--socket", NULL, NULL };
+	const char *json[] = { "kvmmctl", "--json", "top", "--count", "1", "--interval", "0.01",
+			       "--socket", NULL, NULL };
+	char out[4096];
+	struct env e;
+	json_t *j;
+
+	env_init(&e);
+	argv[7] = json[8] = e.sock;
+	e.kvmmd = start_events_kvmmd(e.sock);
+	commit_prompt(e.sock, 0, 12);
+	CU_ASSERT_EQUAL(match_prompt(e.sock, 100, 12), 12);	/* all of it */
+	CU_ASSERT_EQUAL(match_prompt(e.sock, 500, 12), 0);	/* none: 12 of 24 in all */
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, " hit/int  hit/all     drop/s   demote/s "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "       -   0.5000 "));
+	CU_ASSERT_EQUAL(hostile_run(json, out, sizeof(out), RUN_MS), 0);
+	j = json_loads(out, 0, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(j, "hit_rate_total")), 0.5, 1e-9);
+	CU_ASSERT(json_is_number(json_object_get(j, "demoted_pages_per_s")));
+	CU_ASSERT(json_is_number(json_object_get(j, "hit_rate")));
+	json_decref(j);
+	CU_ASSERT(hostile_alive(e.kvmmd));
+	env_fini(&e);
+}
+
 /* kvmm-route sends a prompt to the instance with the longest cached prefix. */
 static void route_picks_the_longest_cached_prefix(void)
 {
@@ -1394,6 +1449,7 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, ctl_garbage_welcome_is_a_protocol_error);
 	ADD_TEST(s, ctl_errnos_print_by_name);
 	ADD_TEST(s, ctl_top_exits_3_when_kvmmd_dies);
+	ADD_TEST(s, ctl_top_labels_its_rates);
 	ADD_TEST(s, ctl_shows_keyed_spaces);
 	ADD_TEST(s, ctl_shows_cache_events);
 	ADD_TEST(s, route_picks_the_longest_cached_prefix);
