@@ -1113,6 +1113,106 @@ static void engine_json_stdout_is_only_json(void)
 	CU_ASSERT_EQUAL(out[strlen(out) - 2], '}');
 }
 
+/* The number after @label on its summary row of @out, or -1. */
+static long long summary_row(const char *out, const char *label)
+{
+	const char *p = strstr(out, label);
+
+	return p ? strtoll(p + strlen(label), NULL, 10) : -1;
+}
+
+/*
+ * kvmm-engine's tiered summary puts each breakdown under what it breaks
+ * down (tokens promoted from each tier under the tokens served from cache,
+ * never under a tier's demotions), and says why the tokens saved differ
+ * from those served from cache when they do.
+ */
+static void engine_tier_summary_reads_in_order(void)
+{
+	struct env e;
+	char nvme[128];
+	const char *argv[] = { "kvmm-engine", "--requests", "200", "--device-pages", "512",
+			       "--host-pages", "512", "--nvme-file", nvme, "--nvme-pages", "2048",
+			       NULL };
+	static char out[1 << 14];
+	const char *cached, *host, *nvm, *hrate, *dem_host, *dem_nvme;
+	long long served, saved;
+
+	env_init(&e);
+	snprintf(nvme, sizeof(nvme), "%s/nvme", e.dir);
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS * 3), 0);
+	cached = strstr(out, "tokens served from cache");
+	host = strstr(out, "of those, promoted from host");
+	nvm = strstr(out, "of those, promoted from NVMe");
+	hrate = strstr(out, "host tier hit rate");
+	dem_host = strstr(out, "pages demoted to host");
+	dem_nvme = strstr(out, "pages demoted to NVMe");
+	CU_ASSERT_FATAL(cached && host && nvm && hrate && dem_host && dem_nvme);
+	CU_ASSERT(cached < host && host < nvm && nvm < hrate && hrate < dem_host &&
+		  dem_host < dem_nvme);
+	served = summary_row(out, "tokens served from cache");
+	saved = summary_row(out, "prefill tokens saved");
+	CU_ASSERT(served > 0 && saved >= served);
+	CU_ASSERT_EQUAL(strstr(out, "prefill tokens saved count every admission") != NULL,
+			saved != served);
+	env_fini(&e);
+}
+
+/*
+ * --plot: each title names the run and its page size; the requests' own
+ * pages get a line on an axis of their own; the sweep says why it may fall.
+ */
+static void engine_plots_name_their_run(void)
+{
+	struct env e;
+	char dir[128], path[192];
+	const char *argv[] = { "kvmm-engine", "--requests", "60", "--page-size", "8", "--plot", dir,
+			       "--quiet", NULL };
+	static char text[1 << 20];
+	FILE *f;
+	size_t n;
+
+	if (system("command -v gnuplot >/dev/null 2>&1")) {
+		fprintf(stderr, "engine_plots_name_their_run: skipped, no gnuplot\n");
+		return;
+	}
+	env_init(&e);
+	snprintf(dir, sizeof(dir), "%s/plots", e.dir);
+	CU_ASSERT_EQUAL_FATAL(hostile_run(argv, NULL, 0, RUN_MS * 3), 0);
+	snprintf(path, sizeof(path), "%s/plots.gp", dir);
+	f = fopen(path, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	/* four titles, each with the run's name and pool on its second line */
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "(cumulative)\\ngenerated (seed "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "by state\\ngenerated (seed "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "; pool 8192 pages of 8 tokens\"\nset ylabel 'pages'"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "axes x1y2 with lines"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "need not rise with the pool"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "pool pages (this run: 8192)"));
+	snprintf(path, sizeof(path), "%s/pages.svg", dir);
+	f = fopen(path, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "owned (right axis)"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "pool 8192 pages of 8 tokens"));
+	{
+		const char *rm[] = { "rm", "-rf", dir, NULL };
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			execvp(rm[0], (char *const *)rm);
+			_exit(127);
+		}
+		hostile_reap(pid, RUN_MS);
+	}
+	env_fini(&e);
+}
+
 /* ---- tools/lib/json.c: the tools' --json lines ---- */
 
 /* @j as tool_json_line() prints it, in @buf. */
@@ -1463,6 +1563,8 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, kvmmd_server_limits_are_options);
 	ADD_TEST(s, pool_attach_has_a_deadline);
 	ADD_TEST(s, engine_json_stdout_is_only_json);
+	ADD_TEST(s, engine_tier_summary_reads_in_order);
+	ADD_TEST(s, engine_plots_name_their_run);
 	ADD_TEST(s, json_figures_print_as_printf_rounds_them);
 	ADD_TEST(s, bench_json_escapes_what_it_prints);
 #if CONFIG_KVMM_CUDA_H
