@@ -40,18 +40,25 @@ INCLUDEDIR	?= $(PREFIX)/include
 BINDIR		?= $(PREFIX)/bin
 MANDIR		?= $(PREFIX)/share/man
 DOCDIR		?= $(PREFIX)/share/doc/kvmm
-CC		?= cc
 AR		?= ar
 ifeq ($(origin AR),default)
   AR := ar
-endif
-ifeq ($(origin CC),default)
-  CC := gcc
 endif
 
 srctree		:= $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 objtree		:= $(abspath $(O))
 SHARED		?= $(abspath $(srctree)/../shared)
+
+# One compiler per output tree, remembered: CC given on the command line
+# or in the environment is used and recorded in O/toolchain.mk; without
+# one, the recorded one, else cc.  make's built-in default does not count
+# (a sub-make, under -R, has none), so make, make run, make install and
+# pip's make lib all build with the same compiler and never rebuild for
+# a switch between them.
+-include $(objtree)/toolchain.mk
+ifneq ($(filter default undefined,$(origin CC)),)
+  CC := $(or $(KVMM_CC),cc)
+endif
 
 # ---- configuration (generated once per output tree) ----
 autoconf	:= $(objtree)/include/generated/autoconf.h
@@ -145,6 +152,7 @@ $(objtree)/.flags: FORCE
 	@mkdir -p $(@D)
 	@echo '$(CC) $(c_flags) $(ld_flags)' | cmp -s - $@ || \
 		echo '$(CC) $(c_flags) $(ld_flags)' > $@
+	@[ "$(KVMM_CC)" = "$(CC)" ] || echo 'KVMM_CC := $(CC)' > $(objtree)/toolchain.mk
 
 $(objtree)/%.o: $(srctree)/%.c $(objtree)/.flags $(autoconf)
 	@mkdir -p $(@D)
@@ -225,7 +233,7 @@ $(objtree)/tests/kvmm-stress-client: $(objtree)/tests/stress/stress_client.o $(L
 # in their own output tree, so they never mix objects with a release build.
 check:
 	$(Q)$(srctree)/scripts/install-deps.sh
-	$(Q)$(MAKE) -f $(srctree)/Makefile DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-tests
+	$(Q)$(MAKE) -f $(srctree)/Makefile CC='$(CC)' DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-tests
 
 .PHONY: run-tests
 run-tests: $(TESTS) $(PROGS)
@@ -242,7 +250,7 @@ check-engines: all
 # make stress [SAN=thread|address,undefined] [KILLS=N]
 KILLS		?= 120
 stress:
-	$(Q)$(MAKE) -f $(srctree)/Makefile DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-stress
+	$(Q)$(MAKE) -f $(srctree)/Makefile CC='$(CC)' DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-stress
 
 .PHONY: stress run-stress
 run-stress: $(STRESS) $(objtree)/bin/kvmmctl
@@ -258,7 +266,7 @@ bench: $(objtree)/bin/kvmm-bench
 # the prefix cache, and its plots.  ENGINE_ARGS adds flags.
 ENGINE_ARGS	?=
 run: deps
-	$(Q)$(MAKE) -f $(srctree)/Makefile O=$(O) DEBUG=$(DEBUG) SAN=$(SAN) all
+	$(Q)$(MAKE) -f $(srctree)/Makefile CC='$(CC)' O=$(O) DEBUG=$(DEBUG) SAN=$(SAN) all
 	$(Q)$(objtree)/bin/kvmm-engine --compare --plot $(objtree)/plots $(ENGINE_ARGS)
 
 demo: all
@@ -347,6 +355,8 @@ help:
 	@echo '  clean      remove the output tree O'
 	@echo 'Variables:'
 	@echo '  V=1        print whole commands'
+	@echo '  CC=...     the compiler (default cc), remembered by the output tree:'
+	@echo '             later makes there use it until another is given'
 	@echo '  O=dir      output tree (default build, build-<san> with SAN)'
 	@echo '  DEBUG=0..3 0 static checks, 1 cheap warnings, 2 asserts,'
 	@echo '             3 invariant walk after every operation'

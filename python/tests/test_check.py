@@ -94,3 +94,27 @@ def test_skipped_tests_are_listed_with_their_reasons():
 	assert re.search(r"^SKIPPED \[1\] test_check\.py:\d+: inside a check\.sh that a test "
 			 r"started$", r.stdout, re.M), r.stdout[-2000:]
 	assert r.stdout.rstrip().splitlines()[-1] == "0 passed, 0 failed"
+
+
+def test_one_compiler_per_output_tree(tmp_path):
+	"""A compiler given once is the output tree's until another is given:
+	a sub-make (make run's, make check's: under -R, with no built-in CC)
+	and a plain make (pip's make lib) record the same flags, so switching
+	between them rebuilds nothing."""
+	o = tmp_path / "o"
+	flags = o / ".flags"
+
+	def make(*args):
+		r = subprocess.run(["make", "-s", "-C", str(ROOT), f"O={o}", *args, str(flags)],
+				   capture_output=True, text=True, timeout=300)
+		assert r.returncode == 0, r.stdout + r.stderr
+		return flags.read_text()
+
+	assert make().startswith("cc ")				# the default
+	assert (o / "toolchain.mk").read_text() == "KVMM_CC := cc\n"
+	assert make("-R") == make()				# a sub-make agrees
+	with_gcc = make("CC=gcc")
+	assert with_gcc.startswith("gcc ")
+	assert (o / "toolchain.mk").read_text() == "KVMM_CC := gcc\n"
+	assert make() == with_gcc				# remembered
+	assert make("-R") == with_gcc
