@@ -1158,6 +1158,23 @@ static void engine_tier_summary_reads_in_order(void)
 	env_fini(&e);
 }
 
+/* @dir/@name's text in @buf (NUL-terminated, cut to @len - 1 bytes); 0 or -1. */
+static int read_text(const char *dir, const char *name, char *buf, size_t len)
+{
+	char path[256];
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	n = fread(buf, 1, len - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return 0;
+}
+
 /*
  * --plot: each title names the run and its page size; the requests' own
  * pages get a line on an axis of their own; the sweep says why it may fall.
@@ -1165,12 +1182,10 @@ static void engine_tier_summary_reads_in_order(void)
 static void engine_plots_name_their_run(void)
 {
 	struct env e;
-	char dir[128], path[192];
+	char dir[128];
 	const char *argv[] = { "kvmm-engine", "--requests", "60", "--page-size", "8", "--plot", dir,
 			       "--quiet", NULL };
 	static char text[1 << 20];
-	FILE *f;
-	size_t n;
 
 	if (system("command -v gnuplot >/dev/null 2>&1")) {
 		fprintf(stderr, "engine_plots_name_their_run: skipped, no gnuplot\n");
@@ -1179,12 +1194,7 @@ static void engine_plots_name_their_run(void)
 	env_init(&e);
 	snprintf(dir, sizeof(dir), "%s/plots", e.dir);
 	CU_ASSERT_EQUAL_FATAL(hostile_run(argv, NULL, 0, RUN_MS * 3), 0);
-	snprintf(path, sizeof(path), "%s/plots.gp", dir);
-	f = fopen(path, "r");
-	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-	n = fread(text, 1, sizeof(text) - 1, f);
-	text[n] = '\0';
-	fclose(f);
+	CU_ASSERT_EQUAL_FATAL(read_text(dir, "plots.gp", text, sizeof(text)), 0);
 	/* four titles, each with the run's name and pool on its second line */
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "(cumulative)\\ngenerated (seed "));
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "by state\\ngenerated (seed "));
@@ -1192,12 +1202,7 @@ static void engine_plots_name_their_run(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "axes x1y2 with lines"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "need not rise with the pool"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "pool pages (this run: 8192)"));
-	snprintf(path, sizeof(path), "%s/pages.svg", dir);
-	f = fopen(path, "r");
-	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-	n = fread(text, 1, sizeof(text) - 1, f);
-	text[n] = '\0';
-	fclose(f);
+	CU_ASSERT_EQUAL_FATAL(read_text(dir, "pages.svg", text, sizeof(text)), 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "owned (right axis)"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "pool 8192 pages of 8 tokens"));
 	{
