@@ -248,8 +248,8 @@ class Runner:
 		for b in blocks:
 			d = self.workdir()
 			script = ("set -e -o pipefail\n"
-				  "trap 'rc=$?; j=$(jobs -p); [ -z \"$j\" ] || kill $j 2>/dev/null;"
-				  " wait; exit $rc' EXIT\n" + b.text)
+				  "trap 'rc=$?; set +e; kill $(jobs -p) 2>/dev/null; wait; exit $rc' EXIT\n"
+				  + b.text)
 			rc, out = run(["bash", "-c", script], d, self.env)
 			yield b, rc, out + (f"(exit {rc})" if rc else "")
 
