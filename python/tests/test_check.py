@@ -133,3 +133,22 @@ def test_one_compiler_per_output_tree(tmp_path):
 	assert (o / "toolchain.mk").read_text() == "KVMM_CC := gcc\n"
 	assert make() == with_gcc				# remembered
 	assert make("-R") == with_gcc
+
+
+@NESTED
+@pytest.mark.parametrize("stub, want", [
+	("echo 'make: install refused' >&2; exit 1", "make: install refused"),
+	("exit 0", "examples: make install did not install LICENSE"),
+])
+def test_examples_count_a_broken_install(tmp_path, stub, want):
+	"""An install that fails, or that leaves out what it must carry, is a
+	failure in the closing count, never a silent pass."""
+	(tmp_path / "make").write_text(f"#!/bin/sh\n{stub}\n")
+	(tmp_path / "make").chmod(0o755)
+	env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+	r = subprocess.run([str(ROOT / "python" / "check.sh"), str(objtree()), "", "/bin/false",
+			    "-s", "examples"], capture_output=True, text=True, timeout=600, env=env)
+	assert r.returncode != 0
+	assert want in r.stdout
+	last = r.stdout.rstrip().splitlines()[-1]
+	assert SUMMARY.fullmatch(last) and not last.endswith(" 0 failed"), last

@@ -1501,6 +1501,13 @@ static void kvmmd_sizes_take_units(void)
 		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), RUN_MS), 2);
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--events: '2G' is out of range"));
 	}
+	{
+		const char *a[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock", "--mem-avail",
+				    "1Q", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--mem-avail: '1Q' is not a size"));
+	}
 }
 
 /*

@@ -145,11 +145,9 @@ void die_bad_option(const struct option *opts, const char *arg, int opt)
 	n = strcspn(arg + 2, "=");
 	snprintf(name, sizeof(name), "%.*s", (int)(n < 64 ? n : 64), arg + 2);
 	for (o = opts; o->name; o++) {
-		if (!strcmp(o->name, name)) {	/* known: a value where none goes */
-			if (o->has_arg == no_argument)
-				die_usage("--%s takes no value (see --help)", name);
-			die_usage("--%s needs a value (see --help)", name);
-		}
+		/* a known name refused: given a value it takes none */
+		if (!strcmp(o->name, name))
+			die_usage("--%s takes no value (see --help)", name);
 		d = edit_distance(name, o->name);
 		if (d < best_d)
 			best_d = d, best = o;
