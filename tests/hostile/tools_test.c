@@ -1510,6 +1510,31 @@ static void kvmmd_sizes_take_units(void)
 	}
 }
 
+/* kvmmd names an option it refuses, and the one a typo most likely meant. */
+static void kvmmd_bad_option_names_it(void)
+{
+	static const struct {
+		const char *arg, *want;
+	} cases[] = {
+		{ "--page-sise", "kvmmd: unknown option --page-sise: did you mean --page-size?\n" },
+		{ "--frobnicate", "kvmmd: unknown option --frobnicate\n" },
+		{ "--pages", "kvmmd: --pages: needs a value\n" },
+		{ "--poll=1", "kvmmd: --poll takes no value\n" },
+		{ "-x", "kvmmd: -x: unknown option\n" },
+	};
+	char out[1024];
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *argv[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock",
+				       cases[i].arg, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, cases[i].want));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "kvmmd --help"));
+	}
+}
+
 /*
  * A mistyped option of kvmm-engine gets one line naming it, the nearest
  * option and --help; not the whole help.
@@ -1554,6 +1579,7 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, parse_bytes_takes_units);
 	ADD_TEST(s, kvmmd_sizes_take_units);
 	ADD_TEST(s, engine_bad_option_names_it);
+	ADD_TEST(s, kvmmd_bad_option_names_it);
 	ADD_TEST(s, ctl_options_after_the_command);
 	ADD_TEST(s, ctl_stray_argument_is_a_usage_error);
 	ADD_TEST(s, ctl_usage_errors_before_connecting);

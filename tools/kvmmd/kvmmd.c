@@ -617,6 +617,30 @@ static int check_opts(struct opts *o)
 	return 0;
 }
 
+/*
+ * An option getopt_long() refused (@c ':' for a value missing, '?'
+ * otherwise): name it, and for an unknown name the nearest known one.
+ */
+static void bad_option(const struct option *lo, const char *arg, int c)
+{
+	char name[65];
+	const char *near;
+
+	if (c == ':' || strncmp(arg, "--", 2)) {
+		fprintf(stderr, "kvmmd: %s: %s\n", arg,
+			c == ':' ? "needs a value" : "unknown option");
+		return;
+	}
+	snprintf(name, sizeof(name), "%.*s", (int)strcspn(arg + 2, "="), arg + 2);
+	near = option_nearest(name, lo);
+	if (near && !strcmp(near, name))
+		fprintf(stderr, "kvmmd: --%s takes no value\n", name);
+	else if (near)
+		fprintf(stderr, "kvmmd: unknown option --%s: did you mean --%s?\n", name, near);
+	else
+		fprintf(stderr, "kvmmd: unknown option --%s\n", name);
+}
+
 /* The command line, then the checks.  Return: 0, 1 for --help, or -1. */
 static int parse_cmdline(struct opts *o, int argc, char **argv)
 {
@@ -626,8 +650,13 @@ static int parse_cmdline(struct opts *o, int argc, char **argv)
 	for (i = 0; i < NR_OPTS; i++)
 		lo[i] = (struct option){ kvmmd_opts[i].name, kvmmd_opts[i].has_arg, NULL,
 					 OPT_VAL + i };
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-		if (c < OPT_VAL || apply(o, c - OPT_VAL, optarg))
+	opterr = 0;		/* bad_option() says what was wrong */
+	while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
+		if (c < OPT_VAL) {
+			bad_option(lo, argv[optind - 1], c);
+			return -1;
+		}
+		if (apply(o, c - OPT_VAL, optarg))
 			return -1;
 	}
 	if (o->given & (1ull << O_HELP))

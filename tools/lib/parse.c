@@ -8,6 +8,7 @@
  * These refuse all of it and say which it was.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,53 @@ int parse_bytes(const char *s, uint64_t max, uint64_t *v)
 		return -ERANGE;
 	*v = x << shift;
 	return 0;
+}
+
+/* Edits (insert, delete, substitute) that turn @a into @b, up to 64 chars. */
+static unsigned edit_distance(const char *a, const char *b)
+{
+	unsigned row[65], i, j, diag, up;
+	size_t la = strlen(a), lb = strlen(b);
+
+	if (la > 64 || lb > 64)
+		return UINT32_MAX;
+	for (j = 0; j <= lb; j++)
+		row[j] = j;
+	for (i = 1; i <= la; i++) {
+		diag = row[0];
+		row[0] = i;
+		for (j = 1; j <= lb; j++) {
+			up = row[j];
+			row[j] = diag + (a[i - 1] != b[j - 1]);
+			if (row[j] > up + 1)
+				row[j] = up + 1;
+			if (row[j] > row[j - 1] + 1)
+				row[j] = row[j - 1] + 1;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+/**
+ * option_nearest() - the known option a mistyped one most likely meant
+ * @name: the name given, without its dashes
+ * @opts: the long options, ended by one with a NULL name
+ *
+ * Return: the name of the option fewest edits away, if that is few
+ * enough for a typo (2, and one more for every 4 characters), else NULL.
+ */
+const char *option_nearest(const char *name, const struct option *opts)
+{
+	const struct option *o, *best = NULL;
+	unsigned d, best_d = UINT32_MAX;
+
+	for (o = opts; o->name; o++) {
+		d = edit_distance(name, o->name);
+		if (d < best_d)
+			best_d = d, best = o;
+	}
+	return best && best_d <= 2 + strlen(name) / 4 ? best->name : NULL;
 }
 
 /* What a parse_*() error means, for a message. */

@@ -93,32 +93,6 @@ double parse_double(const char *opt, const char *s)
 	return v;
 }
 
-/* Edits (insert, delete, substitute) that turn @a into @b, up to 64 chars. */
-static unsigned edit_distance(const char *a, const char *b)
-{
-	unsigned row[65], i, j, diag, up;
-	size_t la = strlen(a), lb = strlen(b);
-
-	if (la > 64 || lb > 64)
-		return UINT32_MAX;
-	for (j = 0; j <= lb; j++)
-		row[j] = j;
-	for (i = 1; i <= la; i++) {
-		diag = row[0];
-		row[0] = i;
-		for (j = 1; j <= lb; j++) {
-			up = row[j];
-			row[j] = diag + (a[i - 1] != b[j - 1]);
-			if (row[j] > up + 1)
-				row[j] = up + 1;
-			if (row[j] > row[j - 1] + 1)
-				row[j] = row[j - 1] + 1;
-			diag = up;
-		}
-	}
-	return row[lb];
-}
-
 /**
  * die_bad_option() - say what was wrong with an option getopt_long() refused
  * @opts: the long options
@@ -133,8 +107,8 @@ static unsigned edit_distance(const char *a, const char *b)
  */
 void die_bad_option(const struct option *opts, const char *arg, int opt)
 {
-	const struct option *o, *best = NULL;
-	unsigned d, best_d = UINT32_MAX;
+	const struct option *o;
+	const char *near;
 	char name[65];
 	size_t n;
 
@@ -144,22 +118,18 @@ void die_bad_option(const struct option *opts, const char *arg, int opt)
 		die_usage("unknown option '%s' (see --help)", arg);
 	n = strcspn(arg + 2, "=");
 	snprintf(name, sizeof(name), "%.*s", (int)(n < 64 ? n : 64), arg + 2);
-	for (o = opts; o->name; o++) {
+	for (o = opts; o->name; o++)
 		/* a known name refused: given a value it takes none */
 		if (!strcmp(o->name, name))
 			die_usage("--%s takes no value (see --help)", name);
-		d = edit_distance(name, o->name);
-		if (d < best_d)
-			best_d = d, best = o;
-	}
 	/* a prefix of several (getopt_long() takes a unique one) */
 	for (o = opts; n && o->name; o++)
 		if (!strncmp(o->name, name, n))
 			die_usage("--%s is ambiguous: --%s and others start so (see --help)",
 				  name, o->name);
-	if (best && best_d <= 2 + strlen(name) / 4)
-		die_usage("unknown option --%s: did you mean --%s? (see --help)", name,
-			  best->name);
+	near = option_nearest(name, opts);
+	if (near)
+		die_usage("unknown option --%s: did you mean --%s? (see --help)", name, near);
 	die_usage("unknown option --%s (see --help)", name);
 }
 
