@@ -1510,62 +1510,49 @@ static void kvmmd_sizes_take_units(void)
 	}
 }
 
-/* kvmmd names an option it refuses, and the one a typo most likely meant. */
-static void kvmmd_bad_option_names_it(void)
-{
-	static const struct {
-		const char *arg, *want;
-	} cases[] = {
-		{ "--page-sise", "kvmmd: unknown option --page-sise: did you mean --page-size?\n" },
-		{ "--frobnicate", "kvmmd: unknown option --frobnicate\n" },
-		{ "--pages", "kvmmd: --pages: needs a value\n" },
-		{ "--poll=1", "kvmmd: --poll takes no value\n" },
-		{ "-x", "kvmmd: -x: unknown option\n" },
-	};
-	char out[1024];
-	size_t i;
-
-	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		const char *argv[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock",
-				       cases[i].arg, NULL };
-
-		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
-		CU_ASSERT_PTR_NOT_NULL(strstr(out, cases[i].want));
-		CU_ASSERT_PTR_NOT_NULL(strstr(out, "kvmmd --help"));
-	}
-}
-
 /*
- * A mistyped option of kvmm-engine gets one line naming it, the nearest
- * option and --help; not the whole help.
+ * A refused option gets one line naming it (an unknown one with the
+ * option a typo most likely meant) and a pointer to --help; not the whole
+ * help.  @tool is run with @arg last (and kvmmd with a socket it never
+ * reaches, kvmm-engine with nothing else).
  */
-static void engine_bad_option_names_it(void)
+static void bad_options_are_named(void)
 {
 	static const struct {
-		const char *arg, *want;
+		const char *tool, *arg, *want;
 	} cases[] = {
-		{ "--devce-pages", "unknown option --devce-pages: did you mean --device-pages?" },
-		{ "--plt", "unknown option --plt: did you mean --plot?" },
-		{ "--frobnicate", "unknown option --frobnicate (see --help)" },
-		{ "--requests", "--requests needs a value" },
-		{ "--quiet=1", "--quiet takes no value" },
-		{ "--re", "--re is ambiguous" },
-		{ "-x", "unknown option '-x'" },
+		{ "kvmm-engine", "--devce-pages",
+		  "kvmm-engine: unknown option --devce-pages: did you mean --device-pages?" },
+		{ "kvmm-engine", "--plt", "kvmm-engine: unknown option --plt: did you mean --plot?" },
+		{ "kvmm-engine", "--frobnicate", "kvmm-engine: unknown option --frobnicate (see" },
+		{ "kvmm-engine", "--requests", "kvmm-engine: --requests needs a value" },
+		{ "kvmm-engine", "--quiet=1", "kvmm-engine: --quiet takes no value" },
+		{ "kvmm-engine", "--re", "kvmm-engine: --re is ambiguous" },
+		{ "kvmm-engine", "-x", "kvmm-engine: unknown option '-x'" },
+		{ "kvmmd", "--page-sise", "kvmmd: unknown option --page-sise: did you mean --page-size?" },
+		{ "kvmmd", "--frobnicate", "kvmmd: unknown option --frobnicate\n" },
+		{ "kvmmd", "--pages", "kvmmd: --pages: needs a value" },
+		{ "kvmmd", "--poll=1", "kvmmd: --poll takes no value" },
+		{ "kvmmd", "-x", "kvmmd: -x: unknown option" },
 	};
 	char out[4096];
 	size_t i;
 
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		const char *argv[] = { "kvmm-engine", cases[i].arg, "5", NULL };
+		bool engine = !strcmp(cases[i].tool, "kvmm-engine");
+		const char *argv[] = { cases[i].tool, "--socket", "/nonexistent/kvmmd.sock",
+				       cases[i].arg, NULL };
 
-		if (!strcmp(cases[i].arg, "--requests") || !strcmp(cases[i].arg, "--quiet=1"))
+		if (engine) {
+			argv[1] = cases[i].arg;
 			argv[2] = NULL;
+		}
 		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, cases[i].want));
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--help"));
-		CU_ASSERT_PTR_NULL(strstr(out, "usage:"));	/* not the whole help */
-		CU_ASSERT_PTR_NOT_NULL(strchr(out, '\n'));
-		CU_ASSERT_PTR_NULL(strchr(strchr(out, '\n') + 1, '\n'));	/* one line */
+		CU_ASSERT_PTR_NULL(strstr(out, "usage:"));		/* not the whole help */
+		if (engine)	/* one line */
+			CU_ASSERT(strchr(out, '\n') && !strchr(strchr(out, '\n') + 1, '\n'));
 	}
 }
 
@@ -1578,8 +1565,7 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, parse_numbers_strictly);
 	ADD_TEST(s, parse_bytes_takes_units);
 	ADD_TEST(s, kvmmd_sizes_take_units);
-	ADD_TEST(s, engine_bad_option_names_it);
-	ADD_TEST(s, kvmmd_bad_option_names_it);
+	ADD_TEST(s, bad_options_are_named);
 	ADD_TEST(s, ctl_options_after_the_command);
 	ADD_TEST(s, ctl_stray_argument_is_a_usage_error);
 	ADD_TEST(s, ctl_usage_errors_before_connecting);
