@@ -1023,6 +1023,11 @@ static void ctl_top_labels_its_rates(void)
 	CU_ASSERT(json_is_number(json_object_get(j, "demoted_pages_per_s")));
 	CU_ASSERT(json_is_number(json_object_get(j, "hit_rate")));
 	json_decref(j);
+	json[2] = "check";		/* kvmm_check() of the instance */
+	json[3] = "--socket";
+	json[4] = e.sock;
+	json[5] = NULL;
+	CU_ASSERT_EQUAL(hostile_run(json, out, sizeof(out), RUN_MS), 0);
 	CU_ASSERT(hostile_alive(e.kvmmd));
 	env_fini(&e);
 }
