@@ -39,18 +39,26 @@ LIBDIR		?= $(PREFIX)/lib
 INCLUDEDIR	?= $(PREFIX)/include
 BINDIR		?= $(PREFIX)/bin
 MANDIR		?= $(PREFIX)/share/man
-CC		?= cc
+DOCDIR		?= $(PREFIX)/share/doc/kvmm
 AR		?= ar
 ifeq ($(origin AR),default)
   AR := ar
-endif
-ifeq ($(origin CC),default)
-  CC := gcc
 endif
 
 srctree		:= $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 objtree		:= $(abspath $(O))
 SHARED		?= $(abspath $(srctree)/../shared)
+
+# One compiler per output tree, remembered: CC given on the command line
+# or in the environment is used and recorded in O/toolchain.mk; without
+# one, the recorded one, else cc.  make's built-in default does not count
+# (a sub-make, under -R, has none), so make, make run, make install and
+# pip's make lib all build with the same compiler and never rebuild for
+# a switch between them.
+-include $(objtree)/toolchain.mk
+ifneq ($(filter default undefined,$(origin CC)),)
+  CC := $(or $(KVMM_CC),cc)
+endif
 
 # ---- configuration (generated once per output tree) ----
 autoconf	:= $(objtree)/include/generated/autoconf.h
@@ -144,6 +152,7 @@ $(objtree)/.flags: FORCE
 	@mkdir -p $(@D)
 	@echo '$(CC) $(c_flags) $(ld_flags)' | cmp -s - $@ || \
 		echo '$(CC) $(c_flags) $(ld_flags)' > $@
+	@[ "$(KVMM_CC)" = "$(CC)" ] || echo 'KVMM_CC := $(CC)' > $(objtree)/toolchain.mk
 
 $(objtree)/%.o: $(srctree)/%.c $(objtree)/.flags $(autoconf)
 	@mkdir -p $(@D)
@@ -225,7 +234,7 @@ $(objtree)/tests/kvmm-stress-client: $(objtree)/tests/stress/stress_client.o $(L
 # in their own output tree, so they never mix objects with a release build.
 check:
 	$(Q)$(srctree)/scripts/install-deps.sh
-	$(Q)$(MAKE) -f $(srctree)/Makefile DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-tests
+	$(Q)$(MAKE) -f $(srctree)/Makefile CC='$(CC)' DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-tests
 
 .PHONY: run-tests
 run-tests: $(TESTS) $(PROGS)
@@ -242,7 +251,7 @@ check-engines: all
 # make stress [SAN=thread|address,undefined] [KILLS=N]
 KILLS		?= 120
 stress:
-	$(Q)$(MAKE) -f $(srctree)/Makefile DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-stress
+	$(Q)$(MAKE) -f $(srctree)/Makefile CC='$(CC)' DEBUG=$(CHECK_DEBUG) O=$(objtree)/check SAN=$(SAN) run-stress
 
 .PHONY: stress run-stress
 run-stress: $(STRESS) $(objtree)/bin/kvmmctl
@@ -258,7 +267,7 @@ bench: $(objtree)/bin/kvmm-bench
 # the prefix cache, and its plots.  ENGINE_ARGS adds flags.
 ENGINE_ARGS	?=
 run: deps
-	$(Q)$(MAKE) -f $(srctree)/Makefile O=$(O) DEBUG=$(DEBUG) SAN=$(SAN) all
+	$(Q)$(MAKE) -f $(srctree)/Makefile CC='$(CC)' O=$(O) DEBUG=$(DEBUG) SAN=$(SAN) all
 	$(Q)$(objtree)/bin/kvmm-engine --compare --plot $(objtree)/plots $(ENGINE_ARGS)
 
 demo: all
@@ -292,7 +301,9 @@ $(objtree)/fuzz/%: $(objtree)/fuzz/%.o $(LIB_A)
 
 install: lib tools
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/kvmm \
-		$(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1
+		$(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1 \
+		$(DESTDIR)$(DOCDIR)
+	install -m 644 $(srctree)/LICENSE $(DESTDIR)$(DOCDIR)/
 	install -m 755 $(objtree)/bin/kvmmd $(objtree)/bin/kvmmctl $(objtree)/bin/kvmm-bench \
 		$(objtree)/bin/kvmm-engine $(DESTDIR)$(BINDIR)/
 	install -m 644 $(srctree)/Documentation/man/kvmm-bench.1 \
@@ -319,7 +330,7 @@ uninstall:
 	      $(DESTDIR)$(BINDIR)/kvmm-engine $(DESTDIR)$(MANDIR)/man1/kvmm-engine.1 \
 	      $(DESTDIR)$(MANDIR)/man1/kvmm-bench.1 $(DESTDIR)$(MANDIR)/man8/kvmmd.8 \
 	      $(DESTDIR)$(MANDIR)/man8/kvmmctl.8 \
-	      $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc
+	      $(DESTDIR)$(LIBDIR)/pkgconfig/kvmm.pc $(DESTDIR)$(DOCDIR)/LICENSE
 
 clean:
 	rm -rf $(objtree)
@@ -330,20 +341,23 @@ distclean:
 help:
 	@echo 'Targets:'
 	@echo '  all        library (libkvmm.a, libkvmm.so) and tools: kvmmd, kvmmctl, kvmm-bench, kvmm-engine'
-	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites, then the'
-	@echo '             Python package'"'"'s pytest suites (TESTARGS="-s python": those alone)'
+	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites, the Python'
+	@echo '             package'"'"'s pytest suites (TESTARGS="-s python": those alone) and every'
+	@echo '             example of README.md and Documentation/ (TESTARGS="-s examples")'
 	@echo '  check-engines  vLLM'"'"'s and LMCache'"'"'s own tests against kvmm'"'"'s adapters, and'
 	@echo '             ours of the SGLang one (pinned; venvs in ~/.cache/kvmm; ENGINES="vllm lmcache sglang")'
 	@echo '  bench      run kvmm-bench micro and replay; JSON lines to BENCH_OUT'
 	@echo '  run        install missing packages (as root), build, run kvmm-engine (ENGINE_ARGS)'
 	@echo '  fuzz       libFuzzer harnesses (clang), FUZZ_TIME seconds each'
 	@echo '  stress     clients killed at random while they use rings (KILLS=120)'
-	@echo '  install    library, headers, kvmm.pc, kvmmd, kvmmctl, man pages under DESTDIR/PREFIX'
+	@echo '  install    library, headers, kvmm.pc, kvmmd, kvmmctl, man pages, LICENSE under DESTDIR/PREFIX'
 	@echo '  deps       install missing Debian packages (as root)'
 	@echo '  config     probe features again into O/include/generated/autoconf.h'
 	@echo '  clean      remove the output tree O'
 	@echo 'Variables:'
 	@echo '  V=1        print whole commands'
+	@echo '  CC=...     the compiler (default cc), remembered by the output tree:'
+	@echo '             later makes there use it until another is given'
 	@echo '  O=dir      output tree (default build, build-<san> with SAN)'
 	@echo '  DEBUG=0..3 0 static checks, 1 cheap warnings, 2 asserts,'
 	@echo '             3 invariant walk after every operation'

@@ -1,18 +1,22 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# python/check.sh - make check's runner: the CUnit suites, then the Python
-# package's pytest suites, and one closing line "N passed, N failed" that
-# counts both.
+# python/check.sh - make check's runner: the CUnit suites, the Python
+# package's pytest suites, then every example of README.md and
+# Documentation/*.rst (scripts/check-examples.py); and one closing line
+# "N passed, N failed" that counts all three, the only line of that shape.
 #
 #   check.sh OBJTREE SAN TESTS [TESTARGS...]
 #
-# TESTARGS "-s python" runs only pytest; any other -s SUITE only CUnit.
-# pytest runs in a virtual environment at OBJTREE/pyvenv-HASH, HASH a hash
-# of python/requirements.txt, created on first use (from the package
-# index); the package is reinstalled there when its sources or libkvmm.a
-# changed.  No python3, no venv module, no index to install from, or a
-# sanitizer build (the extension would need the sanitizer's runtime
-# preloaded): pytest is skipped with a line saying why.
+# TESTARGS "-s python" runs only pytest, "-s examples" only the examples;
+# any other -s SUITE only CUnit.  pytest runs in a virtual environment at
+# OBJTREE/pyvenv-HASH, HASH a hash of python/requirements.txt, created on
+# first use (from the package index); the package is reinstalled there
+# when its sources or libkvmm.a changed.  Skipped tests are listed with
+# their reasons.  No python3, no venv module, no index to install from, or
+# a sanitizer build (the extension would need the sanitizer's runtime
+# preloaded): pytest and the examples are skipped with a line saying why.
+# The examples' C programs build against the library as `make install`
+# puts it in a scratch prefix.
 set -uo pipefail
 
 objtree=$1 san=$2 tests=$3
@@ -26,12 +30,17 @@ count() {
 }
 
 run_cunit() {
-	local log=$objtree/cunit.log
+	local log=$objtree/cunit.log t f
 	"$tests" "$@" | tee "$log"
 	rc=${PIPESTATUS[0]}
-	passed=$(count passed "$log") failed=$(count failed "$log")
-	passed=${passed:-0} failed=${failed:-$((rc != 0))}
-	# CUnit's line is not the last one any more: pytest's and ours follow.
+	# kvmm-tests' own line: "cunit: N tests, N failed"
+	t=$(sed -n 's/^cunit: \([0-9]*\) tests, \([0-9]*\) failed$/\1/p' "$log" | tail -1)
+	f=$(sed -n 's/^cunit: \([0-9]*\) tests, \([0-9]*\) failed$/\2/p' "$log" | tail -1)
+	if [ -z "$t" ]; then
+		failed=$((failed + 1))		# it died before its summary
+		return
+	fi
+	passed=$((passed + t - f)) failed=$((failed + f))
 }
 
 # venv_ready VENV - create VENV with python/requirements.txt unless it is there
@@ -54,23 +63,30 @@ pkg_ready() {
 		>"$objtree/pip.log" 2>&1 && touch "$stamp" || { cat "$objtree/pip.log"; return 1; }
 }
 
-run_pytest() {
-	local venv log=$objtree/pytest.log
+# python_env WHAT - set venv to an environment with the package, or say
+# why WHAT is skipped (return 1) or count a failure (return 2)
+python_env() {
 	if [ -n "$san" ]; then
-		echo "python: pytest skipped under SAN=$san"; return
+		echo "python: $1 skipped under SAN=$san"; return 1
 	fi
 	if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-		echo "python: pytest skipped: no python3 with venv"; return
+		echo "python: $1 skipped: no python3 with venv"; return 1
 	fi
 	venv=$objtree/pyvenv-$(sha256sum "$here/requirements.txt" | cut -c1-12)
 	if ! venv_ready "$venv"; then
-		echo "python: pytest skipped: could not install python/requirements.txt"; return
+		echo "python: $1 skipped: could not install python/requirements.txt"; return 1
 	fi
 	if ! pkg_ready "$venv"; then
-		echo "python: the kvmm package failed to build"; failed=$((failed + 1)); return
+		echo "python: the kvmm package failed to build"; failed=$((failed + 1)); return 2
 	fi
+}
+
+run_pytest() {
+	local venv log=$objtree/pytest.log
+	python_env pytest || return
 	echo "python: pytest python/tests"
-	(cd "$here/tests" && KVMM_O=$objtree "$venv/bin/python" -X dev -m pytest -q \
+	# -rs: every skipped test, with its reason, in pytest's summary
+	(cd "$here/tests" && KVMM_O=$objtree "$venv/bin/python" -X dev -m pytest -q -rs \
 		-p no:cacheprovider .) |
 		tee "$log"
 	# pytest's status before anything else runs: a conftest that does not
@@ -84,10 +100,38 @@ run_pytest() {
 	fi
 }
 
+# run_examples - install into a scratch prefix, run every documented example
+run_examples() {
+	local venv prefix log=$objtree/examples.log erc n f
+	python_env examples || return
+	prefix=$(mktemp -d) || { failed=$((failed + 1)); return; }
+	echo "examples: README.md and Documentation/*.rst, kvmm installed in $prefix"
+	if ! make -s -f "$here/../Makefile" O="$objtree" PREFIX="$prefix" DESTDIR= install \
+			>"$objtree/install.log" 2>&1; then
+		cat "$objtree/install.log"; rm -rf "$prefix"; failed=$((failed + 1)); return
+	fi
+	if [ ! -f "$prefix/share/doc/kvmm/LICENSE" ]; then
+		echo "examples: make install did not install LICENSE"; failed=$((failed + 1))
+	fi
+	"$venv/bin/python" "$here/../scripts/check-examples.py" --prefix "$prefix" \
+		--build "$objtree" --python "$venv/bin/python" | tee "$log"
+	erc=${PIPESTATUS[0]}
+	rm -rf "$prefix"
+	n=$(sed -n 's/^examples: \([0-9]*\) run.*/\1/p' "$log")
+	f=$(sed -n 's/^examples: [0-9]* run ([^)]*), \([0-9]*\) failed, \([0-9]*\) unmarked.*/\1 \2/p' "$log")
+	if [ -z "$n" ]; then
+		failed=$((failed + 1)); return
+	fi
+	set -- $f
+	passed=$((passed + n - $1)) failed=$((failed + $1 + $2))
+	[ "$erc" = 0 ] || [ $(($1 + $2)) != 0 ] || failed=$((failed + 1))
+}
+
 case " $* " in
 *" -s python "*)	run_pytest ;;
+*" -s examples "*)	run_examples ;;
 *" -s "*)		run_cunit "$@" ;;
-*)			run_cunit "$@"; run_pytest ;;
+*)			run_cunit "$@"; run_pytest; run_examples ;;
 esac
 echo
 echo "$passed passed, $failed failed"

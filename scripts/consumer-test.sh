@@ -10,24 +10,16 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 make -s -C "$src" install DESTDIR="$tmp/root" PREFIX=/usr >/dev/null
-# The README's first C block, wrapped in main().
-awk '/^```c$/ {on = 1; next} /^```$/ && on {exit} on' "$src/README.md" |
-	grep -v '^#include <libkvmm.h>' > "$tmp/body.c"
-{
-	echo '#include <libkvmm.h>'
-	echo '#include <stdio.h>'
-	echo 'int main(void) {'
-	echo 'uint32_t prompt[64] = { 0 }, tokens[128] = { 0 }, n = 64, out = 20;'
-	cat "$tmp/body.c"
-	printf '%s\n' 'printf("%d\n", ret); return 0; }'
-} > "$tmp/example.c"
+# The README's first C block: a whole program (make check also runs it).
+awk '/^```c$/ {on = 1; next} /^```$/ && on {exit} on' "$src/README.md" > "$tmp/example.c"
 export PKG_CONFIG_SYSROOT_DIR="$tmp/root" PKG_CONFIG_LIBDIR="$tmp/root/usr/lib/pkgconfig"
 flags=$(pkg-config --cflags --libs kvmm)
 case "$flags" in *"$tmp/root/usr/include"*) ;; *) echo "kvmm.pc: wrong prefix: $flags" >&2; exit 1;; esac
-cc -std=c99 -Wall -Wextra -Werror "$tmp/example.c" -o "$tmp/ex-shared" $flags
-cc -std=c99 -Wall -Wextra -Werror "$tmp/example.c" -o "$tmp/ex-static" \
+cc -std=c11 -Wall -Wextra -Werror "$tmp/example.c" -o "$tmp/ex-shared" $flags
+cc -std=c11 -Wall -Wextra -Werror "$tmp/example.c" -o "$tmp/ex-static" \
 	$(pkg-config --cflags kvmm) "$tmp/root/usr/lib/libkvmm.a" \
 	$(pkg-config --static --libs-only-l kvmm | sed "s/-lkvmm//")
+"$tmp/ex-static" >/dev/null
 c++ -x c++ -Wall -Werror -fsyntax-only $(pkg-config --cflags kvmm) - <<'CXX'
 #include <libkvmm.h>
 #include <libkvmm-ring.h>

@@ -114,7 +114,7 @@ sanitize() {
 	timeout "$t" "$sanitizer" --tool "$1" --error-exitcode 3 --print-limit 20 \
 		"$objtree/tests/kvmm-tests" -s kvmm_contract_cuda >"$OUT/$1.log" 2>&1
 	local rc=$?
-	grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, [0-9]+ failed|Invalid|Race' "$OUT/$1.log" | tail -8
+	grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^cunit: [0-9]+ tests, [0-9]+ failed|Invalid|Race' "$OUT/$1.log" | tail -8
 	return $rc
 }
 

@@ -972,6 +972,66 @@ static void commit_prompt(const char *sock, uint32_t ns, uint32_t n)
 	kvmm_ring_exit(&ring);
 }
 
+/* MATCH @n tokens @first, @first + 1, ... on @sock; return the tokens hit. */
+static int match_prompt(const char *sock, uint32_t first, uint32_t n)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 1 << 16 };
+	struct kvmm_ring ring;
+	uint32_t *tok, seq, i;
+	int hit;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	tok = ring.buf;
+	for (i = 0; i < n; i++)
+		tok[i] = first + i;
+	kvmm_prep_open(TEST_SQE(&ring), 0);
+	seq = (uint32_t)test_ring1(&ring, NULL);
+	kvmm_prep_match(TEST_SQE(&ring), seq, 0, 0, n);
+	hit = test_ring1(&ring, NULL);
+	kvmm_ring_exit(&ring);
+	return hit;
+}
+
+/*
+ * kvmmctl top says which hit rate is which: this interval's ("-" when it
+ * matched nothing, not a rate of 0) beside the one since the start; and
+ * device pages dropped beside those demoted to the host tier.
+ */
+static void ctl_top_labels_its_rates(void)
+{
+	const char *argv[] = { "kvmmctl", "top", "--count", "1", "--interval", "0.01",
+			       "--socket", NULL, NULL };
+	const char *json[] = { "kvmmctl", "--json", "top", "--count", "1", "--interval", "0.01",
+			       "--socket", NULL, NULL };
+	char out[4096];
+	struct env e;
+	json_t *j;
+
+	env_init(&e);
+	argv[7] = json[8] = e.sock;
+	e.kvmmd = start_events_kvmmd(e.sock);
+	commit_prompt(e.sock, 0, 12);
+	CU_ASSERT_EQUAL(match_prompt(e.sock, 100, 12), 12);	/* all of it */
+	CU_ASSERT_EQUAL(match_prompt(e.sock, 500, 12), 0);	/* none: 12 of 24 in all */
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, " hit/int  hit/all     drop/s   demote/s "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "       -   0.5000 "));
+	CU_ASSERT_EQUAL(hostile_run(json, out, sizeof(out), RUN_MS), 0);
+	j = json_loads(out, 0, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(j, "hit_rate_total")), 0.5, 1e-9);
+	CU_ASSERT(json_is_number(json_object_get(j, "demoted_pages_per_s")));
+	CU_ASSERT(json_is_number(json_object_get(j, "hit_rate")));
+	json_decref(j);
+	json[2] = "check";		/* kvmm_check() of the instance */
+	json[3] = "--socket";
+	json[4] = e.sock;
+	json[5] = NULL;
+	CU_ASSERT_EQUAL(hostile_run(json, out, sizeof(out), RUN_MS), 0);
+	CU_ASSERT(hostile_alive(e.kvmmd));
+	env_fini(&e);
+}
+
 /* kvmm-route sends a prompt to the instance with the longest cached prefix. */
 static void route_picks_the_longest_cached_prefix(void)
 {
@@ -1056,6 +1116,111 @@ static void engine_json_stdout_is_only_json(void)
 	CU_ASSERT_PTR_NULL(strstr(out, "kvmm-engine:"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"results\""));
 	CU_ASSERT_EQUAL(out[strlen(out) - 2], '}');
+}
+
+/* The number after @label on its summary row of @out, or -1. */
+static long long summary_row(const char *out, const char *label)
+{
+	const char *p = strstr(out, label);
+
+	return p ? strtoll(p + strlen(label), NULL, 10) : -1;
+}
+
+/*
+ * kvmm-engine's tiered summary puts each breakdown under what it breaks
+ * down (tokens promoted from each tier under the tokens served from cache,
+ * never under a tier's demotions), and says why the tokens saved differ
+ * from those served from cache when they do.
+ */
+static void engine_tier_summary_reads_in_order(void)
+{
+	struct env e;
+	char nvme[128];
+	const char *argv[] = { "kvmm-engine", "--requests", "200", "--device-pages", "512",
+			       "--host-pages", "512", "--nvme-file", nvme, "--nvme-pages", "2048",
+			       NULL };
+	static char out[1 << 14];
+	const char *cached, *host, *nvm, *hrate, *dem_host, *dem_nvme;
+	long long served, saved;
+
+	env_init(&e);
+	snprintf(nvme, sizeof(nvme), "%s/nvme", e.dir);
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS * 3), 0);
+	cached = strstr(out, "tokens served from cache");
+	host = strstr(out, "of those, promoted from host");
+	nvm = strstr(out, "of those, promoted from NVMe");
+	hrate = strstr(out, "host tier hit rate");
+	dem_host = strstr(out, "pages demoted to host");
+	dem_nvme = strstr(out, "pages demoted to NVMe");
+	CU_ASSERT_FATAL(cached && host && nvm && hrate && dem_host && dem_nvme);
+	CU_ASSERT(cached < host && host < nvm && nvm < hrate && hrate < dem_host &&
+		  dem_host < dem_nvme);
+	served = summary_row(out, "tokens served from cache");
+	saved = summary_row(out, "prefill tokens saved");
+	CU_ASSERT(served > 0 && saved >= served);
+	CU_ASSERT_EQUAL(strstr(out, "prefill tokens saved count every admission") != NULL,
+			saved != served);
+	env_fini(&e);
+}
+
+/* @dir/@name's text in @buf (NUL-terminated, cut to @len - 1 bytes); 0 or -1. */
+static int read_text(const char *dir, const char *name, char *buf, size_t len)
+{
+	char path[256];
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	n = fread(buf, 1, len - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return 0;
+}
+
+/*
+ * --plot: each title names the run and its page size; the requests' own
+ * pages get a line on an axis of their own; the sweep says why it may fall.
+ */
+static void engine_plots_name_their_run(void)
+{
+	struct env e;
+	char dir[128];
+	const char *argv[] = { "kvmm-engine", "--requests", "60", "--page-size", "8", "--plot", dir,
+			       "--quiet", NULL };
+	static char text[1 << 20];
+
+	if (system("command -v gnuplot >/dev/null 2>&1")) {
+		fprintf(stderr, "engine_plots_name_their_run: skipped, no gnuplot\n");
+		return;
+	}
+	env_init(&e);
+	snprintf(dir, sizeof(dir), "%s/plots", e.dir);
+	CU_ASSERT_EQUAL_FATAL(hostile_run(argv, NULL, 0, RUN_MS * 3), 0);
+	CU_ASSERT_EQUAL_FATAL(read_text(dir, "plots.gp", text, sizeof(text)), 0);
+	/* four titles, each with the run's name and pool on its second line */
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "(cumulative)\\ngenerated (seed "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "by state\\ngenerated (seed "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "; pool 8192 pages of 8 tokens\"\nset ylabel 'pages'"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "axes x1y2 with lines"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "need not rise with the pool"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "pool pages (this run: 8192)"));
+	CU_ASSERT_EQUAL_FATAL(read_text(dir, "pages.svg", text, sizeof(text)), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "owned (right axis)"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "pool 8192 pages of 8 tokens"));
+	{
+		const char *rm[] = { "rm", "-rf", dir, NULL };
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			execvp(rm[0], (char *const *)rm);
+			_exit(127);
+		}
+		hostile_reap(pid, RUN_MS);
+	}
+	env_fini(&e);
 }
 
 /* ---- tools/lib/json.c: the tools' --json lines ---- */
@@ -1271,6 +1436,131 @@ static void parse_numbers_strictly(void)
 	CU_ASSERT_STRING_EQUAL(errno_str(1620730221), "error 1620730221 (not an errno value)");
 }
 
+/* Byte counts take K, M, G and T (powers of 1024), with iB or B or bare. */
+static void parse_bytes_takes_units(void)
+{
+	static const struct {
+		const char *s;
+		uint64_t v;
+	} good[] = {
+		{ "0", 0 }, { "4096", 4096 }, { "0x10", 16 }, { "1K", 1024 }, { "1k", 1024 },
+		{ "2KiB", 2048 }, { "3MB", 3ull << 20 }, { "1G", 1ull << 30 },
+		{ "1GiB", 1ull << 30 }, { "16T", 16ull << 40 }, { "0x10G", 16ull << 30 },
+	};
+	static const struct {
+		const char *s;
+		int err;
+	} bad[] = {
+		{ "", -EINVAL }, { "G", -EINVAL }, { "1Q", -EINVAL }, { "1GG", -EINVAL },
+		{ "1Gi", -EINVAL }, { "1G1", -EINVAL }, { " 1G", -EINVAL }, { "-1K", -EINVAL },
+		{ "1.5G", -EINVAL }, { "16777216T", -ERANGE }, { "2G", -ERANGE },
+	};
+	uint64_t v;
+	size_t i;
+
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		v = 7;
+		CU_ASSERT_EQUAL(parse_bytes(good[i].s, UINT64_MAX, &v), 0);
+		CU_ASSERT_EQUAL(v, good[i].v);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		v = 7;
+		/* "2G" against a field of at most 1 GiB */
+		CU_ASSERT_EQUAL(parse_bytes(bad[i].s, 1ull << 30, &v), bad[i].err);
+		CU_ASSERT_EQUAL(v, 7);
+	}
+}
+
+/*
+ * kvmmd's byte options take units, on the command line and in a config
+ * file: with the options read, it gets as far as the socket (exit 1, not
+ * the usage error 2).
+ */
+static void kvmmd_sizes_take_units(void)
+{
+	const char *argv[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock", "--mem-avail",
+			       "64M", "--mem-total", "64MiB", "--events", "64K", NULL };
+	char out[1024], cfg[4096];
+	struct env e;
+
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "cannot serve"));
+	/* the units count: 64 MiB free of 1 GiB is below what SGLang's formula keeps back */
+	argv[6] = "1G";
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "the memory budget holds no page"));
+	env_init(&e);
+	write_cfg(&e, "mem-avail 64MiB\nmem-total 64M\n", cfg, sizeof(cfg));
+	{
+		const char *a[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock", "--config",
+				    cfg, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), RUN_MS), 1);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "cannot serve"));
+	}
+	env_fini(&e);
+	{
+		const char *a[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock", "--events",
+				    "2G", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--events: '2G' is out of range"));
+	}
+	{
+		const char *a[] = { "kvmmd", "--socket", "/nonexistent/kvmmd.sock", "--mem-avail",
+				    "1Q", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--mem-avail: '1Q' is not a size"));
+	}
+}
+
+/*
+ * A refused option gets one line naming it (an unknown one with the
+ * option a typo most likely meant) and a pointer to --help; not the whole
+ * help.  @tool is run with @arg last (and kvmmd with a socket it never
+ * reaches, kvmm-engine with nothing else).
+ */
+static void bad_options_are_named(void)
+{
+	static const struct {
+		const char *tool, *arg, *want;
+	} cases[] = {
+		{ "kvmm-engine", "--devce-pages",
+		  "kvmm-engine: unknown option --devce-pages: did you mean --device-pages?" },
+		{ "kvmm-engine", "--plt", "kvmm-engine: unknown option --plt: did you mean --plot?" },
+		{ "kvmm-engine", "--frobnicate", "kvmm-engine: unknown option --frobnicate (see" },
+		{ "kvmm-engine", "--requests", "kvmm-engine: --requests needs a value" },
+		{ "kvmm-engine", "--quiet=1", "kvmm-engine: --quiet takes no value" },
+		{ "kvmm-engine", "--re", "kvmm-engine: --re is ambiguous" },
+		{ "kvmm-engine", "-x", "kvmm-engine: unknown option '-x'" },
+		{ "kvmmd", "--page-sise", "kvmmd: unknown option --page-sise: did you mean --page-size?" },
+		{ "kvmmd", "--frobnicate", "kvmmd: unknown option --frobnicate\n" },
+		{ "kvmmd", "--pages", "kvmmd: --pages: needs a value" },
+		{ "kvmmd", "--poll=1", "kvmmd: --poll takes no value" },
+		{ "kvmmd", "-x", "kvmmd: -x: unknown option" },
+	};
+	char out[4096];
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		bool engine = !strcmp(cases[i].tool, "kvmm-engine");
+		const char *argv[] = { cases[i].tool, "--socket", "/nonexistent/kvmmd.sock",
+				       cases[i].arg, NULL };
+
+		if (engine) {
+			argv[1] = cases[i].arg;
+			argv[2] = NULL;
+		}
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, cases[i].want));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--help"));
+		CU_ASSERT_PTR_NULL(strstr(out, "usage:"));		/* not the whole help */
+		if (engine)	/* one line */
+			CU_ASSERT(strchr(out, '\n') && !strchr(strchr(out, '\n') + 1, '\n'));
+	}
+}
+
 int register_hostile_tools_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_hostile_tools", NULL, NULL);
@@ -1278,6 +1568,9 @@ int register_hostile_tools_suite(void)
 	if (!s)
 		return -1;
 	ADD_TEST(s, parse_numbers_strictly);
+	ADD_TEST(s, parse_bytes_takes_units);
+	ADD_TEST(s, kvmmd_sizes_take_units);
+	ADD_TEST(s, bad_options_are_named);
 	ADD_TEST(s, ctl_options_after_the_command);
 	ADD_TEST(s, ctl_stray_argument_is_a_usage_error);
 	ADD_TEST(s, ctl_usage_errors_before_connecting);
@@ -1285,6 +1578,7 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, ctl_garbage_welcome_is_a_protocol_error);
 	ADD_TEST(s, ctl_errnos_print_by_name);
 	ADD_TEST(s, ctl_top_exits_3_when_kvmmd_dies);
+	ADD_TEST(s, ctl_top_labels_its_rates);
 	ADD_TEST(s, ctl_shows_keyed_spaces);
 	ADD_TEST(s, ctl_shows_cache_events);
 	ADD_TEST(s, route_picks_the_longest_cached_prefix);
@@ -1298,6 +1592,8 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, kvmmd_server_limits_are_options);
 	ADD_TEST(s, pool_attach_has_a_deadline);
 	ADD_TEST(s, engine_json_stdout_is_only_json);
+	ADD_TEST(s, engine_tier_summary_reads_in_order);
+	ADD_TEST(s, engine_plots_name_their_run);
 	ADD_TEST(s, json_figures_print_as_printf_rounds_them);
 	ADD_TEST(s, bench_json_escapes_what_it_prints);
 #if CONFIG_KVMM_CUDA_H

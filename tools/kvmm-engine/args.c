@@ -33,7 +33,7 @@ static void usage(FILE *f)
 "\n"
 "Memory and cache:\n"
 "  --device-pages N        KV pool pages (8192)\n"
-"  --device-mem SIZE       KV pool bytes instead (K, M, G suffixes)\n"
+"  --device-mem SIZE       KV pool bytes instead (K, M, G, T suffixes)\n"
 "  --page-size N           tokens per page (16)\n"
 "  --evict NAME            eviction policy: lru, slru (lru)\n"
 "  --no-cache              prefix caching off: nothing matched, nothing kept\n"
@@ -244,7 +244,8 @@ void cli_parse(int argc, char **argv, struct cli *c)
 	int opt;
 	uint32_t k;
 
-	while ((opt = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
+	opterr = 0;		/* die_bad_option() says what was wrong, in one line */
+	while ((opt = getopt_long(argc, argv, ":", lopts, NULL)) != -1) {
 		switch (opt) {
 		case O_REQUESTS: c->gen.requests = parse_u32("--requests", optarg, 1); break;
 		case O_SESSION_RATE: c->gen.rate = parse_pos("--session-rate", optarg); break;
@@ -331,7 +332,7 @@ void cli_parse(int argc, char **argv, struct cli *c)
 					  optarg);
 			break;
 		case O_HELP: usage(stdout); exit(0);
-		default: usage(stderr); exit(2);
+		default: die_bad_option(lopts, argv[optind - 1], opt);
 		}
 	}
 	if (optind < argc)

@@ -42,7 +42,7 @@ void report_summary(FILE *out, const struct cli *c, const char *input,
 		    const struct eng_report *r, const struct eng_report *nc);
 int report_json(const struct cli *c, const char *input, const struct eng_report *r,
 		const struct eng_report *nc);
-int report_plots(const struct cli *c, const struct workload *wl,
+int report_plots(const struct cli *c, const char *input, const struct workload *wl,
 		 const struct eng_report *r, const struct eng_report *nc);
 
 #endif

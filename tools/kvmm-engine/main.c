@@ -83,7 +83,7 @@ int main(int argc, char **argv)
 	if (c.json)
 		ret = report_json(&c, desc, &r, c.compare ? &nc : NULL);
 	if (!ret && c.plot) {
-		ret = report_plots(&c, &wl, &r, c.compare ? &nc : NULL);
+		ret = report_plots(&c, desc, &wl, &r, c.compare ? &nc : NULL);
 		if (!ret && !c.quiet)
 			fprintf(out, "  plots: %s/{hit_rate,pages,ttft,sweep}.svg\n", c.plot);
 	}

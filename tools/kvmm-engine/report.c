@@ -49,19 +49,41 @@ static void row_f(const char *label, const char *fmt, double a, double b, const 
 	fputc('\n', sum_out);
 }
 
-/* A lower tier's rows: tokens promoted from it and pages demoted to it. */
-static void tier_rows(const char *tier, uint64_t tokens, uint64_t demoted, uint64_t nc_tokens,
-		      uint64_t nc_demoted, const struct eng_report *r,
+/*
+ * The lower tiers' rows, each group under what it breaks down: the
+ * tokens served from cache that were promoted from each tier, each
+ * tier's share of the prompt tokens, then the pages demoted to each.
+ */
+static void tier_rows(const struct eng_opts *o, const struct eng_report *r,
 		      const struct eng_report *nc)
 {
+	static const char *const name[2] = { "host", "NVMe" };
+	uint64_t tok[2] = { r->host_tokens, r->nvme_tokens };
+	uint64_t nc_tok[2] = { nc ? nc->host_tokens : 0, nc ? nc->nvme_tokens : 0 };
+	uint64_t dem[2] = { r->host_demoted, r->nvme_demoted };
+	uint64_t nc_dem[2] = { nc ? nc->host_demoted : 0, nc ? nc->nvme_demoted : 0 };
+	bool on[2] = { o->host_pages != 0, o->nvme_pages != 0 };
 	char label[64];
+	int t;
 
-	snprintf(label, sizeof(label), "  of those, promoted from %s", tier);
-	row_u(label, tokens, nc_tokens, nc);
-	snprintf(label, sizeof(label), "  %s tier hit rate", tier);
-	row_f(label, "%14.4f", tier_rate(r, tokens), nc ? tier_rate(nc, nc_tokens) : 0, nc);
-	snprintf(label, sizeof(label), "pages demoted to %s", tier);
-	row_u(label, demoted, nc_demoted, nc);
+	for (t = 0; t < 2; t++) {
+		if (!on[t])
+			continue;
+		snprintf(label, sizeof(label), "  of those, promoted from %s", name[t]);
+		row_u(label, tok[t], nc_tok[t], nc);
+	}
+	for (t = 0; t < 2; t++) {
+		if (!on[t])
+			continue;
+		snprintf(label, sizeof(label), "%s tier hit rate", name[t]);
+		row_f(label, "%14.4f", tier_rate(r, tok[t]), nc ? tier_rate(nc, nc_tok[t]) : 0, nc);
+	}
+	for (t = 0; t < 2; t++) {
+		if (!on[t])
+			continue;
+		snprintf(label, sizeof(label), "pages demoted to %s", name[t]);
+		row_u(label, dem[t], nc_dem[t], nc);
+	}
 }
 
 /**
@@ -94,12 +116,7 @@ void report_summary(FILE *out, const struct cli *c, const char *input,
 	row_u("prompt tokens", r->prompt_tokens, nc ? nc->prompt_tokens : 0, nc);
 	row_u("tokens served from cache", r->cached_tokens, nc ? nc->cached_tokens : 0, nc);
 	row_f("hit rate", "%14.4f", hit_rate(r), nc ? hit_rate(nc) : 0, nc);
-	if (o->host_pages)
-		tier_rows("host", r->host_tokens, r->host_demoted, nc ? nc->host_tokens : 0,
-			  nc ? nc->host_demoted : 0, r, nc);
-	if (o->nvme_pages)
-		tier_rows("NVMe", r->nvme_tokens, r->nvme_demoted, nc ? nc->nvme_tokens : 0,
-			  nc ? nc->nvme_demoted : 0, r, nc);
+	tier_rows(o, r, nc);
 	if (o->remote) {
 		row_u("tokens from the remote tier", r->remote_tokens, 0, nc);
 		row_f("  remote hit rate", "%14.4f", tier_rate(r, r->remote_tokens), 0, nc);
@@ -143,6 +160,10 @@ void report_summary(FILE *out, const struct cli *c, const char *input,
 	row_f("wall time (s)", "%14.2f", r->wall_secs, nc ? nc->wall_secs : 0, nc);
 	fprintf(sum_out, "  kvmm_check at the end: %s\n", r->check_ok && (!nc || nc->check_ok) ?
 	       "ok, every page free or cached" : "FAILED");
+	if (r->saved_tokens != r->cached_tokens)
+		fprintf(sum_out, "  (tokens served from cache count each request's first admission;\n"
+			"   prefill tokens saved count every admission, so a request retracted\n"
+			"   and admitted again saves its own committed tokens once more)\n");
 }
 
 /* ---- --json ---- */
@@ -271,27 +292,42 @@ static FILE *plot_file(const char *dir, const char *name)
 	return f;
 }
 
+/*
+ * The gnuplot script.  Each title's second line names the run (its input
+ * and pool) as %1$s.  The requests' own pages are a few percent of the
+ * pool, too thin a band to see under the cache: they are a line on the
+ * right-hand axis instead.  The sweep reruns the traffic at each pool
+ * size, and a larger pool admits more requests at once, which then find
+ * less of each other's prompts cached: its curve need not rise, and says
+ * so.
+ */
 static const char gnuplot_script[] =
 "set terminal svg size 800,480 dynamic font 'sans,12' background '#ffffff'\n"
 "set grid lc rgb '#dddddd'\n"
 "set key outside right top\n"
 "set datafile separator ' '\n"
 "set output 'hit_rate.svg'\n"
-"set title 'Prompt tokens served from the prefix cache (cumulative)'\n"
+"set title \"Prompt tokens served from the prefix cache (cumulative)\\n%1$s\"\n"
 "set xlabel 'simulated time (s)'\n"
 "set ylabel 'hit rate'\n"
 "set yrange [0:1]\n"
 "plot 'series.dat' using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'hit rate'\n"
 "set output 'pages.svg'\n"
-"set title 'KV pool pages by state'\n"
+"set title \"KV pool pages by state\\n%1$s\"\n"
 "set ylabel 'pages'\n"
 "set yrange [0:*]\n"
+"set y2label 'pages owned by requests'\n"
+"set y2range [0:*]\n"
+"set y2tics\n"
 "plot 'series.dat' using 1:($4+$5+$6+$3) with filledcurves x1 lc rgb '#cfe8cf' title 'free', \\\n"
 "     '' using 1:($4+$5+$6) with filledcurves x1 lc rgb '#9ecae1' title 'cached, evictable', \\\n"
 "     '' using 1:($4+$5) with filledcurves x1 lc rgb '#3182bd' title 'cached, protected', \\\n"
-"     '' using 1:4 with filledcurves x1 lc rgb '#e6550d' title 'owned by requests'\n"
+"     '' using 1:4 with filledcurves x1 lc rgb '#e6550d' title 'owned by requests', \\\n"
+"     '' using 1:4 axes x1y2 with lines lw 2 lc rgb '#a63603' title 'owned (right axis)'\n"
+"unset y2tics\n"
+"unset y2label\n"
 "set output 'ttft.svg'\n"
-"set title 'Time to first token (estimated): share of requests at or below'\n"
+"set title \"Time to first token (estimated): share of requests at or below\\n%1$s\"\n"
 "set xlabel 'TTFT (s)'\n"
 "set ylabel 'share of requests'\n"
 "set yrange [0:1]\n"
@@ -300,12 +336,28 @@ static const char gnuplot_script[] =
 "     'ttft_nocache.dat' using 1:2 with steps lw 2 lc rgb '#d62728' title 'no cache'\n"
 "unset logscale x\n"
 "set output 'sweep.svg'\n"
-"set title 'Hit rate against KV pool size'\n"
-"set xlabel 'pool pages'\n"
+"set title \"Hit rate against KV pool size: the same traffic rerun at each size\\n%1$s\"\n"
+"set xlabel 'pool pages (this run: %2$u)'\n"
 "set ylabel 'hit rate'\n"
 "set logscale x 2\n"
 "set yrange [0:1]\n"
+"set label 1 \"A larger pool runs more requests at once, and they find less of each other's"
+" prompts cached:\\nthe hit rate need not rise with the pool.\" at graph 0.02, graph 0.1"
+" font 'sans,10'\n"
 "plot 'sweep.dat' using 1:2 with linespoints lw 2 pt 7 lc rgb '#1f77b4' title 'hit rate'\n";
+
+/* The run, for the plots' titles: its input and pool, no quote or backslash. */
+static void plot_run_name(const struct cli *c, const char *input, char *buf, size_t len)
+{
+	char *p;
+
+	/* the input's name, not its counts: "generated (seed ...)", a file */
+	snprintf(buf, len, "%.*s; pool %u pages of %u tokens%s", (int)strcspn(input, ":"), input,
+		 c->o.device_pages, c->o.page_size, c->o.host_pages ? ", with lower tiers" : "");
+	for (p = buf; *p; p++)
+		if (*p == '"' || *p == '\\' || *p == '\'' || *p == '\n')
+			*p = ' ';
+}
 
 static int write_cdf(const char *dir, const char *name, const struct eng_report *r)
 {
@@ -324,18 +376,19 @@ static int write_cdf(const char *dir, const char *name, const struct eng_report 
  * report_plots() - write --plot: the data files, the sweep (the same
  *	traffic at 1/8 to 4 times the pool), and gnuplot over them
  * @c: the options; @c->plot is the directory
+ * @input: what the traffic was, one line (the plots' titles name it)
  * @wl: the traffic, run again for the sweep
  * @r: the run
  * @nc: the --compare run without the cache, or NULL to run one here
  *
  * Return: 0 or a negative errno.
  */
-int report_plots(const struct cli *c, const struct workload *wl,
+int report_plots(const struct cli *c, const char *input, const struct workload *wl,
 		 const struct eng_report *r, const struct eng_report *nc)
 {
 	static const double scale[] = { 0.125, 0.25, 0.5, 1, 2, 4 };
 	struct eng_report nc_own;
-	char cmd[4200];
+	char cmd[4200], name[512];
 	FILE *f;
 	uint32_t k;
 	int ret;
@@ -404,7 +457,8 @@ int report_plots(const struct cli *c, const struct workload *wl,
 	f = plot_file(c->plot, "plots.gp");
 	if (!f)
 		return -errno;
-	fputs(gnuplot_script, f);
+	plot_run_name(c, input, name, sizeof(name));
+	fprintf(f, gnuplot_script, name, c->o.device_pages);
 	if (fclose(f))
 		return -errno;
 	snprintf(cmd, sizeof(cmd), "cd '%s' && gnuplot plots.gp", c->plot);

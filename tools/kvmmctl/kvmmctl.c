@@ -334,12 +334,20 @@ static const struct {
 /* top --json: one object a line, the time, the page columns, then the rates. */
 /* The remote tier's pages read and written per second (top's last columns). */
 struct top_rates {
-	double evict_s;
+	double hit;		/* over the interval; -1 when nothing was matched */
+	double hit_all;		/* since the instance started; -1 likewise */
+	double evict_s;		/* device pages dropped (no lower tier kept them) */
+	double demote_s;	/* device pages moved to the host tier */
 	double remote_in_s;
 	double remote_out_s;
 };
 
-static void top_json(const uint64_t *cur, double t1, double hit, const struct top_rates *r)
+static double ratio_or_none(uint64_t part, uint64_t whole)
+{
+	return whole ? (double)part / (double)whole : -1.0;
+}
+
+static void top_json(const uint64_t *cur, double t1, const struct top_rates *r)
 {
 	json_t *j = json_pack("{s:o}", "t", tool_json_fixed(t1, 3));
 	size_t i;
@@ -348,8 +356,11 @@ static void top_json(const uint64_t *cur, double t1, double hit, const struct to
 		json_object_set_new(j, kvmm_stat_name(top_cols[i].item),
 				    tool_json_u64(cur[top_cols[i].item]));
 	if (j) {
-		json_object_set_new(j, "hit_rate", tool_json_fixed(hit, 4));
+		json_object_set_new(j, "hit_rate", tool_json_fixed(r->hit < 0 ? 0 : r->hit, 4));
+		json_object_set_new(j, "hit_rate_total",
+				    tool_json_fixed(r->hit_all < 0 ? 0 : r->hit_all, 4));
 		json_object_set_new(j, "evicted_pages_per_s", tool_json_fixed(r->evict_s, 1));
+		json_object_set_new(j, "demoted_pages_per_s", tool_json_fixed(r->demote_s, 1));
 		json_object_set_new(j, "remote_get_pages_per_s", tool_json_fixed(r->remote_in_s, 1));
 		json_object_set_new(j, "remote_put_pages_per_s", tool_json_fixed(r->remote_out_s, 1));
 		json_object_set_new(j, "seqs_open", tool_json_u64(cur[KVMM_STAT_SEQS_OPEN]));
@@ -363,9 +374,12 @@ static void top_line(const struct ctl *c, const uint64_t *cur, const uint64_t *p
 	uint64_t dm = cur[KVMM_STAT_MATCH_TOKENS] - prev[KVMM_STAT_MATCH_TOKENS];
 	uint64_t dh = cur[KVMM_STAT_HIT_TOKENS] - prev[KVMM_STAT_HIT_TOKENS];
 	uint64_t de = cur[KVMM_STAT_EVICT_PAGES] - prev[KVMM_STAT_EVICT_PAGES];
-	double hit = dm ? (double)dh / (double)dm : 0.0;
+	uint64_t dd = cur[KVMM_STAT_HOST_DEMOTE_PAGES] - prev[KVMM_STAT_HOST_DEMOTE_PAGES];
 	struct top_rates r = {
+		.hit = ratio_or_none(dh, dm),
+		.hit_all = ratio_or_none(cur[KVMM_STAT_HIT_TOKENS], cur[KVMM_STAT_MATCH_TOKENS]),
 		.evict_s = (double)de / dt,
+		.demote_s = (double)dd / dt,
 		.remote_in_s = (double)(cur[KVMM_STAT_REMOTE_GET_HITS] -
 					prev[KVMM_STAT_REMOTE_GET_HITS]) / dt,
 		.remote_out_s = (double)(cur[KVMM_STAT_REMOTE_PUT_PAGES] -
@@ -373,20 +387,31 @@ static void top_line(const struct ctl *c, const uint64_t *cur, const uint64_t *p
 	};
 	size_t i;
 
+	char hit[16], hit_all[16];
+
 	if (c->json) {
-		top_json(cur, t1, hit, &r);
+		top_json(cur, t1, &r);
 		fflush(stdout);
 		return;
 	}
+	/*
+	 * hit/int: this interval's (no MATCH in it: "-", not a rate of 0);
+	 * hit/all: since the instance started.  drop/s are device pages
+	 * evicted with no copy kept; demote/s those moved to the host tier.
+	 */
 	if (head) {
 		for (i = 0; i < ARRAY_LEN(top_cols); i++)
 			printf("%10s ", top_cols[i].head);
-		printf("%8s %10s %6s %10s %10s\n", "hit", "evict/s", "seqs", "rget/s", "rput/s");
+		printf("%8s %8s %10s %10s %6s %10s %10s\n", "hit/int", "hit/all", "drop/s",
+		       "demote/s", "seqs", "rget/s", "rput/s");
 	}
 	for (i = 0; i < ARRAY_LEN(top_cols); i++)
 		printf("%10llu ", (unsigned long long)cur[top_cols[i].item]);
-	printf("%8.4f %10.1f %6llu %10.1f %10.1f\n", hit, r.evict_s,
-	       (unsigned long long)cur[KVMM_STAT_SEQS_OPEN], r.remote_in_s, r.remote_out_s);
+	snprintf(hit, sizeof(hit), r.hit < 0 ? "-" : "%.4f", r.hit);
+	snprintf(hit_all, sizeof(hit_all), r.hit_all < 0 ? "-" : "%.4f", r.hit_all);
+	printf("%8s %8s %10.1f %10.1f %6llu %10.1f %10.1f\n", hit, hit_all, r.evict_s,
+	       r.demote_s, (unsigned long long)cur[KVMM_STAT_SEQS_OPEN], r.remote_in_s,
+	       r.remote_out_s);
 	fflush(stdout);
 }
 
@@ -1046,7 +1071,7 @@ static const struct ctl_cmd {
 } ctl_cmds[] = {
 	{ "stat", "", "counters, like /proc/meminfo", 0, NULL, cmd_stat },
 	{ "top", "[--interval S] [--count N]",
-	  "refreshing view: pages, hit rate, evictions/s", OPT(INTERVAL) | OPT(COUNT),
+	  "refreshing view: pages, hit rates, drops and demotions/s", OPT(INTERVAL) | OPT(COUNT),
 	  NULL, cmd_top },
 	{ "tree", "[--depth N] [--limit N]", "the prefix tree", OPT(DEPTH) | OPT(LIMIT),
 	  NULL, cmd_tree },

@@ -37,7 +37,7 @@ static void usage(FILE *f)
 		"  --page-size N        tokens per page (power of two; default 16)\n"
 		"  --pages N            pages in the pool (default 65536) ...\n"
 		"  --mem-avail BYTES    ... or size it from free memory (with --mem-total, --mem-fraction)\n"
-		"  --mem-total BYTES    total device memory\n"
+		"  --mem-total BYTES    total device memory (BYTES: a number, or with K, M, G, T)\n"
 		"  --mem-fraction F     SGLang's mem_fraction_static (default 0.88)\n"
 		"  --max-pages N        pages the pool may be resized to at run time\n"
 		"                       (kvmmctl set nr_pages; default: its size, fixed)\n"
@@ -150,11 +150,24 @@ struct kvmmd_opt {
 
 static int set_u32(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_u64(struct opts *o, const struct kvmmd_opt *d, const char *val);
+/* A byte count: a number, then nothing or K, M, G or T (powers of 1024). */
+static int set_bytes(struct opts *o, const struct kvmmd_opt *d, const char *val)
+{
+	int ret = parse_bytes(val, d->max, (uint64_t *)((char *)o + d->off));
+
+	if (ret)
+		fprintf(stderr, "kvmmd: --%s: '%s' %s (bytes, with K, M, G or T: 0 to %llu)\n",
+			d->name, val, ret == -ERANGE ? "is out of range" : "is not a size",
+			(unsigned long long)d->max);
+	return ret ? -1 : 0;
+}
+
 static int set_i32(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_str(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_config(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_help(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_mem_fraction(struct opts *o, const struct kvmmd_opt *d, const char *val);
+static int set_bytes(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_mla(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_evict(struct opts *o, const struct kvmmd_opt *d, const char *val);
 static int set_flag(struct opts *o, const struct kvmmd_opt *d, const char *val);
@@ -190,8 +203,8 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 	[O_HELP] = { "help", NONE, set_help },
 	[O_PAGE_SIZE] = { "page-size", REQ, set_u32, P(page_size), UINT32_MAX },
 	[O_PAGES] = { "pages", REQ, set_u32, P(nr_pages), UINT32_MAX },
-	[O_MEM_AVAIL] = { "mem-avail", REQ, set_u64, P(mem_avail), UINT64_MAX },
-	[O_MEM_TOTAL] = { "mem-total", REQ, set_u64, P(mem_total), UINT64_MAX },
+	[O_MEM_AVAIL] = { "mem-avail", REQ, set_bytes, P(mem_avail), UINT64_MAX },
+	[O_MEM_TOTAL] = { "mem-total", REQ, set_bytes, P(mem_total), UINT64_MAX },
 	[O_MEM_FRAC] = { "mem-fraction", REQ, set_mem_fraction },
 	[O_LAYERS] = { "layers", REQ, set_u32, P(model.layers), UINT32_MAX },
 	[O_KV_HEADS] = { "kv-heads", REQ, set_u32, P(model.kv_heads), UINT32_MAX },
@@ -226,7 +239,7 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 			       offsetof(struct opts, ns_cache_share), 100 },
 	[O_KEYED_SHARE] = { "keyed-share", REQ, set_percent,
 			    offsetof(struct opts, keyed_share), 100 },
-	[O_EVENTS] = { "events", REQ, set_u64, offsetof(struct opts, events),
+	[O_EVENTS] = { "events", REQ, set_bytes, offsetof(struct opts, events),
 		       KVMM_EVENTS_BUF_MAX },
 	[O_NS_KSPACES] = { "ns-kspaces", REQ, set_u64, offsetof(struct opts, ns_kspaces),
 			   KVMM_KSPACES_MAX },
@@ -624,6 +637,30 @@ static int check_opts(struct opts *o)
 	return 0;
 }
 
+/*
+ * An option getopt_long() refused (@c ':' for a value missing, '?'
+ * otherwise): name it, and for an unknown name the nearest known one.
+ */
+static void bad_option(const struct option *lo, const char *arg, int c)
+{
+	char name[65];
+	const char *near;
+
+	if (c == ':' || strncmp(arg, "--", 2)) {
+		fprintf(stderr, "kvmmd: %s: %s\n", arg,
+			c == ':' ? "needs a value" : "unknown option");
+		return;
+	}
+	snprintf(name, sizeof(name), "%.*s", (int)strcspn(arg + 2, "="), arg + 2);
+	near = option_nearest(name, lo);
+	if (near && !strcmp(near, name))
+		fprintf(stderr, "kvmmd: --%s takes no value\n", name);
+	else if (near)
+		fprintf(stderr, "kvmmd: unknown option --%s: did you mean --%s?\n", name, near);
+	else
+		fprintf(stderr, "kvmmd: unknown option --%s\n", name);
+}
+
 /* The command line, then the checks.  Return: 0, 1 for --help, or -1. */
 static int parse_cmdline(struct opts *o, int argc, char **argv)
 {
@@ -633,8 +670,13 @@ static int parse_cmdline(struct opts *o, int argc, char **argv)
 	for (i = 0; i < NR_OPTS; i++)
 		lo[i] = (struct option){ kvmmd_opts[i].name, kvmmd_opts[i].has_arg, NULL,
 					 OPT_VAL + i };
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-		if (c < OPT_VAL || apply(o, c - OPT_VAL, optarg))
+	opterr = 0;		/* bad_option() says what was wrong */
+	while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
+		if (c < OPT_VAL) {
+			bad_option(lo, argv[optind - 1], c);
+			return -1;
+		}
+		if (apply(o, c - OPT_VAL, optarg))
 			return -1;
 	}
 	if (o->given & (1ull << O_HELP))

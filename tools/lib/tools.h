@@ -95,5 +95,8 @@ void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 
 uint64_t parse_u64(const char *opt, const char *s);
 double parse_double(const char *opt, const char *s);
 uint64_t parse_size(const char *opt, const char *s);
+struct option;
+void die_bad_option(const struct option *opts, const char *arg, int opt)
+	__attribute__((noreturn));
 
 #endif

@@ -4,6 +4,7 @@
  * percentiles, and option parsing that refuses what it cannot read.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include <libkvmm.h>
 
+#include "parse.h"
 #include "tools.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -91,28 +93,57 @@ double parse_double(const char *opt, const char *s)
 	return v;
 }
 
+/**
+ * die_bad_option() - say what was wrong with an option getopt_long() refused
+ * @opts: the long options
+ * @arg: the argument it refused (argv[optind - 1])
+ * @opt: what getopt_long() returned: ':' (a value missing; the option
+ *       string must start with ':') or '?'
+ *
+ * Names the option, suggests the nearest known one for a mistyped name,
+ * and points at --help, in one line instead of the whole help.
+ *
+ * Context: exits 2 through die_usage().
+ */
+void die_bad_option(const struct option *opts, const char *arg, int opt)
+{
+	const struct option *o;
+	const char *near;
+	char name[65];
+	size_t n;
+
+	if (opt == ':')
+		die_usage("%s needs a value (see --help)", arg);
+	if (strncmp(arg, "--", 2))
+		die_usage("unknown option '%s' (see --help)", arg);
+	n = strcspn(arg + 2, "=");
+	snprintf(name, sizeof(name), "%.*s", (int)(n < 64 ? n : 64), arg + 2);
+	for (o = opts; o->name; o++)
+		/* a known name refused: given a value it takes none */
+		if (!strcmp(o->name, name))
+			die_usage("--%s takes no value (see --help)", name);
+	/* a prefix of several (getopt_long() takes a unique one) */
+	for (o = opts; n && o->name; o++)
+		if (!strncmp(o->name, name, n))
+			die_usage("--%s is ambiguous: --%s and others start so (see --help)",
+				  name, o->name);
+	near = option_nearest(name, opts);
+	if (near)
+		die_usage("unknown option --%s: did you mean --%s? (see --help)", name, near);
+	die_usage("unknown option --%s (see --help)", name);
+}
+
 /* A byte count with an optional K, M, G or T suffix (powers of 1024). */
 uint64_t parse_size(const char *opt, const char *s)
 {
-	static const char units[] = "KMGT";
-	const char *u;
-	char *end;
-	unsigned long long v;
-	int shift = 0;
+	uint64_t v;
+	int ret = parse_bytes(s, UINT64_MAX, &v);
 
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (end == s || errno || *s == '-')
-		die_usage("%s: '%s' is not a size", opt, s);
-	if (*end) {
-		u = strchr(units, *end & ~0x20);
-		if (!u || (end[1] && strcmp(end + 1, "iB") && strcmp(end + 1, "B")))
-			die_usage("%s: '%s': the unit must be K, M, G or T", opt, s);
-		shift = 10 * (int)(u - units + 1);
-	}
-	if (v > (UINT64_MAX >> shift))
+	if (ret == -ERANGE)
 		die_usage("%s: '%s' is too large", opt, s);
-	return v << shift;
+	if (ret)
+		die_usage("%s: '%s' is not a size (a number, then K, M, G or T)", opt, s);
+	return v;
 }
 
 /*
