@@ -192,8 +192,21 @@ class SeqInfo:
 	ns: int
 
 
-def row_slots(row: np.ndarray, page_size: int, start: int, stop: int) -> np.ndarray:
-	"""The pool slots of tokens [start, stop) of a page-table @row (a new int64 array)."""
+def row_slots(row: np.ndarray, page_size: int, length: int, start: int,
+	      stop: Optional[int]) -> np.ndarray:
+	"""The pool slots of tokens [start, stop) of a page-table @row whose
+	sequence holds @length tokens (a new int64 array).
+
+	Only tokens the sequence has KV for have slots: IndexError unless
+	0 <= start <= stop <= length (@stop None is @length).  Past the length
+	a row holds -1 or a stale frame, and a negative index is no Python
+	slice here: either would name another request's slot.
+	"""
+	start = operator.index(start)
+	stop = length if stop is None else operator.index(stop)
+	if not 0 <= start <= stop <= length:
+		raise IndexError(f"kvmm: slots [{start}, {stop}) are outside the sequence's "
+				 f"{length} tokens: 0 <= start <= stop <= len (EXTEND first)")
 	t = np.arange(start, stop, dtype=np.int64)
 	return row[t // page_size].astype(np.int64) * page_size + t % page_size
 
@@ -1092,11 +1105,14 @@ class Sequence:
 		return table[self._id_checked()]
 
 	def slots(self, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
-		"""Return the pool slots of tokens [start, stop) (a new int64 array)."""
+		"""Return the pool slots of tokens [start, stop) (a new int64 array).
+
+		IndexError unless 0 <= start <= stop <= len(self): a token past the
+		length has no KV of this sequence yet (EXTEND first).
+		"""
 		seq = self._id_checked()
-		if stop is None:
-			stop = self.info().len
-		return row_slots(self.ctx._table[seq], self.ctx.page_size, start, stop)
+		return row_slots(self.ctx._table[seq], self.ctx.page_size, self.info().len, start,
+				 stop)
 
 	def __enter__(self) -> "Sequence":
 		return self

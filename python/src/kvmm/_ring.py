@@ -57,8 +57,9 @@ class SeqRow:
 	page_size: int
 
 	def slots(self, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
-		"""The pool slots of tokens [start, stop) (a new int64 array), as Sequence.slots()."""
-		return row_slots(self.frames, self.page_size, start, self.len if stop is None else stop)
+		"""The pool slots of tokens [start, stop) (a new int64 array), as
+		Sequence.slots(): IndexError unless 0 <= start <= stop <= len."""
+		return row_slots(self.frames, self.page_size, self.len, start, stop)
 
 
 def _timespec(seconds: Optional[float]) -> Any:
