@@ -416,8 +416,16 @@ KVMM_EXPORT uint32_t kvmm_nr_pages(const struct kvmm_ctx *ctx)
 KVMM_EXPORT int kvmm_set_watermarks(struct kvmm_ctx *ctx, uint32_t min,
 				    uint32_t low, uint32_t high)
 {
-	if (!ctx || min > low || low > high || high > ctx->zone[KVMM_TIER_DEVICE].nr_pages)
+	uint32_t pages;
+
+	if (!ctx)
 		return -EINVAL;
+	pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
+	if (min > low || low > high || high > pages) {
+		kvmm_report(ctx, "watermarks: wmark_min %u <= wmark_low %u <= wmark_high %u "
+			    "<= the pool's %u pages does not hold", min, low, high, pages);
+		return -EINVAL;
+	}
 	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_MIN] = min;
 	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_LOW] = low;
 	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_HIGH] = high;

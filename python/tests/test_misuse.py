@@ -92,3 +92,244 @@ def test_seqrow_slots_bounds(ctx):
 		b.close(seq)
 		ring.submit(b)
 	ctx.check()
+
+
+# ---- nothing may crash the interpreter or hang ----
+
+def test_batch_outputs_after_ring_close_raise():
+	"""kvalues(), records(), row(), kres() of a batch whose ring was closed."""
+	out = run_child("""
+		ctx = kvmm.Context(**GEOM, page_size=4, nr_pages=16, host_pages=32)
+		ring = ctx.ring()
+		b = ring.batch()
+		b.kspace("m", 3000)
+		sp = ring.submit(b)[0]
+		b = ring.batch()
+		o = b.open()
+		ring.submit(b)
+		b = ring.batch()
+		i = b.kput(sp, ["a"], [np.ones(3000, np.uint8)], 3000)
+		j = b.kget(sp, ["a"], 3000)
+		from kvmm._kvmm import lib
+		d = b.dump(lib.KVMM_DUMP_KSPACES)
+		r = b.seq_row(0, 8)
+		ring.submit(b)
+		assert b.kres(j)[0] == 0 and b.kvalues(j)[0][0] == 1 and b.row(r).len == 0
+		ring.close()
+		for name, call in (("kres", lambda: b.kres(i)), ("kvalues", lambda: b.kvalues(j)),
+				   ("records", lambda: b.records(d)), ("row", lambda: b.row(r)),
+				   ("kput", lambda: b.kput(sp, ["b"], [np.ones(3000, np.uint8)], 3000)),
+				   ("submit", lambda: ring.submit(b))):
+			try:
+				call()
+			except kvmm.InvalidArgument as e:
+				assert "closed" in str(e), e
+				print(name, "raised")
+			else:
+				raise AssertionError(name + " did not raise")
+		ctx.check()
+		ctx.close()
+		""")
+	assert out.split() == ["kres", "raised", "kvalues", "raised", "records", "raised",
+			       "row", "raised", "kput", "raised", "submit", "raised"]
+
+
+def test_a_later_batch_makes_an_earlier_one_unreadable(ctx):
+	"""The data area holds one batch: reading or submitting the one before
+	raises instead of returning (or sending) the later batch's bytes."""
+	with ctx.ring() as ring:
+		b1 = ring.batch()
+		b1.open()
+		r1 = b1.seq_row(0, 4)
+		b2 = ring.batch()
+		b2.nop()
+		with pytest.raises(kvmm.InvalidArgument, match="later batch"):
+			ring.submit(b1)
+		with pytest.raises(kvmm.InvalidArgument, match="later batch"):
+			b1.match(0, np.arange(4, dtype=np.int32))
+		assert ring.submit(b2) == [0]
+		b3 = ring.batch()
+		seq = b3.open()
+		r3 = b3.seq_row(0, 4)
+		ring.submit(b3)
+		assert b3.row(r3).len == 0
+		ring.batch()
+		with pytest.raises(kvmm.InvalidArgument, match="later batch"):
+			b3.row(r3)
+		del r1, seq
+	ctx.check()
+
+
+def test_close_while_another_thread_is_in_a_call():
+	"""ctx.close() while a thread is inside a C call on the context: close()
+	waits for the call, which finishes on a live context; calls after raise."""
+	out = run_child("""
+		import logging
+		ctx = kvmm.Context(**GEOM, page_size=4, nr_pages=16)
+		inside, release = threading.Event(), threading.Event()
+
+		class Hold(logging.Handler):
+			def emit(self, record):	# runs inside the C call (params.log)
+				if threading.current_thread().name == "caller":
+					inside.set()
+					release.wait(30)
+					try:	# a call from inside one: it may not close
+						ctx.close()
+					except kvmm.Busy as e:
+						print("inner-busy:", "inside a call" in str(e))
+
+		logging.getLogger("kvmm").addHandler(Hold())
+		got = []
+
+		def caller():
+			try:
+				ctx.set_watermarks(0, 9, 3)	# refused, with a log line
+			except kvmm.InvalidArgument as e:
+				got.append(str(e))
+
+		t = threading.Thread(target=caller, name="caller")
+		t.start()
+		assert inside.wait(30), "the call never logged"
+		closer = threading.Thread(target=ctx.close)
+		closer.start()
+		closer.join(0.3)
+		print("waiting:", closer.is_alive() and not ctx.closed)
+		release.set()
+		t.join()
+		closer.join()
+		assert got and "wmark_low" in got[0], got
+		try:
+			ctx.check()
+		except kvmm.InvalidArgument as e:
+			print("closed:", "closed" in str(e))
+		""")
+	assert out.split() == ["waiting:", "True", "inner-busy:", "True", "closed:", "True"]
+
+
+def test_close_races_calls_in_threads():
+	"""Threads hammering a context while the main thread closes it: each
+	call works, or raises InvalidArgument once the context is closed (or
+	Busy when every row is taken); the library's state stays whole."""
+	out = run_child("""
+		for rnd in range(10):
+			ctx = kvmm.Context(**GEOM, page_size=4, nr_pages=64)
+			toks = np.arange(64, dtype=np.int32)
+			stop = threading.Event()
+			errs = []
+
+			def work():
+				while not stop.is_set():
+					try:
+						s = ctx.open()
+						s.extend(16)
+						s.commit(toks, 16)
+						ctx.lookup(toks)
+						s.close()
+					except kvmm.InvalidArgument as e:
+						if "closed" not in str(e):
+							errs.append(repr(e))
+						return
+					except kvmm.Busy as e:	# every row taken: another thread's
+						pass
+
+			ts = [threading.Thread(target=work) for _ in range(3)]
+			for t in ts:
+				t.start()
+			time.sleep(0.005)
+			ctx.close()
+			stop.set()
+			for t in ts:
+				t.join()
+			assert not errs, errs
+		print("ok")
+		""", timeout=120)
+	assert out.split() == ["ok"]
+
+
+def test_one_ring_shared_by_four_threads():
+	"""A Ring used by 4 threads without a lock: calls that collide raise
+	Busy or InvalidArgument (a later batch), none hangs; with a lock around
+	each batch every one works."""
+	out = run_child("""
+		ctx = kvmm.Context(**dict(GEOM, max_seqs=64), page_size=4, nr_pages=64)
+		done, refused, errs = [0], [0], []
+
+		def work(lock):
+			for _ in range(300):
+				try:
+					if lock:
+						lock.acquire()
+					try:
+						b = ring.batch()
+						b.open()
+						seq = ring.submit(b, timeout=10)[0]
+						b = ring.batch()
+						b.extend(seq, 4)
+						b.close(seq)
+						ring.submit(b, timeout=10)
+						done[0] += 1
+					finally:
+						if lock:
+							lock.release()
+				except (kvmm.Busy, kvmm.InvalidArgument) as e:
+					refused[0] += 1
+				except BaseException as e:
+					errs.append(repr(e))
+
+		for lock in (None, threading.Lock()):
+			ring = ctx.ring()	# a fresh one: its sequences go with it
+			done[0] = refused[0] = 0
+			ts = [threading.Thread(target=work, args=(lock,)) for _ in range(4)]
+			for t in ts:
+				t.start()
+			for t in ts:
+				t.join()
+			assert not errs, errs
+			print(done[0] > 0, refused[0] if lock else "-")
+			ring.close()
+			ctx.check()
+		ctx.close()
+		""", timeout=120)
+	assert out.split() == ["True", "-", "True", "0"]
+
+
+def test_register_waits_for_a_kget_in_flight(tmp_path):
+	"""Ring.register() replacing a buffer a posted KGET from NVMe still
+	writes into: it returns once the read completed, so the old buffer can
+	go (before, the I/O worker wrote into freed memory)."""
+	out = run_child(f"""
+		VB, N = 16 << 10, 32			# 32 values of 16 pages each
+		ctx = kvmm.Context(**GEOM, page_size=4, nr_pages=16, host_pages=256,
+				   host_wmark_low=240, host_wmark_high=240, nvme_pages=2048,
+				   nvme_path={str(tmp_path / "nvme")!r})
+		sp = ctx.keyed("m", VB)
+		vals = [np.full(VB, i, np.uint8) for i in range(N)]
+		for i in range(N):
+			assert list(sp.put([i], [vals[i]])) == [0]
+			deadline = time.monotonic() + 10	# written down before the next
+			while ctx.stats().keyed_nvme_pages < i * 16 and \
+			      time.monotonic() < deadline:
+				ctx.sync()
+		assert ctx.stats().keyed_evicts == 0, ctx.stats()
+		ring = ctx.ring()
+		b = ring.batch()
+		b.kspace("m", VB)
+		space = ring.submit(b)[0]
+		for rnd in range(3):
+			old = np.zeros(N * VB, np.uint8)		# mmap'd: unmapped when freed
+			ring.register([old])
+			pb = ring.post_batch()
+			pb.kget_at(space, list(range(N)), 1, np.arange(N, dtype=np.uint64) * VB, VB)
+			ring.post(pb)
+			ring.register([np.zeros(64, np.uint8)])	# replaces buffer 1
+			done = ring.poll()			# the KGET completed meanwhile
+			assert len(done) == 1 and done[0][2] == [N], done
+			got = old.reshape(N, VB)
+			assert all((got[i] == i).all() for i in range(N))
+			del old, got
+		ring.close()
+		ctx.check()
+		ctx.close()
+		print("ok")
+		""")
+	assert out.split() == ["ok"]
