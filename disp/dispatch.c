@@ -492,7 +492,7 @@ static int op_promote(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 static int op_commit(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		     const uint32_t *tok, uint32_t *cflags)
 {
-	return kvmm_seq_commit(d->ctx, sqe->seq, tok, sqe->len);
+	return __kvmm_seq_commit(d->ctx, sqe->seq, tok, sqe->len);
 }
 
 static int op_close(struct kvmm_disp *d, const struct kvmm_sqe *sqe,

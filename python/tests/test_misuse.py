@@ -333,3 +333,65 @@ def test_register_waits_for_a_kget_in_flight(tmp_path):
 		print("ok")
 		""")
 	assert out.split() == ["ok"]
+
+
+# ---- errors say why: the field and the rule ----
+
+@pytest.mark.parametrize("params, words", [
+	(dict(page_size=4, nr_pages=64, max_seqs=0), ("max_seqs 0", "1..")),
+	(dict(page_size=4, nr_pages=64, max_seq_len=0), ("max_seq_len 0", "no default")),
+	(dict(page_size=4), ("nr_pages", "mem_fraction")),
+	(dict(page_size=4, nr_pages=64, wmark_low=9, wmark_high=3),
+	 ("wmark_low 9", "min <= low <= high")),
+	(dict(page_size=4, nr_pages=64, nvme_pages=8), ("nvme_pages", "host tier")),
+	(dict(page_size=4, nr_pages=64, evict_policy="fifo"), ("evict_policy 'fifo'",)),
+	(dict(page_size=4, nr_pages=64, host_pages=8, host_wmark_low=9, host_wmark_high=3),
+	 ("host_wmark_low 9", "low <= high")),
+	(dict(page_size=4, nr_pages=64, write_policy=1), ("write_policy", "host_pages")),
+])
+def test_create_refusal_names_field_and_rule(params, words):
+	geom = dict(GEOM, **{k: v for k, v in params.items() if k in GEOM})
+	rest = {k: v for k, v in params.items() if k not in GEOM}
+	with pytest.raises(kvmm.InvalidArgument) as e:
+		kvmm.Context(**geom, **rest)
+	for w in words:
+		assert w in str(e.value), str(e.value)
+
+
+def test_create_without_max_seqs_says_so():
+	"""The user who leaves max_seqs out is told it, not only EINVAL."""
+	g = {k: v for k, v in GEOM.items() if k != "max_seqs"}
+	with pytest.raises(kvmm.InvalidArgument, match=r"kvmm_create: .*\(create: max_seqs 0"):
+		kvmm.Context(**g, page_size=4, nr_pages=64)
+
+
+def test_sequence_refusals_name_the_rule(ctx):
+	s = ctx.open()
+	toks = np.arange(16, dtype=np.int32)
+	with pytest.raises(kvmm.InvalidArgument, match="commit: n = 8 is past seq .* 0 tokens"):
+		s.commit(toks, 8)
+	with pytest.raises(kvmm.InvalidArgument, match="extend: seq .*: n = 0"):
+		s.extend(0)
+	with pytest.raises(kvmm.InvalidArgument, match="above max_seq_len 256"):
+		s.extend(300)
+	s.extend(4)
+	with pytest.raises(kvmm.InvalidArgument, match="holds 4 tokens already"):
+		s.match(toks)
+	with pytest.raises(kvmm.InvalidArgument, match="named twice"):
+		ctx.extend_batch([s, s], [1, 1])
+	with pytest.raises(kvmm.InvalidArgument, match="min <= low <= high"):
+		ctx.set_watermarks(0, 9, 3)
+	s.close()
+	ctx.check()
+
+
+def test_default_params_are_those_in_effect():
+	d = kvmm.default_params()
+	assert d["nvme_qd"] == 32 and d["remote_timeout_ms"] == 1000
+	assert d["evict_policy"] == "lru" and d["backend"] == "mock"
+	assert d["max_seqs"] is None and d["page_size"] is None and d["nr_pages"] is None
+	assert d["wmark_low"] == 0 and d["frames"] == "kvmm"
+	# the whole dict goes back in: None is "not given"
+	with kvmm.Context(**dict(d, **GEOM, page_size=4, nr_pages=64)) as c:
+		assert c.evict_policy == "lru" and c.nr_pages == 64
+		c.check()

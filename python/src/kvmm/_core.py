@@ -54,14 +54,39 @@ _U32_ARRAY = ffi.typeof("uint32_t[]")
 _DTYPES = {1: np.uint8, 2: np.float16, 4: np.float32, 8: np.float64}
 
 
+# What a field left 0 (or NULL) means when the library reads it (struct
+# kvmm_params in libkvmm.h): a value of its own, or None where there is
+# none: the field must be given, or is worked out from others.
+_IN_EFFECT: Dict[str, Any] = {
+	"layers": None, "kv_heads": None, "head_dim": None, "dtype_bytes": None,
+	"page_size": None, "max_seqs": None, "max_seq_len": None,
+	"nr_pages": None,		# or sized by mem_fraction
+	"max_pages": None,		# nr_pages: the pool does not grow
+	"mem_total": None, "mem_avail": None,	# with mem_fraction: the backend's figures
+	"host_wmark_low": None,		# 1/8 of host_pages, at least 1
+	"host_wmark_high": None,	# twice host_wmark_low
+	"nvme_qd": 32, "remote_timeout_ms": 1000,
+	"backend": "mock", "evict_policy": "lru",
+}
+
+
 def default_params() -> Dict[str, Any]:
-	"""Return the library's defaults (kvmm_params_init()) by field name."""
+	"""Return the defaults in effect by field name: what the library uses
+	for a field that is not given (kvmm_params_init() leaves every field 0
+	and the library reads 0 as its default).  None: the field has no
+	default of its own, because it must be given (the model, ``page_size``,
+	``max_seqs``, ``max_seq_len``, ``nr_pages`` or ``mem_fraction``
+	sizing) or is worked out from others (``max_pages``, the host
+	watermarks).  Context() takes None as "not given"."""
 	p = ffi.new("struct kvmm_params *")
 	lib.kvmm_params_init(p)
 	out: Dict[str, Any] = {f: getattr(p.model, f) for f in _MODEL_FIELDS}
 	out.update({f: getattr(p, f) for f in _INT_FIELDS})
 	out.update({f: None for f in _STR_FIELDS})
 	out["attn"] = "mla" if p.model.attn == lib.KVMM_ATTN_MLA else "mha"
+	out["frames"] = "kvmm"
+	out["remote_write"] = "none"
+	out.update(_IN_EFFECT)
 	return out
 
 
@@ -604,6 +629,8 @@ class Context(ViewOwner):
 		lib.kvmm_params_init(p)
 		keep = [p]
 		for key, val in params.items():
+			if val is None and key in _IN_EFFECT:
+				continue	# not given: the library's default (default_params())
 			if key in _MODEL_FIELDS:
 				setattr(p.model, key, val)
 			elif key == "attn":
