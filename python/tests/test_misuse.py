@@ -395,3 +395,53 @@ def test_default_params_are_those_in_effect():
 	with kvmm.Context(**dict(d, **GEOM, page_size=4, nr_pages=64)) as c:
 		assert c.evict_policy == "lru" and c.nr_pages == 64
 		c.check()
+
+
+def test_a_second_thread_on_a_busy_ring_raises_busy(tmp_path):
+	"""While one thread sleeps inside a ring's call, another's call on it
+	raises Busy at once; the ring works afterwards."""
+	import threading
+	import time
+
+	from kvmmd import running
+
+	sock = tmp_path / "k.sock"
+	with running(sock, ["--pages", "64", "--quiet"]) as (_, path):
+		with kvmm.connect(path) as ring:
+			got = []
+
+			def sleeper():
+				try:	# nothing in flight: sleeps on the CQ doorbell, inside the ring
+					ring.wait(timeout=1.5)
+				except TimeoutError:
+					got.append("timeout")
+
+			t = threading.Thread(target=sleeper)
+			t.start()
+			time.sleep(0.3)
+			with pytest.raises(kvmm.Busy, match="another thread"):
+				ring.batch()
+			with pytest.raises(kvmm.Busy):
+				ring.poll()
+			t.join()
+			assert got == ["timeout"]
+			b = ring.batch()
+			b.nop()
+			assert ring.submit(b) == [0]
+			ring.check()
+
+
+@pytest.mark.parametrize("params, exc, words", [
+	(dict(mem_total=1 << 20, mem_avail=1 << 10, mem_fraction=0.5), kvmm.NoSpace,
+	 ("mem_fraction 0.5", "leaves nothing")),
+	(dict(nr_pages=64, backend="tpu"), kvmm.Error, ("backend 'tpu'", "not in this build")),
+	(dict(nr_pages=64, nvme_qd=5000), kvmm.InvalidArgument, ("nvme_qd 5000", "4096")),
+	(dict(nr_pages=64, host_node=-2), kvmm.InvalidArgument, ("host_node -2",)),
+	(dict(nr_pages=64, max_pages=32), kvmm.InvalidArgument, ("max_pages 32", "nr_pages (64)")),
+	(dict(nr_pages=64, mem_fraction=0.5), kvmm.InvalidArgument, ("not both",)),
+])
+def test_create_refusals_of_other_errnos_say_why(params, exc, words):
+	with pytest.raises(exc) as e:
+		kvmm.Context(**GEOM, page_size=4, **params)
+	for w in words:
+		assert w in str(e.value), str(e.value)
