@@ -400,35 +400,35 @@ def test_default_params_are_those_in_effect():
 def test_a_second_thread_on_a_busy_ring_raises_busy(tmp_path):
 	"""While one thread sleeps inside a ring's call, another's call on it
 	raises Busy at once; the ring works afterwards."""
-	import threading
-	import time
-
 	from kvmmd import running
 
 	sock = tmp_path / "k.sock"
 	with running(sock, ["--pages", "64", "--quiet"]) as (_, path):
-		with kvmm.connect(path) as ring:
-			got = []
+		out = run_child(f"""
+			with kvmm.connect({path!r}) as ring:
+				got = []
 
-			def sleeper():
-				try:	# nothing in flight: sleeps on the CQ doorbell, inside the ring
-					ring.wait(timeout=1.5)
-				except TimeoutError:
-					got.append("timeout")
+				def sleeper():
+					try:	# nothing in flight: sleeps on the CQ doorbell, in the ring
+						ring.wait(timeout=1.5)
+					except TimeoutError:
+						got.append("timeout")
 
-			t = threading.Thread(target=sleeper)
-			t.start()
-			time.sleep(0.3)
-			with pytest.raises(kvmm.Busy, match="another thread"):
-				ring.batch()
-			with pytest.raises(kvmm.Busy):
-				ring.poll()
-			t.join()
-			assert got == ["timeout"]
-			b = ring.batch()
-			b.nop()
-			assert ring.submit(b) == [0]
-			ring.check()
+				t = threading.Thread(target=sleeper)
+				t.start()
+				time.sleep(0.3)
+				for call in (ring.batch, ring.poll):
+					try:
+						call()
+					except kvmm.Busy as e:
+						print("busy:", "another thread" in str(e))
+				t.join()
+				b = ring.batch()
+				b.nop()
+				print(got, ring.submit(b))
+				ring.check()
+			""")
+	assert out.split() == ["busy:", "True", "busy:", "True", "['timeout']", "[0]"]
 
 
 @pytest.mark.parametrize("params, exc, words", [
