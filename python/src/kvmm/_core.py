@@ -568,16 +568,21 @@ class ViewOwner:
 class _InCall:
 	"""A Context method's C calls, counted as one (Context._in_call())."""
 
-	__slots__ = ("ctx",)
-
 	def __init__(self, ctx: "Context") -> None:
 		self.ctx = ctx
 
+	__slots__ = ("ctx",)
+
 	def __enter__(self) -> Any:
-		return self.ctx._enter()
+		ctx = self.ctx
+		ctx._mu.acquire()
+		if ctx._ptr is None:
+			ctx._mu.release()
+			raise InvalidArgument(errno.EINVAL, "kvmm: the context is closed")
+		return ctx._ptr
 
 	def __exit__(self, *exc: Any) -> None:
-		self.ctx._leave()
+		self.ctx._mu.release()
 
 
 class Context(ViewOwner):
@@ -600,10 +605,9 @@ class Context(ViewOwner):
 		self._ptr = None
 		self._live = 0
 		# The C context is one thread's at a time: every call holds _mu (a
-		# reentrant lock, for a log handler's call), _calls deep; close()
-		# waits for another thread's call and refuses inside one of its own.
+		# reentrant lock: a log handler may call in); close() waits for
+		# another thread's call and refuses inside one of its own.
 		self._mu = threading.RLock()
-		self._calls = 0
 		self._log_lines = _LogLines()
 		self._log_handle = ffi.new_handle(self._log_lines)
 		p, keep = self._params(params)
@@ -679,38 +683,24 @@ class Context(ViewOwner):
 			raise InvalidArgument(errno.EINVAL, "kvmm: the context is closed")
 		return ptr
 
-	def _enter(self) -> Any:
-		"""Take the context for a call (waiting for another thread's); return
-		the C context, or raise if it is closed."""
-		self._mu.acquire()
-		ptr = self._ptr
-		if ptr is None:
-			self._mu.release()
-			raise InvalidArgument(errno.EINVAL, "kvmm: the context is closed")
-		self._calls += 1
-		return ptr
-
-	def _leave(self) -> None:
-		self._calls -= 1
-		self._mu.release()
-
 	def _raw(self, fn: Any, *args: Any) -> Any:
 		"""fn(the C context, *args), as the context's one call at a time:
-		another thread's call waits, and its close() raises Busy instead
-		of freeing the context under this one."""
-		ptr = self._enter()
-		try:
+		another thread's call waits for it, and close() in another thread
+		waits instead of freeing the context under it."""
+		with self._mu:
+			ptr = self._ptr
+			if ptr is None:
+				raise InvalidArgument(errno.EINVAL, "kvmm: the context is closed")
 			return fn(ptr, *args)
-		finally:
-			self._leave()
 
 	def _call(self, fn: Any, call: str, *args: Any) -> int:
-		"""_raw(), raising the exception for a negative errno (see _check())."""
-		ptr = self._enter()
-		try:
+		"""_raw(), raising the exception for a negative errno (see _check());
+		the same lines, not a call of it: this is every method's hot path."""
+		with self._mu:
+			ptr = self._ptr
+			if ptr is None:
+				raise InvalidArgument(errno.EINVAL, "kvmm: the context is closed")
 			ret = fn(ptr, *args)
-		finally:
-			self._leave()
 		if ret < 0:
 			raise make_error(ret, call, self._log_lines.take())
 		return ret
@@ -736,12 +726,12 @@ class Context(ViewOwner):
 		A call another thread is inside finishes first; a call after
 		close() raises InvalidArgument.  Closing twice is a no-op.
 		"""
+		if self._mu._is_owned():
+			raise Busy(errno.EBUSY, "kvmm: close() from inside a call on the context")
 		self._mu.acquire()	# another thread's call ends first
 		try:
 			if self._ptr is None:
 				return
-			if self._calls:
-				raise Busy(errno.EBUSY, "kvmm: close() from inside a call on the context")
 			self._refuse_if_viewed("context")
 			ptr, self._ptr = self._ptr, None
 			self._table = None
@@ -1091,8 +1081,13 @@ class Context(ViewOwner):
 
 	def kv_layer_info(self, layer: int) -> Tuple[int, int, int, int]:
 		"""Return (k address, v address or 0, slot bytes, bytes) of a layer."""
+		with self._in_call() as ptr:
+			return self._kv_layer_info(ptr, layer)
+
+	def _kv_layer_info(self, ptr: Any, layer: int) -> Tuple[int, int, int, int]:
+		"""kv_layer_info() within a call (_in_call()) that has @ptr."""
 		out = ffi.new("struct kvmm_kv_layer *")
-		self._call(lib.kvmm_kv_layer, "kvmm_kv_layer", layer, out)
+		self._check(lib.kvmm_kv_layer(ptr, layer, out), "kvmm_kv_layer")
 		return (int(ffi.cast("uintptr_t", out.k)), int(ffi.cast("uintptr_t", out.v)),
 			out.slot_bytes, out.bytes)
 
@@ -1106,8 +1101,8 @@ class Context(ViewOwner):
 		cuda backend gives :class:`DeviceArray` objects
 		(``__cuda_array_interface__``).
 		"""
-		with self._in_call():	# no close() between the layer's address and its views
-			k, v, slot_bytes, nbytes = self.kv_layer_info(layer)
+		with self._in_call() as ptr:	# no close() between the address and the views
+			k, v, slot_bytes, nbytes = self._kv_layer_info(ptr, layer)
 			m = self.model
 			dt = np.dtype(dtype or _DTYPES[m["dtype_bytes"]])
 			if dt.itemsize != m["dtype_bytes"]:
@@ -1205,9 +1200,10 @@ class Sequence:
 		length has no KV of this sequence yet (EXTEND first).
 		"""
 		seq = self._id_checked()
-		with self.ctx._in_call():	# the table is the context's memory
-			return row_slots(self.ctx._table[seq], self.ctx.page_size, self.info().len,
-					 start, stop)
+		out = ffi.new("struct kvmm_seq_info *")
+		with self.ctx._in_call() as ptr:	# the table is the context's memory
+			self.ctx._check(lib.kvmm_seq_info(ptr, seq, out), "kvmm_seq_info")
+			return row_slots(self.ctx._table[seq], self.ctx.page_size, out.len, start, stop)
 
 	def __enter__(self) -> "Sequence":
 		return self
