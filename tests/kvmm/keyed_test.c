@@ -725,6 +725,18 @@ static void test_keyed_nvme_flip_tear(void)
 	CU_ASSERT(bad >= 40);
 }
 
+/* Submit a KGET of value 0 (the oldest: on NVMe) into @g's buffer 1. */
+static struct kvmm_kent *submit_get_of_oldest(struct test_kring *g, uint32_t sp)
+{
+	struct kvmm_kent *e = ring_ents(g, 0, 1, false);
+	struct kvmm_sqe *sqe = TEST_SQE(&g->ring);
+
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g->ring), 1);
+	return e;
+}
+
 /*
  * A value a get reads from NVMe is not deleted meanwhile: KDELETE with a
  * result per key says -EBUSY for it, and the get still completes whole.
@@ -737,18 +749,13 @@ static void test_keyed_nvme_ring_busy(void)
 	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
 	uint32_t sp = space_of(ctx, 0, VB);
 	struct kvmm_kent *e;
-	struct kvmm_sqe *sqe;
 	struct kvmm_cqe *cqe;
 	struct test_kring g, d;
 
 	fill(ctx, sp, 30);
 	test_kring_init(ctx, &g, 0, 0);
 	test_kring_init(ctx, &d, 0, 0);
-	e = ring_ents(&g, 0, 1, false);		/* value 0: the oldest, on NVMe */
-	sqe = TEST_SQE(&g.ring);
-	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
-	sqe->arg = sp;
-	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	e = submit_get_of_oldest(&g, sp);
 	CU_ASSERT_EQUAL(ring_keach(&d, KVMM_OP_KDELETE, sp, 0, 2), 1);
 	e = (void *)d.mem;
 	CU_ASSERT_EQUAL(e[0].res, -EBUSY);	/* being read: it stays */
@@ -799,18 +806,13 @@ static void test_keyed_nvme_register_waits_for_a_get(void)
 	uint8_t other[64];
 	struct register_call c;
 	struct kvmm_kent *e;
-	struct kvmm_sqe *sqe;
 	struct kvmm_cqe *cqe = NULL;
 	struct test_kring g;
 	pthread_t t;
 
 	fill(ctx, sp, 30);
 	test_kring_init(ctx, &g, 0, 0);
-	e = ring_ents(&g, 0, 1, false);		/* value 0: the oldest, on NVMe */
-	sqe = TEST_SQE(&g.ring);
-	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
-	sqe->arg = sp;
-	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	e = submit_get_of_oldest(&g, sp);
 	CU_ASSERT_EQUAL(kvmm_peek_cqe(&g.ring, &cqe), -EAGAIN);	/* held on the worker */
 	c = (struct register_call){ .ring = &g.ring, .iov = { other, sizeof(other) } };
 	CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, register_thread, &c), 0);
