@@ -20,6 +20,7 @@ void kvmm_disp_destroy(struct kvmm_disp *d);
 uint32_t kvmm_disp_id(const struct kvmm_disp *d);
 void kvmm_disp_bind_ns(struct kvmm_disp *d, uint32_t ns);
 int kvmm_disp_set_buf(struct kvmm_disp *d, uint32_t index, void *base, uint64_t len);
+void kvmm_disp_replace_bufs(struct kvmm_disp *d, const struct kvmm_iovec *iov, uint32_t nr);
 void kvmm_disp_attach(struct kvmm_disp *d, struct kvmm_ring_hdr *hdr,
 		      struct kvmm_sqe *sqes, uint32_t sq_entries,
 		      struct kvmm_cqe *cqes, uint32_t cq_entries);

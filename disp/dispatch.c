@@ -527,7 +527,7 @@ static int op_promote(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 static int op_commit(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		     const uint32_t *tok, uint32_t *cflags)
 {
-	return kvmm_seq_commit(d->ctx, sqe->seq, tok, sqe->len);
+	return __kvmm_seq_commit(d->ctx, sqe->seq, tok, sqe->len);
 }
 
 static int op_close(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
@@ -983,6 +983,35 @@ int kvmm_disp_set_buf(struct kvmm_disp *d, uint32_t index, void *base, uint64_t 
 	d->bufs[index].base = base;
 	d->bufs[index].len = len;
 	return 0;
+}
+
+/**
+ * kvmm_disp_replace_bufs() - register buffers 1 .. @nr of the ring anew
+ * @d: the dispatcher
+ * @iov: the new buffers; iov[i] becomes buffer i + 1, the rest none
+ * @nr: how many, below KVMM_RING_MAX_BUFS
+ *
+ * The buffers replaced may still be in use: a KGET the I/O worker reads
+ * from NVMe writes into its buffer, and a KPUT reads its values from
+ * one, after the command was taken.  Wait until the ring has no such job
+ * in flight, so that the caller may free the old memory once this
+ * returns, and swap the set under the lock the dispatcher reads it under.
+ *
+ * Context: takes ctx->lock; sleeps while the ring's keyed jobs run.
+ */
+void kvmm_disp_replace_bufs(struct kvmm_disp *d, const struct kvmm_iovec *iov, uint32_t nr)
+{
+	struct kvmm_ctx *ctx = d->ctx;
+	uint32_t i;
+
+	pthread_mutex_lock(&ctx->lock);
+	while (kvmm_keyed_pending(ctx, &d->owner))
+		pthread_cond_wait(&ctx->kjobs_done, &ctx->lock);
+	for (i = 1; i < KVMM_RING_MAX_BUFS; i++) {
+		d->bufs[i].base = i <= nr ? iov[i - 1].base : NULL;
+		d->bufs[i].len = i <= nr ? iov[i - 1].len : 0;
+	}
+	pthread_mutex_unlock(&ctx->lock);
 }
 
 /**

@@ -174,9 +174,13 @@ KVMM_EXPORT int kvmm_ring_init(struct kvmm_ctx *ctx, const struct kvmm_ring_para
  * @iov: buffers; iov[i] becomes buffer i + 1 (0 is the ring's data area)
  * @nr: how many, at most KVMM_RING_MAX_BUFS - 1
  *
- * Replaces earlier registrations.  Across processes only the data area
- * exists (the server cannot see the client's memory): -EOPNOTSUPP.
+ * Replaces earlier registrations, once the ring's keyed commands still
+ * reading or writing the buffers replaced (a KGET from NVMe, a KPUT) have
+ * completed: when this returns the caller may free the old memory.
+ * Across processes only the data area exists (the server cannot see the
+ * client's memory): -EOPNOTSUPP.
  *
+ * Context: may sleep until the ring's keyed commands in flight are done.
  * Return: 0, -EINVAL or -EOPNOTSUPP.
  */
 KVMM_EXPORT int kvmm_ring_register_buffers(struct kvmm_ring *ring,
@@ -191,9 +195,7 @@ KVMM_EXPORT int kvmm_ring_register_buffers(struct kvmm_ring *ring,
 	for (i = 0; i < nr; i++)
 		if (!iov[i].base && iov[i].len)
 			return -EINVAL;
-	for (i = 1; i < KVMM_RING_MAX_BUFS; i++)
-		kvmm_disp_set_buf(ring->disp, i, i <= nr ? iov[i - 1].base : NULL,
-				  i <= nr ? iov[i - 1].len : 0);
+	kvmm_disp_replace_bufs(ring->disp, iov, nr);
 	return 0;
 }
 

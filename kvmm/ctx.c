@@ -15,9 +15,12 @@
 
 #include "internal.h"
 
-/* Report a refused parameter through @p's log hook (there is no context yet). */
-static int __attribute__((format(printf, 2, 3)))
-params_bad(const struct kvmm_params *p, const char *fmt, ...)
+/*
+ * Report a refused parameter through @p's log hook (there is no context
+ * yet), naming the field and the rule; return @err.
+ */
+static int __attribute__((format(printf, 3, 4)))
+params_refuse(const struct kvmm_params *p, int err, const char *fmt, ...)
 {
 	struct kvmm_ctx *tmp = calloc(1, sizeof(*tmp));
 	char msg[400];
@@ -30,8 +33,10 @@ params_bad(const struct kvmm_params *p, const char *fmt, ...)
 		tmp->params = *p;
 	kvmm_report(tmp, "create: %s", msg);
 	free(tmp);
-	return -EINVAL;
+	return err;
 }
+
+#define params_bad(p, ...)	params_refuse(p, -EINVAL, __VA_ARGS__)
 
 /* @pages pages of @page_bytes each: does the tier's size fit? */
 static int params_tier_bytes(const struct kvmm_params *p, const char *field,
@@ -53,21 +58,35 @@ static int params_nr_pages(const struct kvmm_params *p, uint64_t page_bytes, uin
 
 	if (p->nr_pages) {
 		if (p->mem_total || p->mem_avail || p->mem_fraction != 0.0)
-			return -EINVAL;
+			return params_bad(p, "nr_pages: give nr_pages or mem_fraction sizing "
+					  "(mem_total, mem_avail, mem_fraction), not both");
 		*nrp = p->nr_pages;
-		return p->nr_pages <= KVMM_MAX_PAGES &&
-		       (uint64_t)p->nr_pages * p->page_size <= KVMM_MAX_SLOTS ? 0 : -EINVAL;
+		if (p->nr_pages > KVMM_MAX_PAGES ||
+		    (uint64_t)p->nr_pages * p->page_size > KVMM_MAX_SLOTS)
+			return params_bad(p, "nr_pages %u: at most %u pages and %llu slots "
+					  "(nr_pages * page_size)", p->nr_pages, KVMM_MAX_PAGES,
+					  (unsigned long long)KVMM_MAX_SLOTS);
+		return 0;
 	}
-	if (!(p->mem_fraction > 0.0 && p->mem_fraction <= 1.0) || !p->mem_avail ||
-	    p->mem_avail > p->mem_total)
-		return -EINVAL;
+	if (!(p->mem_fraction > 0.0 && p->mem_fraction <= 1.0))
+		return params_bad(p, "nr_pages: give nr_pages, or mem_fraction in (0, 1] "
+				  "(%g) with mem_total and mem_avail", p->mem_fraction);
+	if (!p->mem_avail || p->mem_avail > p->mem_total)
+		return params_bad(p, "mem_avail %llu: 0 < mem_avail <= mem_total (%llu)",
+				  (unsigned long long)p->mem_avail,
+				  (unsigned long long)p->mem_total);
 	reserved = (uint64_t)((double)p->mem_total * (1.0 - p->mem_fraction));
 	if (p->mem_avail <= reserved)
-		return -ENOSPC;
+		return params_refuse(p, -ENOSPC, "mem_fraction %g: mem_avail %llu leaves nothing "
+				     "above the %llu bytes mem_total * (1 - mem_fraction) keeps",
+				     p->mem_fraction, (unsigned long long)p->mem_avail,
+				     (unsigned long long)reserved);
 	budget = p->mem_avail - reserved;
 	nr = budget / page_bytes;	/* page_bytes != 0: params_geometry() */
 	if (!nr)
-		return -ENOSPC;
+		return params_refuse(p, -ENOSPC, "mem_fraction %g: its budget of %llu bytes "
+				     "holds no page of %llu bytes", p->mem_fraction,
+				     (unsigned long long)budget, (unsigned long long)page_bytes);
 	if (nr > KVMM_MAX_SLOTS / p->page_size)
 		nr = KVMM_MAX_SLOTS / p->page_size;
 	*nrp = nr > KVMM_MAX_PAGES ? KVMM_MAX_PAGES : (uint32_t)nr;
@@ -101,25 +120,41 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 
 	if (ret)
 		return ret;
-	if (!p->max_seqs || p->max_seqs > KVMM_MAX_SEQS || !p->max_seq_len ||
-	    p->max_seq_len > INT32_MAX)
-		return -EINVAL;
+	if (!p->max_seqs || p->max_seqs > KVMM_MAX_SEQS)
+		return params_bad(p, "max_seqs %u: page-table rows, 1..%u (it has no default)",
+				  p->max_seqs, KVMM_MAX_SEQS);
+	if (!p->max_seq_len || p->max_seq_len > INT32_MAX)
+		return params_bad(p, "max_seq_len %u: tokens a sequence, 1..%d (it has no "
+				  "default)", p->max_seq_len, INT32_MAX);
 	if (p->alloc && (!p->alloc->alloc || !p->alloc->free))
-		return -EINVAL;
+		return params_bad(p, "alloc: its alloc and free hooks must both be set");
 	if (p->evict_policy && !kvmm_evict_ops_lookup(p->evict_policy))
-		return -EINVAL;
-	if (p->host_pages > KVMM_MAX_PAGES || p->host_node < KVMM_NODE_NEAREST)
-		return -EINVAL;
+		return params_bad(p, "evict_policy '%s': not a policy (lru, slru)",
+				  p->evict_policy);
+	if (p->host_pages > KVMM_MAX_PAGES)
+		return params_bad(p, "host_pages %u: at most %u", p->host_pages, KVMM_MAX_PAGES);
+	if (p->host_node < KVMM_NODE_NEAREST)
+		return params_bad(p, "host_node %d: a NUMA node, or -1 for the nearest",
+				  p->host_node);
 	/* The NVMe tier is staged through the host tier's pages. */
-	if (p->nvme_pages > KVMM_MAX_PAGES || p->nvme_qd > 4096 ||
-	    (p->nvme_pages && (!p->host_pages || !p->nvme_path)))
-		return -EINVAL;
+	if (p->nvme_pages > KVMM_MAX_PAGES)
+		return params_bad(p, "nvme_pages %u: at most %u", p->nvme_pages, KVMM_MAX_PAGES);
+	if (p->nvme_qd > 4096)
+		return params_bad(p, "nvme_qd %u: 0 (32) .. 4096", p->nvme_qd);
+	if (p->nvme_pages && (!p->host_pages || !p->nvme_path))
+		return params_bad(p, "nvme_pages: the NVMe tier needs nvme_path and a host tier "
+				  "(host_pages) to stage through");
 	/* Write-through copies to the host tier. */
-	if (p->write_policy > KVMM_WRITE_THROUGH ||
-	    (p->write_policy == KVMM_WRITE_THROUGH && !p->host_pages))
-		return -EINVAL;
+	if (p->write_policy > KVMM_WRITE_THROUGH)
+		return params_bad(p, "write_policy %u: 0 (write-back) or 1 (write-through)",
+				  p->write_policy);
+	if (p->write_policy == KVMM_WRITE_THROUGH && !p->host_pages)
+		return params_bad(p, "write_policy: write-through copies to the host tier: "
+				  "set host_pages");
 	if (p->host_wmark_low > p->host_wmark_high || p->host_wmark_high > p->host_pages)
-		return -EINVAL;
+		return params_bad(p, "host_wmark_low %u, host_wmark_high %u: low <= high <= "
+				  "host_pages (%u)", p->host_wmark_low, p->host_wmark_high,
+				  p->host_pages);
 	/* Remote values come and go through the host tier. */
 	if (p->remote && !p->host_pages)
 		return params_bad(p, "remote: values come and go through the host tier: "
@@ -137,7 +172,7 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 				  "remote tier (remote)", p->remote_write);
 	/* The engine's frames are never moved: no tiers below, no resize. */
 	if (p->frames > KVMM_FRAMES_ENGINE)
-		return -EINVAL;
+		return params_bad(p, "frames %u: 0 (kvmm) or 1 (the engine)", p->frames);
 	if (p->frames == KVMM_FRAMES_ENGINE && (p->host_pages || p->max_pages > p->nr_pages))
 		return params_bad(p, "frames: the engine's frames take no host tier (host_pages) "
 				  "and no growth (max_pages)");
@@ -146,11 +181,15 @@ static int params_check(const struct kvmm_params *p, uint32_t *nr_pages,
 		return ret;
 	if (p->wmark_min > p->wmark_low || p->wmark_low > p->wmark_high ||
 	    p->wmark_high > *nr_pages)
-		return -EINVAL;
+		return params_bad(p, "wmark_min %u, wmark_low %u, wmark_high %u: min <= low <= "
+				  "high <= the pool's %u pages", p->wmark_min, p->wmark_low,
+				  p->wmark_high, *nr_pages);
 	*max_pages = p->max_pages ? p->max_pages : *nr_pages;
 	if (*max_pages < *nr_pages || *max_pages > KVMM_MAX_PAGES ||
 	    (uint64_t)*max_pages * p->page_size > KVMM_MAX_SLOTS)
-		return -EINVAL;
+		return params_bad(p, "max_pages %u: 0 (nr_pages) or nr_pages (%u) .. %u pages "
+				  "and %llu slots", p->max_pages, *nr_pages, KVMM_MAX_PAGES,
+				  (unsigned long long)KVMM_MAX_SLOTS);
 	/* Every tier's bytes, as its backend or store will compute them. */
 	return params_tier_bytes(p, "nr_pages/max_pages", *max_pages, page_bytes) ?:
 	       params_tier_bytes(p, "host_pages", p->host_pages, page_bytes) ?:
@@ -239,11 +278,16 @@ static int params_copy(const struct kvmm_params *in, struct kvmm_params *out)
 	const unsigned char *tail = (const unsigned char *)in + sizeof(*out);
 	size_t size = in->size, i;
 
-	if (size < KVMM_PARAMS_SIZE_VER0)
+	if (size < KVMM_PARAMS_SIZE_VER0) {
+		/* too short to read its log hook from: stderr */
+		kvmm_report(NULL, "create: size %zu: at least %d (kvmm_params_init() sets it)",
+			    size, KVMM_PARAMS_SIZE_VER0);
 		return -EINVAL;
+	}
 	for (i = sizeof(*out); i < size; i++)
 		if (tail[i - sizeof(*out)])
-			return -EINVAL;
+			return params_bad(in, "size %zu: a field past this library's %zu bytes "
+					  "is set (a newer caller's field)", size, sizeof(*out));
 	memset(out, 0, sizeof(*out));
 	memcpy(out, in, size < sizeof(*out) ? size : sizeof(*out));
 	out->size = sizeof(*out);
@@ -255,13 +299,15 @@ static int params_copy(const struct kvmm_params *in, struct kvmm_params *out)
  * @params: what to build; see struct kvmm_params
  * @ctxp: out, the new context
  *
+ * Every refusal of a parameter is reported through @params->log (stderr
+ * without one) as one line naming the field and the rule it broke.
+ *
  * Return: 0; -EINVAL for bad parameters (a @params->size below
  * KVMM_PARAMS_SIZE_VER0 or with fields this library does not know set, a
- * page size that is not a power of two, zero sizes, unknown policy or inconsistent watermarks; geometry
- * whose bytes per token, page or tier overflow, reported through
- * @params->log naming the field);
- * -EOPNOTSUPP for an unknown backend, or max_pages on a backend that
- * cannot resize; -ENOSPC when the memory budget holds
+ * page size that is not a power of two, zero sizes, unknown policy or
+ * inconsistent watermarks; geometry whose bytes per token, page or tier
+ * overflow); -EOPNOTSUPP for an unknown backend, or max_pages on a
+ * backend that cannot resize; -ENOSPC when the memory budget holds
  * no page; -ENOMEM when metadata cannot be allocated; a backend's error
  * from its init or its mem_info (cuda: -ENODEV with no driver or device,
  * with the reason sent to @params->log).  Nothing is held on failure.
@@ -283,7 +329,8 @@ KVMM_EXPORT int kvmm_create(const struct kvmm_params *params,
 		return ret;
 	bops = kvmm_backend_lookup(sized.backend ? sized.backend : "mock");
 	if (!bops)
-		return -EOPNOTSUPP;
+		return params_refuse(&sized, -EOPNOTSUPP, "backend '%s': not in this build",
+				     sized.backend);
 	ret = params_mem_info(bops, &sized);
 	if (ret)
 		return ret;
@@ -420,8 +467,16 @@ KVMM_EXPORT uint32_t kvmm_nr_pages(const struct kvmm_ctx *ctx)
 KVMM_EXPORT int kvmm_set_watermarks(struct kvmm_ctx *ctx, uint32_t min,
 				    uint32_t low, uint32_t high)
 {
-	if (!ctx || min > low || low > high || high > ctx->zone[KVMM_TIER_DEVICE].nr_pages)
+	uint32_t pages;
+
+	if (!ctx)
 		return -EINVAL;
+	pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
+	if (min > low || low > high || high > pages) {
+		kvmm_report(ctx, "watermarks: wmark_min %u, wmark_low %u, wmark_high %u: "
+			    "min <= low <= high <= the pool's %u pages", min, low, high, pages);
+		return -EINVAL;
+	}
 	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_MIN] = min;
 	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_LOW] = low;
 	ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_HIGH] = high;

@@ -677,6 +677,8 @@ struct kvmm_seq {
 int kvmm_seqs_init(struct kvmm_ctx *ctx);
 struct kvmm_seq *kvmm_seq_lookup(const struct kvmm_ctx *ctx, uint32_t seq);
 void kvmm_seqs_exit(struct kvmm_ctx *ctx);
+int __kvmm_seq_commit(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
+		      uint32_t n);
 int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		     uint32_t n, uint32_t *below);
 int __kvmm_seq_extend(struct kvmm_ctx *ctx, const uint32_t *seqs, const uint32_t *ns,

@@ -34,6 +34,9 @@
  * anything, and allocates what it needs before it changes anything, so a
  * call that fails leaves the context as it was.
  */
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "internal.h"
 
 #define SEQ_NONE	UINT32_MAX
@@ -76,6 +79,34 @@ void kvmm_seqs_exit(struct kvmm_ctx *ctx)
 		   (size_t)ctx->row_pages * ctx->max_seqs * sizeof(*ctx->table));
 	kvmm_mfree(ctx, ctx->seqs, (size_t)ctx->max_seqs * sizeof(*ctx->seqs));
 	ctx->seqs = NULL;
+}
+
+/*
+ * Say through the log hook why the embedder's own call refused (-EINVAL):
+ * the field and the rule.  The ring's commands stay quiet (they call the
+ * __kvmm_seq_*() forms), so that a client cannot fill a server's log.
+ */
+static int __attribute__((format(printf, 2, 3)))
+seq_refuse(const struct kvmm_ctx *ctx, const char *fmt, ...)
+{
+	char msg[300];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	kvmm_report(ctx, "%s", msg);
+	return -EINVAL;
+}
+
+/* -EINVAL for @call on @seq, which is not an open sequence. */
+static int seq_refuse_closed(const struct kvmm_ctx *ctx, const char *call, uint32_t seq)
+{
+	if (KVMM_SEQ_ROW(seq) >= ctx->max_seqs)
+		return seq_refuse(ctx, "%s: seq %u is not a sequence id (row 0..%u)", call, seq,
+				  ctx->max_seqs - 1);
+	return seq_refuse(ctx, "%s: seq %u is not open (closed, never opened, or its row "
+			  "since reopened)", call, seq);
 }
 
 /*
@@ -151,7 +182,21 @@ KVMM_EXPORT int kvmm_seq_open(struct kvmm_ctx *ctx, uint32_t ns, uint32_t *seqp)
 KVMM_EXPORT int kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq,
 			       const uint32_t *tokens, uint32_t n)
 {
-	return __kvmm_seq_match(ctx, seq, tokens, n, NULL);
+	int ret = __kvmm_seq_match(ctx, seq, tokens, n, NULL);
+	struct kvmm_seq *s;
+
+	if (ret != -EINVAL || !ctx)
+		return ret;
+	s = kvmm_seq_lookup(ctx, seq);
+	if (!s)
+		return seq_refuse_closed(ctx, "match", seq);
+	if (s->len)
+		return seq_refuse(ctx, "match: seq %u holds %u tokens already: match an empty "
+				  "sequence (after open or retract)", seq, s->len);
+	if (!tokens || !n)
+		return seq_refuse(ctx, "match: n = 0: the key needs at least one token");
+	return seq_refuse(ctx, "match: n = %u is above max_seq_len %u", n,
+			  ctx->params.max_seq_len);
 }
 
 /*
@@ -269,7 +314,35 @@ KVMM_EXPORT int kvmm_seq_extend_batch(struct kvmm_ctx *ctx, const uint32_t *seqs
 				      const uint32_t *ns, uint32_t count,
 				      uint32_t flags)
 {
-	return __kvmm_seq_extend(ctx, seqs, ns, 1, count, flags);
+	int ret = __kvmm_seq_extend(ctx, seqs, ns, 1, count, flags);
+	uint32_t i, stamp;
+
+	if (ret != -EINVAL || !ctx || !seqs || !ns)
+		return ret;
+	if (flags & ~KVMM_EXTEND_FLAGS)
+		return seq_refuse(ctx, "extend: flags %#x: only KVMM_EXTEND_RESERVE and "
+				  "KVMM_EXTEND_NORECLAIM", flags);
+	if (!count)
+		return seq_refuse(ctx, "extend: count 0: at least one sequence");
+	stamp = ++ctx->batch;	/* the refused batch's walk again, saying where */
+	for (i = 0; i < count; i++) {
+		struct kvmm_seq *s = kvmm_seq_lookup(ctx, seqs[i]);
+
+		if (!s)
+			return seq_refuse_closed(ctx, "extend", seqs[i]);
+		if (s->mark == stamp)
+			return seq_refuse(ctx, "extend: seq %u is named twice in one batch",
+					  seqs[i]);
+		if (!ns[i])
+			return seq_refuse(ctx, "extend: seq %u: n = 0: at least one token",
+					  seqs[i]);
+		if (ns[i] > ctx->params.max_seq_len - s->len)
+			return seq_refuse(ctx, "extend: seq %u: its %u tokens + n %u are above "
+					  "max_seq_len %u", seqs[i], s->len, ns[i],
+					  ctx->params.max_seq_len);
+		s->mark = stamp;
+	}
+	return ret;
 }
 
 /**
@@ -372,6 +445,24 @@ static bool commit_args_ok(const struct kvmm_seq *s, const uint32_t *tokens,
  */
 KVMM_EXPORT int kvmm_seq_commit(struct kvmm_ctx *ctx, uint32_t seq,
 				const uint32_t *tokens, uint32_t n)
+{
+	int ret = __kvmm_seq_commit(ctx, seq, tokens, n);
+	struct kvmm_seq *s;
+
+	if (ret != -EINVAL || !ctx)
+		return ret;
+	s = kvmm_seq_lookup(ctx, seq);
+	if (!s)
+		return seq_refuse_closed(ctx, "commit", seq);
+	if (!tokens || !n)
+		return seq_refuse(ctx, "commit: n = 0: commit at least one token");
+	return seq_refuse(ctx, "commit: n = %u is past seq %u's %u tokens: extend them "
+			  "first", n, seq, s->len);
+}
+
+/* kvmm_seq_commit() without the log line: the ring's COMMIT. */
+int __kvmm_seq_commit(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
+		      uint32_t n)
 {
 	struct kvmm_seq *s = kvmm_seq_lookup(ctx, seq);
 	int ret;

@@ -18,7 +18,7 @@ def toks(n, start=0):
 
 def test_defaults_come_from_the_library():
 	d = kvmm.default_params()
-	assert d["page_size"] == 0 and d["nr_pages"] == 0 and d["attn"] == "mha"
+	assert d["page_size"] is None and d["nr_pages"] is None and d["attn"] == "mha"
 	assert "mem_fraction" in d and "nvme_path" in d
 
 

@@ -241,6 +241,48 @@ static void ctl_stray_argument_is_a_usage_error(void)
 	env_fini(&e);
 }
 
+/* A refusal names the field and the rule, not a bare errno. */
+static void ctl_refusals_say_the_rule(void)
+{
+	struct env e;
+	char out[4096];
+
+	env_init(&e);
+	start_kvmmd(&e);
+	{
+		const char *argv[] = { "kvmmctl", "--socket", e.sock, "set", "wmark_high", "20",
+				       NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+	}
+	{
+		const char *argv[] = { "kvmmctl", "--socket", e.sock, "set", "wmark_low", "30",
+				       NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "wmark_low 30: the watermarks must keep "
+					      "wmark_min <= wmark_low <= wmark_high <= nr_pages"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "wmark_high 20, nr_pages 256"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "EINVAL"));
+	}
+	{
+		const char *argv[] = { "kvmmctl", "--socket", e.sock, "set", "ns_cache_share",
+				       "0", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "ns_cache_share 0: a percentage in 1..100"));
+	}
+	{
+		const char *argv[] = { "kvmmctl", "--socket", e.sock, "pin", "1", "2", "3", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 1);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "3 tokens are less than a page: a pin takes "
+					      "whole cached pages of page_size 16 tokens"));
+	}
+	CU_ASSERT(hostile_alive(e.kvmmd));
+	env_fini(&e);
+}
+
 /* ---- item 11: usage errors are exit 2 before anything is reached ---- */
 
 static void ctl_usage_errors_before_connecting(void)
@@ -1573,6 +1615,7 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, bad_options_are_named);
 	ADD_TEST(s, ctl_options_after_the_command);
 	ADD_TEST(s, ctl_stray_argument_is_a_usage_error);
+	ADD_TEST(s, ctl_refusals_say_the_rule);
 	ADD_TEST(s, ctl_usage_errors_before_connecting);
 	ADD_TEST(s, ctl_short_welcome_times_out);
 	ADD_TEST(s, ctl_garbage_welcome_is_a_protocol_error);

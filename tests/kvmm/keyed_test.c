@@ -1173,6 +1173,76 @@ static void test_keyed_nvme_long_get_is_sliced(void)
 	free(v);
 }
 
+/* Submit a KGET of value 0 (the oldest: on NVMe) into @g's buffer 1. */
+static struct kvmm_kent *submit_get_of_oldest(struct test_kring *g, uint32_t sp)
+{
+	struct kvmm_kent *e = ring_ents(g, 0, 1, false);
+	struct kvmm_sqe *sqe = TEST_SQE(&g->ring);
+
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 1);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g->ring), 1);
+	return e;
+}
+
+struct register_call {
+	struct kvmm_ring *ring;
+	struct kvmm_iovec iov;
+	int ret;
+	int done;
+};
+
+static void *register_thread(void *arg)
+{
+	struct register_call *c = arg;
+
+	c->ret = kvmm_ring_register_buffers(c->ring, &c->iov, 1);
+	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * Registering new buffers while a get from NVMe still writes into the old
+ * one waits for that get: the caller may free the old memory once the
+ * call returns (the I/O worker used to write into it after).
+ */
+static void test_keyed_nvme_register_waits_for_a_get(void)
+{
+	const char *path = nvme_file("register");
+	int hold = 1;
+	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads, .latch_arg = &hold };
+	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
+	uint32_t sp = space_of(ctx, 0, VB);
+	uint8_t other[64];
+	struct register_call c;
+	struct kvmm_kent *e;
+	struct kvmm_cqe *cqe = NULL;
+	struct test_kring g;
+	pthread_t t;
+
+	fill(ctx, sp, 30);
+	test_kring_init(ctx, &g, 0, 0);
+	e = submit_get_of_oldest(&g, sp);
+	CU_ASSERT_EQUAL(kvmm_peek_cqe(&g.ring, &cqe), -EAGAIN);	/* held on the worker */
+	c = (struct register_call){ .ring = &g.ring, .iov = { other, sizeof(other) } };
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, register_thread, &c), 0);
+	usleep(100 * 1000);
+	CU_ASSERT_EQUAL(__atomic_load_n(&c.done, __ATOMIC_ACQUIRE), 0);	/* waits */
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(pthread_join(t, NULL), 0);
+	CU_ASSERT_EQUAL(c.ret, 0);
+	/* the get was done when the call returned: its completion is there */
+	CU_ASSERT_EQUAL_FATAL(kvmm_peek_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 1);
+	kvmm_cqe_seen(&g.ring, cqe);
+	CU_ASSERT_EQUAL(e[0].res, 0);
+	CU_ASSERT(stamped(g.mem + e[0].off, VB, 0));
+	test_kring_exit(&g);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* Through a ring, a get from NVMe completes later, on the I/O worker. */
 static void test_keyed_nvme_ring(void)
 {
@@ -1473,6 +1543,7 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_nvme_flip_tear);
 	ADD_TEST(s, test_keyed_nvme_ring);
 	ADD_TEST(s, test_keyed_nvme_ring_busy);
+	ADD_TEST(s, test_keyed_nvme_register_waits_for_a_get);
 	ADD_TEST(s, test_keyed_ns_space_limit);
 	ADD_TEST(s, test_keyed_space_remove);
 	ADD_TEST(s, test_keyed_space_alloc_faults);

@@ -636,8 +636,29 @@ static int pin_unpin(struct ctl *c, bool pin)
 	return 0;
 }
 
+/* The server's page size (PROBE), or 0 when it does not say. */
+static uint32_t probe_page_size(const struct ctl *c)
+{
+	struct kvmm_probe *p = ring.buf;
+
+	kvmm_prep_probe(sqe_get(), 0, 0);
+	return run1(c, NULL) < 0 ? 0 : p->page_size;
+}
+
 static int cmd_pin(struct ctl *c)
 {
+	uint32_t page_size;
+
+	if (c->ntok) {
+		/* a pin takes whole cached pages: say so rather than a bare EINVAL */
+		page_size = probe_page_size(c);
+		if (page_size > 1 && c->ntok < page_size) {
+			fprintf(stderr, "kvmmctl: pin: %u tokens are less than a page: a pin "
+				"takes whole cached pages of page_size %u tokens\n", c->ntok,
+				page_size);
+			return EXIT_REFUSED;
+		}
+	}
 	return pin_unpin(c, true);
 }
 
@@ -869,12 +890,56 @@ static int parse_set(struct ctl *c, int argc, char **argv)
 	return usage_err("set: %s: '%s' is not one of its values", k->name, argv[1]);
 }
 
+/*
+ * A SET the server refused with EINVAL: say which rule @c's value broke,
+ * with the server's figures where the rule is about them.
+ */
+static void set_why(const struct ctl *c)
+{
+	uint64_t v[NR_KVMM_STATS];
+	uint32_t nr;
+
+	switch (c->key) {
+	case KVMM_SET_WMARK_MIN:
+	case KVMM_SET_WMARK_LOW:
+	case KVMM_SET_WMARK_HIGH:
+		if (fetch_stats(c, v, &nr) || nr <= KVMM_STAT_WMARK_HIGH ||
+		    nr <= KVMM_STAT_PAGES_TOTAL) {
+			fprintf(stderr, "kvmmctl: set: %s %s: the watermarks must keep "
+				"wmark_min <= wmark_low <= wmark_high <= nr_pages\n",
+				c->key_name, c->value_str);
+			return;
+		}
+		fprintf(stderr, "kvmmctl: set: %s %s: the watermarks must keep wmark_min "
+			"<= wmark_low <= wmark_high <= nr_pages; now wmark_min %llu, "
+			"wmark_low %llu, wmark_high %llu, nr_pages %llu\n", c->key_name,
+			c->value_str, (unsigned long long)v[KVMM_STAT_WMARK_MIN],
+			(unsigned long long)v[KVMM_STAT_WMARK_LOW],
+			(unsigned long long)v[KVMM_STAT_WMARK_HIGH],
+			(unsigned long long)v[KVMM_STAT_PAGES_TOTAL]);
+		return;
+	case KVMM_SET_NR_PAGES:
+		fprintf(stderr, "kvmmctl: set: nr_pages %s: 1 .. the pool's max_pages, and "
+			"not below wmark_high\n", c->value_str);
+		return;
+	case KVMM_SET_NS_CACHE_SHARE:
+	case KVMM_SET_KEYED_SHARE:
+		fprintf(stderr, "kvmmctl: set: %s %s: a percentage in 1..100\n", c->key_name,
+			c->value_str);
+		return;
+	default:
+		return;
+	}
+}
+
 static int cmd_set(struct ctl *c)
 {
 	int res;
 
 	kvmm_prep_set(sqe_get(), c->key, c->value);
 	res = run1(c, NULL);
+	if (res == -EINVAL && !lost)
+		set_why(c);
 	if (res < 0)
 		return refused(c, "set", res);
 	if (c->key == KVMM_SET_NR_PAGES) {

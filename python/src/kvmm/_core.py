@@ -15,6 +15,7 @@ import dataclasses
 import errno
 import logging
 import operator
+import threading
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
@@ -53,14 +54,39 @@ _U32_ARRAY = ffi.typeof("uint32_t[]")
 _DTYPES = {1: np.uint8, 2: np.float16, 4: np.float32, 8: np.float64}
 
 
+# What a field left 0 (or NULL) means when the library reads it (struct
+# kvmm_params in libkvmm.h): a value of its own, or None where there is
+# none: the field must be given, or is worked out from others.
+_IN_EFFECT: Dict[str, Any] = {
+	"layers": None, "kv_heads": None, "head_dim": None, "dtype_bytes": None,
+	"page_size": None, "max_seqs": None, "max_seq_len": None,
+	"nr_pages": None,		# or sized by mem_fraction
+	"max_pages": None,		# nr_pages: the pool does not grow
+	"mem_total": None, "mem_avail": None,	# with mem_fraction: the backend's figures
+	"host_wmark_low": None,		# 1/8 of host_pages, at least 1
+	"host_wmark_high": None,	# twice host_wmark_low
+	"nvme_qd": 32, "remote_timeout_ms": 1000,
+	"backend": "mock", "evict_policy": "lru",
+}
+
+
 def default_params() -> Dict[str, Any]:
-	"""Return the library's defaults (kvmm_params_init()) by field name."""
+	"""Return the defaults in effect by field name: what the library uses
+	for a field that is not given (kvmm_params_init() leaves every field 0
+	and the library reads 0 as its default).  None: the field has no
+	default of its own, because it must be given (the model, ``page_size``,
+	``max_seqs``, ``max_seq_len``, ``nr_pages`` or ``mem_fraction``
+	sizing) or is worked out from others (``max_pages``, the host
+	watermarks).  Context() takes None as "not given"."""
 	p = ffi.new("struct kvmm_params *")
 	lib.kvmm_params_init(p)
 	out: Dict[str, Any] = {f: getattr(p.model, f) for f in _MODEL_FIELDS}
 	out.update({f: getattr(p, f) for f in _INT_FIELDS})
 	out.update({f: None for f in _STR_FIELDS})
 	out["attn"] = "mla" if p.model.attn == lib.KVMM_ATTN_MLA else "mha"
+	out["frames"] = "kvmm"
+	out["remote_write"] = "none"
+	out.update(_IN_EFFECT)
 	return out
 
 
@@ -192,8 +218,21 @@ class SeqInfo:
 	ns: int
 
 
-def row_slots(row: np.ndarray, page_size: int, start: int, stop: int) -> np.ndarray:
-	"""The pool slots of tokens [start, stop) of a page-table @row (a new int64 array)."""
+def row_slots(row: np.ndarray, page_size: int, length: int, start: int,
+	      stop: Optional[int]) -> np.ndarray:
+	"""The pool slots of tokens [start, stop) of a page-table @row whose
+	sequence holds @length tokens (a new int64 array).
+
+	Only tokens the sequence has KV for have slots: IndexError unless
+	0 <= start <= stop <= length (@stop None is @length).  Past the length
+	a row holds -1 or a stale frame, and a negative index is no Python
+	slice here: either would name another request's slot.
+	"""
+	start = operator.index(start)
+	stop = length if stop is None else operator.index(stop)
+	if not 0 <= start <= stop <= length:
+		raise IndexError(f"kvmm: slots [{start}, {stop}) are outside the sequence's "
+				 f"{length} tokens: 0 <= start <= stop <= len (EXTEND first)")
 	t = np.arange(start, stop, dtype=np.int64)
 	return row[t // page_size].astype(np.int64) * page_size + t % page_size
 
@@ -526,6 +565,26 @@ class ViewOwner:
 		return views[0], (views[1] if v else None)
 
 
+class _InCall:
+	"""A Context method's C calls, counted as one (Context._in_call())."""
+
+	def __init__(self, ctx: "Context") -> None:
+		self.ctx = ctx
+
+	__slots__ = ("ctx",)
+
+	def __enter__(self) -> Any:
+		ctx = self.ctx
+		ctx._mu.acquire()
+		if ctx._ptr is None:
+			ctx._mu.release()
+			raise InvalidArgument(errno.EINVAL, "kvmm: the context is closed")
+		return ctx._ptr
+
+	def __exit__(self, *exc: Any) -> None:
+		self.ctx._mu.release()
+
+
 class Context(ViewOwner):
 	"""A kvmm context: one KV pool, its page table, prefix cache and tiers.
 
@@ -545,6 +604,10 @@ class Context(ViewOwner):
 	def __init__(self, **params: Any) -> None:
 		self._ptr = None
 		self._live = 0
+		# The C context is one thread's at a time: every call holds _mu (a
+		# reentrant lock: a log handler may call in); close() waits for
+		# another thread's call and refuses inside one of its own.
+		self._mu = threading.RLock()
 		self._log_lines = _LogLines()
 		self._log_handle = ffi.new_handle(self._log_lines)
 		p, keep = self._params(params)
@@ -570,6 +633,8 @@ class Context(ViewOwner):
 		lib.kvmm_params_init(p)
 		keep = [p]
 		for key, val in params.items():
+			if val is None and key in _IN_EFFECT:
+				continue	# not given: the library's default (default_params())
 			if key in _MODEL_FIELDS:
 				setattr(p.model, key, val)
 			elif key == "attn":
@@ -611,11 +676,39 @@ class Context(ViewOwner):
 		return ret
 
 	def _c(self):
-		"""Return the C context, or raise if it is closed."""
+		"""Return the C context, or raise if it is closed (only for a call
+		that cannot race close(): the context's own constructor's)."""
 		ptr = self._ptr
 		if ptr is None:
 			raise InvalidArgument(errno.EINVAL, "kvmm: the context is closed")
 		return ptr
+
+	def _raw(self, fn: Any, *args: Any) -> Any:
+		"""fn(the C context, *args), as the context's one call at a time:
+		another thread's call waits for it, and close() in another thread
+		waits instead of freeing the context under it."""
+		with self._mu:
+			ptr = self._ptr
+			if ptr is None:
+				raise InvalidArgument(errno.EINVAL, "kvmm: the context is closed")
+			return fn(ptr, *args)
+
+	def _call(self, fn: Any, call: str, *args: Any) -> int:
+		"""_raw(), raising the exception for a negative errno (see _check());
+		the same lines, not a call of it: this is every method's hot path."""
+		with self._mu:
+			ptr = self._ptr
+			if ptr is None:
+				raise InvalidArgument(errno.EINVAL, "kvmm: the context is closed")
+			ret = fn(ptr, *args)
+		if ret < 0:
+			raise make_error(ret, call, self._log_lines.take())
+		return ret
+
+	def _in_call(self) -> "_InCall":
+		"""``with ctx._in_call() as ptr:`` for a method that makes several C
+		calls or hands out a view: one call, as _raw() makes it."""
+		return _InCall(self)
 
 	def keyed(self, model_id: str, value_bytes: int, ns: int = 0) -> Any:
 		"""The keyed page store's space of @value_bytes-byte values of model
@@ -628,15 +721,23 @@ class Context(ViewOwner):
 	def close(self) -> None:
 		"""Destroy the context (kvmm_destroy()); its sequences go with it.
 
-		Raises :class:`kvmm.Busy` while a view of its memory is alive.
-		Closing twice is a no-op.
+		Raises :class:`kvmm.Busy` while a view of its memory (or a ring) is
+		alive, or when called from inside a call on it (a log handler's).
+		A call another thread is inside finishes first; a call after
+		close() raises InvalidArgument.  Closing twice is a no-op.
 		"""
-		if self._ptr is None:
-			return
-		self._refuse_if_viewed("context")
-		ptr, self._ptr = self._ptr, None
-		self._table = None
-		lib.kvmm_destroy(ptr)
+		if self._mu._is_owned():
+			raise Busy(errno.EBUSY, "kvmm: close() from inside a call on the context")
+		self._mu.acquire()	# another thread's call ends first
+		try:
+			if self._ptr is None:
+				return
+			self._refuse_if_viewed("context")
+			ptr, self._ptr = self._ptr, None
+			self._table = None
+			lib.kvmm_destroy(ptr)
+		finally:
+			self._mu.release()
 
 	@property
 	def closed(self) -> bool:
@@ -660,7 +761,7 @@ class Context(ViewOwner):
 	def open(self, ns: int = 0) -> "Sequence":
 		"""Open a sequence (a page-table row) in namespace @ns."""
 		out = ffi.new("uint32_t *")
-		self._check(lib.kvmm_seq_open(self._c(), ns, out), "kvmm_seq_open")
+		self._call(lib.kvmm_seq_open, "kvmm_seq_open", ns, out)
 		return Sequence(self, out[0])
 
 	def extend_batch(self, seqs: Iterable["Sequence"], counts: Iterable[int],
@@ -672,9 +773,8 @@ class Context(ViewOwner):
 			raise ValueError("extend_batch: a negative count")
 		if len(ids) != len(counts):
 			raise ValueError("extend_batch: one count per sequence")
-		self._check(lib.kvmm_seq_extend_batch(self._c(), ffi.new("uint32_t[]", ids),
-						      ffi.new("uint32_t[]", counts), len(ids),
-						      flags), "kvmm_seq_extend_batch")
+		self._call(lib.kvmm_seq_extend_batch, "kvmm_seq_extend_batch",
+			   ffi.new("uint32_t[]", ids), ffi.new("uint32_t[]", counts), len(ids), flags)
 
 	def ring(self, sq_entries: int = 64, buf_size: int = 1 << 20) -> Any:
 		"""An in-process command ring over this context (kvmm_ring_init()).
@@ -686,53 +786,52 @@ class Context(ViewOwner):
 		ring = Ring(owner=self)
 		p = ffi.new("struct kvmm_ring_params *", {"sq_entries": sq_entries,
 							  "buf_size": buf_size})
-		return ring._start(lib.kvmm_ring_init(self._c(), p, ring._r), "kvmm_ring_init",
-				   buf_size)
+		with self._in_call() as ptr:
+			return ring._start(lib.kvmm_ring_init(ptr, p, ring._r), "kvmm_ring_init",
+					   buf_size)
 
 	# ---- prefixes ----
 	def lookup(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> int:
 		"""Return how many tokens of the prefix are cached on the device."""
 		buf, n = tokens_arg(tokens, n)
-		return self._check(lib.kvmm_prefix_lookup(self._c(), ns, buf, n),
-				   "kvmm_prefix_lookup")
+		return self._call(lib.kvmm_prefix_lookup, "kvmm_prefix_lookup", ns, buf, n)
 
 	def remote_push(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> int:
 		"""Write the cached pages of the prompt to the remote tier (a context
 		made with ``remote=``): the tokens the cluster holds from the start
 		afterwards.  After a commit, this is the tier's write-through."""
 		buf, n = tokens_arg(tokens, n)
-		return self._check(lib.kvmm_remote_push(self._c(), ns, buf, n), "kvmm_remote_push")
+		return self._call(lib.kvmm_remote_push, "kvmm_remote_push", ns, buf, n)
 
 	def remote_fetch(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> int:
 		"""Bring the prompt's pages past what the tree holds from the remote
 		tier to the host tier (a leaf the next match finds, promote brings
 		up): the tokens fetched."""
 		buf, n = tokens_arg(tokens, n)
-		return self._check(lib.kvmm_remote_fetch(self._c(), ns, buf, n), "kvmm_remote_fetch")
+		return self._call(lib.kvmm_remote_fetch, "kvmm_remote_fetch", ns, buf, n)
 
 	def tiers(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> Tuple[int, ...]:
 		"""Return the tokens of the prefix cached on each tier (device, host, NVMe)."""
 		buf, n = tokens_arg(tokens, n)
 		hits = ffi.new("struct kvmm_tier_hits *")
-		self._check(lib.kvmm_prefix_tiers(self._c(), ns, buf, n, hits), "kvmm_prefix_tiers")
+		self._call(lib.kvmm_prefix_tiers, "kvmm_prefix_tiers", ns, buf, n, hits)
 		return tuple(hits.tokens[t] for t in range(lib.KVMM_NR_TIERS))
 
 	def pin(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> None:
 		"""Pin a cached prefix: never evicted until unpinned (pins nest)."""
 		buf, n = tokens_arg(tokens, n)
-		self._check(lib.kvmm_prefix_pin(self._c(), ns, buf, n), "kvmm_prefix_pin")
+		self._call(lib.kvmm_prefix_pin, "kvmm_prefix_pin", ns, buf, n)
 
 	def unpin(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> None:
 		"""Drop one pin of a prefix."""
 		buf, n = tokens_arg(tokens, n)
-		self._check(lib.kvmm_prefix_unpin(self._c(), ns, buf, n), "kvmm_prefix_unpin")
+		self._call(lib.kvmm_prefix_unpin, "kvmm_prefix_unpin", ns, buf, n)
 
 	def set_priority(self, tokens: Any, prio: int, n: Optional[int] = None,
 			 ns: int = 0) -> None:
 		"""Set a cached prefix's eviction priority (0 is reclaimed first)."""
 		buf, n = tokens_arg(tokens, n)
-		self._check(lib.kvmm_prefix_set_prio(self._c(), ns, buf, n, prio),
-			    "kvmm_prefix_set_prio")
+		self._call(lib.kvmm_prefix_set_prio, "kvmm_prefix_set_prio", ns, buf, n, prio)
 
 	# ---- engine-owned frames (Context(frames="engine")) ----
 	def frames_match(self, tokens: Any, ns: int = 0) -> Tuple[int, np.ndarray, "FrameNode"]:
@@ -745,8 +844,8 @@ class Context(ViewOwner):
 		buf, n = tokens_arg(tokens)
 		frames = np.empty(n // self.page_size, dtype=np.int32)
 		last = ffi.new("struct kvmm_fnode *")
-		got = self._check(lib.kvmm_frames_match(self._c(), ns, buf, n, _i32p(frames), last),
-				  "kvmm_frames_match")
+		got = self._call(lib.kvmm_frames_match, "kvmm_frames_match", ns, buf, n, _i32p(frames),
+				 last)
 		return got, frames[:got // self.page_size], FrameNode(last)
 
 	def frames_insert(self, tokens: Any, frames: Any, ns: int = 0) -> Tuple[int, "FrameNode"]:
@@ -762,8 +861,8 @@ class Context(ViewOwner):
 		buf, n = tokens_arg(tokens)
 		fr = frames_arg(frames, n // self.page_size)
 		last = ffi.new("struct kvmm_fnode *")
-		had = self._check(lib.kvmm_frames_insert(self._c(), ns, buf, n, _i32p(fr), last),
-				  "kvmm_frames_insert")
+		had = self._call(lib.kvmm_frames_insert, "kvmm_frames_insert", ns, buf, n, _i32p(fr),
+				 last)
 		return had, FrameNode(last)
 
 	def frames_extend(self, tokens: Any, frames: Any, node: "FrameNode", node_len: int,
@@ -789,9 +888,8 @@ class Context(ViewOwner):
 		buf, n = tokens_arg(tokens)
 		fr = frames_arg(frames, n // self.page_size).copy()
 		last = ffi.new("struct kvmm_fnode *")
-		had = self._check(lib.kvmm_frames_extend(self._c(), ns, buf, n, _i32p(fr), node._h,
-							  node_len, split, inserted_len, last),
-				  "kvmm_frames_extend")
+		had = self._call(lib.kvmm_frames_extend, "kvmm_frames_extend", ns, buf, n, _i32p(fr),
+				 node._h, node_len, split, inserted_len, last)
 		return had, fr[node_len // self.page_size:], FrameNode(last)
 
 	def frames_lock(self, node: "FrameNode", delta: int = 1) -> int:
@@ -800,7 +898,7 @@ class Context(ViewOwner):
 		raises Error (ESTALE); unlocking an unlocked one InvalidArgument."""
 		if not isinstance(node, FrameNode):
 			raise TypeError(f"frames_lock() takes a FrameNode, not {type(node).__name__}")
-		return self._check(lib.kvmm_frames_lock(self._c(), node._h, delta), "kvmm_frames_lock")
+		return self._call(lib.kvmm_frames_lock, "kvmm_frames_lock", node._h, delta)
 
 	def frames_evict(self, nr_pages: int, max_pages: Optional[int] = None) -> np.ndarray:
 		"""Evict whole unlocked leaves, least recently used first, until
@@ -814,8 +912,8 @@ class Context(ViewOwner):
 		else:
 			room = max_pages
 		out = np.empty(max(room, 0), dtype=np.int32)
-		got = self._check(lib.kvmm_frames_evict(self._c(), nr_pages, _i32p(out), len(out)),
-				  "kvmm_frames_evict")
+		got = self._call(lib.kvmm_frames_evict, "kvmm_frames_evict", nr_pages, _i32p(out),
+				 len(out))
 		return out[:got]
 
 	def frames_path(self, node: "FrameNode") -> np.ndarray:
@@ -826,75 +924,74 @@ class Context(ViewOwner):
 			raise TypeError(f"frames_path() takes a FrameNode, not {type(node).__name__}")
 		room = max(self.max_seq_len // self.page_size, 1)
 		out = np.empty(room, dtype=np.int32)
-		got = self._check(lib.kvmm_frames_path(self._c(), node._h, _i32p(out), room),
-				  "kvmm_frames_path")
+		got = self._call(lib.kvmm_frames_path, "kvmm_frames_path", node._h, _i32p(out),
+				 room)
 		return out[:got]
 
 	def frames_sizes(self) -> Tuple[int, int]:
 		"""(evictable, protected) tokens of the tree."""
 		ev = ffi.new("uint64_t *")
 		pr = ffi.new("uint64_t *")
-		self._check(lib.kvmm_frames_sizes(self._c(), ev, pr), "kvmm_frames_sizes")
+		self._call(lib.kvmm_frames_sizes, "kvmm_frames_sizes", ev, pr)
 		return int(ev[0]), int(pr[0])
 
 	# ---- reclaim and tunables ----
 	def reclaim(self, nr_pages: int) -> int:
 		"""Evict at least @nr_pages pages (whole leaves); return the pages freed."""
-		return self._check(lib.kvmm_reclaim(self._c(), nr_pages), "kvmm_reclaim")
+		return self._call(lib.kvmm_reclaim, "kvmm_reclaim", nr_pages)
 
 	def drop_caches(self) -> int:
 		"""Evict everything evictable; return the pages freed."""
-		return self._check(lib.kvmm_drop_caches(self._c()), "kvmm_drop_caches")
+		return self._call(lib.kvmm_drop_caches, "kvmm_drop_caches")
 
 	def sync(self) -> None:
 		"""Wait for the demotions background reclaim has in flight, and settle
 		them: every page it took is then on its new tier.  Returns at once
 		without an NVMe tier."""
-		self._check(lib.kvmm_sync(self._c()), "kvmm_sync")
+		self._call(lib.kvmm_sync, "kvmm_sync")
 
 	def set_watermarks(self, min: int, low: int, high: int) -> None:
 		"""Set the reclaim watermarks, in pages."""
-		self._check(lib.kvmm_set_watermarks(self._c(), min, low, high),
-			    "kvmm_set_watermarks")
+		self._call(lib.kvmm_set_watermarks, "kvmm_set_watermarks", min, low, high)
 
 	@property
 	def evict_policy(self) -> str:
 		"""The eviction policy's name ("lru", "slru"); assignable."""
-		return ffi.string(lib.kvmm_evict_policy(self._c())).decode()
+		with self._in_call() as ptr:
+			return ffi.string(lib.kvmm_evict_policy(ptr)).decode()
 
 	@evict_policy.setter
 	def evict_policy(self, name: str) -> None:
-		self._check(lib.kvmm_set_evict_policy(self._c(), name.encode()),
-			    "kvmm_set_evict_policy")
+		self._call(lib.kvmm_set_evict_policy, "kvmm_set_evict_policy", name.encode())
 
 	def resize(self, nr_pages: int) -> int:
 		"""Grow or shrink the device pool; return the pages migrated."""
-		return self._check(lib.kvmm_resize(self._c(), nr_pages), "kvmm_resize")
+		return self._call(lib.kvmm_resize, "kvmm_resize", nr_pages)
 
 	@property
 	def nr_pages(self) -> int:
 		"""Pages in the device pool now."""
-		return lib.kvmm_nr_pages(self._c())
+		return self._raw(lib.kvmm_nr_pages)
 
 	# ---- observing ----
 	def stats(self) -> Any:
 		"""Return a :class:`kvmm.Stats` snapshot."""
 		vals = ffi.new("uint64_t[]", len(STAT_NAMES))
-		self._check(lib.kvmm_stats(self._c(), vals, len(STAT_NAMES)), "kvmm_stats")
+		self._call(lib.kvmm_stats, "kvmm_stats", vals, len(STAT_NAMES))
 		return Stats(*vals)
 
 	def check(self) -> None:
 		"""Verify every invariant of the context (kvmm_check())."""
-		self._check(lib.kvmm_check(self._c()), "kvmm_check")
+		self._call(lib.kvmm_check, "kvmm_check")
 
 	def page_state(self, pfn: int) -> int:
 		"""Return a page's KVMM_PAGE_* state."""
-		return self._check(lib.kvmm_page_state(self._c(), pfn), "kvmm_page_state")
+		return self._call(lib.kvmm_page_state, "kvmm_page_state", pfn)
 
 	def backend_info(self) -> str:
 		"""One line on the backend."""
 		buf = ffi.new("char[]", 256)
-		self._check(lib.kvmm_backend_info(self._c(), buf, 256), "kvmm_backend_info")
+		self._call(lib.kvmm_backend_info, "kvmm_backend_info", buf, 256)
 		return ffi.string(buf).decode()
 
 	# ---- views of the library's memory ----
@@ -907,19 +1004,19 @@ class Context(ViewOwner):
 		over the host table mapped into the GPU (every change kvmm makes is
 		seen there, no copy); on host backends the same as without.
 		"""
-		ptr = self._c()
-		t = self._table
-		if device:
-			out = ffi.new("void **")
-			ret = lib.kvmm_page_table_dev(ptr, out)
-			if self._cuda_device is not None or ret != -errno.EOPNOTSUPP:
-				self._check(ret, "kvmm_page_table_dev")
-				addr = int(ffi.cast("uintptr_t", out[0]))
-				if self._cuda_device is not None:
-					return DeviceArray(self._hold(addr), t.shape, t.strides, t.dtype,
-							   self._cuda_device, owner=self, readonly=True)
-				return self._view(addr, t.nbytes, np.int32, t.shape, readonly=True)
-		return self._view(t.ctypes.data, t.nbytes, np.int32, t.shape, readonly=True)
+		with self._in_call() as ptr:
+			t = self._table
+			if device:
+				out = ffi.new("void **")
+				ret = lib.kvmm_page_table_dev(ptr, out)
+				if self._cuda_device is not None or ret != -errno.EOPNOTSUPP:
+					self._check(ret, "kvmm_page_table_dev")
+					addr = int(ffi.cast("uintptr_t", out[0]))
+					if self._cuda_device is not None:
+						return DeviceArray(self._hold(addr), t.shape, t.strides, t.dtype,
+								   self._cuda_device, owner=self, readonly=True)
+					return self._view(addr, t.nbytes, np.int32, t.shape, readonly=True)
+			return self._view(t.ctypes.data, t.nbytes, np.int32, t.shape, readonly=True)
 
 	def kv_indices(self, seqs: Iterable[Any], indptr: Any, indices: Any, last_page_len: Any,
 		       stream: Any = None) -> int:
@@ -946,7 +1043,7 @@ class Context(ViewOwner):
 		kvmm.NoSpace when @indices has too little room,
 		kvmm.InvalidArgument for a sequence closed or named twice.
 		"""
-		ptr = self._c()
+		self._c()
 		ids = []
 		for s in seqs:
 			if isinstance(s, Sequence):
@@ -967,7 +1064,7 @@ class Context(ViewOwner):
 						      "last_page_len": lp})
 		if stream is not None and self._cuda_device is not None:
 			b.stream = _stream_arg(stream)
-		return self._check(lib.kvmm_kv_indices(ptr, b), "kvmm_kv_indices")
+		return self._call(lib.kvmm_kv_indices, "kvmm_kv_indices", b)
 
 	def stream_wait(self, stream: Any) -> None:
 		"""Make work queued on @stream from now on wait for every copy kvmm
@@ -978,14 +1075,19 @@ class Context(ViewOwner):
 		default stream, and 1 are the legacy default stream, 2 the
 		per-thread one).  Host backends have nothing to wait for: a no-op.
 		"""
-		ret = lib.kvmm_stream_wait(self._c(), _stream_arg(stream))
+		ret = self._raw(lib.kvmm_stream_wait, _stream_arg(stream))
 		if ret != -errno.EOPNOTSUPP:
 			self._check(ret, "kvmm_stream_wait")
 
 	def kv_layer_info(self, layer: int) -> Tuple[int, int, int, int]:
 		"""Return (k address, v address or 0, slot bytes, bytes) of a layer."""
+		with self._in_call() as ptr:
+			return self._kv_layer_info(ptr, layer)
+
+	def _kv_layer_info(self, ptr: Any, layer: int) -> Tuple[int, int, int, int]:
+		"""kv_layer_info() within a call (_in_call()) that has @ptr."""
 		out = ffi.new("struct kvmm_kv_layer *")
-		self._check(lib.kvmm_kv_layer(self._c(), layer, out), "kvmm_kv_layer")
+		self._check(lib.kvmm_kv_layer(ptr, layer, out), "kvmm_kv_layer")
 		return (int(ffi.cast("uintptr_t", out.k)), int(ffi.cast("uintptr_t", out.v)),
 			out.slot_bytes, out.bytes)
 
@@ -999,16 +1101,17 @@ class Context(ViewOwner):
 		cuda backend gives :class:`DeviceArray` objects
 		(``__cuda_array_interface__``).
 		"""
-		k, v, slot_bytes, nbytes = self.kv_layer_info(layer)
-		m = self.model
-		dt = np.dtype(dtype or _DTYPES[m["dtype_bytes"]])
-		if dt.itemsize != m["dtype_bytes"]:
-			raise TypeError(f"kv(): dtype {dt} is not {m['dtype_bytes']} bytes")
-		dev = self._cuda_device
-		if m["attn"] == "mla":
-			return self._layer_views(k, 0, slot_bytes, nbytes, dt, (m["latent_dim"],), dev)
-		return self._layer_views(k, v, slot_bytes, nbytes, dt, (m["kv_heads"], m["head_dim"]),
-					 dev)
+		with self._in_call() as ptr:	# no close() between the address and the views
+			k, v, slot_bytes, nbytes = self._kv_layer_info(ptr, layer)
+			m = self.model
+			dt = np.dtype(dtype or _DTYPES[m["dtype_bytes"]])
+			if dt.itemsize != m["dtype_bytes"]:
+				raise TypeError(f"kv(): dtype {dt} is not {m['dtype_bytes']} bytes")
+			dev = self._cuda_device
+			if m["attn"] == "mla":
+				return self._layer_views(k, 0, slot_bytes, nbytes, dt, (m["latent_dim"],), dev)
+			return self._layer_views(k, v, slot_bytes, nbytes, dt, (m["kv_heads"], m["head_dim"]),
+						 dev)
 
 
 class Sequence:
@@ -1031,12 +1134,12 @@ class Sequence:
 	def _tok_call(self, fn: Any, name: str, tokens: Any, n: Optional[int]) -> int:
 		seq = self._id_checked()
 		buf, n = tokens_arg(tokens, n)
-		return self.ctx._check(fn(self.ctx._ptr, seq, buf, n), name)
+		return self.ctx._call(fn, name, seq, buf, n)
 
 	def _commit_call(self, fn: Any, name: str, tokens: Any, n: Optional[int]) -> None:
 		"""close/retract: commit tokens[:n] first, or nothing when @tokens is None."""
 		if tokens is None:
-			self.ctx._check(fn(self.ctx._ptr, self._id_checked(), ffi.NULL, 0), name)
+			self.ctx._call(fn, name, self._id_checked(), ffi.NULL, 0)
 		else:
 			self._tok_call(fn, name, tokens, n)
 
@@ -1053,7 +1156,7 @@ class Sequence:
 		seq = self._id_checked()
 		if n < 0:
 			raise ValueError(f"n = {n} is negative")
-		self.ctx._check(lib.kvmm_seq_extend(self.ctx._ptr, seq, n, flags), "kvmm_seq_extend")
+		self.ctx._call(lib.kvmm_seq_extend, "kvmm_seq_extend", seq, n, flags)
 
 	def commit(self, tokens: Any, n: Optional[int] = None) -> int:
 		"""Insert the whole pages of tokens[cached:n] into the cache; return cached."""
@@ -1079,8 +1182,7 @@ class Sequence:
 	def info(self) -> SeqInfo:
 		"""Return the sequence's length, cached length and namespace."""
 		out = ffi.new("struct kvmm_seq_info *")
-		self.ctx._check(lib.kvmm_seq_info(self.ctx._ptr, self._id_checked(), out),
-				"kvmm_seq_info")
+		self.ctx._call(lib.kvmm_seq_info, "kvmm_seq_info", self._id_checked(), out)
 		return SeqInfo(out.len, out.cached, out.ns)
 
 	def __len__(self) -> int:
@@ -1092,12 +1194,17 @@ class Sequence:
 		return table[self._id_checked() & lib.KVMM_SEQ_ROW_MASK]	# a ring's id too
 
 	def slots(self, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
-		"""Return the pool slots of tokens [start, stop) (a new int64 array)."""
+		"""Return the pool slots of tokens [start, stop) (a new int64 array).
+
+		IndexError unless 0 <= start <= stop <= len(self): a token past the
+		length has no KV of this sequence yet (EXTEND first).
+		"""
 		seq = self._id_checked()
-		if stop is None:
-			stop = self.info().len
-		return row_slots(self.ctx._table[seq & lib.KVMM_SEQ_ROW_MASK], self.ctx.page_size,
-				 start, stop)
+		out = ffi.new("struct kvmm_seq_info *")
+		with self.ctx._in_call() as ptr:	# the table is the context's memory
+			self.ctx._check(lib.kvmm_seq_info(ptr, seq, out), "kvmm_seq_info")
+			return row_slots(self.ctx._table[seq & lib.KVMM_SEQ_ROW_MASK], self.ctx.page_size,
+					 out.len, start, stop)
 
 	def __enter__(self) -> "Sequence":
 		return self

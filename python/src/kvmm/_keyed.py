@@ -129,7 +129,7 @@ class KeyedSpace:
 		spec = ffi.new("struct kvmm_keyed_spec *", {"ns": ns, "value_bytes": value_bytes,
 							    "model_id": mid})
 		out = ffi.new("uint32_t *")
-		ctx._check(lib.kvmm_keyed_space(ctx._c(), spec, out), "kvmm_keyed_space")
+		ctx._call(lib.kvmm_keyed_space, "kvmm_keyed_space", spec, out)
 		self.id = out[0]
 
 	def _keys(self, keys: Any) -> Tuple[Any, int, np.ndarray]:
@@ -145,10 +145,9 @@ class KeyedSpace:
 		k, n, karr = self._keys(keys)
 		ptrs, keep = values_arg(values, n, self.value_bytes, False)
 		res = np.zeros(n, dtype=np.int32)
-		self._ctx._check(lib.kvmm_keyed_put(self._ctx._c(), self.id, k,
-						     ffi.cast("const void *const *", ptrs), n,
-						     ffi.cast("int32_t *", ffi.from_buffer(res))),
-				 "kvmm_keyed_put")
+		self._ctx._call(lib.kvmm_keyed_put, "kvmm_keyed_put", self.id, k,
+				ffi.cast("const void *const *", ptrs), n,
+				ffi.cast("int32_t *", ffi.from_buffer(res)))
 		del keep, karr
 		return res
 
@@ -165,25 +164,24 @@ class KeyedSpace:
 			out = np.empty((n, self.value_bytes), dtype=np.uint8)
 		ptrs, keep = values_arg(out, n, self.value_bytes, True)
 		res = np.zeros(n, dtype=np.int32)
-		self._ctx._check(lib.kvmm_keyed_get(self._ctx._c(), self.id, k, ptrs, n,
-						     ffi.cast("int32_t *", ffi.from_buffer(res))),
-				 "kvmm_keyed_get")
+		self._ctx._call(lib.kvmm_keyed_get, "kvmm_keyed_get", self.id, k, ptrs, n,
+				ffi.cast("int32_t *", ffi.from_buffer(res)))
 		del keep, karr
 		return res, out
 
 	def exists(self, keys: Any) -> int:
 		"""How many of @keys, from the first on, are stored."""
 		k, n, karr = self._keys(keys)
-		ret = self._ctx._check(lib.kvmm_keyed_exists(self._ctx._c(), self.id, k, n, ffi.NULL),
-				       "kvmm_keyed_exists")
+		ret = self._ctx._call(lib.kvmm_keyed_exists, "kvmm_keyed_exists", self.id, k, n,
+				      ffi.NULL)
 		del karr
 		return ret
 
 	def _each(self, fn: Any, name: str, keys: Any) -> np.ndarray:
 		k, n, karr = self._keys(keys)
 		res = np.zeros(n, dtype=np.int32)
-		self._ctx._check(fn(self._ctx._c(), self.id, k, n,
-				    ffi.cast("int32_t *", ffi.from_buffer(res))), name)
+		self._ctx._call(fn, name, self.id, k, n,
+				ffi.cast("int32_t *", ffi.from_buffer(res)))
 		del karr
 		return res
 
@@ -194,8 +192,8 @@ class KeyedSpace:
 	def delete(self, keys: Any) -> int:
 		"""Drop the values of @keys (keys not stored are skipped); return how many went."""
 		k, n, karr = self._keys(keys)
-		ret = self._ctx._check(lib.kvmm_keyed_delete(self._ctx._c(), self.id, k, n, ffi.NULL),
-				       "kvmm_keyed_delete")
+		ret = self._ctx._call(lib.kvmm_keyed_delete, "kvmm_keyed_delete", self.id, k, n,
+				      ffi.NULL)
 		del karr
 		return ret
 
@@ -215,7 +213,7 @@ class KeyedSpace:
 		"""What the space holds (kvmm_keyed_info()): values, host_pages,
 		nvme_pages, value_bytes, pages (a value's), ns, model_id, id."""
 		rec = ffi.new("struct kvmm_dump_kspace *")
-		self._ctx._check(lib.kvmm_keyed_info(self._ctx._c(), self.id, rec), "kvmm_keyed_info")
+		self._ctx._call(lib.kvmm_keyed_info, "kvmm_keyed_info", self.id, rec)
 		return kspace_dict(rec)
 
 	def __len__(self) -> int:

@@ -9,16 +9,24 @@ matched by position.  Token arrays are copied into the ring's data area
 :meth:`Ring.submit_async` awaits the completions on an asyncio loop through
 the CQ doorbell (an eventfd, with ``loop.add_reader``): a PROMOTE that
 reads from NVMe completes later without blocking the loop or a thread.
+
+A Ring serves one thread at a time: a call while another thread is inside
+one on the same ring raises :class:`kvmm.Busy`, and a batch whose part of
+the data area a later batch took raises :class:`kvmm.InvalidArgument`
+when it is submitted or read, rather than send or return another batch's
+bytes.
 """
 import asyncio
 import dataclasses
+import errno
 import os
+import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ._core import STAT_NAMES, Stats, ViewOwner, row_slots, tokens_arg
-from ._errors import InvalidArgument, make_error
+from ._errors import Busy, InvalidArgument, make_error
 from ._keyed import keys_array, kspace_dict, kspace_reg, values_arg
 from ._kvmm import ffi, lib
 
@@ -57,8 +65,9 @@ class SeqRow:
 	page_size: int
 
 	def slots(self, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
-		"""The pool slots of tokens [start, stop) (a new int64 array), as Sequence.slots()."""
-		return row_slots(self.frames, self.page_size, start, self.len if stop is None else stop)
+		"""The pool slots of tokens [start, stop) (a new int64 array), as
+		Sequence.slots(): IndexError unless 0 <= start <= stop <= len."""
+		return row_slots(self.frames, self.page_size, self.len, start, stop)
 
 
 def _timespec(seconds: Optional[float]) -> Any:
@@ -88,8 +97,30 @@ class Batch:
 		self.ops.append((op, fields))
 		return len(self.ops) - 1
 
+	def _owns(self) -> bool:
+		"""Whether this batch's part of the data area is still its own."""
+		ring = self.ring
+		if self.slot is None:
+			return ring._current is self
+		return ring._slot_last.get(self.slot) is self
+
+	def _area(self) -> "Ring":
+		"""The ring, checked open, not in another thread's use, and with this
+		batch's part of the data area not taken by a later batch."""
+		ring = self.ring
+		with ring._using:
+			if not ring._up:
+				raise InvalidArgument(errno.EINVAL, "kvmm: the ring is closed")
+			if not self._owns():
+				raise InvalidArgument(errno.EINVAL,
+						      "kvmm: a later batch took this batch's part of the "
+						      "ring's data area: submit a batch and read its "
+						      "results before making the next")
+		return ring
+
 	def _reserve(self, nbytes: int, align: int = 4) -> int:
 		"""Take @nbytes of the data area for this batch; return their offset."""
+		self._area()
 		off = -(-self._off // align) * align
 		if off + nbytes > self._limit:
 			raise ValueError(f"the batch's payloads need {off + nbytes} bytes; its part "
@@ -260,7 +291,7 @@ class Batch:
 		KDELETE with each=True, at @index (read after the batch completed,
 		before the ring's next batch)."""
 		ents, _, n, _ = self._kio[index]
-		return self.ring._kents(ents, n)["res"].copy()
+		return self._area()._kents(ents, n)["res"].copy()
 
 	def kvalues(self, index: int, out: Any = None, only_read: bool = False) -> Any:
 		"""The values the KGET at @index read, copied into @out (a new (n,
@@ -270,13 +301,14 @@ class Batch:
 		_, vals, n, vb = self._kio[index]
 		if vals is None:
 			raise ValueError("kvmm: that KGET read into a registered buffer, not the data area")
+		ring = self._area()
 		if out is None:
 			out = np.empty((n, vb), dtype=np.uint8)
 		ptrs, keep = values_arg(out, n, vb, True)
 		res = self.kres(index) if only_read else np.zeros(n, dtype=np.int32)
 		for i in range(n):
 			if not res[i]:
-				ffi.memmove(ptrs[i], self.ring._at(vals + i * vb), vb)
+				ffi.memmove(ptrs[i], ring._at(vals + i * vb), vb)
 		del keep
 		return out
 
@@ -290,23 +322,52 @@ class Batch:
 	def records(self, index: int) -> Tuple[List[Any], int]:
 		"""The DUMP at @index: (its records as cdata copies, the next cursor or 0)."""
 		off, kind = self._dumps[index]
-		hdr = ffi.cast("struct kvmm_dump_hdr *", self.ring._at(off))
+		ring = self._area()
+		hdr = ffi.cast("struct kvmm_dump_hdr *", ring._at(off))
 		ctype = _DUMP_RECORDS[kind]
 		size = ffi.sizeof(ctype)
 		recs = []
 		for i in range(hdr.nr):
 			rec = ffi.new(ctype + " *")
-			ffi.memmove(rec, self.ring._at(off + ffi.sizeof(hdr[0]) + i * hdr.rec_size),
+			ffi.memmove(rec, ring._at(off + ffi.sizeof(hdr[0]) + i * hdr.rec_size),
 				    min(size, hdr.rec_size))
 			recs.append(rec)
 		return recs, hdr.next
 
 	def row(self, index: int) -> SeqRow:
 		"""The row the SEQ_ROW at @index wrote (read before the ring's next batch)."""
-		hdr = ffi.cast("struct kvmm_seq_row *", self.ring._at(self._rows[index]))
+		hdr = ffi.cast("struct kvmm_seq_row *", self._area()._at(self._rows[index]))
 		frames = np.frombuffer(ffi.buffer(ffi.cast("char *", hdr + 1), 4 * hdr.pages),
 				       dtype=np.int32).copy()
 		return SeqRow(hdr.len, hdr.cached, frames, self.ring.page_size)
+
+
+class _Using:
+	"""``with ring._using:`` - the calling thread's turn on the ring, or Busy."""
+
+	__slots__ = ("ring",)
+
+	def __init__(self, ring: "Ring") -> None:
+		self.ring = ring
+
+	def __enter__(self) -> None:
+		if not self.ring._mu.acquire(blocking=False):
+			raise Busy(errno.EBUSY, "kvmm: the ring is in use by another thread: a Ring "
+				   "serves one thread at a time (give each thread its own, or hold "
+				   "a lock from batch() until its results are read)")
+
+	def __exit__(self, *exc: Any) -> None:
+		self.ring._mu.release()
+
+
+def _one_thread(method: Any) -> Any:
+	"""Run a Ring method as the calling thread's turn on the ring (_Using)."""
+	def run(self: "Ring", *args: Any, **kwargs: Any) -> Any:
+		with self._using:
+			return method(self, *args, **kwargs)
+	run.__name__, run.__qualname__, run.__doc__ = (method.__name__, method.__qualname__,
+						       method.__doc__)
+	return run
 
 
 class Ring:
@@ -324,6 +385,12 @@ class Ring:
 		self._slots: Dict[int, Batch] = {}	# regions held by post_batch() batches
 		self._next_tag = 1
 		self.post_slots = 8	# regions the data area is cut into for them
+		# One thread at a time: the thread inside a call holds _mu (reentrant);
+		# another one's call raises Busy rather than wait or interleave.
+		self._mu = threading.RLock()
+		self._using = _Using(self)
+		self._current: Optional[Batch] = None	# the batch the data area is for
+		self._slot_last: Dict[int, Batch] = {}	# post_batch() region: its last batch
 
 	def _start(self, ret: int, call: str, buf_size: int) -> "Ring":
 		if ret < 0:
@@ -345,29 +412,36 @@ class Ring:
 	def batch(self) -> Batch:
 		"""A new, empty batch for this ring (the whole data area: not while
 		batches posted with :meth:`post` are in flight)."""
-		if self._slots:
-			raise InvalidArgument(22, "kvmm: batches made by post_batch() hold parts of "
-					      "the data area; poll() them (or discard()) first")
-		return Batch(self)
+		with self._using:
+			if self._slots:
+				raise InvalidArgument(22, "kvmm: batches made by post_batch() hold parts "
+						      "of the data area; poll() them (or discard()) first")
+			self._slot_last.clear()		# the whole data area is the new batch's
+			self._current = Batch(self)
+			return self._current
 
 	def post_batch(self) -> Batch:
 		"""A new, empty batch to :meth:`post`: it has one of ``post_slots``
 		regions of the data area to itself from now until :meth:`poll` returns
 		it (or :meth:`discard` gives it back unposted)."""
-		free = [s for s in range(self.post_slots) if s not in self._slots]
-		if not free:
-			raise ValueError(f"kvmm: all {self.post_slots} regions for posted batches are "
-					 "taken; poll() first")
-		size = self.buf_size // self.post_slots // 64 * 64
-		batch = Batch(self, free[0] * size, (free[0] + 1) * size, free[0])
-		self._slots[free[0]] = batch
-		return batch
+		with self._using:
+			free = [s for s in range(self.post_slots) if s not in self._slots]
+			if not free:
+				raise ValueError(f"kvmm: all {self.post_slots} regions for posted batches "
+						 "are taken; poll() first")
+			size = self.buf_size // self.post_slots // 64 * 64
+			batch = Batch(self, free[0] * size, (free[0] + 1) * size, free[0])
+			self._slots[free[0]] = batch
+			self._slot_last[free[0]] = batch
+			self._current = None	# the posted batches' regions overlap the whole area
+			return batch
 
 	def discard(self, batch: Batch) -> None:
 		"""Give back the region of a post_batch() batch that will not be posted."""
-		if batch.slot is not None and self._slots.get(batch.slot) is batch and \
-		   all(e[0] is not batch for e in self._posted.values()):
-			del self._slots[batch.slot]
+		with self._using:
+			if batch.slot is not None and self._slots.get(batch.slot) is batch and \
+			   all(e[0] is not batch for e in self._posted.values()):
+				del self._slots[batch.slot]
 
 	def _ring(self) -> Any:
 		if not self._up:
@@ -385,6 +459,7 @@ class Ring:
 		if not tag and self._slots:
 			raise InvalidArgument(22, "kvmm: batches made by post_batch() are in flight; "
 					      "poll() them first")
+		batch._area()
 		for i, (op, fields) in enumerate(batch.ops):
 			sqe = lib.kvmm_get_sqe(r)
 			if sqe == ffi.NULL:
@@ -419,6 +494,7 @@ class Ring:
 				raise err
 		return res  # type: ignore[return-value]
 
+	@_one_thread
 	def submit(self, batch: Batch, timeout: Optional[float] = None) -> List[int]:
 		"""Submit @batch, wait for all its completions, return their results.
 
@@ -441,7 +517,8 @@ class Ring:
 
 	async def submit_async(self, batch: Batch) -> List[int]:
 		"""Submit @batch and await its completions on the running asyncio loop."""
-		n = self._post(batch)
+		with self._using:
+			n = self._post(batch)
 		res: List[Optional[int]] = [None] * n
 		flags = [0] * n
 		left = n - self._reap(batch, res, flags)
@@ -474,6 +551,7 @@ class Ring:
 		return self._results(batch, res)
 
 	# ---- batches in flight without waiting: an engine's own event loop ----
+	@_one_thread
 	def post(self, batch: Batch) -> int:
 		"""Submit @batch (from :meth:`post_batch`) without waiting for it; return
 		its tag, which :meth:`poll` gives back with its results once every
@@ -491,6 +569,7 @@ class Ring:
 			raise
 		return tag
 
+	@_one_thread
 	def poll(self) -> List[Tuple[int, Batch, List[int]]]:
 		"""Take every completion there is: return (tag, batch, results) for each
 		posted batch now complete, in the order they completed.  Results are
@@ -512,6 +591,7 @@ class Ring:
 				done.append((ud >> 32, entry[0], entry[1]))
 		return done
 
+	@_one_thread
 	def wait(self, timeout: Optional[float] = None) -> List[Tuple[int, Batch, List[int]]]:
 		"""Sleep until a completion is there (kvmm_wait_cqe_timeout(): a server
 		that went away raises), then :meth:`poll`."""
@@ -537,13 +617,16 @@ class Ring:
 		lib.kvmm_py_cq_disarm(self._r)
 
 	def _at(self, off: int) -> Any:
-		"""A char * at byte @off of the data area."""
+		"""A char * at byte @off of the data area (InvalidArgument once closed)."""
+		if not self._up:
+			raise InvalidArgument(errno.EINVAL, "kvmm: the ring is closed")
 		return ffi.cast("char *", self._r.buf) + off
 
 	def _kents(self, off: int, n: int) -> np.ndarray:
 		"""The n struct kvmm_kent at byte @off of the data area, as a numpy view."""
 		return np.frombuffer(ffi.buffer(self._at(off), n * _KENT), dtype=_KENT_DTYPE)
 
+	@_one_thread
 	def register(self, buffers: List[Any]) -> None:
 		"""Name memory that commands may refer to as buffer 1, 2, ... (in order;
 		kvmm_ring_register_buffers(), in-process rings only: raises
@@ -564,6 +647,7 @@ class Ring:
 			raise make_error(ret, "kvmm_ring_register_buffers")
 		self._registered = keep
 
+	@_one_thread
 	def kspaces(self, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
 		"""Every keyed space of the context (DUMP KVMM_DUMP_KSPACES; a ring bound
 		to a namespace may not: kvmm.Error EPERM), as dicts of its fields."""
@@ -578,6 +662,7 @@ class Ring:
 			if not cursor:
 				return out
 
+	@_one_thread
 	def check(self, timeout: Optional[float] = None) -> None:
 		"""Verify every invariant of the ring's context (CHECK): kvmm.Error
 		EUCLEAN when one is broken (what broke is in the server's log),
@@ -586,6 +671,7 @@ class Ring:
 		b.check()
 		self.submit(b, timeout)
 
+	@_one_thread
 	def stats(self, timeout: Optional[float] = None) -> Any:
 		"""The context's statistics through the ring (STATS), as :class:`kvmm.Stats`."""
 		b = self.batch()
@@ -596,6 +682,7 @@ class Ring:
 		vals = ffi.cast("uint64_t *", self._at(off + head))
 		return Stats(*(vals[i] if i < nr else 0 for i in range(len(STAT_NAMES))))
 
+	@_one_thread
 	def _probe(self) -> None:
 		"""Ask the context's shape (PROBE): page_size."""
 		b = self.batch()
@@ -605,6 +692,7 @@ class Ring:
 		self.submit(b)
 		self.page_size = ffi.cast("struct kvmm_probe *", self._at(off)).page_size
 
+	@_one_thread
 	def seq_row(self, seq: int, timeout: Optional[float] = None) -> SeqRow:
 		"""The page-table row of @seq, a sequence this ring opened (SEQ_ROW)."""
 		b = self.batch()
@@ -612,10 +700,12 @@ class Ring:
 		self.submit(b, timeout)
 		return b.row(i)
 
+	@_one_thread
 	def attach_pool(self, timeout: Optional[float] = 10.0) -> "Pool":
 		"""Map the server's KV pool into this process (kvmm_kv_pool_attach())."""
 		return Pool(self, timeout)
 
+	@_one_thread
 	def close(self) -> None:
 		"""Detach (kvmm_ring_exit()); the ring's sequences and pins are released."""
 		if self._up:
