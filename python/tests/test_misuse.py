@@ -106,13 +106,13 @@ def test_batch_outputs_after_ring_close_raise():
 		sp = ring.submit(b)[0]
 		b = ring.batch()
 		o = b.open()
-		ring.submit(b)
+		seq = ring.submit(b)[o]
 		b = ring.batch()
 		i = b.kput(sp, ["a"], [np.ones(3000, np.uint8)], 3000)
 		j = b.kget(sp, ["a"], 3000)
 		from kvmm._kvmm import lib
 		d = b.dump(lib.KVMM_DUMP_KSPACES)
-		r = b.seq_row(0, 8)
+		r = b.seq_row(seq, 8)
 		ring.submit(b)
 		assert b.kres(j)[0] == 0 and b.kvalues(j)[0][0] == 1 and b.row(r).len == 0
 		ring.close()
@@ -148,9 +148,11 @@ def test_a_later_batch_makes_an_earlier_one_unreadable(ctx):
 		with pytest.raises(kvmm.InvalidArgument, match="later batch"):
 			b1.match(0, np.arange(4, dtype=np.int32))
 		assert ring.submit(b2) == [0]
+		b0 = ring.batch()
+		o = b0.open()
+		seq = ring.submit(b0)[o]	# a ring's id: the row and its generation
 		b3 = ring.batch()
-		seq = b3.open()
-		r3 = b3.seq_row(0, 4)
+		r3 = b3.seq_row(seq, 4)
 		ring.submit(b3)
 		assert b3.row(r3).len == 0
 		ring.batch()
