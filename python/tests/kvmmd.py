@@ -3,6 +3,7 @@
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -12,6 +13,16 @@ import pytest
 
 OBJTREE = Path(os.environ.get("KVMM_O", Path(__file__).resolve().parents[2] / "build"))
 KVMMD = OBJTREE / "bin" / "kvmmd"
+
+
+def answers(sock: Path) -> bool:
+	"""Whether a server listens at @sock."""
+	with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+		try:
+			s.connect(str(sock))
+		except OSError:
+			return False
+	return True
 
 
 @contextlib.contextmanager
@@ -26,9 +37,11 @@ def running(sock: Path, args: List[str]) -> Iterator[Tuple[subprocess.Popen, str
 				stdout=subprocess.DEVNULL)
 	try:
 		deadline = time.monotonic() + 10
-		while not sock.exists() and proc.poll() is None and time.monotonic() < deadline:
+		# the socket's file appears at bind(), a moment before listen(): wait
+		# until it answers, or a loaded machine reads ECONNREFUSED
+		while not answers(sock) and proc.poll() is None and time.monotonic() < deadline:
 			time.sleep(0.02)
-		assert sock.exists(), "kvmmd did not start"
+		assert answers(sock), "kvmmd did not start"
 		yield proc, str(sock)
 	finally:
 		if proc.poll() is None:
