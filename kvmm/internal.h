@@ -741,6 +741,11 @@ uint64_t kvmm_owners_pins_on(const struct kvmm_ctx *ctx, const struct kvmm_node 
 uint32_t kvmm_pin_owner(const struct kvmm_ctx *ctx, const struct kvmm_node *node);
 uint32_t kvmm_pins_drop_node(struct kvmm_ctx *ctx, struct kvmm_node *node);
 
+/* ---- flush.c ---- */
+
+int64_t kvmm_flush_held(struct kvmm_ctx *ctx, uint32_t timeout_ms,
+			struct kvmm_flush_info *info);
+
 /* ---- stats.c ---- */
 
 enum kvmm_event {

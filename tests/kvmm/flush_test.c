@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/kvmm/flush_test.c - kvmm_flush() and warm restart: a chat
+ * workload (conversations sharing a system prompt, a small device pool,
+ * host and NVMe tiers under it) is flushed and the context destroyed; a
+ * context on the same file serves it again, every byte checked against
+ * the stamps the KV was computed with.  Also: a flush bounded by the
+ * tier's room keeps the ancestors, faults on its writes are misses and
+ * never wrong KV, and the calls it refuses.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "../helpers.h"
+
+#define PS		1	/* SGLang's page size: the hardest case */
+#define NCONV		40	/* conversations */
+#define SYS		50	/* tokens of the system prompt they share */
+#define TURN		12	/* tokens a turn adds */
+#define TURNS		3
+#define CHAT_MAX	(SYS + TURNS * TURN)
+
+/* Conversation @c's prompt at turn @t (1 .. TURNS): the system prompt, then its turns. */
+static uint32_t chat_prompt(uint32_t *tok, uint32_t c, uint32_t t)
+{
+	uint32_t i;
+
+	test_tokens(tok, SYS, 7);
+	for (i = 0; i < t; i++)
+		test_tokens(tok + SYS + i * TURN, TURN, 1000 + c * 16 + i);
+	return SYS + t * TURN;
+}
+
+static struct kvmm_params chat_params(uint32_t host, uint32_t nvme, const char *path,
+				      struct kvmm_nvme_arg *arg)
+{
+	struct kvmm_params p = test_params(PS, 512, 8, 256);
+
+	p.host_pages = host;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.nvme_pages = nvme;
+	p.nvme_path = path;
+	p.nvme_arg = arg;
+	return p;
+}
+
+static struct kvmm_ctx *chat_ctx(uint32_t host, uint32_t nvme, const char *path,
+				 struct kvmm_nvme_arg *arg)
+{
+	struct kvmm_params p = chat_params(host, nvme, path, arg);
+	struct kvmm_ctx *ctx = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	return ctx;
+}
+
+/* An engine loop: every conversation takes its turns, interleaved. */
+static void chat_run(struct kvmm_ctx *ctx)
+{
+	uint32_t tok[CHAT_MAX], c, t, n;
+
+	for (t = 1; t <= TURNS; t++) {
+		for (c = 0; c < NCONV; c++) {
+			n = chat_prompt(tok, c, t);
+			CU_ASSERT(test_kv_serve(ctx, tok, n, true) >= 0);
+		}
+		CHECK_OK(ctx);
+	}
+}
+
+/* Tokens of every conversation's last prompt cached on any tier. */
+static uint64_t chat_cached(struct kvmm_ctx *ctx)
+{
+	struct kvmm_tier_hits hits;
+	uint32_t tok[CHAT_MAX], c, n;
+	uint64_t sum = 0;
+
+	for (c = 0; c < NCONV; c++) {
+		n = chat_prompt(tok, c, TURNS);
+		sum += (uint32_t)kvmm_prefix_tiers(ctx, 0, tok, n, &hits);
+	}
+	return sum;
+}
+
+/* Pages the tree holds on every tier. */
+static uint64_t tree_pages(struct kvmm_ctx *ctx)
+{
+	return test_stat(ctx, KVMM_STAT_PAGES_CACHED) + test_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED) +
+	       test_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
+}
+
+/*
+ * Every conversation's last prompt again, promoted and checked byte for
+ * byte (test_kv_serve()); Return: the tokens served from the cache.
+ */
+static uint64_t chat_serve(struct kvmm_ctx *ctx)
+{
+	uint32_t tok[CHAT_MAX], c, n;
+	uint64_t sum = 0;
+	int m;
+
+	for (c = 0; c < NCONV; c++) {
+		n = chat_prompt(tok, c, TURNS);
+		m = test_kv_serve(ctx, tok, n, true);
+		CU_ASSERT(m >= 0);
+		sum += m > 0 ? (uint32_t)m : 0;
+	}
+	CHECK_OK(ctx);
+	return sum;
+}
+
+/*
+ * The warm restart: the system prompt is hot on the device at shutdown,
+ * most conversations below it on the host and NVMe.  After a flush, the
+ * restarted context has (nearly) every page and serves every
+ * conversation whole; without one it would find almost nothing below the
+ * prompt the file never held.
+ */
+static void test_flush_chat_restart(void)
+{
+	const char *path = test_tmp_file("flush-chat");
+	struct kvmm_ctx *ctx = chat_ctx(256, 4096, path, NULL);
+	struct kvmm_flush_info info;
+	uint64_t before, pages, served;
+	uint32_t tok[CHAT_MAX];
+	int64_t ret;
+
+	chat_run(ctx);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CHECK_OK(ctx);
+	test_tokens(tok, SYS, 7);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, SYS), SYS);	/* on the device */
+	before = chat_cached(ctx);
+	pages = tree_pages(ctx);
+	CU_ASSERT(before >= NCONV * CHAT_MAX / 2);
+	ret = kvmm_flush(ctx, 0, &info);
+	CU_ASSERT(ret > 0);
+	CU_ASSERT_EQUAL((uint64_t)ret, info.pages);
+	CU_ASSERT_EQUAL(info.left, 0);
+	CU_ASSERT_EQUAL(info.pages, pages - test_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED));
+	CU_ASSERT_EQUAL(tree_pages(ctx), pages);	/* the tree did not change */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+
+	ctx = chat_ctx(256, 4096, path, NULL);
+	CHECK_OK(ctx);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) * 100 >= pages * 95);
+	CU_ASSERT(chat_cached(ctx) * 100 >= before * 95);
+	served = chat_serve(ctx);
+	CU_ASSERT(served * 100 >= before * 95);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * A tier with room for a fraction of the cache: the flush writes
+ * parents first, so what is left out is deep, and the shared prompt
+ * comes back with as much below it as fits.
+ */
+static void test_flush_bounded_by_room(void)
+{
+	const char *path = test_tmp_file("flush-room");
+	struct kvmm_ctx *ctx = chat_ctx(256, 256, path, NULL);
+	struct kvmm_flush_info info;
+	uint32_t tok[CHAT_MAX];
+
+	chat_run(ctx);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT(kvmm_flush(ctx, 0, &info) > 0);
+	CU_ASSERT(info.left > 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+
+	ctx = chat_ctx(256, 256, path, NULL);
+	CHECK_OK(ctx);
+	test_tokens(tok, SYS, 7);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, SYS), 0);	/* not on the device ... */
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, SYS, NULL), SYS);	/* ... but found */
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) >= 256 * 9 / 10);
+	CU_ASSERT(chat_serve(ctx) >= 256 * 9 / 10);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * Write errors and bits flipped on the way to the file: the pages of a
+ * failed write are counted as left out, a flipped page fails its
+ * checksum after the restart, and every byte served is right.
+ */
+static void test_flush_faults(void)
+{
+	static const struct kvmm_nvme_arg faults[] = {
+		{ .fault = -EIO, .fault_every = 3, .fault_sites = KVMM_NVME_SITE_WRITE },
+		{ .flip_every = 7 },
+		{ .tear_every = 5 },
+	};
+	uint32_t i;
+
+	for (i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+		const char *path = test_tmp_file("flush-faults");
+		struct kvmm_nvme_arg arg = { 0 };
+		struct kvmm_ctx *ctx = chat_ctx(256, 4096, path, &arg);
+		struct kvmm_flush_info info;
+
+		chat_run(ctx);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+		arg = faults[i];
+		CU_ASSERT(kvmm_flush(ctx, 0, &info) >= 0);
+		if (faults[i].fault)
+			CU_ASSERT(info.left > 0);
+		CHECK_OK(ctx);
+		arg = (struct kvmm_nvme_arg){ 0 };
+		kvmm_destroy(ctx);
+
+		ctx = chat_ctx(256, 4096, path, NULL);
+		CHECK_OK(ctx);
+		chat_serve(ctx);	/* checks every byte it serves */
+		kvmm_destroy(ctx);
+		unlink(path);
+	}
+}
+
+/* A flush of an empty cache writes nothing; one with no NVMe tier is refused. */
+static void test_flush_refused(void)
+{
+	const char *path = test_tmp_file("flush-empty");
+	struct kvmm_ctx *ctx = chat_ctx(256, 64, path, NULL);
+	struct kvmm_params p = chat_params(256, 0, NULL, NULL);
+	struct kvmm_flush_info info = { .pages = 1 };
+
+	CU_ASSERT_EQUAL(kvmm_flush(NULL, 0, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_flush(ctx, 0, &info), 0);
+	CU_ASSERT_EQUAL(info.pages, 0);
+	CU_ASSERT_EQUAL(info.left, 0);
+	kvmm_destroy(ctx);
+	unlink(path);
+	ctx = NULL;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT_EQUAL(kvmm_flush(ctx, 0, &info), -EOPNOTSUPP);
+	kvmm_destroy(ctx);
+}
+
+/* Every allocation of a flush failed in turn: -ENOMEM, nothing changed. */
+static void test_flush_alloc_faults(void)
+{
+	const char *path = test_tmp_file("flush-alloc");
+	struct test_alloc ta = { 0 };
+	struct kvmm_params p = chat_params(256, 4096, path, NULL);
+	struct kvmm_ctx *ctx = NULL;
+	uint64_t st[NR_KVMM_STATS], st2[NR_KVMM_STATS];
+	unsigned long at;
+	int64_t ret;
+
+	p.alloc = &test_alloc_ops;
+	p.alloc_priv = &ta;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	chat_run(ctx);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	for (at = 1;; at++) {
+		test_stats(ctx, st);
+		ta.fail_at = ta.calls + at;
+		ret = kvmm_flush(ctx, 0, NULL);
+		ta.fail_at = 0;
+		CHECK_OK(ctx);
+		if (ret >= 0)
+			break;
+		CU_ASSERT_EQUAL(ret, -ENOMEM);
+		test_stats(ctx, st2);
+		ASSERT_STATS_SAME(st, st2);
+	}
+	CU_ASSERT(at > 1);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+int register_flush_suite(void)
+{
+	CU_pSuite s = CU_add_suite("flush", NULL, NULL);
+
+	if (!s)
+		return -1;
+	ADD_TEST(s, test_flush_chat_restart);
+	ADD_TEST(s, test_flush_bounded_by_room);
+	ADD_TEST(s, test_flush_faults);
+	ADD_TEST(s, test_flush_refused);
+	ADD_TEST(s, test_flush_alloc_faults);
+	return 0;
+}
