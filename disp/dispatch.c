@@ -40,7 +40,7 @@
  * Tenants.  A ring bound to a namespace may only name that namespace
  * (OPEN, PIN, UNPIN, PRIO) and may not run the commands that act on the
  * whole context or show other tenants' tokens (RECLAIM, DROP_CACHES, SET,
- * DUMP, PIN_DROP): -EPERM.  Its pins, KVMM_PIN_KEEP or not, count against
+ * DUMP, PIN_DROP, CHECK, FLUSH): -EPERM.  Its pins, KVMM_PIN_KEEP or not, count against
  * the namespace's pin limit (-EDQUOT past it), so a tenant cannot pin the
  * pool away from the others; the operator (an unbound ring) lists every
  * pin with DUMP_PINS and drops any of them, whoever took it, with
@@ -527,6 +527,21 @@ static int op_prio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return kvmm_prefix_set_prio(d->ctx, sqe->ns, tok, sqe->len, sqe->arg);
 }
 
+/*
+ * FLUSH: kvmm_flush() under the lock the batch holds, for at most arg
+ * milliseconds: the rings wait meanwhile, as the operator asked.
+ */
+static int op_flush(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		    const uint32_t *tok, uint32_t *cflags)
+{
+	struct kvmm_flush_info info;
+	int64_t ret = kvmm_flush_held(d->ctx, (uint32_t)sqe->arg, &info);
+
+	if (ret >= 0 && info.left)
+		*cflags |= KVMM_CQE_F_MORE;
+	return (int)clamp_res(ret);
+}
+
 /* CHECK: kvmm_check() of the whole context, under its lock like every command */
 static int op_check(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		    const uint32_t *tok, uint32_t *cflags)
@@ -763,6 +778,7 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_RPUSH]		= { F_NS | F_TOK, P_TOKENS, false, false, op_rpush },
 	[KVMM_OP_RFETCH]	= { F_NS | F_TOK, P_TOKENS, false, false, op_rfetch },
 	[KVMM_OP_CHECK]		= { 0, P_NONE, false, true, op_check },
+	[KVMM_OP_FLUSH]		= { F_ARG, P_NONE, false, true, op_flush },
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");

@@ -242,6 +242,54 @@ static void test_flush_refused(void)
 	kvmm_destroy(ctx);
 }
 
+/*
+ * FLUSH through a ring: the pages written as its result, CQE_F_MORE when
+ * some were left out (a tier too small), -EOPNOTSUPP without NVMe.
+ */
+static void test_flush_ring(void)
+{
+	const char *path = test_tmp_file("flush-ring");
+	uint32_t nvme[] = { 4096, 128 };
+	struct test_kring r;
+	uint32_t i, flags;
+	int32_t res;
+
+	for (i = 0; i < 2; i++) {
+		struct kvmm_ctx *ctx = chat_ctx(256, nvme[i], path, NULL);
+		uint64_t want;
+
+		chat_run(ctx);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+		want = tree_pages(ctx) - test_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
+		test_kring_init(ctx, &r, 0, 0);
+		kvmm_prep_flush(TEST_SQE(&r.ring), 0);
+		flags = 0;
+		res = test_ring1(&r.ring, &flags);
+		if (i == 0) {
+			CU_ASSERT_EQUAL(res, (int32_t)want);
+			CU_ASSERT_FALSE(flags & KVMM_CQE_F_MORE);
+		} else {
+			CU_ASSERT(res > 0 && res < (int32_t)want);
+			CU_ASSERT(flags & KVMM_CQE_F_MORE);
+		}
+		CHECK_OK(ctx);
+		test_kring_exit(&r);
+		kvmm_destroy(ctx);
+		unlink(path);
+	}
+	{
+		struct kvmm_params p = chat_params(256, 0, NULL, NULL);
+		struct kvmm_ctx *ctx = NULL;
+
+		CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+		test_kring_init(ctx, &r, 0, 0);
+		kvmm_prep_flush(TEST_SQE(&r.ring), 10);
+		CU_ASSERT_EQUAL(test_ring1(&r.ring, NULL), -EOPNOTSUPP);
+		test_kring_exit(&r);
+		kvmm_destroy(ctx);
+	}
+}
+
 /* Every allocation of a flush failed in turn: -ENOMEM, nothing changed. */
 static void test_flush_alloc_faults(void)
 {
@@ -286,5 +334,6 @@ int register_flush_suite(void)
 	ADD_TEST(s, test_flush_faults);
 	ADD_TEST(s, test_flush_refused);
 	ADD_TEST(s, test_flush_alloc_faults);
+	ADD_TEST(s, test_flush_ring);
 	return 0;
 }

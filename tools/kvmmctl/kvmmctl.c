@@ -776,6 +776,39 @@ static int cmd_drop_caches(struct ctl *c)
 	return cmd_simple(c, "drop-caches", "pages");
 }
 
+static int parse_flush(struct ctl *c, int argc, char **argv)
+{
+	uint64_t half_ms = ((uint64_t)c->timeout.tv_sec * 1000 + c->timeout.tv_nsec / 1000000) / 2;
+
+	if (argc > 1)
+		return usage_err("flush: give at most one time limit, MS");
+	if (argc)
+		return num_arg("flush: MS", argv[0], UINT32_MAX, &c->value) ? EXIT_USAGE : 0;
+	/* by default, half the wait for the answer: the answer comes in time */
+	c->value = half_ms ? (half_ms < UINT32_MAX ? half_ms : UINT32_MAX) : 1;
+	return 0;
+}
+
+/* flush [MS]: every cached page not on NVMe written to its file, parents first */
+static int cmd_flush(struct ctl *c)
+{
+	uint32_t cflags = 0;
+	int res;
+
+	kvmm_prep_flush(sqe_get(), (uint32_t)c->value);
+	res = run1(c, &cflags);
+	if (res < 0)
+		return refused(c, "flush", res);
+	if (c->json)
+		tool_json_line(json_pack("{s:i,s:b}", "pages", res, "complete",
+					 !(cflags & KVMM_CQE_F_MORE)), stdout);
+	else
+		printf("flush: %d pages written to NVMe%s\n", res,
+		       cflags & KVMM_CQE_F_MORE ? "; some cached pages were left out "
+						  "(out of time or room on the tier)" : "");
+	return 0;
+}
+
 /* check: every invariant of kvmmd's context; what broke is in kvmmd's log */
 static int cmd_check(struct ctl *c)
 {
@@ -1068,6 +1101,9 @@ static const struct ctl_cmd {
 	{ "drop-caches", "", "evict everything evictable", 0, NULL, cmd_drop_caches },
 	{ "check", "", "verify every invariant of kvmmd's context (kvmm_check())", 0, NULL,
 	  cmd_check },
+	{ "flush", "[MS]", "write every cached page not on NVMe to its file, for at most\n"
+	  "                               MS milliseconds (default: half of --timeout)", 0,
+	  parse_flush, cmd_flush },
 	{ "set", "KEY VALUE", "wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
 	  "                               nr_pages PAGES (resize the pool, up to pages_max),\n"
 	  "                               ns_pin_pages PAGES|auto, ns_cache_share PERCENT,\n"

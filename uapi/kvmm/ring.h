@@ -58,7 +58,9 @@
 #define KVMM_OP_RPUSH		26	/* ns, tokens; res: tokens the remote tier holds */
 #define KVMM_OP_RFETCH		27	/* ns, tokens; res: tokens fetched to the host tier */
 #define KVMM_OP_CHECK		28	/* res: 0, or -EUCLEAN (what broke goes to the log) */
-#define KVMM_OP_LAST		29
+#define KVMM_OP_FLUSH		29	/* arg: time limit in ms (0: none); res: pages
+					 * written to NVMe; CQE_F_MORE: some left out */
+#define KVMM_OP_LAST		30
 
 /*
  * struct kvmm_sqe - one command (64 bytes)
@@ -105,7 +107,8 @@ struct kvmm_cqe {
 	__u32	flags;
 };
 
-#define KVMM_CQE_F_MORE		(1u << 0)	/* DUMP: more records after the cursor */
+#define KVMM_CQE_F_MORE		(1u << 0)	/* DUMP: more records after the cursor;
+						 * FLUSH: cached pages it did not write */
 #define KVMM_CQE_F_LOWER	(1u << 1)	/* MATCH: the prefix goes on below the
 						 * device: PROMOTE brings it back */
 

@@ -192,6 +192,17 @@ class SeqInfo:
 	ns: int
 
 
+@dataclasses.dataclass(frozen=True)
+class FlushInfo:
+	"""What :meth:`Context.flush` did (struct kvmm_flush_info): pages
+	written to the NVMe tier's file, cached pages it did not write (out
+	of time or room, or failed), and the seconds it took."""
+
+	pages: int
+	left: int
+	seconds: float
+
+
 def row_slots(row: np.ndarray, page_size: int, start: int, stop: int) -> np.ndarray:
 	"""The pool slots of tokens [start, stop) of a page-table @row (a new int64 array)."""
 	t = np.arange(start, stop, dtype=np.int64)
@@ -625,15 +636,19 @@ class Context(ViewOwner):
 		return KeyedSpace(self, model_id, value_bytes, ns)
 
 	# ---- lifetime ----
-	def close(self) -> None:
+	def close(self, flush_ms: int = 5000) -> None:
 		"""Destroy the context (kvmm_destroy()); its sequences go with it.
 
-		Raises :class:`kvmm.Busy` while a view of its memory is alive.
-		Closing twice is a no-op.
+		With an NVMe tier, :meth:`flush` runs first for at most @flush_ms
+		milliseconds (0: no flush; best effort, never an error), so that a context opened later on the
+		same file finds the cache again.  Raises :class:`kvmm.Busy` while a
+		view of its memory is alive.  Closing twice is a no-op.
 		"""
 		if self._ptr is None:
 			return
 		self._refuse_if_viewed("context")
+		if flush_ms:	# best effort: a close never fails for it
+			lib.kvmm_flush(self._ptr, flush_ms, ffi.NULL)
 		ptr, self._ptr = self._ptr, None
 		self._table = None
 		lib.kvmm_destroy(ptr)
@@ -851,6 +866,15 @@ class Context(ViewOwner):
 		them: every page it took is then on its new tier.  Returns at once
 		without an NVMe tier."""
 		self._check(lib.kvmm_sync(self._c()), "kvmm_sync")
+
+	def flush(self, timeout_ms: int = 0) -> FlushInfo:
+		"""Write every cached page that is not on the NVMe tier to its file,
+		parents first, for at most @timeout_ms milliseconds (0: no limit), so
+		that a restart on the same file recovers the whole cache; the tree
+		does not change (kvmm_flush()).  Raises without an NVMe tier."""
+		info = ffi.new("struct kvmm_flush_info *")
+		self._check(lib.kvmm_flush(self._c(), timeout_ms, info), "kvmm_flush")
+		return FlushInfo(int(info.pages), int(info.left), info.ns / 1e9)
 
 	def set_watermarks(self, min: int, low: int, high: int) -> None:
 		"""Set the reclaim watermarks, in pages."""
