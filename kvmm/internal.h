@@ -559,6 +559,10 @@ uint64_t kvmm_now_ns(void);
 
 /* ---- recover.c ---- */
 void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
+bool kvmm_orphans_adopt(struct kvmm_ctx *ctx, struct kvmm_node *root, const uint32_t *tokens,
+			uint32_t n, struct kvmm_path *path);
+uint64_t kvmm_orphans_live(const struct kvmm_ctx *ctx);
+void kvmm_orphans_free(struct kvmm_ctx *ctx);
 
 /* ---- migrate.c, promote.c ---- */
 
@@ -781,6 +785,7 @@ enum kvmm_event {
 	EV_REMOTE_DEMOTE_PAGES,	/* pages demotions wrote there (remote.c) */
 	EV_CACHE_EVENTS,	/* cache events recorded (events.c) */
 	EV_CACHE_EVENTS_DROPPED,
+	EV_ORPHAN_PAGES,	/* orphans of a restart hung in the tree (recover.c) */
 	NR_KVMM_EVENTS
 };
 
@@ -903,6 +908,7 @@ struct kvmm_ctx {
 	struct kvmm_list kjobs;
 	struct kvmm_list rjobs;		/* remote.c's pushes and fetches in flight */
 	struct kvmm_list rreqs;		/* ... and rings' ones queued to the worker */
+	struct kvmm_orphans *orphans;	/* a restart's pages waiting for their prefix */
 	pthread_cond_t kjobs_done;
 	uint64_t keyed_values;
 	uint64_t frames_locks;	/* lock references the engine holds (frames.c) */

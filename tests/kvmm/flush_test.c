@@ -56,8 +56,12 @@ static struct kvmm_ctx *chat_ctx(uint32_t host, uint32_t nvme, const char *path,
 	return ctx;
 }
 
-/* An engine loop: every conversation takes its turns, interleaved. */
-static void chat_run(struct kvmm_ctx *ctx)
+/*
+ * An engine loop: every conversation takes its turns, interleaved; with
+ * @paced, the I/O worker keeps up (kvmm_sync() after every request), as
+ * it does when requests take the time a model's forward pass takes.
+ */
+static void chat_run_paced(struct kvmm_ctx *ctx, bool paced)
 {
 	uint32_t tok[CHAT_MAX], c, t, n;
 
@@ -65,9 +69,16 @@ static void chat_run(struct kvmm_ctx *ctx)
 		for (c = 0; c < NCONV; c++) {
 			n = chat_prompt(tok, c, t);
 			CU_ASSERT(test_kv_serve(ctx, tok, n, true) >= 0);
+			if (paced)
+				CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
 		}
 		CHECK_OK(ctx);
 	}
+}
+
+static void chat_run(struct kvmm_ctx *ctx)
+{
+	chat_run_paced(ctx, false);
 }
 
 /* Tokens of every conversation's last prompt cached on any tier. */
@@ -222,6 +233,122 @@ static void test_flush_faults(void)
 	}
 }
 
+/*
+ * A crash: nothing flushed, the system prompt was only ever on the
+ * device, the conversations below it went down to NVMe.  The restart
+ * keeps them aside; once a request computes the prompt again, the next
+ * MATCH of each conversation finds its pages below it, every byte right.
+ */
+static void test_crash_orphans_adopted_below_hot_prefix(void)
+{
+	const char *path = test_tmp_file("flush-crash");
+	struct kvmm_ctx *ctx = chat_ctx(256, 4096, path, NULL);
+	uint64_t on_file, waiting;
+	uint32_t tok[CHAT_MAX];
+
+	chat_run_paced(ctx, true);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	test_tokens(tok, SYS, 7);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok, SYS), SYS);
+	on_file = test_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
+	CU_ASSERT(on_file >= 100);
+	kvmm_destroy(ctx);		/* writes nothing more: the file a crash leaves */
+
+	ctx = chat_ctx(256, 4096, path, NULL);
+	CHECK_OK(ctx);
+	waiting = test_stat(ctx, KVMM_STAT_ORPHAN_PAGES);
+	CU_ASSERT(waiting + test_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) >= on_file);
+	CU_ASSERT(waiting * 100 >= on_file * 90);	/* nearly all wait for the prompt */
+	chat_serve(ctx);		/* checks every byte it serves */
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_ORPHAN_ADOPTED) * 100 >= waiting * 90);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_PROMOTE_PAGES) * 100 >= waiting * 90);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * Orphans whose slots the tier wrote over before their prefix came back:
+ * a slot in use is skipped; one written and freed again holds another
+ * page, which the promotion's identity check makes a miss.  Never a
+ * wrong byte.
+ */
+static void test_crash_orphans_slots_reused(void)
+{
+	const char *path = test_tmp_file("flush-reused");
+	struct kvmm_ctx *ctx = chat_ctx(256, 4096, path, NULL);
+	struct kvmm_params p = chat_params(256, 4096, path, NULL);
+	uint32_t tok[CHAT_MAX], c;
+
+	chat_run_paced(ctx, true);
+	kvmm_destroy(ctx);
+
+	p.host_wmark_low = p.host_wmark_high = 256;	/* the host tier stages NVMe */
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_ORPHAN_PAGES) > 0);
+	/* other prompts go down to NVMe and away again, through the free slots */
+	for (c = 0; c < 60; c++) {
+		test_tokens(tok, CHAT_MAX, 50000 + c);
+		CU_ASSERT(test_kv_serve(ctx, tok, CHAT_MAX, true) >= 0);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	}
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_DEMOTE_PAGES) > 0);
+	CU_ASSERT(kvmm_drop_caches(ctx) >= 0);
+	CHECK_OK(ctx);
+	chat_serve(ctx);		/* checks every byte it serves */
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL) > 0);	/* a reused slot: a miss */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * Every allocation of a restart that finds orphans failed in turn: the
+ * context is refused (-ENOMEM) or starts, without the orphans it had no
+ * memory for (said in the log), and nothing leaks either way.
+ */
+static void test_crash_orphans_alloc_faults(void)
+{
+	const char *path = test_tmp_file("flush-orphan-alloc");
+	struct kvmm_ctx *ctx = chat_ctx(256, 4096, path, NULL);
+	struct kvmm_params p = chat_params(256, 4096, path, NULL);
+	struct test_alloc ta;
+	struct test_log log;
+	bool kept_none = false;
+	unsigned long at;
+	int ret;
+
+	chat_run_paced(ctx, true);
+	kvmm_destroy(ctx);
+	p.alloc = &test_alloc_ops;
+	p.alloc_priv = &ta;
+	p.log = test_log_fn;
+	p.log_priv = &log;
+	for (at = 1;; at++) {
+		ta = (struct test_alloc){ .fail_at = at };
+		log = (struct test_log){ 0 };
+		ctx = NULL;
+		ret = kvmm_create(&p, &ctx);
+		if (ret) {
+			CU_ASSERT_EQUAL(ret, -ENOMEM);
+			CU_ASSERT_EQUAL(ta.live_blocks, 0);
+			continue;
+		}
+		CHECK_OK(ctx);
+		if (strstr(log.last, "no memory to keep")) {
+			kept_none = true;
+			CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_ORPHAN_PAGES), 0);
+		}
+		kvmm_destroy(ctx);
+		CU_ASSERT_EQUAL(ta.live_blocks, 0);
+		if (ta.calls < at)
+			break;		/* no call failed: the sweep is over */
+	}
+	CU_ASSERT(kept_none);
+	unlink(path);
+}
+
 /* A flush of an empty cache writes nothing; one with no NVMe tier is refused. */
 static void test_flush_refused(void)
 {
@@ -335,5 +462,8 @@ int register_flush_suite(void)
 	ADD_TEST(s, test_flush_refused);
 	ADD_TEST(s, test_flush_alloc_faults);
 	ADD_TEST(s, test_flush_ring);
+	ADD_TEST(s, test_crash_orphans_adopted_below_hot_prefix);
+	ADD_TEST(s, test_crash_orphans_slots_reused);
+	ADD_TEST(s, test_crash_orphans_alloc_faults);
 	return 0;
 }
