@@ -515,10 +515,26 @@ static int op_reclaim(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return (int)clamp_res(kvmm_reclaim(d->ctx, sqe->arg));
 }
 
+/* DROP_CACHES: every tier (arg 0), or the tiers of arg, with their counts. */
 static int op_drop_caches(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 			  const uint32_t *tok, uint32_t *cflags)
 {
-	return (int)clamp_res(kvmm_drop_caches(d->ctx));
+	struct kvmm_drop_counts *out = NULL;
+	uint64_t freed[KVMM_NR_TIERS];
+	int64_t ret;
+
+	if (!sqe->len && (sqe->buf || sqe->off))
+		return -EINVAL;
+	if (!sqe->arg && !sqe->len)
+		return (int)clamp_res(kvmm_drop_caches(d->ctx));
+	if (!sqe->arg || (sqe->len && sqe->len != sizeof(*out)))
+		return -EINVAL;
+	if (sqe->len && !(out = output(d, sqe)))
+		return -EFAULT;
+	ret = kvmm_drop_caches_tiers(d->ctx, sqe->arg, freed);
+	if (ret >= 0 && out)
+		memcpy(out->pages, freed, sizeof(freed));
+	return (int)clamp_res(ret);
 }
 
 static int op_prio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
@@ -763,7 +779,7 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_STATS]		= { F_TOK, P_OWN, false, false, op_stats },
 	[KVMM_OP_DUMP]		= { F_TOK | F_ARG | F_ARG2, P_OWN, false, true, op_dump },
 	[KVMM_OP_SET]		= { F_ARG | F_ARG2, P_NONE, false, true, op_set },
-	[KVMM_OP_DROP_CACHES]	= { 0, P_NONE, false, true, op_drop_caches },
+	[KVMM_OP_DROP_CACHES]	= { F_TOK | F_ARG, P_OWN, false, true, op_drop_caches },
 	[KVMM_OP_PRIO]		= { F_NS | F_TOK | F_ARG, P_TOKENS, false, false, op_prio },
 	[KVMM_OP_LOOKUP]	= { F_NS | F_TOK | F_ARG | F_ARG2, P_TOKENS, false, false, op_lookup },
 	[KVMM_OP_PROMOTE]	= { F_SEQ | F_TOK, P_TOKENS, true, false, op_promote },

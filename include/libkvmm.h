@@ -379,6 +379,7 @@ int kvmm_remote_fetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 /* Reclaim and tunables */
 int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages);
 int64_t kvmm_drop_caches(struct kvmm_ctx *ctx);
+int64_t kvmm_drop_caches_tiers(struct kvmm_ctx *ctx, uint32_t tiers, uint64_t *freed);
 int kvmm_sync(struct kvmm_ctx *ctx);
 
 /**

@@ -64,28 +64,14 @@ struct flush_batch {
 	uint32_t nr_dev;
 };
 
-/* The nodes to flush, breadth first from every root: parents first. */
-static uint64_t flush_order(struct kvmm_ctx *ctx, struct kvmm_node **q, uint64_t max)
+/* The nodes to flush, breadth first: parents first. */
+static uint64_t flush_order(struct kvmm_ctx *ctx, struct kvmm_node **q)
 {
-	uint64_t head = 0, tail = 0, out = 0;
-	struct kvmm_list *pos;
+	uint64_t nr = kvmm_tree_bfs(ctx, q), i, out = 0;
 
-	/* @q doubles as the BFS queue and the output: outputs trail the head */
-	list_for_each(pos, &ctx->tree.roots)
-		if (tail < max)
-			q[tail++] = list_entry(pos, struct kvmm_node, sibling);
-	while (head < tail) {
-		struct kvmm_node *n = q[head++], *c;
-		struct kvmm_list *cp;
-
-		list_for_each(cp, &n->children) {
-			c = list_entry(cp, struct kvmm_node, sibling);
-			if (tail < max)
-				q[tail++] = c;
-		}
-		if (!(n->flags & KVMM_NODE_ROOT) && n->len && n->tier < KVMM_TIER_NVME)
-			q[out++] = n;
-	}
+	for (i = 0; i < nr; i++)
+		if (q[i]->len && q[i]->tier < KVMM_TIER_NVME)
+			q[out++] = q[i];
 	return out;
 }
 
@@ -248,7 +234,7 @@ int64_t kvmm_flush_held(struct kvmm_ctx *ctx, uint32_t timeout_ms,
 		return -EOPNOTSUPP;
 	kvmm_migrate_reap(ctx);
 	stage_bytes = KVMM_FLUSH_BATCH * kvmm_page_bytes(&ctx->params.model, ctx->page_size);
-	q_bytes = (size_t)(ctx->tree.nr_nodes + ctx->tree.nr_hashed + 1) * sizeof(*q);
+	q_bytes = kvmm_tree_bfs_bytes(ctx);
 	held_bytes = (size_t)nvme->nr_pages * sizeof(*held);
 	b = kvmm_zalloc(ctx, sizeof(*b));
 	q = kvmm_malloc(ctx, q_bytes);
@@ -259,7 +245,7 @@ int64_t kvmm_flush_held(struct kvmm_ctx *ctx, uint32_t timeout_ms,
 		ret = -ENOMEM;
 		goto out;
 	}
-	nr = flush_order(ctx, q, ctx->tree.nr_nodes + ctx->tree.nr_hashed + 1);
+	nr = flush_order(ctx, q);
 	for (i = 0; i < nr; i++) {
 		uint64_t out = flush_node(ctx, b, q[i], deadline, held, &nr_held, &written, &left);
 

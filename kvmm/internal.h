@@ -434,6 +434,8 @@ bool kvmm_node_is_leaf(const struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_next(struct kvmm_node *root,
 				 struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_find_id(struct kvmm_ctx *ctx, uint64_t id);
+uint64_t kvmm_tree_bfs(struct kvmm_ctx *ctx, struct kvmm_node **q);
+size_t kvmm_tree_bfs_bytes(const struct kvmm_ctx *ctx);
 
 static inline struct kvmm_ns *kvmm_root_ns(const struct kvmm_node *root)
 {

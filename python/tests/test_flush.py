@@ -299,3 +299,24 @@ def test_kvmmd_sigkill_mid_run_recovers_what_reached_the_file(tmp_path):
 		with_ring(sock, again)
 	finally:
 		stop(proc, signal.SIGTERM)
+
+
+def test_drop_caches_tiers_counts_each_tier(tmp_path):
+	"""Dropping the NVMe tier leaves the device alone and counts what went."""
+	ctx = chat_ctx(str(tmp_path / "nvme"))
+	eng = ctx_engine(ctx)
+	eng.chat(turns=[1, 2])
+	del eng
+	ctx.sync()
+	before = ctx.stats()
+	assert before.nvme_pages_cached > 0
+	freed = ctx.drop_caches_tiers(["nvme"])
+	assert freed == {"device": 0, "host": 0, "nvme": before.nvme_pages_cached}
+	after = ctx.stats()
+	assert after.pages_cached == before.pages_cached and after.nvme_pages_cached == 0
+	freed = ctx.drop_caches_tiers()
+	assert freed["device"] > 0 and ctx.stats().nodes == 0
+	with pytest.raises(ValueError):
+		ctx.drop_caches_tiers(["gpu"])
+	ctx.check()
+	ctx.close(flush_ms=0)

@@ -1059,6 +1059,27 @@ static void kvmmd_sigterm_flushes_to_nvme(void)
 	CU_ASSERT_EQUAL(hostile_reap(e.kvmmd, RUN_MS), 0);
 	e.kvmmd = start_tiered_kvmmd(&e, -1, "5000");
 	CU_ASSERT_EQUAL(nvme_tokens(e.sock, 64), 64);	/* found again, all of it */
+	/* drop-caches per tier: the device's drop leaves NVMe alone, each counted */
+	{
+		const char *dev[] = { "kvmmctl", "drop-caches", "device", "--json", "--socket",
+				      e.sock, NULL };
+		const char *nvme[] = { "kvmmctl", "drop-caches", "nvme", "--json", "--socket",
+				       e.sock, NULL };
+		const char *bad[] = { "kvmmctl", "drop-caches", "gpu", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(bad, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "'gpu'"));
+		CU_ASSERT_EQUAL(hostile_run(dev, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"nvme\":0"));
+		CU_ASSERT_EQUAL(nvme_tokens(e.sock, 64), 64);
+		CU_ASSERT_EQUAL(hostile_run(nvme, out, sizeof(out), RUN_MS), 0);
+		j = json_loads(out, 0, NULL);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "pages")), 16);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "nvme")), 16);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "device")), 0);
+		json_decref(j);
+		CU_ASSERT_EQUAL(nvme_tokens(e.sock, 64), 0);
+	}
 	kill(e.kvmmd, SIGTERM);
 	CU_ASSERT_EQUAL(hostile_reap(e.kvmmd, RUN_MS), 0);
 	e.kvmmd = -1;

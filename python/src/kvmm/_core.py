@@ -858,8 +858,22 @@ class Context(ViewOwner):
 		return self._check(lib.kvmm_reclaim(self._c(), nr_pages), "kvmm_reclaim")
 
 	def drop_caches(self) -> int:
-		"""Evict everything evictable; return the pages freed."""
+		"""Evict everything evictable; return the device pages freed."""
 		return self._check(lib.kvmm_drop_caches(self._c()), "kvmm_drop_caches")
+
+	def drop_caches_tiers(self, tiers: Iterable[str] = ("device", "host", "nvme")) -> Dict[str, int]:
+		"""Evict what is evictable on @tiers only ("device", "host", "nvme"):
+		a node with something below it on another tier stays.  Return the
+		pages freed on each tier (kvmm_drop_caches_tiers())."""
+		names = ("device", "host", "nvme")
+		mask = 0
+		for t in tiers:
+			if t not in names:
+				raise ValueError(f"drop_caches_tiers: unknown tier {t!r}")
+			mask |= 1 << names.index(t)
+		freed = ffi.new("uint64_t[]", lib.KVMM_NR_TIERS)
+		self._check(lib.kvmm_drop_caches_tiers(self._c(), mask, freed), "kvmm_drop_caches_tiers")
+		return {n: int(freed[i]) for i, n in enumerate(names)}
 
 	def sync(self) -> None:
 		"""Wait for the demotions background reclaim has in flight, and settle
