@@ -269,6 +269,18 @@ static void test_crash_orphans_adopted_below_hot_prefix(void)
 }
 
 /*
+ * The file a crash leaves at @path: the chat served with the I/O worker
+ * keeping up, then the context destroyed without a flush.
+ */
+static void crash_file(const char *path)
+{
+	struct kvmm_ctx *ctx = chat_ctx(256, 4096, path, NULL);
+
+	chat_run_paced(ctx, true);
+	kvmm_destroy(ctx);
+}
+
+/*
  * Orphans whose slots the tier wrote over before their prefix came back:
  * a slot in use is skipped; one written and freed again holds another
  * page, which the promotion's identity check makes a miss.  Never a
@@ -277,13 +289,11 @@ static void test_crash_orphans_adopted_below_hot_prefix(void)
 static void test_crash_orphans_slots_reused(void)
 {
 	const char *path = test_tmp_file("flush-reused");
-	struct kvmm_ctx *ctx = chat_ctx(256, 4096, path, NULL);
 	struct kvmm_params p = chat_params(256, 4096, path, NULL);
+	struct kvmm_ctx *ctx = NULL;
 	uint32_t tok[CHAT_MAX], c;
 
-	chat_run_paced(ctx, true);
-	kvmm_destroy(ctx);
-
+	crash_file(path);
 	p.host_wmark_low = p.host_wmark_high = 256;	/* the host tier stages NVMe */
 	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
 	CU_ASSERT(test_stat(ctx, KVMM_STAT_ORPHAN_PAGES) > 0);
@@ -311,16 +321,15 @@ static void test_crash_orphans_slots_reused(void)
 static void test_crash_orphans_alloc_faults(void)
 {
 	const char *path = test_tmp_file("flush-orphan-alloc");
-	struct kvmm_ctx *ctx = chat_ctx(256, 4096, path, NULL);
 	struct kvmm_params p = chat_params(256, 4096, path, NULL);
+	struct kvmm_ctx *ctx;
 	struct test_alloc ta;
 	struct test_log log;
 	bool kept_none = false;
 	unsigned long at;
 	int ret;
 
-	chat_run_paced(ctx, true);
-	kvmm_destroy(ctx);
+	crash_file(path);
 	p.alloc = &test_alloc_ops;
 	p.alloc_priv = &ta;
 	p.log = test_log_fn;
