@@ -998,8 +998,16 @@ uint64_t kvmm_tree_bfs(struct kvmm_ctx *ctx, struct kvmm_node **q)
 	return out;
 }
 
-/* Room kvmm_tree_bfs() needs: every node and every root. */
+/*
+ * Room kvmm_tree_bfs() needs: every node and every root (keyed spaces'
+ * roots are on the list but in no count), and never 0 bytes.
+ */
 size_t kvmm_tree_bfs_bytes(const struct kvmm_ctx *ctx)
 {
-	return (size_t)(ctx->tree.nr_nodes + ctx->tree.nr_hashed + 1) * sizeof(struct kvmm_node *);
+	const struct kvmm_list *pos;
+	uint64_t roots = 0;
+
+	list_for_each(pos, &ctx->tree.roots)
+		roots++;
+	return (size_t)(ctx->tree.nr_nodes + roots + 1) * sizeof(struct kvmm_node *);
 }
