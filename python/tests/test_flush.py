@@ -47,10 +47,11 @@ def stamps(tokens, start, stop):
 class Engine:
 	"""One request at a time: match, promote, check, compute the rest, close."""
 
-	def __init__(self, kv, slots_of, run):
+	def __init__(self, kv, slots_of, run, settle=None):
 		self.k, self.v = kv
 		self.slots_of = slots_of	# (seq, start, stop) -> pool slots
 		self.run = run			# (op, seq, tokens, n) -> result
+		self.settle = settle		# after each request, or None
 
 	def serve(self, tokens):
 		n = len(tokens)
@@ -66,6 +67,8 @@ class Engine:
 			s = self.slots_of(seq, hit, n)
 			self.k[s], self.v[s] = stamps(tokens, hit, n)
 		self.run("close", seq, tokens, n)
+		if self.settle:
+			self.settle()
 		return hit
 
 	def chat(self, turns=range(1, TURNS + 1)):
@@ -102,12 +105,16 @@ def ctx_engine(ctx):
 	return Engine(ctx.kv(0), lambda seq, a, b: seqs[seq].slots(a, b), run)
 
 
-def with_ring(sock, fn):
+def with_ring(sock, fn, paced=False):
 	"""fn(ring, engine) on a client of kvmmd at @sock, its pool mapped; the
-	views go before the pool does."""
+	views go before the pool does.  @paced: after each request, the engine
+	waits for background writeback to finish, as the time a model's step
+	takes gives it."""
 	with kvmm.connect(str(sock)) as ring:
 		pool = ring.attach_pool()
 		eng = ring_engine(ring, pool)
+		if paced:
+			eng.settle = lambda: writeback_done(ring)
 		try:
 			ret = fn(ring, eng)
 		except BaseException:
@@ -116,6 +123,12 @@ def with_ring(sock, fn):
 		del eng
 		pool.close()
 		return ret
+
+
+def writeback_done(ring):
+	deadline = time.monotonic() + 10
+	while ring.stats().host_pages_writeback and time.monotonic() < deadline:
+		time.sleep(0.001)
 
 
 def ring_engine(ring, pool):
@@ -268,13 +281,12 @@ def test_kvmmd_sigkill_mid_run_recovers_what_reached_the_file(tmp_path):
 			eng.chat(turns=[1, 2])
 			for c in range(NCONV // 2):
 				eng.serve(chat_prompt(c, 3))
-			time.sleep(0.5)			# writeback reaches the file
 			st = ring.stats()
 			proc.kill()
 			proc.wait(10)
 			return st.nvme_pages_cached
 
-		on_nvme = with_ring(sock, run)
+		on_nvme = with_ring(sock, run, paced=True)
 	finally:
 		if proc.poll() is None:
 			proc.kill()
