@@ -30,7 +30,8 @@
  *
  * The flush holds the context (its lock, for a ring) and waits for its
  * writes, on the store's channel 0 (the one for calls under the lock),
- * in batches, for at most the time it is given; the I/O worker's
+ * in batches of at most 256 pages and 16 MiB (what it may overrun its
+ * time by), for at most the time it is given; the I/O worker's
  * demotions go on on their own channel.  Device pages are gathered into
  * a staging buffer first; host pages are verified before they are
  * written (a page that fails is not written, and counts as a checksum
@@ -40,8 +41,12 @@
 
 #include "internal.h"
 
-/* Pages one write of a flush carries at most. */
+/*
+ * Pages one write of a flush carries at most, and bytes: a batch is the
+ * most a flush overruns its time by, and the staging buffer's size.
+ */
 #define KVMM_FLUSH_BATCH	256
+#define KVMM_FLUSH_BATCH_BYTES	(16u << 20)
 
 /**
  * struct flush_batch - pages gathered for one write of a flush
@@ -50,7 +55,8 @@
  * @addrs: where their bytes are: host pages, or @stage slots
  * @dev: device frames to gather, @nr_dev of them, into @dev_addrs
  * @dev_addrs: their @stage slots
- * @stage: staging memory for device pages, KVMM_FLUSH_BATCH pages
+ * @stage: staging memory for device pages, @cap pages
+ * @cap: pages a batch holds: KVMM_FLUSH_BATCH, fewer for large pages
  * @nr: pages in the batch
  */
 struct flush_batch {
@@ -60,6 +66,7 @@ struct flush_batch {
 	int32_t dev[KVMM_FLUSH_BATCH];
 	void *dev_addrs[KVMM_FLUSH_BATCH];
 	char *stage;
+	uint32_t cap;
 	uint32_t nr;
 	uint32_t nr_dev;
 };
@@ -172,11 +179,11 @@ static uint64_t flush_node(struct kvmm_ctx *ctx, struct flush_batch *b, struct k
 	}
 	kvmm_tier_keys(ctx, node, keys);
 	while (at < nr) {
-		if (b->nr == KVMM_FLUSH_BATCH)
+		if (b->nr == b->cap)
 			flush_drain(ctx, b, written, left);
 		if (kvmm_now_ns() >= deadline)
 			break;
-		n = nr - at < KVMM_FLUSH_BATCH - b->nr ? nr - at : KVMM_FLUSH_BATCH - b->nr;
+		n = nr - at < b->cap - b->nr ? nr - at : b->cap - b->nr;
 		if (!flush_add(ctx, b, node, keys, at, n, held, nr_held))
 			break;
 		at += n;
@@ -221,6 +228,7 @@ int64_t kvmm_flush_held(struct kvmm_ctx *ctx, uint32_t timeout_ms,
 {
 	uint64_t t0 = kvmm_now_ns(), i, nr, nr_held = 0, written = 0, left = 0;
 	uint64_t deadline = timeout_ms ? t0 + timeout_ms * 1000000ull : UINT64_MAX;
+	uint64_t page_bytes = kvmm_page_bytes(&ctx->params.model, ctx->page_size), cap;
 	size_t stage_bytes, q_bytes, held_bytes;
 	struct kvmm_zone *nvme = &ctx->zone[KVMM_TIER_NVME];
 	struct kvmm_node **q = NULL;
@@ -233,14 +241,18 @@ int64_t kvmm_flush_held(struct kvmm_ctx *ctx, uint32_t timeout_ms,
 	if (!ctx->store[KVMM_TIER_NVME])
 		return -EOPNOTSUPP;
 	kvmm_migrate_reap(ctx);
-	stage_bytes = KVMM_FLUSH_BATCH * kvmm_page_bytes(&ctx->params.model, ctx->page_size);
+	cap = KVMM_FLUSH_BATCH_BYTES / page_bytes;
+	cap = cap < 1 ? 1 : cap > KVMM_FLUSH_BATCH ? KVMM_FLUSH_BATCH : cap;
+	stage_bytes = (size_t)cap * page_bytes;
 	q_bytes = kvmm_tree_bfs_bytes(ctx);
 	held_bytes = (size_t)nvme->nr_pages * sizeof(*held);
 	b = kvmm_zalloc(ctx, sizeof(*b));
 	q = kvmm_malloc(ctx, q_bytes);
 	held = kvmm_malloc(ctx, held_bytes);
-	if (b)
+	if (b) {
+		b->cap = (uint32_t)cap;
 		b->stage = stage_alloc(ctx, stage_bytes);
+	}
 	if (!b || !b->stage || !q || !held) {
 		ret = -ENOMEM;
 		goto out;

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../helpers.h"
@@ -191,6 +192,51 @@ static void test_flush_bounded_by_room(void)
 	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, SYS, NULL), SYS);	/* ... but found */
 	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED) >= 256 * 9 / 10);
 	CU_ASSERT(chat_serve(ctx) >= 256 * 9 / 10);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/* A write that takes 5 ms: longer than the flush below may take. */
+static void slow_write(void *arg, uint32_t site, uint32_t chan)
+{
+	const struct timespec ts = { .tv_nsec = 5000000 };
+
+	(void)arg;
+	if (site == KVMM_NVME_SITE_WRITE && chan == 0)
+		nanosleep(&ts, NULL);
+}
+
+/*
+ * A flush out of time stops after the batch in hand: what it wrote is
+ * the top of the tree (the shared prompt first), the rest is counted as
+ * left out.
+ */
+static void test_flush_time_limit(void)
+{
+	const char *path = test_tmp_file("flush-time");
+	struct kvmm_nvme_arg arg = { 0 };
+	struct kvmm_ctx *ctx = chat_ctx(256, 4096, path, &arg);
+	struct kvmm_flush_info info;
+	uint32_t tok[CHAT_MAX];
+	uint64_t want;
+
+	chat_run(ctx);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	want = tree_pages(ctx) - test_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
+	arg.latch = slow_write;
+	CU_ASSERT(kvmm_flush(ctx, 1, &info) >= 0);
+	arg.latch = NULL;
+	CU_ASSERT(info.left > 0);
+	CU_ASSERT(info.pages <= 256);		/* one batch at most */
+	CU_ASSERT_EQUAL(info.pages + info.left, want);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+
+	ctx = chat_ctx(256, 4096, path, NULL);
+	test_tokens(tok, SYS, 7);
+	if (info.pages >= SYS)			/* parents first: the prompt went */
+		CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, SYS, NULL), SYS);
+	chat_serve(ctx);			/* checks every byte it serves */
 	kvmm_destroy(ctx);
 	unlink(path);
 }
@@ -468,6 +514,7 @@ int register_flush_suite(void)
 	ADD_TEST(s, test_flush_chat_restart);
 	ADD_TEST(s, test_flush_bounded_by_room);
 	ADD_TEST(s, test_flush_faults);
+	ADD_TEST(s, test_flush_time_limit);
 	ADD_TEST(s, test_flush_refused);
 	ADD_TEST(s, test_flush_alloc_faults);
 	ADD_TEST(s, test_flush_ring);
