@@ -19,6 +19,7 @@
 #error "a value that crosses the ring is not in uapi/"
 #endif
 static_assert(sizeof(struct kvmm_tier_hits) == 16, "kvmm_tier_hits changed size");
+static_assert(sizeof(struct kvmm_drop_counts) == 24, "kvmm_drop_counts changed size");
 
 #include "../helpers.h"
 
@@ -133,6 +134,10 @@ static void abi_opcodes_and_stats_are_append_only(void)
 	CU_ASSERT_EQUAL(KVMM_OP_RFETCH, 27);
 	CU_ASSERT_EQUAL(KVMM_OP_CHECK, 28);
 	CU_ASSERT_EQUAL(KVMM_OP_FLUSH, 29);
+	CU_ASSERT_EQUAL(KVMM_DROP_DEVICE, 1);
+	CU_ASSERT_EQUAL(KVMM_DROP_HOST, 2);
+	CU_ASSERT_EQUAL(KVMM_DROP_NVME, 4);
+	CU_ASSERT_EQUAL(KVMM_DROP_ALL, 7);
 	CU_ASSERT_EQUAL(KVMM_OP_LAST, 30);
 	CU_ASSERT_EQUAL(KVMM_FEAT_EVENTS, 1ull << 6);
 	CU_ASSERT_EQUAL(KVMM_EVENTS_NS, 1);
