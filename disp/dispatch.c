@@ -40,7 +40,7 @@
  * Tenants.  A ring bound to a namespace may only name that namespace
  * (OPEN, PIN, UNPIN, PRIO) and may not run the commands that act on the
  * whole context or show other tenants' tokens (RECLAIM, DROP_CACHES, SET,
- * DUMP, PIN_DROP): -EPERM.  Its pins, KVMM_PIN_KEEP or not, count against
+ * DUMP, PIN_DROP, CHECK, FLUSH): -EPERM.  Its pins, KVMM_PIN_KEEP or not, count against
  * the namespace's pin limit (-EDQUOT past it), so a tenant cannot pin the
  * pool away from the others; the operator (an unbound ring) lists every
  * pin with DUMP_PINS and drops any of them, whoever took it, with
@@ -548,16 +548,47 @@ static int op_reclaim(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return (int)clamp_res(kvmm_reclaim(d->ctx, sqe->arg));
 }
 
+/* DROP_CACHES: every tier (arg 0), or the tiers of arg, with their counts. */
 static int op_drop_caches(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 			  const uint32_t *tok, uint32_t *cflags)
 {
-	return (int)clamp_res(kvmm_drop_caches(d->ctx));
+	struct kvmm_drop_counts *out = NULL;
+	uint64_t freed[KVMM_NR_TIERS];
+	int64_t ret;
+
+	if (!sqe->len && (sqe->buf || sqe->off))
+		return -EINVAL;
+	if (!sqe->arg && !sqe->len)
+		return (int)clamp_res(kvmm_drop_caches(d->ctx));
+	if (!sqe->arg || (sqe->len && sqe->len != sizeof(*out)))
+		return -EINVAL;
+	if (sqe->len && !(out = output(d, sqe)))
+		return -EFAULT;
+	ret = kvmm_drop_caches_tiers(d->ctx, sqe->arg, freed);
+	if (ret >= 0 && out)
+		memcpy(out->pages, freed, sizeof(freed));
+	return (int)clamp_res(ret);
 }
 
 static int op_prio(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		   const uint32_t *tok, uint32_t *cflags)
 {
 	return kvmm_prefix_set_prio(d->ctx, sqe->ns, tok, sqe->len, sqe->arg);
+}
+
+/*
+ * FLUSH: kvmm_flush() under the lock the batch holds, for at most arg
+ * milliseconds: the rings wait meanwhile, as the operator asked.
+ */
+static int op_flush(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		    const uint32_t *tok, uint32_t *cflags)
+{
+	struct kvmm_flush_info info;
+	int64_t ret = kvmm_flush_held(d->ctx, (uint32_t)sqe->arg, &info);
+
+	if (ret >= 0 && info.left)
+		*cflags |= KVMM_CQE_F_MORE;
+	return (int)clamp_res(ret);
 }
 
 /* CHECK: kvmm_check() of the whole context, under its lock like every command */
@@ -781,7 +812,7 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_STATS]		= { F_TOK, P_OWN, false, false, op_stats },
 	[KVMM_OP_DUMP]		= { F_TOK | F_ARG | F_ARG2, P_OWN, false, true, op_dump },
 	[KVMM_OP_SET]		= { F_ARG | F_ARG2, P_NONE, false, true, op_set },
-	[KVMM_OP_DROP_CACHES]	= { 0, P_NONE, false, true, op_drop_caches },
+	[KVMM_OP_DROP_CACHES]	= { F_TOK | F_ARG, P_OWN, false, true, op_drop_caches },
 	[KVMM_OP_PRIO]		= { F_NS | F_TOK | F_ARG, P_TOKENS, false, false, op_prio },
 	[KVMM_OP_LOOKUP]	= { F_NS | F_TOK | F_ARG | F_ARG2, P_TOKENS, false, false, op_lookup },
 	[KVMM_OP_PROMOTE]	= { F_SEQ | F_TOK, P_TOKENS, true, false, op_promote },
@@ -796,6 +827,7 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_RPUSH]		= { F_NS | F_TOK, P_TOKENS, false, false, op_rpush },
 	[KVMM_OP_RFETCH]	= { F_NS | F_TOK, P_TOKENS, false, false, op_rfetch },
 	[KVMM_OP_CHECK]		= { 0, P_NONE, false, true, op_check },
+	[KVMM_OP_FLUSH]		= { F_ARG, P_NONE, false, true, op_flush },
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");

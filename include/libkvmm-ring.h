@@ -382,6 +382,27 @@ static inline void kvmm_prep_drop_caches(struct kvmm_sqe *sqe)
 	sqe->opcode = KVMM_OP_DROP_CACHES;
 }
 
+/*
+ * DROP_CACHES on the tiers of @tiers (KVMM_DROP_*) only; with @bytes ==
+ * sizeof(struct kvmm_drop_counts), each tier's count to @buf at @off
+ */
+static inline void kvmm_prep_drop_caches_tiers(struct kvmm_sqe *sqe, uint32_t tiers,
+					       uint16_t buf, uint64_t off, uint32_t bytes)
+{
+	kvmm_prep_rw(sqe, KVMM_OP_DROP_CACHES, 0, buf, off, bytes);
+	sqe->arg = tiers;
+}
+
+/*
+ * FLUSH: write every cached page not on NVMe to the tier's file, for at
+ * most @timeout_ms (0: no limit); operator rings only (kvmm_flush())
+ */
+static inline void kvmm_prep_flush(struct kvmm_sqe *sqe, uint32_t timeout_ms)
+{
+	sqe->opcode = KVMM_OP_FLUSH;
+	sqe->arg = timeout_ms;
+}
+
 /* CHECK: kvmm_check() of the server's context (operator rings only) */
 static inline void kvmm_prep_check(struct kvmm_sqe *sqe)
 {

@@ -384,7 +384,23 @@ int kvmm_remote_fetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 /* Reclaim and tunables */
 int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages);
 int64_t kvmm_drop_caches(struct kvmm_ctx *ctx);
+int64_t kvmm_drop_caches_tiers(struct kvmm_ctx *ctx, uint32_t tiers, uint64_t *freed);
 int kvmm_sync(struct kvmm_ctx *ctx);
+
+/**
+ * struct kvmm_flush_info - what kvmm_flush() did
+ * @pages: pages it wrote to the NVMe tier's file
+ * @left: cached pages not on NVMe that it did not write: out of time or
+ *	room on the tier, or failed (a write error, a host page that does
+ *	not verify)
+ * @ns: how long it took
+ */
+struct kvmm_flush_info {
+	uint64_t pages;
+	uint64_t left;
+	uint64_t ns;
+};
+int64_t kvmm_flush(struct kvmm_ctx *ctx, uint32_t timeout_ms, struct kvmm_flush_info *info);
 int kvmm_set_watermarks(struct kvmm_ctx *ctx, uint32_t min, uint32_t low,
 			uint32_t high);
 int kvmm_set_evict_policy(struct kvmm_ctx *ctx, const char *name);

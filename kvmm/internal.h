@@ -439,6 +439,8 @@ bool kvmm_node_is_leaf(const struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_next(struct kvmm_node *root,
 				 struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_find_id(struct kvmm_ctx *ctx, uint64_t id);
+uint64_t kvmm_tree_bfs(struct kvmm_ctx *ctx, struct kvmm_node **q);
+size_t kvmm_tree_bfs_bytes(const struct kvmm_ctx *ctx);
 
 static inline struct kvmm_ns *kvmm_root_ns(const struct kvmm_node *root)
 {
@@ -564,6 +566,10 @@ uint64_t kvmm_now_ns(void);
 
 /* ---- recover.c ---- */
 void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier);
+bool kvmm_orphans_adopt(struct kvmm_ctx *ctx, struct kvmm_node *root, const uint32_t *tokens,
+			uint32_t n, struct kvmm_path *path);
+uint64_t kvmm_orphans_live(const struct kvmm_ctx *ctx);
+void kvmm_orphans_free(struct kvmm_ctx *ctx);
 
 /* ---- migrate.c, promote.c ---- */
 
@@ -753,6 +759,11 @@ uint64_t kvmm_owners_pins_on(const struct kvmm_ctx *ctx, const struct kvmm_node 
 uint32_t kvmm_pin_owner(const struct kvmm_ctx *ctx, const struct kvmm_node *node);
 uint32_t kvmm_pins_drop_node(struct kvmm_ctx *ctx, struct kvmm_node *node);
 
+/* ---- flush.c ---- */
+
+int64_t kvmm_flush_held(struct kvmm_ctx *ctx, uint32_t timeout_ms,
+			struct kvmm_flush_info *info);
+
 /* ---- stats.c ---- */
 
 enum kvmm_event {
@@ -788,6 +799,7 @@ enum kvmm_event {
 	EV_REMOTE_DEMOTE_PAGES,	/* pages demotions wrote there (remote.c) */
 	EV_CACHE_EVENTS,	/* cache events recorded (events.c) */
 	EV_CACHE_EVENTS_DROPPED,
+	EV_ORPHAN_PAGES,	/* orphans of a restart hung in the tree (recover.c) */
 	NR_KVMM_EVENTS
 };
 
@@ -912,6 +924,7 @@ struct kvmm_ctx {
 	struct kvmm_list kjobs;
 	struct kvmm_list rjobs;		/* remote.c's pushes and fetches in flight */
 	struct kvmm_list rreqs;		/* ... and rings' ones queued to the worker */
+	struct kvmm_orphans *orphans;	/* a restart's pages waiting for their prefix */
 	pthread_cond_t kjobs_done;
 	uint64_t ns_kjob_bytes;
 	uint64_t keyed_values;

@@ -1009,3 +1009,46 @@ struct kvmm_node *kvmm_tree_find_id(struct kvmm_ctx *ctx, uint64_t id)
 	}
 	return NULL;
 }
+
+/**
+ * kvmm_tree_bfs() - every node, breadth first: each after its parent
+ * @ctx: the context
+ * @q: out, room for kvmm_tree_bfs_max() nodes
+ *
+ * Roots are walked but not listed.  A walk of the whole tree: for flush
+ * and drop_caches only.
+ *
+ * Return: the nodes listed.
+ */
+uint64_t kvmm_tree_bfs(struct kvmm_ctx *ctx, struct kvmm_node **q)
+{
+	uint64_t head = 0, tail = 0, out = 0;
+	struct kvmm_list *pos;
+
+	/* @q is the queue and the output: what is listed trails the head */
+	list_for_each(pos, &ctx->tree.roots)
+		q[tail++] = list_entry(pos, struct kvmm_node, sibling);
+	while (head < tail) {
+		struct kvmm_node *n = q[head++];
+
+		list_for_each(pos, &n->children)
+			q[tail++] = list_entry(pos, struct kvmm_node, sibling);
+		if (!(n->flags & KVMM_NODE_ROOT))
+			q[out++] = n;
+	}
+	return out;
+}
+
+/*
+ * Room kvmm_tree_bfs() needs: every node and every root (keyed spaces'
+ * roots are on the list but in no count), and never 0 bytes.
+ */
+size_t kvmm_tree_bfs_bytes(const struct kvmm_ctx *ctx)
+{
+	const struct kvmm_list *pos;
+	uint64_t roots = 0;
+
+	list_for_each(pos, &ctx->tree.roots)
+		roots++;
+	return (size_t)(ctx->tree.nr_nodes + roots + 1) * sizeof(struct kvmm_node *);
+}

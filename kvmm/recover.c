@@ -11,8 +11,20 @@
  * tree, each under the page its key names as its parent: one-page nodes
  * on the store's tier, unlocked, queued for reclaim like any demoted
  * prefix.  A page whose parent is missing (lost, torn, dropped) cannot be
- * reached by any prompt and is left out; of two copies of one page, the
- * newer is kept.
+ * reached by any prompt yet; of two copies of one page, the newer is kept.
+ *
+ * Such orphans are what a crash leaves: a prefix every conversation
+ * shares is hot, so it was on the device or the host, never written,
+ * while the conversations below it went down to NVMe.  They are kept
+ * aside (struct kvmm_orphans), their slots free, indexed by the identity
+ * of the parent they wait for.  When a MATCH walks a prompt and stops on
+ * a page boundary whose identity an orphan names as its parent (the
+ * missing prefix was computed again by an earlier request), the orphan
+ * and the orphans below it are hung in the tree there, on the NVMe tier,
+ * and the walk goes on into them (kvmm_orphans_adopt()).  A slot taken
+ * by the tier meanwhile is skipped; one taken and freed again since
+ * holds another page, which the read's identity check turns into a miss
+ * at promotion: never wrong KV.
  *
  * Pages of keyed values (KVMM_STORE_KEY_KEYED) say their space, key,
  * index and count instead: a value whose every page is there comes back
@@ -22,7 +34,48 @@
  */
 #include <stdlib.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "internal.h"
+
+/**
+ * struct kvmm_orphan - a page found on the store whose parent was not
+ * @id: its identity
+ * @parent: the identity of the page it waits for
+ * @ns: its namespace
+ * @pfn: its slot, free in the zone until it is adopted
+ * @tok: its tokens: kvmm_orphans.tokens[tok * page_size]
+ * @used: adopted, or tried and given up
+ */
+struct kvmm_orphan {
+	uint64_t id[2];
+	uint64_t parent[2];
+	uint32_t ns;
+	uint32_t pfn;
+	uint32_t tok;
+	uint32_t used;
+};
+
+/**
+ * struct kvmm_orphans - the orphans of a restart, by parent identity
+ * @recs: @nr of them, sorted by @parent
+ * @tokens: page_size token ids each
+ * @stack: scratch for an adoption, @nr entries: orphans to hang ...
+ * @under: ... each under this node
+ * @nr: records
+ * @live: records not used yet; the table goes when none are left
+ * @tier: the tier their slots are on
+ */
+struct kvmm_orphans {
+	struct kvmm_orphan *recs;
+	uint32_t *tokens;
+	uint32_t *stack;
+	struct kvmm_node **under;
+	uint32_t nr;
+	uint32_t live;
+	uint32_t tier;
+};
 
 enum { REC_NEW, REC_VISITING, REC_DONE, REC_FAILED };
 
@@ -229,6 +282,181 @@ static void keyed_attach(struct tier_scan *ts, uint32_t tier, struct tier_rec **
 			    forged, over, ctx->ns_kspaces, KVMM_KSPACES_MAX, nomem);
 }
 
+static int orphan_parent_cmp(const void *pa, const void *pb)
+{
+	const struct kvmm_orphan *a = pa, *b = pb;
+
+	return id_cmp(a->parent, b->parent);
+}
+
+/*
+ * Keep the prefix pages recovery could not hang in the tree (their parent
+ * is not on the file) whose slots are still free, as the orphans.  Best
+ * effort: without the memory they are left out, as before.
+ */
+static void orphans_keep(struct tier_scan *ts, uint32_t tier)
+{
+	struct kvmm_ctx *ctx = ts->ctx;
+	uint32_t ps = ctx->page_size, nr = 0, i;
+	struct kvmm_orphans *o;
+
+	for (i = 0; i < ts->nr; i++) {
+		const struct tier_rec *r = &ts->recs[i];
+
+		nr += r->state == REC_FAILED && !(r->flags & KVMM_STORE_KEY_KEYED) &&
+		      kvmm_zone_test_free(&ctx->zone[tier], r->pfn);
+	}
+	if (!nr)
+		return;
+	o = kvmm_zalloc(ctx, sizeof(*o));
+	if (o) {
+		o->recs = kvmm_malloc(ctx, (size_t)nr * sizeof(*o->recs));
+		o->tokens = kvmm_malloc(ctx, (size_t)nr * ps * sizeof(uint32_t));
+		o->stack = kvmm_malloc(ctx, (size_t)nr * sizeof(uint32_t));
+		o->under = kvmm_malloc(ctx, (size_t)nr * sizeof(*o->under));
+	}
+	if (!o || !o->recs || !o->tokens || !o->stack || !o->under) {
+		kvmm_report(ctx, "%s tier: no memory to keep %u pages whose prefix is not on "
+			    "the file; their slots are free", ctx->store[tier]->name, nr);
+		if (o) {
+			o->nr = nr;
+			ctx->orphans = o;
+			kvmm_orphans_free(ctx);
+		}
+		return;
+	}
+	o->nr = o->live = nr;
+	o->tier = tier;
+	for (i = 0, nr = 0; i < ts->nr; i++) {
+		const struct tier_rec *r = &ts->recs[i];
+
+		if (r->state != REC_FAILED || (r->flags & KVMM_STORE_KEY_KEYED) ||
+		    !kvmm_zone_test_free(&ctx->zone[tier], r->pfn))
+			continue;
+		o->recs[nr] = (struct kvmm_orphan){
+			.id = { r->id[0], r->id[1] }, .parent = { r->parent[0], r->parent[1] },
+			.ns = r->ns, .pfn = r->pfn, .tok = nr,
+		};
+		memcpy(o->tokens + (size_t)nr * ps, ts->tokens + (size_t)r->tok * ps,
+		       ps * sizeof(uint32_t));
+		nr++;
+	}
+	qsort(o->recs, nr, sizeof(*o->recs), orphan_parent_cmp);
+	ctx->orphans = o;
+}
+
+/* The first orphan waiting for @parent, or NULL. */
+static struct kvmm_orphan *orphan_first(const struct kvmm_orphans *o, const uint64_t *parent)
+{
+	uint32_t lo = 0, hi = o->nr;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (id_cmp(o->recs[mid].parent, parent) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < o->nr && !id_cmp(o->recs[lo].parent, parent) ? &o->recs[lo] : NULL;
+}
+
+/* Push every unused orphan of namespace @ns waiting for @parent, to go under @node. */
+static uint32_t orphans_push(struct kvmm_orphans *o, const uint64_t *parent, uint32_t ns,
+			     struct kvmm_node *node, uint32_t sp)
+{
+	struct kvmm_orphan *r = orphan_first(o, parent);
+
+	for (; r && r < o->recs + o->nr && !id_cmp(r->parent, parent); r++) {
+		if (r->used || r->ns != ns)
+			continue;
+		r->used = 1;
+		o->live--;
+		o->under[sp] = node;
+		o->stack[sp++] = (uint32_t)(r - o->recs);
+	}
+	return sp;
+}
+
+/**
+ * kvmm_orphans_adopt() - hang the orphans that wait for a walked prefix
+ * @ctx: the context, with orphans (ctx->orphans)
+ * @root: the namespace root the walk started at
+ * @tokens: the prompt walked
+ * @n: its tokens
+ * @path: the walk, which stopped short of @n; split to end on a node
+ *	boundary when orphans wait there
+ *
+ * See the DOC above.  Best effort: an orphan whose slot was taken since,
+ * or that cannot get its node, is left out with what waits for it.  The
+ * table goes once every orphan was adopted or given up.
+ *
+ * Return: whether any orphan was adopted (walk again).
+ */
+bool kvmm_orphans_adopt(struct kvmm_ctx *ctx, struct kvmm_node *root, const uint32_t *tokens,
+			uint32_t n, struct kvmm_path *path)
+{
+	struct kvmm_orphans *o = ctx->orphans;
+	uint32_t ps = ctx->page_size, sp, adopted = 0;
+	XXH128_hash_t h;
+	uint64_t id[2];
+
+	if (!path->matched || path->matched >= n || (path->node->flags & KVMM_NODE_IO))
+		return false;
+	h = XXH3_128bits_withSeed(tokens, (size_t)path->matched * sizeof(uint32_t), root->ns);
+	id[0] = h.low64;
+	id[1] = h.high64;
+	if (!orphan_first(o, id) || kvmm_tree_split(ctx, path))
+		return false;
+	sp = orphans_push(o, id, root->ns, path->node, 0);
+	while (sp) {	/* depth first, each under the node made for its parent */
+		struct kvmm_orphan *r = &o->recs[o->stack[--sp]];
+		struct kvmm_node *node = NULL;
+		int32_t pfn = (int32_t)r->pfn;
+
+		if (kvmm_alloc_pfn(&ctx->zone[o->tier], r->pfn)) {
+			node = kvmm_tree_add_leaf(ctx, o->under[sp], o->tokens + (size_t)r->tok * ps,
+						  ps, &pfn, o->tier);
+			if (!node)	/* a child of the same tokens is there: it stays */
+				kvmm_free_pages(ctx, &ctx->zone[o->tier], &pfn, 1);
+		}
+		if (!node)
+			continue;
+		kvmm_lru_update(ctx, node);
+		adopted++;
+		sp = orphans_push(o, r->id, root->ns, node, sp);
+	}
+	if (adopted)
+		kvmm_count(ctx, EV_ORPHAN_PAGES, adopted);
+	if (!o->live)
+		kvmm_orphans_free(ctx);
+	return adopted;
+}
+
+/* Orphans still waiting (the orphan_pages stat). */
+uint64_t kvmm_orphans_live(const struct kvmm_ctx *ctx)
+{
+	return ctx->orphans ? ctx->orphans->live : 0;
+}
+
+/**
+ * kvmm_orphans_free() - drop the orphans of a restart, if any
+ * @ctx: the context
+ */
+void kvmm_orphans_free(struct kvmm_ctx *ctx)
+{
+	struct kvmm_orphans *o = ctx->orphans;
+
+	if (!o)
+		return;
+	kvmm_mfree(ctx, o->under, (size_t)o->nr * sizeof(*o->under));
+	kvmm_mfree(ctx, o->stack, (size_t)o->nr * sizeof(uint32_t));
+	kvmm_mfree(ctx, o->tokens, (size_t)o->nr * ctx->page_size * sizeof(uint32_t));
+	kvmm_mfree(ctx, o->recs, (size_t)o->nr * sizeof(*o->recs));
+	kvmm_mfree(ctx, o, sizeof(*o));
+	ctx->orphans = NULL;
+}
+
 /**
  * kvmm_tier_recover() - give the tree back the pages an I/O store kept
  * @ctx: the context, its tier @tier just set up
@@ -268,6 +496,7 @@ void kvmm_tier_recover(struct kvmm_ctx *ctx, uint32_t tier)
 	ts.nr = u;
 	for (i = 0; i < ts.nr; i++)
 		rec_attach(&ts, tier, i, stack);
+	orphans_keep(&ts, tier);
 	keyed_attach(&ts, tier, (struct tier_rec **)(stack + ts.max), (int32_t *)stack);
 out:
 	kvmm_mfree(ctx, stack, stack_bytes);

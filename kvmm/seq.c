@@ -217,6 +217,8 @@ int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		return -EINVAL;
 	kvmm_migrate_reap(ctx);	/* what was written down is found there */
 	kvmm_tree_walk(ctx, s->root, tokens, n, &path);
+	if (unlikely(ctx->orphans) && kvmm_orphans_adopt(ctx, s->root, tokens, n, &path))
+		kvmm_tree_walk(ctx, s->root, tokens, n, &path);	/* on into them */
 	kvmm_path_tiers(s->root, &path, tiers);
 	kvmm_path_clip(&path);
 	if (path.split && (path.node->flags & KVMM_NODE_IO)) {

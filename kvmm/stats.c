@@ -101,6 +101,8 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_REMOTE_FETCH_TOKENS] = "remote_fetch_tokens",
 	[KVMM_STAT_REMOTE_PUSH_TOKENS] = "remote_push_tokens",
 	[KVMM_STAT_REMOTE_DEMOTE_PAGES] = "remote_demote_pages",
+	[KVMM_STAT_ORPHAN_PAGES] = "orphan_pages",
+	[KVMM_STAT_ORPHAN_ADOPTED] = "orphan_adopted",
 	[KVMM_STAT_PAGES_WRITEBACK] = "pages_writeback",
 	[KVMM_STAT_EVENTS] = "events",
 	[KVMM_STAT_EVENTS_DROPPED] = "events_dropped",
@@ -138,6 +140,7 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_REMOTE_FETCH_TOKENS] = EV_REMOTE_FETCH_TOKENS + 1,
 	[KVMM_STAT_REMOTE_PUSH_TOKENS] = EV_REMOTE_PUSH_TOKENS + 1,
 	[KVMM_STAT_REMOTE_DEMOTE_PAGES] = EV_REMOTE_DEMOTE_PAGES + 1,
+	[KVMM_STAT_ORPHAN_ADOPTED] = EV_ORPHAN_PAGES + 1,
 	[KVMM_STAT_EVENTS_DROPPED] = EV_CACHE_EVENTS_DROPPED + 1,
 };
 
@@ -220,6 +223,7 @@ KVMM_EXPORT int kvmm_stats(const struct kvmm_ctx *ctx, uint64_t *vals, uint32_t 
 	v[KVMM_STAT_WMARK_HIGH] = ctx->zone[KVMM_TIER_DEVICE].wmark[KVMM_WMARK_HIGH];
 	v[KVMM_STAT_META_BYTES] = __atomic_load_n(&ctx->meta_bytes, __ATOMIC_RELAXED);
 	v[KVMM_STAT_EVENTS_BYTES] = kvmm_events_bytes(ctx);
+	v[KVMM_STAT_ORPHAN_PAGES] = kvmm_orphans_live(ctx);
 	v[KVMM_STAT_MISS_TOKENS] = v[KVMM_STAT_MATCH_TOKENS] - v[KVMM_STAT_HIT_TOKENS];
 	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++)
 		tier_stats(ctx, t, v);

@@ -220,6 +220,7 @@ void kvmm_tiers_exit(struct kvmm_ctx *ctx)
 	uint32_t t;
 
 	kvmm_iow_stop(ctx);
+	kvmm_orphans_free(ctx);
 	kvmm_remote_exit(ctx);
 	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++) {
 		if (!ctx->store[t])

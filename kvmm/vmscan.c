@@ -441,7 +441,9 @@ KVMM_EXPORT int64_t kvmm_reclaim(struct kvmm_ctx *ctx, uint32_t nr_pages)
  * kvmm_drop_caches() - drop everything that is evictable, on every tier
  * @ctx: the context
  *
- * Locked and pinned prefixes stay.  Nothing is demoted on the way.
+ * Locked and pinned prefixes stay.  Nothing is demoted on the way.  The
+ * pages it frees on the lower tiers are not in its count:
+ * kvmm_drop_caches_tiers() counts each tier's.
  *
  * Return: device pages freed, or -EINVAL.
  */
@@ -465,6 +467,55 @@ KVMM_EXPORT int64_t kvmm_drop_caches(struct kvmm_ctx *ctx)
 	}
 	kvmm_debug_check(ctx, "drop_caches");
 	return (int64_t)freed;
+}
+
+/**
+ * kvmm_drop_caches_tiers() - drop what is evictable on some tiers only
+ * @ctx: the context
+ * @tiers: KVMM_DROP_* bits: the tiers that may lose pages
+ * @freed: out, or NULL: KVMM_NR_TIERS counts, the pages freed on each
+ *
+ * As echo N > /proc/sys/vm/drop_caches has levels: every unlocked,
+ * unpinned cached node on a tier of @tiers goes, leaves first, unless
+ * something below it is on a tier not in @tiers (it would be lost with
+ * it, unreachable), so no tier outside @tiers loses a page.  Nothing is
+ * demoted on the way.
+ *
+ * Return: the pages freed on all tiers; -EINVAL for no tier or an unknown
+ * bit; -EOPNOTSUPP with engine-owned frames; -ENOMEM.
+ */
+KVMM_EXPORT int64_t kvmm_drop_caches_tiers(struct kvmm_ctx *ctx, uint32_t tiers, uint64_t *freed)
+{
+	uint64_t out[KVMM_NR_TIERS] = { 0 }, total = 0, nr, i;
+	size_t bytes;
+	struct kvmm_node **q;
+
+	if (!ctx || !tiers || (tiers & ~KVMM_DROP_ALL))
+		return -EINVAL;
+	if (ctx->params.frames == KVMM_FRAMES_ENGINE)
+		return -EOPNOTSUPP;
+	kvmm_migrate_reap(ctx);
+	bytes = kvmm_tree_bfs_bytes(ctx);
+	q = kvmm_malloc(ctx, bytes);
+	if (!q)
+		return -ENOMEM;
+	nr = kvmm_tree_bfs(ctx, q);
+	for (i = nr; i--; ) {	/* children before their parents */
+		struct kvmm_node *n = q[i];
+		uint32_t pages = n->len >> ctx->page_shift;
+
+		if (!(tiers & (1u << n->tier)) || !(n->flags & KVMM_NODE_EVICTABLE) ||
+		    !kvmm_node_is_leaf(n))
+			continue;
+		out[n->tier] += pages;
+		total += pages;
+		kvmm_drop_leaf(ctx, n);
+	}
+	kvmm_mfree(ctx, q, bytes);
+	if (freed)
+		memcpy(freed, out, sizeof(out));
+	kvmm_debug_check(ctx, "drop_caches");
+	return (int64_t)total;
 }
 
 /* Move the queued nodes of one priority onto @out, oldest first. */

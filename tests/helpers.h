@@ -105,6 +105,7 @@ int register_spin_suite(void);
 int register_abi_suite(void);
 int cuda_attach_child(const char *path, const char *driver);
 int register_tier_suite(void);
+int register_flush_suite(void);
 int register_ns_suite(void);
 int register_hostile_tenant_suite(void);
 int register_hostile_ring_suite(void);

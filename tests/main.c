@@ -36,6 +36,7 @@ static const suite_register_fn suites[] = {
 	register_mock_suite,
 	register_backend_suite,
 	register_tier_suite,
+	register_flush_suite,
 	register_keyed_suite,
 	register_frames_suite,
 	register_events_suite,

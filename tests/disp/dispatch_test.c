@@ -387,6 +387,8 @@ static void ring_bound_to_a_namespace_keeps_to_it(void)
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	kvmm_prep_check(TEST_SQE(&ring));
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
+	kvmm_prep_flush(TEST_SQE(&ring), 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	kvmm_prep_reclaim(TEST_SQE(&ring), 1);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EPERM);
 	kvmm_prep_set(TEST_SQE(&ring), KVMM_SET_POLICY, KVMM_POLICY_SLRU);

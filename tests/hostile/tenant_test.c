@@ -273,7 +273,7 @@ static void tenant_pins_stop_at_the_limit_and_the_operator_drops_them(void)
 	CU_ASSERT_STRING_EQUAL(out, "[]\n");
 	/* and the hog's cache is everyone's again */
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "--json", "drop-caches", NULL, NULL), 0);
-	CU_ASSERT_STRING_EQUAL(out, "{\"pages\":64}\n");
+	CU_ASSERT_STRING_EQUAL(out, "{\"pages\":64,\"device\":64,\"host\":0,\"nvme\":0}\n");
 	/* the operator verifies the instance's invariants */
 	CU_ASSERT_EQUAL(ctl(&t, out, sizeof(out), "check", NULL, NULL, NULL), 0);
 	CU_ASSERT_STRING_EQUAL(out, "check: every invariant holds\n");

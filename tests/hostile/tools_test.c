@@ -1074,6 +1074,128 @@ static void ctl_top_labels_its_rates(void)
 	env_fini(&e);
 }
 
+/* A kvmmd with host and NVMe tiers on @e's "nvme" file, its log to @log_fd. */
+static pid_t start_tiered_kvmmd(struct env *e, int log_fd, const char *flush_ms)
+{
+	char nvme[128];
+	const char *argv[] = { "kvmmd", "--socket", e->sock, "--pages", "64", "--page-size", "4",
+			       "--layers", "1", "--kv-heads", "1", "--head-dim", "8",
+			       "--host-pages", "32", "--nvme-pages", "256", "--nvme-file", nvme,
+			       "--model-id", "flush-test", "--shutdown-flush-ms", flush_ms, NULL };
+	pid_t pid;
+
+	snprintf(nvme, sizeof(nvme), "%s/nvme", e->dir);
+	unlink(e->sock);
+	pid = hostile_spawn(argv, log_fd);
+	CU_ASSERT_FATAL(pid > 0);
+	CU_ASSERT_FATAL(!hostile_wait_socket(e->sock, RUN_MS));
+	return pid;
+}
+
+/* Tokens of the first @n tokens 100, 101, ... cached on NVMe at @sock (LOOKUP_TIERS). */
+static int32_t nvme_tokens(const char *sock, uint32_t n)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8, .buf_size = 1 << 16 };
+	struct kvmm_tier_hits *hits;
+	struct kvmm_ring ring;
+	struct kvmm_sqe *sqe;
+	uint32_t *tok, i;
+	int32_t ret;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+	tok = ring.buf;
+	for (i = 0; i < n; i++)
+		tok[i] = 100 + i;
+	hits = (struct kvmm_tier_hits *)((char *)ring.buf + 32768);
+	sqe = TEST_SQE(&ring);
+	kvmm_prep_rw(sqe, KVMM_OP_LOOKUP, 0, 0, 0, n);
+	sqe->arg = KVMM_LOOKUP_TIERS;
+	sqe->arg2 = 32768;
+	ret = test_ring1(&ring, NULL);
+	CU_ASSERT(ret >= 0 && ret <= (int32_t)n);
+	ret = ret < 0 ? ret : (int32_t)hits->tokens[KVMM_TIER_NVME];
+	kvmm_ring_exit(&ring);
+	return ret;
+}
+
+/*
+ * A prefix hot on the device when kvmmd stops: without a flush a restart
+ * does not find it; kvmmctl flush writes it without moving it; SIGTERM
+ * writes it and says so, and a restart finds all of it on NVMe.
+ */
+static void kvmmd_sigterm_flushes_to_nvme(void)
+{
+	char out[4096], log[128];
+	struct env e;
+	json_t *j;
+	int fd;
+
+	env_init(&e);
+	snprintf(log, sizeof(log), "%s/log", e.dir);
+	e.kvmmd = start_tiered_kvmmd(&e, -1, "0");
+	commit_prompt(e.sock, 0, 64);
+	kill(e.kvmmd, SIGTERM);
+	CU_ASSERT_EQUAL(hostile_reap(e.kvmmd, RUN_MS), 0);
+	fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	e.kvmmd = start_tiered_kvmmd(&e, fd, "5000");
+	close(fd);
+	CU_ASSERT_EQUAL(nvme_tokens(e.sock, 64), 0);	/* it was on the device */
+	commit_prompt(e.sock, 0, 64);
+	{
+		const char *argv[] = { "kvmmctl", "flush", "--json", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 0);
+		j = json_loads(out, 0, NULL);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "pages")), 16);
+		CU_ASSERT(json_is_true(json_object_get(j, "complete")));
+		json_decref(j);
+	}
+	{
+		const char *argv[] = { "kvmmctl", "flush", "1", "2", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), RUN_MS), 2);
+	}
+	CU_ASSERT_EQUAL(nvme_tokens(e.sock, 64), 0);	/* still on the device */
+	kill(e.kvmmd, SIGTERM);
+	CU_ASSERT_EQUAL(hostile_reap(e.kvmmd, RUN_MS), 0);
+	e.kvmmd = start_tiered_kvmmd(&e, -1, "5000");
+	CU_ASSERT_EQUAL(nvme_tokens(e.sock, 64), 64);	/* found again, all of it */
+	/* drop-caches per tier: the device's drop leaves NVMe alone, each counted */
+	{
+		const char *dev[] = { "kvmmctl", "drop-caches", "device", "--json", "--socket",
+				      e.sock, NULL };
+		const char *nvme[] = { "kvmmctl", "drop-caches", "nvme", "--json", "--socket",
+				       e.sock, NULL };
+		const char *bad[] = { "kvmmctl", "drop-caches", "gpu", "--socket", e.sock, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(bad, out, sizeof(out), RUN_MS), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "'gpu'"));
+		CU_ASSERT_EQUAL(hostile_run(dev, out, sizeof(out), RUN_MS), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"nvme\":0"));
+		CU_ASSERT_EQUAL(nvme_tokens(e.sock, 64), 64);
+		CU_ASSERT_EQUAL(hostile_run(nvme, out, sizeof(out), RUN_MS), 0);
+		j = json_loads(out, 0, NULL);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "pages")), 16);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "nvme")), 16);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "device")), 0);
+		json_decref(j);
+		CU_ASSERT_EQUAL(nvme_tokens(e.sock, 64), 0);
+	}
+	kill(e.kvmmd, SIGTERM);
+	CU_ASSERT_EQUAL(hostile_reap(e.kvmmd, RUN_MS), 0);
+	e.kvmmd = -1;
+	fd = open(log, O_RDONLY);
+	CU_ASSERT_FATAL(fd >= 0);
+	memset(out, 0, sizeof(out));
+	CU_ASSERT(read(fd, out, sizeof(out) - 1) > 0);
+	close(fd);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "kvmmd: flushed 16 pages to NVMe in "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, ", 0 left out"));
+	unlink(log);
+	env_fini(&e);
+}
+
 /* kvmm-route sends a prompt to the instance with the longest cached prefix. */
 static void route_picks_the_longest_cached_prefix(void)
 {
@@ -1631,6 +1753,7 @@ int register_hostile_tools_suite(void)
 	ADD_TEST(s, kvmmd_numbers_are_strict);
 	ADD_TEST(s, kvmmd_says_who_answers_at_its_socket);
 	ADD_TEST(s, kvmmd_early_sigterm_is_not_lost);
+	ADD_TEST(s, kvmmd_sigterm_flushes_to_nvme);
 	ADD_TEST(s, kvmmd_frees_its_options);
 	ADD_TEST(s, kvmmd_server_limits_are_options);
 	ADD_TEST(s, pool_attach_has_a_deadline);

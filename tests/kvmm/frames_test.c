@@ -178,6 +178,7 @@ static void frames_refusals(void)
 	CU_ASSERT_EQUAL(kvmm_seq_open(ctx, 0, &seq), -EOPNOTSUPP);
 	CU_ASSERT_EQUAL(kvmm_reclaim(ctx, 1), -EOPNOTSUPP);
 	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(kvmm_drop_caches_tiers(ctx, KVMM_DROP_ALL, NULL), -EOPNOTSUPP);
 	CU_ASSERT_EQUAL(kvmm_resize(ctx, NR_FRAMES / 2), -EOPNOTSUPP);
 	check_conserved(ctx, &e, 4);
 	kvmm_destroy(ctx);

@@ -923,6 +923,36 @@ static void test_keyed_nvme_restart(void)
 	unlink(path);
 }
 
+/*
+ * Values still on the host tier, among spaces that hold none, are
+ * written by a flush and come back whole after a restart.
+ */
+static void test_keyed_flush_restart(void)
+{
+	const char *path = nvme_file("flush");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	uint32_t sp = space_of(ctx, 0, VB), i;
+	struct kvmm_flush_info info;
+
+	for (i = 1; i <= 12; i++)	/* empty spaces: more roots than nodes */
+		space_of(ctx, i, VB);
+	fill(ctx, sp, 4);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES), 0);	/* all on the host */
+	CU_ASSERT_EQUAL(kvmm_flush(ctx, 0, &info), 4 * VPAGES);
+	CU_ASSERT_EQUAL(info.left, 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+
+	ctx = nvme_ctx(path, NULL);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 4);
+	sp = space_of(ctx, 0, VB);
+	for (i = 0; i < 4; i++)
+		CU_ASSERT_EQUAL(get_one(ctx, sp, i), 0);	/* checks the bytes */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* Values flipped or torn on their way to NVMe are misses, and are dropped. */
 static void test_keyed_nvme_flip_tear(void)
 {
@@ -1551,5 +1581,6 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_recover_space_limit);
 	ADD_TEST(s, test_keyed_ns_kjob_bytes_in_flight);
 	ADD_TEST(s, test_keyed_nvme_long_get_is_sliced);
+	ADD_TEST(s, test_keyed_flush_restart);
 	return 0;
 }

@@ -1116,6 +1116,139 @@ static void test_nvme_conversations_restart(void)
 	unlink(path);
 }
 
+/*
+ * Per-tier drop_caches: a device prefix with its tail on NVMe (P then Q),
+ * a prefix wholly on NVMe (A) and one on the device (D).  Dropping the
+ * device keeps P (its tail would be lost with it) and touches no NVMe
+ * page; dropping NVMe takes A and Q; then the device lets P go.  Each
+ * tier's pages are counted.
+ */
+static void test_drop_caches_tier_mask(void)
+{
+	const char *path = nvme_file("drop-tiers");
+	struct kvmm_ctx *ctx = nvme_ctx(16, 8, 64, path, NULL);
+	uint64_t freed[KVMM_NR_TIERS], nvme, st[NR_KVMM_STATS], st2[NR_KVMM_STATS];
+	struct test_alloc ta = { 0 };
+	uint32_t pq[32], a[32], d[32];
+	struct kvmm_tier_hits hits;
+
+	test_tokens(pq, 32, 31);
+	test_tokens(a, 32, 32);
+	test_tokens(d, 32, 33);
+	to_nvme(ctx, pq, 3100);
+	to_nvme(ctx, a, 3200);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, pq, 16, false), 0);	/* P again: adopted */
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, d, 32, false), 0);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, pq, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 16);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_NVME], 16);
+	CHECK_OK(ctx);
+	nvme = host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
+	CU_ASSERT(nvme >= 16);
+
+	/* refused: no tier, an unknown bit, no context; nothing changes */
+	test_stats(ctx, st);
+	CU_ASSERT_EQUAL(kvmm_drop_caches_tiers(ctx, 0, freed), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_drop_caches_tiers(ctx, KVMM_DROP_ALL + 1, freed), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_drop_caches_tiers(NULL, KVMM_DROP_ALL, freed), -EINVAL);
+	test_stats(ctx, st2);
+	ASSERT_STATS_SAME(st, st2);
+
+	CU_ASSERT_EQUAL(kvmm_drop_caches_tiers(ctx, KVMM_DROP_DEVICE, freed),
+			(int64_t)freed[KVMM_TIER_DEVICE]);
+	CU_ASSERT(freed[KVMM_TIER_DEVICE] >= 8);		/* D at least */
+	CU_ASSERT_EQUAL(freed[KVMM_TIER_HOST], 0);
+	CU_ASSERT_EQUAL(freed[KVMM_TIER_NVME], 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED), nvme);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, d, 32), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, pq, 32, &hits), 32);	/* P and Q stay */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_CACHED), 4);
+	CHECK_OK(ctx);
+
+	CU_ASSERT_EQUAL(kvmm_drop_caches_tiers(ctx, KVMM_DROP_NVME | KVMM_DROP_HOST, freed),
+			(int64_t)(nvme + freed[KVMM_TIER_HOST]));
+	CU_ASSERT_EQUAL(freed[KVMM_TIER_DEVICE], 0);
+	CU_ASSERT_EQUAL(freed[KVMM_TIER_NVME], nvme);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, pq, 32, &hits), 16);	/* Q went */
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, a, 32, NULL), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(kvmm_drop_caches_tiers(ctx, KVMM_DROP_DEVICE, freed), 4);	/* P, now */
+	CU_ASSERT_EQUAL(freed[KVMM_TIER_DEVICE], 4);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NODES), 0);
+	CHECK_OK(ctx);
+
+	/* the list of nodes cannot be allocated: -ENOMEM, nothing dropped */
+	kvmm_destroy(ctx);
+	unlink(path);
+	{
+		struct kvmm_params p = nvme_params(PS, 16, 8, 64, path, NULL);
+
+		p.alloc = &test_alloc_ops;
+		p.alloc_priv = &ta;
+		CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	}
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, pq, 32, false), 0);
+	test_stats(ctx, st);
+	ta.fail_at = ta.calls + 1;
+	CU_ASSERT_EQUAL(kvmm_drop_caches_tiers(ctx, KVMM_DROP_ALL, freed), -ENOMEM);
+	ta.fail_at = 0;
+	test_stats(ctx, st2);
+	ASSERT_STATS_SAME(st, st2);
+	CU_ASSERT_EQUAL(kvmm_drop_caches_tiers(ctx, KVMM_DROP_ALL, NULL), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NODES), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/* DROP_CACHES through a ring: a tier mask, each tier's count, bad shapes. */
+static void test_drop_caches_ring(void)
+{
+	const char *path = nvme_file("drop-ring");
+	struct kvmm_ctx *ctx = nvme_ctx(16, 8, 64, path, NULL);
+	struct kvmm_drop_counts *cnt;
+	struct test_kring r;
+	uint32_t a[32], d[32];
+	uint64_t nvme;
+
+	test_tokens(a, 32, 41);
+	test_tokens(d, 32, 42);
+	to_nvme(ctx, a, 4100);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, d, 32, false), 0);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	nvme = host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED);
+	test_kring_init(ctx, &r, 0, 0);
+	cnt = (struct kvmm_drop_counts *)r.mem;
+	/* len that is not the counts' size, a mask with no tier, buf without len */
+	kvmm_prep_drop_caches_tiers(TEST_SQE(&r.ring), KVMM_DROP_NVME, 1, 0, 8);
+	CU_ASSERT_EQUAL(test_ring1(&r.ring, NULL), -EINVAL);
+	kvmm_prep_drop_caches_tiers(TEST_SQE(&r.ring), 0, 1, 0, sizeof(*cnt));
+	CU_ASSERT_EQUAL(test_ring1(&r.ring, NULL), -EINVAL);
+	kvmm_prep_drop_caches_tiers(TEST_SQE(&r.ring), KVMM_DROP_ALL + 1, 1, 0, sizeof(*cnt));
+	CU_ASSERT_EQUAL(test_ring1(&r.ring, NULL), -EINVAL);
+	kvmm_prep_drop_caches_tiers(TEST_SQE(&r.ring), KVMM_DROP_NVME, 1, 8, 0);
+	CU_ASSERT_EQUAL(test_ring1(&r.ring, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_NVME_PAGES_CACHED), nvme);
+	/* NVMe only: A goes, counted; D stays on the device */
+	memset(cnt, 0xff, sizeof(*cnt));
+	kvmm_prep_drop_caches_tiers(TEST_SQE(&r.ring), KVMM_DROP_NVME, 1, 0, sizeof(*cnt));
+	CU_ASSERT_EQUAL(test_ring1(&r.ring, NULL), (int32_t)nvme);
+	CU_ASSERT_EQUAL(cnt->pages[KVMM_TIER_NVME], nvme);
+	CU_ASSERT_EQUAL(cnt->pages[KVMM_TIER_DEVICE], 0);
+	CU_ASSERT_EQUAL(cnt->pages[KVMM_TIER_HOST], 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, d, 32), 32);
+	/* a mask without counts */
+	kvmm_prep_drop_caches_tiers(TEST_SQE(&r.ring), KVMM_DROP_DEVICE, 0, 0, 0);
+	CU_ASSERT(test_ring1(&r.ring, NULL) >= 8);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, d, 32), 0);
+	CHECK_OK(ctx);
+	test_kring_exit(&r);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* ---- asynchronous PROMOTE: the ring's promotions from NVMe ---- */
 
 /*
@@ -2008,6 +2141,8 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_fault_sweep);
 	ADD_TEST(s, test_nvme_flip_tear);
 	ADD_TEST(s, test_nvme_conversations_restart);
+	ADD_TEST(s, test_drop_caches_tier_mask);
+	ADD_TEST(s, test_drop_caches_ring);
 	ADD_TEST(s, test_nvme_async_promote);
 	ADD_TEST(s, test_nvme_async_cancel);
 	ADD_TEST(s, test_nvme_write_held_ring_goes_on);

@@ -19,6 +19,7 @@
 #error "a value that crosses the ring is not in uapi/"
 #endif
 static_assert(sizeof(struct kvmm_tier_hits) == 16, "kvmm_tier_hits changed size");
+static_assert(sizeof(struct kvmm_drop_counts) == 24, "kvmm_drop_counts changed size");
 
 #include "../helpers.h"
 
@@ -132,7 +133,12 @@ static void abi_opcodes_and_stats_are_append_only(void)
 	CU_ASSERT_EQUAL(KVMM_OP_RPUSH, 26);
 	CU_ASSERT_EQUAL(KVMM_OP_RFETCH, 27);
 	CU_ASSERT_EQUAL(KVMM_OP_CHECK, 28);
-	CU_ASSERT_EQUAL(KVMM_OP_LAST, 29);
+	CU_ASSERT_EQUAL(KVMM_OP_FLUSH, 29);
+	CU_ASSERT_EQUAL(KVMM_DROP_DEVICE, 1);
+	CU_ASSERT_EQUAL(KVMM_DROP_HOST, 2);
+	CU_ASSERT_EQUAL(KVMM_DROP_NVME, 4);
+	CU_ASSERT_EQUAL(KVMM_DROP_ALL, 7);
+	CU_ASSERT_EQUAL(KVMM_OP_LAST, 30);
 	CU_ASSERT_EQUAL(KVMM_FEAT_EVENTS, 1ull << 6);
 	CU_ASSERT_EQUAL(KVMM_FEAT_SEQ_GEN, 1ull << 7);
 	/* a sequence id: row in bits 0..19, generation 1..2047 in 20..30 */
@@ -207,7 +213,9 @@ static void abi_opcodes_and_stats_are_append_only(void)
 	CU_ASSERT_EQUAL(KVMM_STAT_REMOTE_FETCH_TOKENS, 94);
 	CU_ASSERT_EQUAL(KVMM_STAT_REMOTE_PUSH_TOKENS, 95);
 	CU_ASSERT_EQUAL(KVMM_STAT_REMOTE_DEMOTE_PAGES, 96);
-	CU_ASSERT_EQUAL(NR_KVMM_STATS, 97);
+	CU_ASSERT_EQUAL(KVMM_STAT_ORPHAN_PAGES, 97);
+	CU_ASSERT_EQUAL(KVMM_STAT_ORPHAN_ADOPTED, 98);
+	CU_ASSERT_EQUAL(NR_KVMM_STATS, 99);
 	CU_ASSERT_EQUAL(KVMM_SET_NR_PAGES, 4);
 	CU_ASSERT_EQUAL(KVMM_SHARE_FDS_MAX, 253);
 	CU_ASSERT_EQUAL(KVMM_DUMP_F_SHADOW, 4);

@@ -816,10 +816,85 @@ static int cmd_space_rm(struct ctl *c)
 	return cmd_simple(c, "space-rm", "values");
 }
 
+static const char *const tier_names[KVMM_NR_TIERS] = {
+	[KVMM_TIER_DEVICE] = "device",
+	[KVMM_TIER_HOST] = "host",
+	[KVMM_TIER_NVME] = "nvme",
+};
+
+/* drop-caches [TIER...]: the tiers that may lose pages, all by default */
+static int parse_drop_caches(struct ctl *c, int argc, char **argv)
+{
+	int i, t;
+
+	c->value = argc ? 0 : KVMM_DROP_ALL;
+	for (i = 0; i < argc; i++) {
+		for (t = 0; t < KVMM_NR_TIERS && strcmp(argv[i], tier_names[t]); t++)
+			;
+		if (t == KVMM_NR_TIERS)
+			return usage_err("drop-caches: unknown tier '%s' (device, host or nvme)",
+					 argv[i]);
+		c->value |= 1u << t;
+	}
+	return 0;
+}
+
 static int cmd_drop_caches(struct ctl *c)
 {
-	kvmm_prep_drop_caches(sqe_get());
-	return cmd_simple(c, "drop-caches", "pages");
+	struct kvmm_drop_counts *cnt = ring.buf;
+	int res, t;
+
+	memset(cnt, 0, sizeof(*cnt));
+	kvmm_prep_drop_caches_tiers(sqe_get(), (uint32_t)c->value, 0, 0, sizeof(*cnt));
+	res = run1(c, NULL);
+	if (res < 0)
+		return refused(c, "drop-caches", res);
+	if (c->json) {
+		tool_json_line(json_pack("{s:i,s:I,s:I,s:I}", "pages", res,
+					 "device", (json_int_t)cnt->pages[KVMM_TIER_DEVICE],
+					 "host", (json_int_t)cnt->pages[KVMM_TIER_HOST],
+					 "nvme", (json_int_t)cnt->pages[KVMM_TIER_NVME]), stdout);
+		return 0;
+	}
+	printf("drop-caches: %d pages (", res);
+	for (t = 0; t < KVMM_NR_TIERS; t++)
+		printf("%s%s %llu", t ? ", " : "", tier_names[t],
+		       (unsigned long long)cnt->pages[t]);
+	printf(")\n");
+	return 0;
+}
+
+static int parse_flush(struct ctl *c, int argc, char **argv)
+{
+	uint64_t half_ms = ((uint64_t)c->timeout.tv_sec * 1000 + c->timeout.tv_nsec / 1000000) / 2;
+
+	if (argc > 1)
+		return usage_err("flush: give at most one time limit, MS");
+	if (argc)
+		return num_arg("flush: MS", argv[0], UINT32_MAX, &c->value) ? EXIT_USAGE : 0;
+	/* by default, half the wait for the answer: the answer comes in time */
+	c->value = half_ms ? (half_ms < UINT32_MAX ? half_ms : UINT32_MAX) : 1;
+	return 0;
+}
+
+/* flush [MS]: every cached page not on NVMe written to its file, parents first */
+static int cmd_flush(struct ctl *c)
+{
+	uint32_t cflags = 0;
+	int res;
+
+	kvmm_prep_flush(sqe_get(), (uint32_t)c->value);
+	res = run1(c, &cflags);
+	if (res < 0)
+		return refused(c, "flush", res);
+	if (c->json)
+		tool_json_line(json_pack("{s:i,s:b}", "pages", res, "complete",
+					 !(cflags & KVMM_CQE_F_MORE)), stdout);
+	else
+		printf("flush: %d pages written to NVMe%s\n", res,
+		       cflags & KVMM_CQE_F_MORE ? "; some cached pages were left out "
+						  "(out of time or room on the tier)" : "");
+	return 0;
 }
 
 /* check: every invariant of kvmmd's context; what broke is in kvmmd's log */
@@ -999,11 +1074,6 @@ static const char *const event_names[KVMM_EVENT_LAST] = {
 	[KVMM_EVENT_PROMOTED] = "promoted",
 };
 
-static const char *const tier_names[KVMM_NR_TIERS] = {
-	[KVMM_TIER_DEVICE] = "device",
-	[KVMM_TIER_HOST] = "host",
-	[KVMM_TIER_NVME] = "nvme",
-};
 
 static const char *name_of(const char *const *names, uint32_t nr, uint32_t i)
 {
@@ -1156,9 +1226,14 @@ static const struct ctl_cmd {
 	  parse_space_rm, cmd_space_rm },
 	{ "reclaim", "PAGES", "evict at least PAGES cached pages", 0, parse_reclaim,
 	  cmd_reclaim },
-	{ "drop-caches", "", "evict everything evictable", 0, NULL, cmd_drop_caches },
+	{ "drop-caches", "[TIER...]", "evict everything evictable on the tiers named (device,\n"
+	  "                               host, nvme; default all), counting each tier's pages", 0,
+	  parse_drop_caches, cmd_drop_caches },
 	{ "check", "", "verify every invariant of kvmmd's context (kvmm_check())", 0, NULL,
 	  cmd_check },
+	{ "flush", "[MS]", "write every cached page not on NVMe to its file, for at most\n"
+	  "                               MS milliseconds (default: half of --timeout)", 0,
+	  parse_flush, cmd_flush },
 	{ "set", "KEY VALUE", "wmark_min | wmark_low | wmark_high PAGES, policy lru|slru,\n"
 	  "                               nr_pages PAGES (resize the pool, up to pages_max),\n"
 	  "                               ns_pin_pages PAGES|auto, ns_cache_share PERCENT,\n"

@@ -62,6 +62,9 @@ static void usage(FILE *f)
 		"                       file records it and refuses to serve it to another model\n"
 		"  --nvme-reformat      format the NVMe file afresh (a cold start), even one of\n"
 		"                       another model or geometry or with a damaged superblock\n"
+		"  --shutdown-flush-ms MS  on SIGTERM or SIGINT, write every cached page not on\n"
+		"                       NVMe to its file for at most MS, so that a restart finds\n"
+		"                       the whole cache (default 5000; 0: no flush)\n"
 		"  --remote HOST:PORT[,...]  a Redis Cluster (or Valkey) below the host tier, shared\n"
 		"                       with other machines: keyed values are written through to it\n"
 		"                       and read from it when this machine has them not (needs\n"
@@ -124,6 +127,7 @@ struct opts {
 	uint64_t events;		/* KVMM_SET_EVENTS */
 	uint64_t ns_kspaces;		/* KVMM_SET_NS_KSPACES */
 	uint64_t ns_kjob_bytes;		/* KVMM_SET_NS_KJOB_BYTES */
+	uint64_t shutdown_flush_ms;	/* kvmm_flush() at a stop; 0: none */
 	struct kvmm_server_limits lim;	/* 0: the server's default */
 };
 
@@ -187,7 +191,7 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
        O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, O_REMOTE, O_REMOTE_SALT,
        O_REMOTE_TIMEOUT, O_EVENTS, O_REMOTE_WRITE, O_REMOTE_USER, O_REMOTE_PASSWORD_FILE,
-       O_NS_KSPACES, O_NS_KJOB_BYTES, NR_OPTS };
+       O_NS_KSPACES, O_NS_KJOB_BYTES, O_SHUTDOWN_FLUSH_MS, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 
@@ -247,6 +251,8 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 			      1ull << 40 },
 	[O_MODEL_ID] = { "model-id", REQ, set_model_id, offsetof(struct opts, model_id) },
 	[O_NVME_REFORMAT] = { "nvme-reformat", NONE, set_flag },
+	[O_SHUTDOWN_FLUSH_MS] = { "shutdown-flush-ms", REQ, set_u64,
+				  offsetof(struct opts, shutdown_flush_ms), UINT32_MAX },
 	[O_MAX_CLIENTS] = { "max-clients", REQ, set_u32, L(max_clients), UINT32_MAX },
 	[O_MAX_PENDING] = { "max-pending", REQ, set_u32, L(max_pending), 1024 },
 	[O_HANDSHAKE_MS] = { "handshake-ms", REQ, set_u32, L(handshake_ms), UINT32_MAX },
@@ -808,6 +814,29 @@ static void say_serving(const struct opts *o, struct kvmm_ctx *ctx)
 	fputc('\n', stderr);
 }
 
+/*
+ * Before the context goes: every cached page not on NVMe written to the
+ * file, within --shutdown-flush-ms, and a line saying what was written.
+ */
+static void shutdown_flush(const struct opts *o, struct kvmm_ctx *ctx)
+{
+	struct kvmm_flush_info info;
+	int64_t ret;
+
+	if (!o->p.nvme_pages || !o->shutdown_flush_ms)
+		return;
+	ret = kvmm_flush(ctx, (uint32_t)o->shutdown_flush_ms, &info);
+	if (ret < 0) {
+		fprintf(stderr, "kvmmd: flush to NVMe failed: %s\n", errno_str((int)-ret));
+		return;
+	}
+	if (!o->quiet || info.left)
+		fprintf(stderr, "kvmmd: flushed %llu pages to NVMe in %.1f ms%s%llu left out%s\n",
+			(unsigned long long)info.pages, info.ns / 1e6,
+			info.left ? " (" : ", ", (unsigned long long)info.left,
+			info.left ? ": out of time (--shutdown-flush-ms) or room on the tier)" : "");
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {
@@ -826,6 +855,7 @@ int main(int argc, char **argv)
 		.keyed_share = 100,
 		.ns_kspaces = KVMM_NS_KSPACES_DEFAULT,
 		.ns_kjob_bytes = KVMM_NS_KJOB_BYTES_DEFAULT,
+		.shutdown_flush_ms = 5000,
 	};
 	struct kvmm_server *srv = NULL;
 	struct kvmm_ctx *ctx = NULL;
@@ -863,6 +893,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvmmd: %s: stopping (%u clients attached)\n", strsignal(sig),
 			kvmm_server_clients(srv));
 	kvmm_server_stop(srv);
+	shutdown_flush(&o, ctx);
 	ret = kvmm_check(ctx);
 	if (ret)
 		fprintf(stderr, "kvmmd: invariant check failed at exit: %s\n", errno_str(-ret));

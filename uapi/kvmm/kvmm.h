@@ -166,6 +166,9 @@ enum kvmm_stat_item {
 	KVMM_STAT_REMOTE_PUSH_TOKENS,	/* tokens of prefixes pushed (written or there) */
 	KVMM_STAT_REMOTE_DEMOTE_PAGES,	/* pages written to it (or there) as they left
 					 * the host tier (KVMM_REMOTE_WRITE_DEMOTE) */
+	/* A restart's NVMe pages whose prefix was not on the file: */
+	KVMM_STAT_ORPHAN_PAGES,		/* (gauge) waiting for a prompt to compute it */
+	KVMM_STAT_ORPHAN_ADOPTED,	/* hung in the tree below it since */
 	NR_KVMM_STATS
 };
 

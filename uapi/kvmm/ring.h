@@ -36,7 +36,8 @@
 #define KVMM_OP_STATS		11	/* out: struct kvmm_stats_snap; res: items */
 #define KVMM_OP_DUMP		12	/* arg: KVMM_DUMP_*, arg2: cursor; out: records */
 #define KVMM_OP_SET		13	/* arg: KVMM_SET_*, arg2: value */
-#define KVMM_OP_DROP_CACHES	14	/* res: pages freed */
+#define KVMM_OP_DROP_CACHES	14	/* arg: KVMM_DROP_* (0: all, res the device's);
+					 * res: pages freed; out: struct kvmm_drop_counts */
 #define KVMM_OP_PRIO		15	/* ns, tokens, arg: priority; res: tokens */
 #define KVMM_OP_LOOKUP		16	/* ns, tokens, arg: KVMM_LOOKUP_*; res: cached tokens */
 #define KVMM_OP_PROMOTE		17	/* seq, tokens; res: the sequence's cached tokens */
@@ -58,7 +59,9 @@
 #define KVMM_OP_RPUSH		26	/* ns, tokens; res: tokens the remote tier holds */
 #define KVMM_OP_RFETCH		27	/* ns, tokens; res: tokens fetched to the host tier */
 #define KVMM_OP_CHECK		28	/* res: 0, or -EUCLEAN (what broke goes to the log) */
-#define KVMM_OP_LAST		29
+#define KVMM_OP_FLUSH		29	/* arg: time limit in ms (0: none); res: pages
+					 * written to NVMe; CQE_F_MORE: some left out */
+#define KVMM_OP_LAST		30
 
 /*
  * A sequence id, what OPEN returns: the sequence's page-table row in the
@@ -120,9 +123,31 @@ struct kvmm_cqe {
 	__u32	flags;
 };
 
-#define KVMM_CQE_F_MORE		(1u << 0)	/* DUMP: more records after the cursor */
+#define KVMM_CQE_F_MORE		(1u << 0)	/* DUMP: more records after the cursor;
+						 * FLUSH: cached pages it did not write */
 #define KVMM_CQE_F_LOWER	(1u << 1)	/* MATCH: the prefix goes on below the
 						 * device: PROMOTE brings it back */
+
+/*
+ * DROP_CACHES: arg 0 drops what is evictable on every tier, res the device
+ * pages freed.  arg a mask of KVMM_DROP_* (1 << KVMM_TIER_*) drops only on
+ * those tiers (a node with something below it on another tier stays), res
+ * the pages freed on all of them; with len == sizeof(struct
+ * kvmm_drop_counts), the count of each tier goes to buffer @buf at @off
+ * (8-byte aligned).
+ */
+#define KVMM_DROP_DEVICE	(1u << KVMM_TIER_DEVICE)
+#define KVMM_DROP_HOST		(1u << KVMM_TIER_HOST)
+#define KVMM_DROP_NVME		(1u << KVMM_TIER_NVME)
+#define KVMM_DROP_ALL		(KVMM_DROP_DEVICE | KVMM_DROP_HOST | KVMM_DROP_NVME)
+
+/**
+ * struct kvmm_drop_counts - DROP_CACHES's pages freed, per tier
+ * @pages: pages[t] freed on tier t
+ */
+struct kvmm_drop_counts {
+	__u64	pages[KVMM_NR_TIERS];
+};
 
 /*
  * LOOKUP: with KVMM_LOOKUP_TIERS in arg, res counts the prefix on every

@@ -16,7 +16,7 @@
 
 See Documentation/userspace-api/python.rst.
 """
-from ._core import (STAT_NAMES, Context, DeviceArray, FrameNode, Sequence, SeqInfo, Stats,
+from ._core import (STAT_NAMES, Context, DeviceArray, FlushInfo, FrameNode, Sequence, SeqInfo, Stats,
 		    backend_available, default_params)
 from ._errors import Busy, Error, InvalidArgument, NoSpace, OutOfMemory, error_class
 from ._keyed import KeyedSpace, key_of, keys_array
@@ -32,7 +32,7 @@ NVME_REFORMAT: int = _lib.KVMM_NVME_REFORMAT
 CQE_F_LOWER: int = _lib.KVMM_CQE_F_LOWER
 
 __version__ = "0.2.0"
-__all__ = ["Ring", "Batch", "Pool", "SeqRow", "DeviceArray", "FrameNode", "connect", "Context", "Sequence", "SeqInfo", "Stats", "STAT_NAMES", "default_params",
+__all__ = ["Ring", "Batch", "Pool", "SeqRow", "DeviceArray", "FrameNode", "connect", "Context", "Sequence", "SeqInfo", "FlushInfo", "Stats", "STAT_NAMES", "default_params",
 	   "backend_available",
 	   "KeyedSpace", "key_of", "keys_array", "KeyedStore", "Completion",
 	   "Error", "InvalidArgument", "NoSpace", "Busy", "OutOfMemory", "error_class",

@@ -218,6 +218,17 @@ class SeqInfo:
 	ns: int
 
 
+@dataclasses.dataclass(frozen=True)
+class FlushInfo:
+	"""What :meth:`Context.flush` did (struct kvmm_flush_info): pages
+	written to the NVMe tier's file, cached pages it did not write (out
+	of time or room, or failed), and the seconds it took."""
+
+	pages: int
+	left: int
+	seconds: float
+
+
 def row_slots(row: np.ndarray, page_size: int, length: int, start: int,
 	      stop: Optional[int]) -> np.ndarray:
 	"""The pool slots of tokens [start, stop) of a page-table @row whose
@@ -718,9 +729,12 @@ class Context(ViewOwner):
 		return KeyedSpace(self, model_id, value_bytes, ns)
 
 	# ---- lifetime ----
-	def close(self) -> None:
+	def close(self, flush_ms: int = 5000) -> None:
 		"""Destroy the context (kvmm_destroy()); its sequences go with it.
 
+		With an NVMe tier, :meth:`flush` runs first for at most @flush_ms
+		milliseconds (0: no flush; best effort, never an error), so that a
+		context opened later on the same file finds the cache again.
 		Raises :class:`kvmm.Busy` while a view of its memory (or a ring) is
 		alive, or when called from inside a call on it (a log handler's).
 		A call another thread is inside finishes first; a call after
@@ -733,6 +747,8 @@ class Context(ViewOwner):
 			if self._ptr is None:
 				return
 			self._refuse_if_viewed("context")
+			if flush_ms:	# best effort: a close never fails for it
+				lib.kvmm_flush(self._ptr, flush_ms, ffi.NULL)
 			ptr, self._ptr = self._ptr, None
 			self._table = None
 			lib.kvmm_destroy(ptr)
@@ -941,14 +957,37 @@ class Context(ViewOwner):
 		return self._call(lib.kvmm_reclaim, "kvmm_reclaim", nr_pages)
 
 	def drop_caches(self) -> int:
-		"""Evict everything evictable; return the pages freed."""
+		"""Evict everything evictable; return the device pages freed."""
 		return self._call(lib.kvmm_drop_caches, "kvmm_drop_caches")
+
+	def drop_caches_tiers(self, tiers: Iterable[str] = ("device", "host", "nvme")) -> Dict[str, int]:
+		"""Evict what is evictable on @tiers only ("device", "host", "nvme"):
+		a node with something below it on another tier stays.  Return the
+		pages freed on each tier (kvmm_drop_caches_tiers())."""
+		names = ("device", "host", "nvme")
+		mask = 0
+		for t in tiers:
+			if t not in names:
+				raise ValueError(f"drop_caches_tiers: unknown tier {t!r}")
+			mask |= 1 << names.index(t)
+		freed = ffi.new("uint64_t[]", lib.KVMM_NR_TIERS)
+		self._call(lib.kvmm_drop_caches_tiers, "kvmm_drop_caches_tiers", mask, freed)
+		return {n: int(freed[i]) for i, n in enumerate(names)}
 
 	def sync(self) -> None:
 		"""Wait for the demotions background reclaim has in flight, and settle
 		them: every page it took is then on its new tier.  Returns at once
 		without an NVMe tier."""
 		self._call(lib.kvmm_sync, "kvmm_sync")
+
+	def flush(self, timeout_ms: int = 0) -> FlushInfo:
+		"""Write every cached page that is not on the NVMe tier to its file,
+		parents first, for at most @timeout_ms milliseconds (0: no limit), so
+		that a restart on the same file recovers the whole cache; the tree
+		does not change (kvmm_flush()).  Raises without an NVMe tier."""
+		info = ffi.new("struct kvmm_flush_info *")
+		self._call(lib.kvmm_flush, "kvmm_flush", timeout_ms, info)
+		return FlushInfo(int(info.pages), int(info.left), info.ns / 1e9)
 
 	def set_watermarks(self, min: int, low: int, high: int) -> None:
 		"""Set the reclaim watermarks, in pages."""

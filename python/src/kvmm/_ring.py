@@ -41,7 +41,7 @@ _NAMES = {lib.KVMM_OP_NOP: "NOP", lib.KVMM_OP_OPEN: "OPEN", lib.KVMM_OP_MATCH: "
 	  lib.KVMM_OP_SEQ_ROW: "SEQ_ROW", lib.KVMM_OP_PROBE: "PROBE",
 	  lib.KVMM_OP_KSPACE: "KSPACE", lib.KVMM_OP_KPUT: "KPUT", lib.KVMM_OP_KGET: "KGET",
 	  lib.KVMM_OP_KEXISTS: "KEXISTS", lib.KVMM_OP_KDELETE: "KDELETE",
-	  lib.KVMM_OP_CHECK: "CHECK"}
+	  lib.KVMM_OP_CHECK: "CHECK", lib.KVMM_OP_FLUSH: "FLUSH"}
 _KENT = ffi.sizeof("struct kvmm_kent")
 # struct kvmm_kent as numpy sees it: a batch's entries are filled and read whole
 _KENT_DTYPE = np.dtype([("key", np.uint8, 16), ("off", "<u8"), ("buf", "<u2"),
@@ -190,6 +190,12 @@ class Batch:
 	def reclaim(self, pages: int) -> int:
 		"""RECLAIM: the result is the pages freed."""
 		return self._add(lib.KVMM_OP_RECLAIM, arg=pages)
+
+	def flush(self, timeout_ms: int = 0) -> int:
+		"""FLUSH (operator rings): the result is the pages written to the NVMe
+		tier's file (kvmm_flush()); the completion's CQE_F_MORE flag says some
+		were left out."""
+		return self._add(lib.KVMM_OP_FLUSH, arg=timeout_ms)
 
 	def check(self) -> int:
 		"""CHECK: every invariant of the context (kvmm_check()); 0, or
