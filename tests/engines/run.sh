@@ -142,8 +142,12 @@ for engine in "${engines[@]}"; do
 	echo "=== $engine, through kvmmd"
 	sock=$dest/kvmmd.sock
 	rm -f "$sock"
+	# Each test's store is a model identity of its own (a keyed space), all
+	# in the one namespace of this kvmmd's unbound clients: the whole table,
+	# not the 64 a namespace may hold by default (--ns-kspaces).
 	"$objtree/bin/kvmmd" --socket "$sock" --model-id engines --page-size 4 --pages 16 \
-		--layers 1 --kv-heads 1 --dtype-bytes 4 "${kvmmd_geom[@]}" >"$dest/kvmmd.log" 2>&1 &
+		--layers 1 --kv-heads 1 --dtype-bytes 4 --ns-kspaces 1024 "${kvmmd_geom[@]}" \
+		>"$dest/kvmmd.log" 2>&1 &
 	kvmmd_pid=$!
 	for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 	status=0
