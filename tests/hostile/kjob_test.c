@@ -369,7 +369,7 @@ static int over_limit(void *arg)
 /* kvmmd --ns-kjob-bytes sets the limit; kvmmctl set ns_kjob_bytes changes it. */
 static void kjob_limit_is_set_by_kvmmd_and_kvmmctl(void)
 {
-	const char *bad[] = { "kvmmd", "--ns-kjob-bytes", "2199023255553", NULL };
+	const char *bad[] = { "kvmmd", "--ns-kjob-bytes", "2T1", NULL };
 	char out[4096];
 	struct kjob_env e;
 
@@ -384,10 +384,14 @@ static void kjob_limit_is_set_by_kvmmd_and_kvmmctl(void)
 		const char *small[] = { "kvmmctl", "--socket", e.sock, "set", "ns_kjob_bytes",
 					"100", NULL };
 		const char *big[] = { "kvmmctl", "--socket", e.sock, "set", "ns_kjob_bytes",
-				      "1073741824", NULL };
+				      "1G", NULL };	/* a size takes its unit */
+		const char *unit[] = { "kvmmctl", "--socket", e.sock, "set", "ns_kjob_bytes",
+				       "1Q", NULL };
 
 		CU_ASSERT_EQUAL(hostile_run(small, out, sizeof(out), 10000), 1);
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "EINVAL"));
+		CU_ASSERT_EQUAL(hostile_run(unit, out, sizeof(out), 10000), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "K, M, G or T"));
 		CU_ASSERT_EQUAL(hostile_run(big, out, sizeof(out), 10000), 0);
 	}
 	/* now the big KGET passes: the same child, its first step changes */

@@ -923,6 +923,7 @@ static const struct ctl_key {
 	uint64_t max;
 	const char *const *words;	/* words[i] means i, or @vals[i] */
 	const uint64_t *vals;
+	bool bytes;			/* a size: K, M, G, T (KiB...) suffixes */
 } ctl_keys[] = {
 	{ "wmark_min", KVMM_SET_WMARK_MIN, UINT32_MAX, NULL, NULL },
 	{ "wmark_low", KVMM_SET_WMARK_LOW, UINT32_MAX, NULL, NULL },
@@ -935,9 +936,9 @@ static const struct ctl_key {
 	{ "ns_cache_share", KVMM_SET_NS_CACHE_SHARE, 100, NULL, NULL },
 	{ "keyed_share", KVMM_SET_KEYED_SHARE, 100, NULL, NULL },
 	{ "events", KVMM_SET_EVENTS, KVMM_EVENTS_BUF_MAX,
-	  (const char *const[]){ "off", NULL }, (const uint64_t[]){ 0 } },
+	  (const char *const[]){ "off", NULL }, (const uint64_t[]){ 0 }, true },
 	{ "ns_kspaces", KVMM_SET_NS_KSPACES, KVMM_KSPACES_MAX, NULL, NULL },
-	{ "ns_kjob_bytes", KVMM_SET_NS_KJOB_BYTES, 1ull << 40, NULL, NULL },
+	{ "ns_kjob_bytes", KVMM_SET_NS_KJOB_BYTES, 1ull << 40, NULL, NULL, true },
 };
 
 static int parse_set(struct ctl *c, int argc, char **argv)
@@ -960,6 +961,15 @@ static int parse_set(struct ctl *c, int argc, char **argv)
 			c->value = k->vals ? k->vals[i] : i;
 			return 0;
 		}
+	if (k->bytes) {
+		int ret = parse_bytes(argv[1], k->max, &c->value);
+
+		if (ret)
+			return usage_err("set: %s: '%s' %s (bytes, with K, M, G or T, up to %llu)",
+					 k->name, argv[1], parse_strerror(ret),
+					 (unsigned long long)k->max);
+		return 0;
+	}
 	if (k->max)
 		return num_arg(k->name, argv[1], k->max, &c->value);
 	return usage_err("set: %s: '%s' is not one of its values", k->name, argv[1]);

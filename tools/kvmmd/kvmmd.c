@@ -247,7 +247,7 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 		       KVMM_EVENTS_BUF_MAX },
 	[O_NS_KSPACES] = { "ns-kspaces", REQ, set_u64, offsetof(struct opts, ns_kspaces),
 			   KVMM_KSPACES_MAX },
-	[O_NS_KJOB_BYTES] = { "ns-kjob-bytes", REQ, set_u64, offsetof(struct opts, ns_kjob_bytes),
+	[O_NS_KJOB_BYTES] = { "ns-kjob-bytes", REQ, set_bytes, offsetof(struct opts, ns_kjob_bytes),
 			      1ull << 40 },
 	[O_MODEL_ID] = { "model-id", REQ, set_model_id, offsetof(struct opts, model_id) },
 	[O_NVME_REFORMAT] = { "nvme-reformat", NONE, set_flag },
