@@ -925,19 +925,19 @@ static const struct ctl_key {
 	const uint64_t *vals;
 	bool bytes;			/* a size: K, M, G, T (KiB...) suffixes */
 } ctl_keys[] = {
-	{ "wmark_min", KVMM_SET_WMARK_MIN, UINT32_MAX, NULL, NULL },
-	{ "wmark_low", KVMM_SET_WMARK_LOW, UINT32_MAX, NULL, NULL },
-	{ "wmark_high", KVMM_SET_WMARK_HIGH, UINT32_MAX, NULL, NULL },
+	{ "wmark_min", KVMM_SET_WMARK_MIN, UINT32_MAX, NULL, NULL, false },
+	{ "wmark_low", KVMM_SET_WMARK_LOW, UINT32_MAX, NULL, NULL, false },
+	{ "wmark_high", KVMM_SET_WMARK_HIGH, UINT32_MAX, NULL, NULL, false },
 	{ "policy", KVMM_SET_POLICY, 0,
-	  (const char *const[]){ [KVMM_POLICY_LRU] = "lru", [KVMM_POLICY_SLRU] = "slru", NULL }, NULL },
-	{ "nr_pages", KVMM_SET_NR_PAGES, UINT32_MAX, NULL, NULL },
+	  (const char *const[]){ [KVMM_POLICY_LRU] = "lru", [KVMM_POLICY_SLRU] = "slru", NULL }, NULL, false },
+	{ "nr_pages", KVMM_SET_NR_PAGES, UINT32_MAX, NULL, NULL, false },
 	{ "ns_pin_pages", KVMM_SET_NS_PIN_PAGES, UINT32_MAX,
-	  (const char *const[]){ "auto", NULL }, (const uint64_t[]){ KVMM_NS_PIN_AUTO } },
-	{ "ns_cache_share", KVMM_SET_NS_CACHE_SHARE, 100, NULL, NULL },
-	{ "keyed_share", KVMM_SET_KEYED_SHARE, 100, NULL, NULL },
+	  (const char *const[]){ "auto", NULL }, (const uint64_t[]){ KVMM_NS_PIN_AUTO }, false },
+	{ "ns_cache_share", KVMM_SET_NS_CACHE_SHARE, 100, NULL, NULL, false },
+	{ "keyed_share", KVMM_SET_KEYED_SHARE, 100, NULL, NULL, false },
 	{ "events", KVMM_SET_EVENTS, KVMM_EVENTS_BUF_MAX,
 	  (const char *const[]){ "off", NULL }, (const uint64_t[]){ 0 }, true },
-	{ "ns_kspaces", KVMM_SET_NS_KSPACES, KVMM_KSPACES_MAX, NULL, NULL },
+	{ "ns_kspaces", KVMM_SET_NS_KSPACES, KVMM_KSPACES_MAX, NULL, NULL, false },
 	{ "ns_kjob_bytes", KVMM_SET_NS_KJOB_BYTES, 1ull << 40, NULL, NULL, true },
 };
 
