@@ -389,7 +389,9 @@ static void node_rehome(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t t
 			const int32_t *pfns)
 {
 	uint32_t nr = node->len >> ctx->page_shift, from = node->tier;
-	bool keep = keeps_copy(ctx, from, to);
+	/* frames a demotion still reads are its own now (kvmm_writeback_give()) */
+	bool keep = keeps_copy(ctx, from, to) &&
+		    ctx->zone[from].pages[node->pfns[0]].state != KVMM_PAGE_IO;
 
 	kvmm_pages_to_tree(&ctx->zone[to], pfns, nr);
 	if (keep)

@@ -82,7 +82,8 @@ enum kvmm_stat_item {
 	KVMM_STAT_HOST_PAGES_TOTAL,     /* (gauge) pages of the tier */
 	KVMM_STAT_HOST_PAGES_FREE,      /* (gauge) */
 	KVMM_STAT_HOST_PAGES_CACHED,    /* (gauge) held by demoted prefixes */
-	KVMM_STAT_HOST_HIT_TOKENS,      /* tokens MATCH found on the tier (promotable) */
+	KVMM_STAT_HOST_HIT_TOKENS,      /* tokens PROMOTE brought from the tier
+					 * into a sequence (served) */
 	KVMM_STAT_HOST_DEMOTE_PAGES,    /* pages moved onto the tier */
 	KVMM_STAT_HOST_PROMOTE_PAGES,   /* pages moved from the tier back to the device */
 	KVMM_STAT_HOST_EVICT_PAGES,     /* pages dropped from the tier */
@@ -95,7 +96,8 @@ enum kvmm_stat_item {
 	KVMM_STAT_NVME_PAGES_TOTAL,     /* (gauge) pages of the tier */
 	KVMM_STAT_NVME_PAGES_FREE,      /* (gauge) */
 	KVMM_STAT_NVME_PAGES_CACHED,    /* (gauge) held by demoted prefixes */
-	KVMM_STAT_NVME_HIT_TOKENS,      /* tokens MATCH found on the tier (promotable) */
+	KVMM_STAT_NVME_HIT_TOKENS,      /* tokens PROMOTE brought from the tier
+					 * into a sequence (served) */
 	KVMM_STAT_NVME_DEMOTE_PAGES,    /* pages moved onto the tier */
 	KVMM_STAT_NVME_PROMOTE_PAGES,   /* pages moved from the tier back to the device */
 	KVMM_STAT_NVME_EVICT_PAGES,     /* pages dropped from the tier */
@@ -166,6 +168,9 @@ enum kvmm_stat_item {
 	KVMM_STAT_REMOTE_PUSH_TOKENS,	/* tokens of prefixes pushed (written or there) */
 	KVMM_STAT_REMOTE_DEMOTE_PAGES,	/* pages written to it (or there) as they left
 					 * the host tier (KVMM_REMOTE_WRITE_DEMOTE) */
+	/* What MATCH offered below the device (host_hit_tokens: what was served): */
+	KVMM_STAT_HOST_OFFER_TOKENS,	/* tokens MATCH found on the host tier */
+	KVMM_STAT_NVME_OFFER_TOKENS,	/* tokens MATCH found on the NVMe tier */
 	NR_KVMM_STATS
 };
 
