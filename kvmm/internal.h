@@ -776,6 +776,7 @@ enum kvmm_event {
 	EV_REMOTE_DEMOTE_PAGES,	/* pages demotions wrote there (remote.c) */
 	EV_CACHE_EVENTS,	/* cache events recorded (events.c) */
 	EV_CACHE_EVENTS_DROPPED,
+	EV_THROTTLE_PAGES,	/* pages direct reclaim wrote to NVMe itself */
 	NR_KVMM_EVENTS
 };
 

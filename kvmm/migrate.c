@@ -34,7 +34,10 @@
  * and frees its host pages as soon as it is written), and queued to the
  * worker, which writes them while
  * the context serves other commands.  Direct reclaim on the host tier
- * never writes: it drops what it cannot wait for (kvmm_demote()).
+ * (the caller found it full: background reclaim fell behind) writes its
+ * victims itself, under the lock, throttled to the disk's pace, rather
+ * than drop them (kvmm_demote()); what is in flight already it cannot
+ * wait for.
  *
  * Under KVMM_REMOTE_WRITE_DEMOTE a demotion from the host tier also
  * writes its pages to the remote tier, from the host frames it holds,

@@ -107,6 +107,7 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_EVENTS_BYTES] = "events_bytes",
 	[KVMM_STAT_HOST_OFFER_TOKENS] = "host_offer_tokens",
 	[KVMM_STAT_NVME_OFFER_TOKENS] = "nvme_offer_tokens",
+	[KVMM_STAT_THROTTLE_PAGES] = "throttle_pages",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -141,6 +142,7 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_REMOTE_PUSH_TOKENS] = EV_REMOTE_PUSH_TOKENS + 1,
 	[KVMM_STAT_REMOTE_DEMOTE_PAGES] = EV_REMOTE_DEMOTE_PAGES + 1,
 	[KVMM_STAT_EVENTS_DROPPED] = EV_CACHE_EVENTS_DROPPED + 1,
+	[KVMM_STAT_THROTTLE_PAGES] = EV_THROTTLE_PAGES + 1,
 };
 
 /**

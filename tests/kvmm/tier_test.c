@@ -1704,6 +1704,75 @@ static void test_nvme_server_promote_while_written(void)
 	unlink(path);
 }
 
+/*
+ * An engine that outruns its disk: with the worker's write of A held,
+ * the host tier (16 pages, writeback from 4 free up to 8) fills with B
+ * and C, and the next demotion needs room there.  Direct reclaim writes
+ * the oldest host prefix (B) down itself instead of dropping it: the
+ * writer waits for the disk.  B then comes back from NVMe byte for byte.
+ * @fail: the throttled write fails: B is dropped (a miss), nothing leaks.
+ */
+static void throttle(bool fail, const char *name)
+{
+	static uint32_t tok[5][32];
+	const char *path = nvme_file(name);
+	struct write_latch latch = { .hold = 1 };
+	struct kvmm_nvme_arg arg = { .latch = hold_writes, .latch_arg = &latch,
+				     .fault = -EIO, .fault_sites = KVMM_NVME_SITE_WRITE };
+	struct kvmm_params p = nvme_params(PS, 16, 16, 64, path, &arg);
+	struct kvmm_ctx *ctx = NULL;
+	uint32_t i;
+
+	p.host_wmark_low = 4;
+	p.host_wmark_high = 8;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	for (i = 0; i < 5; i++)
+		test_tokens(tok[i], 32, 4500 + i);
+	for (i = 0; i < 4; i++)	/* A and B to the host tier, A's write held */
+		CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[i], 32, false), 0);
+	CU_ASSERT_FATAL(latch_entered(&latch));
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 0);
+	CHECK_OK(ctx);
+
+	arg.fault_every = fail ? 1 : 0;
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[4], 32, false), 0);	/* C goes to the host */
+	arg.fault_every = 0;
+	CU_ASSERT(__atomic_load_n(&latch.hold, __ATOMIC_ACQUIRE));
+	CU_ASSERT(__atomic_load_n(&latch.locked, __ATOMIC_RELAXED) > 0);	/* B, by the caller */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_THROTTLE_PAGES), fail ? 0 : 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_DEMOTE_PAGES), fail ? 0 : 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_EVICT_PAGES), fail ? 8 : 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_IO_ERRORS), fail ? 1 : 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok[1], 32, NULL), fail ? 0 : 32);
+	CHECK_OK(ctx);
+
+	__atomic_store_n(&latch.hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[1], 32, true), fail ? 0 : 32);	/* every byte */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_HIT_TOKENS), fail ? 0 : 32);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[0], 32, true), 32);	/* A, written by the worker */
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT(kvmm_drop_caches(ctx) > 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 16);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 16);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 64);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+static void test_nvme_throttled_not_dropped(void)
+{
+	throttle(false, "throttle");
+}
+
+static void test_nvme_throttled_write_fails(void)
+{
+	throttle(true, "throttle-fail");
+}
+
 /* ---- background reclaim of the device (kswapd) ---- */
 
 /* A latch on the mock's gathers: holds the I/O worker's, never the caller's. */
@@ -2164,6 +2233,8 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_promote_while_written);
 	ADD_TEST(s, test_nvme_promote_while_written_fails);
 	ADD_TEST(s, test_nvme_server_promote_while_written);
+	ADD_TEST(s, test_nvme_throttled_not_dropped);
+	ADD_TEST(s, test_nvme_throttled_write_fails);
 	ADD_TEST(s, test_nvme_async_conversations);
 	ADD_TEST(s, test_device_kswapd);
 	ADD_TEST(s, test_device_kswapd_match_while_moving);

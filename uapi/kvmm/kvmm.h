@@ -171,6 +171,8 @@ enum kvmm_stat_item {
 	/* What MATCH offered below the device (host_hit_tokens: what was served): */
 	KVMM_STAT_HOST_OFFER_TOKENS,	/* tokens MATCH found on the host tier */
 	KVMM_STAT_NVME_OFFER_TOKENS,	/* tokens MATCH found on the NVMe tier */
+	KVMM_STAT_THROTTLE_PAGES,	/* host pages direct reclaim wrote to NVMe
+					 * itself, background writeback behind */
 	NR_KVMM_STATS
 };
 
