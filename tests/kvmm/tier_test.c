@@ -1564,6 +1564,22 @@ static void test_nvme_dropped_while_written(void)
 }
 
 /*
+ * Drop every cache of @ctx (16 device pages, @host host pages, 64 NVMe
+ * pages in @path): every page of every tier is free again, nothing
+ * leaked; then destroy it and remove the file.
+ */
+static void drop_and_destroy(struct kvmm_ctx *ctx, uint32_t host, const char *path)
+{
+	CU_ASSERT(kvmm_drop_caches(ctx) > 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 16);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), host);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 64);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
  * A prefix the worker is writing down is still on the host tier, and
  * readable there while the write reads it too: a promotion takes it from
  * the demotion instead of ending the prefix before it, and the hit
@@ -1618,13 +1634,7 @@ static void promote_while_written(struct kvmm_mock_faults *mf, const char *name)
 	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok[0], 32), 32);	/* A was not moved down */
 	CU_ASSERT_EQUAL(__atomic_load_n(&latch.locked, __ATOMIC_RELAXED), 0);
 	CHECK_OK(ctx);
-	CU_ASSERT(kvmm_drop_caches(ctx) > 0);	/* nothing leaked on any tier */
-	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 16);
-	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 8);
-	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 64);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	unlink(path);
+	drop_and_destroy(ctx, 8, path);
 }
 
 static void test_nvme_promote_while_written(void)
@@ -1754,13 +1764,7 @@ static void throttle(bool fail, const char *name)
 	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[0], 32, true), 32);	/* A, written by the worker */
 	CHECK_OK(ctx);
 	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
-	CU_ASSERT(kvmm_drop_caches(ctx) > 0);
-	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 16);
-	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), 16);
-	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_NVME_PAGES_FREE), 64);
-	CHECK_OK(ctx);
-	kvmm_destroy(ctx);
-	unlink(path);
+	drop_and_destroy(ctx, 16, path);
 }
 
 static void test_nvme_throttled_not_dropped(void)
