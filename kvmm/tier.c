@@ -590,6 +590,20 @@ static int tier_copy_node(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t
 	return ret;
 }
 
+/*
+ * Whether direct reclaim writes @node (@nr pages) to the I/O store below
+ * itself: not under KVMM_REMOTE_WRITE_DEMOTE, where only the worker
+ * writes (both tiers at once), nor a keyed value longer than the row of
+ * scratch (addresses, keys) the write uses.
+ */
+static bool demote_writes(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
+			  uint32_t nr)
+{
+	return nr <= ctx->row_pages &&
+	       !(node->tier == KVMM_TIER_HOST &&
+		 ctx->params.remote_write == KVMM_REMOTE_WRITE_DEMOTE);
+}
+
 /**
  * kvmm_demote() - move a leaf's pages down a tier, now
  * @ctx: the context
@@ -604,9 +618,10 @@ static int tier_copy_node(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t
  * 0 under the lock: the writer is throttled to the disk's pace, as
  * Linux's balance_dirty_pages() throttles a task that dirties pages
  * faster than they are written, instead of dropping what is cached.  The
- * one exception is a host tier whose pages also go to the remote tier as
- * they leave it (KVMM_REMOTE_WRITE_DEMOTE): only the worker writes both.
- * On failure nothing moved.
+ * exceptions are a host tier whose pages also go to the remote tier as
+ * they leave it (KVMM_REMOTE_WRITE_DEMOTE: only the worker writes both),
+ * and a keyed value longer than a row (the scratch this write uses); the
+ * caller drops those as before.  On failure nothing moved.
  *
  * Return: 0; -ENOSPC when there is no lower tier or it cannot make room;
  * -EWOULDBLOCK when only background reclaim may write the tier below;
@@ -629,9 +644,8 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	}
 	if (!kvmm_tier_below(ctx, node->tier, &lower))
 		return -ENOSPC;
-	if (!ctx->store[lower]->page && node->tier == KVMM_TIER_HOST &&
-	    ctx->params.remote_write == KVMM_REMOTE_WRITE_DEMOTE)
-		return -EWOULDBLOCK;	/* the worker writes both (migrate.c) */
+	if (!ctx->store[lower]->page && !demote_writes(ctx, node, nr))
+		return -EWOULDBLOCK;	/* only background reclaim writes it (migrate.c) */
 	if (!kvmm_tier_make_room(ctx, lower, nr))
 		return -ENOSPC;
 	__kvmm_alloc_pages(ctx, &ctx->zone[lower], nr, pfns);
