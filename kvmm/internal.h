@@ -800,12 +800,13 @@ enum kvmm_event {
 	EV_CACHE_EVENTS,	/* cache events recorded (events.c) */
 	EV_CACHE_EVENTS_DROPPED,
 	EV_ORPHAN_PAGES,	/* orphans of a restart hung in the tree (recover.c) */
+	EV_THROTTLE_PAGES,	/* pages direct reclaim wrote to NVMe itself */
 	NR_KVMM_EVENTS
 };
 
 /* Per-tier events of the lower tiers (kvmm_ctx.tier_events[tier]). */
 enum kvmm_tier_event {
-	TEV_HIT_TOKENS,		/* matched tokens found on the tier */
+	TEV_HIT_TOKENS,		/* tokens promoted from the tier into a sequence */
 	TEV_DEMOTE_PAGES,	/* pages moved onto the tier */
 	TEV_PROMOTE_PAGES,	/* pages moved back to the device */
 	TEV_EVICT_PAGES,	/* pages dropped from the tier */
@@ -815,6 +816,7 @@ enum kvmm_tier_event {
 	TEV_NS_OUT,
 	TEV_CSUM_FAIL,		/* pages that failed verification (now misses) */
 	TEV_IO_ERRORS,
+	TEV_OFFER_TOKENS,	/* matched tokens found on the tier */
 	NR_KVMM_TIER_EVENTS
 };
 

@@ -34,7 +34,10 @@
  * and frees its host pages as soon as it is written), and queued to the
  * worker, which writes them while
  * the context serves other commands.  Direct reclaim on the host tier
- * never writes: it drops what it cannot wait for (kvmm_demote()).
+ * (the caller found it full: background reclaim fell behind) writes its
+ * victims itself, under the lock, throttled to the disk's pace, rather
+ * than drop them (kvmm_demote()); what is in flight already it cannot
+ * wait for.
  *
  * Under KVMM_REMOTE_WRITE_DEMOTE a demotion from the host tier also
  * writes its pages to the remote tier, from the host frames it holds,
@@ -554,6 +557,73 @@ void kvmm_writeback_cancel(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	}
 }
 
+/* The entry of a demotion in flight that holds (or held) @node: NULL if none. */
+static struct migrate_node *writeback_entry(struct kvmm_ctx *ctx, const struct kvmm_node *node,
+					    bool taken)
+{
+	struct kvmm_list *pos;
+	uint32_t i;
+
+	list_for_each(pos, &ctx->migrations) {
+		struct kvmm_migrate *job = list_entry(pos, struct kvmm_migrate, link);
+
+		if (job->to == KVMM_TIER_DEVICE || !job->chain)
+			continue;
+		for (i = 0; i < job->nr_nodes; i++)
+			if ((taken ? job->chain[i].taken : job->chain[i].node) == node)
+				return &job->chain[i];
+	}
+	return NULL;
+}
+
+/**
+ * kvmm_writeback_take() - a promotion arms @node, which a demotion is
+ *	writing down
+ * @ctx: the context
+ * @node: the node, on a lower tier, locked by the promotion
+ *
+ * Its pages are still where they were and can be read while the demotion
+ * reads them too: the promotion takes the node over, and the demotion
+ * goes on writing pages nobody will keep (its settle frees the frames it
+ * wrote to).  The source frames stay the node's until the promotion
+ * settles (kvmm_writeback_give()).
+ */
+void kvmm_writeback_take(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct migrate_node *pn = writeback_entry(ctx, node, false);
+
+	pn->node = NULL;
+	pn->taken = node;
+	node->flags &= (uint8_t)~KVMM_NODE_IO;	/* the promotion marks it again */
+}
+
+/**
+ * kvmm_writeback_give() - the promotion that took @node settles: the
+ *	node's source frames leave it (it moves up, or is dropped)
+ * @ctx: the context
+ * @node: the node, released by the promotion
+ *
+ * If the demotion it was taken from is still in flight, its copy may be
+ * reading those frames: they pass to the demotion (state KVMM_PAGE_IO,
+ * with a second reference that the node's own free drops), which frees
+ * them when it settles, as it frees a dropped node's.  Once the demotion
+ * has settled its copy is over, and the node frees its frames itself.
+ */
+void kvmm_writeback_give(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	struct migrate_node *pn = writeback_entry(ctx, node, true);
+	struct kvmm_zone *zone = &ctx->zone[node->tier];
+	uint32_t i;
+
+	if (!pn)
+		return;
+	pn->taken = NULL;
+	kvmm_pages_set_state(zone, node->pfns, pn->nr, KVMM_PAGE_IO);
+	for (i = 0; i < pn->nr; i++)
+		zone->pages[node->pfns[i]].refcount = 2;
+	ctx->io_pages[node->tier] += pn->nr;
+}
+
 /* Settle a copied demotion: see the DOC above. */
 static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 {
@@ -566,10 +636,12 @@ static void writeback_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 		const struct migrate_node *pn = &job->chain[i];
 		struct kvmm_node *node = pn->node;
 
-		if (!node) {	/* dropped meanwhile: nothing to keep */
+		if (!node) {	/* dropped or promoted meanwhile: nothing to keep */
 			if (!job->no_dst)
 				kvmm_free_pages(ctx, &ctx->zone[job->to], job->dst + pn->first,
 						pn->nr);
+			if (pn->taken)	/* its frames are still the promotion's */
+				continue;
 			kvmm_free_pages(ctx, &ctx->zone[pn->tier], job->src + pn->first, pn->nr);
 			ctx->io_pages[pn->tier] -= pn->nr;
 			continue;
@@ -832,6 +904,13 @@ int kvmm_migrations_check(const struct kvmm_ctx *ctx, uint8_t *const *marks,
 			const struct migrate_node *pn = &job->chain[i];
 			const struct kvmm_node *n = pn->node;
 
+			if (!n && pn->taken) {
+				if (job->to == KVMM_TIER_DEVICE || !(pn->taken->flags & KVMM_NODE_IO)) {
+					*why = "a node taken from a demotion is not a promotion's";
+					return -EUCLEAN;
+				}
+				continue;	/* its frames are the node's */
+			}
 			if (!n && mark_frames(&ctx->zone[pn->tier], marks[pn->tier], mark_io,
 					      job->src + pn->first, pn->nr)) {
 				*why = "a dropped node's frames are not held by its demotion";

@@ -39,6 +39,10 @@ void kvmm_work_done(struct kvmm_ctx *ctx, struct kvmm_work *work);
  * @nr: its pages
  * @tier: the tier it is copied from
  * @err: after the copy, 0 or why its pages did not all arrive
+ * @taken: a demotion's: the node a promotion took from it (@node is then
+ *	NULL; the source frames are still the node's, the job writes them
+ *	for nothing); a promotion's: the node itself, when it took it from a
+ *	demotion still in flight (kvmm_writeback_take())
  */
 struct migrate_node {
 	struct kvmm_node *node;
@@ -46,6 +50,7 @@ struct migrate_node {
 	uint32_t nr;
 	uint32_t tier;
 	int err;
+	struct kvmm_node *taken;
 };
 
 /**
@@ -83,6 +88,8 @@ struct migrate_node {
  *	nodes are dropped when they are written
  * @rput: after the copy, pages the remote tier took (or had)
  * @t0: when it was armed
+ * @offer: a promotion's: per tier, tokens of its key found there when it
+ *	was asked for and not mapped yet (what it serves from each tier)
  */
 struct kvmm_migrate {
 	struct kvmm_list link;
@@ -110,6 +117,7 @@ struct kvmm_migrate {
 	bool no_dst;
 	uint32_t rput;
 	uint64_t t0;
+	uint32_t offer[KVMM_NR_TIERS];
 };
 
 #define KVMM_SEQ_NONE	UINT32_MAX
@@ -124,6 +132,10 @@ void kvmm_migrate_hold(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
 void kvmm_migrate_release(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
 void kvmm_migrate_copy(struct kvmm_ctx *ctx, struct kvmm_migrate *job, uint32_t chan);
 void kvmm_migrate_queue(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
+
+/* a promotion and the demotions whose nodes it reads up */
+void kvmm_writeback_take(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_writeback_give(struct kvmm_ctx *ctx, struct kvmm_node *node);
 
 /* promote.c: a promotion the worker copied, settled under the lock */
 void kvmm_promo_finished(struct kvmm_ctx *ctx, struct kvmm_migrate *job);

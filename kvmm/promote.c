@@ -78,6 +78,10 @@ static int job_arm(struct kvmm_ctx *ctx, struct kvmm_migrate *job, struct kvmm_n
 		at -= nr;
 		*pn = (struct migrate_node){ .node = n, .first = at, .nr = nr, .tier = n->tier };
 		memcpy(job->src + at, n->pfns, nr * sizeof(*n->pfns));
+		if (n->flags & KVMM_NODE_IO) {	/* being written down: still readable */
+			kvmm_writeback_take(ctx, n);
+			pn->taken = n;
+		}
 		if (!ctx->store[n->tier]->page) {
 			kvmm_tier_keys(ctx, n, job->keys + at);
 			job->io = true;
@@ -100,6 +104,9 @@ static void job_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 	uint32_t i;
 
 	kvmm_migrate_release(ctx, job);
+	for (i = 0; i < job->nr_nodes; i++)	/* their frames may still be read */
+		if (job->chain[i].taken)
+			kvmm_writeback_give(ctx, job->chain[i].node);
 	for (i = 0; i < job->nr_nodes; i++) {
 		const struct migrate_node *pn = &job->chain[i];
 
@@ -119,6 +126,24 @@ static void job_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 		kvmm_drop_subtree(ctx, failed);
 	} else {
 		kvmm_tree_touch(ctx, end);
+	}
+}
+
+/*
+ * The promotion mapped @nr more tokens into its sequence: count them as
+ * hits of the tiers they were found on when it was asked for (job_offer()),
+ * in path order.
+ */
+static void job_served(struct kvmm_ctx *ctx, struct kvmm_migrate *job, uint32_t nr)
+{
+	uint32_t t, k;
+
+	for (t = KVMM_TIER_DEVICE; t < KVMM_NR_TIERS && nr; t++) {
+		k = nr < job->offer[t] ? nr : job->offer[t];
+		if (t != KVMM_TIER_DEVICE)
+			kvmm_tier_count(ctx, t, TEV_HIT_TOKENS, k);
+		job->offer[t] -= k;
+		nr -= k;
 	}
 }
 
@@ -148,36 +173,52 @@ static int job_map(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 			       kvmm_row(ctx, job->seq) + (s->cached >> ctx->page_shift));
 		s->node = path.node;
 		s->len = s->cached += path.matched;
+		job_served(ctx, job, path.matched);
 	}
 	return (int)s->cached;
 }
 
+/* Whether @n is a node a demotion is writing down (and not read up). */
+static bool written_down(struct kvmm_ctx *ctx, const struct kvmm_node *n)
+{
+	return (n->flags & KVMM_NODE_IO) && kvmm_migrate_of(ctx, n)->to != KVMM_TIER_DEVICE;
+}
+
 /*
- * Walk @job's key from @from into @path, up to the first node a demotion
- * is writing down: its pages are on their way to a slower tier, so the
- * prefix ends before it for now (a miss, not a wait).  Return: the first
- * node on the path another promotion is reading up, or NULL.
+ * Walk @job's key from @from into @path.  A node a demotion is writing
+ * down is still readable where it is, so the prefix goes on through it
+ * (job_arm() takes it from the demotion); but nothing splits it, so a key
+ * that ends inside one ends before it.  Return: the first node on the
+ * path another promotion is reading up, or NULL.
  */
 static struct kvmm_node *job_walk(struct kvmm_ctx *ctx, struct kvmm_node *from,
 				  struct kvmm_migrate *job, struct kvmm_path *path)
 {
 	struct kvmm_node *n, *busy = NULL;
-	uint32_t start, len;
 
 	kvmm_tree_walk(ctx, from, job->tokens, job->n, path);
-	start = path->matched;
-	len = path->split ? path->split : path->node->len;
-	for (n = path->node; n != from; n = n->parent, len = n->len) {
-		start -= len;	/* where n starts, from @from */
-		if (!(n->flags & KVMM_NODE_IO))
-			continue;
-		busy = n;
-		if (kvmm_migrate_of(ctx, n)->to != KVMM_TIER_DEVICE) {
-			kvmm_tree_walk(ctx, from, job->tokens, start, path);
-			busy = NULL;
-		}
+	if (path->split && written_down(ctx, path->node)) {
+		path->matched -= path->split;
+		path->split = 0;
+		path->node = path->node->parent;
 	}
+	for (n = path->node; n != from; n = n->parent)
+		if ((n->flags & KVMM_NODE_IO) && !written_down(ctx, n))
+			busy = n;
 	return busy;
+}
+
+/*
+ * What the job may serve from each tier: the tokens of its key on each,
+ * as the tree holds them now, in path order (the device's first: nodes
+ * another promotion brought up since the sequence matched).
+ */
+static void job_offer(struct kvmm_ctx *ctx, struct kvmm_migrate *job, struct kvmm_node *from)
+{
+	struct kvmm_path path;
+
+	kvmm_tree_walk(ctx, from, job->tokens, job->n, &path);
+	kvmm_path_tiers(from, &path, job->offer);
 }
 
 /*
@@ -331,6 +372,8 @@ int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 	list_init(&job->waiters);
 	list_add_tail(&job->link, &ctx->migrations);
 	s->promo = job;
+	kvmm_migrate_reap(ctx);	/* what was written down is read from there */
+	job_offer(ctx, job, s->node);
 	ret = job_run(ctx, job, !owner);
 	if (ret == -EINPROGRESS) {
 		kvmm_count(ctx, EV_PROMOTE_ASYNC, 1);

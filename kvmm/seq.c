@@ -241,7 +241,7 @@ int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 	kvmm_count(ctx, EV_MATCH_TOKENS, n);
 	kvmm_count(ctx, EV_HIT_TOKENS, path.matched);
 	for (t = KVMM_TIER_HOST; t < KVMM_NR_TIERS; t++)
-		kvmm_tier_count(ctx, t, TEV_HIT_TOKENS, tiers[t]);
+		kvmm_tier_count(ctx, t, TEV_OFFER_TOKENS, tiers[t]);
 	if (below)
 		*below = tiers[KVMM_TIER_HOST] + tiers[KVMM_TIER_NVME];
 	kvmm_debug_check(ctx, "seq_match");

@@ -107,6 +107,9 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_EVENTS] = "events",
 	[KVMM_STAT_EVENTS_DROPPED] = "events_dropped",
 	[KVMM_STAT_EVENTS_BYTES] = "events_bytes",
+	[KVMM_STAT_HOST_OFFER_TOKENS] = "host_offer_tokens",
+	[KVMM_STAT_NVME_OFFER_TOKENS] = "nvme_offer_tokens",
+	[KVMM_STAT_THROTTLE_PAGES] = "throttle_pages",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -142,6 +145,7 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_REMOTE_DEMOTE_PAGES] = EV_REMOTE_DEMOTE_PAGES + 1,
 	[KVMM_STAT_ORPHAN_ADOPTED] = EV_ORPHAN_PAGES + 1,
 	[KVMM_STAT_EVENTS_DROPPED] = EV_CACHE_EVENTS_DROPPED + 1,
+	[KVMM_STAT_THROTTLE_PAGES] = EV_THROTTLE_PAGES + 1,
 };
 
 /**
@@ -179,7 +183,8 @@ static void tier_stats(const struct kvmm_ctx *ctx, uint32_t t, uint64_t *v)
 	tv[0] = ctx->zone[t].nr_pages;
 	tv[KVMM_STAT_HOST_PAGES_FREE - KVMM_STAT_HOST_PAGES_TOTAL] = ctx->zone[t].nr_free;
 	tv[KVMM_STAT_HOST_PAGES_CACHED - KVMM_STAT_HOST_PAGES_TOTAL] = ctx->tree.cached[t];
-	v[KVMM_STAT_MISS_TOKENS] -= tv[KVMM_STAT_HOST_HIT_TOKENS - KVMM_STAT_HOST_PAGES_TOTAL];
+	v[KVMM_STAT_HOST_OFFER_TOKENS + t - KVMM_TIER_HOST] = ctx->tier_events[t][TEV_OFFER_TOKENS];
+	v[KVMM_STAT_MISS_TOKENS] -= ctx->tier_events[t][TEV_OFFER_TOKENS];
 }
 
 /**

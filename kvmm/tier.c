@@ -390,7 +390,9 @@ static void node_rehome(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t t
 			const int32_t *pfns)
 {
 	uint32_t nr = node->len >> ctx->page_shift, from = node->tier;
-	bool keep = keeps_copy(ctx, from, to);
+	/* frames a demotion still reads are its own now (kvmm_writeback_give()) */
+	bool keep = keeps_copy(ctx, from, to) &&
+		    ctx->zone[from].pages[node->pfns[0]].state != KVMM_PAGE_IO;
 
 	kvmm_pages_to_tree(&ctx->zone[to], pfns, nr);
 	if (keep)
@@ -572,16 +574,35 @@ void kvmm_tier_copy_failed(struct kvmm_ctx *ctx, uint32_t from, uint32_t to, int
 		kvmm_tier_count(ctx, to, TEV_IO_ERRORS, 1);
 }
 
-/* Copy @node's pages into @pfns on memory store @to, under the lock. */
+/*
+ * Copy @node's pages into @pfns on tier @to, under the lock: an I/O store
+ * is written on channel 0, with the pages' identities.
+ */
 static int tier_copy_node(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 			  const int32_t *pfns, uint32_t nr)
 {
+	const struct kvmm_store_key *keys = ctx->store[to]->page ? NULL :
+					    kvmm_tier_keys(ctx, node, ctx->tier_keys);
 	int ret = kvmm_tier_copy_down(ctx, node->tier, node->pfns, to, pfns, nr,
-				      ctx->staging, NULL, NULL, 0);
+				      ctx->staging, NULL, keys, 0);
 
 	if (ret)
 		kvmm_tier_copy_failed(ctx, node->tier, to, ret);
 	return ret;
+}
+
+/*
+ * Whether direct reclaim writes @node (@nr pages) to the I/O store below
+ * itself: not under KVMM_REMOTE_WRITE_DEMOTE, where only the worker
+ * writes (both tiers at once), nor a keyed value longer than the row of
+ * scratch (addresses, keys) the write uses.
+ */
+static bool demote_writes(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
+			  uint32_t nr)
+{
+	return nr <= ctx->row_pages &&
+	       !(node->tier == KVMM_TIER_HOST &&
+		 ctx->params.remote_write == KVMM_REMOTE_WRITE_DEMOTE);
 }
 
 /**
@@ -589,16 +610,24 @@ static int tier_copy_node(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t
  * @ctx: the context
  * @node: an unlocked leaf of its tier
  *
- * Direct reclaim: the copy is a memory copy into a memory store (the
- * device's pages to the host tier), done before this returns; the lower
- * tier makes room by its own reclaim.  Writing to an I/O store would wait
- * for the device under the lock, so that is left to background reclaim
- * (kvmm_writeback(), which runs it as a migrate job): direct reclaim
- * drops what it cannot wait for.  On failure nothing moved.
+ * Direct reclaim: the copy is made before this returns; the lower tier
+ * makes room by its own reclaim.  Into a memory store (the device's pages
+ * to the host tier) it is a memory copy.  Into an I/O store (the host
+ * tier's pages to NVMe) background reclaim normally writes ahead of
+ * demand, on the I/O worker (kvmm_writeback()); a caller that finds the
+ * tier full anyway has outrun it, and writes the page itself, on channel
+ * 0 under the lock: the writer is throttled to the disk's pace, as
+ * Linux's balance_dirty_pages() throttles a task that dirties pages
+ * faster than they are written, instead of dropping what is cached.  The
+ * exceptions are a host tier whose pages also go to the remote tier as
+ * they leave it (KVMM_REMOTE_WRITE_DEMOTE: only the worker writes both),
+ * and a keyed value longer than a row (the scratch this write uses); the
+ * caller drops those as before.  On failure nothing moved.
  *
  * Return: 0; -ENOSPC when there is no lower tier or it cannot make room;
- * -EWOULDBLOCK when the tier below is an I/O store; -EBADMSG when the
- * pages fail verification on the way; the backend's error from the copy.
+ * -EWOULDBLOCK when only background reclaim may write the tier below;
+ * -EBADMSG when the pages fail verification on the way; the backend's or
+ * the store's error from the copy.
  */
 int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
@@ -616,8 +645,8 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 	}
 	if (!kvmm_tier_below(ctx, node->tier, &lower))
 		return -ENOSPC;
-	if (!ctx->store[lower]->page)
-		return -EWOULDBLOCK;	/* only background reclaim writes (migrate.c) */
+	if (!ctx->store[lower]->page && !demote_writes(ctx, node, nr))
+		return -EWOULDBLOCK;	/* only background reclaim writes it (migrate.c) */
 	if (!kvmm_tier_make_room(ctx, lower, nr))
 		return -ENOSPC;
 	__kvmm_alloc_pages(ctx, &ctx->zone[lower], nr, pfns);
@@ -627,6 +656,8 @@ int kvmm_demote(struct kvmm_ctx *ctx, struct kvmm_node *node)
 		kvmm_free_pages(ctx, &ctx->zone[lower], pfns, nr);
 		return ret;
 	}
+	if (!ctx->store[lower]->page)	/* the writer waited for the disk */
+		kvmm_count(ctx, EV_THROTTLE_PAGES, nr);
 	kvmm_node_moved(ctx, node, lower, pfns, lower, t0);
 	kvmm_writeback(ctx);	/* the tier below may be taking pages down now */
 	return 0;

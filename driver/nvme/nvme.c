@@ -175,9 +175,9 @@ struct nvme_store {
 	uint32_t nr_slots;
 	uint32_t old_slots;	/* slots of a recovered file to scan */
 	uint64_t epoch;
-	uint64_t seq;		/* next write's sequence number */
+	uint64_t seq;		/* next write's sequence number; atomic */
 	const struct kvmm_nvme_arg *arg;
-	uint64_t written;	/* pages, for flip_every and tear_every */
+	uint64_t written;	/* pages, for flip_every and tear_every (atomic) */
 	struct kvmm_dma dma;	/* .reg NULL: the backend needs no registration */
 };
 
@@ -433,9 +433,9 @@ static int nvme_pump(struct nvme_store *ns, struct nvme_chan *ch, bool write, ui
 /* ---- pages ---- */
 
 /* Is the page just written an every-th one (fault injection)? */
-static bool nth_written(const struct nvme_store *ns, uint32_t every)
+static bool nth_written(uint64_t written, uint32_t every)
 {
-	return every && !(ns->written % every);
+	return every && !(written % every);
 }
 
 struct nvme_wr {
@@ -456,11 +456,18 @@ static bool write_fill(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slo
 	struct nvme_slot_hdr *h = (void *)slot_buf(ns, ch, slot);
 	char *data = slot_buf(ns, ch, slot) + ns->data_off;
 	struct nvme_io *io = &ch->io[slot];
+	uint64_t written;
 
 	if (wr->next == wr->nr)
 		return false;
+	/*
+	 * Both channels write (the worker's writeback, and a command that
+	 * found the host tier full): the sequence numbers recovery orders
+	 * copies by are taken atomically, so no two writes share one.
+	 */
 	*h = (struct nvme_slot_hdr){
-		.magic = NVME_SLOT_MAGIC, .ns = k->ns, .seq = ns->seq++,
+		.magic = NVME_SLOT_MAGIC, .ns = k->ns,
+		.seq = __atomic_fetch_add(&ns->seq, 1, __ATOMIC_RELAXED),
 		.epoch = ns->epoch,
 		.id = { k->id[0], k->id[1] },
 		.parent = { k->parent[0], k->parent[1] },
@@ -475,12 +482,12 @@ static bool write_fill(struct nvme_store *ns, struct nvme_chan *ch, uint32_t slo
 		return false;
 	}
 	h->hdr_csum = hdr_csum(h, ns->hdr_len);
-	ns->written++;
+	written = __atomic_add_fetch(&ns->written, 1, __ATOMIC_RELAXED);
 	io->off = slot_off(ns, (uint32_t)wr->pfns[wr->next]);
 	io->len = (uint32_t)ns->slot_bytes;
-	if (ns->arg && nth_written(ns, ns->arg->flip_every))
-		data[ns->written % ns->page_bytes] ^= 0x10;
-	if (ns->arg && nth_written(ns, ns->arg->tear_every))
+	if (ns->arg && nth_written(written, ns->arg->flip_every))
+		data[written % ns->page_bytes] ^= 0x10;
+	if (ns->arg && nth_written(written, ns->arg->tear_every))
 		io->len = (uint32_t)(ns->slot_bytes / 2 / NVME_BLOCK * NVME_BLOCK);
 	wr->next++;
 	return true;

@@ -330,6 +330,73 @@ static void engine_tiers_keep_the_cache(void)
 	eng_report_free(&wt);
 }
 
+/* kvmm-engine's defaults on 300 generated requests, 1,024 device pages, over tiers. */
+static int run_tiered_300(uint32_t host, uint32_t nvme, const char *path,
+			  struct eng_report *rep)
+{
+	struct wl_gen g = { .seed = 20261122, .requests = 300, .rate = 2 };
+	struct workload wl;
+	struct eng_opts o;
+	int ret;
+
+	eng_opts_default(&o);
+	o.device_pages = 1024;
+	o.host_pages = host;
+	o.nvme_pages = nvme;
+	o.nvme_file = path;
+	ret = workload_generate(&g, &wl);
+	if (ret)
+		return ret;
+	ret = eng_run(&wl, &o, rep);
+	workload_free(&wl);
+	return ret;
+}
+
+/*
+ * A tiered run is the same run every time (what reaches NVMe, and when,
+ * depends on the traffic alone: the writer writes, on the simulated
+ * clock), even with the disk throttling it; and each tier added keeps at
+ * least the hit rate of the configuration without it.
+ */
+static void engine_tiered_runs_repeat_and_add(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	struct eng_report none, host, nvme[3];
+	char path[512];
+	uint32_t i;
+
+	snprintf(path, sizeof(path), "%s/kvmm-engine-repeat-%d.nvme", tmp && *tmp ? tmp : "/tmp",
+		 (int)getpid());
+	CU_ASSERT_EQUAL_FATAL(run_tiered_300(0, 0, NULL, &none), 0);
+	CU_ASSERT_EQUAL_FATAL(run_tiered_300(1024, 0, NULL, &host), 0);
+	for (i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL_FATAL(run_tiered_300(1024, 8192, path, &nvme[i]), 0);
+	unlink(path);
+	CU_ASSERT(nvme[0].check_ok);
+	CU_ASSERT(nvme[0].nvme_tokens > 0);
+	CU_ASSERT(nvme[0].throttle_pages > 0);	/* every page that went down was written by a step */
+	CU_ASSERT_EQUAL(nvme[0].throttle_pages, nvme[0].nvme_demoted);
+	for (i = 1; i < 3; i++) {
+		CU_ASSERT_EQUAL(nvme[i].cached_tokens, nvme[0].cached_tokens);
+		CU_ASSERT_EQUAL(nvme[i].host_tokens, nvme[0].host_tokens);
+		CU_ASSERT_EQUAL(nvme[i].nvme_tokens, nvme[0].nvme_tokens);
+		CU_ASSERT_EQUAL(nvme[i].nvme_demoted, nvme[0].nvme_demoted);
+		CU_ASSERT_EQUAL(nvme[i].promote_failed, nvme[0].promote_failed);
+		CU_ASSERT_EQUAL(nvme[i].steps, nvme[0].steps);
+		CU_ASSERT_EQUAL(nvme[i].retractions, nvme[0].retractions);
+		CU_ASSERT_DOUBLE_EQUAL(nvme[i].ttft_p50, nvme[0].ttft_p50, 1e-12);
+		CU_ASSERT_DOUBLE_EQUAL(nvme[i].ttft_p99, nvme[0].ttft_p99, 1e-12);
+		CU_ASSERT_DOUBLE_EQUAL(nvme[i].throttle_secs, nvme[0].throttle_secs, 1e-12);
+		CU_ASSERT_DOUBLE_EQUAL(nvme[i].sim_secs, nvme[0].sim_secs, 1e-12);
+	}
+	CU_ASSERT(host.cached_tokens >= none.cached_tokens);
+	CU_ASSERT(nvme[0].cached_tokens >= host.cached_tokens);
+	eng_report_free(&none);
+	eng_report_free(&host);
+	for (i = 0; i < 3; i++)
+		eng_report_free(&nvme[i]);
+}
+
 static void engine_generated_runs_end_clean_and_repeat(void)
 {
 	static const uint32_t pages[] = { 8192, 1200 };
@@ -384,7 +451,8 @@ int register_engine_suite(void)
 	    !CU_add_test(s, "pool too small fails cleanly", engine_pool_too_small_fails_cleanly) ||
 	    !CU_add_test(s, "generated runs end clean and repeat",
 			 engine_generated_runs_end_clean_and_repeat) ||
-	    !CU_add_test(s, "tiers keep the cache", engine_tiers_keep_the_cache))
+	    !CU_add_test(s, "tiers keep the cache", engine_tiers_keep_the_cache) ||
+	    !CU_add_test(s, "tiered runs repeat and add", engine_tiered_runs_repeat_and_add))
 		return -1;
 	return 0;
 }

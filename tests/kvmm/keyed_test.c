@@ -856,8 +856,8 @@ static struct kvmm_ctx *nvme_ctx(const char *path, struct kvmm_nvme_arg *arg)
 
 /*
  * Put values 0 .. n - 1 one at a time, each time letting writeback finish
- * (a put that outruns the disk finds the host tier full of values in
- * flight, and direct reclaim drops the oldest rest instead of waiting).
+ * (a put that outruns the disk finds the host tier full: it writes the
+ * oldest values down itself, but those in flight it cannot wait for).
  */
 static void fill(struct kvmm_ctx *ctx, uint32_t sp, uint32_t n)
 {
@@ -885,6 +885,74 @@ static void test_keyed_nvme_roundtrip(void)
 		CU_ASSERT_EQUAL(get_one(ctx, sp, i), 0);
 	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_BYTES_OUT) > 0);
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 30);	/* a get moves nothing */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * Values of @vb bytes each, three of them into a host tier of two with
+ * background writeback off: the third put needs room, and direct reclaim
+ * writes the oldest value to NVMe itself (throttled, not dropped) when
+ * it fits the row of scratch the write uses (16 pages here), and drops
+ * it otherwise.  Return: the context, @sp its space, for the caller.
+ */
+static struct kvmm_ctx *outrun(const char *path, uint64_t vb, uint32_t *sp)
+{
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	uint32_t pages = (uint32_t)((vb + 127) / 128), i;
+	uint8_t *v = malloc(vb);
+	struct kvmm_ctx *ctx = NULL;
+
+	p.host_pages = 2 * pages;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.nvme_pages = 8 * pages;
+	p.nvme_path = path;
+	p.host_wmark_low = 0;	/* no background writeback: only the writer writes */
+	p.host_wmark_high = 1;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	*sp = space_of(ctx, 0, vb);
+	for (i = 0; i < 3; i++) {
+		struct kvmm_key k = key_of(i);
+		const void *src = v;
+		int32_t res = 1;
+
+		stamp(v, vb, i);
+		CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, *sp, &k, &src, 1, &res), 1);
+		CU_ASSERT_EQUAL(res, 0);
+		CHECK_OK(ctx);
+	}
+	free(v);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_WRITEBACK_RUNS), 0);
+	return ctx;
+}
+
+static void test_keyed_nvme_writer_throttled(void)
+{
+	const char *path = nvme_file("outrun");
+	uint32_t sp;
+	struct kvmm_ctx *ctx = outrun(path, VB, &sp);
+
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_THROTTLE_PAGES), VPAGES);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES), VPAGES);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 3);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 0), 0);	/* back from NVMe, byte for byte */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/* A value longer than a row: the worker's to write, so the writer drops it. */
+static void test_keyed_nvme_long_value_dropped(void)
+{
+	const char *path = nvme_file("outrun-long");
+	uint32_t sp;
+	struct kvmm_ctx *ctx = outrun(path, 20 * 128, &sp);
+
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_THROTTLE_PAGES), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 2);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_EVICTS), 1);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 	unlink(path);
@@ -1582,5 +1650,7 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_ns_kjob_bytes_in_flight);
 	ADD_TEST(s, test_keyed_nvme_long_get_is_sliced);
 	ADD_TEST(s, test_keyed_flush_restart);
+	ADD_TEST(s, test_keyed_nvme_writer_throttled);
+	ADD_TEST(s, test_keyed_nvme_long_value_dropped);
 	return 0;
 }

@@ -46,6 +46,8 @@ static void usage(FILE *f)
 "  --host-gbps F           host-to-device copy bandwidth charged for a\n"
 "                          promotion from the host tier, GB/s (25)\n"
 "  --nvme-gbps F           NVMe read bandwidth charged for one from NVMe (6)\n"
+"  --nvme-write-gbps F     NVMe write bandwidth: a step waits for the disk\n"
+"                          when its writes fall behind (4)\n"
 "  --remote HOST:PORT,...  a Redis Cluster below the host tier, shared with\n"
 "                          other engines: each prompt's pages past the local\n"
 "                          cache are fetched from it, committed ones pushed\n"
@@ -90,7 +92,7 @@ enum {
 	O_LPM_MAX_QUEUE, O_MAX_RUNNING, O_MAX_PREFILL, O_CHUNK, O_DECODE_RESERVE, O_SEQUENTIAL,
 	O_LAYERS, O_HEADS, O_KV_HEADS, O_HEAD_DIM, O_PARAMS, O_DTYPE_BYTES, O_PEAK_TFLOPS,
 	O_MFU, O_MEM_GBPS, O_BW_EFF, O_STEP_US, O_JSON, O_PLOT, O_QUIET, O_HELP,
-	O_HOST_PAGES, O_NVME_FILE, O_NVME_PAGES, O_WRITE_POLICY, O_HOST_GBPS, O_NVME_GBPS,
+	O_HOST_PAGES, O_NVME_FILE, O_NVME_PAGES, O_WRITE_POLICY, O_HOST_GBPS, O_NVME_GBPS, O_NVME_WRITE_GBPS,
 	O_REMOTE, O_REMOTE_SALT, O_REMOTE_GBPS, O_REMOTE_WRITE,
 };
 
@@ -155,6 +157,7 @@ static const struct option lopts[] = {
 	{ "write-policy", required_argument, NULL, O_WRITE_POLICY },
 	{ "host-gbps", required_argument, NULL, O_HOST_GBPS },
 	{ "nvme-gbps", required_argument, NULL, O_NVME_GBPS },
+	{ "nvme-write-gbps", required_argument, NULL, O_NVME_WRITE_GBPS },
 	{ "remote", required_argument, NULL, O_REMOTE },
 	{ "remote-salt", required_argument, NULL, O_REMOTE_SALT },
 	{ "remote-gbps", required_argument, NULL, O_REMOTE_GBPS },
@@ -317,6 +320,9 @@ void cli_parse(int argc, char **argv, struct cli *c)
 			break;
 		case O_HOST_GBPS: o->host_gbps = parse_pos("--host-gbps", optarg); break;
 		case O_NVME_GBPS: o->nvme_gbps = parse_pos("--nvme-gbps", optarg); break;
+		case O_NVME_WRITE_GBPS:
+			o->nvme_write_gbps = parse_pos("--nvme-write-gbps", optarg);
+			break;
 		case O_REMOTE: o->remote = optarg; break;
 		case O_REMOTE_SALT: o->remote_salt = optarg; break;
 		case O_REMOTE_GBPS: o->remote_gbps = parse_pos("--remote-gbps", optarg); break;

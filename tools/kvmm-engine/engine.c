@@ -21,6 +21,19 @@
  * Every kvmm command travels through an in-process ring; the tokens a
  * command names are staged in the ring's data area, as an engine in
  * another process would write them.  Time is the step-time model's.
+ *
+ * The disk is on the same clock.  With an NVMe tier, background
+ * writeback is off (host_wmark_low 0): a step that needs room on the full
+ * host tier writes its coldest pages to NVMe itself (kvmm throttles the
+ * writer rather than drop them), so what is written, and when, depends on
+ * the traffic alone, never on how fast the I/O worker ran beside the
+ * simulation, and every run of the same traffic is the same run.  On the
+ * clock the writes go to a disk that writes at --nvme-write-gbps beside
+ * the steps, as background writeback would; the pages it has not written
+ * yet are dirty, and while they are more than a quarter of the host tier
+ * (its default high watermark) the engine waits before its next step
+ * (throttle_secs), as balance_dirty_pages() makes a writer that outruns
+ * its disk wait.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -72,6 +85,7 @@ struct eng {
 	double *tpot;
 	uint32_t ntpot;
 	double sample_dt, next_sample;
+	double disk_free;		/* when the simulated disk has written its queue */
 	uint64_t stats[NR_KVMM_STATS];
 	uint64_t progress_ns;
 	struct kvmm_extend_ent *ents;
@@ -881,6 +895,10 @@ static int setup(struct eng *e, const struct workload *wl, const struct eng_opts
 		p.remote = o->remote;
 		p.remote_salt = o->remote_salt;
 		p.remote_write = o->remote_write;
+		if (o->nvme_pages) {	/* the writer writes: see the DOC above */
+			p.host_wmark_low = 0;
+			p.host_wmark_high = 1;
+		}
 		/* every run starts cold, so runs (and --compare, --plot) compare */
 		if (o->nvme_file && unlink(o->nvme_file) && errno != ENOENT) {
 			fprintf(stderr, "%s: cannot empty %s: %s\n", tool_name, o->nvme_file,
@@ -992,16 +1010,42 @@ static void summarize(struct eng *e)
  * -EUCLEAN when kvmm_check() fails at the end; another negative errno
  * from kvmm.
  */
+/*
+ * The step that began at @t0 ended: the NVMe writes it made (since
+ * @written pages) join the disk's queue, and the engine waits while more
+ * than a quarter of the host tier is dirty (see the DOC above).
+ */
+static void disk_wait(struct eng *e, double t0, uint64_t written)
+{
+	const struct eng_opts *o = e->o;
+	double page_secs = (double)o->page_size * (double)eng_model_token_bytes(&o->model) /
+			   (o->nvme_write_gbps * 1e9);
+	uint64_t pages = e->stats[KVMM_STAT_THROTTLE_PAGES] - written;
+	double limit = (double)(o->host_pages / 4) * page_secs;
+
+	if (!pages)
+		return;
+	e->rep->throttle_pages += pages;
+	e->disk_free = (e->disk_free > t0 ? e->disk_free : t0) + (double)pages * page_secs;
+	if (e->disk_free - e->now <= limit)
+		return;
+	e->rep->throttle_secs += e->disk_free - e->now - limit;
+	e->now = e->disk_free - limit;
+}
+
 int eng_run(const struct workload *wl, const struct eng_opts *o, struct eng_report *rep)
 {
 	struct eng e = { .wl = wl, .o = o, .rep = rep };
-	uint64_t t0 = now_ns();
+	uint64_t t0 = now_ns(), written;
+	double step0;
 	int ret;
 
 	memset(rep, 0, sizeof(*rep));
 	ret = setup(&e, wl, o, rep);
 	while (!ret && rep->completed < wl->nreq) {
 		arrivals(&e);
+		step0 = e.now;
+		written = e.stats[KVMM_STAT_THROTTLE_PAGES];
 		ret = step_prefill(&e);
 		if (ret == 0 && e.nrun)
 			ret = step_decode(&e);
@@ -1028,6 +1072,7 @@ int eng_run(const struct workload *wl, const struct eng_opts *o, struct eng_repo
 		ret = kv_stats(&e);
 		if (ret)
 			break;
+		disk_wait(&e, step0, written);
 		peaks(&e);
 		sample(&e, false);
 		progress(&e, false);
@@ -1058,7 +1103,7 @@ void eng_report_free(struct eng_report *rep)
 void eng_opts_default(struct eng_opts *o)
 {
 	*o = (struct eng_opts){
-		.host_gbps = 25, .nvme_gbps = 6, .remote_gbps = 1,
+		.host_gbps = 25, .nvme_gbps = 6, .nvme_write_gbps = 4, .remote_gbps = 1,
 		.page_size = 16,
 		.device_pages = 8192,
 		.evict = "lru",

@@ -54,6 +54,7 @@ struct eng_opts {
 	uint32_t write_policy;		/* KVMM_WRITE_BACK or KVMM_WRITE_THROUGH */
 	double host_gbps;		/* host-to-device copy bandwidth, GB/s */
 	double nvme_gbps;		/* NVMe read bandwidth, GB/s */
+	double nvme_write_gbps;		/* NVMe write bandwidth, GB/s */
 	const char *remote;		/* a Redis Cluster's seeds; NULL: no remote tier */
 	const char *remote_salt;
 	double remote_gbps;		/* its read bandwidth, GB/s */
@@ -99,6 +100,10 @@ struct eng_report {
 						 * pages that were there already */
 	uint64_t promote_failed;		/* PROMOTEs refused (-ENOSPC): recomputed */
 	double promote_secs;			/* charged for promotions (estimated) */
+	double throttle_secs;			/* waited for NVMe writes past a
+						 * step's own time (estimated) */
+	uint64_t throttle_pages;		/* pages written to NVMe by a step
+						 * that needed the room */
 	uint64_t prefill_tokens, saved_tokens;	/* over every admission */
 	uint64_t output_tokens;
 	uint64_t evicted_pages, retractions, steps, prefill_steps, decode_steps;

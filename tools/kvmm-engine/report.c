@@ -152,6 +152,9 @@ void report_summary(FILE *out, const struct cli *c, const char *input,
 	if (o->host_pages)
 		row_f("promotion time (s)", "%14.3f", r->promote_secs,
 		      nc ? nc->promote_secs : 0, nc);
+	if (o->nvme_pages)
+		row_f("waited for NVMe writes (s)", "%14.3f", r->throttle_secs,
+		      nc ? nc->throttle_secs : 0, nc);
 	row_f("TTFT p50 (s)", "%14.3f", r->ttft_p50, nc ? nc->ttft_p50 : 0, nc);
 	row_f("TTFT p99 (s)", "%14.3f", r->ttft_p99, nc ? nc->ttft_p99 : 0, nc);
 	row_f("TPOT mean (ms)", "%14.2f", r->tpot_mean * 1e3, nc ? nc->tpot_mean * 1e3 : 0, nc);
@@ -198,7 +201,7 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
 	if (sequential)
 		json_object_set_new(j, "block_hit_rate",
 				    json_real(r->blocks ? (double)r->hit_blocks / r->blocks : 0));
-	json_object_set_new(j, "tiers", json_pack("{s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:f}",
+	json_object_set_new(j, "tiers", json_pack("{s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:f,s:I,s:f}",
 		"host_tokens", (json_int_t)r->host_tokens,
 		"nvme_tokens", (json_int_t)r->nvme_tokens,
 		"host_hit_rate", tier_rate(r, r->host_tokens),
@@ -212,7 +215,9 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
 		"remote_tokens", (json_int_t)r->remote_tokens,
 		"remote_hit_rate", tier_rate(r, r->remote_tokens),
 		"remote_pushed_tokens", (json_int_t)r->remote_pushed,
-		"promote_seconds", r->promote_secs));
+		"promote_seconds", r->promote_secs,
+		"throttle_pages", (json_int_t)r->throttle_pages,
+		"throttle_seconds", r->throttle_secs));
 	json_object_set_new(j, "wall_seconds", json_real(r->wall_secs));
 	json_object_set_new(j, "check_ok", json_boolean(r->check_ok));
 	return j;
@@ -248,12 +253,13 @@ int report_json(const struct cli *c, const char *input, const struct eng_report 
 		"decode_reserve", o->decode_reserve,
 		"sequential", o->sequential, "no_cache", o->no_cache));
 	json_object_set_new(json_object_get(j, "config"), "tiers", json_pack(
-		"{s:I,s:I,s:s?,s:s,s:f,s:f}",
+		"{s:I,s:I,s:s?,s:s,s:f,s:f,s:f}",
 		"host_pages", (json_int_t)o->host_pages,
 		"nvme_pages", (json_int_t)o->nvme_pages,
 		"nvme_file", o->nvme_file, "write_policy",
 		o->write_policy == KVMM_WRITE_THROUGH ? "write-through" : "write-back",
-		"host_gbps", o->host_gbps, "nvme_gbps", o->nvme_gbps));
+		"host_gbps", o->host_gbps, "nvme_gbps", o->nvme_gbps,
+		"nvme_write_gbps", o->nvme_write_gbps));
 	json_object_set_new(j, "model", json_pack(
 		"{s:s,s:I,s:I,s:I,s:I,s:f,s:I,s:f,s:f,s:f,s:f,s:f,s:I}",
 		"name", m->name, "layers", (json_int_t)m->layers, "heads", (json_int_t)m->heads,

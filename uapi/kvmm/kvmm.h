@@ -82,7 +82,8 @@ enum kvmm_stat_item {
 	KVMM_STAT_HOST_PAGES_TOTAL,     /* (gauge) pages of the tier */
 	KVMM_STAT_HOST_PAGES_FREE,      /* (gauge) */
 	KVMM_STAT_HOST_PAGES_CACHED,    /* (gauge) held by demoted prefixes */
-	KVMM_STAT_HOST_HIT_TOKENS,      /* tokens MATCH found on the tier (promotable) */
+	KVMM_STAT_HOST_HIT_TOKENS,      /* tokens PROMOTE brought from the tier
+					 * into a sequence (served) */
 	KVMM_STAT_HOST_DEMOTE_PAGES,    /* pages moved onto the tier */
 	KVMM_STAT_HOST_PROMOTE_PAGES,   /* pages moved from the tier back to the device */
 	KVMM_STAT_HOST_EVICT_PAGES,     /* pages dropped from the tier */
@@ -95,7 +96,8 @@ enum kvmm_stat_item {
 	KVMM_STAT_NVME_PAGES_TOTAL,     /* (gauge) pages of the tier */
 	KVMM_STAT_NVME_PAGES_FREE,      /* (gauge) */
 	KVMM_STAT_NVME_PAGES_CACHED,    /* (gauge) held by demoted prefixes */
-	KVMM_STAT_NVME_HIT_TOKENS,      /* tokens MATCH found on the tier (promotable) */
+	KVMM_STAT_NVME_HIT_TOKENS,      /* tokens PROMOTE brought from the tier
+					 * into a sequence (served) */
 	KVMM_STAT_NVME_DEMOTE_PAGES,    /* pages moved onto the tier */
 	KVMM_STAT_NVME_PROMOTE_PAGES,   /* pages moved from the tier back to the device */
 	KVMM_STAT_NVME_EVICT_PAGES,     /* pages dropped from the tier */
@@ -169,6 +171,11 @@ enum kvmm_stat_item {
 	/* A restart's NVMe pages whose prefix was not on the file: */
 	KVMM_STAT_ORPHAN_PAGES,		/* (gauge) waiting for a prompt to compute it */
 	KVMM_STAT_ORPHAN_ADOPTED,	/* hung in the tree below it since */
+	/* What MATCH offered below the device (host_hit_tokens: what was served): */
+	KVMM_STAT_HOST_OFFER_TOKENS,	/* tokens MATCH found on the host tier */
+	KVMM_STAT_NVME_OFFER_TOKENS,	/* tokens MATCH found on the NVMe tier */
+	KVMM_STAT_THROTTLE_PAGES,	/* host pages direct reclaim wrote to NVMe
+					 * itself, background writeback behind */
 	NR_KVMM_STATS
 };
 

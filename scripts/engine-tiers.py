@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Regenerate the tiered reference-engine table of Documentation/performance.rst.
+
+Runs kvmm-engine on its generated traffic with a 1,024-page device under
+each tier configuration of the table, --runs times each, and prints the
+table as reStructuredText.  It fails (exit 1, saying why on stderr) when
+a row does not repeat (any figure of the table differs by more than
+--tolerance between runs) or when a configuration with a tier added has a
+lower hit rate than the same configuration without it.
+
+    scripts/engine-tiers.py [--engine build/bin/kvmm-engine] [--runs 3]
+                            [--nvme-file /tmp/kvmm-engine-tiers.nvme]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+DEVICE_PAGES = 1024
+NVME_PAGES = 8192
+
+# (label, host pages, NVMe tier?, the row without the last tier added)
+ROWS = [
+    ("none", 0, False, None),
+    ("``--host-pages 1024``", 1024, False, 0),
+    ("``--host-pages 1024 --nvme-pages 8192``", 1024, True, 1),
+    ("``--host-pages 4096``", 4096, False, 0),
+    ("``--host-pages 4096 --nvme-pages 8192``", 4096, True, 3),
+]
+
+
+def run(engine, host, nvme, nvme_file):
+    cmd = [engine, "--device-pages", str(DEVICE_PAGES), "--json", "-", "--quiet"]
+    if host:
+        cmd += ["--host-pages", str(host)]
+    if nvme:
+        cmd += ["--nvme-file", nvme_file, "--nvme-pages", str(NVME_PAGES)]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL).stdout
+    r = json.loads(out)["results"]
+    if not r["check_ok"]:
+        sys.exit("%s: kvmm_check failed at the end of the run" % " ".join(cmd))
+    t, e = r["tiers"], r["estimated"]
+    return {
+        "hit_rate": r["hit_rate"],
+        "host_hit_rate": t["host_hit_rate"],
+        "nvme_hit_rate": t["nvme_hit_rate"],
+        "ttft_p50": e["ttft_p50_s"],
+        "ttft_p99": e["ttft_p99_s"],
+        "promote_seconds": t["promote_seconds"],
+        "throttle_seconds": t["throttle_seconds"],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engine", default="build/bin/kvmm-engine")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tolerance", type=float, default=0.002)
+    ap.add_argument("--nvme-file", default="/tmp/kvmm-engine-tiers.nvme")
+    a = ap.parse_args()
+
+    rows, bad = [], []
+    for label, host, nvme, _ in ROWS:
+        runs = [run(a.engine, host, nvme, a.nvme_file) for _ in range(a.runs)]
+        for key in runs[0]:
+            vals = [x[key] for x in runs]
+            if max(vals) - min(vals) > a.tolerance:
+                bad.append("%s: %s differs between runs: %s" % (label, key, vals))
+        rows.append(runs[0])
+    if os.path.exists(a.nvme_file):
+        os.unlink(a.nvme_file)
+    for i, (label, _, _, without) in enumerate(ROWS):
+        if without is not None and rows[i]["hit_rate"] < rows[without]["hit_rate"]:
+            bad.append("%s: hit rate %.4f below %.4f without its last tier (%s)" %
+                       (label, rows[i]["hit_rate"], rows[without]["hit_rate"],
+                        ROWS[without][0]))
+
+    head = ["tiers", "hit rate", "from host / from NVMe",
+            "estimated TTFT p50 / p99", "promotion time charged",
+            "waited for NVMe writes"]
+    body = []
+    for (label, host, nvme, _), r in zip(ROWS, rows):
+        body.append([
+            label,
+            "%.4f" % r["hit_rate"],
+            "%s / %s" % ("%.4f" % r["host_hit_rate"] if host else "-",
+                         "%.4f" % r["nvme_hit_rate"] if nvme else "-"),
+            "%.3f / %.1f s" % (r["ttft_p50"], r["ttft_p99"]),
+            "%.1f s" % r["promote_seconds"] if host else "-",
+            "%.1f s" % r["throttle_seconds"] if nvme else "-",
+        ])
+    width = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
+    rule = "  ".join("=" * w for w in width)
+    print(rule)
+    print("  ".join(h.ljust(w) for h, w in zip(head, width)).rstrip())
+    print(rule)
+    for b in body:
+        print("  ".join(c.ljust(w) for c, w in zip(b, width)).rstrip())
+    print(rule)
+    for why in bad:
+        print("engine-tiers: " + why, file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
