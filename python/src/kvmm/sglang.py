@@ -1040,6 +1040,16 @@ class KvmmRadixCache(BasePrefixCache):
 		ev, pr = self._ctx.frames_sizes()
 		return ev + pr
 
+	def all_values_flatten(self) -> torch.Tensor:
+		"""Every slot the tree holds (RadixCache's, in the order of its nodes;
+		here by frame): a debugging walk over the pool, not a hot path."""
+		ps = self.page_size
+		frames = torch.from_numpy(self._ctx.frames_cached().astype(np.int64))
+		out = (frames[:, None] * ps + torch.arange(ps)).reshape(-1)
+		if self._page_slots:
+			self._own_slots(out)
+		return out if self._on_cpu else out.to(self.device)
+
 	def pretty_print(self) -> None:
 		ev, pr = self._ctx.frames_sizes()
 		print(f"kvmm radix cache: {ev} evictable + {pr} protected tokens, "
