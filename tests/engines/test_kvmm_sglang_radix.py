@@ -709,16 +709,17 @@ def test_all_values_flatten(ps):
 	"""Every slot the tree holds, as RadixCache's all_values_flatten() gives
 	them (in another order): its own slots, slots given as they were
 	(page size 2: [10, 20]) among them, and none once evicted."""
-	mocks = (unittest.mock.Mock(), unittest.mock.Mock())
-	caches = tuple(pool_less(cls, m, page_size=ps)
-		       for cls, m in zip((RadixCache, KvmmRadixCache), mocks))
 	vals = [([1, 2], [10, 20]), ([3, 4], [30, 40]), ([1, 2, 5, 6], [50, 60, 70, 80]),
 		([9] * 8, list(range(96, 104)))]
-	for key, val in vals:
-		both(caches, lambda c: c.insert(InsertParams(key=K(key), value=torch.tensor(val))))
-	a, b = (c.all_values_flatten() for c in caches)
-	assert b.dtype == torch.int64 and sorted(a.tolist()) == sorted(b.tolist())
-	assert len(b) == caches[1].total_size()
-	both(caches, lambda c: c.evict(EvictParams(num_tokens=4)))
+	for mocks in ((None, None), (unittest.mock.Mock(), unittest.mock.Mock())):
+		caches = tuple(pool_less(cls, m, page_size=ps)
+			       for cls, m in zip((RadixCache, KvmmRadixCache), mocks))
+		for key, val in vals:
+			both(caches, lambda c: c.insert(InsertParams(key=K(key),
+								     value=torch.tensor(val))))
+		a, b = (c.all_values_flatten() for c in caches)
+		assert b.dtype == torch.int64 and sorted(a.tolist()) == sorted(b.tolist())
+		assert len(b) == caches[1].total_size()
+	both(caches, lambda c: c.evict(EvictParams(num_tokens=4)))	# into the Mocks
 	a, b = (c.all_values_flatten() for c in caches)
 	assert sorted(a.tolist()) == sorted(b.tolist()) and len(b) < 14
