@@ -494,6 +494,7 @@ int64_t kvmm_frames_evict(struct kvmm_ctx *ctx, uint32_t nr_pages, int32_t *fram
 int kvmm_frames_sizes(const struct kvmm_ctx *ctx, uint64_t *evictable, uint64_t *locked);
 int kvmm_frames_path(const struct kvmm_ctx *ctx, const struct kvmm_fnode *node,
 		     int32_t *frames, uint32_t max);
+int64_t kvmm_frames_cached(const struct kvmm_ctx *ctx, int32_t *frames, uint32_t max);
 
 /*
  * Sharing the pool with another process: the owner describes it

@@ -504,3 +504,35 @@ KVMM_EXPORT int kvmm_frames_sizes(const struct kvmm_ctx *ctx, uint64_t *evictabl
 	*locked = ctx->tree.protected[KVMM_TIER_DEVICE] << ctx->page_shift;
 	return 0;
 }
+
+/**
+ * kvmm_frames_cached() - the frames the tree holds
+ * @ctx: a context in engine-frames mode
+ * @frames: out, the tree's frames in increasing order, @max at most
+ * @max: room in @frames (0 to count them only)
+ *
+ * A debugging walk over the pool's frames, not the tree (SGLang's
+ * all_values_flatten()): linear in the frames of the pool.
+ *
+ * Return: how many frames the tree holds (only the first @max written),
+ * or -EINVAL.
+ */
+KVMM_EXPORT int64_t kvmm_frames_cached(const struct kvmm_ctx *ctx, int32_t *frames,
+				       uint32_t max)
+{
+	const struct kvmm_zone *zone;
+	int64_t n = 0;
+	uint32_t pfn;
+
+	if (!engine_mode(ctx) || (!frames && max))
+		return -EINVAL;
+	zone = &ctx->zone[KVMM_TIER_DEVICE];
+	for (pfn = 0; pfn < zone->nr_pages; pfn++) {
+		if (zone->pages[pfn].state != KVMM_PAGE_CACHED)
+			continue;
+		if (n < max)
+			frames[n] = (int32_t)pfn;
+		n++;
+	}
+	return n;
+}

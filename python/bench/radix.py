@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """radix.py - ../shared/bench/workload.jsonl through SGLang's BasePrefixCache
-interface, once with SGLang's RadixCache and once with kvmm's backend.
+interface, with SGLang's default tree cache (UnifiedRadixCache over its
+Rust tree core), its RadixCache and kvmm's backend.
 
 The replay rule of shared/bench/README.md, driven as SGLang 0.5.23's
 scheduler drives a tree cache: in arrival order, finish the oldest request
@@ -13,9 +14,18 @@ tokens; finish = checkpoint(up_to=N+L-1), free the request's rest of
 the row (free_kv_row), unlock, free the row.  The allocator holds the
 workload's capacity (250,512 tokens).  Only the tree cache's calls are
 timed (match_prefix, lock, checkpoint, evict, free_kv_row, unlock); the
-allocator and the row bookkeeping cost both the same.  Prints a JSON line
-per page size: matched tokens and µs per request for each, and the ratio
-(medians over --repeat runs, both caches in each run).
+allocator and the row bookkeeping cost each the same.  Prints a JSON line
+per page size: matched tokens and µs per request for each, and kvmm's
+ratio to each (medians over --repeat runs, every cache in each run).
+
+SGLang 0.5.23's default tree cache is UnifiedRadixCache, its tree over
+the TreeCore SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND names (rust unless
+set; the JSON line says which ran: unified_tree_core); it is built here
+with the one full-attention component, as SGLang builds it for a plain
+model, and driven through the same calls.  Its checkpoint() reads more
+of the request than RadixCache's (rid, session, finished()): the
+replay's requests carry those as a request that is not finished and in
+no session has them.
 
 A third column, SGLang's C++ tree (RadixCacheCpp, the experimental
 sglang.srt.mem_cache.radix_cache_cpp that JIT-builds cpp_radix_tree/), is
@@ -65,6 +75,23 @@ def cpp_tree():
 	return RadixCacheCpp, None
 
 
+def unified_tree():
+	"""(a factory of SGLang's default tree cache, None), or (None, why not):
+	UnifiedRadixCache with the one full-attention component, as SGLang
+	builds it for a plain model, over the tree core
+	SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND names (rust by default)."""
+	try:
+		from sglang.srt.mem_cache.unified_cache.components import ComponentType
+		from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+	except Exception as e:	# noqa: BLE001 - another SGLang
+		return None, why(e)
+
+	def make(params):
+		params.tree_components = (ComponentType.FULL,)
+		return UnifiedRadixCache(params)
+	return make, None
+
+
 def why(e: BaseException) -> str:
 	"""@e as one line: its type and message, lines joined with " | " and cut
 	at 400 characters (a failed build's message is the compiler's output)."""
@@ -74,6 +101,12 @@ def why(e: BaseException) -> str:
 
 def ceil_to(n: int, ps: int) -> int:
 	return -(-n // ps) * ps
+
+
+def _not_finished() -> bool:
+	"""Req.finished() of a request being checkpointed: the replay frees the
+	rest of its row itself (free_kv_row), as the scheduler does."""
+	return False
 
 
 def replay(cls, meta, reqs, ps: int) -> dict:
@@ -140,7 +173,8 @@ def replay(cls, meta, reqs, ps: int) -> dict:
 		kv.cache_protected_len = m
 		req = SimpleNamespace(kv=kv, full_untruncated_fill_ids=prompt, origin_input_ids=prompt,
 				      extra_key=None, cache_salt=None, priority=None, lock=lock,
-				      last_node=node)
+				      last_node=node, session=None, session_id=None, rid=str(r),
+				      kv_rotation_base=None, finished=_not_finished)
 		new = grab(ceil_to(n, ps) - m)
 		pool.write((kv.req_pool_idx, slice(0, m)), prefix.to(torch.int32))
 		pool.write((kv.req_pool_idx, slice(m, ceil_to(n, ps))), new.to(torch.int32))
@@ -161,7 +195,8 @@ def replay(cls, meta, reqs, ps: int) -> dict:
 		finish()
 	ev, pr = tc.evictable_size(), tc.protected_size()
 	ok = pr == 0 and alloc.available_size() + ev == cap
-	return {"matched": matched, "seconds": spent, "accounting_ok": ok}
+	return {"matched": matched, "seconds": spent, "accounting_ok": ok,
+		"tree_core": getattr(tc, "_tree_core_backend", None)}
 
 
 def main() -> None:
@@ -177,8 +212,14 @@ def main() -> None:
 	cpp, cpp_why = cpp_tree()
 	if cpp is None:
 		print(f"radix: RadixCacheCpp not measured: {cpp_why}", file=sys.stderr, flush=True)
+	unified, unified_why = unified_tree()
+	if unified is None:
+		print(f"radix: UnifiedRadixCache not measured: {unified_why}", file=sys.stderr,
+		      flush=True)
 	for ps in args.page_size:
 		caches = [("radix", RadixCache), ("kvmm", KvmmRadixCache)]
+		if unified is not None:
+			caches.append(("unified", unified))
 		if cpp is not None:
 			caches.append(("cpp", cpp))
 		res = {name: [] for name, _ in caches}
@@ -221,6 +262,19 @@ def main() -> None:
 					     for r in res[k]),
 			"cpp_measured": "cpp" in res,
 			"cpp_not_measured_reason": None if "cpp" in res else cpp_why}
+		if "unified" in res:
+			line.update({
+				"unified_tree_core": res["unified"][0]["tree_core"],
+				"matched_tokens_unified": res["unified"][0]["matched"],
+				"us_per_request_unified": round(us["unified"], 2),
+				"speedup_vs_unified": round(us["unified"] / us["kvmm"], 2),
+				"speedup_vs_unified_per_run": [
+					round(a["seconds"] / b["seconds"], 2)
+					for a, b in zip(res["unified"], res["kvmm"])],
+				"accounting_ok_unified": all(r["accounting_ok"]
+							     for r in res["unified"])})
+		else:
+			line["unified_not_measured_reason"] = unified_why
 		if "cpp" in res:
 			line.update({
 				"matched_tokens_cpp": res["cpp"][0]["matched"],

@@ -39,12 +39,14 @@ def test_insert_match_evict_round_trip(ectx):
 	had, end2 = ectx.frames_insert(longer, np.arange(12) + 30)
 	assert had == 8 * ps					# frames 30..37 are the engine's to free
 	assert ectx.frames_sizes() == (12 * ps, 0)
+	assert ectx.frames_cached().tolist() == list(range(10, 18)) + list(range(38, 42))
 	assert ectx.frames_lock(end2, 1) == 12 * ps
 	assert ectx.frames_evict(100).size == 0			# locked
 	assert ectx.frames_lock(end2, -1) == 12 * ps
 	out = ectx.frames_evict(1)
 	assert sorted(out.tolist()) == list(range(38, 42))	# the newest leaf was the only one
 	assert ectx.frames_match(longer)[0] == 8 * ps
+	assert ectx.frames_cached().tolist() == list(range(10, 18))
 	with pytest.raises(kvmm.Error) as e:
 		ectx.frames_lock(end2, 1)			# evicted
 	assert e.value.errno == errno.ESTALE
@@ -129,6 +131,8 @@ def test_modes_are_told_apart():
 	with kvmm.Context(**GEOM, page_size=1, nr_pages=NR) as c:
 		with pytest.raises(kvmm.InvalidArgument):
 			c.frames_match(toks(1, 2))
+		with pytest.raises(kvmm.InvalidArgument):
+			c.frames_cached()
 
 
 def test_engine_under_pressure_never_loses_a_frame(ectx):

@@ -16,6 +16,7 @@ Run by tests/engines/run.sh in the SGLang environment.
 """
 import os
 import random
+import unittest.mock
 from array import array
 from types import SimpleNamespace
 
@@ -25,19 +26,21 @@ import torch
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 from sglang.srt.managers.schedule_batch import ReqKvInfo
+from sglang.srt.disaggregation.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 from sglang.srt.mem_cache.base_prefix_cache import (DecLockRefParams, EvictParams, InsertParams,
 						     MatchPrefixParams, TreeLock)
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
+from kvmm import Busy
 from kvmm.sglang import KvmmRadixCache, cpu_tree_cache, register
 
 SLOTS = 512
 
 
-def build(cls, ps, policy="lru"):
+def build(cls, ps, policy="lru", events=False):
 	"""A cache of @cls over its own request pool and allocator."""
-	return cpu_tree_cache(cls, ps, SLOTS, policy=policy)
+	return cpu_tree_cache(cls, ps, SLOTS, policy=policy, events=events)
 
 
 def K(tokens, extra=None):
@@ -52,15 +55,25 @@ def slots(base, n, ps):
 class Pair:
 	"""Both caches, the same call on each, the answers compared."""
 
-	def __init__(self, ps, policy="lru"):
+	def __init__(self, ps, policy="lru", events=False):
 		self.ps = ps
-		self.ref = build(RadixCache, ps, policy)
-		self.kv = build(KvmmRadixCache, ps, policy)
+		self.ref = build(RadixCache, ps, policy, events)
+		self.kv = build(KvmmRadixCache, ps, policy, events)
+		self.nr_events = 0
 
 	def sizes(self):
 		a = (self.ref.cache.evictable_size(), self.ref.cache.protected_size())
 		b = (self.kv.cache.evictable_size(), self.kv.cache.protected_size())
 		assert a == b, f"sizes: RadixCache {a}, kvmm {b}"
+		self.events()
+		return a
+
+	def events(self):
+		"""The KV events each cache queued since the last call: the same."""
+		a = self.ref.cache.take_events()
+		b = self.kv.cache.take_events()
+		assert a == b, f"KV events: RadixCache {a}, kvmm {b}"
+		self.nr_events += len(a)
 		return a
 
 	def insert(self, key, value):
@@ -225,14 +238,16 @@ def test_registered_as_a_backend():
 	assert isinstance(get_radix_cache_factory("kvmm")(ctx), KvmmRadixCache)
 
 
+@pytest.mark.parametrize("events", [False, True])
 @pytest.mark.parametrize("policy", ["lru", "slru"])
 @pytest.mark.parametrize("ps", [1, 4])
-def test_random_calls_agree(ps, policy):
+def test_random_calls_agree(ps, policy, events):
 	"""Inserts over shared prefixes, matches, locks and unlocks, evictions
 	under pressure: the same answers after every call, under each eviction
 	policy both trees have (slru: a node inserted twice is kept over one
-	inserted once, whatever matched it)."""
-	p = Pair(ps, policy)
+	inserted once, whatever matched it); with KV events on, the same
+	events queued after every call, keys of three namespaces among them."""
+	p = Pair(ps, policy, events)
 	rng = random.Random(ps)
 	base, locked = 1, []
 	for _ in range(600):
@@ -244,7 +259,10 @@ def test_random_calls_agree(ps, policy):
 			if base * ps + n >= SLOTS:
 				p.evict(rng.randrange(1, 64))
 				continue
-			p.insert(K(key), slots(base, len(key), ps))
+			ns = rng.choice([None, None, "lora", "salt"])
+			k = RadixKey(array("q", key), "lora" if ns == "lora" else None,
+				     cache_salt="s1" if ns == "salt" else None)
+			p.insert(k, slots(base, len(key), ps))
 			base += -(-n // ps) if n else 0
 		elif op < 0.7:
 			_, nodes = p.match(K(key))
@@ -259,6 +277,7 @@ def test_random_calls_agree(ps, policy):
 		p.lock(locked.pop(), inc=False)
 	p.evict(10 ** 6)
 	assert p.sizes() == (0, 0)
+	assert (p.nr_events > 20) == events
 
 
 def make_req(side, tokens, prompt_len):
@@ -308,9 +327,9 @@ class Requests:
 	checkpoint the prompt; finish = checkpoint everything, free_kv_row,
 	unlock.  Every answer, row and allocator size compared as it goes."""
 
-	def __init__(self, ps, rows=6, policy="lru"):
+	def __init__(self, ps, rows=6, policy="lru", events=False):
 		self.ps = ps
-		self.p = Pair(ps, policy)
+		self.p = Pair(ps, policy, events)
 		self.sides = (self.p.ref, self.p.kv)
 		self.live = []
 
@@ -386,14 +405,15 @@ class Requests:
 
 @pytest.mark.parametrize("policy", ["lru", "slru"])
 @pytest.mark.parametrize("ps", [1, 4])
-@pytest.mark.parametrize("way", ["row", "int64 table", "free_segment"])
+@pytest.mark.parametrize("way", ["row", "int64 table", "free_segment", "events"])
 def test_requests_agree(ps, way, policy):
 	"""Admitted and finished requests over shared prefixes, under eviction
 	pressure: the same rows, slots and sizes at every step.  "int64 table"
 	is a req_to_token the C side cannot write (a device's, in SGLang): the
 	row goes through a CPU copy; "free_segment" an allocator whose
-	free_page_ids() the cache does not use."""
-	r = Requests(ps, policy=policy)
+	free_page_ids() the cache does not use; "events" with KV events on,
+	the same events queued at every step (checkpoint's stores among them)."""
+	r = Requests(ps, policy=policy, events=way == "events")
 	if way == "int64 table":
 		for side in r.sides:
 			side.pool.req_to_token = side.pool.req_to_token.to(torch.int64)
@@ -420,6 +440,7 @@ def test_requests_agree(ps, way, policy):
 	assert r.p.sizes()[1] == 0
 	assert r.p.evict(10 ** 6) >= 0 and r.p.sizes() == (0, 0)
 	assert r.p.ref.alloc.available_size() == r.p.kv.alloc.available_size() == SLOTS
+	assert (r.p.nr_events > 20) == (way == "events")
 
 
 def test_free_kv_row_ranges_agree():
@@ -533,3 +554,172 @@ def test_bad_nodes_and_rows():
 	with pytest.raises(IndexError):
 		kv.checkpoint(req, up_to=4)
 	assert kv.evictable_size() == kv.protected_size() == 0
+
+
+# ---- what SGLang's own unit tests of RadixCache check, on both caches ----
+# (test/registered/unit/mem_cache/test_radix_cache_unit.py, which SGLang's
+# packages do not ship: a cache made by create_simulated(), a bare Mock
+# allocator, insert(value=None), KV events taken after each step)
+
+def pool_less(cls, alloc=None, page_size=1, enable_kv_cache_events=False, disable=False):
+	"""A cache of @cls without memory pools, as create_simulated() makes one
+	(built here from its parameters: test_create_simulated tests that)."""
+	return cls(CacheInitParams(disable=disable, req_to_token_pool=None,
+				   token_to_kv_pool_allocator=alloc, page_size=page_size,
+				   enable_kv_cache_events=enable_kv_cache_events))
+
+
+def simulated(mock=False, **kw):
+	"""RadixCache and kvmm's cache without pools, each with a bare Mock
+	allocator of its own when @mock (one to evict into)."""
+	return tuple(pool_less(cls, unittest.mock.Mock() if mock else None, **kw)
+		     for cls in (RadixCache, KvmmRadixCache))
+
+
+def both(caches, fn):
+	"""fn(cache) on each; the answers and the KV events queued the same."""
+	a, b = (fn(c) for c in caches)
+	ea, eb = (c.take_events() for c in caches)
+	assert ea == eb, f"KV events: RadixCache {ea}, kvmm {eb}"
+	return a, b, ea
+
+
+def path(cache, key):
+	return cache.path_device_indices(cache.match_prefix(MatchPrefixParams(key=key)).last_device_node)
+
+
+@pytest.mark.parametrize("ps,disable,events", [(1, False, False), (4, False, True),
+					       (1, True, False), (2, True, True)])
+def test_create_simulated(ps, disable, events):
+	"""A cache without pools, as create_simulated() makes RadixCache's: the
+	same page size, device and KV-event switch (off when disabled)."""
+	ref, kv = (cls.create_simulated(page_size=ps, disable=disable, enable_kv_cache_events=events)
+		   for cls in (RadixCache, KvmmRadixCache))
+	assert type(kv) is KvmmRadixCache
+	for c in (ref, kv):
+		assert (c.page_size, c.disable, c.device) == (ps, disable, torch.device("cpu"))
+		assert c.kv_events.enabled == (events and not disable)
+	*_, ev = both((ref, kv), lambda c: c.insert(InsertParams(key=K(list(range(8))),
+								  value=torch.arange(8) + 8)))
+	assert len(ev) == (2 if events and not disable else 0)	# cleared, stored
+
+
+@pytest.mark.parametrize("ps", [1, 2, 4])
+def test_kv_events_of_inserts_and_evictions(ps):
+	"""BlockStored a run of new pages, chained to the page before; BlockRemoved
+	of what eviction takes; AllBlocksCleared at reset: SGLang's own event
+	objects, hashes and coalescing, the same as RadixCache queues them,
+	in each key namespace (extra_key, cache_salt)."""
+	caches = simulated(True, page_size=ps, enable_kv_cache_events=True)
+	_, _, ev = both(caches, lambda c: None)
+	assert [type(e) for e in ev] == [AllBlocksCleared]
+	keys = [K([1, 2, 3, 4, 5, 6, 7, 8]), K([1, 2, 3, 4, 9, 10, 11, 12]),
+		K([1, 2, 3, 4, 1, 2, 3, 4]), K([1, 2, 3, 4, 5, 6, 7, 8], "lora-a"),
+		RadixKey(array("q", [1, 2, 3, 4, 5, 6]), None, cache_salt="s")]
+	base = 1
+	for key in keys:
+		val = slots(base, len(key), ps)
+		base += len(key) // ps + 1
+		_, _, ev = both(caches, lambda c: c.insert(InsertParams(key=key, value=val)).prefix_len)
+		assert ev and all(type(e) is BlockStored for e in ev)
+		assert all(len(e.token_ids) == len(e.block_hashes) * ps for e in ev)
+	both(caches, lambda c: c.insert(InsertParams(key=keys[0], value=slots(90, 8, ps))))
+	_, _, ev = both(caches, lambda c: c.evict(EvictParams(num_tokens=6)).num_tokens_evicted)
+	assert ev and all(type(e) is BlockRemoved for e in ev)
+	_, _, ev = both(caches, lambda c: c.evict(EvictParams(num_tokens=10 ** 6)).num_tokens_evicted)
+	for c in caches:
+		c.reset()
+	_, _, ev = both(caches, lambda c: None)
+	assert [type(e) for e in ev] == [AllBlocksCleared]
+	# stored again after a reset: the same hashes as the first time
+	both(caches, lambda c: c.insert(InsertParams(key=keys[0], value=slots(1, 8, ps))))
+
+
+def test_bare_mock_allocator():
+	"""An allocator that is a bare unittest.mock.Mock (no size, no device):
+	a CPU cache whose evictions free_segment() what RadixCache frees."""
+	for events in (False, True):
+		mocks = (unittest.mock.Mock(), unittest.mock.Mock())
+		mocks[0].available_size.return_value = mocks[1].available_size.return_value = 10
+		caches = tuple(pool_less(cls, m, enable_kv_cache_events=events)
+			       for cls, m in zip((RadixCache, KvmmRadixCache), mocks))
+		assert caches[1].device == torch.device("cpu")
+		for key, val in (([1, 2], [10, 20]), ([3, 4], [30, 40])):
+			both(caches, lambda c: c.insert(InsertParams(key=K(key), value=torch.tensor(val))))
+		a, b, _ = both(caches, lambda c: c.evict(EvictParams(num_tokens=2)).num_tokens_evicted)
+		assert a == b >= 2
+		calls = [[(c.args[0].tolist(), c.kwargs) for c in m.free_segment.call_args_list]
+			 for m in mocks]
+		assert calls[0] == calls[1] and calls[1]
+		assert caches[0].total_size() == caches[1].total_size() == 2
+		assert "10" in caches[1].available_and_evictable_str()
+
+
+@pytest.mark.parametrize("ps", [1, 2, 4])
+def test_insert_without_value(ps):
+	"""insert(value=None): the token ids stand for the slots, as
+	RadixCache's debugging fallback has it."""
+	caches = simulated(page_size=ps)
+	for toks in ([1, 2, 3, 4, 5], [1, 2, 3, 4, 8, 9, 10, 11]):
+		a, b, _ = both(caches, lambda c: c.insert(InsertParams(key=K(toks), value=None)).prefix_len)
+		assert a == b
+		assert caches[0].total_size() == caches[1].total_size()
+	for toks in ([1, 2, 3, 4, 5], [1, 2, 3, 4, 8, 9, 10, 11, 12]):
+		a, b = (path(c, K(toks)) for c in caches)
+		assert torch.equal(a, b) and len(b) == min(len(toks), 8) // ps * ps
+
+
+def test_slots_no_paged_allocator_hands_out():
+	"""At page size 2, pages whose slots are not page * 2 + 0..1 ([10, 20],
+	...): the cache answers and frees those slots, not others; with
+	SGLang's own paged allocator, which never hands such pages out, the
+	insert is refused with nothing changed; two pages that would share a
+	frame are refused too."""
+	seq1, seq2 = [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 9, 10]
+	for mocks in ((None, None), (unittest.mock.Mock(), unittest.mock.Mock())):
+		caches = tuple(pool_less(cls, m, page_size=2)
+			       for cls, m in zip((RadixCache, KvmmRadixCache), mocks))
+		for seq in (seq1, seq2):
+			val = torch.tensor([x * 10 for x in seq])
+			both(caches, lambda c: c.insert(InsertParams(key=K(seq), value=val)).prefix_len)
+		for q in (seq1, seq2, [1, 2, 3, 4, 999, 1000], [1, 2, 3, 4, 5, 6, 777, 888]):
+			a, b = (path(c, K(q)) for c in caches)
+			assert torch.equal(a, b), f"{q}: RadixCache {a.tolist()}, kvmm {b.tolist()}"
+		assert path(caches[1], K(seq1)).tolist() == [10, 20, 30, 40, 50, 60, 70, 80]
+	a, b, _ = both(caches, lambda c: c.evict(EvictParams(num_tokens=10 ** 6)).num_tokens_evicted)
+	assert a == b == 10
+	freed = [sorted(x for c in m.free_segment.call_args_list for x in c.args[0].tolist())
+		 for m in mocks]
+	assert freed[0] == freed[1] == [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
+	# the same frames again, their own slots this time
+	kv = caches[1]
+	kv.insert(InsertParams(key=K(seq1), value=torch.tensor([10, 11, 30, 31, 50, 51, 70, 71])))
+	assert path(kv, K(seq1)).tolist() == [10, 11, 30, 31, 50, 51, 70, 71]
+	with pytest.raises(Busy):		# [2, 3] and [3, 4]: frame 1 twice
+		kv.insert(InsertParams(key=K([7, 7, 8, 8]), value=torch.tensor([2, 3, 3, 4])))
+	assert kv.total_size() == 8
+	paged = build(KvmmRadixCache, 2).cache
+	with pytest.raises(ValueError, match="not a page"):
+		paged.insert(InsertParams(key=K(seq2), value=torch.tensor([10, 20, 90, 100])))
+	assert paged.total_size() == 0 and path(paged, K(seq2)).numel() == 0
+
+
+@pytest.mark.parametrize("ps", [1, 2, 4])
+def test_all_values_flatten(ps):
+	"""Every slot the tree holds, as RadixCache's all_values_flatten() gives
+	them (in another order): its own slots, slots given as they were
+	(page size 2: [10, 20]) among them, and none once evicted."""
+	vals = [([1, 2], [10, 20]), ([3, 4], [30, 40]), ([1, 2, 5, 6], [50, 60, 70, 80]),
+		([9] * 8, list(range(96, 104)))]
+	for mocks in ((None, None), (unittest.mock.Mock(), unittest.mock.Mock())):
+		caches = tuple(pool_less(cls, m, page_size=ps)
+			       for cls, m in zip((RadixCache, KvmmRadixCache), mocks))
+		for key, val in vals:
+			both(caches, lambda c: c.insert(InsertParams(key=K(key),
+								     value=torch.tensor(val))))
+		a, b = (c.all_values_flatten() for c in caches)
+		assert b.dtype == torch.int64 and sorted(a.tolist()) == sorted(b.tolist())
+		assert len(b) == caches[1].total_size()
+	both(caches, lambda c: c.evict(EvictParams(num_tokens=4)))	# into the Mocks
+	a, b = (c.all_values_flatten() for c in caches)
+	assert sorted(a.tolist()) == sorted(b.tolist()) and len(b) < 14

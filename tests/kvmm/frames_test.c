@@ -76,8 +76,18 @@ static void check_conserved(struct kvmm_ctx *ctx, const struct engine *e, uint32
 {
 	uint64_t ev = 0, pr = 0;
 
+	int32_t cached[NR_FRAMES];
+	int64_t i, nr;
+
 	CU_ASSERT_EQUAL(kvmm_frames_sizes(ctx, &ev, &pr), 0);
 	CU_ASSERT_EQUAL(e->nr_mine + (ev + pr) / ps, NR_FRAMES);
+	/* the frames the tree lists are exactly those the engine does not hold */
+	nr = kvmm_frames_cached(ctx, cached, NR_FRAMES);
+	CU_ASSERT_EQUAL(nr, (int64_t)((ev + pr) / ps));
+	for (i = 0; i < nr && i < NR_FRAMES; i++) {
+		CU_ASSERT(!e->mine[cached[i]]);
+		CU_ASSERT(i == 0 || cached[i] > cached[i - 1]);
+	}
 	CHECK_OK(ctx);
 }
 
@@ -599,6 +609,31 @@ static void frames_extend_refusals(void)
 	kvmm_destroy(ctx);
 }
 
+/* kvmm_frames_cached(): counts past its room, writes only that; refusals. */
+static void frames_cached_bounds(void)
+{
+	struct kvmm_ctx *ctx = frames_ctx(2, NULL);
+	uint32_t tok[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	int32_t frames[4] = { 9, 3, 7, 5 }, out[4] = { -1, -1, -1, -1 };
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT_EQUAL(kvmm_frames_cached(ctx, out, 4), 0);
+	CU_ASSERT_EQUAL(kvmm_frames_insert(ctx, 0, tok, 8, frames, NULL), 0);
+	CU_ASSERT_EQUAL(kvmm_frames_cached(ctx, NULL, 0), 4);
+	CU_ASSERT_EQUAL(kvmm_frames_cached(ctx, out, 2), 4);
+	CU_ASSERT(out[0] == 3 && out[1] == 5 && out[2] == -1);
+	CU_ASSERT_EQUAL(kvmm_frames_cached(ctx, out, 4), 4);
+	CU_ASSERT(out[0] == 3 && out[1] == 5 && out[2] == 7 && out[3] == 9);
+	CU_ASSERT_EQUAL(kvmm_frames_cached(ctx, NULL, 1), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_frames_cached(NULL, out, 4), -EINVAL);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	ctx = test_ctx(2, NR_FRAMES, 4, 4096);		/* kvmm's own frames: refused */
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT_EQUAL(kvmm_frames_cached(ctx, out, 4), -EINVAL);
+	kvmm_destroy(ctx);
+}
+
 int register_frames_suite(void)
 {
 	CU_pSuite s = CU_add_suite("frames", NULL, NULL);
@@ -614,5 +649,6 @@ int register_frames_suite(void)
 	ADD_TEST(s, frames_extend_refusals);
 	ADD_TEST(s, frames_extend_faults);
 	ADD_TEST(s, frames_slru_hits);
+	ADD_TEST(s, frames_cached_bounds);
 	return 0;
 }

@@ -951,6 +951,15 @@ class Context(ViewOwner):
 		self._call(lib.kvmm_frames_sizes, "kvmm_frames_sizes", ev, pr)
 		return int(ev[0]), int(pr[0])
 
+	def frames_cached(self) -> np.ndarray:
+		"""The frames the tree holds (int32, increasing): a debugging walk
+		over the pool's frames."""
+		n = self._check(lib.kvmm_frames_cached(self._c(), ffi.NULL, 0), "kvmm_frames_cached")
+		out = np.empty(n, dtype=np.int32)
+		got = self._check(lib.kvmm_frames_cached(self._c(), _i32p(out), n),
+				  "kvmm_frames_cached")
+		return out[:min(got, n)]
+
 	# ---- reclaim and tunables ----
 	def reclaim(self, nr_pages: int) -> int:
 		"""Evict at least @nr_pages pages (whole leaves); return the pages freed."""

@@ -489,6 +489,10 @@ from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
 	IncLockRefResult, MatchResult, TreeLock)
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 
+from sglang.srt.mem_cache.events import KVCacheEventRecorder  # noqa: E402
+from sglang.srt.mem_cache.utils import (  # noqa: E402
+	compute_node_event_hash_values, compute_node_hash_values)
+
 from ._core import Context, FrameNode  # noqa: E402
 from ._errors import make_error  # noqa: E402
 from ._kvmm import ffi, lib  # noqa: E402
@@ -539,6 +543,20 @@ def _page_freer(alloc: Any) -> Tuple[Any, int]:
 	return None, 0
 
 
+class _EventNode:
+	"""What SGLang's KVCacheEventRecorder reads of a tree node: its key, its
+	parent and the hashes of its pages (kvmm's tree nodes live in C)."""
+
+	__slots__ = ("key", "parent", "hash_value", "event_hash_value")
+
+	def __init__(self, key: Any, parent: Optional["_EventNode"], hash_value: Any = None,
+		     event_hash_value: Any = None) -> None:
+		self.key = key
+		self.parent = parent
+		self.hash_value = hash_value
+		self.event_hash_value = event_hash_value
+
+
 class KvmmRadixCache(BasePrefixCache):
 	"""SGLang's RadixCache on kvmm's tree (``--radix-cache-backend kvmm``).
 
@@ -549,8 +567,9 @@ class KvmmRadixCache(BasePrefixCache):
 	the int64 slots, checkpoint inserts a request's row, repoints it at the
 	tree's copy and frees the duplicates, inc/dec_lock_ref return the
 	tokens moved.  Keys of another extra_key or cache_salt are another
-	kvmm namespace.  Not supported (refused when asked): EAGLE's bigram
-	keys, sliding-window trees, policies other than lru and slru, KV events.
+	kvmm namespace.  KV events go to SGLang's own recorder as RadixCache's
+	do.  Not supported (refused when asked): EAGLE's bigram keys,
+	sliding-window trees, policies other than lru and slru.
 
 	Each method the scheduler calls per request (match_prefix, lock,
 	path_device_indices, checkpoint, free_kv_row, unlock, evict) is one
@@ -577,16 +596,26 @@ class KvmmRadixCache(BasePrefixCache):
 					 f"protected_threshold 2)")
 		if params.is_eagle:
 			raise ValueError("kvmm radix cache: EAGLE's bigram keys are not supported")
-		if getattr(params, "enable_kv_cache_events", False):
-			raise ValueError("kvmm radix cache: KV events are not supported yet")
 		if self.page_size < 1 or self.page_size & (self.page_size - 1):
 			raise ValueError(f"kvmm radix cache: page size {self.page_size} is not a "
 					 f"power of two")
 		self.eviction_policy = policy
 		alloc = self.token_to_kv_pool_allocator
-		self.device = torch.device(alloc.device) if alloc is not None else torch.device("cpu")
+		# an allocator that does not say where or how large (a bare Mock, as
+		# SGLang's own unit tests pass) is a CPU one of 64Ki slots, as
+		# RadixCache takes it; a slot outside that is refused by the tree
+		dev = getattr(alloc, "device", None)
+		self.device = torch.device(dev) if isinstance(dev, (str, torch.device)) else \
+			torch.device("cpu")
 		self._on_cpu = self.device.type == "cpu"
-		size = alloc.size if alloc is not None else 1 << 16
+		size = getattr(alloc, "size", None)
+		size = size if isinstance(size, int) else 1 << 16
+		# SGLang's own recorder and queue, fed as RadixCache feeds it
+		self.kv_events = KVCacheEventRecorder(
+			enabled=bool(getattr(params, "enable_kv_cache_events", False)) and not self.disable,
+			page_size=self.page_size,
+			dynamo_format=getattr(params, "dynamo_kv_event_format", False),
+			lora_names=getattr(params, "kv_event_lora_names", None))
 		pool = self.req_to_token_pool
 		self._max_len = (int(pool.req_to_token.shape[1]) if pool is not None else 1 << 20)
 		# frames are page indices; SGLang's slot 0 (page 0) is padding, never handed out
@@ -597,6 +626,22 @@ class KvmmRadixCache(BasePrefixCache):
 		self._rt: Any = None		# the req_to_token tensor _row() last checked
 		self._ctx: Optional[Context] = None
 		self.reset()
+
+	@classmethod
+	def create_simulated(cls, disable: bool = False, mock_allocator: Optional[Any] = None,
+			     page_size: int = 1, enable_kv_cache_events: bool = False,
+			     dynamo_kv_event_format: bool = False,
+			     kv_event_lora_names: Optional[Any] = None) -> "KvmmRadixCache":
+		"""RadixCache.create_simulated(): a cache without memory pools (no
+		request table; @mock_allocator, or none, frees what it evicts)."""
+		from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+
+		return cls(CacheInitParams(disable=disable, req_to_token_pool=None,
+					   token_to_kv_pool_allocator=mock_allocator,
+					   page_size=page_size,
+					   enable_kv_cache_events=enable_kv_cache_events,
+					   dynamo_kv_event_format=dynamo_kv_event_format,
+					   kv_event_lora_names=kv_event_lora_names))
 
 	# ---- lifecycle ----
 	def reset(self) -> None:
@@ -631,6 +676,13 @@ class KvmmRadixCache(BasePrefixCache):
 		self._r = r
 		# free_page_ids() takes page ids; free_segment() every slot
 		self._pages = int(self._free_pages is not None and ps > 1)
+		# a page's slots where they are not frame * ps + 0..ps-1 (slots no
+		# paged allocator hands out, as SGLang's own unit tests insert),
+		# by the page's frame: what the cache answers and frees for it
+		self._page_slots: Dict[int, torch.Tensor] = {}
+		# with KV events: each page's namespace and hashes, by its frame
+		self._event_pages: Dict[int, Tuple[Any, str, Optional[str]]] = {}
+		self.kv_events.record_all_cleared()
 
 	# ---- keys, rows, errors ----
 	def _ns_of(self, key: Any) -> int:
@@ -674,6 +726,63 @@ class KvmmRadixCache(BasePrefixCache):
 		else:
 			self.token_to_kv_pool_allocator.free_segment(t, start_pos=start)
 
+	def _own_slots(self, out: torch.Tensor) -> List[int]:
+		"""Put back the slots SGLang gave the pages of @out (slots, whole
+		pages) whose slots are not their frame's; returns those frames."""
+		ps = self.page_size
+		pages = out.view(-1, ps)
+		own = []
+		for i, f in enumerate((pages[:, 0] // ps).tolist()):
+			slots = self._page_slots.get(f)
+			if slots is not None:
+				pages[i] = slots
+				own.append(f)
+		return own
+
+	# ---- KV events: SGLang's recorder, given nodes as RadixCache's ----
+	def _events_stored(self, key: Any, ids: Any, a: int, b: int, frames: List[int]) -> None:
+		"""BlockStored of @key's tokens [@a, @b) (whole pages new to the tree,
+		of @frames), as RadixCache records the node it adds for them: a
+		page's hash chains the pages before it, so the hashes of the
+		prefix are those of its tokens whatever nodes hold them."""
+		ps = self.page_size
+		extra, salt = key.extra_key, getattr(key, "cache_salt", None)
+		root = _EventNode(RadixKey(array("q")), None, [], None)
+		whole = _EventNode(RadixKey(array("q", ids[:b]), extra, cache_salt=salt), root)
+		hv = whole.hash_value = compute_node_hash_values(whole, ps)
+		ev = None if (extra, salt) == (None, None) else \
+			compute_node_event_hash_values(whole, ps)
+		p = a // ps
+		parent = root
+		if p:
+			parent = _EventNode(RadixKey(array("q", ids[:a]), extra, cache_salt=salt), root,
+					    hv[:p], ev[:p] if ev is not None else None)
+		node = _EventNode(RadixKey(array("q", ids[a:b]), extra, cache_salt=salt), parent,
+				  hv[p:], ev[p:] if ev is not None else None)
+		self.kv_events.record_store(node)
+		for i, f in enumerate(frames):
+			self._event_pages[f] = ((extra, salt), hv[p + i],
+						ev[p + i] if ev is not None else None)
+
+	def _events_removed(self, frames: List[int]) -> None:
+		"""BlockRemoved of the pages of @frames, leaving the tree in this
+		order, as RadixCache records its leaves' (one event a run of one
+		namespace: SGLang's queue joins consecutive removals anyway)."""
+		ps = self.page_size
+		run: List[Tuple[Any, str, Optional[str]]] = []
+		for f in frames + [None]:
+			page = self._event_pages.pop(f, None) if f is not None else None
+			if run and (page is None or page[0] != run[0][0]):
+				(extra, salt), n = run[0][0], len(run)
+				node = _EventNode(RadixKey(array("q", bytes(8 * n * ps)), extra,
+							   cache_salt=salt), None,
+						  [x[1] for x in run],
+						  [x[2] for x in run] if run[0][2] is not None else None)
+				self.kv_events.record_remove(node)
+				run = []
+			if page is not None:
+				run.append(page)
+
 	# ---- BasePrefixCache ----
 	def match_prefix(self, params: Any) -> MatchResult:
 		key = params.key
@@ -708,6 +817,8 @@ class KvmmRadixCache(BasePrefixCache):
 			return self._empty
 		out = torch.empty(n, dtype=_I64)
 		_slots(self._r, out.data_ptr(), 1)
+		if self._page_slots:
+			self._own_slots(out)
 		return out if self._on_cpu else out.to(self.device)
 
 	def insert(self, params: Any) -> Any:
@@ -719,17 +830,35 @@ class KvmmRadixCache(BasePrefixCache):
 			return InsertResult(prefix_len=0)
 		key = params.key
 		value = params.value
-		if value is None:
-			raise ValueError("kvmm radix cache: insert needs the key's slots (value)")
-		n = len(key) // self.page_size * self.page_size
-		tokens = np.frombuffer(_ids(key.token_ids, n), dtype=np.int64, count=n)
+		ps = self.page_size
+		n = len(key) // ps * ps
+		ids = _ids(key.token_ids, n)
+		tokens = np.frombuffer(ids, dtype=np.int64, count=n)
 		if n and (tokens.min() < 0 or tokens.max() >= 1 << 32):
 			raise ValueError("kvmm radix cache: token ids must fit 32 bits")
-		frames = value[:n][:: self.page_size] // self.page_size
-		had, _, node = self._ctx.frames_extend(tokens.astype(np.uint32), frames.cpu().numpy(),
+		if value is None:	# RadixCache's debugging fallback: the token ids as slots
+			value = torch.from_numpy(tokens.copy())
+		pages = value[:n].to("cpu", torch.int64).reshape(-1, ps)
+		frames = pages[:, 0] // ps
+		odd = None
+		if ps > 1 and n:
+			odd = ((pages != pages[:, :1] + torch.arange(ps)).any(1) | (pages[:, 0] % ps != 0))
+			if not odd.any():
+				odd = None
+			elif self._pages:
+				raise ValueError(f"kvmm radix cache: slots {pages[odd][0].tolist()} are not "
+						 f"a page of {type(self.token_to_kv_pool_allocator).__name__}'s "
+						 f"(a page's slots are page * {ps} + 0..{ps - 1})")
+		had, _, node = self._ctx.frames_extend(tokens.astype(np.uint32), frames.numpy(),
 						       self.root_node, 0,
 						       inserted_len=getattr(params, "inserted_len", 0),
 						       ns=self._ns_of(key))
+		if odd is not None:	# the new pages' own slots, by their frames
+			for i in odd[had // ps:].nonzero().flatten().tolist():
+				i += had // ps
+				self._page_slots[int(frames[i])] = pages[i].clone()
+		if self.kv_events.enabled and had < n:
+			self._events_stored(key, ids, had, n, frames[had // ps:].tolist())
 		return InsertResult(prefix_len=had, last_device_node=node)
 
 	def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
@@ -776,6 +905,13 @@ class KvmmRadixCache(BasePrefixCache):
 		dups = self._r.nr_out
 		if dups:		# the row's slots the tree had already
 			self._free(self._out[:dups].clone(), protected)
+		if self.kv_events.enabled:
+			had = protected + dups * (ps if self._pages else 1)
+			if had < key_len:	# the pages new to the tree: the row's own slots
+				rt = copy if copy is not None else \
+					self.req_to_token_pool.req_to_token[idx, :key_len]
+				self._events_stored(RadixKey(ids, req.extra_key, cache_salt=tag[1]), ids,
+						    had, key_len, (rt[had:key_len:ps].long() // ps).tolist())
 		kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
 		kv.cache_protected_len = key_len
 		if ret == -errno.ENOLCK:
@@ -824,6 +960,19 @@ class KvmmRadixCache(BasePrefixCache):
 		expand = not self._pages
 		out = torch.empty(got * ps if expand else got, dtype=_I64)
 		_slots(r, out.data_ptr(), int(expand))
+		if self.kv_events.enabled:
+			frames = (out[::ps] // ps if expand else out).tolist()
+			if self._prepends and r.nr_leaves > 1:	# laid out last leaf first
+				ends = [r.leaves[i] for i in range(r.nr_leaves)]
+				order, top = [], len(frames)
+				for start, end in zip([0] + ends, ends):
+					order += frames[top - (end - start):top]
+					top -= end - start
+				frames = order
+			self._events_removed(frames)
+		if self._page_slots:
+			for f in self._own_slots(out):
+				del self._page_slots[f]
 		if self._free_now is not None:
 			self._free_now(out)
 		elif self._free_pages is not None or r.nr_leaves == 1:
@@ -891,6 +1040,16 @@ class KvmmRadixCache(BasePrefixCache):
 		ev, pr = self._ctx.frames_sizes()
 		return ev + pr
 
+	def all_values_flatten(self) -> torch.Tensor:
+		"""Every slot the tree holds (RadixCache's, in the order of its nodes;
+		here by frame): a debugging walk over the pool, not a hot path."""
+		ps = self.page_size
+		frames = torch.from_numpy(self._ctx.frames_cached().astype(np.int64))
+		out = (frames[:, None] * ps + torch.arange(ps)).reshape(-1)
+		if self._page_slots:
+			self._own_slots(out)
+		return out if self._on_cpu else out.to(self.device)
+
 	def pretty_print(self) -> None:
 		ev, pr = self._ctx.frames_sizes()
 		print(f"kvmm radix cache: {ev} evictable + {pr} protected tokens, "
@@ -902,10 +1061,11 @@ class KvmmRadixCache(BasePrefixCache):
 
 
 def cpu_tree_cache(cls: Any, page_size: int, tokens: int, rows: int = 8,
-		   max_context_len: int = 256, policy: str = "lru") -> Any:
+		   max_context_len: int = 256, policy: str = "lru", events: bool = False) -> Any:
 	"""A tree cache of @cls (RadixCache or KvmmRadixCache) over its own CPU
 	ReqToTokenPool of @rows rows and a slot allocator of @tokens tokens, as
 	SGLang builds them: the side-by-side tests' and the replay benchmark's.
+	@events turns SGLang's KV events on (enable_kv_cache_events).
 	Returns an object with .cache, .pool and .alloc."""
 	from types import SimpleNamespace
 
@@ -925,7 +1085,7 @@ def cpu_tree_cache(cls: Any, page_size: int, tokens: int, rows: int = 8,
 						    need_sort=False)
 	cache = cls(CacheInitParams(disable=False, req_to_token_pool=pool,
 				    token_to_kv_pool_allocator=alloc, page_size=page_size,
-				    eviction_policy=policy))
+				    eviction_policy=policy, enable_kv_cache_events=events))
 	return SimpleNamespace(cache=cache, pool=pool, alloc=alloc)
 
 
