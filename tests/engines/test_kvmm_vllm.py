@@ -164,3 +164,40 @@ def test_kvmmd_restarted_on_its_nvme_file(tmp_path):
 		assert finished(t)[0].success
 		assert np.array_equal(out[9:12], rows[:3])
 		t.shutdown()
+
+
+@pytest.mark.parametrize("bad", [ROWS, ROWS + 7, -1])
+@pytest.mark.parametrize("op", ["store", "load"])
+def test_chunk_outside_the_primary_fails_the_job(bad, op):
+	rows = primary(seed=4)
+	before = rows.copy()
+	t = tier(rows)
+	t.submit_store(job(1, [key(2)], [2]))
+	assert [r.success for r in finished(t)] == [True]
+	keys = [key(1), key(2)]
+	submit = t.submit_store if op == "store" else t.submit_load
+	submit(job(7, keys, [0, bad], promotion=(op == "load")))	# raises nothing
+	assert t.has_pending_work()			# until it is reaped
+	(r,) = finished(t)
+	assert r.job_id == 7 and not r.success and r.successful_keys is None
+	assert not t.has_pending_work()
+	# nothing stuck, nothing moved: key 1 was never stored, key 2 still is
+	assert t.lookup(key(1), CTX) is LookupResult.MISS
+	assert t.lookup(key(2), CTX) is LookupResult.HIT
+	assert np.array_equal(rows, before)
+	t._store.check()
+	t.shutdown()
+
+
+@pytest.mark.parametrize("locality", ["local", "", "NEAR"])
+def test_invalid_locality_is_refused(locality):
+	with pytest.raises(ValueError, match="Locality"):
+		tier(primary(), locality=locality)
+
+
+@pytest.mark.parametrize("locality", [None, "LOCAL", "REMOTE"])
+def test_locality_is_kept(locality):
+	from vllm.v1.kv_offload.base import Locality
+	t = tier(primary(), locality=locality)
+	assert t.locality is (Locality(locality) if locality else None)
+	t.shutdown()
