@@ -168,7 +168,7 @@ struct kjob_val {
 #define KJOB_LOCKED_BYTES	(64u << 10)	/* frame lists allocated under the lock */
 #define KVMM_NS_KJOB_BYTES_MIN	4096u		/* kvmm_set_ns_kjob_bytes()'s floor */
 #define KJOB_SLICE_BYTES	(16u << 20)	/* values the worker copies between others' work */
-#define KJOB_STALLS		8u		/* rounds a put waits with nothing armed */
+#define KJOB_STALLS		64u		/* rounds a put waits with nothing armed */
 
 /**
  * struct kvmm_kjob - a keyed command's values in flight
@@ -800,9 +800,10 @@ static int kjob_frames(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 /*
  * Room for @nr pages on the host tier.  A job that may wait (@job->wait)
  * evicts nothing: it has the room free, or has the oldest values written
- * down to make it and waits (-EAGAIN); else, or when nothing can be
- * written down, reclaim makes it as for the tree.  Return: 0, -EAGAIN or
- * -ENOSPC.
+ * down to make it and waits (-EAGAIN), or waits for other jobs' frames
+ * (puts in flight: values to write down once they settle); else, or when
+ * nothing can be written down, reclaim makes it as for the tree.
+ * Return: 0, -EAGAIN or -ENOSPC.
  */
 static int host_room(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t nr)
 {
@@ -812,7 +813,8 @@ static int host_room(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t nr)
 		kvmm_migrate_reap(ctx);
 	if (host->nr_free >= nr)
 		return 0;
-	if (job->wait && kvmm_writeback_room(ctx, KVMM_TIER_HOST, nr))
+	if (job->wait && (kvmm_writeback_room(ctx, KVMM_TIER_HOST, nr) ||
+			  ctx->io_pages[KVMM_TIER_HOST] > job->nr_frames))
 		return -EAGAIN;
 	return kvmm_tier_make_room(ctx, KVMM_TIER_HOST, nr) ? 0 : -ENOSPC;
 }

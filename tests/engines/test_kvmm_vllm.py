@@ -52,10 +52,10 @@ def finished(t):
 	return list(t.get_finished_jobs())
 
 
-def kvmmd_args(tmp_path, nvme="nvme", extra=()):
+def kvmmd_args(tmp_path, nvme="nvme", extra=(), host_pages=1024):
 	# 64 KiB pages (4 tokens of 16 KiB), 64 MiB of host tier, 256 MiB of NVMe
 	return ["--page-size", "4", "--pages", "16", "--layers", "1", "--kv-heads", "1",
-		"--head-dim", "2048", "--dtype-bytes", "4", "--host-pages", "1024",
+		"--head-dim", "2048", "--dtype-bytes", "4", "--host-pages", str(host_pages),
 		"--nvme-pages", "4096", "--nvme-file", str(tmp_path / nvme),
 		"--model-id", "vllm-tests", *extra]
 
@@ -201,3 +201,34 @@ def test_locality_is_kept(locality):
 	t = tier(primary(), locality=locality)
 	assert t.locality is (Locality(locality) if locality else None)
 	t.shutdown()
+
+
+@pytest.mark.parametrize("where", ["in-process", "kvmmd"])
+def test_stores_larger_than_host_stream_to_nvme(where, tmp_path):
+	"""A host tier of 4 blocks over NVMe: a 12-block job, then three more
+	submitted back to back with no pause for the disk; while the tiers
+	together have room, every block stored comes back byte for byte."""
+	rows = primary(seed=11)
+	want = rows.copy()
+	# kvmmd: 128 host pages of 64 KiB (4 blocks), 128 blocks of NVMe
+	with running(tmp_path / "k.sock", kvmmd_args(tmp_path, host_pages=128)) as (_, sock):
+		kw = ({"socket": sock} if where == "kvmmd" else
+		      dict(host_bytes=4 * BLOCK, nvme_path=str(tmp_path / "t.nvme"),
+			   nvme_bytes=64 * BLOCK))
+		t = tier(rows, **kw)
+		t.submit_store(job(1, [key(i) for i in range(ROWS)], range(ROWS)))
+		(r,) = finished(t)
+		assert r.success and r.transfer_bytes == ROWS * BLOCK
+		for j in range(1, 4):		# 36 more blocks, none waited for
+			t.submit_store(job(1 + j, [key(100 * j + i) for i in range(ROWS)], range(ROWS)))
+		assert [r.success for r in finished(t)] == [True] * 3
+		for j in range(4):
+			keys = [key(100 * j + i) for i in range(ROWS)]
+			assert [t.lookup(k, CTX) for k in keys] == [LookupResult.HIT] * ROWS
+			rows[:] = 0
+			t.submit_load(job(10 + j, keys, range(ROWS), promotion=True))
+			(r,) = finished(t)
+			assert r.success and r.successful_keys is None
+			assert np.array_equal(rows, want)
+		t._store.check()
+		t.shutdown()

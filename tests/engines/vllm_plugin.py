@@ -11,10 +11,13 @@ the space's values, and submit_store/submit_load wait for kvmm's job (the
 example tier completes inside submit, and the tests count steps on it).
 
 tests/v1/kv_offload/tiering/test_fs_tier.py is the file-system tier's:
-FileSystemTierManager becomes kvmm's tier with its NVMe file in root_dir,
-and its tests of store, load and partial failure run against it;
-the rest test the fs tier's own files, thread pool, C extension and
-events, and are skipped with the reason.
+FileSystemTierManager becomes kvmm's tier with its NVMe file in root_dir
+(host tier: 4 of the tests' 2 MiB blocks, so their larger jobs stream
+through it to NVMe), and lookup_and_wait() looks up until no RETRY (theirs
+waits on the fs tier's async lookup manager).  Every test that drives a
+tier through the SecondaryTierManager interface runs against it; those
+that read the fs tier's own files, thread pool or events are skipped with
+the reason (_FS_WHY; Documentation/admin-guide/engines.rst lists them).
 
 KVMM_ENGINE_SOCKET=PATH runs every tier through that kvmmd instead of in
 this process (each tier its own model identity, so tests do not see each
@@ -38,6 +41,16 @@ def _where(**local):
 	if _SOCKET:
 		return {"socket": _SOCKET, "ring_bytes": 16 << 20}
 	return local
+
+
+def _shutdown(tier):
+	"""Shut a test's tier down; through kvmmd, remove its space first: each
+	tier has a model identity of its own, and kvmmd holds at most 64
+	spaces a namespace (the tests make more tiers than that)."""
+	if _SOCKET and not tier._store._closed:
+		tier.drain_jobs()
+		tier._store.remove_space(tier._vb)
+	KvmmSecondaryTier.shutdown(tier)
 
 
 class _Chunks:
@@ -92,6 +105,9 @@ class KvmmExampleCompat(KvmmSecondaryTier):
 	def get_num_chunks(self):
 		return len(self.chunks)
 
+	def shutdown(self):
+		_shutdown(self)
+
 	@classmethod
 	def config_info_keys(cls, tier_config):
 		return KvmmTierInfo.config_info_keys() + ("example_info",)
@@ -108,13 +124,16 @@ class KvmmFsCompat(KvmmSecondaryTier):
 		     locality=None, backpressure_detector=None):
 		block = primary_kv_view.strides[0]
 		super().__init__(offloading_spec, primary_kv_view, tier_type,
-				 backpressure_detector=backpressure_detector,
+				 backpressure_detector=backpressure_detector, locality=locality,
 				 model_id=f"vllm-fs-conformance-{uuid.uuid4()}",
 				 threads=max(1, min(n_read_threads, n_write_threads)),
 				 **_where(host_bytes=max(4 * block, 1 << 20),
 					  nvme_path=os.path.join(root_dir, "kvmm.nvme"),
 					  nvme_bytes=max(16 * block, 16 << 20)))
 		_made.append(self)
+
+	def shutdown(self):
+		_shutdown(self)
 
 
 def _lookup_and_wait_for(default_ctx):
@@ -132,27 +151,38 @@ def _lookup_and_wait_for(default_ctx):
 	return lookup_and_wait
 
 
-# test_fs_tier.py: what runs against kvmm's tier, and why the rest does not
+# test_fs_tier.py: what runs against kvmm's tier, and why the rest does not.
+# The use_c_ext=True cases of the tests run here skip themselves where
+# vLLM's fs_io_C extension is not built (vLLM's own reason); their False
+# cases monkeypatch only the fs module's switch, which kvmm's tier never
+# reads, and run against kvmm's tier.
 _FS_RUN = {"test_lookup_empty_tier", "test_failed_load_missing_file",
-	   "test_multiple_jobs_tracked_independently", "test_multi_block_job_partial_failure"}
+	   "test_multiple_jobs_tracked_independently", "test_multi_block_job_partial_failure",
+	   "test_invalid_locality_raises_at_construction", "test_batch_lookup_dispatch",
+	   "test_out_of_bounds_block_id_smoke", "test_batch_lookup_c_extension"}
 _FS_WHY = [
 	(("test_store_creates_file", "test_store_then_load_roundtrip",
 	  "test_store_load_data_integrity", "test_store_load_roundtrip_without_o_direct",
 	  "test_store_accepts_block_published_by_another_writer"),
 	 "asserts the fs tier's block files (tier.file_mapper, os.path.exists); the same "
-	 "store/load/integrity checks run on kvmm in tests/engines/test_kvmm_vllm.py"),
-	(("test_invalid_path_raises", "test_invalid_locality_raises",
-	  "test_factory_forwards_locality"),
-	 "checks the fs tier's own constructor options (root_dir, locality)"),
+	 "store/load/integrity checks, batches larger than the host tier included, run "
+	 "on kvmm in tests/engines/test_kvmm_vllm.py"),
+	(("test_invalid_path_raises",),
+	 "expects the fs tier to write a config file into root_dir at construction; "
+	 "kvmm's tier has no root_dir (its NVMe file is opened where it is named)"),
+	(("test_factory_forwards_locality",),
+	 "builds the fs tier itself through vLLM's factory (type 'fs'), not the "
+	 "class the module names; kvmm's tier takes locality the same way "
+	 "(test_invalid_locality_raises_at_construction runs, and "
+	 "test_kvmm_vllm.py::test_locality_is_kept)"),
 	(("test_shutdown_discards_pending_tasks", "test_wait_idle_blocks"),
 	 "inspects the fs tier's thread pool internals (_pool, queues)"),
-	(("test_batch_lookup", "test_out_of_bounds_block_id"),
-	 "exercises the fs tier's C extension (fs_io_C) and async lookup manager"),
 	(("test_failed_load_corrects_verdict", "test_failed_load_after_abort",
 	  "test_batched_partial_load_failure", "test_batched_load_first_block_fails",
 	  "test_transient_load_failure_leaves_file"),
-	 "injects faults into the fs tier's file I/O functions; kvmm's fault injection "
-	 "(torn, flipped, failed NVMe I/O) is tested by its own suites"),
+	 "corrupts or removes the fs tier's block files, or injects faults into its file "
+	 "I/O functions; kvmm's (torn, flipped, failed NVMe I/O) are tested by its own "
+	 "suites, partial promotion in test_kvmm_vllm.py"),
 	(("test_successful_store_emits", "test_store_event_uses", "test_load_job_emits",
 	  "test_mixed_job_results_emit", "test_partially_failed_store_emits",
 	  "test_events_disabled", "test_events_require", "test_cascade_store_emits"),
