@@ -2,7 +2,9 @@
 """kvmm.vllm.KvmmSecondaryTier under vLLM 0.33's own types, beyond vLLM's tests:
 bytes back as stored (batches of 0 to 5 blocks of 2 MiB), RETRY while a
 store is in flight, partial promotion failure, two engine processes
-sharing through kvmmd, and kvmmd restarted on its NVMe file.
+sharing through kvmmd, kvmmd restarted on its NVMe file, stores larger
+than the host tier streaming to NVMe, bad chunk ids and locality, and
+vLLM's TieringOffloadingManager storing through kvmm and promoting back.
 
 Run by tests/engines/run.sh in the vLLM environment (vLLM's sdist source on
 PYTHONPATH, python/tests for the kvmmd helper).
@@ -232,3 +234,76 @@ def test_stores_larger_than_host_stream_to_nvme(where, tmp_path):
 			assert np.array_equal(rows, want)
 		t._store.check()
 		t.shutdown()
+
+
+def _block_of(i):
+	return np.random.default_rng(1000 + i).integers(0, 256, BLOCK, dtype=np.uint8)
+
+
+def _manager_step(m):
+	from vllm.v1.kv_offload.base import ScheduleEndContext
+	m.on_schedule_end(ScheduleEndContext(new_req_ids=[], preempted_req_ids=()))
+	list(m.take_events())
+
+
+def _until(m, t, what):
+	"""Step the manager (the tier's jobs done between steps) until @what() is
+	not None; vLLM's scheduler steps the same way while a tier has work."""
+	for _ in range(200):
+		got = what()
+		if got is not None:
+			return got
+		t.drain_jobs()
+		_manager_step(m)
+	raise AssertionError("the manager never got there")
+
+
+@pytest.mark.parametrize("where", ["in-process", "kvmmd"])
+def test_manager_evicts_into_kvmm_and_loads_back(where, tmp_path):
+	"""vLLM's TieringOffloadingManager over its CPU primary tier (4 chunks)
+	and kvmm's tier (a host tier of 2 blocks over NVMe): 8 requests of 3
+	new blocks, stored one after another with no pause, go through the
+	primary into kvmm and are evicted from the primary; then each block,
+	looked up, is promoted back from kvmm and is byte for byte what was
+	stored, while the tiers together have room."""
+	from vllm.v1.kv_offload.base import LookupResult as LR, make_offload_key
+	from vllm.v1.kv_offload.tiering.manager import (CPUPrimaryTierOffloadingManager,
+							 TieringOffloadingManager)
+
+	rows = np.zeros((4, BLOCK), dtype=np.uint8)
+	region = MagicMock()
+	region.create_kv_memoryview.return_value = memoryview(rows)
+	keys = [make_offload_key(f"block{i}".encode(), 0) for i in range(24)]
+	# kvmmd: 64 host pages of 64 KiB (2 blocks), 128 blocks of NVMe
+	with running(tmp_path / "k.sock", kvmmd_args(tmp_path, host_pages=64)) as (_, sock):
+		kw = ({"socket": sock} if where == "kvmmd" else
+		      dict(host_bytes=2 * BLOCK, nvme_path=str(tmp_path / "t.nvme"),
+			   nvme_bytes=64 * BLOCK))
+		primary_tier = CPUPrimaryTierOffloadingManager(num_chunks=4, mmap_region=region)
+		t = tier(rows, **kw)
+		m = TieringOffloadingManager(primary_tier=primary_tier, secondary_tiers=[t])
+		for r in range(8):
+			ctx = ReqContext(req_id=f"store{r}")
+			m.on_new_request(ctx)
+			mine = keys[3 * r:3 * r + 3]
+			out = _until(m, t, lambda: m.prepare_store(mine, ctx))
+			assert list(out.keys_to_store) == mine
+			for k, row in zip(out.keys_to_store, out.store_spec.block_ids):
+				rows[row] = _block_of(keys.index(k))	# the GPU's write
+			m.complete_store(mine, ctx, success=True)
+			m.on_request_finished(ctx)
+			_manager_step(m)
+		_until(m, t, lambda: None if t.has_pending_work() else True)
+		for i, k in enumerate(keys):
+			ctx = ReqContext(req_id=f"load{i}")
+			m.on_new_request(ctx)
+			res = _until(m, t, lambda: {LR.HIT: True, LR.MISS: False}.get(m.lookup(k, ctx)))
+			assert res, f"block {i} was lost"
+			spec = m.prepare_load([k], ctx)
+			assert np.array_equal(rows[spec.block_ids[0]], _block_of(i)), f"block {i} differs"
+			m.complete_load([k], ctx)
+			m.on_request_finished(ctx)
+			_manager_step(m)
+		assert t._store.stats().keyed_nvme_pages > 0	# the most went through NVMe
+		t._store.check()
+		m.shutdown()
