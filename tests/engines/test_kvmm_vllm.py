@@ -307,3 +307,11 @@ def test_manager_evicts_into_kvmm_and_loads_back(where, tmp_path):
 		assert t._store.stats().keyed_nvme_pages > 0	# the most went through NVMe
 		t._store.check()
 		m.shutdown()
+
+
+def test_config_info_keys_match_the_filled_values():
+	t = tier(primary())
+	info = t.config_info()
+	assert tuple(info) == KvmmSecondaryTier.config_info_keys({})
+	assert info["kvmm_store"] == "in-process" and info["kvmm_model_id"] == "llama-test@1"
+	t.shutdown()
