@@ -42,12 +42,14 @@ cache=${KVMM_VENV_CACHE:-$HOME/.cache/kvmm}
 engine_setup() {
 	case $1 in
 	vllm)
-		tests=(tests/v1/kv_offload/tiering/test_tiering_offloading.py
-		       tests/v1/kv_offload/tiering/test_fs_tier.py)
+		# the whole tiering folder: the example and fs tiers' tests with
+		# kvmm's tier in their place (vllm_plugin.py), the rest (vLLM's
+		# async lookup, backpressure, factory, metrics, poll thread and
+		# its other tiers) as they ship
+		tests=(tests/v1/kv_offload/tiering/)
 		members=(vllm/ tests/__init__.py tests/v1/__init__.py
 			 tests/v1/kv_offload/__init__.py
-			 tests/v1/kv_offload/conftest.py
-			 tests/v1/kv_offload/tiering/__init__.py "${tests[@]}")
+			 tests/v1/kv_offload/conftest.py "${tests[@]}")
 		# kvmmd for the second pass: 64 KiB pages (vLLM's 2 MiB blocks), 128 MiB
 		kvmmd_geom=(--head-dim 2048 --host-pages 2048)
 		source_on_path=y ;;

@@ -315,3 +315,21 @@ def test_config_info_keys_match_the_filled_values():
 	assert tuple(info) == KvmmSecondaryTier.config_info_keys({})
 	assert info["kvmm_store"] == "in-process" and info["kvmm_model_id"] == "llama-test@1"
 	t.shutdown()
+
+
+def test_factory_loads_the_tier_by_module_path(tmp_path):
+	"""The configuration engines.rst documents, through vLLM's own factory."""
+	from vllm.v1.kv_offload.base import Locality
+	from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+	rows = primary()
+	t = SecondaryTierFactory.create_secondary_tier(
+		{"type": "KvmmSecondaryTier", "module_path": "kvmm.vllm", "model_id": "f@1",
+		 "host_bytes": 4 * BLOCK, "nvme_path": str(tmp_path / "f.nvme"),
+		 "nvme_bytes": 16 * BLOCK, "locality": "LOCAL"},
+		memoryview(rows), MagicMock())
+	assert isinstance(t, KvmmSecondaryTier) and t.tier_type == "KvmmSecondaryTier"
+	assert t.locality is Locality.LOCAL
+	t.submit_store(job(1, [key(1)], [0]))
+	assert [r.success for r in finished(t)] == [True]
+	assert t.lookup(key(1), CTX) is LookupResult.HIT
+	t.shutdown()

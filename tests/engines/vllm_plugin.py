@@ -223,11 +223,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _kvmm_tiers(request, monkeypatch):
-	"""Put kvmm's tier where the test module builds its own."""
+	"""Put kvmm's tier where the test module builds its own (the other
+	files of the tiering folder test vLLM's own parts and run as shipped)."""
 	mod = request.module
-	if hasattr(mod, "ExampleSecondaryTierManager"):
+	name = mod.__name__.rsplit(".", 1)[-1]
+	if name == "test_tiering_offloading":
 		monkeypatch.setattr(mod, "ExampleSecondaryTierManager", KvmmExampleCompat)
-	if hasattr(mod, "FileSystemTierManager"):
+	if name == "test_fs_tier":
 		monkeypatch.setattr(mod, "FileSystemTierManager", KvmmFsCompat)
 		monkeypatch.setattr(mod, "lookup_and_wait", _lookup_and_wait_for(mod._CTX))
 	yield
