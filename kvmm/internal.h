@@ -584,6 +584,8 @@ void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 void kvmm_writeback(struct kvmm_ctx *ctx);
 void kvmm_writeback_tier(struct kvmm_ctx *ctx, uint32_t tier);
 bool kvmm_writeback_serves(const struct kvmm_ctx *ctx, uint32_t tier);
+bool kvmm_writeback_room(struct kvmm_ctx *ctx, uint32_t tier, uint64_t nr);
+void kvmm_iow_idle(struct kvmm_ctx *ctx);
 void kvmm_writeback_cancel(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_migrate_reap(struct kvmm_ctx *ctx);
 int kvmm_iow_start(struct kvmm_ctx *ctx);

@@ -51,6 +51,23 @@
  * not moved by that settle (the write is put back, kvmm_keyed_busy()).
  * A delete skips values a get holds.
  *
+ * Rounds.  A value leaves the host tier by being written down while a
+ * tier below has room, never by being dropped to make room for a put:
+ * where background writeback serves the host tier and the put can wait
+ * (a ring's, completed later; the direct API), a value that finds no free
+ * host frame does not evict but waits (kvmm_writeback_room() writes the
+ * oldest host values down at once, whatever the watermarks say).  The put
+ * then runs in rounds: arm what has room, copy, settle (those values are
+ * stored and may themselves be written down), and on the I/O worker,
+ * behind the writeback it started, arm the rest again; so a put larger
+ * than the host tier streams through it to NVMe.  A put that the tiers
+ * together cannot hold (its new values more than the host and the tier
+ * below have, or only the host where it cannot wait) fails whole at arm,
+ * its new values -ENOSPC, and evicts nothing.  A put that waits through
+ * KJOB_STALLS rounds with nothing armed (writeback failing, every host
+ * value locked) stops waiting and reclaims as one that cannot wait: it
+ * drops the oldest, or fails -ENOSPC.
+ *
  * Bounds.  A client chooses the value size (up to 1 GiB), the entries of
  * a command (up to 4096) and where they point, so nothing a job holds may
  * grow with entries times value pages.  A job holds a record per entry,
@@ -151,6 +168,7 @@ struct kjob_val {
 #define KJOB_LOCKED_BYTES	(64u << 10)	/* frame lists allocated under the lock */
 #define KVMM_NS_KJOB_BYTES_MIN	4096u		/* kvmm_set_ns_kjob_bytes()'s floor */
 #define KJOB_SLICE_BYTES	(16u << 20)	/* values the worker copies between others' work */
+#define KJOB_STALLS		64u		/* rounds a put waits with nothing armed */
 
 /**
  * struct kvmm_kjob - a keyed command's values in flight
@@ -169,6 +187,12 @@ struct kjob_val {
  * @nr_locks: get: values it holds locked
  * @frames: the host frames its values took (a put's, a remote get's), in
  *	state IO, held by the job: @nr_frames of @cap_frames
+ * @new_pages: put: pages its values not stored yet take, on arrival
+ * @wait: put: it may wait for writeback to make room on the host tier
+ *	rather than drop what is there (see "Rounds" in the DOC above)
+ * @nr_wait: put: values waiting for that room (err -EAGAIN until armed)
+ * @rearm: put: on the I/O worker, the next run arms the waiting values
+ * @stalls: put: rounds in a row that armed none of them
  * @charge: bytes of memory it holds or may still take (its block, its
  *	frame list, its window), counted against its namespace's limit
  * @lo, @hi: the values the copy step works on now: all of them, but on
@@ -198,6 +222,11 @@ struct kvmm_kjob {
 	uint32_t nr_locks;
 	int32_t *frames;
 	uint32_t nr_frames, cap_frames;
+	uint64_t new_pages;
+	bool wait;
+	bool rearm;
+	uint32_t nr_wait;
+	uint32_t stalls;
 	size_t charge;
 	uint32_t lo, hi;
 	uint32_t win;
@@ -746,6 +775,8 @@ static int kjob_frames(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 	for (i = 0; i < job->n; i++)
 		if ((job->put || ctx->remote) && !value_find(ctx, s, &job->vals[i].key))
 			want += s->pages;
+	if (job->put)
+		job->new_pages = want;
 	if (want > host)
 		want = host;
 	bytes = (size_t)want * sizeof(int32_t);
@@ -766,28 +797,97 @@ static int kjob_frames(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 	return 0;
 }
 
-/* Take @s->pages host frames for @v, in state IO.  Return: whether it could. */
-static bool kjob_take(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
+/*
+ * Room for @nr pages on the host tier.  A job that may wait (@job->wait)
+ * evicts nothing: it has the room free, or has the oldest values written
+ * down to make it and waits (-EAGAIN), or waits for other jobs' frames
+ * (puts in flight: values to write down once they settle); else, or when
+ * nothing can be written down, reclaim makes it as for the tree.
+ * Return: 0, -EAGAIN or -ENOSPC.
+ */
+static int host_room(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t nr)
+{
+	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+
+	if (host->nr_free < nr)
+		kvmm_migrate_reap(ctx);
+	if (host->nr_free >= nr)
+		return 0;
+	if (job->wait && (kvmm_writeback_room(ctx, KVMM_TIER_HOST, nr) ||
+			  ctx->io_pages[KVMM_TIER_HOST] > job->nr_frames))
+		return -EAGAIN;
+	return kvmm_tier_make_room(ctx, KVMM_TIER_HOST, nr) ? 0 : -ENOSPC;
+}
+
+/*
+ * Take @s->pages host frames for @v, in state IO.  Return: 0, -EAGAIN
+ * (wait for writeback, or for the next round's frame list) or -ENOSPC.
+ */
+static int kjob_take(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
 {
 	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
 	uint32_t pages = job->space->pages;
 	int32_t *pfns = job->frames + job->nr_frames;
+	int ret;
 
-	if (job->cap_frames - job->nr_frames < pages ||
-	    !kvmm_tier_make_room(ctx, KVMM_TIER_HOST, pages))
-		return false;
+	if (job->cap_frames - job->nr_frames < pages)
+		return job->wait && job->nr_frames ? -EAGAIN : -ENOSPC;
+	ret = host_room(ctx, job, pages);
+	if (ret)
+		return ret;
 	__kvmm_alloc_pages(ctx, host, pages, pfns);
 	kvmm_pages_set_state(host, pfns, pages, KVMM_PAGE_IO);
 	ctx->io_pages[KVMM_TIER_HOST] += pages;
 	v->first = job->nr_frames;
 	job->nr_frames += pages;
-	return true;
+	return 0;
+}
+
+/* Pages a put's new values may take: the host tier's, and below if it waits. */
+static uint64_t put_room(struct kvmm_ctx *ctx, const struct kvmm_kjob *job)
+{
+	uint64_t room = ctx->zone[KVMM_TIER_HOST].nr_pages;
+	uint32_t lower;
+
+	if (job->wait && kvmm_tier_below(ctx, KVMM_TIER_HOST, &lower))
+		room += ctx->zone[lower].nr_pages;
+	return room;
+}
+
+/*
+ * Arm a put's value @v (@node: its key's value, if stored): as good as
+ * new when stored, else on new host frames; or it waits (@job->nr_wait),
+ * or fails.
+ */
+static void put_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v,
+		    struct kvmm_node *node)
+{
+	if (node) {		/* stored already: as good as new */
+		kvmm_tree_touch(ctx, node);
+		v->err = 0;
+		return;
+	}
+	if (job->new_pages > put_room(ctx, job)) {	/* never fits: evict nothing */
+		v->err = -ENOSPC;
+		return;
+	}
+	/* once one waits, the rest wait behind it: the room goes in order */
+	v->err = job->nr_wait ? -EAGAIN : kjob_take(ctx, job, v);
+	if (v->err == -EAGAIN) {
+		job->nr_wait++;
+		return;
+	}
+	if (v->err)
+		return;
+	v->armed = true;
+	job->remote |= ctx->remote != NULL;	/* written through */
 }
 
 /*
  * Arm the job's values (see the DOC above).  A put of a key already
- * stored succeeds at once; a key that finds no room fails with -ENOSPC.
- * With @held, the lock is let go now and then (kjob_breathe()).
+ * stored succeeds at once; a key that finds no room waits (put_arm()) or
+ * fails with -ENOSPC.  With @held, the lock is let go now and then
+ * (kjob_breathe()).
  */
 static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 {
@@ -801,21 +901,12 @@ static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 		kjob_breathe(ctx, held, &since);	/* before the lookup: it may go meanwhile */
 		node = value_find(ctx, s, &v->key);
 		if (job->put) {
-			if (node) {		/* stored already: as good as new */
-				kvmm_tree_touch(ctx, node);
-				continue;
-			}
-			if (!kjob_take(ctx, job, v)) {
-				v->err = -ENOSPC;
-				continue;
-			}
-			since += s->pages;
-			v->armed = true;
-			job->remote |= ctx->remote != NULL;	/* written through */
+			put_arm(ctx, job, v, node);
+			since += v->armed ? s->pages : 0;
 			continue;
 		}
 		if (!node && ctx->remote) {	/* ask the remote tier, into new frames */
-			if (!kjob_take(ctx, job, v)) {
+			if (kjob_take(ctx, job, v)) {
 				v->err = -ENOENT;
 				kvmm_count(ctx, EV_KEYED_MISSES, 1);
 				continue;
@@ -836,6 +927,38 @@ static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 		v->armed = true;
 		job->io |= !ctx->store[node->tier]->page;
 	}
+}
+
+/*
+ * The next round of a put that waits: the frames of the last one are the
+ * values' now, and the values that waited are armed again, in order, as
+ * far as there is room.  After KJOB_STALLS rounds in a row that armed
+ * none, it stops waiting (see "Rounds" in the DOC above).  Return:
+ * whether any value was armed.
+ */
+static bool kjob_rearm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
+{
+	struct kvmm_kspace *s = job->space;
+	uint32_t i, since = 0, waiting = job->nr_wait;
+	bool armed = false;
+
+	job->nr_frames = 0;
+	job->nr_wait = 0;
+	if (job->stalls >= KJOB_STALLS)
+		job->wait = false;
+	for (i = 0; i < job->n && waiting; i++) {
+		struct kjob_val *v = &job->vals[i];
+
+		if (v->err != -EAGAIN)
+			continue;
+		waiting--;
+		kjob_breathe(ctx, held, &since);
+		put_arm(ctx, job, v, value_find(ctx, s, &v->key));
+		since += v->armed ? s->pages : 0;
+		armed |= v->armed;
+	}
+	job->stalls = armed ? 0 : job->stalls + 1;
+	return armed;
 }
 
 /*
@@ -1458,9 +1581,16 @@ static int direct_io(struct kvmm_ctx *ctx, uint32_t space, bool put,
 	job = kjob_make(ctx, s, put, keys, bufs, NULL, n, false, &err);
 	if (!job)
 		return err;
+	job->wait = put && kvmm_writeback_serves(ctx, KVMM_TIER_HOST);
 	kjob_arm(ctx, job, false);
-	kjob_copy(ctx, job, 0);
-	ok = kjob_settle(ctx, job, false);
+	for (;;) {
+		kjob_copy(ctx, job, 0);
+		ok = kjob_settle(ctx, job, false);
+		if (!job->nr_wait)
+			break;
+		kvmm_iow_idle(ctx);	/* the writeback that makes its room */
+		kjob_rearm(ctx, job, false);
+	}
 	for (i = 0; res && i < n; i++)
 		res[i] = job->vals[i].err;
 	kjob_free(ctx, job);
@@ -1476,12 +1606,18 @@ static int direct_io(struct kvmm_ctx *ctx, uint32_t space, bool put,
  * @src: their bytes, the space's value_bytes each
  * @n: values
  * @res: out (may be NULL): per value, 0 or -errno (-ENOSPC: no room on
- *	the host tier even after reclaim; -ENOMEM)
+ *	the tiers even after reclaim, or more new values than the host
+ *	tier and NVMe hold together, when nothing is evicted; -ENOMEM)
  *
  * A key already stored keeps its value (it is as good as this one: the
  * same key names the same KV) and counts as stored.  New values go to the
- * host tier, making room there by reclaim; background writeback takes the
- * oldest host pages down to NVMe.
+ * host tier; background writeback takes the oldest host pages down to
+ * NVMe.  With an NVMe tier a put that finds the host tier full waits for
+ * its oldest values to be written down rather than drop them, so a put
+ * larger than the host tier streams through it to NVMe.
+ *
+ * Context: a put that waits for writeback waits for the I/O worker: call
+ * it without kvmm_lock() held where rings share the context.
  *
  * Return: values stored, or -EINVAL for bad arguments, -EDQUOT past the
  * namespace's ns_kjob_bytes, -ENOMEM (nothing done).
@@ -1750,13 +1886,22 @@ static uint32_t kjob_slice_end(const struct kvmm_kjob *job)
  * The worker copies a get's values (from NVMe, from the remote tier) a
  * slice at a time, queued again behind the others' work after each, so
  * that a long one does not hold theirs; after the last it settles and
- * completes the job.
+ * completes the job.  A put that waits for room runs a round a time: it
+ * is queued again behind the writeback its round started, and arms its
+ * waiting values when it runs next.
  */
 static void kjob_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
 {
 	struct kvmm_kjob *job = container_of(work, struct kvmm_kjob, work);
 	int ok;
 
+	if (job->rearm) {
+		pthread_mutex_lock(&ctx->lock);
+		kjob_rearm(ctx, job, true);
+		pthread_mutex_unlock(&ctx->lock);
+		job->rearm = false;
+		job->lo = 0;
+	}
 	job->hi = kjob_slice_end(job);
 	kjob_copy(ctx, job, 1);
 	if (job->hi < job->n) {
@@ -1766,6 +1911,13 @@ static void kjob_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
 	}
 	pthread_mutex_lock(&ctx->lock);
 	ok = kjob_settle(ctx, job, true);
+	if (job->nr_wait) {	/* behind the writeback that makes its room */
+		job->rearm = true;
+		kvmm_debug_check(ctx, "keyed put round");
+		pthread_mutex_unlock(&ctx->lock);
+		kvmm_work_queue(ctx, &job->work);
+		return;
+	}
 	if (job->owner)
 		kvmm_owner_complete(job->owner, job->user_data, ok);
 	kjob_free(ctx, job);
@@ -1789,8 +1941,10 @@ static void kjob_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
  *
  * Copies that need no I/O run on the calling thread with the context's
  * lock dropped (other rings go on meanwhile) and retaken; a get that
- * reads NVMe goes to the I/O worker, whose completion is posted to
- * @owner later (the owner must then stay until it has been).  Arming
+ * reads NVMe, or a put that waits for writeback to make room on the host
+ * tier (see "Rounds" in the DOC above), goes to the I/O worker, whose
+ * completion is posted to @owner later (the owner must then stay until
+ * it has been).  Arming
  * and settling many frames let the lock go now and then too.
  *
  * Return: values that succeeded; -EINPROGRESS when the completion comes
@@ -1807,12 +1961,14 @@ int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t use
 	job = kjob_make(ctx, s, put, keys, bufs, resps, n, true, &ok);
 	if (!job)
 		return ok;
+	/* a put completed later may wait for writeback instead of dropping */
+	job->wait = put && owner && kvmm_writeback_serves(ctx, KVMM_TIER_HOST);
 	kjob_arm(ctx, job, true);
-	if ((job->io || job->remote) && owner && ctx->iow) {
+	if ((job->io || job->remote || job->nr_wait) && owner && ctx->iow) {
 		job->owner = owner;
 		job->user_data = user_data;
 		job->work.run = kjob_run;
-		if (job->io)
+		if (job->io || job->nr_wait)	/* a wait: behind the writeback */
 			kvmm_work_queue(ctx, &job->work);
 		else	/* the remote tier alone: never ahead of NVMe I/O */
 			kvmm_work_queue_remote(ctx, &job->work);

@@ -454,31 +454,19 @@ static struct kvmm_migrate *writeback_arm(struct kvmm_ctx *ctx, struct kvmm_node
 }
 
 /*
- * kvmm_writeback_tier() - background reclaim of tier @tier: below its low
- *	watermark (counting pages already on their way down as free), the
- *	oldest leaves go down to the tier below in jobs on the I/O worker,
- *	enough to reach the high watermark.  Nothing waits for them here.
- * @ctx: the context
- * @tier: the tier, after an allocation on it
+ * Queue writeback jobs taking tier @tier's oldest leaves down to @lower
+ * until @target of its pages are free or on their way down.
  */
-void kvmm_writeback_tier(struct kvmm_ctx *ctx, uint32_t tier)
+static void writeback_until(struct kvmm_ctx *ctx, uint32_t tier, uint32_t lower,
+			    uint64_t target)
 {
-	struct kvmm_zone *zone = &ctx->zone[tier];
 	struct kvmm_node *nodes[KVMM_WRITEBACK_BATCH];
 	struct kvmm_migrate *job;
-	uint32_t nr, pages, i, lower;
+	uint32_t nr, pages, i;
 
-	if (!kvmm_writeback_serves(ctx, tier) ||
-	    headroom(ctx, tier) >= zone->wmark[KVMM_WMARK_LOW])
-		return;
-	if (!kvmm_tier_below(ctx, tier, &lower))
-		lower = tier;	/* the remote tier, and nothing here, takes them */
-	kvmm_migrate_reap(ctx);
-	if (headroom(ctx, tier) >= zone->wmark[KVMM_WMARK_LOW])
-		return;
 	/* in jobs of a bounded size, so that each settles (and frees) soon */
-	while (headroom(ctx, tier) < zone->wmark[KVMM_WMARK_HIGH]) {
-		uint64_t want = zone->wmark[KVMM_WMARK_HIGH] - headroom(ctx, tier);
+	while (headroom(ctx, tier) < target) {
+		uint64_t want = target - headroom(ctx, tier);
 
 		nr = writeback_isolate(ctx, tier, nodes, KVMM_WRITEBACK_BATCH,
 				       want < KVMM_WRITEBACK_PAGES ? want : KVMM_WRITEBACK_PAGES,
@@ -495,6 +483,77 @@ void kvmm_writeback_tier(struct kvmm_ctx *ctx, uint32_t tier)
 		kvmm_count(ctx, EV_WRITEBACK_RUNS, 1);
 		kvmm_migrate_queue(ctx, job);
 	}
+}
+
+/*
+ * kvmm_writeback_tier() - background reclaim of tier @tier: below its low
+ *	watermark (counting pages already on their way down as free), the
+ *	oldest leaves go down to the tier below in jobs on the I/O worker,
+ *	enough to reach the high watermark.  Nothing waits for them here.
+ * @ctx: the context
+ * @tier: the tier, after an allocation on it
+ */
+void kvmm_writeback_tier(struct kvmm_ctx *ctx, uint32_t tier)
+{
+	struct kvmm_zone *zone = &ctx->zone[tier];
+	uint32_t lower;
+
+	if (!kvmm_writeback_serves(ctx, tier) ||
+	    headroom(ctx, tier) >= zone->wmark[KVMM_WMARK_LOW])
+		return;
+	if (!kvmm_tier_below(ctx, tier, &lower))
+		lower = tier;	/* the remote tier, and nothing here, takes them */
+	kvmm_migrate_reap(ctx);
+	if (headroom(ctx, tier) >= zone->wmark[KVMM_WMARK_LOW])
+		return;
+	writeback_until(ctx, tier, lower, zone->wmark[KVMM_WMARK_HIGH]);
+}
+
+/**
+ * kvmm_writeback_room() - write tier @tier's oldest leaves down now, to
+ *	make room for @nr pages, whatever its watermarks say
+ * @ctx: the context, its lock held where it has one
+ * @tier: a tier background reclaim serves (kvmm_writeback_serves())
+ * @nr: pages wanted free
+ *
+ * For an allocation that would rather wait for the write than drop what
+ * it would evict (a keyed put): queues writeback jobs until @nr pages (or
+ * the high watermark, if more) are free or on their way down.
+ *
+ * Return: whether pages are on their way down, so that waiting for the
+ * I/O worker frees some; false: nothing could be written down (the tier
+ * below refused room, or every leaf is locked or in flight).
+ */
+bool kvmm_writeback_room(struct kvmm_ctx *ctx, uint32_t tier, uint64_t nr)
+{
+	uint64_t high = ctx->zone[tier].wmark[KVMM_WMARK_HIGH];
+	uint32_t lower;
+
+	if (!kvmm_writeback_serves(ctx, tier))
+		return false;
+	if (!kvmm_tier_below(ctx, tier, &lower))
+		lower = tier;
+	writeback_until(ctx, tier, lower, nr > high ? nr : high);
+	return ctx->writeback[tier] > 0;
+}
+
+/**
+ * kvmm_iow_idle() - wait until the I/O worker has nothing queued or in
+ *	hand (what it did is settled by the next kvmm_migrate_reap())
+ * @ctx: the context
+ *
+ * Context: without ctx->lock (the worker may need it to finish a PROMOTE).
+ */
+void kvmm_iow_idle(struct kvmm_ctx *ctx)
+{
+	struct kvmm_iow *w = ctx->iow;
+
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	while (w->busy || !list_empty(&w->queue) || !list_empty(&w->rqueue))
+		pthread_cond_wait(&w->idle, &w->mu);
+	pthread_mutex_unlock(&w->mu);
 }
 
 /*
@@ -834,17 +893,11 @@ void kvmm_iow_stop(struct kvmm_ctx *ctx)
  */
 KVMM_EXPORT int kvmm_sync(struct kvmm_ctx *ctx)
 {
-	struct kvmm_iow *w;
-
 	if (!ctx)
 		return -EINVAL;
-	w = ctx->iow;
-	if (!w)
+	if (!ctx->iow)
 		return 0;
-	pthread_mutex_lock(&w->mu);
-	while (w->busy || !list_empty(&w->queue) || !list_empty(&w->rqueue))
-		pthread_cond_wait(&w->idle, &w->mu);
-	pthread_mutex_unlock(&w->mu);
+	kvmm_iow_idle(ctx);
 	pthread_mutex_lock(&ctx->lock);
 	kvmm_migrate_reap(ctx);
 	pthread_mutex_unlock(&ctx->lock);

@@ -40,14 +40,20 @@ cache=${KVMM_VENV_CACHE:-$HOME/.cache/kvmm}
 # The engines' top-level tests/conftest.py is left out: it imports the
 # whole engine.
 engine_setup() {
+	pytest_extra=()
 	case $1 in
 	vllm)
-		tests=(tests/v1/kv_offload/tiering/test_tiering_offloading.py
-		       tests/v1/kv_offload/tiering/test_fs_tier.py)
+		# the tiering folder: the example and fs tiers' tests with kvmm's
+		# tier in their place (vllm_plugin.py), the rest (vLLM's async
+		# lookup, backpressure, factory, metrics, poll thread and its
+		# other tiers) as they ship; not p2p/, vLLM's peer-to-peer
+		# transport over zmq, which holds no tier and times its sessions
+		# against wall-clock deadlines (flaky on a loaded machine)
+		tests=(tests/v1/kv_offload/tiering/)
+		pytest_extra=(--ignore=tests/v1/kv_offload/tiering/p2p)
 		members=(vllm/ tests/__init__.py tests/v1/__init__.py
 			 tests/v1/kv_offload/__init__.py
-			 tests/v1/kv_offload/conftest.py
-			 tests/v1/kv_offload/tiering/__init__.py "${tests[@]}")
+			 tests/v1/kv_offload/conftest.py "${tests[@]}")
 		# kvmmd for the second pass: 64 KiB pages (vLLM's 2 MiB blocks), 128 MiB
 		kvmmd_geom=(--head-dim 2048 --host-pages 2048)
 		source_on_path=y ;;
@@ -133,7 +139,7 @@ for engine in "${engines[@]}"; do
 		"$venv/bin/python" -m pytest -q -p no:cacheprovider \
 		-o log_cli=false -rs "${plugin[@]}" \
 		-o junit_family=xunit1 --junitxml="$dest/junit.xml" \
-		"${tests[@]}" "${ours[@]}") || status=$?
+		"${pytest_extra[@]}" "${tests[@]}" "${ours[@]}") || status=$?
 	results+=("$engine:$status:$dest/junit.xml")
 	[ ${#plugin[@]} -gt 0 ] || continue
 
@@ -155,7 +161,7 @@ for engine in "${engines[@]}"; do
 		"$venv/bin/python" -m pytest -q -p no:cacheprovider \
 		-o log_cli=false -rs "${plugin[@]}" \
 		-o junit_family=xunit1 --junitxml="$dest/junit-kvmmd.xml" \
-		"${tests[@]}") || status=$?
+		"${pytest_extra[@]}" "${tests[@]}") || status=$?
 	kill "$kvmmd_pid" 2>/dev/null || status=1	# it must still be serving
 	wait "$kvmmd_pid" || true
 	results+=("$engine (through kvmmd):$status:$dest/junit-kvmmd.xml")

@@ -2,7 +2,9 @@
 """kvmm.vllm.KvmmSecondaryTier under vLLM 0.33's own types, beyond vLLM's tests:
 bytes back as stored (batches of 0 to 5 blocks of 2 MiB), RETRY while a
 store is in flight, partial promotion failure, two engine processes
-sharing through kvmmd, and kvmmd restarted on its NVMe file.
+sharing through kvmmd, kvmmd restarted on its NVMe file, stores larger
+than the host tier streaming to NVMe, bad chunk ids and locality, and
+vLLM's TieringOffloadingManager storing through kvmm and promoting back.
 
 Run by tests/engines/run.sh in the vLLM environment (vLLM's sdist source on
 PYTHONPATH, python/tests for the kvmmd helper).
@@ -52,10 +54,10 @@ def finished(t):
 	return list(t.get_finished_jobs())
 
 
-def kvmmd_args(tmp_path, nvme="nvme", extra=()):
+def kvmmd_args(tmp_path, nvme="nvme", extra=(), host_pages=1024):
 	# 64 KiB pages (4 tokens of 16 KiB), 64 MiB of host tier, 256 MiB of NVMe
 	return ["--page-size", "4", "--pages", "16", "--layers", "1", "--kv-heads", "1",
-		"--head-dim", "2048", "--dtype-bytes", "4", "--host-pages", "1024",
+		"--head-dim", "2048", "--dtype-bytes", "4", "--host-pages", str(host_pages),
 		"--nvme-pages", "4096", "--nvme-file", str(tmp_path / nvme),
 		"--model-id", "vllm-tests", *extra]
 
@@ -164,3 +166,170 @@ def test_kvmmd_restarted_on_its_nvme_file(tmp_path):
 		assert finished(t)[0].success
 		assert np.array_equal(out[9:12], rows[:3])
 		t.shutdown()
+
+
+@pytest.mark.parametrize("bad", [ROWS, ROWS + 7, -1])
+@pytest.mark.parametrize("op", ["store", "load"])
+def test_chunk_outside_the_primary_fails_the_job(bad, op):
+	rows = primary(seed=4)
+	before = rows.copy()
+	t = tier(rows)
+	t.submit_store(job(1, [key(2)], [2]))
+	assert [r.success for r in finished(t)] == [True]
+	keys = [key(1), key(2)]
+	submit = t.submit_store if op == "store" else t.submit_load
+	submit(job(7, keys, [0, bad], promotion=(op == "load")))	# raises nothing
+	assert t.has_pending_work()			# until it is reaped
+	(r,) = finished(t)
+	assert r.job_id == 7 and not r.success and r.successful_keys is None
+	assert not t.has_pending_work()
+	# nothing stuck, nothing moved: key 1 was never stored, key 2 still is
+	assert t.lookup(key(1), CTX) is LookupResult.MISS
+	assert t.lookup(key(2), CTX) is LookupResult.HIT
+	assert np.array_equal(rows, before)
+	t._store.check()
+	t.shutdown()
+
+
+@pytest.mark.parametrize("locality", ["local", "", "NEAR"])
+def test_invalid_locality_is_refused(locality):
+	with pytest.raises(ValueError, match="Locality"):
+		tier(primary(), locality=locality)
+
+
+@pytest.mark.parametrize("locality", [None, "LOCAL", "REMOTE"])
+def test_locality_is_kept(locality):
+	from vllm.v1.kv_offload.base import Locality
+	t = tier(primary(), locality=locality)
+	assert t.locality is (Locality(locality) if locality else None)
+	t.shutdown()
+
+
+@pytest.mark.parametrize("where", ["in-process", "kvmmd"])
+def test_stores_larger_than_host_stream_to_nvme(where, tmp_path):
+	"""A host tier of 4 blocks over NVMe: a 12-block job, then three more
+	submitted back to back with no pause for the disk; while the tiers
+	together have room, every block stored comes back byte for byte."""
+	rows = primary(seed=11)
+	want = rows.copy()
+	# kvmmd: 128 host pages of 64 KiB (4 blocks), 128 blocks of NVMe
+	with running(tmp_path / "k.sock", kvmmd_args(tmp_path, host_pages=128)) as (_, sock):
+		kw = ({"socket": sock} if where == "kvmmd" else
+		      dict(host_bytes=4 * BLOCK, nvme_path=str(tmp_path / "t.nvme"),
+			   nvme_bytes=64 * BLOCK))
+		t = tier(rows, **kw)
+		t.submit_store(job(1, [key(i) for i in range(ROWS)], range(ROWS)))
+		(r,) = finished(t)
+		assert r.success and r.transfer_bytes == ROWS * BLOCK
+		for j in range(1, 4):		# 36 more blocks, none waited for
+			t.submit_store(job(1 + j, [key(100 * j + i) for i in range(ROWS)], range(ROWS)))
+		assert [r.success for r in finished(t)] == [True] * 3
+		for j in range(4):
+			keys = [key(100 * j + i) for i in range(ROWS)]
+			assert [t.lookup(k, CTX) for k in keys] == [LookupResult.HIT] * ROWS
+			rows[:] = 0
+			t.submit_load(job(10 + j, keys, range(ROWS), promotion=True))
+			(r,) = finished(t)
+			assert r.success and r.successful_keys is None
+			assert np.array_equal(rows, want)
+		t._store.check()
+		t.shutdown()
+
+
+def _block_of(i):
+	return np.random.default_rng(1000 + i).integers(0, 256, BLOCK, dtype=np.uint8)
+
+
+def _manager_step(m):
+	from vllm.v1.kv_offload.base import ScheduleEndContext
+	m.on_schedule_end(ScheduleEndContext(new_req_ids=[], preempted_req_ids=()))
+	list(m.take_events())
+
+
+def _until(m, t, what):
+	"""Step the manager (the tier's jobs done between steps) until @what() is
+	not None; vLLM's scheduler steps the same way while a tier has work."""
+	for _ in range(200):
+		got = what()
+		if got is not None:
+			return got
+		t.drain_jobs()
+		_manager_step(m)
+	raise AssertionError("the manager never got there")
+
+
+@pytest.mark.parametrize("where", ["in-process", "kvmmd"])
+def test_manager_evicts_into_kvmm_and_loads_back(where, tmp_path):
+	"""vLLM's TieringOffloadingManager over its CPU primary tier (4 chunks)
+	and kvmm's tier (a host tier of 2 blocks over NVMe): 8 requests of 3
+	new blocks, stored one after another with no pause, go through the
+	primary into kvmm and are evicted from the primary; then each block,
+	looked up, is promoted back from kvmm and is byte for byte what was
+	stored, while the tiers together have room."""
+	from vllm.v1.kv_offload.base import LookupResult as LR, make_offload_key
+	from vllm.v1.kv_offload.tiering.manager import (CPUPrimaryTierOffloadingManager,
+							 TieringOffloadingManager)
+
+	rows = np.zeros((4, BLOCK), dtype=np.uint8)
+	region = MagicMock()
+	region.create_kv_memoryview.return_value = memoryview(rows)
+	keys = [make_offload_key(f"block{i}".encode(), 0) for i in range(24)]
+	# kvmmd: 64 host pages of 64 KiB (2 blocks), 128 blocks of NVMe
+	with running(tmp_path / "k.sock", kvmmd_args(tmp_path, host_pages=64)) as (_, sock):
+		kw = ({"socket": sock} if where == "kvmmd" else
+		      dict(host_bytes=2 * BLOCK, nvme_path=str(tmp_path / "t.nvme"),
+			   nvme_bytes=64 * BLOCK))
+		primary_tier = CPUPrimaryTierOffloadingManager(num_chunks=4, mmap_region=region)
+		t = tier(rows, **kw)
+		m = TieringOffloadingManager(primary_tier=primary_tier, secondary_tiers=[t])
+		for r in range(8):
+			ctx = ReqContext(req_id=f"store{r}")
+			m.on_new_request(ctx)
+			mine = keys[3 * r:3 * r + 3]
+			out = _until(m, t, lambda: m.prepare_store(mine, ctx))
+			assert list(out.keys_to_store) == mine
+			for k, row in zip(out.keys_to_store, out.store_spec.block_ids):
+				rows[row] = _block_of(keys.index(k))	# the GPU's write
+			m.complete_store(mine, ctx, success=True)
+			m.on_request_finished(ctx)
+			_manager_step(m)
+		_until(m, t, lambda: None if t.has_pending_work() else True)
+		for i, k in enumerate(keys):
+			ctx = ReqContext(req_id=f"load{i}")
+			m.on_new_request(ctx)
+			res = _until(m, t, lambda: {LR.HIT: True, LR.MISS: False}.get(m.lookup(k, ctx)))
+			assert res, f"block {i} was lost"
+			spec = m.prepare_load([k], ctx)
+			assert np.array_equal(rows[spec.block_ids[0]], _block_of(i)), f"block {i} differs"
+			m.complete_load([k], ctx)
+			m.on_request_finished(ctx)
+			_manager_step(m)
+		assert t._store.stats().keyed_nvme_pages > 0	# the most went through NVMe
+		t._store.check()
+		m.shutdown()
+
+
+def test_config_info_keys_match_the_filled_values():
+	t = tier(primary())
+	info = t.config_info()
+	assert tuple(info) == KvmmSecondaryTier.config_info_keys({})
+	assert info["kvmm_store"] == "in-process" and info["kvmm_model_id"] == "llama-test@1"
+	t.shutdown()
+
+
+def test_factory_loads_the_tier_by_module_path(tmp_path):
+	"""The configuration engines.rst documents, through vLLM's own factory."""
+	from vllm.v1.kv_offload.base import Locality
+	from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+	rows = primary()
+	t = SecondaryTierFactory.create_secondary_tier(
+		{"type": "KvmmSecondaryTier", "module_path": "kvmm.vllm", "model_id": "f@1",
+		 "host_bytes": 4 * BLOCK, "nvme_path": str(tmp_path / "f.nvme"),
+		 "nvme_bytes": 16 * BLOCK, "locality": "LOCAL"},
+		memoryview(rows), MagicMock())
+	assert isinstance(t, KvmmSecondaryTier) and t.tier_type == "KvmmSecondaryTier"
+	assert t.locality is Locality.LOCAL
+	t.submit_store(job(1, [key(1)], [0]))
+	assert [r.success for r in finished(t)] == [True]
+	assert t.lookup(key(1), CTX) is LookupResult.HIT
+	t.shutdown()

@@ -285,20 +285,30 @@ static void test_keyed_pressure(void)
 	for (i = 8; i < 15; i++)
 		CU_ASSERT_EQUAL(get_one(ctx, sp, i), 0);
 
-	/* 12 at once into a tier of 8: each takes its frames before any is copied */
+	/*
+	 * 12 at once into a tier of 8 with nothing below: it can never fit,
+	 * so it fails whole and evicts nothing (it used to evict all 8 and
+	 * then fail 4 of its own)
+	 */
 	for (i = 0; i < 12; i++) {
 		keys[i] = key_of(100 + i);
 		stamp(vals[i], VB, 100 + i);
 		src[i] = vals[i];
 	}
-	CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, sp, keys, src, 12, res), 8);
-	for (i = 0; i < 12; i++) {
-		CU_ASSERT(res[i] == 0 || res[i] == -ENOSPC);
-		stored += !res[i];
-		CU_ASSERT_EQUAL(get_one(ctx, sp, 100 + i), res[i] ? -ENOENT : 0);
+	keys[11] = key_of(9);		/* stored already: as good as new */
+	stamp(vals[11], VB, 9);
+	CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, sp, keys, src, 12, res), 1);
+	for (i = 0; i < 11; i++) {
+		CU_ASSERT_EQUAL(res[i], -ENOSPC);
+		CU_ASSERT_EQUAL(get_one(ctx, sp, 100 + i), -ENOENT);
 	}
-	CU_ASSERT_EQUAL(stored, 8);
+	CU_ASSERT_EQUAL(res[11], 0);
+	CHECK_OK(ctx);
+	for (i = 8; i < 15; i++)
+		stored += get_one(ctx, sp, i) == 0;
+	CU_ASSERT_EQUAL(stored + (get_one(ctx, sp, 0) == 0), 8);	/* all still there */
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_EVICTS), 7);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -1365,6 +1375,119 @@ static void test_keyed_nvme_ring(void)
 	unlink(path);
 }
 
+/* ---- a put larger than the host tier, and puts outrunning the disk ---- */
+
+/*
+ * Every value 0 .. @n - 1 is back byte for byte, from the host or NVMe,
+ * and reclaim dropped none of them.
+ */
+static void all_back(struct kvmm_ctx *ctx, uint32_t sp, uint32_t n)
+{
+	uint32_t i, back = 0;
+
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	for (i = 0; i < n; i++)
+		back += get_one(ctx, sp, i) == 0;
+	CU_ASSERT_EQUAL(back, n);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), n);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_EVICTS), 0);
+	CHECK_OK(ctx);
+}
+
+/*
+ * A put of 40 values into a host tier of 8 over NVMe of 64 streams
+ * through the host tier to NVMe: every value stored, none dropped.  A put
+ * larger than the two together fails whole, at once, and what was stored
+ * stays.
+ */
+static void test_keyed_nvme_put_larger_than_host(void)
+{
+	const char *path = nvme_file("large");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	uint32_t sp = space_of(ctx, 0, VB);
+
+	CU_ASSERT_EQUAL(put_range(ctx, sp, 0, 40), 40);
+	CHECK_OK(ctx);
+	all_back(ctx, sp, 40);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES) >= 32 * VPAGES);
+	CU_ASSERT_EQUAL(put_range(ctx, sp, 100, 100 + 73), 0);	/* 8 + 64 hold 72 */
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 100), -ENOENT);
+	all_back(ctx, sp, 40);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * Puts one after another with no pause for the disk: the host tier makes
+ * room by writing its oldest values down, never by dropping them, while
+ * NVMe has room (60 values in 8 + 64).
+ */
+static void test_keyed_nvme_puts_outrun_disk(void)
+{
+	const char *path = nvme_file("outrun");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	uint32_t sp = space_of(ctx, 0, VB), i;
+
+	for (i = 0; i < 60; i += 3)
+		CU_ASSERT_EQUAL(put_range(ctx, sp, i, i + 3), 3);
+	all_back(ctx, sp, 60);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/* The same through a ring: the put completes later, on the I/O worker. */
+static void test_keyed_nvme_ring_put_larger_than_host(void)
+{
+	const char *path = nvme_file("ringlarge");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	uint32_t sp = space_of(ctx, 0, VB), i;
+	struct kvmm_kent *e;
+	struct test_kring r;
+
+	test_kring_init(ctx, &r, 0, 0);
+	e = ring_ents(&r, 0, 50, true);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KPUT, sp, 50), 50);
+	for (i = 0; i < 50; i++)
+		CU_ASSERT_EQUAL(e[i].res, 0);
+	e = ring_ents(&r, 0, 50, false);
+	CU_ASSERT_EQUAL(test_kring_io(&r, KVMM_OP_KGET, sp, 50), 50);
+	for (i = 0; i < 50; i++) {
+		CU_ASSERT_EQUAL(e[i].res, 0);
+		CU_ASSERT(stamped(r.mem + e[i].off, VB, i));
+	}
+	test_kring_exit(&r);
+	all_back(ctx, sp, 50);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * Every write to NVMe fails: a put that waits for writeback gives up
+ * waiting after a few rounds and reclaims as before (the oldest values
+ * dropped), and the context stays whole.
+ */
+static void test_keyed_nvme_put_write_fails(void)
+{
+	const char *path = nvme_file("wfail");
+	struct kvmm_nvme_arg arg = { .fault = -EIO, .fault_every = 1,
+				     .fault_sites = KVMM_NVME_SITE_WRITE };
+	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
+	uint32_t sp = space_of(ctx, 0, VB), i, back = 0;
+	int ret;
+
+	ret = put_range(ctx, sp, 0, 20);
+	CU_ASSERT(ret >= 8 && ret <= 20);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	for (i = 0; i < 20; i++)
+		back += get_one(ctx, sp, i) == 0;
+	CU_ASSERT(back >= 1 && back <= 8);	/* what the host tier holds */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* ---- the space table: per-namespace limits, removal, recovery ---- */
 
 static int try_space(struct kvmm_ctx *ctx, uint32_t ns, uint64_t vb, uint32_t *id)
@@ -1642,6 +1765,10 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_nvme_ring);
 	ADD_TEST(s, test_keyed_nvme_ring_busy);
 	ADD_TEST(s, test_keyed_nvme_register_waits_for_a_get);
+	ADD_TEST(s, test_keyed_nvme_put_larger_than_host);
+	ADD_TEST(s, test_keyed_nvme_puts_outrun_disk);
+	ADD_TEST(s, test_keyed_nvme_ring_put_larger_than_host);
+	ADD_TEST(s, test_keyed_nvme_put_write_fails);
 	ADD_TEST(s, test_keyed_ns_space_limit);
 	ADD_TEST(s, test_keyed_space_remove);
 	ADD_TEST(s, test_keyed_space_alloc_faults);

@@ -18,7 +18,8 @@ Options (the tier's dict, besides ``type`` and ``module_path``):
 ``socket`` (kvmmd's; omit for a store in this process, sized by
 ``host_bytes`` and optionally ``nvme_path``/``nvme_bytes``), ``ns``,
 ``model_id`` (default: the served model and its revision), ``threads``,
-``ring_bytes``; for a store in this process, ``remote`` (a Redis Cluster's
+``ring_bytes``, ``locality`` ("LOCAL" or "REMOTE", as vLLM's tiers take
+it: ValueError for anything else); for a store in this process, ``remote`` (a Redis Cluster's
 seeds, "host:port,...": blocks written through to it and read from it
 when this machine has them not, shared with other machines),
 ``remote_salt``, ``remote_timeout_ms``, ``remote_user`` and
@@ -31,8 +32,8 @@ from typing import Any, ClassVar, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from vllm.v1.kv_offload.base import (ConfigInfo, ConfigInfoMapping, LookupResult, Medium,
-				     OffloadKey, ReqContext, RequestOffloadingContext)
+from vllm.v1.kv_offload.base import (ConfigInfo, ConfigInfoMapping, Locality, LookupResult,
+				     Medium, OffloadKey, ReqContext, RequestOffloadingContext)
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
 from ._store import KeyedStore
@@ -91,6 +92,8 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		     remote_user: Optional[str] = None, remote_password: Optional[str] = None) -> None:
 		super().__init__(offloading_spec=offloading_spec, primary_kv_view=primary_kv_view,
 				 tier_type=tier_type, backpressure_detector=backpressure_detector)
+		# as vLLM's own tiers take it: ValueError for anything but its names
+		self.locality = Locality(locality) if locality is not None else None
 		self._vb = self.block_size_bytes
 		# the primary tier's rows, as the store reads and writes them in place
 		self._rows = np.frombuffer(primary_kv_view.cast("B"), dtype=np.uint8).reshape(
@@ -107,6 +110,9 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		# keys whose store is in flight: lookup() says RETRY for them
 		self._storing: Dict[bytes, int] = collections.Counter()
 		self._jobs: Dict[int, TransferJob] = {}
+		# jobs refused at submit (a chunk id outside the primary tier):
+		# failed as jobs, reaped by the next get_finished_jobs()
+		self._refused: List[JobResult] = []
 
 	# ---- lookups ----
 	def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
@@ -127,11 +133,17 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		if len(keys) != len(chunk_ids):
 			raise ValueError(f"KvmmSecondaryTier: {len(keys)} keys but "
 					 f"{len(chunk_ids)} chunk_ids")
+		if len(chunk_ids) and (chunk_ids.min() < 0 or chunk_ids.max() >= len(self._rows)):
+			# a bad job fails as a job, touching nothing (numpy would
+			# raise past the end and wrap a negative id to another row)
+			self._refused.append(JobResult(job_id=job.job_id, success=False))
+			return
+		bufs = [self._rows[c] for c in chunk_ids]
+		self._store.submit(job.job_id, op, keys, bufs)
 		self._jobs[job.job_id] = job
 		if op == "put":
 			for k in keys:
 				self._storing[k] += 1
-		self._store.submit(job.job_id, op, keys, [self._rows[c] for c in chunk_ids])
 
 	def submit_store(self, job_metadata: TransferJob) -> None:
 		self._submit(job_metadata, "put")
@@ -140,7 +152,7 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		self._submit(job_metadata, "get")
 
 	def get_finished_jobs(self) -> Iterable[JobResult]:
-		out: List[JobResult] = []
+		out, self._refused = self._refused, []
 		for c in self._store.take():
 			job = self._jobs.pop(c.tag)
 			keys = list(job.keys)
@@ -159,7 +171,7 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		return out
 
 	def has_pending_work(self) -> bool:
-		return self._store.pending > 0
+		return bool(self._refused) or self._store.pending > 0
 
 	def drain_jobs(self) -> None:
 		self._store.drain()
