@@ -177,6 +177,11 @@ static uint64_t flush_node(struct kvmm_ctx *ctx, struct flush_batch *b, struct k
 		kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_CSUM_FAIL, 1);
 		return nr;
 	}
+	if (nr > ctx->row_pages) {	/* a keyed value longer than the scratch's row */
+		keys = kvmm_malloc(ctx, (size_t)nr * sizeof(*keys));
+		if (!keys)
+			return nr;
+	}
 	kvmm_tier_keys(ctx, node, keys);
 	while (at < nr) {
 		if (b->nr == b->cap)
@@ -187,6 +192,10 @@ static uint64_t flush_node(struct kvmm_ctx *ctx, struct flush_batch *b, struct k
 		if (!flush_add(ctx, b, node, keys, at, n, held, nr_held))
 			break;
 		at += n;
+	}
+	if (keys != ctx->tier_keys) {
+		flush_drain(ctx, b, written, left);	/* the batch points into @keys */
+		kvmm_mfree(ctx, keys, (size_t)nr * sizeof(*keys));
 	}
 	return nr - at;
 }

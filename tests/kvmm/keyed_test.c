@@ -968,6 +968,39 @@ static void test_keyed_nvme_long_value_dropped(void)
 	unlink(path);
 }
 
+/*
+ * A flush writes keyed values longer than a page-table row too (their
+ * identities do not fit the tier's row of scratch): every page of both
+ * values left on the host goes down, and a restart finds them.
+ */
+static void test_keyed_flush_long_values(void)
+{
+	const char *path = nvme_file("flush-long");
+	struct kvmm_flush_info info;
+	uint32_t sp;
+	struct kvmm_ctx *ctx = outrun(path, 20 * 128, &sp);
+
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 2);
+	CU_ASSERT_EQUAL(kvmm_flush(ctx, 0, &info), 2 * 20);
+	CU_ASSERT_EQUAL(info.left, 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	ctx = NULL;
+	{
+		struct kvmm_params p = test_params(PS, 16, 4, 64);
+
+		p.host_pages = 2 * 20;
+		p.host_node = KVMM_NODE_NEAREST;
+		p.nvme_pages = 8 * 20;
+		p.nvme_path = path;
+		CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	}
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 2);	/* recovered */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 /* What was written down survives a restart; another model sees none of it. */
 static void test_keyed_nvme_restart(void)
 {
@@ -1777,6 +1810,7 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_ns_kjob_bytes_in_flight);
 	ADD_TEST(s, test_keyed_nvme_long_get_is_sliced);
 	ADD_TEST(s, test_keyed_flush_restart);
+	ADD_TEST(s, test_keyed_flush_long_values);
 	ADD_TEST(s, test_keyed_nvme_writer_throttled);
 	ADD_TEST(s, test_keyed_nvme_long_value_dropped);
 	return 0;

@@ -209,8 +209,9 @@ class KeyedStore:
 		kvmm.Busy while one of this store's batches uses the space.  A later
 		use of the size makes the space again, empty."""
 		with self._lock:
+			sp = self.space(value_bytes)	# may submit a batch of its own first
 			b = self._ctl.batch()
-			b.kspace_remove(self.space(value_bytes))
+			b.kspace_remove(sp)
 			n = self._ctl.submit(b)[0]
 			self._spaces.pop(value_bytes, None)
 			return n
