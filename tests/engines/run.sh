@@ -58,9 +58,14 @@ engine_setup() {
 		kvmmd_geom=(--head-dim 2048 --host-pages 2048)
 		source_on_path=y ;;
 	lmcache)
-		tests=(tests/v1/distributed/test_native_connector_l2_adapter.py)
+		# the native connector adapter's tests over kvmm's connector, and
+		# the StorageManager's with kvmm as its L2 native plugin
+		# (lmcache_plugin.py)
+		tests=(tests/v1/distributed/test_native_connector_l2_adapter.py
+		       tests/v1/distributed/test_distributed_storage_manager.py)
 		members=(tests/__init__.py tests/v1/__init__.py
-			 tests/v1/distributed/__init__.py "${tests[@]}")
+			 tests/v1/distributed/__init__.py
+			 tests/v1/distributed/utils.py "${tests[@]}")
 		# kvmmd for the second pass: 4 KiB pages (LMCache's test chunks), 64 MiB
 		kvmmd_geom=(--head-dim 128 --host-pages 16384)
 		source_on_path= ;;
