@@ -42,6 +42,9 @@ import pytest
 from kvmm.lmcache import KvmmNativeConnector
 
 _SOCKET = os.environ.get("KVMM_ENGINE_SOCKET")
+# where each connector's store is: that kvmmd, or this process
+_WHERE = ({"socket": _SOCKET, "ring_bytes": 4 << 20} if _SOCKET else
+	  {"host_bytes": 16 << 20, "page_bytes": 4096})
 _made = []	# the connectors a test made: closed after it (not all tests do)
 
 
@@ -49,9 +52,7 @@ class KvmmTestConnector(KvmmNativeConnector):
 	"""MockNativeConnector's constructor (no arguments): a store of its own."""
 
 	def __init__(self):
-		where = ({"socket": _SOCKET, "ring_bytes": 4 << 20} if _SOCKET else
-			 {"host_bytes": 16 << 20, "page_bytes": 4096})
-		super().__init__(model_id=f"lmcache-conformance-{uuid.uuid4()}", **where)
+		super().__init__(model_id=f"lmcache-conformance-{uuid.uuid4()}", **_WHERE)
 		_made.append(self)
 
 
@@ -72,14 +73,18 @@ class KvmmRecordingConnector(KvmmTestConnector):
 		return super().submit_batch_get(keys, memoryviews)
 
 
+_built = []	# the connectors LMCache's factory built in a test
+
+
 class KvmmTestPluginConnector(KvmmNativeConnector):
 	"""What the native_plugin adapter builds from adapter_params: a store
-	of its own per StorageManager, closed after the test (LMCache's adapter
-	closes it too; a second close is nothing)."""
+	of its own per StorageManager.  LMCache's adapter closes it
+	(StorageManager.close(), after stopping the thread that polls its
+	event fd), so the plugin does not."""
 
 	def __init__(self, **params):
 		super().__init__(**params)
-		_made.append(self)
+		_built.append(self)
 
 
 def kvmm_l2_config(max_size_gb, mock_bandwidth_gb):
@@ -91,9 +96,7 @@ def kvmm_l2_config(max_size_gb, mock_bandwidth_gb):
 	from lmcache.v1.distributed.l2_adapters.native_plugin_l2_adapter import (
 		NativePluginL2AdapterConfig)
 
-	params = ({"socket": _SOCKET, "ring_bytes": 4 << 20} if _SOCKET else
-		  {"host_bytes": 64 << 20, "page_bytes": 4096})
-	params["model_id"] = f"lmcache-storage-manager-{uuid.uuid4()}"
+	params = dict(_WHERE, model_id=f"lmcache-storage-manager-{uuid.uuid4()}")
 	return NativePluginL2AdapterConfig.from_dict({
 		"type": "native_plugin",
 		"module_path": __name__,
@@ -160,10 +163,11 @@ def _kvmm_connector(request, monkeypatch):
 		monkeypatch.setattr(mod, "MockL2AdapterConfig", kvmm_l2_config)
 		monkeypatch.setattr(NativeConnectorL2Adapter, "debug_has_key",
 				    _debug_has_key, raising=False)
+	_built.clear()
 	yield
-	if "l2_storage_manager_config" in request.fixturenames:
-		# the StorageManager's L2 was kvmm's, built by LMCache's factory
-		assert any(isinstance(c, KvmmTestPluginConnector) for c in _made), \
-			"the StorageManager built no kvmm connector"
 	while _made:
 		_made.pop().close()
+	if "l2_storage_manager_config" in request.fixturenames:
+		# a StorageManager given an L2 got kvmm's, built by LMCache's factory
+		assert _built, "the StorageManager built no kvmm connector"
+	_built.clear()
