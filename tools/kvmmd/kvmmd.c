@@ -480,29 +480,24 @@ static int set_percent(struct opts *o, const struct kvmmd_opt *d, const char *va
 /* The tenants' limits, set as kvmmctl set would (the values are checked). */
 static int set_ns_limits(struct kvmm_ctx *ctx, const struct opts *o)
 {
-	struct kvmm_sqe set = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_NS_PIN_PAGES,
-				.arg2 = o->ns_pin_pages };
-	int ret = kvmm_ioctl(ctx, &set, NULL, 0);
+	const struct { uint32_t key; uint64_t val; } sets[] = {
+		{ KVMM_SET_NS_PIN_PAGES, o->ns_pin_pages },
+		{ KVMM_SET_NS_CACHE_SHARE, o->ns_cache_share },
+		{ KVMM_SET_KEYED_SHARE, o->keyed_share },
+		{ KVMM_SET_NS_KSPACES, o->ns_kspaces },
+		{ KVMM_SET_NS_KJOB_BYTES, o->ns_kjob_bytes },
+		{ KVMM_SET_EVENTS, o->events },
+	};
+	size_t i;
+	int ret = 0;
 
-	set.arg = KVMM_SET_NS_CACHE_SHARE;
-	set.arg2 = o->ns_cache_share;
-	if (!ret)
+	for (i = 0; !ret && i < sizeof(sets) / sizeof(sets[0]); i++) {
+		struct kvmm_sqe set = { .opcode = KVMM_OP_SET, .arg = sets[i].key,
+					.arg2 = sets[i].val };
+
 		ret = kvmm_ioctl(ctx, &set, NULL, 0);
-	set.arg = KVMM_SET_KEYED_SHARE;
-	set.arg2 = o->keyed_share;
-	if (!ret)
-		ret = kvmm_ioctl(ctx, &set, NULL, 0);
-	set.arg = KVMM_SET_NS_KSPACES;
-	set.arg2 = o->ns_kspaces;
-	if (!ret)
-		ret = kvmm_ioctl(ctx, &set, NULL, 0);
-	set.arg = KVMM_SET_NS_KJOB_BYTES;
-	set.arg2 = o->ns_kjob_bytes;
-	if (!ret)
-		ret = kvmm_ioctl(ctx, &set, NULL, 0);
-	set.arg = KVMM_SET_EVENTS;
-	set.arg2 = o->events;
-	return ret ? ret : kvmm_ioctl(ctx, &set, NULL, 0);
+	}
+	return ret;
 }
 
 static int apply(struct opts *o, int id, const char *val)
