@@ -160,7 +160,12 @@ for engine in "${engines[@]}"; do
 		--layers 1 --kv-heads 1 --dtype-bytes 4 --ns-kspaces 1024 "${kvmmd_geom[@]}" \
 		>"$dest/kvmmd.log" 2>&1 &
 	kvmmd_pid=$!
-	for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+	# the socket's file appears at bind(), a moment before listen(): wait
+	# until kvmmd answers, as python/tests/kvmmd.py does
+	for _ in $(seq 100); do
+		"$objtree/bin/kvmmctl" --socket "$sock" probe >/dev/null 2>&1 && break
+		sleep 0.1
+	done
 	status=0
 	(cd "$dest" && KVMM_ENGINE_SOCKET=$sock PYTHONPATH=$pythonpath \
 		"$venv/bin/python" -m pytest -q -p no:cacheprovider \
