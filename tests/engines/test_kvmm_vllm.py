@@ -333,3 +333,71 @@ def test_factory_loads_the_tier_by_module_path(tmp_path):
 	assert [r.success for r in finished(t)] == [True]
 	assert t.lookup(key(1), CTX) is LookupResult.HIT
 	t.shutdown()
+
+
+def _events_spec(on):
+	spec = MagicMock()
+	spec.kv_events_config.enable_kv_cache_events = on	# vLLM's global switch
+	return spec
+
+
+def _event_tier(rows, on=True, **kw):
+	kw.setdefault("host_bytes", 4 * BLOCK)
+	return KvmmSecondaryTier(_events_spec(on), memoryview(rows), "kvmm",
+				 model_id="llama-events@1", enable_kv_events=True, **kw)
+
+
+@pytest.mark.parametrize("where", ["in-process", "kvmmd"])
+def test_kv_events_name_the_blocks_each_good_store_job_stored(where, tmp_path):
+	"""One BlockStored event per store job that succeeded, with its keys,
+	the tier's medium and locality; loads give none; take_events drains."""
+	from vllm.v1.kv_offload.base import Locality
+	rows = primary(seed=21)
+	with running(tmp_path / "k.sock", kvmmd_args(tmp_path)) as (_, sock):
+		kw = {"socket": sock} if where == "kvmmd" else {}
+		t = _event_tier(rows, locality="REMOTE", **kw)
+		t.submit_store(job(1, [key(1), key(2)], [0, 1]))
+		t.submit_store(job(2, [key(3)], [2]))
+		assert [r.success for r in finished(t)] == [True, True]
+		ev = list(t.take_events())
+		assert sorted(e.keys for e in ev) == [[key(1), key(2)], [key(3)]]
+		assert all(e.medium is KvmmSecondaryTier.medium and not e.removed and
+			   e.locality is Locality.REMOTE for e in ev)
+		assert list(t.take_events()) == []
+		t.submit_load(job(3, [key(1)], [5], promotion=True))
+		assert [r.success for r in finished(t)] == [True]
+		assert list(t.take_events()) == [] and t._store_job_keys == {}
+		t.shutdown()
+
+
+def test_kv_events_none_for_a_failed_store_job():
+	"""A job larger than every tier below fails, wholly: it announces
+	nothing, and the good job beside it announces its own keys only."""
+	rows = primary(seed=22)
+	t = _event_tier(rows)				# host tier of 4 blocks, no NVMe
+	t.submit_store(job(1, [key(i) for i in range(5)], range(5)))
+	t.submit_store(job(2, [key(9)], [9]))
+	res = {r.job_id: r.success for r in finished(t)}
+	assert res == {1: False, 2: True}
+	ev = list(t.take_events())
+	assert [e.keys for e in ev] == [[key(9)]]
+	assert t._store_job_keys == {}
+	t.shutdown()
+
+
+@pytest.mark.parametrize("global_on", [False, True])
+def test_kv_events_need_both_switches(global_on):
+	"""The tier's enable_kv_events alone gives no events (vLLM's global
+	flag gates them, as it does the fs tier's); neither does the global
+	flag alone."""
+	rows = primary(seed=23)
+	t = _event_tier(rows, on=global_on)
+	plain = tier(rows, host_bytes=4 * BLOCK)	# enable_kv_events not given
+	for x in (t, plain):
+		x.submit_store(job(1, [key(1)], [0]))
+		assert [r.success for r in finished(x)] == [True]
+	assert (t.events is not None) is global_on and plain.events is None
+	assert len(list(t.take_events())) == (1 if global_on else 0)
+	assert list(plain.take_events()) == []
+	t.shutdown()
+	plain.shutdown()

@@ -19,7 +19,9 @@ Options (the tier's dict, besides ``type`` and ``module_path``):
 ``host_bytes`` and optionally ``nvme_path``/``nvme_bytes``), ``ns``,
 ``model_id`` (default: the served model and its revision), ``threads``,
 ``ring_bytes``, ``locality`` ("LOCAL" or "REMOTE", as vLLM's tiers take
-it: ValueError for anything else); for a store in this process, ``remote`` (a Redis Cluster's
+it: ValueError for anything else), ``enable_kv_events`` (as vLLM's fs
+tier: a BlockStored event for each store job that succeeds, when KV cache
+events are also on in vLLM's ``kv_events_config``); for a store in this process, ``remote`` (a Redis Cluster's
 seeds, "host:port,...": blocks written through to it and read from it
 when this machine has them not, shared with other machines),
 ``remote_salt``, ``remote_timeout_ms``, ``remote_user`` and
@@ -27,18 +29,22 @@ when this machine has them not, shared with other machines),
 Documentation/admin-guide/engines.rst and remote.rst.
 """
 import collections
+import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from vllm.v1.kv_offload.base import (ConfigInfo, ConfigInfoMapping, Locality, LookupResult,
-				     Medium, OffloadKey, ReqContext, RequestOffloadingContext)
+				     Medium, OffloadingEvent, OffloadKey, ReqContext,
+				     RequestOffloadingContext)
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
 from ._store import KeyedStore
 
 __all__ = ["KvmmSecondaryTier"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,8 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		     nvme_bytes: int = 0, threads: int = 2, ring_bytes: int = 64 << 20,
 		     locality: Any = None, remote: Optional[str] = None,
 		     remote_salt: Optional[str] = None, remote_timeout_ms: int = 0,
-		     remote_user: Optional[str] = None, remote_password: Optional[str] = None) -> None:
+		     remote_user: Optional[str] = None, remote_password: Optional[str] = None,
+		     enable_kv_events: bool = False) -> None:
 		super().__init__(offloading_spec=offloading_spec, primary_kv_view=primary_kv_view,
 				 tier_type=tier_type, backpressure_detector=backpressure_detector)
 		# as vLLM's own tiers take it: ValueError for anything but its names
@@ -113,6 +120,19 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		# jobs refused at submit (a chunk id outside the primary tier):
 		# failed as jobs, reaped by the next get_finished_jobs()
 		self._refused: List[JobResult] = []
+		# KV events, as vLLM's fs tier gives them: None unless the tier
+		# asks for them and vLLM has KV cache events on; the keys of
+		# each store job in flight are kept only then
+		self.events: Optional[List[OffloadingEvent]] = None
+		self._store_job_keys: Dict[int, List[OffloadKey]] = {}
+		if enable_kv_events:
+			cfg = getattr(offloading_spec, "kv_events_config", None)
+			if getattr(cfg, "enable_kv_cache_events", False) is True:
+				self.events = []
+			else:
+				logger.warning("enable_kv_events is set on secondary tier '%s' but "
+					       "KV cache events are off in vLLM's kv_events_config: "
+					       "the tier emits none", tier_type)
 
 	# ---- lookups ----
 	def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
@@ -144,6 +164,8 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		if op == "put":
 			for k in keys:
 				self._storing[k] += 1
+			if self.events is not None:
+				self._store_job_keys[job.job_id] = list(job.keys)
 
 	def submit_store(self, job_metadata: TransferJob) -> None:
 		self._submit(job_metadata, "put")
@@ -156,18 +178,31 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		for c in self._store.take():
 			job = self._jobs.pop(c.tag)
 			keys = list(job.keys)
+			ok = c.ok
 			if c.op == "put":
 				for k in keys:
 					k = bytes(k)
 					self._storing[k] -= 1
 					if not self._storing[k]:
 						del self._storing[k]
-			ok = c.ok
+				stored = self._store_job_keys.pop(c.tag, None)
+				if ok and stored and self.events is not None:
+					self.events.append(OffloadingEvent(keys=stored, medium=self.medium,
+									   removed=False,
+									   locality=self.locality))
 			partial: Optional[Tuple[OffloadKey, ...]] = None
 			if not ok and job.is_promotion and (c.res == 0).any():
 				partial = tuple(k for k, r in zip(keys, c.res) if r == 0)
 			out.append(JobResult(job_id=c.tag, success=ok, successful_keys=partial,
 					     transfer_time=c.seconds, transfer_bytes=c.nbytes))
+		return out
+
+	def take_events(self) -> Iterable[OffloadingEvent]:
+		"""The BlockStored events of the store jobs reaped since the last
+		call (a failed job, wholly or in part, gives none)."""
+		if not self.events:
+			return []
+		out, self.events = self.events, []
 		return out
 
 	def has_pending_work(self) -> bool:
