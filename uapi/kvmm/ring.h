@@ -61,7 +61,12 @@
 #define KVMM_OP_CHECK		28	/* res: 0, or -EUCLEAN (what broke goes to the log) */
 #define KVMM_OP_FLUSH		29	/* arg: time limit in ms (0: none); res: pages
 					 * written to NVMe; CQE_F_MORE: some left out */
-#define KVMM_OP_LAST		30
+#define KVMM_OP_PREFETCH	30	/* ns, tokens, arg: budget in pages (0: what is
+					 * free above the low watermark); res: pages
+					 * moved to the device.  arg KVMM_PREFETCH_CANCEL,
+					 * no tokens: cancel this ring's prefetches whose
+					 * user_data is arg2; res: how many */
+#define KVMM_OP_LAST		31
 
 /*
  * A sequence id, what OPEN returns: the sequence's page-table row in the
@@ -156,6 +161,13 @@ struct kvmm_drop_counts {
  * device part, what MATCH would map.
  */
 #define KVMM_LOOKUP_TIERS	(1u << 0)
+
+/*
+ * PREFETCH: arg is a budget in pages, below this bit; with only this bit
+ * the entry cancels the ring's prefetches tagged arg2 (their CQEs then
+ * say -ECANCELED once their I/O is over, and their room is given back).
+ */
+#define KVMM_PREFETCH_CANCEL	(1u << 31)
 #define KVMM_LOOKUP_FLAGS	KVMM_LOOKUP_TIERS
 
 /**
