@@ -632,9 +632,9 @@ static int op_prefetch(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 			return -EINVAL;
 		return kvmm_prefetch_cancel(d->ctx, d->hdr ? &d->owner : NULL, sqe->arg2);
 	}
-	if (sqe->arg2)
+	if (sqe->arg2 > UINT32_MAX)
 		return -EINVAL;
-	ret = __kvmm_prefetch(d->ctx, sqe->ns, tok, sqe->len, sqe->arg,
+	ret = __kvmm_prefetch(d->ctx, sqe->ns, tok, sqe->len, sqe->arg, (uint32_t)sqe->arg2,
 			      d->hdr ? &d->owner : NULL, sqe->user_data);
 	return ret == -EINPROGRESS ? RES_DEFERRED : ret;
 }

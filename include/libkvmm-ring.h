@@ -331,7 +331,7 @@ static inline void kvmm_prep_prefetch(struct kvmm_sqe *sqe, uint32_t ns, uint16_
 {
 	kvmm_prep_rw(sqe, KVMM_OP_PREFETCH, 0, buf, off, n);
 	sqe->ns = ns;
-	sqe->arg = budget;
+	sqe->arg = budget;	/* sqe->arg2: KVMM_PREFETCH_RECLAIM */
 }
 
 /* Cancel this ring's prefetches whose user_data is @tag. */

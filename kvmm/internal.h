@@ -586,7 +586,7 @@ int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 void kvmm_promo_cancel(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
 void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
 int __kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n,
-		    uint32_t budget, struct kvmm_owner *owner, uint64_t user_data);
+		    uint32_t budget, uint32_t flags, struct kvmm_owner *owner, uint64_t user_data);
 int kvmm_prefetch_cancel(struct kvmm_ctx *ctx, const struct kvmm_owner *owner,
 			 uint64_t user_data);
 void kvmm_prefetch_hit(struct kvmm_ctx *ctx, const struct kvmm_node *root,

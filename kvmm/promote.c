@@ -456,7 +456,12 @@ void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner)
  * watermark, at most the caller's budget of them, with no reclaim at all.
  * So it never evicts a cached page, let alone one a running sequence
  * holds, and never pushes the device below the point where background
- * reclaim would start.  What it brings up is cached and unlocked like any
+ * reclaim would start.  An engine whose device is always full of cache
+ * (watermarks 0, SGLang's way) has no such room; with
+ * KVMM_PREFETCH_RECLAIM it may take its budget as an allocation does,
+ * demoting the coldest unlocked cached leaves, which are never pages a
+ * sequence holds (reclaim skips locked nodes), in exchange for a prefix
+ * a queued request is known to need.  What it brings up is cached and unlocked like any
  * prefix: the coldest part of it is what reclaim takes first if the
  * request never comes.  A chain longer than the room is cut from the
  * bottom, at a page boundary (a node a demotion is writing down is not
@@ -576,6 +581,8 @@ static int prefetch_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
  * @n: its length
  * @budget: device pages it may take at most; 0: as many as are free above
  *	the low watermark (never more)
+ * @flags: KVMM_PREFETCH_RECLAIM: it may reclaim cold cached pages for
+ *	@budget pages (which must not be 0), as an allocation does
  * @owner: the ring whose PREFETCH this is, to complete it later; NULL for
  *	an answer now
  * @user_data: the deferred completion's user_data, what cancels it
@@ -588,7 +595,7 @@ static int prefetch_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
  * changed on failure but a split.
  */
 int __kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n,
-		    uint32_t budget, struct kvmm_owner *owner, uint64_t user_data)
+		    uint32_t budget, uint32_t flags, struct kvmm_owner *owner, uint64_t user_data)
 {
 	struct kvmm_node *root;
 	struct kvmm_migrate *job;
@@ -598,14 +605,15 @@ int __kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, u
 	char *arm;
 	int ret = 0;
 
-	if (!tokens || !n || n > ctx->params.max_seq_len)
+	if (!tokens || !n || n > ctx->params.max_seq_len || (flags & ~KVMM_PREFETCH_FLAGS) ||
+	    ((flags & KVMM_PREFETCH_RECLAIM) && !budget))
 		return -EINVAL;
 	n = kvmm_align_down(ctx, n);
 	root = kvmm_tree_root(ctx, ns, false);
 	if (!n || !root)
 		return 0;
 	kvmm_migrate_reap(ctx);	/* what was written down is read from there */
-	room = prefetch_room(ctx);
+	room = (flags & KVMM_PREFETCH_RECLAIM) ? budget : prefetch_room(ctx);
 	if (budget && budget < room)
 		room = budget;
 	if (job_walk(ctx, root, tokens, n, &path))
@@ -630,8 +638,11 @@ int __kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, u
 		kvmm_mfree(ctx, arm, kvmm_migrate_arm_bytes(nr_nodes, nr_pages));
 		goto out_free_job;
 	}
-	ret = job_arm(ctx, job, root, &path, nr_nodes, nr_pages, arm, KVMM_ALLOC_NORECLAIM);
-	if (ret)	/* @arm freed */
+	ret = job_arm(ctx, job, root, &path, nr_nodes, nr_pages, arm,
+		      (flags & KVMM_PREFETCH_RECLAIM) ? 0 : KVMM_ALLOC_NORECLAIM);
+	if (ret == -ENOSPC)	/* @arm freed: nothing evictable made room */
+		ret = 0;
+	if (ret)
 		goto out_free_job;
 	if (job->io && owner && ctx->iow) {
 		kvmm_migrate_queue(ctx, job);
@@ -659,25 +670,29 @@ out_free_arm:
  * @n: its length
  * @budget: device pages it may take at most; 0: as many as are free
  *	above the low watermark
- * @flags: none defined yet, must be 0
+ * @flags: 0, or KVMM_PREFETCH_RECLAIM
  *
  * The part of the cached prefix that lies on the host or NVMe tier is
  * copied up into free device frames above the low watermark (nothing is
  * reclaimed for it, so nothing cached is evicted, and no page a running
  * sequence holds is touched), as much of its head as the budget allows,
- * and stays cached there, unlocked, until a MATCH maps it.  Returns when
- * the copy is done.
+ * and stays cached there, unlocked, until a MATCH maps it.  With
+ * KVMM_PREFETCH_RECLAIM it may instead take @budget pages as an
+ * allocation would, reclaiming the coldest unlocked cached pages for them
+ * (demoted, as reclaim does; never a page a sequence holds).  Returns
+ * when the copy is done.
  *
  * Return: pages moved to the device; 0 when nothing was below the device,
  * there was no room, or another promotion is reading that prefix;
- * -EINVAL for a bad key or flag; -ENOMEM.
+ * -EINVAL for a bad key or flag (or KVMM_PREFETCH_RECLAIM with no
+ * budget); -ENOMEM.
  */
 KVMM_EXPORT int kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
 			      uint32_t n, uint32_t budget, uint32_t flags)
 {
-	if (!ctx || flags)
+	if (!ctx)
 		return -EINVAL;
-	return __kvmm_prefetch(ctx, ns, tokens, n, budget, NULL, 0);
+	return __kvmm_prefetch(ctx, ns, tokens, n, budget, flags, NULL, 0);
 }
 
 /**

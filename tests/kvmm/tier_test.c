@@ -387,7 +387,8 @@ static void test_prefetch_host(void)
 	test_tokens(tok, 32, 31);
 	demoted_free_device(ctx, tok, 3100);
 	evicted = test_stat(ctx, KVMM_STAT_EVICT_PAGES);
-	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 1), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 2), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, KVMM_PREFETCH_RECLAIM), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, NULL, 32, 0, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 0, 0, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 257, 0, 0), -EINVAL);
@@ -464,6 +465,51 @@ static void test_prefetch_budget_room(void)
 	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq[0], NULL, 0), 0);
 	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq[1], NULL, 0), 0);
 	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * On a device full of cache there is no free room: a prefetch does
+ * nothing, unless KVMM_PREFETCH_RECLAIM lets it take its budget as an
+ * allocation would, demoting the coldest cached leaves; a running
+ * sequence's pages are never among them.
+ */
+static void test_prefetch_reclaim(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, NULL, NULL);
+	uint32_t tok[32], run[16], other[32], seq, free;
+	struct kvmm_tier_hits hits;
+	uint64_t demoted;
+
+	test_tokens(tok, 32, 39);
+	test_tokens(run, 16, 40);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 3900, 2);
+	CU_ASSERT_EQUAL_FATAL(test_seq_fill(ctx, 0, run, 16, &seq), 0);
+	test_kv_stamp(ctx, seq, run, 0, 16, false);
+	/* the rest of the device: cache */
+	free = (uint32_t)test_stat(ctx, KVMM_STAT_PAGES_FREE);
+	CU_ASSERT_FATAL(free >= 1 && free <= 8);
+	test_tokens(other, free * PS, 41);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, other, free * PS), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_HOST], 32);
+	demoted = host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 0), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES), demoted);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 6, KVMM_PREFETCH_RECLAIM), 6);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES) >= demoted + 6);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 24);
+	CU_ASSERT_EQUAL(test_kv_stamp(ctx, seq, run, 0, 16, true), 0);
+	CHECK_OK(ctx);
+	/* more than the unlocked cache can give: nothing */
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, run, 16, 0, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_HITS), 6);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
@@ -1622,7 +1668,11 @@ static void test_nvme_prefetch_ring(void)
 	/* malformed entries */
 	sqe = TEST_SQE(&ring);
 	kvmm_prep_prefetch(sqe, 0, 1, 0, 32, 0);
-	sqe->arg2 = 1;
+	sqe->arg2 = 2;
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EINVAL);
+	sqe = TEST_SQE(&ring);
+	kvmm_prep_prefetch(sqe, 0, 1, 0, 32, 0);
+	sqe->arg2 = 1ull << 32;
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EINVAL);
 	sqe = TEST_SQE(&ring);
 	kvmm_prep_prefetch(sqe, 0, 1, 0, 32, 0);
@@ -2620,6 +2670,7 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_ring_promote);
 	ADD_TEST(s, test_prefetch_host);
 	ADD_TEST(s, test_prefetch_budget_room);
+	ADD_TEST(s, test_prefetch_reclaim);
 	ADD_TEST(s, test_prefetch_faults);
 	ADD_TEST(s, test_nvme_roundtrip);
 	ADD_TEST(s, test_nvme_writeback_refuses_corrupt_host_page);
