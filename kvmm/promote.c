@@ -640,10 +640,10 @@ int __kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, u
 	}
 	ret = job_arm(ctx, job, root, &path, nr_nodes, nr_pages, arm,
 		      (flags & KVMM_PREFETCH_RECLAIM) ? 0 : KVMM_ALLOC_NORECLAIM);
-	if (ret == -ENOSPC)	/* @arm freed: nothing evictable made room */
-		ret = 0;
-	if (ret)
+	if (ret) {	/* @arm freed; -ENOSPC: not even reclaim made room */
+		ret = ret == -ENOSPC ? 0 : ret;
 		goto out_free_job;
+	}
 	if (job->io && owner && ctx->iow) {
 		kvmm_migrate_queue(ctx, job);
 		return -EINPROGRESS;
