@@ -1710,8 +1710,8 @@ static void test_nvme_prefetch_ring(void)
 /*
  * Cancelling a prefetch in flight: its CQE says -ECANCELED when the read
  * is over, its frames are free again and the prefix is still on NVMe;
- * another tag cancels nothing; a ring that goes away with one in flight
- * leaves nothing behind.
+ * another tag, or another ring naming its tag, cancels nothing; a ring
+ * that goes away with one in flight leaves nothing behind.
  */
 static void test_nvme_prefetch_cancel(void)
 {
@@ -1720,8 +1720,8 @@ static void test_nvme_prefetch_cancel(void)
 	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads,
 				     .latch_arg = &hold };
 	struct kvmm_ctx *ctx = nvme_ctx(24, 8, 64, path, &arg);
+	struct kvmm_ring ring, other;
 	struct kvmm_tier_hits hits;
-	struct kvmm_ring ring;
 	uint64_t free_before;
 	uint32_t tok[32];
 
@@ -1730,10 +1730,14 @@ static void test_nvme_prefetch_cancel(void)
 	CU_ASSERT(kvmm_drop_caches_tiers(ctx, KVMM_DROP_DEVICE, NULL) >= 0);
 	free_before = test_stat(ctx, KVMM_STAT_PAGES_FREE);
 	async_ring(ctx, &ring, tok, sizeof(tok));
+	async_ring(ctx, &other, tok, sizeof(tok));
 	ring_prefetch(&ring, 0, 32, 0, 60);
 	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 8);
 	kvmm_prep_prefetch_cancel(TEST_SQE(&ring), 61);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	kvmm_prep_prefetch_cancel(TEST_SQE(&other), 60);	/* not its prefetch */
+	CU_ASSERT_EQUAL(test_ring1(&other, NULL), 0);
+	kvmm_ring_exit(&other);
 	kvmm_prep_prefetch_cancel(TEST_SQE(&ring), 60);
 	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 1);
 	kvmm_prep_prefetch_cancel(TEST_SQE(&ring), 60);
