@@ -165,12 +165,13 @@ class Batch:
 				 arg2=lib.KVMM_PREFETCH_RECLAIM if reclaim else 0,
 				 **self._tokens(tokens, n))
 
-	def prefetch_cancel(self, tag: int, index: int) -> int:
+	def prefetch_cancel(self, tag: int, index: int, ns: int = 0) -> int:
 		"""Cancel the PREFETCH at @index of the batch :meth:`Ring.post`
 		returned @tag for: it completes with -ECANCELED once its I/O is
 		over, its device pages given back.  The result is how many were
-		cancelled (0: it was over already)."""
-		return self._add(lib.KVMM_OP_PREFETCH, arg=lib.KVMM_PREFETCH_CANCEL,
+		cancelled (0: it was over already).  A ring bound to a namespace
+		names it in @ns, as in its other commands."""
+		return self._add(lib.KVMM_OP_PREFETCH, ns=ns, arg=lib.KVMM_PREFETCH_CANCEL,
 				 arg2=tag << 32 | index)
 
 	def extend(self, seq: int, n: int, flags: int = 0) -> int:
