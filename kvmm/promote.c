@@ -464,10 +464,12 @@ void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner)
  * a queued request is known to need.  What it brings up is cached and unlocked like any
  * prefix: the coldest part of it is what reclaim takes first if the
  * request never comes.  A chain longer than the room is cut from the
- * bottom, at a page boundary (a node a demotion is writing down is not
- * split: it comes whole or not at all), since a prefix's head is what a
- * MATCH can use without the rest.  A prefix another promotion is reading
- * up already is left to it.
+ * bottom, at a page boundary, since a prefix's head is what a MATCH can
+ * use without the rest.  A prefix another promotion is reading up already
+ * is left to it.  So is a node a demotion is writing down, and what hangs
+ * below it: a PROMOTE reads it where it is, but a prefetch, which may be
+ * cancelled and then put its nodes back, must not take it from the
+ * demotion (kvmm_writeback_take()), so its chain ends above it.
  *
  * The job is a promotion without a sequence (job->prefetch), armed,
  * copied and settled as one: inline from memory stores (and for the
@@ -502,23 +504,37 @@ static uint32_t path_tail_pages(const struct kvmm_ctx *ctx, const struct kvmm_pa
 
 /*
  * Cut the walked @path (from @root) so that its chain below the device
- * holds at most @max pages, dropping from the bottom.
+ * ends above every node a demotion is writing down and holds at most
+ * @max pages, dropping from the bottom.
  * Return: the chain's pages; its nodes in *@nr_nodes.
  */
 static uint32_t prefetch_cut(struct kvmm_ctx *ctx, struct kvmm_node *root,
 			     struct kvmm_path *path, uint64_t max, uint32_t *nr_nodes)
 {
-	uint64_t pages = 0, excess;
-	struct kvmm_node *n;
+	uint64_t pages = 0, excess, below = 0, cut_pages = 0;
+	struct kvmm_node *n, *cut = NULL;
 	uint32_t nr;
 
-	for (n = path->node; n != root && n->tier != KVMM_TIER_DEVICE; n = n->parent)
-		pages += n == path->node ? path_tail_pages(ctx, path) : n->len >> ctx->page_shift;
+	for (n = path->node; n != root && n->tier != KVMM_TIER_DEVICE; n = n->parent) {
+		nr = n == path->node ? path_tail_pages(ctx, path) : n->len >> ctx->page_shift;
+		pages += nr;
+		below += nr;
+		if (written_down(ctx, n)) {
+			cut = n;
+			cut_pages = below;
+		}
+	}
+	if (cut) {
+		path->matched -= (uint32_t)cut_pages << ctx->page_shift;
+		path->split = 0;
+		path->node = cut->parent;
+		pages -= cut_pages;
+	}
 	while (pages > max) {
 		n = path->node;
 		nr = path_tail_pages(ctx, path);
 		excess = pages - max;
-		if (excess < nr && !written_down(ctx, n)) {
+		if (excess < nr) {
 			path->split = (nr - (uint32_t)excess) << ctx->page_shift;
 			path->matched -= (uint32_t)excess << ctx->page_shift;
 			pages = max;
@@ -538,12 +554,7 @@ static uint32_t prefetch_cut(struct kvmm_ctx *ctx, struct kvmm_node *root,
 /* A cancelled prefetch's copy is over: free its frames, leave its nodes. */
 static void prefetch_put_back(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 {
-	uint32_t i;
-
-	kvmm_migrate_release(ctx, job);
-	for (i = 0; i < job->nr_nodes; i++)
-		if (job->chain[i].taken)
-			kvmm_writeback_give(ctx, job->chain[i].node);
+	kvmm_migrate_release(ctx, job);	/* none was taken from a demotion */
 	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], job->dst, job->nr_pages);
 	kvmm_tree_unlock(ctx, job->chain[job->nr_nodes - 1].node);
 }

@@ -2094,6 +2094,37 @@ static void promote_while_written(struct kvmm_mock_faults *mf, const char *name)
 	drop_and_destroy(ctx, 8, path);
 }
 
+/*
+ * A prefix a demotion is writing down is left to PROMOTE, which reads it
+ * where it is: a prefetch, which could be cancelled and put it back,
+ * does not take it from the write.
+ */
+static void test_nvme_prefetch_while_written(void)
+{
+	static uint32_t tok[3][32];
+	const char *path = nvme_file("prefetch-written");
+	struct write_latch latch = { .hold = 1 };
+	struct kvmm_nvme_arg arg = { .latch = hold_writes, .latch_arg = &latch };
+	struct kvmm_ctx *ctx = held_ctx(path, &arg);
+	uint32_t i;
+
+	for (i = 0; i < 3; i++)
+		test_tokens(tok[i], 32, 4400 + i);
+	for (i = 0; i < 3; i++)	/* the third demotes A, whose write is held */
+		CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[i], 32, false), 0);
+	CU_ASSERT_FATAL(latch_entered(&latch));
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK), 8);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok[0], 32, 8, KVMM_PREFETCH_RECLAIM), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok[0], 32), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK), 8);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[0], 32, true), 32);
+	__atomic_store_n(&latch.hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CHECK_OK(ctx);
+	drop_and_destroy(ctx, 8, path);
+}
+
 static void test_nvme_promote_while_written(void)
 {
 	promote_while_written(NULL, "promote-wb");
@@ -2700,6 +2731,7 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_nvme_write_held_ring_goes_on);
 	ADD_TEST(s, test_nvme_dropped_while_written);
 	ADD_TEST(s, test_nvme_promote_while_written);
+	ADD_TEST(s, test_nvme_prefetch_while_written);
 	ADD_TEST(s, test_nvme_promote_while_written_fails);
 	ADD_TEST(s, test_nvme_server_promote_while_written);
 	ADD_TEST(s, test_nvme_throttled_not_dropped);
