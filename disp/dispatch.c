@@ -617,6 +617,28 @@ static int op_rfetch(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	return ret == -EINPROGRESS ? RES_DEFERRED : ret;
 }
 
+/*
+ * PREFETCH: a ring's may complete later, from the I/O worker (kvmm_ioctl()
+ * waits); with KVMM_PREFETCH_CANCEL alone and no tokens it cancels the
+ * ring's prefetches tagged arg2.
+ */
+static int op_prefetch(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+		       const uint32_t *tok, uint32_t *cflags)
+{
+	int ret;
+
+	if (sqe->arg & KVMM_PREFETCH_CANCEL) {
+		if (sqe->arg != KVMM_PREFETCH_CANCEL || sqe->len)
+			return -EINVAL;
+		return kvmm_prefetch_cancel(d->ctx, d->hdr ? &d->owner : NULL, sqe->arg2);
+	}
+	if (sqe->arg2 > UINT32_MAX)
+		return -EINVAL;
+	ret = __kvmm_prefetch(d->ctx, sqe->ns, tok, sqe->len, sqe->arg, (uint32_t)sqe->arg2,
+			      d->hdr ? &d->owner : NULL, sqe->user_data);
+	return ret == -EINPROGRESS ? RES_DEFERRED : ret;
+}
+
 /* KSPACE: register (or find) a keyed space in the entry's namespace. */
 static int op_kspace(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		     const uint32_t *tok, uint32_t *cflags)
@@ -828,6 +850,7 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_RFETCH]	= { F_NS | F_TOK, P_TOKENS, false, false, op_rfetch },
 	[KVMM_OP_CHECK]		= { 0, P_NONE, false, true, op_check },
 	[KVMM_OP_FLUSH]		= { F_ARG, P_NONE, false, true, op_flush },
+	[KVMM_OP_PREFETCH]	= { F_NS | F_TOK | F_ARG | F_ARG2, P_TOKENS, false, false, op_prefetch },
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");

@@ -321,6 +321,27 @@ static inline void kvmm_prep_rpush(struct kvmm_sqe *sqe, uint32_t ns, uint16_t b
 	sqe->ns = ns;
 }
 
+/*
+ * Bring the demoted part of @ns's prefix of @n tokens at (buf, off) up to
+ * the device ahead of its MATCH, at most @budget pages (0: what is free
+ * above the low watermark).  Its user_data is what cancels it.
+ */
+static inline void kvmm_prep_prefetch(struct kvmm_sqe *sqe, uint32_t ns, uint16_t buf,
+				      uint64_t off, uint32_t n, uint32_t budget)
+{
+	kvmm_prep_rw(sqe, KVMM_OP_PREFETCH, 0, buf, off, n);
+	sqe->ns = ns;
+	sqe->arg = budget;	/* sqe->arg2: KVMM_PREFETCH_RECLAIM */
+}
+
+/* Cancel this ring's prefetches whose user_data is @tag. */
+static inline void kvmm_prep_prefetch_cancel(struct kvmm_sqe *sqe, uint64_t tag)
+{
+	kvmm_prep_rw(sqe, KVMM_OP_PREFETCH, 0, 0, 0, 0);
+	sqe->arg = KVMM_PREFETCH_CANCEL;
+	sqe->arg2 = tag;
+}
+
 static inline void kvmm_prep_rfetch(struct kvmm_sqe *sqe, uint32_t ns, uint16_t buf,
 				    uint64_t off, uint32_t n)
 {

@@ -305,6 +305,10 @@ int kvmm_seq_retract(struct kvmm_ctx *ctx, uint32_t seq,
 		     const uint32_t *tokens, uint32_t n);
 int kvmm_seq_promote(struct kvmm_ctx *ctx, uint32_t seq,
 		     const uint32_t *tokens, uint32_t n);
+/* budget: device pages at most, 0: what is free above the low watermark;
+ * flags: KVMM_PREFETCH_RECLAIM (uapi/kvmm/ring.h) */
+int kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+		  uint32_t n, uint32_t budget, uint32_t flags);
 
 /* struct kvmm_tier_hits: uapi/kvmm/ring.h, as LOOKUP writes it too */
 int kvmm_prefix_tiers(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,

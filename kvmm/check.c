@@ -63,7 +63,7 @@ enum { MARK_NONE, MARK_TREE, MARK_SEQ, MARK_IO };
 struct check_sums {
 	uint64_t cached[KVMM_NR_TIERS], protected[KVMM_NR_TIERS];
 	uint64_t evictable[KVMM_NR_TIERS], leaves[KVMM_NR_TIERS];
-	uint64_t pinned, nodes, direct, io_nodes;
+	uint64_t pinned, nodes, direct, io_nodes, prefetched;
 	uint64_t shadowed, shadow_nodes;
 	uint64_t keyed[KVMM_NR_TIERS], keyed_values;
 };
@@ -206,6 +206,9 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	      "keyed value %p on tier %u, %u tokens, not a leaf or pinned", (void *)node,
 	      node->tier, node->len);
 	sums->io_nodes += !!(node->flags & KVMM_NODE_IO);
+	sums->prefetched += !!(node->flags & KVMM_NODE_PREFETCHED);
+	CHECK(!(node->flags & KVMM_NODE_PREFETCHED) || node->tier == KVMM_TIER_DEVICE,
+	      "node %p prefetched, on tier %u", (void *)node, node->tier);
 	queued = node->flags & KVMM_NODE_EVICTABLE;
 	CHECK(queued == (!tkids && !node->lock_ref && !(node->flags & KVMM_NODE_IO)),
 	      "node %p queued %d, %llu children on its tier, lock_ref %u, flags %#x",
@@ -475,6 +478,8 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 		      (unsigned long long)ctx->io_pages[t]);
 	CHECK(job_nodes == sums.io_nodes, "migrations arm %llu nodes, %llu are marked",
 	      (unsigned long long)job_nodes, (unsigned long long)sums.io_nodes);
+	CHECK(sums.prefetched == ctx->prefetched, "%llu nodes marked prefetched, counted %llu",
+	      (unsigned long long)sums.prefetched, (unsigned long long)ctx->prefetched);
 	CHECK(locked + job_locks + ctx->frames_locks == sums.direct,
 	      "%llu sequences and %llu migrations (and %llu engine references) hold locks, "
 	      "nodes count %llu",

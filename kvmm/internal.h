@@ -246,6 +246,10 @@ bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn);
 #define KVMM_NODE_REMOTE	(1u << 5)	/* its pages were pushed to the remote
 						 * tier, or are being (remote.c): a
 						 * write-through skips it */
+#define KVMM_NODE_PREFETCHED	(1u << 6)	/* a prefetch brought its pages to the
+						 * device and no MATCH mapped them yet
+						 * (promote.c); counted in
+						 * ctx->prefetched */
 
 /* Words of a keyed value's key (struct kvmm_key), the start of its edge. */
 #define KVMM_KEY_WORDS		4
@@ -581,6 +585,12 @@ int kvmm_promote(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		 uint32_t n, struct kvmm_owner *owner, uint64_t user_data);
 void kvmm_promo_cancel(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
 void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner);
+int __kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n,
+		    uint32_t budget, uint32_t flags, struct kvmm_owner *owner, uint64_t user_data);
+int kvmm_prefetch_cancel(struct kvmm_ctx *ctx, const struct kvmm_owner *owner,
+			 uint64_t user_data);
+void kvmm_prefetch_hit(struct kvmm_ctx *ctx, const struct kvmm_node *root,
+		       struct kvmm_node *node);
 void kvmm_writeback(struct kvmm_ctx *ctx);
 void kvmm_writeback_tier(struct kvmm_ctx *ctx, uint32_t tier);
 bool kvmm_writeback_serves(const struct kvmm_ctx *ctx, uint32_t tier);
@@ -803,6 +813,9 @@ enum kvmm_event {
 	EV_CACHE_EVENTS_DROPPED,
 	EV_ORPHAN_PAGES,	/* orphans of a restart hung in the tree (recover.c) */
 	EV_THROTTLE_PAGES,	/* pages direct reclaim wrote to NVMe itself */
+	EV_PREFETCH_PAGES,	/* pages prefetches moved to the device (promote.c) */
+	EV_PREFETCH_HITS,	/* ... that a MATCH then mapped */
+	EV_PREFETCH_CANCELED,	/* pages of prefetches cancelled (given back) */
 	NR_KVMM_EVENTS
 };
 
@@ -855,6 +868,7 @@ enum kvmm_tier_event {
  * @migrations: migrate jobs in flight (struct kvmm_migrate.link):
  *	promotions and demotions
  * @io_pages: per tier, frames they hold there (KVMM_PAGE_IO)
+ * @prefetched: nodes marked KVMM_NODE_PREFETCHED (promote.c)
  * @writeback: per tier, its pages background reclaim is moving down
  * @iow: the I/O worker that copies them, when an I/O store exists
  * @ns_pin_pages: pages a ring bound to a namespace may have pinned in it;
@@ -916,6 +930,7 @@ struct kvmm_ctx {
 	uint32_t next_owner_id;
 	struct kvmm_list migrations;
 	uint64_t io_pages[KVMM_NR_TIERS];
+	uint64_t prefetched;
 	uint64_t writeback[KVMM_NR_TIERS];
 	struct kvmm_iow *iow;
 	uint64_t ns_pin_pages;
@@ -999,6 +1014,15 @@ static inline uint32_t kvmm_pages_of(const struct kvmm_ctx *ctx, uint32_t n)
 static inline uint32_t kvmm_align_down(const struct kvmm_ctx *ctx, uint32_t n)
 {
 	return n & ~(ctx->page_size - 1);
+}
+
+/* @node moves, goes or was mapped: a prefetch brought it up for nothing more. */
+static inline void kvmm_prefetch_forget(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	if (node->flags & KVMM_NODE_PREFETCHED) {
+		node->flags &= (uint8_t)~KVMM_NODE_PREFETCHED;
+		ctx->prefetched--;
+	}
 }
 
 /* The page-table row of @seq, a checked sequence id or bare row. */

@@ -90,6 +90,10 @@ struct migrate_node {
  * @t0: when it was armed
  * @offer: a promotion's: per tier, tokens of its key found there when it
  *	was asked for and not mapped yet (what it serves from each tier)
+ * @prefetch: a promotion that no sequence asked for (PREFETCH): @seq is
+ *	KVMM_SEQ_NONE, and nothing is mapped when it settles
+ * @canceled: a prefetch's: its owner cancelled it; when the copy is over
+ *	its frames are given back and its nodes stay where they were
  */
 struct kvmm_migrate {
 	struct kvmm_list link;
@@ -118,6 +122,8 @@ struct kvmm_migrate {
 	uint32_t rput;
 	uint64_t t0;
 	uint32_t offer[KVMM_NR_TIERS];
+	bool prefetch;
+	bool canceled;
 };
 
 #define KVMM_SEQ_NONE	UINT32_MAX

@@ -156,6 +156,7 @@ static void node_free(struct kvmm_ctx *ctx, struct kvmm_node *node)
 {
 	if (!node)
 		return;
+	kvmm_prefetch_forget(ctx, node);
 	if (node->flags & KVMM_NODE_ROOT) {
 		kvmm_mfree(ctx, kvmm_root_ns(node), sizeof(struct kvmm_ns));
 		return;
@@ -561,7 +562,9 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
 	p->hits = x->hits;
 	p->prio = x->prio;
 	p->tier = x->tier;
-	p->flags |= x->flags & KVMM_NODE_REMOTE;
+	p->flags |= x->flags & (KVMM_NODE_REMOTE | KVMM_NODE_PREFETCHED);
+	if (x->flags & KVMM_NODE_PREFETCHED)
+		ctx->prefetched++;
 	p->tkids = 1;
 	list_del(&x->sibling);
 	list_add(&p->sibling, &p->parent->children);

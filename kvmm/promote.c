@@ -52,7 +52,8 @@
  * Return: 0, or -ENOSPC when the device cannot make room for the chain.
  */
 static int job_arm(struct kvmm_ctx *ctx, struct kvmm_migrate *job, struct kvmm_node *from,
-		   struct kvmm_path *path, uint32_t nr_nodes, uint32_t nr_pages, char *p)
+		   struct kvmm_path *path, uint32_t nr_nodes, uint32_t nr_pages, char *p,
+		   uint32_t alloc_flags)
 {
 	struct kvmm_zone *dev = &ctx->zone[KVMM_TIER_DEVICE];
 	struct kvmm_node *n;
@@ -60,7 +61,7 @@ static int job_arm(struct kvmm_ctx *ctx, struct kvmm_migrate *job, struct kvmm_n
 	int ret;
 
 	kvmm_tree_lock(ctx, path->node);	/* before reclaim can look at it */
-	ret = kvmm_zone_reserve(ctx, dev, nr_pages, 0);
+	ret = kvmm_zone_reserve(ctx, dev, nr_pages, alloc_flags);
 	if (ret) {
 		kvmm_tree_unlock(ctx, path->node);
 		kvmm_mfree(ctx, p, kvmm_migrate_arm_bytes(nr_nodes, nr_pages));
@@ -185,18 +186,18 @@ static bool written_down(struct kvmm_ctx *ctx, const struct kvmm_node *n)
 }
 
 /*
- * Walk @job's key from @from into @path.  A node a demotion is writing
+ * Walk the key @tokens (@nr long) from @from into @path.  A node a demotion is writing
  * down is still readable where it is, so the prefix goes on through it
  * (job_arm() takes it from the demotion); but nothing splits it, so a key
  * that ends inside one ends before it.  Return: the first node on the
  * path another promotion is reading up, or NULL.
  */
 static struct kvmm_node *job_walk(struct kvmm_ctx *ctx, struct kvmm_node *from,
-				  struct kvmm_migrate *job, struct kvmm_path *path)
+				  const uint32_t *tokens, uint32_t nr, struct kvmm_path *path)
 {
 	struct kvmm_node *n, *busy = NULL;
 
-	kvmm_tree_walk(ctx, from, job->tokens, job->n, path);
+	kvmm_tree_walk(ctx, from, tokens, nr, path);
 	if (path->split && written_down(ctx, path->node)) {
 		path->matched -= path->split;
 		path->split = 0;
@@ -243,7 +244,7 @@ static int job_run(struct kvmm_ctx *ctx, struct kvmm_migrate *job, bool sync)
 		return -ECANCELED;
 	s = &ctx->seqs[job->seq];
 	from = s->node;
-	busy = job_walk(ctx, from, job, &path);
+	busy = job_walk(ctx, from, job->tokens, job->n, &path);
 	if (busy) {
 		if (sync)
 			return -EBUSY;
@@ -267,7 +268,7 @@ static int job_run(struct kvmm_ctx *ctx, struct kvmm_migrate *job, bool sync)
 		return ret;
 	}
 	if (nr_nodes) {
-		ret = job_arm(ctx, job, from, &path, nr_nodes, nr_pages, arm);
+		ret = job_arm(ctx, job, from, &path, nr_nodes, nr_pages, arm, 0);
 		if (ret)
 			return ret;
 		if (job->io && !sync && ctx->iow) {
@@ -281,6 +282,7 @@ static int job_run(struct kvmm_ctx *ctx, struct kvmm_migrate *job, bool sync)
 }
 
 static void job_complete(struct kvmm_ctx *ctx, struct kvmm_migrate *job, int res);
+static int prefetch_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
 
 /**
  * kvmm_promo_finished() - the worker copied a promotion: settle it, finish
@@ -294,8 +296,12 @@ void kvmm_promo_finished(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
 	struct kvmm_list woken;
 	int res;
 
-	job_settle(ctx, job);
-	res = job->seq == KVMM_SEQ_NONE ? -ECANCELED : job_map(ctx, job);
+	if (job->prefetch) {
+		res = prefetch_settle(ctx, job);
+	} else {
+		job_settle(ctx, job);
+		res = job->seq == KVMM_SEQ_NONE ? -ECANCELED : job_map(ctx, job);
+	}
 	list_init(&woken);
 	while (!list_empty(&job->waiters)) {
 		struct kvmm_list *e = job->waiters.next;
@@ -319,7 +325,7 @@ static void job_complete(struct kvmm_ctx *ctx, struct kvmm_migrate *job, int res
 {
 	if (job->seq != KVMM_SEQ_NONE)
 		ctx->seqs[job->seq].promo = NULL;
-	else
+	else if (!job->prefetch)
 		kvmm_count(ctx, EV_PROMOTE_CANCELED, 1);
 	if (job->owner)
 		kvmm_owner_complete(job->owner, job->user_data, res);
@@ -434,4 +440,317 @@ void kvmm_promos_forget(struct kvmm_ctx *ctx, const struct kvmm_owner *owner)
 		if (job->owner == owner)
 			job->owner = NULL;
 	}
+}
+
+/*
+ * DOC: prefetch
+ *
+ * PREFETCH is a promotion that no sequence has asked for yet.  An engine
+ * knows its waiting queue: it names a queued prompt, and the part of the
+ * prompt's cached prefix that lies on the host or NVMe tier moves up to
+ * the device before the request is admitted, so that the MATCH at
+ * admission maps it in place and no PROMOTE has to wait for a copy, or
+ * find no room for one.
+ *
+ * It takes only what nobody needs: free device frames above the low
+ * watermark, at most the caller's budget of them, with no reclaim at all.
+ * So it never evicts a cached page, let alone one a running sequence
+ * holds, and never pushes the device below the point where background
+ * reclaim would start.  An engine whose device is always full of cache
+ * (watermarks 0, SGLang's way) has no such room; with
+ * KVMM_PREFETCH_RECLAIM it may take its budget as an allocation does,
+ * demoting the coldest unlocked cached leaves, which are never pages a
+ * sequence holds (reclaim skips locked nodes), in exchange for a prefix
+ * a queued request is known to need.  What it brings up is cached and unlocked like any
+ * prefix: the coldest part of it is what reclaim takes first if the
+ * request never comes.  A chain longer than the room is cut from the
+ * bottom, at a page boundary, since a prefix's head is what a MATCH can
+ * use without the rest.  A prefix another promotion is reading up already
+ * is left to it.  So is a node a demotion is writing down, and what hangs
+ * below it: a PROMOTE reads it where it is, but a prefetch, which may be
+ * cancelled and then put its nodes back, must not take it from the
+ * demotion (kvmm_writeback_take()), so its chain ends above it.
+ *
+ * The job is a promotion without a sequence (job->prefetch), armed,
+ * copied and settled as one: inline from memory stores (and for the
+ * direct API), on the I/O worker when a ring's chain reaches an I/O
+ * store, the ring's CQE then waiting for the copy as PROMOTE's does.
+ * While it is in flight its nodes are KVMM_NODE_IO, so a PROMOTE that
+ * needs them waits for it and then finds them on the device.  A ring
+ * cancels its prefetch by user_data: I/O already issued cannot be
+ * recalled, but when it is over the job's frames are freed and its nodes
+ * stay where they were, so the room goes back to the engine.
+ *
+ * The nodes it moved carry KVMM_NODE_PREFETCHED until a MATCH maps them
+ * (prefetch_hits counts those pages) or they move or go.
+ */
+
+/* Device frames a prefetch may take: the free ones above the low watermark. */
+static uint64_t prefetch_room(const struct kvmm_ctx *ctx)
+{
+	const struct kvmm_zone *dev = &ctx->zone[KVMM_TIER_DEVICE];
+	uint64_t keep = dev->wmark[KVMM_WMARK_LOW];
+
+	if (keep < dev->wmark[KVMM_WMARK_MIN])
+		keep = dev->wmark[KVMM_WMARK_MIN];
+	return dev->nr_free > keep ? dev->nr_free - keep : 0;
+}
+
+/* Pages of the part of @path's last node that it takes. */
+static uint32_t path_tail_pages(const struct kvmm_ctx *ctx, const struct kvmm_path *path)
+{
+	return (path->split ? path->split : path->node->len) >> ctx->page_shift;
+}
+
+/*
+ * Cut the walked @path (from @root) so that its chain below the device
+ * ends above every node a demotion is writing down and holds at most
+ * @max pages, dropping from the bottom.
+ * Return: the chain's pages; its nodes in *@nr_nodes.
+ */
+static uint32_t prefetch_cut(struct kvmm_ctx *ctx, struct kvmm_node *root,
+			     struct kvmm_path *path, uint64_t max, uint32_t *nr_nodes)
+{
+	uint64_t pages = 0, excess, below = 0, cut_pages = 0;
+	struct kvmm_node *n, *cut = NULL;
+	uint32_t nr;
+
+	for (n = path->node; n != root && n->tier != KVMM_TIER_DEVICE; n = n->parent) {
+		nr = n == path->node ? path_tail_pages(ctx, path) : n->len >> ctx->page_shift;
+		pages += nr;
+		below += nr;
+		if (written_down(ctx, n)) {
+			cut = n;
+			cut_pages = below;
+		}
+	}
+	if (cut) {
+		path->matched -= (uint32_t)cut_pages << ctx->page_shift;
+		path->split = 0;
+		path->node = cut->parent;
+		pages -= cut_pages;
+	}
+	while (pages > max) {
+		n = path->node;
+		nr = path_tail_pages(ctx, path);
+		excess = pages - max;
+		if (excess < nr) {
+			path->split = (nr - (uint32_t)excess) << ctx->page_shift;
+			path->matched -= (uint32_t)excess << ctx->page_shift;
+			pages = max;
+			break;
+		}
+		path->matched -= nr << ctx->page_shift;
+		path->split = 0;
+		path->node = n->parent;
+		pages -= nr;
+	}
+	*nr_nodes = 0;
+	for (n = path->node; n != root && n->tier != KVMM_TIER_DEVICE; n = n->parent)
+		(*nr_nodes)++;
+	return (uint32_t)pages;
+}
+
+/* A cancelled prefetch's copy is over: free its frames, leave its nodes. */
+static void prefetch_put_back(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
+{
+	kvmm_migrate_release(ctx, job);	/* none was taken from a demotion */
+	kvmm_free_pages(ctx, &ctx->zone[KVMM_TIER_DEVICE], job->dst, job->nr_pages);
+	kvmm_tree_unlock(ctx, job->chain[job->nr_nodes - 1].node);
+}
+
+/*
+ * Settle a prefetch whose copy is over.  Return: the pages it moved to
+ * the device, or -ECANCELED.
+ */
+static int prefetch_settle(struct kvmm_ctx *ctx, struct kvmm_migrate *job)
+{
+	uint32_t ok = 0, pages = 0, i;
+
+	if (job->canceled) {
+		prefetch_put_back(ctx, job);
+		kvmm_count(ctx, EV_PREFETCH_CANCELED, job->nr_pages);
+		return -ECANCELED;
+	}
+	while (ok < job->nr_nodes && !job->chain[ok].err)
+		pages += job->chain[ok++].nr;
+	job_settle(ctx, job);	/* the nodes above the first failure stay */
+	for (i = 0; i < ok; i++) {
+		job->chain[i].node->flags |= KVMM_NODE_PREFETCHED;
+		ctx->prefetched++;
+	}
+	kvmm_count(ctx, EV_PREFETCH_PAGES, pages);
+	return (int)pages;
+}
+
+/**
+ * __kvmm_prefetch() - bring a queued prompt's demoted prefix up ahead of
+ *	its admission
+ * @ctx: the context
+ * @ns: the prompt's namespace
+ * @tokens: the prompt
+ * @n: its length
+ * @budget: device pages it may take at most; 0: as many as are free above
+ *	the low watermark (never more)
+ * @flags: KVMM_PREFETCH_RECLAIM: it may reclaim cold cached pages for
+ *	@budget pages (which must not be 0), as an allocation does
+ * @owner: the ring whose PREFETCH this is, to complete it later; NULL for
+ *	an answer now
+ * @user_data: the deferred completion's user_data, what cancels it
+ *
+ * See the DOC above.  Context: ctx->lock held (or the direct API's caller).
+ *
+ * Return: pages moved to the device (0: nothing below the device, no room,
+ * or another promotion is reading it); -EINPROGRESS when the completion
+ * is deferred (@owner only); -EINVAL for a bad key; -ENOMEM.  Nothing
+ * changed on failure but a split.
+ */
+int __kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens, uint32_t n,
+		    uint32_t budget, uint32_t flags, struct kvmm_owner *owner, uint64_t user_data)
+{
+	struct kvmm_node *root;
+	struct kvmm_migrate *job;
+	uint32_t nr_nodes, nr_pages;
+	struct kvmm_path path;
+	uint64_t room;
+	char *arm;
+	int ret = 0;
+
+	if (!tokens || !n || n > ctx->params.max_seq_len || (flags & ~KVMM_PREFETCH_FLAGS) ||
+	    ((flags & KVMM_PREFETCH_RECLAIM) && !budget))
+		return -EINVAL;
+	n = kvmm_align_down(ctx, n);
+	root = kvmm_tree_root(ctx, ns, false);
+	if (!n || !root)
+		return 0;
+	kvmm_migrate_reap(ctx);	/* what was written down is read from there */
+	room = (flags & KVMM_PREFETCH_RECLAIM) ? budget : prefetch_room(ctx);
+	if (budget && budget < room)
+		room = budget;
+	if (job_walk(ctx, root, tokens, n, &path))
+		return 0;	/* another promotion is bringing it up */
+	nr_pages = prefetch_cut(ctx, root, &path, room, &nr_nodes);
+	if (!nr_pages)
+		return 0;
+	job = kvmm_zalloc(ctx, kvmm_migrate_bytes(0));
+	arm = kvmm_malloc(ctx, kvmm_migrate_arm_bytes(nr_nodes, nr_pages));
+	if (!job || !arm) {
+		ret = -ENOMEM;
+		goto out_free_arm;
+	}
+	job->seq = KVMM_SEQ_NONE;
+	job->prefetch = true;
+	job->owner = owner;
+	job->user_data = user_data;
+	list_init(&job->waiters);
+	list_add_tail(&job->link, &ctx->migrations);
+	ret = kvmm_tree_split(ctx, &path);
+	if (ret) {
+		kvmm_mfree(ctx, arm, kvmm_migrate_arm_bytes(nr_nodes, nr_pages));
+		goto out_free_job;
+	}
+	ret = job_arm(ctx, job, root, &path, nr_nodes, nr_pages, arm,
+		      (flags & KVMM_PREFETCH_RECLAIM) ? 0 : KVMM_ALLOC_NORECLAIM);
+	if (ret) {	/* @arm freed; -ENOSPC: not even reclaim made room */
+		ret = ret == -ENOSPC ? 0 : ret;
+		goto out_free_job;
+	}
+	if (job->io && owner && ctx->iow) {
+		kvmm_migrate_queue(ctx, job);
+		return -EINPROGRESS;
+	}
+	kvmm_migrate_copy(ctx, job, 0);
+	ret = prefetch_settle(ctx, job);
+out_free_job:
+	kvmm_migrate_free(ctx, job);
+	kvmm_debug_check(ctx, "prefetch");
+	return ret;
+
+out_free_arm:
+	kvmm_mfree(ctx, arm, kvmm_migrate_arm_bytes(nr_nodes, nr_pages));
+	kvmm_mfree(ctx, job, kvmm_migrate_bytes(0));
+	return ret;
+}
+
+/**
+ * kvmm_prefetch() - bring a prompt's demoted prefix up to the device
+ *	before it is admitted
+ * @ctx: the context
+ * @ns: the prompt's namespace
+ * @tokens: the prompt, as it will be given to kvmm_seq_match()
+ * @n: its length
+ * @budget: device pages it may take at most; 0: as many as are free
+ *	above the low watermark
+ * @flags: 0, or KVMM_PREFETCH_RECLAIM
+ *
+ * The part of the cached prefix that lies on the host or NVMe tier is
+ * copied up into free device frames above the low watermark (nothing is
+ * reclaimed for it, so nothing cached is evicted, and no page a running
+ * sequence holds is touched), as much of its head as the budget allows,
+ * and stays cached there, unlocked, until a MATCH maps it.  With
+ * KVMM_PREFETCH_RECLAIM it may instead take @budget pages as an
+ * allocation would, reclaiming the coldest unlocked cached pages for them
+ * (demoted, as reclaim does; never a page a sequence holds).  Returns
+ * when the copy is done.
+ *
+ * Return: pages moved to the device; 0 when nothing was below the device,
+ * there was no room, or another promotion is reading that prefix;
+ * -EINVAL for a bad key or flag (or KVMM_PREFETCH_RECLAIM with no
+ * budget); -ENOMEM.
+ */
+KVMM_EXPORT int kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tokens,
+			      uint32_t n, uint32_t budget, uint32_t flags)
+{
+	if (!ctx)
+		return -EINVAL;
+	return __kvmm_prefetch(ctx, ns, tokens, n, budget, flags, NULL, 0);
+}
+
+/**
+ * kvmm_prefetch_cancel() - cancel @owner's prefetches tagged @user_data
+ * @ctx: the context, its lock held
+ * @owner: the ring
+ * @user_data: the PREFETCH entries' user_data
+ *
+ * Their copies go on (I/O already issued is not recalled); when each is
+ * over, its frames are freed, its nodes stay below and its CQE says
+ * -ECANCELED.
+ *
+ * Return: how many were cancelled.
+ */
+int kvmm_prefetch_cancel(struct kvmm_ctx *ctx, const struct kvmm_owner *owner,
+			 uint64_t user_data)
+{
+	struct kvmm_list *pos;
+	int nr = 0;
+
+	if (!owner)
+		return 0;
+	list_for_each(pos, &ctx->migrations) {
+		struct kvmm_migrate *job = list_entry(pos, struct kvmm_migrate, link);
+
+		if (job->prefetch && !job->canceled && job->owner == owner &&
+		    job->user_data == user_data) {
+			job->canceled = true;
+			nr++;
+		}
+	}
+	return nr;
+}
+
+/**
+ * kvmm_prefetch_hit() - a MATCH mapped the path from @root to @node:
+ *	count the pages a prefetch brought up for it
+ * @ctx: the context
+ * @root: where the path starts
+ * @node: where it ends
+ */
+void kvmm_prefetch_hit(struct kvmm_ctx *ctx, const struct kvmm_node *root,
+		       struct kvmm_node *node)
+{
+	for (; node != root && ctx->prefetched; node = node->parent)
+		if (node->flags & KVMM_NODE_PREFETCHED) {
+			kvmm_count(ctx, EV_PREFETCH_HITS, node->len >> ctx->page_shift);
+			kvmm_prefetch_forget(ctx, node);
+		}
 }

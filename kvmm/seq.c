@@ -234,6 +234,8 @@ int __kvmm_seq_match(struct kvmm_ctx *ctx, uint32_t seq, const uint32_t *tokens,
 		kvmm_tree_touch(ctx, path.node);
 		kvmm_tree_lock(ctx, path.node);
 		kvmm_tree_fill(ctx, s->root, path.node, kvmm_row(ctx, seq));
+		if (unlikely(ctx->prefetched))
+			kvmm_prefetch_hit(ctx, s->root, path.node);
 	}
 	s->node = path.node;
 	s->len = s->cached = path.matched;

@@ -110,6 +110,9 @@ static const char *const stat_names[] = {
 	[KVMM_STAT_HOST_OFFER_TOKENS] = "host_offer_tokens",
 	[KVMM_STAT_NVME_OFFER_TOKENS] = "nvme_offer_tokens",
 	[KVMM_STAT_THROTTLE_PAGES] = "throttle_pages",
+	[KVMM_STAT_PREFETCH_PAGES] = "prefetch_pages",
+	[KVMM_STAT_PREFETCH_HITS] = "prefetch_hits",
+	[KVMM_STAT_PREFETCH_CANCELED] = "prefetch_canceled",
 };
 static_assert(ARRAY_SIZE(stat_names) == NR_KVMM_STATS, "a stat has no name");
 
@@ -146,6 +149,9 @@ static const uint8_t stat_event[NR_KVMM_STATS] = {
 	[KVMM_STAT_ORPHAN_ADOPTED] = EV_ORPHAN_PAGES + 1,
 	[KVMM_STAT_EVENTS_DROPPED] = EV_CACHE_EVENTS_DROPPED + 1,
 	[KVMM_STAT_THROTTLE_PAGES] = EV_THROTTLE_PAGES + 1,
+	[KVMM_STAT_PREFETCH_PAGES] = EV_PREFETCH_PAGES + 1,
+	[KVMM_STAT_PREFETCH_HITS] = EV_PREFETCH_HITS + 1,
+	[KVMM_STAT_PREFETCH_CANCELED] = EV_PREFETCH_CANCELED + 1,
 };
 
 /**

@@ -394,6 +394,7 @@ static void node_rehome(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t t
 	bool keep = keeps_copy(ctx, from, to) &&
 		    ctx->zone[from].pages[node->pfns[0]].state != KVMM_PAGE_IO;
 
+	kvmm_prefetch_forget(ctx, node);
 	kvmm_pages_to_tree(&ctx->zone[to], pfns, nr);
 	if (keep)
 		memcpy(kvmm_node_shadow(ctx, node), node->pfns, (size_t)nr * sizeof(*pfns));

@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Regenerate the tiered reference-engine table of Documentation/performance.rst.
+"""Regenerate the tiered reference-engine tables of Documentation/performance.rst.
 
 Runs kvmm-engine on its generated traffic with a 1,024-page device under
 each tier configuration of the table, --runs times each, and prints the
-table as reStructuredText.  It fails (exit 1, saying why on stderr) when
-a row does not repeat (any figure of the table differs by more than
---tolerance between runs) or when a configuration with a tier added has a
-lower hit rate than the same configuration without it.
+table as reStructuredText; then runs each tiered configuration again
+with --no-prefetch (the engine without PREFETCH, whose admission does not
+count promotions) and prints a second table comparing the two.  It fails
+(exit 1, saying why on stderr) when a row does not repeat (any figure of
+either table differs by more than --tolerance between runs) or when a
+configuration with a tier added has a lower hit rate than the same
+configuration without it.
 
     scripts/engine-tiers.py [--engine build/bin/kvmm-engine] [--runs 3]
                             [--nvme-file /tmp/kvmm-engine-tiers.nvme]
+
+In the second table each pair is "without PREFETCH / with it".
 """
 import argparse
 import json
@@ -31,8 +36,9 @@ ROWS = [
 ]
 
 
-def run(engine, host, nvme, nvme_file):
+def run(engine, host, nvme, nvme_file, extra=()):
     cmd = [engine, "--device-pages", str(DEVICE_PAGES), "--json", "-", "--quiet"]
+    cmd += list(extra)
     if host:
         cmd += ["--host-pages", str(host)]
     if nvme:
@@ -51,7 +57,31 @@ def run(engine, host, nvme, nvme_file):
         "ttft_p99": e["ttft_p99_s"],
         "promote_seconds": t["promote_seconds"],
         "throttle_seconds": t["throttle_seconds"],
+        "promotions_refused": t["promotions_refused"],
+        "prefetch_tokens": t["prefetch_tokens"],
+        "prefetch_hit_tokens": t["prefetch_hit_tokens"],
     }
+
+
+def repeat(a, label, host, nvme, extra, bad):
+    """--runs runs of one configuration; a figure that moves goes to @bad."""
+    runs = [run(a.engine, host, nvme, a.nvme_file, extra) for _ in range(a.runs)]
+    for key in runs[0]:
+        vals = [x[key] for x in runs]
+        if max(vals) - min(vals) > a.tolerance:
+            bad.append("%s: %s differs between runs: %s" % (label, key, vals))
+    return runs[0]
+
+
+def table(head, body):
+    width = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
+    rule = "  ".join("=" * w for w in width)
+    print(rule)
+    print("  ".join(h.ljust(w) for h, w in zip(head, width)).rstrip())
+    print(rule)
+    for b in body:
+        print("  ".join(c.ljust(w) for c, w in zip(b, width)).rstrip())
+    print(rule)
 
 
 def main():
@@ -62,14 +92,12 @@ def main():
     ap.add_argument("--nvme-file", default="/tmp/kvmm-engine-tiers.nvme")
     a = ap.parse_args()
 
-    rows, bad = [], []
-    for label, host, nvme, _ in ROWS:
-        runs = [run(a.engine, host, nvme, a.nvme_file) for _ in range(a.runs)]
-        for key in runs[0]:
-            vals = [x[key] for x in runs]
-            if max(vals) - min(vals) > a.tolerance:
-                bad.append("%s: %s differs between runs: %s" % (label, key, vals))
-        rows.append(runs[0])
+    rows, old, bad = [], {}, []
+    for i, (label, host, nvme, _) in enumerate(ROWS):
+        rows.append(repeat(a, label, host, nvme, (), bad))
+        if host:
+            old[i] = repeat(a, label + " --no-prefetch", host, nvme,
+                            ("--no-prefetch",), bad)
     if os.path.exists(a.nvme_file):
         os.unlink(a.nvme_file)
     for i, (label, _, _, without) in enumerate(ROWS):
@@ -92,14 +120,24 @@ def main():
             "%.1f s" % r["promote_seconds"] if host else "-",
             "%.1f s" % r["throttle_seconds"] if nvme else "-",
         ])
-    width = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
-    rule = "  ".join("=" * w for w in width)
-    print(rule)
-    print("  ".join(h.ljust(w) for h, w in zip(head, width)).rstrip())
-    print(rule)
-    for b in body:
-        print("  ".join(c.ljust(w) for c, w in zip(b, width)).rstrip())
-    print(rule)
+    table(head, body)
+    print()
+    head = ["tiers", "promotions refused", "estimated TTFT p50",
+            "estimated TTFT p99", "hit rate", "prefetched / matched tokens"]
+    body = []
+    for i, (label, _, _, _) in enumerate(ROWS):
+        if i not in old:
+            continue
+        o, r = old[i], rows[i]
+        body.append([
+            label,
+            "%d / %d" % (o["promotions_refused"], r["promotions_refused"]),
+            "%.3f / %.3f s" % (o["ttft_p50"], r["ttft_p50"]),
+            "%.1f / %.1f s" % (o["ttft_p99"], r["ttft_p99"]),
+            "%.4f / %.4f" % (o["hit_rate"], r["hit_rate"]),
+            "%d / %d" % (r["prefetch_tokens"], r["prefetch_hit_tokens"]),
+        ])
+    table(head, body)
     for why in bad:
         print("engine-tiers: " + why, file=sys.stderr)
     return 1 if bad else 0

@@ -44,6 +44,27 @@ def serve(ring, tokens):
 	return hit
 
 
+def pushed_to_nvme(ring):
+	"""Serve prompt(0), then 11 more through the 16-page pool, so that
+	prompt(0) is written down to NVMe; a batch settles the writes."""
+	serve(ring, prompt(0))
+	for i in range(1, 12):			# 11 * 4 pages through a 16-page pool
+		serve(ring, prompt(i))
+	deadline = time.monotonic() + 10
+	while ring.stats().host_pages_writeback and time.monotonic() < deadline:
+		time.sleep(0.01)
+
+
+def open_match(ring, tokens, n):
+	"""OPEN a sequence and MATCH @n tokens: (seq, matched)."""
+	b = ring.batch()
+	b.open()
+	seq = ring.submit(b)[0]
+	b = ring.batch()
+	b.match(seq, tokens, n)
+	return seq, ring.submit(b)[0]
+
+
 def test_requests_through_kvmmd(kvmmd):
 	_, sock = kvmmd
 	with kvmm.connect(sock) as ring:
@@ -98,19 +119,9 @@ def test_promote_from_nvme_awaited_on_asyncio(kvmmd):
 	"""A prefix pushed to NVMe comes back by a PROMOTE the event loop awaits."""
 	_, sock = kvmmd
 	with kvmm.connect(sock) as ring:
-		serve(ring, prompt(0))
-		for i in range(1, 12):			# 11 * 4 pages through a 16-page pool
-			serve(ring, prompt(i))
-		# background reclaim writes the host tier down; a batch settles it
-		deadline = time.monotonic() + 10
-		while ring.stats().host_pages_writeback and time.monotonic() < deadline:
-			time.sleep(0.01)
-		b = ring.batch()
-		b.open()
-		seq = ring.submit(b)[0]
-		b = ring.batch()
-		b.match(seq, prompt(0), 63)
-		assert ring.submit(b) == [0]
+		pushed_to_nvme(ring)
+		seq, hit = open_match(ring, prompt(0), 63)
+		assert hit == 0
 		assert ring.last_flags[0] & kvmm.CQE_F_LOWER
 
 		async def promote():
@@ -140,6 +151,32 @@ def test_promote_from_nvme_awaited_on_asyncio(kvmmd):
 		b.extend(seq, 64 - 48)
 		b.close(seq, prompt(0))
 		assert ring.submit(b) == [0, 0]
+
+
+def test_prefetch_from_nvme_through_kvmmd(kvmmd):
+	"""A queued prompt's prefix on NVMe is PREFETCHed through kvmmd (the
+	device full of cache: reclaim for it); its MATCH then finds it on the
+	device, nothing left below, and prefetch_hits counts it."""
+	_, sock = kvmmd
+	with kvmm.connect(sock) as ring:
+		pushed_to_nvme(ring)
+		b = ring.batch()
+		b.lookup(prompt(0), 63)
+		b.prefetch(prompt(0), 63)		# the device is full of cache: no room
+		b.prefetch(prompt(0), 63, budget=8, reclaim=True)
+		assert ring.submit(b) == [0, 0, 3]
+		st = ring.stats()
+		assert st.prefetch_pages == 3 and st.prefetch_hits == 0
+		seq, hit = open_match(ring, prompt(0), 63)
+		assert hit == 48
+		assert not ring.last_flags[0] & kvmm.CQE_F_LOWER
+		assert ring.stats().prefetch_hits == 3
+		b = ring.batch()
+		b.extend(seq, 64 - 48)
+		b.close(seq, prompt(0))
+		b.prefetch_cancel(7, 0)			# nothing of that tag in flight
+		assert ring.submit(b) == [0, 0, 0]
+		ring.check()
 
 
 def test_kvmmd_gone_mid_use_is_an_error_not_a_crash(kvmmd):

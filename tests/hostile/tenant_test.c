@@ -5,7 +5,8 @@
  * tries to hold the pool: it caches nearly all of it, pins all it can
  * with KVMM_PIN_KEEP and exits, reading no page-table row (SEQ_ROW) but
  * its own on the way.  Its pins stop at the namespace's pin
- * limit (-EDQUOT); another tenant can still allocate; the operator lists
+ * limit (-EDQUOT); it may PREFETCH (and cancel) in its namespace only;
+ * another tenant can still allocate; the operator lists
  * the pins with kvmmctl, drops them by node id and by namespace, and
  * drop-caches then frees the rest.  kvmmd stays up and its kvmm_check()
  * at exit holds.
@@ -119,6 +120,7 @@ static int hog(void *arg)
 	const char *sock = arg;
 	struct kvmm_ring ring;
 	uint32_t ns = getuid(), *tok, i;
+	struct kvmm_sqe *sqe;
 	int32_t seq;
 
 	if (kvmm_ring_connect(sock, &rp, &ring))
@@ -155,6 +157,21 @@ static int hog(void *arg)
 	kvmm_prep_pin_drop(hostile_sqe(&ring), KVMM_PIN_DROP_NS, ns, 0);
 	if (hostile_ring1(&ring) != -EPERM)
 		return 18;
+	/* it prefetches and cancels in its own namespace only */
+	kvmm_prep_prefetch(hostile_sqe(&ring), 0, 0, 0, HOG_TOKENS, 4);
+	if (hostile_ring1(&ring) != -EPERM)
+		return 30;
+	kvmm_prep_prefetch(hostile_sqe(&ring), ns, 0, 0, HOG_TOKENS, 4);
+	if (hostile_ring1(&ring) != 0)		/* all of it on the device */
+		return 31;
+	kvmm_prep_prefetch_cancel(hostile_sqe(&ring), 1);
+	if (hostile_ring1(&ring) != -EPERM)
+		return 32;
+	sqe = hostile_sqe(&ring);
+	kvmm_prep_prefetch_cancel(sqe, 1);
+	sqe->ns = ns;
+	if (hostile_ring1(&ring) != 0)
+		return 33;
 	kvmm_ring_exit(&ring);
 	return 0;
 }

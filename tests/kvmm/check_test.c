@@ -112,6 +112,26 @@ static void check_detects_lost_lock_reference(void)
 	kvmm_destroy(f.ctx);
 }
 
+/* A node marked prefetched that the count does not know, then one off the device. */
+static void check_detects_prefetch_miscount(void)
+{
+	struct fixture f;
+	struct kvmm_node *node;
+
+	setup(&f);
+	node = f.ctx->seqs[f.seq].node;
+	node->flags |= KVMM_NODE_PREFETCHED;
+	expect_broken(&f, "prefetched");
+	f.ctx->prefetched++;
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
+	node->tier = KVMM_TIER_HOST;
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), -EUCLEAN);
+	node->tier = KVMM_TIER_DEVICE;
+	kvmm_prefetch_forget(f.ctx, node);
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
+	kvmm_destroy(f.ctx);
+}
+
 static void check_detects_row_not_matching_path(void)
 {
 	struct fixture f;
@@ -151,6 +171,7 @@ int register_check_suite(void)
 	ADD_TEST(s, check_detects_page_held_twice);
 	ADD_TEST(s, check_detects_bad_accounting);
 	ADD_TEST(s, check_detects_lost_lock_reference);
+	ADD_TEST(s, check_detects_prefetch_miscount);
 	ADD_TEST(s, check_detects_row_not_matching_path);
 	ADD_TEST(s, check_detects_free_bit_on_used_page);
 	return 0;

@@ -113,6 +113,13 @@ static int op_promote_split(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t seq)
 	return kvmm_seq_promote(ctx, seq, tok, 24);
 }
 
+/* a prefetch whose budget ends inside a demoted node (no sequence involved) */
+static int op_prefetch_split(struct kvmm_ctx *ctx, uint32_t *tok, uint32_t seq)
+{
+	(void)seq;
+	return kvmm_prefetch(ctx, 0, tok, NTOK, 5, 0);
+}
+
 static const struct scenario scenarios[] = {
 	{ "open in a new namespace", 1, setup_slab_full, .op = op_open_new_ns },
 	{ "match that splits, node cache empty", 1, setup_slab_full, .op = op_match_split },
@@ -130,6 +137,8 @@ static const struct scenario scenarios[] = {
 	  .host_pages = 256, .write_policy = KVMM_WRITE_THROUGH },
 	{ "promote that keeps the copy", 1, setup_demoted, .op = op_promote_split,
 	  .host_pages = 256, .write_policy = KVMM_WRITE_THROUGH },
+	{ "prefetch that splits", 1, setup_demoted, .op = op_prefetch_split, .host_pages = 256 },
+	{ "prefetch, pages of 4", 4, setup_demoted, .op = op_prefetch_split, .host_pages = 256 },
 };
 
 static void run_scenario(const struct scenario *sc)

@@ -356,6 +356,196 @@ static void test_ring_promote(void)
 	kvmm_destroy(ctx);
 }
 
+
+/* ---- PREFETCH: a queued prompt's prefix up ahead of its admission ---- */
+
+/* @tok served, then demoted whole to the host tier; the device emptied. */
+static void demoted_free_device(struct kvmm_ctx *ctx, const uint32_t *tok, uint32_t seed)
+{
+	struct kvmm_tier_hits hits;
+
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
+	push_down(ctx, seed, 2);
+	CU_ASSERT(kvmm_drop_caches_tiers(ctx, KVMM_DROP_DEVICE, NULL) >= 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_HOST], 32);
+	CHECK_OK(ctx);
+}
+
+/*
+ * A prefetched prompt is on the device before it is admitted: its MATCH
+ * maps all of it with no PROMOTE, its KV is what was computed, and
+ * prefetch_hits counts what was used.  Bad arguments change nothing.
+ */
+static void test_prefetch_host(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, NULL, NULL);
+	struct kvmm_tier_hits hits;
+	uint64_t evicted;
+	uint32_t tok[32];
+
+	test_tokens(tok, 32, 31);
+	demoted_free_device(ctx, tok, 3100);
+	evicted = test_stat(ctx, KVMM_STAT_EVICT_PAGES);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 2), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, KVMM_PREFETCH_RECLAIM), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, NULL, 32, 0, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 0, 0, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 257, 0, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_prefetch(NULL, 0, tok, 32, 0, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 7, tok, 32, 0, 0), 0);	/* no such namespace */
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, PS - 1, 0, 0), 0);	/* no whole page */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_PAGES), 0);
+	CHECK_OK(ctx);
+
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 0), 8);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 32);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_PAGES), 8);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_PROMOTE_PAGES), 8);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVICT_PAGES), evicted);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_HITS), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 0), 0);	/* all up already */
+
+	/* admission: MATCH alone maps the whole prompt, stamps checked */
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 32);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_HITS), 8);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 32);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_HITS), 8);	/* once */
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * The budget cuts the prefix from the bottom at a page boundary, and a
+ * prefetch takes only free frames above the low watermark: with running
+ * sequences holding the rest of the device it evicts nothing, their KV
+ * is untouched, and with no room it does nothing at all.
+ */
+static void test_prefetch_budget_room(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, NULL, NULL);
+	uint64_t evicted, low, cached;
+	uint32_t tok[32], run[40], seq[2];
+	struct kvmm_tier_hits hits;
+
+	test_tokens(tok, 32, 32);
+	demoted_free_device(ctx, tok, 3200);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 3, 0), 3);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 12);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_HOST], 20);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_HITS), 3);
+	push_down(ctx, 3300, 2);
+	CU_ASSERT(kvmm_drop_caches_tiers(ctx, KVMM_DROP_DEVICE, NULL) >= 0);
+
+	/* running sequences hold all but low + 2 frames: 2 come up */
+	low = test_stat(ctx, KVMM_STAT_WMARK_LOW);
+	CU_ASSERT_FATAL(low + 2 <= 6);
+	test_tokens(run, 40, 34);
+	CU_ASSERT_EQUAL_FATAL(test_seq_fill(ctx, 0, run, 40, &seq[0]), 0);
+	test_kv_stamp(ctx, seq[0], run, 0, 40, false);
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq[1]), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_extend(ctx, seq[1], (uint32_t)(6 - low - 2) * PS, 0), 0);
+	test_kv_stamp(ctx, seq[1], run, 0, (uint32_t)(6 - low - 2) * PS, false);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), low + 2);
+	evicted = test_stat(ctx, KVMM_STAT_EVICT_PAGES);
+	cached = test_stat(ctx, KVMM_STAT_PAGES_CACHED);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 0), 2);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), low);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_CACHED), cached + 2);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 0), 0);	/* no room left */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVICT_PAGES), evicted);
+	CU_ASSERT_EQUAL(test_kv_stamp(ctx, seq[0], run, 0, 40, true), 0);
+	CU_ASSERT_EQUAL(test_kv_stamp(ctx, seq[1], run, 0, (uint32_t)(6 - low - 2) * PS, true), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq[0], NULL, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq[1], NULL, 0), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * On a device full of cache there is no free room: a prefetch does
+ * nothing, unless KVMM_PREFETCH_RECLAIM lets it take its budget as an
+ * allocation would, demoting the coldest cached leaves; a running
+ * sequence's pages are never among them.
+ */
+static void test_prefetch_reclaim(void)
+{
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, NULL, NULL);
+	uint32_t tok[32], run[16], other[32], seq, free;
+	struct kvmm_tier_hits hits;
+	uint64_t demoted;
+
+	test_tokens(tok, 32, 39);
+	test_tokens(run, 16, 40);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, false), 0);
+	push_down(ctx, 3900, 2);
+	CU_ASSERT_EQUAL_FATAL(test_seq_fill(ctx, 0, run, 16, &seq), 0);
+	test_kv_stamp(ctx, seq, run, 0, 16, false);
+	/* the rest of the device: cache */
+	free = (uint32_t)test_stat(ctx, KVMM_STAT_PAGES_FREE);
+	CU_ASSERT_FATAL(free >= 1 && free <= 8);
+	test_tokens(other, free * PS, 41);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, other, free * PS), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_FREE), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_HOST], 32);
+	demoted = host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 0), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES), demoted);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 6, KVMM_PREFETCH_RECLAIM), 6);
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_DEMOTE_PAGES) >= demoted + 6);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_DEVICE], 24);
+	CU_ASSERT_EQUAL(test_kv_stamp(ctx, seq, run, 0, 16, true), 0);
+	CHECK_OK(ctx);
+	/* more than the unlocked cache can give: nothing */
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, run, 16, 0, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 32);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_HITS), 6);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* A prefetch whose copy fails or whose page does not verify is a miss. */
+static void test_prefetch_faults(void)
+{
+	struct kvmm_mock_faults mf = { .fail_copy = -EIO, .fail_every = 0 };
+	struct kvmm_mock_arg mock = { .faults = &mf };
+	struct kvmm_host_arg host = { .flip_every = 0 };
+	struct kvmm_ctx *ctx = tier_ctx(16, 64, &mock, &host);
+	uint32_t tok[32];
+
+	test_tokens(tok, 32, 35);
+	demoted_free_device(ctx, tok, 3500);
+	mf.fail_every = 1;
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 0), 0);
+	mf.fail_every = 0;
+	CU_ASSERT(host_stat(ctx, KVMM_STAT_HOST_IO_ERRORS) >= 1);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_PAGES), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PAGES_IO), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok, 32, true), 0);	/* recomputed */
+	kvmm_destroy(ctx);
+
+	host.flip_every = 1;
+	ctx = tier_ctx(16, 64, NULL, &host);
+	demoted_free_device(ctx, tok, 3600);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok, 32, 0, 0), 0);
+	CU_ASSERT_EQUAL(host_stat(ctx, KVMM_STAT_HOST_CSUM_FAIL), 1);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, NULL), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 /* ---- the NVMe tier: an io_uring store below the host tier ---- */
 
 /* A file in this run's scratch directory (tests/helpers.c). */
@@ -1442,6 +1632,140 @@ static void test_nvme_async_cancel(void)
 	unlink(path);
 }
 
+
+static void ring_prefetch(struct kvmm_ring *ring, uint64_t off, uint32_t n, uint32_t budget,
+			  uint64_t data)
+{
+	struct kvmm_sqe *sqe = TEST_SQE(ring);
+
+	kvmm_prep_prefetch(sqe, 0, 1, off, n, budget);
+	kvmm_sqe_set_data(sqe, data);
+	CU_ASSERT_EQUAL(kvmm_submit(ring), 1);
+}
+
+/*
+ * A ring's PREFETCH from NVMe completes when the worker has read it; the
+ * ring goes on meanwhile, and a PROMOTE that needs the same prefix waits
+ * for it and then finds it on the device.
+ */
+static void test_nvme_prefetch_ring(void)
+{
+	const char *path = nvme_file("prefetch");
+	int hold = 0;
+	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads,
+				     .latch_arg = &hold };
+	struct kvmm_ctx *ctx = nvme_ctx(24, 8, 64, path, &arg);
+	struct kvmm_ring ring;
+	struct kvmm_cqe *cqe;
+	struct kvmm_sqe *sqe;
+	uint32_t tok[32], seq;
+	int32_t m;
+
+	test_tokens(tok, 32, 37);
+	to_nvme(ctx, tok, 3700);
+	CU_ASSERT(kvmm_drop_caches_tiers(ctx, KVMM_DROP_DEVICE, NULL) >= 0);
+	async_ring(ctx, &ring, tok, sizeof(tok));
+	/* malformed entries */
+	sqe = TEST_SQE(&ring);
+	kvmm_prep_prefetch(sqe, 0, 1, 0, 32, 0);
+	sqe->arg2 = 2;
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EINVAL);
+	sqe = TEST_SQE(&ring);
+	kvmm_prep_prefetch(sqe, 0, 1, 0, 32, 0);
+	sqe->arg2 = 1ull << 32;
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EINVAL);
+	sqe = TEST_SQE(&ring);
+	kvmm_prep_prefetch(sqe, 0, 1, 0, 32, 0);
+	sqe->arg = KVMM_PREFETCH_CANCEL | 1;
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EINVAL);
+	kvmm_prep_prefetch(TEST_SQE(&ring), 0, 1, sizeof(tok), 32, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), -EFAULT);
+
+	__atomic_store_n(&hold, 1, __ATOMIC_RELEASE);
+	ring_prefetch(&ring, 0, 32, 0, 50);
+	CU_ASSERT_EQUAL(kvmm_peek_cqe(&ring, &cqe), -EAGAIN);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 8);
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+	seq = ring_open_match(&ring, 0, 32, &m);
+	CU_ASSERT_EQUAL(m, 0);
+	ring_promote(&ring, seq, 0, 32, 51);	/* waits for the prefetch */
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 8);
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(ring_reap(&ring, 50), 8);
+	CU_ASSERT_EQUAL(ring_reap(&ring, 51), 32);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_PAGES), 8);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_PROMOTE_PAGES), 8);
+	kvmm_lock(ctx);
+	CU_ASSERT_EQUAL(test_kv_stamp(ctx, seq, tok, 0, 32, true), 0);
+	CHECK_OK(ctx);
+	kvmm_unlock(ctx);
+	kvmm_prep_close(TEST_SQE(&ring), seq, 0, 0, 0);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+	kvmm_ring_exit(&ring);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * Cancelling a prefetch in flight: its CQE says -ECANCELED when the read
+ * is over, its frames are free again and the prefix is still on NVMe;
+ * another tag, or another ring naming its tag, cancels nothing; a ring
+ * that goes away with one in flight leaves nothing behind.
+ */
+static void test_nvme_prefetch_cancel(void)
+{
+	const char *path = nvme_file("prefetch-cancel");
+	int hold = 1;
+	struct kvmm_nvme_arg arg = { .latch = test_hold_worker_reads,
+				     .latch_arg = &hold };
+	struct kvmm_ctx *ctx = nvme_ctx(24, 8, 64, path, &arg);
+	struct kvmm_ring ring, other;
+	struct kvmm_tier_hits hits;
+	uint64_t free_before;
+	uint32_t tok[32];
+
+	test_tokens(tok, 32, 38);
+	to_nvme(ctx, tok, 3800);
+	CU_ASSERT(kvmm_drop_caches_tiers(ctx, KVMM_DROP_DEVICE, NULL) >= 0);
+	free_before = test_stat(ctx, KVMM_STAT_PAGES_FREE);
+	async_ring(ctx, &ring, tok, sizeof(tok));
+	async_ring(ctx, &other, tok, sizeof(tok));
+	ring_prefetch(&ring, 0, 32, 0, 60);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 8);
+	kvmm_prep_prefetch_cancel(TEST_SQE(&ring), 61);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+	kvmm_prep_prefetch_cancel(TEST_SQE(&other), 60);	/* not its prefetch */
+	CU_ASSERT_EQUAL(test_ring1(&other, NULL), 0);
+	kvmm_ring_exit(&other);
+	kvmm_prep_prefetch_cancel(TEST_SQE(&ring), 60);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 1);
+	kvmm_prep_prefetch_cancel(TEST_SQE(&ring), 60);
+	CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);	/* once */
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 8);	/* I/O goes on */
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(ring_reap(&ring, 60), -ECANCELED);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_IO), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PAGES_FREE), free_before);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_CANCELED), 8);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_PAGES), 0);
+	kvmm_lock(ctx);
+	CU_ASSERT_EQUAL(kvmm_prefix_tiers(ctx, 0, tok, 32, &hits), 32);
+	CU_ASSERT_EQUAL(hits.tokens[KVMM_TIER_NVME], 32);
+	CHECK_OK(ctx);
+	kvmm_unlock(ctx);
+
+	/* the ring goes with a prefetch in flight */
+	__atomic_store_n(&hold, 1, __ATOMIC_RELEASE);
+	ring_prefetch(&ring, 0, 32, 0, 62);
+	kvmm_ring_exit(&ring);
+	CU_ASSERT_EQUAL(lcheck(ctx), 0);
+	__atomic_store_n(&hold, 0, __ATOMIC_RELEASE);
+	kvmm_destroy(ctx);	/* waits for the I/O */
+	unlink(path);
+}
+
 /*
  * Conversations driven through a ring, promotions of a group of requests
  * submitted together so that several are in flight (and some wait for
@@ -1766,6 +2090,37 @@ static void promote_while_written(struct kvmm_mock_faults *mf, const char *name)
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK), 0);
 	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok[0], 32), 32);	/* A was not moved down */
 	CU_ASSERT_EQUAL(__atomic_load_n(&latch.locked, __ATOMIC_RELAXED), 0);
+	CHECK_OK(ctx);
+	drop_and_destroy(ctx, 8, path);
+}
+
+/*
+ * A prefix a demotion is writing down is left to PROMOTE, which reads it
+ * where it is: a prefetch, which could be cancelled and put it back,
+ * does not take it from the write.
+ */
+static void test_nvme_prefetch_while_written(void)
+{
+	static uint32_t tok[3][32];
+	const char *path = nvme_file("prefetch-written");
+	struct write_latch latch = { .hold = 1 };
+	struct kvmm_nvme_arg arg = { .latch = hold_writes, .latch_arg = &latch };
+	struct kvmm_ctx *ctx = held_ctx(path, &arg);
+	uint32_t i;
+
+	for (i = 0; i < 3; i++)
+		test_tokens(tok[i], 32, 4400 + i);
+	for (i = 0; i < 3; i++)	/* the third demotes A, whose write is held */
+		CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[i], 32, false), 0);
+	CU_ASSERT_FATAL(latch_entered(&latch));
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK), 8);
+	CU_ASSERT_EQUAL(kvmm_prefetch(ctx, 0, tok[0], 32, 8, KVMM_PREFETCH_RECLAIM), 0);
+	CU_ASSERT_EQUAL(kvmm_prefix_lookup(ctx, 0, tok[0], 32), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_WRITEBACK), 8);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_kv_serve(ctx, tok[0], 32, true), 32);
+	__atomic_store_n(&latch.hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
 	CHECK_OK(ctx);
 	drop_and_destroy(ctx, 8, path);
 }
@@ -2348,6 +2703,10 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_bad_params);
 	ADD_TEST(s, test_random_conversations);
 	ADD_TEST(s, test_ring_promote);
+	ADD_TEST(s, test_prefetch_host);
+	ADD_TEST(s, test_prefetch_budget_room);
+	ADD_TEST(s, test_prefetch_reclaim);
+	ADD_TEST(s, test_prefetch_faults);
 	ADD_TEST(s, test_nvme_roundtrip);
 	ADD_TEST(s, test_nvme_writeback_refuses_corrupt_host_page);
 	ADD_TEST(s, test_nvme_restart);
@@ -2367,9 +2726,12 @@ int register_tier_suite(void)
 	ADD_TEST(s, test_drop_caches_ring);
 	ADD_TEST(s, test_nvme_async_promote);
 	ADD_TEST(s, test_nvme_async_cancel);
+	ADD_TEST(s, test_nvme_prefetch_ring);
+	ADD_TEST(s, test_nvme_prefetch_cancel);
 	ADD_TEST(s, test_nvme_write_held_ring_goes_on);
 	ADD_TEST(s, test_nvme_dropped_while_written);
 	ADD_TEST(s, test_nvme_promote_while_written);
+	ADD_TEST(s, test_nvme_prefetch_while_written);
 	ADD_TEST(s, test_nvme_promote_while_written_fails);
 	ADD_TEST(s, test_nvme_server_promote_while_written);
 	ADD_TEST(s, test_nvme_throttled_not_dropped);

@@ -48,6 +48,11 @@ static void usage(FILE *f)
 "  --nvme-gbps F           NVMe read bandwidth charged for one from NVMe (6)\n"
 "  --nvme-write-gbps F     NVMe write bandwidth: a step waits for the disk\n"
 "                          when its writes fall behind (4)\n"
+"  --prefetch-budget N     pages a queued request's PREFETCH may bring up\n"
+"                          from the lower tiers when it arrives (256; 0: none)\n"
+"  --no-prefetch           no PREFETCH, and admission does not count the\n"
+"                          pages a promotion will take (the engine before\n"
+"                          PREFETCH, to compare)\n"
 "  --remote HOST:PORT,...  a Redis Cluster below the host tier, shared with\n"
 "                          other engines: each prompt's pages past the local\n"
 "                          cache are fetched from it, committed ones pushed\n"
@@ -93,7 +98,8 @@ enum {
 	O_LAYERS, O_HEADS, O_KV_HEADS, O_HEAD_DIM, O_PARAMS, O_DTYPE_BYTES, O_PEAK_TFLOPS,
 	O_MFU, O_MEM_GBPS, O_BW_EFF, O_STEP_US, O_JSON, O_PLOT, O_QUIET, O_HELP,
 	O_HOST_PAGES, O_NVME_FILE, O_NVME_PAGES, O_WRITE_POLICY, O_HOST_GBPS, O_NVME_GBPS, O_NVME_WRITE_GBPS,
-	O_REMOTE, O_REMOTE_SALT, O_REMOTE_GBPS, O_REMOTE_WRITE,
+	O_REMOTE, O_REMOTE_SALT, O_REMOTE_GBPS, O_REMOTE_WRITE, O_PREFETCH_BUDGET, O_NO_PREFETCH,
+	O_PREFETCH_DEPTH,
 };
 
 static uint32_t parse_u32(const char *opt, const char *s, uint32_t min)
@@ -162,6 +168,9 @@ static const struct option lopts[] = {
 	{ "remote-salt", required_argument, NULL, O_REMOTE_SALT },
 	{ "remote-gbps", required_argument, NULL, O_REMOTE_GBPS },
 	{ "remote-write", required_argument, NULL, O_REMOTE_WRITE },
+	{ "prefetch-budget", required_argument, NULL, O_PREFETCH_BUDGET },
+	{ "no-prefetch", no_argument, NULL, O_NO_PREFETCH },
+	{ "prefetch-depth", required_argument, NULL, O_PREFETCH_DEPTH },
 	{ 0 }
 };
 
@@ -322,6 +331,16 @@ void cli_parse(int argc, char **argv, struct cli *c)
 		case O_NVME_GBPS: o->nvme_gbps = parse_pos("--nvme-gbps", optarg); break;
 		case O_NVME_WRITE_GBPS:
 			o->nvme_write_gbps = parse_pos("--nvme-write-gbps", optarg);
+			break;
+		case O_PREFETCH_BUDGET:
+			o->prefetch_budget = parse_u32("--prefetch-budget", optarg, 0);
+			break;
+		case O_PREFETCH_DEPTH:
+			o->prefetch_depth = parse_u32("--prefetch-depth", optarg, 1);
+			break;
+		case O_NO_PREFETCH:
+			o->prefetch_budget = 0;
+			o->admit_promotions = false;
 			break;
 		case O_REMOTE: o->remote = optarg; break;
 		case O_REMOTE_SALT: o->remote_salt = optarg; break;

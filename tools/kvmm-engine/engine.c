@@ -34,6 +34,17 @@
  * (its default high watermark) the engine waits before its next step
  * (throttle_secs), as balance_dirty_pages() makes a writer that outruns
  * its disk wait.
+ *
+ * With lower tiers the engine knows what its queue will need: the first
+ * --prefetch-depth waiting requests (as they arrive, and at each prefill
+ * step in policy order) are PREFETCHed, at most --prefetch-budget pages
+ * each, so their lower-tier prefix is on the device when they are
+ * admitted.  On the clock those copies run one after another on a copy
+ * engine beside the steps; a step that admits a request whose copy is not
+ * over yet waits for it.  Admission counts the pages a PROMOTE will take
+ * (those it can find now, and what the step has left): a request whose
+ * promotion does not fit waits, rather than find no room and recompute.
+ * --no-prefetch runs the engine as it was without both, to compare.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -61,6 +72,11 @@ struct ereq {
 	uint32_t from_host;	/* of the last match, tokens promoted from the host */
 	uint32_t from_nvme;	/* ... and from NVMe */
 	uint32_t from_remote;	/* of from_host, fetched from the remote tier first */
+	uint32_t pf_dev;	/* PREFETCH: tokens on the device when it was asked */
+	uint32_t pf_host;	/* ... and of those after them, what it brought up from the host */
+	uint32_t pf_nvme;	/* ... and from NVMe */
+	double t_ready;		/* when its prefetch's copy is over */
+	bool prefetched;	/* its PREFETCH was asked for */
 	double t_arrive, t_first;
 	uint8_t state;
 	bool admitted;
@@ -86,6 +102,7 @@ struct eng {
 	uint32_t ntpot;
 	double sample_dt, next_sample;
 	double disk_free;		/* when the simulated disk has written its queue */
+	double copy_free;		/* when the copy engine has done its prefetches */
 	uint64_t stats[NR_KVMM_STATS];
 	uint64_t progress_ns;
 	struct kvmm_extend_ent *ents;
@@ -250,9 +267,79 @@ static void enqueue(struct eng *e, uint32_t i, bool front)
 	e->nwait++;
 }
 
-static void arrivals(struct eng *e)
+static int fill_tokens(struct eng *e, struct ereq *r);
+
+/* LOOKUP @n tokens of @r's prompt on every tier into *@hits. */
+static int lookup_tiers(struct eng *e, struct ereq *r, uint32_t n, struct kvmm_tier_hits *hits)
+{
+	uint64_t off = stage(e, r->tok, n), hoff = e->staged;
+	struct kvmm_sqe *q;
+	int ret;
+
+	e->staged += 64;
+	q = sqe(e);
+	kvmm_prep_lookup(q, 0, 0, off, n);
+	q->arg = KVMM_LOOKUP_TIERS;
+	q->arg2 = hoff;
+	ret = kv1(e);
+	if (ret < 0)
+		return ret;
+	memcpy(hits, (char *)e->ring.buf + hoff, sizeof(*hits));
+	return 0;
+}
+
+/*
+ * A request joined the queue: PREFETCH the part of its prefix below the
+ * device, at most --prefetch-budget pages, taking them as an allocation
+ * would (the device is always full of cache here: KVMM_PREFETCH_RECLAIM).
+ * The copy runs on the copy engine beside the steps, one prefetch after
+ * another, and the request is not served before it is over (t_ready).
+ */
+static int prefetch(struct eng *e, struct ereq *r)
+{
+	const struct eng_opts *o = e->o;
+	double tb = (double)eng_model_token_bytes(&o->model), start;
+	uint32_t n = r->input - 1, lower, host, nvme, moved;
+	struct kvmm_tier_hits hits;
+	struct kvmm_sqe *q;
+	int ret;
+
+	if (!o->prefetch_budget || !o->host_pages || o->no_cache || o->remote ||
+	    r->input <= o->page_size || r->prefetched)
+		return 0;
+	r->prefetched = true;
+	ret = fill_tokens(e, r);
+	if (!ret)
+		ret = lookup_tiers(e, r, n, &hits);
+	if (ret)
+		return ret;
+	lower = (hits.tokens[KVMM_TIER_HOST] + hits.tokens[KVMM_TIER_NVME]) / o->page_size;
+	if (!lower)
+		return 0;
+	q = sqe(e);
+	kvmm_prep_prefetch(q, 0, 0, stage(e, r->tok, n), n,
+			   lower < o->prefetch_budget ? lower : o->prefetch_budget);
+	q->arg2 = KVMM_PREFETCH_RECLAIM;
+	ret = kv1(e);
+	if (ret <= 0)
+		return ret;
+	moved = (uint32_t)ret * o->page_size;
+	host = moved < hits.tokens[KVMM_TIER_HOST] ? moved : hits.tokens[KVMM_TIER_HOST];
+	nvme = moved - host;
+	r->pf_dev = hits.tokens[KVMM_TIER_DEVICE];
+	r->pf_host = host;
+	r->pf_nvme = nvme;
+	start = e->copy_free > e->now ? e->copy_free : e->now;
+	e->copy_free = start + host * tb / (o->host_gbps * 1e9) + nvme * tb / (o->nvme_gbps * 1e9);
+	r->t_ready = e->copy_free;
+	e->rep->prefetched_tokens += moved;
+	return 0;
+}
+
+static int arrivals(struct eng *e)
 {
 	const struct workload *wl = e->wl;
+	int ret;
 
 	while (e->next_arrival < wl->nreq) {
 		uint32_t i = e->next_arrival;
@@ -272,7 +359,27 @@ static void arrivals(struct eng *e)
 			continue;
 		}
 		enqueue(e, i, false);
+		if (e->nwait <= e->o->prefetch_depth) {
+			ret = prefetch(e, r);
+			if (ret)
+				return ret;
+		}
 	}
+	return 0;
+}
+
+/* The head of the queue, in policy order: prefetch what is not yet. */
+static int prefetch_head(struct eng *e)
+{
+	uint32_t k;
+	int ret;
+
+	for (k = 0; k < e->nwait && k < e->o->prefetch_depth; k++) {
+		ret = prefetch(e, &e->r[e->waiting[k]]);
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 static int cmp_prio(const void *a, const void *b, void *priv)
@@ -341,17 +448,22 @@ static int lookup_waiting(struct eng *e)
 	return 0;
 }
 
-static void park_release(struct eng *e, struct ereq *r)
+/* @r finished: the later turns that waited for it join the queue. */
+static int park_release(struct eng *e, struct ereq *r)
 {
 	uint32_t c = r->child, next;
+	int ret = 0;
 
 	for (; c != NONE; c = next) {
 		next = e->r[c].sibling;
 		if (e->r[c].t_arrive < e->now)
 			e->r[c].t_arrive = e->now;
 		enqueue(e, c, false);
+		if (!ret && e->nwait <= e->o->prefetch_depth)
+			ret = prefetch(e, &e->r[c]);
 	}
 	r->child = NONE;
+	return ret;
 }
 
 static int finish(struct eng *e, uint32_t i)
@@ -379,8 +491,7 @@ static int finish(struct eng *e, uint32_t i)
 		e->tpot[e->ntpot++] = (e->now - r->t_first) / (r->w->output_len - 1);
 	e->rep->completed++;
 	event(e, ENG_EV_FINISH, i, 0, 0);
-	park_release(e, r);
-	return 0;
+	return park_release(e, r);
 }
 
 /* A prefill ended: the request has its next token. */
@@ -430,16 +541,82 @@ static int prefill_chunk(struct eng *e, uint32_t i, uint32_t c, double *flops)
 }
 
 /*
+ * One prefill step's batch as it is assembled: what is left of the token
+ * budget and of the pool, the requests whose prompt is now complete, and
+ * what the step costs.
+ */
+struct prefill_batch {
+	uint32_t budget;		/* prompt tokens this step may still take */
+	uint64_t avail;			/* pool tokens free or evictable, less reserve */
+	uint32_t done[RING_SQ];		/* prompts finished this step */
+	uint32_t ndone;
+	double flops;
+	double promote_secs;		/* lower-tier promotions, before compute */
+	double prefetch_wait;		/* until its requests' prefetches are over */
+};
+
+/*
+ * Admission counts what a promotion will take.  Run the prepared LOOKUP
+ * and MATCH with a STATS after them; PROMOTE only if the pages it will
+ * take are there now (free, or cached and unlocked: what PROMOTE may
+ * reclaim) and the tokens the prompt still needs on the device, promoted
+ * or computed, fit what this step has left (unless nothing else runs).
+ * @res: out, the LOOKUP's, MATCH's and PROMOTE's results.
+ * Return: 0; 1 when it does not fit (the match is let go, the request
+ * waits); a negative errno.
+ */
+static int admit_promotion(struct eng *e, struct ereq *r, uint32_t n,
+			   const struct kvmm_tier_hits *hits, struct prefill_batch *b,
+			   bool alone, int32_t *res)
+{
+	const struct eng_opts *o = e->o;
+	uint64_t soff = e->staged, want, room;
+	uint32_t lower;
+	const uint64_t *st;
+	int32_t res2[3];
+	int ret;
+
+	e->staged += sizeof(struct kvmm_stats_snap) + sizeof(e->stats);
+	kvmm_prep_stats(sqe(e), 0, soff, sizeof(struct kvmm_stats_snap) + sizeof(e->stats));
+	ret = kv_run(e, res2);
+	if (ret)
+		return ret;
+	res[0] = res2[0];
+	res[1] = res2[1];
+	res[2] = res2[1];	/* no promotion */
+	if (res[0] < 0 || res[1] < 0 || res2[2] < 0)
+		return res[0] < 0 ? res[0] : res[1] < 0 ? res[1] : res2[2];
+	lower = (hits->tokens[KVMM_TIER_HOST] + hits->tokens[KVMM_TIER_NVME]) / o->page_size;
+	if (!lower)
+		return 0;
+	st = (const uint64_t *)((char *)e->ring.buf + soff + sizeof(struct kvmm_stats_snap));
+	room = st[KVMM_STAT_PAGES_FREE] + st[KVMM_STAT_PAGES_EVICTABLE];
+	want = r->input - (uint32_t)res[1] +
+	       (uint64_t)((r->w->output_len - r->decoded) * o->decode_reserve);
+	if (lower > room || (!alone && want > b->avail))
+		return 1;
+	kvmm_prep_promote(sqe(e), r->seq, 0, stage(e, r->tok, n), n);
+	res[2] = kv1(e);
+	return 0;
+}
+
+/*
  * MATCH @r's prompt; with lower tiers, in the same batch LOOKUP how much
  * sits on each tier and PROMOTE it (which may complete later, from the
  * I/O worker).  *@m: tokens the sequence holds now; the copy's estimated
- * time is added to *@secs, host and NVMe at their bandwidths.  A PROMOTE
- * the device has no room for is a miss: those tokens are recomputed.
+ * time is added to @b's promotion time, host and NVMe at their
+ * bandwidths, and its prefetch's copy, if still running, to its wait.
+ * Admission counts the promotion (admit_promotion()) unless
+ * --no-prefetch: then a PROMOTE the device has no room for is a miss,
+ * those tokens recomputed.  Return: 0; 1 when the promotion does not fit
+ * this step (@alone: nothing else runs, it goes in anyway); a negative
+ * errno.
  */
-static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
+static int match(struct eng *e, struct ereq *r, uint32_t *m, struct prefill_batch *b,
+		 bool alone)
 {
 	const struct eng_opts *o = e->o;
-	uint32_t n = r->input - 1, promoted, host, nvme, fetched = 0;
+	uint32_t n = r->input - 1, promoted, host, nvme, fetched = 0, pf;
 	struct kvmm_tier_hits *hits;
 	uint64_t off = stage(e, r->tok, n), hoff;
 	double tb = (double)eng_model_token_bytes(&o->model);
@@ -451,9 +628,10 @@ static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
 	if (!o->host_pages) {
 		kvmm_prep_match(sqe(e), r->seq, 0, off, n);
 		ret = kv1(e);
-		if (ret >= 0)
-			*m = (uint32_t)ret;
-		return ret;
+		if (ret < 0)
+			return ret;
+		*m = (uint32_t)ret;
+		return 0;
 	}
 	/*
 	 * With a remote tier: what the cluster has past the local cache, to the
@@ -474,10 +652,16 @@ static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
 	q->arg = KVMM_LOOKUP_TIERS;
 	q->arg2 = hoff;
 	kvmm_prep_match(sqe(e), r->seq, 0, off, n);
-	kvmm_prep_promote(sqe(e), r->seq, 0, off, n);
-	ret = kv_run(e, res);
-	if (ret)
-		return ret;
+	if (o->admit_promotions) {
+		ret = admit_promotion(e, r, n, hits, b, alone, res);
+		if (ret)
+			return ret;
+	} else {
+		kvmm_prep_promote(sqe(e), r->seq, 0, off, n);
+		ret = kv_run(e, res);
+		if (ret)
+			return ret;
+	}
 	if (res[0] < 0 || res[1] < 0)
 		return res[0] < 0 ? res[0] : res[1];
 	if (res[2] == -ENOSPC) {
@@ -493,8 +677,18 @@ static int match(struct eng *e, struct ereq *r, uint32_t *m, double *secs)
 	r->from_host = host;
 	r->from_nvme = nvme;
 	r->from_remote = fetched < host ? fetched : host;
-	*secs += host * tb / (o->host_gbps * 1e9) + nvme * tb / (o->nvme_gbps * 1e9) +
-		 r->from_remote * tb / (o->remote_gbps * 1e9);
+	b->promote_secs += host * tb / (o->host_gbps * 1e9) + nvme * tb / (o->nvme_gbps * 1e9) +
+			   r->from_remote * tb / (o->remote_gbps * 1e9);
+	if (o->admit_promotions)	/* the promoted pages came out of the pool */
+		b->avail = b->avail > promoted ? b->avail - promoted : 0;
+	/* what its prefetch brought up, found on the device: from those tiers */
+	pf = (uint32_t)res[1] > r->pf_dev ? (uint32_t)res[1] - r->pf_dev : 0;
+	if (pf > r->pf_host + r->pf_nvme)
+		pf = r->pf_host + r->pf_nvme;
+	r->from_host += pf < r->pf_host ? pf : r->pf_host;
+	r->from_nvme += pf > r->pf_host ? pf - r->pf_host : 0;
+	if (r->t_ready - e->now > b->prefetch_wait)
+		b->prefetch_wait = r->t_ready - e->now;
 	return 0;
 }
 
@@ -512,19 +706,6 @@ static uint64_t decode_reserved(const struct eng *e)
 	return (uint64_t)(t * e->o->decode_reserve);
 }
 
-/*
- * One prefill step's batch as it is assembled: what is left of the token
- * budget and of the pool, the requests whose prompt is now complete, and
- * what the step costs.
- */
-struct prefill_batch {
-	uint32_t budget;		/* prompt tokens this step may still take */
-	uint64_t avail;			/* pool tokens free or evictable, less reserve */
-	uint32_t done[RING_SQ];		/* prompts finished this step */
-	uint32_t ndone;
-	double flops;
-	double promote_secs;		/* lower-tier promotions, before compute */
-};
 
 /* Pool tokens a prefill may take: free or evictable, less the decode reserve. */
 static uint64_t prefill_avail(struct eng *e)
@@ -616,9 +797,11 @@ static int prefill_admit_head(struct eng *e, struct prefill_batch *b)
 		r->seq = (uint32_t)ret;
 	}
 	if (!o->no_cache && r->input > 1) {
-		ret = match(e, r, &m, &b->promote_secs);
+		ret = match(e, r, &m, b, alone);
 		if (ret < 0)
 			return ret;
+		if (ret)
+			goto out_retract;	/* its promotion does not fit: not this step */
 	}
 	need = r->input - m;
 	want = need + (uint64_t)((r->w->output_len - r->decoded) * o->decode_reserve);
@@ -647,7 +830,8 @@ out_retract:
 }
 
 /*
- * Charge the step: promotions first (not overlapped with the compute),
+ * Charge the step: the wait for its requests' prefetches still copying,
+ * then promotions (not overlapped with the compute),
  * then the prefill compute, then finish the prompts that completed.
  * Return: 1 if a prefill step ran, 0 if nothing was computed, or a
  * negative errno.
@@ -657,8 +841,9 @@ static int prefill_charge(struct eng *e, struct prefill_batch *b)
 	uint32_t k;
 	int ret;
 
-	e->now += b->promote_secs;
+	e->now += b->prefetch_wait + b->promote_secs;
 	e->rep->promote_secs += b->promote_secs;
+	e->rep->prefetch_wait_secs += b->prefetch_wait;
 	if (b->flops == 0)
 		return 0;
 	e->now += eng_prefill_secs(&e->o->model, b->flops);
@@ -700,6 +885,9 @@ static int step_prefill(struct eng *e)
 	}
 	if (o->policy != ENG_FCFS)
 		sort_waiting(e);
+	ret = prefetch_head(e);
+	if (ret)
+		return ret;
 	while (e->nwait && e->chunked == NONE && b.budget && b.ndone < RING_SQ &&
 	       e->nrun + b.ndone < o->max_running) {
 		ret = prefill_admit_head(e, &b);
@@ -980,6 +1168,7 @@ static void summarize(struct eng *e)
 	rep->nvme_demoted = e->stats[KVMM_STAT_NVME_DEMOTE_PAGES];
 	rep->wt_pages = e->stats[KVMM_STAT_WT_PAGES];
 	rep->free_demoted = e->stats[KVMM_STAT_DEMOTE_FREE_PAGES];
+	rep->prefetch_hit_tokens = e->stats[KVMM_STAT_PREFETCH_HITS] * e->o->page_size;
 	if (e->o->remote_write)	/* kvmm wrote them on its own: its count */
 		rep->remote_pushed = e->stats[KVMM_STAT_REMOTE_PUSH_TOKENS] +
 				     e->stats[KVMM_STAT_REMOTE_DEMOTE_PAGES] * e->o->page_size;
@@ -1043,10 +1232,11 @@ int eng_run(const struct workload *wl, const struct eng_opts *o, struct eng_repo
 	memset(rep, 0, sizeof(*rep));
 	ret = setup(&e, wl, o, rep);
 	while (!ret && rep->completed < wl->nreq) {
-		arrivals(&e);
 		step0 = e.now;
 		written = e.stats[KVMM_STAT_THROTTLE_PAGES];
-		ret = step_prefill(&e);
+		ret = arrivals(&e);	/* a prefetch's demotions: this step's writes */
+		if (!ret)
+			ret = step_prefill(&e);
 		if (ret == 0 && e.nrun)
 			ret = step_decode(&e);
 		if (ret < 0)
@@ -1114,6 +1304,9 @@ void eng_opts_default(struct eng_opts *o)
 		.chunk = 8192,
 		.decode_reserve = 0.3,
 		.rate = 4,
+		.prefetch_budget = 256,
+		.prefetch_depth = 16,
+		.admit_promotions = true,
 	};
 	eng_model_default(&o->model);
 }

@@ -59,6 +59,9 @@ struct eng_opts {
 	const char *remote_salt;
 	double remote_gbps;		/* its read bandwidth, GB/s */
 	uint32_t remote_write;		/* KVMM_REMOTE_WRITE_*; NONE: RPUSH after a finish */
+	uint32_t prefetch_budget;	/* pages a request's PREFETCH may take; 0: none */
+	uint32_t prefetch_depth;	/* requests at the head of the queue prefetched */
+	bool admit_promotions;		/* admission counts what a PROMOTE will take */
 	bool progress;			/* a progress bar on stderr */
 	struct eng_model model;
 	/* tests: every scheduling event */
@@ -102,6 +105,10 @@ struct eng_report {
 	double promote_secs;			/* charged for promotions (estimated) */
 	double throttle_secs;			/* waited for NVMe writes past a
 						 * step's own time (estimated) */
+	uint64_t prefetched_tokens;		/* PREFETCH brought up to the device */
+	uint64_t prefetch_hit_tokens;		/* ... and a MATCH then mapped */
+	double prefetch_wait_secs;		/* steps waited for prefetches
+						 * still copying (estimated) */
 	uint64_t throttle_pages;		/* pages written to NVMe by a step
 						 * that needed the room */
 	uint64_t prefill_tokens, saved_tokens;	/* over every admission */

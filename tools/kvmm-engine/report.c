@@ -125,6 +125,9 @@ void report_summary(FILE *out, const struct cli *c, const char *input,
 	if (o->host_pages) {
 		row_u("promotions refused (recomputed)", r->promote_failed,
 		      nc ? nc->promote_failed : 0, nc);
+		row_u("tokens prefetched", r->prefetched_tokens, nc ? nc->prefetched_tokens : 0, nc);
+		row_u("  of those, matched", r->prefetch_hit_tokens,
+		      nc ? nc->prefetch_hit_tokens : 0, nc);
 		row_u("pages copied to host", r->host_copied, nc ? nc->host_copied : 0, nc);
 	}
 	if (o->write_policy == KVMM_WRITE_THROUGH) {
@@ -152,6 +155,9 @@ void report_summary(FILE *out, const struct cli *c, const char *input,
 	if (o->host_pages)
 		row_f("promotion time (s)", "%14.3f", r->promote_secs,
 		      nc ? nc->promote_secs : 0, nc);
+	if (o->host_pages)
+		row_f("waited for prefetches (s)", "%14.3f", r->prefetch_wait_secs,
+		      nc ? nc->prefetch_wait_secs : 0, nc);
 	if (o->nvme_pages)
 		row_f("waited for NVMe writes (s)", "%14.3f", r->throttle_secs,
 		      nc ? nc->throttle_secs : 0, nc);
@@ -201,7 +207,7 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
 	if (sequential)
 		json_object_set_new(j, "block_hit_rate",
 				    json_real(r->blocks ? (double)r->hit_blocks / r->blocks : 0));
-	json_object_set_new(j, "tiers", json_pack("{s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:f,s:I,s:f}",
+	json_object_set_new(j, "tiers", json_pack("{s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:f,s:I,s:f,s:I,s:I,s:f}",
 		"host_tokens", (json_int_t)r->host_tokens,
 		"nvme_tokens", (json_int_t)r->nvme_tokens,
 		"host_hit_rate", tier_rate(r, r->host_tokens),
@@ -217,7 +223,10 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
 		"remote_pushed_tokens", (json_int_t)r->remote_pushed,
 		"promote_seconds", r->promote_secs,
 		"throttle_pages", (json_int_t)r->throttle_pages,
-		"throttle_seconds", r->throttle_secs));
+		"throttle_seconds", r->throttle_secs,
+		"prefetch_tokens", (json_int_t)r->prefetched_tokens,
+		"prefetch_hit_tokens", (json_int_t)r->prefetch_hit_tokens,
+		"prefetch_wait_seconds", r->prefetch_wait_secs));
 	json_object_set_new(j, "wall_seconds", json_real(r->wall_secs));
 	json_object_set_new(j, "check_ok", json_boolean(r->check_ok));
 	return j;

@@ -176,6 +176,10 @@ enum kvmm_stat_item {
 	KVMM_STAT_NVME_OFFER_TOKENS,	/* tokens MATCH found on the NVMe tier */
 	KVMM_STAT_THROTTLE_PAGES,	/* host pages direct reclaim wrote to NVMe
 					 * itself, background writeback behind */
+	/* PREFETCH (kvmm_prefetch()): */
+	KVMM_STAT_PREFETCH_PAGES,	/* pages moved up to the device ahead of a MATCH */
+	KVMM_STAT_PREFETCH_HITS,	/* of those, pages a MATCH then mapped */
+	KVMM_STAT_PREFETCH_CANCELED,	/* pages of prefetches cancelled: given back */
 	NR_KVMM_STATS
 };
 

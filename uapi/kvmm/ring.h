@@ -61,7 +61,13 @@
 #define KVMM_OP_CHECK		28	/* res: 0, or -EUCLEAN (what broke goes to the log) */
 #define KVMM_OP_FLUSH		29	/* arg: time limit in ms (0: none); res: pages
 					 * written to NVMe; CQE_F_MORE: some left out */
-#define KVMM_OP_LAST		30
+#define KVMM_OP_PREFETCH	30	/* ns, tokens, arg: budget in pages (0: what is
+					 * free above the low watermark), arg2 flags;
+					 * res: pages moved to the device.  arg
+					 * KVMM_PREFETCH_CANCEL, no tokens: cancel this
+					 * ring's prefetches whose user_data is arg2;
+					 * res: how many */
+#define KVMM_OP_LAST		31
 
 /*
  * A sequence id, what OPEN returns: the sequence's page-table row in the
@@ -156,6 +162,18 @@ struct kvmm_drop_counts {
  * device part, what MATCH would map.
  */
 #define KVMM_LOOKUP_TIERS	(1u << 0)
+
+/*
+ * PREFETCH: arg is a budget in pages, below KVMM_PREFETCH_CANCEL, and
+ * arg2 flags: KVMM_PREFETCH_RECLAIM takes the budget (not 0) as an
+ * allocation would, reclaiming cold cached pages for it, instead of only
+ * free pages above the low watermark.  arg KVMM_PREFETCH_CANCEL alone
+ * cancels the ring's prefetches whose user_data is arg2 (their CQEs say
+ * -ECANCELED once their I/O is over, and their pages are given back).
+ */
+#define KVMM_PREFETCH_RECLAIM	(1u << 0)
+#define KVMM_PREFETCH_FLAGS	KVMM_PREFETCH_RECLAIM
+#define KVMM_PREFETCH_CANCEL	(1u << 31)
 #define KVMM_LOOKUP_FLAGS	KVMM_LOOKUP_TIERS
 
 /**

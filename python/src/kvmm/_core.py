@@ -826,6 +826,19 @@ class Context(ViewOwner):
 		buf, n = tokens_arg(tokens, n)
 		return self._call(lib.kvmm_remote_fetch, "kvmm_remote_fetch", ns, buf, n)
 
+	def prefetch(self, tokens: Any, n: Optional[int] = None, ns: int = 0, budget: int = 0,
+		     reclaim: bool = False) -> int:
+		"""Bring the part of a queued prompt's cached prefix that is on the
+		host or NVMe tier up to the device before it is admitted
+		(kvmm_prefetch()), so that its match maps it with no promote.  At
+		most @budget pages (0: as many as are free above the low watermark;
+		nothing is evicted); with @reclaim, @budget pages taken as an
+		allocation would, the coldest unlocked cached pages demoted for
+		them.  Waits for the copy; returns the pages moved."""
+		buf, n = tokens_arg(tokens, n)
+		return self._call(lib.kvmm_prefetch, "kvmm_prefetch", ns, buf, n, budget,
+				  lib.KVMM_PREFETCH_RECLAIM if reclaim else 0)
+
 	def tiers(self, tokens: Any, n: Optional[int] = None, ns: int = 0) -> Tuple[int, ...]:
 		"""Return the tokens of the prefix cached on each tier (device, host, NVMe)."""
 		buf, n = tokens_arg(tokens, n)

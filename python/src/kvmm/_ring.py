@@ -41,7 +41,8 @@ _NAMES = {lib.KVMM_OP_NOP: "NOP", lib.KVMM_OP_OPEN: "OPEN", lib.KVMM_OP_MATCH: "
 	  lib.KVMM_OP_SEQ_ROW: "SEQ_ROW", lib.KVMM_OP_PROBE: "PROBE",
 	  lib.KVMM_OP_KSPACE: "KSPACE", lib.KVMM_OP_KPUT: "KPUT", lib.KVMM_OP_KGET: "KGET",
 	  lib.KVMM_OP_KEXISTS: "KEXISTS", lib.KVMM_OP_KDELETE: "KDELETE",
-	  lib.KVMM_OP_CHECK: "CHECK", lib.KVMM_OP_FLUSH: "FLUSH"}
+	  lib.KVMM_OP_CHECK: "CHECK", lib.KVMM_OP_FLUSH: "FLUSH",
+	  lib.KVMM_OP_PREFETCH: "PREFETCH"}
 _KENT = ffi.sizeof("struct kvmm_kent")
 # struct kvmm_kent as numpy sees it: a batch's entries are filled and read whole
 _KENT_DTYPE = np.dtype([("key", np.uint8, 16), ("off", "<u8"), ("buf", "<u2"),
@@ -150,6 +151,28 @@ class Batch:
 	def promote(self, seq: int, tokens: Any, n: Optional[int] = None) -> int:
 		"""PROMOTE: the result is the sequence's cached length (may complete later)."""
 		return self._add(lib.KVMM_OP_PROMOTE, seq=seq, **self._tokens(tokens, n))
+
+	def prefetch(self, tokens: Any, n: Optional[int] = None, ns: int = 0,
+		     budget: int = 0, reclaim: bool = False) -> int:
+		"""PREFETCH: bring the part of the prompt's cached prefix below the
+		device up to it ahead of its MATCH, at most @budget pages (0: the
+		free pages above the low watermark; with @reclaim, @budget pages
+		taken as an allocation would).  The result is the pages moved (may
+		complete later).  Cancel it with :meth:`prefetch_cancel`."""
+		if not 0 <= budget < lib.KVMM_PREFETCH_CANCEL:
+			raise ValueError(f"budget = {budget} is out of range")
+		return self._add(lib.KVMM_OP_PREFETCH, ns=ns, arg=budget,
+				 arg2=lib.KVMM_PREFETCH_RECLAIM if reclaim else 0,
+				 **self._tokens(tokens, n))
+
+	def prefetch_cancel(self, tag: int, index: int, ns: int = 0) -> int:
+		"""Cancel the PREFETCH at @index of the batch :meth:`Ring.post`
+		returned @tag for: it completes with -ECANCELED once its I/O is
+		over, its device pages given back.  The result is how many were
+		cancelled (0: it was over already).  A ring bound to a namespace
+		names it in @ns, as in its other commands."""
+		return self._add(lib.KVMM_OP_PREFETCH, ns=ns, arg=lib.KVMM_PREFETCH_CANCEL,
+				 arg2=tag << 32 | index)
 
 	def extend(self, seq: int, n: int, flags: int = 0) -> int:
 		"""EXTEND one sequence by @n tokens."""
