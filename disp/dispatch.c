@@ -480,6 +480,8 @@ static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		return kvmm_set_keyed_share(ctx, sqe->arg2);
 	case KVMM_SET_EVENTS:
 		return kvmm_set_events(ctx, sqe->arg2);
+	case KVMM_SET_EVENT_TOKENS:
+		return kvmm_set_event_tokens(ctx, sqe->arg2);
 	case KVMM_SET_NS_KSPACES:
 		return kvmm_set_ns_kspaces(ctx, sqe->arg2);
 	case KVMM_SET_NS_KJOB_BYTES:
@@ -764,8 +766,8 @@ static int op_events(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		return -EINVAL;
 	if (!out)
 		return -EFAULT;
-	return kvmm_events_read(d->ctx, sqe->arg2, filter || d->ns_bound, sqe->ns, out,
-				sqe->len, cflags);
+	return kvmm_events_read(d->ctx, sqe->arg2, filter || d->ns_bound, sqe->ns,
+				sqe->arg & KVMM_EVENTS_TOKENS, out, sqe->len, cflags);
 }
 
 /* What (buf, off, len) hold for an opcode: struct disp_op.payload. */

@@ -708,11 +708,12 @@ void kvmm_node_unpin(struct kvmm_ctx *ctx, struct kvmm_node *node, bool keep);
 
 struct kvmm_evbuf;
 int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes);
+int kvmm_set_event_tokens(struct kvmm_ctx *ctx, uint64_t on);
 void kvmm_events_exit(struct kvmm_ctx *ctx);
 void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_node *node,
 		       uint32_t from, uint32_t to);
 int kvmm_events_read(struct kvmm_ctx *ctx, uint64_t cursor, bool filter, uint32_t ns,
-		     void *out, uint32_t len, uint32_t *cflags);
+		     bool tokens, void *out, uint32_t len, uint32_t *cflags);
 uint64_t kvmm_events_bytes(const struct kvmm_ctx *ctx);
 int kvmm_events_check(const struct kvmm_ctx *ctx, const char **why);
 
@@ -882,6 +883,7 @@ enum kvmm_tier_event {
  * @ev_read: one past the newest event a reader was handed (EVENTS'
  *	hdr.next at most): an event overwritten from there on was read by
  *	nobody, and counts as dropped
+ * @ev_tokens: the event buffer keeps token ids (KVMM_SET_EVENT_TOKENS)
  */
 struct kvmm_ctx {
 	struct kvmm_params params;
@@ -943,6 +945,7 @@ struct kvmm_ctx {
 	struct kvmm_evbuf *evbuf;
 	uint64_t ev_seq;
 	uint64_t ev_read;
+	bool ev_tokens;
 };
 
 static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,
