@@ -349,7 +349,10 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 	uint32_t i;
 	int ret;
 
-	if (rp->o->via == VIA_REMOTE) {
+	if (rp->o->via == VIA_REMOTE && rp->o->socket) {
+		snprintf(rp->sock, sizeof(rp->sock), "%s", rp->o->socket);
+		rp->serving = true;
+	} else if (rp->o->via == VIA_REMOTE) {
 		if (!rp->spawned) {
 			snprintf(rp->sock, sizeof(rp->sock), "/tmp/kvmm-bench-%d.sock",
 				 (int)getpid());
@@ -360,6 +363,8 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 		if (server_open(&rp->server))
 			return -ECHILD;
 		rp->serving = true;
+	}
+	if (rp->o->via == VIA_REMOTE) {
 		rp_params.buf_size = ((stride * 4 * rp->nslots + 7) & ~7ull) +
 				     sizeof(struct kvmm_stats_snap) + NR_KVMM_STATS * 8;
 		ret = kvmm_ring_connect(rp->sock, &rp_params, &rp->ring);
@@ -381,11 +386,32 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 	return kvmm_ring_register_buffers(&rp->ring, iov, rp->nslots);
 }
 
-/* Tear down; for a remote server, its kvmm_check() at close is the verdict. */
+/* A running server's kvmm_check(), through the ring (CHECK). */
+static bool server_check(struct replay *rp)
+{
+	struct kvmm_sqe *sqe;
+	int32_t res;
+
+	if (ring_sqe(&rp->ring, &sqe))
+		return false;
+	kvmm_prep_check(sqe);
+	return !ring_run(&rp->ring, 1, &res) && !res;
+}
+
+/*
+ * Tear down; for a remote server, its kvmm_check() at close is the
+ * verdict, for a running one (--socket) its CHECK.
+ */
 static bool session_end(struct replay *rp)
 {
 	bool ok = true;
 
+	if (rp->o->via == VIA_REMOTE && rp->o->socket) {
+		ok = rp->serving && server_check(rp);
+		rp->serving = false;
+		kvmm_ring_exit(&rp->ring);
+		return ok;
+	}
 	if (rp->o->via != VIA_DIRECT)
 		kvmm_ring_exit(&rp->ring);
 	if (rp->o->via == VIA_REMOTE) {
@@ -541,7 +567,10 @@ static void replay_usage(void)
 		"                         [--decode-chunk N] [--repeat N] [--evict lru|slru]\n"
 		"                         [--via direct|ring|remote] [--host-tokens N]\n"
 		"                         [--nvme-tokens N --nvme-file PATH [--sync]]\n"
-		"                         [--contend CPU] [--json]\n");
+		"                         [--contend CPU] [--socket PATH] [--json]\n"
+		"  --socket PATH: with --via remote, replay once against the kvmm server\n"
+		"  (kvmmd) serving PATH, its pool and tiers as it was started, instead of\n"
+		"  one spawned per repeat\n");
 }
 
 static const char *const via_names[] = { "direct", "ring", "remote" };
@@ -588,6 +617,7 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		{ "sync", no_argument, NULL, 's' },
 		{ "contend", required_argument, NULL, 'C' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "socket", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -609,6 +639,7 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		case 's': o->sync = true; break;
 		case 'C': o->contend = parse_cpu(optarg); break;
 		case 'j': c->json = true; break;
+		case 'S': o->socket = optarg; break;
 		case 'h': replay_usage(); return 0;
 		default: replay_usage(); return 2;
 		}
@@ -627,6 +658,8 @@ static void replay_check(const struct replay_cli *c)
 		die_usage("replay: --page-size must be a power of two");
 	if (!o->repeat)
 		die_usage("replay: --repeat must be at least 1");
+	if (o->socket && (o->via != VIA_REMOTE || o->repeat != 1 || o->nvme_tokens))
+		die_usage("replay: --socket needs --via remote, --repeat 1 and no tiers of its own");
 	if (o->host_tokens && o->via == VIA_REMOTE)
 		die_usage("replay: --host-tokens needs --via direct or ring (kvmmd sets its own tiers)");
 	if (o->host_tokens && o->host_tokens < o->page_size)

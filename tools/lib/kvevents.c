@@ -478,36 +478,69 @@ int kvev_serve_replay(struct kvev *ev, int timeout_ms)
 
 /* ---- events in, messages out ---- */
 
+/*
+ * The vLLM hash of the page before @e's first into @out: NONE_HASH's
+ * stand-in NULL for a prompt's first page.  Return: false when the
+ * publisher never saw that page.
+ */
+static bool parent_hash(const struct kvev *ev, const struct kvmm_cache_event *e,
+			const uint8_t **out)
+{
+	const struct kvev_ent *pe;
+
+	*out = NULL;
+	if (!e->parent.lo && !e->parent.hi)
+		return true;
+	pe = ent_lookup(ev, &e->parent);
+	if (pe)
+		*out = pe->hash;
+	return pe != NULL;
+}
+
+/*
+ * The hashes of @e's pages into ev->hashes: those it knows from the
+ * table, the others chained from the page before.  A page already
+ * named keeps its name even where its parent has gone (a subtree is
+ * removed parent first).  Return: false when some page cannot be named.
+ */
+static bool page_hashes(struct kvev *ev, const struct kvmm_cache_event *e, const uint8_t *parent,
+			bool parent_known)
+{
+	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
+	const uint32_t *tok = (const uint32_t *)(keys + e->pages);
+	uint32_t j;
+
+	for (j = 0; j < e->pages; j++) {
+		const struct kvev_ent *pe = ent_lookup(ev, &keys[j]);
+		uint8_t *hj = ev->hashes + (size_t)j * ev->hlen;
+
+		if (pe)
+			memcpy(hj, pe->hash, ev->hlen);
+		else if (j || parent_known)
+			kvev_block_hash(ev, j ? hj - ev->hlen : parent,
+					tok + (size_t)j * ev->p.page_size, hj);
+		else
+			return false;
+	}
+	return true;
+}
+
 /* One kvmm event: the pages' hashes, then BlockStored / BlockRemoved. */
 static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 {
 	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
 	const uint32_t *tok = (const uint32_t *)(keys + e->pages);
-	uint32_t ps = ev->p.page_size, j;
-	const uint8_t *parent = NULL;
-	uint8_t *h = ev->hashes;
+	const uint8_t *parent;
+	bool known = parent_hash(ev, e, &parent);
+	uint32_t j;
 	int ret;
 
-	if (e->parent.lo || e->parent.hi) {
-		const struct kvev_ent *pe = ent_lookup(ev, &e->parent);
-
-		if (!pe) {
-			ev->st.unnamed++;
-			if (e->type == KVMM_EVENT_REMOVED)
-				for (j = 0; j < e->pages; j++)
-					ent_del(ev, &keys[j]);
-			return 0;
-		}
-		parent = pe->hash;
-	}
-	for (j = 0; j < e->pages; j++) {
-		const struct kvev_ent *pe = ent_lookup(ev, &keys[j]);
-		uint8_t *hj = h + (size_t)j * ev->hlen;
-
-		if (pe)
-			memcpy(hj, pe->hash, ev->hlen);
-		else
-			kvev_block_hash(ev, j ? hj - ev->hlen : parent, tok + (size_t)j * ps, hj);
+	if (!page_hashes(ev, e, parent, known)) {
+		ev->st.unnamed++;
+		if (e->type == KVMM_EVENT_REMOVED)
+			for (j = 0; j < e->pages; j++)
+				ent_del(ev, &keys[j]);
+		return 0;
 	}
 	if (ev->nev && ev->ns != e->ns) {
 		ret = flush_batch(ev);
@@ -516,13 +549,13 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 	}
 	ev->ns = e->ns;
 	if (e->type != KVMM_EVENT_STORED)
-		pack_removed(ev, h, e->pages, e->tier);
+		pack_removed(ev, ev->hashes, e->pages, e->tier);
 	if (e->type != KVMM_EVENT_REMOVED)
-		pack_stored(ev, h, e->pages, parent, tok, e->to);
+		pack_stored(ev, ev->hashes, e->pages, parent, tok, e->to);
 	for (j = 0; j < e->pages; j++) {
 		if (e->type == KVMM_EVENT_REMOVED)
 			ent_del(ev, &keys[j]);
-		else if (ent_put(ev, &keys[j], h + (size_t)j * ev->hlen, e->to))
+		else if (ent_put(ev, &keys[j], ev->hashes + (size_t)j * ev->hlen, e->to))
 			return -ENOMEM;
 	}
 	return 0;
