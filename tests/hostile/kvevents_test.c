@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/hostile/kvevents_test.c - kvmm_hostile_kvevents: kvmmd's KV
+ * events (--kv-events) with tenants bound to their uids' namespaces
+ * (--ns-per-uid), each running as its own uid.  A tenant's prompts are
+ * published on its own namespace's topic and never on another's: the
+ * operator, subscribed to every topic, finds tenant A's tokens only on
+ * A's topic, and the subscriber of B's topic gets B's tokens and none of
+ * A's.  The stream's transport is the access boundary: a tenant that
+ * tries to subscribe to an ipc endpoint only the operator may write to
+ * receives nothing.  And kvmmd's --kv-events options are checked.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <autoconf.h>
+
+#include "../helpers.h"
+#include "hostile.h"
+
+#if CONFIG_KVMM_KVEVENTS
+#include <zmq.h>
+
+#define TENANT_B	65533u
+#define PROMPT		48		/* tokens: three pages of 16 */
+#define A_TOKEN(i)	(0x5ec00000u + (i))	/* >= 2^16: msgpack 0xce + 4 bytes */
+#define B_TOKEN(i)	(0x0b000000u + (i))
+#define TIMEOUT_MS	10000
+
+struct kvev_env {
+	char dir[64];
+	char sock[96];
+	char endpoint[112];
+	pid_t kvmmd;
+};
+
+static int env_start(struct kvev_env *e)
+{
+	char path[112];
+	const char *argv[] = { "kvmmd", "--socket", e->sock, "--ns-per-uid", "--quiet",
+			       "--pages", "64", "--page-size", "16", "--layers", "1",
+			       "--kv-heads", "1", "--head-dim", "8", "--max-seqs", "8",
+			       "--kv-events", e->endpoint, NULL };
+	int i;
+
+	memset(e, 0, sizeof(*e));
+	e->kvmmd = -1;
+	if (hostile_tmpdir(e->dir, sizeof(e->dir)))
+		return -1;
+	snprintf(e->sock, sizeof(e->sock), "%s/kvmmd.sock", e->dir);
+	snprintf(path, sizeof(path), "%s/events", e->dir);
+	snprintf(e->endpoint, sizeof(e->endpoint), "ipc://%s", path);
+	e->kvmmd = hostile_spawn(argv, -1);
+	if (e->kvmmd < 0 || hostile_wait_socket(e->sock, TIMEOUT_MS))
+		return -1;
+	/* tenants may attach rings; the event socket stays the operator's */
+	for (i = 0; i < 100 && access(path, F_OK); i++)
+		usleep(10000);
+	return chmod(e->sock, 0777);
+}
+
+static int env_stop(struct kvev_env *e)
+{
+	char path[112];
+	int st = -1;
+
+	if (e->kvmmd > 0) {
+		kill(e->kvmmd, SIGTERM);
+		st = hostile_reap(e->kvmmd, TIMEOUT_MS);
+	}
+	snprintf(path, sizeof(path), "%s/events", e->dir);
+	unlink(path);
+	unlink(e->sock);
+	rmdir(e->dir);
+	return st;
+}
+
+/* A tenant caches @arg's PROMPT tokens in its own namespace. */
+static int tenant_cache(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 4096 };
+	struct kvmm_ring ring;
+	const char *sock = ((const char *const *)arg)[0];
+	uint32_t base = (uint32_t)(uintptr_t)((void *const *)arg)[1], *tok, i;
+	int32_t seq;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		return 10;
+	tok = ring.buf;
+	for (i = 0; i < PROMPT; i++)
+		tok[i] = base + i;
+	kvmm_prep_open(hostile_sqe(&ring), getuid());
+	seq = hostile_ring1(&ring);
+	if (seq < 0)
+		return 11;
+	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)seq, PROMPT, 0);
+	if (hostile_ring1(&ring))
+		return 12;
+	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)seq, 0, 0, PROMPT);
+	if (hostile_ring1(&ring))
+		return 13;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+static void *sub_open(void *zctx, const char *endpoint, const char *topic)
+{
+	void *s = zmq_socket(zctx, ZMQ_SUB);
+
+	if (!s)
+		return NULL;
+	zmq_setsockopt(s, ZMQ_SUBSCRIBE, topic, strlen(topic));
+	zmq_connect(s, endpoint);
+	return s;
+}
+
+/* Does @p[0..n) hold token @t as msgpack writes a uint32 (0xce, big-endian)? */
+static bool has_token(const unsigned char *p, size_t n, uint32_t t)
+{
+	const unsigned char want[5] = { 0xce, t >> 24, t >> 16, t >> 8, t };
+	size_t i;
+
+	for (i = 0; i + 5 <= n; i++)
+		if (!memcmp(p + i, want, 5))
+			return true;
+	return false;
+}
+
+struct seen {
+	unsigned msgs;
+	unsigned a_on_a, a_elsewhere, b_on_b;
+};
+
+/* Read messages until @quiet_ms pass without one; tally where tokens are. */
+static void drain(void *s, int quiet_ms, uint32_t a_ns, uint32_t b_ns, struct seen *out)
+{
+	zmq_pollitem_t it = { .socket = s, .events = ZMQ_POLLIN };
+	char a_topic[64], b_topic[64];
+
+	snprintf(a_topic, sizeof(a_topic), "kvmm/ns/%u/", a_ns);
+	snprintf(b_topic, sizeof(b_topic), "kvmm/ns/%u/", b_ns);
+	while (zmq_poll(&it, 1, quiet_ms) > 0) {
+		static unsigned char payload[1 << 16];
+		char topic[64] = { 0 };
+		unsigned char seq[8];
+		int n;
+		bool a;
+
+		zmq_recv(s, topic, sizeof(topic) - 1, 0);
+		zmq_recv(s, seq, sizeof(seq), 0);
+		n = zmq_recv(s, payload, sizeof(payload), 0);
+		if (n < 0)
+			break;
+		out->msgs++;
+		a = has_token(payload, (size_t)n, A_TOKEN(0)) ||
+		    has_token(payload, (size_t)n, A_TOKEN(PROMPT - 1));
+		if (a && !strcmp(topic, a_topic))
+			out->a_on_a++;
+		else if (a)
+			out->a_elsewhere++;
+		if (has_token(payload, (size_t)n, B_TOKEN(0)) && !strcmp(topic, b_topic))
+			out->b_on_b++;
+	}
+}
+
+/* An eavesdropper, as uid nobody: subscribes to every topic for 2 s. */
+static int eavesdrop(const char *endpoint)
+{
+	void *zctx = zmq_ctx_new(), *s = sub_open(zctx, endpoint, "");
+	struct seen seen = { 0 };
+	int linger = 0;
+
+	if (!s)
+		return 100;
+	drain(s, 2000, 0, 0, &seen);
+	zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_close(s);
+	zmq_ctx_term(zctx);
+	return seen.msgs > 99 ? 99 : (int)seen.msgs;
+}
+
+static void kvevents_tenant_prompts_stay_on_their_topic(void)
+{
+	struct kvev_env e;
+	const void *a_arg[2], *b_arg[2];
+	struct seen all = { 0 }, b = { 0 };
+	void *zctx = zmq_ctx_new(), *s_all, *s_b;
+	char b_topic[32];
+	int linger = 0, st;
+	pid_t spy;
+
+	if (env_start(&e)) {
+		CU_FAIL("kvmmd --kv-events did not start");
+		env_stop(&e);
+		return;
+	}
+	snprintf(b_topic, sizeof(b_topic), "kvmm/ns/%u/", TENANT_B);
+	s_all = sub_open(zctx, e.endpoint, "");
+	s_b = sub_open(zctx, e.endpoint, b_topic);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s_all);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s_b);
+	spy = fork();
+	if (!spy) {
+		if (setgid(HOSTILE_NOBODY) || setuid(HOSTILE_NOBODY))
+			_exit(101);
+		_exit(eavesdrop(e.endpoint));
+	}
+	usleep(300000);		/* the subscriptions reach kvmmd first */
+	a_arg[0] = e.sock, a_arg[1] = (void *)(uintptr_t)A_TOKEN(0);
+	b_arg[0] = e.sock, b_arg[1] = (void *)(uintptr_t)B_TOKEN(0);
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, tenant_cache, a_arg, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(hostile_child(TENANT_B, tenant_cache, b_arg, TIMEOUT_MS), 0);
+	drain(s_all, 500, HOSTILE_NOBODY, TENANT_B, &all);
+	drain(s_b, 200, HOSTILE_NOBODY, TENANT_B, &b);
+	/* the operator sees both tenants, each on its own topic */
+	CU_ASSERT(all.a_on_a >= 1);
+	CU_ASSERT_EQUAL(all.a_elsewhere, 0);
+	CU_ASSERT(all.b_on_b >= 1);
+	/* B's topic: B's prompt, nothing of A's */
+	CU_ASSERT(b.b_on_b >= 1);
+	CU_ASSERT_EQUAL(b.a_on_a + b.a_elsewhere, 0);
+	CU_ASSERT_EQUAL(b.msgs, b.b_on_b);
+	/* a tenant cannot write to the operator's socket: it got nothing */
+	st = hostile_reap(spy, TIMEOUT_MS);
+	CU_ASSERT_EQUAL(st, 0);
+	zmq_setsockopt(s_all, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(s_b, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_close(s_all);
+	zmq_close(s_b);
+	zmq_ctx_term(zctx);
+	CU_ASSERT(hostile_alive(e.kvmmd));
+	CU_ASSERT_EQUAL(env_stop(&e), 0);
+}
+#endif /* CONFIG_KVMM_KVEVENTS */
+
+/* kvmmd refuses what cannot publish, saying why. */
+static void kvevents_options_are_checked(void)
+{
+	static const struct {
+		const char *argv[10];
+		int status;
+		const char *says;
+	} bad[] = {
+		{ { "kvmmd", "--socket", "/nonexistent/s", "--kv-events-topic", "x", NULL }, 2,
+		  "need --kv-events" },
+		{ { "kvmmd", "--socket", "/nonexistent/s", "--kv-events", "ipc:///tmp/x",
+		    "--events", "16K", NULL }, 2, "32768" },
+		{ { "kvmmd", "--socket", "/nonexistent/s", "--kv-events", "ipc:///tmp/x",
+		    "--kv-events-hash", "md5", NULL }, 2, "kv-events-hash" },
+		{ { "kvmmd", "--socket", "/nonexistent/s", "--kv-events", "ipc:///tmp/x",
+		    "--kv-events-buffer-steps", "0", NULL }, 2, "buffer-steps" },
+#if CONFIG_KVMM_KVEVENTS
+		/* an endpoint ZMQ cannot bind: before the socket is served */
+		{ { "kvmmd", "--socket", "/tmp/kvmm-kvevents-bad.sock", "--pages", "16",
+		    "--kv-events", "nosuch://x", NULL }, 1, "--kv-events nosuch://x" },
+#else
+		{ { "kvmmd", "--socket", "/nonexistent/s", "--kv-events", "ipc:///tmp/x", NULL },
+		  2, "libzmq3-dev" },
+#endif
+	};
+	char out[4096];
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CU_ASSERT_EQUAL(hostile_run(bad[i].argv, out, sizeof(out), 10000), bad[i].status);
+		if (!strstr(out, bad[i].says))
+			fprintf(stderr, "kvmmd said: %s\n", out);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, bad[i].says));
+	}
+	unlink("/tmp/kvmm-kvevents-bad.sock");
+}
+
+int register_hostile_kvevents_suite(void)
+{
+	CU_pSuite s = CU_add_suite("kvmm_hostile_kvevents", NULL, NULL);
+
+	if (!s)
+		return -1;
+#if CONFIG_KVMM_KVEVENTS
+	ADD_TEST(s, kvevents_tenant_prompts_stay_on_their_topic);
+#else
+	fprintf(stderr, "kvmm_hostile_kvevents: built without libzmq, msgpack-c or libcrypto: "
+		"only the option checks run\n");
+#endif
+	ADD_TEST(s, kvevents_options_are_checked);
+	return 0;
+}
