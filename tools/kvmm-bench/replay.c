@@ -38,7 +38,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <autoconf.h>
+
 #include "bench.h"
+#if CONFIG_KVMM_KVEVENTS
+#include "../lib/kvevents.h"
+#endif
 
 #define RING_SQ		64
 
@@ -59,6 +64,7 @@ struct replay {
 	uint32_t pending;		/* ring: finishes prepared, not submitted */
 	uint8_t *done;
 	uint64_t ns;
+	void *pub;			/* --kv-events: struct kvev_thread */
 };
 
 /* Where slot @slot's tokens are for a ring command. */
@@ -338,6 +344,34 @@ static int fetch_stats(struct replay *rp, uint64_t *st)
 	return 0;
 }
 
+/*
+ * --kv-events: the context's events published from a thread of their
+ * own, as an engine that embeds libkvmm would (kvmmd does the same).
+ */
+static int pub_start(struct replay *rp)
+{
+#if CONFIG_KVMM_KVEVENTS
+	struct kvev_params kp = { .endpoint = rp->o->kv_events };
+
+	return kvev_thread_start(rp->ctx, &kp, 64u << 20, 2, (struct kvev_thread **)&rp->pub);
+#else
+	return -EOPNOTSUPP;
+#endif
+}
+
+static bool pub_stop(struct replay *rp)
+{
+#if CONFIG_KVMM_KVEVENTS
+	struct kvev_stats st;
+	int ret = kvev_thread_stop(rp->pub, &st);
+
+	rp->pub = NULL;
+	return !ret && !st.unnamed;
+#else
+	return true;
+#endif
+}
+
 static int session_start(struct replay *rp, const struct kvmm_params *p)
 {
 	const struct workload *wl = rp->wl;
@@ -375,6 +409,8 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 		return 0;
 	}
 	ret = kvmm_create(p, &rp->ctx);
+	if (!ret && rp->o->kv_events)
+		ret = pub_start(rp);
 	if (ret || rp->o->via == VIA_DIRECT)
 		return ret;
 	rp_params.buf_size = sizeof(struct kvmm_stats_snap) + NR_KVMM_STATS * 8;
@@ -419,6 +455,8 @@ static bool session_end(struct replay *rp)
 		rp->serving = false;
 	} else {
 		ok = kvmm_check(rp->ctx) == 0;
+		if (rp->pub)
+			ok = pub_stop(rp) && ok;
 		kvmm_destroy(rp->ctx);
 		rp->ctx = NULL;
 	}
@@ -567,10 +605,14 @@ static void replay_usage(void)
 		"                         [--decode-chunk N] [--repeat N] [--evict lru|slru]\n"
 		"                         [--via direct|ring|remote] [--host-tokens N]\n"
 		"                         [--nvme-tokens N --nvme-file PATH [--sync]]\n"
-		"                         [--contend CPU] [--socket PATH] [--json]\n"
+		"                         [--contend CPU] [--socket PATH] [--kv-events ENDPOINT]\n"
+		"                         [--json]\n"
 		"  --socket PATH: with --via remote, replay once against the kvmm server\n"
 		"  (kvmmd) serving PATH, its pool and tiers as it was started, instead of\n"
-		"  one spawned per repeat\n");
+		"  one spawned per repeat\n"
+		"  --kv-events ENDPOINT: with --via ring, publish the context's\n"
+		"  cache events as vLLM's KV events at ENDPOINT from a thread, as kvmmd\n"
+		"  --kv-events does (what publishing costs the replay)\n");
 }
 
 static const char *const via_names[] = { "direct", "ring", "remote" };
@@ -618,6 +660,7 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		{ "contend", required_argument, NULL, 'C' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "socket", required_argument, NULL, 'S' },
+		{ "kv-events", required_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -640,6 +683,7 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		case 'C': o->contend = parse_cpu(optarg); break;
 		case 'j': c->json = true; break;
 		case 'S': o->socket = optarg; break;
+		case 'K': o->kv_events = optarg; break;
 		case 'h': replay_usage(); return 0;
 		default: replay_usage(); return 2;
 		}
@@ -660,6 +704,9 @@ static void replay_check(const struct replay_cli *c)
 		die_usage("replay: --repeat must be at least 1");
 	if (o->socket && (o->via != VIA_REMOTE || o->repeat != 1 || o->nvme_tokens))
 		die_usage("replay: --socket needs --via remote, --repeat 1 and no tiers of its own");
+	/* the publisher takes the context's lock, which the direct API does not */
+	if (o->kv_events && o->via != VIA_RING)
+		die_usage("replay: --kv-events needs --via ring (kvmmd publishes its own)");
 	if (o->host_tokens && o->via == VIA_REMOTE)
 		die_usage("replay: --host-tokens needs --via direct or ring (kvmmd sets its own tiers)");
 	if (o->host_tokens && o->host_tokens < o->page_size)

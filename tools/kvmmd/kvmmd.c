@@ -624,7 +624,7 @@ static int check_kv_events(struct opts *o)
 		return -1;
 	}
 	if (!o->events)
-		o->events = 4u << 20;	/* a few seconds of a busy engine */
+		o->events = 64u << 20;	/* seconds of a busy engine, tokens and all */
 	if (o->events < KVMM_EVENTS_TOKENS_BUF_MIN) {
 		fprintf(stderr, "kvmmd: --kv-events needs --events of %u bytes at least "
 			"(the events keep their token ids)\n", KVMM_EVENTS_TOKENS_BUF_MIN);
@@ -946,7 +946,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (server_start(&o, ctx, &srv)) {
-		kvmmd_pub_stop(pub);
+		kvmmd_pub_stop(pub, o.quiet);
 		kvmm_destroy(ctx);
 		opts_free(&o);
 		return 1;
@@ -959,7 +959,7 @@ int main(int argc, char **argv)
 			kvmm_server_clients(srv));
 	kvmm_server_stop(srv);
 	shutdown_flush(&o, ctx);
-	kvmmd_pub_stop(pub);
+	kvmmd_pub_stop(pub, o.quiet);
 	ret = kvmm_check(ctx);
 	if (ret)
 		fprintf(stderr, "kvmmd: invariant check failed at exit: %s\n", errno_str(-ret));

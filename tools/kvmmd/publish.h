@@ -27,6 +27,6 @@ struct kvmmd_pub;
 bool kvmmd_pub_built(void);
 int kvmmd_pub_start(struct kvmm_ctx *ctx, const struct kvmmd_pub_opts *po,
 		    struct kvmmd_pub **out);
-void kvmmd_pub_stop(struct kvmmd_pub *pub);
+void kvmmd_pub_stop(struct kvmmd_pub *pub, bool quiet);
 
 #endif

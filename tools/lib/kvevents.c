@@ -41,6 +41,7 @@
 #include <xxhash.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,8 +422,14 @@ int kvev_serve_replay(struct kvev *ev, int timeout_ms)
 	static const uint8_t end_seq[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
 	int served = 0;
 
-	if (!ev->router)
+	if (!ev->router) {	/* nothing to answer: just the wait */
+		if (timeout_ms > 0) {
+			struct timespec ts = { timeout_ms / 1000, (timeout_ms % 1000) * 1000000L };
+
+			nanosleep(&ts, NULL);
+		}
 		return 0;
+	}
 	while (zmq_poll(&it, 1, served ? 0 : timeout_ms) > 0 && (it.revents & ZMQ_POLLIN)) {
 		uint8_t id[256], frame[16], sb[8];
 		uint64_t start = 0, s, first;
@@ -735,4 +742,145 @@ void kvev_destroy(struct kvev *ev)
 	free(ev->cbor);
 	free(ev->topic);
 	free(ev);
+}
+
+/* ---- a thread that publishes a context's events (kvmmd, an embedding engine) ---- */
+
+#define PUMP_BYTES	(KVMM_EVENTS_TOKENS_LEN_MIN * 4)
+
+struct kvev_thread {
+	struct kvmm_ctx *ctx;
+	struct kvev *ev;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	bool stop;
+	uint32_t interval_ms;
+	uint64_t cursor;
+	void *buf;
+	int err;		/* the first error, for kvev_thread_stop() */
+};
+
+/* Publish everything new.  Return: 0 or -errno. */
+static int thread_drain(struct kvev_thread *t)
+{
+	int ret;
+
+	do
+		ret = kvev_pump(t->ev, t->ctx, &t->cursor, t->buf, PUMP_BYTES);
+	while (ret > 0);
+	return ret;
+}
+
+static void *kvev_thread_fn(void *arg)
+{
+	struct kvev_thread *t = arg;
+	bool stop = false;
+	int ret;
+
+	while (!stop) {
+		ret = thread_drain(t);
+		/* the wait between reads is spent answering replay requests */
+		if (!ret)
+			ret = kvev_serve_replay(t->ev, (int)t->interval_ms);
+		pthread_mutex_lock(&t->lock);
+		if (ret < 0 && !t->err)
+			t->err = ret;
+		stop = t->stop;
+		pthread_mutex_unlock(&t->lock);
+	}
+	return NULL;
+}
+
+/**
+ * kvev_thread_start() - publish @ctx's events from a thread of their own
+ * @ctx: the context; its events are turned on here (KVMM_SET_EVENT_TOKENS,
+ *	and KVMM_SET_EVENTS @events_bytes unless they are on already)
+ * @p: the publisher's parameters (page_size is taken from @ctx)
+ * @events_bytes: the event buffer's size when it has none
+ * @interval_ms: how often the buffer is read; replay requests are
+ *	answered in between
+ * @out: the thread
+ *
+ * The engine never waits for the thread: events wait in @ctx's buffer,
+ * which the thread drains one EVENTS read at a time, under the context's
+ * lock only while it copies.
+ *
+ * Return: 0, or -errno (the events' settings, the sockets, the thread).
+ */
+int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_t events_bytes,
+		      uint32_t interval_ms, struct kvev_thread **out)
+{
+	struct kvmm_sqe tokens = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 1 };
+	struct kvmm_sqe bytes = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENTS,
+				  .arg2 = events_bytes };
+	struct kvev_params pp = *p;
+	uint64_t st[NR_KVMM_STATS];
+	struct kvev_thread *t;
+	int ret;
+
+	ret = kvmm_stats(ctx, st, NR_KVMM_STATS);
+	if (ret < 0)
+		return ret;
+	if (st[KVMM_STAT_EVENTS_BYTES] < KVMM_EVENTS_TOKENS_BUF_MIN) {
+		if (!events_bytes)
+			return -EINVAL;
+		ret = kvmm_ioctl(ctx, &bytes, NULL, 0);
+		if (ret)
+			return ret;
+	}
+	ret = kvmm_ioctl(ctx, &tokens, NULL, 0);
+	if (ret)
+		return ret;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->ctx = ctx;
+	t->interval_ms = interval_ms;
+	pp.page_size = kvmm_page_size(ctx);
+	t->buf = aligned_alloc(8, PUMP_BYTES);
+	ret = t->buf ? kvev_create(&pp, &t->ev) : -ENOMEM;
+	if (ret)
+		goto out_free;
+	pthread_mutex_init(&t->lock, NULL);
+	ret = -pthread_create(&t->thread, NULL, kvev_thread_fn, t);
+	if (ret) {
+		pthread_mutex_destroy(&t->lock);
+		kvev_destroy(t->ev);
+		goto out_free;
+	}
+	*out = t;
+	return 0;
+
+out_free:
+	free(t->buf);
+	free(t);
+	return ret;
+}
+
+/**
+ * kvev_thread_stop() - publish what is left, stop, close the sockets
+ * @t: the thread (NULL: nothing)
+ * @st: out, what it did (may be NULL)
+ *
+ * Return: 0, or the first error the thread met.
+ */
+int kvev_thread_stop(struct kvev_thread *t, struct kvev_stats *st)
+{
+	int ret;
+
+	if (!t)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	t->stop = true;
+	pthread_mutex_unlock(&t->lock);
+	pthread_join(t->thread, NULL);
+	ret = thread_drain(t);
+	if (st)
+		kvev_get_stats(t->ev, st);
+	kvev_destroy(t->ev);
+	pthread_mutex_destroy(&t->lock);
+	ret = t->err ? t->err : ret;
+	free(t->buf);
+	free(t);
+	return ret;
 }

@@ -77,4 +77,10 @@ uint32_t kvev_hash_bytes(const struct kvev *ev);
 int kvev_pump(struct kvev *ev, struct kvmm_ctx *ctx, uint64_t *cursor, void *buf,
 	      uint32_t len);
 
+struct kvev_thread;
+
+int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_t events_bytes,
+		      uint32_t interval_ms, struct kvev_thread **out);
+int kvev_thread_stop(struct kvev_thread *t, struct kvev_stats *st);
+
 #endif
