@@ -27,6 +27,7 @@
 #include <libkvmm-ring.h>
 
 #include "../lib/parse.h"
+#include "http.h"
 #include "publish.h"
 
 static void usage(FILE *f)
@@ -111,6 +112,10 @@ static void usage(FILE *f)
 		"  --kv-events-seed STR NONE_HASH's seed, the routers' PYTHONHASHSEED\n"
 		"                       (default: vLLM's, 'vllm-none-hash')\n"
 		"  --kv-events-buffer-steps N  messages kept for replay (default 10000)\n"
+		"  --metrics HOST:PORT  serve Prometheus metrics (GET /metrics) and the prefix\n"
+		"                       query (POST /v1/prefix) over HTTP at HOST:PORT\n"
+		"  --query-socket PATH  the prefix query on a Unix socket too, where tenants\n"
+		"                       (--ns-per-uid) ask about their own namespace\n"
 		"  --quiet              log only errors\n");
 }
 
@@ -139,6 +144,7 @@ struct opts {
 	uint64_t ns_kjob_bytes;		/* KVMM_SET_NS_KJOB_BYTES */
 	uint64_t shutdown_flush_ms;	/* kvmm_flush() at a stop; 0: none */
 	struct kvmmd_pub_opts pub;	/* --kv-events* */
+	struct kvmmd_http_opts http;	/* --metrics, --query-socket */
 	struct kvmm_server_limits lim;	/* 0: the server's default */
 };
 
@@ -203,7 +209,7 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, O_REMOTE, O_REMOTE_SALT,
        O_REMOTE_TIMEOUT, O_EVENTS, O_REMOTE_WRITE, O_REMOTE_USER, O_REMOTE_PASSWORD_FILE,
        O_NS_KSPACES, O_NS_KJOB_BYTES, O_SHUTDOWN_FLUSH_MS, O_KV_EVENTS, O_KV_REPLAY,
-       O_KV_TOPIC, O_KV_HASH, O_KV_SEED, O_KV_STEPS, NR_OPTS };
+       O_KV_TOPIC, O_KV_HASH, O_KV_SEED, O_KV_STEPS, O_METRICS, O_QUERY_SOCKET, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 
@@ -286,6 +292,8 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 	[O_KV_SEED] = { "kv-events-seed", REQ, set_str, offsetof(struct opts, pub.seed) },
 	[O_KV_STEPS] = { "kv-events-buffer-steps", REQ, set_u32,
 			 offsetof(struct opts, pub.buffer_steps), 1u << 24 },
+	[O_METRICS] = { "metrics", REQ, set_str, offsetof(struct opts, http.listen) },
+	[O_QUERY_SOCKET] = { "query-socket", REQ, set_str, offsetof(struct opts, http.query_socket) },
 };
 
 /* A number within the option's range, or a message naming it. */
@@ -639,6 +647,21 @@ static int check_kv_events(struct opts *o)
 	return 0;
 }
 
+/* --metrics, --query-socket: a build that has them. */
+static int check_http(struct opts *o)
+{
+	if (!o->http.listen && !o->http.query_socket)
+		return 0;
+	if (!kvmmd_http_built()) {
+		fprintf(stderr, "kvmmd: --metrics and --query-socket: this kvmmd was built "
+			"without libmicrohttpd (install libmicrohttpd-dev and rebuild)\n");
+		return -1;
+	}
+	o->http.ns_per_uid = o->server_flags & KVMM_SERVER_NS_UID;
+	o->http.quiet = o->quiet;
+	return 0;
+}
+
 /*
  * Checks that involve several options, made once everything is read so
  * the order they came in does not matter.
@@ -693,7 +716,7 @@ static int check_opts(struct opts *o)
 			"tell this model's KV from another's of the same geometry\n");
 	if (o->backend && !strcmp(o->backend, "cuda"))
 		o->p.backend_arg = &o->cuda;
-	return check_kv_events(o);
+	return check_kv_events(o) || check_http(o) ? -1 : 0;
 	return 0;
 }
 
@@ -766,6 +789,8 @@ static void opts_free(struct opts *o)
 	free(o->pub.replay);
 	free(o->pub.topic);
 	free(o->pub.seed);
+	free(o->http.listen);
+	free(o->http.query_socket);
 }
 
 /* Who answers at @path, which is taken: another kvmm server, or not? */
@@ -917,6 +942,7 @@ int main(int argc, char **argv)
 	};
 	struct kvmm_server *srv = NULL;
 	struct kvmmd_pub *pub = NULL;
+	struct kvmmd_http *http = NULL;
 	struct kvmm_ctx *ctx = NULL;
 	sigset_t set;
 	int ret, sig;
@@ -945,7 +971,14 @@ int main(int argc, char **argv)
 		opts_free(&o);
 		return 1;
 	}
+	if ((o.http.listen || o.http.query_socket) && kvmmd_http_start(ctx, &o.http, &http)) {
+		kvmmd_pub_stop(pub, o.quiet);
+		kvmm_destroy(ctx);
+		opts_free(&o);
+		return 1;
+	}
 	if (server_start(&o, ctx, &srv)) {
+		kvmmd_http_stop(http);
 		kvmmd_pub_stop(pub, o.quiet);
 		kvmm_destroy(ctx);
 		opts_free(&o);
@@ -958,6 +991,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvmmd: %s: stopping (%u clients attached)\n", strsignal(sig),
 			kvmm_server_clients(srv));
 	kvmm_server_stop(srv);
+	kvmmd_http_stop(http);
 	shutdown_flush(&o, ctx);
 	kvmmd_pub_stop(pub, o.quiet);
 	ret = kvmm_check(ctx);
