@@ -9,14 +9,23 @@
  * A's.  The stream's transport is the access boundary: a tenant that
  * tries to subscribe to an ipc endpoint only the operator may write to
  * receives nothing.  And kvmmd's --kv-events options are checked.
+ *
+ * The prefix query (--metrics, --query-socket) likewise: over the Unix
+ * socket a tenant learns how much of a prompt its own namespace caches
+ * and is refused another's; over TCP, where nobody is known, a tenant's
+ * namespace is not answered at all.
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <autoconf.h>
@@ -24,19 +33,47 @@
 #include "../helpers.h"
 #include "hostile.h"
 
-#if CONFIG_KVMM_KVEVENTS
-#include <zmq.h>
-
 #define TENANT_B	65533u
 #define PROMPT		48		/* tokens: three pages of 16 */
 #define A_TOKEN(i)	(0x5ec00000u + (i))	/* >= 2^16: msgpack 0xce + 4 bytes */
 #define B_TOKEN(i)	(0x0b000000u + (i))
 #define TIMEOUT_MS	10000
 
+/* A tenant caches @arg's PROMPT tokens in its own namespace. */
+static int tenant_cache(void *arg)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 4096 };
+	struct kvmm_ring ring;
+	const char *sock = ((const char *const *)arg)[0];
+	uint32_t base = (uint32_t)(uintptr_t)((void *const *)arg)[1], *tok, i;
+	int32_t seq;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		return 10;
+	tok = ring.buf;
+	for (i = 0; i < PROMPT; i++)
+		tok[i] = base + i;
+	kvmm_prep_open(hostile_sqe(&ring), getuid());
+	seq = hostile_ring1(&ring);
+	if (seq < 0)
+		return 11;
+	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)seq, PROMPT, 0);
+	if (hostile_ring1(&ring))
+		return 12;
+	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)seq, 0, 0, PROMPT);
+	if (hostile_ring1(&ring))
+		return 13;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+#if CONFIG_KVMM_KVEVENTS
+#include <zmq.h>
+
 struct kvev_env {
 	char dir[64];
 	char sock[96];
-	char endpoint[112];
+	char endpoint[128];
 	pid_t kvmmd;
 };
 
@@ -79,34 +116,6 @@ static int env_stop(struct kvev_env *e)
 	unlink(e->sock);
 	rmdir(e->dir);
 	return st;
-}
-
-/* A tenant caches @arg's PROMPT tokens in its own namespace. */
-static int tenant_cache(void *arg)
-{
-	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 4096 };
-	struct kvmm_ring ring;
-	const char *sock = ((const char *const *)arg)[0];
-	uint32_t base = (uint32_t)(uintptr_t)((void *const *)arg)[1], *tok, i;
-	int32_t seq;
-
-	if (kvmm_ring_connect(sock, &rp, &ring))
-		return 10;
-	tok = ring.buf;
-	for (i = 0; i < PROMPT; i++)
-		tok[i] = base + i;
-	kvmm_prep_open(hostile_sqe(&ring), getuid());
-	seq = hostile_ring1(&ring);
-	if (seq < 0)
-		return 11;
-	kvmm_prep_extend(hostile_sqe(&ring), (uint32_t)seq, PROMPT, 0);
-	if (hostile_ring1(&ring))
-		return 12;
-	kvmm_prep_close(hostile_sqe(&ring), (uint32_t)seq, 0, 0, PROMPT);
-	if (hostile_ring1(&ring))
-		return 13;
-	kvmm_ring_exit(&ring);
-	return 0;
 }
 
 static void *sub_open(void *zctx, const char *endpoint, const char *topic)
@@ -239,6 +248,158 @@ static void kvevents_tenant_prompts_stay_on_their_topic(void)
 }
 #endif /* CONFIG_KVMM_KVEVENTS */
 
+#if CONFIG_KVMM_HTTP
+struct query_env {
+	char dir[64];
+	char sock[96];
+	char qsock[96];
+	char tcp[32];
+	int port;
+	pid_t kvmmd;
+};
+
+/*
+ * POST /v1/prefix with {"tokens": the secret prompt, "ns": @ns} (no "ns"
+ * when @ns < 0) to @path (a Unix socket) or 127.0.0.1:@port; the status
+ * code, the body in @out.
+ */
+static int query(const char *path, int port, long ns, char *out, size_t len)
+{
+	char body[1024], req[1400], *p = body;
+	int fd, n, got = 0, status = -1;
+	uint32_t i;
+
+	p += sprintf(p, "{\"tokens\":[");
+	for (i = 0; i < PROMPT; i++)
+		p += sprintf(p, "%s%u", i ? "," : "", A_TOKEN(i));
+	p += sprintf(p, "]");
+	if (ns >= 0)
+		p += sprintf(p, ",\"ns\":%ld", ns);
+	sprintf(p, "}");
+	n = snprintf(req, sizeof(req), "POST /v1/prefix HTTP/1.1\r\nHost: kvmmd\r\n"
+		     "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+		     "Connection: close\r\n\r\n%s", strlen(body), body);
+	if (path) {
+		struct sockaddr_un a = { .sun_family = AF_UNIX };
+
+		snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+		fd = socket(AF_UNIX, SOCK_STREAM, 0);
+		if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)))
+			goto out;
+	} else {
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)))
+			goto out;
+	}
+	if (write(fd, req, (size_t)n) != n)
+		goto out;
+	while (got < (int)len - 1 && (n = (int)read(fd, out + got, len - 1 - (size_t)got)) > 0)
+		got += n;
+	out[got] = '\0';
+	if (sscanf(out, "HTTP/1.1 %d", &status) != 1)
+		status = -1;
+out:
+	if (fd >= 0)
+		close(fd);
+	return status;
+}
+
+/* The body of an answer: past the headers. */
+static const char *body_of(const char *resp)
+{
+	const char *b = strstr(resp, "\r\n\r\n");
+
+	return b ? b + 4 : "";
+}
+
+/* A tenant, as its own uid: caches the secret prompt when @arg says so. */
+static int q_tenant_cache(void *arg)
+{
+	const void *a[2] = { arg, (void *)(uintptr_t)A_TOKEN(0) };
+
+	return tenant_cache(a);
+}
+
+/*
+ * Tenant B, as uid 65533: its own namespace holds none of the prompt;
+ * A's namespace is refused over the Unix socket and over TCP.
+ */
+static int q_tenant_b(void *arg)
+{
+	const struct query_env *e = arg;
+	char out[4096];
+
+	if (query(e->qsock, 0, -1, out, sizeof(out)) != 200 ||
+	    !strstr(body_of(out), "\"ns\":65533,") || !strstr(body_of(out), "\"cached_total\":0}"))
+		return 30;
+	if (query(e->qsock, 0, HOSTILE_NOBODY, out, sizeof(out)) != 403 ||
+	    strstr(out, "cached_total"))
+		return 31;
+	if (query(NULL, e->port, HOSTILE_NOBODY, out, sizeof(out)) != 403 ||
+	    strstr(out, "cached_total"))
+		return 32;
+	if (query(NULL, e->port, 65533, out, sizeof(out)) != 403)
+		return 33;
+	return 0;
+}
+
+/* Tenant A, as nobody: its own prompt, found on the device. */
+static int q_tenant_a(void *arg)
+{
+	const struct query_env *e = arg;
+	char out[4096];
+
+	if (query(e->qsock, 0, -1, out, sizeof(out)) != 200 ||
+	    !strstr(body_of(out), "\"cached\":{\"device\":48,\"host\":0,\"nvme\":0}"))
+		return 40;
+	return 0;
+}
+
+static void query_tenants_learn_only_their_own_namespace(void)
+{
+	struct query_env e;
+	char out[4096];
+
+	memset(&e, 0, sizeof(e));
+	e.port = 20000 + (int)(getpid() % 20000);
+	snprintf(e.tcp, sizeof(e.tcp), "127.0.0.1:%d", e.port);
+	CU_ASSERT_EQUAL_FATAL(hostile_tmpdir(e.dir, sizeof(e.dir)), 0);
+	snprintf(e.sock, sizeof(e.sock), "%s/kvmmd.sock", e.dir);
+	snprintf(e.qsock, sizeof(e.qsock), "%s/query.sock", e.dir);
+	{
+		const char *argv[] = { "kvmmd", "--socket", e.sock, "--ns-per-uid", "--quiet",
+				       "--pages", "64", "--page-size", "16", "--layers", "1",
+				       "--kv-heads", "1", "--head-dim", "8", "--max-seqs", "8",
+				       "--metrics", e.tcp, "--query-socket", e.qsock, NULL };
+
+		e.kvmmd = hostile_spawn(argv, -1);
+	}
+	if (e.kvmmd < 0 || hostile_wait_socket(e.sock, TIMEOUT_MS) || chmod(e.sock, 0777)) {
+		CU_FAIL("kvmmd --metrics --query-socket did not start");
+		goto out;
+	}
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, q_tenant_cache, e.sock, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(hostile_child(HOSTILE_NOBODY, q_tenant_a, &e, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(hostile_child(TENANT_B, q_tenant_b, &e, TIMEOUT_MS), 0);
+	/* the operator (root) may ask about any namespace, over the Unix socket */
+	CU_ASSERT_EQUAL(query(e.qsock, 0, HOSTILE_NOBODY, out, sizeof(out)), 200);
+	CU_ASSERT_PTR_NOT_NULL(strstr(body_of(out), "\"cached_total\":48}"));
+	CU_ASSERT_EQUAL(query(NULL, e.port, 0, out, sizeof(out)), 200);
+	CU_ASSERT(hostile_alive(e.kvmmd));
+out:
+	if (e.kvmmd > 0) {
+		kill(e.kvmmd, SIGTERM);
+		CU_ASSERT_EQUAL(hostile_reap(e.kvmmd, TIMEOUT_MS), 0);
+	}
+	unlink(e.qsock);
+	unlink(e.sock);
+	rmdir(e.dir);
+}
+#endif /* CONFIG_KVMM_HTTP */
+
 /* kvmmd refuses what cannot publish, saying why. */
 static void kvevents_options_are_checked(void)
 {
@@ -289,5 +450,11 @@ int register_hostile_kvevents_suite(void)
 		"only the option checks run\n");
 #endif
 	ADD_TEST(s, kvevents_options_are_checked);
+#if CONFIG_KVMM_HTTP
+	ADD_TEST(s, query_tenants_learn_only_their_own_namespace);
+#else
+	fprintf(stderr, "kvmm_hostile_kvevents: built without libmicrohttpd: "
+		"the prefix query's isolation is not tested\n");
+#endif
 	return 0;
 }
