@@ -398,6 +398,52 @@ out:
 	unlink(e.sock);
 	rmdir(e.dir);
 }
+
+/* kvmm-route asks kvmmd --metrics instances with the prefix query. */
+static void route_asks_instances_by_the_prefix_query(void)
+{
+	char dir[64], sock[2][96], tcp[2][32], url[2][48], toks[PROMPT][16], out[4096],
+	     want[512];
+	const char *argv[PROMPT + 5] = { "kvmm-route" };
+	const char *dead[] = { "kvmm-route", "http://127.0.0.1:1", "--", "1", NULL };
+	pid_t pid[2] = { -1, -1 };
+	int i, port = 20000 + (int)((getpid() + 7919) % 20000);
+
+	CU_ASSERT_EQUAL_FATAL(hostile_tmpdir(dir, sizeof(dir)), 0);
+	for (i = 0; i < 2; i++) {
+		snprintf(sock[i], sizeof(sock[i]), "%s/k%d.sock", dir, i);
+		snprintf(tcp[i], sizeof(tcp[i]), "127.0.0.1:%d", port + i);
+		snprintf(url[i], sizeof(url[i]), "http://%s", tcp[i]);
+		{
+			const char *k[] = { "kvmmd", "--socket", sock[i], "--quiet", "--pages", "64",
+					    "--page-size", "16", "--layers", "1", "--kv-heads", "1",
+					    "--head-dim", "8", "--metrics", tcp[i], NULL };
+
+			pid[i] = hostile_spawn(k, -1);
+		}
+		CU_ASSERT_FATAL(pid[i] > 0 && !hostile_wait_socket(sock[i], TIMEOUT_MS));
+		argv[1 + i] = url[i];
+	}
+	/* the prompt in the second instance only: three pages */
+	CU_ASSERT_EQUAL(hostile_child((uid_t)-1, q_tenant_cache, sock[1], TIMEOUT_MS), 0);
+	argv[3] = "--";
+	for (i = 0; i < PROMPT; i++) {
+		snprintf(toks[i], sizeof(toks[i]), "%u", A_TOKEN(i));
+		argv[4 + i] = toks[i];
+	}
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), TIMEOUT_MS), 0);
+	snprintf(want, sizeof(want), "%s 0\n%s 3\nroute %s\n", url[0], url[1], url[1]);
+	CU_ASSERT_STRING_EQUAL(out, want);
+	/* nothing listens there: exit 3, saying which */
+	CU_ASSERT_EQUAL(hostile_run(dead, out, sizeof(out), TIMEOUT_MS), 3);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "http://127.0.0.1:1: cannot reach it"));
+	for (i = 0; i < 2; i++) {
+		kill(pid[i], SIGTERM);
+		CU_ASSERT_EQUAL(hostile_reap(pid[i], TIMEOUT_MS), 0);
+		unlink(sock[i]);
+	}
+	rmdir(dir);
+}
 #endif /* CONFIG_KVMM_HTTP */
 
 /* kvmmd refuses what cannot publish, saying why. */
@@ -452,6 +498,7 @@ int register_hostile_kvevents_suite(void)
 	ADD_TEST(s, kvevents_options_are_checked);
 #if CONFIG_KVMM_HTTP
 	ADD_TEST(s, query_tenants_learn_only_their_own_namespace);
+	ADD_TEST(s, route_asks_instances_by_the_prefix_query);
 #else
 	fprintf(stderr, "kvmm_hostile_kvevents: built without libmicrohttpd: "
 		"the prefix query's isolation is not tested\n");
