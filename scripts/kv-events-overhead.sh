@@ -1,13 +1,17 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# scripts/kv-events-overhead.sh [OBJTREE [RUNS]] - what kvmmd --kv-events
-# costs an engine: the shared workload replayed through kvmmd (host and
-# NVMe tiers, as the events' exactness test) with the KV event publisher
-# off and on, RUNS times each, alternating, in one run; prints the
-# median us/request of each and their ratio (Documentation/performance.rst).
+# scripts/kv-events-overhead.sh [OBJTREE [RUNS [kvmmd|ring]]] - what
+# publishing vLLM's KV events costs an engine: the shared workload
+# replayed with host and NVMe tiers (as the events' exactness test) with
+# the publisher off and on, RUNS times each, alternating, in one run;
+# prints the median us/request of each and their ratio
+# (Documentation/performance.rst).  kvmmd (the default): through kvmmd,
+# --kv-events off and on; ring: in-process through a ring, kvmm-bench's
+# publisher thread (tools/lib/kvevents.c) off and on.
 set -eu
 O=${1:-build}
 RUNS=${2:-5}
+MODE=${3:-kvmmd}
 W=${KVMM_SHARED:-$(dirname "$0")/../../shared}/bench/workload.jsonl
 dir=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
@@ -29,10 +33,21 @@ one() {	# one replay; $@: kvmmd's extra options
 	kill $pid
 	wait $pid || true
 }
+inproc() {	# one in-process replay; $@: kvmm-bench's extra options
+	"$O/bin/kvmm-bench" replay --workload "$W" --page-size 16 --via ring --repeat 1 \
+		--capacity-tokens 64000 --host-tokens 64000 --nvme-tokens 256000 \
+		--nvme-file "$dir/nvme" --json "$@" |
+		sed -n 's/.*"us_per_request":\([0-9.]*\).*/\1/p'
+}
 off= on=
 for _ in $(seq "$RUNS"); do
-	off="$off $(one)"
-	on="$on $(one --kv-events "ipc://$dir/ev" --kv-events-replay "ipc://$dir/rep")"
+	if [ "$MODE" = ring ]; then
+		off="$off $(inproc)"
+		on="$on $(inproc --kv-events "ipc://$dir/ev")"
+	else
+		off="$off $(one)"
+		on="$on $(one --kv-events "ipc://$dir/ev" --kv-events-replay "ipc://$dir/rep")"
+	fi
 done
 python3 - "$off" "$on" <<'PY'
 import statistics, sys

@@ -46,7 +46,8 @@ def post(url, body, timeout=5):
 		with urllib.request.urlopen(req, timeout=timeout) as r:
 			return r.status, json.loads(r.read())
 	except urllib.error.HTTPError as e:
-		return e.code, json.loads(e.read())
+		with e:
+			return e.code, json.loads(e.read())
 
 
 def cache(ring, tokens, ns=0):
@@ -160,6 +161,7 @@ def test_a_prometheus_server_scrapes_a_counter_the_test_moved(tmp_path, metrics_
 
 def test_dashboard_asks_only_for_metrics_that_exist(metrics_kvmmd):
 	ring, url = metrics_kvmmd
+	cache(ring, range(1, 9))		# a namespace, for kvmm_namespace_pages
 	names = {n for n, _ in samples(get(url + "/metrics")[2])}
 	dash = json.loads(DASHBOARD.read_text())
 	exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
@@ -191,12 +193,15 @@ def test_prefix_query_answers_per_tier(metrics_kvmmd):
 	with pytest.raises(urllib.error.HTTPError) as e:
 		urllib.request.urlopen(req, timeout=5)
 	assert e.value.code == 400
+	e.value.close()
 	with pytest.raises(urllib.error.HTTPError) as e:
 		urllib.request.urlopen(url + "/v1/prefix", timeout=5)
 	assert e.value.code == 405
+	e.value.close()
 	with pytest.raises(urllib.error.HTTPError) as e:
 		urllib.request.urlopen(url + "/nothing", timeout=5)
 	assert e.value.code == 404
+	e.value.close()
 
 
 def test_metrics_options_are_checked(tmp_path):
