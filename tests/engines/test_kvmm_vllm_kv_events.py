@@ -40,7 +40,9 @@ from vllm.v1.core import kv_cache_utils
 from tests.distributed import test_events as upstream
 from tests.distributed.conftest import MockSubscriber
 
-WORKLOAD = Path(os.environ.get("KVMM_SHARED", OBJTREE.parent.parent / "shared")) / \
+# the shared workload beside the clone, as the Makefile's SHARED
+WORKLOAD = Path(os.environ.get("KVMM_SHARED",
+			       Path(__file__).resolve().parents[2].parent / "shared")) / \
 	"bench" / "workload.jsonl"
 GEOM = ["--layers", "1", "--kv-heads", "1", "--head-dim", "4", "--quiet"]
 MEDIUM = {"GPU": 0, "CPU": 1, "STORAGE": 2}
