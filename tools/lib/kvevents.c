@@ -588,7 +588,8 @@ int kvev_publish(struct kvev *ev, const struct kvmm_events_hdr *hdr)
 		const struct kvmm_cache_event *e = (const void *)p;
 		uint64_t tok_bytes = ((uint64_t)e->pages * ev->p.page_size * 4 + 15) & ~15ull;
 
-		if (e->tier >= KVMM_NR_TIERS || e->to >= KVMM_NR_TIERS || e->type >= KVMM_EVENT_LAST)
+		if (e->tier >= KVMM_NR_TIERS || e->to >= KVMM_NR_TIERS || e->type >= KVMM_EVENT_LAST ||
+		    !e->pages || e->pages > KVMM_EVENT_MAX_PAGES)
 			return -EINVAL;
 		ret = publish_one(ev, e);
 		if (ret)
