@@ -871,7 +871,21 @@ static const struct disp_op *sqe_check_fields(const struct kvmm_sqe *sqe)
  * its token payload are checked as its struct disp_op says, then its
  * handler runs.  Context lock held.
  */
+static int32_t disp_exec_timed(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+			       uint32_t *cflags);
+
+/* disp_exec_timed(), its time in the command latency histogram (KVMM_HIST_CMD). */
 static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
+{
+	uint64_t t0 = kvmm_now_ns();
+	int32_t res = disp_exec_timed(d, sqe, cflags);
+
+	kvmm_hist_observe(d->ctx, KVMM_HIST_CMD, kvmm_now_ns() - t0);
+	return res;
+}
+
+static int32_t disp_exec_timed(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+			       uint32_t *cflags)
 {
 	const struct disp_op *op = sqe_check_fields(sqe);
 	const uint32_t *tok = NULL;

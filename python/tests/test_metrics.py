@@ -90,8 +90,9 @@ def test_metrics_cover_every_statistic_with_prometheus_names(metrics_kvmmd):
 	s = samples(text)
 	st = ring.stats()
 	# every counter kvmmctl stat shows is a sample: as many as statistics,
-	# plus the namespaces' (cached and pinned of namespace 0)
-	assert len(s) == len(kvmm.STAT_NAMES) + 2
+	# plus the namespaces' (cached and pinned of namespace 0) and three
+	# histograms of 24 buckets, a sum and a count
+	assert len(s) == len(kvmm.STAT_NAMES) + 2 + 3 * (24 + 2)
 	assert s[("kvmm_match_calls_total", "")] == st.match_calls == 1
 	assert s[("kvmm_pages", '{tier="device",state="cached"}')] == st.pages_cached == 4
 	assert s[("kvmm_namespace_pages", '{ns="0",state="cached"}')] == 4
@@ -100,6 +101,7 @@ def test_metrics_cover_every_statistic_with_prometheus_names(metrics_kvmmd):
 	for name, kind in types.items():
 		assert name.startswith("kvmm_")
 		assert name.endswith("_total") == (kind == "counter"), name
+		assert kind != "histogram" or name.endswith("_seconds"), name
 	b = ring.batch()
 	b.reclaim(4)				# demote to the host tier: seconds, bytes
 	ring.submit(b)
@@ -107,6 +109,15 @@ def test_metrics_cover_every_statistic_with_prometheus_names(metrics_kvmmd):
 	assert s[("kvmm_demoted_pages_total", '{tier="host"}')] == 4
 	assert s[("kvmm_tier_written_bytes_total", '{tier="host"}')] > 0
 	assert 0 < s[("kvmm_tier_write_seconds_total", '{tier="host"}')] < 10
+	# histograms: one demotion; every command so far (open, match, extend,
+	# close, reclaim, and the scrapes' own DUMPs), buckets cumulative
+	assert types["kvmm_command_duration_seconds"] == "histogram"
+	d = '{direction="demote",le="+Inf"}'
+	assert s[("kvmm_tier_copy_duration_seconds_bucket", d)] == 1
+	assert s[("kvmm_tier_copy_duration_seconds_count", '{direction="demote"}')] == 1
+	assert s[("kvmm_tier_copy_duration_seconds_count", '{direction="promote"}')] == 0
+	cmd = [v for (n, l), v in s.items() if n == "kvmm_command_duration_seconds_bucket"]
+	assert cmd == sorted(cmd) and cmd[-1] == s[("kvmm_command_duration_seconds_count", "")] >= 5
 
 
 def test_promtool_checks_the_metrics(metrics_kvmmd):

@@ -9,7 +9,8 @@
  * what kvmm counts per tier (the HOST_x and NVME_x pairs, the device's
  * own) is one metric with a tier label.  Pages by state are one gauge,
  * kvmm_pages{tier,state}.  Per namespace, the device pages cached and
- * pinned (DUMP_NS).  The table below is checked against NR_KVMM_STATS at
+ * pinned (DUMP_NS).  Histograms of command latency and of the time a
+ * node's pages take to copy down or up a tier (DUMP_HIST).  The table below is checked against NR_KVMM_STATS at
  * build time, so a new statistic cannot be left out.
  */
 #include <errno.h>
@@ -261,6 +262,57 @@ out:
 	return ret;
 }
 
+/* One histogram's samples: cumulative buckets, +Inf, sum and count. */
+static void put_hist(FILE *f, const char *name, const char *labels,
+		     const struct kvmm_dump_hist *h)
+{
+	uint64_t cum = 0;
+	uint32_t i;
+
+	for (i = 0; i + 1 < KVMM_HIST_BUCKETS; i++) {
+		cum += h->buckets[i];
+		fprintf(f, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, *labels ? "," : "",
+			(double)(1ull << i) * 1e-6, (unsigned long long)cum);
+	}
+	fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, *labels ? "," : "",
+		(unsigned long long)h->count);
+	fprintf(f, "%s_sum%s%s%s %.9f\n%s_count%s%s%s %llu\n", name, *labels ? "{" : "", labels,
+		*labels ? "}" : "", h->sum_ns / 1e9, name, *labels ? "{" : "", labels,
+		*labels ? "}" : "", (unsigned long long)h->count);
+}
+
+/* The latency histograms (DUMP_HIST). */
+static int put_histograms(FILE *f, struct kvmm_ctx *ctx)
+{
+	struct {
+		struct kvmm_dump_hdr hdr;
+		struct kvmm_dump_hist h[KVMM_HIST_LAST];
+	} out;
+	struct kvmm_iovec iov = { &out, sizeof(out) };
+	struct kvmm_sqe sqe;
+	int ret;
+
+	memset(&sqe, 0, sizeof(sqe));
+	kvmm_prep_dump(&sqe, KVMM_DUMP_HIST, 0, 0, 0, sizeof(out));
+	ret = kvmm_ioctl(ctx, &sqe, &iov, 1);
+	if (ret < 0)
+		return ret;
+	if (ret != KVMM_HIST_LAST || out.hdr.rec_size != sizeof(out.h[0]))
+		return -EPROTO;
+	fprintf(f, "# HELP kvmm_command_duration_seconds Time a command took in the "
+		"dispatcher, under the context's lock\n"
+		"# TYPE kvmm_command_duration_seconds histogram\n");
+	put_hist(f, "kvmm_command_duration_seconds", "", &out.h[KVMM_HIST_CMD]);
+	fprintf(f, "# HELP kvmm_tier_copy_duration_seconds Time a node's pages took to copy "
+		"down a tier (demote) or back up (promote)\n"
+		"# TYPE kvmm_tier_copy_duration_seconds histogram\n");
+	put_hist(f, "kvmm_tier_copy_duration_seconds", "direction=\"demote\"",
+		 &out.h[KVMM_HIST_DEMOTE]);
+	put_hist(f, "kvmm_tier_copy_duration_seconds", "direction=\"promote\"",
+		 &out.h[KVMM_HIST_PROMOTE]);
+	return 0;
+}
+
 /**
  * kvmmd_metrics_text() - the Prometheus exposition of @ctx's statistics
  * @ctx: the context
@@ -287,6 +339,8 @@ int kvmmd_metrics_text(struct kvmm_ctx *ctx, void (*extra)(FILE *f, void *arg), 
 		put_stats(f, st);
 		ret = put_namespaces(f, ctx);
 	}
+	if (!ret)
+		ret = put_histograms(f, ctx);
 	if (!ret && extra)
 		extra(f, extra_arg);
 	if (fclose(f) || ret < 0) {

@@ -349,7 +349,8 @@ struct kvmm_extend_ent {
 #define KVMM_DUMP_PINS		2	/* struct kvmm_dump_pin per pinned node */
 #define KVMM_DUMP_NS		3	/* struct kvmm_dump_ns per namespace */
 #define KVMM_DUMP_KSPACES	4	/* struct kvmm_dump_kspace per keyed space */
-#define KVMM_DUMP_LAST		5
+#define KVMM_DUMP_HIST		5	/* struct kvmm_dump_hist per KVMM_HIST_* */
+#define KVMM_DUMP_LAST		6
 
 /*
  * struct kvmm_dump_hdr - starts a DUMP's output buffer
@@ -449,6 +450,36 @@ struct kvmm_dump_ns {
 	__u64	cache_limit;
 	__u64	keyed_host;
 	__u64	keyed_nvme;
+};
+
+/*
+ * Latency histograms (DUMP KVMM_DUMP_HIST), for metrics: how long each
+ * command took in the dispatcher (its handler, under the context's
+ * lock; a command that completes later counts until it was started),
+ * and how long a node's pages took to copy down a tier (DEMOTE) or back
+ * up (PROMOTE), from the copy's start to its settling.
+ */
+#define KVMM_HIST_CMD		0
+#define KVMM_HIST_DEMOTE	1
+#define KVMM_HIST_PROMOTE	2
+#define KVMM_HIST_LAST		3
+/* bucket i < KVMM_HIST_BUCKETS - 1: at most 2^i microseconds; the last: more */
+#define KVMM_HIST_BUCKETS	24
+
+/*
+ * struct kvmm_dump_hist - one histogram (216 bytes)
+ * @which: KVMM_HIST_*
+ * @nr_buckets: KVMM_HIST_BUCKETS
+ * @count: observations
+ * @sum_ns: their sum, in nanoseconds
+ * @buckets: observations in each bucket (not cumulative)
+ */
+struct kvmm_dump_hist {
+	__u32	which;
+	__u32	nr_buckets;
+	__u64	count;
+	__u64	sum_ns;
+	__u64	buckets[KVMM_HIST_BUCKETS];
 };
 
 /*
