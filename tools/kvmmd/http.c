@@ -38,20 +38,19 @@
 
 #define BODY_MAX	(4u << 20)	/* a query's JSON: a million tokens, about */
 
-struct kvmmd_http {
-	struct kvmm_ctx *ctx;
-	struct MHD_Daemon *tcp, *unix_sock;
-	char *sock_path;
-	bool ns_per_uid;
-};
-
 /* Which listener a request came in on (the daemons' handler argument). */
 struct listener {
 	struct kvmmd_http *h;
 	bool unix_sock;
 };
 
-static struct listener listeners[2];	/* tcp, unix: one kvmmd, one server */
+struct kvmmd_http {
+	struct kvmm_ctx *ctx;
+	struct MHD_Daemon *tcp, *unix_sock;
+	struct listener on[2];		/* tcp, unix */
+	char *sock_path;
+	bool ns_per_uid;
+};
 
 /* A request's body as it arrives. */
 struct body {
@@ -372,15 +371,15 @@ int kvmmd_http_start(struct kvmm_ctx *ctx, const struct kvmmd_http_opts *ho,
 		return -ENOMEM;
 	h->ctx = ctx;
 	h->ns_per_uid = ho->ns_per_uid;
-	listeners[0] = (struct listener){ h, false };
-	listeners[1] = (struct listener){ h, true };
+	h->on[0] = (struct listener){ h, false };
+	h->on[1] = (struct listener){ h, true };
 	if (ho->listen) {
 		if (parse_listen(ho->listen, &ss, &sl)) {
 			fprintf(stderr, "kvmmd: --metrics %s: not HOST:PORT (an IPv4 address, "
 				"or [IPv6])\n", ho->listen);
 			goto out_fail;
 		}
-		h->tcp = start_daemon(&listeners[0], -1, (struct sockaddr *)&ss,
+		h->tcp = start_daemon(&h->on[0], -1, (struct sockaddr *)&ss,
 				      ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
 		if (!h->tcp) {
 			fprintf(stderr, "kvmmd: --metrics %s: cannot listen there (in use, or "
@@ -395,7 +394,7 @@ int kvmmd_http_start(struct kvmm_ctx *ctx, const struct kvmmd_http_opts *ho,
 				errno_str(-fd));
 			goto out_fail;
 		}
-		h->unix_sock = start_daemon(&listeners[1], fd, NULL, 0);
+		h->unix_sock = start_daemon(&h->on[1], fd, NULL, 0);
 		if (!h->unix_sock) {
 			close(fd);
 			unlink(ho->query_socket);
