@@ -18,6 +18,7 @@ import ctypes
 import ctypes.util
 import inspect
 import json
+import urllib.error
 import os
 import subprocess
 import threading
@@ -434,3 +435,61 @@ def test_stream_rebuilds_kvmms_tiers_exactly_over_the_shared_workload(tmp_path):
 		stop.set()
 		if th.is_alive():
 			th.join()
+
+
+def test_prefix_query_by_vllm_block_hashes(tmp_path):
+	"""kvmmd --metrics answers a router that names the prompt's blocks by
+	vLLM's own hashes as it answers one that sends the tokens, per tier
+	and per namespace."""
+	import socket
+	import urllib.request
+
+	kv_cache_utils.init_none_hash(sha256_cbor)
+	with socket.socket() as s:
+		s.bind(("127.0.0.1", 0))
+		port = s.getsockname()[1]
+	url = f"http://127.0.0.1:{port}/v1/prefix"
+	pub = Publisher(tmp_path, ["--pages", "64", "--page-size", "4", "--host-pages", "64",
+				   "--metrics", f"127.0.0.1:{port}"])
+
+	def ask(body):
+		req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+		try:
+			with urllib.request.urlopen(req, timeout=5) as r:
+				return r.status, json.loads(r.read())
+		except urllib.error.HTTPError as e:
+			with e:
+				return e.code, json.loads(e.read())
+
+	with running(pub.sock, pub.args) as (_, sock), kvmm.connect(sock) as ring:
+		pub.ring = ring
+		a, b = pub.fresh(24), pub.fresh(8)
+		pub.cache(a[:12])
+		pub.cache(a)			# two nodes of three pages
+		b2 = ring.batch()
+		b2.reclaim(3)			# the leaf's three pages to the host tier
+		ring.submit(b2)
+		pub.cache(b, ns=1)
+		hashes = [h.hex() for h in vllm_hashes(sha256_cbor, a, 4)]
+		deadline = time.monotonic() + 10
+		while time.monotonic() < deadline:	# until the publisher read it all
+			status, by_hash = ask({"block_hashes": hashes})
+			if by_hash.get("cached_total") == 24:
+				break
+			time.sleep(0.05)
+		assert status == 200
+		assert by_hash["cached"] == ask({"tokens": a})[1]["cached"] == \
+			{"device": 12, "host": 12, "nvme": 0}
+		assert by_hash["tokens"] == 24
+		# the leading run only, stopping at a miss
+		assert ask({"block_hashes": hashes[:4] + ["00" * 32] + hashes[5:]})[1]["cached"] == \
+			{"device": 12, "host": 4, "nvme": 0}
+		# namespace 1's blocks are not namespace 0's, and the other way round
+		hb = [h.hex() for h in vllm_hashes(sha256_cbor, b, 4)]
+		assert ask({"block_hashes": hb, "ns": 0})[1]["cached_total"] == 0
+		assert ask({"block_hashes": hb, "ns": 1})[1]["cached_total"] == 8
+		assert ask({"block_hashes": hashes, "ns": 1})[1]["cached_total"] == 0
+		# malformed hashes, or both forms at once, are refused
+		assert ask({"block_hashes": ["abc"]})[0] == 400
+		assert ask({"block_hashes": ["zz" * 32]})[0] == 400
+		assert ask({"block_hashes": hashes, "tokens": a})[0] == 400

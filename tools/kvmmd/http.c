@@ -5,7 +5,9 @@
  *
  *   GET  /metrics     Prometheus text format (metrics.c)
  *   POST /v1/prefix   {"tokens": [...], "ns": N}: how many of the prompt's
- *                     leading tokens this instance caches on each tier
+ *                     leading tokens this instance caches on each tier;
+ *                     or {"block_hashes": ["hex", ...], "ns": N}, the
+ *                     prompt's blocks named by vLLM's hash (--kv-events)
  *
  * on --metrics HOST:PORT, and the query alone on --query-socket PATH, a
  * Unix socket whose peers kvmmd knows by uid.  With --ns-per-uid a
@@ -15,6 +17,7 @@
  * So a tenant learns nothing of another's prompts from the query.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -29,6 +32,10 @@
 
 #include "http.h"
 #include "../lib/parse.h"
+
+#if CONFIG_KVMM_KVEVENTS
+#include "../lib/kvevents.h"
+#endif
 
 #if CONFIG_KVMM_HTTP
 #include <jansson.h>
@@ -48,6 +55,7 @@ struct kvmmd_http {
 	struct kvmm_ctx *ctx;
 	struct MHD_Daemon *tcp, *unix_sock;
 	struct listener on[2];		/* tcp, unix */
+	void *events;			/* struct kvev_thread, or NULL */
 	char *sock_path;
 	bool ns_per_uid;
 };
@@ -156,13 +164,58 @@ static int lookup_tiers(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t *tok, 
 	return ret < 0 ? ret : 0;
 }
 
+/*
+ * {"block_hashes": [...]}: the leading blocks the KV event publisher has
+ * seen stored, per tier, into @hits; *@n: the blocks asked about.
+ * Return: NULL, or why the request is refused (400).
+ */
+static const char *lookup_hashes(const struct listener *l, uint32_t ns, json_t *arr,
+				 uint32_t *n, struct kvmm_tier_hits *hits)
+{
+#if CONFIG_KVMM_KVEVENTS
+	struct kvev *ev = l->h->events ? kvev_thread_publisher(l->h->events) : NULL;
+	uint32_t hl, i, j;
+	uint8_t *h;
+
+	if (!ev)
+		return "block hashes need kvmmd --kv-events";
+	hl = kvev_hash_bytes(ev);
+	*n = (uint32_t)json_array_size(arr);
+	h = malloc((size_t)(*n ? *n : 1) * hl);
+	if (!h)
+		return "out of memory";
+	for (i = 0; i < *n; i++) {
+		const char *s = json_string_value(json_array_get(arr, i));
+
+		if (!s || strlen(s) != 2 * hl)
+			break;
+		for (j = 0; j < hl; j++)
+			if (sscanf(s + 2 * j, "%2hhx", &h[(size_t)i * hl + j]) != 1 ||
+			    !isxdigit((unsigned char)s[2 * j]) ||
+			    !isxdigit((unsigned char)s[2 * j + 1]))
+				break;
+		if (j < hl)
+			break;
+	}
+	if (i < *n) {
+		free(h);
+		return "a block hash is not a hex string of the publisher's hash length";
+	}
+	kvev_lookup(ev, ns, h, *n, hits->tokens);
+	free(h);
+	return NULL;
+#else
+	return "block hashes need kvmmd --kv-events";
+#endif
+}
+
 static enum MHD_Result do_prefix(const struct listener *l, struct MHD_Connection *c,
 				 const struct body *b)
 {
 	static const char *const tiers[KVMM_NR_TIERS] = { "device", "host", "nvme" };
 	struct kvmm_tier_hits hits;
 	json_error_t jerr;
-	json_t *req, *toks, *ns_j, *out, *cached;
+	json_t *req, *toks, *ns_j, *out, *cached, *bh;
 	uint32_t *tok = NULL, ns = 0, n, i, total = 0;
 	const char *why;
 	char *text;
@@ -174,13 +227,14 @@ static enum MHD_Result do_prefix(const struct listener *l, struct MHD_Connection
 	if (!req)
 		return reply_error(c, MHD_HTTP_BAD_REQUEST, "not JSON");
 	toks = json_object_get(req, "tokens");
+	bh = json_object_get(req, "block_hashes");
 	ns_j = json_object_get(req, "ns");
-	if (!json_is_array(toks) || (ns_j && (!json_is_integer(ns_j) ||
+	if (json_is_array(toks) == json_is_array(bh) || (ns_j && (!json_is_integer(ns_j) ||
 					       json_integer_value(ns_j) < 0 ||
 					       json_integer_value(ns_j) > UINT32_MAX))) {
 		json_decref(req);
-		return reply_error(c, MHD_HTTP_BAD_REQUEST,
-				   "want {\"tokens\": [ids...], \"ns\": namespace}");
+		return reply_error(c, MHD_HTTP_BAD_REQUEST, "want {\"tokens\": [ids...], "
+				   "\"ns\": namespace} or {\"block_hashes\": [hex...], ...}");
 	}
 	if (ns_j)
 		ns = (uint32_t)json_integer_value(ns_j);
@@ -190,6 +244,15 @@ static enum MHD_Result do_prefix(const struct listener *l, struct MHD_Connection
 	if (why) {
 		json_decref(req);
 		return reply_error(c, MHD_HTTP_FORBIDDEN, why);
+	}
+	memset(&hits, 0, sizeof(hits));
+	if (bh) {
+		why = lookup_hashes(l, ns, bh, &n, &hits);
+		json_decref(req);
+		if (why)
+			return reply_error(c, MHD_HTTP_BAD_REQUEST, why);
+		n *= kvmm_page_size(l->h->ctx);
+		goto answer;
 	}
 	n = (uint32_t)json_array_size(toks);
 	tok = malloc((size_t)(n ? n : 1) * 4);
@@ -208,12 +271,12 @@ static enum MHD_Result do_prefix(const struct listener *l, struct MHD_Connection
 		free(tok);
 		return reply_error(c, MHD_HTTP_BAD_REQUEST, "a token id is not in 0..2^32-1");
 	}
-	memset(&hits, 0, sizeof(hits));
 	ret = n ? lookup_tiers(l->h->ctx, ns, tok, n, &hits) : 0;
 	free(tok);
 	if (ret)
 		return reply_error(c, ret == -EINVAL ? MHD_HTTP_BAD_REQUEST :
 				   MHD_HTTP_INTERNAL_SERVER_ERROR, errno_str(-ret));
+answer:
 	cached = json_object();
 	for (i = 0; cached && i < KVMM_NR_TIERS; i++) {
 		json_object_set_new(cached, tiers[i], json_integer(hits.tokens[i]));
@@ -371,6 +434,7 @@ int kvmmd_http_start(struct kvmm_ctx *ctx, const struct kvmmd_http_opts *ho,
 		return -ENOMEM;
 	h->ctx = ctx;
 	h->ns_per_uid = ho->ns_per_uid;
+	h->events = ho->events;
 	h->on[0] = (struct listener){ h, false };
 	h->on[1] = (struct listener){ h, true };
 	if (ho->listen) {

@@ -17,6 +17,8 @@ struct kvmmd_http_opts {
 	char *listen;		/* HOST:PORT of /metrics and the query, or NULL */
 	char *query_socket;	/* a Unix socket for tenants' queries, or NULL */
 	bool ns_per_uid;	/* tenants are bound to their uid's namespace */
+	void *events;		/* the KV event publisher (struct kvmmd_pub), or NULL:
+				 * queries by vLLM block hash need it */
 	int quiet;
 };
 

@@ -971,6 +971,7 @@ int main(int argc, char **argv)
 		opts_free(&o);
 		return 1;
 	}
+	o.http.events = pub;
 	if ((o.http.listen || o.http.query_socket) && kvmmd_http_start(ctx, &o.http, &http)) {
 		kvmmd_pub_stop(pub, o.quiet);
 		kvmm_destroy(ctx);

@@ -36,6 +36,11 @@
  * Every namespace has its own topic, "<topic>/ns/<ns>/" (the trailing
  * slash keeps namespace 1's subscribers off namespace 10's topic, since
  * ZMQ matches prefixes), and a message never mixes namespaces.
+ *
+ * The same table answers a router that asks by vLLM block hashes which
+ * tier holds them (kvev_lookup(), kvmmd's prefix query): a second table
+ * indexes the pages by their vLLM hash and namespace.  The publisher's
+ * thread and the asker's share both under @lock.
  */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -65,8 +70,17 @@ const char *const kvev_hash_names[NR_KVEV_HASH + 1] = {
 /* A page the publisher has seen stored: its vLLM hash and tier. */
 struct kvev_ent {
 	uint64_t lo, hi;	/* its kvmm key; lo == hi == 0: a free slot */
+	uint32_t ns;
 	uint8_t tier;
 	uint8_t hash[HASH_MAX];
+};
+
+/* A page by its vLLM hash (the first 8 bytes) and namespace: its kvmm key. */
+struct kvev_rev {
+	uint64_t h;
+	uint32_t ns;
+	uint32_t used;
+	struct kvmm_key key;
 };
 
 /* One message kept for replay. */
@@ -100,6 +114,9 @@ struct kvev {
 	uint8_t *cbor;
 	struct kvev_ent *ents;
 	uint64_t mask, nr;
+	struct kvev_rev *revs;		/* @rmask + 1 slots, half full at most */
+	uint64_t rmask;
+	pthread_mutex_t lock;		/* the tables, between publisher and askers */
 	uint8_t *hashes;
 	msgpack_sbuffer events, msg;
 	msgpack_packer ev_pk, msg_pk;
@@ -212,8 +229,91 @@ static int ent_grow(struct kvev *ev)
 	return 0;
 }
 
+/* ---- the pages by vLLM hash and namespace (linear probing) ---- */
+
+static uint64_t rev_h(const uint8_t *hash)
+{
+	uint64_t h;
+
+	memcpy(&h, hash, sizeof(h));
+	return h;
+}
+
+static uint64_t rev_home(uint64_t h, uint32_t ns, uint64_t mask)
+{
+	return (h ^ (ns * 0x9e3779b97f4a7c15ull)) & mask;
+}
+
+/* The slot of the page @hash names in @ns, or NULL. */
+static struct kvev_rev *rev_find(const struct kvev *ev, const uint8_t *hash, uint32_t ns)
+{
+	uint64_t h = rev_h(hash), i;
+
+	for (i = rev_home(h, ns, ev->rmask); ev->revs[i].used; i = (i + 1) & ev->rmask) {
+		struct kvev_rev *r = &ev->revs[i];
+		const struct kvev_ent *e;
+
+		if (r->h != h || r->ns != ns)
+			continue;
+		e = ent_lookup(ev, &r->key);
+		if (e && !memcmp(e->hash, hash, ev->hlen))
+			return r;
+	}
+	return NULL;
+}
+
+static void rev_insert(struct kvev_rev *revs, uint64_t mask, const struct kvev_rev *r)
+{
+	uint64_t i;
+
+	for (i = rev_home(r->h, r->ns, mask); revs[i].used; i = (i + 1) & mask)
+		;
+	revs[i] = *r;
+}
+
+static int rev_add(struct kvev *ev, const uint8_t *hash, uint32_t ns, const struct kvmm_key *k)
+{
+	struct kvev_rev r = { .h = rev_h(hash), .ns = ns, .used = 1, .key = *k };
+
+	if (ev->nr * 2 > ev->rmask + 1) {	/* ev->nr counts this one already */
+		uint64_t n = (ev->rmask + 1) * 2, i;
+		struct kvev_rev *revs = calloc(n, sizeof(*revs));
+
+		if (!revs)
+			return -ENOMEM;
+		for (i = 0; i <= ev->rmask; i++)
+			if (ev->revs[i].used)
+				rev_insert(revs, n - 1, &ev->revs[i]);
+		free(ev->revs);
+		ev->revs = revs;
+		ev->rmask = n - 1;
+	}
+	rev_insert(ev->revs, ev->rmask, &r);
+	return 0;
+}
+
+/* Remove the slot of key @k (its hash @hash, in @ns), with backward shift. */
+static void rev_del(struct kvev *ev, const uint8_t *hash, uint32_t ns, const struct kvmm_key *k)
+{
+	uint64_t h = rev_h(hash), i, j, home;
+
+	for (i = rev_home(h, ns, ev->rmask); ev->revs[i].used; i = (i + 1) & ev->rmask)
+		if (ev->revs[i].key.lo == k->lo && ev->revs[i].key.hi == k->hi)
+			break;
+	if (!ev->revs[i].used)
+		return;
+	for (j = (i + 1) & ev->rmask; ev->revs[j].used; j = (j + 1) & ev->rmask) {
+		home = rev_home(ev->revs[j].h, ev->revs[j].ns, ev->rmask);
+		if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+			ev->revs[i] = ev->revs[j];
+			i = j;
+		}
+	}
+	ev->revs[i].used = 0;
+}
+
 static int ent_put(struct kvev *ev, const struct kvmm_key *k, const uint8_t *hash,
-		   uint8_t tier)
+		   uint32_t ns, uint8_t tier)
 {
 	struct kvev_ent *e = ent_lookup(ev, k);
 	uint64_t i;
@@ -227,10 +327,18 @@ static int ent_put(struct kvev *ev, const struct kvmm_key *k, const uint8_t *has
 		e = &ev->ents[i];
 		e->lo = k->lo;
 		e->hi = k->hi;
+		e->ns = ns;
+		e->tier = tier;
+		memcpy(e->hash, hash, ev->hlen);
 		ev->nr++;
+		if (rev_add(ev, hash, ns, k)) {
+			ev->nr--;
+			e->lo = e->hi = 0;	/* the last slot of its run: nothing to shift */
+			return -ENOMEM;
+		}
+		return 0;
 	}
 	e->tier = tier;
-	memcpy(e->hash, hash, ev->hlen);
 	return 0;
 }
 
@@ -242,6 +350,7 @@ static void ent_del(struct kvev *ev, const struct kvmm_key *k)
 
 	if (!e)
 		return;
+	rev_del(ev, e->hash, e->ns, k);
 	i = (uint64_t)(e - ev->ents);
 	for (j = (i + 1) & ev->mask; ev->ents[j].lo || ev->ents[j].hi; j = (j + 1) & ev->mask) {
 		home = ev->ents[j].lo & ev->mask;
@@ -562,7 +671,7 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 	for (j = 0; j < e->pages; j++) {
 		if (e->type == KVMM_EVENT_REMOVED)
 			ent_del(ev, &keys[j]);
-		else if (ent_put(ev, &keys[j], ev->hashes + (size_t)j * ev->hlen, e->to))
+		else if (ent_put(ev, &keys[j], ev->hashes + (size_t)j * ev->hlen, e->ns, e->to))
 			return -ENOMEM;
 	}
 	return 0;
@@ -581,22 +690,58 @@ int kvev_publish(struct kvev *ev, const struct kvmm_events_hdr *hdr)
 {
 	const char *p = (const char *)(hdr + 1);
 	uint32_t i;
-	int ret;
+	int ret = 0;
 
+	pthread_mutex_lock(&ev->lock);
 	ev->st.lost += hdr->lost;
-	for (i = 0; i < hdr->nr; i++) {
+	for (i = 0; i < hdr->nr && !ret; i++) {
 		const struct kvmm_cache_event *e = (const void *)p;
 		uint64_t tok_bytes = ((uint64_t)e->pages * ev->p.page_size * 4 + 15) & ~15ull;
 
 		if (e->tier >= KVMM_NR_TIERS || e->to >= KVMM_NR_TIERS || e->type >= KVMM_EVENT_LAST ||
 		    !e->pages || e->pages > KVMM_EVENT_MAX_PAGES)
-			return -EINVAL;
-		ret = publish_one(ev, e);
-		if (ret)
-			return ret;
+			ret = -EINVAL;
+		else
+			ret = publish_one(ev, e);
 		p += sizeof(*e) + e->pages * sizeof(struct kvmm_key) + tok_bytes;
 	}
-	return flush_batch(ev);
+	if (!ret)
+		ret = flush_batch(ev);
+	pthread_mutex_unlock(&ev->lock);
+	return ret;
+}
+
+/**
+ * kvev_lookup() - which tiers hold a prompt's blocks, named by vLLM hashes
+ * @ev: the publisher
+ * @ns: the namespace
+ * @hashes: @n block hashes of kvev_hash_bytes() bytes, in prompt order
+ * @n: how many
+ * @tokens: out, KVMM_NR_TIERS counts: tokens of the leading run of blocks
+ *	the publisher has seen stored in @ns and not removed, per tier
+ *
+ * As published so far: what the context did since its last read is not
+ * in it yet.
+ *
+ * Context: takes the publisher's lock, never the context's.
+ * Return: the blocks of the leading run.
+ */
+uint32_t kvev_lookup(struct kvev *ev, uint32_t ns, const uint8_t *hashes, uint32_t n,
+		     uint32_t *tokens)
+{
+	uint32_t i;
+
+	memset(tokens, 0, KVMM_NR_TIERS * sizeof(*tokens));
+	pthread_mutex_lock(&ev->lock);
+	for (i = 0; i < n; i++) {
+		const struct kvev_rev *r = rev_find(ev, hashes + (size_t)i * ev->hlen, ns);
+
+		if (!r)
+			break;
+		tokens[ent_lookup(ev, &r->key)->tier] += ev->p.page_size;
+	}
+	pthread_mutex_unlock(&ev->lock);
+	return i;
 }
 
 /**
@@ -684,13 +829,16 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->hashes = malloc((size_t)KVMM_EVENT_MAX_PAGES * HASH_MAX);
 	ev->ents = calloc(1024, sizeof(*ev->ents));
 	ev->mask = 1023;
+	ev->revs = calloc(1024, sizeof(*ev->revs));
+	ev->rmask = 1023;
+	pthread_mutex_init(&ev->lock, NULL);
 	ev->ring = calloc(ev->p.buffer_steps, sizeof(*ev->ring));
 	msgpack_sbuffer_init(&ev->events);
 	msgpack_sbuffer_init(&ev->msg);
 	msgpack_packer_init(&ev->ev_pk, &ev->events, msgpack_sbuffer_write);
 	msgpack_packer_init(&ev->msg_pk, &ev->msg, msgpack_sbuffer_write);
 	sbuf = malloc(sizeof(head) + sn);
-	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->ents || !ev->ring || !sbuf)
+	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->ents || !ev->revs || !ev->ring || !sbuf)
 		goto out_free;
 	/* NONE_HASH = H(cbor(seed)): the seed is a text string */
 	hn = cbor_head(sbuf, 3, sn);
@@ -739,6 +887,8 @@ void kvev_destroy(struct kvev *ev)
 	msgpack_sbuffer_destroy(&ev->events);
 	msgpack_sbuffer_destroy(&ev->msg);
 	free(ev->ents);
+	free(ev->revs);
+	pthread_mutex_destroy(&ev->lock);
 	free(ev->hashes);
 	free(ev->cbor);
 	free(ev->topic);
@@ -856,6 +1006,12 @@ out_free:
 	free(t->buf);
 	free(t);
 	return ret;
+}
+
+/** kvev_thread_publisher() - the publisher of thread @t (kvev_lookup()) */
+struct kvev *kvev_thread_publisher(struct kvev_thread *t)
+{
+	return t->ev;
 }
 
 /**

@@ -74,6 +74,8 @@ void kvev_get_stats(const struct kvev *ev, struct kvev_stats *st);
 int kvev_block_hash(const struct kvev *ev, const uint8_t *parent, const uint32_t *tok,
 		    uint8_t *out);
 uint32_t kvev_hash_bytes(const struct kvev *ev);
+uint32_t kvev_lookup(struct kvev *ev, uint32_t ns, const uint8_t *hashes, uint32_t n,
+		     uint32_t *tokens);
 int kvev_pump(struct kvev *ev, struct kvmm_ctx *ctx, uint64_t *cursor, void *buf,
 	      uint32_t len);
 
@@ -82,5 +84,6 @@ struct kvev_thread;
 int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_t events_bytes,
 		      uint32_t interval_ms, struct kvev_thread **out);
 int kvev_thread_stop(struct kvev_thread *t, struct kvev_stats *st);
+struct kvev *kvev_thread_publisher(struct kvev_thread *t);
 
 #endif
