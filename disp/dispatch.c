@@ -480,6 +480,8 @@ static int op_set(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		return kvmm_set_keyed_share(ctx, sqe->arg2);
 	case KVMM_SET_EVENTS:
 		return kvmm_set_events(ctx, sqe->arg2);
+	case KVMM_SET_EVENT_TOKENS:
+		return kvmm_set_event_tokens(ctx, sqe->arg2);
 	case KVMM_SET_NS_KSPACES:
 		return kvmm_set_ns_kspaces(ctx, sqe->arg2);
 	case KVMM_SET_NS_KJOB_BYTES:
@@ -786,8 +788,8 @@ static int op_events(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 		return -EINVAL;
 	if (!out)
 		return -EFAULT;
-	return kvmm_events_read(d->ctx, sqe->arg2, filter || d->ns_bound, sqe->ns, out,
-				sqe->len, cflags);
+	return kvmm_events_read(d->ctx, sqe->arg2, filter || d->ns_bound, sqe->ns,
+				sqe->arg & KVMM_EVENTS_TOKENS, out, sqe->len, cflags);
 }
 
 /* What (buf, off, len) hold for an opcode: struct disp_op.payload. */
@@ -892,7 +894,21 @@ static const struct disp_op *sqe_check_fields(const struct kvmm_sqe *sqe)
  * its token payload are checked as its struct disp_op says, then its
  * handler runs.  Context lock held.
  */
+static int32_t disp_exec_timed(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+			       uint32_t *cflags);
+
+/* disp_exec_timed(), its time in the command latency histogram (KVMM_HIST_CMD). */
 static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
+{
+	uint64_t t0 = kvmm_now_ns();
+	int32_t res = disp_exec_timed(d, sqe, cflags);
+
+	kvmm_hist_observe(d->ctx, KVMM_HIST_CMD, kvmm_now_ns() - t0);
+	return res;
+}
+
+static int32_t disp_exec_timed(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+			       uint32_t *cflags)
 {
 	const struct disp_op *op = sqe_check_fields(sqe);
 	const uint32_t *tok = NULL;

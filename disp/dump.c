@@ -214,12 +214,34 @@ static uint32_t dump_kspaces(const struct kvmm_ctx *ctx, uint64_t cursor,
 	return nr;
 }
 
+/* DUMP of the latency histograms, KVMM_HIST_* in order; the cursor is the next. */
+static uint32_t dump_hist(const struct kvmm_ctx *ctx, uint64_t cursor,
+			  void *out, uint32_t room, uint64_t *next)
+{
+	struct kvmm_dump_hist *rec = out;
+	uint32_t nr = 0;
+	uint64_t i;
+
+	*next = 0;
+	for (i = cursor; i < KVMM_HIST_LAST; i++) {
+		if (nr == room) {
+			*next = i;
+			return nr;
+		}
+		rec[nr] = ctx->hist[i];
+		rec[nr].which = (uint32_t)i;
+		rec[nr++].nr_buckets = KVMM_HIST_BUCKETS;
+	}
+	return nr;
+}
+
 static const struct dump_kind dump_kinds[] = {
 	[KVMM_DUMP_NODES] = { sizeof(struct kvmm_dump_node), dump_nodes },
 	[KVMM_DUMP_SEQS] = { sizeof(struct kvmm_dump_seq), dump_seqs },
 	[KVMM_DUMP_PINS] = { sizeof(struct kvmm_dump_pin), dump_pins },
 	[KVMM_DUMP_NS] = { sizeof(struct kvmm_dump_ns), dump_ns },
 	[KVMM_DUMP_KSPACES] = { sizeof(struct kvmm_dump_kspace), dump_kspaces },
+	[KVMM_DUMP_HIST] = { sizeof(struct kvmm_dump_hist), dump_hist },
 };
 _Static_assert(sizeof(dump_kinds) / sizeof(dump_kinds[0]) == KVMM_DUMP_LAST,
 	       "every DUMP table has a struct dump_kind");

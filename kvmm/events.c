@@ -28,6 +28,13 @@
  * over the whole prefix), as it costs a demotion to an I/O store; a
  * commit already walks those tokens.
  *
+ * A publisher that names pages as another engine does (vLLM hashes
+ * each block's token ids chained to its parent's hash) needs the tokens
+ * themselves: with KVMM_SET_EVENT_TOKENS the buffer keeps them after each
+ * event's keys, four to a slot, and an event is cut at
+ * KVMM_EVENT_MAX_TOKENS tokens so that the smallest such buffer still
+ * holds any event.
+ *
  * All of it is under the context's lock, as the tree.
  */
 #define XXH_INLINE_ALL
@@ -38,8 +45,15 @@
 /* Slots of an event's header: struct kvmm_cache_event is three keys long. */
 #define EV_HDR_SLOTS	(sizeof(struct kvmm_cache_event) / sizeof(struct kvmm_key))
 _Static_assert(sizeof(struct kvmm_cache_event) == 48, "kvmm_cache_event is 48 bytes");
+/* Token ids a slot holds */
+#define EV_TOK_PER_SLOT	(sizeof(struct kvmm_key) / sizeof(uint32_t))
 _Static_assert(KVMM_EVENTS_BUF_MIN / sizeof(struct kvmm_key) >=
 	       EV_HDR_SLOTS + KVMM_EVENT_MAX_PAGES, "the smallest buffer holds any event");
+_Static_assert(KVMM_EVENTS_TOKENS_BUF_MIN / sizeof(struct kvmm_key) >=
+	       EV_HDR_SLOTS + KVMM_EVENT_MAX_PAGES + KVMM_MAX_PAGE_SIZE / EV_TOK_PER_SLOT,
+	       "the smallest buffer that keeps tokens holds any event");
+_Static_assert(KVMM_EVENTS_TOKENS_LEN_MIN >= KVMM_EVENTS_LEN_MIN +
+	       KVMM_MAX_PAGE_SIZE * sizeof(uint32_t), "EVENTS with tokens fits any event");
 
 /**
  * struct kvmm_evbuf - the event ring
@@ -53,6 +67,8 @@ _Static_assert(KVMM_EVENTS_BUF_MIN / sizeof(struct kvmm_key) >=
  *	events share an entry)
  * @path: scratch for the ancestors of the node an event is about
  * @max_depth: its room
+ * @tokens: each event's token ids follow its keys
+ * @page_size: tokens per page, with @tokens
  * @bytes: the size of the allocation
  */
 struct kvmm_evbuf {
@@ -65,6 +81,8 @@ struct kvmm_evbuf {
 	uint64_t emask;
 	struct kvmm_node **path;
 	uint32_t max_depth;
+	bool tokens;
+	uint32_t page_size;
 	size_t bytes;
 };
 
@@ -91,19 +109,33 @@ static void ring_get(const struct kvmm_evbuf *eb, uint64_t pos, void *dst, uint6
 	       (nr - first) * sizeof(struct kvmm_key));
 }
 
-/* Pages of the event at slot position @pos. */
-static uint32_t ev_pages(const struct kvmm_evbuf *eb, uint64_t pos)
+/* Slots the token ids of @pages pages take (none unless kept). */
+static uint64_t ev_tok_slots(const struct kvmm_evbuf *eb, uint32_t pages)
+{
+	if (!eb->tokens)
+		return 0;
+	return ((uint64_t)pages * eb->page_size + EV_TOK_PER_SLOT - 1) / EV_TOK_PER_SLOT;
+}
+
+/* Slots of an event of @pages pages, header to last token. */
+static uint64_t ev_slots(const struct kvmm_evbuf *eb, uint32_t pages)
+{
+	return EV_HDR_SLOTS + pages + ev_tok_slots(eb, pages);
+}
+
+/* Slots of the event at slot position @pos. */
+static uint64_t ev_slots_at(const struct kvmm_evbuf *eb, uint64_t pos)
 {
 	struct kvmm_cache_event ev;
 
 	ring_get(eb, pos, &ev, EV_HDR_SLOTS);
-	return ev.pages;
+	return ev_slots(eb, ev.pages);
 }
 
 /* Let go of the oldest event held; an unread one is dropped. */
 static void ev_pop(struct kvmm_ctx *ctx, struct kvmm_evbuf *eb)
 {
-	eb->tail += EV_HDR_SLOTS + ev_pages(eb, eb->tail);
+	eb->tail += ev_slots_at(eb, eb->tail);
 	if (eb->first >= ctx->ev_read)
 		kvmm_count(ctx, EV_CACHE_EVENTS_DROPPED, 1);
 	eb->first++;
@@ -120,6 +152,20 @@ static uint64_t ev_reserve(struct kvmm_ctx *ctx, struct kvmm_evbuf *eb, uint64_t
 	eb->start[ctx->ev_seq & eb->emask] = eb->head;
 	kvmm_count(ctx, EV_CACHE_EVENTS, 1);
 	return ctx->ev_seq++;
+}
+
+/* Put @n token ids at slot position @pos, the last slot zero-padded. */
+static void ev_put_tokens(struct kvmm_evbuf *eb, uint64_t pos, const uint32_t *tok, uint32_t n)
+{
+	uint32_t whole = n / EV_TOK_PER_SLOT, rest = n % EV_TOK_PER_SLOT;
+
+	ring_put(eb, pos, tok, whole);
+	if (rest) {
+		struct kvmm_key last = { 0 };
+
+		memcpy(&last, tok + (size_t)whole * EV_TOK_PER_SLOT, rest * sizeof(*tok));
+		ring_put(eb, pos + whole, &last, 1);
+	}
 }
 
 /*
@@ -157,6 +203,7 @@ void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_nod
 {
 	struct kvmm_evbuf *eb = ctx->evbuf;
 	uint32_t pages = node->len >> ctx->page_shift, ps = ctx->page_size, ns, i, k;
+	uint32_t kmax = KVMM_EVENT_MAX_PAGES;
 	const uint32_t *tok = node->tokens;
 	uint64_t parent[2];
 	XXH3_state_t st;
@@ -165,6 +212,8 @@ void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_nod
 		kvmm_count(ctx, EV_CACHE_EVENTS_DROPPED, 1);
 		return;
 	}
+	if (eb->tokens && KVMM_EVENT_MAX_TOKENS / ps < kmax)
+		kmax = KVMM_EVENT_MAX_TOKENS / ps ? KVMM_EVENT_MAX_TOKENS / ps : 1;
 	ns = kvmm_node_hash_start(node, eb->path, &st, parent);
 	for (i = 0; i < pages; i += k) {
 		struct kvmm_cache_event ev = {
@@ -174,11 +223,13 @@ void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_nod
 		uint64_t pos;
 		uint32_t j;
 
-		k = pages - i < KVMM_EVENT_MAX_PAGES ? pages - i : KVMM_EVENT_MAX_PAGES;
+		k = pages - i < kmax ? pages - i : kmax;
 		ev.pages = k;
-		ev.seq = ev_reserve(ctx, eb, EV_HDR_SLOTS + k);
+		ev.seq = ev_reserve(ctx, eb, ev_slots(eb, k));
 		pos = eb->head;
 		ring_put(eb, pos, &ev, EV_HDR_SLOTS);
+		if (eb->tokens)
+			ev_put_tokens(eb, pos + EV_HDR_SLOTS + k, tok, k * ps);
 		for (j = 0; j < k; j++, tok += ps) {
 			struct kvmm_key *key = &eb->slots[(pos + EV_HDR_SLOTS + j) & eb->mask];
 			XXH128_hash_t h;
@@ -188,7 +239,7 @@ void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_nod
 			key->lo = parent[0] = h.low64;
 			key->hi = parent[1] = h.high64;
 		}
-		eb->head = pos + EV_HDR_SLOTS + k;
+		eb->head = pos + ev_slots(eb, k);
 	}
 }
 
@@ -231,7 +282,8 @@ int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes)
 	struct kvmm_evbuf *eb;
 	size_t total;
 
-	if (bytes && (bytes < KVMM_EVENTS_BUF_MIN || bytes > KVMM_EVENTS_BUF_MAX))
+	if (bytes && (bytes < (ctx->ev_tokens ? KVMM_EVENTS_TOKENS_BUF_MIN : KVMM_EVENTS_BUF_MIN) ||
+		      bytes > KVMM_EVENTS_BUF_MAX))
 		return -EINVAL;
 	if (!bytes) {
 		evbuf_free(ctx);
@@ -250,13 +302,41 @@ int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes)
 	*eb = (struct kvmm_evbuf){
 		.slots = (struct kvmm_key *)(eb + 1), .mask = slots - 1,
 		.emask = nr_start - 1, .max_depth = depth, .bytes = total,
-		.first = ctx->ev_seq,
+		.first = ctx->ev_seq, .tokens = ctx->ev_tokens, .page_size = ctx->page_size,
 	};
 	eb->start = (uint64_t *)(eb->slots + slots);
 	eb->path = (struct kvmm_node **)(eb->start + nr_start);
 	evbuf_free(ctx);
 	ctx->evbuf = eb;
 	return 0;
+}
+
+/**
+ * kvmm_set_event_tokens() - keep each event's token ids in the buffer, or not
+ * @ctx: the context
+ * @on: 1 or 0
+ *
+ * A change empties the buffer (readers see the gap), as a new size does.
+ *
+ * Return: 0; -EINVAL for @on not 0 or 1, or a buffer too small to keep
+ * tokens (KVMM_EVENTS_TOKENS_BUF_MIN); -ENOMEM, with nothing changed.
+ */
+int kvmm_set_event_tokens(struct kvmm_ctx *ctx, uint64_t on)
+{
+	uint64_t bytes = kvmm_events_bytes(ctx);
+	int ret;
+
+	if (on > 1)
+		return -EINVAL;
+	if (ctx->ev_tokens == (bool)on)
+		return 0;
+	ctx->ev_tokens = on;
+	if (!bytes)
+		return 0;
+	ret = kvmm_set_events(ctx, bytes);
+	if (ret)
+		ctx->ev_tokens = !on;
+	return ret;
 }
 
 /**
@@ -285,24 +365,26 @@ uint64_t kvmm_events_bytes(const struct kvmm_ctx *ctx)
  * @cursor: the sequence number of the first event wanted
  * @filter: only events of namespace @ns
  * @ns: the namespace, with @filter
+ * @tokens: copy each event's token ids after its keys (KVMM_EVENTS_TOKENS)
  * @out: a struct kvmm_events_hdr, then the events, @len bytes in all
  *	(8-byte aligned; only written, never read back)
  * @len: its room
  * @cflags: KVMM_CQE_F_MORE is set when events after hdr.next wait
  *
- * Return: events written; -EOPNOTSUPP with events off; -EINVAL for a
+ * Return: events written; -EOPNOTSUPP with events off, or @tokens from a
+ * buffer that keeps none; -EINVAL for a
  * cursor past the newest event or a @len that cannot hold the header and
  * the first event due.  Nothing is written on failure.
  */
 int kvmm_events_read(struct kvmm_ctx *ctx, uint64_t cursor, bool filter, uint32_t ns,
-		     void *out, uint32_t len, uint32_t *cflags)
+		     bool tokens, void *out, uint32_t len, uint32_t *cflags)
 {
 	const struct kvmm_evbuf *eb = ctx->evbuf;
 	struct kvmm_events_hdr hdr = { 0 };
 	uint64_t seq, room;
 	char *p = (char *)out + sizeof(hdr);
 
-	if (!eb)
+	if (!eb || (tokens && !eb->tokens))
 		return -EOPNOTSUPP;
 	if (cursor > ctx->ev_seq || len < sizeof(hdr))
 		return -EINVAL;
@@ -315,18 +397,19 @@ int kvmm_events_read(struct kvmm_ctx *ctx, uint64_t cursor, bool filter, uint32_
 	for (; seq < ctx->ev_seq; seq++) {
 		uint64_t pos = eb->start[seq & eb->emask];
 		struct kvmm_cache_event ev;
-		uint64_t bytes;
+		uint64_t bytes, slots;
 
 		ring_get(eb, pos, &ev, EV_HDR_SLOTS);
 		if (filter && ev.ns != ns)
 			continue;
-		bytes = sizeof(ev) + (uint64_t)ev.pages * sizeof(struct kvmm_key);
+		slots = tokens ? ev_slots(eb, ev.pages) : EV_HDR_SLOTS + ev.pages;
+		bytes = slots * sizeof(struct kvmm_key);
 		if (bytes > room) {
 			if (!hdr.nr)
 				return -EINVAL;
 			break;
 		}
-		ring_get(eb, pos, p, EV_HDR_SLOTS + ev.pages);
+		ring_get(eb, pos, p, slots);
 		p += bytes;
 		room -= bytes;
 		hdr.bytes += (uint32_t)bytes;
@@ -365,11 +448,12 @@ int kvmm_events_check(const struct kvmm_ctx *ctx, const char **why)
 
 		ring_get(eb, pos, &ev, EV_HDR_SLOTS);
 		if (eb->start[seq & eb->emask] != pos || ev.seq != seq || !ev.pages ||
-		    ev.pages > KVMM_EVENT_MAX_PAGES || ev.type >= KVMM_EVENT_LAST) {
+		    ev.pages > KVMM_EVENT_MAX_PAGES || ev.type >= KVMM_EVENT_LAST ||
+		    (eb->tokens && (uint64_t)(ev.pages - 1) * eb->page_size >= KVMM_EVENT_MAX_TOKENS)) {
 			*why = "event ring: an event is not where its number says";
 			return -EUCLEAN;
 		}
-		pos += EV_HDR_SLOTS + ev.pages;
+		pos += ev_slots(eb, ev.pages);
 	}
 	if (pos != eb->head) {
 		*why = "event ring: its events do not end at its head";

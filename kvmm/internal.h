@@ -718,11 +718,12 @@ void kvmm_node_unpin(struct kvmm_ctx *ctx, struct kvmm_node *node, bool keep);
 
 struct kvmm_evbuf;
 int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes);
+int kvmm_set_event_tokens(struct kvmm_ctx *ctx, uint64_t on);
 void kvmm_events_exit(struct kvmm_ctx *ctx);
 void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_node *node,
 		       uint32_t from, uint32_t to);
 int kvmm_events_read(struct kvmm_ctx *ctx, uint64_t cursor, bool filter, uint32_t ns,
-		     void *out, uint32_t len, uint32_t *cflags);
+		     bool tokens, void *out, uint32_t len, uint32_t *cflags);
 uint64_t kvmm_events_bytes(const struct kvmm_ctx *ctx);
 int kvmm_events_check(const struct kvmm_ctx *ctx, const char **why);
 
@@ -896,6 +897,8 @@ enum kvmm_tier_event {
  * @ev_read: one past the newest event a reader was handed (EVENTS'
  *	hdr.next at most): an event overwritten from there on was read by
  *	nobody, and counts as dropped
+ * @ev_tokens: the event buffer keeps token ids (KVMM_SET_EVENT_TOKENS)
+ * @hist: latency histograms (KVMM_HIST_*, DUMP KVMM_DUMP_HIST)
  */
 struct kvmm_ctx {
 	struct kvmm_params params;
@@ -958,6 +961,8 @@ struct kvmm_ctx {
 	struct kvmm_evbuf *evbuf;
 	uint64_t ev_seq;
 	uint64_t ev_read;
+	bool ev_tokens;
+	struct kvmm_dump_hist hist[KVMM_HIST_LAST];
 };
 
 static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,
@@ -976,6 +981,21 @@ static inline void kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type,
 {
 	if (unlikely(ctx->evbuf != NULL) && !(node->flags & KVMM_NODE_KEYED))
 		__kvmm_event_node(ctx, type, node, from, to);
+}
+
+/*
+ * One observation of @ns nanoseconds in histogram @which (KVMM_HIST_*):
+ * bucket i holds what took at most 2^i microseconds.
+ */
+static inline void kvmm_hist_observe(struct kvmm_ctx *ctx, uint32_t which, uint64_t ns)
+{
+	struct kvmm_dump_hist *h = &ctx->hist[which];
+	uint64_t us = (ns + 999) / 1000;
+	uint32_t b = us <= 1 ? 0 : 64 - (uint32_t)__builtin_clzll(us - 1);
+
+	h->buckets[b < KVMM_HIST_BUCKETS ? b : KVMM_HIST_BUCKETS - 1]++;
+	h->count++;
+	h->sum_ns += ns;
 }
 
 static inline void kvmm_tier_count(struct kvmm_ctx *ctx, uint32_t tier,

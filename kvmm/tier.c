@@ -417,8 +417,10 @@ void kvmm_node_moved(struct kvmm_ctx *ctx, struct kvmm_node *node, uint32_t to,
 {
 	uint32_t nr = node->len >> ctx->page_shift;
 	bool in = to == lt;
+	uint64_t ns = kvmm_now_ns() - t0;
 
-	kvmm_tier_count(ctx, lt, in ? TEV_NS_IN : TEV_NS_OUT, kvmm_now_ns() - t0);
+	kvmm_tier_count(ctx, lt, in ? TEV_NS_IN : TEV_NS_OUT, ns);
+	kvmm_hist_observe(ctx, in ? KVMM_HIST_DEMOTE : KVMM_HIST_PROMOTE, ns);
 	kvmm_tier_count(ctx, lt, in ? TEV_BYTES_IN : TEV_BYTES_OUT, tier_bytes(ctx, nr));
 	kvmm_tier_count(ctx, lt, in ? TEV_DEMOTE_PAGES : TEV_PROMOTE_PAGES, nr);
 	node_rehome(ctx, node, to, pfns);

@@ -7,6 +7,10 @@ set -u
 PKGS="gcc make pkg-config libxxhash-dev libcunit1-dev libjansson-dev liburing-dev libnuma-dev gnuplot-nox fio"
 # the remote tier: hiredis to build it, redis-server for its tests
 PKGS="$PKGS libhiredis-dev redis-server redis-tools"
+# kvmmd --kv-events: ZMQ, msgpack-c, libcrypto (vLLM's KV events)
+PKGS="$PKGS libzmq3-dev libmsgpack-dev libssl-dev"
+# kvmmd --metrics: libmicrohttpd; its tests: promtool and a Prometheus server
+PKGS="$PKGS libmicrohttpd-dev prometheus"
 # the Python package and make check's pytest: a venv with pip (ensurepip),
 # and Python.h for its cffi extension; without them pytest is skipped
 PKGS="$PKGS python3 python3-dev python3-venv python3-pip"

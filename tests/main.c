@@ -21,6 +21,7 @@
 int register_hostile_server_suite(void);
 int register_hostile_remote_suite(void);
 int register_hostile_kjob_suite(void);
+int register_hostile_kvevents_suite(void);
 
 static const suite_register_fn suites[] = {
 	register_ctx_suite,
@@ -52,6 +53,7 @@ static const suite_register_fn suites[] = {
 	register_hostile_nvme_suite,
 	register_hostile_server_suite,
 	register_hostile_kjob_suite,
+	register_hostile_kvevents_suite,
 	register_remote_suite,
 	register_remote_server_suite,
 	register_hostile_remote_suite,

@@ -915,6 +915,82 @@ static int add_racy(CU_pSuite s, const char *name, CU_TestFunc fn)
 	return 0;
 }
 
+/* DUMP KVMM_DUMP_HIST into @out (@len bytes) from @cursor: its res. */
+static int dump_hist(struct kvmm_ctx *ctx, void *out, uint32_t len, uint64_t cursor)
+{
+	struct kvmm_iovec iov = { out, len };
+	struct kvmm_sqe sqe;
+
+	memset(&sqe, 0, sizeof(sqe));
+	kvmm_prep_dump(&sqe, KVMM_DUMP_HIST, cursor, 0, 0, len);
+	return kvmm_ioctl(ctx, &sqe, &iov, 1);
+}
+
+/* Each histogram's buckets add up to its count. */
+static void assert_hist_sane(const struct kvmm_dump_hist *h, uint32_t which)
+{
+	uint64_t sum = 0;
+	uint32_t i;
+
+	CU_ASSERT_EQUAL(h->which, which);
+	CU_ASSERT_EQUAL(h->nr_buckets, KVMM_HIST_BUCKETS);
+	for (i = 0; i < KVMM_HIST_BUCKETS; i++)
+		sum += h->buckets[i];
+	CU_ASSERT_EQUAL(sum, h->count);
+	CU_ASSERT(h->count ? h->sum_ns > 0 : h->sum_ns == 0);
+}
+
+/*
+ * The latency histograms count every command the dispatcher ran (the
+ * DUMP that reads them is counted after it), every demotion and every
+ * promotion of a node's pages; a DUMP page at a time pages through them.
+ */
+static void dump_hist_counts_commands_and_tier_copies(void)
+{
+	struct kvmm_params p = test_params(4, 16, 4, 64);
+	static struct {
+		struct kvmm_dump_hdr hdr;
+		struct kvmm_dump_hist h[KVMM_HIST_LAST];
+	} out;
+	struct kvmm_sqe nop = { .opcode = KVMM_OP_NOP };
+	struct kvmm_ctx *ctx = NULL;
+	uint32_t tok[32], seq, i;
+
+	p.host_pages = 64;
+	p.host_node = KVMM_NODE_NEAREST;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	for (i = 0; i < 5; i++)
+		CU_ASSERT_EQUAL(kvmm_ioctl(ctx, &nop, NULL, 0), 0);
+	CU_ASSERT_EQUAL(dump_hist(ctx, &out, sizeof(out), 0), KVMM_HIST_LAST);
+	CU_ASSERT_EQUAL(out.hdr.next, 0);
+	CU_ASSERT_EQUAL(out.hdr.rec_size, sizeof(struct kvmm_dump_hist));
+	CU_ASSERT_EQUAL(out.h[KVMM_HIST_CMD].count, 5);
+	for (i = 0; i < KVMM_HIST_LAST; i++)
+		assert_hist_sane(&out.h[i], i);
+	CU_ASSERT_EQUAL(out.h[KVMM_HIST_DEMOTE].count, 0);
+	/* one node demoted to the host tier, then promoted back */
+	test_tokens(tok, 32, 21);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, tok, 32), 0);
+	CU_ASSERT_EQUAL(kvmm_reclaim(ctx, 8), 8);
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_match(ctx, seq, tok, 32), 0);
+	CU_ASSERT_EQUAL(kvmm_seq_promote(ctx, seq, tok, 32), 32);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(dump_hist(ctx, &out, sizeof(out), 0), KVMM_HIST_LAST);
+	CU_ASSERT_EQUAL(out.h[KVMM_HIST_CMD].count, 6);		/* the DUMP before */
+	CU_ASSERT_EQUAL(out.h[KVMM_HIST_DEMOTE].count, 1);
+	CU_ASSERT_EQUAL(out.h[KVMM_HIST_PROMOTE].count, 1);
+	for (i = 0; i < KVMM_HIST_LAST; i++)
+		assert_hist_sane(&out.h[i], i);
+	/* room for one record: one at a time, the cursor says which is next */
+	CU_ASSERT_EQUAL(dump_hist(ctx, &out, sizeof(out.hdr) + sizeof(out.h[0]), 1), 1);
+	CU_ASSERT_EQUAL(out.h[0].which, KVMM_HIST_DEMOTE);
+	CU_ASSERT_EQUAL(out.hdr.next, 2);
+	CU_ASSERT_EQUAL(dump_hist(ctx, &out, sizeof(out.hdr) + sizeof(out.h[0]) - 8, 0), -EINVAL);
+	kvmm_destroy(ctx);
+}
+
 int register_dispatch_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_dispatch", NULL, NULL);
@@ -934,6 +1010,7 @@ int register_dispatch_suite(void)
 	ADD_TEST(s, ring_stale_seq_id_fails_and_changes_nothing);
 	ADD_TEST(s, ioctl_stale_seq_id_fails);
 	ADD_TEST(s, ring_seq_generation_wraps_and_is_never_zero);
+	ADD_TEST(s, dump_hist_counts_commands_and_tier_copies);
 	if (add_racy(s, "ring_tokens_rewritten_while_read_keep_tree_sound",
 		     ring_tokens_rewritten_while_read_keep_tree_sound) ||
 	    add_racy(s, "ring_output_rewritten_while_written_stays_in_bounds",

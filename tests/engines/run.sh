@@ -51,9 +51,13 @@ engine_setup() {
 		# against wall-clock deadlines (flaky on a loaded machine)
 		tests=(tests/v1/kv_offload/tiering/)
 		pytest_extra=(--ignore=tests/v1/kv_offload/tiering/p2p)
+		# tests/distributed: vLLM's KV event publisher tests and their
+		# subscriber, which test_kvmm_vllm_kv_events.py runs against kvmmd
 		members=(vllm/ tests/__init__.py tests/v1/__init__.py
 			 tests/v1/kv_offload/__init__.py
-			 tests/v1/kv_offload/conftest.py "${tests[@]}")
+			 tests/v1/kv_offload/conftest.py "${tests[@]}"
+			 tests/distributed/__init__.py tests/distributed/conftest.py
+			 tests/distributed/test_events.py)
 		# kvmmd for the second pass: 64 KiB pages (vLLM's 2 MiB blocks), 128 MiB
 		kvmmd_geom=(--head-dim 2048 --host-pages 2048)
 		source_on_path=y ;;

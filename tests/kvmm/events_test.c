@@ -273,7 +273,8 @@ static void events_bad_commands(void)
 	struct kvmm_iovec iov = { out, sizeof(out) };
 	uint64_t before[NR_KVMM_STATS], after[NR_KVMM_STATS];
 	static const struct { struct kvmm_sqe sqe; int expect; } bad[] = {
-		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .arg = 2 }, -EINVAL },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .arg = 4 }, -EINVAL },
+		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .arg = KVMM_EVENTS_TOKENS }, -EOPNOTSUPP },
 		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .ns = 3 }, -EINVAL },
 		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .seq = 1 }, -EINVAL },
 		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .resv0 = 1 }, -EINVAL },
@@ -286,6 +287,9 @@ static void events_bad_commands(void)
 		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .off = OUT_BYTES - 8 }, -EFAULT },
 		{ { .opcode = KVMM_OP_EVENTS, .len = 4096, .buf = 1 }, -EFAULT },
 		{ { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENTS, .arg2 = 100 }, -EINVAL },
+		/* too small a buffer to keep tokens in */
+		{ { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 1 }, -EINVAL },
+		{ { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 2 }, -EINVAL },
 	};
 	uint32_t tok[16], i;
 
@@ -351,6 +355,141 @@ static void events_bound_ring_sees_its_namespace_only(void)
 	kvmm_destroy(ctx);
 }
 
+static int set_event_tokens(struct kvmm_ctx *ctx, uint64_t on)
+{
+	struct kvmm_sqe sqe = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = on };
+
+	return kvmm_ioctl(ctx, &sqe, NULL, 0);
+}
+
+/* The @i-th event of the last read made with KVMM_EVENTS_TOKENS at @ps. */
+static const struct kvmm_cache_event *event_tok(uint32_t i, uint32_t ps)
+{
+	const char *p = (const char *)(hdr() + 1);
+
+	while (i--) {
+		const struct kvmm_cache_event *e = (const void *)p;
+		uint64_t tok_bytes = ((uint64_t)e->pages * ps * 4 + 15) / 16 * 16;
+
+		p += sizeof(*e) + e->pages * sizeof(struct kvmm_key) + tok_bytes;
+	}
+	return (const struct kvmm_cache_event *)p;
+}
+
+/* Event @e carries tokens [first, +nr) pages of @tok, zero-padded to 16 bytes. */
+static void assert_event_tokens(const struct kvmm_cache_event *e, const uint32_t *tok,
+				uint32_t ps, uint32_t first, uint32_t nr)
+{
+	const uint32_t *t = (const uint32_t *)(event_keys(e) + e->pages);
+	uint32_t n = nr * ps, i;
+
+	CU_ASSERT_EQUAL_FATAL(e->pages, nr);
+	CU_ASSERT(memcmp(t, tok + first * ps, n * sizeof(*t)) == 0);
+	for (i = n; i % 4; i++)
+		CU_ASSERT_EQUAL(t[i], 0);
+}
+
+/*
+ * With KVMM_SET_EVENT_TOKENS each event keeps its pages' token ids: a
+ * larger minimum buffer, events cut at KVMM_EVENT_MAX_TOKENS, the tokens
+ * read with KVMM_EVENTS_TOKENS and left out without it.
+ */
+static void events_carry_tokens(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(PS, 64, 4, 64);
+	uint32_t tok[24];
+
+	test_tokens(tok, 24, 11);
+	CU_ASSERT_EQUAL(set_event_tokens(ctx, 1), 0);		/* off: just the setting */
+	CU_ASSERT_EQUAL(set_events(ctx, KVMM_EVENTS_BUF_MIN), -EINVAL);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_BYTES), 0);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, KVMM_EVENTS_TOKENS_BUF_MIN), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 3, tok, 16), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 3, tok, 22), 0);	/* 4 pages hit, 1 new */
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, OUT_BYTES), 2);
+	assert_event(event_tok(0, PS), 0, KVMM_EVENT_STORED, 0, 0, 3, tok, PS, 0, 4);
+	assert_event_tokens(event_tok(0, PS), tok, PS, 0, 4);
+	assert_event(event_tok(1, PS), 1, KVMM_EVENT_STORED, 0, 0, 3, tok, PS, 4, 1);
+	assert_event_tokens(event_tok(1, PS), tok, PS, 4, 1);
+	CU_ASSERT_EQUAL(hdr()->bytes, 2 * 48 + 5 * 16 + 5 * 16);
+	/* without the flag: the keys only, as ever */
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), 2);
+	CU_ASSERT_EQUAL(hdr()->bytes, 2 * 48 + 5 * 16);
+	assert_event(event(1), 1, KVMM_EVENT_STORED, 0, 0, 3, tok, PS, 4, 1);
+	/* removals carry them too; a bound filter still applies */
+	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), 5);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(read_events(ctx, 2, KVMM_EVENTS_TOKENS | KVMM_EVENTS_NS, 3, OUT_BYTES), 2);
+	assert_event(event_tok(1, PS), 3, KVMM_EVENT_REMOVED, 0, 0, 3, tok, PS, 0, 4);
+	assert_event_tokens(event_tok(1, PS), tok, PS, 0, 4);
+	CU_ASSERT_EQUAL(read_events(ctx, 2, KVMM_EVENTS_TOKENS | KVMM_EVENTS_NS, 4, OUT_BYTES), 0);
+	/* turning them off empties the buffer; the numbers go on */
+	CU_ASSERT_EQUAL(set_event_tokens(ctx, 0), 0);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, OUT_BYTES), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), 0);
+	CU_ASSERT_EQUAL(hdr()->lost, 4);
+	CU_ASSERT_EQUAL(hdr()->next, 4);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/* With tokens kept, a node is cut every KVMM_EVENT_MAX_TOKENS tokens. */
+static void events_with_tokens_split_at_max_tokens(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(16, 256, 2, 2048);
+	static uint32_t tok[1600];
+	uint32_t per = KVMM_EVENT_MAX_TOKENS / 16;
+
+	test_tokens(tok, 1600, 12);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, 1u << 16), 0);
+	CU_ASSERT_EQUAL_FATAL(set_event_tokens(ctx, 1), 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_BYTES), 1u << 16);
+	CU_ASSERT_EQUAL(test_cache(ctx, 1, tok, 1600), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, OUT_BYTES), 2);
+	assert_event(event_tok(0, 16), 0, KVMM_EVENT_STORED, 0, 0, 1, tok, 16, 0, per);
+	assert_event_tokens(event_tok(0, 16), tok, 16, 0, per);
+	assert_event(event_tok(1, 16), 1, KVMM_EVENT_STORED, 0, 0, 1, tok, 16, per, 100 - per);
+	assert_event_tokens(event_tok(1, 16), tok, 16, per, 100 - per);
+	/* paging: room for the first event and no more, then 16 bytes short */
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0,
+				    32 + 48 + per * 16 + per * 16 * 4), 1);
+	CU_ASSERT_EQUAL(hdr()->next, 1);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0,
+				    32 + 48 + per * 16 + per * 16 * 4 - 16), -EINVAL);
+	CU_ASSERT(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, KVMM_EVENTS_TOKENS_LEN_MIN) >= 1);
+	kvmm_destroy(ctx);
+}
+
+/* Keeping tokens rebuilds the buffer: a failed allocation changes nothing. */
+static void set_event_tokens_fails_cleanly(void)
+{
+	struct test_alloc ta = { 0 };
+	struct kvmm_params p = test_params(PS, 64, 4, 64);
+	struct kvmm_ctx *ctx = NULL;
+	uint32_t tok[8];
+
+	p.alloc = &test_alloc_ops;
+	p.alloc_priv = &ta;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	test_tokens(tok, 8, 13);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, KVMM_EVENTS_TOKENS_BUF_MIN), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, tok, 8), 0);
+	ta.fail_at = ta.calls + 1;
+	CU_ASSERT_EQUAL(set_event_tokens(ctx, 1), -ENOMEM);
+	ta.fail_at = 0;
+	CHECK_OK(ctx);
+	/* still the old buffer, its event and no tokens */
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, OUT_BYTES), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), 1);
+	CU_ASSERT_EQUAL(set_event_tokens(ctx, 1), 0);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, OUT_BYTES), 0);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(ta.live_blocks, 0);
+}
+
 int register_events_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_events", NULL, NULL);
@@ -365,5 +504,8 @@ int register_events_suite(void)
 	ADD_TEST(s, events_overflow_drops_and_counts);
 	ADD_TEST(s, events_bad_commands);
 	ADD_TEST(s, events_bound_ring_sees_its_namespace_only);
+	ADD_TEST(s, events_carry_tokens);
+	ADD_TEST(s, events_with_tokens_split_at_max_tokens);
+	ADD_TEST(s, set_event_tokens_fails_cleanly);
 	return 0;
 }

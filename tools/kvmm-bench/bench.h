@@ -36,6 +36,10 @@ struct replay_opts {
 					 * request (kvmm_sync(), direct only) */
 	int contend;			/* a CPU kept busy by another process
 					 * meanwhile; -1: none */
+	const char *socket;		/* remote: a running server (kvmmd) to
+					 * replay against, not a spawned one */
+	const char *kv_events;		/* ring: publish the context's
+					 * events as vLLM's KV events here */
 };
 
 struct replay_result {

@@ -38,7 +38,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <autoconf.h>
+
 #include "bench.h"
+#if CONFIG_KVMM_KVEVENTS
+#include "../lib/kvevents.h"
+#endif
 
 #define RING_SQ		64
 
@@ -59,6 +64,7 @@ struct replay {
 	uint32_t pending;		/* ring: finishes prepared, not submitted */
 	uint8_t *done;
 	uint64_t ns;
+	void *pub;			/* --kv-events: struct kvev_thread */
 };
 
 /* Where slot @slot's tokens are for a ring command. */
@@ -338,6 +344,34 @@ static int fetch_stats(struct replay *rp, uint64_t *st)
 	return 0;
 }
 
+/*
+ * --kv-events: the context's events published from a thread of their
+ * own, as an engine that embeds libkvmm would (kvmmd does the same).
+ */
+static int pub_start(struct replay *rp)
+{
+#if CONFIG_KVMM_KVEVENTS
+	struct kvev_params kp = { .endpoint = rp->o->kv_events };
+
+	return kvev_thread_start(rp->ctx, &kp, 64u << 20, 2, (struct kvev_thread **)&rp->pub);
+#else
+	return -EOPNOTSUPP;
+#endif
+}
+
+static bool pub_stop(struct replay *rp)
+{
+#if CONFIG_KVMM_KVEVENTS
+	struct kvev_stats st;
+	int ret = kvev_thread_stop(rp->pub, &st);
+
+	rp->pub = NULL;
+	return !ret && !st.unnamed;
+#else
+	return true;
+#endif
+}
+
 static int session_start(struct replay *rp, const struct kvmm_params *p)
 {
 	const struct workload *wl = rp->wl;
@@ -349,7 +383,10 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 	uint32_t i;
 	int ret;
 
-	if (rp->o->via == VIA_REMOTE) {
+	if (rp->o->via == VIA_REMOTE && rp->o->socket) {
+		snprintf(rp->sock, sizeof(rp->sock), "%s", rp->o->socket);
+		rp->serving = true;
+	} else if (rp->o->via == VIA_REMOTE) {
 		if (!rp->spawned) {
 			snprintf(rp->sock, sizeof(rp->sock), "/tmp/kvmm-bench-%d.sock",
 				 (int)getpid());
@@ -360,6 +397,8 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 		if (server_open(&rp->server))
 			return -ECHILD;
 		rp->serving = true;
+	}
+	if (rp->o->via == VIA_REMOTE) {
 		rp_params.buf_size = ((stride * 4 * rp->nslots + 7) & ~7ull) +
 				     sizeof(struct kvmm_stats_snap) + NR_KVMM_STATS * 8;
 		ret = kvmm_ring_connect(rp->sock, &rp_params, &rp->ring);
@@ -370,6 +409,8 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 		return 0;
 	}
 	ret = kvmm_create(p, &rp->ctx);
+	if (!ret && rp->o->kv_events)
+		ret = pub_start(rp);
 	if (ret || rp->o->via == VIA_DIRECT)
 		return ret;
 	rp_params.buf_size = sizeof(struct kvmm_stats_snap) + NR_KVMM_STATS * 8;
@@ -381,11 +422,32 @@ static int session_start(struct replay *rp, const struct kvmm_params *p)
 	return kvmm_ring_register_buffers(&rp->ring, iov, rp->nslots);
 }
 
-/* Tear down; for a remote server, its kvmm_check() at close is the verdict. */
+/* A running server's kvmm_check(), through the ring (CHECK). */
+static bool server_check(struct replay *rp)
+{
+	struct kvmm_sqe *sqe;
+	int32_t res;
+
+	if (ring_sqe(&rp->ring, &sqe))
+		return false;
+	kvmm_prep_check(sqe);
+	return !ring_run(&rp->ring, 1, &res) && !res;
+}
+
+/*
+ * Tear down; for a remote server, its kvmm_check() at close is the
+ * verdict, for a running one (--socket) its CHECK.
+ */
 static bool session_end(struct replay *rp)
 {
 	bool ok = true;
 
+	if (rp->o->via == VIA_REMOTE && rp->o->socket) {
+		ok = rp->serving && server_check(rp);
+		rp->serving = false;
+		kvmm_ring_exit(&rp->ring);
+		return ok;
+	}
 	if (rp->o->via != VIA_DIRECT)
 		kvmm_ring_exit(&rp->ring);
 	if (rp->o->via == VIA_REMOTE) {
@@ -393,6 +455,8 @@ static bool session_end(struct replay *rp)
 		rp->serving = false;
 	} else {
 		ok = kvmm_check(rp->ctx) == 0;
+		if (rp->pub)
+			ok = pub_stop(rp) && ok;
 		kvmm_destroy(rp->ctx);
 		rp->ctx = NULL;
 	}
@@ -541,7 +605,14 @@ static void replay_usage(void)
 		"                         [--decode-chunk N] [--repeat N] [--evict lru|slru]\n"
 		"                         [--via direct|ring|remote] [--host-tokens N]\n"
 		"                         [--nvme-tokens N --nvme-file PATH [--sync]]\n"
-		"                         [--contend CPU] [--json]\n");
+		"                         [--contend CPU] [--socket PATH] [--kv-events ENDPOINT]\n"
+		"                         [--json]\n"
+		"  --socket PATH: with --via remote, replay once against the kvmm server\n"
+		"  (kvmmd) serving PATH, its pool and tiers as it was started, instead of\n"
+		"  one spawned per repeat\n"
+		"  --kv-events ENDPOINT: with --via ring, publish the context's\n"
+		"  cache events as vLLM's KV events at ENDPOINT from a thread, as kvmmd\n"
+		"  --kv-events does (what publishing costs the replay)\n");
 }
 
 static const char *const via_names[] = { "direct", "ring", "remote" };
@@ -588,6 +659,8 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		{ "sync", no_argument, NULL, 's' },
 		{ "contend", required_argument, NULL, 'C' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "socket", required_argument, NULL, 'S' },
+		{ "kv-events", required_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -609,6 +682,8 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		case 's': o->sync = true; break;
 		case 'C': o->contend = parse_cpu(optarg); break;
 		case 'j': c->json = true; break;
+		case 'S': o->socket = optarg; break;
+		case 'K': o->kv_events = optarg; break;
 		case 'h': replay_usage(); return 0;
 		default: replay_usage(); return 2;
 		}
@@ -627,6 +702,11 @@ static void replay_check(const struct replay_cli *c)
 		die_usage("replay: --page-size must be a power of two");
 	if (!o->repeat)
 		die_usage("replay: --repeat must be at least 1");
+	if (o->socket && (o->via != VIA_REMOTE || o->repeat != 1 || o->nvme_tokens))
+		die_usage("replay: --socket needs --via remote, --repeat 1 and no tiers of its own");
+	/* the publisher takes the context's lock, which the direct API does not */
+	if (o->kv_events && o->via != VIA_RING)
+		die_usage("replay: --kv-events needs --via ring (kvmmd publishes its own)");
 	if (o->host_tokens && o->via == VIA_REMOTE)
 		die_usage("replay: --host-tokens needs --via direct or ring (kvmmd sets its own tiers)");
 	if (o->host_tokens && o->host_tokens < o->page_size)

@@ -2,7 +2,12 @@
 /*
  * tools/kvmm-route/route.c - kvmm-route: an example KV-aware router.
  *
- *   kvmm-route [--ns N] SOCKET... -- TOKEN...
+ *   kvmm-route [--ns N] INSTANCE... -- TOKEN...
+ *
+ * An INSTANCE is a kvmmd socket (its events are read) or
+ * http://HOST:PORT, the address of a kvmmd --metrics: it is asked with
+ * the prefix query (POST /v1/prefix), which counts the prompt's cached
+ * tokens on every tier without a ring or an event stream.
  *
  * Given several kvmm instances (kvmmd sockets) recording cache events
  * (kvmmd --events), it reads each one's event stream (EVENTS on a ring,
@@ -20,11 +25,17 @@
  * Exit: 0 routed; 1 an instance refused (no events recorded); 2 usage;
  * 3 an instance could not be reached.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <jansson.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -214,9 +225,73 @@ static uint32_t cached_run(struct keyset *s, uint32_t ns, const uint32_t *tok, u
 	return i;
 }
 
+/*
+ * Ask http://HOST:PORT (@url) for the prompt's cached tokens (the prefix
+ * query); *@pages: the leading whole pages cached on any tier.  Return:
+ * 0 or an exit code.
+ */
+static int query_instance(const char *url, uint32_t ns, const uint32_t *tok, uint32_t n,
+			  uint32_t *pages)
+{
+	char host[64], *req = NULL, resp[4096], *colon;
+	json_t *body = json_pack("{s:[],s:I}", "tokens", "ns", (json_int_t)ns), *ans = NULL;
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	int fd = -1, ret = 3, len, got = 0, r;
+	char *text = NULL;
+	uint64_t port;
+	uint32_t i;
+
+	snprintf(host, sizeof(host), "%s", url + strlen("http://"));
+	host[strcspn(host, "/")] = '\0';
+	colon = strrchr(host, ':');
+	if (!colon || parse_uint(colon + 1, 65535, &port))
+		goto out;
+	*colon = '\0';
+	a.sin_port = htons((uint16_t)port);
+	if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+		goto out;
+	for (i = 0; body && i < n; i++)
+		json_array_append_new(json_object_get(body, "tokens"), json_integer(tok[i]));
+	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	if (!text)
+		goto out;
+	len = asprintf(&req, "POST /v1/prefix HTTP/1.1\r\nHost: %s\r\nContent-Type: "
+		       "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+		       host, strlen(text), text);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (len < 0 || fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) ||
+	    write(fd, req, (size_t)len) != len)
+		goto out;
+	while (got < (int)sizeof(resp) - 1 &&
+	       (r = (int)read(fd, resp + got, sizeof(resp) - 1 - (size_t)got)) > 0)
+		got += r;
+	resp[got] = '\0';
+	ret = 1;
+	if (!strncmp(resp, "HTTP/1.1 200", 12) && strstr(resp, "\r\n\r\n"))
+		ans = json_loads(strstr(resp, "\r\n\r\n") + 4, 0, NULL);
+	if (ans && json_integer_value(json_object_get(ans, "page_size")) > 0) {
+		*pages = (uint32_t)(json_integer_value(json_object_get(ans, "cached_total")) /
+				    json_integer_value(json_object_get(ans, "page_size")));
+		ret = 0;
+	}
+out:
+	if (ret)
+		fprintf(stderr, "kvmm-route: %s: %s\n", url, ret == 3 ? "cannot reach it" :
+			got ? strtok(resp, "\r") : "no answer");
+	if (fd >= 0)
+		close(fd);
+	json_decref(ans);
+	json_decref(body);
+	free(text);
+	free(req);
+	return ret;
+}
+
 static int usage(void)
 {
-	fprintf(stderr, "usage: kvmm-route [--ns N] SOCKET... -- TOKEN...\n");
+	fprintf(stderr, "usage: kvmm-route [--ns N] INSTANCE... -- TOKEN...\n"
+		"  INSTANCE: a kvmmd socket (its cache events), or http://HOST:PORT of a\n"
+		"  kvmmd --metrics (its prefix query)\n");
 	return 2;
 }
 
@@ -252,11 +327,15 @@ int main(int argc, char **argv)
 	}
 	for (i = 0; i < nsock && !ret; i++) {
 		struct keyset s = { 0 };
-		uint32_t ps = 0, run;
+		uint32_t ps = 0, run = 0;
 
-		ret = read_instance(socks[i], ns, &s, &ps);
+		if (!strncmp(socks[i], "http://", 7))
+			ret = query_instance(socks[i], ns, tok, ntok, &run);
+		else
+			ret = read_instance(socks[i], ns, &s, &ps);
 		if (!ret) {
-			run = cached_run(&s, ns, tok, ntok, ps);
+			if (strncmp(socks[i], "http://", 7))
+				run = cached_run(&s, ns, tok, ntok, ps);
 			printf("%s %u\n", socks[i], run);
 			if (run > best_run || i == 0) {
 				best = i;

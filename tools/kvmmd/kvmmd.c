@@ -27,6 +27,8 @@
 #include <libkvmm-ring.h>
 
 #include "../lib/parse.h"
+#include "http.h"
+#include "publish.h"
 
 static void usage(FILE *f)
 {
@@ -101,6 +103,19 @@ static void usage(FILE *f)
 		"  --handshake-ms MS    a whole hello must arrive within MS (default 5000)\n"
 		"  --send-ms MS         a client must read a welcome or share answer within MS\n"
 		"                       (default 5000)\n"
+		"  --kv-events ENDPOINT publish cache events as vLLM's KV events (msgpack over a\n"
+		"                       ZMQ PUB socket bound at ENDPOINT, tcp://HOST:PORT or ipc://PATH)\n"
+		"  --kv-events-replay ENDPOINT  a ZMQ ROUTER socket that replays missed messages\n"
+		"  --kv-events-topic STR  topic prefix: namespace N on 'STR/ns/N/' (default kvmm)\n"
+		"  --kv-events-hash sha256_cbor|xxhash_cbor  block hashes as vLLM's\n"
+		"                       prefix_caching_hash_algo (default sha256_cbor)\n"
+		"  --kv-events-seed STR NONE_HASH's seed, the routers' PYTHONHASHSEED\n"
+		"                       (default: vLLM's, 'vllm-none-hash')\n"
+		"  --kv-events-buffer-steps N  messages kept for replay (default 10000)\n"
+		"  --metrics HOST:PORT  serve Prometheus metrics (GET /metrics) and the prefix\n"
+		"                       query (POST /v1/prefix) over HTTP at HOST:PORT\n"
+		"  --query-socket PATH  the prefix query on a Unix socket too, where tenants\n"
+		"                       (--ns-per-uid) ask about their own namespace\n"
 		"  --quiet              log only errors\n");
 }
 
@@ -128,6 +143,8 @@ struct opts {
 	uint64_t ns_kspaces;		/* KVMM_SET_NS_KSPACES */
 	uint64_t ns_kjob_bytes;		/* KVMM_SET_NS_KJOB_BYTES */
 	uint64_t shutdown_flush_ms;	/* kvmm_flush() at a stop; 0: none */
+	struct kvmmd_pub_opts pub;	/* --kv-events* */
+	struct kvmmd_http_opts http;	/* --metrics, --query-socket */
 	struct kvmm_server_limits lim;	/* 0: the server's default */
 };
 
@@ -191,13 +208,16 @@ enum { O_SOCKET, O_CONFIG, O_HELP, O_PAGE_SIZE, O_PAGES, O_MEM_AVAIL, O_MEM_TOTA
        O_MODEL_ID, O_NVME_REFORMAT, O_MAX_CLIENTS, O_MAX_PENDING, O_HANDSHAKE_MS,
        O_SEND_MS, O_HOST_WLOW, O_HOST_WHIGH, O_KEYED_SHARE, O_REMOTE, O_REMOTE_SALT,
        O_REMOTE_TIMEOUT, O_EVENTS, O_REMOTE_WRITE, O_REMOTE_USER, O_REMOTE_PASSWORD_FILE,
-       O_NS_KSPACES, O_NS_KJOB_BYTES, O_SHUTDOWN_FLUSH_MS, NR_OPTS };
+       O_NS_KSPACES, O_NS_KJOB_BYTES, O_SHUTDOWN_FLUSH_MS, O_KV_EVENTS, O_KV_REPLAY,
+       O_KV_TOPIC, O_KV_HASH, O_KV_SEED, O_KV_STEPS, O_METRICS, O_QUERY_SOCKET, NR_OPTS };
 
 #define OPT_VAL	256		/* getopt's value of option 0 */
 
 /* Choice options' values, at the index of the library's value. */
 static const char *const write_policies[] = { "write-back", "write-through", NULL };
 static const char *const remote_writes[] = { "none", "commit", "demote", NULL };
+/* as enum kvev_hash */
+static const char *const kv_hashes[] = { "sha256_cbor", "xxhash_cbor", NULL };
 
 #define REQ	required_argument
 #define NONE	no_argument
@@ -264,6 +284,16 @@ static const struct kvmmd_opt kvmmd_opts[NR_OPTS] = {
 	[O_REMOTE_USER] = { "remote-user", REQ, set_str, offsetof(struct opts, remote_user) },
 	[O_REMOTE_PASSWORD_FILE] = { "remote-password-file", REQ, set_secret_file,
 				     offsetof(struct opts, remote_password) },
+	[O_KV_EVENTS] = { "kv-events", REQ, set_str, offsetof(struct opts, pub.endpoint) },
+	[O_KV_REPLAY] = { "kv-events-replay", REQ, set_str, offsetof(struct opts, pub.replay) },
+	[O_KV_TOPIC] = { "kv-events-topic", REQ, set_str, offsetof(struct opts, pub.topic) },
+	[O_KV_HASH] = { "kv-events-hash", REQ, set_choice, offsetof(struct opts, pub.hash), 0,
+			kv_hashes },
+	[O_KV_SEED] = { "kv-events-seed", REQ, set_str, offsetof(struct opts, pub.seed) },
+	[O_KV_STEPS] = { "kv-events-buffer-steps", REQ, set_u32,
+			 offsetof(struct opts, pub.buffer_steps), 1u << 24 },
+	[O_METRICS] = { "metrics", REQ, set_str, offsetof(struct opts, http.listen) },
+	[O_QUERY_SOCKET] = { "query-socket", REQ, set_str, offsetof(struct opts, http.query_socket) },
 };
 
 /* A number within the option's range, or a message naming it. */
@@ -486,6 +516,7 @@ static int set_ns_limits(struct kvmm_ctx *ctx, const struct opts *o)
 		{ KVMM_SET_KEYED_SHARE, o->keyed_share },
 		{ KVMM_SET_NS_KSPACES, o->ns_kspaces },
 		{ KVMM_SET_NS_KJOB_BYTES, o->ns_kjob_bytes },
+		{ KVMM_SET_EVENT_TOKENS, o->pub.endpoint ? 1 : 0 },	/* first: it sets the minimum */
 		{ KVMM_SET_EVENTS, o->events },
 	};
 	size_t i;
@@ -581,6 +612,56 @@ static int set_config(struct opts *o, const struct kvmmd_opt *d, const char *pat
 	return ret;
 }
 
+/* --kv-events and its companions: a build that has them, a buffer big enough. */
+static int check_kv_events(struct opts *o)
+{
+	const uint64_t companions = (1ull << O_KV_REPLAY) | (1ull << O_KV_TOPIC) |
+		(1ull << O_KV_HASH) | (1ull << O_KV_SEED) | (1ull << O_KV_STEPS);
+
+	if (!o->pub.endpoint) {
+		if (o->given & companions) {
+			fprintf(stderr, "kvmmd: the --kv-events-* options need --kv-events\n");
+			return -1;
+		}
+		return 0;
+	}
+	if (!kvmmd_pub_built()) {
+		fprintf(stderr, "kvmmd: --kv-events: this kvmmd was built without libzmq, "
+			"msgpack-c or libcrypto (install libzmq3-dev libmsgpack-dev libssl-dev "
+			"and rebuild)\n");
+		return -1;
+	}
+	if (!o->events)
+		o->events = 64u << 20;	/* seconds of a busy engine, tokens and all */
+	if (o->events < KVMM_EVENTS_TOKENS_BUF_MIN) {
+		fprintf(stderr, "kvmmd: --kv-events needs --events of %u bytes at least "
+			"(the events keep their token ids)\n", KVMM_EVENTS_TOKENS_BUF_MIN);
+		return -1;
+	}
+	if ((o->given & (1ull << O_KV_STEPS)) && !o->pub.buffer_steps) {
+		fprintf(stderr, "kvmmd: --kv-events-buffer-steps must be 1 or more\n");
+		return -1;
+	}
+	o->pub.interval_ms = 2;
+	o->pub.quiet = o->quiet;
+	return 0;
+}
+
+/* --metrics, --query-socket: a build that has them. */
+static int check_http(struct opts *o)
+{
+	if (!o->http.listen && !o->http.query_socket)
+		return 0;
+	if (!kvmmd_http_built()) {
+		fprintf(stderr, "kvmmd: --metrics and --query-socket: this kvmmd was built "
+			"without libmicrohttpd (install libmicrohttpd-dev and rebuild)\n");
+		return -1;
+	}
+	o->http.ns_per_uid = o->server_flags & KVMM_SERVER_NS_UID;
+	o->http.quiet = o->quiet;
+	return 0;
+}
+
 /*
  * Checks that involve several options, made once everything is read so
  * the order they came in does not matter.
@@ -635,6 +716,7 @@ static int check_opts(struct opts *o)
 			"tell this model's KV from another's of the same geometry\n");
 	if (o->backend && !strcmp(o->backend, "cuda"))
 		o->p.backend_arg = &o->cuda;
+	return check_kv_events(o) || check_http(o) ? -1 : 0;
 	return 0;
 }
 
@@ -703,6 +785,12 @@ static void opts_free(struct opts *o)
 	if (o->remote_password)
 		explicit_bzero(o->remote_password, strlen(o->remote_password));
 	free(o->remote_password);
+	free(o->pub.endpoint);
+	free(o->pub.replay);
+	free(o->pub.topic);
+	free(o->pub.seed);
+	free(o->http.listen);
+	free(o->http.query_socket);
 }
 
 /* Who answers at @path, which is taken: another kvmm server, or not? */
@@ -853,6 +941,8 @@ int main(int argc, char **argv)
 		.shutdown_flush_ms = 5000,
 	};
 	struct kvmm_server *srv = NULL;
+	struct kvmmd_pub *pub = NULL;
+	struct kvmmd_http *http = NULL;
 	struct kvmm_ctx *ctx = NULL;
 	sigset_t set;
 	int ret, sig;
@@ -876,7 +966,21 @@ int main(int argc, char **argv)
 		opts_free(&o);
 		return 1;
 	}
+	if (o.pub.endpoint && kvmmd_pub_start(ctx, &o.pub, &pub)) {
+		kvmm_destroy(ctx);
+		opts_free(&o);
+		return 1;
+	}
+	o.http.events = pub;
+	if ((o.http.listen || o.http.query_socket) && kvmmd_http_start(ctx, &o.http, &http)) {
+		kvmmd_pub_stop(pub, o.quiet);
+		kvmm_destroy(ctx);
+		opts_free(&o);
+		return 1;
+	}
 	if (server_start(&o, ctx, &srv)) {
+		kvmmd_http_stop(http);
+		kvmmd_pub_stop(pub, o.quiet);
 		kvmm_destroy(ctx);
 		opts_free(&o);
 		return 1;
@@ -888,7 +992,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvmmd: %s: stopping (%u clients attached)\n", strsignal(sig),
 			kvmm_server_clients(srv));
 	kvmm_server_stop(srv);
+	kvmmd_http_stop(http);
 	shutdown_flush(&o, ctx);
+	kvmmd_pub_stop(pub, o.quiet);
 	ret = kvmm_check(ctx);
 	if (ret)
 		fprintf(stderr, "kvmmd: invariant check failed at exit: %s\n", errno_str(-ret));

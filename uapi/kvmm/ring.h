@@ -345,7 +345,11 @@ struct kvmm_extend_ent {
 					 * frame lists and windows); past it,
 					 * -EDQUOT.  Default
 					 * KVMM_NS_KJOB_BYTES_DEFAULT */
-#define KVMM_SET_LAST		11
+#define KVMM_SET_EVENT_TOKENS	11	/* 1: the event buffer also keeps each
+					 * event's token ids (EVENTS with
+					 * KVMM_EVENTS_TOKENS); 0: not, the
+					 * default.  A change empties the buffer */
+#define KVMM_SET_LAST		12
 
 #define KVMM_NS_KJOB_BYTES_DEFAULT	(64ull << 20)
 
@@ -363,7 +367,8 @@ struct kvmm_extend_ent {
 #define KVMM_DUMP_PINS		2	/* struct kvmm_dump_pin per pinned node */
 #define KVMM_DUMP_NS		3	/* struct kvmm_dump_ns per namespace */
 #define KVMM_DUMP_KSPACES	4	/* struct kvmm_dump_kspace per keyed space */
-#define KVMM_DUMP_LAST		5
+#define KVMM_DUMP_HIST		5	/* struct kvmm_dump_hist per KVMM_HIST_* */
+#define KVMM_DUMP_LAST		6
 
 /*
  * struct kvmm_dump_hdr - starts a DUMP's output buffer
@@ -466,6 +471,36 @@ struct kvmm_dump_ns {
 };
 
 /*
+ * Latency histograms (DUMP KVMM_DUMP_HIST), for metrics: how long each
+ * command took in the dispatcher (its handler, under the context's
+ * lock; a command that completes later counts until it was started),
+ * and how long a node's pages took to copy down a tier (DEMOTE) or back
+ * up (PROMOTE), from the copy's start to its settling.
+ */
+#define KVMM_HIST_CMD		0
+#define KVMM_HIST_DEMOTE	1
+#define KVMM_HIST_PROMOTE	2
+#define KVMM_HIST_LAST		3
+/* bucket i < KVMM_HIST_BUCKETS - 1: at most 2^i microseconds; the last: more */
+#define KVMM_HIST_BUCKETS	24
+
+/*
+ * struct kvmm_dump_hist - one histogram (216 bytes)
+ * @which: KVMM_HIST_*
+ * @nr_buckets: KVMM_HIST_BUCKETS
+ * @count: observations
+ * @sum_ns: their sum, in nanoseconds
+ * @buckets: observations in each bucket (not cumulative)
+ */
+struct kvmm_dump_hist {
+	__u32	which;
+	__u32	nr_buckets;
+	__u64	count;
+	__u64	sum_ns;
+	__u64	buckets[KVMM_HIST_BUCKETS];
+};
+
+/*
  * struct kvmm_dump_kspace - one keyed space (320 bytes)
  * @id: its id (KPUT, KGET, ... name it by this)
  * @ns: its namespace
@@ -527,9 +562,19 @@ struct kvmm_stats_snap {
  * With KVMM_EVENTS_NS in arg only namespace ns's events are copied (ns
  * must be 0 without it); a ring bound to a namespace sees only its own,
  * flag or not.  hdr.next passes over the others' events too.
+ *
+ * With KVMM_EVENTS_TOKENS in arg each event's keys are followed by the
+ * token ids of its pages (pages * page size __u32, zero-padded to a
+ * multiple of 16 bytes), so that a publisher can name the pages as
+ * another engine's hash would (vLLM's block hashes).  The buffer keeps
+ * them only after KVMM_SET_EVENT_TOKENS 1, else -EOPNOTSUPP; it then
+ * must be KVMM_EVENTS_TOKENS_BUF_MIN bytes at least, and an event holds
+ * at most KVMM_EVENT_MAX_TOKENS tokens' worth of pages (one page at
+ * least).  len must hold KVMM_EVENTS_TOKENS_LEN_MIN to be sure of any.
  */
 #define KVMM_EVENTS_NS		(1u << 0)
-#define KVMM_EVENTS_FLAGS	KVMM_EVENTS_NS
+#define KVMM_EVENTS_TOKENS	(1u << 1)
+#define KVMM_EVENTS_FLAGS	(KVMM_EVENTS_NS | KVMM_EVENTS_TOKENS)
 
 /* Event types (struct kvmm_cache_event.type) */
 #define KVMM_EVENT_STORED	0	/* pages entered the tree (a commit), on @tier */
@@ -543,6 +588,10 @@ struct kvmm_stats_snap {
 
 #define KVMM_EVENTS_BUF_MIN	(8u << 10)
 #define KVMM_EVENTS_BUF_MAX	(1u << 30)
+
+/* With token ids kept (KVMM_SET_EVENT_TOKENS): */
+#define KVMM_EVENT_MAX_TOKENS	1024
+#define KVMM_EVENTS_TOKENS_BUF_MIN (32u << 10)
 
 /*
  * struct kvmm_events_hdr - starts EVENTS output (32 bytes)
@@ -598,6 +647,8 @@ struct kvmm_cache_event {
 #define KVMM_EVENTS_LEN_MIN	(sizeof(struct kvmm_events_hdr) + \
 				 sizeof(struct kvmm_cache_event) + \
 				 KVMM_EVENT_MAX_PAGES * sizeof(struct kvmm_key))
+/* ... and with KVMM_EVENTS_TOKENS (4096: the largest page size) */
+#define KVMM_EVENTS_TOKENS_LEN_MIN (KVMM_EVENTS_LEN_MIN + 4096 * sizeof(__u32))
 
 /* Feature bits of struct kvmm_probe.features */
 #define KVMM_FEAT_NAMESPACES	(1ull << 0)

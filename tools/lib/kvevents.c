@@ -1,0 +1,1043 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/lib/kvevents.c - kvmm's cache events as vLLM's KV events.
+ *
+ * DOC: speaking vLLM's KV events
+ *
+ * KV-aware routers (llm-d's KV-cache indexer, Dynamo's router, SGLang's
+ * router) read the stream vLLM's ZmqEventPublisher sends: multipart ZMQ
+ * messages (topic, 8-byte big-endian sequence number, payload) on a PUB
+ * socket, each payload a msgpack KVEventBatch [ts, events, dp_rank] of
+ * BlockStored / BlockRemoved / AllBlocksCleared maps, and a ROUTER
+ * socket that resends the messages from a sequence number on, then an
+ * end marker.  This file turns the EVENTS output of a context (with
+ * KVMM_EVENTS_TOKENS) into exactly that, with libzmq and msgpack-c.
+ *
+ * A router finds a prompt's blocks by hashing it as vLLM does, so the
+ * blocks are named by vLLM's hash, not kvmm's page keys: block i's hash
+ * is H(cbor([hash of block i-1, [its token ids], None])), the first
+ * block's parent NONE_HASH = H(cbor(seed)), where H is sha256 or xxh3-128
+ * of the canonical CBOR (vLLM's sha256_cbor and xxhash_cbor; the pickle
+ * based sha256 and xxhash depend on Python's pickle and are not
+ * offered).  An event gives its pages' tokens and its parent's kvmm
+ * key; the parent's vLLM hash comes from a table of every page the
+ * publisher has seen stored and not yet removed, keyed by kvmm key.  A
+ * page whose parent it never saw (the stream lost events, or the page
+ * was recovered from NVMe before the publisher started) cannot be named
+ * and is counted, not sent.
+ *
+ * Tiers are vLLM's media: device "GPU", host "CPU", NVMe "STORAGE".  A
+ * demotion or promotion is a BlockRemoved on the old medium and a
+ * BlockStored on the new one, as vLLM's offloading managers publish.
+ * The remote tier is shared by many instances and is not this one's to
+ * announce: it is no page tier of the context, and what leaves the host
+ * tier for it is a BlockRemoved from "CPU" like any eviction.
+ *
+ * Every namespace has its own topic, "<topic>/ns/<ns>/" (the trailing
+ * slash keeps namespace 1's subscribers off namespace 10's topic, since
+ * ZMQ matches prefixes), and a message never mixes namespaces.
+ *
+ * The same table answers a router that asks by vLLM block hashes which
+ * tier holds them (kvev_lookup(), kvmmd's prefix query): a second table
+ * indexes the pages by their vLLM hash and namespace.  The publisher's
+ * thread and the asker's share both under @lock.
+ */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <msgpack.h>
+#include <openssl/sha.h>
+#include <zmq.h>
+
+#include "kvevents.h"
+
+#define HASH_MAX	32
+#define TOPIC_MAX	96
+
+const char *const kvev_hash_names[NR_KVEV_HASH + 1] = {
+	[KVEV_HASH_SHA256_CBOR] = "sha256_cbor",
+	[KVEV_HASH_XXHASH_CBOR] = "xxhash_cbor",
+	NULL,
+};
+
+/* A page the publisher has seen stored: its vLLM hash and tier. */
+struct kvev_ent {
+	uint64_t lo, hi;	/* its kvmm key; lo == hi == 0: a free slot */
+	uint32_t ns;
+	uint8_t tier;
+	uint8_t hash[HASH_MAX];
+};
+
+/* A page by its vLLM hash (the first 8 bytes) and namespace: its kvmm key. */
+struct kvev_rev {
+	uint64_t h;
+	uint32_t ns;
+	uint32_t used;
+	struct kvmm_key key;
+};
+
+/* One message kept for replay. */
+struct kvev_msg {
+	uint64_t seq;
+	char topic[TOPIC_MAX];
+	char *data;
+	size_t len;
+};
+
+/**
+ * struct kvev - a publisher
+ * @p: its parameters (strings owned: @endpoint, @topic copied)
+ * @zctx, @pub, @router: the ZMQ context and sockets
+ * @none_hash: NONE_HASH, @hlen bytes
+ * @cbor: scratch for one block's CBOR
+ * @ents: the table of pages, @mask + 1 slots, @nr used
+ * @hashes: scratch for one event's page hashes
+ * @events: the events of the message being built (msgpack), @nev of them
+ * @msg: the whole message
+ * @ns: the namespace of the message being built
+ * @ring: messages kept for replay, @p.buffer_steps slots
+ * @st: what it did; @st.messages is the next sequence number
+ */
+struct kvev {
+	struct kvev_params p;
+	char *topic;
+	void *zctx, *pub, *router;
+	uint8_t none_hash[HASH_MAX];
+	uint32_t hlen;
+	uint8_t *cbor;
+	struct kvev_ent *ents;
+	uint64_t mask, nr;
+	struct kvev_rev *revs;		/* @rmask + 1 slots, half full at most */
+	uint64_t rmask;
+	pthread_mutex_t lock;		/* the tables, between publisher and askers */
+	uint8_t *hashes;
+	msgpack_sbuffer events, msg;
+	msgpack_packer ev_pk, msg_pk;
+	uint32_t nev;
+	uint32_t ns;
+	struct kvev_msg *ring;
+	struct kvev_stats st;
+};
+
+/* ---- vLLM's block hashes ---- */
+
+/* A canonical (shortest) CBOR head of major type @major and value @v. */
+static size_t cbor_head(uint8_t *p, uint8_t major, uint64_t v)
+{
+	int i, n;
+
+	major <<= 5;
+	if (v < 24) {
+		p[0] = major | (uint8_t)v;
+		return 1;
+	}
+	n = v <= 0xff ? 1 : v <= 0xffff ? 2 : v <= 0xffffffffull ? 4 : 8;
+	p[0] = major | (n == 1 ? 24 : n == 2 ? 25 : n == 4 ? 26 : 27);
+	for (i = 0; i < n; i++)
+		p[1 + i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+	return 1 + (size_t)n;
+}
+
+static void digest(const struct kvev *ev, const uint8_t *in, size_t n, uint8_t *out)
+{
+	if (ev->p.hash == KVEV_HASH_SHA256_CBOR) {
+		SHA256(in, n, out);
+	} else {
+		XXH128_canonical_t c;
+
+		XXH128_canonicalFromHash(&c, XXH3_128bits(in, n));
+		memcpy(out, c.digest, sizeof(c.digest));
+	}
+}
+
+/**
+ * kvev_block_hash() - vLLM's hash_block_tokens() of one full block
+ * @ev: the publisher (its hash, seed and block size)
+ * @parent: the hash of the block before, kvev_hash_bytes() bytes; NULL:
+ *	the first block (NONE_HASH)
+ * @tok: the block's page_size token ids
+ * @out: the hash, kvev_hash_bytes() bytes
+ *
+ * Return: 0.
+ */
+int kvev_block_hash(const struct kvev *ev, const uint8_t *parent, const uint32_t *tok,
+		    uint8_t *out)
+{
+	uint8_t *p = ev->cbor;
+	uint32_t i;
+
+	*p++ = 0x83;				/* (parent, tokens, extra_keys) */
+	p += cbor_head(p, 2, ev->hlen);
+	memcpy(p, parent ? parent : ev->none_hash, ev->hlen);
+	p += ev->hlen;
+	p += cbor_head(p, 4, ev->p.page_size);
+	for (i = 0; i < ev->p.page_size; i++)
+		p += cbor_head(p, 0, tok[i]);
+	*p++ = 0xf6;				/* None */
+	digest(ev, ev->cbor, (size_t)(p - ev->cbor), out);
+	return 0;
+}
+
+/** kvev_hash_bytes() - bytes of a block hash: 32 (sha256) or 16 (xxh3-128) */
+uint32_t kvev_hash_bytes(const struct kvev *ev)
+{
+	return ev->hlen;
+}
+
+/* ---- the table of pages, by kvmm key (linear probing) ---- */
+
+static struct kvev_ent *ent_lookup(const struct kvev *ev, const struct kvmm_key *k)
+{
+	uint64_t i;
+
+	for (i = k->lo & ev->mask;; i = (i + 1) & ev->mask) {
+		struct kvev_ent *e = &ev->ents[i];
+
+		if (!e->lo && !e->hi)
+			return NULL;
+		if (e->lo == k->lo && e->hi == k->hi)
+			return e;
+	}
+}
+
+static int ent_grow(struct kvev *ev)
+{
+	uint64_t n = (ev->mask + 1) * 2, i, j;
+	struct kvev_ent *ents = calloc(n, sizeof(*ents));
+
+	if (!ents)
+		return -ENOMEM;
+	for (i = 0; i <= ev->mask; i++) {
+		const struct kvev_ent *e = &ev->ents[i];
+
+		if (!e->lo && !e->hi)
+			continue;
+		for (j = e->lo & (n - 1); ents[j].lo || ents[j].hi; j = (j + 1) & (n - 1))
+			;
+		ents[j] = *e;
+	}
+	free(ev->ents);
+	ev->ents = ents;
+	ev->mask = n - 1;
+	return 0;
+}
+
+/* ---- the pages by vLLM hash and namespace (linear probing) ---- */
+
+static uint64_t rev_h(const uint8_t *hash)
+{
+	uint64_t h;
+
+	memcpy(&h, hash, sizeof(h));
+	return h;
+}
+
+static uint64_t rev_home(uint64_t h, uint32_t ns, uint64_t mask)
+{
+	return (h ^ (ns * 0x9e3779b97f4a7c15ull)) & mask;
+}
+
+/* The slot of the page @hash names in @ns, or NULL. */
+static struct kvev_rev *rev_find(const struct kvev *ev, const uint8_t *hash, uint32_t ns)
+{
+	uint64_t h = rev_h(hash), i;
+
+	for (i = rev_home(h, ns, ev->rmask); ev->revs[i].used; i = (i + 1) & ev->rmask) {
+		struct kvev_rev *r = &ev->revs[i];
+		const struct kvev_ent *e;
+
+		if (r->h != h || r->ns != ns)
+			continue;
+		e = ent_lookup(ev, &r->key);
+		if (e && !memcmp(e->hash, hash, ev->hlen))
+			return r;
+	}
+	return NULL;
+}
+
+static void rev_insert(struct kvev_rev *revs, uint64_t mask, const struct kvev_rev *r)
+{
+	uint64_t i;
+
+	for (i = rev_home(r->h, r->ns, mask); revs[i].used; i = (i + 1) & mask)
+		;
+	revs[i] = *r;
+}
+
+static int rev_add(struct kvev *ev, const uint8_t *hash, uint32_t ns, const struct kvmm_key *k)
+{
+	struct kvev_rev r = { .h = rev_h(hash), .ns = ns, .used = 1, .key = *k };
+
+	if (ev->nr * 2 > ev->rmask + 1) {	/* ev->nr counts this one already */
+		uint64_t n = (ev->rmask + 1) * 2, i;
+		struct kvev_rev *revs = calloc(n, sizeof(*revs));
+
+		if (!revs)
+			return -ENOMEM;
+		for (i = 0; i <= ev->rmask; i++)
+			if (ev->revs[i].used)
+				rev_insert(revs, n - 1, &ev->revs[i]);
+		free(ev->revs);
+		ev->revs = revs;
+		ev->rmask = n - 1;
+	}
+	rev_insert(ev->revs, ev->rmask, &r);
+	return 0;
+}
+
+/* Remove the slot of key @k (its hash @hash, in @ns), with backward shift. */
+static void rev_del(struct kvev *ev, const uint8_t *hash, uint32_t ns, const struct kvmm_key *k)
+{
+	uint64_t h = rev_h(hash), i, j, home;
+
+	for (i = rev_home(h, ns, ev->rmask); ev->revs[i].used; i = (i + 1) & ev->rmask)
+		if (ev->revs[i].key.lo == k->lo && ev->revs[i].key.hi == k->hi)
+			break;
+	if (!ev->revs[i].used)
+		return;
+	for (j = (i + 1) & ev->rmask; ev->revs[j].used; j = (j + 1) & ev->rmask) {
+		home = rev_home(ev->revs[j].h, ev->revs[j].ns, ev->rmask);
+		if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+			ev->revs[i] = ev->revs[j];
+			i = j;
+		}
+	}
+	ev->revs[i].used = 0;
+}
+
+static int ent_put(struct kvev *ev, const struct kvmm_key *k, const uint8_t *hash,
+		   uint32_t ns, uint8_t tier)
+{
+	struct kvev_ent *e = ent_lookup(ev, k);
+	uint64_t i;
+
+	if (!e) {
+		if ((ev->nr + 1) * 2 > ev->mask + 1 && ent_grow(ev))
+			return -ENOMEM;
+		for (i = k->lo & ev->mask; ev->ents[i].lo || ev->ents[i].hi;
+		     i = (i + 1) & ev->mask)
+			;
+		e = &ev->ents[i];
+		e->lo = k->lo;
+		e->hi = k->hi;
+		e->ns = ns;
+		e->tier = tier;
+		memcpy(e->hash, hash, ev->hlen);
+		ev->nr++;
+		if (rev_add(ev, hash, ns, k)) {
+			ev->nr--;
+			e->lo = e->hi = 0;	/* the last slot of its run: nothing to shift */
+			return -ENOMEM;
+		}
+		return 0;
+	}
+	e->tier = tier;
+	return 0;
+}
+
+/* Delete with backward shift, so that no tombstones build up. */
+static void ent_del(struct kvev *ev, const struct kvmm_key *k)
+{
+	struct kvev_ent *e = ent_lookup(ev, k);
+	uint64_t i, j, home;
+
+	if (!e)
+		return;
+	rev_del(ev, e->hash, e->ns, k);
+	i = (uint64_t)(e - ev->ents);
+	for (j = (i + 1) & ev->mask; ev->ents[j].lo || ev->ents[j].hi; j = (j + 1) & ev->mask) {
+		home = ev->ents[j].lo & ev->mask;
+		/* move j back to i unless its home lies cyclically in (i, j] */
+		if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+			ev->ents[i] = ev->ents[j];
+			i = j;
+		}
+	}
+	ev->ents[i].lo = ev->ents[i].hi = 0;
+	ev->nr--;
+}
+
+/* ---- msgpack: the structures msgspec makes of vLLM's classes ---- */
+
+static void pack_str(msgpack_packer *pk, const char *s)
+{
+	size_t n = strlen(s);
+
+	msgpack_pack_str(pk, n);
+	msgpack_pack_str_body(pk, s, n);
+}
+
+static const char *const media[] = {
+	[KVMM_TIER_DEVICE] = "GPU", [KVMM_TIER_HOST] = "CPU", [KVMM_TIER_NVME] = "STORAGE",
+};
+
+static void pack_hashes(struct kvev *ev, const uint8_t *h, uint32_t n)
+{
+	uint32_t i;
+
+	pack_str(&ev->ev_pk, "block_hashes");
+	msgpack_pack_array(&ev->ev_pk, n);
+	for (i = 0; i < n; i++) {
+		msgpack_pack_bin(&ev->ev_pk, ev->hlen);
+		msgpack_pack_bin_body(&ev->ev_pk, h + (size_t)i * ev->hlen, ev->hlen);
+	}
+}
+
+/*
+ * BlockStored, a tagged msgspec Struct of 16 fields of which 8 have no
+ * default: msgspec writes a map16 head for it whatever the count, so
+ * the head is written here as it does, for byte-identical messages.
+ */
+static void pack_stored(struct kvev *ev, const uint8_t *h, uint32_t n, const uint8_t *parent,
+			const uint32_t *tok, uint8_t tier)
+{
+	static const char map16_8[] = { (char)0xde, 0, 8 };
+	msgpack_packer *pk = &ev->ev_pk;
+	uint64_t i, nt = (uint64_t)n * ev->p.page_size;
+
+	msgpack_sbuffer_write(&ev->events, map16_8, sizeof(map16_8));
+	pack_str(pk, "type");
+	pack_str(pk, "BlockStored");
+	pack_hashes(ev, h, n);
+	pack_str(pk, "parent_block_hash");
+	if (parent) {
+		msgpack_pack_bin(pk, ev->hlen);
+		msgpack_pack_bin_body(pk, parent, ev->hlen);
+	} else {
+		msgpack_pack_nil(pk);
+	}
+	pack_str(pk, "token_ids");
+	msgpack_pack_array(pk, (size_t)nt);
+	for (i = 0; i < nt; i++)
+		msgpack_pack_uint32(pk, tok[i]);
+	pack_str(pk, "block_size");
+	msgpack_pack_uint32(pk, ev->p.page_size);
+	pack_str(pk, "lora_id");
+	msgpack_pack_nil(pk);
+	pack_str(pk, "medium");
+	pack_str(pk, media[tier]);
+	pack_str(pk, "lora_name");
+	msgpack_pack_nil(pk);
+	ev->nev++;
+	ev->st.stored++;
+}
+
+static void pack_removed(struct kvev *ev, const uint8_t *h, uint32_t n, uint8_t tier)
+{
+	msgpack_packer *pk = &ev->ev_pk;
+
+	msgpack_pack_map(pk, 3);
+	pack_str(pk, "type");
+	pack_str(pk, "BlockRemoved");
+	pack_hashes(ev, h, n);
+	pack_str(pk, "medium");
+	pack_str(pk, media[tier]);
+	ev->nev++;
+	ev->st.removed++;
+}
+
+/* ---- sending, and replay ---- */
+
+static void topic_of(const struct kvev *ev, uint32_t ns, char *buf)
+{
+	snprintf(buf, TOPIC_MAX, "%s/ns/%u/", ev->topic, ns);
+}
+
+static int send_frames(void *sock, const void *const *f, const size_t *len, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (zmq_send(sock, f[i], len[i], i < n - 1 ? ZMQ_SNDMORE : 0) < 0)
+			return -zmq_errno();
+	return 0;
+}
+
+static void seq_bytes(uint64_t seq, uint8_t *b)
+{
+	int i;
+
+	for (i = 0; i < 8; i++)
+		b[i] = (uint8_t)(seq >> (56 - 8 * i));
+}
+
+/*
+ * Send the message being built, as KVEventBatch [ts, events, 0] (vLLM's
+ * publisher fills data_parallel_rank with its rank, 0 for one), and keep
+ * it for replay.
+ */
+static int flush_batch(struct kvev *ev)
+{
+	struct kvev_msg *m;
+	struct timespec ts;
+	uint8_t sb[8];
+	const void *f[3];
+	size_t len[3];
+	int ret;
+
+	if (!ev->nev)
+		return 0;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	msgpack_sbuffer_clear(&ev->msg);
+	msgpack_pack_array(&ev->msg_pk, 3);
+	msgpack_pack_double(&ev->msg_pk, ts.tv_sec + ts.tv_nsec / 1e9);
+	msgpack_pack_array(&ev->msg_pk, ev->nev);
+	msgpack_sbuffer_write(&ev->msg, ev->events.data, ev->events.size);
+	msgpack_pack_uint8(&ev->msg_pk, 0);
+	msgpack_sbuffer_clear(&ev->events);
+	ev->nev = 0;
+
+	m = &ev->ring[ev->st.messages % ev->p.buffer_steps];
+	free(m->data);
+	m->data = malloc(ev->msg.size);
+	if (!m->data) {
+		m->len = 0;
+		return -ENOMEM;
+	}
+	memcpy(m->data, ev->msg.data, ev->msg.size);
+	m->len = ev->msg.size;
+	m->seq = ev->st.messages++;
+	topic_of(ev, ev->ns, m->topic);
+	seq_bytes(m->seq, sb);
+	f[0] = m->topic, len[0] = strlen(m->topic);
+	f[1] = sb, len[1] = 8;
+	f[2] = m->data, len[2] = m->len;
+	ret = send_frames(ev->pub, f, len, 3);
+	/* a PUB socket drops what subscribers cannot take: replay has it */
+	return ret == -EAGAIN ? 0 : ret;
+}
+
+/**
+ * kvev_serve_replay() - answer replay requests, waiting up to @timeout_ms
+ * @ev: the publisher
+ * @timeout_ms: how long to wait for the first (0: do not wait; -1: forever)
+ *
+ * A request is (identity, "", 8-byte big-endian start); the answer, as
+ * vLLM's, is every kept message from start on as (identity, "", topic,
+ * seq, payload), then (identity, "", "", -1, "").
+ *
+ * Return: requests answered, or -errno.
+ */
+int kvev_serve_replay(struct kvev *ev, int timeout_ms)
+{
+	zmq_pollitem_t it = { .socket = ev->router, .events = ZMQ_POLLIN };
+	static const uint8_t end_seq[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	int served = 0;
+
+	if (!ev->router) {	/* nothing to answer: just the wait */
+		if (timeout_ms > 0) {
+			struct timespec ts = { timeout_ms / 1000, (timeout_ms % 1000) * 1000000L };
+
+			nanosleep(&ts, NULL);
+		}
+		return 0;
+	}
+	while (zmq_poll(&it, 1, served ? 0 : timeout_ms) > 0 && (it.revents & ZMQ_POLLIN)) {
+		uint8_t id[256], frame[16], sb[8];
+		uint64_t start = 0, s, first;
+		const void *f[5];
+		size_t len[5];
+		int n, idn, more, nframes = 1, i, ret;
+		size_t ml = sizeof(more);
+
+		idn = zmq_recv(ev->router, id, sizeof(id), 0);
+		if (idn < 0)
+			return -zmq_errno();
+		n = 0;
+		for (;;) {
+			if (zmq_getsockopt(ev->router, ZMQ_RCVMORE, &more, &ml) || !more)
+				break;
+			n = zmq_recv(ev->router, frame, sizeof(frame), 0);
+			nframes++;
+		}
+		if (nframes != 3 || n != 8 || idn > (int)sizeof(id))
+			continue;	/* not a replay request: ignored, as vLLM does */
+		for (i = 0; i < 8; i++)
+			start = start << 8 | frame[i];
+		first = ev->st.messages > ev->p.buffer_steps ?
+			ev->st.messages - ev->p.buffer_steps : 0;
+		for (s = start > first ? start : first; s < ev->st.messages; s++) {
+			const struct kvev_msg *m = &ev->ring[s % ev->p.buffer_steps];
+
+			if (!m->len)
+				continue;
+			seq_bytes(m->seq, sb);
+			f[0] = id, len[0] = (size_t)idn;
+			f[1] = "", len[1] = 0;
+			f[2] = m->topic, len[2] = strlen(m->topic);
+			f[3] = sb, len[3] = 8;
+			f[4] = m->data, len[4] = m->len;
+			ret = send_frames(ev->router, f, len, 5);
+			if (ret)
+				return ret;
+		}
+		f[0] = id, len[0] = (size_t)idn;
+		f[1] = "", len[1] = 0;
+		f[2] = "", len[2] = 0;
+		f[3] = end_seq, len[3] = 8;
+		f[4] = "", len[4] = 0;
+		ret = send_frames(ev->router, f, len, 5);
+		if (ret)
+			return ret;
+		ev->st.replays++;
+		served++;
+	}
+	return served;
+}
+
+/* ---- events in, messages out ---- */
+
+/*
+ * The vLLM hash of the page before @e's first into @out: NONE_HASH's
+ * stand-in NULL for a prompt's first page.  Return: false when the
+ * publisher never saw that page.
+ */
+static bool parent_hash(const struct kvev *ev, const struct kvmm_cache_event *e,
+			const uint8_t **out)
+{
+	const struct kvev_ent *pe;
+
+	*out = NULL;
+	if (!e->parent.lo && !e->parent.hi)
+		return true;
+	pe = ent_lookup(ev, &e->parent);
+	if (pe)
+		*out = pe->hash;
+	return pe != NULL;
+}
+
+/*
+ * The hashes of @e's pages into ev->hashes: those it knows from the
+ * table, the others chained from the page before.  A page already
+ * named keeps its name even where its parent has gone (a subtree is
+ * removed parent first).  Return: false when some page cannot be named.
+ */
+static bool page_hashes(struct kvev *ev, const struct kvmm_cache_event *e, const uint8_t *parent,
+			bool parent_known)
+{
+	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
+	const uint32_t *tok = (const uint32_t *)(keys + e->pages);
+	uint32_t j;
+
+	for (j = 0; j < e->pages; j++) {
+		const struct kvev_ent *pe = ent_lookup(ev, &keys[j]);
+		uint8_t *hj = ev->hashes + (size_t)j * ev->hlen;
+
+		if (pe)
+			memcpy(hj, pe->hash, ev->hlen);
+		else if (j || parent_known)
+			kvev_block_hash(ev, j ? hj - ev->hlen : parent,
+					tok + (size_t)j * ev->p.page_size, hj);
+		else
+			return false;
+	}
+	return true;
+}
+
+/* One kvmm event: the pages' hashes, then BlockStored / BlockRemoved. */
+static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
+{
+	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
+	const uint32_t *tok = (const uint32_t *)(keys + e->pages);
+	const uint8_t *parent;
+	bool known = parent_hash(ev, e, &parent);
+	uint32_t j;
+	int ret;
+
+	if (!page_hashes(ev, e, parent, known)) {
+		ev->st.unnamed++;
+		if (e->type == KVMM_EVENT_REMOVED)
+			for (j = 0; j < e->pages; j++)
+				ent_del(ev, &keys[j]);
+		return 0;
+	}
+	if (ev->nev && ev->ns != e->ns) {
+		ret = flush_batch(ev);
+		if (ret)
+			return ret;
+	}
+	ev->ns = e->ns;
+	if (e->type != KVMM_EVENT_STORED)
+		pack_removed(ev, ev->hashes, e->pages, e->tier);
+	if (e->type != KVMM_EVENT_REMOVED)
+		pack_stored(ev, ev->hashes, e->pages, parent, tok, e->to);
+	for (j = 0; j < e->pages; j++) {
+		if (e->type == KVMM_EVENT_REMOVED)
+			ent_del(ev, &keys[j]);
+		else if (ent_put(ev, &keys[j], ev->hashes + (size_t)j * ev->hlen, e->ns, e->to))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/**
+ * kvev_publish() - publish one EVENTS output (read with KVMM_EVENTS_TOKENS)
+ * @ev: the publisher
+ * @hdr: the output: header, then the events with their keys and tokens
+ *
+ * One message per run of events of one namespace.
+ *
+ * Return: 0 or -errno (-ENOMEM, or the socket's error).
+ */
+int kvev_publish(struct kvev *ev, const struct kvmm_events_hdr *hdr)
+{
+	const char *p = (const char *)(hdr + 1);
+	uint32_t i;
+	int ret = 0;
+
+	pthread_mutex_lock(&ev->lock);
+	ev->st.lost += hdr->lost;
+	for (i = 0; i < hdr->nr && !ret; i++) {
+		const struct kvmm_cache_event *e = (const void *)p;
+		uint64_t tok_bytes = ((uint64_t)e->pages * ev->p.page_size * 4 + 15) & ~15ull;
+
+		if (e->tier >= KVMM_NR_TIERS || e->to >= KVMM_NR_TIERS || e->type >= KVMM_EVENT_LAST ||
+		    !e->pages || e->pages > KVMM_EVENT_MAX_PAGES)
+			ret = -EINVAL;
+		else
+			ret = publish_one(ev, e);
+		p += sizeof(*e) + e->pages * sizeof(struct kvmm_key) + tok_bytes;
+	}
+	if (!ret)
+		ret = flush_batch(ev);
+	pthread_mutex_unlock(&ev->lock);
+	return ret;
+}
+
+/**
+ * kvev_lookup() - which tiers hold a prompt's blocks, named by vLLM hashes
+ * @ev: the publisher
+ * @ns: the namespace
+ * @hashes: @n block hashes of kvev_hash_bytes() bytes, in prompt order
+ * @n: how many
+ * @tokens: out, KVMM_NR_TIERS counts: tokens of the leading run of blocks
+ *	the publisher has seen stored in @ns and not removed, per tier
+ *
+ * As published so far: what the context did since its last read is not
+ * in it yet.
+ *
+ * Context: takes the publisher's lock, never the context's.
+ * Return: the blocks of the leading run.
+ */
+uint32_t kvev_lookup(struct kvev *ev, uint32_t ns, const uint8_t *hashes, uint32_t n,
+		     uint32_t *tokens)
+{
+	uint32_t i;
+
+	memset(tokens, 0, KVMM_NR_TIERS * sizeof(*tokens));
+	pthread_mutex_lock(&ev->lock);
+	for (i = 0; i < n; i++) {
+		const struct kvev_rev *r = rev_find(ev, hashes + (size_t)i * ev->hlen, ns);
+
+		if (!r)
+			break;
+		tokens[ent_lookup(ev, &r->key)->tier] += ev->p.page_size;
+	}
+	pthread_mutex_unlock(&ev->lock);
+	return i;
+}
+
+/**
+ * kvev_pump() - read a context's new events and publish them
+ * @ev: the publisher
+ * @ctx: the context (events on, with token ids: KVMM_SET_EVENT_TOKENS)
+ * @cursor: in, the first event wanted; out, the next
+ * @buf: room for the EVENTS output, 8-byte aligned
+ * @len: its bytes, KVMM_EVENTS_TOKENS_LEN_MIN at least
+ *
+ * Context: takes ctx->lock (kvmm_ioctl()) while it copies the events.
+ * Return: events published (0: none new), or -errno.
+ */
+int kvev_pump(struct kvev *ev, struct kvmm_ctx *ctx, uint64_t *cursor, void *buf, uint32_t len)
+{
+	struct kvmm_iovec iov = { buf, len };
+	struct kvmm_sqe sqe;
+	int res, ret;
+
+	memset(&sqe, 0, sizeof(sqe));
+	kvmm_prep_events(&sqe, *cursor, KVMM_EVENTS_TOKENS, 0, 0, 0, len);
+	res = kvmm_ioctl(ctx, &sqe, &iov, 1);
+	if (res < 0)
+		return res;
+	*cursor = ((const struct kvmm_events_hdr *)buf)->next;
+	ret = kvev_publish(ev, buf);
+	return ret ? ret : res;
+}
+
+/** kvev_get_stats() - what @ev did so far, into @st */
+void kvev_get_stats(const struct kvev *ev, struct kvev_stats *st)
+{
+	*st = ev->st;
+}
+
+static int bind_socket(void *zctx, int type, const char *endpoint, int hwm, void **out)
+{
+	void *s = zmq_socket(zctx, type);
+	int linger = 0;
+
+	if (!s)
+		return -zmq_errno();
+	if (zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm)) ||
+	    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger)) || zmq_bind(s, endpoint)) {
+		int ret = -zmq_errno();
+
+		zmq_close(s);
+		return ret;
+	}
+	*out = s;
+	return 0;
+}
+
+/**
+ * kvev_create() - a publisher, its sockets bound
+ * @p: what it publishes where (see struct kvev_params)
+ * @out: the publisher
+ *
+ * Return: 0; -EINVAL for a bad hash, page size or endpoint; -EADDRINUSE
+ * and the like from binding; -ENOMEM.
+ */
+int kvev_create(const struct kvev_params *p, struct kvev **out)
+{
+	const char *seed = p->seed ? p->seed : KVEV_SEED_DEFAULT;
+	uint8_t head[9];
+	size_t hn, sn = strlen(seed);
+	uint8_t *sbuf;
+	struct kvev *ev;
+	int ret = -ENOMEM;
+
+	if (p->hash >= NR_KVEV_HASH || !p->page_size || p->page_size > KVMM_MAX_PAGE_SIZE ||
+	    !p->endpoint)
+		return -EINVAL;
+	ev = calloc(1, sizeof(*ev));
+	if (!ev)
+		return -ENOMEM;
+	ev->p = *p;
+	if (!ev->p.buffer_steps)
+		ev->p.buffer_steps = KVEV_BUFFER_STEPS;
+	if (!ev->p.hwm)
+		ev->p.hwm = KVEV_HWM;
+	ev->hlen = p->hash == KVEV_HASH_SHA256_CBOR ? 32 : 16;
+	ev->topic = strdup(p->topic ? p->topic : KVEV_TOPIC_DEFAULT);
+	ev->cbor = malloc(32 + HASH_MAX + 5 * (size_t)p->page_size);
+	ev->hashes = malloc((size_t)KVMM_EVENT_MAX_PAGES * HASH_MAX);
+	ev->ents = calloc(1024, sizeof(*ev->ents));
+	ev->mask = 1023;
+	ev->revs = calloc(1024, sizeof(*ev->revs));
+	ev->rmask = 1023;
+	pthread_mutex_init(&ev->lock, NULL);
+	ev->ring = calloc(ev->p.buffer_steps, sizeof(*ev->ring));
+	msgpack_sbuffer_init(&ev->events);
+	msgpack_sbuffer_init(&ev->msg);
+	msgpack_packer_init(&ev->ev_pk, &ev->events, msgpack_sbuffer_write);
+	msgpack_packer_init(&ev->msg_pk, &ev->msg, msgpack_sbuffer_write);
+	sbuf = malloc(sizeof(head) + sn);
+	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->ents || !ev->revs || !ev->ring || !sbuf)
+		goto out_free;
+	/* NONE_HASH = H(cbor(seed)): the seed is a text string */
+	hn = cbor_head(sbuf, 3, sn);
+	memcpy(sbuf + hn, seed, sn);
+	digest(ev, sbuf, hn + sn, ev->none_hash);
+	free(sbuf);
+	sbuf = NULL;
+	ev->zctx = zmq_ctx_new();
+	if (!ev->zctx)
+		goto out_free;
+	ret = bind_socket(ev->zctx, ZMQ_PUB, p->endpoint, (int)ev->p.hwm, &ev->pub);
+	if (ret)
+		goto out_free;
+	if (p->replay) {
+		/* room for a whole replay and its end marker, as vLLM */
+		ret = bind_socket(ev->zctx, ZMQ_ROUTER, p->replay,
+				  (int)(2 * (ev->p.buffer_steps + 1)), &ev->router);
+		if (ret)
+			goto out_free;
+	}
+	*out = ev;
+	return 0;
+
+out_free:
+	free(sbuf);
+	kvev_destroy(ev);
+	return ret == -ENOENT || ret == -EPROTONOSUPPORT ? -EINVAL : ret;
+}
+
+/** kvev_destroy() - close the sockets and free @ev (NULL: nothing) */
+void kvev_destroy(struct kvev *ev)
+{
+	uint32_t i;
+
+	if (!ev)
+		return;
+	if (ev->pub)
+		zmq_close(ev->pub);
+	if (ev->router)
+		zmq_close(ev->router);
+	if (ev->zctx)
+		zmq_ctx_term(ev->zctx);
+	for (i = 0; ev->ring && i < ev->p.buffer_steps; i++)
+		free(ev->ring[i].data);
+	free(ev->ring);
+	msgpack_sbuffer_destroy(&ev->events);
+	msgpack_sbuffer_destroy(&ev->msg);
+	free(ev->ents);
+	free(ev->revs);
+	pthread_mutex_destroy(&ev->lock);
+	free(ev->hashes);
+	free(ev->cbor);
+	free(ev->topic);
+	free(ev);
+}
+
+/* ---- a thread that publishes a context's events (kvmmd, an embedding engine) ---- */
+
+#define PUMP_BYTES	(KVMM_EVENTS_TOKENS_LEN_MIN * 4)
+
+struct kvev_thread {
+	struct kvmm_ctx *ctx;
+	struct kvev *ev;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	bool stop;
+	uint32_t interval_ms;
+	uint64_t cursor;
+	void *buf;
+	int err;		/* the first error, for kvev_thread_stop() */
+};
+
+/* Publish everything new.  Return: 0 or -errno. */
+static int thread_drain(struct kvev_thread *t)
+{
+	int ret;
+
+	do
+		ret = kvev_pump(t->ev, t->ctx, &t->cursor, t->buf, PUMP_BYTES);
+	while (ret > 0);
+	return ret;
+}
+
+static void *kvev_thread_fn(void *arg)
+{
+	struct kvev_thread *t = arg;
+	bool stop = false;
+	int ret;
+
+	while (!stop) {
+		ret = thread_drain(t);
+		/* the wait between reads is spent answering replay requests */
+		if (!ret)
+			ret = kvev_serve_replay(t->ev, (int)t->interval_ms);
+		pthread_mutex_lock(&t->lock);
+		if (ret < 0 && !t->err)
+			t->err = ret;
+		stop = t->stop;
+		pthread_mutex_unlock(&t->lock);
+	}
+	return NULL;
+}
+
+/**
+ * kvev_thread_start() - publish @ctx's events from a thread of their own
+ * @ctx: the context; its events are turned on here (KVMM_SET_EVENT_TOKENS,
+ *	and KVMM_SET_EVENTS @events_bytes unless they are on already)
+ * @p: the publisher's parameters (page_size is taken from @ctx)
+ * @events_bytes: the event buffer's size when it has none
+ * @interval_ms: how often the buffer is read; replay requests are
+ *	answered in between
+ * @out: the thread
+ *
+ * The engine never waits for the thread: events wait in @ctx's buffer,
+ * which the thread drains one EVENTS read at a time, under the context's
+ * lock only while it copies.
+ *
+ * Return: 0, or -errno (the events' settings, the sockets, the thread).
+ */
+int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_t events_bytes,
+		      uint32_t interval_ms, struct kvev_thread **out)
+{
+	struct kvmm_sqe tokens = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 1 };
+	struct kvmm_sqe bytes = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENTS,
+				  .arg2 = events_bytes };
+	struct kvev_params pp = *p;
+	uint64_t st[NR_KVMM_STATS];
+	struct kvev_thread *t;
+	int ret;
+
+	ret = kvmm_stats(ctx, st, NR_KVMM_STATS);
+	if (ret < 0)
+		return ret;
+	if (st[KVMM_STAT_EVENTS_BYTES] < KVMM_EVENTS_TOKENS_BUF_MIN) {
+		if (!events_bytes)
+			return -EINVAL;
+		ret = kvmm_ioctl(ctx, &bytes, NULL, 0);
+		if (ret)
+			return ret;
+	}
+	ret = kvmm_ioctl(ctx, &tokens, NULL, 0);
+	if (ret)
+		return ret;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->ctx = ctx;
+	t->interval_ms = interval_ms;
+	pp.page_size = kvmm_page_size(ctx);
+	t->buf = aligned_alloc(8, PUMP_BYTES);
+	ret = t->buf ? kvev_create(&pp, &t->ev) : -ENOMEM;
+	if (ret)
+		goto out_free;
+	pthread_mutex_init(&t->lock, NULL);
+	ret = -pthread_create(&t->thread, NULL, kvev_thread_fn, t);
+	if (ret) {
+		pthread_mutex_destroy(&t->lock);
+		kvev_destroy(t->ev);
+		goto out_free;
+	}
+	*out = t;
+	return 0;
+
+out_free:
+	free(t->buf);
+	free(t);
+	return ret;
+}
+
+/** kvev_thread_publisher() - the publisher of thread @t (kvev_lookup()) */
+struct kvev *kvev_thread_publisher(struct kvev_thread *t)
+{
+	return t->ev;
+}
+
+/**
+ * kvev_thread_stop() - publish what is left, stop, close the sockets
+ * @t: the thread (NULL: nothing)
+ * @st: out, what it did (may be NULL)
+ *
+ * Return: 0, or the first error the thread met.
+ */
+int kvev_thread_stop(struct kvev_thread *t, struct kvev_stats *st)
+{
+	int ret;
+
+	if (!t)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	t->stop = true;
+	pthread_mutex_unlock(&t->lock);
+	pthread_join(t->thread, NULL);
+	ret = thread_drain(t);
+	if (st)
+		kvev_get_stats(t->ev, st);
+	kvev_destroy(t->ev);
+	pthread_mutex_destroy(&t->lock);
+	ret = t->err ? t->err : ret;
+	free(t->buf);
+	free(t);
+	return ret;
+}
