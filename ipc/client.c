@@ -428,6 +428,7 @@ KVMM_EXPORT int kvmm_submit(struct kvmm_ring *ring)
 			;
 		return (int)n;
 	}
+	kvmm_spin_say_cpu(&ring->hdr->client_cpu);
 	/* Publish the tail, fence, then read the server's flag (Dekker). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&ring->hdr->sq_sleeping, __ATOMIC_RELAXED))
@@ -461,11 +462,15 @@ struct cq_want {
 	uint32_t want;
 };
 
-static bool cq_enough(const void *arg)
+/* The server cannot post while this thread holds the CPU it last ran on. */
+static enum kvmm_spin_look cq_look(const void *arg)
 {
 	const struct cq_want *w = arg;
 
-	return cq_ready(w->ring) >= w->want;
+	if (cq_ready(w->ring) >= w->want)
+		return KVMM_SPIN_READY;
+	return kvmm_spin_on_my_cpu(&w->ring->hdr->server_cpu) ? KVMM_SPIN_PEER_OFF :
+								  KVMM_SPIN_NOT_YET;
 }
 
 /*
@@ -496,7 +501,7 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_dead
 		cq_room_kick(ring);	/* early, not to spin while it sleeps */
 		if (!start)
 			start = kvmm_now_ns();
-		if (kvmm_spin(&cq_spin, cq_enough, &w))
+		if (kvmm_spin(&cq_spin, cq_look, &w))
 			break;
 		slept = true;
 		/* Set our flag, fence, look again (pairs with the server). */
@@ -524,6 +529,8 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_dead
 				return -ECONNRESET;
 			}
 		}
+		if (!ring->ctx)	/* where the wake-up put us: before we look awake */
+			kvmm_spin_say_cpu(&ring->hdr->client_cpu);
 		__atomic_store_n(&ring->hdr->cq_sleeping, 0, __ATOMIC_RELAXED);
 	}
 	if (slept)	/* the poll gave up: tell it how long the wait was */

@@ -73,8 +73,18 @@ struct kvmm_spin {
 	uint32_t undo;
 };
 
+/* What one look of a poll found: the event, nothing yet, or no use polling. */
+enum kvmm_spin_look {
+	KVMM_SPIN_NOT_YET,
+	KVMM_SPIN_READY,
+	KVMM_SPIN_PEER_OFF,	/* the other side cannot act now: sleep at once */
+};
+
 uint64_t kvmm_now_ns(void);	/* the library's monotonic clock (kvmm/) */
-bool kvmm_spin(struct kvmm_spin *s, bool (*ready)(const void *arg), const void *arg);
+bool kvmm_spin(struct kvmm_spin *s, enum kvmm_spin_look (*look)(const void *arg),
+	       const void *arg);
+void kvmm_spin_say_cpu(uint32_t *cpu);
+bool kvmm_spin_on_my_cpu(const uint32_t *cpu);
 void kvmm_spin_waited(struct kvmm_spin *s, uint64_t waited_ns);
 int kvmm_share_serve(struct kvmm_ctx *ctx, int sock, bool bound,
 		     const struct kvmm_deadline *dl);

@@ -301,9 +301,21 @@ out_refuse:
 }
 
 
-static bool sq_pending(const void *disp)
+/*
+ * Entries to run?  None can come while the client sleeps waiting for
+ * completions, nor while this thread holds the CPU the client last ran on.
+ */
+static enum kvmm_spin_look sq_look(const void *arg)
 {
-	return kvmm_disp_pending(disp);
+	const struct kvmm_client *c = arg;
+	struct kvmm_ring_hdr *hdr = c->region;
+
+	if (kvmm_disp_pending(c->disp))
+		return KVMM_SPIN_READY;
+	if (__atomic_load_n(&hdr->cq_sleeping, __ATOMIC_RELAXED) ||
+	    kvmm_spin_on_my_cpu(&hdr->client_cpu))
+		return KVMM_SPIN_PEER_OFF;
+	return KVMM_SPIN_NOT_YET;
 }
 
 /*
@@ -316,7 +328,7 @@ static bool client_poll(struct kvmm_client *c)
 
 	if (__atomic_exchange_n(poller, true, __ATOMIC_ACQUIRE))
 		return kvmm_disp_pending(c->disp);
-	got = kvmm_spin(&c->spin, sq_pending, c->disp);
+	got = kvmm_spin(&c->spin, sq_look, c);
 	__atomic_store_n(poller, false, __ATOMIC_RELEASE);
 	return got;
 }
@@ -373,6 +385,8 @@ static void client_serve(struct kvmm_client *c)
 	for (;;) {
 		bool cq_full = false;
 		uint64_t idle = 0;
+
+		kvmm_spin_say_cpu(&((struct kvmm_ring_hdr *)c->region)->server_cpu);
 
 		if (kvmm_disp_pending(c->disp)) {
 			if (kvmm_disp_process(c->disp)) {

@@ -631,6 +631,9 @@ struct kvmm_probe {
  * @buf_off, @buf_size: the region's data area (buffer 0 across processes)
  * @flags: KVMM_RING_F_*
  * @ring_id: the dispatcher's id of this ring (owner of its sequences)
+ * @server_cpu, @client_cpu: hints for polling, never trusted: 1 + the
+ *	CPU each side last ran on (0: not said).  A side does not poll for
+ *	what the other side must do on the CPU it holds itself.
  */
 struct kvmm_ring_hdr {
 	__u64	magic;
@@ -646,9 +649,11 @@ struct kvmm_ring_hdr {
 	__u32	ring_id;
 	__u32	resv0[4];
 	__u32	sq_head;	/* offset 64: written by the dispatcher */
-	__u32	pad1[15];
+	__u32	server_cpu;	/* 1 + the CPU it last ran on; 0: not said */
+	__u32	pad1[14];
 	__u32	sq_tail;	/* offset 128: written by the client */
-	__u32	pad2[15];
+	__u32	client_cpu;	/* 1 + the CPU it last ran on; 0: not said */
+	__u32	pad2[14];
 	__u32	cq_head;	/* offset 192: written by the client */
 	__u32	pad3[15];
 	__u32	cq_tail;	/* offset 256: written by the dispatcher */
