@@ -27,7 +27,16 @@ size_t kvmm_ring_buf_off(const struct kvmm_ring_params *p);
 void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params *p,
 			uint32_t ring_id);
 void kvmm_ring_attach(struct kvmm_disp *d, void *region, const struct kvmm_ring_params *p);
+/*
+ * The longest nap on a futex bell: past it a waiter sleeps on its eventfd
+ * doorbell beside the socket (a peer gone), the deadline and the stop
+ * event, which a nap does not watch.
+ */
+#define KVMM_NAP_MS		10
+
 void kvmm_doorbell(int fd);
+void kvmm_wake(uint32_t *sleeping, uint32_t *bell, int fd);
+int kvmm_bell_nap(uint32_t *bell, uint32_t seen, int ms);
 void kvmm_ring_wake(struct kvmm_ring_hdr *hdr, int cq_fd);
 /*
  * struct kvmm_deadline - how long a wait on the other side may last: a

@@ -40,6 +40,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/futex.h>
 #include <linux/sockios.h>
 
 #include <CUnit/CUnit.h>
@@ -546,6 +547,74 @@ static void stop_is_bounded_under_unread_share_replies(void)
 	stop_bounded_under(true, flood_share_requests, NULL);
 }
 
+/*
+ * Commands without a pause: four NOPs in flight, one more as each
+ * completes, until the server goes.
+ */
+static void busy_client(int fd)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8 };
+	struct kvmm_ring ring;
+	struct kvmm_cqe *cqe;
+	uint32_t i;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		_exit(1);
+	for (i = 0; i < 4; i++)
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+	kvmm_submit(&ring);
+	for (i = 0; !kvmm_wait_cqe(&ring, &cqe); i++) {
+		kvmm_cqe_seen(&ring, cqe);
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+		kvmm_submit(&ring);
+		if (i == 1000 && write(fd, "x", 1) != 1)
+			_exit(1);
+	}
+	_exit(0);
+}
+
+/* The SQ's futex bell rung without a pause, and no command behind it. */
+static void bell_ringer(int fd)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8 };
+	struct kvmm_ring ring;
+	uint32_t i;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		_exit(1);
+	for (i = 0;; i++) {
+		__atomic_fetch_add(&ring.hdr->sq_bell, 1, __ATOMIC_RELEASE);
+		syscall(SYS_futex, &ring.hdr->sq_bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+		if (i == 100000 && write(fd, "x", 1) != 1)
+			_exit(1);
+	}
+}
+
+/*
+ * A client that keeps its server thread busy, command after command or
+ * by ringing its bell, does not hold up stop: the thread looked at the
+ * stop event only when it slept on its doorbell, and a thread whose
+ * polls pay, or whose naps are always cut short, never does.
+ */
+static void stop_is_bounded_under_a_busy_client(void)
+{
+	void (*attack[])(int fd) = { busy_client, bell_ringer };
+	uint32_t i;
+
+	for (i = 0; i < 2; i++) {
+		struct kvmm_server *srv;
+		struct kvmm_ctx *ctx = server_up(false, KVMM_SERVER_POLL, &srv);
+		int ready;
+		pid_t pid = attacker(attack[i], &ready);
+
+		CU_ASSERT_FATAL(pid > 0);
+		CU_ASSERT(ready);
+		CU_ASSERT(stop_bounded(srv, pid));
+		waitpid(pid, NULL, 0);
+		server_down(ctx, NULL);
+	}
+}
+
 #define NR_TRICKLERS	256
 
 /* 256 connections, each trickling a byte of hello every 500 ms. */
@@ -983,6 +1052,7 @@ int register_hostile_server_suite(void)
 	ADD_TEST(s, client_that_does_not_read_is_dropped);
 	ADD_TEST(s, stale_seq_id_cannot_close_another_request);
 	ADD_TEST(s, false_polling_hints_lose_no_completion);
+	ADD_TEST(s, stop_is_bounded_under_a_busy_client);
 	/* these run a client as nobody: root only */
 	t = CU_add_test(s, "ring_memfd_cannot_be_shrunk", ring_memfd_cannot_be_shrunk);
 	if (t && !root)
