@@ -506,19 +506,28 @@ static uint32_t cq_ready(const struct kvmm_ring *ring)
 /*
  * struct cq_want - what wait_cq() polls for
  * @ring: the ring; @want: completions ready
+ * @looked: this poll looked at where the server runs
  */
 struct cq_want {
 	const struct kvmm_ring *ring;
 	uint32_t want;
+	bool looked;
 };
 
-/* The server cannot post while this thread holds the CPU it last ran on. */
-static enum kvmm_spin_look cq_look(const void *arg)
+/*
+ * The server cannot post while this thread holds the CPU it last ran on;
+ * nor can it say it moved, so one look at server_cpu, the first, is
+ * enough (the line it shares with sq_head is not pulled over at each).
+ */
+static enum kvmm_spin_look cq_look(void *arg)
 {
-	const struct cq_want *w = arg;
+	struct cq_want *w = arg;
 
 	if (cq_ready(w->ring) >= w->want)
 		return KVMM_SPIN_READY;
+	if (w->looked)
+		return KVMM_SPIN_NOT_YET;
+	w->looked = true;
 	return kvmm_spin_on_my_cpu(&w->ring->hdr->server_cpu) ? KVMM_SPIN_PEER_OFF :
 								  KVMM_SPIN_NOT_YET;
 }
@@ -574,7 +583,7 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_dead
 		{ .fd = ring->cq_fd, .events = POLLIN },
 		{ .fd = ring->sock, .events = POLLIN },
 	};
-	const struct cq_want w = { ring, want };
+	struct cq_want w = { ring, want, false };
 	uint64_t v, start = 0;
 	bool slept = false;
 
@@ -582,6 +591,7 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_dead
 		cq_room_kick(ring);	/* early, not to spin while it sleeps */
 		if (!start)
 			start = kvmm_now_ns();
+		w.looked = false;
 		if (kvmm_spin(&cq_spin, cq_look, &w))
 			break;
 		slept = true;

@@ -90,8 +90,8 @@ enum kvmm_spin_look {
 };
 
 uint64_t kvmm_now_ns(void);	/* the library's monotonic clock (kvmm/) */
-bool kvmm_spin(struct kvmm_spin *s, enum kvmm_spin_look (*look)(const void *arg),
-	       const void *arg);
+bool kvmm_spin(struct kvmm_spin *s, enum kvmm_spin_look (*look)(void *arg),
+	       void *arg);
 void kvmm_spin_say_cpu(uint32_t *cpu);
 bool kvmm_spin_on_my_cpu(const uint32_t *cpu);
 void kvmm_spin_waited(struct kvmm_spin *s, uint64_t waited_ns);

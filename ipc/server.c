@@ -310,7 +310,7 @@ out_refuse:
  * Entries to run?  None can come while the client sleeps waiting for
  * completions, nor while this thread holds the CPU the client last ran on.
  */
-static enum kvmm_spin_look sq_look(const void *arg)
+static enum kvmm_spin_look sq_look(void *arg)
 {
 	const struct kvmm_client *c = arg;
 	struct kvmm_ring_hdr *hdr = c->region;

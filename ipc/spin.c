@@ -112,8 +112,8 @@ bool kvmm_spin_on_my_cpu(const uint32_t *cpu)
  * Return: whether the event came; false means sleep on the doorbell,
  * then tell kvmm_spin_waited() how long the whole wait took.
  */
-bool kvmm_spin(struct kvmm_spin *s, enum kvmm_spin_look (*look)(const void *arg),
-	       const void *arg)
+bool kvmm_spin(struct kvmm_spin *s, enum kvmm_spin_look (*look)(void *arg),
+	       void *arg)
 {
 	enum kvmm_spin_look l;
 	uint64_t start, last, now;

@@ -24,9 +24,9 @@ struct fake_event {
 	uint32_t off_at;
 };
 
-static enum kvmm_spin_look fake_ready(const void *arg)
+static enum kvmm_spin_look fake_ready(void *arg)
 {
-	struct fake_event *e = (struct fake_event *)arg;
+	struct fake_event *e = arg;
 
 	if (++e->looks == e->ready_at)
 		return KVMM_SPIN_READY;
