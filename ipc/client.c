@@ -11,9 +11,14 @@
  *
  * In-process, kvmm_submit() publishes the SQ tail and runs the dispatcher
  * inline: no thread, no syscall.  Across processes it publishes the tail
- * and rings the server's doorbell only if the server said it is going to
- * sleep (sq_sleeping); kvmm_wait_cqe() polls for a while (ipc/spin.c), then sets
- * cq_sleeping, looks once more, and sleeps on its own doorbell.  Each side
+ * and wakes the server only if the server said it is going to sleep
+ * (sq_sleeping), the way it said: a nap on the futex bell in the header
+ * (bump it, FUTEX_WAKE) or a sleep on the eventfd doorbell (write it).
+ * kvmm_wait_cqe() polls for a while (ipc/spin.c), then sets cq_sleeping,
+ * looks once more, and naps on its own bell, at most KVMM_NAP_MS; only
+ * past that does it sleep on its doorbell beside the socket, which shows
+ * a server that went away.  A round trip between two napping sides so
+ * costs a FUTEX_WAKE and a FUTEX_WAIT each, no poll() nor read().  Each side
  * writes its flag, issues a full fence, then re-reads the other side's
  * index, so a wake-up is never lost (the classic Dekker pairing with the
  * other side's "publish, fence, read the flag").  A server whose CQ is
@@ -22,12 +27,14 @@
  * fence and re-check) rings the SQ doorbell when it sees cq_wait.
  */
 #include <errno.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -101,6 +108,7 @@ void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params
 	hdr->buf_size = (uint32_t)p->buf_size;
 	hdr->flags = p->flags;
 	hdr->ring_id = ring_id;
+	hdr->server_wakes = KVMM_RING_WAKES_BELL;
 }
 
 static void ring_notify(void *arg);
@@ -319,6 +327,8 @@ KVMM_EXPORT int kvmm_ring_connect_timeout(const char *path, const struct kvmm_ri
 		kvmm_ring_exit(ring);
 		return -EPROTO;
 	}
+	/* kvmm_submit() rings a napping server's bell */
+	__atomic_store_n(&ring->hdr->client_wakes, KVMM_RING_WAKES_BELL, __ATOMIC_RELAXED);
 	return 0;
 
 out_fds:
@@ -387,16 +397,57 @@ void kvmm_doorbell(int fd)
 	} while (n < 0 && errno == EINTR);
 }
 
+/**
+ * kvmm_wake() - wake the other side if it sleeps, the way it sleeps
+ * @sleeping: its flag (sq_sleeping, cq_sleeping), read after a full fence
+ *	that follows what was published for it
+ * @bell: its futex bell, for KVMM_RING_SLEEP_BELL
+ * @fd: its eventfd doorbell, for anything else but 0
+ *
+ * The sleeper reads the bell, sets its flag, fences and looks once more
+ * before it naps on the bell's value: either it sees what was published,
+ * or this sees its flag, and then the bell moved before FUTEX_WAIT
+ * compares it (or wakes it in there).
+ */
+void kvmm_wake(uint32_t *sleeping, uint32_t *bell, int fd)
+{
+	uint32_t how = __atomic_load_n(sleeping, __ATOMIC_ACQUIRE);
+
+	if (how == KVMM_RING_SLEEP_BELL) {
+		__atomic_fetch_add(bell, 1, __ATOMIC_RELEASE);
+		syscall(SYS_futex, bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+	} else if (how) {
+		kvmm_doorbell(fd);
+	}
+}
+
+/**
+ * kvmm_bell_nap() - sleep on a futex bell while it still reads @seen
+ * @bell: the bell, in the ring's region
+ * @seen: its value read before the sleeper set its flag
+ * @ms: the longest nap (at most KVMM_NAP_MS)
+ *
+ * Return: 0 when the bell rang, or may have (a spurious wake-up, a
+ * signal: the caller looks again); -ETIMEDOUT after @ms without it.
+ */
+int kvmm_bell_nap(uint32_t *bell, uint32_t seen, int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+
+	if (syscall(SYS_futex, bell, FUTEX_WAIT, seen, &ts, NULL, 0) && errno == ETIMEDOUT)
+		return -ETIMEDOUT;
+	return 0;
+}
+
 /*
- * Completions were published: ring the CQ doorbell @cq_fd if the client
- * said it sleeps (it sets cq_sleeping, fences and looks at the CQ again:
- * Dekker's pairing, so one of the two sees the other).
+ * Completions were published: wake the client if it said it sleeps (it
+ * sets cq_sleeping, fences and looks at the CQ again: Dekker's pairing,
+ * so one of the two sees the other).
  */
 void kvmm_ring_wake(struct kvmm_ring_hdr *hdr, int cq_fd)
 {
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&hdr->cq_sleeping, __ATOMIC_RELAXED))
-		kvmm_doorbell(cq_fd);
+	kvmm_wake(&hdr->cq_sleeping, &hdr->cq_bell, cq_fd);
 }
 
 /* In-process: a deferred completion was posted by the I/O worker. */
@@ -428,10 +479,10 @@ KVMM_EXPORT int kvmm_submit(struct kvmm_ring *ring)
 			;
 		return (int)n;
 	}
+	kvmm_spin_say_cpu(&ring->hdr->client_cpu);
 	/* Publish the tail, fence, then read the server's flag (Dekker). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&ring->hdr->sq_sleeping, __ATOMIC_RELAXED))
-		kvmm_doorbell(ring->sq_fd);
+	kvmm_wake(&ring->hdr->sq_sleeping, &ring->hdr->sq_bell, ring->sq_fd);
 	return (int)n;
 }
 
@@ -455,17 +506,30 @@ static uint32_t cq_ready(const struct kvmm_ring *ring)
 /*
  * struct cq_want - what wait_cq() polls for
  * @ring: the ring; @want: completions ready
+ * @looked: this poll looked at where the server runs
  */
 struct cq_want {
 	const struct kvmm_ring *ring;
 	uint32_t want;
+	bool looked;
 };
 
-static bool cq_enough(const void *arg)
+/*
+ * The server cannot post while this thread holds the CPU it last ran on;
+ * nor can it say it moved, so one look at server_cpu, the first, is
+ * enough (the line it shares with sq_head is not pulled over at each).
+ */
+static enum kvmm_spin_look cq_look(void *arg)
 {
-	const struct cq_want *w = arg;
+	struct cq_want *w = arg;
 
-	return cq_ready(w->ring) >= w->want;
+	if (cq_ready(w->ring) >= w->want)
+		return KVMM_SPIN_READY;
+	if (w->looked)
+		return KVMM_SPIN_NOT_YET;
+	w->looked = true;
+	return kvmm_spin_on_my_cpu(&w->ring->hdr->server_cpu) ? KVMM_SPIN_PEER_OFF :
+								  KVMM_SPIN_NOT_YET;
 }
 
 /*
@@ -479,8 +543,39 @@ static void cq_room_kick(struct kvmm_ring *ring)
 }
 
 /*
+ * Nap on the CQ bell (a futex: no descriptor to read afterwards), at most
+ * KVMM_NAP_MS and never past @d.
+ * Return: 0 when woken, or when the completions were there; -ETIMEDOUT
+ * when the nap ran out, or the server does not ring bells: sleep on the
+ * doorbell next, beside the socket.
+ */
+static int cq_nap(struct kvmm_ring *ring, uint32_t want, const struct kvmm_deadline *d)
+{
+	struct kvmm_ring_hdr *hdr = ring->hdr;
+	uint32_t seen = __atomic_load_n(&hdr->cq_bell, __ATOMIC_ACQUIRE);
+	int ms = kvmm_deadline_left(d), ret = 0;
+
+	if (!(__atomic_load_n(&hdr->server_wakes, __ATOMIC_RELAXED) & KVMM_RING_WAKES_BELL))
+		return -ETIMEDOUT;	/* a server that only writes the doorbell */
+	if (ms < 0 || ms > KVMM_NAP_MS)
+		ms = KVMM_NAP_MS;
+	/* Read the bell, set our flag, fence, look again (kvmm_wake()). */
+	__atomic_store_n(&hdr->cq_sleeping, KVMM_RING_SLEEP_BELL, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	cq_room_kick(ring);	/* after the fence: pairs with the server's */
+	if (cq_ready(ring) < want)
+		ret = ms ? kvmm_bell_nap(&hdr->cq_bell, seen, ms) : -ETIMEDOUT;
+	if (!ring->ctx)	/* where the wake-up put us: before we look awake */
+		kvmm_spin_say_cpu(&hdr->client_cpu);
+	__atomic_store_n(&hdr->cq_sleeping, 0, __ATOMIC_RELAXED);
+	return ret;
+}
+
+/*
  * Wait until @want completions are ready: across processes, or in-process
- * for completions the I/O worker owes (there is no socket then).
+ * for completions the I/O worker owes (there is no socket then).  After a
+ * poll, a nap on the bell; only a nap that ran out is followed by a sleep
+ * on the doorbell, which sees the server go and the deadline pass.
  */
 static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_deadline *d)
 {
@@ -488,7 +583,7 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_dead
 		{ .fd = ring->cq_fd, .events = POLLIN },
 		{ .fd = ring->sock, .events = POLLIN },
 	};
-	const struct cq_want w = { ring, want };
+	struct cq_want w = { ring, want, false };
 	uint64_t v, start = 0;
 	bool slept = false;
 
@@ -496,11 +591,15 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_dead
 		cq_room_kick(ring);	/* early, not to spin while it sleeps */
 		if (!start)
 			start = kvmm_now_ns();
-		if (kvmm_spin(&cq_spin, cq_enough, &w))
+		w.looked = false;
+		if (kvmm_spin(&cq_spin, cq_look, &w))
 			break;
 		slept = true;
+		if (!cq_nap(ring, want, d))
+			continue;
 		/* Set our flag, fence, look again (pairs with the server). */
-		__atomic_store_n(&ring->hdr->cq_sleeping, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&ring->hdr->cq_sleeping, KVMM_RING_SLEEP_DOORBELL,
+				 __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		cq_room_kick(ring);	/* after the fence: pairs with the server's */
 		if (cq_ready(ring) < want) {
@@ -524,6 +623,8 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_dead
 				return -ECONNRESET;
 			}
 		}
+		if (!ring->ctx)	/* where the wake-up put us: before we look awake */
+			kvmm_spin_say_cpu(&ring->hdr->client_cpu);
 		__atomic_store_n(&ring->hdr->cq_sleeping, 0, __ATOMIC_RELAXED);
 	}
 	if (slept)	/* the poll gave up: tell it how long the wait was */

@@ -27,7 +27,16 @@ size_t kvmm_ring_buf_off(const struct kvmm_ring_params *p);
 void kvmm_ring_hdr_init(struct kvmm_ring_hdr *hdr, const struct kvmm_ring_params *p,
 			uint32_t ring_id);
 void kvmm_ring_attach(struct kvmm_disp *d, void *region, const struct kvmm_ring_params *p);
+/*
+ * The longest nap on a futex bell: past it a waiter sleeps on its eventfd
+ * doorbell beside the socket (a peer gone), the deadline and the stop
+ * event, which a nap does not watch.
+ */
+#define KVMM_NAP_MS		10
+
 void kvmm_doorbell(int fd);
+void kvmm_wake(uint32_t *sleeping, uint32_t *bell, int fd);
+int kvmm_bell_nap(uint32_t *bell, uint32_t seen, int ms);
 void kvmm_ring_wake(struct kvmm_ring_hdr *hdr, int cq_fd);
 /*
  * struct kvmm_deadline - how long a wait on the other side may last: a
@@ -73,8 +82,18 @@ struct kvmm_spin {
 	uint32_t undo;
 };
 
+/* What one look of a poll found: the event, nothing yet, or no use polling. */
+enum kvmm_spin_look {
+	KVMM_SPIN_NOT_YET,
+	KVMM_SPIN_READY,
+	KVMM_SPIN_PEER_OFF,	/* the other side cannot act now: sleep at once */
+};
+
 uint64_t kvmm_now_ns(void);	/* the library's monotonic clock (kvmm/) */
-bool kvmm_spin(struct kvmm_spin *s, bool (*ready)(const void *arg), const void *arg);
+bool kvmm_spin(struct kvmm_spin *s, enum kvmm_spin_look (*look)(void *arg),
+	       void *arg);
+void kvmm_spin_say_cpu(uint32_t *cpu);
+bool kvmm_spin_on_my_cpu(const uint32_t *cpu);
 void kvmm_spin_waited(struct kvmm_spin *s, uint64_t waited_ns);
 int kvmm_share_serve(struct kvmm_ctx *ctx, int sock, bool bound,
 		     const struct kvmm_deadline *dl);

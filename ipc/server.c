@@ -19,9 +19,10 @@
  * serves the ring:
  * consume pending entries (one context lock per batch), ring the client's
  * doorbell if it sleeps, poll for a while (ipc/spin.c: longer in polling
- * mode, and one thread of the server at a time), then sleep on the SQ
- * doorbell, the socket and the server's stop event.  When the
- * CQ is full the thread sleeps the same way, with cq_wait set: the client
+ * mode, and one thread of the server at a time), nap on the SQ's futex
+ * bell for at most KVMM_NAP_MS, then sleep on the SQ doorbell, the
+ * socket and the server's stop event.  When the
+ * CQ is full the thread sleeps on the doorbell at once, with cq_wait set: the client
  * rings the SQ doorbell once it has reaped and waits (or submits), so a
  * client that leaves its CQ full costs nothing while it sleeps.  The only
  * thing a client may write after its hello is a request for the KV pool
@@ -41,7 +42,10 @@
  * event: every socket is non-blocking, and what the server sends (the
  * welcome, share answers) must be out within send_ms, what it reads
  * after the hello (a share request, once its first byte came) within
- * handshake_ms.  So kvmm_server_stop() ends in bounded time whatever the
+ * handshake_ms; a nap on the bell lasts KVMM_NAP_MS at most, and a ring
+ * thread looks at the server's stop flag after each command and each
+ * nap, so a client that keeps it busy does not keep it from stopping.
+ * So kvmm_server_stop() ends in bounded time whatever the
  * clients do.  The limits (struct kvmm_server_limits) are set with
  * kvmm_server_set_limits().
  */
@@ -118,6 +122,7 @@ struct kvmm_pending {
  * @acceptor: the accepting thread
  * @poller: a client thread polls its empty SQ (at most one at a time,
  *	so an idle server never holds more than one core)
+ * @stopping: kvmm_server_stop() has begun: client threads leave
  * @lock: protects @clients and @nr_clients; taken to change @lim
  * @lim: the limits (each field read on its own, atomically)
  * @flags: KVMM_SERVER_*
@@ -128,7 +133,7 @@ struct kvmm_server {
 	struct kvmm_ctx *ctx;
 	int lsock, stop_fd;
 	pthread_t acceptor;
-	bool poller;
+	bool poller, stopping;
 	pthread_mutex_t lock;
 	struct kvmm_client *clients;
 	uint32_t nr_clients;
@@ -301,9 +306,21 @@ out_refuse:
 }
 
 
-static bool sq_pending(const void *disp)
+/*
+ * Entries to run?  None can come while the client sleeps waiting for
+ * completions, nor while this thread holds the CPU the client last ran on.
+ */
+static enum kvmm_spin_look sq_look(void *arg)
 {
-	return kvmm_disp_pending(disp);
+	const struct kvmm_client *c = arg;
+	struct kvmm_ring_hdr *hdr = c->region;
+
+	if (kvmm_disp_pending(c->disp))
+		return KVMM_SPIN_READY;
+	if (__atomic_load_n(&hdr->cq_sleeping, __ATOMIC_RELAXED) ||
+	    kvmm_spin_on_my_cpu(&hdr->client_cpu))
+		return KVMM_SPIN_PEER_OFF;
+	return KVMM_SPIN_NOT_YET;
 }
 
 /*
@@ -316,7 +333,7 @@ static bool client_poll(struct kvmm_client *c)
 
 	if (__atomic_exchange_n(poller, true, __ATOMIC_ACQUIRE))
 		return kvmm_disp_pending(c->disp);
-	got = kvmm_spin(&c->spin, sq_pending, c->disp);
+	got = kvmm_spin(&c->spin, sq_look, c);
 	__atomic_store_n(poller, false, __ATOMIC_RELEASE);
 	return got;
 }
@@ -341,7 +358,7 @@ static bool client_sleep(struct kvmm_client *c, struct pollfd *pfd, bool cq_full
 	 * wait_cq() (ipc/client.c), so its doorbell wakes us and no timer
 	 * is needed.
 	 */
-	__atomic_store_n(&hdr->sq_sleeping, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&hdr->sq_sleeping, KVMM_RING_SLEEP_DOORBELL, __ATOMIC_RELAXED);
 	__atomic_store_n(&hdr->cq_wait, cq_full, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	ran = kvmm_disp_pending(c->disp) && kvmm_disp_process(c->disp);
@@ -361,6 +378,33 @@ static bool client_sleep(struct kvmm_client *c, struct pollfd *pfd, bool cq_full
 	return true;
 }
 
+/*
+ * Nap on the SQ bell (a futex: no descriptor to read afterwards) for the
+ * client's next entries, at most KVMM_NAP_MS: the socket and the stop
+ * event are not watched meanwhile, so a nap that runs out is followed by
+ * a sleep on the doorbell (client_sleep()).
+ * Return: true when woken, or when entries came before it slept; false
+ * when it ran out, or the client does not ring bells.
+ */
+static bool client_nap(struct kvmm_client *c, uint64_t idle)
+{
+	struct kvmm_ring_hdr *hdr = c->region;
+	uint32_t seen = __atomic_load_n(&hdr->sq_bell, __ATOMIC_ACQUIRE);
+	bool woke = true;
+
+	if (!(__atomic_load_n(&hdr->client_wakes, __ATOMIC_RELAXED) & KVMM_RING_WAKES_BELL))
+		return false;	/* a client that only writes the doorbell */
+	/* Read the bell, set our flag, fence, look again (kvmm_wake()). */
+	__atomic_store_n(&hdr->sq_sleeping, KVMM_RING_SLEEP_BELL, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!kvmm_disp_pending(c->disp))
+		woke = !kvmm_bell_nap(&hdr->sq_bell, seen, KVMM_NAP_MS);
+	__atomic_store_n(&hdr->sq_sleeping, 0, __ATOMIC_RELAXED);
+	if (woke)	/* how long the SQ stayed empty: worth polling? */
+		kvmm_spin_waited(&c->spin, kvmm_now_ns() - idle);
+	return woke;
+}
+
 /* Serve until the client goes or the server stops. */
 static void client_serve(struct kvmm_client *c)
 {
@@ -374,6 +418,11 @@ static void client_serve(struct kvmm_client *c)
 		bool cq_full = false;
 		uint64_t idle = 0;
 
+		/* a client that keeps us busy does not keep the server from stopping */
+		if (__atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED))
+			return;
+		kvmm_spin_say_cpu(&((struct kvmm_ring_hdr *)c->region)->server_cpu);
+
 		if (kvmm_disp_pending(c->disp)) {
 			if (kvmm_disp_process(c->disp)) {
 				notify_client(c);
@@ -382,7 +431,7 @@ static void client_serve(struct kvmm_client *c)
 			cq_full = true;	/* the client must reap first */
 		} else {
 			idle = kvmm_now_ns();
-			if (client_poll(c))
+			if (client_poll(c) || client_nap(c, idle))
 				continue;
 		}
 		if (!client_sleep(c, pfd, cq_full, idle))
@@ -701,6 +750,7 @@ KVMM_EXPORT void kvmm_server_stop(struct kvmm_server *srv)
 {
 	if (!srv)
 		return;
+	__atomic_store_n(&srv->stopping, true, __ATOMIC_RELAXED);	/* seen after a nap */
 	kvmm_doorbell(srv->stop_fd);	/* never read: every poller sees it */
 	pthread_join(srv->acceptor, NULL);
 	pthread_mutex_lock(&srv->lock);

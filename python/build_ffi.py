@@ -145,7 +145,7 @@ static uint32_t kvmm_py_cq_arm(struct kvmm_ring *ring)
 	if (ready)
 		return ready;
 	kvmm_py_kick(ring);
-	__atomic_store_n(&ring->hdr->cq_sleeping, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&ring->hdr->cq_sleeping, KVMM_RING_SLEEP_DOORBELL, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	kvmm_py_kick(ring);
 	return kvmm_py_cq_ready(ring);

@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: MIT
 # scripts/bench.sh BENCH WORKLOAD OUT [TRACE] - what `make bench` runs: the micro
 # and ring benchmarks, then the shared workload replay at page sizes 1 and
-# 16 and through an in-process and a cross-process ring (median of 9).  JSON lines go to stdout and to OUT.  Benchmarks never
-# fail on a number: the figures are for people to read.
+# 16 and through an in-process and a cross-process ring (median of 9), and the
+# cross-process/direct ratio quiet and with CPU 1 busy (kvmm-bench ratio).
+# JSON lines go to stdout and to OUT.  Benchmarks never fail on a number:
+# the figures are for people to read.
 set -eu
 bench=$1
 workload=$2
@@ -34,6 +36,10 @@ if [ -r "$workload" ]; then
 		"$bench" replay --workload "$workload" --via "$via" --repeat 9 --json |
 			tee -a "$out"
 	done
+	if [ "$(nproc)" -ge 2 ]; then
+		echo "bench: ratio: replay through another process / direct, quiet and CPU 1 busy" >&2
+		"$bench" ratio --workload "$workload" --json | tee -a "$out"
+	fi
 else
 	echo "bench: $workload not found: replay skipped (pass WORKLOAD=FILE)" >&2
 fi

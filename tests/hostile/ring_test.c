@@ -24,6 +24,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "../../tools/lib/tools.h"
 #include "../helpers.h"
 #include "hostile.h"
@@ -349,6 +351,78 @@ static void bench_contender_dies_with_its_parent(void)
 }
 
 /*
+ * kvmm-bench ratio: a line per page size and load, each JSON with the
+ * medians and the ratio, for a workload of one request; options that
+ * name nothing are usage errors (exit 2) saying which; a workload it
+ * cannot read is exit 1.
+ */
+static void bench_ratio_prints_both_loads_and_refuses_bad_options(void)
+{
+	static const char *const bad[][3] = {
+		{ "--rounds", "0", "--rounds" },
+		{ "--rounds", "65", "--rounds" },
+		{ "--repeat", "0", "--repeat" },
+		{ "--page-size", "3", "--page-size" },
+		{ "--contend", "100000", "--contend" },
+	};
+	char path[] = "/tmp/kvmm-ratio-XXXXXX", cpu[16];
+	const char *argv[] = { "kvmm-bench", "ratio", "--workload", path, "--rounds", "1",
+			       "--repeat", "1", "--contend", cpu, "--json", NULL };
+	static char out[4096];
+	const char *loads[] = { "quiet", "contended" };
+	char *line, *save = NULL;
+	unsigned n = 0, i;
+	json_error_t err;
+	cpu_set_t set;
+	int fd = mkstemp(path);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(write(fd, tiny_workload, sizeof(tiny_workload) - 1) > 0);
+	close(fd);
+	CU_ASSERT_FATAL(!sched_getaffinity(0, sizeof(set), &set));
+	for (i = 0; i < CPU_SETSIZE && !CPU_ISSET(i, &set); i++)
+		;
+	snprintf(cpu, sizeof(cpu), "%u", i);
+	CU_ASSERT_EQUAL(hostile_run(argv, out, sizeof(out), 60000), 0);
+	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save), n++) {
+		json_t *j = json_loads(line, 0, &err);
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "bench")), "ratio");
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "page_size")),
+				n < 2 ? 1 : 16);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "load")),
+				       loads[n % 2]);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "contend")),
+				n % 2 ? (json_int_t)i : -1);
+		CU_ASSERT(json_number_value(json_object_get(j, "direct_us")) > 0);
+		CU_ASSERT(json_number_value(json_object_get(j, "remote_us")) > 0);
+		CU_ASSERT(json_number_value(json_object_get(j, "remote_over_direct")) > 0);
+		json_decref(j);
+	}
+	CU_ASSERT_EQUAL(n, 4);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *a[] = { "kvmm-bench", "ratio", "--workload", path, bad[i][0],
+				    bad[i][1], NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), 10000), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, bad[i][2]));
+	}
+	{
+		const char *a[] = { "kvmm-bench", "ratio", NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), 10000), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--workload"));
+	}
+	unlink(path);
+	{
+		const char *a[] = { "kvmm-bench", "ratio", "--workload", path, NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), 10000), 1);
+	}
+}
+
+/*
  * ring_sqe(), the tools' kvmm_get_sqe() that never hands out NULL: a full
  * SQ of the caller's own unsubmitted entries is -ENOSPC at once; one of
  * submitted entries the dispatcher cannot take (the CQ is full) is -EBUSY
@@ -402,5 +476,6 @@ int register_hostile_ring_suite(void)
 	ADD_TEST(s, bench_ring_server_dies_with_its_parent);
 	ADD_TEST(s, bench_contender_dies_with_its_parent);
 	ADD_TEST(s, ring_sqe_full_sq_fails_instead_of_null);
+	ADD_TEST(s, bench_ratio_prints_both_loads_and_refuses_bad_options);
 	return 0;
 }

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/futex.h>
 #include <linux/sockios.h>
 
 #include <CUnit/CUnit.h>
@@ -545,6 +547,74 @@ static void stop_is_bounded_under_unread_share_replies(void)
 	stop_bounded_under(true, flood_share_requests, NULL);
 }
 
+/*
+ * Commands without a pause: four NOPs in flight, one more as each
+ * completes, until the server goes.
+ */
+static void busy_client(int fd)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8 };
+	struct kvmm_ring ring;
+	struct kvmm_cqe *cqe;
+	uint32_t i;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		_exit(1);
+	for (i = 0; i < 4; i++)
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+	kvmm_submit(&ring);
+	for (i = 0; !kvmm_wait_cqe(&ring, &cqe); i++) {
+		kvmm_cqe_seen(&ring, cqe);
+		kvmm_prep_nop(kvmm_get_sqe(&ring));
+		kvmm_submit(&ring);
+		if (i == 1000 && write(fd, "x", 1) != 1)
+			_exit(1);
+	}
+	_exit(0);
+}
+
+/* The SQ's futex bell rung without a pause, and no command behind it. */
+static void bell_ringer(int fd)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 8 };
+	struct kvmm_ring ring;
+	uint32_t i;
+
+	if (kvmm_ring_connect(sock, &rp, &ring))
+		_exit(1);
+	for (i = 0;; i++) {
+		__atomic_fetch_add(&ring.hdr->sq_bell, 1, __ATOMIC_RELEASE);
+		syscall(SYS_futex, &ring.hdr->sq_bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+		if (i == 100000 && write(fd, "x", 1) != 1)
+			_exit(1);
+	}
+}
+
+/*
+ * A client that keeps its server thread busy, command after command or
+ * by ringing its bell, does not hold up stop: the thread looked at the
+ * stop event only when it slept on its doorbell, and a thread whose
+ * polls pay, or whose naps are always cut short, never does.
+ */
+static void stop_is_bounded_under_a_busy_client(void)
+{
+	void (*attack[])(int fd) = { busy_client, bell_ringer };
+	uint32_t i;
+
+	for (i = 0; i < 2; i++) {
+		struct kvmm_server *srv;
+		struct kvmm_ctx *ctx = server_up(false, KVMM_SERVER_POLL, &srv);
+		int ready;
+		pid_t pid = attacker(attack[i], &ready);
+
+		CU_ASSERT_FATAL(pid > 0);
+		CU_ASSERT(ready);
+		CU_ASSERT(stop_bounded(srv, pid));
+		waitpid(pid, NULL, 0);
+		server_down(ctx, NULL);
+	}
+}
+
 #define NR_TRICKLERS	256
 
 /* 256 connections, each trickling a byte of hello every 500 ms. */
@@ -884,6 +954,69 @@ static int stale_close(void *arg)
 }
 
 /*
+ * struct hint_writer - a client thread writing polling hints at random
+ * @hdr: the ring's header; @stop: set to end it
+ */
+struct hint_writer {
+	struct kvmm_ring_hdr *hdr;
+	bool stop;
+};
+
+static void *write_hints(void *arg)
+{
+	struct hint_writer *w = arg;
+	uint32_t x = 12345;
+
+	while (!__atomic_load_n(&w->stop, __ATOMIC_RELAXED)) {
+		x = x * 1103515245 + 12345;
+		/* its CPU as anything, the server's too, and "asleep" */
+		__atomic_store_n(&w->hdr->client_cpu, x >> 16 & 7, __ATOMIC_RELAXED);
+		__atomic_store_n(&w->hdr->server_cpu, x >> 20 & 7, __ATOMIC_RELAXED);
+		__atomic_store_n(&w->hdr->cq_sleeping, 1, __ATOMIC_RELAXED);
+		sched_yield();
+	}
+	return NULL;
+}
+
+/*
+ * The polling hints in the ring header (the CPU each side ran on, the
+ * client asleep) only choose between polling and sleeping: a client that
+ * writes false ones meanwhile still gets every completion, in polling
+ * mode and not, and the server stops with kvmm_check() holding.
+ */
+static void false_polling_hints_lose_no_completion(void)
+{
+	const struct timespec t = { .tv_sec = 5 };
+	struct kvmm_ring_params rp = { .sq_entries = 8 };
+	uint32_t mode, i, done;
+
+	for (mode = 0; mode < 2; mode++) {
+		struct kvmm_server *srv;
+		struct kvmm_ctx *ctx = server_up(false, mode ? KVMM_SERVER_POLL : 0, &srv);
+		struct hint_writer w = { 0 };
+		struct kvmm_ring ring;
+		struct kvmm_cqe *cqe;
+		pthread_t th;
+
+		CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock, &rp, &ring), 0);
+		w.hdr = ring.hdr;
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, write_hints, &w), 0);
+		for (i = done = 0; i < 500; i++) {
+			kvmm_prep_nop(kvmm_get_sqe(&ring));
+			if (kvmm_submit(&ring) != 1 || kvmm_wait_cqe_timeout(&ring, &cqe, &t))
+				break;
+			done += cqe->res == 0;
+			kvmm_cqe_seen(&ring, cqe);
+		}
+		__atomic_store_n(&w.stop, true, __ATOMIC_RELAXED);
+		pthread_join(th, NULL);
+		CU_ASSERT_EQUAL(done, 500);
+		kvmm_ring_exit(&ring);
+		server_down(ctx, srv);
+	}
+}
+
+/*
  * A stale sequence id through kvmmd fails with -ESTALE and the request
  * that reuses the row keeps its pages and KV; kvmmd stops with
  * kvmm_check() holding.
@@ -918,6 +1051,8 @@ int register_hostile_server_suite(void)
 	ADD_TEST(s, kvmmd_sigterm_is_bounded_under_a_trickled_hello);
 	ADD_TEST(s, client_that_does_not_read_is_dropped);
 	ADD_TEST(s, stale_seq_id_cannot_close_another_request);
+	ADD_TEST(s, false_polling_hints_lose_no_completion);
+	ADD_TEST(s, stop_is_bounded_under_a_busy_client);
 	/* these run a client as nobody: root only */
 	t = CU_add_test(s, "ring_memfd_cannot_be_shrunk", ring_memfd_cannot_be_shrunk);
 	if (t && !root)

@@ -119,6 +119,54 @@ static void polling_server_sleeps_when_idle(void)
 	kvmm_destroy(ctx);
 }
 
+/*
+ * A side naps on its futex bell only when the other side says it rings
+ * it (client_wakes, server_wakes): with both cleared, as an older peer
+ * leaves them, the server thread only ever sleeps on its eventfd
+ * doorbell (never KVMM_RING_SLEEP_BELL in sq_sleeping), and commands
+ * after idle spells still complete, both ways.  Set, it naps.
+ */
+static void older_peers_are_woken_on_their_doorbells(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(1, 256, 8, 128);
+	struct kvmm_ring_params rp = { .sq_entries = 8 };
+	struct kvmm_server *srv;
+	struct kvmm_ring ring;
+	uint32_t how, i, k, bell = 0, naps = 0;
+
+	CU_ASSERT_EQUAL_FATAL(kvmm_server_start(ctx, test_path("old"), 0, &srv), 0);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_connect(sock_path, &rp, &ring), 0);
+	CU_ASSERT_EQUAL(ring.hdr->server_wakes, KVMM_RING_WAKES_BELL);
+	CU_ASSERT_EQUAL(ring.hdr->client_wakes, KVMM_RING_WAKES_BELL);
+	for (k = 0; k < 2; k++) {
+		uint32_t wakes = k ? KVMM_RING_WAKES_BELL : 0;
+
+		__atomic_store_n(&ring.hdr->client_wakes, wakes, __ATOMIC_RELAXED);
+		__atomic_store_n(&ring.hdr->server_wakes, wakes, __ATOMIC_RELAXED);
+		for (i = 0; i < 20; i++) {
+			kvmm_prep_nop(TEST_SQE(&ring));
+			CU_ASSERT_EQUAL(test_ring1(&ring, NULL), 0);
+			/* idle: the thread polls, (naps,) then sleeps on its doorbell */
+			while (!wait_server_sleeps(&ring) ||
+			       __atomic_load_n(&ring.hdr->sq_sleeping, __ATOMIC_ACQUIRE) !=
+			       KVMM_RING_SLEEP_DOORBELL) {
+				how = __atomic_load_n(&ring.hdr->sq_sleeping, __ATOMIC_ACQUIRE);
+				naps += how == KVMM_RING_SLEEP_BELL;
+				if (!k && how == KVMM_RING_SLEEP_BELL)
+					bell++;
+				usleep(100);
+			}
+		}
+	}
+	CU_ASSERT_EQUAL(bell, 0);	/* cleared: never a nap */
+	CU_ASSERT(naps > 0);		/* set: 20 naps of 10 ms, seen at least once */
+	kvmm_ring_exit(&ring);
+	CU_ASSERT(wait_no_clients(srv));
+	kvmm_server_stop(srv);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 /* Child: attach, take sequences and a pin, report, then wait to be killed. */
 static void child_hold_and_wait(const char *path, int fd)
 {
@@ -419,6 +467,7 @@ int register_server_suite(void)
 	ADD_TEST(s, server_start_checks_the_path);
 	ADD_TEST(s, server_keeps_a_bound_client_to_its_namespace);
 	ADD_TEST(s, polling_server_sleeps_when_idle);
+	ADD_TEST(s, older_peers_are_woken_on_their_doorbells);
 	{
 		CU_pTest t = CU_add_test(s, "server_binds_each_user_to_its_uid",
 					 server_binds_each_user_to_its_uid);

@@ -6,6 +6,7 @@
  * is two looks or more and "slept straight away" exactly one, whatever
  * the scheduler does to the test meanwhile.
  */
+#include <sched.h>
 #include <stdint.h>
 
 #include "../helpers.h"
@@ -15,17 +16,21 @@
  * struct fake_event - what a poller waits for
  * @looks: times ready() looked
  * @ready_at: the look at which it is there (1 up); 0: never
+ * @off_at: the look from which the other side cannot act (1 up); 0: never
  */
 struct fake_event {
 	uint32_t looks;
 	uint32_t ready_at;
+	uint32_t off_at;
 };
 
-static bool fake_ready(const void *arg)
+static enum kvmm_spin_look fake_ready(void *arg)
 {
-	struct fake_event *e = (struct fake_event *)arg;
+	struct fake_event *e = arg;
 
-	return ++e->looks == e->ready_at;
+	if (++e->looks == e->ready_at)
+		return KVMM_SPIN_READY;
+	return e->off_at && e->looks >= e->off_at ? KVMM_SPIN_PEER_OFF : KVMM_SPIN_NOT_YET;
 }
 
 /* One wait as ipc/ does it: poll, and after a failed poll sleep, here 5 µs. */
@@ -144,6 +149,68 @@ static void spin_with_no_budget_only_looks(void)
 	CU_ASSERT_EQUAL(s.budget_ns, 50000);
 }
 
+/*
+ * A look that finds the other side cannot act (it last ran on this very
+ * CPU, or sleeps) ends the poll there: no look after it.  It is not a
+ * failed poll: neither the budget nor the back-off moves, so the next
+ * wait polls as before.  (Polls used to spin their whole budget on the
+ * CPU the other side needed, and then back off from polling altogether.)
+ */
+static void spin_stops_at_once_when_the_peer_is_off(void)
+{
+	struct kvmm_spin s = { .budget_ns = 50000, .max_ns = 50000 };
+	struct fake_event e;
+	uint32_t i;
+	bool got;
+
+	for (i = 0; i < 100; i++) {
+		e = (struct fake_event){ .off_at = 1 };
+		CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, &e));
+		CU_ASSERT_EQUAL(e.looks, 1);
+		e = (struct fake_event){ .off_at = 4 };
+		CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, &e));
+		CU_ASSERT_EQUAL(e.looks, 4);
+		CU_ASSERT_EQUAL(s.backoff, 0);
+		CU_ASSERT_EQUAL(s.skip, 0);
+		CU_ASSERT_EQUAL(s.budget_ns, 50000);
+	}
+	/* the event first: it counts, whatever the other side does next */
+	e = (struct fake_event){ .ready_at = 2, .off_at = 3 };
+	CU_ASSERT(kvmm_spin(&s, fake_ready, &e));
+	/* and a poll that pays still polls */
+	CU_ASSERT_EQUAL(one_wait(&s, 3, &got), 3);
+	CU_ASSERT(got);
+	/* while a back-off lasts, one look, and it may find the event */
+	CU_ASSERT(one_wait(&s, 0, &got) >= 2);
+	CU_ASSERT_EQUAL(s.backoff, 1);
+	e = (struct fake_event){ .ready_at = 1 };
+	CU_ASSERT(kvmm_spin(&s, fake_ready, &e));
+	CU_ASSERT_EQUAL(e.looks, 1);
+}
+
+/* Each side names its CPU (1 up); 0 means unknown and is nobody's. */
+static void spin_cpu_hints(void)
+{
+	uint32_t mine = 0, other;
+	cpu_set_t set, old;
+	int cpu;
+
+	CU_ASSERT_FALSE(kvmm_spin_on_my_cpu(&mine));
+	/* stay on one CPU while the hint is compared */
+	CU_ASSERT_FATAL(!sched_getaffinity(0, sizeof(old), &old));
+	cpu = sched_getcpu();
+	CU_ASSERT_FATAL(cpu >= 0);
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	CU_ASSERT_FATAL(!sched_setaffinity(0, sizeof(set), &set));
+	kvmm_spin_say_cpu(&mine);
+	CU_ASSERT_EQUAL(mine, (uint32_t)cpu + 1);
+	CU_ASSERT(kvmm_spin_on_my_cpu(&mine));
+	other = mine + 1;
+	CU_ASSERT_FALSE(kvmm_spin_on_my_cpu(&other));
+	CU_ASSERT(!sched_setaffinity(0, sizeof(old), &old));
+}
+
 int register_spin_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_spin", NULL, NULL);
@@ -154,5 +221,7 @@ int register_spin_suite(void)
 	ADD_TEST(s, spin_keeps_polling_while_polls_pay);
 	ADD_TEST(s, spin_idle_spells_do_not_back_off);
 	ADD_TEST(s, spin_with_no_budget_only_looks);
+	ADD_TEST(s, spin_stops_at_once_when_the_peer_is_off);
+	ADD_TEST(s, spin_cpu_hints);
 	return 0;
 }

@@ -65,6 +65,7 @@ int cmd_replay(int argc, char **argv);
 int cmd_micro(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_ring(int argc, char **argv);
+int cmd_ratio(int argc, char **argv);
 int cmd_tiers(int argc, char **argv);
 int cmd_cuda(int argc, char **argv);
 int cmd_trace(int argc, char **argv);

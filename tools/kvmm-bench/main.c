@@ -7,6 +7,7 @@
  *   kvmm-bench replay --workload FILE [options] [--json]
  *   kvmm-bench demo
  *   kvmm-bench ring [--json] [--quick]
+ *   kvmm-bench ratio --workload FILE [options] [--json]
  *   kvmm-bench tiers [--json] [--quick]
  *   kvmm-bench cuda [--json] [--driver LIB] [--set-mib N]
  *   kvmm-bench latency [--json] [--quick] [--nvme-file PATH]
@@ -30,6 +31,8 @@ static void usage(FILE *f)
 		"  replay --workload FILE ... replay a shared workload (see replay --help)\n"
 		"  demo                       a short generated replay with a readable summary\n"
 		"  ring [--json] [--quick]    command ring throughput and latency, in and across processes\n"
+		"  ratio --workload FILE ...  replay through another process against direct, quiet and\n"
+		"                             with a core kept busy (see ratio --help)\n"
 		"  trace --trace FILE ...     a Mooncake trace, one request at a time (see trace --help)\n"
 		"  tiers [--json] [--quick]   host and NVMe tier bandwidth beside memcpy and fio\n"
 		"  cuda [--json] [--driver LIB] [--set-mib N]\n"
@@ -56,6 +59,8 @@ int main(int argc, char **argv)
 		return cmd_demo(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "ring"))
 		return cmd_ring(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "ratio"))
+		return cmd_ratio(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "trace"))
 		return cmd_trace(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "tiers"))

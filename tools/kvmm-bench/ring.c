@@ -93,6 +93,7 @@ int server_spawn(struct bench_server *s, const struct kvmm_params *p, const char
 		close(cmd[1]);
 		return -1;
 	}
+	fflush(NULL);	/* what is buffered is printed once, by this process */
 	s->pid = fork();
 	if (!s->pid) {
 		close(cmd[1]);

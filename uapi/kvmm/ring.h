@@ -700,6 +700,17 @@ struct kvmm_probe {
  * @buf_off, @buf_size: the region's data area (buffer 0 across processes)
  * @flags: KVMM_RING_F_*
  * @ring_id: the dispatcher's id of this ring (owner of its sequences)
+ * @server_cpu, @client_cpu: hints for polling, never trusted: 1 + the
+ *	CPU each side last ran on (0: not said).  A side does not poll for
+ *	what the other side must do on the CPU it holds itself.
+ * @sq_sleeping, @cq_sleeping: 0 awake; KVMM_RING_SLEEP_DOORBELL asleep
+ *	on the eventfd doorbell; KVMM_RING_SLEEP_BELL napping on a futex
+ *	(sq_bell, cq_bell): the waker adds 1 to the bell and FUTEX_WAKEs it
+ * @sq_bell, @cq_bell: futex words, written by the waker only
+ * @server_wakes, @client_wakes: what each side can do to wake the other
+ *	(KVMM_RING_WAKES_BELL: bump and wake a bell); a side naps on its
+ *	bell only when the other one says it rings it (an older peer says
+ *	nothing, and is slept for on the eventfd doorbell)
  */
 struct kvmm_ring_hdr {
 	__u64	magic;
@@ -715,9 +726,15 @@ struct kvmm_ring_hdr {
 	__u32	ring_id;
 	__u32	resv0[4];
 	__u32	sq_head;	/* offset 64: written by the dispatcher */
-	__u32	pad1[15];
+	__u32	server_cpu;	/* 1 + the CPU it last ran on; 0: not said */
+	__u32	cq_bell;	/* bumped to wake a client napping on it */
+	__u32	server_wakes;	/* KVMM_RING_WAKES_*: how it wakes the client */
+	__u32	pad1[12];
 	__u32	sq_tail;	/* offset 128: written by the client */
-	__u32	pad2[15];
+	__u32	client_cpu;	/* 1 + the CPU it last ran on; 0: not said */
+	__u32	sq_bell;	/* bumped to wake a dispatcher napping on it */
+	__u32	client_wakes;	/* KVMM_RING_WAKES_*: how it wakes the dispatcher */
+	__u32	pad2[12];
 	__u32	cq_head;	/* offset 192: written by the client */
 	__u32	pad3[15];
 	__u32	cq_tail;	/* offset 256: written by the dispatcher */
@@ -728,6 +745,9 @@ struct kvmm_ring_hdr {
 };
 
 #define KVMM_RING_MAGIC		0x474e49524d4d564bull	/* "KVMMRING" */
+#define KVMM_RING_SLEEP_DOORBELL	1	/* sq/cq_sleeping: write the eventfd */
+#define KVMM_RING_SLEEP_BELL		2	/* sq/cq_sleeping: bump and wake the bell */
+#define KVMM_RING_WAKES_BELL		(1u << 0)	/* server/client_wakes */
 #define KVMM_RING_F_POLL	(1u << 0)	/* the dispatcher polls the SQ */
 #define KVMM_RING_F_NS		(1u << 1)	/* bound to one namespace (hello.ns) */
 #define KVMM_RING_F_FLAGS	(KVMM_RING_F_POLL | KVMM_RING_F_NS)
