@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import kvmm
-from kvmmd import KVMMD
+from kvmmd import KVMMD, answers
 
 NCONV, SYS, TURN, TURNS = 40, 50, 12, 3
 GEOM = dict(layers=1, kv_heads=1, head_dim=16, dtype_bytes=2, page_size=1, max_seqs=8,
@@ -216,9 +216,11 @@ def start(sock, path, extra=()):
 	proc = subprocess.Popen(kvmmd_args(sock, path, extra), stdout=subprocess.DEVNULL,
 				stderr=subprocess.PIPE, text=True)
 	deadline = time.monotonic() + 10
-	while not sock.exists() and proc.poll() is None and time.monotonic() < deadline:
+	# the socket's file appears at bind(), a moment before listen() (and
+	# a restart recovers its NVMe file in between): wait until it answers
+	while not answers(sock) and proc.poll() is None and time.monotonic() < deadline:
 		time.sleep(0.02)
-	assert sock.exists(), "kvmmd did not start"
+	assert answers(sock), "kvmmd did not start"
 	return proc
 
 
