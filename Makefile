@@ -278,7 +278,7 @@ run: deps
 # cached outside the clone.  HF_ARGS adds flags (python/bench/hf_chat.py).
 HF_ARGS		?=
 demo-transformers: all
-	$(Q)venv=$$($(srctree)/python/transformers-env.sh $(objtree)) && \
+	$(Q)venv=$$($(srctree)/python/venv.sh transformers $(objtree)) && \
 		$$venv/bin/python $(srctree)/python/bench/hf_chat.py demo --plot $(objtree)/plots $(HF_ARGS)
 
 demo: all

@@ -61,7 +61,7 @@ echo "bench: cuda (GPU demote/promote vs pinned copies, kv_indices; skipped with
 "$bench" cuda --json | tee -a "$out"
 echo "bench: transformers (decode step with KvmmCache vs DynamicCache at batch 1 and 8; TTFT of a prompt 90% cached vs none)" >&2
 here=$(cd "$(dirname "$0")" && pwd)
-if venv=$("$here/../python/transformers-env.sh" "$(dirname "$(dirname "$bench")")"); then
+if venv=$("$here/../python/venv.sh" transformers "$(dirname "$(dirname "$bench")")"); then
 	"$venv/bin/python" "$here/../python/bench/hf_chat.py" bench --json | tee -a "$out"
 else
 	echo "bench: transformers skipped: no environment for it" >&2

@@ -18,7 +18,11 @@ including the match) and the decode tokens per second; with ``--plot`` it
 writes ``hf_ttft.svg`` (gnuplot) and its data there.  ``bench`` measures
 the decode step time with kvmm's cache against DynamicCache at batch 1
 and 8, and the TTFT of a prompt 90 % cached against none at several
-prompt lengths: medians of alternating runs, with their ratios.
+prompt lengths: medians of alternating runs, with their ratios.  torch
+runs on one thread unless ``--threads`` says otherwise: on a shared
+machine its threads spin waiting for each other (a decode step of the
+default model measured 2.9 ms on one thread and 11.9 on two, a busy
+core beside).
 """
 import argparse
 import json
@@ -248,17 +252,20 @@ def main() -> int:
 	ap.add_argument("--arch", choices=sorted(ARCHS), default="llama")
 	ap.add_argument("--hidden", type=int, default=256)
 	ap.add_argument("--layers", type=int, default=4)
-	ap.add_argument("--system", type=int, default=1024, help="demo: system prompt tokens")
+	ap.add_argument("--system", type=int, default=2048, help="demo: system prompt tokens")
 	ap.add_argument("--user", type=int, default=64, help="demo: tokens per user message")
 	ap.add_argument("--turns", type=int, default=6, help="demo: chat turns")
 	ap.add_argument("--new", type=int, default=32, help="tokens generated per call")
 	ap.add_argument("--plot", help="demo: write hf_ttft.svg and its data to this directory")
 	ap.add_argument("--context", type=int, default=512, help="bench: decode context tokens")
-	ap.add_argument("--prompts", type=int, nargs="+", default=[512, 1024, 2048],
+	ap.add_argument("--prompts", type=int, nargs="+", default=[512, 1024, 2048, 4096],
 			help="bench: prompt lengths of the TTFT benchmark")
-	ap.add_argument("--repeat", type=int, default=3, help="bench: runs of each, alternating")
+	ap.add_argument("--repeat", type=int, default=5, help="bench: runs of each, alternating")
 	ap.add_argument("--json", action="store_true", help="bench: one JSON line per figure")
+	ap.add_argument("--threads", type=int, default=1,
+			help="torch's threads (1: on a shared machine more spin and wait)")
 	args = ap.parse_args()
+	torch.set_num_threads(args.threads)
 	return demo(args) if args.what == "demo" else bench(args)
 
 

@@ -14,7 +14,9 @@ so ``model.generate(input_ids, attention_mask=..., cache=cache)`` computes
 only the unmatched suffix; :meth:`KvmmCache.close` with the generated
 sequences commits the new tokens, for the next chat turn or another
 request with the same prefix.  The pool is a kvmm.Context in this process
-or kvmmd's, mapped through a ring (kvmm.connect()).
+or kvmmd's, mapped through a ring (kvmm.connect()); on the cuda backend
+the layers' pools are torch CUDA tensors over kvmm's device memory
+(DLPack, no copy) — written, not yet run on a GPU.
 
 Decoder-only models with full attention (MHA, GQA, MQA) whose KV geometry
 is the pool's (``layers``, ``kv_heads``, ``head_dim``, ``dtype_bytes``);
@@ -59,6 +61,15 @@ def kv_geometry(config: Any) -> dict:
 	return {"layers": config.num_hidden_layers,
 		"kv_heads": getattr(config, "num_key_value_heads", None) or heads,
 		"head_dim": head_dim, "dtype_bytes": torch.empty((), dtype=dtype).element_size()}
+
+
+def _tensor(a: Any) -> torch.Tensor:
+	"""A torch tensor over a pool view, no copy: a numpy array (host
+	backends, kvmmd's pool), or a kvmm.DeviceArray (the cuda backend)
+	through DLPack."""
+	if isinstance(a, np.ndarray):
+		return torch.from_numpy(a)
+	return torch.from_dlpack(a)
 
 
 class _LocalKV:
@@ -257,7 +268,7 @@ class KvmmCache(Cache):
 		cell = (geo["kv_heads"], geo["head_dim"])
 		np_dtype = _TORCH_DTYPES[self._dtype]
 		for li in range(geo["layers"]):	# no local holds a view: close() after an error
-			self._pools.append(tuple(torch.from_numpy(a).view(self._dtype)
+			self._pools.append(tuple(_tensor(a).view(self._dtype)
 						 for a in self._kv.layer(li, cell, np_dtype)))
 		self._lens = []
 		for toks in self._rows:
@@ -343,9 +354,10 @@ class KvmmCache(Cache):
 			self._lens[r] = max(have, real)
 		step = _Step()
 		step.end = end
-		step.gather = torch.from_numpy(np.concatenate(gather))
-		step.write_src = torch.from_numpy(np.concatenate(src))
-		step.write_dst = torch.from_numpy(np.concatenate(dst))
+		dev = self._pools[0][0].device
+		step.gather = torch.from_numpy(np.concatenate(gather)).to(dev)
+		step.write_src = torch.from_numpy(np.concatenate(src)).to(dev)
+		step.write_dst = torch.from_numpy(np.concatenate(dst)).to(dev)
 		self._cur = step
 		return step
 
@@ -356,6 +368,7 @@ class KvmmCache(Cache):
 			raise RuntimeError("kvmm.transformers: the cache is closed")
 		fr = self._kv.frames([self._seqs[row]])[0]
 		slots = torch.from_numpy(row_slots(fr, self._kv.page_size, self._lens[row], 0, None))
+		slots = slots.to(self._pools[layer][0].device)
 		return tuple(a.index_select(0, slots).transpose(0, 1).clone()
 			     for a in self._pools[layer])
 
