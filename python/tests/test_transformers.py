@@ -277,10 +277,35 @@ def test_pool_too_small_raises_nospace_and_leaks_nothing(arch):
 		cache = KvmmCache.for_prompt(ctx, cfg, tokens(PROMPT, 1))
 		with pytest.raises(kvmm.NoSpace):
 			generate(model, tokens(PROMPT, 1), cache=cache)
+		with pytest.raises(RuntimeError, match="earlier step failed"):
+			generate(model, tokens(PROMPT, 1), cache=cache)
 		cache.close()
 		cache.close()
 		s = ctx.stats()
 		assert s.seqs_open == 0 and ctx.live_views == 0
+		ctx.check()
+
+
+def test_no_room_to_promote_computes_the_prefix_again(arch, tmp_path):
+	"""The prefix is on the host tier and the device has no free page for
+	it (another sequence holds them): PROMOTE's ENOSPC is no error, the
+	match is what the device holds (nothing), and the prompt is computed
+	whole once the other sequence is gone."""
+	cfg, model = arch
+	with context(cfg, 16, nr_pages=16, host_pages=64) as ctx:
+		out, _ = turn(model, cfg, ctx, tokens(PROMPT, 40))
+		push_down(ctx)
+		ids2 = next_turn(out, 41)
+		assert ctx.tiers(ids2[0].int().numpy())[1] > 0
+		hog = ctx.open()
+		hog.extend(16 * 15)
+		cache = KvmmCache.for_prompt(ctx, cfg, ids2)
+		assert cache.matched == [0]
+		hog.close()
+		ref = generate(model, ids2)
+		got = generate(model, ids2, cache=cache)
+		same(got, ref)
+		cache.close(got[0])
 		ctx.check()
 
 

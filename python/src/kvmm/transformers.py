@@ -72,7 +72,21 @@ def _tensor(a: Any) -> torch.Tensor:
 	return torch.from_dlpack(a)
 
 
-class _LocalKV:
+class _KV:
+	"""What the cache asks of kvmm, in this process or through kvmmd."""
+
+	def match(self, seq: Any, toks: np.ndarray, n: int) -> int:
+		"""Map @seq to the cached prefix of toks[:n], promoted from the
+		lower tiers where the device has room: the tokens it holds."""
+		hit = self._match(seq, toks, n)
+		try:
+			hit = self._promote(seq, toks, n)
+		except NoSpace:		# no room on the device: the device part alone
+			pass
+		return hit
+
+
+class _LocalKV(_KV):
 	"""The sequence calls over a kvmm.Context in this process."""
 
 	def __init__(self, ctx: Context) -> None:
@@ -82,13 +96,11 @@ class _LocalKV:
 	def open(self, ns: int) -> Any:
 		return self.ctx.open(ns)
 
-	def match(self, seq: Any, toks: np.ndarray, n: int) -> int:
-		hit = seq.match(toks, n)
-		try:
-			hit = seq.promote(toks, n)
-		except NoSpace:		# no room on the device: the device part alone
-			pass
-		return hit
+	def _match(self, seq: Any, toks: np.ndarray, n: int) -> int:
+		return seq.match(toks, n)
+
+	def _promote(self, seq: Any, toks: np.ndarray, n: int) -> int:
+		return seq.promote(toks, n)
 
 	def extend(self, seqs: List[Any], counts: List[int]) -> None:
 		self.ctx.extend_batch(seqs, counts)
@@ -109,7 +121,7 @@ class _LocalKV:
 		pass
 
 
-class _RingKV:
+class _RingKV(_KV):
 	"""The same calls through a ring to kvmmd, over its pool mapped here."""
 
 	def __init__(self, ring: Ring) -> None:
@@ -125,18 +137,17 @@ class _RingKV:
 	def open(self, ns: int) -> int:
 		return self._submit(lambda b: b.open(ns))[1][0]
 
-	def match(self, seq: int, toks: np.ndarray, n: int) -> int:
-		hit = self._submit(lambda b: b.match(seq, toks, n))[1][0]
-		try:
-			hit = self._submit(lambda b: b.promote(seq, toks, n))[1][0]
-		except NoSpace:
-			pass
-		return hit
+	def _match(self, seq: int, toks: np.ndarray, n: int) -> int:
+		return self._submit(lambda b: b.match(seq, toks, n))[1][0]
+
+	def _promote(self, seq: int, toks: np.ndarray, n: int) -> int:
+		return self._submit(lambda b: b.promote(seq, toks, n))[1][0]
 
 	def extend(self, seqs: List[int], counts: List[int]) -> None:
 		def fill(b: Any) -> None:
 			for s, n in zip(seqs, counts):
-				b.extend(s, n)
+				if n:
+					b.extend(s, n)
 		self._submit(fill)
 
 	def frames(self, seqs: List[int]) -> List[np.ndarray]:
@@ -254,6 +265,7 @@ class KvmmCache(Cache):
 		self._rows, self._pads = rows, pads
 		self._cur: Optional[_Step] = None
 		self._closed = False
+		self._broken: Optional[BaseException] = None
 		dtype = getattr(config, "dtype", None) or torch.float32
 		self._dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
 		try:
@@ -333,10 +345,17 @@ class KvmmCache(Cache):
 		if cur is not None and end <= cur.end or end <= start:
 			raise RuntimeError(f"kvmm.transformers: layers out of step (to {end}, the last "
 					   f"step went to {cur.end if cur else start})")
+		if self._broken:
+			raise RuntimeError("kvmm.transformers: an earlier step failed "
+					   f"({self._broken}); close the cache")
 		ps = self._kv.page_size
 		grow = [max(end - p - n, 0) for p, n in zip(self._pads, self._lens)]
 		if any(grow):
-			self._kv.extend(self._seqs, grow)
+			try:
+				self._kv.extend(self._seqs, grow)
+			except BaseException as e:	# through a ring some rows may have grown
+				self._broken = e
+				raise
 		frames = self._kv.frames(self._seqs)
 		gather, src, dst = [], [], []
 		q = end - start
