@@ -243,6 +243,8 @@ def test_right_padding_and_bad_shapes_are_refused(arch):
 			KvmmCache.for_prompt(ctx, cfg, ids, torch.ones(2, 4, dtype=torch.long))
 		with pytest.raises(ValueError, match="batch, length"):
 			KvmmCache.for_prompt(ctx, cfg, ids[0])
+		with pytest.raises(TypeError, match="Context or kvmm.Ring"):
+			KvmmCache.for_prompt(object(), cfg, ids)
 		assert ctx.stats().seqs_open == 0
 		ctx.check()
 

@@ -254,6 +254,9 @@ class KvmmCache(Cache):
 	def __init__(self, kv: Any, config: Any, rows: List[np.ndarray], pads: List[int],
 		     ns: int = 0) -> None:
 		geo = kv_geometry(config)
+		if not isinstance(kv, (Context, Ring)):
+			raise TypeError(f"kvmm.transformers: a kvmm.Context or kvmm.Ring, not "
+					f"{type(kv).__name__}")
 		self._kv = _RingKV(kv) if isinstance(kv, Ring) else _LocalKV(kv)
 		if isinstance(kv, Context):
 			have = {f: kv.model[f] for f in geo}
