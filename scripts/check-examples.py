@@ -319,7 +319,7 @@ def main():
 	excerpts = sum(1 for b in blocks if b.kind == "excerpt")
 	print(f"examples: {len(results)} run ({kinds['c']} C, {kinds['python']} Python, "
 	      f"{kinds['shell']} shell), {failed} failed, {len(bad)} unmarked; "
-	      f"{excerpts} excerpts not run; {len(skipped)} skipped")
+	      f"{excerpts} excerpts not run" + (f"; {len(skipped)} skipped" if skipped else ""))
 	return 1 if failed or bad else 0
 
 
