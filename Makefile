@@ -124,7 +124,7 @@ quiet_cmd_so	= LD      $(@:$(objtree)/%=%)
 quiet_cmd_link	= LD      $(@:$(objtree)/%=%)
       cmd_link	= $(CC) $(ld_flags) -o $@ $(filter %.o %.a,$^) $(link_libs) $(lib_libs)
 
-.PHONY: all lib tools tests check check-engines bench run demo install uninstall clean \
+.PHONY: all lib tools tests check check-engines bench run demo demo-transformers install uninstall clean \
 	distclean help config deps FORCE
 .DEFAULT_GOAL := all
 
@@ -269,6 +269,17 @@ ENGINE_ARGS	?=
 run: deps
 	$(Q)$(MAKE) -f $(srctree)/Makefile CC='$(CC)' O=$(O) DEBUG=$(DEBUG) SAN=$(SAN) all
 	$(Q)$(objtree)/bin/kvmm-engine --compare --plot $(objtree)/plots $(ENGINE_ARGS)
+	@echo 'run: the compute a prefix cache saves a real model, measured: make demo-transformers'
+
+# make demo-transformers: a small Llama-shaped model of Hugging Face
+# transformers (random weights) through a multi-turn chat, with and without
+# kvmm's prefix cache: measured TTFT per turn, tokens/s, and
+# plots/hf_ttft.svg.  Its environment (torch, transformers: several GB) is
+# cached outside the clone.  HF_ARGS adds flags (python/bench/hf_chat.py).
+HF_ARGS		?=
+demo-transformers: all
+	$(Q)venv=$$($(srctree)/python/venv.sh transformers $(objtree)) && \
+		$$venv/bin/python $(srctree)/python/bench/hf_chat.py demo --plot $(objtree)/plots $(HF_ARGS)
 
 demo: all
 	$(Q)$(objtree)/bin/kvmm-bench demo
@@ -342,12 +353,15 @@ help:
 	@echo 'Targets:'
 	@echo '  all        library (libkvmm.a, libkvmm.so) and tools: kvmmd, kvmmctl, kvmm-bench, kvmm-engine'
 	@echo '  check      build at DEBUG=$(CHECK_DEBUG) and run the CUnit suites, the Python'
-	@echo '             package'"'"'s pytest suites (TESTARGS="-s python": those alone) and every'
-	@echo '             example of README.md and Documentation/ (TESTARGS="-s examples")'
+	@echo '             package'"'"'s pytest suites (TESTARGS="-s python": those alone), the'
+	@echo '             transformers suites (TESTARGS="-s transformers"; venv in ~/.cache/kvmm) and'
+	@echo '             every example of README.md and Documentation/ (TESTARGS="-s examples")'
 	@echo '  check-engines  vLLM'"'"'s and LMCache'"'"'s own tests against kvmm'"'"'s adapters, and'
 	@echo '             ours of the SGLang one (pinned; venvs in ~/.cache/kvmm; ENGINES="vllm lmcache sglang")'
 	@echo '  bench      run kvmm-bench micro and replay; JSON lines to BENCH_OUT'
 	@echo '  run        install missing packages (as root), build, run kvmm-engine (ENGINE_ARGS)'
+	@echo '  demo-transformers  a transformers model'"'"'s chat with and without kvmm'"'"'s prefix cache:'
+	@echo '             measured TTFT per turn, tokens/s, plots/hf_ttft.svg (HF_ARGS)'
 	@echo '  fuzz       libFuzzer harnesses (clang), FUZZ_TIME seconds each'
 	@echo '  stress     clients killed at random while they use rings (KILLS=120)'
 	@echo '  install    library, headers, kvmm.pc, kvmmd, kvmmctl, man pages, LICENSE under DESTDIR/PREFIX'

@@ -1,14 +1,17 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # python/check.sh - make check's runner: the CUnit suites, the Python
-# package's pytest suites, then every example of README.md and
-# Documentation/*.rst (scripts/check-examples.py); and one closing line
-# "N passed, N failed" that counts all three, the only line of that shape.
+# package's pytest suites, the transformers suites, then every example of
+# README.md and Documentation/*.rst (scripts/check-examples.py); and one
+# closing line "N passed, N failed" that counts them all, the only line of
+# that shape.
 #
 #   check.sh OBJTREE SAN TESTS [TESTARGS...]
 #
-# TESTARGS "-s python" runs only pytest, "-s examples" only the examples;
-# any other -s SUITE only CUnit.  pytest runs in a virtual environment at
+# TESTARGS "-s python" runs only pytest, "-s transformers" only the
+# transformers suites (python/check-transformers.sh, in an environment of
+# its own outside the clone, built when missing), "-s examples" only the
+# examples; any other -s SUITE only CUnit.  pytest runs in a virtual environment at
 # OBJTREE/pyvenv-HASH, HASH a hash of python/requirements.txt, created on
 # first use (from the package index); the package is reinstalled there
 # when its sources or libkvmm.a changed.  Skipped tests are listed with
@@ -113,8 +116,15 @@ run_examples() {
 	if [ ! -f "$prefix/share/doc/kvmm/LICENSE" ]; then
 		echo "examples: make install did not install LICENSE"; failed=$((failed + 1))
 	fi
+	# the transformers examples run where its environment was built
+	local hf=() tvenv
+	tvenv=${KVMM_VENV_CACHE:-$HOME/.cache/kvmm}/venv-transformers-$(cat \
+		"$here/requirements.txt" "$here/requirements-transformers.txt" | sha256sum | cut -c1-12)
+	if [ -f "$tvenv/.requirements-installed" ] && pkg_ready "$tvenv"; then
+		hf=(--transformers-python "$tvenv/bin/python")
+	fi
 	"$venv/bin/python" "$here/../scripts/check-examples.py" --prefix "$prefix" \
-		--build "$objtree" --python "$venv/bin/python" | tee "$log"
+		--build "$objtree" --python "$venv/bin/python" "${hf[@]}" | tee "$log"
 	erc=${PIPESTATUS[0]}
 	rm -rf "$prefix"
 	n=$(sed -n 's/^examples: \([0-9]*\) run.*/\1/p' "$log")
@@ -127,11 +137,31 @@ run_examples() {
 	[ "$erc" = 0 ] || [ $(($1 + $2)) != 0 ] || failed=$((failed + 1))
 }
 
+# run_transformers - the transformers suites in their own environment
+# (python/check-transformers.sh), skipped with its reason when that
+# environment cannot be built
+run_transformers() {
+	local log=$objtree/transformers.log p f e
+	if [ -n "$san" ]; then
+		echo "python: transformers suites skipped under SAN=$san"; return
+	fi
+	KVMM_BUILT=1 "$here/check-transformers.sh" "$objtree" | tee "$log"
+	local prc=${PIPESTATUS[0]}
+	[ "$prc" = 75 ] && return
+	p=$(count passed "$log") f=$(count failed "$log") e=$(count error "$log")
+	passed=$((passed + ${p:-0}))
+	failed=$((failed + ${f:-0} + ${e:-0}))
+	if [ "$prc" != 0 ] && [ -z "$f$e" ]; then
+		failed=$((failed + 1))
+	fi
+}
+
 case " $* " in
 *" -s python "*)	run_pytest ;;
+*" -s transformers "*)	run_transformers ;;
 *" -s examples "*)	run_examples ;;
 *" -s "*)		run_cunit "$@" ;;
-*)			run_cunit "$@"; run_pytest; run_examples ;;
+*)			run_cunit "$@"; run_pytest; run_transformers; run_examples ;;
 esac
 echo
 echo "$passed passed, $failed failed"

@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: MIT
 # scripts/bench.sh BENCH WORKLOAD OUT [TRACE] - what `make bench` runs: the micro
 # and ring benchmarks, then the shared workload replay at page sizes 1 and
-# 16 and through an in-process and a cross-process ring (median of 9), and the
-# cross-process/direct ratio quiet and with CPU 1 busy (kvmm-bench ratio).
-# JSON lines go to stdout and to OUT.  Benchmarks never fail on a number:
-# the figures are for people to read.
+# 16 and through an in-process and a cross-process ring (median of 9), the
+# tiers, the cross-process/direct ratio quiet and with CPU 1 busy
+# (kvmm-bench ratio), and kvmm.transformers under a small transformers
+# model.  JSON lines go to stdout and to OUT.  Benchmarks never fail on a
+# number: the figures are for people to read.
 set -eu
 bench=$1
 workload=$2
@@ -64,6 +65,13 @@ else
 fi
 echo "bench: cuda (GPU demote/promote vs pinned copies, kv_indices; skipped without a GPU)" >&2
 "$bench" cuda --json | tee -a "$out"
+echo "bench: transformers (decode step with KvmmCache vs DynamicCache at batch 1 and 8; TTFT of a prompt 90% cached vs none)" >&2
+here=$(cd "$(dirname "$0")" && pwd)
+if venv=$("$here/../python/venv.sh" transformers "$(dirname "$(dirname "$bench")")"); then
+	"$venv/bin/python" "$here/../python/bench/hf_chat.py" bench --json | tee -a "$out"
+else
+	echo "bench: transformers skipped: no environment for it" >&2
+fi
 trace=${4:-}
 if [ -n "$trace" ] && [ -r "$trace" ]; then
 	for evict in lru slru; do

@@ -22,6 +22,10 @@ KIND is one of:
   python, with kvmmd ARGS
                the same, with a kvmmd serving ./kvmmd.sock with ARGS
                started first (it stays up for the rest of the session)
+  python, with transformers
+               the same in --transformers-python (the environment of
+               python/check-transformers.sh: torch and transformers), a
+               session of its own; skipped, and counted so, without it
   shell        a shell session: bash -e in a scratch directory where
                build/ is --build and python3 is --python, so sessions of
                kvmmd and kvmmctl run against a real kvmmd; background
@@ -64,6 +68,7 @@ class Block:
 		self.path, self.line, self.lang = path, line, lang
 		self.text, self.mark = text, mark
 		self.kind, self.why, self.kvmmd = None, None, None
+		self.hf = False
 		self.classify()
 
 	def where(self):
@@ -81,6 +86,8 @@ class Block:
 			self.kind, self.why = "excerpt", m[len("excerpt:"):].strip()
 		elif m in ("c", "python", "shell"):
 			self.kind = m
+		elif m == "python, with transformers":
+			self.kind, self.hf = "python", True
 		elif m.startswith("python, with kvmmd"):
 			self.kind, self.kvmmd = "python", shlex.split(m[len("python, with kvmmd"):])
 
@@ -200,8 +207,9 @@ class Runner:
 				rc, out = run(["./example"], d, self.env)
 			yield b, rc, out
 
-	def python_session(self, blocks):
-		"""One interpreter runs the blocks in order; each reports its own end."""
+	def python_session(self, blocks, python=None):
+		"""One interpreter (@python, default --python) runs the blocks in
+		order; each reports its own end."""
 		d = self.workdir()
 		driver = ["import sys, traceback",
 			  "ns = {'__name__': '__main__'}",
@@ -226,7 +234,7 @@ class Runner:
 						      "    time.sleep(0.01)")
 				driver.append(f"block({i}, {b.text!r})")
 			(d / "driver.py").write_text("\n".join(driver) + "\n")
-			rc, out = run([self.python, "-X", "dev", "driver.py"], d, self.env)
+			rc, out = run([python or self.python, "-X", "dev", "driver.py"], d, self.env)
 		finally:
 			if daemon:
 				os.killpg(daemon.pid, signal.SIGTERM)
@@ -260,6 +268,8 @@ def main():
 	ap.add_argument("--prefix", help="where kvmm is installed (lib/pkgconfig/kvmm.pc)")
 	ap.add_argument("--build", help="the make output tree (its bin/ holds kvmmd)")
 	ap.add_argument("--python", help="the interpreter with the kvmm package")
+	ap.add_argument("--transformers-python",
+			help="the interpreter with the package, torch and transformers")
 	ap.add_argument("files", nargs="*", type=Path)
 	args = ap.parse_args()
 	files = args.files or [ROOT / "README.md", *sorted((ROOT / "Documentation").rglob("*.rst"))]
@@ -281,13 +291,18 @@ def main():
 		ap.error("--prefix, --build and --python are needed to run examples")
 
 	r = Runner(args)
-	results = []
+	results, skipped = [], []
 	try:
 		results += r.c([b for b in blocks if b.kind == "c"])
 		for f in files:
-			session = [b for b in blocks if b.kind == "python" and b.path == f.resolve()]
-			if session:
-				results += r.python_session(session)
+			for hf in (False, True):
+				session = [b for b in blocks if b.kind == "python" and b.hf == hf and
+					   b.path == f.resolve()]
+				if session and hf and not args.transformers_python:
+					skipped += session
+				elif session:
+					results += r.python_session(session,
+								    args.transformers_python if hf else None)
 		results += r.shell([b for b in blocks if b.kind == "shell"])
 	finally:
 		shutil.rmtree(r.scratch, ignore_errors=True)
@@ -298,10 +313,13 @@ def main():
 			failed += 1
 			print("    " + out.rstrip().replace("\n", "\n    "))
 	kinds = {k: sum(1 for b, _, _ in results if b.kind == k) for k in ("c", "python", "shell")}
+	for b in skipped:
+		print(f"  skip python {b.where()}: no transformers environment "
+		      "(--transformers-python)")
 	excerpts = sum(1 for b in blocks if b.kind == "excerpt")
 	print(f"examples: {len(results)} run ({kinds['c']} C, {kinds['python']} Python, "
 	      f"{kinds['shell']} shell), {failed} failed, {len(bad)} unmarked; "
-	      f"{excerpts} excerpts not run")
+	      f"{excerpts} excerpts not run" + (f"; {len(skipped)} skipped" if skipped else ""))
 	return 1 if failed or bad else 0
 
 

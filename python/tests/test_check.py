@@ -69,6 +69,31 @@ def test_failing_examples_fail_the_run(tmp_path):
 			     "0 unmarked; 0 excerpts not run")
 
 
+def test_transformers_examples_run_in_their_own_interpreter(tmp_path):
+	"""'python, with transformers' blocks are a session of their own in
+	--transformers-python; without it they are skipped, and counted so."""
+	doc = tmp_path / "doc.rst"
+	doc.write_text("A\n=\n\n.. example: python\n\nPlain::\n\n    plain = 1\n\n"
+		       ".. example: python, with transformers\n\n::\n\n"
+		       "    import sys, os\n"
+		       "    assert 'plain' not in globals()\n"
+		       "    assert os.environ['HF_PY_MARK'] == 'yes'\n")
+	r = examples("--prefix", tmp_path, "--build", tmp_path, "--python", sys.executable, doc)
+	assert r.returncode == 0, r.stdout
+	assert f"  skip python {doc}:12: no transformers environment" in r.stdout
+	assert r.stdout.splitlines()[-1] == ("examples: 1 run (0 C, 1 Python, 0 shell), 0 failed, "
+					     "0 unmarked; 0 excerpts not run; 1 skipped")
+	wrapper = tmp_path / "hfpy"
+	wrapper.write_text(f"#!/bin/sh\nHF_PY_MARK=yes exec {sys.executable} \"$@\"\n")
+	wrapper.chmod(0o755)
+	r = examples("--prefix", tmp_path, "--build", tmp_path, "--python", sys.executable,
+		     "--transformers-python", wrapper, doc)
+	assert r.returncode == 0, r.stdout
+	assert f"  ok   python {doc}:12" in r.stdout
+	assert r.stdout.splitlines()[-1] == ("examples: 2 run (0 C, 2 Python, 0 shell), 0 failed, "
+					     "0 unmarked; 0 excerpts not run")
+
+
 def test_a_session_may_stop_its_own_background_jobs(tmp_path):
 	"""A job the session killed itself (kvmmd in the README's tour) is gone
 	before the session ends: that is no failure."""
