@@ -509,7 +509,9 @@ def test_per_request_calls_are_one_frame_and_one_c_call(ps):
 	one call into the C library (path_device_indices of the node the last
 	match returned included; evict two: the leaves, then their slots),
 	through the random requests of test_requests_agree, the answers still
-	compared with RadixCache's at every step."""
+	compared with RadixCache's at every step.  The tensors evict() and
+	free_kv_row() hand SGLang's allocator (which copies them) are kept by
+	length and used again: most frees make none."""
 	r = Requests(ps)
 	rng = random.Random(ps)
 	systems = [[rng.randrange(1000) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
@@ -528,9 +530,13 @@ def test_per_request_calls_are_one_frame_and_one_c_call(ps):
 		seen = counter.seen[name]
 		assert seen, f"{name} was never called"
 		for frames, calls in seen:
-			assert len(frames) == 1, f"{name}: Python frames {frames}"
+			# a free of a length not freed before makes the tensor it keeps
+			assert frames[0] == name and set(frames[1:]) <= {"_spare_new"}, \
+				f"{name}: Python frames {frames}"
 			assert calls <= most, f"{name}: {calls} C calls"
-	assert len(counter.seen["evict"]) > 3	# the run did evict
+	frees = counter.seen["evict"] + counter.seen["free_kv_row"]
+	made = sum("_spare_new" in frames for frames, _ in frees)
+	assert len(counter.seen["evict"]) > 3 and made < len(frees) / 2, (made, len(frees))
 
 
 def test_free_kv_row_ranges_agree():

@@ -518,6 +518,7 @@ _fnode_h = ffi.new
 _FNODE_P = ffi.typeof("struct kvmm_fnode *")
 _I64 = torch.int64
 _ENOLCK = -errno.ENOLCK
+_SPARES, _SPARE_MAX = 256, 4096
 
 
 def _rest(cls: Any, skip: int) -> Any:
@@ -654,6 +655,8 @@ class KvmmRadixCache(BasePrefixCache):
 		self._free_pages, self._prepends = _page_freer(alloc)
 		# page ids straight to the allocator: its own, on the CPU
 		self._free_now = self._free_pages if self._on_cpu else None
+		self._alloc = alloc
+		self._spare: Dict[int, torch.Tensor] = {}	# see _spare_new()
 		self._rt: Any = None		# the req_to_token tensor _row() last checked
 		# every lock's receipt: a legacy cache's, empty (unlock() reads none)
 		self._receipt = DecLockRefParams()
@@ -759,6 +762,20 @@ class KvmmRadixCache(BasePrefixCache):
 			self._free_pages(t)
 		else:
 			self.token_to_kv_pool_allocator.free_segment(t, start_pos=start)
+
+	def _spare_new(self, n: int) -> torch.Tensor:
+		"""A new int64 tensor of @n for the allocator to free; kept (at most
+		_SPARES of them, of _SPARE_MAX entries at most) for the next free of
+		@n where SGLang's own allocator, on the CPU, copies what it is given
+		before it returns (torch.cat into its free list, or a clone into a
+		free group: all but the paged allocator's need_sort, which keeps
+		the tensor itself).  free_kv_row() and evict() take a kept one
+		from _spare, by its length, without a call."""
+		out = torch.empty(n, dtype=_I64)
+		if (self._free_now is not None and self._alloc.need_sort is False and
+				n <= _SPARE_MAX and len(self._spare) < _SPARES):
+			self._spare[n] = out
+		return out
 
 	def _own_slots(self, out: torch.Tensor) -> List[int]:
 		"""Put back the slots SGLang gave the pages of @out (slots, whole
@@ -999,7 +1016,9 @@ class KvmmRadixCache(BasePrefixCache):
 					row = self._row(idx, end)
 				if row:
 					n = (end - start + ps - 1) // ps if self._pages else end - start
-					out = torch.empty(n, dtype=_I64)
+					out = self._spare.get(n) if self._free_now is not None else None
+					if out is None:
+						out = self._spare_new(n)
 					_row_free(self._r, row, start, end, out.data_ptr(), self._pages)
 					if self._free_now is not None:
 						self._free_now(out)
@@ -1024,7 +1043,10 @@ class KvmmRadixCache(BasePrefixCache):
 				self._raise(got, "kvmm_frames_evict")
 			return EvictResult()
 		expand = not self._pages
-		out = torch.empty(got * ps if expand else got, dtype=_I64)
+		n = got * ps if expand else got
+		out = self._spare.get(n) if self._free_now is not None else None
+		if out is None:
+			out = self._spare_new(n)
 		_slots(r, out.data_ptr(), int(expand))
 		if self.kv_events.enabled:
 			frames = (out[::ps] // ps if expand else out).tolist()
