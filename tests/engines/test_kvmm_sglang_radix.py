@@ -462,6 +462,24 @@ def test_path_of_an_earlier_match_agrees(pair):
 	pair.kv.cache._ctx.check()
 
 
+def test_frees_to_an_allocator_that_keeps_them():
+	"""SGLang's paged allocator under need_sort keeps the tensors it is
+	given (staged until its next sort): evictions of the same length hand
+	it a tensor each, none written over by the next, and its free pages
+	stay RadixCache's."""
+	p = Pair(4)
+	for side in (p.ref, p.kv):
+		side.alloc.need_sort = True
+	for i in range(4):
+		p.insert(K([100 * i + t for t in range(8)]), slots(1 + 2 * i, 8, 4))
+	for _ in range(4):
+		assert p.evict(8) == 8			# one leaf of two pages a call
+		a, b = (sorted(side.alloc.get_all_free_pages().tolist()) for side in (p.ref, p.kv))
+		assert a == b, f"free pages: RadixCache {a}, kvmm {b}"
+	assert len(p.kv.alloc.staged_pages) == 4 and not p.kv.cache._spare
+	p.kv.cache._ctx.check()
+
+
 # What the scheduler calls per request, and what each call may cost:
 # Python frames of its own (the method, and nothing it calls but the
 # allocator's free) and calls into kvmm's C library.
