@@ -65,7 +65,8 @@ struct kvmm_py_radix {
 };
 int kvmm_py_radix_match(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids, uint32_t n,
 			struct kvmm_fnode *last);
-int64_t kvmm_py_radix_path(struct kvmm_py_radix *r, const struct kvmm_fnode *node);
+int64_t kvmm_py_radix_path_slots(struct kvmm_py_radix *r, const struct kvmm_fnode *node,
+				 uintptr_t out, uint32_t room);
 void kvmm_py_radix_slots(const struct kvmm_py_radix *r, uintptr_t out, int expand);
 int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages, int reverse);
 uint32_t kvmm_py_radix_row_free(const struct kvmm_py_radix *r, uintptr_t row, uint32_t start,

@@ -170,6 +170,28 @@ static int64_t kvmm_py_radix_path(struct kvmm_py_radix *r, const struct kvmm_fno
 }
 
 /**
+ * kvmm_py_radix_path_slots() - path_device_indices() in one call
+ * @r: the cache
+ * @node: the node
+ * @out: int64 room for @room slots (an address)
+ * @room: slots that fit at @out: the path's length where the caller knows
+ *	it (the match that returned @node said it), else 0
+ *
+ * _path() and, when the path's slots fit @room, _slots() into @out.
+ *
+ * Return: tokens on the path (written when 0 < tokens <= @room), or -errno.
+ */
+static int64_t kvmm_py_radix_path_slots(struct kvmm_py_radix *r, const struct kvmm_fnode *node,
+					uintptr_t out, uint32_t room)
+{
+	int64_t ret = kvmm_py_radix_path(r, node);
+
+	if (ret > 0 && ret <= room)
+		radix_expand(r, r->frames, r->nr_frames, (int64_t *)out, 1);
+	return ret;
+}
+
+/**
  * kvmm_py_radix_slots() - r->frames (from _path() or _evict()) as int64
  * @r: the cache
  * @out: room for r->nr_frames entries, or that many pages' slots (an address)
@@ -309,9 +331,9 @@ static int radix_key(struct kvmm_py_radix *r, uintptr_t ids, const int32_t *slot
  * changes nothing but the tree (r->nr_out is 0); one of the insert
  * changes nothing at all.
  *
- * Return: 0; -ENOLCK when @unlock held no lock (or is gone): the rest is
- * done, r->nr_out set and @last not locked, as RadixCache's sequence of
- * calls leaves it; another -errno.
+ * Return: r->nr_out, the duplicates to free (>= 0); -ENOLCK when @unlock
+ * held no lock (or is gone): the rest is done, r->nr_out set and @last not
+ * locked, as RadixCache's sequence of calls leaves it; another -errno.
  */
 static int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids,
 					uint32_t key_len, uint32_t prompt_len, uintptr_t row,
@@ -354,5 +376,5 @@ static int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, ui
 	if (unlock && kvmm_frames_lock(r->ctx, unlock, -1) < 0)
 		return -ENOLCK;
 	ret = kvmm_frames_lock(r->ctx, last, 1);
-	return ret < 0 ? ret : 0;
+	return ret < 0 ? ret : r->nr_out;
 }

@@ -16,6 +16,7 @@ Run by tests/engines/run.sh in the SGLang environment.
 """
 import os
 import random
+import sys
 import unittest.mock
 from array import array
 from types import SimpleNamespace
@@ -441,6 +442,119 @@ def test_requests_agree(ps, way, policy):
 	assert r.p.evict(10 ** 6) >= 0 and r.p.sizes() == (0, 0)
 	assert r.p.ref.alloc.available_size() == r.p.kv.alloc.available_size() == SLOTS
 	assert (r.p.nr_events > 20) == (way == "events")
+
+
+def test_path_of_an_earlier_match_agrees(pair):
+	"""path_device_indices of a node other than the last match's (two
+	calls then: the path, then its slots), and of the last match's after
+	a split above it: RadixCache's slots."""
+	ps = pair.ps
+	pair.insert(K(list(range(1, 17))), slots(1, 16, ps))
+	pair.insert(K(list(range(1, 9)) + [50] * 8), slots(20, 16, ps))
+	_, first = pair.match(K(list(range(1, 17))))
+	_, second = pair.match(K(list(range(1, 9)) + [50] * 8))
+	pair.insert(K(list(range(1, 5)) + [60] * 4), slots(40, 8, ps))	# splits above both
+	for nodes in (first, second):
+		a = pair.ref.cache.path_device_indices(nodes[0])
+		b = pair.kv.cache.path_device_indices(nodes[1])
+		assert torch.equal(a, b), f"path: RadixCache {a.tolist()}, kvmm {b.tolist()}"
+		assert len(b) == 16
+	pair.kv.cache._ctx.check()
+
+
+def test_frees_to_an_allocator_that_keeps_them():
+	"""SGLang's paged allocator under need_sort keeps the tensors it is
+	given (staged until its next sort): evictions of the same length hand
+	it a tensor each, none written over by the next, and its free pages
+	stay RadixCache's."""
+	p = Pair(4)
+	for side in (p.ref, p.kv):
+		side.alloc.need_sort = True
+	for i in range(4):
+		p.insert(K([100 * i + t for t in range(8)]), slots(1 + 2 * i, 8, 4))
+	for _ in range(4):
+		assert p.evict(8) == 8			# one leaf of two pages a call
+		a, b = (sorted(side.alloc.get_all_free_pages().tolist()) for side in (p.ref, p.kv))
+		assert a == b, f"free pages: RadixCache {a}, kvmm {b}"
+	assert len(p.kv.alloc.staged_pages) == 4 and not p.kv.cache._spare
+	p.kv.cache._ctx.check()
+
+
+# What the scheduler calls per request, and what each call may cost:
+# Python frames of its own (the method, and nothing it calls but the
+# allocator's free) and calls into kvmm's C library.
+PER_REQUEST = {"match_prefix": 1, "lock": 1, "path_device_indices": 1, "checkpoint": 1,
+	       "free_kv_row": 1, "unlock": 1, "evict": 2}
+
+
+class CallCounter:
+	"""Wraps @cache's per-request methods; for each call records the Python
+	frames entered under it (SGLang's allocator's aside: it frees what the
+	cache hands it, the same work under any tree) and the calls into
+	kvmm's C library (kvmm._kvmm.lib), by a profile hook set for the call."""
+
+	def __init__(self, cache):
+		from kvmm._kvmm import lib
+
+		self.lib = {id(getattr(lib, n)) for n in dir(lib) if callable(getattr(lib, n))}
+		self.seen = {name: [] for name in PER_REQUEST}
+		for name in PER_REQUEST:
+			setattr(cache, name, self.wrap(name, getattr(cache, name)))
+
+	def wrap(self, name, fn):
+		def call(*args, **kwargs):
+			frames, calls = [], [0]
+
+			def hook(frame, event, arg):
+				if event == "call" and "mem_cache/allocator" not in frame.f_code.co_filename:
+					frames.append(frame.f_code.co_name)
+				elif event == "c_call" and id(arg) in self.lib:
+					calls[0] += 1
+			sys.setprofile(hook)
+			try:
+				return fn(*args, **kwargs)
+			finally:
+				sys.setprofile(None)
+				self.seen[name].append((frames, calls[0]))
+		return call
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_per_request_calls_are_one_frame_and_one_c_call(ps):
+	"""Each call the scheduler makes per request (python/bench/radix.py's
+	replay) is one Python frame, the method's own (SGLang's result types
+	made without their generated __new__/__init__, no helper called), and
+	one call into the C library (path_device_indices of the node the last
+	match returned included; evict two: the leaves, then their slots),
+	through the random requests of test_requests_agree, the answers still
+	compared with RadixCache's at every step.  The tensors evict() and
+	free_kv_row() hand SGLang's allocator (which copies them) are kept by
+	length and used again: most frees make none."""
+	r = Requests(ps)
+	rng = random.Random(ps)
+	systems = [[rng.randrange(1000) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
+	r.admit(systems[0], systems[0])		# the key namespace's first use names it
+	counter = CallCounter(r.p.kv.cache)
+	for _ in range(80):
+		if len(r.live) == 6 or (r.live and rng.random() < 0.4):
+			r.finish(rng.randrange(len(r.live)))
+			continue
+		prompt = rng.choice(systems) + [rng.randrange(1000) for _ in range(rng.randrange(1, 30))]
+		r.admit(prompt, prompt + [rng.randrange(1000) for _ in range(rng.randrange(0, 20))])
+	while r.live:
+		r.finish()
+	r.p.kv.cache._ctx.check()
+	for name, most in PER_REQUEST.items():
+		seen = counter.seen[name]
+		assert seen, f"{name} was never called"
+		for frames, calls in seen:
+			# a free of a length not freed before makes the tensor it keeps
+			assert frames[0] == name and set(frames[1:]) <= {"_spare_new"}, \
+				f"{name}: Python frames {frames}"
+			assert calls <= most, f"{name}: {calls} C calls"
+	frees = counter.seen["evict"] + counter.seen["free_kv_row"]
+	made = sum("_spare_new" in frames for frames, _ in frees)
+	assert len(counter.seen["evict"]) > 3 and made < len(frees) / 2, (made, len(frees))
 
 
 def test_free_kv_row_ranges_agree():

@@ -481,6 +481,7 @@ class KvmmHiCacheStorage(HiCacheStorage):
 
 # ---- the radix cache: kvmm's tree as SGLang's prefix cache ----
 
+import dataclasses  # noqa: E402
 import errno  # noqa: E402
 from array import array  # noqa: E402
 
@@ -503,15 +504,46 @@ from ._kvmm import ffi, lib  # noqa: E402
 _POLICIES = {"lru": "lru", "slru": "slru"}
 
 _match = lib.kvmm_py_radix_match
-_path = lib.kvmm_py_radix_path
+_path_slots = lib.kvmm_py_radix_path_slots
 _slots = lib.kvmm_py_radix_slots
 _evict = lib.kvmm_py_radix_evict
 _row_free = lib.kvmm_py_radix_row_free
 _checkpoint = lib.kvmm_py_radix_checkpoint
 _lock = lib.kvmm_frames_lock
 _NULL = ffi.NULL
-_new_fnode = FrameNode._new
+# FrameNode._new(), spelt out where a hot path makes a node for a C call to
+# fill (object.__new__ makes SGLang's result types below as well)
+_obj_new = object.__new__
+_fnode_h = ffi.new
+_FNODE_P = ffi.typeof("struct kvmm_fnode *")
 _I64 = torch.int64
+_ENOLCK = -errno.ENOLCK
+_SPARES, _SPARE_MAX = 256, 4096
+
+
+def _rest(cls: Any, skip: int) -> Any:
+	"""The declared defaults of @cls's fields after the first @skip (a
+	NamedTuple's as a tuple, a dataclass's as a dict), for the hot paths to
+	make its instances without a call of its Python __new__/__init__ (a
+	frame each, several a request); None where a field has no plain
+	default or the class has slots (they call the constructor then)."""
+	if hasattr(cls, "_fields"):
+		names = cls._fields[skip:]
+		if not all(f in cls._field_defaults for f in names):
+			return None
+		return tuple(cls._field_defaults[f] for f in names)
+	if "__slots__" in cls.__dict__:
+		return None
+	rest = dataclasses.fields(cls)[skip:]
+	if any(f.default is dataclasses.MISSING for f in rest):
+		return None
+	return {f.name: f.default for f in rest}
+
+
+_tuple_new = tuple.__new__
+_MATCH_REST = _rest(MatchResult, 4)	# after (len, device, host, best match node)
+_LOCK_REST = _rest(TreeLock, 2)		# after (node, receipt)
+_EVICT_REST = _rest(EvictResult, 1)	# after num_tokens_evicted
 
 
 def _ids(ids: Any, n: int) -> array:
@@ -623,7 +655,11 @@ class KvmmRadixCache(BasePrefixCache):
 		self._free_pages, self._prepends = _page_freer(alloc)
 		# page ids straight to the allocator: its own, on the CPU
 		self._free_now = self._free_pages if self._on_cpu else None
+		self._alloc = alloc
+		self._spare: Dict[int, torch.Tensor] = {}	# see _spare_new()
 		self._rt: Any = None		# the req_to_token tensor _row() last checked
+		# every lock's receipt: a legacy cache's, empty (unlock() reads none)
+		self._receipt = DecLockRefParams()
 		self._ctx: Optional[Context] = None
 		self.reset()
 
@@ -656,6 +692,7 @@ class KvmmRadixCache(BasePrefixCache):
 		self._ns: Dict[Any, int] = {}
 		self.root_node = FrameNode()
 		self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
+		self._matched: Tuple[Any, int] = (None, 0)	# match_prefix()'s last node, length
 		# the C side's scratch (csrc/radix.c), alive as long as the context
 		max_tokens = self._ctx.max_seq_len
 		max_frames = max(max_tokens // ps, self._nr_pages)
@@ -725,6 +762,20 @@ class KvmmRadixCache(BasePrefixCache):
 			self._free_pages(t)
 		else:
 			self.token_to_kv_pool_allocator.free_segment(t, start_pos=start)
+
+	def _spare_new(self, n: int) -> torch.Tensor:
+		"""A new int64 tensor of @n for the allocator to free; kept (at most
+		_SPARES of them, of _SPARE_MAX entries at most) for the next free of
+		@n where SGLang's own allocator, on the CPU, copies what it is given
+		before it returns (torch.cat into its free list, or a clone into a
+		free group: all but the paged allocator's need_sort, which keeps
+		the tensor itself).  free_kv_row() and evict() take a kept one
+		from _spare, by its length, without a call."""
+		out = torch.empty(n, dtype=_I64)
+		if (self._free_now is not None and self._alloc.need_sort is False and
+				n <= _SPARE_MAX and len(self._spare) < _SPARES):
+			self._spare[n] = out
+		return out
 
 	def _own_slots(self, out: torch.Tensor) -> List[int]:
 		"""Put back the slots SGLang gave the pages of @out (slots, whole
@@ -797,12 +848,16 @@ class KvmmRadixCache(BasePrefixCache):
 			ids = _ids(ids, n)
 		tag = (key.extra_key, getattr(key, "cache_salt", None))
 		ns = self._ns.get(tag)
-		node = _new_fnode()
+		node = _obj_new(FrameNode)
+		node._h = _fnode_h(_FNODE_P)
 		got = _match(self._r, self._ns_tag(tag) if ns is None else ns, ids.buffer_info()[0], n,
 			     node._h)
 		if got < 0:
 			self._raise(got, "kvmm_frames_match")
-		return MatchResult(got, node, node, node)
+		self._matched = node, got
+		if _MATCH_REST is None:
+			return MatchResult(got, node, node, node)
+		return _tuple_new(MatchResult, (got, node, node, node) + _MATCH_REST)
 
 	def path_device_indices(self, node: Any) -> torch.Tensor:
 		try:
@@ -810,13 +865,20 @@ class KvmmRadixCache(BasePrefixCache):
 		except AttributeError:
 			raise TypeError(f"path_device_indices() takes a FrameNode, not "
 					f"{type(node).__name__}") from None
-		n = _path(self._r, h)
+		# the node the last match returned: its path is as long as the match
+		# said (unless the tree changed since), and one call fills it in
+		last, room = self._matched
+		if last is not node:
+			room = 0
+		out = torch.empty(room, dtype=_I64) if room else self._empty
+		n = _path_slots(self._r, h, out.data_ptr() if room else 0, room)
 		if n <= 0:
 			if n < 0:
 				self._raise(n, "kvmm_frames_path")
 			return self._empty
-		out = torch.empty(n, dtype=_I64)
-		_slots(self._r, out.data_ptr(), 1)
+		if n != room:
+			out = torch.empty(n, dtype=_I64)
+			_slots(self._r, out.data_ptr(), 1)
 		if self._page_slots:
 			self._own_slots(out)
 		return out if self._on_cpu else out.to(self.device)
@@ -883,28 +945,39 @@ class KvmmRadixCache(BasePrefixCache):
 			ids = _ids(ids, key_len)
 		protected = kv.cache_protected_len
 		idx = kv.req_pool_idx
-		row = self._row(idx, key_len)
+		rt = self.req_to_token_pool.req_to_token
+		if rt is self._rt and self._rt_ok and 0 <= idx < self._rt_rows and \
+				key_len <= self._rt_len:
+			row = rt.data_ptr() + idx * self._rt_len * 4	# _row(), without its call
+		else:
+			row = self._row(idx, key_len)
 		copy = None
 		if not row:	# a device table: work on a CPU copy of the row
 			copy = self.req_to_token_pool.req_to_token[idx, :key_len].to(
 				"cpu", torch.int32, copy=True).contiguous()
 			row = copy.data_ptr()
 		old = req.lock
-		last = _new_fnode()
+		last = _obj_new(FrameNode)
+		last._h = _fnode_h(_FNODE_P)
 		tag = (req.extra_key, req.cache_salt or None)
 		ns = self._ns.get(tag)
 		ret = _checkpoint(self._r, self._ns_tag(tag) if ns is None else ns,
 				  ids.buffer_info()[0], key_len, prompt, row, protected,
 				  kv.cache_inserted_len, old.node._h if old is not None else _NULL,
 				  last._h, self._pages)
-		if ret < 0 and ret != -errno.ENOLCK:
-			self._raise(ret, "kvmm_frames_extend")
+		dups = ret
+		if ret < 0:
+			if ret != _ENOLCK:
+				self._raise(ret, "kvmm_frames_extend")
+			dups = self._r.nr_out
 		if copy is not None and protected < key_len:
 			self.req_to_token_pool.write((idx, slice(protected, key_len)),
 						     copy[protected:key_len].to(self.device))
-		dups = self._r.nr_out
 		if dups:		# the row's slots the tree had already
-			self._free(self._out[:dups].clone(), protected)
+			if self._free_now is not None:
+				self._free_now(self._out[:dups].clone())
+			else:
+				self._free(self._out[:dups].clone(), protected)
 		if self.kv_events.enabled:
 			had = protected + dups * (ps if self._pages else 1)
 			if had < key_len:	# the pages new to the tree: the row's own slots
@@ -914,9 +987,13 @@ class KvmmRadixCache(BasePrefixCache):
 						    had, key_len, (rt[had:key_len:ps].long() // ps).tolist())
 		kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
 		kv.cache_protected_len = key_len
-		if ret == -errno.ENOLCK:
+		if ret == _ENOLCK:
 			raise ValueError(f"kvmm radix cache: unlock of {old.node!r}, which holds no lock")
-		req.lock = TreeLock(last, DecLockRefParams())
+		if _LOCK_REST is None:
+			req.lock = TreeLock(last, self._receipt)
+		else:
+			req.lock = lk = _obj_new(TreeLock)
+			lk.__dict__ = {"node": last, "receipt": self._receipt, **_LOCK_REST}
 		req.last_node = last
 
 	def free_kv_row(self, kv: Any, ranges: list) -> None:
@@ -930,10 +1007,18 @@ class KvmmRadixCache(BasePrefixCache):
 			if 0 <= end <= start:
 				return		# nothing to free
 			if 0 <= start and not start & (ps - 1):
-				row = self._row(kv.req_pool_idx, end)
+				idx = kv.req_pool_idx
+				rt = self.req_to_token_pool.req_to_token
+				if rt is self._rt and self._rt_ok and 0 <= idx < self._rt_rows and \
+						end <= self._rt_len:
+					row = rt.data_ptr() + idx * self._rt_len * 4	# as in checkpoint()
+				else:
+					row = self._row(idx, end)
 				if row:
 					n = (end - start + ps - 1) // ps if self._pages else end - start
-					out = torch.empty(n, dtype=_I64)
+					out = self._spare.get(n) if self._free_now is not None else None
+					if out is None:
+						out = self._spare_new(n)
 					_row_free(self._r, row, start, end, out.data_ptr(), self._pages)
 					if self._free_now is not None:
 						self._free_now(out)
@@ -958,7 +1043,10 @@ class KvmmRadixCache(BasePrefixCache):
 				self._raise(got, "kvmm_frames_evict")
 			return EvictResult()
 		expand = not self._pages
-		out = torch.empty(got * ps if expand else got, dtype=_I64)
+		n = got * ps if expand else got
+		out = self._spare.get(n) if self._free_now is not None else None
+		if out is None:
+			out = self._spare_new(n)
 		_slots(r, out.data_ptr(), int(expand))
 		if self.kv_events.enabled:
 			frames = (out[::ps] // ps if expand else out).tolist()
@@ -982,16 +1070,25 @@ class KvmmRadixCache(BasePrefixCache):
 			ends = [r.leaves[i] * step for i in range(r.nr_leaves)]
 			for start, end in zip([0] + ends, ends):
 				self._free(out[start:end], 0)
-		return EvictResult(num_tokens_evicted=got * ps)
+		if _EVICT_REST is None:
+			return EvictResult(num_tokens_evicted=got * ps)
+		res = _obj_new(EvictResult)
+		res.__dict__ = {"num_tokens_evicted": got * ps, **_EVICT_REST}
+		return res
 
 	def lock(self, node: Any) -> TreeLock:
 		"""BasePrefixCache.lock(): inc_lock_ref() and the receipt a legacy
-		cache's release takes (an empty DecLockRefParams)."""
+		cache's release takes (an empty DecLockRefParams: this cache's one,
+		which its unlock() does not read)."""
 		if not self.disable:
 			h = getattr(node, "_h", None)
 			if h is None or _lock(self._c, h, 1) < 0:
 				self._lock_ref(node, 1)		# raises
-		return TreeLock(node, DecLockRefParams())
+		if _LOCK_REST is None:
+			return TreeLock(node, self._receipt)
+		lk = _obj_new(TreeLock)
+		lk.__dict__ = {"node": node, "receipt": self._receipt, **_LOCK_REST}
+		return lk
 
 	def unlock(self, lock: Any) -> None:
 		if lock is not None and not self.disable:
