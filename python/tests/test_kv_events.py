@@ -134,3 +134,16 @@ def test_kv_events_stats_need_kv_events():
 		with pytest.raises(kvmm.InvalidArgument) as e:
 			ctx.kv_events_stats
 		assert e.value.errno == errno.EINVAL
+
+
+def test_close_from_two_threads_publishes_and_frees_once(tmp_path):
+	import threading
+
+	ctx = kvmm.Context(**GEOM, page_size=PS, nr_pages=64, kv_events=f"ipc://{tmp_path}/ev")
+	cache(ctx, PROMPT)
+	ts = [threading.Thread(target=ctx.close) for _ in range(2)]
+	for t in ts:
+		t.start()
+	for t in ts:
+		t.join()
+	assert ctx.closed and ctx.kv_events_stats["stored"] == 1

@@ -625,6 +625,7 @@ class _KvEvents:
 		self._buf = ffi.new("uint64_t[]", lib.KVMM_PY_KVEV_BUF // 8)
 		self._cursor = ffi.new("uint64_t *")
 		self._stop = threading.Event()
+		self._stopping = threading.Lock()
 		self._err = 0
 		self._thread = threading.Thread(target=self._run, name="kvmm-kv-events", daemon=True)
 		self._thread.start()
@@ -677,15 +678,17 @@ class _KvEvents:
 		return out
 
 	def stop(self) -> None:
-		"""Publish what is left, stop the thread, close the sockets."""
-		if self._ev is None:
-			return
-		self._stop.set()
-		self._thread.join()
-		self._drain()
-		self._last = self.stats()
-		lib.kvmm_py_kvev_destroy(self._ev)
-		self._ev = None
+		"""Publish what is left, stop the thread, close the sockets (once,
+		whichever of two closing threads comes first)."""
+		with self._stopping:
+			if self._ev is None:
+				return
+			self._stop.set()
+			self._thread.join()
+			self._drain()
+			self._last = self.stats()
+			lib.kvmm_py_kvev_destroy(self._ev)
+			self._ev = None
 
 
 class Context(ViewOwner):
