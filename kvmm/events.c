@@ -23,10 +23,18 @@
  * dropped (@ctx->ev_read is how far the fastest reader has come).
  *
  * Cost: nothing but a test while events are off.  On, recording an event
- * allocates nothing and writes O(pages) slots, but naming the pages costs
- * a hash of the node's prefix from the root (the identity is a chain
- * over the whole prefix), as it costs a demotion to an I/O store; a
- * commit already walks those tokens.
+ * allocates nothing and writes O(pages) slots, and naming the pages
+ * needs the hash state of the node's prefix from the root (the identity
+ * is a chain over the whole prefix).  Events come in runs about one
+ * place in the tree: a sequence's commits store a leaf under the leaf
+ * its last commit stored, reclaim demotes the leaves of one parent one
+ * after the other.  So the buffer keeps the hash state at the end of
+ * the last two nodes it named (the node of the last event and that
+ * node's parent), by node id, and an event about a child of either
+ * starts from there instead of from the root.  A node's id is never
+ * reused and the tokens from the root to its end never change while it
+ * lives (a split moves the head of its edge into a new parent), so a
+ * kept state is right whenever its id matches.
  *
  * A publisher that names pages as another engine does (vLLM hashes
  * each block's token ids chained to its parent's hash) needs the tokens
@@ -67,6 +75,9 @@ _Static_assert(KVMM_EVENTS_TOKENS_LEN_MIN >= KVMM_EVENTS_LEN_MIN +
  *	events share an entry)
  * @path: scratch for the ancestors of the node an event is about
  * @max_depth: its room
+ * @memo: the hash state at the end of the two nodes named last, by node
+ *	id (0: none), with the key of the node's last page; kept as bytes,
+ *	as XXH3_state_t wants an alignment the allocator does not give
  * @tokens: each event's token ids follow its keys
  * @page_size: tokens per page, with @tokens
  * @bytes: the size of the allocation
@@ -81,6 +92,12 @@ struct kvmm_evbuf {
 	uint64_t emask;
 	struct kvmm_node **path;
 	uint32_t max_depth;
+	struct {
+		uint64_t id;
+		uint64_t key[2];
+		uint32_t ns;
+		unsigned char st[sizeof(XXH3_state_t)];
+	} memo[2];
 	bool tokens;
 	uint32_t page_size;
 	size_t bytes;
@@ -184,6 +201,47 @@ static bool ev_too_deep(const struct kvmm_evbuf *eb, const struct kvmm_node *nod
 	return false;
 }
 
+static void ev_memo_put(struct kvmm_evbuf *eb, int i, uint64_t id, uint32_t ns,
+			const XXH3_state_t *st, const uint64_t *key)
+{
+	eb->memo[i].id = id;
+	eb->memo[i].ns = ns;
+	eb->memo[i].key[0] = key[0];
+	eb->memo[i].key[1] = key[1];
+	memcpy(eb->memo[i].st, st, sizeof(*st));
+}
+
+/*
+ * kvmm_node_hash_start() for @node, from a kept state where its parent
+ * was named last or was the parent of the node named last.  The start
+ * is kept in turn, for @node's siblings.  Return: the namespace.
+ */
+static uint32_t ev_hash_start(struct kvmm_evbuf *eb, const struct kvmm_node *node,
+			      XXH3_state_t *st, uint64_t *parent)
+{
+	const struct kvmm_node *p = node->parent;
+	uint32_t ns;
+	int i;
+
+	if (p->flags & KVMM_NODE_ROOT)
+		return kvmm_node_hash_start(node, eb->path, st, parent);
+	for (i = 0; i < 2; i++) {
+		if (eb->memo[i].id != p->id)
+			continue;
+		memcpy(st, eb->memo[i].st, sizeof(*st));
+		parent[0] = eb->memo[i].key[0];
+		parent[1] = eb->memo[i].key[1];
+		ns = eb->memo[i].ns;
+		if (i)	/* a child of the node named last: now the parent */
+			eb->memo[0] = eb->memo[1];
+		eb->memo[1].id = 0;
+		return ns;
+	}
+	ns = kvmm_node_hash_start(node, eb->path, st, parent);
+	ev_memo_put(eb, 0, p->id, ns, st, parent);
+	return ns;
+}
+
 /**
  * __kvmm_event_node() - record events about all of @node's pages
  * @ctx: the context, with events on
@@ -214,7 +272,7 @@ void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_nod
 	}
 	if (eb->tokens && KVMM_EVENT_MAX_TOKENS / ps < kmax)
 		kmax = KVMM_EVENT_MAX_TOKENS / ps ? KVMM_EVENT_MAX_TOKENS / ps : 1;
-	ns = kvmm_node_hash_start(node, eb->path, &st, parent);
+	ns = ev_hash_start(eb, node, &st, parent);
 	for (i = 0; i < pages; i += k) {
 		struct kvmm_cache_event ev = {
 			.type = type, .tier = (uint8_t)from, .to = (uint8_t)to, .ns = ns,
@@ -241,6 +299,8 @@ void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_nod
 		}
 		eb->head = pos + ev_slots(eb, k);
 	}
+	if (node->len == pages << ctx->page_shift)	/* the state is at its end */
+		ev_memo_put(eb, 1, node->id, ns, &st, parent);
 }
 
 static size_t evbuf_bytes(uint64_t slots, uint64_t nr_start, uint32_t depth)
@@ -296,7 +356,8 @@ int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes)
 	while (nr_start & (nr_start - 1))	/* a power of two, no fewer */
 		nr_start += nr_start & -nr_start;
 	total = evbuf_bytes(slots, nr_start, depth);
-	eb = kvmm_malloc(ctx, total);
+	/* touched here, not by the first pass of events over it */
+	eb = kvmm_zalloc(ctx, total);
 	if (!eb)
 		return -ENOMEM;
 	*eb = (struct kvmm_evbuf){

@@ -45,6 +45,17 @@ struct timespec { long tv_sec; long tv_nsec; ...; };
 struct kvmm_sqe *kvmm_get_sqe(struct kvmm_ring *ring);
 int kvmm_peek_cqe(struct kvmm_ring *ring, struct kvmm_cqe **cqep);
 void kvmm_cqe_seen(struct kvmm_ring *ring, struct kvmm_cqe *cqe);
+/* The package's own (below): publishing a context's events as vLLM's KV
+   events (tools/lib/kvevents.c), -EOPNOTSUPP in a build without libzmq. */
+struct kvev;
+int kvmm_py_kvev_create(struct kvmm_ctx *ctx, const char *endpoint, const char *replay,
+			const char *topic, int hash, const char *seed, struct kvev **out);
+int kvmm_py_kvev_read(struct kvmm_ctx *ctx, uint64_t *cursor, void *buf, uint32_t len);
+int kvmm_py_kvev_publish(struct kvev *ev, const void *buf);
+int kvmm_py_kvev_serve(struct kvev *ev, int timeout_ms);
+void kvmm_py_kvev_stats(struct kvev *ev, uint64_t *out);
+void kvmm_py_kvev_destroy(struct kvev *ev);
+#define KVMM_PY_KVEV_BUF ...
 /* The package's own (below): arming the CQ doorbell for an event loop. */
 uint32_t kvmm_py_cq_arm(struct kvmm_ring *ring);
 void kvmm_py_cq_disarm(struct kvmm_ring *ring);
@@ -162,6 +173,13 @@ static void kvmm_py_cq_disarm(struct kvmm_ring *ring)
 }
 """
 
+# KV events (csrc/kvevents.c), with tools/lib/kvevents.c where the build
+# found libzmq, msgpack-c and libcrypto (config.mk's CONFIG_KVMM_KVEVENTS).
+KVEVENTS = "CONFIG_KVMM_KVEVENTS := y" in (OBJTREE / "config.mk").read_text() \
+	if (OBJTREE / "config.mk").exists() else False
+KVEV_C = Path(__file__).resolve().parent / "csrc" / "kvevents.c"
+SOURCE += ("#define KVMM_PY_KVEVENTS %d\n" % KVEVENTS) + KVEV_C.read_text()
+
 # SGLang's radix cache, a C call per method (csrc/radix.c).
 RADIX = Path(__file__).resolve().parent / "csrc" / "radix.c"
 SOURCE += RADIX.read_text()
@@ -171,11 +189,13 @@ ffibuilder.cdef(cdef())
 ffibuilder.set_source(
 	"kvmm._kvmm",
 	SOURCE,
-	include_dirs=[str(ROOT / "include"), str(ROOT / "uapi")],
+	include_dirs=[str(ROOT / "include"), str(ROOT / "uapi"), str(ROOT / "tools" / "lib")],
 	extra_objects=[str(OBJTREE / "libkvmm.a")],
 	# relink when the library changes: setuptools checks sources and depends only
 	depends=[str(OBJTREE / "libkvmm.a"), str(ROOT / "include" / "libkvmm.h"),
-		 str(ROOT / "include" / "libkvmm-ring.h"), str(RADIX), str(Path(__file__).resolve())],
+		 str(ROOT / "include" / "libkvmm-ring.h"), str(RADIX), str(KVEV_C),
+		 str(ROOT / "tools" / "lib" / "kvevents.h"), str(ROOT / "tools" / "lib" / "kvevents.c"),
+		 str(Path(__file__).resolve())],
 	libraries=["pthread"],
 	extra_compile_args=["-O3"],	# csrc/radix.c's loops vectorize
 )

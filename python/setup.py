@@ -24,7 +24,8 @@ def lib_libs():
 	libs = []
 	config = (OBJTREE / "config.mk").read_text()
 	for flag, lib in (("CONFIG_KVMM_LIBURING", "uring"), ("CONFIG_KVMM_LIBNUMA", "numa"),
-			  ("CONFIG_KVMM_HIREDIS", "hiredis")):
+			  ("CONFIG_KVMM_HIREDIS", "hiredis"), ("CONFIG_KVMM_KVEVENTS", "zmq"),
+			  ("CONFIG_KVMM_KVEVENTS", "msgpackc"), ("CONFIG_KVMM_KVEVENTS", "crypto")):
 		if f"{flag} := y" in config:
 			libs.append(lib)
 	return libs

@@ -490,6 +490,54 @@ static void set_event_tokens_fails_cleanly(void)
 	CU_ASSERT_EQUAL(ta.live_blocks, 0);
 }
 
+/*
+ * Events about a child of the node named last, or of its parent, start
+ * from the hash state kept for it: still the keys of the whole prefix
+ * after that node was split (it keeps the tail of its edge, so its end
+ * is where it was), after it was freed and its struct reused for other
+ * tokens, and in another namespace with the same tokens.
+ */
+static void events_kept_prefix_state_names_pages_right(void)
+{
+	struct kvmm_ctx *ctx = test_ctx(PS, 64, 4, 64);
+	uint32_t a[24], b[24];
+	uint32_t i;
+
+	test_tokens(a, 24, 21);
+	test_tokens(b, 24, 22);
+	memcpy(b, a, 2 * PS * sizeof(*a));		/* b leaves a after two pages */
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, 1u << 16), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 5, a, 16), 0);	/* node X: pages 0-3 */
+	CU_ASSERT_EQUAL(test_cache(ctx, 5, a, 20), 0);	/* a child of X */
+	CU_ASSERT_EQUAL(test_cache(ctx, 5, b, 16), 0);	/* splits X at page 2 */
+	CU_ASSERT_EQUAL(test_cache(ctx, 5, a, 24), 0);	/* a child of X's child */
+	CU_ASSERT_EQUAL(test_cache(ctx, 5, b, 24), 0);	/* a child of b's leaf */
+	CU_ASSERT_EQUAL(test_cache(ctx, 6, a, 20), 0);	/* the same tokens, namespace 6 */
+	CU_ASSERT_EQUAL(test_cache(ctx, 6, a, 24), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), 7);
+	assert_event(event(0), 0, KVMM_EVENT_STORED, 0, 0, 5, a, PS, 0, 4);
+	assert_event(event(1), 1, KVMM_EVENT_STORED, 0, 0, 5, a, PS, 4, 1);
+	assert_event(event(2), 2, KVMM_EVENT_STORED, 0, 0, 5, b, PS, 2, 2);
+	assert_event(event(3), 3, KVMM_EVENT_STORED, 0, 0, 5, a, PS, 5, 1);
+	assert_event(event(4), 4, KVMM_EVENT_STORED, 0, 0, 5, b, PS, 4, 2);
+	assert_event(event(5), 5, KVMM_EVENT_STORED, 0, 0, 6, a, PS, 0, 5);
+	assert_event(event(6), 6, KVMM_EVENT_STORED, 0, 0, 6, a, PS, 5, 1);
+
+	/* everything freed; new nodes (the same structs) hold other tokens */
+	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), 16);	/* eight nodes, eight events */
+	CHECK_OK(ctx);
+	for (i = 0; i < 24; i++)
+		a[i] ^= 0x5a5a;
+	CU_ASSERT_EQUAL(test_cache(ctx, 5, a, 16), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 5, a, 24), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(read_events(ctx, 15, 0, 0, OUT_BYTES), 2);
+	assert_event(event(0), 15, KVMM_EVENT_STORED, 0, 0, 5, a, PS, 0, 4);
+	assert_event(event(1), 16, KVMM_EVENT_STORED, 0, 0, 5, a, PS, 4, 2);
+	kvmm_destroy(ctx);
+}
+
 int register_events_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_events", NULL, NULL);
@@ -507,5 +555,6 @@ int register_events_suite(void)
 	ADD_TEST(s, events_carry_tokens);
 	ADD_TEST(s, events_with_tokens_split_at_max_tokens);
 	ADD_TEST(s, set_event_tokens_fails_cleanly);
+	ADD_TEST(s, events_kept_prefix_state_names_pages_right);
 	return 0;
 }

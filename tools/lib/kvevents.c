@@ -53,7 +53,7 @@
 #include <time.h>
 
 #include <msgpack.h>
-#include <openssl/sha.h>
+#include <openssl/evp.h>
 #include <zmq.h>
 
 #include "kvevents.h"
@@ -83,11 +83,29 @@ struct kvev_rev {
 	struct kvmm_key key;
 };
 
-/* One message kept for replay. */
+/*
+ * A buffer that msgpack-c packs into and that token arrays are written
+ * into directly (buf_reserve(), then the bytes).  A message is built in
+ * one, after HDR_ROOM bytes its KVEventBatch header is written into
+ * once the events are counted, and the buffer then becomes the replay
+ * slot's: the slot's old buffer is the next message's, so nothing is
+ * allocated or copied per message once the buffers are grown.
+ */
+struct kvev_buf {
+	char *data;
+	size_t len, cap;
+	int err;		/* -ENOMEM once a write did not fit */
+};
+
+/* [ts, [events...], rank]: fixarray, float64, array32 at most */
+#define HDR_ROOM	(1 + 9 + 5)
+
+/* One message kept for replay: @len bytes at @data, within @buf. */
 struct kvev_msg {
 	uint64_t seq;
 	char topic[TOPIC_MAX];
-	char *data;
+	struct kvev_buf buf;
+	const char *data;
 	size_t len;
 };
 
@@ -99,8 +117,8 @@ struct kvev_msg {
  * @cbor: scratch for one block's CBOR
  * @ents: the table of pages, @mask + 1 slots, @nr used
  * @hashes: scratch for one event's page hashes
- * @events: the events of the message being built (msgpack), @nev of them
- * @msg: the whole message
+ * @md, @mdctx: sha256, fetched once, and a context reused for every block
+ * @out: the message being built (msgpack), @nev events after HDR_ROOM
  * @ns: the namespace of the message being built
  * @ring: messages kept for replay, @p.buffer_steps slots
  * @st: what it did; @st.messages is the next sequence number
@@ -118,8 +136,10 @@ struct kvev {
 	uint64_t rmask;
 	pthread_mutex_t lock;		/* the tables, between publisher and askers */
 	uint8_t *hashes;
-	msgpack_sbuffer events, msg;
-	msgpack_packer ev_pk, msg_pk;
+	EVP_MD *md;
+	EVP_MD_CTX *mdctx;
+	struct kvev_buf out;
+	msgpack_packer ev_pk;
 	uint32_t nev;
 	uint32_t ns;
 	struct kvev_msg *ring;
@@ -148,7 +168,12 @@ static size_t cbor_head(uint8_t *p, uint8_t major, uint64_t v)
 static void digest(const struct kvev *ev, const uint8_t *in, size_t n, uint8_t *out)
 {
 	if (ev->p.hash == KVEV_HASH_SHA256_CBOR) {
-		SHA256(in, n, out);
+		unsigned int len;
+
+		/* cannot fail on a fetched digest and an allocated context */
+		EVP_DigestInit_ex2(ev->mdctx, ev->md, NULL);
+		EVP_DigestUpdate(ev->mdctx, in, n);
+		EVP_DigestFinal_ex(ev->mdctx, out, &len);
 	} else {
 		XXH128_canonical_t c;
 
@@ -366,6 +391,74 @@ static void ent_del(struct kvev *ev, const struct kvmm_key *k)
 
 /* ---- msgpack: the structures msgspec makes of vLLM's classes ---- */
 
+/* Room for @n more bytes at b->len.  Return: 0, or -ENOMEM (kept in b->err). */
+static int buf_reserve(struct kvev_buf *b, size_t n)
+{
+	size_t cap = b->cap ? b->cap : 4096;
+	char *d;
+
+	if (b->len + n <= b->cap)
+		return 0;
+	while (cap < b->len + n)
+		cap *= 2;
+	d = realloc(b->data, cap);
+	if (!d)
+		return b->err = -ENOMEM;
+	b->data = d;
+	b->cap = cap;
+	return 0;
+}
+
+/* msgpack-c's writer into a struct kvev_buf */
+static int buf_write(void *data, const char *p, size_t n)
+{
+	struct kvev_buf *b = data;
+
+	if (buf_reserve(b, n))
+		return -1;
+	memcpy(b->data + b->len, p, n);
+	b->len += n;
+	return 0;
+}
+
+/*
+ * @n token ids as a msgpack array of uints, each in its shortest form
+ * as msgpack-c's msgpack_pack_uint32() (and msgspec) write it, straight
+ * into the buffer: one reserve for the worst case, no call per token.
+ */
+static void pack_tokens(struct kvev *ev, const uint32_t *tok, uint64_t n)
+{
+	struct kvev_buf *b = &ev->out;
+	unsigned char *p;
+	uint64_t i;
+
+	msgpack_pack_array(&ev->ev_pk, (size_t)n);
+	if (buf_reserve(b, 5 * n))
+		return;
+	p = (unsigned char *)b->data + b->len;
+	for (i = 0; i < n; i++) {
+		uint32_t t = tok[i];
+
+		if (t < 0x80) {
+			*p++ = (unsigned char)t;
+		} else if (t < 0x100) {
+			*p++ = 0xcc;
+			*p++ = (unsigned char)t;
+		} else if (t < 0x10000) {
+			*p++ = 0xcd;
+			*p++ = (unsigned char)(t >> 8);
+			*p++ = (unsigned char)t;
+		} else {
+			*p++ = 0xce;
+			*p++ = (unsigned char)(t >> 24);
+			*p++ = (unsigned char)(t >> 16);
+			*p++ = (unsigned char)(t >> 8);
+			*p++ = (unsigned char)t;
+		}
+	}
+	b->len = (size_t)((char *)p - b->data);
+}
+
 static void pack_str(msgpack_packer *pk, const char *s)
 {
 	size_t n = strlen(s);
@@ -400,9 +493,8 @@ static void pack_stored(struct kvev *ev, const uint8_t *h, uint32_t n, const uin
 {
 	static const char map16_8[] = { (char)0xde, 0, 8 };
 	msgpack_packer *pk = &ev->ev_pk;
-	uint64_t i, nt = (uint64_t)n * ev->p.page_size;
 
-	msgpack_sbuffer_write(&ev->events, map16_8, sizeof(map16_8));
+	buf_write(&ev->out, map16_8, sizeof(map16_8));
 	pack_str(pk, "type");
 	pack_str(pk, "BlockStored");
 	pack_hashes(ev, h, n);
@@ -414,9 +506,7 @@ static void pack_stored(struct kvev *ev, const uint8_t *h, uint32_t n, const uin
 		msgpack_pack_nil(pk);
 	}
 	pack_str(pk, "token_ids");
-	msgpack_pack_array(pk, (size_t)nt);
-	for (i = 0; i < nt; i++)
-		msgpack_pack_uint32(pk, tok[i]);
+	pack_tokens(ev, tok, (uint64_t)n * ev->p.page_size);
 	pack_str(pk, "block_size");
 	msgpack_pack_uint32(pk, ev->p.page_size);
 	pack_str(pk, "lora_id");
@@ -468,13 +558,28 @@ static void seq_bytes(uint64_t seq, uint8_t *b)
 		b[i] = (uint8_t)(seq >> (56 - 8 * i));
 }
 
+/* Start the next message in @b: its events go after the header's room. */
+static void batch_reset(struct kvev *ev, struct kvev_buf *b)
+{
+	b->len = HDR_ROOM;
+	b->err = 0;
+	ev->out = *b;
+	ev->nev = 0;
+}
+
 /*
  * Send the message being built, as KVEventBatch [ts, events, 0] (vLLM's
  * publisher fills data_parallel_rank with its rank, 0 for one), and keep
- * it for replay.
+ * it for replay: its header goes right before its events, and its
+ * buffer becomes the replay slot's, whose old buffer takes the next
+ * message.  ZMQ copies it once.
  */
 static int flush_batch(struct kvev *ev)
 {
+	char head[HDR_ROOM];
+	struct kvev_buf hb = { .data = head, .cap = sizeof(head) };
+	msgpack_packer hpk;
+	struct kvev_buf old;
 	struct kvev_msg *m;
 	struct timespec ts;
 	uint8_t sb[8];
@@ -484,25 +589,23 @@ static int flush_batch(struct kvev *ev)
 
 	if (!ev->nev)
 		return 0;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	msgpack_sbuffer_clear(&ev->msg);
-	msgpack_pack_array(&ev->msg_pk, 3);
-	msgpack_pack_double(&ev->msg_pk, ts.tv_sec + ts.tv_nsec / 1e9);
-	msgpack_pack_array(&ev->msg_pk, ev->nev);
-	msgpack_sbuffer_write(&ev->msg, ev->events.data, ev->events.size);
-	msgpack_pack_uint8(&ev->msg_pk, 0);
-	msgpack_sbuffer_clear(&ev->events);
-	ev->nev = 0;
-
-	m = &ev->ring[ev->st.messages % ev->p.buffer_steps];
-	free(m->data);
-	m->data = malloc(ev->msg.size);
-	if (!m->data) {
-		m->len = 0;
+	if (ev->out.err || msgpack_pack_uint8(&ev->ev_pk, 0) || ev->out.err) {
+		batch_reset(ev, &ev->out);
 		return -ENOMEM;
 	}
-	memcpy(m->data, ev->msg.data, ev->msg.size);
-	m->len = ev->msg.size;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	msgpack_packer_init(&hpk, &hb, buf_write);
+	msgpack_pack_array(&hpk, 3);
+	msgpack_pack_double(&hpk, ts.tv_sec + ts.tv_nsec / 1e9);
+	msgpack_pack_array(&hpk, ev->nev);
+	memcpy(ev->out.data + HDR_ROOM - hb.len, head, hb.len);
+
+	m = &ev->ring[ev->st.messages % ev->p.buffer_steps];
+	old = m->buf;
+	m->buf = ev->out;
+	m->data = m->buf.data + HDR_ROOM - hb.len;
+	m->len = m->buf.len - (HDR_ROOM - hb.len);
+	batch_reset(ev, &old);
 	m->seq = ev->st.messages++;
 	topic_of(ev, ev->ns, m->topic);
 	seq_bytes(m->seq, sb);
@@ -833,12 +936,13 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->rmask = 1023;
 	pthread_mutex_init(&ev->lock, NULL);
 	ev->ring = calloc(ev->p.buffer_steps, sizeof(*ev->ring));
-	msgpack_sbuffer_init(&ev->events);
-	msgpack_sbuffer_init(&ev->msg);
-	msgpack_packer_init(&ev->ev_pk, &ev->events, msgpack_sbuffer_write);
-	msgpack_packer_init(&ev->msg_pk, &ev->msg, msgpack_sbuffer_write);
+	msgpack_packer_init(&ev->ev_pk, &ev->out, buf_write);
+	batch_reset(ev, &ev->out);
+	ev->md = EVP_MD_fetch(NULL, "SHA256", NULL);
+	ev->mdctx = EVP_MD_CTX_new();
 	sbuf = malloc(sizeof(head) + sn);
-	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->ents || !ev->revs || !ev->ring || !sbuf)
+	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->ents || !ev->revs || !ev->ring ||
+	    !ev->md || !ev->mdctx || !sbuf)
 		goto out_free;
 	/* NONE_HASH = H(cbor(seed)): the seed is a text string */
 	hn = cbor_head(sbuf, 3, sn);
@@ -882,10 +986,11 @@ void kvev_destroy(struct kvev *ev)
 	if (ev->zctx)
 		zmq_ctx_term(ev->zctx);
 	for (i = 0; ev->ring && i < ev->p.buffer_steps; i++)
-		free(ev->ring[i].data);
+		free(ev->ring[i].buf.data);
 	free(ev->ring);
-	msgpack_sbuffer_destroy(&ev->events);
-	msgpack_sbuffer_destroy(&ev->msg);
+	free(ev->out.data);
+	EVP_MD_CTX_free(ev->mdctx);
+	EVP_MD_free(ev->md);
 	free(ev->ents);
 	free(ev->revs);
 	pthread_mutex_destroy(&ev->lock);
@@ -972,14 +1077,23 @@ int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_
 	ret = kvmm_stats(ctx, st, NR_KVMM_STATS);
 	if (ret < 0)
 		return ret;
+	if (st[KVMM_STAT_EVENTS_BYTES] < KVMM_EVENTS_TOKENS_BUF_MIN && !events_bytes)
+		return -EINVAL;
+	/*
+	 * A buffer too small for tokens is replaced: the old one goes first
+	 * and tokens are turned on before the new one is made, so that it
+	 * is allocated (and touched) once, not twice.
+	 */
 	if (st[KVMM_STAT_EVENTS_BYTES] < KVMM_EVENTS_TOKENS_BUF_MIN) {
-		if (!events_bytes)
-			return -EINVAL;
+		bytes.arg2 = 0;
 		ret = kvmm_ioctl(ctx, &bytes, NULL, 0);
+		bytes.arg2 = events_bytes;
 		if (ret)
 			return ret;
 	}
 	ret = kvmm_ioctl(ctx, &tokens, NULL, 0);
+	if (!ret && st[KVMM_STAT_EVENTS_BYTES] < KVMM_EVENTS_TOKENS_BUF_MIN)
+		ret = kvmm_ioctl(ctx, &bytes, NULL, 0);
 	if (ret)
 		return ret;
 	t = calloc(1, sizeof(*t));

@@ -16,6 +16,7 @@ import errno
 import logging
 import operator
 import threading
+import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
@@ -596,6 +597,100 @@ class _InCall:
 		self.ctx._mu.release()
 
 
+class _KvEvents:
+	"""A Context's publisher of vLLM KV events (python/csrc/kvevents.c):
+	a thread that reads the context's events under its lock and
+	publishes them, and answers replay requests, outside it."""
+
+	HASHES = ("sha256_cbor", "xxhash_cbor")
+
+	def __init__(self, ctx: "Context", kv_events: str, kv_events_replay: Optional[str] = None,
+		     kv_events_topic: Optional[str] = None, kv_events_hash: str = "sha256_cbor",
+		     kv_events_seed: Optional[str] = None, kv_events_interval_ms: int = 2) -> None:
+		if kv_events_hash not in self.HASHES:
+			raise ValueError(f"kv_events_hash is one of {self.HASHES}, not {kv_events_hash!r}")
+		if kv_events_interval_ms < 0:
+			raise ValueError("kv_events_interval_ms is not negative")
+		self._ctx = ctx
+		self._interval = int(kv_events_interval_ms)
+		self._replay = kv_events_replay is not None
+		keep = [ffi.new("char[]", v.encode()) if v is not None else ffi.NULL
+			for v in (kv_events, kv_events_replay, kv_events_topic, kv_events_seed)]
+		out = ffi.new("struct kvev **")
+		with ctx._mu:
+			ctx._check(lib.kvmm_py_kvev_create(ctx._c(), keep[0], keep[1], keep[2],
+							   self.HASHES.index(kv_events_hash), keep[3], out),
+				   "kv_events")
+		self._ev = out[0]
+		self._buf = ffi.new("uint64_t[]", lib.KVMM_PY_KVEV_BUF // 8)
+		self._cursor = ffi.new("uint64_t *")
+		self._stop = threading.Event()
+		self._stopping = threading.Lock()
+		self._err = 0
+		self._thread = threading.Thread(target=self._run, name="kvmm-kv-events", daemon=True)
+		self._thread.start()
+
+	def _drain(self) -> int:
+		"""Publish every event read so far.  Return: 0 or -errno."""
+		while True:
+			with self._ctx._mu:
+				if self._ctx._ptr is None:
+					return 0
+				res = lib.kvmm_py_kvev_read(self._ctx._ptr, self._cursor, self._buf,
+							    lib.KVMM_PY_KVEV_BUF)
+			if res <= 0:
+				return res
+			ret = lib.kvmm_py_kvev_publish(self._ev, self._buf)
+			if ret:
+				return ret
+
+	def _wait(self) -> int:
+		"""Wait one interval, answering replay requests meanwhile, in
+		pieces short enough that stop() is not kept waiting."""
+		end = time.monotonic() + self._interval / 1000
+		while not self._stop.is_set():
+			left = end - time.monotonic()
+			if left <= 0:
+				return 0
+			if not self._replay:
+				self._stop.wait(left)
+				continue
+			ret = lib.kvmm_py_kvev_serve(self._ev, int(min(left * 1000, 50)))
+			if ret < 0:
+				return ret
+		return 0
+
+	def _run(self) -> None:
+		while not self._stop.is_set():
+			ret = self._drain()
+			if not ret:
+				ret = self._wait()
+			if ret < 0 and not self._err:
+				self._err = ret
+
+	def stats(self) -> Dict[str, int]:
+		if self._ev is None:
+			return self._last
+		st = ffi.new("uint64_t[6]")
+		lib.kvmm_py_kvev_stats(self._ev, st)
+		out = dict(zip(("messages", "stored", "removed", "lost", "unnamed", "replays"), st))
+		out["error"] = self._err
+		return out
+
+	def stop(self) -> None:
+		"""Publish what is left, stop the thread, close the sockets (once,
+		whichever of two closing threads comes first)."""
+		with self._stopping:
+			if self._ev is None:
+				return
+			self._stop.set()
+			self._thread.join()
+			self._drain()
+			self._last = self.stats()
+			lib.kvmm_py_kvev_destroy(self._ev)
+			self._ev = None
+
+
 class Context(ViewOwner):
 	"""A kvmm context: one KV pool, its page table, prefix cache and tiers.
 
@@ -610,11 +705,21 @@ class Context(ViewOwner):
 	anything not given keeps the library's default (kvmm_params_init()).
 	``shareable=True`` backs the mock pool with memfds.  Use it as a
 	context manager, or call :meth:`close`.
+
+	``kv_events="tcp://127.0.0.1:5557"`` publishes the context's cache
+	events as vLLM's KV events on that ZMQ endpoint, from a thread that
+	reads them under the context's lock (as ``kvmmd --kv-events``):
+	``kv_events_replay`` (a ROUTER endpoint for missed messages),
+	``kv_events_topic``, ``kv_events_hash`` ("sha256_cbor" or
+	"xxhash_cbor"), ``kv_events_seed`` and ``kv_events_interval_ms``
+	(how often it reads, default 2) as kvmmd's options of those names.
 	"""
 
 	def __init__(self, **params: Any) -> None:
 		self._ptr = None
 		self._live = 0
+		self._kvev = None
+		kv_events = {k: params.pop(k) for k in list(params) if k.startswith("kv_events")}
 		# The C context is one thread's at a time: every call holds _mu (a
 		# reentrant lock: a log handler may call in); close() waits for
 		# another thread's call and refuses inside one of its own.
@@ -637,6 +742,21 @@ class Context(ViewOwner):
 		self._table = np.frombuffer(ffi.buffer(table.base, 4 * table.rows * table.stride),
 					    dtype=np.int32).reshape(table.rows, table.stride)
 		self._table.flags.writeable = False
+		if kv_events:
+			try:
+				self._kvev = _KvEvents(self, **kv_events)
+			except BaseException:
+				self.close(0)
+				raise
+
+	@property
+	def kv_events_stats(self) -> Dict[str, int]:
+		"""What the KV events publisher did (kv_events=): messages (the next
+		sequence number), stored, removed, lost, unnamed, replays, and
+		error, the first -errno its thread met (0: none)."""
+		if self._kvev is None:
+			raise InvalidArgument(errno.EINVAL, "kvmm: the context publishes no KV events")
+		return self._kvev.stats()
 
 	def _params(self, params: Dict[str, Any]):
 		"""Build struct kvmm_params from keyword arguments over the defaults."""
@@ -742,6 +862,9 @@ class Context(ViewOwner):
 		"""
 		if self._mu._is_owned():
 			raise Busy(errno.EBUSY, "kvmm: close() from inside a call on the context")
+		if self._kvev is not None and self._ptr is not None:
+			self._refuse_if_viewed("context")
+			self._kvev.stop()	# publishes what is left first
 		self._mu.acquire()	# another thread's call ends first
 		try:
 			if self._ptr is None:
