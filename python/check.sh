@@ -12,7 +12,8 @@
 # transformers suites (python/check-transformers.sh, in an environment of
 # its own outside the clone, built when missing), "-s examples" only the
 # examples; any other -s SUITE only CUnit.  pytest runs in a virtual environment at
-# OBJTREE/pyvenv-HASH, HASH a hash of python/requirements.txt, created on
+# OBJTREE/pyvenv-HASH, HASH a hash of python/requirements.txt and
+# requirements-check.txt (the tests' extra packages), created on
 # first use (from the package index); the package is reinstalled there
 # when its sources or libkvmm.a changed.  Skipped tests are listed with
 # their reasons.  No python3, no venv module, no index to install from, or
@@ -46,12 +47,13 @@ run_cunit() {
 	passed=$((passed + t - f)) failed=$((failed + f))
 }
 
-# venv_ready VENV - create VENV with python/requirements.txt unless it is there
+# venv_ready VENV - create VENV with python/requirements-check.txt (which
+# includes requirements.txt) unless it is there
 venv_ready() {
 	[ -f "$1/.requirements-installed" ] && return 0
 	rm -rf "$1"
 	python3 -m venv "$1" >/dev/null 2>&1 &&
-		"$1/bin/pip" install -q -r "$here/requirements.txt" &&
+		"$1/bin/pip" install -q -r "$here/requirements-check.txt" &&
 		touch "$1/.requirements-installed"
 }
 
@@ -75,9 +77,10 @@ python_env() {
 	if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
 		echo "python: $1 skipped: no python3 with venv"; return 1
 	fi
-	venv=$objtree/pyvenv-$(sha256sum "$here/requirements.txt" | cut -c1-12)
+	venv=$objtree/pyvenv-$(cat "$here/requirements.txt" "$here/requirements-check.txt" |
+			       sha256sum | cut -c1-12)
 	if ! venv_ready "$venv"; then
-		echo "python: $1 skipped: could not install python/requirements.txt"; return 1
+		echo "python: $1 skipped: could not install python/requirements-check.txt"; return 1
 	fi
 	if ! pkg_ready "$venv"; then
 		echo "python: the kvmm package failed to build"; failed=$((failed + 1)); return 2
