@@ -308,7 +308,11 @@ out_refuse:
 
 /*
  * Entries to run?  None can come while the client sleeps waiting for
- * completions, nor while this thread holds the CPU the client last ran on.
+ * completions it has not been given (every completion posted is read:
+ * the head has caught up with the tail), nor while this thread holds the
+ * CPU the client last ran on.  A client still flagged asleep with
+ * completions to read is being woken by them: its next entry is what
+ * the poll is for.
  */
 static enum kvmm_spin_look sq_look(void *arg)
 {
@@ -317,7 +321,9 @@ static enum kvmm_spin_look sq_look(void *arg)
 
 	if (kvmm_disp_pending(c->disp))
 		return KVMM_SPIN_READY;
-	if (__atomic_load_n(&hdr->cq_sleeping, __ATOMIC_RELAXED) ||
+	if ((__atomic_load_n(&hdr->cq_sleeping, __ATOMIC_RELAXED) &&
+	     __atomic_load_n(&hdr->cq_head, __ATOMIC_RELAXED) ==
+	     __atomic_load_n(&hdr->cq_tail, __ATOMIC_RELAXED)) ||
 	    kvmm_spin_on_my_cpu(&hdr->client_cpu))
 		return KVMM_SPIN_PEER_OFF;
 	return KVMM_SPIN_NOT_YET;
