@@ -15,9 +15,13 @@ FileSystemTierManager becomes kvmm's tier with its NVMe file in root_dir
 (host tier: 4 of the tests' 2 MiB blocks, so their larger jobs stream
 through it to NVMe), and lookup_and_wait() looks up until no RETRY (theirs
 waits on the fs tier's async lookup manager).  Every test that drives a
-tier through the SecondaryTierManager interface runs against it; those
-that read the fs tier's own files, thread pool or events are skipped with
-the reason (_FS_WHY; Documentation/admin-guide/engines.rst lists them).
+tier through the SecondaryTierManager interface runs against it, its KV
+events included.  Where a test asks whether a stored block's file exists
+(``os.path.exists(tier.file_mapper.get_file_name(key))``), it asks whether
+kvmm's tier holds the block (_KvmmFileMapper).  Those that read or write
+the fs tier's files, inspect its thread pool or O_DIRECT probe, or patch
+its file functions are skipped with the reason (_FS_WHY;
+Documentation/admin-guide/engines.rst lists them).
 
 KVMM_ENGINE_SOCKET=PATH runs every tier through that kvmmd instead of in
 this process (each tier its own model identity, so tests do not see each
@@ -55,6 +59,50 @@ def _shutdown(tier):
 	KvmmSecondaryTier.shutdown(tier)
 
 
+def _holds(tier, key):
+	"""Whether @tier's kvmm space holds a value under @key, on any tier."""
+	return tier._store.exists_now(tier._vb, [bytes(key)])[0] == 0
+
+
+class _HeldBlock:
+	"""What _KvmmFileMapper names for a block: kvmm's, not a file."""
+
+	def __init__(self, tier, key):
+		self.tier, self.key = tier, key
+
+
+class _KvmmFileMapper:
+	"""tier.file_mapper where the fs tests check a block's file: the
+	"file" of a block is the block in kvmm's tier (_OsForKvmm.path.exists
+	asks the tier); nothing here can be opened, read or removed."""
+
+	def __init__(self, tier):
+		self._tier = tier
+
+	def get_file_name(self, key):
+		return _HeldBlock(self._tier, key)
+
+
+class _PathForKvmm:
+	"""os.path for test_fs_tier.py: exists() of a _HeldBlock asks kvmm."""
+
+	def __getattr__(self, name):
+		return getattr(os.path, name)
+
+	@staticmethod
+	def exists(p):
+		return _holds(p.tier, p.key) if isinstance(p, _HeldBlock) else os.path.exists(p)
+
+
+class _OsForKvmm:
+	"""The os module as test_fs_tier.py sees it: os itself, path aside."""
+
+	path = _PathForKvmm()
+
+	def __getattr__(self, name):
+		return getattr(os, name)
+
+
 class _Chunks:
 	"""tier.chunks as the tests use it, over the tier's kvmm space."""
 
@@ -67,7 +115,7 @@ class _Chunks:
 		assert res[0] == 0, f"kvmm refused to store a block: {res[0]}"
 
 	def __contains__(self, key):
-		return self._tier._store.exists_now(self._tier._vb, [bytes(key)])[0] == 0
+		return _holds(self._tier, key)
 
 	def __len__(self):
 		return self._tier._store.values(self._tier._vb)
@@ -147,6 +195,7 @@ class KvmmFsCompat(KvmmSecondaryTier):
 				 **_where(host_bytes=max(4 * block, 1 << 20),
 					  nvme_path=os.path.join(root_dir, "kvmm.nvme"),
 					  nvme_bytes=max(16 * block, 16 << 20)))
+		self.file_mapper = _KvmmFileMapper(self)
 		_made.append(self)
 
 	def shutdown(self):
@@ -180,14 +229,16 @@ _FS_RUN = {"test_lookup_empty_tier", "test_failed_load_missing_file",
 	   "test_successful_store_emits_stored_event", "test_store_event_uses_configured_locality",
 	   "test_load_job_emits_no_event", "test_events_disabled_by_default",
 	   "test_events_require_global_kv_events_flag",
-	   "test_cascade_store_emits_fs_event_through_tiering_manager"}
+	   "test_cascade_store_emits_fs_event_through_tiering_manager",
+	   "test_store_creates_file_and_lookup_succeeds", "test_store_then_load_roundtrip",
+	   "test_store_load_data_integrity"}
 _FS_WHY = [
-	(("test_store_creates_file", "test_store_then_load_roundtrip",
-	  "test_store_load_data_integrity", "test_store_load_roundtrip_without_o_direct",
-	  "test_store_accepts_block_published_by_another_writer"),
-	 "asserts the fs tier's block files (tier.file_mapper, os.path.exists); the same "
-	 "store/load/integrity checks, batches larger than the host tier included, run "
-	 "on kvmm in tests/engines/test_kvmm_vllm.py"),
+	(("test_store_accepts_block_published_by_another_writer",),
+	 "writes and reads the fs tier's block file for a key (another writer's file, "
+	 "os.replace and os.listdir of its folder); kvmm's tier keeps no file per block"),
+	(("test_store_load_roundtrip_without_o_direct",),
+	 "patches the fs tier's O_DIRECT probe and asserts its private _use_o_direct; "
+	 "the round trip itself runs in test_store_load_data_integrity"),
 	(("test_invalid_path_raises",),
 	 "expects the fs tier to write a config file into root_dir at construction; "
 	 "kvmm's tier has no root_dir (its NVMe file is opened where it is named)"),
@@ -248,6 +299,7 @@ def _kvmm_tiers(request, monkeypatch):
 		monkeypatch.setattr(mod, "ExampleSecondaryTierManager", KvmmExampleCompat)
 	if name == "test_fs_tier":
 		monkeypatch.setattr(mod, "FileSystemTierManager", KvmmFsCompat)
+		monkeypatch.setattr(mod, "os", _OsForKvmm())
 		monkeypatch.setattr(mod, "lookup_and_wait", _lookup_and_wait_for(mod._CTX))
 	yield
 	while _made:
