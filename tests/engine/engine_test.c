@@ -222,6 +222,51 @@ static void engine_lpm_orders_by_cached_prefix(void)
 	free(l);
 }
 
+/*
+ * lpm passes over a prompt with nothing cached while requests sharing a
+ * cached prefix keep coming; --max-wait bounds that: past the bound the
+ * oldest waiting request goes first.
+ */
+static void engine_max_wait_bounds_lpm_starvation(void)
+{
+	static const uint32_t len[] = { 400, 400, 50 };
+	/* 0: prompt A; 1: prompt B, nothing shared; 2-9: A + more */
+	static const char *const reqs[] = {
+		"400 2 50 1 0", "400 2 50 1 1", "450 2 50 2 0 2", "450 2 50 2 0 2",
+		"450 2 50 2 0 2", "450 2 50 2 0 2", "450 2 50 2 0 2", "450 2 50 2 0 2",
+		"450 2 50 2 0 2", "450 2 50 2 0 2",
+	};
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct eng_report rep;
+	struct eng_opts o;
+	struct workload wl;
+	uint32_t pass;
+
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl, len, 3, reqs, 10), 0);
+	for (pass = 0; pass < 2; pass++) {
+		uint32_t k, n = 0, pos_b = UINT32_MAX;
+
+		opts_small(&o, l);
+		l->n = 0;
+		o.max_running = 1;	/* one at a time: the rest wait in lpm order */
+		o.max_wait = pass ? 0.5 : 0;	/* each request decodes for about 0.3 s */
+		CU_ASSERT_EQUAL_FATAL(eng_run(&wl, &o, &rep), 0);
+		for (k = 0; k < l->n; k++)
+			if (l->ev[k].type == ENG_EV_ADMIT && l->ev[k].req == 1)
+				pos_b = n++;
+			else if (l->ev[k].type == ENG_EV_ADMIT)
+				n++;
+		CU_ASSERT_EQUAL(n, 10);
+		/* past 0.5 s all have aged: by arrival, B second; lpm alone: B last */
+		CU_ASSERT(pass ? pos_b <= 3 : pos_b == 9);
+		CU_ASSERT_EQUAL(rep.completed, 10);
+		CU_ASSERT(rep.check_ok);
+		eng_report_free(&rep);
+	}
+	workload_free(&wl);
+	free(l);
+}
+
 /* A request larger than the whole pool: a clear error at once. */
 static void engine_pool_too_small_fails_cleanly(void)
 {
@@ -500,6 +545,8 @@ int register_engine_suite(void)
 	    !CU_add_test(s, "chunks are committed", engine_chunks_are_committed) ||
 	    !CU_add_test(s, "retracts and re-admits", engine_retracts_and_readmits) ||
 	    !CU_add_test(s, "lpm orders by cached prefix", engine_lpm_orders_by_cached_prefix) ||
+	    !CU_add_test(s, "max wait bounds lpm starvation",
+			 engine_max_wait_bounds_lpm_starvation) ||
 	    !CU_add_test(s, "pool too small fails cleanly", engine_pool_too_small_fails_cleanly) ||
 	    !CU_add_test(s, "generated runs end clean and repeat",
 			 engine_generated_runs_end_clean_and_repeat) ||

@@ -382,11 +382,26 @@ static int prefetch_head(struct eng *e)
 	return 0;
 }
 
+/*
+ * The policy's order, except that with --max-wait a request which has
+ * waited that long goes ahead of every younger one, the oldest first:
+ * lpm alone passes over a prompt with nothing cached for as long as
+ * requests with more keep arriving, under a burst until it is over.
+ */
 static int cmp_prio(const void *a, const void *b, void *priv)
 {
 	const struct eng *e = priv;
 	const struct ereq *x = &e->r[*(const uint32_t *)a], *y = &e->r[*(const uint32_t *)b];
+	double bound = e->o->max_wait;
 
+	if (bound > 0) {
+		bool ox = e->now - x->t_arrive >= bound, oy = e->now - y->t_arrive >= bound;
+
+		if (ox != oy)
+			return ox ? -1 : 1;
+		if (ox && x->t_arrive != y->t_arrive)
+			return x->t_arrive < y->t_arrive ? -1 : 1;
+	}
 	if (e->o->policy == ENG_LPM && x->cached != y->cached)
 		return x->cached > y->cached ? -1 : 1;
 	if (e->o->policy == ENG_PRIORITY && x->w->prio != y->w->prio)

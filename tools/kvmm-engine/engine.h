@@ -41,6 +41,8 @@ struct eng_opts {
 	const char *evict;		/* kvmm eviction policy */
 	enum eng_policy policy;
 	uint32_t lpm_max_queue;		/* lpm falls back to fcfs above this queue length */
+	double max_wait;		/* seconds after which a waiting request goes
+					 * ahead of lpm or priority order; 0: never */
 	uint32_t max_running;
 	uint32_t max_prefill_tokens;	/* per step */
 	uint32_t chunk;			/* chunked prefill size; 0: no chunking */
