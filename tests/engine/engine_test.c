@@ -225,7 +225,7 @@ static void engine_lpm_orders_by_cached_prefix(void)
 /*
  * lpm passes over a prompt with nothing cached while requests sharing a
  * cached prefix keep coming; --max-wait bounds that: past the bound the
- * oldest waiting request goes first.
+ * oldest waiting request goes first.  The report names who makes the p99.
  */
 static void engine_max_wait_bounds_lpm_starvation(void)
 {
@@ -259,6 +259,21 @@ static void engine_max_wait_bounds_lpm_starvation(void)
 		CU_ASSERT_EQUAL(n, 10);
 		/* past 0.5 s all have aged: by arrival, B second; lpm alone: B last */
 		CU_ASSERT(pass ? pos_b <= 3 : pos_b == 9);
+		/* the p99 of ten is the slowest: B, with nothing cached, unless bounded */
+		CU_ASSERT_FATAL(rep.nslow >= 1);
+		CU_ASSERT_DOUBLE_EQUAL(rep.slow[0].ttft, rep.ttft[rep.nttft - 1], 1e-12);
+		for (k = 0; k < rep.nslow; k++) {
+			CU_ASSERT(rep.slow[k].ttft >= rep.ttft_p99);
+			CU_ASSERT(k == 0 || rep.slow[k].ttft <= rep.slow[k - 1].ttft);
+		}
+		if (!pass) {
+			CU_ASSERT_EQUAL(rep.nslow, 1);
+			CU_ASSERT_EQUAL(rep.slow[0].req, 1);
+			CU_ASSERT_EQUAL(rep.slow[0].prompt, 400);
+			CU_ASSERT_EQUAL(rep.slow[0].cached, 0);
+		} else {
+			CU_ASSERT(rep.slow[0].req != 1);
+		}
 		CU_ASSERT_EQUAL(rep.completed, 10);
 		CU_ASSERT(rep.check_ok);
 		eng_report_free(&rep);

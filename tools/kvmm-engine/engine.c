@@ -77,6 +77,8 @@ struct ereq {
 	uint32_t pf_nvme;	/* ... and from NVMe */
 	double t_ready;		/* when its prefetch's copy is over */
 	bool prefetched;	/* its PREFETCH was asked for */
+	uint32_t first_match;	/* tokens matched at its first admission */
+	uint32_t first_lower;	/* ... of those, from the host or NVMe tier */
 	double t_arrive, t_first;
 	uint8_t state;
 	bool admitted;
@@ -776,6 +778,8 @@ static void prefill_admitted(struct eng *e, uint32_t i, uint32_t m, uint32_t nee
 	e->rep->saved_tokens += m;
 	if (!r->admitted) {
 		r->admitted = true;
+		r->first_match = m;
+		r->first_lower = r->from_host + r->from_nvme;
 		e->rep->cached_tokens += m;
 		e->rep->host_tokens += r->from_host;
 		e->rep->nvme_tokens += r->from_nvme;
@@ -1130,7 +1134,9 @@ static int setup(struct eng *e, const struct workload *wl, const struct eng_opts
 	e->ents = malloc(((size_t)o->max_running + 1) * sizeof(*e->ents));
 	e->tpot = malloc(wl->nreq * sizeof(*e->tpot));
 	rep->ttft = malloc(wl->nreq * sizeof(*rep->ttft));
-	if (!e->r || !e->waiting || !e->running || !e->ents || !e->tpot || !rep->ttft)
+	rep->slow = malloc(wl->nreq * sizeof(*rep->slow));
+	if (!e->r || !e->waiting || !e->running || !e->ents || !e->tpot || !rep->ttft ||
+	    !rep->slow)
 		return -ENOMEM;
 	for (i = 0; i < wl->nreq; i++) {
 		e->r[i] = (struct ereq){ .w = &wl->reqs[i], .seq = NONE, .child = NONE,
@@ -1171,6 +1177,35 @@ static void teardown(struct eng *e)
 	}
 }
 
+static int cmp_slow(const void *a, const void *b)
+{
+	const struct eng_slow *x = a, *y = b;
+
+	if (x->ttft != y->ttft)
+		return x->ttft > y->ttft ? -1 : 1;
+	return x->req < y->req ? -1 : x->req > y->req;
+}
+
+/* The requests whose TTFT is at or above the p99, slowest first. */
+static void summarize_slow(struct eng *e)
+{
+	struct eng_report *rep = e->rep;
+	uint32_t i;
+
+	for (i = 0; i < e->wl->nreq; i++) {
+		const struct ereq *r = &e->r[i];
+
+		if (!r->decoded || r->t_first - r->t_arrive < rep->ttft_p99)
+			continue;
+		rep->slow[rep->nslow++] = (struct eng_slow){
+			.req = i, .prompt = r->w->prompt_len, .cached = r->first_match,
+			.lower = r->first_lower,
+			.arrive = r->t_arrive, .ttft = r->t_first - r->t_arrive,
+		};
+	}
+	qsort(rep->slow, rep->nslow, sizeof(*rep->slow), cmp_slow);
+}
+
 static void summarize(struct eng *e)
 {
 	struct eng_report *rep = e->rep;
@@ -1202,6 +1237,7 @@ static void summarize(struct eng *e)
 	rep->tpot_p50 = percentile(e->tpot, e->ntpot, 0.50);
 	rep->tpot_p99 = percentile(e->tpot, e->ntpot, 0.99);
 	rep->throughput = e->now > 0 ? (double)rep->output_tokens / e->now : 0;
+	summarize_slow(e);
 }
 
 /**
@@ -1303,6 +1339,9 @@ void eng_report_free(struct eng_report *rep)
 {
 	free(rep->ttft);
 	rep->ttft = NULL;
+	free(rep->slow);
+	rep->slow = NULL;
+	rep->nslow = 0;
 }
 
 void eng_opts_default(struct eng_opts *o)

@@ -91,6 +91,15 @@ struct eng_sample {
 
 #define ENG_MAX_SAMPLES	1024
 
+/* A request whose TTFT is at or above the p99: who makes the tail. */
+struct eng_slow {
+	uint32_t req;
+	uint32_t prompt;		/* prompt tokens */
+	uint32_t cached;		/* of those, matched at its first admission */
+	uint32_t lower;			/* of those, promoted or prefetched from below */
+	double arrive, ttft;
+};
+
 struct eng_report {
 	uint32_t requests, completed;
 	uint64_t prompt_tokens, cached_tokens;	/* first admission of each request */
@@ -124,6 +133,8 @@ struct eng_report {
 	double throughput;			/* output tokens per simulated second */
 	double *ttft;				/* per request, sorted */
 	uint32_t nttft;
+	struct eng_slow *slow;			/* TTFT >= ttft_p99, slowest first */
+	uint32_t nslow;
 	struct eng_sample samples[ENG_MAX_SAMPLES];
 	uint32_t nsamples;
 	bool check_ok;

@@ -177,6 +177,24 @@ void report_summary(FILE *out, const struct cli *c, const char *input,
 
 /* ---- --json ---- */
 
+/* Who makes the TTFT p99: each request at or above it, slowest first. */
+static json_t *json_slow(const struct eng_report *r)
+{
+	json_t *a = json_array();
+	uint32_t k;
+
+	for (k = 0; a && k < r->nslow; k++) {
+		const struct eng_slow *s = &r->slow[k];
+
+		json_array_append_new(a, json_pack("{s:I,s:f,s:f,s:I,s:I,s:I}",
+			"request", (json_int_t)s->req, "arrival_s", s->arrive,
+			"ttft_s", s->ttft, "prompt_tokens", (json_int_t)s->prompt,
+			"cached_tokens", (json_int_t)s->cached,
+			"lower_tier_tokens", (json_int_t)s->lower));
+	}
+	return a;
+}
+
 static json_t *json_results(const struct eng_report *r, bool sequential)
 {
 	json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
@@ -204,6 +222,8 @@ static json_t *json_results(const struct eng_report *r, bool sequential)
 		"ttft_p50_s", r->ttft_p50, "ttft_p99_s", r->ttft_p99, "ttft_mean_s", r->ttft_mean,
 		"tpot_mean_s", r->tpot_mean, "tpot_p50_s", r->tpot_p50, "tpot_p99_s", r->tpot_p99,
 		"throughput_tok_s", r->throughput, "sim_seconds", r->sim_secs));
+	json_object_set_new(json_object_get(j, "estimated"), "ttft_p99_requests",
+			    json_slow(r));
 	if (sequential)
 		json_object_set_new(j, "block_hit_rate",
 				    json_real(r->blocks ? (double)r->hit_blocks / r->blocks : 0));
