@@ -14,13 +14,16 @@ configuration without it.
 
     scripts/engine-tiers.py [--engine build/bin/kvmm-engine] [--runs 3]
                             [--nvme-file /tmp/kvmm-engine-tiers.nvme]
-                            [--seeds 1,2,3]
+                            [--seeds 1,2,3] [--engine-args "--max-wait 25"]
 
 In the second table each pair is "without PREFETCH / with it".  With
 --seeds, a third table runs each tiered configuration once more per
 traffic seed (the generator's --seed; runs repeat exactly, as the first
 two tables check), with and without PREFETCH, and says for how many
 seeds PREFETCH lowers the TTFT p50 and p99, and the medians over them.
+--engine-args adds options to every run but the --no-prefetch ones, which
+stay the engine before PREFETCH: so the tables measure an option of the
+engine against that engine.
 """
 import argparse
 import json
@@ -104,7 +107,8 @@ def median(v):
 
 def seeds_table(a, seeds):
     """Each tiered row at each traffic seed, with and without PREFETCH."""
-    head = ["tiers", "seeds", "p50 lower with PREFETCH", "p99 lower with PREFETCH",
+    what = " ".join(("PREFETCH",) + a.engine_args)
+    head = ["tiers", "seeds", "p50 lower with " + what, "p99 lower with " + what,
             "median p50", "median p99"]
     body = []
     for label, host, nvme, _ in ROWS:
@@ -114,7 +118,7 @@ def seeds_table(a, seeds):
         for s in seeds:
             extra = ("--seed", str(s))
             o.append(run(a.engine, host, nvme, a.nvme_file, extra + ("--no-prefetch",)))
-            r.append(run(a.engine, host, nvme, a.nvme_file, extra))
+            r.append(run(a.engine, host, nvme, a.nvme_file, extra + a.engine_args))
         body.append([
             label,
             "%d" % len(seeds),
@@ -138,12 +142,15 @@ def main():
     ap.add_argument("--nvme-file", default="/tmp/kvmm-engine-tiers.nvme")
     ap.add_argument("--seeds", type=seed_list, default=[],
                     help="comma-separated traffic seeds for the third table")
+    ap.add_argument("--engine-args", type=str.split, default=[],
+                    help="options added to every run but the --no-prefetch ones")
     a = ap.parse_args()
+    a.engine_args = tuple(a.engine_args)
     seeds = a.seeds
 
     rows, old, bad = [], {}, []
     for i, (label, host, nvme, _) in enumerate(ROWS):
-        rows.append(repeat(a, label, host, nvme, (), bad))
+        rows.append(repeat(a, label, host, nvme, a.engine_args, bad))
         if host:
             old[i] = repeat(a, label + " --no-prefetch", host, nvme,
                             ("--no-prefetch",), bad)
