@@ -1967,6 +1967,96 @@ static void test_keyed_prefetch_ring_get_waits(void)
 }
 
 /*
+ * A prefetch of more than the I/O worker copies at a time (16 MiB) runs
+ * in slices, queued again behind the others' work after each: a KGET of
+ * values of its later slices, queued meanwhile, still waits for their
+ * reads (parked until they settle) instead of reading NVMe itself, so
+ * NVMe is read once for each value, and the KGET counts prefetch hits.
+ */
+#define BIG_VB		(6u << 20)		/* 49152 pages of 128 bytes */
+#define BIG_VP		(BIG_VB / 128)
+
+static void test_keyed_prefetch_sliced_get_waits(void)
+{
+	const char *path = nvme_file("pf_sliced");
+	struct pf_latch l = { 0, 0 };
+	struct kvmm_nvme_arg arg = { .latch = pf_latch, .latch_arg = &l };
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct kvmm_key k[4], filler[6];
+	uint8_t *v = malloc(BIG_VB);
+	struct kvmm_ctx *ctx = NULL;
+	struct test_kring r, g;
+	struct kvmm_iovec iov;
+	struct kvmm_cqe *cqe;
+	struct kvmm_sqe *sqe;
+	struct kvmm_kent *e;
+	uint64_t out0;
+	uint32_t sp, i;
+
+	p.host_pages = 6 * BIG_VP;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.nvme_pages = 12 * BIG_VP;
+	p.nvme_path = path;
+	p.nvme_arg = &arg;
+	p.host_wmark_low = BIG_VP;
+	p.host_wmark_high = 2 * BIG_VP;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	sp = space_of(ctx, 0, BIG_VB);
+	for (i = 0; i < 10; i++) {	/* 4 values, then 6 of filler that push them down */
+		struct kvmm_key key = key_of(i);
+		const void *src = v;
+
+		stamp(v, BIG_VB, i);
+		CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, sp, &key, &src, 1, NULL), 1);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+		if (i < 4)
+			k[i] = key;
+		else
+			filler[i - 4] = key;
+	}
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, filler, 6, NULL), 6);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES), 4 * BIG_VP);
+	out0 = test_stat(ctx, KVMM_STAT_NVME_BYTES_OUT);
+	test_kring_init(ctx, &r, 0, 0);
+	test_kring_init(ctx, &g, 0, 0);
+	free(g.mem);		/* buffer 1 of two values */
+	g.bytes = 4096 + 2 * (size_t)BIG_VB;
+	g.mem = calloc(1, g.bytes);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(g.mem);
+	iov = (struct kvmm_iovec){ g.mem, g.bytes };
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&g.ring, &iov, 1), 0);
+	__atomic_store_n(&l.hold, 1, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(ring_kprefetch(&r, sp, 0, 4, 0, 1), 4);
+	e = (void *)g.mem;	/* values 2 and 3: the second slice's */
+	for (i = 0; i < 2; i++)
+		e[i] = (struct kvmm_kent){ .key = k[2 + i], .off = 4096 + (uint64_t)i * BIG_VB,
+					   .buf = 1, .res = 12345 };
+	sqe = TEST_SQE(&g.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 2);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	CHECK_OK(ctx);
+	__atomic_store_n(&l.hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 2);
+	kvmm_cqe_seen(&g.ring, cqe);
+	CU_ASSERT(stamped(g.mem + 4096, BIG_VB, 2));
+	CU_ASSERT(stamped(g.mem + 4096 + BIG_VB, BIG_VB, 3));
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_PAGES), 4 * BIG_VP);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_HITS), 2 * BIG_VP);
+	/* NVMe read once: the four values the prefetch moved up, no more */
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_BYTES_OUT) - out0,
+			4ull * BIG_VP * 128);
+	test_kring_exit(&r);
+	test_kring_exit(&g);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+	free(v);
+}
+
+/*
  * The ring that issued a prefetch cancels it by its user_data (another
  * ring's cancel finds nothing): the reads in flight finish, their host
  * pages go back, the values stay on NVMe, prefetch_canceled counts them;
@@ -2153,6 +2243,7 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_prefetch_host_room);
 	ADD_TEST(s, test_keyed_prefetch_reclaim);
 	ADD_TEST(s, test_keyed_prefetch_ring_get_waits);
+	ADD_TEST(s, test_keyed_prefetch_sliced_get_waits);
 	ADD_TEST(s, test_keyed_prefetch_cancel);
 	ADD_TEST(s, test_keyed_prefetch_read_faults);
 	ADD_TEST(s, test_keyed_prefetch_tenant);
