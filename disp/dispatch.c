@@ -774,33 +774,25 @@ static int op_kkeys(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 }
 
 /*
- * KPREFETCH: an array of keys, copied before it is read; arg2 a budget in
- * pages and KVMM_KPREFETCH_* flags.  It completes at once (the reads go
- * on, on the I/O worker); PREFETCH's cancel names it by its user_data.
+ * KPREFETCH: an array of keys, each read once, where the client wrote it
+ * (the job copies it in at once: a key rewritten meanwhile is only
+ * another key); arg2 a budget in pages and KVMM_KPREFETCH_* flags.  It
+ * completes at once (the reads go on, on the I/O worker); PREFETCH's
+ * cancel names it by its user_data.
  */
 static int op_kprefetch(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 			const uint32_t *tok, uint32_t *cflags)
 {
 	struct kvmm_kspace *s = ring_kspace(d, sqe->arg);
-	size_t bytes = (size_t)sqe->len * sizeof(struct kvmm_key);
-	const void *in = payload_aligned(d, sqe, bytes, 8);
-	struct kvmm_key *keys;
-	int ret;
+	const struct kvmm_key *keys = payload_aligned(d, sqe, (uint64_t)sqe->len *
+						      sizeof(struct kvmm_key), 8);
 
 	if (!s || sqe->len > KVMM_KIO_MAX || (sqe->arg2 >> 32 & ~(uint64_t)KVMM_PREFETCH_FLAGS))
 		return -EINVAL;
-	if (!in)
-		return -EFAULT;
-	if (!sqe->len)
-		return 0;
-	keys = kvmm_malloc(d->ctx, bytes);
 	if (!keys)
-		return -ENOMEM;
-	memcpy(keys, in, bytes);
-	ret = kvmm_keyed_prefetch_in(d->ctx, d->hdr ? &d->owner : NULL, sqe->user_data, s, keys,
-				     sqe->len, (uint32_t)sqe->arg2, (uint32_t)(sqe->arg2 >> 32));
-	kvmm_mfree(d->ctx, keys, bytes);
-	return ret;
+		return -EFAULT;
+	return kvmm_keyed_prefetch_in(d->ctx, d->hdr ? &d->owner : NULL, sqe->user_data, s, keys,
+				      sqe->len, (uint32_t)sqe->arg2, (uint32_t)(sqe->arg2 >> 32));
 }
 
 /*

@@ -552,6 +552,12 @@ struct kvmm_kspace *kvmm_kspace_of(struct kvmm_ctx *ctx, uint32_t id, uint32_t n
 	return s && (ns == KVMM_NS_ANY || s->ns == ns) ? s : NULL;
 }
 
+/* The space @id for the direct API, which reaches every namespace's. */
+static struct kvmm_kspace *direct_space(struct kvmm_ctx *ctx, uint32_t id)
+{
+	return ctx ? kvmm_kspace_of(ctx, id, KVMM_NS_ANY) : NULL;
+}
+
 uint64_t kvmm_kspace_value_bytes(const struct kvmm_kspace *s)
 {
 	return s->value_bytes;
@@ -1963,14 +1969,9 @@ int kvmm_keyed_space_remove_in(struct kvmm_ctx *ctx, struct kvmm_kspace *s)
  */
 KVMM_EXPORT int kvmm_keyed_space_remove(struct kvmm_ctx *ctx, uint32_t space)
 {
-	struct kvmm_kspace *s;
+	struct kvmm_kspace *s = direct_space(ctx, space);
 
-	if (!ctx)
-		return -EINVAL;
-	s = kvmm_kspace_of(ctx, space, KVMM_NS_ANY);
-	if (!s)
-		return -EINVAL;
-	return kvmm_keyed_space_remove_in(ctx, s);
+	return s ? kvmm_keyed_space_remove_in(ctx, s) : -EINVAL;
 }
 
 /* ---- through a ring ---- */
@@ -2318,14 +2319,9 @@ KVMM_EXPORT int kvmm_keyed_prefetch(struct kvmm_ctx *ctx, uint32_t space,
 				    const struct kvmm_key *keys, uint32_t n, uint32_t budget,
 				    uint32_t flags)
 {
-	struct kvmm_kspace *s;
+	struct kvmm_kspace *s = direct_space(ctx, space);
 
-	if (!ctx)
-		return -EINVAL;
-	s = kvmm_kspace_of(ctx, space, KVMM_NS_ANY);
-	if (!s)
-		return -EINVAL;
-	return kvmm_keyed_prefetch_in(ctx, NULL, 0, s, keys, n, budget, flags);
+	return s ? kvmm_keyed_prefetch_in(ctx, NULL, 0, s, keys, n, budget, flags) : -EINVAL;
 }
 
 /**

@@ -90,6 +90,16 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Start kvmmd on @argv, its socket @sock open to every uid, into *@pid. */
+static bool kvmmd_up(pid_t *pid, const char *sock, const char *const argv[])
+{
+	*pid = hostile_spawn(argv, -1);
+	if (*pid > 0 && !hostile_wait_socket(sock, 10000) && !chmod(sock, 0777))
+		return true;
+	CU_FAIL("kvmmd did not start");
+	return false;
+}
+
 static bool env_start(struct kjob_env *e, const char *extra1, const char *extra2)
 {
 	const char *argv[] = { "kvmmd", "--socket", e->sock, "--ns-per-uid", "--quiet",
@@ -105,11 +115,7 @@ static bool env_start(struct kjob_env *e, const char *extra1, const char *extra2
 	memset(e->sh, 0, sizeof(*e->sh));
 	CU_ASSERT_FATAL(!hostile_tmpdir(e->dir, sizeof(e->dir)));
 	snprintf(e->sock, sizeof(e->sock), "%s/kvmmd.sock", e->dir);
-	e->kvmmd = hostile_spawn(argv, -1);
-	if (e->kvmmd > 0 && !hostile_wait_socket(e->sock, 10000) && !chmod(e->sock, 0777))
-		return true;
-	CU_FAIL("kvmmd did not start");
-	return false;
+	return kvmmd_up(&e->kvmmd, e->sock, argv);
 }
 
 /* Stop kvmmd.  Return: its exit status (0: kvmm_check() held at exit). */
@@ -447,11 +453,7 @@ static bool pf_start(struct pf_env *e)
 	CU_ASSERT_FATAL(!hostile_tmpdir(e->dir, sizeof(e->dir)));
 	snprintf(e->sock, sizeof(e->sock), "%s/kvmmd.sock", e->dir);
 	snprintf(e->nvme, sizeof(e->nvme), "%s/nvme", e->dir);
-	e->kvmmd = hostile_spawn(argv, -1);
-	if (e->kvmmd > 0 && !hostile_wait_socket(e->sock, 10000) && !chmod(e->sock, 0777))
-		return true;
-	CU_FAIL("kvmmd did not start");
-	return false;
+	return kvmmd_up(&e->kvmmd, e->sock, argv);
 }
 
 /* A KPREFETCH of keys 1 .. @n of space @sp, tagged @ud, @arg2.  Return: its res. */
