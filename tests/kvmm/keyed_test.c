@@ -1817,7 +1817,7 @@ static void test_keyed_prefetch_host_room(void)
 	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 30, VPAGES, 0), 1);	/* a budget */
 	CHECK_OK(ctx);
 	r = kvmm_keyed_prefetch(ctx, sp, k, 30, 0, 0);
-	CU_ASSERT_EQUAL(r, (int)((free0 - VPAGES - 4 * VPAGES) / VPAGES));
+	CU_ASSERT_EQUAL_FATAL(r, (int)((free0 - VPAGES - 4 * VPAGES) / VPAGES));
 	CHECK_OK(ctx);
 	CU_ASSERT(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE) >= 4 * VPAGES);	/* the low mark */
 	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_EVICTS), evicts);
@@ -2174,20 +2174,26 @@ static void test_keyed_prefetch_read_faults(void)
 }
 
 /*
- * A ring bound to a namespace cannot prefetch another namespace's space,
- * nor cancel another ring's prefetch.
+ * A ring bound to a namespace prefetches its own namespace's values, and
+ * cannot prefetch another namespace's space.
  */
 static void test_keyed_prefetch_tenant(void)
 {
 	const char *path = nvme_file("pf_tenant");
 	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
 	uint32_t sp = space_of(ctx, 1, VB);
-	struct test_kring t2;
+	struct test_kring t1, t2;
 
 	fill(ctx, sp, 30);
+	test_kring_init(ctx, &t1, KVMM_RING_F_NS, 1);
 	test_kring_init(ctx, &t2, KVMM_RING_F_NS, 2);
-	CU_ASSERT_EQUAL(ring_kprefetch(&t2, sp, 0, 2, 0, 5), -EINVAL);
-	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_PAGES), 0);
+	CU_ASSERT_EQUAL(ring_kprefetch(&t2, sp, 0, 2, TWO, 5), -EINVAL);
+	CU_ASSERT_EQUAL(ring_kprefetch(&t1, sp, 2, 2, TWO, 5), 2);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_PAGES), 2 * VPAGES);
+	CU_ASSERT(on_host(ctx, sp, 2) && on_host(ctx, sp, 3));
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 0), 0);
+	test_kring_exit(&t1);
 	test_kring_exit(&t2);
 	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
