@@ -787,7 +787,8 @@ static int op_kprefetch(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	const struct kvmm_key *keys = payload_aligned(d, sqe, (uint64_t)sqe->len *
 						      sizeof(struct kvmm_key), 8);
 
-	if (!s || sqe->len > KVMM_KIO_MAX || (sqe->arg2 >> 32 & ~(uint64_t)KVMM_PREFETCH_FLAGS))
+	if (!s || sqe->len > KVMM_KIO_MAX ||
+	    (sqe->arg2 & ~(uint64_t)(UINT32_MAX | KVMM_KPREFETCH_FLAGS)))
 		return -EINVAL;
 	if (!keys)
 		return -EFAULT;
