@@ -349,7 +349,7 @@ static int op_probe(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 	probe_ops(p);
 	p->features = KVMM_FEAT_NAMESPACES | KVMM_FEAT_PIN_KEEP | KVMM_FEAT_SLRU |
 		      KVMM_FEAT_TIERS | KVMM_FEAT_NS_LIMITS | KVMM_FEAT_KEYED |
-		      KVMM_FEAT_EVENTS | KVMM_FEAT_SEQ_GEN;
+		      KVMM_FEAT_EVENTS | KVMM_FEAT_SEQ_GEN | KVMM_FEAT_KPREFETCH;
 	p->page_size = ctx->page_size;
 	p->nr_pages = ctx->zone[KVMM_TIER_DEVICE].nr_pages;
 	p->max_seqs = ctx->max_seqs;
@@ -774,6 +774,29 @@ static int op_kkeys(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 }
 
 /*
+ * KPREFETCH: an array of keys, each read once, where the client wrote it
+ * (the job copies it in at once: a key rewritten meanwhile is only
+ * another key); arg2 a budget in pages and KVMM_KPREFETCH_* flags.  It
+ * completes at once (the reads go on, on the I/O worker); PREFETCH's
+ * cancel names it by its user_data.
+ */
+static int op_kprefetch(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
+			const uint32_t *tok, uint32_t *cflags)
+{
+	struct kvmm_kspace *s = ring_kspace(d, sqe->arg);
+	const struct kvmm_key *keys = payload_aligned(d, sqe, (uint64_t)sqe->len *
+						      sizeof(struct kvmm_key), 8);
+
+	if (!s || sqe->len > KVMM_KIO_MAX ||
+	    (sqe->arg2 & ~(uint64_t)(UINT32_MAX | KVMM_KPREFETCH_FLAGS)))
+		return -EINVAL;
+	if (!keys)
+		return -EFAULT;
+	return kvmm_keyed_prefetch_in(d->ctx, d->hdr ? &d->owner : NULL, sqe->user_data, s, keys,
+				      sqe->len, (uint32_t)sqe->arg2, (uint32_t)(sqe->arg2 >> 32));
+}
+
+/*
  * EVENTS: cache events from cursor arg2 on (events.c).  A ring bound to
  * a namespace sees its own only, whatever arg says: it names its
  * namespace in ns (checked as every bound ring's), and the filter is on.
@@ -853,6 +876,7 @@ static const struct disp_op disp_ops[] = {
 	[KVMM_OP_CHECK]		= { 0, P_NONE, false, true, op_check },
 	[KVMM_OP_FLUSH]		= { F_ARG, P_NONE, false, true, op_flush },
 	[KVMM_OP_PREFETCH]	= { F_NS | F_TOK | F_ARG | F_ARG2, P_TOKENS, false, false, op_prefetch },
+	[KVMM_OP_KPREFETCH]	= { F_TOK | F_ARG | F_ARG2, P_OWN, false, false, op_kprefetch },
 };
 _Static_assert(sizeof(disp_ops) / sizeof(disp_ops[0]) == KVMM_OP_LAST,
 	       "every opcode has a struct disp_op");

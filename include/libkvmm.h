@@ -378,6 +378,10 @@ int kvmm_keyed_exists(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_ke
 		      uint32_t n, int32_t *res);
 int kvmm_keyed_delete(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
 		      uint32_t n, int32_t *res);
+/* budget: host pages at most, 0: what is free above the host tier's low
+ * watermark; flags: KVMM_PREFETCH_RECLAIM (uapi/kvmm/ring.h) */
+int kvmm_keyed_prefetch(struct kvmm_ctx *ctx, uint32_t space, const struct kvmm_key *keys,
+			uint32_t n, uint32_t budget, uint32_t flags);
 int kvmm_keyed_info(const struct kvmm_ctx *ctx, uint32_t space, struct kvmm_dump_kspace *info);
 int kvmm_keyed_space_remove(struct kvmm_ctx *ctx, uint32_t space);
 

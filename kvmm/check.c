@@ -207,8 +207,14 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	      node->tier, node->len);
 	sums->io_nodes += !!(node->flags & KVMM_NODE_IO);
 	sums->prefetched += !!(node->flags & KVMM_NODE_PREFETCHED);
-	CHECK(!(node->flags & KVMM_NODE_PREFETCHED) || node->tier == KVMM_TIER_DEVICE,
+	CHECK(!(node->flags & KVMM_NODE_PREFETCHED) || node->tier == KVMM_TIER_DEVICE ||
+	      ((node->flags & KVMM_NODE_KEYED) && node->tier == KVMM_TIER_HOST),
 	      "node %p prefetched, on tier %u", (void *)node, node->tier);
+	CHECK(!(node->flags & KVMM_NODE_KREAD) ||
+	      ((node->flags & KVMM_NODE_KEYED) && node->lock_ref &&
+	       !ctx->store[node->tier]->page),
+	      "node %p read up by a keyed prefetch, on tier %u, lock_ref %u", (void *)node,
+	      node->tier, node->lock_ref);
 	queued = node->flags & KVMM_NODE_EVICTABLE;
 	CHECK(queued == (!tkids && !node->lock_ref && !(node->flags & KVMM_NODE_IO)),
 	      "node %p queued %d, %llu children on its tier, lock_ref %u, flags %#x",

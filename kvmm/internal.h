@@ -248,8 +248,14 @@ bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn);
 						 * write-through skips it */
 #define KVMM_NODE_PREFETCHED	(1u << 6)	/* a prefetch brought its pages to the
 						 * device and no MATCH mapped them yet
-						 * (promote.c); counted in
-						 * ctx->prefetched */
+						 * (promote.c), or a keyed prefetch
+						 * brought a value's to the host tier
+						 * and no get read it yet (keyed.c);
+						 * counted in ctx->prefetched */
+#define KVMM_NODE_KREAD		(1u << 7)	/* a keyed value a prefetch is reading
+						 * up from an I/O store (keyed.c): it
+						 * is locked; a ring's get of it waits
+						 * for the read */
 
 /* Words of a keyed value's key (struct kvmm_key), the start of its edge. */
 #define KVMM_KEY_WORDS		4
@@ -644,6 +650,11 @@ void kvmm_remote_name_node(struct kvmm_ctx *ctx, const struct kvmm_node *node,
 			   const uint32_t *tokens, struct kvmm_remote_page *out);
 struct kvmm_migrate;
 void kvmm_remote_demoted(struct kvmm_ctx *ctx, struct kvmm_migrate *job);
+int kvmm_keyed_prefetch_in(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
+			   struct kvmm_kspace *s, const struct kvmm_key *keys, uint32_t n,
+			   uint32_t budget, uint32_t flags);
+int kvmm_keyed_prefetch_cancel(struct kvmm_ctx *ctx, const struct kvmm_owner *owner,
+			       uint64_t user_data);
 int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
 		    struct kvmm_kspace *s, bool put, const struct kvmm_key *keys,
 		    void *const *bufs, int32_t *const *resps, uint32_t n);

@@ -177,7 +177,16 @@ struct kjob_val {
  * @owner: where a queued job's completion goes; NULL: nobody waits
  * @user_data: that completion's user_data
  * @space: the space
- * @put: a put (else a get)
+ * @put: a put (else a get, or a prefetch)
+ * @pf: a prefetch: its values are read from an I/O store into host frames
+ *	it takes (@frames) and move up to the host tier at settle; its
+ *	completion was posted when it was armed
+ * @canceled: a prefetch its ring cancelled: what it read is given back
+ * @nr_behind: a ring's get: its values that a prefetch is reading up
+ *	(KVMM_NODE_KREAD) at arm; it is queued once they have all settled
+ * @parked: that get waits for them, queued by the last one's settle
+ * @room: a prefetch: host pages it may take at most
+ * @t0: a prefetch: when it was armed
  * @io: a value is read from an I/O store: the worker's kind of job
  * @remote: the copy calls the remote tier (a put writes through to it, a
  *	get asks it for what is not stored here): the worker's kind too, and
@@ -215,6 +224,12 @@ struct kvmm_kjob {
 	uint64_t user_data;
 	struct kvmm_kspace *space;
 	bool put;
+	bool pf;
+	bool canceled;
+	uint32_t nr_behind;
+	bool parked;
+	uint64_t room;
+	uint64_t t0;
 	bool io;
 	bool remote;
 	uint32_t n;
@@ -537,6 +552,12 @@ struct kvmm_kspace *kvmm_kspace_of(struct kvmm_ctx *ctx, uint32_t id, uint32_t n
 	return s && (ns == KVMM_NS_ANY || s->ns == ns) ? s : NULL;
 }
 
+/* The space @id for the direct API, which reaches every namespace's. */
+static struct kvmm_kspace *direct_space(struct kvmm_ctx *ctx, uint32_t id)
+{
+	return ctx ? kvmm_kspace_of(ctx, id, KVMM_NS_ANY) : NULL;
+}
+
 uint64_t kvmm_kspace_value_bytes(const struct kvmm_kspace *s)
 {
 	return s->value_bytes;
@@ -772,11 +793,17 @@ static int kjob_frames(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 	int32_t *frames;
 	uint32_t i;
 
-	for (i = 0; i < job->n; i++)
-		if ((job->put || ctx->remote) && !value_find(ctx, s, &job->vals[i].key))
+	for (i = 0; i < job->n; i++) {
+		const struct kvmm_node *node = value_find(ctx, s, &job->vals[i].key);
+
+		if (job->pf ? node && !ctx->store[node->tier]->page :
+			      (job->put || ctx->remote) && !node)
 			want += s->pages;
+	}
 	if (job->put)
 		job->new_pages = want;
+	if (job->pf && want > job->room)
+		want = job->room / s->pages * s->pages;
 	if (want > host)
 		want = host;
 	bytes = (size_t)want * sizeof(int32_t);
@@ -926,6 +953,7 @@ static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 		v->node = node;
 		v->armed = true;
 		job->io |= !ctx->store[node->tier]->page;
+		job->nr_behind += !!(node->flags & KVMM_NODE_KREAD);
 	}
 }
 
@@ -1111,11 +1139,14 @@ static void read_window(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
  * Read the job's values that are on I/O store @tier, a window of pages at
  * a time (the store's queue depth of them in flight, not one value after
  * the other), each page copied to its value's bytes by the store as it
- * lands, checksummed in the same pass.
+ * lands, checksummed in the same pass; a prefetch's pages go whole into
+ * the host frames it took for them.
  */
 static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t tier,
 			uint32_t chan)
 {
+	const struct kvmm_store_ops *host = ctx->store[KVMM_TIER_HOST];
+	void *hpriv = ctx->store_priv[KVMM_TIER_HOST];
 	uint64_t pb = page_bytes(ctx), vb = job->space->value_bytes;
 	uint32_t i, j, p, m, k = 0;
 
@@ -1135,9 +1166,14 @@ static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
 				uint64_t at = (uint64_t)(j + p) * pb;
 
 				job->page_val[k + p] = i;
-				job->to[k + p] = (struct kvmm_store_to){
-					.dst = (char *)v->buf + at,
-					.len = vb - at < pb ? vb - at : pb };
+				job->to[k + p] = job->pf ?	/* the whole page, into its frame */
+					(struct kvmm_store_to){
+						.dst = host->page(hpriv,
+							(uint32_t)job->frames[v->first + j + p]),
+						.len = pb } :
+					(struct kvmm_store_to){
+						.dst = (char *)v->buf + at,
+						.len = vb - at < pb ? vb - at : pb };
 			}
 			k += m;
 			if (k == job->win) {
@@ -1433,7 +1469,7 @@ static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan
 			continue;
 		if (job->put)
 			v->err = copy_in(ctx, job, v);
-		else if (!v->remote && ctx->store[v->node->tier]->page)
+		else if (!job->pf && !v->remote && ctx->store[v->node->tier]->page)
 			v->err = copy_out(ctx, job, v);
 	}
 	if (job->remote)
@@ -1441,6 +1477,11 @@ static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan
 	for (t = KVMM_TIER_HOST; !job->put && job->io && t < KVMM_NR_TIERS; t++)
 		if (ctx->store[t] && !ctx->store[t]->page)
 			read_values(ctx, job, t, chan);
+	for (i = job->lo; job->pf && i < job->hi; i++)	/* verified as read: sealed anew */
+		if (job->vals[i].armed && !job->vals[i].err)
+			ctx->store[KVMM_TIER_HOST]->seal(ctx->store_priv[KVMM_TIER_HOST],
+							 job->frames + job->vals[i].first,
+							 job->space->pages);
 	kjob_win_free(ctx, job);
 	for (i = job->lo; i < job->hi; i++) {	/* the new values' edges, off the lock */
 		struct kjob_val *v = &job->vals[i];
@@ -1484,6 +1525,70 @@ static void put_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_
 }
 
 /*
+ * A prefetch's read of @node is over: the rings' gets parked behind it
+ * (struct kvmm_kjob.nr_behind) that waited for no other go to the I/O
+ * worker, to find it where the read left it.
+ */
+static void pf_wake(struct kvmm_ctx *ctx, const struct kvmm_node *node)
+{
+	struct kvmm_list *pos;
+	uint32_t i;
+
+	list_for_each(pos, &ctx->kjobs) {
+		struct kvmm_kjob *job = list_entry(pos, struct kvmm_kjob, link);
+
+		if (!job->nr_behind)
+			continue;
+		for (i = 0; i < job->n; i++)
+			if (job->vals[i].armed && job->vals[i].node == node)
+				job->nr_behind--;
+		if (!job->nr_behind && job->parked) {
+			job->parked = false;
+			kvmm_work_queue(ctx, &job->work);
+		}
+	}
+}
+
+/*
+ * Settle a prefetch's value: read whole, it moves up into the host
+ * frames the job took, marked KVMM_NODE_PREFETCHED for the get it is
+ * read for; cancelled or failed, the frames go back and it stays where
+ * it was (dropped when it failed verification and nobody else holds it).
+ */
+static void pf_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
+{
+	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	int32_t *pfns = job->frames + v->first;
+	struct kvmm_node *node = v->node;
+	uint32_t pages = job->space->pages, tier = node->tier;
+
+	ctx->io_pages[KVMM_TIER_HOST] -= pages;
+	node->flags &= (uint8_t)~KVMM_NODE_KREAD;
+	if (job->canceled && !v->err)
+		v->err = -ECANCELED;
+	if (!v->err) {
+		kvmm_node_moved(ctx, node, KVMM_TIER_HOST, pfns, tier, job->t0);
+		node->flags |= KVMM_NODE_PREFETCHED;
+		ctx->prefetched++;
+		kvmm_count(ctx, EV_PREFETCH_PAGES, pages);
+	} else {
+		kvmm_pages_set_state(host, pfns, pages, KVMM_PAGE_OWNED);
+		kvmm_free_pages(ctx, host, pfns, pages);
+		if (v->err == -ECANCELED)
+			kvmm_count(ctx, EV_PREFETCH_CANCELED, pages);
+		else
+			kvmm_tier_copy_failed(ctx, tier, tier, v->err);
+	}
+	kvmm_tree_unlock(ctx, node);
+	job->nr_locks--;
+	if (!v->err)
+		kvmm_tree_touch(ctx, node);	/* asked for: the newest on the host tier */
+	pf_wake(ctx, node);
+	if (v->err == -EBADMSG && !node->lock_ref)
+		kvmm_drop_leaf(ctx, node);	/* never served */
+}
+
+/*
  * The settle step; with @held, the lock is let go now and then (a value
  * settled is no longer armed, so kvmm_check() meanwhile sees it done).
  * Return: values that succeeded.
@@ -1500,6 +1605,9 @@ static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 		kjob_breathe(ctx, held, &since);
 		if (job->put && v->armed) {
 			put_settle(ctx, job, v);
+			since += job->space->pages;
+		} else if (job->pf && v->armed) {
+			pf_settle(ctx, job, v);
 			since += job->space->pages;
 		} else if (v->armed && v->remote) {
 			remote_settle(ctx, job, v);
@@ -1518,6 +1626,10 @@ static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 				kvmm_count(ctx, EV_KEYED_GETS, 1);
 				kvmm_tier_count(ctx, tier, TEV_BYTES_OUT,
 						(uint64_t)nr * page_bytes(ctx));
+				if (node->flags & KVMM_NODE_PREFETCHED) {	/* brought up for it */
+					kvmm_count(ctx, EV_PREFETCH_HITS, nr);
+					kvmm_prefetch_forget(ctx, node);
+				}
 			}
 		}
 		v->armed = false;
@@ -1525,7 +1637,7 @@ static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 		if (v->resp)
 			*v->resp = v->err;
 	}
-	if (job->put)
+	if (job->put || job->pf)
 		kvmm_writeback(ctx);
 	return ok;
 }
@@ -1583,6 +1695,7 @@ static int direct_io(struct kvmm_ctx *ctx, uint32_t space, bool put,
 		return err;
 	job->wait = put && kvmm_writeback_serves(ctx, KVMM_TIER_HOST);
 	kjob_arm(ctx, job, false);
+	job->nr_behind = 0;	/* a ring's prefetch in flight: read it where it is */
 	for (;;) {
 		kjob_copy(ctx, job, 0);
 		ok = kjob_settle(ctx, job, false);
@@ -1856,14 +1969,9 @@ int kvmm_keyed_space_remove_in(struct kvmm_ctx *ctx, struct kvmm_kspace *s)
  */
 KVMM_EXPORT int kvmm_keyed_space_remove(struct kvmm_ctx *ctx, uint32_t space)
 {
-	struct kvmm_kspace *s;
+	struct kvmm_kspace *s = direct_space(ctx, space);
 
-	if (!ctx)
-		return -EINVAL;
-	s = kvmm_kspace_of(ctx, space, KVMM_NS_ANY);
-	if (!s)
-		return -EINVAL;
-	return kvmm_keyed_space_remove_in(ctx, s);
+	return s ? kvmm_keyed_space_remove_in(ctx, s) : -EINVAL;
 }
 
 /* ---- through a ring ---- */
@@ -1918,7 +2026,7 @@ static void kjob_run(struct kvmm_ctx *ctx, struct kvmm_work *work)
 		kvmm_work_queue(ctx, &job->work);
 		return;
 	}
-	if (job->owner)
+	if (job->owner && !job->pf)	/* a prefetch completed when it was armed */
 		kvmm_owner_complete(job->owner, job->user_data, ok);
 	kjob_free(ctx, job);
 	kvmm_debug_check(ctx, "keyed get done");
@@ -1968,12 +2076,16 @@ int kvmm_keyed_ring(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t use
 		job->owner = owner;
 		job->user_data = user_data;
 		job->work.run = kjob_run;
+		job->parked = job->nr_behind > 0;
+		if (job->parked)	/* queued when the prefetches' reads settle */
+			return -EINPROGRESS;
 		if (job->io || job->nr_wait)	/* a wait: behind the writeback */
 			kvmm_work_queue(ctx, &job->work);
 		else	/* the remote tier alone: never ahead of NVMe I/O */
 			kvmm_work_queue_remote(ctx, &job->work);
 		return -EINPROGRESS;
 	}
+	job->nr_behind = 0;	/* it reads them where they are now */
 	if (job->io) {		/* kvmm_ioctl(): it waits, under the lock */
 		kjob_copy(ctx, job, 0);
 	} else {		/* memory, and the remote tier: never under it */
@@ -2008,10 +2120,240 @@ bool kvmm_keyed_pending(const struct kvmm_ctx *ctx, const struct kvmm_owner *own
 	list_for_each(pos, &ctx->kjobs) {
 		const struct kvmm_kjob *job = list_entry(pos, struct kvmm_kjob, link);
 
-		if (job->owner == owner)
+		if (job->owner == owner && !job->pf)	/* a prefetch writes nothing there */
 			return true;
 	}
 	return false;
+}
+
+/* ---- prefetch ---- */
+
+/*
+ * DOC: keyed prefetch
+ *
+ * An engine on the keyed store learns which values it will load before
+ * it loads them: vLLM's scheduler looks a waiting request's blocks up
+ * (KvmmSecondaryTier.lookup()) and asks for the load later, SGLang's
+ * HiCache prefetch thread asks which pages exist and then gets them.  A
+ * value on NVMe costs its read at the get; a prefetch starts that read at
+ * the lookup instead, so that the get finds the value on the host tier.
+ *
+ * A prefetch is a keyed job of its own kind (@pf), armed, copied and
+ * settled as a get is.  Arming takes, for each value on an I/O store that
+ * no one holds (not locked by a get, not read up by another prefetch), in
+ * the order of the keys, host frames in state IO and a lock reference on
+ * the value, and marks it KVMM_NODE_KREAD.  Its room is what the prefix
+ * PREFETCH takes on the device, on the host tier: at most the budget, and
+ * by default only the free host pages above the low watermark, with no
+ * reclaim, so it evicts nothing and wakes no writeback; with
+ * KVMM_PREFETCH_RECLAIM the budget is taken as a put takes its room,
+ * reclaim dropping or writing down the coldest unlocked values (a value a
+ * job holds is locked, never taken).  The copy reads each value's pages
+ * whole into its frames, checksum and identity checked by the store as
+ * for a get, and seals them for the host tier.  Settling moves the value
+ * up into those frames (kvmm_node_moved(): its NVMe slots are freed, the
+ * host copy is the value now), touched, and marks it
+ * KVMM_NODE_PREFETCHED until a get reads it (prefetch_hits counts those
+ * pages, prefetch_pages the pages moved).  A value that failed its read
+ * stays where it was (dropped when it failed verification: a miss, never
+ * wrong bytes).
+ *
+ * Through a ring the copy runs on the I/O worker and the command
+ * completes when it is armed, with the number of values whose read was
+ * started: the engine does not wait for it.  The ring that issued it
+ * cancels it by its user_data (PREFETCH with KVMM_PREFETCH_CANCEL, as
+ * for the tree's): I/O already issued is not recalled, but when it is
+ * over the frames go back, the values stay on NVMe and prefetch_canceled
+ * counts the pages.  A ring's KGET that finds a value being read up
+ * does not read it a second time: it waits, parked (@nr_behind), until
+ * the reads it needs have settled and then goes to the worker, which
+ * finds the value on the host tier (or, if the read failed or was
+ * cancelled, still on NVMe).  A get that cannot wait (the direct API,
+ * kvmm_ioctl()) reads such a value from NVMe itself; a delete of it
+ * fails with -EBUSY as for a value a get reads.  The direct API's
+ * kvmm_keyed_prefetch() runs the three steps in a row and returns once
+ * the values are on the host tier.
+ */
+
+/* Host pages a prefetch may take: see the DOC above. */
+static uint64_t pf_room(const struct kvmm_ctx *ctx, uint32_t budget, uint32_t flags)
+{
+	const struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
+	uint64_t keep = host->wmark[KVMM_WMARK_LOW], room;
+
+	if (flags & KVMM_PREFETCH_RECLAIM)
+		return budget;
+	if (keep < host->wmark[KVMM_WMARK_MIN])
+		keep = host->wmark[KVMM_WMARK_MIN];
+	room = host->nr_free > keep ? host->nr_free - keep : 0;
+	return budget && budget < room ? budget : room;
+}
+
+/*
+ * Arm a prefetch: each value on an I/O store that no one holds, in order,
+ * while its frames fit.  Return: values armed.
+ */
+static uint32_t pf_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held, uint32_t flags)
+{
+	struct kvmm_kspace *s = job->space;
+	uint32_t i, since = 0, armed = 0;
+
+	for (i = 0; i < job->n; i++) {
+		struct kjob_val *v = &job->vals[i];
+		struct kvmm_node *node;
+
+		kjob_breathe(ctx, held, &since);
+		node = value_find(ctx, s, &v->key);
+		v->err = node ? -EALREADY : -ENOENT;
+		if (!node || ctx->store[node->tier]->page || node->lock_ref)
+			continue;	/* not stored, on the host, or held */
+		/* others may have taken free pages while the lock was let go */
+		v->err = (flags & KVMM_PREFETCH_RECLAIM) || pf_room(ctx, 0, 0) >= s->pages ?
+			 kjob_take(ctx, job, v) : -ENOSPC;
+		if (v->err)
+			break;	/* no more room: the later values are as big */
+		kvmm_tree_lock(ctx, node);
+		node->flags |= KVMM_NODE_KREAD;
+		job->nr_locks++;
+		v->node = node;
+		v->armed = true;
+		job->io = true;
+		since += s->pages;
+		armed++;
+	}
+	for (; i < job->n; i++)
+		if (!job->vals[i].armed && !job->vals[i].err)
+			job->vals[i].err = -ENOSPC;
+	return armed;
+}
+
+/**
+ * kvmm_keyed_prefetch_in() - start reading values of a space up from NVMe
+ *	to the host tier ahead of their get
+ * @ctx: the context, its lock held (or the direct API's caller)
+ * @owner: the ring whose KPREFETCH this is (its reads go to the I/O
+ *	worker, and its user_data cancels them); NULL: read them now
+ * @user_data: that command's user_data
+ * @s: the space
+ * @keys: the values' keys
+ * @n: how many
+ * @budget: host pages it may take at most; 0: the free host pages above
+ *	the low watermark (never more)
+ * @flags: 0, or KVMM_PREFETCH_RECLAIM: take @budget (not 0) pages as a
+ *	put does, reclaiming cold unlocked values for them
+ *
+ * See "keyed prefetch" above.
+ *
+ * Return: with @owner, values whose read was started; without, values
+ * moved to the host tier; -EINVAL for a bad flag, -EDQUOT past the
+ * namespace's ns_kjob_bytes, -ENOMEM.  Nothing changes on failure.
+ */
+int kvmm_keyed_prefetch_in(struct kvmm_ctx *ctx, struct kvmm_owner *owner, uint64_t user_data,
+			   struct kvmm_kspace *s, const struct kvmm_key *keys, uint32_t n,
+			   uint32_t budget, uint32_t flags)
+{
+	bool held = owner != NULL;
+	struct kvmm_kjob *job;
+	uint32_t i, armed;
+	int ret;
+
+	if ((flags & ~KVMM_PREFETCH_FLAGS) || ((flags & KVMM_PREFETCH_RECLAIM) && !budget) ||
+	    (n && !keys))
+		return -EINVAL;
+	if (!n)
+		return 0;
+	kvmm_migrate_reap(ctx);
+	job = kjob_alloc(ctx, s, false, n);
+	if (!job)
+		return -ENOMEM;
+	for (i = 0; i < n; i++)
+		job->vals[i].key = keys[i];
+	job->pf = true;
+	job->room = pf_room(ctx, budget, flags);
+	job->t0 = kvmm_now_ns();
+	ret = kjob_frames(ctx, job, held);
+	if (ret || !job->cap_frames)	/* nothing on NVMe, or no room */
+		goto out_free;
+	armed = pf_arm(ctx, job, held, flags);
+	if (armed && owner && ctx->iow) {
+		job->owner = owner;
+		job->user_data = user_data;
+		job->work.run = kjob_run;
+		kvmm_work_queue(ctx, &job->work);
+		return (int)armed;
+	}
+	if (armed) {	/* the direct API, kvmm_ioctl(): under the lock */
+		kjob_copy(ctx, job, 0);
+		ret = kjob_settle(ctx, job, held);
+	}
+out_free:
+	kjob_free(ctx, job);
+	kvmm_debug_check(ctx, "keyed prefetch");
+	return ret;
+}
+
+/**
+ * kvmm_keyed_prefetch() - bring values of a space up from NVMe to the
+ *	host tier ahead of their get
+ * @ctx: the context
+ * @space: a space
+ * @keys: their keys
+ * @n: how many
+ * @budget: host pages it may take at most; 0: as many as are free above
+ *	the host tier's low watermark
+ * @flags: 0, or KVMM_PREFETCH_RECLAIM: take @budget (which must not be 0)
+ *	pages as a put would, reclaiming the coldest unlocked values
+ *
+ * Each value that is on NVMe and that no get is reading is read into
+ * host frames (nothing is reclaimed for them by default, so nothing on
+ * the host tier is evicted), in the order of @keys while they fit, and
+ * stays on the host tier, cached, for the get that follows.  Values not
+ * stored, already on the host tier, or held are skipped.  Returns when
+ * the reads are done; a ring's KPREFETCH starts them on the I/O worker
+ * and completes at once.
+ *
+ * Return: values moved to the host tier; -EINVAL (bad space, flag, or
+ * KVMM_PREFETCH_RECLAIM with no budget), -EDQUOT, -ENOMEM.
+ */
+KVMM_EXPORT int kvmm_keyed_prefetch(struct kvmm_ctx *ctx, uint32_t space,
+				    const struct kvmm_key *keys, uint32_t n, uint32_t budget,
+				    uint32_t flags)
+{
+	struct kvmm_kspace *s = direct_space(ctx, space);
+
+	return s ? kvmm_keyed_prefetch_in(ctx, NULL, 0, s, keys, n, budget, flags) : -EINVAL;
+}
+
+/**
+ * kvmm_keyed_prefetch_cancel() - cancel @owner's keyed prefetches tagged
+ *	@user_data
+ * @ctx: the context, its lock held
+ * @owner: the ring
+ * @user_data: the KPREFETCH entries' user_data
+ *
+ * Their reads go on; when each is over its frames go back and its values
+ * stay where they were.
+ *
+ * Return: how many were cancelled.
+ */
+int kvmm_keyed_prefetch_cancel(struct kvmm_ctx *ctx, const struct kvmm_owner *owner,
+			       uint64_t user_data)
+{
+	struct kvmm_list *pos;
+	int nr = 0;
+
+	if (!owner)
+		return 0;
+	list_for_each(pos, &ctx->kjobs) {
+		struct kvmm_kjob *job = list_entry(pos, struct kvmm_kjob, link);
+
+		if (job->pf && !job->canceled && job->owner == owner &&
+		    job->user_data == user_data) {
+			job->canceled = true;
+			nr++;
+		}
+	}
+	return nr;
 }
 
 /**
@@ -2090,12 +2432,14 @@ int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t 
 				continue;
 			if (!job->put && !v->remote) {
 				if (!v->node || !v->node->lock_ref ||
-				    !(v->node->flags & KVMM_NODE_KEYED)) {
+				    !(v->node->flags & KVMM_NODE_KEYED) ||
+				    (job->pf && !(v->node->flags & KVMM_NODE_KREAD))) {
 					*why = "a keyed get holds a value it has not locked";
 					return -EUCLEAN;
 				}
 				locked++;
-				continue;
+				if (!job->pf)	/* a prefetch holds frames too */
+					continue;
 			}
 			for (j = 0; j < job->space->pages; j++) {
 				int32_t pfn = job->frames[v->first + j];
@@ -2103,8 +2447,8 @@ int kvmm_keyed_check(const struct kvmm_ctx *ctx, uint8_t *const *marks, uint8_t 
 				if (pfn < 0 || (uint32_t)pfn >= host->nr_pages ||
 				    host->pages[pfn].state != KVMM_PAGE_IO ||
 				    marks[KVMM_TIER_HOST][pfn]) {
-					*why = "a keyed put's (or remote get's) frame is not in state "
-					       "IO, or is held twice";
+					*why = "a keyed put's (or remote get's, or prefetch's) frame "
+					       "is not in state IO, or is held twice";
 					return -EUCLEAN;
 				}
 				marks[KVMM_TIER_HOST][pfn] = mark_io;

@@ -714,7 +714,8 @@ KVMM_EXPORT int kvmm_prefetch(struct kvmm_ctx *ctx, uint32_t ns, const uint32_t 
  *
  * Their copies go on (I/O already issued is not recalled); when each is
  * over, its frames are freed, its nodes stay below and its CQE says
- * -ECANCELED.
+ * -ECANCELED.  The ring's keyed prefetches (KPREFETCH) of that user_data
+ * are cancelled too (kvmm_keyed_prefetch_cancel()).
  *
  * Return: how many were cancelled.
  */
@@ -735,7 +736,7 @@ int kvmm_prefetch_cancel(struct kvmm_ctx *ctx, const struct kvmm_owner *owner,
 			nr++;
 		}
 	}
-	return nr;
+	return nr + kvmm_keyed_prefetch_cancel(ctx, owner, user_data);
 }
 
 /**

@@ -338,3 +338,77 @@ def test_posted_get_from_nvme_wakes_the_doorbell(tmp_path):
 			vals = pb.kvalues(j)
 			assert np.array_equal(vals[0], stamp(61)) and np.array_equal(vals[1], stamp(60))
 			assert ring.stats().keyed_nvme_pages >= 2 * 3	# read, not moved
+
+
+@pytest.fixture
+def nctx(tmp_path):
+	"""A host tier of 32 pages (10 values) over NVMe of 300; writeback starts
+	below 4 free host pages and goes on to 8."""
+	c = kvmm.Context(**GEOM, page_size=4, nr_pages=16, host_pages=32,
+			 nvme_path=str(tmp_path / "nvme"), nvme_pages=300, host_wmark_low=4,
+			 host_wmark_high=8)
+	yield c
+	c.close()
+
+
+def _nvme_filled(c, n=30):
+	"""Space "m" with values 0 .. n - 1, the oldest written down to NVMe."""
+	sp = c.keyed("m", VB)
+	for i in range(n):
+		assert list(sp.put([i], [stamp(i)])) == [0]
+		c.sync()
+	return sp
+
+
+def test_keyed_prefetch_reads_nvme_values_up_to_the_host(nctx):
+	"""KeyedSpace.prefetch() brings values on NVMe up to the host tier in the
+	order of its keys, only into free host pages above the low watermark by
+	default (nothing evicted), more with reclaim and a budget; a get of them
+	then reads the host, byte for byte, and counts as a prefetch hit."""
+	sp = _nvme_filled(nctx)
+	st = nctx.stats()
+	room = (st.host_pages_free - 4) // 3
+	assert room >= 1 and st.keyed_nvme_pages >= 3 * 10
+	with pytest.raises(kvmm.InvalidArgument):
+		sp.prefetch([0], reclaim=True)			# reclaim needs a budget
+	assert sp.prefetch(list(range(10))) == room
+	st = nctx.stats()
+	assert st.prefetch_pages == 3 * room and st.keyed_evicts == 0
+	assert st.host_pages_free >= 4
+	assert sp.prefetch([0]) == 0				# on the host now
+	res, out = sp.get(list(range(room)))
+	assert (res == 0).all()
+	assert all(np.array_equal(out[i], stamp(i)) for i in range(room))
+	st2 = nctx.stats()
+	assert st2.nvme_bytes_out == st.nvme_bytes_out and st2.prefetch_hits == 3 * room
+	assert sp.prefetch(list(range(room, room + 3)), budget=9, reclaim=True) == 3
+	res, out = sp.get(list(range(30)))
+	assert (res == 0).all() and all(np.array_equal(out[i], stamp(i)) for i in range(30))
+	nctx.check()
+
+
+def test_keyed_prefetch_through_a_ring_and_cancel(nctx):
+	"""Batch.kprefetch() completes at once with the reads it started; a kget
+	after it gets the right bytes; prefetch_cancel() of another tag finds
+	nothing, and a prefetch over (or never started) is not cancelled."""
+	sp = _nvme_filled(nctx)
+	ring = nctx.ring()
+	try:
+		b = ring.batch()
+		with pytest.raises(ValueError):
+			b.kprefetch(sp.id, [0], reclaim=True)
+		i = b.kprefetch(sp.id, [0, 1, 999], budget=6, reclaim=True)
+		assert ring.submit(b)[i] == 2
+		b = ring.batch()
+		j = b.kget(sp.id, [0, 1], VB)
+		c = b.prefetch_cancel(12345, 0)
+		res = ring.submit(b)
+		assert res[j] == 2 and res[c] == 0
+		got = b.kvalues(j)
+		assert np.array_equal(got[0], stamp(0)) and np.array_equal(got[1], stamp(1))
+		nctx.sync()
+		st = nctx.stats()
+		assert st.prefetch_pages + st.prefetch_canceled == 6
+		nctx.check()
+	finally:
+		ring.close()

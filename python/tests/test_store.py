@@ -334,3 +334,35 @@ def test_store_through_kvmmd_has_no_tier_options_and_checks_kvmmd(kvmmd):
 		with pytest.raises(kvmm.Error) as e:
 			st.check()
 		assert e.value.errno == errno.EPERM
+
+
+def test_store_exists_now_prefetches_what_it_finds(tmp_path):
+	"""exists_now(prefetch=True) (the vLLM tier's lookup, SGLang's
+	batch_exists) answers as without it and starts reading the values found
+	on NVMe up to the host tier: once the reads are over, a get of them
+	reads the host (prefetch hits, no more NVMe bytes out)."""
+	path = str(tmp_path / "nvme")
+	vb = 1 << 16
+	keys = [f"pf{i}" for i in range(8)]
+	# the eighth put takes the last free host page: writeback writes the
+	# six oldest down, and six host pages are free again
+	with kvmm.KeyedStore("m@1", host_bytes=8 << 16, nvme_path=path, nvme_bytes=64 << 16,
+			     host_wmark_low=1, host_wmark_high=6, threads=1) as st:
+		for i, k in enumerate(keys):
+			assert list(st.put_now([k], [stamp(i, vb)])) == [0]
+			st.sync()
+		nvme_pages = st.stats().keyed_nvme_pages
+		assert nvme_pages == 6
+		want = list(st.exists_now(vb, keys[:2] + ["none"]))
+		assert list(st.exists_now(vb, keys[:2] + ["none"], prefetch=True)) == want
+		assert want == [0, 0, -errno.ENOENT]
+		st.sync()					# the I/O worker's reads are over
+		s1 = st.stats()
+		assert s1.prefetch_pages == 2 and s1.keyed_nvme_pages == nvme_pages - 2
+		out = [np.zeros(vb, np.uint8) for _ in range(2)]
+		assert list(st.call("get", keys[:2], out)) == [0, 0]
+		assert all(np.array_equal(o, stamp(i, vb)) for i, o in enumerate(out))
+		s2 = st.stats()
+		assert s2.prefetch_hits == 2 and s2.nvme_bytes_out == s1.nvme_bytes_out
+		assert list(st.call("exists", keys[2:4], prefetch=True)) == [0, 0]
+		st.check()

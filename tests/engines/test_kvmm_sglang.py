@@ -443,3 +443,45 @@ def test_no_pool_yet_and_nothing_asked():
 	assert be.batch_exists([]) == 0
 	assert be.batch_set_v1(hashes(1), torch.arange(P)) == [True]	# as SGLang's: no pool, no-op
 	be.close()
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_exists_then_get_reads_the_host(prefetch, tmp_path):
+	"""HiCache's prefetch thread asks batch_exists and then gets the pages
+	found: with the backend's prefetch option (the default), batch_exists
+	starts the reads of the pages on NVMe up to kvmm's host tier, and the
+	batch_get_v1 that follows reads them from there (prefetch hits, as many
+	as were read up), byte for byte; with prefetch off nothing is read up."""
+	pool = host_pool("page_first")
+	extra = {"backend_name": "kvmm", "module_path": "kvmm.sglang",
+		 "class_name": "KvmmHiCacheStorage", "interface_v1": 1,
+		 "host_bytes": 12 * 4096, "page_bytes": 4096, "nvme_path": str(tmp_path / "n"),
+		 "nvme_bytes": 256 * 4096, "host_wmark_low": 1, "host_wmark_high": 10}
+	if not prefetch:
+		extra["prefetch"] = False
+	be = StorageBackendFactory.create_backend("dynamic", config(extra), pool)
+	be.register_mem_pool_host(pool)
+	src = pool.alloc(6 * P)
+	fill_pages(pool, src, 3)
+	want = pages(pool, src)
+	keys = hashes(6, seed=3)
+	# 12 values (a K and a V a page) fill the host tier: writeback writes
+	# the 10 oldest down, and 9 host pages are room for a prefetch
+	for i in range(6):
+		assert be.batch_set_v1(keys[i:i + 1], src[i * P:(i + 1) * P]) == [True]
+		be.store.sync()
+	assert be.store.stats().keyed_nvme_pages > 0
+	assert be.batch_exists(keys) == 6
+	dst = pool.alloc(6 * P)
+	assert be.batch_get_v1(keys, dst) == [True] * 6
+	assert all(torch.equal(a, b) for a, b in zip(pages(pool, dst), want))
+	st = be.store.stats()	# read up with prefetch only, and then read
+	assert (st.prefetch_pages > 0) == prefetch and st.prefetch_hits == st.prefetch_pages
+	be.store.check()
+	be.close()
+
+
+def test_prefetch_option_must_be_a_bool():
+	with pytest.raises(ValueError, match="prefetch"):
+		KvmmHiCacheStorage(config({"host_bytes": 1 << 20, "page_bytes": 4096,
+					   "prefetch": "yes"}))

@@ -401,3 +401,37 @@ def test_kv_events_need_both_switches(global_on):
 	assert list(plain.take_events()) == []
 	t.shutdown()
 	plain.shutdown()
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_lookup_then_load_reads_the_host(prefetch, tmp_path):
+	"""vLLM's scheduler looks a waiting request's blocks up and submits their
+	load right after: with the tier's prefetch option (the default), a
+	lookup that finds a block on NVMe starts its read up to kvmm's host
+	tier, and the load (which waits for that read, never reading twice)
+	finds it there: prefetch hits as many as were read up, bytes as stored;
+	with prefetch off, nothing is read up."""
+	rows = primary(seed=21)
+	want = rows.copy()
+	t = tier(rows, host_bytes=8 * BLOCK, nvme_path=str(tmp_path / "t.nvme"),
+		 nvme_bytes=64 * BLOCK, prefetch=prefetch)
+	keys = [key(500 + i) for i in range(ROWS)]
+	for i in range(ROWS):		# a block at a time, written down as it goes
+		t.submit_store(job(1 + i, keys[i:i + 1], [i]))
+		assert [r.success for r in finished(t)] == [True]
+		t._store.sync()
+	assert t._store.stats().keyed_nvme_pages > 0
+	assert [t.lookup(k, CTX) for k in keys] == [LookupResult.HIT] * ROWS
+	rows[:] = 0
+	t.submit_load(job(100, keys, range(ROWS), promotion=True))
+	(r,) = finished(t)
+	assert r.success and np.array_equal(rows, want)
+	st = t._store.stats()	# read up with prefetch only, and then read
+	assert (st.prefetch_pages > 0) == prefetch and st.prefetch_hits == st.prefetch_pages
+	t._store.check()
+	t.shutdown()
+
+
+def test_prefetch_option_must_be_a_bool():
+	with pytest.raises(ValueError, match="prefetch"):
+		tier(primary(), prefetch="yes")

@@ -18,6 +18,9 @@
  * sets the value size of the misses: 1073737728 (1 GiB less the page the
  * entries take, the most a data area holds) is the attack as first
  * reported; the default keeps a run against an unfixed kvmmd affordable.
+ *
+ * And KPREFETCH across tenants: one may neither prefetch another's values
+ * nor cancel another's prefetch.
  */
 #include <errno.h>
 #include <signal.h>
@@ -87,6 +90,16 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Start kvmmd on @argv, its socket @sock open to every uid, into *@pid. */
+static bool kvmmd_up(pid_t *pid, const char *sock, const char *const argv[])
+{
+	*pid = hostile_spawn(argv, -1);
+	if (*pid > 0 && !hostile_wait_socket(sock, 10000) && !chmod(sock, 0777))
+		return true;
+	CU_FAIL("kvmmd did not start");
+	return false;
+}
+
 static bool env_start(struct kjob_env *e, const char *extra1, const char *extra2)
 {
 	const char *argv[] = { "kvmmd", "--socket", e->sock, "--ns-per-uid", "--quiet",
@@ -102,11 +115,7 @@ static bool env_start(struct kjob_env *e, const char *extra1, const char *extra2
 	memset(e->sh, 0, sizeof(*e->sh));
 	CU_ASSERT_FATAL(!hostile_tmpdir(e->dir, sizeof(e->dir)));
 	snprintf(e->sock, sizeof(e->sock), "%s/kvmmd.sock", e->dir);
-	e->kvmmd = hostile_spawn(argv, -1);
-	if (e->kvmmd > 0 && !hostile_wait_socket(e->sock, 10000) && !chmod(e->sock, 0777))
-		return true;
-	CU_FAIL("kvmmd did not start");
-	return false;
+	return kvmmd_up(&e->kvmmd, e->sock, argv);
 }
 
 /* Stop kvmmd.  Return: its exit status (0: kvmm_check() held at exit). */
@@ -400,6 +409,217 @@ static void kjob_limit_is_set_by_kvmmd_and_kvmmctl(void)
 	CU_ASSERT_EQUAL(env_stop(&e), 0);
 }
 
+/* ---- KPREFETCH across tenants ---- */
+
+#define PF_VB		(1u << 20)	/* 2048 pages of 512 bytes */
+#define PF_VALUES	16
+#define PF_KEEP		10	/* the oldest, most on NVMe; the rest deleted */
+#define PF_UD		0x7a11ull	/* the victim's prefetch's user_data */
+
+/*
+ * What the victim and the attacker share: the victim's space id and
+ * phase, the attacker's answers.
+ */
+struct pf_shared {
+	volatile int phase;	/* 2: the victim's prefetch in flight; 3: attacked */
+	volatile int32_t space;
+	volatile int32_t foreign_prefetch, foreign_cancel, own_prefetch;
+};
+
+struct pf_env {
+	char dir[64];
+	char sock[96];
+	char nvme[96];
+	pid_t kvmmd;
+	struct pf_shared *sh;
+};
+
+/* kvmmd with a host tier of 8 values over NVMe, writing down below 2 free */
+static bool pf_start(struct pf_env *e)
+{
+	const char *argv[] = { "kvmmd", "--socket", e->sock, "--ns-per-uid", "--quiet",
+			       "--pages", "256", "--page-size", "16", "--layers", "1",
+			       "--kv-heads", "1", "--head-dim", "8", "--dtype-bytes", "2",
+			       "--max-seqs", "8", "--max-seq-len", "4096",
+			       "--host-pages", "16384", "--host-wmark-low", "4096",
+			       "--host-wmark-high", "8192", "--nvme-file", e->nvme,
+			       "--nvme-pages", "65536", NULL };
+
+	memset(e, 0, sizeof(*e));
+	e->sh = mmap(NULL, sizeof(*e->sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+		     -1, 0);
+	CU_ASSERT_FATAL(e->sh != MAP_FAILED);
+	memset((void *)e->sh, 0, sizeof(*e->sh));
+	CU_ASSERT_FATAL(!hostile_tmpdir(e->dir, sizeof(e->dir)));
+	snprintf(e->sock, sizeof(e->sock), "%s/kvmmd.sock", e->dir);
+	snprintf(e->nvme, sizeof(e->nvme), "%s/nvme", e->dir);
+	return kvmmd_up(&e->kvmmd, e->sock, argv);
+}
+
+/* A KPREFETCH of keys 1 .. @n of space @sp, tagged @ud, @arg2.  Return: its res. */
+static int32_t kprefetch(struct kvmm_ring *ring, int32_t sp, uint32_t n, uint64_t ud,
+			 uint64_t arg2)
+{
+	struct kvmm_key *k = ring->buf;
+	struct kvmm_sqe *sqe = hostile_sqe(ring);
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		k[i] = (struct kvmm_key){ 1 + i, 1 };
+	kvmm_prep_rw(sqe, KVMM_OP_KPREFETCH, 0, 0, 0, n);
+	sqe->arg = (uint32_t)sp;
+	sqe->arg2 = arg2;
+	sqe->user_data = ud;
+	return hostile_ring1(ring);
+}
+
+static int32_t pf_cancel(struct kvmm_ring *ring, uint64_t ud)
+{
+	struct kvmm_sqe *sqe = hostile_sqe(ring);
+
+	kvmm_prep_prefetch_cancel(sqe, ud);
+	sqe->ns = getuid();
+	return hostile_ring1(ring);
+}
+
+static uint64_t pf_stat(struct kvmm_ring *ring, unsigned item)
+{
+	struct kvmm_stats_snap *snap = ring->buf;
+	uint32_t len = sizeof(*snap) + NR_KVMM_STATS * sizeof(uint64_t);
+	struct kvmm_sqe *sqe = hostile_sqe(ring);
+
+	kvmm_prep_rw(sqe, KVMM_OP_STATS, 0, 0, 0, len);
+	if (hostile_ring1(ring) < 0 || snap->nr <= item)
+		return ~0ull;
+	return ((const uint64_t *)(snap + 1))[item];
+}
+
+/*
+ * The victim (uid 65533): stores PF_VALUES values (most written down to
+ * NVMe), deletes the newest, prefetches the others (tagged PF_UD) and,
+ * while the reads are in flight, lets the attacker try; then reads every
+ * value back byte for byte.  Its prefetch is never cancelled: prefetch_canceled stays 0.
+ */
+static int pf_victim_steps(struct pf_env *e)
+{
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 4096 + PF_VB };
+	struct kvmm_ring ring;
+	struct kvmm_sqe *sqe;
+	uint8_t *v;
+	int32_t sp;
+	uint32_t i;
+
+	if (kvmm_ring_connect(e->sock, &rp, &ring))
+		return 40;
+	sp = kspace(&ring, PF_VB);
+	if (sp < 0)
+		return 41;
+	v = (uint8_t *)ring.buf + 4096;
+	for (i = 0; i < PF_VALUES; i++) {
+		memset(v, (int)(0x10 + i), PF_VB);
+		if (kio(&ring, KVMM_OP_KPUT, sp, 1 + i, true, 1, 4096) != 1)
+			return 42;
+	}
+	e->sh->space = sp;
+	/* the newest values, on the host tier, go: room for the prefetch */
+	for (i = 0; i < PF_VALUES - PF_KEEP; i++)
+		((struct kvmm_key *)ring.buf)[i] = (struct kvmm_key){ 1 + PF_KEEP + i, 1 };
+	sqe = hostile_sqe(&ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KDELETE, 0, 0, 0, PF_VALUES - PF_KEEP);
+	sqe->arg = (uint32_t)sp;
+	if (hostile_ring1(&ring) != PF_VALUES - PF_KEEP)
+		return 47;
+	if (kprefetch(&ring, sp, PF_KEEP, PF_UD, 0) <= 0)
+		return 43;
+	e->sh->phase = 2;
+	while (e->sh->phase != 3)
+		usleep(1000);
+	for (i = 0; i < PF_KEEP; i++) {
+		if (kio(&ring, KVMM_OP_KGET, sp, 1 + i, true, 1, 4096) != 1)
+			return 44;
+		if (v[0] != 0x10 + i || memcmp(v, v + 1, PF_VB - 1))
+			return 45;
+	}
+	if (pf_stat(&ring, KVMM_STAT_PREFETCH_CANCELED) != 0 ||
+	    pf_stat(&ring, KVMM_STAT_PREFETCH_PAGES) == 0)
+		return 46;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+static int pf_victim(void *arg)
+{
+	struct pf_env *e = arg;
+	int ret = pf_victim_steps(e);
+
+	if (e->sh->phase < 2)	/* it failed early: the attacker waits no more */
+		e->sh->phase = 2;
+	return ret;
+}
+
+/*
+ * The attacker, as nobody: KPREFETCH of the victim's space id (not in its
+ * namespace: EINVAL), PREFETCH's cancel of the victim's user_data (not
+ * its ring's: nothing cancelled), and a KPREFETCH of the same keys in a
+ * space of its own (other values: none stored, nothing read).
+ */
+static int pf_attacker(void *arg)
+{
+	struct pf_env *e = arg;
+	struct kvmm_ring_params rp = { .sq_entries = 4, .buf_size = 4096 };
+	struct kvmm_ring ring;
+	int32_t own;
+
+	if (kvmm_ring_connect(e->sock, &rp, &ring))
+		return 50;
+	while (e->sh->phase != 2)
+		usleep(1000);
+	e->sh->foreign_cancel = pf_cancel(&ring, PF_UD);
+	e->sh->foreign_prefetch = kprefetch(&ring, e->sh->space, PF_VALUES, 1, 0);
+	own = kspace(&ring, PF_VB);
+	e->sh->own_prefetch = own < 0 ? own : kprefetch(&ring, own, PF_VALUES, PF_UD, 0);
+	e->sh->phase = 3;
+	kvmm_ring_exit(&ring);
+	return 0;
+}
+
+static int pf_attack(void *arg)
+{
+	return hostile_child(HOSTILE_NOBODY, pf_attacker, arg, TIMEOUT_MS);
+}
+
+/*
+ * One tenant can neither prefetch another's values nor cancel another's
+ * prefetch, whatever user_data it names; the victim's values all come
+ * back, kvmmd stays up and kvmm_check() holds at its exit.
+ */
+static void kjob_prefetch_is_the_tenants_own(void)
+{
+	struct pf_env e;
+	pid_t att;
+	int st;
+
+	if (!pf_start(&e)) {
+		kill(e.kvmmd, SIGTERM);
+		hostile_reap(e.kvmmd, 30000);
+		return;
+	}
+	att = fork();
+	CU_ASSERT_FATAL(att >= 0);
+	if (!att)
+		_exit(pf_attack(&e));
+	CU_ASSERT_EQUAL(hostile_child(VICTIM_UID, pf_victim, &e, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(hostile_reap(att, TIMEOUT_MS), 0);
+	CU_ASSERT_EQUAL(e.sh->foreign_cancel, 0);
+	CU_ASSERT_EQUAL(e.sh->foreign_prefetch, -EINVAL);
+	CU_ASSERT_EQUAL(e.sh->own_prefetch, 0);
+	CU_ASSERT(hostile_alive(e.kvmmd));
+	kill(e.kvmmd, SIGTERM);
+	st = hostile_reap(e.kvmmd, 30000);
+	CU_ASSERT_EQUAL(st, 0);
+	munmap((void *)e.sh, sizeof(*e.sh));
+}
+
 int register_hostile_kjob_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_hostile_kjob", NULL, NULL);
@@ -408,5 +628,6 @@ int register_hostile_kjob_suite(void)
 		return -1;
 	ADD_TEST(s, kjob_huge_values_do_not_hold_kvmmd);
 	ADD_TEST(s, kjob_limit_is_set_by_kvmmd_and_kvmmctl);
+	ADD_TEST(s, kjob_prefetch_is_the_tenants_own);
 	return 0;
 }

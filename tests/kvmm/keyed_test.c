@@ -1767,6 +1767,439 @@ static void test_keyed_recover_space_limit(void)
 	unlink(path);
 }
 
+/* ---- prefetch: NVMe values read up to the host tier ahead of their get ---- */
+
+/* Keys @from .. @from + @n - 1 */
+static void keys_of(struct kvmm_key *k, uint32_t from, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		k[i] = key_of(from + i);
+}
+
+/* Whether value @i is on the host tier (its bytes checked: a get from there). */
+static bool on_host(struct kvmm_ctx *ctx, uint32_t sp, uint32_t i)
+{
+	uint64_t nvme = test_stat(ctx, KVMM_STAT_NVME_BYTES_OUT);
+
+	return get_one(ctx, sp, i) == 0 && test_stat(ctx, KVMM_STAT_NVME_BYTES_OUT) == nvme;
+}
+
+/*
+ * By default a prefetch takes only the free host pages above the low
+ * watermark: it evicts nothing, leaves the tier where writeback would not
+ * start, and brings the first values of its keys that are on NVMe up, in
+ * order; a budget takes fewer.  A get of them then reads the host, byte
+ * for byte, and counts as a prefetch hit.
+ */
+static void test_keyed_prefetch_host_room(void)
+{
+	const char *path = nvme_file("pf_room");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	uint32_t sp = space_of(ctx, 0, VB), i;
+	uint64_t nvme, host, free0, evicts;
+	struct kvmm_key k[30];
+	int r;
+
+	fill(ctx, sp, 30);
+	keys_of(k, 0, 30);
+	nvme = test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES);
+	host = test_stat(ctx, KVMM_STAT_KEYED_HOST_PAGES);
+	free0 = test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE);
+	evicts = test_stat(ctx, KVMM_STAT_KEYED_EVICTS);
+	CU_ASSERT(free0 >= 4 * VPAGES + VPAGES);	/* room for one at least */
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 30, 0, 1u << 5), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 30, 0, KVMM_PREFETCH_RECLAIM), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp + 1, k, 30, 0, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 0, 0, 0), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 1, VPAGES - 1, 0), 0);	/* no room */
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 30, VPAGES, 0), 1);	/* a budget */
+	CHECK_OK(ctx);
+	r = kvmm_keyed_prefetch(ctx, sp, k, 30, 0, 0);
+	CU_ASSERT_EQUAL_FATAL(r, (int)((free0 - VPAGES - 4 * VPAGES) / VPAGES));
+	CHECK_OK(ctx);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE) >= 4 * VPAGES);	/* the low mark */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_EVICTS), evicts);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES), nvme - (uint64_t)(r + 1) * VPAGES);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_HOST_PAGES), host + (uint64_t)(r + 1) * VPAGES);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_PAGES), (uint64_t)(r + 1) * VPAGES);
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 1, 0, 0), 0);	/* on the host now */
+	for (i = 0; i <= (uint32_t)r; i++)	/* the oldest, in order */
+		CU_ASSERT(on_host(ctx, sp, i));
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_HITS), (uint64_t)(r + 1) * VPAGES);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_VALUES), 30);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * With KVMM_PREFETCH_RECLAIM the budget is taken as a put takes room:
+ * colder host values make way (written down or dropped, never served
+ * wrong), and the values asked for are read up whole.
+ */
+static void test_keyed_prefetch_reclaim(void)
+{
+	const char *path = nvme_file("pf_reclaim");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	uint32_t sp = space_of(ctx, 0, VB), i;
+	struct kvmm_key k[6];
+
+	fill(ctx, sp, 30);
+	keys_of(k, 0, 6);
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 6, 6 * VPAGES, KVMM_PREFETCH_RECLAIM), 6);
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_PAGES), 6 * VPAGES);
+	for (i = 0; i < 6; i++)
+		CU_ASSERT(on_host(ctx, sp, i));
+	for (i = 6; i < 30; i++) {
+		int r = get_one(ctx, sp, i);
+
+		CU_ASSERT(r == 0 || r == -ENOENT);
+	}
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * struct pf_latch - an NVMe latch that counts the batches of reads and
+ * holds the I/O worker's while @hold
+ */
+struct pf_latch {
+	int hold;
+	int reads;
+};
+
+static void pf_latch(void *arg, uint32_t site, uint32_t chan)
+{
+	struct pf_latch *l = arg;
+
+	if (site != KVMM_NVME_SITE_READ)
+		return;
+	__atomic_add_fetch(&l->reads, 1, __ATOMIC_RELAXED);
+	test_hold_worker_reads(&l->hold, site, chan);
+}
+
+/* Two values' pages: above what is free over the low mark in nvme_ctx() after fill(). */
+#define TWO	(KVMM_KPREFETCH_RECLAIM | 2 * VPAGES)
+
+/* A ring's KPREFETCH of keys @from .. @from + @n - 1, tagged @ud: its result. */
+static int32_t ring_kprefetch(struct test_kring *r, uint32_t sp, uint32_t from, uint32_t n,
+			      uint64_t arg2, uint64_t ud)
+{
+	struct kvmm_sqe *sqe = TEST_SQE(&r->ring);
+
+	keys_of((void *)r->mem, from, n);
+	kvmm_prep_rw(sqe, KVMM_OP_KPREFETCH, 0, 1, 0, n);
+	sqe->arg = sp;
+	sqe->arg2 = arg2;
+	sqe->user_data = ud;
+	return test_ring1(&r->ring, NULL);
+}
+
+/* PREFETCH's cancel of this ring's prefetches tagged @ud: how many. */
+static int32_t ring_pf_cancel(struct test_kring *r, uint64_t ud)
+{
+	kvmm_prep_prefetch_cancel(TEST_SQE(&r->ring), ud);
+	return test_ring1(&r->ring, NULL);
+}
+
+/*
+ * A ring's KPREFETCH completes at once and reads on the I/O worker; a
+ * KGET of the values meanwhile waits for that read instead of reading
+ * NVMe again: it completes after it, with the right bytes, from the host
+ * tier, and no more reads are issued than the prefetch alone issues (the
+ * same two values' worth, measured on values 2 and 3 first).
+ */
+static void test_keyed_prefetch_ring_get_waits(void)
+{
+	const char *path = nvme_file("pf_ring");
+	struct pf_latch l = { 0, 0 };
+	struct kvmm_nvme_arg arg = { .latch = pf_latch, .latch_arg = &l };
+	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
+	uint32_t sp = space_of(ctx, 0, VB);
+	struct test_kring p, g;
+	struct kvmm_cqe *cqe;
+	struct kvmm_sqe *sqe;
+	struct kvmm_kent *e;
+	struct kvmm_key k[2];
+	int alone;
+
+	fill(ctx, sp, 30);
+	keys_of(k, 2, 2);
+	__atomic_store_n(&l.reads, 0, __ATOMIC_RELAXED);
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 2, 2 * VPAGES, KVMM_PREFETCH_RECLAIM), 2);
+	alone = __atomic_load_n(&l.reads, __ATOMIC_RELAXED);
+	CU_ASSERT(alone > 0);
+	test_kring_init(ctx, &p, 0, 0);
+	test_kring_init(ctx, &g, 0, 0);
+	__atomic_store_n(&l.hold, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&l.reads, 0, __ATOMIC_RELAXED);
+	CU_ASSERT_EQUAL(ring_kprefetch(&p, sp, 0, 2, TWO, 77), 2);	/* started, not waited for */
+	CHECK_OK(ctx);
+	e = ring_ents(&g, 0, 2, false);
+	sqe = TEST_SQE(&g.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 2);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	usleep(20000);
+	CU_ASSERT_EQUAL(kvmm_peek_cqe(&g.ring, &cqe), -EAGAIN);	/* waits for the read */
+	CHECK_OK(ctx);
+	__atomic_store_n(&l.hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 2);
+	kvmm_cqe_seen(&g.ring, cqe);
+	CU_ASSERT_EQUAL(e[0].res, 0);
+	CU_ASSERT_EQUAL(e[1].res, 0);
+	CU_ASSERT(stamped(g.mem + e[0].off, VB, 0));
+	CU_ASSERT(stamped(g.mem + e[1].off, VB, 1));
+	CU_ASSERT_EQUAL(__atomic_load_n(&l.reads, __ATOMIC_RELAXED), alone);	/* read once */
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_PAGES), 4 * VPAGES);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_HITS), 2 * VPAGES);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	test_kring_exit(&p);
+	test_kring_exit(&g);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * A prefetch of more than the I/O worker copies at a time (16 MiB) runs
+ * in slices, queued again behind the others' work after each: a KGET of
+ * values of its later slices, queued meanwhile, still waits for their
+ * reads (parked until they settle) instead of reading NVMe itself, so
+ * NVMe is read once for each value, and the KGET counts prefetch hits.
+ */
+#define BIG_VB		(6u << 20)		/* 49152 pages of 128 bytes */
+#define BIG_VP		(BIG_VB / 128)
+
+static void test_keyed_prefetch_sliced_get_waits(void)
+{
+	const char *path = nvme_file("pf_sliced");
+	struct pf_latch l = { 0, 0 };
+	struct kvmm_nvme_arg arg = { .latch = pf_latch, .latch_arg = &l };
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct kvmm_key k[4], filler[6];
+	uint8_t *v = malloc(BIG_VB);
+	struct kvmm_ctx *ctx = NULL;
+	struct test_kring r, g;
+	struct kvmm_iovec iov;
+	struct kvmm_cqe *cqe;
+	struct kvmm_sqe *sqe;
+	struct kvmm_kent *e;
+	uint64_t out0;
+	uint32_t sp, i;
+
+	p.host_pages = 6 * BIG_VP;
+	p.host_node = KVMM_NODE_NEAREST;
+	p.nvme_pages = 12 * BIG_VP;
+	p.nvme_path = path;
+	p.nvme_arg = &arg;
+	p.host_wmark_low = BIG_VP;
+	p.host_wmark_high = 2 * BIG_VP;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	sp = space_of(ctx, 0, BIG_VB);
+	for (i = 0; i < 10; i++) {	/* 4 values, then 6 of filler that push them down */
+		struct kvmm_key key = key_of(i);
+		const void *src = v;
+
+		stamp(v, BIG_VB, i);
+		CU_ASSERT_EQUAL(kvmm_keyed_put(ctx, sp, &key, &src, 1, NULL), 1);
+		CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+		if (i < 4)
+			k[i] = key;
+		else
+			filler[i - 4] = key;
+	}
+	CU_ASSERT_EQUAL(kvmm_keyed_delete(ctx, sp, filler, 6, NULL), 6);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_KEYED_NVME_PAGES), 4 * BIG_VP);
+	out0 = test_stat(ctx, KVMM_STAT_NVME_BYTES_OUT);
+	test_kring_init(ctx, &r, 0, 0);
+	test_kring_init(ctx, &g, 0, 0);
+	free(g.mem);		/* buffer 1 of two values */
+	g.bytes = 4096 + 2 * (size_t)BIG_VB;
+	g.mem = calloc(1, g.bytes);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(g.mem);
+	iov = (struct kvmm_iovec){ g.mem, g.bytes };
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_register_buffers(&g.ring, &iov, 1), 0);
+	__atomic_store_n(&l.hold, 1, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(ring_kprefetch(&r, sp, 0, 4, 0, 1), 4);
+	e = (void *)g.mem;	/* values 2 and 3: the second slice's */
+	for (i = 0; i < 2; i++)
+		e[i] = (struct kvmm_kent){ .key = k[2 + i], .off = 4096 + (uint64_t)i * BIG_VB,
+					   .buf = 1, .res = 12345 };
+	sqe = TEST_SQE(&g.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 2);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	CHECK_OK(ctx);
+	__atomic_store_n(&l.hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 2);
+	kvmm_cqe_seen(&g.ring, cqe);
+	CU_ASSERT(stamped(g.mem + 4096, BIG_VB, 2));
+	CU_ASSERT(stamped(g.mem + 4096 + BIG_VB, BIG_VB, 3));
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_PAGES), 4 * BIG_VP);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_HITS), 2 * BIG_VP);
+	/* NVMe read once: the four values the prefetch moved up, no more */
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_NVME_BYTES_OUT) - out0,
+			4ull * BIG_VP * 128);
+	test_kring_exit(&r);
+	test_kring_exit(&g);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+	free(v);
+}
+
+/*
+ * The ring that issued a prefetch cancels it by its user_data (another
+ * ring's cancel finds nothing): the reads in flight finish, their host
+ * pages go back, the values stay on NVMe, prefetch_canceled counts them;
+ * a KGET that waited for the read then reads NVMe, byte for byte.
+ */
+static void test_keyed_prefetch_cancel(void)
+{
+	const char *path = nvme_file("pf_cancel");
+	struct pf_latch l = { 1, 0 };
+	struct kvmm_nvme_arg arg = { .latch = pf_latch, .latch_arg = &l };
+	struct kvmm_ctx *ctx;
+	uint32_t sp;
+	struct test_kring p, o, g;
+	struct kvmm_cqe *cqe;
+	struct kvmm_sqe *sqe;
+	struct kvmm_kent *e;
+	uint64_t nvme, free0;
+
+	l.hold = 0;
+	ctx = nvme_ctx(path, &arg);
+	sp = space_of(ctx, 0, VB);
+	fill(ctx, sp, 30);
+	test_kring_init(ctx, &p, 0, 0);
+	test_kring_init(ctx, &o, 0, 0);
+	test_kring_init(ctx, &g, 0, 0);
+	nvme = test_stat_locked(ctx, KVMM_STAT_KEYED_NVME_PAGES);
+	free0 = test_stat_locked(ctx, KVMM_STAT_HOST_PAGES_FREE);
+	__atomic_store_n(&l.hold, 1, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(ring_kprefetch(&p, sp, 0, 2, TWO, 99), 2);
+	CU_ASSERT_EQUAL(ring_kprefetch(&p, sp, 0, 2, TWO, 98), 0);	/* held by the first */
+	CU_ASSERT_EQUAL(ring_kprefetch(&p, sp, 0, 2, 1ull << 40, 97), -EINVAL);
+	e = ring_ents(&g, 0, 2, false);
+	sqe = TEST_SQE(&g.ring);
+	kvmm_prep_rw(sqe, KVMM_OP_KGET, 0, 1, 0, 2);
+	sqe->arg = sp;
+	CU_ASSERT_EQUAL(kvmm_submit(&g.ring), 1);
+	CU_ASSERT_EQUAL(ring_pf_cancel(&o, 99), 0);	/* not its own */
+	CU_ASSERT_EQUAL(ring_pf_cancel(&p, 98), 0);
+	CU_ASSERT_EQUAL(ring_pf_cancel(&p, 99), 1);
+	CU_ASSERT_EQUAL(ring_pf_cancel(&p, 99), 0);	/* once */
+	CHECK_OK(ctx);
+	__atomic_store_n(&l.hold, 0, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&g.ring, &cqe), 0);
+	CU_ASSERT_EQUAL(cqe->res, 2);
+	kvmm_cqe_seen(&g.ring, cqe);
+	CU_ASSERT(stamped(g.mem + e[0].off, VB, 0));
+	CU_ASSERT(stamped(g.mem + e[1].off, VB, 1));
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_CANCELED), 2 * VPAGES);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_PAGES), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_KEYED_NVME_PAGES), nvme);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_HOST_PAGES_FREE), free0);
+	test_kring_exit(&p);
+	test_kring_exit(&o);
+	test_kring_exit(&g);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * A read that fails leaves the value where it was (an I/O error) or drops
+ * it (it failed verification: a miss, never wrong bytes); its host pages
+ * go back either way.  A prefetch past its namespace's ns_kjob_bytes is
+ * refused whole.
+ */
+static void test_keyed_prefetch_read_faults(void)
+{
+	const char *path = nvme_file("pf_fault");
+	struct kvmm_nvme_arg arg = { 0 };
+	struct kvmm_ctx *ctx = nvme_ctx(path, &arg);
+	uint32_t sp = space_of(ctx, 0, VB);
+	uint64_t free0;
+	struct kvmm_key k[2], many[30];
+	struct test_kring op;
+
+	fill(ctx, sp, 30);
+	keys_of(k, 0, 2);
+	keys_of(many, 0, 30);
+	free0 = test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE);
+	arg.fault = -EIO;
+	arg.fault_sites = KVMM_NVME_SITE_READ;
+	arg.fault_every = 1;
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 2, 0, 0), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_IO_ERRORS) > 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), free0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_PREFETCH_PAGES), 0);
+	arg.fault_every = 0;
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 0), 0);	/* still there, on NVMe */
+	test_kring_init(ctx, &op, 0, 0);
+	CU_ASSERT_EQUAL(ring_set(&op, KVMM_SET_NS_KJOB_BYTES, 4096), 0);
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, many, 30, 0, 0), -EDQUOT);
+	CU_ASSERT_EQUAL(ring_kprefetch(&op, sp, 0, 30, 0, 1), -EDQUOT);
+	CU_ASSERT_EQUAL(ring_set(&op, KVMM_SET_NS_KJOB_BYTES, KVMM_NS_KJOB_BYTES_DEFAULT), 0);
+	test_kring_exit(&op);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+
+	arg = (struct kvmm_nvme_arg){ .flip_every = 1 };	/* every page written is bad */
+	ctx = nvme_ctx(path, &arg);
+	sp = space_of(ctx, 0, VB);
+	fill(ctx, sp, 30);
+	free0 = test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE);
+	CU_ASSERT_EQUAL(kvmm_keyed_prefetch(ctx, sp, k, 2, 2 * VPAGES, KVMM_PREFETCH_RECLAIM), 0);
+	CHECK_OK(ctx);
+	CU_ASSERT(test_stat(ctx, KVMM_STAT_NVME_CSUM_FAIL) > 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_FREE), free0);
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 0), -ENOENT);	/* dropped, never served */
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 1), -ENOENT);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
+/*
+ * A ring bound to a namespace prefetches its own namespace's values, and
+ * cannot prefetch another namespace's space.
+ */
+static void test_keyed_prefetch_tenant(void)
+{
+	const char *path = nvme_file("pf_tenant");
+	struct kvmm_ctx *ctx = nvme_ctx(path, NULL);
+	uint32_t sp = space_of(ctx, 1, VB);
+	struct test_kring t1, t2;
+
+	fill(ctx, sp, 30);
+	test_kring_init(ctx, &t1, KVMM_RING_F_NS, 1);
+	test_kring_init(ctx, &t2, KVMM_RING_F_NS, 2);
+	CU_ASSERT_EQUAL(ring_kprefetch(&t2, sp, 0, 2, TWO, 5), -EINVAL);
+	CU_ASSERT_EQUAL(ring_kprefetch(&t1, sp, 2, 2, TWO, 5), 2);
+	CU_ASSERT_EQUAL(kvmm_sync(ctx), 0);
+	CU_ASSERT_EQUAL(test_stat_locked(ctx, KVMM_STAT_PREFETCH_PAGES), 2 * VPAGES);
+	CU_ASSERT(on_host(ctx, sp, 2) && on_host(ctx, sp, 3));
+	CU_ASSERT_EQUAL(get_one(ctx, sp, 0), 0);
+	test_kring_exit(&t1);
+	test_kring_exit(&t2);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+	unlink(path);
+}
+
 static int keyed_suite_clean(void)
 {
 	test_tmp_dir_remove();
@@ -1813,5 +2246,12 @@ int register_keyed_suite(void)
 	ADD_TEST(s, test_keyed_flush_long_values);
 	ADD_TEST(s, test_keyed_nvme_writer_throttled);
 	ADD_TEST(s, test_keyed_nvme_long_value_dropped);
+	ADD_TEST(s, test_keyed_prefetch_host_room);
+	ADD_TEST(s, test_keyed_prefetch_reclaim);
+	ADD_TEST(s, test_keyed_prefetch_ring_get_waits);
+	ADD_TEST(s, test_keyed_prefetch_sliced_get_waits);
+	ADD_TEST(s, test_keyed_prefetch_cancel);
+	ADD_TEST(s, test_keyed_prefetch_read_faults);
+	ADD_TEST(s, test_keyed_prefetch_tenant);
 	return 0;
 }

@@ -176,9 +176,10 @@ enum kvmm_stat_item {
 	KVMM_STAT_NVME_OFFER_TOKENS,	/* tokens MATCH found on the NVMe tier */
 	KVMM_STAT_THROTTLE_PAGES,	/* host pages direct reclaim wrote to NVMe
 					 * itself, background writeback behind */
-	/* PREFETCH (kvmm_prefetch()): */
-	KVMM_STAT_PREFETCH_PAGES,	/* pages moved up to the device ahead of a MATCH */
-	KVMM_STAT_PREFETCH_HITS,	/* of those, pages a MATCH then mapped */
+	/* PREFETCH (kvmm_prefetch()), KPREFETCH (kvmm_keyed_prefetch()): */
+	KVMM_STAT_PREFETCH_PAGES,	/* pages moved up to the device ahead of a MATCH,
+					 * or keyed values to the host ahead of a get */
+	KVMM_STAT_PREFETCH_HITS,	/* of those, pages a MATCH mapped, a get read */
 	KVMM_STAT_PREFETCH_CANCELED,	/* pages of prefetches cancelled: given back */
 	NR_KVMM_STATS
 };

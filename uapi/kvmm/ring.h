@@ -67,7 +67,11 @@
 					 * KVMM_PREFETCH_CANCEL, no tokens: cancel this
 					 * ring's prefetches whose user_data is arg2;
 					 * res: how many */
-#define KVMM_OP_LAST		31
+#define KVMM_OP_KPREFETCH	31	/* arg: space, len struct kvmm_key, arg2:
+					 * budget in host pages (0: what is free above
+					 * the low watermark) | KVMM_KPREFETCH_RECLAIM;
+					 * res: values whose read from NVMe started */
+#define KVMM_OP_LAST		32
 
 /*
  * A sequence id, what OPEN returns: the sequence's page-table row in the
@@ -234,6 +238,16 @@ struct kvmm_seq_row {
  * entry's res is 0 (stored; deleted), -ENOENT (not stored) or -EBUSY
  * (KDELETE: a KGET is reading it, it stays), and res counts the keys
  * stored, or deleted.
+ *
+ * KPREFETCH takes an array of keys and starts reading those of the values
+ * on NVMe that no command holds into host memory, in order while they fit
+ * its budget (arg2's low 32 bits: host pages at most; 0: the free pages
+ * above the host tier's low watermark, never reclaiming; with
+ * KVMM_KPREFETCH_RECLAIM, the budget, not 0, taken as a put takes room),
+ * so that a KGET of them later reads the host.  It completes at once, res
+ * the values whose read started; a KGET of a value being read waits for
+ * that read.  PREFETCH with KVMM_PREFETCH_CANCEL and its user_data
+ * cancels it: the pages read are given back, the values stay on NVMe.
  */
 struct kvmm_key {
 	__u64	lo;
@@ -263,6 +277,10 @@ struct kvmm_kspace_reg {
 #define KVMM_KDELETE_SPACE	(1u << 1)	/* KDELETE, len 0: every value, then
 						 * the space itself */
 #define KVMM_KEYS_FLAGS		(KVMM_KEYS_EACH | KVMM_KDELETE_SPACE)
+
+/* KPREFETCH: arg2 is a budget in pages (low 32 bits) and these flags */
+#define KVMM_KPREFETCH_RECLAIM	((__u64)KVMM_PREFETCH_RECLAIM << 32)
+#define KVMM_KPREFETCH_FLAGS	KVMM_KPREFETCH_RECLAIM
 
 /*
  * struct kvmm_kent - one value of a KPUT or KGET (32 bytes)
@@ -661,6 +679,8 @@ struct kvmm_cache_event {
 #define KVMM_FEAT_EVENTS	(1ull << 6)	/* EVENTS, SET_EVENTS */
 #define KVMM_FEAT_SEQ_GEN	(1ull << 7)	/* sequence ids carry a generation:
 						 * KVMM_SEQ_ROW(), -ESTALE */
+#define KVMM_FEAT_KPREFETCH	(1ull << 8)	/* KPREFETCH; PREFETCH's cancel
+						 * cancels it too */
 
 /*
  * struct kvmm_probe - PROBE output (128 bytes)

@@ -4,7 +4,7 @@
 ``Context.keyed(model_id, value_bytes)`` gives a :class:`KeyedSpace` of
 the context's host and NVMe tiers (C: ``kvmm_keyed_*``); through a ring the
 same commands are :meth:`kvmm.Batch.kspace`, ``kput``, ``kget``,
-``kexists`` and ``kdelete``.  See Documentation/userspace-api/python.rst.
+``kexists``, ``kdelete`` and ``kprefetch``.  See Documentation/userspace-api/python.rst.
 
 Keys are 128 bits.  :func:`key_of` maps what engines use onto them: 16
 bytes are taken as they are, an ``int`` below 2**128 as its little-endian
@@ -174,6 +174,19 @@ class KeyedSpace:
 		k, n, karr = self._keys(keys)
 		ret = self._ctx._call(lib.kvmm_keyed_exists, "kvmm_keyed_exists", self.id, k, n,
 				      ffi.NULL)
+		del karr
+		return ret
+
+	def prefetch(self, keys: Any, budget: int = 0, reclaim: bool = False) -> int:
+		"""Read the values of @keys that are on NVMe up to the host tier ahead
+		of their get (kvmm_keyed_prefetch()): at most @budget host pages (0:
+		the free pages above the host tier's low watermark: nothing is
+		evicted); with @reclaim, @budget pages taken as a put would.  Values
+		not stored, on the host already, or being read are skipped.  Waits
+		for the reads; returns how many values moved up."""
+		k, n, karr = self._keys(keys)
+		ret = self._ctx._call(lib.kvmm_keyed_prefetch, "kvmm_keyed_prefetch", self.id, k, n,
+				      budget, lib.KVMM_PREFETCH_RECLAIM if reclaim else 0)
 		del karr
 		return ret
 

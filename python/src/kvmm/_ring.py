@@ -42,7 +42,7 @@ _NAMES = {lib.KVMM_OP_NOP: "NOP", lib.KVMM_OP_OPEN: "OPEN", lib.KVMM_OP_MATCH: "
 	  lib.KVMM_OP_KSPACE: "KSPACE", lib.KVMM_OP_KPUT: "KPUT", lib.KVMM_OP_KGET: "KGET",
 	  lib.KVMM_OP_KEXISTS: "KEXISTS", lib.KVMM_OP_KDELETE: "KDELETE",
 	  lib.KVMM_OP_CHECK: "CHECK", lib.KVMM_OP_FLUSH: "FLUSH",
-	  lib.KVMM_OP_PREFETCH: "PREFETCH"}
+	  lib.KVMM_OP_PREFETCH: "PREFETCH", lib.KVMM_OP_KPREFETCH: "KPREFETCH"}
 _KENT = ffi.sizeof("struct kvmm_kent")
 # struct kvmm_kent as numpy sees it: a batch's entries are filled and read whole
 _KENT_DTYPE = np.dtype([("key", np.uint8, 16), ("off", "<u8"), ("buf", "<u2"),
@@ -308,6 +308,25 @@ class Batch:
 		"""KDELETE: the result is how many values went; @each: :meth:`kres` says of
 		each key (0 deleted, -ENOENT not stored, -EBUSY being read)."""
 		return self._kkeys(lib.KVMM_OP_KDELETE, space, keys, each)
+
+	def kprefetch(self, space: int, keys: Any, budget: int = 0, reclaim: bool = False) -> int:
+		"""KPREFETCH: start reading the values of @keys that are on NVMe up to
+		the host tier, so that a KGET of them later reads the host: at most
+		@budget host pages (0: the free pages above the host tier's low
+		watermark, nothing evicted; with @reclaim, @budget pages taken as a
+		put takes room).  It completes at once; the result is how many reads
+		started.  A KGET of a value being read waits for that read.  Cancel
+		it with :meth:`prefetch_cancel`."""
+		if not 0 <= budget < 1 << 32:
+			raise ValueError(f"budget = {budget} is out of range")
+		if reclaim and not budget:
+			raise ValueError("a prefetch with reclaim needs a budget")
+		karr = keys_array(keys)
+		off = self._reserve(karr.nbytes, align=8)
+		ffi.memmove(self.ring._at(off), karr.tobytes(), karr.nbytes)
+		return self._add(lib.KVMM_OP_KPREFETCH, arg=space, buf=0, off=off,
+				 len=karr.shape[0],
+				 arg2=budget | (lib.KVMM_KPREFETCH_RECLAIM if reclaim else 0))
 
 	def kspace_remove(self, space: int) -> int:
 		"""KDELETE with KVMM_KDELETE_SPACE: remove @space and every value it stores

@@ -61,10 +61,12 @@ class Completion:
 
 
 class _Job:
-	__slots__ = ("tag", "op", "keys", "bufs", "t0")
+	__slots__ = ("tag", "op", "keys", "bufs", "t0", "prefetch")
 
-	def __init__(self, tag: Any, op: str, keys: np.ndarray, bufs: Optional[List[memoryview]]):
+	def __init__(self, tag: Any, op: str, keys: np.ndarray, bufs: Optional[List[memoryview]],
+		     prefetch: bool = False):
 		self.tag, self.op, self.keys, self.bufs = tag, op, keys, bufs
+		self.prefetch = prefetch
 		self.t0 = time.monotonic()
 
 
@@ -268,16 +270,26 @@ class KeyedStore:
 				self._caller_rings.append(ring)
 		return ring
 
-	def exists_now(self, value_bytes: int, keys: Any) -> np.ndarray:
+	def exists_now(self, value_bytes: int, keys: Any, prefetch: bool = False) -> np.ndarray:
 		"""For each of @keys, 0 if a value of @value_bytes is stored under it,
-		else -ENOENT (KEXISTS, each key answered), on the caller's thread."""
-		karr = keys_array(keys)
-		return self._keys_cmd(self._thread_ring(), "exists", self.space(value_bytes), karr)
+		else -ENOENT (KEXISTS, each key answered), on the caller's thread.
 
-	def call(self, op: str, keys: Any, bufs: Optional[Sequence[Any]] = None) -> np.ndarray:
+		@prefetch: in the same batch, start reading those of them that are on
+		NVMe up to the host tier (KPREFETCH: free host pages above the low
+		watermark only; it does not wait for the reads), so that a get of
+		them soon after reads the host."""
+		karr = keys_array(keys)
+		return self._keys_cmd(self._thread_ring(), "exists", self.space(value_bytes), karr,
+				      prefetch)
+
+	def call(self, op: str, keys: Any, bufs: Optional[Sequence[Any]] = None,
+		 prefetch: bool = False) -> np.ndarray:
 		"""Run a batch as :meth:`submit` would, but on the caller's thread (a
-		ring of its own), and return each key's result (0 or -errno)."""
+		ring of its own), and return each key's result (0 or -errno).
+		@prefetch (op "exists"): start reading the keys found on NVMe up to
+		the host tier too, as :meth:`exists_now` does."""
 		job = self._job(None, op, keys, bufs)
+		job.prefetch = prefetch
 		if not job.keys.shape[0]:
 			return np.zeros(0, dtype=np.int32)
 		return self._run(self._thread_ring(), job)
@@ -399,7 +411,8 @@ class KeyedStore:
 			sizes = self.known_sizes()
 			res[:] = -errno.ENOENT
 			for vb in sizes:	# a key is one space's at most, in practice
-				r = self._keys_cmd(ring, job.op, self._spaces[vb], job.keys)
+				r = self._keys_cmd(ring, job.op, self._spaces[vb], job.keys,
+						   job.prefetch)
 				res[r != -errno.ENOENT] = r[r != -errno.ENOENT]
 			return res
 		assert job.bufs is not None
@@ -413,11 +426,14 @@ class KeyedStore:
 						    [job.bufs[i] for i in idx])
 		return res
 
-	def _keys_cmd(self, ring: Ring, op: str, sp: int, keys: np.ndarray) -> np.ndarray:
+	def _keys_cmd(self, ring: Ring, op: str, sp: int, keys: np.ndarray,
+		      prefetch: bool = False) -> np.ndarray:
 		out = []
 		for s in range(0, keys.shape[0], _KIO_MAX):
 			b = ring.batch()
 			i = (b.kexists if op == "exists" else b.kdelete)(sp, keys[s:s + _KIO_MAX], each=True)
+			if prefetch and op == "exists":	# after the lookup: what it found
+				b.kprefetch(sp, keys[s:s + _KIO_MAX])
 			ring.submit(b)
 			out.append(b.kres(i))
 		return np.concatenate(out) if out else np.zeros(0, dtype=np.int32)

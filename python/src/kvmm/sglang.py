@@ -16,7 +16,10 @@ Options in the extra config, besides SGLang's: ``socket`` (kvmmd's; omit
 for a store in this process, sized by ``host_bytes`` and optionally
 ``nvme_path``/``nvme_bytes``, ``page_bytes``, its NVMe writeback tuned by
 ``host_wmark_low``/``host_wmark_high``, ``nvme_qd`` and ``nvme_flags``:
-kvmm.KeyedStore's), ``ns``, ``threads``, ``ring_bytes``.
+kvmm.KeyedStore's), ``ns``, ``threads``, ``ring_bytes``, ``prefetch``
+(default true: batch_exists, which SGLang's prefetch thread calls before
+it gets the pages, starts reading the pages found on NVMe up to kvmm's
+host tier, so that the batch_get that follows reads host memory).
 ``interface_v1`` makes SGLang use batch_get_v1/batch_set_v1, which move
 each page between the host pool and kvmm without a copy of ours where the
 pool's layout keeps a page's K and its V contiguous (page_first,
@@ -175,6 +178,10 @@ class KvmmHiCacheStorage(HiCacheStorage):
 		self._tp_suffix = tp + shard
 		self._rank_suffix = self.suffix
 		self.parts = ("",) if self.is_mla else ("_k", "_v")
+		self.prefetch = extra.get("prefetch", True)
+		if not isinstance(self.prefetch, bool):
+			raise ValueError(f"kvmm HiCache storage: prefetch = {self.prefetch!r}; true "
+					 "or false")
 		self.store = KeyedStore(f"sglang:{model}", **opts)
 		self.mem_pool_host: Any = None
 		self._rows: Optional[_Rows] = None	# the pool's rows, when layer_first
@@ -341,7 +348,9 @@ class KvmmHiCacheStorage(HiCacheStorage):
 		"""How many of @keys, from the first on, are stored (every part of each)."""
 		if not keys:
 			return 0
-		res = self.store.call("exists", self._names(keys))
+		# the pages found are got next (SGLang's prefetch thread): those on
+		# NVMe start their reads to the host tier now, in the same batch
+		res = self.store.call("exists", self._names(keys), prefetch=self.prefetch)
 		for i, good in enumerate(self._pages_ok(res, len(keys))):
 			if not good:
 				return i
@@ -385,7 +394,8 @@ class KvmmHiCacheStorage(HiCacheStorage):
 				raise ValueError(f"kvmm HiCache storage: pool hit policy {t.hit_policy} is "
 						 f"not supported")
 			have = (self.store.call("exists", self._pool_names(keys[:kv], t.name,
-									    self._pool(t.name))) == 0
+									    self._pool(t.name)),
+						prefetch=self.prefetch) == 0
 				if kv else np.zeros(0, bool))
 			# run[p]: how many pages up to page p - 1 are stored, back to back
 			run = [0] * (kv + 1)

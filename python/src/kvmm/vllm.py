@@ -25,7 +25,9 @@ events are also on in vLLM's ``kv_events_config``); for a store in this process,
 seeds, "host:port,...": blocks written through to it and read from it
 when this machine has them not, shared with other machines),
 ``remote_salt``, ``remote_timeout_ms``, ``remote_user`` and
-``remote_password``.  See
+``remote_password``; ``prefetch`` (default true): a lookup that finds a
+block on NVMe starts reading it up to kvmm's host tier, so that the load
+vLLM submits for it next reads host memory.  See
 Documentation/admin-guide/engines.rst and remote.rst.
 """
 import collections
@@ -96,12 +98,15 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		     locality: Any = None, remote: Optional[str] = None,
 		     remote_salt: Optional[str] = None, remote_timeout_ms: int = 0,
 		     remote_user: Optional[str] = None, remote_password: Optional[str] = None,
-		     enable_kv_events: bool = False) -> None:
+		     enable_kv_events: bool = False, prefetch: bool = True) -> None:
 		super().__init__(offloading_spec=offloading_spec, primary_kv_view=primary_kv_view,
 				 tier_type=tier_type, backpressure_detector=backpressure_detector)
 		# as vLLM's own tiers take it: ValueError for anything but its names
 		self.locality = Locality(locality) if locality is not None else None
 		self._vb = self.block_size_bytes
+		if not isinstance(prefetch, bool):
+			raise ValueError(f"KvmmSecondaryTier: prefetch = {prefetch!r}; true or false")
+		self._prefetch = prefetch
 		# the primary tier's rows, as the store reads and writes them in place
 		self._rows = np.frombuffer(primary_kv_view.cast("B"), dtype=np.uint8).reshape(
 			primary_kv_view.shape[0], self._vb)
@@ -138,7 +143,9 @@ class KvmmSecondaryTier(SecondaryTierManager):
 	def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
 		if self._storing.get(bytes(key)):
 			return LookupResult.RETRY
-		hit = self._store.exists_now(self._vb, [bytes(key)])[0] == 0
+		# a HIT makes vLLM submit a load of the block soon: one on NVMe
+		# starts its read to the host tier now, in the same batch
+		hit = self._store.exists_now(self._vb, [bytes(key)], prefetch=self._prefetch)[0] == 0
 		return LookupResult.HIT if hit else LookupResult.MISS
 
 	def touch(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
@@ -212,6 +219,8 @@ class KvmmSecondaryTier(SecondaryTierManager):
 		self._store.drain()
 
 	def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+		# it gets the request's id, transfer params and hints, no block
+		# keys: nothing to prefetch here (lookup() does, per key)
 		return RequestOffloadingContext()
 
 	def shutdown(self) -> None:
