@@ -153,6 +153,7 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	struct kvmm_list *pos;
 	uint64_t child_locks = 0, child_pins = 0, tkids = 0;
 	uint32_t nr = node->len >> ctx->page_shift, i;
+	const char *why;
 	bool queued;
 	int ret = 0;
 
@@ -205,6 +206,7 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	       node->len >= KVMM_KEY_WORDS),
 	      "keyed value %p on tier %u, %u tokens, not a leaf or pinned", (void *)node,
 	      node->tier, node->len);
+	CHECK(!kvmm_node_ids_check(ctx, node, &why), "node %p %s", (void *)node, why);
 	sums->io_nodes += !!(node->flags & KVMM_NODE_IO);
 	sums->prefetched += !!(node->flags & KVMM_NODE_PREFETCHED);
 	CHECK(!(node->flags & KVMM_NODE_PREFETCHED) || node->tier == KVMM_TIER_DEVICE,

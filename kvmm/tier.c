@@ -475,6 +475,16 @@ struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_no
 		kvmm_keyed_store_keys(ctx, node, keys);
 		return keys;
 	}
+	if (node->ids) {	/* an event named them already (events.c) */
+		ns = kvmm_node_ns(node)->root.ns;
+		for (i = 0; i < node->len >> ctx->page_shift; i++)
+			keys[i] = (struct kvmm_store_key){
+				.parent = { node->ids[i].lo, node->ids[i].hi },
+				.id = { node->ids[i + 1].lo, node->ids[i + 1].hi },
+				.ns = ns, .tokens = node->tokens + i * ps,
+			};
+		return keys;
+	}
 	ns = kvmm_node_hash_start(node, ctx->tier_path, &st, h);
 	for (i = 0; i < node->len >> ctx->page_shift; i++) {
 		XXH128_hash_t d;
