@@ -244,6 +244,7 @@ struct ev_resume {
 	uint64_t total;
 	uint32_t buffered;
 	uint32_t ok;		/* 0: nothing kept (the next child starts at the root) */
+	uint32_t ns;		/* the node's namespace, kept with its identities */
 };
 
 #define RESUME_SLOTS	((sizeof(struct ev_resume) + sizeof(struct kvmm_key) - 1) / \
@@ -458,8 +459,8 @@ void kvmm_node_ids_split(struct kvmm_ctx *ctx, struct kvmm_node *head, struct kv
 {
 	uint32_t hp = head->len >> ctx->page_shift, tp = tail->len >> ctx->page_shift;
 	struct kvmm_key *old = tail->ids, *h, *t;
-	const struct kvmm_node *root;
 	XXH3_state_t st;
+	uint32_t ns;
 
 	if (!old)
 		return;
@@ -479,13 +480,14 @@ void kvmm_node_ids_split(struct kvmm_ctx *ctx, struct kvmm_node *head, struct kv
 	kvmm_mfree(ctx, old, kvmm_node_ids_bytes(ctx, head->len + tail->len));
 	head->ids = h;
 	tail->ids = t;
+	ns = node_resume(ctx, tail)->ns;
 	node_resume(ctx, head)->ok = 0;
-	root = ev_root(ctx->evbuf, head);
-	if (!root || !ctx->evbuf->resume_ok)
+	node_resume(ctx, head)->ns = ns;
+	if (!ctx->evbuf->resume_ok)
 		return;
-	if (head->parent == root)
-		XXH3_128bits_reset_withSeed(&st, root->ns);
-	else if (!node_resume_load(ctx, head->parent, root->ns, &st))
+	if (head->parent->flags & KVMM_NODE_ROOT)
+		XXH3_128bits_reset_withSeed(&st, ns);
+	else if (!node_resume_load(ctx, head->parent, ns, &st))
 		return;
 	XXH3_128bits_update(&st, head->tokens, (size_t)head->len * sizeof(uint32_t));
 	resume_save(&st, node_resume(ctx, head));
@@ -530,10 +532,13 @@ static uint32_t ev_hash_ids(struct kvmm_ctx *ctx, struct kvmm_evbuf *eb,
 	}
 	if (r && eb->resume_ok) {
 		resume_save(&st, r);
+		r->ns = ns;
 		return ns;
 	}
-	if (r)
+	if (r) {
 		r->ok = 0;
+		r->ns = ns;
+	}
 	parent[0] = ids[pages].lo;
 	parent[1] = ids[pages].hi;
 	ev_memo_put(eb, 1, node->id, ns, &st, parent);	/* the state is at its end */
@@ -564,27 +569,29 @@ void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, struct kvmm_node *nod
 	uint32_t pages = node->len >> ctx->page_shift, ps = ctx->page_size, ns, i, k;
 	uint32_t kmax = KVMM_EVENT_MAX_PAGES;
 	const uint32_t *tok = node->tokens;
-	const struct kvmm_node *root = ev_root(eb, node);
 	struct kvmm_key *ids = node->ids;
+	const struct kvmm_node *root;
 
+	if (eb->tokens && KVMM_EVENT_MAX_TOKENS / ps < kmax)
+		kmax = KVMM_EVENT_MAX_TOKENS / ps ? KVMM_EVENT_MAX_TOKENS / ps : 1;
+	if (ids) {	/* named before: no walk up the tree at all */
+		ns = node_resume(ctx, node)->ns;
+		goto record;
+	}
+	root = ev_root(eb, node);
 	if (!root || pages >= eb->max_depth) {	/* counted, not numbered */
 		kvmm_count(ctx, EV_CACHE_EVENTS_DROPPED, 1);
 		return;
 	}
-	if (eb->tokens && KVMM_EVENT_MAX_TOKENS / ps < kmax)
-		kmax = KVMM_EVENT_MAX_TOKENS / ps ? KVMM_EVENT_MAX_TOKENS / ps : 1;
+	ids = kvmm_malloc(ctx, kvmm_node_ids_bytes(ctx, node->len));
 	if (ids) {
-		ns = root->ns;
-	} else {
-		ids = kvmm_malloc(ctx, kvmm_node_ids_bytes(ctx, node->len));
-		if (ids) {
-			node->ids = ids;
-			ns = ev_hash_ids(ctx, eb, node, root, ids, node_resume(ctx, node));
-		} else {	/* named in the event buffer's scratch, not kept */
-			ids = eb->ids;
-			ns = ev_hash_ids(ctx, eb, node, root, ids, NULL);
-		}
+		node->ids = ids;
+		ns = ev_hash_ids(ctx, eb, node, root, ids, node_resume(ctx, node));
+	} else {	/* named in the event buffer's scratch, not kept */
+		ids = eb->ids;
+		ns = ev_hash_ids(ctx, eb, node, root, ids, NULL);
 	}
+record:
 	for (i = 0; i < pages; i += k) {
 		struct kvmm_cache_event ev = {
 			.type = type, .tier = (uint8_t)from, .to = (uint8_t)to, .ns = ns,
@@ -639,11 +646,15 @@ int kvmm_node_ids_check(const struct kvmm_ctx *ctx, const struct kvmm_node *node
 		if (node->ids[1 + j].lo != h.low64 || node->ids[1 + j].hi != h.high64)
 			goto bad;
 	}
+	if (node_resume(ctx, node)->ns != kvmm_node_ns(node)->root.ns) {
+		*why = "keeps another namespace's identities";
+		return -EUCLEAN;
+	}
 	/* where hashing stood at its end, if kept, digests to its last page's */
 	if (node_resume(ctx, node)->ok) {
 		XXH128_hash_t h;
 
-		if (!node_resume_load(ctx, node, kvmm_node_ns(node)->root.ns, &st)) {
+		if (!node_resume_load(ctx, node, node_resume(ctx, node)->ns, &st)) {
 			*why = "keeps a resume point it cannot be resumed from";
 			return -EUCLEAN;
 		}

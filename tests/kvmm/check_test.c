@@ -196,11 +196,14 @@ static void check_detects_wrong_page_identities(void)
 	ids[0].hi ^= 1;		/* the page before its first */
 	expect_broken(&f, "identities that are not");
 	ids[0].hi ^= 1;
-	/* the resume point follows them: accumulators, stripes, bytes hashed */
+	/* the resume point follows them: accumulators, stripes, bytes hashed, ... */
 	acc = (uint64_t *)(ids + pages + 1);
 	acc[9] += 4;
 	expect_broken(&f, "resume point");
 	acc[9] -= 4;
+	((uint32_t *)acc)[22]++;	/* then the namespace */
+	expect_broken(&f, "another namespace");
+	((uint32_t *)acc)[22]--;
 	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
 	/* kept while events are off: nothing keeps them right */
 	node->ids = NULL;
