@@ -92,7 +92,8 @@ _Static_assert(KVMM_EVENTS_TOKENS_LEN_MIN >= KVMM_EVENTS_LEN_MIN +
  * @memo: the hash state at the end of the two nodes named last, by node
  *	id (0: none), with the key of the node's last page; kept as bytes,
  *	as XXH3_state_t wants an alignment the allocator does not give
- * @tokens: each event's token ids follow its keys
+ * @tokens: each event's token ids follow its keys: 0, 1, or
+ *	KVMM_EVENT_TOKENS_STORED (STORED events' only)
  * @page_size: tokens per page, with @tokens
  * @bytes: the size of the allocation
  */
@@ -114,7 +115,7 @@ struct kvmm_evbuf {
 		uint32_t ns;
 		unsigned char st[sizeof(XXH3_state_t)];
 	} memo[2];
-	bool tokens;
+	uint8_t tokens;
 	uint32_t page_size;
 	size_t bytes;
 };
@@ -142,18 +143,18 @@ static void ring_get(const struct kvmm_evbuf *eb, uint64_t pos, void *dst, uint6
 	       (nr - first) * sizeof(struct kvmm_key));
 }
 
-/* Slots the token ids of @pages pages take (none unless kept). */
-static uint64_t ev_tok_slots(const struct kvmm_evbuf *eb, uint32_t pages)
+/* Slots the token ids of an event of @type about @pages pages take (none unless kept). */
+static uint64_t ev_tok_slots(const struct kvmm_evbuf *eb, uint8_t type, uint32_t pages)
 {
-	if (!eb->tokens)
+	if (!eb->tokens || (eb->tokens == KVMM_EVENT_TOKENS_STORED && type != KVMM_EVENT_STORED))
 		return 0;
 	return ((uint64_t)pages * eb->page_size + EV_TOK_PER_SLOT - 1) / EV_TOK_PER_SLOT;
 }
 
-/* Slots of an event of @pages pages, header to last token. */
-static uint64_t ev_slots(const struct kvmm_evbuf *eb, uint32_t pages)
+/* Slots of an event of @type about @pages pages, header to last token. */
+static uint64_t ev_slots(const struct kvmm_evbuf *eb, uint8_t type, uint32_t pages)
 {
-	return EV_HDR_SLOTS + pages + ev_tok_slots(eb, pages);
+	return EV_HDR_SLOTS + pages + ev_tok_slots(eb, type, pages);
 }
 
 /* Slots of the event at slot position @pos. */
@@ -162,7 +163,7 @@ static uint64_t ev_slots_at(const struct kvmm_evbuf *eb, uint64_t pos)
 	struct kvmm_cache_event ev;
 
 	ring_get(eb, pos, &ev, EV_HDR_SLOTS);
-	return ev_slots(eb, ev.pages);
+	return ev_slots(eb, ev.type, ev.pages);
 }
 
 /* Let go of the oldest event held; an unread one is dropped. */
@@ -295,6 +296,7 @@ static size_t resume_need(const struct ev_resume *r)
 static void resume_load(XXH3_state_t *st, uint32_t ns, const struct ev_resume *r,
 			const unsigned char *tail, size_t n)
 {
+	XXH3_INITSTATE(st);	/* not a state left from another seed */
 	XXH3_128bits_reset_withSeed(st, ns);
 	memcpy(st->acc, r->acc, sizeof(r->acc));
 	st->nbStripesSoFar = (size_t)r->stripes;
@@ -356,6 +358,7 @@ static bool resume_works(void)
 		uint32_t from = c > RESUME_TAIL / 4 ? c - RESUME_TAIL / 4 : 0;
 		XXH128_hash_t x, y;
 
+		XXH3_INITSTATE(&a);
 		XXH3_128bits_reset_withSeed(&a, 7);
 		for (j = 0; j < c; j += step)	/* in one go, or page by page */
 			XXH3_128bits_update(&a, tok + j, (c - j < step ? c - j : step) * sizeof(*tok));
@@ -485,10 +488,12 @@ void kvmm_node_ids_split(struct kvmm_ctx *ctx, struct kvmm_node *head, struct kv
 	node_resume(ctx, head)->ns = ns;
 	if (!ctx->evbuf->resume_ok)
 		return;
-	if (head->parent->flags & KVMM_NODE_ROOT)
+	if (head->parent->flags & KVMM_NODE_ROOT) {
+		XXH3_INITSTATE(&st);
 		XXH3_128bits_reset_withSeed(&st, ns);
-	else if (!node_resume_load(ctx, head->parent, ns, &st))
+	} else if (!node_resume_load(ctx, head->parent, ns, &st)) {
 		return;
+	}
 	XXH3_128bits_update(&st, head->tokens, (size_t)head->len * sizeof(uint32_t));
 	resume_save(&st, node_resume(ctx, head));
 }
@@ -601,13 +606,13 @@ record:
 
 		k = pages - i < kmax ? pages - i : kmax;
 		ev.pages = k;
-		ev.seq = ev_reserve(ctx, eb, ev_slots(eb, k));
+		ev.seq = ev_reserve(ctx, eb, ev_slots(eb, type, k));
 		pos = eb->head;
 		ring_put(eb, pos, &ev, EV_HDR_SLOTS);
 		ring_put(eb, pos + EV_HDR_SLOTS, ids + 1 + i, k);
-		if (eb->tokens)
+		if (ev_tok_slots(eb, type, k))
 			ev_put_tokens(eb, pos + EV_HDR_SLOTS + k, tok + (size_t)i * ps, k * ps);
-		eb->head = pos + ev_slots(eb, k);
+		eb->head = pos + ev_slots(eb, type, k);
 	}
 }
 
@@ -743,30 +748,32 @@ int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes)
 }
 
 /**
- * kvmm_set_event_tokens() - keep each event's token ids in the buffer, or not
+ * kvmm_set_event_tokens() - keep events' token ids in the buffer, or not
  * @ctx: the context
- * @on: 1 or 0
+ * @on: 1 (every event's), KVMM_EVENT_TOKENS_STORED (STORED events' only)
+ *	or 0
  *
  * A change empties the buffer (readers see the gap), as a new size does.
  *
- * Return: 0; -EINVAL for @on not 0 or 1, or a buffer too small to keep
+ * Return: 0; -EINVAL for another @on, or a buffer too small to keep
  * tokens (KVMM_EVENTS_TOKENS_BUF_MIN); -ENOMEM, with nothing changed.
  */
 int kvmm_set_event_tokens(struct kvmm_ctx *ctx, uint64_t on)
 {
 	uint64_t bytes = kvmm_events_bytes(ctx);
+	uint8_t old = ctx->ev_tokens;
 	int ret;
 
-	if (on > 1)
+	if (on > KVMM_EVENT_TOKENS_STORED)
 		return -EINVAL;
-	if (ctx->ev_tokens == (bool)on)
+	if (ctx->ev_tokens == on)
 		return 0;
-	ctx->ev_tokens = on;
+	ctx->ev_tokens = (uint8_t)on;
 	if (!bytes)
 		return 0;
 	ret = kvmm_set_events(ctx, bytes);
 	if (ret)
-		ctx->ev_tokens = !on;
+		ctx->ev_tokens = old;
 	return ret;
 }
 
@@ -833,7 +840,7 @@ int kvmm_events_read(struct kvmm_ctx *ctx, uint64_t cursor, bool filter, uint32_
 		ring_get(eb, pos, &ev, EV_HDR_SLOTS);
 		if (filter && ev.ns != ns)
 			continue;
-		slots = tokens ? ev_slots(eb, ev.pages) : EV_HDR_SLOTS + ev.pages;
+		slots = tokens ? ev_slots(eb, ev.type, ev.pages) : EV_HDR_SLOTS + ev.pages;
 		bytes = slots * sizeof(struct kvmm_key);
 		if (bytes > room) {
 			if (!hdr.nr)
@@ -884,7 +891,7 @@ int kvmm_events_check(const struct kvmm_ctx *ctx, const char **why)
 			*why = "event ring: an event is not where its number says";
 			return -EUCLEAN;
 		}
-		pos += ev_slots(eb, ev.pages);
+		pos += ev_slots(eb, ev.type, ev.pages);
 	}
 	if (pos != eb->head) {
 		*why = "event ring: its events do not end at its head";

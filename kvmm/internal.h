@@ -907,7 +907,8 @@ enum kvmm_tier_event {
  * @ev_read: one past the newest event a reader was handed (EVENTS'
  *	hdr.next at most): an event overwritten from there on was read by
  *	nobody, and counts as dropped
- * @ev_tokens: the event buffer keeps token ids (KVMM_SET_EVENT_TOKENS)
+ * @ev_tokens: the event buffer keeps token ids: 0, 1 or
+ *	KVMM_EVENT_TOKENS_STORED (KVMM_SET_EVENT_TOKENS)
  * @hist: latency histograms (KVMM_HIST_*, DUMP KVMM_DUMP_HIST)
  */
 struct kvmm_ctx {
@@ -971,7 +972,7 @@ struct kvmm_ctx {
 	struct kvmm_evbuf *evbuf;
 	uint64_t ev_seq;
 	uint64_t ev_read;
-	bool ev_tokens;
+	uint8_t ev_tokens;
 	struct kvmm_dump_hist hist[KVMM_HIST_LAST];
 };
 

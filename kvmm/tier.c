@@ -445,6 +445,7 @@ uint32_t kvmm_node_hash_start(const struct kvmm_node *node, struct kvmm_node **p
 
 	for (n = node->parent; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
 		path[depth++] = (struct kvmm_node *)n;
+	XXH3_INITSTATE(st);	/* its seed is read: not one left on the stack */
 	XXH3_128bits_reset_withSeed(st, n->ns);
 	while (depth--)
 		XXH3_128bits_update(st, path[depth]->tokens,

@@ -30,6 +30,7 @@ static void ref_keys(uint32_t ns, const uint32_t *tok, uint32_t ps, uint32_t fir
 	XXH128_hash_t h = { 0, 0 };
 	uint32_t i;
 
+	XXH3_INITSTATE(&st);
 	XXH3_128bits_reset_withSeed(&st, ns);
 	for (i = 0; i < first + nr; i++) {
 		if (i == first)
@@ -291,6 +292,8 @@ static void events_bad_commands(void)
 		/* too small a buffer to keep tokens in */
 		{ { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 1 }, -EINVAL },
 		{ { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 2 }, -EINVAL },
+		/* no such setting */
+		{ { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 3 }, -EINVAL },
 	};
 	uint32_t tok[16], i;
 
@@ -460,6 +463,65 @@ static void events_with_tokens_split_at_max_tokens(void)
 	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0,
 				    32 + 48 + per * 16 + per * 16 * 4 - 16), -EINVAL);
 	CU_ASSERT(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, KVMM_EVENTS_TOKENS_LEN_MIN) >= 1);
+	kvmm_destroy(ctx);
+}
+
+/* The @i-th event of the last read, token ids after STORED events' keys only. */
+static const struct kvmm_cache_event *event_stored_tok(uint32_t i, uint32_t ps)
+{
+	const char *p = (const char *)(hdr() + 1);
+
+	while (i--) {
+		const struct kvmm_cache_event *e = (const void *)p;
+		uint64_t tok_bytes = e->type == KVMM_EVENT_STORED ?
+				     ((uint64_t)e->pages * ps * 4 + 15) / 16 * 16 : 0;
+
+		p += sizeof(*e) + e->pages * sizeof(struct kvmm_key) + tok_bytes;
+	}
+	return (const struct kvmm_cache_event *)p;
+}
+
+/*
+ * KVMM_EVENT_TOKENS_STORED: STORED events carry their token ids, the
+ * others (a demotion, a promotion, a removal) their keys alone, with the
+ * flag or without; a change of setting empties the buffer.
+ */
+static void events_carry_stored_tokens_only(void)
+{
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct kvmm_ctx *ctx = NULL;
+	uint32_t tok[24];
+
+	p.host_pages = 64;
+	p.host_node = KVMM_NODE_NEAREST;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	test_tokens(tok, 24, 12);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, KVMM_EVENTS_TOKENS_BUF_MIN), 0);
+	CU_ASSERT_EQUAL(set_event_tokens(ctx, KVMM_EVENT_TOKENS_STORED), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 3, tok, 16), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 3, tok, 20), 0);	/* 4 pages hit, 1 new */
+	CU_ASSERT_EQUAL(kvmm_reclaim(ctx, 1), 1);		/* the leaf, demoted */
+	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), 4);	/* device pages; the host's go too */
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, OUT_BYTES), 5);
+	assert_event(event_stored_tok(0, PS), 0, KVMM_EVENT_STORED, 0, 0, 3, tok, PS, 0, 4);
+	assert_event_tokens(event_stored_tok(0, PS), tok, PS, 0, 4);
+	assert_event(event_stored_tok(1, PS), 1, KVMM_EVENT_STORED, 0, 0, 3, tok, PS, 4, 1);
+	assert_event_tokens(event_stored_tok(1, PS), tok, PS, 4, 1);
+	assert_event(event_stored_tok(2, PS), 2, KVMM_EVENT_DEMOTED, KVMM_TIER_DEVICE,
+		     KVMM_TIER_HOST, 3, tok, PS, 4, 1);
+	assert_event(event_stored_tok(3, PS), 3, KVMM_EVENT_REMOVED, KVMM_TIER_HOST,
+		     KVMM_TIER_HOST, 3, tok, PS, 4, 1);
+	assert_event(event_stored_tok(4, PS), 4, KVMM_EVENT_REMOVED, 0, 0, 3, tok, PS, 0, 4);
+	/* headers and keys of five events, tokens of the two stored */
+	CU_ASSERT_EQUAL(hdr()->bytes, 5 * 48 + 11 * 16 + (4 + 1) * 16);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), 5);
+	CU_ASSERT_EQUAL(hdr()->bytes, 5 * 48 + 11 * 16);
+	/* every event's again: the buffer starts over */
+	CU_ASSERT_EQUAL(set_event_tokens(ctx, 1), 0);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, OUT_BYTES), 0);
+	CU_ASSERT_EQUAL(hdr()->lost, 5);
+	CHECK_OK(ctx);
 	kvmm_destroy(ctx);
 }
 
@@ -766,6 +828,7 @@ int register_events_suite(void)
 	ADD_TEST(s, events_bound_ring_sees_its_namespace_only);
 	ADD_TEST(s, events_carry_tokens);
 	ADD_TEST(s, events_with_tokens_split_at_max_tokens);
+	ADD_TEST(s, events_carry_stored_tokens_only);
 	ADD_TEST(s, set_event_tokens_fails_cleanly);
 	ADD_TEST(s, events_kept_prefix_state_names_pages_right);
 	ADD_TEST(s, events_nodes_keep_page_identities);

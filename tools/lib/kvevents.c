@@ -76,6 +76,7 @@ struct kvev_ent {
 	uint32_t ns;
 	uint8_t tier;
 	uint8_t hash[HASH_MAX];
+	uint32_t tok;		/* with stored_tokens: its token ids' slot + 1 (tok_at()) */
 };
 
 /* A page by its vLLM hash (the first 8 bytes) and namespace: its kvmm key. */
@@ -169,6 +170,10 @@ struct kvev_msg {
  * @chunk: the chunk messages are kept in; @spare: a free one, or NULL
  * @ns: the namespace of the message being built
  * @ring: messages kept for replay, @p.buffer_steps slots
+ * @toks: with @p.stored_tokens, the token ids of the pages in the table,
+ *	@ntoks slots of page_size each, the free ones chained through their
+ *	first word from @tfree (slot + 1; 0: none)
+ * @tokbuf: scratch for one event's token ids gathered from there
  * @st: what it did; @st.messages is the next sequence number
  */
 struct kvev {
@@ -192,6 +197,10 @@ struct kvev {
 	uint32_t nev;
 	uint32_t ns;
 	struct kvev_msg *ring;
+	uint32_t *toks;
+	uint32_t ntoks, tfree;
+	uint32_t *tokbuf;
+	uint32_t ntokbuf;
 	struct kvev_stats st;
 };
 
@@ -386,34 +395,89 @@ static void rev_del(struct kvev *ev, const uint8_t *hash, uint32_t ns, const str
 	ev->revs[i].used = 0;
 }
 
+/* ---- the token ids of the pages in the table (stored_tokens) ---- */
+
+static uint32_t *tok_at(const struct kvev *ev, uint32_t slot)
+{
+	return ev->toks + (size_t)(slot - 1) * ev->p.page_size;
+}
+
+/* A slot for a page's token ids.  Return: slot + 1, or 0 with no memory. */
+static uint32_t tok_alloc(struct kvev *ev)
+{
+	uint32_t slot = ev->tfree, n, i, *t;
+
+	if (slot) {
+		ev->tfree = *tok_at(ev, slot);
+		return slot;
+	}
+	n = ev->ntoks ? ev->ntoks * 2 : 1024;
+	if (n <= ev->ntoks)	/* 2^31 pages named: no more */
+		return 0;
+	t = realloc(ev->toks, (size_t)n * ev->p.page_size * sizeof(*t));
+	if (!t)
+		return 0;
+	ev->toks = t;
+	for (i = n; i > ev->ntoks + 1; i--) {	/* all but the first new one, free */
+		*tok_at(ev, i) = ev->tfree;
+		ev->tfree = i;
+	}
+	slot = ev->ntoks + 1;
+	ev->ntoks = n;
+	return slot;
+}
+
+static void tok_free(struct kvev *ev, uint32_t slot)
+{
+	*tok_at(ev, slot) = ev->tfree;
+	ev->tfree = slot;
+}
+
+/*
+ * Put page @k (its hash @hash, in @ns) in the table on @tier; with
+ * stored_tokens, its token ids @tok (NULL: those it has).
+ */
 static int ent_put(struct kvev *ev, const struct kvmm_key *k, const uint8_t *hash,
-		   uint32_t ns, uint8_t tier)
+		   uint32_t ns, uint8_t tier, const uint32_t *tok)
 {
 	struct kvev_ent *e = ent_lookup(ev, k);
+	uint32_t slot = 0;
 	uint64_t i;
 
-	if (!e) {
-		if ((ev->nr + 1) * 2 > ev->mask + 1 && ent_grow(ev))
-			return -ENOMEM;
-		for (i = k->lo & ev->mask; ev->ents[i].lo || ev->ents[i].hi;
-		     i = (i + 1) & ev->mask)
-			;
-		e = &ev->ents[i];
-		e->lo = k->lo;
-		e->hi = k->hi;
-		e->ns = ns;
+	if (e) {
 		e->tier = tier;
-		memcpy(e->hash, hash, ev->hlen);
-		ev->nr++;
-		if (rev_add(ev, hash, ns, k)) {
-			ev->nr--;
-			e->lo = e->hi = 0;	/* the last slot of its run: nothing to shift */
-			return -ENOMEM;
-		}
 		return 0;
 	}
+	if (ev->p.stored_tokens && tok) {
+		slot = tok_alloc(ev);
+		if (!slot)
+			return -ENOMEM;
+		memcpy(tok_at(ev, slot), tok, ev->p.page_size * sizeof(*tok));
+	}
+
+	if ((ev->nr + 1) * 2 > ev->mask + 1 && ent_grow(ev))
+		goto out_free_tok;
+	for (i = k->lo & ev->mask; ev->ents[i].lo || ev->ents[i].hi; i = (i + 1) & ev->mask)
+		;
+	e = &ev->ents[i];
+	e->lo = k->lo;
+	e->hi = k->hi;
+	e->ns = ns;
 	e->tier = tier;
+	e->tok = slot;
+	memcpy(e->hash, hash, ev->hlen);
+	ev->nr++;
+	if (rev_add(ev, hash, ns, k)) {
+		ev->nr--;
+		e->lo = e->hi = 0;	/* the last slot of its run: nothing to shift */
+		goto out_free_tok;
+	}
 	return 0;
+
+out_free_tok:
+	if (slot)
+		tok_free(ev, slot);
+	return -ENOMEM;
 }
 
 /* Delete with backward shift, so that no tombstones build up. */
@@ -424,6 +488,8 @@ static void ent_del(struct kvev *ev, const struct kvmm_key *k)
 
 	if (!e)
 		return;
+	if (e->tok)
+		tok_free(ev, e->tok);
 	rev_del(ev, e->hash, e->ns, k);
 	i = (uint64_t)(e - ev->ents);
 	for (j = (i + 1) & ev->mask; ev->ents[j].lo || ev->ents[j].hi; j = (j + 1) & ev->mask) {
@@ -845,43 +911,56 @@ static bool parent_hash(const struct kvev *ev, const struct kvmm_cache_event *e,
 
 /*
  * The hashes of @e's pages into ev->hashes: those it knows from the
- * table, the others chained from the page before.  A page already
- * named keeps its name even where its parent has gone (a subtree is
- * removed parent first).  Return: false when some page cannot be named.
+ * table, the others chained from the page before, hashed from @tok (NULL:
+ * the event carries no token ids, stored_tokens, and then every page's
+ * are gathered from the table into ev->tokbuf).  A page already named
+ * keeps its name even where its parent has gone (a subtree is removed
+ * parent first).  Return: false when some page cannot be named.
  */
 static bool page_hashes(struct kvev *ev, const struct kvmm_cache_event *e, const uint8_t *parent,
-			bool parent_known)
+			bool parent_known, const uint32_t *tok)
 {
 	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
-	const uint32_t *tok = (const uint32_t *)(keys + e->pages);
-	uint32_t j;
+	uint32_t j, ps = ev->p.page_size;
 
+	if (!tok && (uint64_t)e->pages * ps > ev->ntokbuf)
+		return false;
 	for (j = 0; j < e->pages; j++) {
 		const struct kvev_ent *pe = ent_lookup(ev, &keys[j]);
 		uint8_t *hj = ev->hashes + (size_t)j * ev->hlen;
 
 		if (pe)
 			memcpy(hj, pe->hash, ev->hlen);
-		else if (j || parent_known)
-			kvev_block_hash(ev, j ? hj - ev->hlen : parent,
-					tok + (size_t)j * ev->p.page_size, hj);
+		else if (tok && (j || parent_known))
+			kvev_block_hash(ev, j ? hj - ev->hlen : parent, tok + (size_t)j * ps, hj);
 		else
 			return false;
+		if (!tok) {
+			if (!pe->tok)
+				return false;
+			memcpy(ev->tokbuf + (size_t)j * ps, tok_at(ev, pe->tok), ps * sizeof(*tok));
+		}
 	}
 	return true;
+}
+
+/* Whether @e carries its token ids (with stored_tokens, STORED events only). */
+static bool has_tokens(const struct kvev *ev, const struct kvmm_cache_event *e)
+{
+	return !ev->p.stored_tokens || e->type == KVMM_EVENT_STORED;
 }
 
 /* One kvmm event: the pages' hashes, then BlockStored / BlockRemoved. */
 static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 {
 	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
-	const uint32_t *tok = (const uint32_t *)(keys + e->pages);
+	const uint32_t *tok = has_tokens(ev, e) ? (const uint32_t *)(keys + e->pages) : NULL;
 	const uint8_t *parent;
 	bool known = parent_hash(ev, e, &parent);
 	uint32_t j;
 	int ret;
 
-	if (!page_hashes(ev, e, parent, known)) {
+	if (!page_hashes(ev, e, parent, known, tok)) {
 		ev->st.unnamed++;
 		if (e->type == KVMM_EVENT_REMOVED)
 			for (j = 0; j < e->pages; j++)
@@ -897,11 +976,12 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 	if (e->type != KVMM_EVENT_STORED)
 		pack_removed(ev, ev->hashes, e->pages, e->tier);
 	if (e->type != KVMM_EVENT_REMOVED)
-		pack_stored(ev, ev->hashes, e->pages, parent, tok, e->to);
+		pack_stored(ev, ev->hashes, e->pages, parent, tok ? tok : ev->tokbuf, e->to);
 	for (j = 0; j < e->pages; j++) {
 		if (e->type == KVMM_EVENT_REMOVED)
 			ent_del(ev, &keys[j]);
-		else if (ent_put(ev, &keys[j], ev->hashes + (size_t)j * ev->hlen, e->ns, e->to))
+		else if (ent_put(ev, &keys[j], ev->hashes + (size_t)j * ev->hlen, e->ns, e->to,
+				 tok ? tok + (size_t)j * ev->p.page_size : NULL))
 			return -ENOMEM;
 	}
 	return 0;
@@ -926,7 +1006,8 @@ int kvev_publish(struct kvev *ev, const struct kvmm_events_hdr *hdr)
 	ev->st.lost += hdr->lost;
 	for (i = 0; i < hdr->nr && !ret; i++) {
 		const struct kvmm_cache_event *e = (const void *)p;
-		uint64_t tok_bytes = ((uint64_t)e->pages * ev->p.page_size * 4 + 15) & ~15ull;
+		uint64_t tok_bytes = has_tokens(ev, e) ?
+				     ((uint64_t)e->pages * ev->p.page_size * 4 + 15) & ~15ull : 0;
 
 		if (e->tier >= KVMM_NR_TIERS || e->to >= KVMM_NR_TIERS || e->type >= KVMM_EVENT_LAST ||
 		    !e->pages || e->pages > KVMM_EVENT_MAX_PAGES)
@@ -1057,6 +1138,9 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->topic = strdup(p->topic ? p->topic : KVEV_TOPIC_DEFAULT);
 	ev->cbor = malloc(32 + HASH_MAX + 5 * (size_t)p->page_size);
 	ev->hashes = malloc((size_t)KVMM_EVENT_MAX_PAGES * HASH_MAX);
+	/* an event that carries token ids is cut at KVMM_EVENT_MAX_TOKENS (one page at least) */
+	ev->ntokbuf = p->page_size > KVMM_EVENT_MAX_TOKENS ? p->page_size : KVMM_EVENT_MAX_TOKENS;
+	ev->tokbuf = malloc((size_t)ev->ntokbuf * sizeof(*ev->tokbuf));
 	ev->ents = calloc(1024, sizeof(*ev->ents));
 	ev->mask = 1023;
 	ev->revs = calloc(1024, sizeof(*ev->revs));
@@ -1068,7 +1152,8 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->md = EVP_MD_fetch(NULL, "SHA256", NULL);
 	ev->mdctx = EVP_MD_CTX_new();
 	sbuf = malloc(sizeof(head) + sn);
-	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->ents || !ev->revs || !ev->ring ||
+	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->tokbuf || !ev->ents || !ev->revs ||
+	    !ev->ring ||
 	    !ev->md || !ev->mdctx || !sbuf)
 		goto out_free;
 	/* NONE_HASH = H(cbor(seed)): the seed is a text string */
@@ -1126,6 +1211,8 @@ void kvev_destroy(struct kvev *ev)
 	free(ev->revs);
 	pthread_mutex_destroy(&ev->lock);
 	free(ev->hashes);
+	free(ev->tokbuf);
+	free(ev->toks);
 	free(ev->cbor);
 	free(ev->topic);
 	free(ev);
@@ -1197,7 +1284,8 @@ static void *kvev_thread_fn(void *arg)
 int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_t events_bytes,
 		      uint32_t interval_ms, struct kvev_thread **out)
 {
-	struct kvmm_sqe tokens = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 1 };
+	struct kvmm_sqe tokens = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS,
+				   .arg2 = KVMM_EVENT_TOKENS_STORED };
 	struct kvmm_sqe bytes = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENTS,
 				  .arg2 = events_bytes };
 	struct kvev_params pp = *p;
@@ -1233,6 +1321,7 @@ int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_
 	t->ctx = ctx;
 	t->interval_ms = interval_ms;
 	pp.page_size = kvmm_page_size(ctx);
+	pp.stored_tokens = true;
 	t->buf = aligned_alloc(8, PUMP_BYTES);
 	ret = t->buf ? kvev_create(&pp, &t->ev) : -ENOMEM;
 	if (ret)
