@@ -367,7 +367,11 @@ static int set_event_tokens(struct kvmm_ctx *ctx, uint64_t on)
 }
 
 /* The @i-th event of the last read made with KVMM_EVENTS_TOKENS at @ps. */
-static const struct kvmm_cache_event *event_tok(uint32_t i, uint32_t ps)
+/*
+ * The @i-th event of the last read with token ids (page size @ps) after
+ * every event's keys, or after STORED events' only (@stored_only).
+ */
+static const struct kvmm_cache_event *event_tok_of(uint32_t i, uint32_t ps, bool stored_only)
 {
 	const char *p = (const char *)(hdr() + 1);
 
@@ -375,9 +379,16 @@ static const struct kvmm_cache_event *event_tok(uint32_t i, uint32_t ps)
 		const struct kvmm_cache_event *e = (const void *)p;
 		uint64_t tok_bytes = ((uint64_t)e->pages * ps * 4 + 15) / 16 * 16;
 
+		if (stored_only && e->type != KVMM_EVENT_STORED)
+			tok_bytes = 0;
 		p += sizeof(*e) + e->pages * sizeof(struct kvmm_key) + tok_bytes;
 	}
 	return (const struct kvmm_cache_event *)p;
+}
+
+static const struct kvmm_cache_event *event_tok(uint32_t i, uint32_t ps)
+{
+	return event_tok_of(i, ps, false);
 }
 
 /* Event @e carries tokens [first, +nr) pages of @tok, zero-padded to 16 bytes. */
@@ -466,19 +477,9 @@ static void events_with_tokens_split_at_max_tokens(void)
 	kvmm_destroy(ctx);
 }
 
-/* The @i-th event of the last read, token ids after STORED events' keys only. */
 static const struct kvmm_cache_event *event_stored_tok(uint32_t i, uint32_t ps)
 {
-	const char *p = (const char *)(hdr() + 1);
-
-	while (i--) {
-		const struct kvmm_cache_event *e = (const void *)p;
-		uint64_t tok_bytes = e->type == KVMM_EVENT_STORED ?
-				     ((uint64_t)e->pages * ps * 4 + 15) / 16 * 16 : 0;
-
-		p += sizeof(*e) + e->pages * sizeof(struct kvmm_key) + tok_bytes;
-	}
-	return (const struct kvmm_cache_event *)p;
+	return event_tok_of(i, ps, true);
 }
 
 /*
