@@ -40,9 +40,15 @@
  *    locked only by the keyed gets that hold it; the frames keyed puts
  *    hold are in state IO; every space counts its values' pages right.
  *
- * The walk is O(pages + nodes + table) and allocates one byte per page
- * with calloc (not through the context's allocator, so that fault
- * injection never makes the checker itself fail).  It runs after every
+ *  - While events are on, the page identities a node keeps (events.c)
+ *    are its prefix's, hashed again from the root; none are kept while
+ *    they are off.
+ *
+ * The walk is O(pages + nodes + table), and O(the tree's tokens) more
+ * while events are on, and allocates one byte per page (and a hash
+ * state per level of the tree) with calloc (not through the context's
+ * allocator, so that fault injection never makes the checker itself
+ * fail).  It runs after every
  * operation in DEBUG=3 builds and in the tests.
  */
 #include <stdlib.h>
@@ -153,7 +159,6 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	struct kvmm_list *pos;
 	uint64_t child_locks = 0, child_pins = 0, tkids = 0;
 	uint32_t nr = node->len >> ctx->page_shift, i;
-	const char *why;
 	bool queued;
 	int ret = 0;
 
@@ -206,7 +211,6 @@ static int check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
 	       node->len >= KVMM_KEY_WORDS),
 	      "keyed value %p on tier %u, %u tokens, not a leaf or pinned", (void *)node,
 	      node->tier, node->len);
-	CHECK(!kvmm_node_ids_check(ctx, node, &why), "node %p %s", (void *)node, why);
 	sums->io_nodes += !!(node->flags & KVMM_NODE_IO);
 	sums->prefetched += !!(node->flags & KVMM_NODE_PREFETCHED);
 	CHECK(!(node->flags & KVMM_NODE_PREFETCHED) || node->tier == KVMM_TIER_DEVICE,
@@ -434,6 +438,7 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 	struct check_sums sums = { 0 };
 	uint64_t locked = 0, nfree_seqs = 0, io[KVMM_NR_TIERS], job_locks, job_nodes, copies;
 	const char *why = "";
+	const struct kvmm_node *bad = NULL;
 	uint8_t *marks[KVMM_NR_TIERS] = { NULL };
 	int32_t *path;
 	uint32_t i, t;
@@ -459,6 +464,10 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 	ret = check_tree(ctx, marks, &sums);
 	if (ret)
 		goto out;
+	ret = kvmm_events_ids_check(ctx, &why, &bad);
+	if (ret == -ENOMEM)
+		goto out;
+	CHECK(!ret, "node %p %s", (void *)bad, why);
 	for (t = 0; t < KVMM_NR_TIERS; t++) {
 		ret = check_lruvec(ctx, &sums, t);
 		if (ret)

@@ -55,6 +55,8 @@
  *
  * All of it is under the context's lock, as the tree.
  */
+#include <stdlib.h>
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -616,55 +618,54 @@ record:
 	}
 }
 
-/**
- * kvmm_node_ids_check() - the identities @node keeps are its pages' (kvmm_check())
- * @ctx: the context
- * @node: a node of the tree
- * @why: out, what is wrong
- *
- * Hashes @node's prefix again: O(its length).
- *
- * Return: 0, or -EUCLEAN.
+/*
+ * Check @node, whose parent's hash state (where hashing stood at the
+ * parent's end, hashed by the checker itself) is @st and the identity
+ * of whose parent's last page is @parent; leave @node's own end in @st.
  */
-int kvmm_node_ids_check(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
-			const char **why)
+static int ids_check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
+			  XXH3_state_t *st, struct kvmm_key *parent, const char **why)
 {
-	const struct kvmm_evbuf *eb = ctx->evbuf;
 	uint32_t pages = node->len >> ctx->page_shift, ps = ctx->page_size, j;
-	uint64_t parent[2];
-	XXH3_state_t st;
+	const struct kvmm_key *ids = node->ids;
+	const struct ev_resume *r;
+	XXH3_state_t mine;
 
-	if (!node->ids)
+	if (!ids) {
+		XXH3_128bits_update(st, node->tokens, (size_t)node->len * sizeof(uint32_t));
+		if (pages) {
+			XXH128_hash_t h = XXH3_128bits_digest(st);
+
+			*parent = (struct kvmm_key){ h.low64, h.high64 };
+		}
 		return 0;
-	if (!eb || (node->flags & (KVMM_NODE_KEYED | KVMM_NODE_ROOT)) || !ev_root(eb, node)) {
-		*why = "keeps page identities no event could have named";
-		return -EUCLEAN;
 	}
-	kvmm_node_hash_start(node, eb->path, &st, parent);
-	if (node->ids[0].lo != parent[0] || node->ids[0].hi != parent[1])
+	if (memcmp(&ids[0], parent, sizeof(*parent)))
 		goto bad;
 	for (j = 0; j < pages; j++) {
 		XXH128_hash_t h;
 
-		XXH3_128bits_update(&st, node->tokens + (size_t)j * ps, ps * sizeof(uint32_t));
-		h = XXH3_128bits_digest(&st);
-		if (node->ids[1 + j].lo != h.low64 || node->ids[1 + j].hi != h.high64)
+		XXH3_128bits_update(st, node->tokens + (size_t)j * ps, ps * sizeof(uint32_t));
+		h = XXH3_128bits_digest(st);
+		if (ids[1 + j].lo != h.low64 || ids[1 + j].hi != h.high64)
 			goto bad;
 	}
-	if (node_resume(ctx, node)->ns != kvmm_node_ns(node)->root.ns) {
+	*parent = ids[pages];
+	r = node_resume(ctx, node);
+	if (r->ns != kvmm_node_ns(node)->root.ns) {
 		*why = "keeps another namespace's identities";
 		return -EUCLEAN;
 	}
 	/* where hashing stood at its end, if kept, digests to its last page's */
-	if (node_resume(ctx, node)->ok) {
+	if (r->ok) {
 		XXH128_hash_t h;
 
-		if (!node_resume_load(ctx, node, node_resume(ctx, node)->ns, &st)) {
+		if (!node_resume_load(ctx, node, r->ns, &mine)) {
 			*why = "keeps a resume point it cannot be resumed from";
 			return -EUCLEAN;
 		}
-		h = XXH3_128bits_digest(&st);
-		if (node->ids[pages].lo != h.low64 || node->ids[pages].hi != h.high64) {
+		h = XXH3_128bits_digest(&mine);
+		if (ids[pages].lo != h.low64 || ids[pages].hi != h.high64) {
 			*why = "keeps a resume point that is not its end";
 			return -EUCLEAN;
 		}
@@ -673,6 +674,97 @@ int kvmm_node_ids_check(const struct kvmm_ctx *ctx, const struct kvmm_node *node
 bad:
 	*why = "keeps page identities that are not its prefix's";
 	return -EUCLEAN;
+}
+
+/* The pre-order successor of @node's whole subtree within @root's, or NULL. */
+static struct kvmm_node *subtree_next(struct kvmm_node *root, struct kvmm_node *node)
+{
+	while (node != root) {
+		struct kvmm_node *parent = node->parent;
+
+		if (node->sibling.next != &parent->children)
+			return list_entry(node->sibling.next, struct kvmm_node, sibling);
+		node = parent;
+	}
+	return NULL;
+}
+
+/**
+ * kvmm_events_ids_check() - the identities nodes keep are their pages' (kvmm_check())
+ * @ctx: the context
+ * @why: out, what is wrong
+ * @bad: out, the node it is wrong about
+ *
+ * Hashes every prefix once, top down, keeping the state at the end of
+ * each node on the path walked: O(the tree's tokens), as the event that
+ * named each node would, and without trusting anything a node keeps.
+ * With events off no node may keep any.
+ *
+ * Return: 0, -EUCLEAN, or -ENOMEM for the checker's own scratch.
+ */
+int kvmm_events_ids_check(const struct kvmm_ctx *ctx, const char **why,
+			  const struct kvmm_node **bad)
+{
+	const struct kvmm_evbuf *eb = ctx->evbuf;
+	const struct kvmm_node **nodes = NULL;
+	struct kvmm_key *keys = NULL;
+	XXH3_state_t *st = NULL;
+	struct kvmm_list *pos;
+	uint32_t cap = eb ? eb->max_depth + 1 : 0;
+	int ret = 0;
+
+	if (eb) {
+		st = aligned_alloc(64, cap * sizeof(*st));
+		nodes = calloc(cap, sizeof(*nodes));
+		keys = calloc(cap, sizeof(*keys));
+		if (!st || !nodes || !keys) {
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+	list_for_each(pos, &ctx->tree.roots) {
+		struct kvmm_node *root = list_entry(pos, struct kvmm_node, sibling), *n;
+		uint32_t depth = 0;	/* nodes on the path above the one visited */
+		bool hash = eb && !(root->flags & KVMM_NODE_KEYED);
+
+		for (n = kvmm_tree_next(root, root); n;) {
+			*bad = n;
+			while (depth && nodes[depth - 1] != n->parent)
+				depth--;
+			if (!hash || depth >= cap) {	/* no event names it, nor below it */
+				struct kvmm_node *m;
+
+				for (m = n; m; m = kvmm_tree_next(n, m)) {
+					*bad = m;
+					if (m->ids) {
+						*why = "keeps page identities no event could have named";
+						ret = -EUCLEAN;
+						goto out;
+					}
+				}
+				n = subtree_next(root, n);
+				continue;
+			}
+			if (depth) {
+				memcpy(&st[depth], &st[depth - 1], sizeof(*st));
+				keys[depth] = keys[depth - 1];
+			} else {
+				XXH3_INITSTATE(&st[0]);
+				XXH3_128bits_reset_withSeed(&st[0], root->ns);
+				keys[0] = (struct kvmm_key){ 0, 0 };
+			}
+			ret = ids_check_node(ctx, n, &st[depth], &keys[depth], why);
+			if (ret)
+				goto out;
+			nodes[depth++] = n;
+			n = kvmm_tree_next(root, n);
+		}
+	}
+out:
+	free(st);
+	free(nodes);
+	free(keys);
+	return ret;
 }
 
 static size_t evbuf_bytes(uint64_t slots, uint64_t nr_start, uint32_t depth)

@@ -730,8 +730,8 @@ void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, struct kvmm_node *nod
 size_t kvmm_node_ids_bytes(const struct kvmm_ctx *ctx, uint32_t len);
 void kvmm_node_ids_free(struct kvmm_ctx *ctx, struct kvmm_node *node);
 void kvmm_node_ids_split(struct kvmm_ctx *ctx, struct kvmm_node *head, struct kvmm_node *tail);
-int kvmm_node_ids_check(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
-			const char **why);
+int kvmm_events_ids_check(const struct kvmm_ctx *ctx, const char **why,
+			  const struct kvmm_node **bad);
 int kvmm_events_read(struct kvmm_ctx *ctx, uint64_t cursor, bool filter, uint32_t ns,
 		     bool tokens, void *out, uint32_t len, uint32_t *cflags);
 uint64_t kvmm_events_bytes(const struct kvmm_ctx *ctx);
