@@ -676,19 +676,6 @@ bad:
 	return -EUCLEAN;
 }
 
-/* The pre-order successor of @node's whole subtree within @root's, or NULL. */
-static struct kvmm_node *subtree_next(struct kvmm_node *root, struct kvmm_node *node)
-{
-	while (node != root) {
-		struct kvmm_node *parent = node->parent;
-
-		if (node->sibling.next != &parent->children)
-			return list_entry(node->sibling.next, struct kvmm_node, sibling);
-		node = parent;
-	}
-	return NULL;
-}
-
 /**
  * kvmm_events_ids_check() - the identities nodes keep are their pages' (kvmm_check())
  * @ctx: the context
@@ -742,7 +729,7 @@ int kvmm_events_ids_check(const struct kvmm_ctx *ctx, const char **why,
 						goto out;
 					}
 				}
-				n = subtree_next(root, n);
+				n = kvmm_tree_skip(root, n);
 				continue;
 			}
 			if (depth) {

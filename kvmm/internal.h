@@ -447,6 +447,7 @@ uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from
 bool kvmm_node_is_leaf(const struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_next(struct kvmm_node *root,
 				 struct kvmm_node *node);
+struct kvmm_node *kvmm_tree_skip(struct kvmm_node *root, struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_find_id(struct kvmm_ctx *ctx, uint64_t id);
 uint64_t kvmm_tree_bfs(struct kvmm_ctx *ctx, struct kvmm_node **q);
 size_t kvmm_tree_bfs_bytes(const struct kvmm_ctx *ctx);

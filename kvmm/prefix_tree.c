@@ -981,6 +981,19 @@ struct kvmm_node *kvmm_tree_next(struct kvmm_node *root, struct kvmm_node *node)
 {
 	if (!list_empty(&node->children))
 		return list_entry(node->children.next, struct kvmm_node, sibling);
+	return kvmm_tree_skip(root, node);
+}
+
+/**
+ * kvmm_tree_skip() - pre-order successor of @node's whole subtree within
+ *	@root's: kvmm_tree_next() past everything below @node
+ * @root: the subtree walked
+ * @node: the current node
+ *
+ * Return: the next node, or NULL after the last.
+ */
+struct kvmm_node *kvmm_tree_skip(struct kvmm_node *root, struct kvmm_node *node)
+{
 	while (node != root) {
 		struct kvmm_node *parent = node->parent;
 
