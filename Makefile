@@ -206,7 +206,8 @@ endef
 $(foreach p,$(progs-y),$(eval $(call prog_rule,$(p))))
 
 FAKECUDA := $(objtree)/tests/libfakecuda.so
-$(TESTS): link_libs = -lcunit -lm -ldl -ljansson $(if $(filter y,$(CONFIG_KVMM_KVEVENTS)),-lzmq)
+$(TESTS): link_libs = -lcunit -lm -ldl -ljansson \
+	$(if $(filter y,$(CONFIG_KVMM_KVEVENTS)),-lzmq -lmsgpackc -lcrypto)
 $(TESTS): $(addprefix $(objtree)/tests/,$(tests-y)) $(addprefix $(objtree)/tools/,$(tests-tools-y)) $(LIB_A) \
 	  $(if $(filter y,$(CONFIG_KVMM_CUDA_H)),$(FAKECUDA))
 	$(call cmd,link)

@@ -40,9 +40,15 @@
  *    locked only by the keyed gets that hold it; the frames keyed puts
  *    hold are in state IO; every space counts its values' pages right.
  *
- * The walk is O(pages + nodes + table) and allocates one byte per page
- * with calloc (not through the context's allocator, so that fault
- * injection never makes the checker itself fail).  It runs after every
+ *  - While events are on, the page identities a node keeps (events.c)
+ *    are its prefix's, hashed again from the root; none are kept while
+ *    they are off.
+ *
+ * The walk is O(pages + nodes + table), and O(the tree's tokens) more
+ * while events are on, and allocates one byte per page (and a hash
+ * state per level of the tree) with calloc (not through the context's
+ * allocator, so that fault injection never makes the checker itself
+ * fail).  It runs after every
  * operation in DEBUG=3 builds and in the tests.
  */
 #include <stdlib.h>
@@ -438,6 +444,7 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 	struct check_sums sums = { 0 };
 	uint64_t locked = 0, nfree_seqs = 0, io[KVMM_NR_TIERS], job_locks, job_nodes, copies;
 	const char *why = "";
+	const struct kvmm_node *bad = NULL;
 	uint8_t *marks[KVMM_NR_TIERS] = { NULL };
 	int32_t *path;
 	uint32_t i, t;
@@ -463,6 +470,10 @@ KVMM_EXPORT int kvmm_check(const struct kvmm_ctx *ctx)
 	ret = check_tree(ctx, marks, &sums);
 	if (ret)
 		goto out;
+	ret = kvmm_events_ids_check(ctx, &why, &bad);
+	if (ret == -ENOMEM)
+		goto out;
+	CHECK(!ret, "node %p %s", (void *)bad, why);
 	for (t = 0; t < KVMM_NR_TIERS; t++) {
 		ret = check_lruvec(ctx, &sums, t);
 		if (ret)

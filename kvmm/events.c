@@ -23,18 +23,28 @@
  * dropped (@ctx->ev_read is how far the fastest reader has come).
  *
  * Cost: nothing but a test while events are off.  On, recording an event
- * allocates nothing and writes O(pages) slots, and naming the pages
- * needs the hash state of the node's prefix from the root (the identity
- * is a chain over the whole prefix).  Events come in runs about one
- * place in the tree: a sequence's commits store a leaf under the leaf
- * its last commit stored, reclaim demotes the leaves of one parent one
- * after the other.  So the buffer keeps the hash state at the end of
- * the last two nodes it named (the node of the last event and that
- * node's parent), by node id, and an event about a child of either
- * starts from there instead of from the root.  A node's id is never
- * reused and the tokens from the root to its end never change while it
- * lives (a split moves the head of its edge into a new parent), so a
- * kept state is right whenever its id matches.
+ * writes O(pages) slots, and naming the pages needs the hash state of
+ * the node's prefix from the root (the identity is a chain over the
+ * whole prefix).  So the first event about a node keeps what it
+ * computed in the node (struct kvmm_node.ids): its pages' identities,
+ * which every later event about it (demoted, promoted, removed) copies,
+ * and where hashing stood at its end (struct ev_resume), from which a
+ * child is named in O(its own tokens).  That is one allocation per node
+ * while events are on, 16 bytes a page and 112 a node; a node that gets
+ * none is named from its prefix each time, as every node was before.
+ * A node's tokens from the root to its end never change while it lives
+ * (a split moves the head of its edge into a new parent, which takes
+ * its share of what was kept), so what it keeps stays right; turning
+ * events off forgets it all, as nothing would keep it right then, and
+ * kvmm_check() hashes every kept identity again.
+ *
+ * What is not kept (a node named before events were on, or one that got
+ * no memory) is hashed from the root, or from a state kept for the last
+ * two nodes named (the node of the last event and that node's parent),
+ * by node id: events come in runs about one place in the tree, a
+ * sequence's commits store a leaf under the leaf its last commit stored.
+ * A node's id is never reused, so a kept state is right whenever its id
+ * matches.
  *
  * A publisher that names pages as another engine does (vLLM hashes
  * each block's token ids chained to its parent's hash) needs the tokens
@@ -45,6 +55,8 @@
  *
  * All of it is under the context's lock, as the tree.
  */
+#include <stdlib.h>
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -74,11 +86,16 @@ _Static_assert(KVMM_EVENTS_TOKENS_LEN_MIN >= KVMM_EVENTS_LEN_MIN +
  *	(an event takes at least EV_HDR_SLOTS + 1 slots, so no two held
  *	events share an entry)
  * @path: scratch for the ancestors of the node an event is about
- * @max_depth: its room
+ * @max_depth: its room, and that of @ids
+ * @ids: scratch for the identities of a node's pages when no memory is
+ *	left to keep them in the node
+ * @resume_ok: nodes keep where hashing stood at their end (struct
+ *	ev_resume): resume_works() said that gives XXH3's state back
  * @memo: the hash state at the end of the two nodes named last, by node
  *	id (0: none), with the key of the node's last page; kept as bytes,
  *	as XXH3_state_t wants an alignment the allocator does not give
- * @tokens: each event's token ids follow its keys
+ * @tokens: each event's token ids follow its keys: 0, 1, or
+ *	KVMM_EVENT_TOKENS_STORED (STORED events' only)
  * @page_size: tokens per page, with @tokens
  * @bytes: the size of the allocation
  */
@@ -92,13 +109,15 @@ struct kvmm_evbuf {
 	uint64_t emask;
 	struct kvmm_node **path;
 	uint32_t max_depth;
+	struct kvmm_key *ids;
+	bool resume_ok;
 	struct {
 		uint64_t id;
 		uint64_t key[2];
 		uint32_t ns;
 		unsigned char st[sizeof(XXH3_state_t)];
 	} memo[2];
-	bool tokens;
+	uint8_t tokens;
 	uint32_t page_size;
 	size_t bytes;
 };
@@ -126,18 +145,18 @@ static void ring_get(const struct kvmm_evbuf *eb, uint64_t pos, void *dst, uint6
 	       (nr - first) * sizeof(struct kvmm_key));
 }
 
-/* Slots the token ids of @pages pages take (none unless kept). */
-static uint64_t ev_tok_slots(const struct kvmm_evbuf *eb, uint32_t pages)
+/* Slots the token ids of an event of @type about @pages pages take (none unless kept). */
+static uint64_t ev_tok_slots(const struct kvmm_evbuf *eb, uint8_t type, uint32_t pages)
 {
-	if (!eb->tokens)
+	if (!eb->tokens || (eb->tokens == KVMM_EVENT_TOKENS_STORED && type != KVMM_EVENT_STORED))
 		return 0;
 	return ((uint64_t)pages * eb->page_size + EV_TOK_PER_SLOT - 1) / EV_TOK_PER_SLOT;
 }
 
-/* Slots of an event of @pages pages, header to last token. */
-static uint64_t ev_slots(const struct kvmm_evbuf *eb, uint32_t pages)
+/* Slots of an event of @type about @pages pages, header to last token. */
+static uint64_t ev_slots(const struct kvmm_evbuf *eb, uint8_t type, uint32_t pages)
 {
-	return EV_HDR_SLOTS + pages + ev_tok_slots(eb, pages);
+	return EV_HDR_SLOTS + pages + ev_tok_slots(eb, type, pages);
 }
 
 /* Slots of the event at slot position @pos. */
@@ -146,7 +165,7 @@ static uint64_t ev_slots_at(const struct kvmm_evbuf *eb, uint64_t pos)
 	struct kvmm_cache_event ev;
 
 	ring_get(eb, pos, &ev, EV_HDR_SLOTS);
-	return ev_slots(eb, ev.pages);
+	return ev_slots(eb, ev.type, ev.pages);
 }
 
 /* Let go of the oldest event held; an unread one is dropped. */
@@ -186,19 +205,20 @@ static void ev_put_tokens(struct kvmm_evbuf *eb, uint64_t pos, const uint32_t *t
 }
 
 /*
- * A node too deep for the scratch, which no sequence can make (an NVMe
- * tier recovered under a larger max_seq_len could): its events are
- * dropped, counted but given no number.
+ * The root above @node, or NULL for a node too deep for the scratch,
+ * which no sequence can make (an NVMe tier recovered under a larger
+ * max_seq_len could): its events are dropped, counted but given no
+ * number.
  */
-static bool ev_too_deep(const struct kvmm_evbuf *eb, const struct kvmm_node *node)
+static const struct kvmm_node *ev_root(const struct kvmm_evbuf *eb, const struct kvmm_node *node)
 {
 	const struct kvmm_node *n;
 	uint32_t depth = 0;
 
 	for (n = node->parent; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
 		if (++depth > eb->max_depth)
-			return true;
-	return false;
+			return NULL;
+	return n;
 }
 
 static void ev_memo_put(struct kvmm_evbuf *eb, int i, uint64_t id, uint32_t ns,
@@ -212,11 +232,165 @@ static void ev_memo_put(struct kvmm_evbuf *eb, int i, uint64_t id, uint32_t ns,
 }
 
 /*
- * kvmm_node_hash_start() for @node, from a kept state where its parent
- * was named last or was the parent of the node named last.  The start
- * is kept in turn, for @node's siblings.  Return: the namespace.
+ * Where hashing stood at a node's end, kept after its identities so that
+ * naming a child starts there rather than at the root: XXH3's
+ * accumulators and counts.  The rest of its state is the namespace's
+ * seed, which reset gives back, and the last bytes hashed, which are the
+ * prefix's last tokens: RESUME_TAIL bytes at most (what is buffered,
+ * and the stripe before it).  Taking XXH3's state apart this way is
+ * checked once per event buffer (resume_works()); where it does not
+ * hold, every child is named from the root as before.
  */
-static uint32_t ev_hash_start(struct kvmm_evbuf *eb, const struct kvmm_node *node,
+struct ev_resume {
+	uint64_t acc[8];
+	uint64_t stripes;
+	uint64_t total;
+	uint32_t buffered;
+	uint32_t ok;		/* 0: nothing kept (the next child starts at the root) */
+	uint32_t ns;		/* the node's namespace, kept with its identities */
+};
+
+#define RESUME_SLOTS	((sizeof(struct ev_resume) + sizeof(struct kvmm_key) - 1) / \
+			 sizeof(struct kvmm_key))
+_Static_assert(RESUME_SLOTS * sizeof(struct kvmm_key) == 96, "a resume point is six slots");
+#define XXH_BUF		sizeof(((XXH3_state_t *)0)->buffer)
+#define XXH_STRIPE	64
+#define RESUME_TAIL	(XXH_BUF + XXH_STRIPE)
+
+static struct ev_resume *node_resume(const struct kvmm_ctx *ctx, const struct kvmm_node *node)
+{
+	return (struct ev_resume *)(node->ids + (node->len >> ctx->page_shift) + 1);
+}
+
+static void resume_save(const XXH3_state_t *st, struct ev_resume *r)
+{
+	memcpy(r->acc, st->acc, sizeof(r->acc));
+	r->stripes = st->nbStripesSoFar;
+	r->total = st->totalLen;
+	r->buffered = st->bufferedSize;
+	r->ok = 1;
+}
+
+/*
+ * Whether XXH3 reads the stripe before what it buffered: it has consumed
+ * some bytes and buffered less than a stripe, so that its digest takes
+ * the rest of its last stripe from there.
+ */
+static bool resume_catchup(const struct ev_resume *r)
+{
+	return r->total > XXH_BUF && r->buffered < XXH_STRIPE;
+}
+
+/* Bytes of the prefix's tail resume_load() needs after @r. */
+static size_t resume_need(const struct ev_resume *r)
+{
+	return r->buffered + (resume_catchup(r) ? XXH_STRIPE : 0);
+}
+
+/*
+ * XXH3's state after hashing @r->total bytes whose last @n bytes are
+ * @tail (@n >= resume_need()) and whose accumulators and counts @r kept.
+ * XXH3 buffers the last bytes and, once it has consumed any, keeps the
+ * stripe before them at the end of its buffer, which its digest reads
+ * when less than a stripe is buffered (resume_catchup()); what else is
+ * in its buffer it overwrites before reading.
+ */
+static void resume_load(XXH3_state_t *st, uint32_t ns, const struct ev_resume *r,
+			const unsigned char *tail, size_t n)
+{
+	XXH3_INITSTATE(st);	/* not a state left from another seed */
+	XXH3_128bits_reset_withSeed(st, ns);
+	memcpy(st->acc, r->acc, sizeof(r->acc));
+	st->nbStripesSoFar = (size_t)r->stripes;
+	st->totalLen = r->total;
+	st->bufferedSize = r->buffered;
+	memcpy(st->buffer, tail + n - r->buffered, r->buffered);
+	if (resume_catchup(r))
+		memcpy(st->buffer + XXH_BUF - XXH_STRIPE, tail + n - r->buffered - XXH_STRIPE,
+		       XXH_STRIPE);
+}
+
+/*
+ * The hash state at the end of @node, from what it keeps, into @st.
+ * Return: false when it keeps nothing.
+ */
+static bool node_resume_load(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
+			     uint32_t ns, XXH3_state_t *st)
+{
+	uint32_t tail[RESUME_TAIL / sizeof(uint32_t)];
+	const struct ev_resume *r;
+	const struct kvmm_node *n;
+	size_t need, have = 0;
+
+	if (!node->ids || !ctx->evbuf->resume_ok)
+		return false;
+	r = node_resume(ctx, node);
+	if (!r->ok)
+		return false;
+	need = resume_need(r) / sizeof(uint32_t);
+	/* the last tokens of the prefix, from the end of @node upwards */
+	for (n = node; have < need && !(n->flags & KVMM_NODE_ROOT); n = n->parent) {
+		size_t k = n->len < need - have ? n->len : need - have;
+
+		memcpy(tail + (need - have - k), n->tokens + (n->len - k), k * sizeof(uint32_t));
+		have += k;
+	}
+	if (have < need)
+		return false;
+	resume_load(st, ns, r, (const unsigned char *)tail, need * sizeof(uint32_t));
+	return true;
+}
+
+/*
+ * Whether resume_load() gives back the state XXH3 had: hashing on from it
+ * ends where hashing on from the state itself does, at cuts on either
+ * side of XXH3's buffer and block sizes.
+ */
+static bool resume_works(void)
+{
+	static const uint32_t cuts[] = { 1, 4, 16, 60, 63, 64, 65, 80, 128, 256, 300, 1023, 1030 };
+	uint32_t tok[1100], i, j;
+	XXH3_state_t a, b;
+	struct ev_resume r;
+
+	for (i = 0; i < 1100; i++)
+		tok[i] = i * 2654435761u;
+	for (i = 0; i < 2 * sizeof(cuts) / sizeof(cuts[0]); i++) {
+		uint32_t c = cuts[i / 2], step = i & 1 ? 16 : c;
+		uint32_t from = c > RESUME_TAIL / 4 ? c - RESUME_TAIL / 4 : 0;
+		XXH128_hash_t x, y;
+
+		XXH3_INITSTATE(&a);
+		XXH3_128bits_reset_withSeed(&a, 7);
+		for (j = 0; j < c; j += step)	/* in one go, or page by page */
+			XXH3_128bits_update(&a, tok + j, (c - j < step ? c - j : step) * sizeof(*tok));
+		resume_save(&a, &r);
+		if (resume_need(&r) > (c - from) * sizeof(*tok))
+			return false;
+		resume_load(&b, 7, &r, (const unsigned char *)(tok + from), (c - from) * sizeof(*tok));
+		x = XXH3_128bits_digest(&a);
+		y = XXH3_128bits_digest(&b);
+		if (!XXH128_isEqual(x, y))
+			return false;
+		XXH3_128bits_update(&a, tok + c, 67 * sizeof(*tok));
+		XXH3_128bits_update(&b, tok + c, 67 * sizeof(*tok));
+		x = XXH3_128bits_digest(&a);
+		y = XXH3_128bits_digest(&b);
+		if (!XXH128_isEqual(x, y))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * kvmm_node_hash_start() for @node: from where hashing stood at its
+ * parent's end when the parent keeps that, else from a kept state where
+ * its parent was named last or was the parent of the node named last,
+ * else from the root.  The start is kept in turn, for @node's siblings.
+ * Return: the namespace.
+ */
+static uint32_t ev_hash_start(const struct kvmm_ctx *ctx, struct kvmm_evbuf *eb,
+			      const struct kvmm_node *node, const struct kvmm_node *root,
 			      XXH3_state_t *st, uint64_t *parent)
 {
 	const struct kvmm_node *p = node->parent;
@@ -225,6 +399,13 @@ static uint32_t ev_hash_start(struct kvmm_evbuf *eb, const struct kvmm_node *nod
 
 	if (p->flags & KVMM_NODE_ROOT)
 		return kvmm_node_hash_start(node, eb->path, st, parent);
+	if (node_resume_load(ctx, p, root->ns, st)) {
+		const struct kvmm_key *last = &p->ids[p->len >> ctx->page_shift];
+
+		parent[0] = last->lo;
+		parent[1] = last->hi;
+		return root->ns;
+	}
 	for (i = 0; i < 2; i++) {
 		if (eb->memo[i].id != p->id)
 			continue;
@@ -243,6 +424,135 @@ static uint32_t ev_hash_start(struct kvmm_evbuf *eb, const struct kvmm_node *nod
 }
 
 /**
+ * kvmm_node_ids_bytes() - bytes of what a node of @len tokens keeps in
+ *	struct kvmm_node.ids: its identities and where hashing stood at its end
+ * @ctx: the context
+ * @len: the node's tokens
+ */
+size_t kvmm_node_ids_bytes(const struct kvmm_ctx *ctx, uint32_t len)
+{
+	return ((size_t)(len >> ctx->page_shift) + 1 + RESUME_SLOTS) * sizeof(struct kvmm_key);
+}
+
+/**
+ * kvmm_node_ids_free() - forget the identities @node keeps (node_free())
+ * @ctx: the context
+ * @node: a node; its @len is the one they were kept for
+ */
+void kvmm_node_ids_free(struct kvmm_ctx *ctx, struct kvmm_node *node)
+{
+	if (!node->ids)
+		return;
+	kvmm_mfree(ctx, node->ids, kvmm_node_ids_bytes(ctx, node->len));
+	node->ids = NULL;
+}
+
+/**
+ * kvmm_node_ids_split() - share out a split node's identities
+ * @ctx: the context
+ * @head: the new parent, which took the head of @tail's edge
+ * @tail: the node split, its @len already the rest
+ *
+ * A page's identity is that of the tokens from the root to its end, so
+ * each keeps its own; the page before @tail's edge is now @head's last.
+ * @tail ends where it did; where hashing stands at @head's end is
+ * hashed on from @head's parent's (as a child is named).  Without memory
+ * for both halves neither keeps any: the next event about each names
+ * its pages again.
+ */
+void kvmm_node_ids_split(struct kvmm_ctx *ctx, struct kvmm_node *head, struct kvmm_node *tail)
+{
+	uint32_t hp = head->len >> ctx->page_shift, tp = tail->len >> ctx->page_shift;
+	struct kvmm_key *old = tail->ids, *h, *t;
+	XXH3_state_t st;
+	uint32_t ns;
+
+	if (!old)
+		return;
+	h = kvmm_malloc(ctx, kvmm_node_ids_bytes(ctx, head->len));
+	t = kvmm_malloc(ctx, kvmm_node_ids_bytes(ctx, tail->len));
+	if (!h || !t) {
+		if (h)
+			kvmm_mfree(ctx, h, kvmm_node_ids_bytes(ctx, head->len));
+		if (t)
+			kvmm_mfree(ctx, t, kvmm_node_ids_bytes(ctx, tail->len));
+		kvmm_mfree(ctx, old, kvmm_node_ids_bytes(ctx, head->len + tail->len));
+		tail->ids = NULL;
+		return;
+	}
+	memcpy(h, old, (hp + 1) * sizeof(*h));
+	memcpy(t, old + hp, (tp + 1 + RESUME_SLOTS) * sizeof(*t));	/* and its end */
+	kvmm_mfree(ctx, old, kvmm_node_ids_bytes(ctx, head->len + tail->len));
+	head->ids = h;
+	tail->ids = t;
+	ns = node_resume(ctx, tail)->ns;
+	node_resume(ctx, head)->ok = 0;
+	node_resume(ctx, head)->ns = ns;
+	if (!ctx->evbuf->resume_ok)
+		return;
+	if (head->parent->flags & KVMM_NODE_ROOT) {
+		XXH3_INITSTATE(&st);
+		XXH3_128bits_reset_withSeed(&st, ns);
+	} else if (!node_resume_load(ctx, head->parent, ns, &st)) {
+		return;
+	}
+	XXH3_128bits_update(&st, head->tokens, (size_t)head->len * sizeof(uint32_t));
+	resume_save(&st, node_resume(ctx, head));
+}
+
+/* Forget every node's identities: events went off (nothing keeps them right). */
+static void ids_drop_all(struct kvmm_ctx *ctx)
+{
+	struct kvmm_list *pos;
+
+	list_for_each(pos, &ctx->tree.roots) {
+		struct kvmm_node *root = list_entry(pos, struct kvmm_node, sibling);
+		struct kvmm_node *node;
+
+		for (node = root; node; node = kvmm_tree_next(root, node))
+			kvmm_node_ids_free(ctx, node);
+	}
+}
+
+/*
+ * The identities of @node's pages, hashed from the prefix's tokens, into
+ * @ids (1 + its pages: the page before first), and where hashing stood
+ * at its end into @r (NULL: not kept).  Return: the namespace.
+ */
+static uint32_t ev_hash_ids(struct kvmm_ctx *ctx, struct kvmm_evbuf *eb,
+			    const struct kvmm_node *node, const struct kvmm_node *root,
+			    struct kvmm_key *ids, struct ev_resume *r)
+{
+	uint32_t pages = node->len >> ctx->page_shift, ps = ctx->page_size, ns, j;
+	const uint32_t *tok = node->tokens;
+	uint64_t parent[2];
+	XXH3_state_t st;
+
+	ns = ev_hash_start(ctx, eb, node, root, &st, parent);
+	ids[0] = (struct kvmm_key){ parent[0], parent[1] };
+	for (j = 0; j < pages; j++, tok += ps) {
+		XXH128_hash_t h;
+
+		XXH3_128bits_update(&st, tok, ps * sizeof(*tok));
+		h = XXH3_128bits_digest(&st);
+		ids[1 + j] = (struct kvmm_key){ h.low64, h.high64 };
+	}
+	if (r && eb->resume_ok) {
+		resume_save(&st, r);
+		r->ns = ns;
+		return ns;
+	}
+	if (r) {
+		r->ok = 0;
+		r->ns = ns;
+	}
+	parent[0] = ids[pages].lo;
+	parent[1] = ids[pages].hi;
+	ev_memo_put(eb, 1, node->id, ns, &st, parent);	/* the state is at its end */
+	return ns;
+}
+
+/**
  * __kvmm_event_node() - record events about all of @node's pages
  * @ctx: the context, with events on
  * @type: KVMM_EVENT_*
@@ -251,61 +561,202 @@ static uint32_t ev_hash_start(struct kvmm_evbuf *eb, const struct kvmm_node *nod
  * @to: the tier they are on now
  *
  * One event per KVMM_EVENT_MAX_PAGES pages, each with the identity of the
- * page before its first.  Never fails and never waits: room is made by
- * overwriting the oldest events.
+ * page before its first.  The first event about a node hashes its
+ * prefix and keeps the identities in it (@node->ids); later ones copy
+ * them.  Never fails and never waits: room is made by overwriting the
+ * oldest events, and a node that gets no memory for its identities is
+ * named from its prefix again next time.
  *
  * Context: ctx->lock held (or the direct API's single driver).
  */
-void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_node *node,
+void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, struct kvmm_node *node,
 		       uint32_t from, uint32_t to)
 {
 	struct kvmm_evbuf *eb = ctx->evbuf;
 	uint32_t pages = node->len >> ctx->page_shift, ps = ctx->page_size, ns, i, k;
 	uint32_t kmax = KVMM_EVENT_MAX_PAGES;
 	const uint32_t *tok = node->tokens;
-	uint64_t parent[2];
-	XXH3_state_t st;
+	struct kvmm_key *ids = node->ids;
+	const struct kvmm_node *root;
 
-	if (ev_too_deep(eb, node)) {	/* counted, not numbered */
+	if (eb->tokens && KVMM_EVENT_MAX_TOKENS / ps < kmax)
+		kmax = KVMM_EVENT_MAX_TOKENS / ps ? KVMM_EVENT_MAX_TOKENS / ps : 1;
+	if (ids) {	/* named before: no walk up the tree at all */
+		ns = node_resume(ctx, node)->ns;
+		goto record;
+	}
+	root = ev_root(eb, node);
+	if (!root || pages >= eb->max_depth) {	/* counted, not numbered */
 		kvmm_count(ctx, EV_CACHE_EVENTS_DROPPED, 1);
 		return;
 	}
-	if (eb->tokens && KVMM_EVENT_MAX_TOKENS / ps < kmax)
-		kmax = KVMM_EVENT_MAX_TOKENS / ps ? KVMM_EVENT_MAX_TOKENS / ps : 1;
-	ns = ev_hash_start(eb, node, &st, parent);
+	ids = kvmm_malloc(ctx, kvmm_node_ids_bytes(ctx, node->len));
+	if (ids) {
+		node->ids = ids;
+		ns = ev_hash_ids(ctx, eb, node, root, ids, node_resume(ctx, node));
+	} else {	/* named in the event buffer's scratch, not kept */
+		ids = eb->ids;
+		ns = ev_hash_ids(ctx, eb, node, root, ids, NULL);
+	}
+record:
 	for (i = 0; i < pages; i += k) {
 		struct kvmm_cache_event ev = {
 			.type = type, .tier = (uint8_t)from, .to = (uint8_t)to, .ns = ns,
-			.parent = { parent[0], parent[1] },
+			.parent = { ids[i].lo, ids[i].hi },
 		};
 		uint64_t pos;
-		uint32_t j;
 
 		k = pages - i < kmax ? pages - i : kmax;
 		ev.pages = k;
-		ev.seq = ev_reserve(ctx, eb, ev_slots(eb, k));
+		ev.seq = ev_reserve(ctx, eb, ev_slots(eb, type, k));
 		pos = eb->head;
 		ring_put(eb, pos, &ev, EV_HDR_SLOTS);
-		if (eb->tokens)
-			ev_put_tokens(eb, pos + EV_HDR_SLOTS + k, tok, k * ps);
-		for (j = 0; j < k; j++, tok += ps) {
-			struct kvmm_key *key = &eb->slots[(pos + EV_HDR_SLOTS + j) & eb->mask];
-			XXH128_hash_t h;
-
-			XXH3_128bits_update(&st, tok, ps * sizeof(*tok));
-			h = XXH3_128bits_digest(&st);
-			key->lo = parent[0] = h.low64;
-			key->hi = parent[1] = h.high64;
-		}
-		eb->head = pos + ev_slots(eb, k);
+		ring_put(eb, pos + EV_HDR_SLOTS, ids + 1 + i, k);
+		if (ev_tok_slots(eb, type, k))
+			ev_put_tokens(eb, pos + EV_HDR_SLOTS + k, tok + (size_t)i * ps, k * ps);
+		eb->head = pos + ev_slots(eb, type, k);
 	}
-	if (node->len == pages << ctx->page_shift)	/* the state is at its end */
-		ev_memo_put(eb, 1, node->id, ns, &st, parent);
+}
+
+/*
+ * Check @node, whose parent's hash state (where hashing stood at the
+ * parent's end, hashed by the checker itself) is @st and the identity
+ * of whose parent's last page is @parent; leave @node's own end in @st.
+ */
+static int ids_check_node(const struct kvmm_ctx *ctx, const struct kvmm_node *node,
+			  XXH3_state_t *st, struct kvmm_key *parent, const char **why)
+{
+	uint32_t pages = node->len >> ctx->page_shift, ps = ctx->page_size, j;
+	const struct kvmm_key *ids = node->ids;
+	const struct ev_resume *r;
+	XXH3_state_t mine;
+
+	if (!ids) {
+		XXH3_128bits_update(st, node->tokens, (size_t)node->len * sizeof(uint32_t));
+		if (pages) {
+			XXH128_hash_t h = XXH3_128bits_digest(st);
+
+			*parent = (struct kvmm_key){ h.low64, h.high64 };
+		}
+		return 0;
+	}
+	if (memcmp(&ids[0], parent, sizeof(*parent)))
+		goto bad;
+	for (j = 0; j < pages; j++) {
+		XXH128_hash_t h;
+
+		XXH3_128bits_update(st, node->tokens + (size_t)j * ps, ps * sizeof(uint32_t));
+		h = XXH3_128bits_digest(st);
+		if (ids[1 + j].lo != h.low64 || ids[1 + j].hi != h.high64)
+			goto bad;
+	}
+	*parent = ids[pages];
+	r = node_resume(ctx, node);
+	if (r->ns != kvmm_node_ns(node)->root.ns) {
+		*why = "keeps another namespace's identities";
+		return -EUCLEAN;
+	}
+	/* where hashing stood at its end, if kept, digests to its last page's */
+	if (r->ok) {
+		XXH128_hash_t h;
+
+		if (!node_resume_load(ctx, node, r->ns, &mine)) {
+			*why = "keeps a resume point it cannot be resumed from";
+			return -EUCLEAN;
+		}
+		h = XXH3_128bits_digest(&mine);
+		if (ids[pages].lo != h.low64 || ids[pages].hi != h.high64) {
+			*why = "keeps a resume point that is not its end";
+			return -EUCLEAN;
+		}
+	}
+	return 0;
+bad:
+	*why = "keeps page identities that are not its prefix's";
+	return -EUCLEAN;
+}
+
+/**
+ * kvmm_events_ids_check() - the identities nodes keep are their pages' (kvmm_check())
+ * @ctx: the context
+ * @why: out, what is wrong
+ * @bad: out, the node it is wrong about
+ *
+ * Hashes every prefix once, top down, keeping the state at the end of
+ * each node on the path walked: O(the tree's tokens), as the event that
+ * named each node would, and without trusting anything a node keeps.
+ * With events off no node may keep any.
+ *
+ * Return: 0, -EUCLEAN, or -ENOMEM for the checker's own scratch.
+ */
+int kvmm_events_ids_check(const struct kvmm_ctx *ctx, const char **why,
+			  const struct kvmm_node **bad)
+{
+	const struct kvmm_evbuf *eb = ctx->evbuf;
+	const struct kvmm_node **nodes = NULL;
+	struct kvmm_key *keys = NULL;
+	XXH3_state_t *st = NULL;
+	struct kvmm_list *pos;
+	uint32_t cap = eb ? eb->max_depth + 1 : 0;
+	int ret = 0;
+
+	if (eb) {
+		st = aligned_alloc(64, cap * sizeof(*st));
+		nodes = calloc(cap, sizeof(*nodes));
+		keys = calloc(cap, sizeof(*keys));
+		if (!st || !nodes || !keys) {
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+	list_for_each(pos, &ctx->tree.roots) {
+		struct kvmm_node *root = list_entry(pos, struct kvmm_node, sibling), *n;
+		uint32_t depth = 0;	/* nodes on the path above the one visited */
+		bool hash = eb && !(root->flags & KVMM_NODE_KEYED);
+
+		for (n = kvmm_tree_next(root, root); n;) {
+			*bad = n;
+			while (depth && nodes[depth - 1] != n->parent)
+				depth--;
+			if (!hash || depth >= cap) {	/* no event names it, nor below it */
+				struct kvmm_node *m;
+
+				for (m = n; m; m = kvmm_tree_next(n, m)) {
+					*bad = m;
+					if (m->ids) {
+						*why = "keeps page identities no event could have named";
+						ret = -EUCLEAN;
+						goto out;
+					}
+				}
+				n = kvmm_tree_skip(root, n);
+				continue;
+			}
+			if (depth) {
+				memcpy(&st[depth], &st[depth - 1], sizeof(*st));
+				keys[depth] = keys[depth - 1];
+			} else {
+				XXH3_INITSTATE(&st[0]);
+				XXH3_128bits_reset_withSeed(&st[0], root->ns);
+				keys[0] = (struct kvmm_key){ 0, 0 };
+			}
+			ret = ids_check_node(ctx, n, &st[depth], &keys[depth], why);
+			if (ret)
+				goto out;
+			nodes[depth++] = n;
+			n = kvmm_tree_next(root, n);
+		}
+	}
+out:
+	free(st);
+	free(nodes);
+	free(keys);
+	return ret;
 }
 
 static size_t evbuf_bytes(uint64_t slots, uint64_t nr_start, uint32_t depth)
 {
-	return sizeof(struct kvmm_evbuf) + slots * sizeof(struct kvmm_key) +
+	return sizeof(struct kvmm_evbuf) + (slots + depth) * sizeof(struct kvmm_key) +
 	       nr_start * sizeof(uint64_t) + depth * sizeof(struct kvmm_node *);
 }
 
@@ -347,6 +798,7 @@ int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes)
 		return -EINVAL;
 	if (!bytes) {
 		evbuf_free(ctx);
+		ids_drop_all(ctx);
 		return 0;
 	}
 	slots = 1;
@@ -364,8 +816,10 @@ int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes)
 		.slots = (struct kvmm_key *)(eb + 1), .mask = slots - 1,
 		.emask = nr_start - 1, .max_depth = depth, .bytes = total,
 		.first = ctx->ev_seq, .tokens = ctx->ev_tokens, .page_size = ctx->page_size,
+		.resume_ok = resume_works(),
 	};
-	eb->start = (uint64_t *)(eb->slots + slots);
+	eb->ids = eb->slots + slots;
+	eb->start = (uint64_t *)(eb->ids + depth);
 	eb->path = (struct kvmm_node **)(eb->start + nr_start);
 	evbuf_free(ctx);
 	ctx->evbuf = eb;
@@ -373,30 +827,32 @@ int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes)
 }
 
 /**
- * kvmm_set_event_tokens() - keep each event's token ids in the buffer, or not
+ * kvmm_set_event_tokens() - keep events' token ids in the buffer, or not
  * @ctx: the context
- * @on: 1 or 0
+ * @on: 1 (every event's), KVMM_EVENT_TOKENS_STORED (STORED events' only)
+ *	or 0
  *
  * A change empties the buffer (readers see the gap), as a new size does.
  *
- * Return: 0; -EINVAL for @on not 0 or 1, or a buffer too small to keep
+ * Return: 0; -EINVAL for another @on, or a buffer too small to keep
  * tokens (KVMM_EVENTS_TOKENS_BUF_MIN); -ENOMEM, with nothing changed.
  */
 int kvmm_set_event_tokens(struct kvmm_ctx *ctx, uint64_t on)
 {
 	uint64_t bytes = kvmm_events_bytes(ctx);
+	uint8_t old = ctx->ev_tokens;
 	int ret;
 
-	if (on > 1)
+	if (on > KVMM_EVENT_TOKENS_STORED)
 		return -EINVAL;
-	if (ctx->ev_tokens == (bool)on)
+	if (ctx->ev_tokens == on)
 		return 0;
-	ctx->ev_tokens = on;
+	ctx->ev_tokens = (uint8_t)on;
 	if (!bytes)
 		return 0;
 	ret = kvmm_set_events(ctx, bytes);
 	if (ret)
-		ctx->ev_tokens = !on;
+		ctx->ev_tokens = old;
 	return ret;
 }
 
@@ -463,7 +919,7 @@ int kvmm_events_read(struct kvmm_ctx *ctx, uint64_t cursor, bool filter, uint32_
 		ring_get(eb, pos, &ev, EV_HDR_SLOTS);
 		if (filter && ev.ns != ns)
 			continue;
-		slots = tokens ? ev_slots(eb, ev.pages) : EV_HDR_SLOTS + ev.pages;
+		slots = tokens ? ev_slots(eb, ev.type, ev.pages) : EV_HDR_SLOTS + ev.pages;
 		bytes = slots * sizeof(struct kvmm_key);
 		if (bytes > room) {
 			if (!hdr.nr)
@@ -514,7 +970,7 @@ int kvmm_events_check(const struct kvmm_ctx *ctx, const char **why)
 			*why = "event ring: an event is not where its number says";
 			return -EUCLEAN;
 		}
-		pos += ev_slots(eb, ev.pages);
+		pos += ev_slots(eb, ev.type, ev.pages);
 	}
 	if (pos != eb->head) {
 		*why = "event ring: its events do not end at its head";

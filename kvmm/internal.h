@@ -274,6 +274,10 @@ bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn);
  *	the copy's frames follow @pfns in the same block (kvmm_node_shadow())
  * @tokens: @len token ids; the same block holds @pfns
  * @pfns: @len / page_size page frame numbers
+ * @ids: while events are on, the identities of the page before the
+ *	edge and of its pages (1 + @len / page_size keys, kvmm_tier_keys()),
+ *	kept by the first event that named them so that no later one walks
+ *	the prefix again; NULL until then (events.c)
  * @atime: logical time of the last match or insert through this node;
  *	never older than the parent's (see vmscan.c)
  * @len: tokens on the edge, a multiple of the page size
@@ -302,6 +306,7 @@ struct kvmm_node {
 	struct kvmm_list shadow;
 	uint32_t *tokens;
 	int32_t *pfns;
+	struct kvmm_key *ids;
 	uint64_t atime;
 	uint32_t len;
 	uint32_t lock_ref;
@@ -448,6 +453,7 @@ uint32_t kvmm_tree_fill(const struct kvmm_ctx *ctx, const struct kvmm_node *from
 bool kvmm_node_is_leaf(const struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_next(struct kvmm_node *root,
 				 struct kvmm_node *node);
+struct kvmm_node *kvmm_tree_skip(struct kvmm_node *root, struct kvmm_node *node);
 struct kvmm_node *kvmm_tree_find_id(struct kvmm_ctx *ctx, uint64_t id);
 uint64_t kvmm_tree_bfs(struct kvmm_ctx *ctx, struct kvmm_node **q);
 size_t kvmm_tree_bfs_bytes(const struct kvmm_ctx *ctx);
@@ -731,8 +737,13 @@ struct kvmm_evbuf;
 int kvmm_set_events(struct kvmm_ctx *ctx, uint64_t bytes);
 int kvmm_set_event_tokens(struct kvmm_ctx *ctx, uint64_t on);
 void kvmm_events_exit(struct kvmm_ctx *ctx);
-void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, const struct kvmm_node *node,
+void __kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type, struct kvmm_node *node,
 		       uint32_t from, uint32_t to);
+size_t kvmm_node_ids_bytes(const struct kvmm_ctx *ctx, uint32_t len);
+void kvmm_node_ids_free(struct kvmm_ctx *ctx, struct kvmm_node *node);
+void kvmm_node_ids_split(struct kvmm_ctx *ctx, struct kvmm_node *head, struct kvmm_node *tail);
+int kvmm_events_ids_check(const struct kvmm_ctx *ctx, const char **why,
+			  const struct kvmm_node **bad);
 int kvmm_events_read(struct kvmm_ctx *ctx, uint64_t cursor, bool filter, uint32_t ns,
 		     bool tokens, void *out, uint32_t len, uint32_t *cflags);
 uint64_t kvmm_events_bytes(const struct kvmm_ctx *ctx);
@@ -908,7 +919,8 @@ enum kvmm_tier_event {
  * @ev_read: one past the newest event a reader was handed (EVENTS'
  *	hdr.next at most): an event overwritten from there on was read by
  *	nobody, and counts as dropped
- * @ev_tokens: the event buffer keeps token ids (KVMM_SET_EVENT_TOKENS)
+ * @ev_tokens: the event buffer keeps token ids: 0, 1 or
+ *	KVMM_EVENT_TOKENS_STORED (KVMM_SET_EVENT_TOKENS)
  * @hist: latency histograms (KVMM_HIST_*, DUMP KVMM_DUMP_HIST)
  */
 struct kvmm_ctx {
@@ -972,7 +984,7 @@ struct kvmm_ctx {
 	struct kvmm_evbuf *evbuf;
 	uint64_t ev_seq;
 	uint64_t ev_read;
-	bool ev_tokens;
+	uint8_t ev_tokens;
 	struct kvmm_dump_hist hist[KVMM_HIST_LAST];
 };
 
@@ -988,7 +1000,7 @@ static inline void kvmm_count(struct kvmm_ctx *ctx, enum kvmm_event ev,
  * prefix cache's, and are not told.
  */
 static inline void kvmm_event_node(struct kvmm_ctx *ctx, uint8_t type,
-				   const struct kvmm_node *node, uint32_t from, uint32_t to)
+				   struct kvmm_node *node, uint32_t from, uint32_t to)
 {
 	if (unlikely(ctx->evbuf != NULL) && !(node->flags & KVMM_NODE_KEYED))
 		__kvmm_event_node(ctx, type, node, from, to);

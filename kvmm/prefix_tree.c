@@ -162,6 +162,7 @@ static void node_free(struct kvmm_ctx *ctx, struct kvmm_node *node)
 		return;
 	}
 	kvmm_mfree(ctx, node->tokens, node_buf_bytes(ctx, node->len));
+	kvmm_node_ids_free(ctx, node);
 	node->id = 0;	/* a handle to it is stale from now on (frames.c) */
 	node_cache_put(ctx, node);
 }
@@ -575,6 +576,7 @@ int kvmm_tree_split(struct kvmm_ctx *ctx, struct kvmm_path *path)
 
 	ctx->tree.nr_nodes++;
 	kvmm_count(ctx, EV_SPLITS, 1);
+	kvmm_node_ids_split(ctx, p, x);
 	if (ctx->tree.split)
 		ctx->tree.split(ctx, p, x);
 	path->node = p;
@@ -979,6 +981,19 @@ struct kvmm_node *kvmm_tree_next(struct kvmm_node *root, struct kvmm_node *node)
 {
 	if (!list_empty(&node->children))
 		return list_entry(node->children.next, struct kvmm_node, sibling);
+	return kvmm_tree_skip(root, node);
+}
+
+/**
+ * kvmm_tree_skip() - pre-order successor of @node's whole subtree within
+ *	@root's: kvmm_tree_next() past everything below @node
+ * @root: the subtree walked
+ * @node: the current node
+ *
+ * Return: the next node, or NULL after the last.
+ */
+struct kvmm_node *kvmm_tree_skip(struct kvmm_node *root, struct kvmm_node *node)
+{
 	while (node != root) {
 		struct kvmm_node *parent = node->parent;
 

@@ -445,6 +445,7 @@ uint32_t kvmm_node_hash_start(const struct kvmm_node *node, struct kvmm_node **p
 
 	for (n = node->parent; !(n->flags & KVMM_NODE_ROOT); n = n->parent)
 		path[depth++] = (struct kvmm_node *)n;
+	XXH3_INITSTATE(st);	/* its seed is read: not one left on the stack */
 	XXH3_128bits_reset_withSeed(st, n->ns);
 	while (depth--)
 		XXH3_128bits_update(st, path[depth]->tokens,
@@ -473,6 +474,16 @@ struct kvmm_store_key *kvmm_tier_keys(struct kvmm_ctx *ctx, const struct kvmm_no
 
 	if (node->flags & KVMM_NODE_KEYED) {
 		kvmm_keyed_store_keys(ctx, node, keys);
+		return keys;
+	}
+	if (node->ids) {	/* an event named them already (events.c) */
+		ns = kvmm_node_ns(node)->root.ns;
+		for (i = 0; i < node->len >> ctx->page_shift; i++)
+			keys[i] = (struct kvmm_store_key){
+				.parent = { node->ids[i].lo, node->ids[i].hi },
+				.id = { node->ids[i + 1].lo, node->ids[i + 1].hi },
+				.ns = ns, .tokens = node->tokens + i * ps,
+			};
 		return keys;
 	}
 	ns = kvmm_node_hash_start(node, ctx->tier_path, &st, h);

@@ -100,6 +100,7 @@ int register_frames_suite(void);
 int register_remote_suite(void);
 int register_remote_server_suite(void);
 int register_events_suite(void);
+int register_kvevents_suite(void);
 int register_server_suite(void);
 int register_spin_suite(void);
 int register_abi_suite(void);

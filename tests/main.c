@@ -41,6 +41,7 @@ static const suite_register_fn suites[] = {
 	register_keyed_suite,
 	register_frames_suite,
 	register_events_suite,
+	register_kvevents_suite,
 	register_dispatch_suite,
 	register_server_suite,
 	register_spin_suite,

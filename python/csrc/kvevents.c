@@ -23,7 +23,8 @@
 /* Token ids on, then a buffer of @bytes unless one big enough is there. */
 static int kvmm_py_kvev_enable(struct kvmm_ctx *ctx, uint64_t bytes)
 {
-	struct kvmm_sqe tokens = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 1 };
+	struct kvmm_sqe tokens = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS,
+				   .arg2 = KVMM_EVENT_TOKENS_STORED };
 	struct kvmm_sqe set = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENTS, .arg2 = 0 };
 	uint64_t st[NR_KVMM_STATS];
 	int ret = kvmm_stats(ctx, st, NR_KVMM_STATS);
@@ -45,6 +46,7 @@ static int kvmm_py_kvev_create(struct kvmm_ctx *ctx, const char *endpoint, const
 	struct kvev_params p = {
 		.endpoint = endpoint, .replay = replay, .topic = topic,
 		.hash = (enum kvev_hash)hash, .seed = seed, .page_size = kvmm_page_size(ctx),
+		.stored_tokens = true,
 	};
 	int ret;
 

@@ -160,6 +160,63 @@ static void check_detects_free_bit_on_used_page(void)
 	kvmm_destroy(f.ctx);
 }
 
+/*
+ * With events on, each node keeps its pages' identities and where
+ * hashing stood at its end (events.c): a wrong identity, a wrong resume
+ * point, or identities kept while events are off are caught.
+ */
+static void check_detects_wrong_page_identities(void)
+{
+	struct kvmm_sqe on = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENTS, .arg2 = 1u << 16 };
+	struct kvmm_node *root, *node;
+	struct kvmm_key *ids;
+	struct fixture f;
+	uint64_t *acc;
+	uint32_t tok[40], pages;
+
+	setup(&f);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ioctl(f.ctx, &on, NULL, 0), 0);
+	test_tokens(tok, 40, 9);
+	CU_ASSERT_EQUAL_FATAL(test_cache(f.ctx, 1, tok, 40), 0);	/* one node, named */
+	root = list_entry(f.ctx->tree.roots.next, struct kvmm_node, sibling);
+	for (node = root; node && !node->ids; node = kvmm_tree_next(root, node))
+		;
+	if (!node) {
+		root = list_entry(f.ctx->tree.roots.next->next, struct kvmm_node, sibling);
+		for (node = root; node && !node->ids; node = kvmm_tree_next(root, node))
+			;
+	}
+	CU_ASSERT_PTR_NOT_NULL_FATAL(node);
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
+	ids = node->ids;
+	pages = node->len >> f.ctx->page_shift;
+	ids[1].lo ^= 1;
+	expect_broken(&f, "identities that are not");
+	ids[1].lo ^= 1;
+	ids[0].hi ^= 1;		/* the page before its first */
+	expect_broken(&f, "identities that are not");
+	ids[0].hi ^= 1;
+	/* the resume point follows them: accumulators, stripes, bytes hashed, ... */
+	acc = (uint64_t *)(ids + pages + 1);
+	acc[9] += 4;
+	expect_broken(&f, "resume point");
+	acc[9] -= 4;
+	((uint32_t *)acc)[22]++;	/* then the namespace */
+	expect_broken(&f, "another namespace");
+	((uint32_t *)acc)[22]--;
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
+	/* kept while events are off: nothing keeps them right */
+	node->ids = NULL;
+	on.arg2 = 0;
+	CU_ASSERT_EQUAL(kvmm_ioctl(f.ctx, &on, NULL, 0), 0);
+	node->ids = ids;
+	expect_broken(&f, "no event could have named");
+	node->ids = NULL;
+	CU_ASSERT_EQUAL(kvmm_check(f.ctx), 0);
+	kvmm_mfree(f.ctx, ids, kvmm_node_ids_bytes(f.ctx, node->len));
+	kvmm_destroy(f.ctx);
+}
+
 int register_check_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_check", NULL, NULL);
@@ -174,5 +231,6 @@ int register_check_suite(void)
 	ADD_TEST(s, check_detects_prefetch_miscount);
 	ADD_TEST(s, check_detects_row_not_matching_path);
 	ADD_TEST(s, check_detects_free_bit_on_used_page);
+	ADD_TEST(s, check_detects_wrong_page_identities);
 	return 0;
 }

@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "../helpers.h"
+#include "../../kvmm/internal.h"
 
 #define PS	4
 #define OUT_BYTES	(64u << 10)
@@ -29,6 +30,7 @@ static void ref_keys(uint32_t ns, const uint32_t *tok, uint32_t ps, uint32_t fir
 	XXH128_hash_t h = { 0, 0 };
 	uint32_t i;
 
+	XXH3_INITSTATE(&st);
 	XXH3_128bits_reset_withSeed(&st, ns);
 	for (i = 0; i < first + nr; i++) {
 		if (i == first)
@@ -290,6 +292,8 @@ static void events_bad_commands(void)
 		/* too small a buffer to keep tokens in */
 		{ { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 1 }, -EINVAL },
 		{ { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 2 }, -EINVAL },
+		/* no such setting */
+		{ { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 3 }, -EINVAL },
 	};
 	uint32_t tok[16], i;
 
@@ -363,7 +367,11 @@ static int set_event_tokens(struct kvmm_ctx *ctx, uint64_t on)
 }
 
 /* The @i-th event of the last read made with KVMM_EVENTS_TOKENS at @ps. */
-static const struct kvmm_cache_event *event_tok(uint32_t i, uint32_t ps)
+/*
+ * The @i-th event of the last read with token ids (page size @ps) after
+ * every event's keys, or after STORED events' only (@stored_only).
+ */
+static const struct kvmm_cache_event *event_tok_of(uint32_t i, uint32_t ps, bool stored_only)
 {
 	const char *p = (const char *)(hdr() + 1);
 
@@ -371,9 +379,16 @@ static const struct kvmm_cache_event *event_tok(uint32_t i, uint32_t ps)
 		const struct kvmm_cache_event *e = (const void *)p;
 		uint64_t tok_bytes = ((uint64_t)e->pages * ps * 4 + 15) / 16 * 16;
 
+		if (stored_only && e->type != KVMM_EVENT_STORED)
+			tok_bytes = 0;
 		p += sizeof(*e) + e->pages * sizeof(struct kvmm_key) + tok_bytes;
 	}
 	return (const struct kvmm_cache_event *)p;
+}
+
+static const struct kvmm_cache_event *event_tok(uint32_t i, uint32_t ps)
+{
+	return event_tok_of(i, ps, false);
 }
 
 /* Event @e carries tokens [first, +nr) pages of @tok, zero-padded to 16 bytes. */
@@ -462,6 +477,55 @@ static void events_with_tokens_split_at_max_tokens(void)
 	kvmm_destroy(ctx);
 }
 
+static const struct kvmm_cache_event *event_stored_tok(uint32_t i, uint32_t ps)
+{
+	return event_tok_of(i, ps, true);
+}
+
+/*
+ * KVMM_EVENT_TOKENS_STORED: STORED events carry their token ids, the
+ * others (a demotion, a promotion, a removal) their keys alone, with the
+ * flag or without; a change of setting empties the buffer.
+ */
+static void events_carry_stored_tokens_only(void)
+{
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	struct kvmm_ctx *ctx = NULL;
+	uint32_t tok[24];
+
+	p.host_pages = 64;
+	p.host_node = KVMM_NODE_NEAREST;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	test_tokens(tok, 24, 12);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, KVMM_EVENTS_TOKENS_BUF_MIN), 0);
+	CU_ASSERT_EQUAL(set_event_tokens(ctx, KVMM_EVENT_TOKENS_STORED), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 3, tok, 16), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 3, tok, 20), 0);	/* 4 pages hit, 1 new */
+	CU_ASSERT_EQUAL(kvmm_reclaim(ctx, 1), 1);		/* the leaf, demoted */
+	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), 4);	/* device pages; the host's go too */
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, OUT_BYTES), 5);
+	assert_event(event_stored_tok(0, PS), 0, KVMM_EVENT_STORED, 0, 0, 3, tok, PS, 0, 4);
+	assert_event_tokens(event_stored_tok(0, PS), tok, PS, 0, 4);
+	assert_event(event_stored_tok(1, PS), 1, KVMM_EVENT_STORED, 0, 0, 3, tok, PS, 4, 1);
+	assert_event_tokens(event_stored_tok(1, PS), tok, PS, 4, 1);
+	assert_event(event_stored_tok(2, PS), 2, KVMM_EVENT_DEMOTED, KVMM_TIER_DEVICE,
+		     KVMM_TIER_HOST, 3, tok, PS, 4, 1);
+	assert_event(event_stored_tok(3, PS), 3, KVMM_EVENT_REMOVED, KVMM_TIER_HOST,
+		     KVMM_TIER_HOST, 3, tok, PS, 4, 1);
+	assert_event(event_stored_tok(4, PS), 4, KVMM_EVENT_REMOVED, 0, 0, 3, tok, PS, 0, 4);
+	/* headers and keys of five events, tokens of the two stored */
+	CU_ASSERT_EQUAL(hdr()->bytes, 5 * 48 + 11 * 16 + (4 + 1) * 16);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, 0, 0, OUT_BYTES), 5);
+	CU_ASSERT_EQUAL(hdr()->bytes, 5 * 48 + 11 * 16);
+	/* every event's again: the buffer starts over */
+	CU_ASSERT_EQUAL(set_event_tokens(ctx, 1), 0);
+	CU_ASSERT_EQUAL(read_events(ctx, 0, KVMM_EVENTS_TOKENS, 0, OUT_BYTES), 0);
+	CU_ASSERT_EQUAL(hdr()->lost, 5);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
 /* Keeping tokens rebuilds the buffer: a failed allocation changes nothing. */
 static void set_event_tokens_fails_cleanly(void)
 {
@@ -538,6 +602,217 @@ static void events_kept_prefix_state_names_pages_right(void)
 	kvmm_destroy(ctx);
 }
 
+/* ---- what a node keeps: its pages' identities and where hashing stood ---- */
+
+#define NPROMPTS	3
+
+/* Identities of every page of each prompt (pages of @ps tokens, @n each). */
+struct ref_set {
+	struct kvmm_key key[NPROMPTS][16];
+	uint32_t pages[NPROMPTS];
+};
+
+static void ref_set_init(struct ref_set *r, uint32_t ns, uint32_t *const *tok, uint32_t n)
+{
+	struct kvmm_key parent;
+	uint32_t i;
+
+	for (i = 0; i < NPROMPTS; i++) {
+		r->pages[i] = n / PS;
+		ref_keys(ns, tok[i], PS, 0, n / PS, r->key[i], &parent);
+	}
+}
+
+/*
+ * Event @e names pages of one of the prompts, in order, each with its
+ * identity, chained from the page before its first (none for a prompt's
+ * first page).
+ */
+static void assert_event_known(const struct ref_set *r, const struct kvmm_cache_event *e)
+{
+	const struct kvmm_key *k = event_keys(e);
+	uint32_t i, j, p;
+
+	for (p = 0; p < NPROMPTS; p++)
+		for (i = 0; i + e->pages <= r->pages[p]; i++) {
+			const struct kvmm_key none = { 0, 0 }, *before = i ? &r->key[p][i - 1] : &none;
+
+			if (memcmp(&k[0], &r->key[p][i], sizeof(k[0])) ||
+			    memcmp(&e->parent, before, sizeof(*before)))
+				continue;
+			for (j = 0; j < e->pages; j++)
+				if (memcmp(&k[j], &r->key[p][i + j], sizeof(k[j])))
+					break;
+			if (j == e->pages)
+				return;
+		}
+	CU_FAIL("an event names pages that are no prompt's");
+}
+
+/* Every event since @cursor names its pages right; return: the new cursor. */
+static uint64_t assert_events_known(struct kvmm_ctx *ctx, const struct ref_set *r,
+				    uint64_t cursor, uint32_t *nr)
+{
+	int n = read_events(ctx, cursor, 0, 0, OUT_BYTES), i;
+
+	CU_ASSERT_FATAL(n >= 0);
+	CU_ASSERT_EQUAL(hdr()->lost, 0);
+	for (i = 0; i < n; i++)
+		assert_event_known(r, event((uint32_t)i));
+	*nr = (uint32_t)n;
+	return hdr()->next;
+}
+
+/* Nodes (roots aside) that keep identities; @all: out, all nodes. */
+static uint32_t nodes_with_ids(struct kvmm_ctx *ctx, uint32_t *all)
+{
+	struct kvmm_list *pos;
+	uint32_t n = 0;
+
+	*all = 0;
+	list_for_each(pos, &ctx->tree.roots) {
+		struct kvmm_node *root = list_entry(pos, struct kvmm_node, sibling), *node;
+
+		for (node = kvmm_tree_next(root, root); node; node = kvmm_tree_next(root, node)) {
+			(*all)++;
+			n += node->ids != NULL;
+		}
+	}
+	return n;
+}
+
+/*
+ * The first event about a node keeps its pages' identities in it and
+ * where hashing stood at its end: a split shares them out (the new
+ * parent's end hashed on from its own parent's), a child is named from
+ * its parent's end however many other nodes were named since, and
+ * demotion, promotion and eviction tell the kept identities.
+ * kvmm_check() hashes every kept one again after each step.
+ */
+static void events_nodes_keep_page_identities(void)
+{
+	struct kvmm_params p = test_params(PS, 16, 4, 64);
+	static uint32_t a[32], b[32], c[32];
+	uint32_t *prompts[NPROMPTS] = { a, b, c }, seq, all, n;
+	struct kvmm_ctx *ctx = NULL;
+	struct ref_set r;
+	uint64_t cur = 0;
+
+	p.host_pages = 64;
+	p.host_node = KVMM_NODE_NEAREST;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	test_tokens(a, 32, 31);
+	test_tokens(b, 32, 32);
+	test_tokens(c, 32, 33);
+	memcpy(b, a, 2 * PS * sizeof(*a));		/* b and c leave a after two pages */
+	memcpy(c, a, 2 * PS * sizeof(*a));
+	ref_set_init(&r, 0, prompts, 32);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, 1u << 16), 0);
+
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, a, 16), 0);	/* X: pages 0-3 */
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, a, 24), 0);	/* Y under X */
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(nodes_with_ids(ctx, &all), 2);
+	CU_ASSERT_EQUAL(all, 2);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, b, 16), 0);	/* X split at page 2 */
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(nodes_with_ids(ctx, &all), 4);
+	CU_ASSERT_EQUAL(all, 4);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, c, 12), 0);	/* under the split's head */
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, b, 28), 0);	/* under b's leaf, c named since */
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, a, 32), 0);	/* under Y */
+	CHECK_OK(ctx);
+	cur = assert_events_known(ctx, &r, cur, &n);
+	CU_ASSERT_EQUAL(n, 6);
+
+	CU_ASSERT_EQUAL(kvmm_reclaim(ctx, 12), 12);	/* demoted, leaves first */
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_HOST_PAGES_CACHED), 12);
+	cur = assert_events_known(ctx, &r, cur, &n);
+	CU_ASSERT(n >= 2);
+	CU_ASSERT_EQUAL_FATAL(kvmm_seq_open(ctx, 0, &seq), 0);
+	CU_ASSERT(kvmm_seq_match(ctx, seq, a, 32) >= 0);
+	CU_ASSERT(kvmm_seq_promote(ctx, seq, a, 32) > 0);
+	CU_ASSERT_EQUAL(kvmm_seq_close(ctx, seq, NULL, 0), 0);
+	CHECK_OK(ctx);
+	cur = assert_events_known(ctx, &r, cur, &n);
+	CU_ASSERT(n >= 1);
+	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx) > 0, 1);
+	CHECK_OK(ctx);
+	cur = assert_events_known(ctx, &r, cur, &n);
+	CU_ASSERT_EQUAL(nodes_with_ids(ctx, &all), 0);
+	CU_ASSERT_EQUAL(all, 0);
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_DROPPED), 0);
+
+	/* events off: no node keeps anything (nothing would keep it right) */
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, a, 16), 0);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, a, 24), 0);
+	CU_ASSERT_EQUAL(nodes_with_ids(ctx, &all), 2);
+	CU_ASSERT_EQUAL(set_events(ctx, 0), 0);
+	CU_ASSERT_EQUAL(nodes_with_ids(ctx, &all), 0);
+	CU_ASSERT_EQUAL(all, 2);
+	CHECK_OK(ctx);
+	kvmm_destroy(ctx);
+}
+
+/*
+ * A node that gets no memory for its identities is named from its
+ * prefix, in the buffer's scratch, and keeps nothing; a split that gets
+ * none for either half leaves both keeping nothing.  Every event is
+ * still right and nothing leaks.
+ */
+static void events_node_identities_without_memory(void)
+{
+	struct test_alloc ta = { 0 };
+	struct kvmm_params p = test_params(PS, 64, 4, 64);
+	static uint32_t a[32], b[32], c[32];
+	uint32_t *prompts[NPROMPTS] = { a, b, c }, all, n;
+	struct kvmm_ctx *ctx = NULL;
+	struct ref_set r;
+	uint64_t cur = 0;
+
+	p.alloc = &test_alloc_ops;
+	p.alloc_priv = &ta;
+	CU_ASSERT_EQUAL_FATAL(kvmm_create(&p, &ctx), 0);
+	test_tokens(a, 32, 41);
+	test_tokens(b, 32, 42);
+	test_tokens(c, 32, 43);
+	memcpy(b, a, 2 * PS * sizeof(*a));
+	ref_set_init(&r, 0, prompts, 32);
+	CU_ASSERT_EQUAL_FATAL(set_events(ctx, 1u << 16), 0);
+
+	ta.fail_size = kvmm_node_ids_bytes(ctx, 4 * PS);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, a, 16), 0);	/* X, 4 pages: keeps nothing */
+	ta.fail_size = 0;
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, c, 16), 0);	/* another prompt in between */
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, a, 24), 0);	/* under X: from the root */
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(nodes_with_ids(ctx, &all), 2);
+	CU_ASSERT_EQUAL(all, 3);
+	cur = assert_events_known(ctx, &r, cur, &n);
+	CU_ASSERT_EQUAL(n, 3);
+
+	/* X named now (an eviction names it): it keeps them; then a split fails */
+	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), 10);
+	cur = assert_events_known(ctx, &r, cur, &n);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, a, 16), 0);
+	CU_ASSERT_EQUAL(nodes_with_ids(ctx, &all), 1);
+	ta.fail_size = kvmm_node_ids_bytes(ctx, 2 * PS);	/* both halves, and b's leaf */
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, b, 16), 0);
+	ta.fail_size = 0;
+	CHECK_OK(ctx);
+	CU_ASSERT_EQUAL(nodes_with_ids(ctx, &all), 0);
+	CU_ASSERT_EQUAL(all, 3);
+	CU_ASSERT_EQUAL(test_cache(ctx, 0, b, 24), 0);	/* under b's leaf */
+	CU_ASSERT_EQUAL(kvmm_drop_caches(ctx), 8);
+	CHECK_OK(ctx);
+	cur = assert_events_known(ctx, &r, cur, &n);
+	CU_ASSERT_EQUAL(n, 7);	/* STORED X, b's leaf and its child; REMOVED x4 */
+	CU_ASSERT_EQUAL(test_stat(ctx, KVMM_STAT_EVENTS_DROPPED), 0);
+	kvmm_destroy(ctx);
+	CU_ASSERT_EQUAL(ta.live_blocks, 0);
+}
+
 int register_events_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_events", NULL, NULL);
@@ -554,7 +829,10 @@ int register_events_suite(void)
 	ADD_TEST(s, events_bound_ring_sees_its_namespace_only);
 	ADD_TEST(s, events_carry_tokens);
 	ADD_TEST(s, events_with_tokens_split_at_max_tokens);
+	ADD_TEST(s, events_carry_stored_tokens_only);
 	ADD_TEST(s, set_event_tokens_fails_cleanly);
 	ADD_TEST(s, events_kept_prefix_state_names_pages_right);
+	ADD_TEST(s, events_nodes_keep_page_identities);
+	ADD_TEST(s, events_node_identities_without_memory);
 	return 0;
 }

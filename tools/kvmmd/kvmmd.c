@@ -516,7 +516,8 @@ static int set_ns_limits(struct kvmm_ctx *ctx, const struct opts *o)
 		{ KVMM_SET_KEYED_SHARE, o->keyed_share },
 		{ KVMM_SET_NS_KSPACES, o->ns_kspaces },
 		{ KVMM_SET_NS_KJOB_BYTES, o->ns_kjob_bytes },
-		{ KVMM_SET_EVENT_TOKENS, o->pub.endpoint ? 1 : 0 },	/* first: it sets the minimum */
+		/* first: it sets the minimum; the publisher's setting (kvev_thread_start()) */
+		{ KVMM_SET_EVENT_TOKENS, o->pub.endpoint ? KVMM_EVENT_TOKENS_STORED : 0 },
 		{ KVMM_SET_EVENTS, o->events },
 	};
 	size_t i;

@@ -46,11 +46,14 @@
 #include <xxhash.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 
 #include <msgpack.h>
 #include <openssl/evp.h>
@@ -73,6 +76,7 @@ struct kvev_ent {
 	uint32_t ns;
 	uint8_t tier;
 	uint8_t hash[HASH_MAX];
+	uint32_t tok;		/* with stored_tokens: its token ids' slot + 1 (tok_at()) */
 };
 
 /* A page by its vLLM hash (the first 8 bytes) and namespace: its kvmm key. */
@@ -85,11 +89,10 @@ struct kvev_rev {
 
 /*
  * A buffer that msgpack-c packs into and that token arrays are written
- * into directly (buf_reserve(), then the bytes).  A message is built in
- * one, after HDR_ROOM bytes its KVEventBatch header is written into
- * once the events are counted, and the buffer then becomes the replay
- * slot's: the slot's old buffer is the next message's, so nothing is
- * allocated or copied per message once the buffers are grown.
+ * into directly (buf_reserve(), then the bytes): the message being
+ * built, after HDR_ROOM bytes its KVEventBatch header is written into
+ * once the events are counted.  It is the same buffer for every
+ * message, grown to the largest.
  */
 struct kvev_buf {
 	char *data;
@@ -97,14 +100,59 @@ struct kvev_buf {
 	int err;		/* -ENOMEM once a write did not fit */
 };
 
+/*
+ * Messages kept for replay, and sent from there (ZMQ takes no copy),
+ * live in chunks filled one after the other, as a log: a message goes
+ * when its replay slot is taken, in the order they came, so a chunk is
+ * free once its last message went and ZMQ's I/O thread is done with all
+ * of them.  A chunk counts its holders: the publisher while it fills it,
+ * each message kept in it, each message ZMQ still sends from it.  Chunks
+ * are huge pages where the kernel gives them, so that keeping a stream
+ * costs a page fault per 2 MiB rather than per 4 KiB, and the last chunk
+ * freed is kept for the next.
+ */
+struct kvev_chunk {
+	atomic_uint refs;
+	size_t size;		/* bytes at @data */
+	size_t used;
+	char data[];
+};
+
+#define CHUNK_BYTES	(2u << 20)
+
+static struct kvev_chunk *chunk_new(size_t size)
+{
+	size_t bytes = (offsetof(struct kvev_chunk, data) + size + CHUNK_BYTES - 1) &
+		       ~(size_t)(CHUNK_BYTES - 1);
+	struct kvev_chunk *c = aligned_alloc(CHUNK_BYTES, bytes);
+
+	if (!c)
+		return NULL;
+	madvise(c, bytes, MADV_HUGEPAGE);	/* a hint: small pages do too */
+	atomic_init(&c->refs, 1);
+	c->size = bytes - offsetof(struct kvev_chunk, data);
+	c->used = 0;
+	return c;
+}
+
+/* zmq_free_fn: ZMQ is done with a message sent from chunk @hint */
+static void chunk_put_zmq(void *data, void *hint)
+{
+	struct kvev_chunk *c = hint;
+
+	(void)data;
+	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
+		free(c);
+}
+
 /* [ts, [events...], rank]: fixarray, float64, array32 at most */
 #define HDR_ROOM	(1 + 9 + 5)
 
-/* One message kept for replay: @len bytes at @data, within @buf. */
+/* One message kept for replay: @len bytes at @data, within @chunk. */
 struct kvev_msg {
 	uint64_t seq;
 	char topic[TOPIC_MAX];
-	struct kvev_buf buf;
+	struct kvev_chunk *chunk;
 	const char *data;
 	size_t len;
 };
@@ -119,8 +167,13 @@ struct kvev_msg {
  * @hashes: scratch for one event's page hashes
  * @md, @mdctx: sha256, fetched once, and a context reused for every block
  * @out: the message being built (msgpack), @nev events after HDR_ROOM
+ * @chunk: the chunk messages are kept in; @spare: a free one, or NULL
  * @ns: the namespace of the message being built
  * @ring: messages kept for replay, @p.buffer_steps slots
+ * @toks: with @p.stored_tokens, the token ids of the pages in the table,
+ *	@ntoks slots of page_size each, the free ones chained through their
+ *	first word from @tfree (slot + 1; 0: none)
+ * @tokbuf: scratch for one event's token ids gathered from there
  * @st: what it did; @st.messages is the next sequence number
  */
 struct kvev {
@@ -139,10 +192,15 @@ struct kvev {
 	EVP_MD *md;
 	EVP_MD_CTX *mdctx;
 	struct kvev_buf out;
+	struct kvev_chunk *chunk, *spare;
 	msgpack_packer ev_pk;
 	uint32_t nev;
 	uint32_t ns;
 	struct kvev_msg *ring;
+	uint32_t *toks;
+	uint32_t ntoks, tfree;
+	uint32_t *tokbuf;
+	uint32_t ntokbuf;
 	struct kvev_stats st;
 };
 
@@ -337,34 +395,89 @@ static void rev_del(struct kvev *ev, const uint8_t *hash, uint32_t ns, const str
 	ev->revs[i].used = 0;
 }
 
+/* ---- the token ids of the pages in the table (stored_tokens) ---- */
+
+static uint32_t *tok_at(const struct kvev *ev, uint32_t slot)
+{
+	return ev->toks + (size_t)(slot - 1) * ev->p.page_size;
+}
+
+/* A slot for a page's token ids.  Return: slot + 1, or 0 with no memory. */
+static uint32_t tok_alloc(struct kvev *ev)
+{
+	uint32_t slot = ev->tfree, n, i, *t;
+
+	if (slot) {
+		ev->tfree = *tok_at(ev, slot);
+		return slot;
+	}
+	n = ev->ntoks ? ev->ntoks * 2 : 1024;
+	if (n <= ev->ntoks)	/* 2^31 pages named: no more */
+		return 0;
+	t = realloc(ev->toks, (size_t)n * ev->p.page_size * sizeof(*t));
+	if (!t)
+		return 0;
+	ev->toks = t;
+	for (i = n; i > ev->ntoks + 1; i--) {	/* all but the first new one, free */
+		*tok_at(ev, i) = ev->tfree;
+		ev->tfree = i;
+	}
+	slot = ev->ntoks + 1;
+	ev->ntoks = n;
+	return slot;
+}
+
+static void tok_free(struct kvev *ev, uint32_t slot)
+{
+	*tok_at(ev, slot) = ev->tfree;
+	ev->tfree = slot;
+}
+
+/*
+ * Put page @k (its hash @hash, in @ns) in the table on @tier; with
+ * stored_tokens, its token ids @tok (NULL: those it has).
+ */
 static int ent_put(struct kvev *ev, const struct kvmm_key *k, const uint8_t *hash,
-		   uint32_t ns, uint8_t tier)
+		   uint32_t ns, uint8_t tier, const uint32_t *tok)
 {
 	struct kvev_ent *e = ent_lookup(ev, k);
+	uint32_t slot = 0;
 	uint64_t i;
 
-	if (!e) {
-		if ((ev->nr + 1) * 2 > ev->mask + 1 && ent_grow(ev))
-			return -ENOMEM;
-		for (i = k->lo & ev->mask; ev->ents[i].lo || ev->ents[i].hi;
-		     i = (i + 1) & ev->mask)
-			;
-		e = &ev->ents[i];
-		e->lo = k->lo;
-		e->hi = k->hi;
-		e->ns = ns;
+	if (e) {
 		e->tier = tier;
-		memcpy(e->hash, hash, ev->hlen);
-		ev->nr++;
-		if (rev_add(ev, hash, ns, k)) {
-			ev->nr--;
-			e->lo = e->hi = 0;	/* the last slot of its run: nothing to shift */
-			return -ENOMEM;
-		}
 		return 0;
 	}
+	if (ev->p.stored_tokens && tok) {
+		slot = tok_alloc(ev);
+		if (!slot)
+			return -ENOMEM;
+		memcpy(tok_at(ev, slot), tok, ev->p.page_size * sizeof(*tok));
+	}
+
+	if ((ev->nr + 1) * 2 > ev->mask + 1 && ent_grow(ev))
+		goto out_free_tok;
+	for (i = k->lo & ev->mask; ev->ents[i].lo || ev->ents[i].hi; i = (i + 1) & ev->mask)
+		;
+	e = &ev->ents[i];
+	e->lo = k->lo;
+	e->hi = k->hi;
+	e->ns = ns;
 	e->tier = tier;
+	e->tok = slot;
+	memcpy(e->hash, hash, ev->hlen);
+	ev->nr++;
+	if (rev_add(ev, hash, ns, k)) {
+		ev->nr--;
+		e->lo = e->hi = 0;	/* the last slot of its run: nothing to shift */
+		goto out_free_tok;
+	}
 	return 0;
+
+out_free_tok:
+	if (slot)
+		tok_free(ev, slot);
+	return -ENOMEM;
 }
 
 /* Delete with backward shift, so that no tombstones build up. */
@@ -375,6 +488,8 @@ static void ent_del(struct kvev *ev, const struct kvmm_key *k)
 
 	if (!e)
 		return;
+	if (e->tok)
+		tok_free(ev, e->tok);
 	rev_del(ev, e->hash, e->ns, k);
 	i = (uint64_t)(e - ev->ents);
 	for (j = (i + 1) & ev->mask; ev->ents[j].lo || ev->ents[j].hi; j = (j + 1) & ev->mask) {
@@ -471,16 +586,27 @@ static const char *const media[] = {
 	[KVMM_TIER_DEVICE] = "GPU", [KVMM_TIER_HOST] = "CPU", [KVMM_TIER_NVME] = "STORAGE",
 };
 
+/*
+ * "block_hashes": an array of @n bin 8 of ev->hlen bytes each, as
+ * msgpack_pack_bin() writes them, straight into the buffer.
+ */
 static void pack_hashes(struct kvev *ev, const uint8_t *h, uint32_t n)
 {
+	struct kvev_buf *b = &ev->out;
+	char *p;
 	uint32_t i;
 
 	pack_str(&ev->ev_pk, "block_hashes");
 	msgpack_pack_array(&ev->ev_pk, n);
-	for (i = 0; i < n; i++) {
-		msgpack_pack_bin(&ev->ev_pk, ev->hlen);
-		msgpack_pack_bin_body(&ev->ev_pk, h + (size_t)i * ev->hlen, ev->hlen);
+	if (buf_reserve(b, (size_t)n * (2 + ev->hlen)))
+		return;
+	p = b->data + b->len;
+	for (i = 0; i < n; i++, p += ev->hlen) {
+		*p++ = (char)0xc4;
+		*p++ = (char)ev->hlen;
+		memcpy(p, h + (size_t)i * ev->hlen, ev->hlen);
 	}
+	b->len = (size_t)(p - b->data);
 }
 
 /*
@@ -540,13 +666,68 @@ static void topic_of(const struct kvev *ev, uint32_t ns, char *buf)
 	snprintf(buf, TOPIC_MAX, "%s/ns/%u/", ev->topic, ns);
 }
 
-static int send_frames(void *sock, const void *const *f, const size_t *len, int n)
+/* @n frames, copied; @last: the flags of the last (ZMQ_SNDMORE: more follow) */
+static int send_frames(void *sock, const void *const *f, const size_t *len, int n, int last)
 {
 	int i;
 
 	for (i = 0; i < n; i++)
-		if (zmq_send(sock, f[i], len[i], i < n - 1 ? ZMQ_SNDMORE : 0) < 0)
+		if (zmq_send(sock, f[i], len[i], i < n - 1 ? ZMQ_SNDMORE : last) < 0)
 			return -zmq_errno();
+	return 0;
+}
+
+/* The publisher lets go of chunk @c: the last holder frees it, or keeps it as the spare. */
+static void chunk_put(struct kvev *ev, struct kvev_chunk *c)
+{
+	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	if (!ev->spare && c->size == CHUNK_BYTES - offsetof(struct kvev_chunk, data)) {
+		atomic_init(&c->refs, 1);
+		c->used = 0;
+		ev->spare = c;
+		return;
+	}
+	free(c);
+}
+
+/* Room for @n bytes in the chunk messages are kept in.  Return: 0 or -ENOMEM. */
+static int chunk_room(struct kvev *ev, size_t n)
+{
+	struct kvev_chunk *c = ev->chunk;
+
+	if (c && c->size - c->used >= n)
+		return 0;
+	if (ev->spare && ev->spare->size >= n) {
+		c = ev->spare;
+		ev->spare = NULL;
+	} else {
+		c = chunk_new(n > CHUNK_BYTES / 2 ? n : CHUNK_BYTES / 2);
+		if (!c)
+			return -ENOMEM;
+	}
+	if (ev->chunk)
+		chunk_put(ev, ev->chunk);
+	ev->chunk = c;
+	return 0;
+}
+
+/* The last frame: message @m's bytes, sent from its chunk, which ZMQ holds till done. */
+static int send_kept(void *sock, const struct kvev_msg *m)
+{
+	zmq_msg_t msg;
+
+	atomic_fetch_add_explicit(&m->chunk->refs, 1, memory_order_relaxed);
+	if (zmq_msg_init_data(&msg, (void *)m->data, m->len, chunk_put_zmq, m->chunk)) {
+		atomic_fetch_sub_explicit(&m->chunk->refs, 1, memory_order_relaxed);
+		return -zmq_errno();
+	}
+	if (zmq_msg_send(&msg, sock, 0) < 0) {
+		int ret = -zmq_errno();
+
+		zmq_msg_close(&msg);	/* lets go of the chunk */
+		return ret;
+	}
 	return 0;
 }
 
@@ -558,39 +739,36 @@ static void seq_bytes(uint64_t seq, uint8_t *b)
 		b[i] = (uint8_t)(seq >> (56 - 8 * i));
 }
 
-/* Start the next message in @b: its events go after the header's room. */
-static void batch_reset(struct kvev *ev, struct kvev_buf *b)
+/* Start the next message: its events go after the header's room. */
+static void batch_reset(struct kvev *ev)
 {
-	b->len = HDR_ROOM;
-	b->err = 0;
-	ev->out = *b;
+	ev->out.len = HDR_ROOM;
+	ev->out.err = 0;
 	ev->nev = 0;
 }
 
 /*
  * Send the message being built, as KVEventBatch [ts, events, 0] (vLLM's
  * publisher fills data_parallel_rank with its rank, 0 for one), and keep
- * it for replay: its header goes right before its events, and its
- * buffer becomes the replay slot's, whose old buffer takes the next
- * message.  ZMQ copies it once.
+ * it for replay: its header goes right before its events, it is copied
+ * once, into the chunk it is kept in, and ZMQ sends it from there.
  */
 static int flush_batch(struct kvev *ev)
 {
 	char head[HDR_ROOM];
 	struct kvev_buf hb = { .data = head, .cap = sizeof(head) };
 	msgpack_packer hpk;
-	struct kvev_buf old;
 	struct kvev_msg *m;
 	struct timespec ts;
 	uint8_t sb[8];
-	const void *f[3];
-	size_t len[3];
+	const void *f[2];
+	size_t len[2], n;
 	int ret;
 
 	if (!ev->nev)
 		return 0;
 	if (ev->out.err || msgpack_pack_uint8(&ev->ev_pk, 0) || ev->out.err) {
-		batch_reset(ev, &ev->out);
+		batch_reset(ev);
 		return -ENOMEM;
 	}
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -599,20 +777,35 @@ static int flush_batch(struct kvev *ev)
 	msgpack_pack_double(&hpk, ts.tv_sec + ts.tv_nsec / 1e9);
 	msgpack_pack_array(&hpk, ev->nev);
 	memcpy(ev->out.data + HDR_ROOM - hb.len, head, hb.len);
+	n = ev->out.len - (HDR_ROOM - hb.len);
 
 	m = &ev->ring[ev->st.messages % ev->p.buffer_steps];
-	old = m->buf;
-	m->buf = ev->out;
-	m->data = m->buf.data + HDR_ROOM - hb.len;
-	m->len = m->buf.len - (HDR_ROOM - hb.len);
-	batch_reset(ev, &old);
+	if (m->chunk) {		/* the oldest message kept goes */
+		chunk_put(ev, m->chunk);
+		m->chunk = NULL;
+		m->len = 0;
+	}
+	if (chunk_room(ev, n)) {
+		batch_reset(ev);
+		return -ENOMEM;
+	}
+	m->chunk = ev->chunk;
+	atomic_fetch_add_explicit(&m->chunk->refs, 1, memory_order_relaxed);
+	m->data = m->chunk->data + m->chunk->used;
+	m->len = n;
+	memcpy(m->chunk->data + m->chunk->used, ev->out.data + HDR_ROOM - hb.len, n);
+	m->chunk->used += (n + 7) & ~(size_t)7;
+	if (m->chunk->used > m->chunk->size)
+		m->chunk->used = m->chunk->size;
+	batch_reset(ev);
 	m->seq = ev->st.messages++;
 	topic_of(ev, ev->ns, m->topic);
 	seq_bytes(m->seq, sb);
 	f[0] = m->topic, len[0] = strlen(m->topic);
 	f[1] = sb, len[1] = 8;
-	f[2] = m->data, len[2] = m->len;
-	ret = send_frames(ev->pub, f, len, 3);
+	ret = send_frames(ev->pub, f, len, 2, ZMQ_SNDMORE);
+	if (!ret)
+		ret = send_kept(ev->pub, m);
 	/* a PUB socket drops what subscribers cannot take: replay has it */
 	return ret == -EAGAIN ? 0 : ret;
 }
@@ -677,7 +870,7 @@ int kvev_serve_replay(struct kvev *ev, int timeout_ms)
 			f[2] = m->topic, len[2] = strlen(m->topic);
 			f[3] = sb, len[3] = 8;
 			f[4] = m->data, len[4] = m->len;
-			ret = send_frames(ev->router, f, len, 5);
+			ret = send_frames(ev->router, f, len, 5, 0);
 			if (ret)
 				return ret;
 		}
@@ -686,7 +879,7 @@ int kvev_serve_replay(struct kvev *ev, int timeout_ms)
 		f[2] = "", len[2] = 0;
 		f[3] = end_seq, len[3] = 8;
 		f[4] = "", len[4] = 0;
-		ret = send_frames(ev->router, f, len, 5);
+		ret = send_frames(ev->router, f, len, 5, 0);
 		if (ret)
 			return ret;
 		ev->st.replays++;
@@ -718,43 +911,56 @@ static bool parent_hash(const struct kvev *ev, const struct kvmm_cache_event *e,
 
 /*
  * The hashes of @e's pages into ev->hashes: those it knows from the
- * table, the others chained from the page before.  A page already
- * named keeps its name even where its parent has gone (a subtree is
- * removed parent first).  Return: false when some page cannot be named.
+ * table, the others chained from the page before, hashed from @tok (NULL:
+ * the event carries no token ids, stored_tokens, and then every page's
+ * are gathered from the table into ev->tokbuf).  A page already named
+ * keeps its name even where its parent has gone (a subtree is removed
+ * parent first).  Return: false when some page cannot be named.
  */
 static bool page_hashes(struct kvev *ev, const struct kvmm_cache_event *e, const uint8_t *parent,
-			bool parent_known)
+			bool parent_known, const uint32_t *tok)
 {
 	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
-	const uint32_t *tok = (const uint32_t *)(keys + e->pages);
-	uint32_t j;
+	uint32_t j, ps = ev->p.page_size;
 
+	if (!tok && (uint64_t)e->pages * ps > ev->ntokbuf)
+		return false;
 	for (j = 0; j < e->pages; j++) {
 		const struct kvev_ent *pe = ent_lookup(ev, &keys[j]);
 		uint8_t *hj = ev->hashes + (size_t)j * ev->hlen;
 
 		if (pe)
 			memcpy(hj, pe->hash, ev->hlen);
-		else if (j || parent_known)
-			kvev_block_hash(ev, j ? hj - ev->hlen : parent,
-					tok + (size_t)j * ev->p.page_size, hj);
+		else if (tok && (j || parent_known))
+			kvev_block_hash(ev, j ? hj - ev->hlen : parent, tok + (size_t)j * ps, hj);
 		else
 			return false;
+		if (!tok) {
+			if (!pe->tok)
+				return false;
+			memcpy(ev->tokbuf + (size_t)j * ps, tok_at(ev, pe->tok), ps * sizeof(*tok));
+		}
 	}
 	return true;
+}
+
+/* Whether @e carries its token ids (with stored_tokens, STORED events only). */
+static bool has_tokens(const struct kvev *ev, const struct kvmm_cache_event *e)
+{
+	return !ev->p.stored_tokens || e->type == KVMM_EVENT_STORED;
 }
 
 /* One kvmm event: the pages' hashes, then BlockStored / BlockRemoved. */
 static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 {
 	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
-	const uint32_t *tok = (const uint32_t *)(keys + e->pages);
+	const uint32_t *tok = has_tokens(ev, e) ? (const uint32_t *)(keys + e->pages) : NULL;
 	const uint8_t *parent;
 	bool known = parent_hash(ev, e, &parent);
 	uint32_t j;
 	int ret;
 
-	if (!page_hashes(ev, e, parent, known)) {
+	if (!page_hashes(ev, e, parent, known, tok)) {
 		ev->st.unnamed++;
 		if (e->type == KVMM_EVENT_REMOVED)
 			for (j = 0; j < e->pages; j++)
@@ -770,11 +976,12 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 	if (e->type != KVMM_EVENT_STORED)
 		pack_removed(ev, ev->hashes, e->pages, e->tier);
 	if (e->type != KVMM_EVENT_REMOVED)
-		pack_stored(ev, ev->hashes, e->pages, parent, tok, e->to);
+		pack_stored(ev, ev->hashes, e->pages, parent, tok ? tok : ev->tokbuf, e->to);
 	for (j = 0; j < e->pages; j++) {
 		if (e->type == KVMM_EVENT_REMOVED)
 			ent_del(ev, &keys[j]);
-		else if (ent_put(ev, &keys[j], ev->hashes + (size_t)j * ev->hlen, e->ns, e->to))
+		else if (ent_put(ev, &keys[j], ev->hashes + (size_t)j * ev->hlen, e->ns, e->to,
+				 tok ? tok + (size_t)j * ev->p.page_size : NULL))
 			return -ENOMEM;
 	}
 	return 0;
@@ -799,7 +1006,8 @@ int kvev_publish(struct kvev *ev, const struct kvmm_events_hdr *hdr)
 	ev->st.lost += hdr->lost;
 	for (i = 0; i < hdr->nr && !ret; i++) {
 		const struct kvmm_cache_event *e = (const void *)p;
-		uint64_t tok_bytes = ((uint64_t)e->pages * ev->p.page_size * 4 + 15) & ~15ull;
+		uint64_t tok_bytes = has_tokens(ev, e) ?
+				     ((uint64_t)e->pages * ev->p.page_size * 4 + 15) & ~15ull : 0;
 
 		if (e->tier >= KVMM_NR_TIERS || e->to >= KVMM_NR_TIERS || e->type >= KVMM_EVENT_LAST ||
 		    !e->pages || e->pages > KVMM_EVENT_MAX_PAGES)
@@ -930,6 +1138,9 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->topic = strdup(p->topic ? p->topic : KVEV_TOPIC_DEFAULT);
 	ev->cbor = malloc(32 + HASH_MAX + 5 * (size_t)p->page_size);
 	ev->hashes = malloc((size_t)KVMM_EVENT_MAX_PAGES * HASH_MAX);
+	/* an event that carries token ids is cut at KVMM_EVENT_MAX_TOKENS (one page at least) */
+	ev->ntokbuf = p->page_size > KVMM_EVENT_MAX_TOKENS ? p->page_size : KVMM_EVENT_MAX_TOKENS;
+	ev->tokbuf = malloc((size_t)ev->ntokbuf * sizeof(*ev->tokbuf));
 	ev->ents = calloc(1024, sizeof(*ev->ents));
 	ev->mask = 1023;
 	ev->revs = calloc(1024, sizeof(*ev->revs));
@@ -937,11 +1148,12 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	pthread_mutex_init(&ev->lock, NULL);
 	ev->ring = calloc(ev->p.buffer_steps, sizeof(*ev->ring));
 	msgpack_packer_init(&ev->ev_pk, &ev->out, buf_write);
-	batch_reset(ev, &ev->out);
+	batch_reset(ev);
 	ev->md = EVP_MD_fetch(NULL, "SHA256", NULL);
 	ev->mdctx = EVP_MD_CTX_new();
 	sbuf = malloc(sizeof(head) + sn);
-	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->ents || !ev->revs || !ev->ring ||
+	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->tokbuf || !ev->ents || !ev->revs ||
+	    !ev->ring ||
 	    !ev->md || !ev->mdctx || !sbuf)
 		goto out_free;
 	/* NONE_HASH = H(cbor(seed)): the seed is a text string */
@@ -986,8 +1198,12 @@ void kvev_destroy(struct kvev *ev)
 	if (ev->zctx)
 		zmq_ctx_term(ev->zctx);
 	for (i = 0; ev->ring && i < ev->p.buffer_steps; i++)
-		free(ev->ring[i].buf.data);
+		if (ev->ring[i].chunk)
+			chunk_put(ev, ev->ring[i].chunk);
 	free(ev->ring);
+	if (ev->chunk)
+		chunk_put(ev, ev->chunk);
+	free(ev->spare);
 	free(ev->out.data);
 	EVP_MD_CTX_free(ev->mdctx);
 	EVP_MD_free(ev->md);
@@ -995,6 +1211,8 @@ void kvev_destroy(struct kvev *ev)
 	free(ev->revs);
 	pthread_mutex_destroy(&ev->lock);
 	free(ev->hashes);
+	free(ev->tokbuf);
+	free(ev->toks);
 	free(ev->cbor);
 	free(ev->topic);
 	free(ev);
@@ -1066,7 +1284,8 @@ static void *kvev_thread_fn(void *arg)
 int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_t events_bytes,
 		      uint32_t interval_ms, struct kvev_thread **out)
 {
-	struct kvmm_sqe tokens = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS, .arg2 = 1 };
+	struct kvmm_sqe tokens = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENT_TOKENS,
+				   .arg2 = KVMM_EVENT_TOKENS_STORED };
 	struct kvmm_sqe bytes = { .opcode = KVMM_OP_SET, .arg = KVMM_SET_EVENTS,
 				  .arg2 = events_bytes };
 	struct kvev_params pp = *p;
@@ -1102,6 +1321,7 @@ int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_
 	t->ctx = ctx;
 	t->interval_ms = interval_ms;
 	pp.page_size = kvmm_page_size(ctx);
+	pp.stored_tokens = true;
 	t->buf = aligned_alloc(8, PUMP_BYTES);
 	ret = t->buf ? kvev_create(&pp, &t->ev) : -ENOMEM;
 	if (ret)

@@ -42,6 +42,11 @@ extern const char *const kvev_hash_names[NR_KVEV_HASH + 1];
  * @page_size: tokens per page: vLLM's block_size
  * @buffer_steps: messages kept for replay (0: KVEV_BUFFER_STEPS)
  * @hwm: the PUB socket's high-water mark (0: KVEV_HWM)
+ * @stored_tokens: the EVENTS output it is given carries token ids with
+ *	STORED events only (KVMM_SET_EVENT_TOKENS KVMM_EVENT_TOKENS_STORED):
+ *	the publisher keeps each page's from its STORED event on, for the
+ *	BlockStored a demotion or promotion sends (kvev_thread_start() sets
+ *	both)
  */
 struct kvev_params {
 	const char *endpoint;
@@ -52,6 +57,7 @@ struct kvev_params {
 	uint32_t page_size;
 	uint32_t buffer_steps;
 	uint32_t hwm;
+	bool stored_tokens;
 };
 
 /* What a publisher did, for its owner's log and tests. */

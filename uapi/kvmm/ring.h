@@ -365,11 +365,16 @@ struct kvmm_extend_ent {
 					 * KVMM_NS_KJOB_BYTES_DEFAULT */
 #define KVMM_SET_EVENT_TOKENS	11	/* 1: the event buffer also keeps each
 					 * event's token ids (EVENTS with
-					 * KVMM_EVENTS_TOKENS); 0: not, the
-					 * default.  A change empties the buffer */
+					 * KVMM_EVENTS_TOKENS);
+					 * KVMM_EVENT_TOKENS_STORED: only STORED
+					 * events'; 0: not, the default.  A
+					 * change empties the buffer */
 #define KVMM_SET_LAST		12
 
 #define KVMM_NS_KJOB_BYTES_DEFAULT	(64ull << 20)
+
+/* SET_EVENT_TOKENS: token ids with STORED events only (see EVENTS) */
+#define KVMM_EVENT_TOKENS_STORED	2
 
 #define KVMM_NS_PIN_AUTO	(~0ull)	/* SET_NS_PIN_PAGES: the default */
 #define KVMM_KSPACES_MAX	1024	/* keyed spaces a context holds */
@@ -589,6 +594,10 @@ struct kvmm_stats_snap {
  * must be KVMM_EVENTS_TOKENS_BUF_MIN bytes at least, and an event holds
  * at most KVMM_EVENT_MAX_TOKENS tokens' worth of pages (one page at
  * least).  len must hold KVMM_EVENTS_TOKENS_LEN_MIN to be sure of any.
+ * After KVMM_SET_EVENT_TOKENS KVMM_EVENT_TOKENS_STORED only STORED events
+ * carry them: the others are their keys alone, with or without the flag
+ * (a publisher that saw a page stored has its token ids already, and a
+ * page moved or dropped costs the engine no copy of them).
  */
 #define KVMM_EVENTS_NS		(1u << 0)
 #define KVMM_EVENTS_TOKENS	(1u << 1)
