@@ -69,7 +69,9 @@
  * namespace only (KSPACE names it) and reaches only spaces of its own
  * (-EINVAL for any other id, as for one that does not exist).
  */
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "../kvmm/internal.h"
 #include "disp.h"
@@ -905,18 +907,37 @@ static int32_t disp_exec_timed(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
  * command's own length in between is counted in the TSC's ticks, a few
  * ns a read: the batch's two clock reads say how many ns a tick is, there
  * and then, so nothing has to be calibrated, nor trusted to stay
- * constant for longer than a batch.  Where there is no TSC the ticks are
- * the clock's own ns.
+ * constant for longer than a batch.  The TSC is read only where the
+ * kernel's clock is the TSC itself (its clocksource): elsewhere it may be
+ * unstable, or a hypervisor may trap every read, and the ticks are the
+ * clock's own ns.
  */
 #define DISP_CLOCK_CMDS	64
+#define DISP_CLOCKSOURCE	"/sys/devices/system/clocksource/clocksource0/current_clocksource"
+
+static pthread_once_t disp_tsc_once = PTHREAD_ONCE_INIT;
+static bool disp_tsc;	/* set once, before any reader (pthread_once) */
+
+static void disp_tsc_probe(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	char cs[8] = "";
+	int fd = open(DISP_CLOCKSOURCE, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	disp_tsc = read(fd, cs, sizeof(cs)) == 4 && !memcmp(cs, "tsc\n", 4);
+	close(fd);
+#endif
+}
 
 static inline uint64_t disp_ticks(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
-	return __builtin_ia32_rdtsc();
-#else
-	return kvmm_now_ns();
+	if (disp_tsc)
+		return __builtin_ia32_rdtsc();
 #endif
+	return kvmm_now_ns();
 }
 
 /*
@@ -933,6 +954,7 @@ struct disp_clock {
 
 static void disp_clock_start(struct disp_clock *c)
 {
+	pthread_once(&disp_tsc_once, disp_tsc_probe);
 	c->ns = kvmm_now_ns();
 	c->tick = c->last = disp_ticks();
 	c->nr = 0;
