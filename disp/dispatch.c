@@ -69,7 +69,9 @@
  * namespace only (KSPACE names it) and reaches only spaces of its own
  * (-EINVAL for any other id, as for one that does not exist).
  */
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "../kvmm/internal.h"
 #include "disp.h"
@@ -921,13 +923,102 @@ static const struct disp_op *sqe_check_fields(const struct kvmm_sqe *sqe)
 static int32_t disp_exec_timed(struct kvmm_disp *d, const struct kvmm_sqe *sqe,
 			       uint32_t *cflags);
 
-/* disp_exec_timed(), its time in the command latency histogram (KVMM_HIST_CMD). */
-static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags)
-{
-	uint64_t t0 = kvmm_now_ns();
-	int32_t res = disp_exec_timed(d, sqe, cflags);
+/*
+ * The command latency histogram (KVMM_HIST_CMD) times every command, and
+ * a read of the monotonic clock costs about what a MATCH of a short
+ * prefix does (tens of ns in a VM).  So a batch reads the clock twice,
+ * at its start and its end (and every DISP_CLOCK_CMDS commands), and each
+ * command's own length in between is counted in the TSC's ticks, a few
+ * ns a read: the batch's two clock reads say how many ns a tick is, there
+ * and then, so nothing has to be calibrated, nor trusted to stay
+ * constant for longer than a batch.  The TSC is read only where the
+ * kernel's clock is the TSC itself (its clocksource): elsewhere it may be
+ * unstable, or a hypervisor may trap every read, and the ticks are the
+ * clock's own ns.
+ */
+#define DISP_CLOCK_CMDS	64
+#define DISP_CLOCKSOURCE	"/sys/devices/system/clocksource/clocksource0/current_clocksource"
 
-	kvmm_hist_observe(d->ctx, KVMM_HIST_CMD, kvmm_now_ns() - t0);
+static pthread_once_t disp_tsc_once = PTHREAD_ONCE_INIT;
+static bool disp_tsc;	/* set once, before any reader (pthread_once) */
+
+static void disp_tsc_probe(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	char cs[8] = "";
+	int fd = open(DISP_CLOCKSOURCE, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	disp_tsc = read(fd, cs, sizeof(cs)) == 4 && !memcmp(cs, "tsc\n", 4);
+	close(fd);
+#endif
+}
+
+static inline uint64_t disp_ticks(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	if (disp_tsc)
+		return __builtin_ia32_rdtsc();
+#endif
+	return kvmm_now_ns();
+}
+
+/*
+ * struct disp_clock - the commands of a batch timed, not yet observed
+ * @ns, @tick: kvmm_now_ns() and disp_ticks() where their span starts
+ * @last: disp_ticks() when the last command ended
+ * @nr: commands timed in @ticks
+ */
+struct disp_clock {
+	uint64_t ns, tick, last;
+	uint32_t nr;
+	uint64_t ticks[DISP_CLOCK_CMDS];
+};
+
+static void disp_clock_start(struct disp_clock *c)
+{
+	pthread_once(&disp_tsc_once, disp_tsc_probe);
+	c->ns = kvmm_now_ns();
+	c->tick = c->last = disp_ticks();
+	c->nr = 0;
+}
+
+/* Observe the commands timed since @c started, in ns; @c starts again. */
+static void disp_clock_flush(struct kvmm_disp *d, struct disp_clock *c)
+{
+	uint64_t ns = kvmm_now_ns(), tick = disp_ticks();
+	double per_tick = tick > c->tick ? (double)(ns - c->ns) / (double)(tick - c->tick) : 0;
+	uint32_t i;
+
+	for (i = 0; i < c->nr; i++)
+		kvmm_hist_observe(d->ctx, KVMM_HIST_CMD, (uint64_t)((double)c->ticks[i] * per_tick));
+	c->ns = ns;
+	c->tick = c->last = tick;
+	c->nr = 0;
+}
+
+/*
+ * disp_exec_timed(), its length counted in @c.  A DUMP shows the
+ * histogram with the batch's commands before it, as if each had been
+ * observed as it ended.
+ */
+static int32_t disp_exec(struct kvmm_disp *d, const struct kvmm_sqe *sqe, uint32_t *cflags,
+			 struct disp_clock *c)
+{
+	uint64_t now;
+	int32_t res;
+
+	if (sqe->opcode == KVMM_OP_DUMP && c->nr)
+		disp_clock_flush(d, c);
+	res = disp_exec_timed(d, sqe, cflags);
+	now = disp_ticks();
+
+	/* a TSC that went back (another CPU's, not in step): nothing */
+	c->ticks[c->nr++] = now > c->last ? now - c->last : 0;
+	c->last = now;
+	if (c->nr == DISP_CLOCK_CMDS)
+		disp_clock_flush(d, c);
 	return res;
 }
 
@@ -1155,6 +1246,7 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 {
 	struct kvmm_ring_hdr *hdr = d->hdr;
 	uint32_t tail, cq_head, n, room, i;
+	struct disp_clock clock;
 
 	/* Pairs with the client's release stores of sq_tail and cq_head. */
 	tail = __atomic_load_n(&hdr->sq_tail, __ATOMIC_ACQUIRE);
@@ -1181,6 +1273,7 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 	room = room > d->deferred ? room - d->deferred : 0;
 	if (n > room)
 		n = room;
+	disp_clock_start(&clock);
 	for (i = 0; i < n; i++) {
 		struct kvmm_sqe sqe;
 		struct kvmm_cqe *cqe;
@@ -1188,7 +1281,7 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 		int32_t res;
 
 		memcpy(&sqe, &d->sqes[(d->sq_head + i) & d->sq_mask], sizeof(sqe));
-		res = disp_exec(d, &sqe, &cflags);
+		res = disp_exec(d, &sqe, &cflags, &clock);
 		if (res == RES_DEFERRED) {
 			__atomic_store_n(&d->deferred, d->deferred + 1, __ATOMIC_RELAXED);
 			continue;
@@ -1212,6 +1305,8 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 	 */
 	__atomic_store_n(&hdr->sq_head, d->sq_head, __ATOMIC_RELEASE);
 	__atomic_store_n(&hdr->cq_tail, d->cq_tail, __ATOMIC_RELEASE);
+	if (clock.nr)	/* after the completions show: the client need not wait */
+		disp_clock_flush(d, &clock);
 	pthread_mutex_unlock(&d->ctx->lock);
 	return n;
 }
@@ -1278,6 +1373,7 @@ KVMM_EXPORT int kvmm_ioctl(struct kvmm_ctx *ctx, const struct kvmm_sqe *sqe,
 {
 	struct kvmm_disp d = { .ctx = ctx, .keep_only = true };
 	struct kvmm_sqe copy;
+	struct disp_clock clock;
 	uint32_t cflags = 0, i;
 	int32_t res;
 
@@ -1287,7 +1383,9 @@ KVMM_EXPORT int kvmm_ioctl(struct kvmm_ctx *ctx, const struct kvmm_sqe *sqe,
 		d.bufs[i] = bufs[i];
 	memcpy(&copy, sqe, sizeof(copy));
 	pthread_mutex_lock(&ctx->lock);
-	res = disp_exec(&d, &copy, &cflags);
+	disp_clock_start(&clock);
+	res = disp_exec(&d, &copy, &cflags, &clock);
+	disp_clock_flush(&d, &clock);
 	pthread_mutex_unlock(&ctx->lock);
 	return res;
 }

@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "../helpers.h"
 
@@ -991,6 +993,61 @@ static void dump_hist_counts_commands_and_tier_copies(void)
 	kvmm_destroy(ctx);
 }
 
+/*
+ * A batch of more commands than the dispatcher times between two reads
+ * of the clock still has each command in the histogram once: a DUMP in
+ * the middle of the batch sees the commands before it, and the times
+ * observed add up to no more than the batch took on the clock.
+ */
+static void dump_hist_times_each_command_of_a_batch(void)
+{
+	static struct {
+		struct kvmm_dump_hdr hdr;
+		struct kvmm_dump_hist h[KVMM_HIST_LAST];
+	} out;
+	struct kvmm_ring_params rp = { .sq_entries = 256, .buf_size = sizeof(out) };
+	struct kvmm_ctx *ctx = test_ctx(4, 16, 4, 64);
+	const struct kvmm_dump_hist *cmd = &out.h[KVMM_HIST_CMD];
+	struct timespec t0, t1;
+	struct kvmm_ring ring;
+	struct kvmm_sqe *sqe;
+	struct kvmm_cqe *cqe;
+	uint64_t wall;
+	uint32_t i;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT_EQUAL_FATAL(kvmm_ring_init(ctx, &rp, &ring), 0);
+	for (i = 0; i < 251; i++) {
+		sqe = kvmm_get_sqe(&ring);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(sqe);
+		if (i == 200)
+			kvmm_prep_dump(sqe, KVMM_DUMP_HIST, 0, 0, 0, sizeof(out));
+		else
+			kvmm_prep_nop(sqe);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CU_ASSERT_EQUAL(kvmm_submit(&ring), 251);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	wall = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
+	       (uint64_t)t0.tv_nsec;
+	for (i = 0; i < 251; i++) {
+		CU_ASSERT_EQUAL_FATAL(kvmm_wait_cqe(&ring, &cqe), 0);
+		CU_ASSERT_EQUAL(cqe->res, i == 200 ? KVMM_HIST_LAST : 0);
+		kvmm_cqe_seen(&ring, cqe);
+	}
+	memcpy(&out, ring.buf, sizeof(out));
+	CU_ASSERT_EQUAL(cmd->count, 200);
+	assert_hist_sane(cmd, KVMM_HIST_CMD);
+	/* all 251 by now; the DUMP reading them is counted after it */
+	CU_ASSERT_EQUAL(dump_hist(ctx, &out, sizeof(out), 0), KVMM_HIST_LAST);
+	CU_ASSERT_EQUAL(cmd->count, 251);
+	assert_hist_sane(cmd, KVMM_HIST_CMD);
+	CU_ASSERT(cmd->sum_ns <= wall);
+	CHECK_OK(ctx);
+	kvmm_ring_exit(&ring);
+	kvmm_destroy(ctx);
+}
+
 int register_dispatch_suite(void)
 {
 	CU_pSuite s = CU_add_suite("kvmm_dispatch", NULL, NULL);
@@ -1011,6 +1068,7 @@ int register_dispatch_suite(void)
 	ADD_TEST(s, ioctl_stale_seq_id_fails);
 	ADD_TEST(s, ring_seq_generation_wraps_and_is_never_zero);
 	ADD_TEST(s, dump_hist_counts_commands_and_tier_copies);
+	ADD_TEST(s, dump_hist_times_each_command_of_a_batch);
 	if (add_racy(s, "ring_tokens_rewritten_while_read_keep_tree_sound",
 		     ring_tokens_rewritten_while_read_keep_tree_sound) ||
 	    add_racy(s, "ring_output_rewritten_while_written_stays_in_bounds",

@@ -423,6 +423,143 @@ static void bench_ratio_prints_both_loads_and_refuses_bad_options(void)
 }
 
 /*
+ * A workload with both sharing and eviction, in the shared benchmark's
+ * text form: two system prompts, eight conversations of two turns (the
+ * second's prompt is the first's prompt, its output and a new user turn),
+ * three in flight, a pool that holds a few prompts.
+ */
+static int write_chat_workload(char *path)
+{
+	FILE *f;
+	int fd = mkstemp(path), c, t, seg = 2, req = 0;
+	int first[8];
+	uint32_t i;
+
+	if (fd < 0 || !(f = fdopen(fd, "w")))
+		return -1;
+	fprintf(f, "M capacity_tokens 200\nM max_inflight 3\nM max_seq_len 128\n");
+	for (i = 0; i < 2; i++) {
+		fprintf(f, "S %u system %u", i, 24 - 8 * i);
+		for (c = 0; c < 24 - 8 * (int)i; c++)
+			fprintf(f, " %u", 1000 * (i + 1) + c);
+		fprintf(f, "\n");
+	}
+	for (t = 0; t < 2; t++) {
+		for (c = 0; c < 8; c++, req++) {
+			int sys = c % 3 ? 0 : 1, u = seg++, o = seg++, len = 6 + c + 2 * t;
+			int sys_len = 24 - 8 * sys, j;
+
+			fprintf(f, "S %d user %d", u, len);
+			for (j = 0; j < len; j++)
+				fprintf(f, " %d", 10000 * (u + 1) + j);
+			fprintf(f, "\nS %d output 6", o);
+			for (j = 0; j < 6; j++)
+				fprintf(f, " %d", 10000 * (o + 1) + j);
+			if (!t) {
+				fprintf(f, "\nR %d %d %d 0 -1 %d %d 6 2 %d %d\n", req, req, c,
+					sys_len + len, o, sys, u);
+				first[c] = req;
+			} else {
+				int p = first[c];
+				int plen = sys_len + (6 + c) + 6 + len;
+
+				fprintf(f, "\nR %d %d %d 1 %d %d %d 6 4 %d %d %d %d\n", req, req, c,
+					p, plen, o, sys, 2 + 2 * p, 3 + 2 * p, u);
+			}
+		}
+	}
+	return fclose(f) ? -1 : 0;
+}
+
+/* kvmm-bench replay --json of @path with @extra options: its JSON, or NULL. */
+static json_t *replay_json(const char *path, const char *ps, const char *const extra[])
+{
+	const char *argv[16] = { "kvmm-bench", "replay", "--workload", path, "--page-size", ps,
+				 "--json" };
+	static char out[4096];
+	json_error_t err;
+	int n = 7, ret;
+
+	while (*extra)
+		argv[n++] = *extra++;
+	argv[n] = NULL;
+	ret = hostile_run(argv, out, sizeof(out), 60000);
+	if (ret) {
+		fprintf(stderr, "kvmm-bench replay exit %d: %s\n", ret, out);
+		return NULL;
+	}
+	return json_loads(out, 0, &err);
+}
+
+static json_int_t jint(json_t *j, const char *key)
+{
+	return json_integer_value(json_object_get(j, key));
+}
+
+/*
+ * kvmm-bench replay --batch: through a ring, the commands of up to N
+ * requests go as one batch; the cache sees the direct replay's commands
+ * in the same order, so every count is the direct replay's, in-process
+ * and across processes, whatever N (more than the requests in flight
+ * is that many: the tokens' slots come round again after them).  A
+ * batch of 0 is a usage error, for replay and ratio.
+ */
+static void bench_replay_batches_give_the_direct_counts(void)
+{
+	static const char *const vias[][5] = {
+		{ "--via", "ring", "--batch", "1", NULL },
+		{ "--via", "ring", "--batch", "3", NULL },
+		{ "--via", "remote", "--batch", "1", NULL },
+		{ "--via", "remote", "--batch", "2", NULL },
+		{ "--via", "remote", "--batch", "3", NULL },
+		{ "--via", "remote", "--batch", "100", NULL },
+	};
+	static const json_int_t batch[] = { 1, 3, 1, 2, 3, 3 };
+	static const char *const direct[] = { NULL };
+	const char *ps[] = { "1", "4" };
+	char path[] = "/tmp/kvmm-chat-XXXXXX", out[512];
+	uint32_t p, i;
+
+	CU_ASSERT_EQUAL_FATAL(write_chat_workload(path), 0);
+	for (p = 0; p < 2; p++) {
+		json_t *d = replay_json(path, ps[p], direct);
+
+		CU_ASSERT_PTR_NOT_NULL(d);
+		if (!d)
+			break;
+		CU_ASSERT(json_is_true(json_object_get(d, "accounting_ok")));
+		CU_ASSERT(jint(d, "matched_tokens") > 0);	/* sharing */
+		CU_ASSERT(jint(d, "evicted_tokens") > 0);	/* and eviction */
+		for (i = 0; i < sizeof(vias) / sizeof(vias[0]); i++) {
+			json_t *r = replay_json(path, ps[p], vias[i]);
+
+			CU_ASSERT_PTR_NOT_NULL(r);
+			if (!r)
+				continue;
+			CU_ASSERT(json_is_true(json_object_get(r, "accounting_ok")));
+			CU_ASSERT_EQUAL(jint(r, "batch"), batch[i]);
+			CU_ASSERT_EQUAL(jint(r, "matched_tokens"), jint(d, "matched_tokens"));
+			CU_ASSERT_EQUAL(jint(r, "evicted_tokens"), jint(d, "evicted_tokens"));
+			CU_ASSERT_EQUAL(jint(r, "requests"), 16);
+			json_decref(r);
+		}
+		json_decref(d);
+	}
+	{
+		const char *a[] = { "kvmm-bench", "replay", "--workload", path, "--batch", "0",
+				    NULL };
+		const char *b[] = { "kvmm-bench", "ratio", "--workload", path, "--batch", "0",
+				    NULL };
+
+		CU_ASSERT_EQUAL(hostile_run(a, out, sizeof(out), 10000), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--batch"));
+		CU_ASSERT_EQUAL(hostile_run(b, out, sizeof(out), 10000), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "--batch"));
+	}
+	unlink(path);
+}
+
+/*
  * ring_sqe(), the tools' kvmm_get_sqe() that never hands out NULL: a full
  * SQ of the caller's own unsubmitted entries is -ENOSPC at once; one of
  * submitted entries the dispatcher cannot take (the CQ is full) is -EBUSY
@@ -477,5 +614,6 @@ int register_hostile_ring_suite(void)
 	ADD_TEST(s, bench_contender_dies_with_its_parent);
 	ADD_TEST(s, ring_sqe_full_sq_fails_instead_of_null);
 	ADD_TEST(s, bench_ratio_prints_both_loads_and_refuses_bad_options);
+	ADD_TEST(s, bench_replay_batches_give_the_direct_counts);
 	return 0;
 }

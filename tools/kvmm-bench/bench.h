@@ -22,6 +22,9 @@ enum replay_via {
 	VIA_REMOTE,	/* a ring attached to a server in another process */
 };
 
+/* Requests a ring batch carries unless --batch says otherwise. */
+#define REPLAY_BATCH	8
+
 struct replay_opts {
 	uint32_t page_size;
 	uint64_t capacity_tokens;	/* 0: the workload's */
@@ -29,6 +32,8 @@ struct replay_opts {
 	uint32_t repeat;
 	const char *evict;		/* NULL: lru */
 	enum replay_via via;
+	uint32_t batch;			/* ring: requests a batch of entries
+					 * carries (an engine step's admissions) */
 	uint64_t host_tokens;		/* host tier; 0: none */
 	uint64_t nvme_tokens;		/* NVMe tier below it; 0: none */
 	const char *nvme_file;		/* its file, recreated for every run */
@@ -55,6 +60,7 @@ struct replay_result {
 	uint64_t meta_bytes_end;
 	double us_per_request;		/* median over repeats */
 	double us_min, us_max;
+	uint32_t batch;			/* ring: requests a batch carried; 0: direct */
 	bool accounting_ok;
 };
 

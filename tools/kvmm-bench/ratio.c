@@ -48,16 +48,19 @@ static int ratio_replay(const struct workload *wl, struct replay_opts o, enum re
 }
 
 /* Print one condition of @rounds rounds; the arrays are sorted on the way. */
-static void ratio_report(bool json, uint32_t ps, const char *cond, int contend,
-			 struct ratio_runs *r, uint32_t rounds)
+static void ratio_report(bool json, const struct replay_opts *o, const char *cond,
+			 int contend, struct ratio_runs *r, uint32_t rounds)
 {
+	uint32_t ps = o->page_size;
+
 	double ratio = median_ratio(r->remote, r->direct, rounds);
 	double d = median(r->direct, rounds), x = median(r->remote, rounds);
 
 	if (json) {
-		tool_json_line(json_pack("{s:s,s:I,s:s,s:i,s:I,s:o,s:o,s:o}", "bench", "ratio",
+		tool_json_line(json_pack("{s:s,s:I,s:s,s:i,s:I,s:I,s:o,s:o,s:o}", "bench", "ratio",
 					 "page_size", (json_int_t)ps, "load", cond,
 					 "contend", contend, "rounds", (json_int_t)rounds,
+					 "batch", (json_int_t)o->batch,
 					 "direct_us", tool_json_fixed(d, 3),
 					 "remote_us", tool_json_fixed(x, 3),
 					 "remote_over_direct", tool_json_fixed(ratio, 2)),
@@ -86,8 +89,8 @@ static int ratio_page_size(const struct workload *wl, const struct replay_opts *
 			ret = ratio_replay(wl, *o, VIA_REMOTE, cpu, &busy->remote[r]);
 	}
 	if (!ret) {
-		ratio_report(json, o->page_size, "quiet", -1, quiet, rounds);
-		ratio_report(json, o->page_size, "contended", cpu, busy, rounds);
+		ratio_report(json, o, "quiet", -1, quiet, rounds);
+		ratio_report(json, o, "contended", cpu, busy, rounds);
 	}
 	free(quiet);
 	free(busy);
@@ -98,9 +101,11 @@ static void ratio_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kvmm-bench ratio --workload FILE [--page-size N]... [--rounds R]\n"
-		"                        [--repeat N] [--contend CPU] [--json]\n"
+		"                        [--repeat N] [--batch N] [--contend CPU] [--json]\n"
 		"  remote/direct time per request of the replay, quiet and with CPU (default 1)\n"
-		"  kept busy, R (default 5) interleaved rounds at each page size (default 1 and 16)\n");
+		"  kept busy, R (default 5) interleaved rounds at each page size (default 1 and 16);\n"
+		"  through the ring N requests a batch (default %u, as kvmm-bench replay)\n",
+		REPLAY_BATCH);
 }
 
 int cmd_ratio(int argc, char **argv)
@@ -110,12 +115,13 @@ int cmd_ratio(int argc, char **argv)
 		{ "page-size", required_argument, NULL, 'p' },
 		{ "rounds", required_argument, NULL, 'r' },
 		{ "repeat", required_argument, NULL, 'R' },
+		{ "batch", required_argument, NULL, 'b' },
 		{ "contend", required_argument, NULL, 'C' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	struct replay_opts o = { .repeat = 5, .contend = -1 };
+	struct replay_opts o = { .repeat = 5, .batch = REPLAY_BATCH, .contend = -1 };
 	uint32_t ps[8], nps = 0, rounds = 5, i;
 	const char *path = NULL;
 	struct workload wl;
@@ -133,6 +139,7 @@ int cmd_ratio(int argc, char **argv)
 			break;
 		case 'r': rounds = (uint32_t)parse_u64("--rounds", optarg); break;
 		case 'R': o.repeat = (uint32_t)parse_u64("--repeat", optarg); break;
+		case 'b': o.batch = (uint32_t)parse_u64("--batch", optarg); break;
 		case 'C': cpu = parse_u64("--contend", optarg); break;
 		case 'j': json = true; break;
 		case 'h': ratio_usage(stdout); return 0;
@@ -145,6 +152,8 @@ int cmd_ratio(int argc, char **argv)
 		die_usage("ratio: --rounds must be 1 to %d", RATIO_MAX_ROUNDS);
 	if (!o.repeat)
 		die_usage("ratio: --repeat must be at least 1");
+	if (!o.batch)
+		die_usage("ratio: --batch must be at least 1");
 	if (cpu > INT32_MAX || contender_check((int)cpu))
 		die_usage("ratio: --contend must name a CPU this process may run on");
 	if (!nps) {

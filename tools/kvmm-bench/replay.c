@@ -21,14 +21,22 @@
  * to a kvmm server in a forked process (the slots live in the ring's data
  * area, where the engine writes its tokens).  One server process serves
  * every repeat, each on a fresh context, as one process runs every direct
- * repeat: from the second repeat on, both allocate from a warm heap.  Through a ring the replay
- * batches as an engine's step would: it keeps finished sequences open for
- * reuse (a finish is a RETRACT that commits: insert, release, keep the
- * row), defers them into the next admission's batch before its MATCH, and
- * sends MATCH + EXTEND (to the prompt's length: KVMM_EXTEND_TO) + COMMIT +
- * the decode EXTENDs as that one batch.  In steady state a request is one
- * round trip; the cache sees the same commands in the same order as the
- * direct replay.
+ * repeat: from the second repeat on, both allocate from a warm heap.
+ * Through a ring the replay batches as an engine's step would: it keeps
+ * finished sequences open for reuse (a finish is a RETRACT that commits:
+ * insert, release, keep the row), defers them into the batch of the
+ * admissions that follow, and queues each request's MATCH + EXTEND (to
+ * the prompt's length: KVMM_EXTEND_TO) + COMMIT + the decode EXTENDs
+ * behind them.  The batch goes, one round trip, once --batch requests
+ * are in it (an engine step that admits that many, with the finishes
+ * before them): no command needs the result of another in its batch.
+ * The cache sees the same commands in the same order as the direct
+ * replay, and the timed work is the same: each request's tokens are
+ * built, untimed, before its admission; preparing each command is timed,
+ * and so is the batch's round trip, from its submission to its last
+ * completion reaped.  The direct
+ * replay runs each request's commands right after building its tokens
+ * (so they are in the cache it runs on), never batched.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -45,7 +53,7 @@
 #include "../lib/kvevents.h"
 #endif
 
-#define RING_SQ		64
+#define RING_SQ		256
 
 struct replay {
 	const struct workload *wl;
@@ -61,9 +69,15 @@ struct replay {
 	uint32_t *fifo_req, *fifo_seq, *fifo_tok;
 	uint32_t head, count;
 	uint32_t *idle, nidle;		/* ring: open, empty sequences to reuse */
-	uint32_t pending;		/* ring: finishes prepared, not submitted */
+	uint32_t pending;		/* ring: entries prepared, not submitted */
+	uint32_t step;			/* ring: requests admitted, not submitted */
+	uint32_t batch;			/* ring: requests a batch carries */
+	uint32_t *want, nwant;		/* ring: of the entries pending, those
+					 * whose result is a request's matched
+					 * tokens (its MATCH, or PROMOTE) */
 	uint8_t *done;
 	uint64_t ns;
+	uint64_t matched;		/* tokens matched, summed */
 	void *pub;			/* --kv-events: struct kvev_thread */
 };
 
@@ -89,6 +103,52 @@ static int first_error(const int32_t *res, uint32_t n)
 	return 0;
 }
 
+/*
+ * Ring: run every entry prepared and not yet submitted, as one batch (one
+ * round trip); the results of its MATCHes (or PROMOTEs) add up to the
+ * tokens matched.  With @res, the caller reads the other results there.
+ */
+static int batch_run(struct replay *rp, int32_t *res)
+{
+	uint32_t n = rp->pending, i;
+	int ret;
+
+	if (!n)
+		return 0;
+	rp->pending = 0;
+	rp->step = 0;
+	ret = ring_run(&rp->ring, n, res);
+	if (ret || (ret = first_error(res, n)))
+		return ret;
+	for (i = 0; i < rp->nwant; i++)
+		rp->matched += (uint32_t)res[rp->want[i]];
+	rp->nwant = 0;
+	return 0;
+}
+
+/* Ring: what is still prepared (the end of the replay). */
+static int flush_pending(struct replay *rp)
+{
+	int32_t res[RING_SQ];
+	uint64_t t0 = now_ns();
+	int ret = batch_run(rp, res);
+
+	rp->ns += now_ns() - t0;
+	return ret;
+}
+
+/* Ring: one more entry in the batch, running the batch first if the SQ is full. */
+static int admit_sqe(struct replay *rp, int32_t *res, struct kvmm_sqe **sqe)
+{
+	int ret = rp->pending == RING_SQ ? batch_run(rp, res) : 0;
+
+	if (!ret)
+		ret = ring_sqe(&rp->ring, sqe);
+	if (!ret)
+		rp->pending++;
+	return ret;
+}
+
 static int replay_finish_oldest(struct replay *rp)
 {
 	uint32_t fifo = rp->head % rp->wl->max_inflight, slot = rp->fifo_tok[fifo];
@@ -96,6 +156,7 @@ static int replay_finish_oldest(struct replay *rp)
 	const struct wl_request *req = &rp->wl->reqs[r];
 	uint32_t n = req->prompt_len + (req->output_len ? req->output_len - 1 : 0);
 	uint64_t t0 = now_ns();
+	int32_t res[RING_SQ];
 	struct kvmm_sqe *sqe;
 	uint16_t buf;
 	uint64_t off;
@@ -106,12 +167,11 @@ static int replay_finish_oldest(struct replay *rp)
 		if (!ret && rp->o->sync)
 			ret = kvmm_sync(rp->ctx);
 	} else {
-		/* deferred: it runs first in the next batch (its slot stays put) */
+		/* deferred: it runs in the next batch (its slot stays put) */
 		slot_buf(rp, slot, &buf, &off);
-		ret = ring_sqe(&rp->ring, &sqe);
+		ret = admit_sqe(rp, res, &sqe);
 		if (!ret) {
 			kvmm_prep_retract(sqe, seq, buf, off, n);
-			rp->pending++;
 			rp->idle[rp->nidle++] = seq;
 		}
 	}
@@ -124,22 +184,6 @@ static int replay_finish_oldest(struct replay *rp)
 	rp->head++;
 	rp->count--;
 	return 0;
-}
-
-/* Ring: submit the deferred finishes alone (the end of the replay). */
-static int flush_pending(struct replay *rp)
-{
-	int32_t res[RING_SQ];
-	uint32_t n = rp->pending;
-	uint64_t t0 = now_ns();
-	int ret;
-
-	if (!n)
-		return 0;
-	rp->pending = 0;
-	ret = ring_run(&rp->ring, n, res);
-	rp->ns += now_ns() - t0;
-	return ret ? ret : first_error(res, n);
 }
 
 static int admit_direct(struct replay *rp, const uint32_t *tok, uint32_t n, uint32_t out,
@@ -175,57 +219,38 @@ static int admit_direct(struct replay *rp, const uint32_t *tok, uint32_t n, uint
 	return ret;
 }
 
-/*
- * struct admit_batch - a request's commands as they queue up on the ring
- * @k: entries prepared and not yet run (the deferred finishes first)
- * @want: which of them has the result wanted (the OPEN's: a sequence;
- *	the MATCH's: tokens matched), -1 when none
- * @got: that result, once run
- */
-struct admit_batch {
-	uint32_t k;
-	int want;
-	uint32_t got;
-};
-
-/* Ring: run what @b has prepared, keeping the result it wants. */
-static int admit_flush(struct replay *rp, struct admit_batch *b)
+/* Ring: a sequence of the ring's own, opened now (one round trip). */
+static int admit_open(struct replay *rp, int32_t *res, uint32_t *seq)
 {
-	int32_t res[RING_SQ];
-	int ret = ring_run(&rp->ring, b->k, res);
+	struct kvmm_sqe *sqe;
+	int ret = admit_sqe(rp, res, &sqe);
+	uint32_t i;
 
-	if (ret || (ret = first_error(res, b->k)))
+	if (ret)
 		return ret;
-	if (b->want >= 0)
-		b->got = (uint32_t)res[b->want];
-	b->want = -1;
-	b->k = 0;
-	return 0;
-}
-
-/* Ring: one more entry in @b's batch, running the batch first if the SQ is full. */
-static int admit_sqe(struct replay *rp, struct admit_batch *b, struct kvmm_sqe **sqe)
-{
-	int ret = b->k == RING_SQ ? admit_flush(rp, b) : 0;
-
-	if (!ret)
-		ret = ring_sqe(&rp->ring, sqe);
-	if (!ret)
-		b->k++;
+	kvmm_prep_open(sqe, 0);
+	i = rp->pending - 1;
+	ret = batch_run(rp, res);
+	*seq = (uint32_t)res[i];
 	return ret;
 }
 
 /*
- * Ring: a request is one batch behind the deferred finishes: MATCH,
- * EXTEND to the prompt's length (KVMM_EXTEND_TO: what the MATCH did not
- * map), COMMIT, the decode EXTENDs.  With a host tier a PROMOTE follows
- * the MATCH and may finish on the I/O worker, and an EXTEND of its
- * sequence is refused until it has (-EBUSY): those two run first, alone.
+ * Ring: a request is MATCH, EXTEND to the prompt's length (KVMM_EXTEND_TO:
+ * what the MATCH did not map), COMMIT, the decode EXTENDs, behind the
+ * finishes deferred to it.  None of them needs a result the ring has not
+ * given yet (a finished sequence is reused: no OPEN), so the batch runs
+ * only once --batch requests are in it (an engine step that admits that
+ * many), or the SQ is full; the ring runs it in order, so the cache sees
+ * the commands the direct replay makes, in the same order.  With a host
+ * tier a PROMOTE follows the MATCH and may finish on the I/O worker, and
+ * an EXTEND of its sequence is refused until it has (-EBUSY): those two
+ * end a batch.
  */
 static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out,
-		      uint32_t chunk, uint32_t *seqp, uint32_t *mp)
+		      uint32_t chunk, uint32_t *seqp)
 {
-	struct admit_batch b = { .k = rp->pending, .want = -1 };
+	int32_t res[RING_SQ];
 	struct kvmm_sqe *sqe;
 	uint32_t seq;
 	uint16_t buf;
@@ -233,60 +258,53 @@ static int admit_ring(struct replay *rp, uint32_t slot, uint32_t n, uint32_t out
 	int ret;
 
 	slot_buf(rp, slot, &buf, &off);
-	rp->pending = 0;
 	if (!rp->nidle) {
 		/* only while the replay fills up: no finished sequence to reuse */
-		ret = admit_sqe(rp, &b, &sqe);
+		ret = admit_open(rp, res, &seq);
 		if (ret)
 			return ret;
-		kvmm_prep_open(sqe, 0);
-		b.want = (int)b.k - 1;
-		ret = admit_flush(rp, &b);
-		if (ret)
-			return ret;
-		rp->idle[rp->nidle++] = b.got;
-		b.got = 0;
+		rp->idle[rp->nidle++] = seq;
 	}
 	seq = rp->idle[--rp->nidle];
 	*seqp = seq;
 	if (n > 1) {
-		ret = admit_sqe(rp, &b, &sqe);
+		ret = admit_sqe(rp, res, &sqe);
 		if (ret)
 			return ret;
 		kvmm_prep_match(sqe, seq, buf, off, n - 1);
 		if (rp->o->host_tokens) {	/* in the same batch: runs after the match */
-			ret = admit_sqe(rp, &b, &sqe);
+			ret = admit_sqe(rp, res, &sqe);
 			if (ret)
 				return ret;
 			kvmm_prep_promote(sqe, seq, buf, off, n - 1);
 		}
-		b.want = (int)b.k - 1;
-		if (rp->o->host_tokens && (ret = admit_flush(rp, &b)))
+		rp->want[rp->nwant++] = rp->pending - 1;
+		if (rp->o->host_tokens && (ret = batch_run(rp, res)))
 			return ret;
 	}
-	ret = admit_sqe(rp, &b, &sqe);
+	ret = admit_sqe(rp, res, &sqe);
 	if (ret)
 		return ret;
 	kvmm_prep_extend(sqe, seq, n, KVMM_EXTEND_TO);
-	ret = admit_sqe(rp, &b, &sqe);
+	ret = admit_sqe(rp, res, &sqe);
 	if (ret)
 		return ret;
 	kvmm_prep_commit(sqe, seq, buf, off, n);
 	while (out) {
 		uint32_t step = out < chunk ? out : chunk;
 
-		ret = admit_sqe(rp, &b, &sqe);
+		ret = admit_sqe(rp, res, &sqe);
 		if (ret)
 			return ret;
 		kvmm_prep_extend(sqe, seq, step, 0);
 		out -= step;
 	}
-	ret = admit_flush(rp, &b);
-	*mp = b.got;
-	return ret;
+	if (++rp->step < rp->batch)
+		return 0;
+	return batch_run(rp, res);
 }
 
-static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)
+static int replay_admit(struct replay *rp, uint32_t r)
 {
 	const struct wl_request *req = &rp->wl->reqs[r];
 	uint32_t fifo = (rp->head + rp->count) % rp->wl->max_inflight;
@@ -302,7 +320,7 @@ static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)
 	if (rp->o->via == VIA_DIRECT)
 		ret = admit_direct(rp, rp->tokens[slot], n, out, chunk, &seq, &m);
 	else
-		ret = admit_ring(rp, slot, n, out, chunk, &seq, &m);
+		ret = admit_ring(rp, slot, n, out, chunk, &seq);
 	rp->ns += now_ns() - t0;
 	if (ret) {
 		fprintf(stderr, "replay: admitting request %u: %s\n", r, strerror(-ret));
@@ -312,7 +330,7 @@ static int replay_admit(struct replay *rp, uint32_t r, uint64_t *matched)
 	rp->fifo_seq[fifo] = seq;
 	rp->fifo_tok[fifo] = slot;
 	rp->count++;
-	*matched += m;
+	rp->matched += m;
 	return 0;
 }
 
@@ -469,7 +487,7 @@ static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 	struct kvmm_params p = tool_params(rp->o->page_size,
 					    (uint32_t)(rp->o->capacity_tokens / rp->o->page_size),
 					    wl->max_inflight, wl->max_seq_len);
-	uint64_t st[NR_KVMM_STATS], matched = 0;
+	uint64_t st[NR_KVMM_STATS];
 	uint32_t r;
 	bool checked;
 	int ret;
@@ -488,8 +506,8 @@ static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 		return ret;
 	}
 	rp->head = rp->count = 0;
-	rp->nidle = rp->pending = rp->next_slot = 0;
-	rp->ns = 0;
+	rp->nidle = rp->pending = rp->step = rp->nwant = rp->next_slot = 0;
+	rp->ns = rp->matched = 0;
 	memset(rp->done, 0, wl->nreq);
 	for (r = 0; r < wl->nreq && !ret; r++) {
 		int32_t prev = wl->reqs[r].prev;
@@ -499,7 +517,7 @@ static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 		while (!ret && prev >= 0 && !rp->done[prev] && rp->count)
 			ret = replay_finish_oldest(rp);
 		if (!ret)
-			ret = replay_admit(rp, r, &matched);
+			ret = replay_admit(rp, r);
 	}
 	while (!ret && rp->count)
 		ret = replay_finish_oldest(rp);
@@ -512,7 +530,7 @@ static int replay_once(struct replay *rp, struct replay_result *res, double *us)
 		return ret;
 	res->requests = wl->nreq;
 	res->prompt_tokens = wl->prompt_tokens;
-	res->matched_tokens = matched;
+	res->matched_tokens = rp->matched;
 	res->evicted_tokens = st[KVMM_STAT_EVICT_PAGES] * p.page_size;
 	res->promoted_tokens = st[KVMM_STAT_HOST_PROMOTE_PAGES] * p.page_size;
 	res->demoted_tokens = st[KVMM_STAT_HOST_DEMOTE_PAGES] * p.page_size;
@@ -552,14 +570,23 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 		free(us);
 		return -EINVAL;
 	}
+	/*
+	 * A request's tokens stay in their slot until its finish has run,
+	 * and a slot comes round again max_inflight admissions later: a
+	 * batch holds no more admissions than that.
+	 */
+	rp.batch = o->batch < wl->max_inflight ? o->batch : wl->max_inflight;
+	if (!rp.batch)
+		rp.batch = 1;
 	rp.tokens = calloc(rp.nslots, sizeof(*rp.tokens));
 	rp.fifo_req = calloc(wl->max_inflight, sizeof(uint32_t));
 	rp.fifo_seq = calloc(wl->max_inflight, sizeof(uint32_t));
 	rp.fifo_tok = calloc(wl->max_inflight, sizeof(uint32_t));
 	rp.done = calloc(wl->nreq, 1);
 	rp.idle = calloc(wl->max_inflight + 1, sizeof(uint32_t));
+	rp.want = calloc(wl->max_inflight + 1, sizeof(uint32_t));
 	if (!us || !rp.tokens || !rp.fifo_req || !rp.fifo_seq || !rp.fifo_tok || !rp.done ||
-	    !rp.idle)
+	    !rp.idle || !rp.want)
 		goto out;
 	for (r = 0; o->via != VIA_REMOTE && r < rp.nslots; r++) {
 		rp.tokens[r] = malloc(((size_t)wl->max_seq_len + 1) * sizeof(uint32_t));
@@ -582,6 +609,7 @@ int replay_run(const struct workload *wl, const struct replay_opts *o,
 			res->us_max = us[i];
 	}
 	res->us_per_request = median(us, rep);
+	res->batch = o->via == VIA_DIRECT ? 0 : rp.batch;
 out:
 	contender_stop(contender);
 	if (rp.spawned && server_reap(&rp.server) && !ret)
@@ -594,6 +622,7 @@ out:
 	free(rp.fifo_tok);
 	free(rp.done);
 	free(rp.idle);
+	free(rp.want);
 	free(us);
 	return ret;
 }
@@ -603,16 +632,18 @@ static void replay_usage(void)
 	fprintf(stderr,
 		"usage: kvmm-bench replay --workload FILE [--page-size N] [--capacity-tokens N]\n"
 		"                         [--decode-chunk N] [--repeat N] [--evict lru|slru]\n"
-		"                         [--via direct|ring|remote] [--host-tokens N]\n"
+		"                         [--via direct|ring|remote] [--batch N] [--host-tokens N]\n"
 		"                         [--nvme-tokens N --nvme-file PATH [--sync]]\n"
 		"                         [--contend CPU] [--socket PATH] [--kv-events ENDPOINT]\n"
 		"                         [--json]\n"
+		"  --batch N: through a ring, the commands of up to N requests (default %u,\n"
+		"  at most the workload's max_inflight) go as one batch, one round trip\n"
 		"  --socket PATH: with --via remote, replay once against the kvmm server\n"
 		"  (kvmmd) serving PATH, its pool and tiers as it was started, instead of\n"
 		"  one spawned per repeat\n"
 		"  --kv-events ENDPOINT: with --via ring, publish the context's\n"
 		"  cache events as vLLM's KV events at ENDPOINT from a thread, as kvmmd\n"
-		"  --kv-events does (what publishing costs the replay)\n");
+		"  --kv-events does (what publishing costs the replay)\n", REPLAY_BATCH);
 }
 
 static const char *const via_names[] = { "direct", "ring", "remote" };
@@ -653,6 +684,7 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		{ "repeat", required_argument, NULL, 'r' },
 		{ "evict", required_argument, NULL, 'e' },
 		{ "via", required_argument, NULL, 'v' },
+		{ "batch", required_argument, NULL, 'b' },
 		{ "host-tokens", required_argument, NULL, 'H' },
 		{ "nvme-tokens", required_argument, NULL, 'N' },
 		{ "nvme-file", required_argument, NULL, 'F' },
@@ -676,6 +708,7 @@ static int replay_parse(int argc, char **argv, struct replay_cli *c)
 		case 'r': o->repeat = (uint32_t)parse_u64("--repeat", optarg); break;
 		case 'e': o->evict = optarg; break;
 		case 'v': o->via = parse_via(optarg); break;
+		case 'b': o->batch = (uint32_t)parse_u64("--batch", optarg); break;
 		case 'H': o->host_tokens = parse_u64("--host-tokens", optarg); break;
 		case 'N': o->nvme_tokens = parse_u64("--nvme-tokens", optarg); break;
 		case 'F': o->nvme_file = optarg; break;
@@ -702,6 +735,8 @@ static void replay_check(const struct replay_cli *c)
 		die_usage("replay: --page-size must be a power of two");
 	if (!o->repeat)
 		die_usage("replay: --repeat must be at least 1");
+	if (!o->batch)
+		die_usage("replay: --batch must be at least 1");
 	if (o->socket && (o->via != VIA_REMOTE || o->repeat != 1 || o->nvme_tokens))
 		die_usage("replay: --socket needs --via remote, --repeat 1 and no tiers of its own");
 	/* the publisher takes the context's lock, which the direct API does not */
@@ -736,7 +771,7 @@ static void replay_print_json(const struct replay_cli *c, const struct replay_re
 					       (double)res->cached_tokens_end : 0.0;
 
 	tool_json_line(json_pack("{s:s,s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,"
-				 "s:I,s:I,s:I,s:b,s:o,s:o,s:o,s:I,s:o,s:b,s:i}",
+				 "s:I,s:I,s:I,s:b,s:o,s:o,s:o,s:I,s:o,s:b,s:i,s:I}",
 		"bench", "replay", "workload", c->path, "via", via_names[o->via],
 		"page_size", (json_int_t)o->page_size,
 		"capacity_tokens", (json_int_t)o->capacity_tokens,
@@ -758,7 +793,8 @@ static void replay_print_json(const struct replay_cli *c, const struct replay_re
 		"us_max", tool_json_fixed(res->us_max, 3),
 		"repeat", (json_int_t)o->repeat,
 		"meta_bytes_per_cached_token", tool_json_fixed(meta, 2),
-		"accounting_ok", res->accounting_ok, "contend", o->contend), stdout);
+		"accounting_ok", res->accounting_ok, "contend", o->contend,
+		"batch", (json_int_t)res->batch), stdout);
 }
 
 static void replay_print_text(const struct replay_cli *c, const struct replay_result *res)
@@ -782,7 +818,8 @@ static void replay_print_text(const struct replay_cli *c, const struct replay_re
 
 int cmd_replay(int argc, char **argv)
 {
-	struct replay_cli c = { .o = { .page_size = 1, .repeat = 1, .contend = -1 } };
+	struct replay_cli c = { .o = { .page_size = 1, .repeat = 1, .batch = REPLAY_BATCH,
+				       .contend = -1 } };
 	struct replay_result res;
 	struct workload wl;
 	int ret;

@@ -222,7 +222,8 @@ int ring_run(struct kvmm_ring *ring, uint32_t n, int32_t *res)
 	if (ret < 0)
 		return ret;
 	for (i = 0; i < n; i++) {
-		ret = kvmm_wait_cqe(ring, &cqe);
+		/* all there, as a rule: a wait only for what the I/O worker owes */
+		ret = kvmm_peek_cqe(ring, &cqe) ? kvmm_wait_cqe(ring, &cqe) : 0;
 		if (ret)
 			return ret;
 		if (res && cqe->user_data < n)
