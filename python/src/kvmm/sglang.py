@@ -719,6 +719,7 @@ class KvmmRadixCache(BasePrefixCache):
 		self._r = r
 		# free_page_ids() takes page ids; free_segment() every slot
 		self._pages = int(self._free_pages is not None and ps > 1)
+		self._max_frames = max_frames
 		# a page's slots where they are not frame * ps + 0..ps-1 (slots no
 		# paged allocator hands out, as SGLang's own unit tests insert),
 		# by the page's frame: what the cache answers and frees for it
@@ -992,7 +993,8 @@ class KvmmRadixCache(BasePrefixCache):
 					self.req_to_token_pool.req_to_token[idx, :key_len]
 				self._events_stored(RadixKey(ids, req.extra_key, cache_salt=tag[1]), ids,
 						    had, key_len, (rt[had:key_len:ps].long() // ps).tolist())
-		kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
+		if key_len > kv.cache_inserted_len:
+			kv.cache_inserted_len = key_len
 		kv.cache_protected_len = key_len
 		if ret == _ENOLCK:
 			raise ValueError(f"kvmm radix cache: unlock of {old.node!r}, which holds no lock")
@@ -1019,7 +1021,8 @@ class KvmmRadixCache(BasePrefixCache):
 					row = self._row(idx, end)
 				if row:
 					n = (end - start + ps - 1) // ps if self._pages else end - start
-					if self._free_now is not None and self._alloc.need_sort is False:
+					alloc = self._alloc
+					if self._free_now is not None and alloc.need_sort is False:
 						out = self._spare.get(n)
 						if out is None:
 							out = self._spare_view(n)
@@ -1044,10 +1047,10 @@ class KvmmRadixCache(BasePrefixCache):
 			return EvictResult()
 		ps = self.page_size
 		r = self._r
-		pages = min(-(-params.num_tokens // ps), r.max_frames)
-		expand = not self._pages
+		pages = min(-(-params.num_tokens // ps), self._max_frames)
+		expand = 0 if self._pages else 1	# slots, not page ids
 		# one call: the frames, and their slots (or page ids) at _spare_buf
-		got = _evict(r, pages, self._prepends, self._spare_ptr, int(expand))
+		got = _evict(r, pages, self._prepends, self._spare_ptr, expand)
 		if got <= 0:
 			if got < 0:
 				self._raise(got, "kvmm_frames_evict")
