@@ -16,6 +16,7 @@ Run by tests/engines/run.sh in the SGLang environment.
 """
 import os
 import random
+import subprocess
 import sys
 import unittest.mock
 from array import array
@@ -608,6 +609,35 @@ def test_free_kv_row_ranges_agree():
 		side.cache.free_kv_row(req.kv, [(0, 4), (4, 8), (12, 20)])
 	assert p.ref.alloc.available_size() == p.kv.alloc.available_size()
 	assert torch.equal(p.ref.alloc.free_pages, p.kv.alloc.free_pages)
+
+
+def _free_of_a_wider_row(ps):
+	"""free_kv_row of a whole row of a request table wider than the one
+	the cache was made for (its scratch sized by that one): the same
+	slots freed as RadixCache frees."""
+	p = Pair(ps)
+	sides = (p.ref, p.kv)
+	wide = 8 * p.kv.cache._spare_len
+	for side in sides:
+		side.pool.req_to_token = (torch.arange(4 * wide, dtype=torch.int32) % 256 + ps).view(4, wide)
+		kv = ReqKvInfo()
+		kv.req_pool_idx = 1
+		side.cache.free_kv_row(kv, [(0, wide)])
+	a, b = (side.alloc.free_pages for side in sides)
+	assert torch.equal(a, b), f"free pages: RadixCache {len(a)}, kvmm {len(b)}"
+	p.kv.cache._ctx.check()
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_free_kv_row_of_a_wider_table(ps):
+	"""_free_of_a_wider_row() in a child interpreter: a write past the
+	cache's scratch is a failed test, not a crashed pytest."""
+	env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+		[os.path.dirname(os.path.abspath(__file__))] + sys.path))
+	run = subprocess.run([sys.executable, "-c", "import test_kvmm_sglang_radix as t; "
+			      f"t._free_of_a_wider_row({ps}); print('agreed')"],
+			     env=env, capture_output=True, text=True, timeout=300)
+	assert run.returncode == 0 and "agreed" in run.stdout, run.stderr[-2000:]
 
 
 def test_bad_token_ids_are_refused():

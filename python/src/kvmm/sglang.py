@@ -705,6 +705,7 @@ class KvmmRadixCache(BasePrefixCache):
 		# slots (max_frames pages), a row's (max_tokens)
 		self._spare_buf = torch.empty(max(max_frames * ps, max_tokens), dtype=_I64)
 		self._spare_ptr = self._spare_buf.data_ptr()
+		self._spare_len = len(self._spare_buf)
 		self._spare: Dict[int, torch.Tensor] = {}	# its views, by length
 		r = ffi.new("struct kvmm_py_radix *")
 		r.ctx = self._c = self._ctx._c()
@@ -1021,8 +1022,10 @@ class KvmmRadixCache(BasePrefixCache):
 					row = self._row(idx, end)
 				if row:
 					n = (end - start + ps - 1) // ps if self._pages else end - start
-					alloc = self._alloc
-					if self._free_now is not None and alloc.need_sort is False:
+					# (a table wider than the one the cache was made for
+					# has rows longer than the buffer)
+					keep = n <= self._spare_len and self._free_now is not None
+					if keep and self._alloc.need_sort is False:
 						out = self._spare.get(n)
 						if out is None:
 							out = self._spare_view(n)
