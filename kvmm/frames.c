@@ -208,9 +208,7 @@ static int frames_insert(struct kvmm_ctx *ctx, struct kvmm_node *root, struct kv
 		if (frames[first + i] < 0 || (uint32_t)frames[first + i] >= zone->nr_pages)
 			return -EINVAL;
 	/* the new part's frames leave the engine: FREE to OWNED, then the leaf's */
-	for (i = 0; i < nr; i++)
-		if (!kvmm_alloc_pfn(zone, (uint32_t)frames[first + i]))
-			break;
+	i = kvmm_alloc_pfns(zone, frames + first, nr);
 	if (i < nr) {
 		kvmm_free_pages(ctx, zone, frames + first, i);
 		return -EBUSY;

@@ -230,6 +230,7 @@ void kvmm_set_page_flags(struct kvmm_zone *zone, const int32_t *pfns,
 			 uint32_t nr, uint8_t set, uint8_t clear);
 bool kvmm_zone_test_free(const struct kvmm_zone *zone, uint32_t pfn);
 bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn);
+uint32_t kvmm_alloc_pfns(struct kvmm_zone *zone, const int32_t *pfns, uint32_t nr);
 
 /* ---- prefix_tree.c ---- */
 

@@ -311,6 +311,50 @@ bool kvmm_alloc_pfn(struct kvmm_zone *zone, uint32_t pfn)
 	return true;
 }
 
+/**
+ * kvmm_alloc_pfns() - take given frames, in order, while each is free
+ * @zone: their zone
+ * @pfns: the frames
+ * @nr: how many
+ *
+ * kvmm_alloc_pfn() of each in turn, stopping at the first that is not
+ * free (or is named again): the bitmap is read and cleared a word at a
+ * time, so a run of frames in one word costs one update of its summaries.
+ *
+ * Return: how many were taken (the first ones); they are OWNED with one
+ * reference each.
+ */
+uint32_t kvmm_alloc_pfns(struct kvmm_zone *zone, const int32_t *pfns, uint32_t nr)
+{
+	const struct kvmm_page owned = page_owned(zone);
+	uint64_t w = UINT64_MAX, mask = 0, avail = 0;
+	uint32_t i;
+
+	for (i = 0; i < nr; i++) {
+		uint32_t pfn = (uint32_t)pfns[i];
+		uint64_t bit = 1ULL << (pfn & 63);
+
+		if (pfn >= zone->nr_pages)
+			break;
+		if ((pfn >> 6) != w) {
+			if (mask)
+				hb_clear_mask(&zone->free, w, mask);
+			w = pfn >> 6;
+			mask = 0;
+			avail = zone->free.level[0][w];
+		}
+		if (!(avail & bit))	/* not free, or taken a moment ago */
+			break;
+		avail &= ~bit;
+		mask |= bit;
+		zone->pages[pfn] = owned;
+	}
+	if (mask)
+		hb_clear_mask(&zone->free, w, mask);
+	zone->nr_free -= i;
+	return i;
+}
+
 /*
  * Take @nr frames off the bitmap, next-fit from the cursor, and mark them
  * OWNED with one reference; nr_free >= nr.

@@ -69,6 +69,7 @@ struct kvmm_py_radix {
 	uint32_t *tokens;
 	int32_t *frames;
 	uint32_t nr_frames;
+	struct kvmm_fnode path_of;
 	uint32_t *leaves;
 	uint32_t nr_leaves;
 	int64_t *out;
@@ -79,7 +80,8 @@ int kvmm_py_radix_match(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids, uin
 int64_t kvmm_py_radix_path_slots(struct kvmm_py_radix *r, const struct kvmm_fnode *node,
 				 uintptr_t out, uint32_t room);
 void kvmm_py_radix_slots(const struct kvmm_py_radix *r, uintptr_t out, int expand);
-int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages, int reverse);
+int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages, int reverse,
+			    uintptr_t out, int expand);
 uint32_t kvmm_py_radix_row_free(const struct kvmm_py_radix *r, uintptr_t row, uint32_t start,
 				uint32_t end, uintptr_t out, int pages);
 int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids,

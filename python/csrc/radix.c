@@ -35,7 +35,10 @@
  *	(what one eviction may hand back)
  * @tokens: a key's ids as uint32
  * @frames: frames of a path, of a key being inserted, or evicted ones
- * @nr_frames: valid entries at @frames after _path() or _evict()
+ * @nr_frames: valid entries at @frames after _match(), _path() or _evict()
+ * @path_of: the node whose path @frames holds (@nr_frames pages) after
+ *	_match() or _path(), for a _path_slots() of it to take without a
+ *	second walk; the root's handle when @frames holds no path
  * @leaves: room for @max_frames: where each leaf an _evict() took ends at
  *	@frames, in the order evicted
  * @nr_leaves: valid entries at @leaves
@@ -55,6 +58,7 @@ struct kvmm_py_radix {
 	uint32_t *tokens;
 	int32_t *frames;
 	uint32_t nr_frames;
+	struct kvmm_fnode path_of;
 	uint32_t *leaves;
 	uint32_t nr_leaves;
 	int64_t *out;
@@ -148,10 +152,16 @@ static int kvmm_py_radix_match(struct kvmm_py_radix *r, uint32_t ns, uintptr_t i
 	int ret;
 
 	n &= ~(r->page_size - 1);
+	r->path_of = (struct kvmm_fnode){ 0 };
 	ret = radix_tokens(r, (const int64_t *)ids, 0, n);
 	if (ret)
 		return ret;
-	return kvmm_frames_match(r->ctx, ns, r->tokens, n, r->frames, last);
+	ret = kvmm_frames_match(r->ctx, ns, r->tokens, n, r->frames, last);
+	if (ret > 0) {		/* the matched path's frames: the node's path */
+		r->path_of = *last;
+		r->nr_frames = (uint32_t)ret >> r->page_shift;
+	}
+	return ret;
 }
 
 /**
@@ -163,9 +173,21 @@ static int kvmm_py_radix_match(struct kvmm_py_radix *r, uint32_t ns, uintptr_t i
  */
 static int64_t kvmm_py_radix_path(struct kvmm_py_radix *r, const struct kvmm_fnode *node)
 {
-	int ret = kvmm_frames_path(r->ctx, node, r->frames, r->max_frames);
+	int ret;
 
+	/*
+	 * A node's path never changes while the node lives (a split keeps
+	 * the lower part's node, and nothing merges nodes), and only an
+	 * eviction ends a node here: _evict() and _checkpoint(), which
+	 * overwrite @frames, forget @path_of.
+	 */
+	if (node->node && node->node == r->path_of.node && node->id == r->path_of.id)
+		return (int64_t)r->nr_frames << r->page_shift;
+	r->path_of = (struct kvmm_fnode){ 0 };
+	ret = kvmm_frames_path(r->ctx, node, r->frames, r->max_frames);
 	r->nr_frames = ret < 0 ? 0 : (uint32_t)ret;
+	if (ret > 0)
+		r->path_of = *node;
 	return ret < 0 ? ret : (int64_t)ret << r->page_shift;
 }
 
@@ -220,6 +242,10 @@ static void radix_reverse(int32_t *f, uint32_t n)
  * @r: the cache
  * @nr_pages: pages wanted
  * @reverse: the leaves last evicted first (each leaf's frames in order)
+ * @out_at: where to write them as int64 as well, as _slots() does (an
+ *	address, room for r->max_frames entries, or that many pages' slots
+ *	with @expand), or 0
+ * @expand: each page's slots at @out_at; else the frames themselves
  *
  * RadixCache frees each leaf as it evicts it, one allocator call each:
  * r->leaves[] says where each leaf's frames end (in the order evicted,
@@ -230,12 +256,14 @@ static void radix_reverse(int32_t *f, uint32_t n)
  *
  * Return: frames evicted (r->nr_frames, in r->nr_leaves leaves), or -errno.
  */
-static int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages, int reverse)
+static int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages, int reverse,
+				   uintptr_t out_at, int expand)
 {
 	uint32_t out = 0, i, start;
 	int64_t ret = 0;
 
 	r->nr_frames = r->nr_leaves = 0;
+	r->path_of = (struct kvmm_fnode){ 0 };
 	while (out < nr_pages) {	/* one leaf a call: a leaf's pages are >= 1 */
 		ret = kvmm_frames_evict(r->ctx, 1, r->frames + out, r->max_frames - out);
 		if (ret <= 0)
@@ -256,6 +284,8 @@ static int64_t kvmm_py_radix_evict(struct kvmm_py_radix *r, uint32_t nr_pages, i
 		}
 	}
 	r->nr_frames = out;
+	if (out_at)
+		radix_expand(r, r->frames, out, (int64_t *)out_at, expand);
 	return out;
 }
 
@@ -349,6 +379,7 @@ static int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, ui
 	int had;
 
 	r->nr_out = 0;
+	r->path_of = (struct kvmm_fnode){ 0 };	/* @frames is the key's now */
 	if ((key_len | protected) & (r->page_size - 1))
 		return -EINVAL;
 	if (unlock && protected <= key_len) {

@@ -162,6 +162,8 @@ static void frames_refusals(void)
 	struct kvmm_ctx *ctx = frames_ctx(4, NULL), *plain;
 	struct kvmm_params p = test_params(4, NR_FRAMES, 4, 4096);
 	int32_t frames[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, bad[2] = { 8, NR_FRAMES };
+	/* named twice: another bitmap word between, and inside a run of one word */
+	int32_t twice[4] = { 8, 70, 130, 70 }, run[4] = { 10, 11, 12, 11 };
 	uint32_t tok[32], seq;
 	struct kvmm_fnode h;
 	struct engine e;
@@ -175,6 +177,10 @@ static void frames_refusals(void)
 	CU_ASSERT_EQUAL(kvmm_frames_insert(ctx, 0, tok, 8, bad, NULL), -EINVAL);
 	bad[1] = 8;	/* named twice */
 	CU_ASSERT_EQUAL(kvmm_frames_insert(ctx, 0, tok, 8, bad, NULL), -EBUSY);
+	check_conserved(ctx, &e, 4);
+	/* the frames taken before the refused one go back */
+	CU_ASSERT_EQUAL(kvmm_frames_insert(ctx, 0, tok, 16, twice, NULL), -EBUSY);
+	CU_ASSERT_EQUAL(kvmm_frames_insert(ctx, 0, tok, 16, run, NULL), -EBUSY);
 	check_conserved(ctx, &e, 4);
 	CU_ASSERT_EQUAL(engine_insert(ctx, &e, 0, tok, 8, 4, &h), 0);
 	/* a frame the tree holds, for another key */

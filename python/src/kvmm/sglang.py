@@ -522,38 +522,40 @@ _checkpoint = lib.kvmm_py_radix_checkpoint
 _lock = lib.kvmm_frames_lock
 _NULL = ffi.NULL
 # FrameNode._new(), spelt out where a hot path makes a node for a C call to
-# fill (object.__new__ makes SGLang's result types below as well)
+# fill
 _obj_new = object.__new__
 _fnode_h = ffi.new
 _FNODE_P = ffi.typeof("struct kvmm_fnode *")
 _I64 = torch.int64
 _ENOLCK = -errno.ENOLCK
-_SPARES, _SPARE_MAX = 256, 4096
+_SPARES = 4096
 
 
 def _rest(cls: Any, skip: int) -> Any:
-	"""The declared defaults of @cls's fields after the first @skip (a
-	NamedTuple's as a tuple, a dataclass's as a dict), for the hot paths to
-	make its instances without a call of its Python __new__/__init__ (a
-	frame each, several a request); None where a field has no plain
-	default or the class has slots (they call the constructor then)."""
-	if hasattr(cls, "_fields"):
-		names = cls._fields[skip:]
-		if not all(f in cls._field_defaults for f in names):
-			return None
-		return tuple(cls._field_defaults[f] for f in names)
-	if "__slots__" in cls.__dict__:
+	"""The declared defaults of a NamedTuple @cls's fields after the first
+	@skip, as a tuple, for the hot paths to make its instances without a
+	call of its Python __new__ (a frame, once a request); None where a
+	field has no default (they call the constructor then)."""
+	names = cls._fields[skip:]
+	if not all(f in cls._field_defaults for f in names):
 		return None
-	rest = dataclasses.fields(cls)[skip:]
-	if any(f.default is dataclasses.MISSING for f in rest):
-		return None
-	return {f.name: f.default for f in rest}
+	return tuple(cls._field_defaults[f] for f in names)
+
+
+def _positional(cls: Any, *names: str) -> Any:
+	"""@cls, a dataclass, where its first fields are @names (the hot paths
+	pass them by position: a dataclass's own __init__ is quicker than
+	filling in a new instance's __dict__, and keywords cost a little
+	more); else a function that passes them by name."""
+	if [f.name for f in dataclasses.fields(cls)][:len(names)] == list(names):
+		return cls
+	return lambda *args: cls(**dict(zip(names, args)))
 
 
 _tuple_new = tuple.__new__
 _MATCH_REST = _rest(MatchResult, 4)	# after (len, device, host, best match node)
-_LOCK_REST = _rest(TreeLock, 2)		# after (node, receipt)
-_EVICT_REST = _rest(EvictResult, 1)	# after num_tokens_evicted
+_TreeLock = _positional(TreeLock, "node", "receipt")
+_EvictResult = _positional(EvictResult, "num_tokens_evicted")
 
 
 def _ids(ids: Any, n: int) -> array:
@@ -666,7 +668,6 @@ class KvmmRadixCache(BasePrefixCache):
 		# page ids straight to the allocator: its own, on the CPU
 		self._free_now = self._free_pages if self._on_cpu else None
 		self._alloc = alloc
-		self._spare: Dict[int, torch.Tensor] = {}	# see _spare_new()
 		self._rt: Any = None		# the req_to_token tensor _row() last checked
 		# every lock's receipt: a legacy cache's, empty (unlock() reads none)
 		self._receipt = DecLockRefParams()
@@ -710,6 +711,12 @@ class KvmmRadixCache(BasePrefixCache):
 		self._frames_buf = ffi.new("int32_t[]", max_frames)
 		self._leaves_buf = ffi.new("uint32_t[]", max_frames)
 		self._out = torch.empty(max_tokens, dtype=torch.int64)
+		# what evict() and free_kv_row() hand the allocator: an eviction's
+		# slots (max_frames pages), a row's (max_tokens)
+		self._spare_buf = torch.empty(max(max_frames * ps, max_tokens), dtype=_I64)
+		self._spare_ptr = self._spare_buf.data_ptr()
+		self._spare_len = len(self._spare_buf)
+		self._spare: Dict[int, torch.Tensor] = {}	# its views, by length
 		r = ffi.new("struct kvmm_py_radix *")
 		r.ctx = self._c = self._ctx._c()
 		r.page_size = ps
@@ -723,6 +730,7 @@ class KvmmRadixCache(BasePrefixCache):
 		self._r = r
 		# free_page_ids() takes page ids; free_segment() every slot
 		self._pages = int(self._free_pages is not None and ps > 1)
+		self._max_frames = max_frames
 		# a page's slots where they are not frame * ps + 0..ps-1 (slots no
 		# paged allocator hands out, as SGLang's own unit tests insert),
 		# by the page's frame: what the cache answers and frees for it
@@ -773,17 +781,18 @@ class KvmmRadixCache(BasePrefixCache):
 		else:
 			self.token_to_kv_pool_allocator.free_segment(t, start_pos=start)
 
-	def _spare_new(self, n: int) -> torch.Tensor:
-		"""A new int64 tensor of @n for the allocator to free; kept (at most
-		_SPARES of them, of _SPARE_MAX entries at most) for the next free of
-		@n where SGLang's own allocator, on the CPU, copies what it is given
-		before it returns (torch.cat into its free list, or a clone into a
-		free group: all but the paged allocator's need_sort, which keeps
-		the tensor itself).  free_kv_row() and evict() take a kept one
-		from _spare, by its length, without a call."""
-		out = torch.empty(n, dtype=_I64)
-		if (self._free_now is not None and self._alloc.need_sort is False and
-				n <= _SPARE_MAX and len(self._spare) < _SPARES):
+	def _spare_view(self, n: int) -> torch.Tensor:
+		"""The first @n entries of _spare_buf, for the allocator to free where
+		it copies what it is given before it returns (SGLang's own
+		allocator, on the CPU: torch.cat into its free list, or a clone
+		into a free group; all but need_sort, where the paged one keeps
+		the tensor itself: asked at each free).  The C calls write there
+		(_spare_ptr); the view is kept (_SPARES of them at most: a view
+		holds no memory of its own) for the next free of @n, which
+		free_kv_row() and evict() take from _spare by its length, without
+		a call."""
+		out = self._spare_buf[:n]
+		if len(self._spare) < _SPARES:
 			self._spare[n] = out
 		return out
 
@@ -995,15 +1004,12 @@ class KvmmRadixCache(BasePrefixCache):
 					self.req_to_token_pool.req_to_token[idx, :key_len]
 				self._events_stored(RadixKey(ids, req.extra_key, cache_salt=tag[1]), ids,
 						    had, key_len, (rt[had:key_len:ps].long() // ps).tolist())
-		kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
+		if key_len > kv.cache_inserted_len:
+			kv.cache_inserted_len = key_len
 		kv.cache_protected_len = key_len
 		if ret == _ENOLCK:
 			raise ValueError(f"kvmm radix cache: unlock of {old.node!r}, which holds no lock")
-		if _LOCK_REST is None:
-			req.lock = TreeLock(last, self._receipt)
-		else:
-			req.lock = lk = _obj_new(TreeLock)
-			lk.__dict__ = {"node": last, "receipt": self._receipt, **_LOCK_REST}
+		req.lock = _TreeLock(last, self._receipt)
 		req.last_node = last
 
 	def free_kv_row(self, kv: Any, ranges: list) -> None:
@@ -1026,10 +1032,18 @@ class KvmmRadixCache(BasePrefixCache):
 					row = self._row(idx, end)
 				if row:
 					n = (end - start + ps - 1) // ps if self._pages else end - start
-					out = self._spare.get(n) if self._free_now is not None else None
-					if out is None:
-						out = self._spare_new(n)
-					_row_free(self._r, row, start, end, out.data_ptr(), self._pages)
+					# (a table wider than the one the cache was made for
+					# has rows longer than the buffer)
+					keep = n <= self._spare_len and self._free_now is not None
+					if keep and self._alloc.need_sort is False:
+						out = self._spare.get(n)
+						if out is None:
+							out = self._spare_view(n)
+						ptr = self._spare_ptr
+					else:
+						out = torch.empty(n, dtype=_I64)
+						ptr = out.data_ptr()
+					_row_free(self._r, row, start, end, ptr, self._pages)
 					if self._free_now is not None:
 						self._free_now(out)
 					else:
@@ -1046,18 +1060,21 @@ class KvmmRadixCache(BasePrefixCache):
 			return EvictResult()
 		ps = self.page_size
 		r = self._r
-		pages = min(-(-params.num_tokens // ps), r.max_frames)
-		got = _evict(r, pages, self._prepends)
+		pages = min(-(-params.num_tokens // ps), self._max_frames)
+		expand = 0 if self._pages else 1	# slots, not page ids
+		# one call: the frames, and their slots (or page ids) at _spare_buf
+		got = _evict(r, pages, self._prepends, self._spare_ptr, expand)
 		if got <= 0:
 			if got < 0:
 				self._raise(got, "kvmm_frames_evict")
 			return EvictResult()
-		expand = not self._pages
 		n = got * ps if expand else got
-		out = self._spare.get(n) if self._free_now is not None else None
-		if out is None:
-			out = self._spare_new(n)
-		_slots(r, out.data_ptr(), int(expand))
+		if self._free_now is not None and self._alloc.need_sort is False:
+			out = self._spare.get(n)
+			if out is None:
+				out = self._spare_view(n)
+		else:
+			out = self._spare_buf[:n].clone()
 		if self.kv_events.enabled:
 			frames = (out[::ps] // ps if expand else out).tolist()
 			if self._prepends and r.nr_leaves > 1:	# laid out last leaf first
@@ -1080,11 +1097,7 @@ class KvmmRadixCache(BasePrefixCache):
 			ends = [r.leaves[i] * step for i in range(r.nr_leaves)]
 			for start, end in zip([0] + ends, ends):
 				self._free(out[start:end], 0)
-		if _EVICT_REST is None:
-			return EvictResult(num_tokens_evicted=got * ps)
-		res = _obj_new(EvictResult)
-		res.__dict__ = {"num_tokens_evicted": got * ps, **_EVICT_REST}
-		return res
+		return _EvictResult(got * ps)
 
 	def lock(self, node: Any) -> TreeLock:
 		"""BasePrefixCache.lock(): inc_lock_ref() and the receipt a legacy
@@ -1094,11 +1107,7 @@ class KvmmRadixCache(BasePrefixCache):
 			h = getattr(node, "_h", None)
 			if h is None or _lock(self._c, h, 1) < 0:
 				self._lock_ref(node, 1)		# raises
-		if _LOCK_REST is None:
-			return TreeLock(node, self._receipt)
-		lk = _obj_new(TreeLock)
-		lk.__dict__ = {"node": node, "receipt": self._receipt, **_LOCK_REST}
-		return lk
+		return _TreeLock(node, self._receipt)
 
 	def unlock(self, lock: Any) -> None:
 		if lock is not None and not self.disable:
