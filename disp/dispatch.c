@@ -1282,6 +1282,8 @@ uint32_t kvmm_disp_process(struct kvmm_disp *d)
 
 		memcpy(&sqe, &d->sqes[(d->sq_head + i) & d->sq_mask], sizeof(sqe));
 		res = disp_exec(d, &sqe, &cflags, &clock);
+		/* the client's poll sees the batch move (a line it reads rarely) */
+		__atomic_store_n(&hdr->sq_done, d->sq_head + i + 1, __ATOMIC_RELAXED);
 		if (res == RES_DEFERRED) {
 			__atomic_store_n(&d->deferred, d->deferred + 1, __ATOMIC_RELAXED);
 			continue;

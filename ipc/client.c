@@ -532,6 +532,14 @@ static enum kvmm_spin_look cq_look(void *arg)
 								  KVMM_SPIN_NOT_YET;
 }
 
+/* How far the dispatcher has got through the entries it runs (a hint). */
+static uint32_t cq_work(void *arg)
+{
+	const struct cq_want *w = arg;
+
+	return __atomic_load_n(&w->ring->hdr->sq_done, __ATOMIC_RELAXED);
+}
+
 /*
  * A server whose CQ was full sleeps with cq_wait set until the client
  * reaped: ring its doorbell.  Cleared by the server when it wakes.
@@ -592,7 +600,7 @@ static int wait_cq(struct kvmm_ring *ring, uint32_t want, const struct kvmm_dead
 		if (!start)
 			start = kvmm_now_ns();
 		w.looked = false;
-		if (kvmm_spin(&cq_spin, cq_look, &w))
+		if (kvmm_spin(&cq_spin, cq_look, cq_work, &w))
 			break;
 		slept = true;
 		if (!cq_nap(ring, want, d))

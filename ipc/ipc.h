@@ -73,10 +73,12 @@ int kvmm_sock_recv_until(int sock, void *buf, size_t len, int *fds, uint32_t max
  * @skip: what is left of it before the next poll
  * @undo: 1 + the back-off before the last poll, which failed, until
  *	kvmm_spin_waited() hears how long that wait was; 0 otherwise
+ * @undo_budget_ns: the budget before that poll
  */
 struct kvmm_spin {
 	uint64_t budget_ns;
 	uint64_t max_ns;
+	uint64_t undo_budget_ns;
 	uint32_t backoff;
 	uint32_t skip;
 	uint32_t undo;
@@ -91,7 +93,7 @@ enum kvmm_spin_look {
 
 uint64_t kvmm_now_ns(void);	/* the library's monotonic clock (kvmm/) */
 bool kvmm_spin(struct kvmm_spin *s, enum kvmm_spin_look (*look)(void *arg),
-	       void *arg);
+	       uint32_t (*work)(void *arg), void *arg);
 void kvmm_spin_say_cpu(uint32_t *cpu);
 bool kvmm_spin_on_my_cpu(const uint32_t *cpu);
 void kvmm_spin_waited(struct kvmm_spin *s, uint64_t waited_ns);

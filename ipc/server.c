@@ -339,7 +339,7 @@ static bool client_poll(struct kvmm_client *c)
 
 	if (__atomic_exchange_n(poller, true, __ATOMIC_ACQUIRE))
 		return kvmm_disp_pending(c->disp);
-	got = kvmm_spin(&c->spin, sq_look, c);
+	got = kvmm_spin(&c->spin, sq_look, NULL, c);
 	__atomic_store_n(poller, false, __ATOMIC_RELEASE);
 	return got;
 }

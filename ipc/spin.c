@@ -26,9 +26,10 @@
  *  - a wait that ended (by the doorbell) within the ceiling sets the
  *    budget to twice that wait: the next poll lasts that long;
  *  - a wait that lasted past the ceiling was the other side being idle
- *    (an engine computing between steps), not being kept off a core: the
- *    failed poll before it is not counted in the back-off, so a burst
- *    after an idle spell polls as soon as its waits are short again.
+ *    (an engine computing between steps) or busy with a long command, not
+ *    being kept off a core: the failed poll before it is not counted, in
+ *    the back-off nor in the budget, so a burst after an idle spell polls
+ *    as soon as its waits are short again, as long as it did before.
  *
  * The back-off is what keeps a contended machine from collapsing: a wait
  * the scheduler's wake-up made short used to set the budget again to
@@ -40,7 +41,17 @@
  *
  * The ceiling bounds what an idle ring costs: a server thread polls at
  * most that long after its last entry, a client that long for a
- * completion, and both then sleep on their doorbells.
+ * completion, and both then sleep on their doorbells.  A ceiling is no
+ * reason to sleep, though, while the other side is running the very
+ * commands the poll waits for: a batch of long prompts can take longer
+ * to run than the ceiling, and a client that slept then would pay a
+ * wake-up for each batch, the larger the batch the surer.  So a client's
+ * poll reads, once per budget, how many entries the dispatcher has run
+ * (the header's sq_done, which it stores after each), and while that
+ * moves and neither side was descheduled it polls another budget, up to
+ * KVMM_SPIN_WORK_NS in all (Linux's mutexes spin on the same grounds,
+ * while the owner runs).  Once per budget, not at each look: the line
+ * then stays with the dispatcher, whose store costs it nothing.
  *
  * A poll also stops at once, without counting as failed, when it can
  * see that what it waits for cannot happen while it polls: each side
@@ -63,6 +74,11 @@
 #define KVMM_SPIN_PREEMPT_NS	30000
 /* The least a budget grows to after a short wait. */
 #define KVMM_SPIN_MIN_NS	1000
+/*
+ * The longest a poll goes on while the other side is seen working for it
+ * (kvmm_spin()'s @work moving); a scheduler's time slice is longer.
+ */
+#define KVMM_SPIN_WORK_NS	1000000
 /* The most waits slept through between two polls. */
 #define KVMM_SPIN_BACKOFF_MAX	256
 
@@ -104,7 +120,10 @@ bool kvmm_spin_on_my_cpu(const uint32_t *cpu)
  * @s: the poller's budget, adapted here
  * @look: one look for the event; KVMM_SPIN_PEER_OFF ends the poll at
  *	once and is not counted as a failed poll
- * @arg: its argument
+ * @work: NULL, or how much of the work waited for the other side has
+ *	done so far (a counter it moves as it goes): read once per budget,
+ *	and while it moves the poll goes on, up to KVMM_SPIN_WORK_NS
+ * @arg: their argument
  *
  * While a back-off from failed polls lasts it does not poll at all, only
  * looks once.
@@ -113,10 +132,11 @@ bool kvmm_spin_on_my_cpu(const uint32_t *cpu)
  * then tell kvmm_spin_waited() how long the whole wait took.
  */
 bool kvmm_spin(struct kvmm_spin *s, enum kvmm_spin_look (*look)(void *arg),
-	       void *arg)
+	       uint32_t (*work)(void *arg), void *arg)
 {
 	enum kvmm_spin_look l;
-	uint64_t start, last, now;
+	uint64_t start, last, now, first;
+	uint32_t done = 0;
 
 	s->undo = 0;
 	if (!s->budget_ns || s->skip) {
@@ -124,13 +144,25 @@ bool kvmm_spin(struct kvmm_spin *s, enum kvmm_spin_look (*look)(void *arg),
 			s->skip--;
 		return look(arg) == KVMM_SPIN_READY;
 	}
-	start = last = kvmm_now_ns();
+	start = last = first = kvmm_now_ns();
+	if (work)
+		done = work(arg);
 	while ((l = look(arg)) != KVMM_SPIN_READY) {
 		if (l == KVMM_SPIN_PEER_OFF)
 			return false;
 		__builtin_ia32_pause();
 		now = kvmm_now_ns();
+		if (work && now - start >= s->budget_ns && now - last <= KVMM_SPIN_PREEMPT_NS &&
+		    now - first < KVMM_SPIN_WORK_NS) {
+			uint32_t d = work(arg);
+
+			if (d != done) {	/* still at it: another budget */
+				done = d;
+				start = now;
+			}
+		}
 		if (now - last > KVMM_SPIN_PREEMPT_NS || now - start >= s->budget_ns) {
+			s->undo_budget_ns = s->budget_ns;
 			s->budget_ns /= 2;
 			s->undo = s->backoff + 1;
 			s->backoff = s->backoff ? 2 * s->backoff : 1;
@@ -159,6 +191,7 @@ void kvmm_spin_waited(struct kvmm_spin *s, uint64_t waited_ns)
 		if (s->undo) {	/* an idle spell, not contention */
 			s->backoff = s->undo - 1;
 			s->skip = s->backoff;
+			s->budget_ns = s->undo_budget_ns;
 		}
 		s->undo = 0;
 		return;

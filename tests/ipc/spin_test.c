@@ -38,7 +38,7 @@ static uint32_t one_wait(struct kvmm_spin *s, uint32_t ready_at, bool *got)
 {
 	struct fake_event e = { .ready_at = ready_at };
 
-	*got = kvmm_spin(s, fake_ready, &e);
+	*got = kvmm_spin(s, fake_ready, NULL, &e);
 	if (!*got)
 		kvmm_spin_waited(s, 5000);
 	return e.looks;
@@ -116,10 +116,12 @@ static void spin_idle_spells_do_not_back_off(void)
 
 	for (i = 0; i < 20; i++) {
 		e = (struct fake_event){ .ready_at = 0 };
-		CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, &e));
+		CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, NULL, &e));
 		kvmm_spin_waited(&s, 10 * 1000 * 1000);		/* 10 ms later */
 		CU_ASSERT_EQUAL(s.backoff, 0);
 		CU_ASSERT_EQUAL(s.skip, 0);
+		/* nor the budget: the next poll is as long (it used to halve) */
+		CU_ASSERT_EQUAL(s.budget_ns, 50000);
 	}
 	/* the burst: its first wait is short, the ones after it poll */
 	kvmm_spin_waited(&s, 3000);
@@ -131,13 +133,77 @@ static void spin_idle_spells_do_not_back_off(void)
 	CU_ASSERT_EQUAL(one_wait(&s, 0, &got), 1);
 }
 
+/*
+ * struct slow_event - an event whose looks take 2 µs each, longer than
+ * the poller's budget, and the other side's work done so far
+ * @e: the event
+ * @moving: the work counter moves at each look; else it stays put
+ * @work: the counter
+ */
+struct slow_event {
+	struct fake_event e;
+	bool moving;
+	uint32_t work;
+};
+
+static enum kvmm_spin_look slow_ready(void *arg)
+{
+	struct slow_event *se = arg;
+	uint64_t t = kvmm_now_ns();
+
+	while (kvmm_now_ns() - t < 2000)
+		;
+	if (se->moving)
+		se->work++;
+	return fake_ready(&se->e);
+}
+
+static uint32_t slow_work(void *arg)
+{
+	return ((struct slow_event *)arg)->work;
+}
+
+/*
+ * A poll goes on past its budget while the other side is seen working
+ * (a long batch of commands), and stops at the budget when it is not.
+ * (A client used to sleep at its ceiling in the middle of a long batch,
+ * and paid a wake-up for each.)
+ */
+static void spin_polls_on_while_the_peer_works(void)
+{
+	struct kvmm_spin s = { .budget_ns = 1000, .max_ns = 50000 };
+	struct slow_event se = { .e = { .ready_at = 40 } };
+	uint32_t i;
+	bool got = false;
+
+	/* still: the first budget ends the poll, one more look and done */
+	CU_ASSERT_FALSE(kvmm_spin(&s, slow_ready, slow_work, &se));
+	CU_ASSERT_EQUAL(se.e.looks, 2);
+	/*
+	 * moving: polled through to the event, 40 looks (80 µs); a poll
+	 * descheduled meanwhile stops, so a loaded machine may need a few
+	 */
+	for (i = 0; i < 50 && !got; i++) {
+		s = (struct kvmm_spin){ .budget_ns = 1000, .max_ns = 50000 };
+		se = (struct slow_event){ .e = { .ready_at = 40 }, .moving = true };
+		got = kvmm_spin(&s, slow_ready, slow_work, &se);
+	}
+	CU_ASSERT(got);
+	CU_ASSERT_EQUAL(se.e.looks, 40);
+	/* without a counter to read, the budget is the bound */
+	s = (struct kvmm_spin){ .budget_ns = 1000, .max_ns = 50000 };
+	se = (struct slow_event){ .e = { .ready_at = 40 }, .moving = true };
+	CU_ASSERT_FALSE(kvmm_spin(&s, slow_ready, NULL, &se));
+	CU_ASSERT_EQUAL(se.e.looks, 2);
+}
+
 /* A budget of 0 (an idle poller's ceiling spent) looks once and sleeps. */
 static void spin_with_no_budget_only_looks(void)
 {
 	struct kvmm_spin s = { .budget_ns = 0, .max_ns = 50000 };
 	struct fake_event e = { .ready_at = 0 };
 
-	CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, &e));
+	CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, NULL, &e));
 	CU_ASSERT_EQUAL(e.looks, 1);
 	/* a wait past the ceiling says nothing: the budget stays 0 */
 	kvmm_spin_waited(&s, 50000);
@@ -165,10 +231,10 @@ static void spin_stops_at_once_when_the_peer_is_off(void)
 
 	for (i = 0; i < 100; i++) {
 		e = (struct fake_event){ .off_at = 1 };
-		CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, &e));
+		CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, NULL, &e));
 		CU_ASSERT_EQUAL(e.looks, 1);
 		e = (struct fake_event){ .off_at = 4 };
-		CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, &e));
+		CU_ASSERT_FALSE(kvmm_spin(&s, fake_ready, NULL, &e));
 		CU_ASSERT_EQUAL(e.looks, 4);
 		CU_ASSERT_EQUAL(s.backoff, 0);
 		CU_ASSERT_EQUAL(s.skip, 0);
@@ -176,7 +242,7 @@ static void spin_stops_at_once_when_the_peer_is_off(void)
 	}
 	/* the event first: it counts, whatever the other side does next */
 	e = (struct fake_event){ .ready_at = 2, .off_at = 3 };
-	CU_ASSERT(kvmm_spin(&s, fake_ready, &e));
+	CU_ASSERT(kvmm_spin(&s, fake_ready, NULL, &e));
 	/* and a poll that pays still polls */
 	CU_ASSERT_EQUAL(one_wait(&s, 3, &got), 3);
 	CU_ASSERT(got);
@@ -184,7 +250,7 @@ static void spin_stops_at_once_when_the_peer_is_off(void)
 	CU_ASSERT(one_wait(&s, 0, &got) >= 2);
 	CU_ASSERT_EQUAL(s.backoff, 1);
 	e = (struct fake_event){ .ready_at = 1 };
-	CU_ASSERT(kvmm_spin(&s, fake_ready, &e));
+	CU_ASSERT(kvmm_spin(&s, fake_ready, NULL, &e));
 	CU_ASSERT_EQUAL(e.looks, 1);
 }
 
@@ -221,6 +287,7 @@ int register_spin_suite(void)
 	ADD_TEST(s, spin_keeps_polling_while_polls_pay);
 	ADD_TEST(s, spin_idle_spells_do_not_back_off);
 	ADD_TEST(s, spin_with_no_budget_only_looks);
+	ADD_TEST(s, spin_polls_on_while_the_peer_works);
 	ADD_TEST(s, spin_stops_at_once_when_the_peer_is_off);
 	ADD_TEST(s, spin_cpu_hints);
 	return 0;

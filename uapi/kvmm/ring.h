@@ -740,6 +740,11 @@ struct kvmm_probe {
  *	(KVMM_RING_WAKES_BELL: bump and wake a bell); a side naps on its
  *	bell only when the other one says it rings it (an older peer says
  *	nothing, and is slept for on the eventfd doorbell)
+ * @sq_done: a hint for polling, never trusted: entries the dispatcher has
+ *	run, stored after each one while it runs a batch, where sq_head and
+ *	cq_tail move only at the batch's end.  A client polling for the
+ *	completions of a long batch goes on polling while it moves (an older
+ *	server leaves it 0: the client then polls for its ceiling only)
  */
 struct kvmm_ring_hdr {
 	__u64	magic;
@@ -758,7 +763,8 @@ struct kvmm_ring_hdr {
 	__u32	server_cpu;	/* 1 + the CPU it last ran on; 0: not said */
 	__u32	cq_bell;	/* bumped to wake a client napping on it */
 	__u32	server_wakes;	/* KVMM_RING_WAKES_*: how it wakes the client */
-	__u32	pad1[12];
+	__u32	sq_done;	/* entries the dispatcher has run, as it goes */
+	__u32	pad1[11];
 	__u32	sq_tail;	/* offset 128: written by the client */
 	__u32	client_cpu;	/* 1 + the CPU it last ran on; 0: not said */
 	__u32	sq_bell;	/* bumped to wake a dispatcher napping on it */
