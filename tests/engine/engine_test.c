@@ -282,6 +282,78 @@ static void engine_max_wait_bounds_lpm_starvation(void)
 	free(l);
 }
 
+/* The requests of @l in the order they were first admitted, at most @max. */
+static uint32_t admit_order(const struct evlog *l, uint32_t *order, uint32_t max)
+{
+	uint32_t k, j, n = 0;
+
+	for (k = 0; k < l->n && n < max; k++) {
+		if (l->ev[k].type != ENG_EV_ADMIT)
+			continue;
+		for (j = 0; j < n && order[j] != l->ev[k].req; j++)
+			;
+		if (j == n)
+			order[n++] = l->ev[k].req;
+	}
+	return n;
+}
+
+/*
+ * A head that does not fit holds the queue; --lookahead tries the
+ * requests behind it, but only in free pages: one that would have to
+ * evict cache to fit still waits for the head.
+ */
+static void engine_lookahead_passes_a_head_in_free_pages(void)
+{
+	/* 64 pages of 16 tokens; segments: A, B 600 tokens, C 100, D 200, P 300, out */
+	static const uint32_t len[] = { 600, 600, 100, 200, 300, 64 };
+	/* A runs; B (38 pages) does not fit beside it; C (7 pages) does */
+	static const char *const free_reqs[] = { "600 5 60 1 0", "600 5 4 1 1", "100 5 4 1 2" };
+	/* P leaves 18 pages cached; A runs; B waits; D fits only by evicting P */
+	static const char *const cache_reqs[] = {
+		"300 5 1 1 4", "600 5 4 1 0", "600 5 4 1 1", "200 5 4 1 3",
+	};
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct workload wl[2];
+	struct eng_report rep;
+	struct eng_opts o;
+	uint32_t la, order[4];
+
+	CU_ASSERT_FATAL(l != NULL);
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl[0], len, 6, free_reqs, 3), 0);
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl[1], len, 6, cache_reqs, 4), 0);
+	for (la = 0; la <= 16; la += 16) {
+		opts_small(&o, l);
+		o.device_pages = 64;
+		o.lookahead = la;
+		l->n = 0;
+		CU_ASSERT_EQUAL_FATAL(eng_run(&wl[0], &o, &rep), 0);
+		CU_ASSERT_EQUAL_FATAL(admit_order(l, order, 3), 3);
+		CU_ASSERT_EQUAL(order[0], 0);
+		/* without lookahead C waits for B, which waits for A to finish */
+		CU_ASSERT_EQUAL(order[1], la ? 2 : 1);
+		CU_ASSERT_EQUAL(order[2], la ? 1 : 2);
+		CU_ASSERT_EQUAL(rep.completed, 3);
+		CU_ASSERT(rep.check_ok);
+		eng_report_free(&rep);
+
+		l->n = 0;
+		CU_ASSERT_EQUAL_FATAL(eng_run(&wl[1], &o, &rep), 0);
+		CU_ASSERT_EQUAL_FATAL(admit_order(l, order, 4), 4);
+		/* D would fit in P's cache, not in the free pages: it waits either way */
+		CU_ASSERT_EQUAL(order[0], 0);
+		CU_ASSERT_EQUAL(order[1], 1);
+		CU_ASSERT_EQUAL(order[2], 2);
+		CU_ASSERT_EQUAL(order[3], 3);
+		CU_ASSERT_EQUAL(rep.completed, 4);
+		CU_ASSERT(rep.check_ok);
+		eng_report_free(&rep);
+	}
+	workload_free(&wl[0]);
+	workload_free(&wl[1]);
+	free(l);
+}
+
 /* A request larger than the whole pool: a clear error at once. */
 static void engine_pool_too_small_fails_cleanly(void)
 {
@@ -567,7 +639,9 @@ int register_engine_suite(void)
 			 engine_generated_runs_end_clean_and_repeat) ||
 	    !CU_add_test(s, "tiers keep the cache", engine_tiers_keep_the_cache) ||
 	    !CU_add_test(s, "tiered runs repeat and add", engine_tiered_runs_repeat_and_add) ||
-	    !CU_add_test(s, "admission counts promotions", engine_admission_counts_promotions))
+	    !CU_add_test(s, "admission counts promotions", engine_admission_counts_promotions) ||
+	    !CU_add_test(s, "lookahead passes a head in free pages",
+			 engine_lookahead_passes_a_head_in_free_pages))
 		return -1;
 	return 0;
 }
