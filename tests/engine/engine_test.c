@@ -301,9 +301,9 @@ static uint32_t admit_order(const struct evlog *l, uint32_t *order, uint32_t max
 /*
  * A head that does not fit holds the queue; --lookahead tries the
  * requests behind it, but only in free pages: one that would have to
- * evict cache to fit still waits for the head.
+ * evict cache to fit still waits for the head, unless --lookahead-evict.
  */
-static void engine_lookahead_passes_a_head_in_free_pages(void)
+static void engine_lookahead_passes_a_head_in_free_pages_or_cache(void)
 {
 	/* 64 pages of 16 tokens; segments: A, B 600 tokens, C 100, D 200, P 300, out */
 	static const uint32_t len[] = { 600, 600, 100, 200, 300, 64 };
@@ -349,6 +349,22 @@ static void engine_lookahead_passes_a_head_in_free_pages(void)
 		CU_ASSERT(rep.check_ok);
 		eng_report_free(&rep);
 	}
+	/* with --lookahead-evict D takes P's cached pages and goes before B */
+	opts_small(&o, l);
+	o.device_pages = 64;
+	o.lookahead = 16;
+	o.lookahead_evict = true;
+	l->n = 0;
+	CU_ASSERT_EQUAL_FATAL(eng_run(&wl[1], &o, &rep), 0);
+	CU_ASSERT_EQUAL_FATAL(admit_order(l, order, 4), 4);
+	CU_ASSERT_EQUAL(order[0], 0);
+	CU_ASSERT_EQUAL(order[1], 1);
+	CU_ASSERT_EQUAL(order[2], 3);
+	CU_ASSERT_EQUAL(order[3], 2);
+	CU_ASSERT(rep.evicted_pages > 0);
+	CU_ASSERT_EQUAL(rep.completed, 4);
+	CU_ASSERT(rep.check_ok);
+	eng_report_free(&rep);
 	workload_free(&wl[0]);
 	workload_free(&wl[1]);
 	free(l);
@@ -640,8 +656,8 @@ int register_engine_suite(void)
 	    !CU_add_test(s, "tiers keep the cache", engine_tiers_keep_the_cache) ||
 	    !CU_add_test(s, "tiered runs repeat and add", engine_tiered_runs_repeat_and_add) ||
 	    !CU_add_test(s, "admission counts promotions", engine_admission_counts_promotions) ||
-	    !CU_add_test(s, "lookahead passes a head in free pages",
-			 engine_lookahead_passes_a_head_in_free_pages))
+	    !CU_add_test(s, "lookahead passes a head in free pages, or in cache",
+			 engine_lookahead_passes_a_head_in_free_pages_or_cache))
 		return -1;
 	return 0;
 }

@@ -863,12 +863,16 @@ out_retract:
  * stops at the first request that finds no room.  The price: the free
  * pages a request behind takes are part of the room the head waits for,
  * and more requests run at once, so more of the cache is reclaimed later.
+ * With --lookahead-evict it may take cached pages too, as the head would.
  */
 static int prefill_admit_behind(struct eng *e, struct prefill_batch *b, uint32_t k)
 {
 	uint64_t avail = b->avail, room, reserved;
-	int ret = kv_stats(e);
+	int ret;
 
+	if (e->o->lookahead_evict)
+		return prefill_admit(e, b, k);
+	ret = kv_stats(e);
 	if (ret)
 		return ret;
 	room = page_tokens(e, e->stats[KVMM_STAT_PAGES_FREE]);

@@ -66,6 +66,7 @@ struct eng_opts {
 	bool admit_promotions;		/* admission counts what a PROMOTE will take */
 	uint32_t lookahead;		/* requests tried past one that does not fit,
 					 * in free pages only; 0: none */
+	bool lookahead_evict;		/* ... in cached pages too */
 	bool progress;			/* a progress bar on stderr */
 	struct eng_model model;
 	/* tests: every scheduling event */
