@@ -299,6 +299,38 @@ static uint32_t admit_order(const struct evlog *l, uint32_t *order, uint32_t max
 }
 
 /*
+ * Run @wl on 64 pages with --lookahead @la (and --lookahead-evict if
+ * @evict); every request must finish, kvmm_check() clean, and the
+ * requests must be first admitted in the order @want.  Return: the
+ * pages evicted.
+ */
+static uint64_t run_lookahead(const struct workload *wl, uint32_t la, bool evict,
+			      const uint32_t *want, uint32_t n)
+{
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct eng_report rep;
+	struct eng_opts o;
+	uint32_t order[8], k;
+	uint64_t evicted;
+
+	CU_ASSERT_FATAL(l != NULL && n <= 8);
+	opts_small(&o, l);
+	o.device_pages = 64;
+	o.lookahead = la;
+	o.lookahead_evict = evict;
+	CU_ASSERT_EQUAL_FATAL(eng_run(wl, &o, &rep), 0);
+	CU_ASSERT_EQUAL_FATAL(admit_order(l, order, n), n);
+	for (k = 0; k < n; k++)
+		CU_ASSERT_EQUAL(order[k], want[k]);
+	CU_ASSERT_EQUAL(rep.completed, n);
+	CU_ASSERT(rep.check_ok);
+	evicted = rep.evicted_pages;
+	eng_report_free(&rep);
+	free(l);
+	return evicted;
+}
+
+/*
  * A head that does not fit holds the queue; --lookahead tries the
  * requests behind it, but only in free pages: one that would have to
  * evict cache to fit still waits for the head, unless --lookahead-evict.
@@ -313,61 +345,22 @@ static void engine_lookahead_passes_a_head_in_free_pages_or_cache(void)
 	static const char *const cache_reqs[] = {
 		"300 5 1 1 4", "600 5 4 1 0", "600 5 4 1 1", "200 5 4 1 3",
 	};
-	struct evlog *l = calloc(1, sizeof(*l));
+	static const uint32_t in_order[] = { 0, 1, 2, 3 }, c_first[] = { 0, 2, 1 },
+			      d_first[] = { 0, 1, 3, 2 };
 	struct workload wl[2];
-	struct eng_report rep;
-	struct eng_opts o;
-	uint32_t la, order[4];
 
-	CU_ASSERT_FATAL(l != NULL);
 	CU_ASSERT_EQUAL_FATAL(load_text(&wl[0], len, 6, free_reqs, 3), 0);
 	CU_ASSERT_EQUAL_FATAL(load_text(&wl[1], len, 6, cache_reqs, 4), 0);
-	for (la = 0; la <= 16; la += 16) {
-		opts_small(&o, l);
-		o.device_pages = 64;
-		o.lookahead = la;
-		l->n = 0;
-		CU_ASSERT_EQUAL_FATAL(eng_run(&wl[0], &o, &rep), 0);
-		CU_ASSERT_EQUAL_FATAL(admit_order(l, order, 3), 3);
-		CU_ASSERT_EQUAL(order[0], 0);
-		/* without lookahead C waits for B, which waits for A to finish */
-		CU_ASSERT_EQUAL(order[1], la ? 2 : 1);
-		CU_ASSERT_EQUAL(order[2], la ? 1 : 2);
-		CU_ASSERT_EQUAL(rep.completed, 3);
-		CU_ASSERT(rep.check_ok);
-		eng_report_free(&rep);
-
-		l->n = 0;
-		CU_ASSERT_EQUAL_FATAL(eng_run(&wl[1], &o, &rep), 0);
-		CU_ASSERT_EQUAL_FATAL(admit_order(l, order, 4), 4);
-		/* D would fit in P's cache, not in the free pages: it waits either way */
-		CU_ASSERT_EQUAL(order[0], 0);
-		CU_ASSERT_EQUAL(order[1], 1);
-		CU_ASSERT_EQUAL(order[2], 2);
-		CU_ASSERT_EQUAL(order[3], 3);
-		CU_ASSERT_EQUAL(rep.completed, 4);
-		CU_ASSERT(rep.check_ok);
-		eng_report_free(&rep);
-	}
+	/* without lookahead C waits for B, which waits for A to finish */
+	run_lookahead(&wl[0], 0, false, in_order, 3);
+	run_lookahead(&wl[0], 16, false, c_first, 3);
+	/* D would fit in P's cache, not in the free pages: it waits either way */
+	run_lookahead(&wl[1], 0, false, in_order, 4);
+	run_lookahead(&wl[1], 16, false, in_order, 4);
 	/* with --lookahead-evict D takes P's cached pages and goes before B */
-	opts_small(&o, l);
-	o.device_pages = 64;
-	o.lookahead = 16;
-	o.lookahead_evict = true;
-	l->n = 0;
-	CU_ASSERT_EQUAL_FATAL(eng_run(&wl[1], &o, &rep), 0);
-	CU_ASSERT_EQUAL_FATAL(admit_order(l, order, 4), 4);
-	CU_ASSERT_EQUAL(order[0], 0);
-	CU_ASSERT_EQUAL(order[1], 1);
-	CU_ASSERT_EQUAL(order[2], 3);
-	CU_ASSERT_EQUAL(order[3], 2);
-	CU_ASSERT(rep.evicted_pages > 0);
-	CU_ASSERT_EQUAL(rep.completed, 4);
-	CU_ASSERT(rep.check_ok);
-	eng_report_free(&rep);
+	CU_ASSERT(run_lookahead(&wl[1], 16, true, d_first, 4) > 0);
 	workload_free(&wl[0]);
 	workload_free(&wl[1]);
-	free(l);
 }
 
 /* A request larger than the whole pool: a clear error at once. */
