@@ -22,7 +22,9 @@ traffic seed (the generator's --seed; runs repeat exactly, as the first
 two tables check), with and without PREFETCH, and says for how many
 seeds PREFETCH lowers the TTFT p50 and p99, and the medians over them.
 --engine-args adds options to every run but the --no-prefetch ones, which
-stay the engine before PREFETCH: so the tables measure an option of the
+stay the engine before PREFETCH (OLD_ENGINE: --no-prefetch, and every
+later scheduler option that changes what it does set to what reproduces
+that engine, run for run): so the tables measure an option of the
 engine against that engine.
 """
 import argparse
@@ -33,6 +35,8 @@ import sys
 
 DEVICE_PAGES = 1024
 NVME_PAGES = 8192
+# the engine before PREFETCH, figure for figure
+OLD_ENGINE = ("--no-prefetch", "--lookahead", "0")
 
 # (label, host pages, NVMe tier?, the row without the last tier added)
 ROWS = [
@@ -117,7 +121,7 @@ def seeds_table(a, seeds):
         o, r = [], []
         for s in seeds:
             extra = ("--seed", str(s))
-            o.append(run(a.engine, host, nvme, a.nvme_file, extra + ("--no-prefetch",)))
+            o.append(run(a.engine, host, nvme, a.nvme_file, extra + OLD_ENGINE))
             r.append(run(a.engine, host, nvme, a.nvme_file, extra + a.engine_args))
         body.append([
             label,
@@ -152,8 +156,7 @@ def main():
     for i, (label, host, nvme, _) in enumerate(ROWS):
         rows.append(repeat(a, label, host, nvme, a.engine_args, bad))
         if host:
-            old[i] = repeat(a, label + " --no-prefetch", host, nvme,
-                            ("--no-prefetch",), bad)
+            old[i] = repeat(a, label + " --no-prefetch", host, nvme, OLD_ENGINE, bad)
     if os.path.exists(a.nvme_file):
         os.unlink(a.nvme_file)
     for i, (label, _, _, without) in enumerate(ROWS):

@@ -282,6 +282,87 @@ static void engine_max_wait_bounds_lpm_starvation(void)
 	free(l);
 }
 
+/* The requests of @l in the order they were first admitted, at most @max. */
+static uint32_t admit_order(const struct evlog *l, uint32_t *order, uint32_t max)
+{
+	uint32_t k, j, n = 0;
+
+	for (k = 0; k < l->n && n < max; k++) {
+		if (l->ev[k].type != ENG_EV_ADMIT)
+			continue;
+		for (j = 0; j < n && order[j] != l->ev[k].req; j++)
+			;
+		if (j == n)
+			order[n++] = l->ev[k].req;
+	}
+	return n;
+}
+
+/*
+ * Run @wl on 64 pages with --lookahead @la (and --lookahead-evict if
+ * @evict); every request must finish, kvmm_check() clean, and the
+ * requests must be first admitted in the order @want.  Return: the
+ * pages evicted.
+ */
+static uint64_t run_lookahead(const struct workload *wl, uint32_t la, bool evict,
+			      const uint32_t *want, uint32_t n)
+{
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct eng_report rep;
+	struct eng_opts o;
+	uint32_t order[8], k;
+	uint64_t evicted;
+
+	CU_ASSERT_FATAL(l != NULL && n <= 8);
+	opts_small(&o, l);
+	o.device_pages = 64;
+	o.lookahead = la;
+	o.lookahead_evict = evict;
+	CU_ASSERT_EQUAL_FATAL(eng_run(wl, &o, &rep), 0);
+	CU_ASSERT_EQUAL_FATAL(admit_order(l, order, n), n);
+	for (k = 0; k < n; k++)
+		CU_ASSERT_EQUAL(order[k], want[k]);
+	CU_ASSERT_EQUAL(rep.completed, n);
+	CU_ASSERT(rep.check_ok);
+	evicted = rep.evicted_pages;
+	eng_report_free(&rep);
+	free(l);
+	return evicted;
+}
+
+/*
+ * A head that does not fit holds the queue; --lookahead tries the
+ * requests behind it, but only in free pages: one that would have to
+ * evict cache to fit still waits for the head, unless --lookahead-evict.
+ */
+static void engine_lookahead_passes_a_head_in_free_pages_or_cache(void)
+{
+	/* 64 pages of 16 tokens; segments: A, B 600 tokens, C 100, D 200, P 300, out */
+	static const uint32_t len[] = { 600, 600, 100, 200, 300, 64 };
+	/* A runs; B (38 pages) does not fit beside it; C (7 pages) does */
+	static const char *const free_reqs[] = { "600 5 60 1 0", "600 5 4 1 1", "100 5 4 1 2" };
+	/* P leaves 18 pages cached; A runs; B waits; D fits only by evicting P */
+	static const char *const cache_reqs[] = {
+		"300 5 1 1 4", "600 5 4 1 0", "600 5 4 1 1", "200 5 4 1 3",
+	};
+	static const uint32_t in_order[] = { 0, 1, 2, 3 }, c_first[] = { 0, 2, 1 },
+			      d_first[] = { 0, 1, 3, 2 };
+	struct workload wl[2];
+
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl[0], len, 6, free_reqs, 3), 0);
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl[1], len, 6, cache_reqs, 4), 0);
+	/* without lookahead C waits for B, which waits for A to finish */
+	run_lookahead(&wl[0], 0, false, in_order, 3);
+	run_lookahead(&wl[0], 16, false, c_first, 3);
+	/* D would fit in P's cache, not in the free pages: it waits either way */
+	run_lookahead(&wl[1], 0, false, in_order, 4);
+	run_lookahead(&wl[1], 16, false, in_order, 4);
+	/* with --lookahead-evict D takes P's cached pages and goes before B */
+	CU_ASSERT(run_lookahead(&wl[1], 16, true, d_first, 4) > 0);
+	workload_free(&wl[0]);
+	workload_free(&wl[1]);
+}
+
 /* A request larger than the whole pool: a clear error at once. */
 static void engine_pool_too_small_fails_cleanly(void)
 {
@@ -567,7 +648,9 @@ int register_engine_suite(void)
 			 engine_generated_runs_end_clean_and_repeat) ||
 	    !CU_add_test(s, "tiers keep the cache", engine_tiers_keep_the_cache) ||
 	    !CU_add_test(s, "tiered runs repeat and add", engine_tiered_runs_repeat_and_add) ||
-	    !CU_add_test(s, "admission counts promotions", engine_admission_counts_promotions))
+	    !CU_add_test(s, "admission counts promotions", engine_admission_counts_promotions) ||
+	    !CU_add_test(s, "lookahead passes a head in free pages, or in cache",
+			 engine_lookahead_passes_a_head_in_free_pages_or_cache))
 		return -1;
 	return 0;
 }

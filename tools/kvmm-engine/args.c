@@ -69,6 +69,11 @@ static void usage(FILE *f)
 "  --lpm-max-queue N       lpm orders queues up to this long, fcfs above (128)\n"
 "  --max-wait S            a request waiting S seconds goes ahead of the lpm or\n"
 "                          priority order, the oldest first (0: never, the default)\n"
+"  --lookahead N           past a request that does not fit, try N more in\n"
+"                          order, each only in free pages, not in cache (0:\n"
+"                          none, the queue waits for its head)\n"
+"  --lookahead-evict       those requests may take cached pages too, as the\n"
+"                          head would (lower TTFT, more of the cache evicted)\n"
 "  --max-running N         running requests at most (64)\n"
 "  --max-prefill-tokens N  tokens prefilled per step (16384)\n"
 "  --chunk N               chunked prefill size, 0 for none (8192)\n"
@@ -101,7 +106,7 @@ enum {
 	O_MFU, O_MEM_GBPS, O_BW_EFF, O_STEP_US, O_JSON, O_PLOT, O_QUIET, O_HELP,
 	O_HOST_PAGES, O_NVME_FILE, O_NVME_PAGES, O_WRITE_POLICY, O_HOST_GBPS, O_NVME_GBPS, O_NVME_WRITE_GBPS,
 	O_REMOTE, O_REMOTE_SALT, O_REMOTE_GBPS, O_REMOTE_WRITE, O_PREFETCH_BUDGET, O_NO_PREFETCH,
-	O_PREFETCH_DEPTH, O_MAX_WAIT,
+	O_PREFETCH_DEPTH, O_MAX_WAIT, O_LOOKAHEAD, O_LOOKAHEAD_EVICT,
 };
 
 static uint32_t parse_u32(const char *opt, const char *s, uint32_t min)
@@ -173,6 +178,8 @@ static const struct option lopts[] = {
 	{ "remote-write", required_argument, NULL, O_REMOTE_WRITE },
 	{ "prefetch-budget", required_argument, NULL, O_PREFETCH_BUDGET },
 	{ "no-prefetch", no_argument, NULL, O_NO_PREFETCH },
+	{ "lookahead", required_argument, NULL, O_LOOKAHEAD },
+	{ "lookahead-evict", no_argument, NULL, O_LOOKAHEAD_EVICT },
 	{ "prefetch-depth", required_argument, NULL, O_PREFETCH_DEPTH },
 	{ 0 }
 };
@@ -294,6 +301,8 @@ void cli_parse(int argc, char **argv, struct cli *c)
 			break;
 		case O_LPM_MAX_QUEUE: o->lpm_max_queue = parse_u32("--lpm-max-queue", optarg, 0); break;
 		case O_MAX_WAIT: o->max_wait = parse_double("--max-wait", optarg); break;
+		case O_LOOKAHEAD: o->lookahead = parse_u32("--lookahead", optarg, 0); break;
+		case O_LOOKAHEAD_EVICT: o->lookahead_evict = true; break;
 		case O_MAX_RUNNING: o->max_running = parse_u32("--max-running", optarg, 1); break;
 		case O_MAX_PREFILL:
 			o->max_prefill_tokens = parse_u32("--max-prefill-tokens", optarg, 1);

@@ -45,6 +45,10 @@
  * (those it can find now, and what the step has left): a request whose
  * promotion does not fit waits, rather than find no room and recompute.
  * --no-prefetch runs the engine as it was without both, to compare.
+ *
+ * A request that does not fit stops the step's admissions, as in SGLang;
+ * with --lookahead N the next N behind it are tried, in free pages only
+ * (prefill_admit_behind()).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -768,12 +772,13 @@ static int prefill_chunked(struct eng *e, struct prefill_batch *b)
 	return 0;
 }
 
-/* The head of the queue goes in with @m tokens matched: count its hits. */
-static void prefill_admitted(struct eng *e, uint32_t i, uint32_t m, uint32_t need)
+/* waiting[@k] goes in with @m tokens matched: count its hits. */
+static void prefill_admitted(struct eng *e, uint32_t k, uint32_t m, uint32_t need)
 {
+	uint32_t i = e->waiting[k];
 	struct ereq *r = &e->r[i];
 
-	memmove(e->waiting, e->waiting + 1, --e->nwait * sizeof(*e->waiting));
+	memmove(e->waiting + k, e->waiting + k + 1, (--e->nwait - k) * sizeof(*e->waiting));
 	r->state = R_PREFILL;
 	e->rep->saved_tokens += m;
 	if (!r->admitted) {
@@ -790,15 +795,15 @@ static void prefill_admitted(struct eng *e, uint32_t i, uint32_t m, uint32_t nee
 }
 
 /*
- * Try the head of the waiting queue: open its sequence, match its prefix,
- * and prefill its first chunk if the budget and the pool allow.
- * Return: 1 if it went in, 0 if it did not (its match let go), or a
- * negative errno.
+ * Try waiting[@k] (0: the head of the queue): open its sequence, match
+ * its prefix, and prefill its first chunk if the budget and the pool
+ * allow.  Return: 1 if it went in, 0 if it did not (its match let go), or
+ * a negative errno.
  */
-static int prefill_admit_head(struct eng *e, struct prefill_batch *b)
+static int prefill_admit(struct eng *e, struct prefill_batch *b, uint32_t k)
 {
 	const struct eng_opts *o = e->o;
-	uint32_t i = e->waiting[0], m = 0, need, c;
+	uint32_t i = e->waiting[k], m = 0, need, c;
 	/* with nothing else to run, the head goes in if it fits at all */
 	bool alone = !b->ndone && !e->nrun && e->chunked == NONE;
 	struct ereq *r = &e->r[i];
@@ -835,7 +840,7 @@ static int prefill_admit_head(struct eng *e, struct prefill_batch *b)
 		goto out_retract;
 	if (ret)
 		return ret;
-	prefill_admitted(e, i, m, need);
+	prefill_admitted(e, k, m, need);
 	prefill_take(b, c);
 	if (c < need)
 		e->chunked = i;
@@ -846,6 +851,39 @@ static int prefill_admit_head(struct eng *e, struct prefill_batch *b)
 out_retract:
 	ret = kv_retract(e, r, 0);
 	return ret < 0 ? ret : 0;
+}
+
+/*
+ * --lookahead: the head does not fit this step; try waiting[@k], behind
+ * it, but only in the pages that are free now (less the decode reserve),
+ * never in cache that reclaim would have to evict, so the prefixes lpm
+ * ordered the queue by stay cached.  Without it one request whose prompt
+ * or promotion does not fit holds the whole queue, free pages and all,
+ * until running requests finish, as SGLang's get_new_batch_prefill()
+ * stops at the first request that finds no room.  The price: the free
+ * pages a request behind takes are part of the room the head waits for,
+ * and more requests run at once, so more of the cache is reclaimed later.
+ * With --lookahead-evict it may take cached pages too, as the head would.
+ */
+static int prefill_admit_behind(struct eng *e, struct prefill_batch *b, uint32_t k)
+{
+	uint64_t avail = b->avail, room, reserved;
+	int ret;
+
+	if (e->o->lookahead_evict)
+		return prefill_admit(e, b, k);
+	ret = kv_stats(e);
+	if (ret)
+		return ret;
+	room = page_tokens(e, e->stats[KVMM_STAT_PAGES_FREE]);
+	reserved = decode_reserved(e);
+	room = room > reserved ? room - reserved : 0;
+	if (room >= avail)
+		return prefill_admit(e, b, k);
+	b->avail = room;
+	ret = prefill_admit(e, b, k);
+	b->avail = avail - (room - b->avail);	/* what it took, from the step's */
+	return ret;
 }
 
 /*
@@ -877,13 +915,16 @@ static int prefill_charge(struct eng *e, struct prefill_batch *b)
 
 /*
  * get_new_batch_prefill(): the chunked request first, then the waiting
- * queue in policy order.  Return: 1 if a prefill step ran, 0 if there
- * was nothing to prefill, or a negative errno.
+ * queue in policy order; past a request that does not fit, up to
+ * --lookahead more, in free pages only (prefill_admit_behind()).
+ * Return: 1 if a prefill step ran, 0 if there was nothing to prefill, or
+ * a negative errno.
  */
 static int step_prefill(struct eng *e)
 {
 	const struct eng_opts *o = e->o;
 	struct prefill_batch b = { .budget = o->max_prefill_tokens };
+	uint32_t k = 0;		/* requests passed over this step */
 	int ret;
 
 	if (!e->nwait && e->chunked == NONE)
@@ -907,14 +948,13 @@ static int step_prefill(struct eng *e)
 	ret = prefetch_head(e);
 	if (ret)
 		return ret;
-	while (e->nwait && e->chunked == NONE && b.budget && b.ndone < RING_SQ &&
+	while (e->nwait > k && e->chunked == NONE && b.budget && b.ndone < RING_SQ &&
 	       e->nrun + b.ndone < o->max_running) {
-		ret = prefill_admit_head(e, &b);
-		if (ret <= 0) {
-			if (ret < 0)
-				return ret;
+		ret = k ? prefill_admit_behind(e, &b, k) : prefill_admit(e, &b, 0);
+		if (ret < 0)
+			return ret;
+		if (!ret && ++k > o->lookahead)
 			break;
-		}
 	}
 	return prefill_charge(e, &b);
 }

@@ -64,6 +64,9 @@ struct eng_opts {
 	uint32_t prefetch_budget;	/* pages a request's PREFETCH may take; 0: none */
 	uint32_t prefetch_depth;	/* requests at the head of the queue prefetched */
 	bool admit_promotions;		/* admission counts what a PROMOTE will take */
+	uint32_t lookahead;		/* requests tried past one that does not fit,
+					 * in free pages only; 0: none */
+	bool lookahead_evict;		/* ... in cached pages too */
 	bool progress;			/* a progress bar on stderr */
 	struct eng_model model;
 	/* tests: every scheduling event */
