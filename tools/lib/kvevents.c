@@ -62,6 +62,7 @@
 #include "kvevents.h"
 
 #define HASH_MAX	32
+#define HUGE_BYTES	(2u << 20)	/* a huge page */
 #define TOPIC_MAX	96
 
 const char *const kvev_hash_names[NR_KVEV_HASH + 1] = {
@@ -118,7 +119,7 @@ struct kvev_chunk {
 	char data[];
 };
 
-#define CHUNK_BYTES	(2u << 20)
+#define CHUNK_BYTES	HUGE_BYTES
 
 static struct kvev_chunk *chunk_new(size_t size)
 {
@@ -165,6 +166,7 @@ struct kvev_msg {
  * @cbor: scratch for one block's CBOR
  * @ents: the table of pages, @mask + 1 slots, @nr used
  * @hashes: scratch for one event's page hashes
+ * @found: scratch for one event's pages in the table (page_lookup())
  * @md, @mdctx: sha256, fetched once, and a context reused for every block
  * @out: the message being built (msgpack), @nev events after HDR_ROOM
  * @chunk: the chunk messages are kept in; @spare: a free one, or NULL
@@ -189,6 +191,7 @@ struct kvev {
 	uint64_t rmask;
 	pthread_mutex_t lock;		/* the tables, between publisher and askers */
 	uint8_t *hashes;
+	struct kvev_ent **found;
 	EVP_MD *md;
 	EVP_MD_CTX *mdctx;
 	struct kvev_buf out;
@@ -276,6 +279,34 @@ uint32_t kvev_hash_bytes(const struct kvev *ev)
 
 /* ---- the table of pages, by kvmm key (linear probing) ---- */
 
+/*
+ * Zeroed room for a table read before it is written: calloc() maps a
+ * large block to the shared zero page on the first read, and the first
+ * write to each 4 KiB then copies it and flushes the TLB of every CPU
+ * the process runs on (an interrupt to each, the engine's included).
+ * Written here first, each page faults in once; a table of 2 MiB or
+ * more is asked for huge pages, which its random probes also want.
+ */
+static void *table_alloc(size_t n, size_t size)
+{
+	size_t bytes = n * size;
+	void *p;
+
+	if (size && n > (SIZE_MAX - HUGE_BYTES) / size)
+		return NULL;
+	if (bytes < HUGE_BYTES) {
+		p = malloc(bytes);
+	} else {
+		bytes = (bytes + HUGE_BYTES - 1) & ~(size_t)(HUGE_BYTES - 1);
+		p = aligned_alloc(HUGE_BYTES, bytes);
+		if (p)
+			madvise(p, bytes, MADV_HUGEPAGE);	/* a hint: small pages do too */
+	}
+	if (p)
+		memset(p, 0, bytes);
+	return p;
+}
+
 static struct kvev_ent *ent_lookup(const struct kvev *ev, const struct kvmm_key *k)
 {
 	uint64_t i;
@@ -293,7 +324,7 @@ static struct kvev_ent *ent_lookup(const struct kvev *ev, const struct kvmm_key 
 static int ent_grow(struct kvev *ev)
 {
 	uint64_t n = (ev->mask + 1) * 2, i, j;
-	struct kvev_ent *ents = calloc(n, sizeof(*ents));
+	struct kvev_ent *ents = table_alloc(n, sizeof(*ents));
 
 	if (!ents)
 		return -ENOMEM;
@@ -360,7 +391,7 @@ static int rev_add(struct kvev *ev, const uint8_t *hash, uint32_t ns, const stru
 
 	if (ev->nr * 2 > ev->rmask + 1) {	/* ev->nr counts this one already */
 		uint64_t n = (ev->rmask + 1) * 2, i;
-		struct kvev_rev *revs = calloc(n, sizeof(*revs));
+		struct kvev_rev *revs = table_alloc(n, sizeof(*revs));
 
 		if (!revs)
 			return -ENOMEM;
@@ -910,6 +941,28 @@ static bool parent_hash(const struct kvev *ev, const struct kvmm_cache_event *e,
 }
 
 /*
+ * Look up @e's pages into ev->found (NULL: not in the table).  Their
+ * slots are fetched first, all of them, and then the token ids of those
+ * found (@tok NULL), so that the cache misses of a few hundred random
+ * pages overlap instead of following one another.
+ */
+static void page_lookup(struct kvev *ev, const struct kvmm_cache_event *e, const uint32_t *tok)
+{
+	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
+	uint32_t j;
+
+	for (j = 0; j < e->pages; j++)
+		__builtin_prefetch(&ev->ents[keys[j].lo & ev->mask]);
+	for (j = 0; j < e->pages; j++) {
+		struct kvev_ent *pe = ent_lookup(ev, &keys[j]);
+
+		ev->found[j] = pe;
+		if (pe && pe->tok && !tok)
+			__builtin_prefetch(tok_at(ev, pe->tok));
+	}
+}
+
+/*
  * The hashes of @e's pages into ev->hashes: those it knows from the
  * table, the others chained from the page before, hashed from @tok (NULL:
  * the event carries no token ids, stored_tokens, and then every page's
@@ -920,13 +973,13 @@ static bool parent_hash(const struct kvev *ev, const struct kvmm_cache_event *e,
 static bool page_hashes(struct kvev *ev, const struct kvmm_cache_event *e, const uint8_t *parent,
 			bool parent_known, const uint32_t *tok)
 {
-	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
 	uint32_t j, ps = ev->p.page_size;
 
 	if (!tok && (uint64_t)e->pages * ps > ev->ntokbuf)
 		return false;
+	page_lookup(ev, e, tok);
 	for (j = 0; j < e->pages; j++) {
-		const struct kvev_ent *pe = ent_lookup(ev, &keys[j]);
+		const struct kvev_ent *pe = ev->found[j];
 		uint8_t *hj = ev->hashes + (size_t)j * ev->hlen;
 
 		if (pe)
@@ -956,10 +1009,18 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
 	const uint32_t *tok = has_tokens(ev, e) ? (const uint32_t *)(keys + e->pages) : NULL;
 	const uint8_t *parent;
-	bool known = parent_hash(ev, e, &parent);
 	uint32_t j;
+	bool known;
 	int ret;
 
+	/*
+	 * Room for every page first: the entries found (@parent's hash,
+	 * ev->found) stay where they are while the new ones go in.
+	 */
+	while (e->type != KVMM_EVENT_REMOVED && (ev->nr + e->pages) * 2 > ev->mask + 1)
+		if (ent_grow(ev))
+			return -ENOMEM;
+	known = parent_hash(ev, e, &parent);
 	if (!page_hashes(ev, e, parent, known, tok)) {
 		ev->st.unnamed++;
 		if (e->type == KVMM_EVENT_REMOVED)
@@ -977,9 +1038,14 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 		pack_removed(ev, ev->hashes, e->pages, e->tier);
 	if (e->type != KVMM_EVENT_REMOVED)
 		pack_stored(ev, ev->hashes, e->pages, parent, tok ? tok : ev->tokbuf, e->to);
-	for (j = 0; j < e->pages; j++) {
-		if (e->type == KVMM_EVENT_REMOVED)
+	if (e->type == KVMM_EVENT_REMOVED) {
+		for (j = 0; j < e->pages; j++)
 			ent_del(ev, &keys[j]);
+		return 0;
+	}
+	for (j = 0; j < e->pages; j++) {
+		if (ev->found[j])
+			ev->found[j]->tier = e->to;
 		else if (ent_put(ev, &keys[j], ev->hashes + (size_t)j * ev->hlen, e->ns, e->to,
 				 tok ? tok + (size_t)j * ev->p.page_size : NULL))
 			return -ENOMEM;
@@ -1138,21 +1204,22 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->topic = strdup(p->topic ? p->topic : KVEV_TOPIC_DEFAULT);
 	ev->cbor = malloc(32 + HASH_MAX + 5 * (size_t)p->page_size);
 	ev->hashes = malloc((size_t)KVMM_EVENT_MAX_PAGES * HASH_MAX);
+	ev->found = malloc(KVMM_EVENT_MAX_PAGES * sizeof(*ev->found));
 	/* an event that carries token ids is cut at KVMM_EVENT_MAX_TOKENS (one page at least) */
 	ev->ntokbuf = p->page_size > KVMM_EVENT_MAX_TOKENS ? p->page_size : KVMM_EVENT_MAX_TOKENS;
 	ev->tokbuf = malloc((size_t)ev->ntokbuf * sizeof(*ev->tokbuf));
-	ev->ents = calloc(1024, sizeof(*ev->ents));
+	ev->ents = table_alloc(1024, sizeof(*ev->ents));
 	ev->mask = 1023;
-	ev->revs = calloc(1024, sizeof(*ev->revs));
+	ev->revs = table_alloc(1024, sizeof(*ev->revs));
 	ev->rmask = 1023;
 	pthread_mutex_init(&ev->lock, NULL);
-	ev->ring = calloc(ev->p.buffer_steps, sizeof(*ev->ring));
+	ev->ring = table_alloc(ev->p.buffer_steps, sizeof(*ev->ring));
 	msgpack_packer_init(&ev->ev_pk, &ev->out, buf_write);
 	batch_reset(ev);
 	ev->md = EVP_MD_fetch(NULL, "SHA256", NULL);
 	ev->mdctx = EVP_MD_CTX_new();
 	sbuf = malloc(sizeof(head) + sn);
-	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->tokbuf || !ev->ents || !ev->revs ||
+	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->found || !ev->tokbuf || !ev->ents || !ev->revs ||
 	    !ev->ring ||
 	    !ev->md || !ev->mdctx || !sbuf)
 		goto out_free;
@@ -1211,6 +1278,7 @@ void kvev_destroy(struct kvev *ev)
 	free(ev->revs);
 	pthread_mutex_destroy(&ev->lock);
 	free(ev->hashes);
+	free(ev->found);
 	free(ev->tokbuf);
 	free(ev->toks);
 	free(ev->cbor);
@@ -1333,6 +1401,7 @@ int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_
 		kvev_destroy(t->ev);
 		goto out_free;
 	}
+	pthread_setname_np(t->thread, "kvmm-kvevents");	/* for top -H and perf; a hint */
 	*out = t;
 	return 0;
 
