@@ -89,61 +89,152 @@ struct kvev_rev {
 };
 
 /*
- * A buffer that msgpack-c packs into and that token arrays are written
- * into directly (buf_reserve(), then the bytes): the message being
- * built, after HDR_ROOM bytes its KVEventBatch header is written into
- * once the events are counted.  It is the same buffer for every
- * message, grown to the largest.
+ * The message being built, which msgpack-c packs into and token arrays
+ * are written into directly (buf_reserve(), then the bytes): @len bytes
+ * at @data, the free end of the chunk being filled (@cap bytes of room
+ * there); after HDR_ROOM bytes, its KVEventBatch header is written into
+ * once the events are counted.
  */
 struct kvev_buf {
-	char *data;
+	char *data;		/* NULL: no room yet */
 	size_t len, cap;
 	int err;		/* -ENOMEM once a write did not fit */
 };
 
 /*
  * Messages kept for replay, and sent from there (ZMQ takes no copy),
- * live in chunks filled one after the other, as a log: a message goes
- * when its replay slot is taken, in the order they came, so a chunk is
- * free once its last message went and ZMQ's I/O thread is done with all
- * of them.  A chunk counts its holders: the publisher while it fills it,
- * each message kept in it, each message ZMQ still sends from it.  Chunks
- * are huge pages where the kernel gives them, so that keeping a stream
- * costs a page fault per 2 MiB rather than per 4 KiB, and the last chunk
- * freed is kept for the next.
+ * are built in place in chunks filled one after the other, as a log: a
+ * message that outgrows the room left in its chunk moves, what it has
+ * so far, to a new one.  A message goes when its replay slot is taken,
+ * in the order they came, so a chunk is free once its last message went
+ * and ZMQ's I/O thread is done with all of them.  A chunk counts its
+ * holders: the publisher while it fills it, each message kept in it,
+ * each message ZMQ still sends from it.
+ *
+ * Chunks are huge pages where the kernel gives them, and a free one
+ * goes back to a pool for the next, up to as many as the publisher made
+ * ready when it was created (kvev_params.prepare_bytes): those are
+ * touched there, so that the stream's first pass over them does not
+ * wait for the kernel to fault and zero fresh memory, and no later pass
+ * does either.  A chunk from the pool keeps the bytes of the messages it
+ * held before; nothing reads them, as a message is sent and replayed
+ * from exactly the bytes written for it.
  */
+struct kvev_pool {
+	pthread_mutex_t lock;		/* the publisher's thread and ZMQ's I/O thread */
+	struct kvev_chunk *free;	/* chained through ->next */
+	uint32_t nr, max;
+};
+
 struct kvev_chunk {
 	atomic_uint refs;
-	size_t size;		/* bytes at @data */
-	size_t used;
+	struct kvev_pool *pool;
+	struct kvev_chunk *next;	/* in the pool */
+	size_t size;			/* bytes at @data */
+	size_t used;			/* by messages kept */
 	char data[];
 };
 
 #define CHUNK_BYTES	HUGE_BYTES
+#define CHUNK_DATA	(CHUNK_BYTES - offsetof(struct kvev_chunk, data))
 
-static struct kvev_chunk *chunk_new(size_t size)
+/* A chunk with room for @size bytes (one huge page at least), not in the pool. */
+static struct kvev_chunk *chunk_new(struct kvev_pool *pool, size_t size)
 {
 	size_t bytes = (offsetof(struct kvev_chunk, data) + size + CHUNK_BYTES - 1) &
 		       ~(size_t)(CHUNK_BYTES - 1);
-	struct kvev_chunk *c = aligned_alloc(CHUNK_BYTES, bytes);
+	struct kvev_chunk *c;
 
+	if (size > SIZE_MAX - 2 * CHUNK_BYTES)
+		return NULL;
+	c = aligned_alloc(CHUNK_BYTES, bytes);
 	if (!c)
 		return NULL;
 	madvise(c, bytes, MADV_HUGEPAGE);	/* a hint: small pages do too */
 	atomic_init(&c->refs, 1);
+	c->pool = pool;
 	c->size = bytes - offsetof(struct kvev_chunk, data);
 	c->used = 0;
 	return c;
 }
 
+/* Let go of chunk @c: the last holder gives it back to the pool, or frees it. */
+static void chunk_put(struct kvev_chunk *c)
+{
+	struct kvev_pool *pool = c->pool;
+
+	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	pthread_mutex_lock(&pool->lock);
+	if (c->size == CHUNK_DATA && pool->nr < pool->max) {
+		c->next = pool->free;
+		pool->free = c;
+		pool->nr++;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&pool->lock);
+	free(c);
+}
+
+/* A chunk with room for @size bytes, from the pool where one is free. */
+static struct kvev_chunk *chunk_get(struct kvev_pool *pool, size_t size)
+{
+	struct kvev_chunk *c = NULL;
+
+	if (size <= CHUNK_DATA) {
+		pthread_mutex_lock(&pool->lock);
+		c = pool->free;
+		if (c) {
+			pool->free = c->next;
+			pool->nr--;
+		}
+		pthread_mutex_unlock(&pool->lock);
+	}
+	if (!c)
+		return chunk_new(pool, size);
+	atomic_init(&c->refs, 1);
+	c->used = 0;
+	return c;
+}
+
+/*
+ * Make @nr chunks ready in the pool: each 4 KiB written once, so that
+ * the kernel faults (and zeroes) it here.  Return: 0 or -ENOMEM.
+ */
+static int pool_prepare(struct kvev_pool *pool, uint32_t nr)
+{
+	uint32_t i;
+	size_t off;
+
+	pool->max = nr ? nr : 1;
+	for (i = 0; i < nr; i++) {
+		struct kvev_chunk *c = chunk_new(pool, CHUNK_DATA);
+
+		if (!c)
+			return -ENOMEM;
+		for (off = 0; off < c->size; off += 4096)
+			c->data[off] = 0;
+		chunk_put(c);
+	}
+	return 0;
+}
+
+static void pool_drain(struct kvev_pool *pool)
+{
+	while (pool->free) {
+		struct kvev_chunk *c = pool->free;
+
+		pool->free = c->next;
+		free(c);
+	}
+	pool->nr = 0;
+}
+
 /* zmq_free_fn: ZMQ is done with a message sent from chunk @hint */
 static void chunk_put_zmq(void *data, void *hint)
 {
-	struct kvev_chunk *c = hint;
-
 	(void)data;
-	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
-		free(c);
+	chunk_put(hint);
 }
 
 /* [ts, [events...], rank]: fixarray, float64, array32 at most */
@@ -169,7 +260,8 @@ struct kvev_msg {
  * @found: scratch for one event's pages in the table (page_lookup())
  * @md, @mdctx: sha256, fetched once, and a context reused for every block
  * @out: the message being built (msgpack), @nev events after HDR_ROOM
- * @chunk: the chunk messages are kept in; @spare: a free one, or NULL
+ * @chunk: the chunk messages are built and kept in (NULL: none yet)
+ * @pool: free chunks
  * @ns: the namespace of the message being built
  * @ring: messages kept for replay, @p.buffer_steps slots
  * @toks: with @p.stored_tokens, the token ids of the pages in the table,
@@ -195,7 +287,8 @@ struct kvev {
 	EVP_MD *md;
 	EVP_MD_CTX *mdctx;
 	struct kvev_buf out;
-	struct kvev_chunk *chunk, *spare;
+	struct kvev_chunk *chunk;
+	struct kvev_pool pool;
 	msgpack_packer ev_pk;
 	uint32_t nev;
 	uint32_t ns;
@@ -278,6 +371,9 @@ uint32_t kvev_hash_bytes(const struct kvev *ev)
 }
 
 /* ---- the table of pages, by kvmm key (linear probing) ---- */
+
+/* The most slots kvev_create() makes the tables with (24 MiB); they grow from there. */
+#define TABLE_MADE_MAX	(1u << 18)
 
 /*
  * Zeroed room for a table read before it is written: calloc() maps a
@@ -537,30 +633,41 @@ static void ent_del(struct kvev *ev, const struct kvmm_key *k)
 
 /* ---- msgpack: the structures msgspec makes of vLLM's classes ---- */
 
-/* Room for @n more bytes at b->len.  Return: 0, or -ENOMEM (kept in b->err). */
-static int buf_reserve(struct kvev_buf *b, size_t n)
+/*
+ * Room for @n more bytes at ev->out.len: where the chunk being filled
+ * has none left, the message so far moves to a new chunk with room for
+ * twice as much, and the publisher lets go of the old one (the messages
+ * kept in it hold it still).  Return: 0, or -ENOMEM (kept in out.err).
+ */
+static int buf_reserve(struct kvev *ev, size_t n)
 {
-	size_t cap = b->cap ? b->cap : 4096;
-	char *d;
+	struct kvev_buf *b = &ev->out;
+	struct kvev_chunk *c;
 
 	if (b->len + n <= b->cap)
 		return 0;
-	while (cap < b->len + n)
-		cap *= 2;
-	d = realloc(b->data, cap);
-	if (!d)
+	if (b->err)
+		return b->err;
+	c = chunk_get(&ev->pool, 2 * (b->len + n));
+	if (!c)
 		return b->err = -ENOMEM;
-	b->data = d;
-	b->cap = cap;
+	if (b->data)
+		memcpy(c->data, b->data, b->len);
+	if (ev->chunk)
+		chunk_put(ev->chunk);
+	ev->chunk = c;
+	b->data = c->data;
+	b->cap = c->size;
 	return 0;
 }
 
-/* msgpack-c's writer into a struct kvev_buf */
+/* msgpack-c's writer into the message being built (@data: the publisher) */
 static int buf_write(void *data, const char *p, size_t n)
 {
-	struct kvev_buf *b = data;
+	struct kvev *ev = data;
+	struct kvev_buf *b = &ev->out;
 
-	if (buf_reserve(b, n))
+	if (buf_reserve(ev, n))
 		return -1;
 	memcpy(b->data + b->len, p, n);
 	b->len += n;
@@ -579,7 +686,7 @@ static void pack_tokens(struct kvev *ev, const uint32_t *tok, uint64_t n)
 	uint64_t i;
 
 	msgpack_pack_array(&ev->ev_pk, (size_t)n);
-	if (buf_reserve(b, 5 * n))
+	if (buf_reserve(ev, 5 * n))
 		return;
 	p = (unsigned char *)b->data + b->len;
 	for (i = 0; i < n; i++) {
@@ -629,7 +736,7 @@ static void pack_hashes(struct kvev *ev, const uint8_t *h, uint32_t n)
 
 	pack_str(&ev->ev_pk, "block_hashes");
 	msgpack_pack_array(&ev->ev_pk, n);
-	if (buf_reserve(b, (size_t)n * (2 + ev->hlen)))
+	if (buf_reserve(ev, (size_t)n * (2 + ev->hlen)))
 		return;
 	p = b->data + b->len;
 	for (i = 0; i < n; i++, p += ev->hlen) {
@@ -651,7 +758,7 @@ static void pack_stored(struct kvev *ev, const uint8_t *h, uint32_t n, const uin
 	static const char map16_8[] = { (char)0xde, 0, 8 };
 	msgpack_packer *pk = &ev->ev_pk;
 
-	buf_write(&ev->out, map16_8, sizeof(map16_8));
+	buf_write(ev, map16_8, sizeof(map16_8));
 	pack_str(pk, "type");
 	pack_str(pk, "BlockStored");
 	pack_hashes(ev, h, n);
@@ -708,41 +815,6 @@ static int send_frames(void *sock, const void *const *f, const size_t *len, int 
 	return 0;
 }
 
-/* The publisher lets go of chunk @c: the last holder frees it, or keeps it as the spare. */
-static void chunk_put(struct kvev *ev, struct kvev_chunk *c)
-{
-	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
-		return;
-	if (!ev->spare && c->size == CHUNK_BYTES - offsetof(struct kvev_chunk, data)) {
-		atomic_init(&c->refs, 1);
-		c->used = 0;
-		ev->spare = c;
-		return;
-	}
-	free(c);
-}
-
-/* Room for @n bytes in the chunk messages are kept in.  Return: 0 or -ENOMEM. */
-static int chunk_room(struct kvev *ev, size_t n)
-{
-	struct kvev_chunk *c = ev->chunk;
-
-	if (c && c->size - c->used >= n)
-		return 0;
-	if (ev->spare && ev->spare->size >= n) {
-		c = ev->spare;
-		ev->spare = NULL;
-	} else {
-		c = chunk_new(n > CHUNK_BYTES / 2 ? n : CHUNK_BYTES / 2);
-		if (!c)
-			return -ENOMEM;
-	}
-	if (ev->chunk)
-		chunk_put(ev, ev->chunk);
-	ev->chunk = c;
-	return 0;
-}
-
 /* The last frame: message @m's bytes, sent from its chunk, which ZMQ holds till done. */
 static int send_kept(void *sock, const struct kvev_msg *m)
 {
@@ -770,64 +842,98 @@ static void seq_bytes(uint64_t seq, uint8_t *b)
 		b[i] = (uint8_t)(seq >> (56 - 8 * i));
 }
 
-/* Start the next message: its events go after the header's room. */
+/*
+ * Start the next message where the chunk's messages end: its events go
+ * after the header's room (and with less room than that left, into the
+ * next chunk).
+ */
 static void batch_reset(struct kvev *ev)
 {
+	struct kvev_chunk *c = ev->chunk;
+
+	ev->out.data = NULL;
+	ev->out.cap = 0;
+	if (c && c->size - c->used >= HDR_ROOM) {
+		ev->out.data = c->data + c->used;
+		ev->out.cap = c->size - c->used;
+	}
 	ev->out.len = HDR_ROOM;
 	ev->out.err = 0;
 	ev->nev = 0;
 }
 
 /*
+ * KVEventBatch's head into @p: [ts, [@nev events (they follow), and
+ * its length, HDR_ROOM at most, as msgpack-c's writes it.
+ */
+static size_t pack_head(uint8_t *p, double ts, uint32_t nev)
+{
+	uint64_t bits;
+	size_t n = 0;
+	int i;
+
+	p[n++] = 0x93;				/* fixarray 3 */
+	memcpy(&bits, &ts, sizeof(bits));
+	p[n++] = 0xcb;				/* float 64 */
+	for (i = 7; i >= 0; i--)
+		p[n++] = (uint8_t)(bits >> (8 * i));
+	if (nev < 16) {
+		p[n++] = (uint8_t)(0x90 | nev);	/* fixarray */
+	} else if (nev < 0x10000) {
+		p[n++] = 0xdc;			/* array 16 */
+		p[n++] = (uint8_t)(nev >> 8);
+		p[n++] = (uint8_t)nev;
+	} else {
+		p[n++] = 0xdd;			/* array 32 */
+		for (i = 3; i >= 0; i--)
+			p[n++] = (uint8_t)(nev >> (8 * i));
+	}
+	return n;
+}
+
+/*
  * Send the message being built, as KVEventBatch [ts, events, 0] (vLLM's
  * publisher fills data_parallel_rank with its rank, 0 for one), and keep
- * it for replay: its header goes right before its events, it is copied
- * once, into the chunk it is kept in, and ZMQ sends it from there.
+ * it for replay: its header goes right before its events, in the chunk
+ * it was built in, and ZMQ sends it from there.
  */
 static int flush_batch(struct kvev *ev)
 {
-	char head[HDR_ROOM];
-	struct kvev_buf hb = { .data = head, .cap = sizeof(head) };
-	msgpack_packer hpk;
+	struct kvev_buf *b = &ev->out;
+	uint8_t head[HDR_ROOM];
+	struct kvev_chunk *c;
 	struct kvev_msg *m;
 	struct timespec ts;
 	uint8_t sb[8];
 	const void *f[2];
-	size_t len[2], n;
+	size_t len[2], hl, end;
 	int ret;
 
 	if (!ev->nev)
 		return 0;
-	if (ev->out.err || msgpack_pack_uint8(&ev->ev_pk, 0) || ev->out.err) {
+	if (b->err || msgpack_pack_uint8(&ev->ev_pk, 0) || b->err) {
 		batch_reset(ev);
 		return -ENOMEM;
 	}
 	clock_gettime(CLOCK_REALTIME, &ts);
-	msgpack_packer_init(&hpk, &hb, buf_write);
-	msgpack_pack_array(&hpk, 3);
-	msgpack_pack_double(&hpk, ts.tv_sec + ts.tv_nsec / 1e9);
-	msgpack_pack_array(&hpk, ev->nev);
-	memcpy(ev->out.data + HDR_ROOM - hb.len, head, hb.len);
-	n = ev->out.len - (HDR_ROOM - hb.len);
+	hl = pack_head(head, ts.tv_sec + ts.tv_nsec / 1e9, ev->nev);
+	memcpy(b->data + HDR_ROOM - hl, head, hl);
 
 	m = &ev->ring[ev->st.messages % ev->p.buffer_steps];
 	if (m->chunk) {		/* the oldest message kept goes */
-		chunk_put(ev, m->chunk);
+		chunk_put(m->chunk);
 		m->chunk = NULL;
 		m->len = 0;
 	}
-	if (chunk_room(ev, n)) {
-		batch_reset(ev);
-		return -ENOMEM;
-	}
-	m->chunk = ev->chunk;
-	atomic_fetch_add_explicit(&m->chunk->refs, 1, memory_order_relaxed);
-	m->data = m->chunk->data + m->chunk->used;
-	m->len = n;
-	memcpy(m->chunk->data + m->chunk->used, ev->out.data + HDR_ROOM - hb.len, n);
-	m->chunk->used += (n + 7) & ~(size_t)7;
-	if (m->chunk->used > m->chunk->size)
-		m->chunk->used = m->chunk->size;
+	c = ev->chunk;
+	m->chunk = c;
+	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+	m->data = b->data + HDR_ROOM - hl;
+	m->len = b->len - (HDR_ROOM - hl);
+	end = (size_t)(b->data - c->data) + b->len;
+	c->used = (end + 7) & ~(size_t)7;
+	if (c->used > c->size)
+		c->used = c->size;
 	batch_reset(ev);
 	m->seq = ev->st.messages++;
 	topic_of(ev, ev->ns, m->topic);
@@ -1184,6 +1290,7 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 {
 	const char *seed = p->seed ? p->seed : KVEV_SEED_DEFAULT;
 	uint8_t head[9];
+	uint64_t slots;
 	size_t hn, sn = strlen(seed);
 	uint8_t *sbuf;
 	struct kvev *ev;
@@ -1200,6 +1307,8 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 		ev->p.buffer_steps = KVEV_BUFFER_STEPS;
 	if (!ev->p.hwm)
 		ev->p.hwm = KVEV_HWM;
+	if (!ev->p.prepare_bytes)
+		ev->p.prepare_bytes = KVEV_PREPARE_BYTES;
 	ev->hlen = p->hash == KVEV_HASH_SHA256_CBOR ? 32 : 16;
 	ev->topic = strdup(p->topic ? p->topic : KVEV_TOPIC_DEFAULT);
 	ev->cbor = malloc(32 + HASH_MAX + 5 * (size_t)p->page_size);
@@ -1208,13 +1317,17 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	/* an event that carries token ids is cut at KVMM_EVENT_MAX_TOKENS (one page at least) */
 	ev->ntokbuf = p->page_size > KVMM_EVENT_MAX_TOKENS ? p->page_size : KVMM_EVENT_MAX_TOKENS;
 	ev->tokbuf = malloc((size_t)ev->ntokbuf * sizeof(*ev->tokbuf));
-	ev->ents = table_alloc(1024, sizeof(*ev->ents));
-	ev->mask = 1023;
-	ev->revs = table_alloc(1024, sizeof(*ev->revs));
-	ev->rmask = 1023;
+	/* made for the pages the tiers hold, half full, up to TABLE_MADE_MAX slots */
+	for (slots = 1024; slots < TABLE_MADE_MAX && slots < 2 * p->pages; slots *= 2)
+		;
+	ev->ents = table_alloc(slots, sizeof(*ev->ents));
+	ev->mask = slots - 1;
+	ev->revs = table_alloc(slots, sizeof(*ev->revs));
+	ev->rmask = slots - 1;
 	pthread_mutex_init(&ev->lock, NULL);
 	ev->ring = table_alloc(ev->p.buffer_steps, sizeof(*ev->ring));
-	msgpack_packer_init(&ev->ev_pk, &ev->out, buf_write);
+	msgpack_packer_init(&ev->ev_pk, ev, buf_write);
+	pthread_mutex_init(&ev->pool.lock, NULL);
 	batch_reset(ev);
 	ev->md = EVP_MD_fetch(NULL, "SHA256", NULL);
 	ev->mdctx = EVP_MD_CTX_new();
@@ -1229,6 +1342,11 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	digest(ev, sbuf, hn + sn, ev->none_hash);
 	free(sbuf);
 	sbuf = NULL;
+	if (ev->p.prepare_bytes > (uint64_t)UINT32_MAX * CHUNK_BYTES ||
+	    pool_prepare(&ev->pool, (uint32_t)((ev->p.prepare_bytes + CHUNK_BYTES - 1) / CHUNK_BYTES))) {
+		ret = ev->p.prepare_bytes > (uint64_t)UINT32_MAX * CHUNK_BYTES ? -EINVAL : -ENOMEM;
+		goto out_free;
+	}
 	ev->zctx = zmq_ctx_new();
 	if (!ev->zctx)
 		goto out_free;
@@ -1266,12 +1384,12 @@ void kvev_destroy(struct kvev *ev)
 		zmq_ctx_term(ev->zctx);
 	for (i = 0; ev->ring && i < ev->p.buffer_steps; i++)
 		if (ev->ring[i].chunk)
-			chunk_put(ev, ev->ring[i].chunk);
+			chunk_put(ev->ring[i].chunk);
 	free(ev->ring);
 	if (ev->chunk)
-		chunk_put(ev, ev->chunk);
-	free(ev->spare);
-	free(ev->out.data);
+		chunk_put(ev->chunk);
+	pool_drain(&ev->pool);
+	pthread_mutex_destroy(&ev->pool.lock);
 	EVP_MD_CTX_free(ev->mdctx);
 	EVP_MD_free(ev->md);
 	free(ev->ents);
@@ -1389,6 +1507,8 @@ int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_
 	t->ctx = ctx;
 	t->interval_ms = interval_ms;
 	pp.page_size = kvmm_page_size(ctx);
+	pp.pages = st[KVMM_STAT_PAGES_TOTAL] + st[KVMM_STAT_HOST_PAGES_TOTAL] +
+		   st[KVMM_STAT_NVME_PAGES_TOTAL];
 	pp.stored_tokens = true;
 	t->buf = aligned_alloc(8, PUMP_BYTES);
 	ret = t->buf ? kvev_create(&pp, &t->ev) : -ENOMEM;
