@@ -38,7 +38,8 @@
  * ZMQ matches prefixes), and a message never mixes namespaces.
  *
  * The same table answers a router that asks by vLLM block hashes which
- * tier holds them (kvev_lookup(), kvmmd's prefix query): a second table
+ * tier holds them (kvev_lookup(), kvmmd's prefix query): a second table,
+ * kept only for a publisher made to answer (kvev_params.index_hashes),
  * indexes the pages by their vLLM hash and namespace.  The publisher's
  * thread and the asker's share both under @lock.
  */
@@ -279,7 +280,7 @@ struct kvev {
 	uint8_t *cbor;
 	struct kvev_ent *ents;
 	uint64_t mask, nr;
-	struct kvev_rev *revs;		/* @rmask + 1 slots, half full at most */
+	struct kvev_rev *revs;		/* @rmask + 1 slots, half full at most; NULL: none */
 	uint64_t rmask;
 	pthread_mutex_t lock;		/* the tables, between publisher and askers */
 	uint8_t *hashes;
@@ -485,6 +486,8 @@ static int rev_add(struct kvev *ev, const uint8_t *hash, uint32_t ns, const stru
 {
 	struct kvev_rev r = { .h = rev_h(hash), .ns = ns, .used = 1, .key = *k };
 
+	if (!ev->revs)
+		return 0;
 	if (ev->nr * 2 > ev->rmask + 1) {	/* ev->nr counts this one already */
 		uint64_t n = (ev->rmask + 1) * 2, i;
 		struct kvev_rev *revs = table_alloc(n, sizeof(*revs));
@@ -507,6 +510,8 @@ static void rev_del(struct kvev *ev, const uint8_t *hash, uint32_t ns, const str
 {
 	uint64_t h = rev_h(hash), i, j, home;
 
+	if (!ev->revs)
+		return;
 	for (i = rev_home(h, ns, ev->rmask); ev->revs[i].used; i = (i + 1) & ev->rmask)
 		if (ev->revs[i].key.lo == k->lo && ev->revs[i].key.hi == k->hi)
 			break;
@@ -1048,15 +1053,16 @@ static bool parent_hash(const struct kvev *ev, const struct kvmm_cache_event *e,
 
 /*
  * Look up @e's pages into ev->found (NULL: not in the table).  Their
- * slots are fetched first, all of them, and then the token ids of those
- * found (@tok NULL), so that the cache misses of a few hundred random
- * pages overlap instead of following one another.
+ * slots (and their parent's) are fetched first, all of them, and then
+ * the token ids of those found (@tok NULL), so that the cache misses of
+ * a few hundred random pages overlap instead of following one another.
  */
 static void page_lookup(struct kvev *ev, const struct kvmm_cache_event *e, const uint32_t *tok)
 {
 	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
 	uint32_t j;
 
+	__builtin_prefetch(&ev->ents[e->parent.lo & ev->mask]);
 	for (j = 0; j < e->pages; j++)
 		__builtin_prefetch(&ev->ents[keys[j].lo & ev->mask]);
 	for (j = 0; j < e->pages; j++) {
@@ -1069,8 +1075,8 @@ static void page_lookup(struct kvev *ev, const struct kvmm_cache_event *e, const
 }
 
 /*
- * The hashes of @e's pages into ev->hashes: those it knows from the
- * table, the others chained from the page before, hashed from @tok (NULL:
+ * The hashes of @e's pages (looked up: page_lookup()) into ev->hashes:
+ * those it knows from the table, the others chained from the page before, hashed from @tok (NULL:
  * the event carries no token ids, stored_tokens, and then every page's
  * are gathered from the table into ev->tokbuf).  A page already named
  * keeps its name even where its parent has gone (a subtree is removed
@@ -1083,7 +1089,6 @@ static bool page_hashes(struct kvev *ev, const struct kvmm_cache_event *e, const
 
 	if (!tok && (uint64_t)e->pages * ps > ev->ntokbuf)
 		return false;
-	page_lookup(ev, e, tok);
 	for (j = 0; j < e->pages; j++) {
 		const struct kvev_ent *pe = ev->found[j];
 		uint8_t *hj = ev->hashes + (size_t)j * ev->hlen;
@@ -1126,6 +1131,7 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 	while (e->type != KVMM_EVENT_REMOVED && (ev->nr + e->pages) * 2 > ev->mask + 1)
 		if (ent_grow(ev))
 			return -ENOMEM;
+	page_lookup(ev, e, tok);
 	known = parent_hash(ev, e, &parent);
 	if (!page_hashes(ev, e, parent, known, tok)) {
 		ev->st.unnamed++;
@@ -1204,7 +1210,8 @@ int kvev_publish(struct kvev *ev, const struct kvmm_events_hdr *hdr)
  *	the publisher has seen stored in @ns and not removed, per tier
  *
  * As published so far: what the context did since its last read is not
- * in it yet.
+ * in it yet.  A publisher made without kvev_params.index_hashes finds
+ * nothing.
  *
  * Context: takes the publisher's lock, never the context's.
  * Return: the blocks of the leading run.
@@ -1216,7 +1223,7 @@ uint32_t kvev_lookup(struct kvev *ev, uint32_t ns, const uint8_t *hashes, uint32
 
 	memset(tokens, 0, KVMM_NR_TIERS * sizeof(*tokens));
 	pthread_mutex_lock(&ev->lock);
-	for (i = 0; i < n; i++) {
+	for (i = 0; ev->revs && i < n; i++) {
 		const struct kvev_rev *r = rev_find(ev, hashes + (size_t)i * ev->hlen, ns);
 
 		if (!r)
@@ -1322,8 +1329,10 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 		;
 	ev->ents = table_alloc(slots, sizeof(*ev->ents));
 	ev->mask = slots - 1;
-	ev->revs = table_alloc(slots, sizeof(*ev->revs));
-	ev->rmask = slots - 1;
+	if (p->index_hashes) {
+		ev->revs = table_alloc(slots, sizeof(*ev->revs));
+		ev->rmask = slots - 1;
+	}
 	pthread_mutex_init(&ev->lock, NULL);
 	ev->ring = table_alloc(ev->p.buffer_steps, sizeof(*ev->ring));
 	msgpack_packer_init(&ev->ev_pk, ev, buf_write);
@@ -1332,7 +1341,8 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->md = EVP_MD_fetch(NULL, "SHA256", NULL);
 	ev->mdctx = EVP_MD_CTX_new();
 	sbuf = malloc(sizeof(head) + sn);
-	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->found || !ev->tokbuf || !ev->ents || !ev->revs ||
+	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->found || !ev->tokbuf || !ev->ents ||
+	    (p->index_hashes && !ev->revs) ||
 	    !ev->ring ||
 	    !ev->md || !ev->mdctx || !sbuf)
 		goto out_free;

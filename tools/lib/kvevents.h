@@ -50,6 +50,9 @@ extern const char *const kvev_hash_names[NR_KVEV_HASH + 1];
  * @pages: pages the context's tiers hold at most: the publisher's tables
  *	are made for that many (up to 131072; 0: 512) rather than grown
  *	while the stream fills them (kvev_thread_start() sets it)
+ * @index_hashes: keep the index of the pages by vLLM hash that
+ *	kvev_lookup() reads; without it kvev_lookup() finds nothing, and
+ *	publishing does not pay for keeping it
  * @stored_tokens: the EVENTS output it is given carries token ids with
  *	STORED events only (KVMM_SET_EVENT_TOKENS KVMM_EVENT_TOKENS_STORED):
  *	the publisher keeps each page's from its STORED event on, for the
@@ -68,6 +71,7 @@ struct kvev_params {
 	uint64_t prepare_bytes;
 	uint64_t pages;
 	bool stored_tokens;
+	bool index_hashes;
 };
 
 /* What a publisher did, for its owner's log and tests. */
