@@ -11,7 +11,8 @@
  * BlockStored / BlockRemoved / AllBlocksCleared maps, and a ROUTER
  * socket that resends the messages from a sequence number on, then an
  * end marker.  This file turns the EVENTS output of a context (with
- * KVMM_EVENTS_TOKENS) into exactly that, with libzmq and msgpack-c.
+ * KVMM_EVENTS_TOKENS) into exactly that, with libzmq, its msgpack written
+ * byte for byte as msgpack-c writes it.
  *
  * A router finds a prompt's blocks by hashing it as vLLM does, so the
  * blocks are named by vLLM's hash, not kvmm's page keys: block i's hash
@@ -56,7 +57,6 @@
 #include <time.h>
 #include <sys/mman.h>
 
-#include <msgpack.h>
 #include <openssl/evp.h>
 #include <zmq.h>
 
@@ -90,8 +90,8 @@ struct kvev_rev {
 };
 
 /*
- * The message being built, which msgpack-c packs into and token arrays
- * are written into directly (buf_reserve(), then the bytes): @len bytes
+ * The message being built, which the packers below write into
+ * (buf_reserve(), then the bytes): @len bytes
  * at @data, the free end of the chunk being filled (@cap bytes of room
  * there); after HDR_ROOM bytes, its KVEventBatch header is written into
  * once the events are counted.
@@ -290,7 +290,9 @@ struct kvev {
 	struct kvev_buf out;
 	struct kvev_chunk *chunk;
 	struct kvev_pool pool;
-	msgpack_packer ev_pk;
+	uint8_t stored_tail[KVMM_NR_TIERS][64];
+	uint8_t removed_tail[KVMM_NR_TIERS][24];
+	uint8_t stored_tail_len[KVMM_NR_TIERS], removed_tail_len[KVMM_NR_TIERS];
 	uint32_t nev;
 	uint32_t ns;
 	struct kvev_msg *ring;
@@ -640,9 +642,10 @@ static void ent_del(struct kvev *ev, const struct kvmm_key *k)
 
 /*
  * Room for @n more bytes at ev->out.len: where the chunk being filled
- * has none left, the message so far moves to a new chunk with room for
- * twice as much, and the publisher lets go of the old one (the messages
- * kept in it hold it still).  Return: 0, or -ENOMEM (kept in out.err).
+ * has none left, the message so far moves to a new chunk (from the pool
+ * while it fits one; else one with room for twice as much), and the
+ * publisher lets go of the old one (the messages kept in it hold it
+ * still).  Return: 0, or -ENOMEM (kept in out.err).
  */
 static int buf_reserve(struct kvev *ev, size_t n)
 {
@@ -653,7 +656,7 @@ static int buf_reserve(struct kvev *ev, size_t n)
 		return 0;
 	if (b->err)
 		return b->err;
-	c = chunk_get(&ev->pool, 2 * (b->len + n));
+	c = chunk_get(&ev->pool, b->len + n <= CHUNK_DATA ? CHUNK_DATA : 2 * (b->len + n));
 	if (!c)
 		return b->err = -ENOMEM;
 	if (b->data)
@@ -666,90 +669,143 @@ static int buf_reserve(struct kvev *ev, size_t n)
 	return 0;
 }
 
-/* msgpack-c's writer into the message being built (@data: the publisher) */
-static int buf_write(void *data, const char *p, size_t n)
+/* @n bytes at @p onto the message being built (failure: kept in out.err) */
+static void buf_put(struct kvev *ev, const void *p, size_t n)
 {
-	struct kvev *ev = data;
 	struct kvev_buf *b = &ev->out;
 
 	if (buf_reserve(ev, n))
-		return -1;
+		return;
 	memcpy(b->data + b->len, p, n);
 	b->len += n;
-	return 0;
 }
 
 /*
- * @n token ids as a msgpack array of uints, each in its shortest form
- * as msgpack-c's msgpack_pack_uint32() (and msgspec) write it, straight
- * into the buffer: one reserve for the worst case, no call per token.
+ * The msgpack the publisher writes is written here byte by byte, as
+ * msgpack-c writes it (and msgspec, which vLLM's routers decode with):
+ * every value in its shortest form, strings shorter than 32 bytes as
+ * fixstr.  What never changes within an event is one constant.
  */
+
+/* An array head of @n elements into @p.  Return: its bytes, 5 at most. */
+static size_t put_array_head(uint8_t *p, uint32_t n)
+{
+	if (n < 16) {
+		p[0] = (uint8_t)(0x90 | n);	/* fixarray */
+		return 1;
+	}
+	if (n < 0x10000) {
+		p[0] = 0xdc;			/* array 16 */
+		p[1] = (uint8_t)(n >> 8);
+		p[2] = (uint8_t)n;
+		return 3;
+	}
+	p[0] = 0xdd;				/* array 32 */
+	p[1] = (uint8_t)(n >> 24);
+	p[2] = (uint8_t)(n >> 16);
+	p[3] = (uint8_t)(n >> 8);
+	p[4] = (uint8_t)n;
+	return 5;
+}
+
+/* An unsigned int into @p, as msgpack_pack_uint32() writes it.  Return: 5 bytes at most. */
+static inline size_t put_uint(uint8_t *p, uint32_t t)
+{
+	if (t < 0x80) {
+		p[0] = (uint8_t)t;
+		return 1;
+	}
+	if (t < 0x100) {
+		p[0] = 0xcc;
+		p[1] = (uint8_t)t;
+		return 2;
+	}
+	if (t < 0x10000) {
+		p[0] = 0xcd;
+		p[1] = (uint8_t)(t >> 8);
+		p[2] = (uint8_t)t;
+		return 3;
+	}
+	p[0] = 0xce;
+	p[1] = (uint8_t)(t >> 24);
+	p[2] = (uint8_t)(t >> 16);
+	p[3] = (uint8_t)(t >> 8);
+	p[4] = (uint8_t)t;
+	return 5;
+}
+
+/* @n token ids as an array of uints: one reserve for the worst case. */
 static void pack_tokens(struct kvev *ev, const uint32_t *tok, uint64_t n)
 {
 	struct kvev_buf *b = &ev->out;
-	unsigned char *p;
+	uint8_t *p;
 	uint64_t i;
 
-	msgpack_pack_array(&ev->ev_pk, (size_t)n);
-	if (buf_reserve(ev, 5 * n))
+	if (buf_reserve(ev, 5 + 5 * n))
 		return;
-	p = (unsigned char *)b->data + b->len;
-	for (i = 0; i < n; i++) {
-		uint32_t t = tok[i];
-
-		if (t < 0x80) {
-			*p++ = (unsigned char)t;
-		} else if (t < 0x100) {
-			*p++ = 0xcc;
-			*p++ = (unsigned char)t;
-		} else if (t < 0x10000) {
-			*p++ = 0xcd;
-			*p++ = (unsigned char)(t >> 8);
-			*p++ = (unsigned char)t;
-		} else {
-			*p++ = 0xce;
-			*p++ = (unsigned char)(t >> 24);
-			*p++ = (unsigned char)(t >> 16);
-			*p++ = (unsigned char)(t >> 8);
-			*p++ = (unsigned char)t;
-		}
-	}
+	p = (uint8_t *)b->data + b->len;
+	p += put_array_head(p, (uint32_t)n);
+	for (i = 0; i < n; i++)
+		p += put_uint(p, tok[i]);
 	b->len = (size_t)((char *)p - b->data);
-}
-
-static void pack_str(msgpack_packer *pk, const char *s)
-{
-	size_t n = strlen(s);
-
-	msgpack_pack_str(pk, n);
-	msgpack_pack_str_body(pk, s, n);
 }
 
 static const char *const media[] = {
 	[KVMM_TIER_DEVICE] = "GPU", [KVMM_TIER_HOST] = "CPU", [KVMM_TIER_NVME] = "STORAGE",
 };
 
-/*
- * "block_hashes": an array of @n bin 8 of ev->hlen bytes each, as
- * msgpack_pack_bin() writes them, straight into the buffer.
- */
+/* The value of "block_hashes": an array of @n bin 8 of ev->hlen bytes each. */
 static void pack_hashes(struct kvev *ev, const uint8_t *h, uint32_t n)
 {
 	struct kvev_buf *b = &ev->out;
-	char *p;
+	uint8_t *p;
 	uint32_t i;
 
-	pack_str(&ev->ev_pk, "block_hashes");
-	msgpack_pack_array(&ev->ev_pk, n);
-	if (buf_reserve(ev, (size_t)n * (2 + ev->hlen)))
+	if (buf_reserve(ev, 5 + (size_t)n * (2 + ev->hlen)))
 		return;
-	p = b->data + b->len;
+	p = (uint8_t *)b->data + b->len;
+	p += put_array_head(p, n);
 	for (i = 0; i < n; i++, p += ev->hlen) {
-		*p++ = (char)0xc4;
-		*p++ = (char)ev->hlen;
+		*p++ = 0xc4;
+		*p++ = (uint8_t)ev->hlen;
 		memcpy(p, h + (size_t)i * ev->hlen, ev->hlen);
 	}
-	b->len = (size_t)(p - b->data);
+	b->len = (size_t)((char *)p - b->data);
+}
+
+/*
+ * What follows the token ids in a BlockStored on @tier, and the medium
+ * that ends a BlockRemoved, into ev->tail (kvev_create()).
+ */
+static void make_tails(struct kvev *ev)
+{
+	uint8_t *p;
+	int t;
+
+	for (t = 0; t < KVMM_NR_TIERS; t++) {
+		size_t ml = strlen(media[t]);
+
+		p = ev->stored_tail[t];
+		memcpy(p, "\xaa" "block_size", 11);
+		p += 11;
+		p += put_uint(p, ev->p.page_size);
+		memcpy(p, "\xa7" "lora_id" "\xc0" "\xa6" "medium", 16);
+		p += 16;
+		*p++ = (uint8_t)(0xa0 | ml);
+		memcpy(p, media[t], ml);
+		p += ml;
+		memcpy(p, "\xa9" "lora_name" "\xc0", 11);
+		p += 11;
+		ev->stored_tail_len[t] = (uint8_t)(p - ev->stored_tail[t]);
+
+		p = ev->removed_tail[t];
+		memcpy(p, "\xa6" "medium", 7);
+		p += 7;
+		*p++ = (uint8_t)(0xa0 | ml);
+		memcpy(p, media[t], ml);
+		p += ml;
+		ev->removed_tail_len[t] = (uint8_t)(p - ev->removed_tail[t]);
+	}
 }
 
 /*
@@ -760,44 +816,36 @@ static void pack_hashes(struct kvev *ev, const uint8_t *h, uint32_t n)
 static void pack_stored(struct kvev *ev, const uint8_t *h, uint32_t n, const uint8_t *parent,
 			const uint32_t *tok, uint8_t tier)
 {
-	static const char map16_8[] = { (char)0xde, 0, 8 };
-	msgpack_packer *pk = &ev->ev_pk;
+	static const char head[] = "\xde\x00\x08" "\xa4" "type" "\xab" "BlockStored"
+				   "\xac" "block_hashes";
+	static const char par[] = "\xb1" "parent_block_hash";
+	static const char toks[] = "\xa9" "token_ids";
+	uint8_t bin[2 + HASH_MAX] = { 0xc4, (uint8_t)ev->hlen };
 
-	buf_write(ev, map16_8, sizeof(map16_8));
-	pack_str(pk, "type");
-	pack_str(pk, "BlockStored");
+	buf_put(ev, head, sizeof(head) - 1);
 	pack_hashes(ev, h, n);
-	pack_str(pk, "parent_block_hash");
+	buf_put(ev, par, sizeof(par) - 1);
 	if (parent) {
-		msgpack_pack_bin(pk, ev->hlen);
-		msgpack_pack_bin_body(pk, parent, ev->hlen);
+		memcpy(bin + 2, parent, ev->hlen);
+		buf_put(ev, bin, 2 + ev->hlen);
 	} else {
-		msgpack_pack_nil(pk);
+		buf_put(ev, "\xc0", 1);			/* nil */
 	}
-	pack_str(pk, "token_ids");
+	buf_put(ev, toks, sizeof(toks) - 1);
 	pack_tokens(ev, tok, (uint64_t)n * ev->p.page_size);
-	pack_str(pk, "block_size");
-	msgpack_pack_uint32(pk, ev->p.page_size);
-	pack_str(pk, "lora_id");
-	msgpack_pack_nil(pk);
-	pack_str(pk, "medium");
-	pack_str(pk, media[tier]);
-	pack_str(pk, "lora_name");
-	msgpack_pack_nil(pk);
+	buf_put(ev, ev->stored_tail[tier], ev->stored_tail_len[tier]);
 	ev->nev++;
 	ev->st.stored++;
 }
 
 static void pack_removed(struct kvev *ev, const uint8_t *h, uint32_t n, uint8_t tier)
 {
-	msgpack_packer *pk = &ev->ev_pk;
+	static const char head[] = "\x83" "\xa4" "type" "\xac" "BlockRemoved"
+				   "\xac" "block_hashes";
 
-	msgpack_pack_map(pk, 3);
-	pack_str(pk, "type");
-	pack_str(pk, "BlockRemoved");
+	buf_put(ev, head, sizeof(head) - 1);
 	pack_hashes(ev, h, n);
-	pack_str(pk, "medium");
-	pack_str(pk, media[tier]);
+	buf_put(ev, ev->removed_tail[tier], ev->removed_tail_len[tier]);
 	ev->nev++;
 	ev->st.removed++;
 }
@@ -869,7 +917,7 @@ static void batch_reset(struct kvev *ev)
 
 /*
  * KVEventBatch's head into @p: [ts, [@nev events (they follow), and
- * its length, HDR_ROOM at most, as msgpack-c's writes it.
+ * its length, HDR_ROOM at most.
  */
 static size_t pack_head(uint8_t *p, double ts, uint32_t nev)
 {
@@ -882,18 +930,7 @@ static size_t pack_head(uint8_t *p, double ts, uint32_t nev)
 	p[n++] = 0xcb;				/* float 64 */
 	for (i = 7; i >= 0; i--)
 		p[n++] = (uint8_t)(bits >> (8 * i));
-	if (nev < 16) {
-		p[n++] = (uint8_t)(0x90 | nev);	/* fixarray */
-	} else if (nev < 0x10000) {
-		p[n++] = 0xdc;			/* array 16 */
-		p[n++] = (uint8_t)(nev >> 8);
-		p[n++] = (uint8_t)nev;
-	} else {
-		p[n++] = 0xdd;			/* array 32 */
-		for (i = 3; i >= 0; i--)
-			p[n++] = (uint8_t)(nev >> (8 * i));
-	}
-	return n;
+	return n + put_array_head(p + n, nev);
 }
 
 /*
@@ -916,7 +953,8 @@ static int flush_batch(struct kvev *ev)
 
 	if (!ev->nev)
 		return 0;
-	if (b->err || msgpack_pack_uint8(&ev->ev_pk, 0) || b->err) {
+	buf_put(ev, "\x00", 1);		/* data_parallel_rank */
+	if (b->err) {
 		batch_reset(ev);
 		return -ENOMEM;
 	}
@@ -1335,7 +1373,7 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	}
 	pthread_mutex_init(&ev->lock, NULL);
 	ev->ring = table_alloc(ev->p.buffer_steps, sizeof(*ev->ring));
-	msgpack_packer_init(&ev->ev_pk, ev, buf_write);
+	make_tails(ev);
 	pthread_mutex_init(&ev->pool.lock, NULL);
 	batch_reset(ev);
 	ev->md = EVP_MD_fetch(NULL, "SHA256", NULL);
