@@ -1511,7 +1511,9 @@ static void *kvev_thread_fn(void *arg)
  *
  * The engine never waits for the thread: events wait in @ctx's buffer,
  * which the thread drains one EVENTS read at a time, under the context's
- * lock only while it copies.
+ * lock only while it copies.  Unless @p says otherwise, the publisher's
+ * tables are made for the pages of @ctx's tiers, and as much memory is
+ * made ready for the messages kept for replay as the event buffer has.
  *
  * Return: 0, or -errno (the events' settings, the sockets, the thread).
  */
@@ -1557,6 +1559,10 @@ int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_
 	pp.page_size = kvmm_page_size(ctx);
 	pp.pages = st[KVMM_STAT_PAGES_TOTAL] + st[KVMM_STAT_HOST_PAGES_TOTAL] +
 		   st[KVMM_STAT_NVME_PAGES_TOTAL];
+	/* the messages the event buffer's events make, ready as the buffer is */
+	if (!pp.prepare_bytes)
+		pp.prepare_bytes = st[KVMM_STAT_EVENTS_BYTES] >= KVMM_EVENTS_TOKENS_BUF_MIN ?
+				   st[KVMM_STAT_EVENTS_BYTES] : events_bytes;
 	pp.stored_tokens = true;
 	t->buf = aligned_alloc(8, PUMP_BYTES);
 	ret = t->buf ? kvev_create(&pp, &t->ev) : -ENOMEM;

@@ -29,7 +29,7 @@ extern const char *const kvev_hash_names[NR_KVEV_HASH + 1];
 #define KVEV_TOPIC_DEFAULT	"kvmm"
 #define KVEV_BUFFER_STEPS	10000	/* batches kept for replay, as vLLM */
 #define KVEV_HWM		100000
-#define KVEV_PREPARE_BYTES	(64ull << 20)	/* replay buffer made ready */
+#define KVEV_PREPARE_BYTES	(8ull << 20)	/* replay buffer made ready */
 
 /**
  * struct kvev_params - what kvev_create() sets up
@@ -45,8 +45,9 @@ extern const char *const kvev_hash_names[NR_KVEV_HASH + 1];
  * @hwm: the PUB socket's high-water mark (0: KVEV_HWM)
  * @prepare_bytes: memory for the messages kept for replay made ready
  *	(faulted in) when the publisher is made, and kept for reuse once the
- *	buffer lets messages go, in 2 MiB chunks (0: KVEV_PREPARE_BYTES):
- *	the stream does not wait for fresh memory until it keeps more
+ *	buffer lets messages go, in 2 MiB chunks (0: KVEV_PREPARE_BYTES;
+ *	kvev_thread_start(): the context's event buffer's size): the stream
+ *	does not wait for fresh memory until it keeps more
  * @pages: pages the context's tiers hold at most: the publisher's tables
  *	are made for that many (up to 131072; 0: 512) rather than grown
  *	while the stream fills them (kvev_thread_start() sets it)
