@@ -266,9 +266,10 @@ struct kvev_msg {
  * @ns: the namespace of the message being built
  * @ring: messages kept for replay, @p.buffer_steps slots
  * @toks: with @p.stored_tokens, the token ids of the pages in the table,
- *	@ntoks slots of page_size each, the free ones chained through their
- *	first word from @tfree (slot + 1; 0: none)
- * @tokbuf: scratch for one event's token ids gathered from there
+ *	as the msgpack a BlockStored carries them (tok_at()): @ntoks slots of
+ *	@tok_stride bytes, the free ones chained through their first word
+ *	from @tfree (slot + 1; 0: none)
+ * @ntokmax: the most token ids an event that carries none may name
  * @st: what it did; @st.messages is the next sequence number
  */
 struct kvev {
@@ -296,10 +297,9 @@ struct kvev {
 	uint32_t nev;
 	uint32_t ns;
 	struct kvev_msg *ring;
-	uint32_t *toks;
-	uint32_t ntoks, tfree;
-	uint32_t *tokbuf;
-	uint32_t ntokbuf;
+	uint8_t *toks;
+	uint32_t ntoks, tfree, tok_stride;
+	uint32_t ntokmax;
 	struct kvev_stats st;
 };
 
@@ -529,42 +529,72 @@ static void rev_del(struct kvev *ev, const uint8_t *hash, uint32_t ns, const str
 	ev->revs[i].used = 0;
 }
 
-/* ---- the token ids of the pages in the table (stored_tokens) ---- */
+/*
+ * ---- the token ids of the pages in the table (stored_tokens) ----
+ *
+ * A page's token ids are kept as the bytes a BlockStored carries them
+ * in (a 16-bit length, then each id as put_uint() writes it), so that
+ * the BlockStored of a demotion or promotion, most of what a tiered
+ * cache publishes, copies them instead of writing each id again.
+ */
 
-static uint32_t *tok_at(const struct kvev *ev, uint32_t slot)
+static uint8_t *tok_at(const struct kvev *ev, uint32_t slot)
 {
-	return ev->toks + (size_t)(slot - 1) * ev->p.page_size;
+	return ev->toks + (size_t)(slot - 1) * ev->tok_stride;
+}
+
+/* Chain slot @slot (slot + 1) to the free ones. */
+static void tok_free(struct kvev *ev, uint32_t slot)
+{
+	memcpy(tok_at(ev, slot), &ev->tfree, sizeof(ev->tfree));
+	ev->tfree = slot;
+}
+
+/* Room for @n slots (all of them free, as the table grows).  Return: 0 or -ENOMEM. */
+static int tok_grow(struct kvev *ev, uint32_t n)
+{
+	uint8_t *t;
+	uint32_t i;
+
+	if (n <= ev->ntoks)	/* 2^31 pages named: no more */
+		return -ENOMEM;
+	t = realloc(ev->toks, (size_t)n * ev->tok_stride);
+	if (!t)
+		return -ENOMEM;
+	ev->toks = t;
+	for (i = n; i > ev->ntoks; i--)
+		tok_free(ev, i);
+	ev->ntoks = n;
+	return 0;
 }
 
 /* A slot for a page's token ids.  Return: slot + 1, or 0 with no memory. */
 static uint32_t tok_alloc(struct kvev *ev)
 {
-	uint32_t slot = ev->tfree, n, i, *t;
+	uint32_t slot = ev->tfree;
 
-	if (slot) {
-		ev->tfree = *tok_at(ev, slot);
-		return slot;
+	if (!slot) {
+		if (tok_grow(ev, ev->ntoks ? ev->ntoks * 2 : 1024))
+			return 0;
+		slot = ev->tfree;
 	}
-	n = ev->ntoks ? ev->ntoks * 2 : 1024;
-	if (n <= ev->ntoks)	/* 2^31 pages named: no more */
-		return 0;
-	t = realloc(ev->toks, (size_t)n * ev->p.page_size * sizeof(*t));
-	if (!t)
-		return 0;
-	ev->toks = t;
-	for (i = n; i > ev->ntoks + 1; i--) {	/* all but the first new one, free */
-		*tok_at(ev, i) = ev->tfree;
-		ev->tfree = i;
-	}
-	slot = ev->ntoks + 1;
-	ev->ntoks = n;
+	memcpy(&ev->tfree, tok_at(ev, slot), sizeof(ev->tfree));
 	return slot;
 }
 
-static void tok_free(struct kvev *ev, uint32_t slot)
+static size_t put_uint(uint8_t *p, uint32_t t);
+
+/* Keep @tok, a page's token ids, in slot @slot. */
+static void tok_set(struct kvev *ev, uint32_t slot, const uint32_t *tok)
 {
-	*tok_at(ev, slot) = ev->tfree;
-	ev->tfree = slot;
+	uint8_t *p = tok_at(ev, slot), *q = p + sizeof(uint16_t);
+	uint16_t len;
+	uint32_t i;
+
+	for (i = 0; i < ev->p.page_size; i++)
+		q += put_uint(q, tok[i]);
+	len = (uint16_t)(q - p - sizeof(len));
+	memcpy(p, &len, sizeof(len));
 }
 
 /*
@@ -586,7 +616,7 @@ static int ent_put(struct kvev *ev, const struct kvmm_key *k, const uint8_t *has
 		slot = tok_alloc(ev);
 		if (!slot)
 			return -ENOMEM;
-		memcpy(tok_at(ev, slot), tok, ev->p.page_size * sizeof(*tok));
+		tok_set(ev, slot, tok);
 	}
 
 	if ((ev->nr + 1) * 2 > ev->mask + 1 && ent_grow(ev))
@@ -709,7 +739,7 @@ static size_t put_array_head(uint8_t *p, uint32_t n)
 }
 
 /* An unsigned int into @p, as msgpack_pack_uint32() writes it.  Return: 5 bytes at most. */
-static inline size_t put_uint(uint8_t *p, uint32_t t)
+static size_t put_uint(uint8_t *p, uint32_t t)
 {
 	if (t < 0x80) {
 		p[0] = (uint8_t)t;
@@ -747,6 +777,28 @@ static void pack_tokens(struct kvev *ev, const uint32_t *tok, uint64_t n)
 	p += put_array_head(p, (uint32_t)n);
 	for (i = 0; i < n; i++)
 		p += put_uint(p, tok[i]);
+	b->len = (size_t)((char *)p - b->data);
+}
+
+/* The token ids of @n pages found in the table (ev->found), from their slots. */
+static void pack_token_slots(struct kvev *ev, uint32_t n)
+{
+	struct kvev_buf *b = &ev->out;
+	uint8_t *p;
+	uint32_t j;
+
+	if (buf_reserve(ev, 5 + (size_t)n * (ev->tok_stride - sizeof(uint16_t))))
+		return;
+	p = (uint8_t *)b->data + b->len;
+	p += put_array_head(p, n * ev->p.page_size);
+	for (j = 0; j < n; j++) {
+		const uint8_t *t = tok_at(ev, ev->found[j]->tok);
+		uint16_t len;
+
+		memcpy(&len, t, sizeof(len));
+		memcpy(p, t + sizeof(len), len);
+		p += len;
+	}
 	b->len = (size_t)((char *)p - b->data);
 }
 
@@ -812,6 +864,8 @@ static void make_tails(struct kvev *ev)
  * BlockStored, a tagged msgspec Struct of 16 fields of which 8 have no
  * default: msgspec writes a map16 head for it whatever the count, so
  * the head is written here as it does, for byte-identical messages.
+ * @tok: the pages' token ids; NULL: those of the pages found in the
+ * table (ev->found).
  */
 static void pack_stored(struct kvev *ev, const uint8_t *h, uint32_t n, const uint8_t *parent,
 			const uint32_t *tok, uint8_t tier)
@@ -832,7 +886,10 @@ static void pack_stored(struct kvev *ev, const uint8_t *h, uint32_t n, const uin
 		buf_put(ev, "\xc0", 1);			/* nil */
 	}
 	buf_put(ev, toks, sizeof(toks) - 1);
-	pack_tokens(ev, tok, (uint64_t)n * ev->p.page_size);
+	if (tok)
+		pack_tokens(ev, tok, (uint64_t)n * ev->p.page_size);
+	else
+		pack_token_slots(ev, n);
 	buf_put(ev, ev->stored_tail[tier], ev->stored_tail_len[tier]);
 	ev->nev++;
 	ev->st.stored++;
@@ -1114,18 +1171,19 @@ static void page_lookup(struct kvev *ev, const struct kvmm_cache_event *e, const
 
 /*
  * The hashes of @e's pages (looked up: page_lookup()) into ev->hashes:
- * those it knows from the table, the others chained from the page before, hashed from @tok (NULL:
- * the event carries no token ids, stored_tokens, and then every page's
- * are gathered from the table into ev->tokbuf).  A page already named
- * keeps its name even where its parent has gone (a subtree is removed
- * parent first).  Return: false when some page cannot be named.
+ * those it knows from the table, the others chained from the page
+ * before, hashed from @tok (NULL: the event carries no token ids,
+ * stored_tokens, and then every page must be in the table with its
+ * own).  A page already named keeps its name even where its parent has
+ * gone (a subtree is removed parent first).  Return: false when some
+ * page cannot be named.
  */
 static bool page_hashes(struct kvev *ev, const struct kvmm_cache_event *e, const uint8_t *parent,
 			bool parent_known, const uint32_t *tok)
 {
 	uint32_t j, ps = ev->p.page_size;
 
-	if (!tok && (uint64_t)e->pages * ps > ev->ntokbuf)
+	if (!tok && (uint64_t)e->pages * ps > ev->ntokmax)
 		return false;
 	for (j = 0; j < e->pages; j++) {
 		const struct kvev_ent *pe = ev->found[j];
@@ -1137,11 +1195,8 @@ static bool page_hashes(struct kvev *ev, const struct kvmm_cache_event *e, const
 			kvev_block_hash(ev, j ? hj - ev->hlen : parent, tok + (size_t)j * ps, hj);
 		else
 			return false;
-		if (!tok) {
-			if (!pe->tok)
-				return false;
-			memcpy(ev->tokbuf + (size_t)j * ps, tok_at(ev, pe->tok), ps * sizeof(*tok));
-		}
+		if (!tok && !pe->tok)
+			return false;
 	}
 	return true;
 }
@@ -1187,7 +1242,7 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 	if (e->type != KVMM_EVENT_STORED)
 		pack_removed(ev, ev->hashes, e->pages, e->tier);
 	if (e->type != KVMM_EVENT_REMOVED)
-		pack_stored(ev, ev->hashes, e->pages, parent, tok ? tok : ev->tokbuf, e->to);
+		pack_stored(ev, ev->hashes, e->pages, parent, tok, e->to);
 	if (e->type == KVMM_EVENT_REMOVED) {
 		for (j = 0; j < e->pages; j++)
 			ent_del(ev, &keys[j]);
@@ -1360,8 +1415,8 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->hashes = malloc((size_t)KVMM_EVENT_MAX_PAGES * HASH_MAX);
 	ev->found = malloc(KVMM_EVENT_MAX_PAGES * sizeof(*ev->found));
 	/* an event that carries token ids is cut at KVMM_EVENT_MAX_TOKENS (one page at least) */
-	ev->ntokbuf = p->page_size > KVMM_EVENT_MAX_TOKENS ? p->page_size : KVMM_EVENT_MAX_TOKENS;
-	ev->tokbuf = malloc((size_t)ev->ntokbuf * sizeof(*ev->tokbuf));
+	ev->ntokmax = p->page_size > KVMM_EVENT_MAX_TOKENS ? p->page_size : KVMM_EVENT_MAX_TOKENS;
+	ev->tok_stride = (uint32_t)((sizeof(uint16_t) + 5 * (size_t)p->page_size + 7) & ~(size_t)7);
 	/* made for the pages the tiers hold, half full, up to TABLE_MADE_MAX slots */
 	for (slots = 1024; slots < TABLE_MADE_MAX && slots < 2 * p->pages; slots *= 2)
 		;
@@ -1379,10 +1434,14 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->md = EVP_MD_fetch(NULL, "SHA256", NULL);
 	ev->mdctx = EVP_MD_CTX_new();
 	sbuf = malloc(sizeof(head) + sn);
-	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->found || !ev->tokbuf || !ev->ents ||
+	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->found || !ev->ents ||
 	    (p->index_hashes && !ev->revs) ||
 	    !ev->ring ||
 	    !ev->md || !ev->mdctx || !sbuf)
+		goto out_free;
+	/* and the slots of the pages' token ids, as many as the tables' pages */
+	if (p->stored_tokens && p->pages &&
+	    tok_grow(ev, (uint32_t)(p->pages < TABLE_MADE_MAX / 2 ? p->pages : TABLE_MADE_MAX / 2)))
 		goto out_free;
 	/* NONE_HASH = H(cbor(seed)): the seed is a text string */
 	hn = cbor_head(sbuf, 3, sn);
@@ -1445,7 +1504,6 @@ void kvev_destroy(struct kvev *ev)
 	pthread_mutex_destroy(&ev->lock);
 	free(ev->hashes);
 	free(ev->found);
-	free(ev->tokbuf);
 	free(ev->toks);
 	free(ev->cbor);
 	free(ev->topic);
