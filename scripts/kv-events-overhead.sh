@@ -7,7 +7,9 @@
 # prints the median us/request of each and their ratio
 # (Documentation/performance.rst).  kvmmd (the default): through kvmmd,
 # --kv-events off and on; ring: in-process through a ring, kvmm-bench's
-# publisher thread (tools/lib/kvevents.c) off and on.
+# publisher thread (tools/lib/kvevents.c) off and on.  Through kvmmd it
+# also prints the CPU time of kvmmd's publisher thread (kvmm-kvevents)
+# over each replay with events on.
 set -eu
 O=${1:-build}
 RUNS=${2:-5}
@@ -16,6 +18,14 @@ W=${KVMM_SHARED:-$(dirname "$0")/../../shared}/bench/workload.jsonl
 dir=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 pid=
+pub_ns() {	# CPU ns of kvmmd's publisher thread so far, or nothing
+	for t in /proc/$pid/task/*; do
+		if [ "$(cat "$t/comm" 2>/dev/null)" = kvmm-kvevents ]; then
+			cut -d' ' -f1 "$t/schedstat"
+		fi
+	done
+	return 0
+}
 one() {	# one replay; $@: kvmmd's extra options
 	rm -f "$dir/s" "$dir/nvme"
 	"$O/bin/kvmmd" --socket "$dir/s" --quiet --page-size 16 --pages 4000 \
@@ -27,9 +37,11 @@ one() {	# one replay; $@: kvmmd's extra options
 		"$O/bin/kvmmctl" --socket "$dir/s" probe >/dev/null 2>&1 && break
 		sleep 0.05
 	done
+	cpu0=$(pub_ns)
 	"$O/bin/kvmm-bench" replay --workload "$W" --page-size 16 --via remote \
 		--socket "$dir/s" --repeat 1 --capacity-tokens 64000 --json |
 		sed -n 's/.*"us_per_request":\([0-9.]*\).*/\1/p'
+	[ -z "$cpu0" ] || echo "$cpu0 $(pub_ns)" >>"$dir/pub"
 	kill $pid
 	wait $pid || true
 }
@@ -49,12 +61,17 @@ for _ in $(seq "$RUNS"); do
 		on="$on $(one --kv-events "ipc://$dir/ev" --kv-events-replay "ipc://$dir/rep")"
 	fi
 done
-python3 - "$off" "$on" <<'PY'
+touch "$dir/pub"
+python3 - "$off" "$on" "$dir/pub" <<'PY'
 import statistics, sys
 off = [float(x) for x in sys.argv[1].split()]
 on = [float(x) for x in sys.argv[2].split()]
+pub = [(int(b) - int(a)) / 1e6 for a, b in (l.split() for l in open(sys.argv[3]) if l.strip())]
 mo, mn = statistics.median(off), statistics.median(on)
 print(f"events off: {mo:.1f} us/request (runs: {' '.join(f'{x:.1f}' for x in off)})")
 print(f"events on:  {mn:.1f} us/request (runs: {' '.join(f'{x:.1f}' for x in on)})")
 print(f"on/off:     {mn / mo:.3f}")
+if pub:
+    print(f"publisher:  {statistics.median(pub):.1f} ms CPU per replay "
+          f"(runs: {' '.join(f'{x:.1f}' for x in pub)})")
 PY

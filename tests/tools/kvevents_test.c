@@ -6,6 +6,9 @@
  * stored_tokens only STORED events carry token ids: the publisher keeps
  * each page's from then on, and the BlockStored a demotion sends carries
  * them; a page it never saw stored cannot be named and is counted.
+ * Messages are built in the replay buffer's chunks, which are reused:
+ * a replay after the buffer wrapped around returns exactly the messages
+ * subscribers were sent.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -166,11 +169,8 @@ struct fixture {
 	void *zctx, *dealer;
 };
 
-static void setup(struct fixture *f, bool stored_tokens)
+static void setup_params(struct fixture *f, struct kvev_params p)
 {
-	struct kvev_params p = { .hash = KVEV_HASH_SHA256_CBOR, .page_size = PS,
-				 .stored_tokens = stored_tokens };
-
 	memset(f, 0, sizeof(*f));
 	snprintf(f->dir, sizeof(f->dir), "/tmp/kvmm-kvev-XXXXXX");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(f->dir));
@@ -182,6 +182,14 @@ static void setup(struct fixture *f, bool stored_tokens)
 	f->zctx = zmq_ctx_new();
 	f->dealer = zmq_socket(f->zctx, ZMQ_DEALER);
 	CU_ASSERT_FATAL(f->dealer && zmq_connect(f->dealer, f->rep) == 0);
+}
+
+static void setup(struct fixture *f, bool stored_tokens)
+{
+	struct kvev_params p = { .hash = KVEV_HASH_SHA256_CBOR, .page_size = PS,
+				 .stored_tokens = stored_tokens, .index_hashes = true };
+
+	setup_params(f, p);
 }
 
 static void teardown(struct fixture *f)
@@ -284,6 +292,318 @@ static void kvevents_every_event_carries_tokens(void)
 		CU_ASSERT_EQUAL(m[0].tok[2][i], other[i]);
 	teardown(&f);
 }
+
+/* ---- the replay buffer's chunks, and the tables, under a long stream ---- */
+
+/* A subscriber of @f's PUB socket that has seen a message (no slow joiner left). */
+static void *subscribe(struct fixture *f)
+{
+	void *sub = zmq_socket(f->zctx, ZMQ_SUB);
+	int zero = 0, timeo = 10000, i;
+	uint32_t tok[PS] = { 1, 2, 3, 4 };
+	struct evout o;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(sub);
+	zmq_setsockopt(sub, ZMQ_RCVHWM, &zero, sizeof(zero));
+	zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeo, sizeof(timeo));
+	zmq_setsockopt(sub, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
+	CU_ASSERT_FATAL(zmq_connect(sub, f->pub) == 0);
+	/* a message at a time until one arrives: then every later one does */
+	for (i = 0; i < 200; i++) {
+		zmq_pollitem_t it = { .socket = sub, .events = ZMQ_POLLIN };
+
+		evout_init(&o);
+		evout_add(&o, KVMM_EVENT_STORED, KVMM_TIER_DEVICE, KVMM_TIER_DEVICE,
+			  1000000 + (uint64_t)i, 0, 1, tok);
+		CU_ASSERT_EQUAL_FATAL(kvev_publish(f->ev, (const void *)o.buf), 0);
+		if (zmq_poll(&it, 1, 50) > 0)
+			break;
+	}
+	CU_ASSERT_FATAL(i < 200);
+	return sub;
+}
+
+/* The next message @sub gets: its sequence number, and its payload (malloc'd). */
+static uint64_t sub_recv(void *sub, char **data, size_t *len)
+{
+	zmq_msg_t m;
+	uint8_t seq[8];
+	uint64_t s = 0;
+	int i;
+
+	CU_ASSERT_FATAL(zmq_recv(sub, seq, 0, 0) >= 0);		/* the topic */
+	CU_ASSERT_FATAL(zmq_recv(sub, seq, sizeof(seq), 0) == 8);
+	for (i = 0; i < 8; i++)
+		s = s << 8 | seq[i];
+	zmq_msg_init(&m);
+	CU_ASSERT_FATAL(zmq_msg_recv(&m, sub, 0) >= 0);
+	*len = zmq_msg_size(&m);
+	*data = malloc(*len ? *len : 1);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(*data);
+	memcpy(*data, zmq_msg_data(&m), *len);
+	zmq_msg_close(&m);
+	return s;
+}
+
+/*
+ * Ask for a replay from @start: each message must be byte for byte the
+ * one subscribers got under its sequence number (@sent, @sent_len, @nsent
+ * of them).  Return: the messages replayed, the first's number in @first.
+ */
+static uint32_t replay_matches(struct fixture *f, uint64_t start, char *const *sent,
+			       const size_t *sent_len, uint64_t nsent, uint64_t *first)
+{
+	uint8_t sb[8];
+	uint32_t n = 0;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		sb[i] = (uint8_t)(start >> (56 - 8 * i));
+	CU_ASSERT(zmq_send(f->dealer, "", 0, ZMQ_SNDMORE) == 0);
+	CU_ASSERT(zmq_send(f->dealer, sb, 8, 0) == 8);
+	CU_ASSERT_EQUAL(kvev_serve_replay(f->ev, 5000), 1);
+	for (;;) {
+		char topic[128];
+		uint8_t seq[8];
+		uint64_t s = 0;
+		zmq_msg_t m;
+
+		CU_ASSERT_FATAL(zmq_recv(f->dealer, topic, 0, 0) == 0);	/* "" */
+		zmq_recv(f->dealer, topic, sizeof(topic), 0);
+		CU_ASSERT_FATAL(zmq_recv(f->dealer, seq, 8, 0) == 8);
+		for (i = 0; i < 8; i++)
+			s = s << 8 | seq[i];
+		zmq_msg_init(&m);
+		CU_ASSERT_FATAL(zmq_msg_recv(&m, f->dealer, 0) >= 0);
+		if (!zmq_msg_size(&m)) {
+			zmq_msg_close(&m);
+			return n;	/* the end marker */
+		}
+		if (!n)
+			*first = s;
+		CU_ASSERT_FATAL(s < nsent && sent[s]);
+		CU_ASSERT(zmq_msg_size(&m) == sent_len[s] &&
+			  !memcmp(zmq_msg_data(&m), sent[s], sent_len[s]));
+		zmq_msg_close(&m);
+		n++;
+	}
+}
+
+/* An EVENTS output of @nev STORED events of @pages first pages each, keyed from @key0. */
+static void *stored_batch(uint32_t nev, uint32_t pages, uint64_t key0)
+{
+	size_t ev_bytes = sizeof(struct kvmm_cache_event) + pages * sizeof(struct kvmm_key) +
+			  (((size_t)pages * PS * 4 + 15) & ~(size_t)15);
+	struct kvmm_events_hdr *h = aligned_alloc(16, sizeof(*h) + nev * ev_bytes);
+	char *p = (char *)(h + 1);
+	uint32_t i, j, t;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+	memset(h, 0, sizeof(*h) + nev * ev_bytes);
+	for (i = 0; i < nev; i++) {
+		struct kvmm_cache_event e = { .type = KVMM_EVENT_STORED, .pages = pages, .seq = i };
+		uint32_t *tok;
+
+		memcpy(p, &e, sizeof(e));
+		for (j = 0; j < pages; j++) {
+			struct kvmm_key k = { key0 + (uint64_t)i * pages + j, 7 };
+
+			memcpy(p + sizeof(e) + j * sizeof(k), &k, sizeof(k));
+		}
+		tok = (uint32_t *)(p + sizeof(e) + pages * sizeof(struct kvmm_key));
+		for (t = 0; t < pages * PS; t++)	/* ids of every length msgpack has */
+			tok[t] = (uint32_t)((key0 + i * 131u + t) * 2654435761u) >> (t % 4 * 8);
+		p += ev_bytes;
+		h->nr++;
+	}
+	h->bytes = (uint32_t)(p - (char *)(h + 1));
+	h->next = nev;
+	return h;
+}
+
+/*
+ * Messages of a few KiB to a few MiB, built in the replay buffer's
+ * chunks (one made ready, others taken as needed and given back as the
+ * 6-message buffer lets messages go, so that later messages are built
+ * over earlier ones): a replay after the buffer wrapped around many
+ * times returns exactly the messages subscribers were sent.
+ */
+static void kvevents_replay_after_wraparound_is_exact(void)
+{
+	struct kvev_params p = { .hash = KVEV_HASH_SHA256_CBOR, .page_size = PS,
+				 .buffer_steps = 6, .prepare_bytes = 1 };
+	enum { NMSG = 40, NSEQ = NMSG + 256 };
+	char **sent = calloc(NSEQ, sizeof(*sent));
+	size_t *sent_len = calloc(NSEQ, sizeof(*sent_len));
+	uint64_t first = 0, s, k0 = 1;
+	struct kvev_stats st;
+	struct fixture f;
+	void *sub;
+	uint32_t i;
+
+	CU_ASSERT_FATAL(sent && sent_len);
+	setup_params(&f, p);
+	sub = subscribe(&f);
+	for (i = 0; i < NMSG; i++) {
+		/* 1 to 800 events of 64 pages: 3 KiB to 2.3 MiB a message */
+		uint32_t nev = i % 5 == 3 ? 800 : (i * 7919u) % 300 + 1;
+		void *batch = stored_batch(nev, 64, k0);
+
+		k0 += (uint64_t)nev * 64;
+		CU_ASSERT_EQUAL_FATAL(kvev_publish(f.ev, batch), 0);
+		free(batch);
+	}
+	kvev_get_stats(f.ev, &st);
+	CU_ASSERT_EQUAL(st.unnamed, 0);
+	CU_ASSERT_FATAL(st.messages >= NMSG && st.messages < NSEQ);
+	do {	/* the probe that came through, then every message */
+		char *data;
+		size_t len;
+
+		s = sub_recv(sub, &data, &len);
+		CU_ASSERT_FATAL(s < NSEQ && !sent[s]);
+		sent[s] = data;
+		sent_len[s] = len;
+	} while (s < st.messages - 1);
+	/* everything from 0: the 6 kept, the newest */
+	CU_ASSERT_EQUAL(replay_matches(&f, 0, sent, sent_len, st.messages, &first), 6);
+	CU_ASSERT_EQUAL(first, st.messages - 6);
+	CU_ASSERT_EQUAL(replay_matches(&f, st.messages - 2, sent, sent_len, st.messages, &first),
+			2);
+	CU_ASSERT_EQUAL(first, st.messages - 2);
+	for (i = 0; i < NSEQ; i++)
+		free(sent[i]);
+	free(sent);
+	free(sent_len);
+	zmq_close(sub);
+	teardown(&f);
+}
+
+/*
+ * A publisher made for 100 pages takes thousands: its tables grow while
+ * events whose parent and pages it holds are published, and every
+ * BlockStored still names the block before it as its parent; a demotion
+ * of them all sends the hashes and token ids they were stored with.
+ */
+static void kvevents_tables_grow_past_their_made_size(void)
+{
+	struct kvev_params p = { .hash = KVEV_HASH_SHA256_CBOR, .page_size = PS,
+				 .stored_tokens = true, .index_hashes = true, .pages = 100 };
+	enum { CHAIN = 3000, PER = 100, MOVE = 50 };
+	uint8_t (*want)[32] = malloc(CHAIN * sizeof(*want));
+	uint32_t (*tok)[PS] = malloc(CHAIN * sizeof(*tok));
+	uint32_t i, j, lookup[KVMM_NR_TIERS], blocks = 0, moved = 0;
+	struct evout *o = malloc(sizeof(*o));
+	struct kvev_stats st;
+	struct fixture f;
+	uint64_t s;
+	void *sub;
+
+	CU_ASSERT_FATAL(want && tok && o);
+	setup_params(&f, p);
+	for (i = 0; i < CHAIN; i++) {
+		for (j = 0; j < PS; j++)
+			tok[i][j] = i * PS + j;
+		kvev_block_hash(f.ev, i ? want[i - 1] : NULL, tok[i], want[i]);
+	}
+	sub = subscribe(&f);
+	/* a chain, one page an event, each under the one before */
+	for (i = 0; i < CHAIN; i += PER) {
+		evout_init(o);
+		for (j = i; j < i + PER; j++)
+			evout_add(o, KVMM_EVENT_STORED, KVMM_TIER_DEVICE, KVMM_TIER_DEVICE,
+				  10 + j, j ? 10 + j - 1 : 0, 1, tok[j]);
+		CU_ASSERT_EQUAL_FATAL(kvev_publish(f.ev, (const void *)o->buf), 0);
+	}
+	/* then all of it to the host tier, MOVE pages an event */
+	for (i = 0; i < CHAIN; i += MOVE) {
+		evout_init(o);
+		evout_add(o, KVMM_EVENT_DEMOTED, KVMM_TIER_DEVICE, KVMM_TIER_HOST, 10 + i,
+			  i ? 10 + i - 1 : 0, MOVE, NULL);
+		CU_ASSERT_EQUAL_FATAL(kvev_publish(f.ev, (const void *)o->buf), 0);
+	}
+	kvev_get_stats(f.ev, &st);
+	CU_ASSERT_EQUAL(st.unnamed, 0);
+
+	do {	/* every message as subscribers got it, after the probe */
+		const msgpack_object *evs;
+		msgpack_unpacked u;
+		char *data;
+		size_t len;
+
+		s = sub_recv(sub, &data, &len);
+		msgpack_unpacked_init(&u);
+		CU_ASSERT_FATAL(msgpack_unpack_next(&u, data, len, NULL) == MSGPACK_UNPACK_SUCCESS);
+		evs = &u.data.via.array.ptr[1];
+		for (i = 0; i < evs->via.array.size; i++) {
+			const msgpack_object *e = &evs->via.array.ptr[i];
+			const msgpack_object *t = map_get(e, "type"), *h = map_get(e, "block_hashes");
+			const msgpack_object *par = map_get(e, "parent_block_hash");
+			const msgpack_object *md = map_get(e, "medium"), *tk = map_get(e, "token_ids");
+			uint32_t b;
+
+			if (t->via.str.size != 11 || memcmp(t->via.str.ptr, "BlockStored", 11))
+				continue;
+			if (!memcmp(md->via.str.ptr, "GPU", 3)) {
+				if (tk->via.array.ptr[0].via.u64 == 1)	/* the probe's */
+					continue;
+				CU_ASSERT_FATAL(blocks < CHAIN && h->via.array.size == 1);
+				b = blocks++;
+				CU_ASSERT(!memcmp(h->via.array.ptr[0].via.bin.ptr, want[b], 32));
+				CU_ASSERT(b ? par->type == MSGPACK_OBJECT_BIN &&
+					      !memcmp(par->via.bin.ptr, want[b - 1], 32) :
+					      par->type == MSGPACK_OBJECT_NIL);
+				continue;
+			}
+			CU_ASSERT_FATAL(moved < CHAIN && h->via.array.size == MOVE &&
+					tk->via.array.size == MOVE * PS);
+			for (j = 0; j < MOVE; j++)
+				CU_ASSERT(!memcmp(h->via.array.ptr[j].via.bin.ptr, want[moved + j], 32));
+			for (j = 0; j < MOVE * PS; j++)
+				CU_ASSERT_EQUAL(tk->via.array.ptr[j].via.u64,
+						tok[moved + j / PS][j % PS]);
+			moved += MOVE;
+		}
+		msgpack_unpacked_destroy(&u);
+		free(data);
+	} while (s < st.messages - 1);
+	CU_ASSERT_EQUAL(blocks, CHAIN);
+	CU_ASSERT_EQUAL(moved, CHAIN);
+	CU_ASSERT_EQUAL(kvev_lookup(f.ev, 0, &want[0][0], CHAIN, lookup), CHAIN);
+	CU_ASSERT_EQUAL(lookup[KVMM_TIER_HOST], CHAIN * PS);
+	zmq_close(sub);
+	free(o);
+	free(tok);
+	free(want);
+	teardown(&f);
+}
+
+/* Without index_hashes the publisher keeps no index: kvev_lookup() finds nothing. */
+static void kvevents_lookup_without_index_finds_nothing(void)
+{
+	struct kvev_params p = { .hash = KVEV_HASH_SHA256_CBOR, .page_size = PS };
+	uint32_t tok[PS] = { 1, 2, 3, 4 }, lookup[KVMM_NR_TIERS] = { 1, 1, 1 };
+	struct kvev_stats st;
+	struct msg_seen m[2];
+	uint8_t want[32];
+	struct fixture f;
+	struct evout o;
+
+	setup_params(&f, p);
+	kvev_block_hash(f.ev, NULL, tok, want);
+	evout_init(&o);
+	evout_add(&o, KVMM_EVENT_STORED, KVMM_TIER_DEVICE, KVMM_TIER_DEVICE, 100, 0, 1, tok);
+	CU_ASSERT_EQUAL(kvev_publish(f.ev, (const void *)o.buf), 0);
+	CU_ASSERT_EQUAL(kvev_lookup(f.ev, 0, want, 1, lookup), 0);
+	CU_ASSERT_EQUAL(lookup[KVMM_TIER_DEVICE], 0);
+	CU_ASSERT_EQUAL(lookup[KVMM_TIER_HOST], 0);
+	kvev_get_stats(f.ev, &st);
+	CU_ASSERT_EQUAL(st.stored, 1);
+	CU_ASSERT_EQUAL_FATAL(replay(f.ev, f.dealer, 0, m, 2), 1);
+	CU_ASSERT(!memcmp(m[0].hash0[0], want, 32));
+	teardown(&f);
+}
 #endif /* CONFIG_KVMM_KVEVENTS */
 
 int register_kvevents_suite(void)
@@ -295,6 +615,9 @@ int register_kvevents_suite(void)
 #if CONFIG_KVMM_KVEVENTS
 	ADD_TEST(s, kvevents_stored_tokens_name_moved_pages);
 	ADD_TEST(s, kvevents_every_event_carries_tokens);
+	ADD_TEST(s, kvevents_replay_after_wraparound_is_exact);
+	ADD_TEST(s, kvevents_tables_grow_past_their_made_size);
+	ADD_TEST(s, kvevents_lookup_without_index_finds_nothing);
 #else
 	fprintf(stderr, "kvmm_kvevents: built without libzmq, msgpack-c or libcrypto\n");
 #endif

@@ -644,6 +644,8 @@ static int check_kv_events(struct opts *o)
 		return -1;
 	}
 	o->pub.interval_ms = 2;
+	/* the prefix query (either listener) looks blocks up by vLLM hash */
+	o->pub.index_hashes = o->http.listen || o->http.query_socket;
 	o->pub.quiet = o->quiet;
 	return 0;
 }

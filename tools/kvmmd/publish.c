@@ -36,6 +36,7 @@ int kvmmd_pub_start(struct kvmm_ctx *ctx, const struct kvmmd_pub_opts *po,
 	struct kvev_params p = {
 		.endpoint = po->endpoint, .replay = po->replay, .topic = po->topic,
 		.hash = po->hash, .seed = po->seed, .buffer_steps = po->buffer_steps,
+		.index_hashes = po->index_hashes,
 	};
 	struct kvev_thread *t;
 	int ret = kvev_thread_start(ctx, &p, 0, po->interval_ms, &t);

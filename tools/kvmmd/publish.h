@@ -19,6 +19,7 @@ struct kvmmd_pub_opts {
 	uint32_t hash;		/* enum kvev_hash */
 	uint32_t buffer_steps;
 	uint32_t interval_ms;	/* how often the buffer is read */
+	bool index_hashes;	/* the prefix query asks it (--metrics, --query-socket) */
 	int quiet;
 };
 

@@ -11,7 +11,8 @@
  * BlockStored / BlockRemoved / AllBlocksCleared maps, and a ROUTER
  * socket that resends the messages from a sequence number on, then an
  * end marker.  This file turns the EVENTS output of a context (with
- * KVMM_EVENTS_TOKENS) into exactly that, with libzmq and msgpack-c.
+ * KVMM_EVENTS_TOKENS) into exactly that, with libzmq, its msgpack written
+ * byte for byte as msgpack-c writes it.
  *
  * A router finds a prompt's blocks by hashing it as vLLM does, so the
  * blocks are named by vLLM's hash, not kvmm's page keys: block i's hash
@@ -38,7 +39,8 @@
  * ZMQ matches prefixes), and a message never mixes namespaces.
  *
  * The same table answers a router that asks by vLLM block hashes which
- * tier holds them (kvev_lookup(), kvmmd's prefix query): a second table
+ * tier holds them (kvev_lookup(), kvmmd's prefix query): a second table,
+ * kept only for a publisher made to answer (kvev_params.index_hashes),
  * indexes the pages by their vLLM hash and namespace.  The publisher's
  * thread and the asker's share both under @lock.
  */
@@ -55,13 +57,13 @@
 #include <time.h>
 #include <sys/mman.h>
 
-#include <msgpack.h>
 #include <openssl/evp.h>
 #include <zmq.h>
 
 #include "kvevents.h"
 
 #define HASH_MAX	32
+#define HUGE_BYTES	(2u << 20)	/* a huge page */
 #define TOPIC_MAX	96
 
 const char *const kvev_hash_names[NR_KVEV_HASH + 1] = {
@@ -88,61 +90,152 @@ struct kvev_rev {
 };
 
 /*
- * A buffer that msgpack-c packs into and that token arrays are written
- * into directly (buf_reserve(), then the bytes): the message being
- * built, after HDR_ROOM bytes its KVEventBatch header is written into
- * once the events are counted.  It is the same buffer for every
- * message, grown to the largest.
+ * The message being built, which the packers below write into
+ * (buf_reserve(), then the bytes): @len bytes
+ * at @data, the free end of the chunk being filled (@cap bytes of room
+ * there); after HDR_ROOM bytes, its KVEventBatch header is written into
+ * once the events are counted.
  */
 struct kvev_buf {
-	char *data;
+	char *data;		/* NULL: no room yet */
 	size_t len, cap;
 	int err;		/* -ENOMEM once a write did not fit */
 };
 
 /*
  * Messages kept for replay, and sent from there (ZMQ takes no copy),
- * live in chunks filled one after the other, as a log: a message goes
- * when its replay slot is taken, in the order they came, so a chunk is
- * free once its last message went and ZMQ's I/O thread is done with all
- * of them.  A chunk counts its holders: the publisher while it fills it,
- * each message kept in it, each message ZMQ still sends from it.  Chunks
- * are huge pages where the kernel gives them, so that keeping a stream
- * costs a page fault per 2 MiB rather than per 4 KiB, and the last chunk
- * freed is kept for the next.
+ * are built in place in chunks filled one after the other, as a log: a
+ * message that outgrows the room left in its chunk moves, what it has
+ * so far, to a new one.  A message goes when its replay slot is taken,
+ * in the order they came, so a chunk is free once its last message went
+ * and ZMQ's I/O thread is done with all of them.  A chunk counts its
+ * holders: the publisher while it fills it, each message kept in it,
+ * each message ZMQ still sends from it.
+ *
+ * Chunks are huge pages where the kernel gives them, and a free one
+ * goes back to a pool for the next, up to as many as the publisher made
+ * ready when it was created (kvev_params.prepare_bytes): those are
+ * touched there, so that the stream's first pass over them does not
+ * wait for the kernel to fault and zero fresh memory, and no later pass
+ * does either.  A chunk from the pool keeps the bytes of the messages it
+ * held before; nothing reads them, as a message is sent and replayed
+ * from exactly the bytes written for it.
  */
+struct kvev_pool {
+	pthread_mutex_t lock;		/* the publisher's thread and ZMQ's I/O thread */
+	struct kvev_chunk *free;	/* chained through ->next */
+	uint32_t nr, max;
+};
+
 struct kvev_chunk {
 	atomic_uint refs;
-	size_t size;		/* bytes at @data */
-	size_t used;
+	struct kvev_pool *pool;
+	struct kvev_chunk *next;	/* in the pool */
+	size_t size;			/* bytes at @data */
+	size_t used;			/* by messages kept */
 	char data[];
 };
 
-#define CHUNK_BYTES	(2u << 20)
+#define CHUNK_BYTES	HUGE_BYTES
+#define CHUNK_DATA	(CHUNK_BYTES - offsetof(struct kvev_chunk, data))
 
-static struct kvev_chunk *chunk_new(size_t size)
+/* A chunk with room for @size bytes (one huge page at least), not in the pool. */
+static struct kvev_chunk *chunk_new(struct kvev_pool *pool, size_t size)
 {
 	size_t bytes = (offsetof(struct kvev_chunk, data) + size + CHUNK_BYTES - 1) &
 		       ~(size_t)(CHUNK_BYTES - 1);
-	struct kvev_chunk *c = aligned_alloc(CHUNK_BYTES, bytes);
+	struct kvev_chunk *c;
 
+	if (size > SIZE_MAX - 2 * CHUNK_BYTES)
+		return NULL;
+	c = aligned_alloc(CHUNK_BYTES, bytes);
 	if (!c)
 		return NULL;
 	madvise(c, bytes, MADV_HUGEPAGE);	/* a hint: small pages do too */
 	atomic_init(&c->refs, 1);
+	c->pool = pool;
 	c->size = bytes - offsetof(struct kvev_chunk, data);
 	c->used = 0;
 	return c;
 }
 
+/* Let go of chunk @c: the last holder gives it back to the pool, or frees it. */
+static void chunk_put(struct kvev_chunk *c)
+{
+	struct kvev_pool *pool = c->pool;
+
+	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	pthread_mutex_lock(&pool->lock);
+	if (c->size == CHUNK_DATA && pool->nr < pool->max) {
+		c->next = pool->free;
+		pool->free = c;
+		pool->nr++;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&pool->lock);
+	free(c);
+}
+
+/* A chunk with room for @size bytes, from the pool where one is free. */
+static struct kvev_chunk *chunk_get(struct kvev_pool *pool, size_t size)
+{
+	struct kvev_chunk *c = NULL;
+
+	if (size <= CHUNK_DATA) {
+		pthread_mutex_lock(&pool->lock);
+		c = pool->free;
+		if (c) {
+			pool->free = c->next;
+			pool->nr--;
+		}
+		pthread_mutex_unlock(&pool->lock);
+	}
+	if (!c)
+		return chunk_new(pool, size);
+	atomic_init(&c->refs, 1);
+	c->used = 0;
+	return c;
+}
+
+/*
+ * Make @nr chunks ready in the pool: each 4 KiB written once, so that
+ * the kernel faults (and zeroes) it here.  Return: 0 or -ENOMEM.
+ */
+static int pool_prepare(struct kvev_pool *pool, uint32_t nr)
+{
+	uint32_t i;
+	size_t off;
+
+	pool->max = nr ? nr : 1;
+	for (i = 0; i < nr; i++) {
+		struct kvev_chunk *c = chunk_new(pool, CHUNK_DATA);
+
+		if (!c)
+			return -ENOMEM;
+		for (off = 0; off < c->size; off += 4096)
+			c->data[off] = 0;
+		chunk_put(c);
+	}
+	return 0;
+}
+
+static void pool_drain(struct kvev_pool *pool)
+{
+	while (pool->free) {
+		struct kvev_chunk *c = pool->free;
+
+		pool->free = c->next;
+		free(c);
+	}
+	pool->nr = 0;
+}
+
 /* zmq_free_fn: ZMQ is done with a message sent from chunk @hint */
 static void chunk_put_zmq(void *data, void *hint)
 {
-	struct kvev_chunk *c = hint;
-
 	(void)data;
-	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
-		free(c);
+	chunk_put(hint);
 }
 
 /* [ts, [events...], rank]: fixarray, float64, array32 at most */
@@ -165,15 +258,18 @@ struct kvev_msg {
  * @cbor: scratch for one block's CBOR
  * @ents: the table of pages, @mask + 1 slots, @nr used
  * @hashes: scratch for one event's page hashes
+ * @found: scratch for one event's pages in the table (page_lookup())
  * @md, @mdctx: sha256, fetched once, and a context reused for every block
  * @out: the message being built (msgpack), @nev events after HDR_ROOM
- * @chunk: the chunk messages are kept in; @spare: a free one, or NULL
+ * @chunk: the chunk messages are built and kept in (NULL: none yet)
+ * @pool: free chunks
  * @ns: the namespace of the message being built
  * @ring: messages kept for replay, @p.buffer_steps slots
  * @toks: with @p.stored_tokens, the token ids of the pages in the table,
- *	@ntoks slots of page_size each, the free ones chained through their
- *	first word from @tfree (slot + 1; 0: none)
- * @tokbuf: scratch for one event's token ids gathered from there
+ *	as the msgpack a BlockStored carries them (tok_at()): @ntoks slots of
+ *	@tok_stride bytes, the free ones chained through their first word
+ *	from @tfree (slot + 1; 0: none)
+ * @ntokmax: the most token ids an event that carries none may name
  * @st: what it did; @st.messages is the next sequence number
  */
 struct kvev {
@@ -185,22 +281,25 @@ struct kvev {
 	uint8_t *cbor;
 	struct kvev_ent *ents;
 	uint64_t mask, nr;
-	struct kvev_rev *revs;		/* @rmask + 1 slots, half full at most */
+	struct kvev_rev *revs;		/* @rmask + 1 slots, half full at most; NULL: none */
 	uint64_t rmask;
 	pthread_mutex_t lock;		/* the tables, between publisher and askers */
 	uint8_t *hashes;
+	struct kvev_ent **found;
 	EVP_MD *md;
 	EVP_MD_CTX *mdctx;
 	struct kvev_buf out;
-	struct kvev_chunk *chunk, *spare;
-	msgpack_packer ev_pk;
+	struct kvev_chunk *chunk;
+	struct kvev_pool pool;
+	uint8_t stored_tail[KVMM_NR_TIERS][64];
+	uint8_t removed_tail[KVMM_NR_TIERS][24];
+	uint8_t stored_tail_len[KVMM_NR_TIERS], removed_tail_len[KVMM_NR_TIERS];
 	uint32_t nev;
 	uint32_t ns;
 	struct kvev_msg *ring;
-	uint32_t *toks;
-	uint32_t ntoks, tfree;
-	uint32_t *tokbuf;
-	uint32_t ntokbuf;
+	uint8_t *toks;
+	uint32_t ntoks, tfree, tok_stride;
+	uint32_t ntokmax;
 	struct kvev_stats st;
 };
 
@@ -276,6 +375,37 @@ uint32_t kvev_hash_bytes(const struct kvev *ev)
 
 /* ---- the table of pages, by kvmm key (linear probing) ---- */
 
+/* The most slots kvev_create() makes the tables with (24 MiB); they grow from there. */
+#define TABLE_MADE_MAX	(1u << 18)
+
+/*
+ * Zeroed room for a table read before it is written: calloc() maps a
+ * large block to the shared zero page on the first read, and the first
+ * write to each 4 KiB then copies it and flushes the TLB of every CPU
+ * the process runs on (an interrupt to each, the engine's included).
+ * Written here first, each page faults in once; a table of 2 MiB or
+ * more is asked for huge pages, which its random probes also want.
+ */
+static void *table_alloc(size_t n, size_t size)
+{
+	size_t bytes = n * size;
+	void *p;
+
+	if (size && n > (SIZE_MAX - HUGE_BYTES) / size)
+		return NULL;
+	if (bytes < HUGE_BYTES) {
+		p = malloc(bytes);
+	} else {
+		bytes = (bytes + HUGE_BYTES - 1) & ~(size_t)(HUGE_BYTES - 1);
+		p = aligned_alloc(HUGE_BYTES, bytes);
+		if (p)
+			madvise(p, bytes, MADV_HUGEPAGE);	/* a hint: small pages do too */
+	}
+	if (p)
+		memset(p, 0, bytes);
+	return p;
+}
+
 static struct kvev_ent *ent_lookup(const struct kvev *ev, const struct kvmm_key *k)
 {
 	uint64_t i;
@@ -293,7 +423,7 @@ static struct kvev_ent *ent_lookup(const struct kvev *ev, const struct kvmm_key 
 static int ent_grow(struct kvev *ev)
 {
 	uint64_t n = (ev->mask + 1) * 2, i, j;
-	struct kvev_ent *ents = calloc(n, sizeof(*ents));
+	struct kvev_ent *ents = table_alloc(n, sizeof(*ents));
 
 	if (!ents)
 		return -ENOMEM;
@@ -358,9 +488,11 @@ static int rev_add(struct kvev *ev, const uint8_t *hash, uint32_t ns, const stru
 {
 	struct kvev_rev r = { .h = rev_h(hash), .ns = ns, .used = 1, .key = *k };
 
+	if (!ev->revs)
+		return 0;
 	if (ev->nr * 2 > ev->rmask + 1) {	/* ev->nr counts this one already */
 		uint64_t n = (ev->rmask + 1) * 2, i;
-		struct kvev_rev *revs = calloc(n, sizeof(*revs));
+		struct kvev_rev *revs = table_alloc(n, sizeof(*revs));
 
 		if (!revs)
 			return -ENOMEM;
@@ -380,6 +512,8 @@ static void rev_del(struct kvev *ev, const uint8_t *hash, uint32_t ns, const str
 {
 	uint64_t h = rev_h(hash), i, j, home;
 
+	if (!ev->revs)
+		return;
 	for (i = rev_home(h, ns, ev->rmask); ev->revs[i].used; i = (i + 1) & ev->rmask)
 		if (ev->revs[i].key.lo == k->lo && ev->revs[i].key.hi == k->hi)
 			break;
@@ -395,42 +529,72 @@ static void rev_del(struct kvev *ev, const uint8_t *hash, uint32_t ns, const str
 	ev->revs[i].used = 0;
 }
 
-/* ---- the token ids of the pages in the table (stored_tokens) ---- */
+/*
+ * ---- the token ids of the pages in the table (stored_tokens) ----
+ *
+ * A page's token ids are kept as the bytes a BlockStored carries them
+ * in (a 16-bit length, then each id as put_uint() writes it), so that
+ * the BlockStored of a demotion or promotion, most of what a tiered
+ * cache publishes, copies them instead of writing each id again.
+ */
 
-static uint32_t *tok_at(const struct kvev *ev, uint32_t slot)
+static uint8_t *tok_at(const struct kvev *ev, uint32_t slot)
 {
-	return ev->toks + (size_t)(slot - 1) * ev->p.page_size;
+	return ev->toks + (size_t)(slot - 1) * ev->tok_stride;
+}
+
+/* Chain slot @slot (slot + 1) to the free ones. */
+static void tok_free(struct kvev *ev, uint32_t slot)
+{
+	memcpy(tok_at(ev, slot), &ev->tfree, sizeof(ev->tfree));
+	ev->tfree = slot;
+}
+
+/* Room for @n slots (all of them free, as the table grows).  Return: 0 or -ENOMEM. */
+static int tok_grow(struct kvev *ev, uint32_t n)
+{
+	uint8_t *t;
+	uint32_t i;
+
+	if (n <= ev->ntoks)	/* 2^31 pages named: no more */
+		return -ENOMEM;
+	t = realloc(ev->toks, (size_t)n * ev->tok_stride);
+	if (!t)
+		return -ENOMEM;
+	ev->toks = t;
+	for (i = n; i > ev->ntoks; i--)
+		tok_free(ev, i);
+	ev->ntoks = n;
+	return 0;
 }
 
 /* A slot for a page's token ids.  Return: slot + 1, or 0 with no memory. */
 static uint32_t tok_alloc(struct kvev *ev)
 {
-	uint32_t slot = ev->tfree, n, i, *t;
+	uint32_t slot = ev->tfree;
 
-	if (slot) {
-		ev->tfree = *tok_at(ev, slot);
-		return slot;
+	if (!slot) {
+		if (tok_grow(ev, ev->ntoks ? ev->ntoks * 2 : 1024))
+			return 0;
+		slot = ev->tfree;
 	}
-	n = ev->ntoks ? ev->ntoks * 2 : 1024;
-	if (n <= ev->ntoks)	/* 2^31 pages named: no more */
-		return 0;
-	t = realloc(ev->toks, (size_t)n * ev->p.page_size * sizeof(*t));
-	if (!t)
-		return 0;
-	ev->toks = t;
-	for (i = n; i > ev->ntoks + 1; i--) {	/* all but the first new one, free */
-		*tok_at(ev, i) = ev->tfree;
-		ev->tfree = i;
-	}
-	slot = ev->ntoks + 1;
-	ev->ntoks = n;
+	memcpy(&ev->tfree, tok_at(ev, slot), sizeof(ev->tfree));
 	return slot;
 }
 
-static void tok_free(struct kvev *ev, uint32_t slot)
+static size_t put_uint(uint8_t *p, uint32_t t);
+
+/* Keep @tok, a page's token ids, in slot @slot. */
+static void tok_set(struct kvev *ev, uint32_t slot, const uint32_t *tok)
 {
-	*tok_at(ev, slot) = ev->tfree;
-	ev->tfree = slot;
+	uint8_t *p = tok_at(ev, slot), *q = p + sizeof(uint16_t);
+	uint16_t len;
+	uint32_t i;
+
+	for (i = 0; i < ev->p.page_size; i++)
+		q += put_uint(q, tok[i]);
+	len = (uint16_t)(q - p - sizeof(len));
+	memcpy(p, &len, sizeof(len));
 }
 
 /*
@@ -452,7 +616,7 @@ static int ent_put(struct kvev *ev, const struct kvmm_key *k, const uint8_t *has
 		slot = tok_alloc(ev);
 		if (!slot)
 			return -ENOMEM;
-		memcpy(tok_at(ev, slot), tok, ev->p.page_size * sizeof(*tok));
+		tok_set(ev, slot, tok);
 	}
 
 	if ((ev->nr + 1) * 2 > ev->mask + 1 && ent_grow(ev))
@@ -506,155 +670,239 @@ static void ent_del(struct kvev *ev, const struct kvmm_key *k)
 
 /* ---- msgpack: the structures msgspec makes of vLLM's classes ---- */
 
-/* Room for @n more bytes at b->len.  Return: 0, or -ENOMEM (kept in b->err). */
-static int buf_reserve(struct kvev_buf *b, size_t n)
+/*
+ * Room for @n more bytes at ev->out.len: where the chunk being filled
+ * has none left, the message so far moves to a new chunk (from the pool
+ * while it fits one; else one with room for twice as much), and the
+ * publisher lets go of the old one (the messages kept in it hold it
+ * still).  Return: 0, or -ENOMEM (kept in out.err).
+ */
+static int buf_reserve(struct kvev *ev, size_t n)
 {
-	size_t cap = b->cap ? b->cap : 4096;
-	char *d;
+	struct kvev_buf *b = &ev->out;
+	struct kvev_chunk *c;
 
 	if (b->len + n <= b->cap)
 		return 0;
-	while (cap < b->len + n)
-		cap *= 2;
-	d = realloc(b->data, cap);
-	if (!d)
+	if (b->err)
+		return b->err;
+	c = chunk_get(&ev->pool, b->len + n <= CHUNK_DATA ? CHUNK_DATA : 2 * (b->len + n));
+	if (!c)
 		return b->err = -ENOMEM;
-	b->data = d;
-	b->cap = cap;
+	if (b->data)
+		memcpy(c->data, b->data, b->len);
+	if (ev->chunk)
+		chunk_put(ev->chunk);
+	ev->chunk = c;
+	b->data = c->data;
+	b->cap = c->size;
 	return 0;
 }
 
-/* msgpack-c's writer into a struct kvev_buf */
-static int buf_write(void *data, const char *p, size_t n)
+/* @n bytes at @p onto the message being built (failure: kept in out.err) */
+static void buf_put(struct kvev *ev, const void *p, size_t n)
 {
-	struct kvev_buf *b = data;
+	struct kvev_buf *b = &ev->out;
 
-	if (buf_reserve(b, n))
-		return -1;
+	if (buf_reserve(ev, n))
+		return;
 	memcpy(b->data + b->len, p, n);
 	b->len += n;
-	return 0;
 }
 
 /*
- * @n token ids as a msgpack array of uints, each in its shortest form
- * as msgpack-c's msgpack_pack_uint32() (and msgspec) write it, straight
- * into the buffer: one reserve for the worst case, no call per token.
+ * The msgpack the publisher writes is written here byte by byte, as
+ * msgpack-c writes it (and msgspec, which vLLM's routers decode with):
+ * every value in its shortest form, strings shorter than 32 bytes as
+ * fixstr.  What never changes within an event is one constant.
  */
+
+/* An array head of @n elements into @p.  Return: its bytes, 5 at most. */
+static size_t put_array_head(uint8_t *p, uint32_t n)
+{
+	if (n < 16) {
+		p[0] = (uint8_t)(0x90 | n);	/* fixarray */
+		return 1;
+	}
+	if (n < 0x10000) {
+		p[0] = 0xdc;			/* array 16 */
+		p[1] = (uint8_t)(n >> 8);
+		p[2] = (uint8_t)n;
+		return 3;
+	}
+	p[0] = 0xdd;				/* array 32 */
+	p[1] = (uint8_t)(n >> 24);
+	p[2] = (uint8_t)(n >> 16);
+	p[3] = (uint8_t)(n >> 8);
+	p[4] = (uint8_t)n;
+	return 5;
+}
+
+/* An unsigned int into @p, as msgpack_pack_uint32() writes it.  Return: 5 bytes at most. */
+static size_t put_uint(uint8_t *p, uint32_t t)
+{
+	if (t < 0x80) {
+		p[0] = (uint8_t)t;
+		return 1;
+	}
+	if (t < 0x100) {
+		p[0] = 0xcc;
+		p[1] = (uint8_t)t;
+		return 2;
+	}
+	if (t < 0x10000) {
+		p[0] = 0xcd;
+		p[1] = (uint8_t)(t >> 8);
+		p[2] = (uint8_t)t;
+		return 3;
+	}
+	p[0] = 0xce;
+	p[1] = (uint8_t)(t >> 24);
+	p[2] = (uint8_t)(t >> 16);
+	p[3] = (uint8_t)(t >> 8);
+	p[4] = (uint8_t)t;
+	return 5;
+}
+
+/* @n token ids as an array of uints: one reserve for the worst case. */
 static void pack_tokens(struct kvev *ev, const uint32_t *tok, uint64_t n)
 {
 	struct kvev_buf *b = &ev->out;
-	unsigned char *p;
+	uint8_t *p;
 	uint64_t i;
 
-	msgpack_pack_array(&ev->ev_pk, (size_t)n);
-	if (buf_reserve(b, 5 * n))
+	if (buf_reserve(ev, 5 + 5 * n))
 		return;
-	p = (unsigned char *)b->data + b->len;
-	for (i = 0; i < n; i++) {
-		uint32_t t = tok[i];
-
-		if (t < 0x80) {
-			*p++ = (unsigned char)t;
-		} else if (t < 0x100) {
-			*p++ = 0xcc;
-			*p++ = (unsigned char)t;
-		} else if (t < 0x10000) {
-			*p++ = 0xcd;
-			*p++ = (unsigned char)(t >> 8);
-			*p++ = (unsigned char)t;
-		} else {
-			*p++ = 0xce;
-			*p++ = (unsigned char)(t >> 24);
-			*p++ = (unsigned char)(t >> 16);
-			*p++ = (unsigned char)(t >> 8);
-			*p++ = (unsigned char)t;
-		}
-	}
+	p = (uint8_t *)b->data + b->len;
+	p += put_array_head(p, (uint32_t)n);
+	for (i = 0; i < n; i++)
+		p += put_uint(p, tok[i]);
 	b->len = (size_t)((char *)p - b->data);
 }
 
-static void pack_str(msgpack_packer *pk, const char *s)
+/* The token ids of @n pages found in the table (ev->found), from their slots. */
+static void pack_token_slots(struct kvev *ev, uint32_t n)
 {
-	size_t n = strlen(s);
+	struct kvev_buf *b = &ev->out;
+	uint8_t *p;
+	uint32_t j;
 
-	msgpack_pack_str(pk, n);
-	msgpack_pack_str_body(pk, s, n);
+	if (buf_reserve(ev, 5 + (size_t)n * (ev->tok_stride - sizeof(uint16_t))))
+		return;
+	p = (uint8_t *)b->data + b->len;
+	p += put_array_head(p, n * ev->p.page_size);
+	for (j = 0; j < n; j++) {
+		const uint8_t *t = tok_at(ev, ev->found[j]->tok);
+		uint16_t len;
+
+		memcpy(&len, t, sizeof(len));
+		memcpy(p, t + sizeof(len), len);
+		p += len;
+	}
+	b->len = (size_t)((char *)p - b->data);
 }
 
 static const char *const media[] = {
 	[KVMM_TIER_DEVICE] = "GPU", [KVMM_TIER_HOST] = "CPU", [KVMM_TIER_NVME] = "STORAGE",
 };
 
-/*
- * "block_hashes": an array of @n bin 8 of ev->hlen bytes each, as
- * msgpack_pack_bin() writes them, straight into the buffer.
- */
+/* The value of "block_hashes": an array of @n bin 8 of ev->hlen bytes each. */
 static void pack_hashes(struct kvev *ev, const uint8_t *h, uint32_t n)
 {
 	struct kvev_buf *b = &ev->out;
-	char *p;
+	uint8_t *p;
 	uint32_t i;
 
-	pack_str(&ev->ev_pk, "block_hashes");
-	msgpack_pack_array(&ev->ev_pk, n);
-	if (buf_reserve(b, (size_t)n * (2 + ev->hlen)))
+	if (buf_reserve(ev, 5 + (size_t)n * (2 + ev->hlen)))
 		return;
-	p = b->data + b->len;
+	p = (uint8_t *)b->data + b->len;
+	p += put_array_head(p, n);
 	for (i = 0; i < n; i++, p += ev->hlen) {
-		*p++ = (char)0xc4;
-		*p++ = (char)ev->hlen;
+		*p++ = 0xc4;
+		*p++ = (uint8_t)ev->hlen;
 		memcpy(p, h + (size_t)i * ev->hlen, ev->hlen);
 	}
-	b->len = (size_t)(p - b->data);
+	b->len = (size_t)((char *)p - b->data);
+}
+
+/*
+ * What follows the token ids in a BlockStored on @tier, and the medium
+ * that ends a BlockRemoved, into ev->tail (kvev_create()).
+ */
+static void make_tails(struct kvev *ev)
+{
+	uint8_t *p;
+	int t;
+
+	for (t = 0; t < KVMM_NR_TIERS; t++) {
+		size_t ml = strlen(media[t]);
+
+		p = ev->stored_tail[t];
+		memcpy(p, "\xaa" "block_size", 11);
+		p += 11;
+		p += put_uint(p, ev->p.page_size);
+		memcpy(p, "\xa7" "lora_id" "\xc0" "\xa6" "medium", 16);
+		p += 16;
+		*p++ = (uint8_t)(0xa0 | ml);
+		memcpy(p, media[t], ml);
+		p += ml;
+		memcpy(p, "\xa9" "lora_name" "\xc0", 11);
+		p += 11;
+		ev->stored_tail_len[t] = (uint8_t)(p - ev->stored_tail[t]);
+
+		p = ev->removed_tail[t];
+		memcpy(p, "\xa6" "medium", 7);
+		p += 7;
+		*p++ = (uint8_t)(0xa0 | ml);
+		memcpy(p, media[t], ml);
+		p += ml;
+		ev->removed_tail_len[t] = (uint8_t)(p - ev->removed_tail[t]);
+	}
 }
 
 /*
  * BlockStored, a tagged msgspec Struct of 16 fields of which 8 have no
  * default: msgspec writes a map16 head for it whatever the count, so
  * the head is written here as it does, for byte-identical messages.
+ * @tok: the pages' token ids; NULL: those of the pages found in the
+ * table (ev->found).
  */
 static void pack_stored(struct kvev *ev, const uint8_t *h, uint32_t n, const uint8_t *parent,
 			const uint32_t *tok, uint8_t tier)
 {
-	static const char map16_8[] = { (char)0xde, 0, 8 };
-	msgpack_packer *pk = &ev->ev_pk;
+	static const char head[] = "\xde\x00\x08" "\xa4" "type" "\xab" "BlockStored"
+				   "\xac" "block_hashes";
+	static const char par[] = "\xb1" "parent_block_hash";
+	static const char toks[] = "\xa9" "token_ids";
+	uint8_t bin[2 + HASH_MAX] = { 0xc4, (uint8_t)ev->hlen };
 
-	buf_write(&ev->out, map16_8, sizeof(map16_8));
-	pack_str(pk, "type");
-	pack_str(pk, "BlockStored");
+	buf_put(ev, head, sizeof(head) - 1);
 	pack_hashes(ev, h, n);
-	pack_str(pk, "parent_block_hash");
+	buf_put(ev, par, sizeof(par) - 1);
 	if (parent) {
-		msgpack_pack_bin(pk, ev->hlen);
-		msgpack_pack_bin_body(pk, parent, ev->hlen);
+		memcpy(bin + 2, parent, ev->hlen);
+		buf_put(ev, bin, 2 + ev->hlen);
 	} else {
-		msgpack_pack_nil(pk);
+		buf_put(ev, "\xc0", 1);			/* nil */
 	}
-	pack_str(pk, "token_ids");
-	pack_tokens(ev, tok, (uint64_t)n * ev->p.page_size);
-	pack_str(pk, "block_size");
-	msgpack_pack_uint32(pk, ev->p.page_size);
-	pack_str(pk, "lora_id");
-	msgpack_pack_nil(pk);
-	pack_str(pk, "medium");
-	pack_str(pk, media[tier]);
-	pack_str(pk, "lora_name");
-	msgpack_pack_nil(pk);
+	buf_put(ev, toks, sizeof(toks) - 1);
+	if (tok)
+		pack_tokens(ev, tok, (uint64_t)n * ev->p.page_size);
+	else
+		pack_token_slots(ev, n);
+	buf_put(ev, ev->stored_tail[tier], ev->stored_tail_len[tier]);
 	ev->nev++;
 	ev->st.stored++;
 }
 
 static void pack_removed(struct kvev *ev, const uint8_t *h, uint32_t n, uint8_t tier)
 {
-	msgpack_packer *pk = &ev->ev_pk;
+	static const char head[] = "\x83" "\xa4" "type" "\xac" "BlockRemoved"
+				   "\xac" "block_hashes";
 
-	msgpack_pack_map(pk, 3);
-	pack_str(pk, "type");
-	pack_str(pk, "BlockRemoved");
+	buf_put(ev, head, sizeof(head) - 1);
 	pack_hashes(ev, h, n);
-	pack_str(pk, "medium");
-	pack_str(pk, media[tier]);
+	buf_put(ev, ev->removed_tail[tier], ev->removed_tail_len[tier]);
 	ev->nev++;
 	ev->st.removed++;
 }
@@ -674,41 +922,6 @@ static int send_frames(void *sock, const void *const *f, const size_t *len, int 
 	for (i = 0; i < n; i++)
 		if (zmq_send(sock, f[i], len[i], i < n - 1 ? ZMQ_SNDMORE : last) < 0)
 			return -zmq_errno();
-	return 0;
-}
-
-/* The publisher lets go of chunk @c: the last holder frees it, or keeps it as the spare. */
-static void chunk_put(struct kvev *ev, struct kvev_chunk *c)
-{
-	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
-		return;
-	if (!ev->spare && c->size == CHUNK_BYTES - offsetof(struct kvev_chunk, data)) {
-		atomic_init(&c->refs, 1);
-		c->used = 0;
-		ev->spare = c;
-		return;
-	}
-	free(c);
-}
-
-/* Room for @n bytes in the chunk messages are kept in.  Return: 0 or -ENOMEM. */
-static int chunk_room(struct kvev *ev, size_t n)
-{
-	struct kvev_chunk *c = ev->chunk;
-
-	if (c && c->size - c->used >= n)
-		return 0;
-	if (ev->spare && ev->spare->size >= n) {
-		c = ev->spare;
-		ev->spare = NULL;
-	} else {
-		c = chunk_new(n > CHUNK_BYTES / 2 ? n : CHUNK_BYTES / 2);
-		if (!c)
-			return -ENOMEM;
-	}
-	if (ev->chunk)
-		chunk_put(ev, ev->chunk);
-	ev->chunk = c;
 	return 0;
 }
 
@@ -739,64 +952,88 @@ static void seq_bytes(uint64_t seq, uint8_t *b)
 		b[i] = (uint8_t)(seq >> (56 - 8 * i));
 }
 
-/* Start the next message: its events go after the header's room. */
+/*
+ * Start the next message where the chunk's messages end: its events go
+ * after the header's room (and with less room than that left, into the
+ * next chunk).
+ */
 static void batch_reset(struct kvev *ev)
 {
+	struct kvev_chunk *c = ev->chunk;
+
+	ev->out.data = NULL;
+	ev->out.cap = 0;
+	if (c && c->size - c->used >= HDR_ROOM) {
+		ev->out.data = c->data + c->used;
+		ev->out.cap = c->size - c->used;
+	}
 	ev->out.len = HDR_ROOM;
 	ev->out.err = 0;
 	ev->nev = 0;
 }
 
 /*
+ * KVEventBatch's head into @p: [ts, [@nev events (they follow), and
+ * its length, HDR_ROOM at most.
+ */
+static size_t pack_head(uint8_t *p, double ts, uint32_t nev)
+{
+	uint64_t bits;
+	size_t n = 0;
+	int i;
+
+	p[n++] = 0x93;				/* fixarray 3 */
+	memcpy(&bits, &ts, sizeof(bits));
+	p[n++] = 0xcb;				/* float 64 */
+	for (i = 7; i >= 0; i--)
+		p[n++] = (uint8_t)(bits >> (8 * i));
+	return n + put_array_head(p + n, nev);
+}
+
+/*
  * Send the message being built, as KVEventBatch [ts, events, 0] (vLLM's
  * publisher fills data_parallel_rank with its rank, 0 for one), and keep
- * it for replay: its header goes right before its events, it is copied
- * once, into the chunk it is kept in, and ZMQ sends it from there.
+ * it for replay: its header goes right before its events, in the chunk
+ * it was built in, and ZMQ sends it from there.
  */
 static int flush_batch(struct kvev *ev)
 {
-	char head[HDR_ROOM];
-	struct kvev_buf hb = { .data = head, .cap = sizeof(head) };
-	msgpack_packer hpk;
+	struct kvev_buf *b = &ev->out;
+	uint8_t head[HDR_ROOM];
+	struct kvev_chunk *c;
 	struct kvev_msg *m;
 	struct timespec ts;
 	uint8_t sb[8];
 	const void *f[2];
-	size_t len[2], n;
+	size_t len[2], hl, end;
 	int ret;
 
 	if (!ev->nev)
 		return 0;
-	if (ev->out.err || msgpack_pack_uint8(&ev->ev_pk, 0) || ev->out.err) {
+	buf_put(ev, "\x00", 1);		/* data_parallel_rank */
+	if (b->err) {
 		batch_reset(ev);
 		return -ENOMEM;
 	}
 	clock_gettime(CLOCK_REALTIME, &ts);
-	msgpack_packer_init(&hpk, &hb, buf_write);
-	msgpack_pack_array(&hpk, 3);
-	msgpack_pack_double(&hpk, ts.tv_sec + ts.tv_nsec / 1e9);
-	msgpack_pack_array(&hpk, ev->nev);
-	memcpy(ev->out.data + HDR_ROOM - hb.len, head, hb.len);
-	n = ev->out.len - (HDR_ROOM - hb.len);
+	hl = pack_head(head, ts.tv_sec + ts.tv_nsec / 1e9, ev->nev);
+	memcpy(b->data + HDR_ROOM - hl, head, hl);
 
 	m = &ev->ring[ev->st.messages % ev->p.buffer_steps];
 	if (m->chunk) {		/* the oldest message kept goes */
-		chunk_put(ev, m->chunk);
+		chunk_put(m->chunk);
 		m->chunk = NULL;
 		m->len = 0;
 	}
-	if (chunk_room(ev, n)) {
-		batch_reset(ev);
-		return -ENOMEM;
-	}
-	m->chunk = ev->chunk;
-	atomic_fetch_add_explicit(&m->chunk->refs, 1, memory_order_relaxed);
-	m->data = m->chunk->data + m->chunk->used;
-	m->len = n;
-	memcpy(m->chunk->data + m->chunk->used, ev->out.data + HDR_ROOM - hb.len, n);
-	m->chunk->used += (n + 7) & ~(size_t)7;
-	if (m->chunk->used > m->chunk->size)
-		m->chunk->used = m->chunk->size;
+	c = ev->chunk;
+	m->chunk = c;
+	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+	m->data = b->data + HDR_ROOM - hl;
+	m->len = b->len - (HDR_ROOM - hl);
+	end = (size_t)(b->data - c->data) + b->len;
+	c->used = (end + 7) & ~(size_t)7;
+	if (c->used > c->size)
+		c->used = c->size;
 	batch_reset(ev);
 	m->seq = ev->st.messages++;
 	topic_of(ev, ev->ns, m->topic);
@@ -910,23 +1147,46 @@ static bool parent_hash(const struct kvev *ev, const struct kvmm_cache_event *e,
 }
 
 /*
- * The hashes of @e's pages into ev->hashes: those it knows from the
- * table, the others chained from the page before, hashed from @tok (NULL:
- * the event carries no token ids, stored_tokens, and then every page's
- * are gathered from the table into ev->tokbuf).  A page already named
- * keeps its name even where its parent has gone (a subtree is removed
- * parent first).  Return: false when some page cannot be named.
+ * Look up @e's pages into ev->found (NULL: not in the table).  Their
+ * slots (and their parent's) are fetched first, all of them, and then
+ * the token ids of those found (@tok NULL), so that the cache misses of
+ * a few hundred random pages overlap instead of following one another.
+ */
+static void page_lookup(struct kvev *ev, const struct kvmm_cache_event *e, const uint32_t *tok)
+{
+	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
+	uint32_t j;
+
+	__builtin_prefetch(&ev->ents[e->parent.lo & ev->mask]);
+	for (j = 0; j < e->pages; j++)
+		__builtin_prefetch(&ev->ents[keys[j].lo & ev->mask]);
+	for (j = 0; j < e->pages; j++) {
+		struct kvev_ent *pe = ent_lookup(ev, &keys[j]);
+
+		ev->found[j] = pe;
+		if (pe && pe->tok && !tok)
+			__builtin_prefetch(tok_at(ev, pe->tok));
+	}
+}
+
+/*
+ * The hashes of @e's pages (looked up: page_lookup()) into ev->hashes:
+ * those it knows from the table, the others chained from the page
+ * before, hashed from @tok (NULL: the event carries no token ids,
+ * stored_tokens, and then every page must be in the table with its
+ * own).  A page already named keeps its name even where its parent has
+ * gone (a subtree is removed parent first).  Return: false when some
+ * page cannot be named.
  */
 static bool page_hashes(struct kvev *ev, const struct kvmm_cache_event *e, const uint8_t *parent,
 			bool parent_known, const uint32_t *tok)
 {
-	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
 	uint32_t j, ps = ev->p.page_size;
 
-	if (!tok && (uint64_t)e->pages * ps > ev->ntokbuf)
+	if (!tok && (uint64_t)e->pages * ps > ev->ntokmax)
 		return false;
 	for (j = 0; j < e->pages; j++) {
-		const struct kvev_ent *pe = ent_lookup(ev, &keys[j]);
+		const struct kvev_ent *pe = ev->found[j];
 		uint8_t *hj = ev->hashes + (size_t)j * ev->hlen;
 
 		if (pe)
@@ -935,11 +1195,8 @@ static bool page_hashes(struct kvev *ev, const struct kvmm_cache_event *e, const
 			kvev_block_hash(ev, j ? hj - ev->hlen : parent, tok + (size_t)j * ps, hj);
 		else
 			return false;
-		if (!tok) {
-			if (!pe->tok)
-				return false;
-			memcpy(ev->tokbuf + (size_t)j * ps, tok_at(ev, pe->tok), ps * sizeof(*tok));
-		}
+		if (!tok && !pe->tok)
+			return false;
 	}
 	return true;
 }
@@ -956,10 +1213,19 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 	const struct kvmm_key *keys = (const struct kvmm_key *)(e + 1);
 	const uint32_t *tok = has_tokens(ev, e) ? (const uint32_t *)(keys + e->pages) : NULL;
 	const uint8_t *parent;
-	bool known = parent_hash(ev, e, &parent);
 	uint32_t j;
+	bool known;
 	int ret;
 
+	/*
+	 * Room for every page first: the entries found (@parent's hash,
+	 * ev->found) stay where they are while the new ones go in.
+	 */
+	while (e->type != KVMM_EVENT_REMOVED && (ev->nr + e->pages) * 2 > ev->mask + 1)
+		if (ent_grow(ev))
+			return -ENOMEM;
+	page_lookup(ev, e, tok);
+	known = parent_hash(ev, e, &parent);
 	if (!page_hashes(ev, e, parent, known, tok)) {
 		ev->st.unnamed++;
 		if (e->type == KVMM_EVENT_REMOVED)
@@ -976,10 +1242,15 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 	if (e->type != KVMM_EVENT_STORED)
 		pack_removed(ev, ev->hashes, e->pages, e->tier);
 	if (e->type != KVMM_EVENT_REMOVED)
-		pack_stored(ev, ev->hashes, e->pages, parent, tok ? tok : ev->tokbuf, e->to);
-	for (j = 0; j < e->pages; j++) {
-		if (e->type == KVMM_EVENT_REMOVED)
+		pack_stored(ev, ev->hashes, e->pages, parent, tok, e->to);
+	if (e->type == KVMM_EVENT_REMOVED) {
+		for (j = 0; j < e->pages; j++)
 			ent_del(ev, &keys[j]);
+		return 0;
+	}
+	for (j = 0; j < e->pages; j++) {
+		if (ev->found[j])
+			ev->found[j]->tier = e->to;
 		else if (ent_put(ev, &keys[j], ev->hashes + (size_t)j * ev->hlen, e->ns, e->to,
 				 tok ? tok + (size_t)j * ev->p.page_size : NULL))
 			return -ENOMEM;
@@ -1032,7 +1303,8 @@ int kvev_publish(struct kvev *ev, const struct kvmm_events_hdr *hdr)
  *	the publisher has seen stored in @ns and not removed, per tier
  *
  * As published so far: what the context did since its last read is not
- * in it yet.
+ * in it yet.  A publisher made without kvev_params.index_hashes finds
+ * nothing.
  *
  * Context: takes the publisher's lock, never the context's.
  * Return: the blocks of the leading run.
@@ -1044,7 +1316,7 @@ uint32_t kvev_lookup(struct kvev *ev, uint32_t ns, const uint8_t *hashes, uint32
 
 	memset(tokens, 0, KVMM_NR_TIERS * sizeof(*tokens));
 	pthread_mutex_lock(&ev->lock);
-	for (i = 0; i < n; i++) {
+	for (i = 0; ev->revs && i < n; i++) {
 		const struct kvev_rev *r = rev_find(ev, hashes + (size_t)i * ev->hlen, ns);
 
 		if (!r)
@@ -1118,6 +1390,7 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 {
 	const char *seed = p->seed ? p->seed : KVEV_SEED_DEFAULT;
 	uint8_t head[9];
+	uint64_t slots;
 	size_t hn, sn = strlen(seed);
 	uint8_t *sbuf;
 	struct kvev *ev;
@@ -1134,27 +1407,41 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 		ev->p.buffer_steps = KVEV_BUFFER_STEPS;
 	if (!ev->p.hwm)
 		ev->p.hwm = KVEV_HWM;
+	if (!ev->p.prepare_bytes)
+		ev->p.prepare_bytes = KVEV_PREPARE_BYTES;
 	ev->hlen = p->hash == KVEV_HASH_SHA256_CBOR ? 32 : 16;
 	ev->topic = strdup(p->topic ? p->topic : KVEV_TOPIC_DEFAULT);
 	ev->cbor = malloc(32 + HASH_MAX + 5 * (size_t)p->page_size);
 	ev->hashes = malloc((size_t)KVMM_EVENT_MAX_PAGES * HASH_MAX);
+	ev->found = malloc(KVMM_EVENT_MAX_PAGES * sizeof(*ev->found));
 	/* an event that carries token ids is cut at KVMM_EVENT_MAX_TOKENS (one page at least) */
-	ev->ntokbuf = p->page_size > KVMM_EVENT_MAX_TOKENS ? p->page_size : KVMM_EVENT_MAX_TOKENS;
-	ev->tokbuf = malloc((size_t)ev->ntokbuf * sizeof(*ev->tokbuf));
-	ev->ents = calloc(1024, sizeof(*ev->ents));
-	ev->mask = 1023;
-	ev->revs = calloc(1024, sizeof(*ev->revs));
-	ev->rmask = 1023;
+	ev->ntokmax = p->page_size > KVMM_EVENT_MAX_TOKENS ? p->page_size : KVMM_EVENT_MAX_TOKENS;
+	ev->tok_stride = (uint32_t)((sizeof(uint16_t) + 5 * (size_t)p->page_size + 7) & ~(size_t)7);
+	/* made for the pages the tiers hold, half full, up to TABLE_MADE_MAX slots */
+	for (slots = 1024; slots < TABLE_MADE_MAX && slots < 2 * p->pages; slots *= 2)
+		;
+	ev->ents = table_alloc(slots, sizeof(*ev->ents));
+	ev->mask = slots - 1;
+	if (p->index_hashes) {
+		ev->revs = table_alloc(slots, sizeof(*ev->revs));
+		ev->rmask = slots - 1;
+	}
 	pthread_mutex_init(&ev->lock, NULL);
-	ev->ring = calloc(ev->p.buffer_steps, sizeof(*ev->ring));
-	msgpack_packer_init(&ev->ev_pk, &ev->out, buf_write);
+	ev->ring = table_alloc(ev->p.buffer_steps, sizeof(*ev->ring));
+	make_tails(ev);
+	pthread_mutex_init(&ev->pool.lock, NULL);
 	batch_reset(ev);
 	ev->md = EVP_MD_fetch(NULL, "SHA256", NULL);
 	ev->mdctx = EVP_MD_CTX_new();
 	sbuf = malloc(sizeof(head) + sn);
-	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->tokbuf || !ev->ents || !ev->revs ||
+	if (!ev->topic || !ev->cbor || !ev->hashes || !ev->found || !ev->ents ||
+	    (p->index_hashes && !ev->revs) ||
 	    !ev->ring ||
 	    !ev->md || !ev->mdctx || !sbuf)
+		goto out_free;
+	/* and the slots of the pages' token ids, as many as the tables' pages */
+	if (p->stored_tokens && p->pages &&
+	    tok_grow(ev, (uint32_t)(p->pages < TABLE_MADE_MAX / 2 ? p->pages : TABLE_MADE_MAX / 2)))
 		goto out_free;
 	/* NONE_HASH = H(cbor(seed)): the seed is a text string */
 	hn = cbor_head(sbuf, 3, sn);
@@ -1162,6 +1449,11 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	digest(ev, sbuf, hn + sn, ev->none_hash);
 	free(sbuf);
 	sbuf = NULL;
+	if (ev->p.prepare_bytes > (uint64_t)UINT32_MAX * CHUNK_BYTES ||
+	    pool_prepare(&ev->pool, (uint32_t)((ev->p.prepare_bytes + CHUNK_BYTES - 1) / CHUNK_BYTES))) {
+		ret = ev->p.prepare_bytes > (uint64_t)UINT32_MAX * CHUNK_BYTES ? -EINVAL : -ENOMEM;
+		goto out_free;
+	}
 	ev->zctx = zmq_ctx_new();
 	if (!ev->zctx)
 		goto out_free;
@@ -1199,19 +1491,19 @@ void kvev_destroy(struct kvev *ev)
 		zmq_ctx_term(ev->zctx);
 	for (i = 0; ev->ring && i < ev->p.buffer_steps; i++)
 		if (ev->ring[i].chunk)
-			chunk_put(ev, ev->ring[i].chunk);
+			chunk_put(ev->ring[i].chunk);
 	free(ev->ring);
 	if (ev->chunk)
-		chunk_put(ev, ev->chunk);
-	free(ev->spare);
-	free(ev->out.data);
+		chunk_put(ev->chunk);
+	pool_drain(&ev->pool);
+	pthread_mutex_destroy(&ev->pool.lock);
 	EVP_MD_CTX_free(ev->mdctx);
 	EVP_MD_free(ev->md);
 	free(ev->ents);
 	free(ev->revs);
 	pthread_mutex_destroy(&ev->lock);
 	free(ev->hashes);
-	free(ev->tokbuf);
+	free(ev->found);
 	free(ev->toks);
 	free(ev->cbor);
 	free(ev->topic);
@@ -1277,7 +1569,9 @@ static void *kvev_thread_fn(void *arg)
  *
  * The engine never waits for the thread: events wait in @ctx's buffer,
  * which the thread drains one EVENTS read at a time, under the context's
- * lock only while it copies.
+ * lock only while it copies.  Unless @p says otherwise, the publisher's
+ * tables are made for the pages of @ctx's tiers, and as much memory is
+ * made ready for the messages kept for replay as the event buffer has.
  *
  * Return: 0, or -errno (the events' settings, the sockets, the thread).
  */
@@ -1321,6 +1615,12 @@ int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_
 	t->ctx = ctx;
 	t->interval_ms = interval_ms;
 	pp.page_size = kvmm_page_size(ctx);
+	pp.pages = st[KVMM_STAT_PAGES_TOTAL] + st[KVMM_STAT_HOST_PAGES_TOTAL] +
+		   st[KVMM_STAT_NVME_PAGES_TOTAL];
+	/* the messages the event buffer's events make, ready as the buffer is */
+	if (!pp.prepare_bytes)
+		pp.prepare_bytes = st[KVMM_STAT_EVENTS_BYTES] >= KVMM_EVENTS_TOKENS_BUF_MIN ?
+				   st[KVMM_STAT_EVENTS_BYTES] : events_bytes;
 	pp.stored_tokens = true;
 	t->buf = aligned_alloc(8, PUMP_BYTES);
 	ret = t->buf ? kvev_create(&pp, &t->ev) : -ENOMEM;
@@ -1333,6 +1633,7 @@ int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_
 		kvev_destroy(t->ev);
 		goto out_free;
 	}
+	pthread_setname_np(t->thread, "kvmm-kvevents");	/* for top -H and perf; a hint */
 	*out = t;
 	return 0;
 

@@ -29,6 +29,7 @@ extern const char *const kvev_hash_names[NR_KVEV_HASH + 1];
 #define KVEV_TOPIC_DEFAULT	"kvmm"
 #define KVEV_BUFFER_STEPS	10000	/* batches kept for replay, as vLLM */
 #define KVEV_HWM		100000
+#define KVEV_PREPARE_BYTES	(8ull << 20)	/* replay buffer made ready */
 
 /**
  * struct kvev_params - what kvev_create() sets up
@@ -42,6 +43,17 @@ extern const char *const kvev_hash_names[NR_KVEV_HASH + 1];
  * @page_size: tokens per page: vLLM's block_size
  * @buffer_steps: messages kept for replay (0: KVEV_BUFFER_STEPS)
  * @hwm: the PUB socket's high-water mark (0: KVEV_HWM)
+ * @prepare_bytes: memory for the messages kept for replay made ready
+ *	(faulted in) when the publisher is made, and kept for reuse once the
+ *	buffer lets messages go, in 2 MiB chunks (0: KVEV_PREPARE_BYTES;
+ *	kvev_thread_start(): the context's event buffer's size): the stream
+ *	does not wait for fresh memory until it keeps more
+ * @pages: pages the context's tiers hold at most: the publisher's tables
+ *	are made for that many (up to 131072; 0: 512) rather than grown
+ *	while the stream fills them (kvev_thread_start() sets it)
+ * @index_hashes: keep the index of the pages by vLLM hash that
+ *	kvev_lookup() reads; without it kvev_lookup() finds nothing, and
+ *	publishing does not pay for keeping it
  * @stored_tokens: the EVENTS output it is given carries token ids with
  *	STORED events only (KVMM_SET_EVENT_TOKENS KVMM_EVENT_TOKENS_STORED):
  *	the publisher keeps each page's from its STORED event on, for the
@@ -57,7 +69,10 @@ struct kvev_params {
 	uint32_t page_size;
 	uint32_t buffer_steps;
 	uint32_t hwm;
+	uint64_t prepare_bytes;
+	uint64_t pages;
 	bool stored_tokens;
+	bool index_hashes;
 };
 
 /* What a publisher did, for its owner's log and tests. */
