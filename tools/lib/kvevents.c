@@ -139,19 +139,32 @@ struct kvev_chunk {
 #define CHUNK_BYTES	HUGE_BYTES
 #define CHUNK_DATA	(CHUNK_BYTES - offsetof(struct kvev_chunk, data))
 
+/*
+ * *@bytes rounded up to whole huge pages, allocated on that boundary and
+ * asked for huge pages (a hint: small pages do too); NULL if there is none.
+ */
+static void *huge_alloc(size_t *bytes)
+{
+	void *p;
+
+	*bytes = (*bytes + HUGE_BYTES - 1) & ~(size_t)(HUGE_BYTES - 1);
+	p = aligned_alloc(HUGE_BYTES, *bytes);
+	if (p)
+		madvise(p, *bytes, MADV_HUGEPAGE);
+	return p;
+}
+
 /* A chunk with room for @size bytes (one huge page at least), not in the pool. */
 static struct kvev_chunk *chunk_new(struct kvev_pool *pool, size_t size)
 {
-	size_t bytes = (offsetof(struct kvev_chunk, data) + size + CHUNK_BYTES - 1) &
-		       ~(size_t)(CHUNK_BYTES - 1);
+	size_t bytes = offsetof(struct kvev_chunk, data) + size;
 	struct kvev_chunk *c;
 
 	if (size > SIZE_MAX - 2 * CHUNK_BYTES)
 		return NULL;
-	c = aligned_alloc(CHUNK_BYTES, bytes);
+	c = huge_alloc(&bytes);
 	if (!c)
 		return NULL;
-	madvise(c, bytes, MADV_HUGEPAGE);	/* a hint: small pages do too */
 	atomic_init(&c->refs, 1);
 	c->pool = pool;
 	c->size = bytes - offsetof(struct kvev_chunk, data);
@@ -393,14 +406,10 @@ static void *table_alloc(size_t n, size_t size)
 
 	if (size && n > (SIZE_MAX - HUGE_BYTES) / size)
 		return NULL;
-	if (bytes < HUGE_BYTES) {
+	if (bytes < HUGE_BYTES)
 		p = malloc(bytes);
-	} else {
-		bytes = (bytes + HUGE_BYTES - 1) & ~(size_t)(HUGE_BYTES - 1);
-		p = aligned_alloc(HUGE_BYTES, bytes);
-		if (p)
-			madvise(p, bytes, MADV_HUGEPAGE);	/* a hint: small pages do too */
-	}
+	else
+		p = huge_alloc(&bytes);
 	if (p)
 		memset(p, 0, bytes);
 	return p;
