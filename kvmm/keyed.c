@@ -2,7 +2,9 @@
 /*
  * kvmm/keyed.c - the keyed page store: values an engine names by its own
  * keys, kept on the host and NVMe tiers beside the prefix tree's demoted
- * pages.
+ * pages.  This file: its jobs, the direct API, the ring's commands and
+ * prefetch; keyed_space.c: the spaces and the index of their values;
+ * keyed_remote.c: the remote tier under them; keyed.h: what they share.
  *
  * DOC: keyed page store
  *
@@ -90,612 +92,7 @@
 #include <sched.h>
 #include <stdlib.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
-#include "migrate.h"
-
-/*
- * A space's id is its slot in ctx->kspaces (KVMM_KSPACES_MAX of them) and,
- * above, the context's removal count when it was made: an id kept past
- * its space's removal names nothing, even once the slot is taken again.
- * The first spaces of a context have ids 0, 1, 2 ...
- */
-#define KSPACE_SLOT_BITS	10
-#define KSPACE_GEN_MASK		((1u << 21) - 1)	/* ids stay below 2^31 */
-_Static_assert(KVMM_KSPACES_MAX == 1u << KSPACE_SLOT_BITS, "a slot is the id's low bits");
-
-/**
- * struct kvmm_kspace - one keyed space
- * @root: the root its values hang under (KVMM_NODE_KEYED)
- * @fp: the model identity's fingerprint, XXH3-128 of model_id
- * @value_bytes: bytes of each value
- * @pages: frames a value takes: its bytes, at least KVMM_KEY_WORDS tokens
- * @ns: its namespace
- * @id: its id: its index in ctx->kspaces, and its generation above
- * @busy: callers using it with the context's lock dropped (an EXISTS
- *	asking the remote tier): it is not removed under them
- * @model_id: the identity it was registered with; empty for a space
- *	recovered from NVMe that no client has registered since
- */
-struct kvmm_kspace {
-	struct kvmm_node *root;
-	uint64_t fp[2];
-	uint64_t value_bytes;
-	uint32_t pages;
-	uint32_t ns;
-	uint32_t id;
-	uint32_t busy;
-	char model_id[KVMM_MODEL_ID_MAX + 1];
-};
-
-/**
- * struct kjob_val - one value of a keyed job
- * @key: its key
- * @buf: the caller's bytes (put: read; get: written)
- * @resp: where its result goes at settle, or NULL
- * @node: get: the value, locked; NULL when it was not found
- * @first: a put, or a get from the remote tier: its frames' index in the
- *	job's @frames
- * @err: 0, or why it failed (set at arm when it was never armed)
- * @armed: the copy step has work for it (cleared once it has settled)
- * @remote: get: not stored here, asked of the remote tier into new host
- *	frames (held in state IO like a put's), stored here when it verifies
- * @edge: a put's, or a remote get's, node edge made in the copy step
- *	(kvmm_tree_keyed_buf()), for its settle; NULL before
- */
-struct kjob_val {
-	struct kvmm_key key;
-	void *buf;
-	int32_t *resp;
-	struct kvmm_node *node;
-	uint32_t *edge;
-	uint32_t first;
-	int err;
-	bool armed;
-	bool remote;
-};
-
-/*
- * What one keyed job may make the context allocate (see "Bounds" in the
- * DOC above).  The copy step works through a job's pages a window at a
- * time, whatever the values' size; the frames a job takes are listed in
- * one array sized by what it can take; the lock is let go every
- * KJOB_ROUND frames armed or settled.
- */
-#define KJOB_WIN		1024u		/* pages of per-page scratch */
-#define KJOB_ROUND		16384u		/* frames between breaths of the lock */
-#define KJOB_LOCKED_BYTES	(64u << 10)	/* frame lists allocated under the lock */
-#define KVMM_NS_KJOB_BYTES_MIN	4096u		/* kvmm_set_ns_kjob_bytes()'s floor */
-#define KJOB_SLICE_BYTES	(16u << 20)	/* values the worker copies between others' work */
-#define KJOB_STALLS		64u		/* rounds a put waits with nothing armed */
-
-/**
- * struct kvmm_kjob - a keyed command's values in flight
- * @work: the I/O worker's queue entry (a get that reads NVMe)
- * @link: on ctx->kjobs while it exists
- * @owner: where a queued job's completion goes; NULL: nobody waits
- * @user_data: that completion's user_data
- * @space: the space
- * @put: a put (else a get, or a prefetch)
- * @pf: a prefetch: its values are read from an I/O store into host frames
- *	it takes (@frames) and move up to the host tier at settle; its
- *	completion was posted when it was armed
- * @canceled: a prefetch its ring cancelled: what it read is given back
- * @nr_behind: a ring's get: its values that a prefetch is reading up
- *	(KVMM_NODE_KREAD) at arm; it is queued once they have all settled
- * @parked: that get waits for them, queued by the last one's settle
- * @room: a prefetch: host pages it may take at most
- * @t0: a prefetch: when it was armed
- * @io: a value is read from an I/O store: the worker's kind of job
- * @remote: the copy calls the remote tier (a put writes through to it, a
- *	get asks it for what is not stored here): the worker's kind too, and
- *	never under the context's lock
- * @n: values
- * @vals: them
- * @nr_locks: get: values it holds locked
- * @frames: the host frames its values took (a put's, a remote get's), in
- *	state IO, held by the job: @nr_frames of @cap_frames
- * @new_pages: put: pages its values not stored yet take, on arrival
- * @wait: put: it may wait for writeback to make room on the host tier
- *	rather than drop what is there (see "Rounds" in the DOC above)
- * @nr_wait: put: values waiting for that room (err -EAGAIN until armed)
- * @rearm: put: on the I/O worker, the next run arms the waiting values
- * @stalls: put: rounds in a row that armed none of them
- * @charge: bytes of memory it holds or may still take (its block, its
- *	frame list, its window), counted against its namespace's limit
- * @lo, @hi: the values the copy step works on now: all of them, but on
- *	the I/O worker a slice of about KJOB_SLICE_BYTES at a time, the job
- *	queued again behind the others' work after each
- * @win: pages of the window below; 0 while it has none (outside the copy)
- * @keys: per page of the window read from an I/O store, its identity
- * @to: ... where its bytes go
- * @pfns: ... its frame there
- * @page_val: per page of the window, the value it is of
- * @addrs: per page of the window, its bytes (a store's read, a copy out,
- *	the remote tier's get and put)
- * @rpages: per page of the window, its name on the remote tier
- * @rok: per page of the window, whether the remote tier had it
- */
-struct kvmm_kjob {
-	struct kvmm_work work;
-	struct kvmm_list link;
-	struct kvmm_owner *owner;
-	uint64_t user_data;
-	struct kvmm_kspace *space;
-	bool put;
-	bool pf;
-	bool canceled;
-	uint32_t nr_behind;
-	bool parked;
-	uint64_t room;
-	uint64_t t0;
-	bool io;
-	bool remote;
-	uint32_t n;
-	struct kjob_val *vals;
-	uint32_t nr_locks;
-	int32_t *frames;
-	uint32_t nr_frames, cap_frames;
-	uint64_t new_pages;
-	bool wait;
-	bool rearm;
-	uint32_t nr_wait;
-	uint32_t stalls;
-	size_t charge;
-	uint32_t lo, hi;
-	uint32_t win;
-	struct kvmm_store_key *keys;
-	struct kvmm_store_to *to;
-	int32_t *pfns;
-	uint32_t *page_val;
-	void **addrs;
-	struct kvmm_remote_page *rpages;
-	uint8_t *rok;
-};
-
-/* ---- spaces ---- */
-
-/* A model identity: printable, 1 .. KVMM_MODEL_ID_MAX bytes. */
-static bool model_id_ok(const char *id)
-{
-	size_t n, i;
-
-	if (!id)
-		return false;
-	n = strnlen(id, KVMM_MODEL_ID_MAX + 1);
-	if (!n || n > KVMM_MODEL_ID_MAX)
-		return false;
-	for (i = 0; i < n; i++)
-		if (id[i] < 0x20 || id[i] > 0x7e)
-			return false;
-	return true;
-}
-
-static void model_fp(const char *id, uint64_t fp[2])
-{
-	XXH128_hash_t h = XXH3_128bits(id, strlen(id));
-
-	fp[0] = h.low64;
-	fp[1] = h.high64;
-}
-
-static uint64_t page_bytes(const struct kvmm_ctx *ctx)
-{
-	return kvmm_page_bytes(&ctx->params.model, ctx->page_size);
-}
-
-static struct kvmm_kspace *space_find(struct kvmm_ctx *ctx, uint32_t ns,
-				      const uint64_t fp[2], uint64_t value_bytes)
-{
-	uint32_t i;
-
-	for (i = 0; i < ctx->nr_kspaces; i++) {
-		struct kvmm_kspace *s = ctx->kspaces[i];
-
-		if (s && s->ns == ns && s->value_bytes == value_bytes && s->fp[0] == fp[0] &&
-		    s->fp[1] == fp[1])
-			return s;
-	}
-	return NULL;
-}
-
-/* Spaces namespace @ns holds. */
-static uint32_t ns_spaces(const struct kvmm_ctx *ctx, uint32_t ns)
-{
-	uint32_t i, n = 0;
-
-	for (i = 0; i < ctx->nr_kspaces; i++)
-		n += ctx->kspaces[i] && ctx->kspaces[i]->ns == ns;
-	return n;
-}
-
-/* Drop the free slots at the end of the table. */
-static void slots_trim(struct kvmm_ctx *ctx)
-{
-	while (ctx->nr_kspaces && !ctx->kspaces[ctx->nr_kspaces - 1])
-		ctx->nr_kspaces--;
-}
-
-/* A free slot: a removed space's, or a new one at the end. */
-static int slot_get(struct kvmm_ctx *ctx, uint32_t *slot)
-{
-	uint32_t i;
-
-	for (i = 0; i < ctx->nr_kspaces; i++) {
-		if (!ctx->kspaces[i]) {
-			*slot = i;
-			return 0;
-		}
-	}
-	if (ctx->nr_kspaces == KVMM_KSPACES_MAX)
-		return -ENOSPC;
-	if (ctx->nr_kspaces == ctx->cap_kspaces) {
-		uint32_t cap = ctx->cap_kspaces ? 2 * ctx->cap_kspaces : 8;
-		struct kvmm_kspace **a = kvmm_malloc(ctx, cap * sizeof(*a));
-
-		if (!a)
-			return -ENOMEM;
-		if (ctx->nr_kspaces)
-			memcpy(a, ctx->kspaces, ctx->nr_kspaces * sizeof(*a));
-		kvmm_mfree(ctx, ctx->kspaces, ctx->cap_kspaces * sizeof(*a));
-		ctx->kspaces = a;
-		ctx->cap_kspaces = cap;
-	}
-	ctx->kspaces[ctx->nr_kspaces] = NULL;
-	*slot = ctx->nr_kspaces++;
-	return 0;
-}
-
-/*
- * The space (@ns, @fp, @value_bytes), made if it does not exist yet and
- * both the namespace's limit (KVMM_SET_NS_KSPACES) and the table allow.
- * Return: it, or NULL with *err set (-ENOMEM; -ENOSPC: the namespace
- * holds its limit, or the table is full).
- */
-static struct kvmm_kspace *space_get(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t fp[2],
-				     uint64_t value_bytes, int *err)
-{
-	struct kvmm_kspace *s = space_find(ctx, ns, fp, value_bytes);
-	uint64_t pb = page_bytes(ctx), min = (KVMM_KEY_WORDS + ctx->page_size - 1) >>
-					     ctx->page_shift;
-	uint32_t slot;
-
-	if (s)
-		return s;
-	*err = -ENOSPC;
-	if (ns_spaces(ctx, ns) >= ctx->ns_kspaces)
-		return NULL;
-	*err = slot_get(ctx, &slot);
-	if (*err)
-		return NULL;
-	*err = -ENOMEM;
-	s = kvmm_zalloc(ctx, sizeof(*s));
-	if (s)
-		s->root = kvmm_tree_keyed_root(ctx, ns);
-	if (!s || !s->root) {
-		if (s)
-			kvmm_mfree(ctx, s, sizeof(*s));
-		slots_trim(ctx);
-		return NULL;
-	}
-	s->fp[0] = fp[0];
-	s->fp[1] = fp[1];
-	s->value_bytes = value_bytes;
-	s->pages = (uint32_t)((value_bytes + pb - 1) / pb);
-	if (s->pages < min)
-		s->pages = (uint32_t)min;
-	s->ns = ns;
-	s->id = slot | (ctx->kspace_gen << KSPACE_SLOT_BITS);
-	ctx->kspaces[slot] = s;
-	ctx->nr_kspaces_live++;
-	return s;
-}
-
-/* Every space's record; their roots go with the tree. */
-void kvmm_keyed_exit(struct kvmm_ctx *ctx)
-{
-	uint32_t i;
-
-	for (i = 0; i < ctx->nr_kspaces; i++)
-		if (ctx->kspaces[i])
-			kvmm_mfree(ctx, ctx->kspaces[i], sizeof(*ctx->kspaces[i]));
-	kvmm_mfree(ctx, ctx->kspaces, ctx->cap_kspaces * sizeof(*ctx->kspaces));
-	ctx->kspaces = NULL;
-	ctx->nr_kspaces = ctx->cap_kspaces = ctx->nr_kspaces_live = 0;
-}
-
-/**
- * kvmm_set_ns_kspaces() - set how many keyed spaces a namespace may hold
- * @ctx: the context
- * @n: the limit, 0 .. KVMM_KSPACES_MAX
- *
- * Spaces a namespace already holds stay; only new ones are refused.
- *
- * Return: 0, or -EINVAL above KVMM_KSPACES_MAX.
- */
-int kvmm_set_ns_kspaces(struct kvmm_ctx *ctx, uint64_t n)
-{
-	if (n > KVMM_KSPACES_MAX) {
-		kvmm_report(ctx, "ns_kspaces: %llu is above the table's %u spaces",
-			    (unsigned long long)n, KVMM_KSPACES_MAX);
-		return -EINVAL;
-	}
-	ctx->ns_kspaces = (uint32_t)n;
-	return 0;
-}
-
-/**
- * kvmm_keyed_space() - register (or find) a keyed space
- * @ctx: the context; it must have a host tier
- * @spec: the space: namespace, value size (1 .. KVMM_KVALUE_MAX bytes),
- *	model identity (printable, at most KVMM_MODEL_ID_MAX bytes, not
- *	empty); flags 0
- * @space: out, its id
- *
- * Return: 0; -EINVAL for a bad spec; -EOPNOTSUPP without a host tier;
- * -ENOSPC when the namespace holds as many spaces as its limit allows
- * (KVMM_SET_NS_KSPACES) or the context KVMM_KSPACES_MAX; -ENOMEM.
- */
-KVMM_EXPORT int kvmm_keyed_space(struct kvmm_ctx *ctx, const struct kvmm_keyed_spec *spec,
-				 uint32_t *space)
-{
-	struct kvmm_kspace *s;
-	uint64_t fp[2];
-	int err = 0;
-
-	if (!ctx || !spec || !space || spec->flags || !spec->value_bytes ||
-	    spec->value_bytes > KVMM_KVALUE_MAX || !model_id_ok(spec->model_id))
-		return -EINVAL;
-	if (!ctx->store[KVMM_TIER_HOST])
-		return -EOPNOTSUPP;
-	model_fp(spec->model_id, fp);
-	s = space_get(ctx, spec->ns, fp, spec->value_bytes, &err);
-	if (!s && err == -ENOSPC && ns_spaces(ctx, spec->ns) >= ctx->ns_kspaces)
-		kvmm_report(ctx, "keyed space: namespace %u holds %u spaces, its limit "
-			    "(ns_kspaces); remove one, or raise it", spec->ns, ctx->ns_kspaces);
-	else if (!s && err == -ENOSPC)
-		kvmm_report(ctx, "keyed space: the context holds %u spaces, all it can",
-			    KVMM_KSPACES_MAX);
-	if (!s)
-		return err;
-	if (!s->model_id[0])	/* new, or recovered: now it has a name */
-		strcpy(s->model_id, spec->model_id);
-	*space = s->id;
-	return 0;
-}
-
-/* The space @id names, if it exists. */
-static struct kvmm_kspace *space_by_id(const struct kvmm_ctx *ctx, uint32_t id)
-{
-	uint32_t slot = id & (KVMM_KSPACES_MAX - 1);
-
-	if (slot >= ctx->nr_kspaces || !ctx->kspaces[slot] || ctx->kspaces[slot]->id != id)
-		return NULL;
-	return ctx->kspaces[slot];
-}
-
-static void space_dump(const struct kvmm_kspace *s, struct kvmm_dump_kspace *rec)
-{
-	const struct kvmm_ns *ns = kvmm_root_ns(s->root);
-
-	memset(rec, 0, sizeof(*rec));
-	*rec = (struct kvmm_dump_kspace){
-		.id = s->id, .ns = s->ns, .value_bytes = s->value_bytes, .pages = s->pages,
-		.host_pages = ns->keyed[KVMM_TIER_HOST], .nvme_pages = ns->keyed[KVMM_TIER_NVME],
-		.fp = { s->fp[0], s->fp[1] },
-	};
-	rec->values = (rec->host_pages + rec->nvme_pages) / s->pages;
-	memcpy(rec->model_id, s->model_id, sizeof(rec->model_id) < sizeof(s->model_id) ?
-					   sizeof(rec->model_id) : sizeof(s->model_id));
-}
-
-/**
- * kvmm_keyed_dump() - what DUMP_KSPACES shows of the space in slot @slot
- * @ctx: the context
- * @slot: a slot of the space table, 0 up
- * @rec: out, when the slot holds a space
- *
- * Return: 1 (@rec filled), 0 (a free slot: removed space), or -1 past
- * the last slot.
- */
-int kvmm_keyed_dump(const struct kvmm_ctx *ctx, uint32_t slot, struct kvmm_dump_kspace *rec)
-{
-	if (slot >= ctx->nr_kspaces)
-		return -1;
-	if (!ctx->kspaces[slot])
-		return 0;
-	space_dump(ctx->kspaces[slot], rec);
-	return 1;
-}
-
-/**
- * kvmm_keyed_info() - what a space holds
- * @ctx: the context
- * @space: a space
- * @info: out: what DUMP_KSPACES shows of it (its values, their pages on
- *	each tier, its identity)
- *
- * Return: 0, or -EINVAL for no such space.
- */
-KVMM_EXPORT int kvmm_keyed_info(const struct kvmm_ctx *ctx, uint32_t space,
-				struct kvmm_dump_kspace *info)
-{
-	const struct kvmm_kspace *s;
-
-	if (!ctx || !info)
-		return -EINVAL;
-	s = space_by_id(ctx, space);
-	if (!s)
-		return -EINVAL;
-	space_dump(s, info);
-	return 0;
-}
-
-/* Pages of tier @tier that the keyed spaces of namespace @ns hold. */
-uint64_t kvmm_keyed_ns_pages(const struct kvmm_ctx *ctx, uint32_t ns, uint32_t tier)
-{
-	uint64_t pages = 0;
-	uint32_t i;
-
-	for (i = 0; i < ctx->nr_kspaces; i++)
-		if (ctx->kspaces[i] && ctx->kspaces[i]->ns == ns)
-			pages += kvmm_root_ns(ctx->kspaces[i]->root)->keyed[tier];
-	return pages;
-}
-
-/* The space @id, if it exists and @ns may use it (KVMM_NS_ANY: any). */
-struct kvmm_kspace *kvmm_kspace_of(struct kvmm_ctx *ctx, uint32_t id, uint32_t ns)
-{
-	struct kvmm_kspace *s = space_by_id(ctx, id);
-
-	return s && (ns == KVMM_NS_ANY || s->ns == ns) ? s : NULL;
-}
-
-/* The space @id for the direct API, which reaches every namespace's. */
-static struct kvmm_kspace *direct_space(struct kvmm_ctx *ctx, uint32_t id)
-{
-	return ctx ? kvmm_kspace_of(ctx, id, KVMM_NS_ANY) : NULL;
-}
-
-uint64_t kvmm_kspace_value_bytes(const struct kvmm_kspace *s)
-{
-	return s->value_bytes;
-}
-
-/* ---- values ---- */
-
-static void key_words(const struct kvmm_key *key, uint32_t *w)
-{
-	memcpy(w, key, KVMM_KEY_WORDS * sizeof(*w));
-}
-
-static struct kvmm_node *value_find(struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
-				    const struct kvmm_key *key)
-{
-	uint32_t w[KVMM_KEY_WORDS];
-
-	key_words(key, w);
-	return kvmm_tree_lookup_child(ctx, s->root, w);
-}
-
-/* The space a value node belongs to. */
-static const struct kvmm_kspace *value_space(const struct kvmm_ctx *ctx,
-					     const struct kvmm_node *node)
-{
-	uint32_t i;
-
-	for (i = 0; i < ctx->nr_kspaces; i++)
-		if (ctx->kspaces[i] && ctx->kspaces[i]->root == node->parent)
-			return ctx->kspaces[i];
-	return NULL;
-}
-
-/* Page @index of the value with key @key in @s: its identity on a store. */
-static void page_id(const struct kvmm_kspace *s, const uint32_t *key, uint32_t index,
-		    uint64_t *id)
-{
-	struct {
-		uint64_t fp[2];
-		uint32_t key[KVMM_KEY_WORDS];
-		uint32_t index;
-		uint32_t zero;
-	} in = { { s->fp[0], s->fp[1] }, { key[0], key[1], key[2], key[3] }, index, 0 };
-	XXH128_hash_t h = XXH3_128bits_withSeed(&in, sizeof(in), s->ns);
-
-	id[0] = h.low64;
-	id[1] = h.high64;
-}
-
-/* Pages @from .. @from + @nr - 1 of value @node of @s: their identities. */
-static void space_store_keys(const struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
-			     const struct kvmm_node *node, uint32_t from, uint32_t nr,
-			     struct kvmm_store_key *keys)
-{
-	uint32_t i, count = node->len >> ctx->page_shift;
-
-	for (i = from; i < from + nr; i++) {
-		struct kvmm_store_key *k = &keys[i - from];
-		uint64_t id[2];
-
-		page_id(s, node->tokens, i, id);
-		*k = (struct kvmm_store_key){
-			.id = { id[0], id[1] },
-			.ns = s->ns,
-			.tokens = node->tokens + ((size_t)i << ctx->page_shift),
-			.flags = KVMM_STORE_KEY_KEYED,
-			.index = i,
-			.count = count,
-			.space = { s->fp[0], s->fp[1] },
-			.value_bytes = s->value_bytes,
-		};
-		memcpy(k->parent, node->tokens, sizeof(k->parent));
-	}
-}
-
-/**
- * kvmm_keyed_store_keys() - the identities of a value's pages on an I/O
- *	store (struct kvmm_store_key)
- * @ctx: the context
- * @node: a value
- * @keys: out, one per page
- *
- * Page i of the value with key K in space S is XXH3-128, seeded with the
- * namespace, of (S's model fingerprint, K, i); its parent field is K
- * itself, and the key says it is keyed, with its space, index and count,
- * so a restart can find the value again.
- */
-void kvmm_keyed_store_keys(struct kvmm_ctx *ctx, const struct kvmm_node *node,
-			   struct kvmm_store_key *keys)
-{
-	space_store_keys(ctx, value_space(ctx, node), node, 0, node->len >> ctx->page_shift,
-			 keys);
-}
-
-/**
- * kvmm_keyed_recover() - a whole value found again on an I/O store at a
- *	restart (recover.c)
- * @ctx: the context
- * @ns: its space's namespace
- * @fp: ... model fingerprint
- * @value_bytes: ... value size
- * @key: its key
- * @id: the identity its first page was written under
- * @pfns: its frames on @tier, in order, taken (kvmm_alloc_pfn())
- * @nr: how many: what a value of this size takes in this geometry
- * @tier: the store's tier
- *
- * Return: 0 once it is back (the frames are its own); -EINVAL when the
- * pages do not make such a value; -ENOMEM, -ENOSPC (no space for it).
- * On failure the frames are still the caller's.
- */
-int kvmm_keyed_recover(struct kvmm_ctx *ctx, uint32_t ns, const uint64_t *fp,
-		       uint64_t value_bytes, const uint64_t *key, const uint64_t *id,
-		       const int32_t *pfns, uint32_t nr, uint32_t tier)
-{
-	struct kvmm_kspace *s;
-	struct kvmm_node *node;
-	uint32_t w[KVMM_KEY_WORDS];
-	uint64_t want[2];
-	int err = 0;
-
-	if (!value_bytes || value_bytes > KVMM_KVALUE_MAX)
-		return -EINVAL;
-	s = space_get(ctx, ns, fp, value_bytes, &err);
-	if (!s)
-		return err;
-	if (nr != s->pages)
-		return -EINVAL;
-	memcpy(w, key, sizeof(w));
-	page_id(s, w, 0, want);
-	if (want[0] != id[0] || want[1] != id[1])
-		return -EINVAL;		/* not what it claims to be */
-	node = kvmm_tree_add_keyed(ctx, s->root, w, nr, pfns, tier, NULL);
-	if (!node)
-		return -ENOMEM;
-	kvmm_lru_update(ctx, node);
-	return 0;
-}
+#include "keyed.h"
 
 /* ---- jobs ---- */
 
@@ -794,7 +191,7 @@ static int kjob_frames(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 	uint32_t i;
 
 	for (i = 0; i < job->n; i++) {
-		const struct kvmm_node *node = value_find(ctx, s, &job->vals[i].key);
+		const struct kvmm_node *node = keyed_value_find(ctx, s, &job->vals[i].key);
 
 		if (job->pf ? node && !ctx->store[node->tier]->page :
 			      (job->put || ctx->remote) && !node)
@@ -926,7 +323,7 @@ static void kjob_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 		struct kvmm_node *node;
 
 		kjob_breathe(ctx, held, &since);	/* before the lookup: it may go meanwhile */
-		node = value_find(ctx, s, &v->key);
+		node = keyed_value_find(ctx, s, &v->key);
 		if (job->put) {
 			put_arm(ctx, job, v, node);
 			since += v->armed ? s->pages : 0;
@@ -981,7 +378,7 @@ static bool kjob_rearm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 			continue;
 		waiting--;
 		kjob_breathe(ctx, held, &since);
-		put_arm(ctx, job, v, value_find(ctx, s, &v->key));
+		put_arm(ctx, job, v, keyed_value_find(ctx, s, &v->key));
 		since += v->armed ? s->pages : 0;
 		armed |= v->armed;
 	}
@@ -1025,7 +422,7 @@ static int copy_in(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val 
 	const struct kvmm_store_ops *ops = ctx->store[KVMM_TIER_HOST];
 	void *priv = ctx->store_priv[KVMM_TIER_HOST];
 	const int32_t *pfns = job->frames + v->first;
-	uint64_t pb = page_bytes(ctx), left = job->space->value_bytes;
+	uint64_t pb = keyed_page_bytes(ctx), left = job->space->value_bytes;
 	const char *src = v->buf;
 	uint32_t i;
 
@@ -1066,8 +463,8 @@ static void copy_pages_out(const struct kvmm_kspace *s, uint64_t pb, void *const
  * Copy a whole value's bytes out to @dst from its @pfns on memory store
  * @tier (verified already), a window of pages at a time.
  */
-static void copy_frames_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t tier,
-			    const int32_t *pfns, char *dst)
+void kjob_copy_frames_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t tier,
+			  const int32_t *pfns, char *dst)
 {
 	const struct kvmm_store_ops *ops = ctx->store[tier];
 	void *priv = ctx->store_priv[tier];
@@ -1077,7 +474,7 @@ static void copy_frames_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_
 		m = pages - j < job->win ? pages - j : job->win;
 		for (i = 0; i < m; i++)
 			job->addrs[i] = ops->page(priv, (uint32_t)pfns[j + i]);
-		copy_pages_out(job->space, page_bytes(ctx), job->addrs, j, m, dst);
+		copy_pages_out(job->space, keyed_page_bytes(ctx), job->addrs, j, m, dst);
 	}
 }
 
@@ -1091,7 +488,7 @@ static int copy_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val
 	const struct kvmm_store_ops *ops = ctx->store[node->tier];
 	void *priv = ctx->store_priv[node->tier];
 	uint32_t nr = node->len >> ctx->page_shift, i;
-	uint64_t pb = page_bytes(ctx);
+	uint64_t pb = keyed_page_bytes(ctx);
 
 	if (ops->copy_out) {
 		uint64_t left = job->space->value_bytes;
@@ -1104,7 +501,7 @@ static int copy_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val
 	}
 	if (ops->verify(priv, node->pfns, nr) < nr)
 		return -EBADMSG;
-	copy_frames_out(ctx, job, node->tier, node->pfns, v->buf);
+	kjob_copy_frames_out(ctx, job, node->tier, node->pfns, v->buf);
 	return 0;
 }
 
@@ -1147,7 +544,7 @@ static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
 {
 	const struct kvmm_store_ops *host = ctx->store[KVMM_TIER_HOST];
 	void *hpriv = ctx->store_priv[KVMM_TIER_HOST];
-	uint64_t pb = page_bytes(ctx), vb = job->space->value_bytes;
+	uint64_t pb = keyed_page_bytes(ctx), vb = job->space->value_bytes;
 	uint32_t i, j, p, m, k = 0;
 
 	for (i = job->lo; i < job->hi; i++) {
@@ -1160,7 +557,7 @@ static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
 		nr = node->len >> ctx->page_shift;
 		for (j = 0; j < nr && !v->err; j += m) {
 			m = nr - j < job->win - k ? nr - j : job->win - k;
-			space_store_keys(ctx, job->space, node, j, m, job->keys + k);
+			kspace_store_keys(ctx, job->space, node, j, m, job->keys + k);
 			memcpy(job->pfns + k, node->pfns + j, m * sizeof(int32_t));
 			for (p = 0; p < m; p++) {
 				uint64_t at = (uint64_t)(j + p) * pb;
@@ -1186,265 +583,6 @@ static void read_values(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t ti
 		read_window(ctx, job, tier, chan, k);
 }
 
-/* ---- the remote tier ---- */
-
-/*
- * The name of page @index of the value with key words @w in @s on the
- * remote tier: XXH3-128 of (a tag, the space's namespace's seed @seed,
- * its model fingerprint and value size, the key, the index).  Contexts on
- * other machines share them within one namespace, kept apart by the
- * tier's salt; two namespaces never share a name, so a tenant neither
- * reads nor plants another's values.
- */
-static void remote_name(const struct kvmm_kspace *s, const uint64_t *seed, const uint32_t *w,
-			uint32_t index, uint64_t *out)
-{
-	struct {
-		uint32_t tag;
-		uint32_t index;
-		uint64_t ns[2];
-		uint64_t fp[2];
-		uint64_t value_bytes;
-		uint32_t key[KVMM_KEY_WORDS];
-	} in = { 0x594b564bu /* "KVKY" */, index, { seed[0], seed[1] }, { s->fp[0], s->fp[1] },
-		 s->value_bytes, { w[0], w[1], w[2], w[3] } };
-	XXH128_hash_t h = XXH3_128bits(&in, sizeof(in));
-
-	out[0] = h.low64;
-	out[1] = h.high64;
-}
-
-/*
- * The names of pages @from .. @from + @nr - 1 of the value with key @key
- * in @s on the remote tier; each one's parent is the page before it.
- */
-static void remote_names(const struct kvmm_kspace *s, const struct kvmm_key *key,
-			 uint32_t from, uint32_t nr, struct kvmm_remote_page *out)
-{
-	uint32_t w[KVMM_KEY_WORDS], i;
-	uint64_t seed[2], prev[2] = { 0, 0 };
-
-	key_words(key, w);
-	kvmm_remote_ns_seed(s->ns, seed);
-	if (from)
-		remote_name(s, seed, w, from - 1, prev);
-	for (i = 0; i < nr; i++) {
-		out[i].parent[0] = prev[0];
-		out[i].parent[1] = prev[1];
-		remote_name(s, seed, w, from + i, out[i].key);
-		prev[0] = out[i].key[0];
-		prev[1] = out[i].key[1];
-		out[i].tokens = NULL;
-	}
-}
-
-/*
- * One call to the remote tier for the window's @k pages: a put's written,
- * a get's read (a page it had not fails its value: a miss).
- */
-static void remote_window(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t k)
-{
-	uint32_t i;
-
-	pthread_mutex_lock(&ctx->remote_lock);
-	if (job->put)
-		ctx->remote->put(ctx->remote_priv, job->rpages, k, (const void *const *)job->addrs);
-	else
-		ctx->remote->get(ctx->remote_priv, job->rpages, k, job->addrs, job->rok);
-	kvmm_remote_snapshot(ctx);
-	pthread_mutex_unlock(&ctx->remote_lock);
-	for (i = 0; !job->put && i < k; i++)
-		if (!job->rok[i])
-			job->vals[job->page_val[i]].err = -ENOENT;
-}
-
-/*
- * The remote tier's part of the copy step, without the context's lock: a
- * put's values (in their frames now) written through, skipping what the
- * cluster has; a get's values not stored here read into their new frames,
- * a window of pages at a time, then sealed and copied out to the caller.
- * A value the tier does not have whole and verified is a miss.
- */
-static void remote_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
-{
-	const struct kvmm_store_ops *host = ctx->store[KVMM_TIER_HOST];
-	void *hpriv = ctx->store_priv[KVMM_TIER_HOST];
-	uint32_t pages = job->space->pages, i, j, p, m, k = 0;
-
-	for (i = job->lo; i < job->hi; i++) {
-		struct kjob_val *v = &job->vals[i];
-		const int32_t *pfns = job->frames + v->first;
-
-		if (!v->armed || (!job->put && !v->remote))
-			continue;
-		for (j = 0; j < pages && !v->err; j += m) {
-			m = pages - j < job->win - k ? pages - j : job->win - k;
-			remote_names(job->space, &v->key, j, m, job->rpages + k);
-			for (p = 0; p < m; p++) {
-				job->addrs[k + p] = host->page(hpriv, (uint32_t)pfns[j + p]);
-				job->page_val[k + p] = i;
-			}
-			k += m;
-			if (k == job->win) {
-				remote_window(ctx, job, k);
-				k = 0;
-			}
-		}
-	}
-	if (k)
-		remote_window(ctx, job, k);
-	if (job->put)
-		return;		/* the local put stands either way */
-	for (i = job->lo; i < job->hi; i++) {
-		struct kjob_val *v = &job->vals[i];
-
-		if (!v->armed || !v->remote || v->err)
-			continue;
-		host->seal(hpriv, job->frames + v->first, pages);
-		copy_frames_out(ctx, job, KVMM_TIER_HOST, job->frames + v->first, v->buf);
-	}
-}
-
-/* Settle a value asked of the remote tier: stored here now, or a miss. */
-static void remote_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
-{
-	struct kvmm_kspace *s = job->space;
-	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
-	int32_t *pfns = job->frames + v->first;
-	struct kvmm_node *node = NULL;
-	uint32_t w[KVMM_KEY_WORDS];
-
-	ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
-	if (!v->err) {
-		key_words(&v->key, w);
-		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST,
-					   v->edge);
-	}
-	if (node)
-		v->edge = NULL;		/* the node's now */
-	if (!node) {	/* a miss, or there first meanwhile, or no memory: ours go */
-		kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
-		kvmm_free_pages(ctx, host, pfns, s->pages);
-		kvmm_count(ctx, v->err ? EV_KEYED_MISSES : EV_KEYED_GETS, 1);
-		return;
-	}
-	kvmm_lru_update(ctx, node);
-	kvmm_count(ctx, EV_KEYED_GETS, 1);
-	kvmm_count(ctx, EV_KEYED_REMOTE_GETS, 1);
-	kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN, (uint64_t)s->pages * page_bytes(ctx));
-}
-
-/*
- * struct rprobe - a remote EXISTS's window: per page probed, its name,
- * the key (index into the caller's) it is of, and the answer
- */
-struct rprobe {
-	struct kvmm_remote_page *pg;
-	uint32_t *which;
-	uint8_t *ok;
-	uint32_t k;
-};
-
-/* Probe the window's pages; a key with a page the tier lacks is not whole. */
-static void rprobe_flush(struct kvmm_ctx *ctx, struct rprobe *rp, bool *whole)
-{
-	uint32_t i;
-
-	if (!rp->k)
-		return;
-	pthread_mutex_lock(&ctx->remote_lock);
-	ctx->remote->probe(ctx->remote_priv, rp->pg, rp->k, rp->ok);
-	kvmm_remote_snapshot(ctx);
-	pthread_mutex_unlock(&ctx->remote_lock);
-	for (i = 0; i < rp->k; i++)
-		if (!rp->ok[i])
-			whole[rp->which[i]] = false;
-	rp->k = 0;
-}
-
-/* Queue pages @from .. @to - 1 of key @i for a probe, flushing a full window. */
-static void rprobe_add(struct kvmm_ctx *ctx, struct rprobe *rp, const struct kvmm_kspace *s,
-		       const struct kvmm_key *key, uint32_t i, uint32_t from, uint32_t to,
-		       bool *whole)
-{
-	uint32_t m, j;
-
-	for (; from < to && whole[i]; from += m) {
-		m = to - from < KJOB_WIN - rp->k ? to - from : KJOB_WIN - rp->k;
-		remote_names(s, key, from, m, rp->pg + rp->k);
-		for (j = 0; j < m; j++)
-			rp->which[rp->k++] = i;
-		if (rp->k == KJOB_WIN)
-			rprobe_flush(ctx, rp, whole);
-	}
-}
-
-/**
- * kvmm_keyed_remote_exists() - carry on an EXISTS on the remote tier
- * @ctx: the context, its lock not held (a probe waits on the network)
- * @s: the space
- * @keys: the keys
- * @n: how many
- * @from: the first key not stored here (a run's end); with @res, every
- *	key whose res[i] is -ENOENT is asked
- * @res: NULL, or each key's result, as walk_keys() left it: a key the
- *	remote tier has whole turns 0
- *
- * The first page of every key asked is probed first; only a key the tier
- * has that page of costs more probes, its other pages', and a key stops
- * costing at its first page the tier lacks: probes (and memory) follow
- * the answer, never the value size times the keys asked.  The scratch is
- * one window of KJOB_WIN pages, given back before the return.
- *
- * Return: how many more keys from @from on the remote tier has, one after
- * the other (@res: how many of the keys asked it has); 0 without a
- * remote tier (or without memory for the window).  Nothing is read: a get
- * that follows brings them here.
- */
-int kvmm_keyed_remote_exists(struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
-			     const struct kvmm_key *keys, uint32_t n, uint32_t from,
-			     int32_t *const *res)
-{
-	size_t bytes = (size_t)KJOB_WIN * (sizeof(struct kvmm_remote_page) + sizeof(uint32_t) + 1) +
-		       (size_t)n * sizeof(bool);
-	struct rprobe rp = { 0 };
-	uint32_t i, more = 0;
-	bool *whole;
-	char *mem;
-
-	if (!ctx->remote || from >= n)
-		return 0;
-	mem = kvmm_malloc(ctx, bytes);
-	if (!mem)
-		return 0;
-	rp.pg = (struct kvmm_remote_page *)mem;
-	rp.which = (uint32_t *)(rp.pg + KJOB_WIN);
-	rp.ok = (uint8_t *)(rp.which + KJOB_WIN);
-	whole = (bool *)(rp.ok + KJOB_WIN);
-	for (i = 0; i < n; i++)		/* the keys asked */
-		whole[i] = res ? *res[i] == -ENOENT : i >= from;
-	for (i = 0; i < n; i++)		/* their first pages, all at once */
-		rprobe_add(ctx, &rp, s, &keys[i], i, 0, 1, whole);
-	rprobe_flush(ctx, &rp, whole);
-	for (i = 0; i < n; i++) {	/* the rest of those found */
-		rprobe_add(ctx, &rp, s, &keys[i], i, 1, s->pages, whole);
-		if (!res) {		/* a run: each one's answer before the next */
-			rprobe_flush(ctx, &rp, whole);
-			if (i >= from && !whole[i])
-				break;
-		}
-	}
-	rprobe_flush(ctx, &rp, whole);
-	for (i = res ? 0 : from; i < n; i++) {
-		if (!whole[i] && !res)
-			break;
-		if (whole[i] && res)
-			*res[i] = 0;
-		more += whole[i];
-	}
-	kvmm_mfree(ctx, mem, bytes);
-	return (int)more;
-}
 
 /*
  * The copy step: no context state changes, so it runs with or without
@@ -1473,7 +611,7 @@ static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan
 			v->err = copy_out(ctx, job, v);
 	}
 	if (job->remote)
-		remote_copy(ctx, job);
+		kjob_remote_copy(ctx, job);
 	for (t = KVMM_TIER_HOST; !job->put && job->io && t < KVMM_NR_TIERS; t++)
 		if (ctx->store[t] && !ctx->store[t]->page)
 			read_values(ctx, job, t, chan);
@@ -1489,7 +627,7 @@ static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan
 
 		if (!v->armed || v->err || (!job->put && !v->remote))
 			continue;
-		key_words(&v->key, w);
+		keyed_key_words(&v->key, w);
 		v->edge = kvmm_tree_keyed_buf(ctx, w, job->space->pages, job->frames + v->first);
 		if (!v->edge)
 			v->err = -ENOMEM;
@@ -1506,7 +644,7 @@ static void put_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_
 	uint32_t w[KVMM_KEY_WORDS];
 
 	ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
-	key_words(&v->key, w);
+	keyed_key_words(&v->key, w);
 	if (!v->err)
 		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST,
 					   v->edge);
@@ -1515,13 +653,13 @@ static void put_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_
 	if (!node) {	/* there first, failed, or no memory: ours go */
 		kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
 		kvmm_free_pages(ctx, host, pfns, s->pages);
-		if (!v->err && !value_find(ctx, s, &v->key))
+		if (!v->err && !keyed_value_find(ctx, s, &v->key))
 			v->err = -ENOMEM;
 		return;
 	}
 	kvmm_lru_update(ctx, node);
 	kvmm_count(ctx, EV_KEYED_PUTS, 1);
-	kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN, (uint64_t)s->pages * page_bytes(ctx));
+	kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN, (uint64_t)s->pages * keyed_page_bytes(ctx));
 }
 
 /*
@@ -1610,7 +748,7 @@ static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 			pf_settle(ctx, job, v);
 			since += job->space->pages;
 		} else if (v->armed && v->remote) {
-			remote_settle(ctx, job, v);
+			kjob_remote_settle(ctx, job, v);
 			since += job->space->pages;
 		} else if (!job->put && v->armed) {
 			uint32_t tier = node->tier, nr = node->len >> ctx->page_shift;
@@ -1625,7 +763,7 @@ static int kjob_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held)
 			} else {
 				kvmm_count(ctx, EV_KEYED_GETS, 1);
 				kvmm_tier_count(ctx, tier, TEV_BYTES_OUT,
-						(uint64_t)nr * page_bytes(ctx));
+						(uint64_t)nr * keyed_page_bytes(ctx));
 				if (node->flags & KVMM_NODE_PREFETCHED) {	/* brought up for it */
 					kvmm_count(ctx, EV_PREFETCH_HITS, nr);
 					kvmm_prefetch_forget(ctx, node);
@@ -1776,7 +914,7 @@ static int walk_keys(struct kvmm_ctx *ctx, struct kvmm_kspace *s, const struct k
 	int done = 0;
 
 	for (i = 0; i < n; i++) {
-		struct kvmm_node *node = value_find(ctx, s, &keys[i]);
+		struct kvmm_node *node = keyed_value_find(ctx, s, &keys[i]);
 		int32_t r = 0;
 
 		if (!node)
@@ -1945,7 +1083,7 @@ int kvmm_keyed_space_remove_in(struct kvmm_ctx *ctx, struct kvmm_kspace *s)
 	}
 	kvmm_tree_keyed_root_free(ctx, s->root);
 	ctx->kspaces[slot] = NULL;
-	slots_trim(ctx);
+	kspace_slots_trim(ctx);
 	ctx->nr_kspaces_live--;
 	ctx->kspace_gen = (ctx->kspace_gen + 1) & KSPACE_GEN_MASK;
 	kvmm_mfree(ctx, s, sizeof(*s));
@@ -1969,7 +1107,7 @@ int kvmm_keyed_space_remove_in(struct kvmm_ctx *ctx, struct kvmm_kspace *s)
  */
 KVMM_EXPORT int kvmm_keyed_space_remove(struct kvmm_ctx *ctx, uint32_t space)
 {
-	struct kvmm_kspace *s = direct_space(ctx, space);
+	struct kvmm_kspace *s = kspace_direct(ctx, space);
 
 	return s ? kvmm_keyed_space_remove_in(ctx, s) : -EINVAL;
 }
@@ -2203,7 +1341,7 @@ static uint32_t pf_arm(struct kvmm_ctx *ctx, struct kvmm_kjob *job, bool held, u
 		struct kvmm_node *node;
 
 		kjob_breathe(ctx, held, &since);
-		node = value_find(ctx, s, &v->key);
+		node = keyed_value_find(ctx, s, &v->key);
 		v->err = node ? -EALREADY : -ENOENT;
 		if (!node || ctx->store[node->tier]->page || node->lock_ref)
 			continue;	/* not stored, on the host, or held */
@@ -2319,7 +1457,7 @@ KVMM_EXPORT int kvmm_keyed_prefetch(struct kvmm_ctx *ctx, uint32_t space,
 				    const struct kvmm_key *keys, uint32_t n, uint32_t budget,
 				    uint32_t flags)
 {
-	struct kvmm_kspace *s = direct_space(ctx, space);
+	struct kvmm_kspace *s = kspace_direct(ctx, space);
 
 	return s ? kvmm_keyed_prefetch_in(ctx, NULL, 0, s, keys, n, budget, flags) : -EINVAL;
 }
