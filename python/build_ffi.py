@@ -191,11 +191,13 @@ ffibuilder.cdef(cdef())
 ffibuilder.set_source(
 	"kvmm._kvmm",
 	SOURCE,
-	include_dirs=[str(ROOT / "include"), str(ROOT / "uapi"), str(ROOT / "tools" / "lib")],
+	include_dirs=[str(ROOT / "include"), str(ROOT / "uapi"), str(ROOT / "tools" / "lib"),
+		      str(RADIX.parent)],
 	extra_objects=[str(OBJTREE / "libkvmm.a")],
 	# relink when the library changes: setuptools checks sources and depends only
 	depends=[str(OBJTREE / "libkvmm.a"), str(ROOT / "include" / "libkvmm.h"),
-		 str(ROOT / "include" / "libkvmm-ring.h"), str(RADIX), str(KVEV_C),
+		 str(ROOT / "include" / "libkvmm-ring.h"), str(RADIX),
+		 str(RADIX.with_suffix(".h")), str(KVEV_C),
 		 str(ROOT / "tools" / "lib" / "kvevents.h"), str(ROOT / "tools" / "lib" / "kvevents.c"),
 		 str(Path(__file__).resolve())],
 	libraries=["pthread"],

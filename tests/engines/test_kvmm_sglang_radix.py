@@ -517,15 +517,13 @@ def test_frees_to_an_allocator_that_keeps_them():
 	p.kv.cache._ctx.check()
 
 
-# What the scheduler calls per request, and what each call may cost:
-# Python frames of its own (the method, and nothing it calls but the
-# allocator's free and the constructor of the SGLang type it returns) and
-# calls into kvmm's C library.
-PER_REQUEST = {"match_prefix": 1, "lock": 1, "path_device_indices": 1, "checkpoint": 1,
-	       "free_kv_row": 1, "unlock": 1, "evict": 1}
-# the frames a call may enter besides its own: a dataclass's generated
-# __init__ (TreeLock, EvictResult: quicker than filling in an instance's
-# __dict__ by hand), and the first free of a length (_spare_view())
+# What the scheduler calls per request: each a C method of kvmm._radix,
+# entering no Python frame of the adapter's and making no cffi call.
+PER_REQUEST = ("match_prefix", "lock", "path_device_indices", "checkpoint", "free_kv_row",
+	       "unlock", "evict")
+# the frames a call may enter: a dataclass's generated __init__ (TreeLock,
+# EvictResult, which the C methods construct), and the first free of a
+# length (_spare_view())
 ALLOWED_FRAMES = {"__init__", "_spare_view"}
 
 
@@ -533,7 +531,7 @@ class CallCounter:
 	"""Wraps @cache's per-request methods; for each call records the Python
 	frames entered under it (SGLang's allocator's aside: it frees what the
 	cache hands it, the same work under any tree) and the calls into
-	kvmm's C library (kvmm._kvmm.lib), by a profile hook set for the call."""
+	kvmm's cffi library (kvmm._kvmm.lib), by a profile hook set for the call."""
 
 	def __init__(self, cache):
 		from kvmm._kvmm import lib
@@ -562,17 +560,19 @@ class CallCounter:
 
 
 @pytest.mark.parametrize("ps", [1, 4])
-def test_per_request_calls_are_one_frame_and_one_c_call(ps):
+def test_per_request_calls_are_c_methods(ps):
 	"""Each call the scheduler makes per request (python/bench/radix.py's
-	replay) is one Python frame, the method's own (no helper called; the
-	dataclass it returns made by its own __init__), and one call into the
-	C library (path_device_indices of the node the last match returned
-	included; evict's gives the leaves' slots too), through the random
-	requests of test_requests_agree, the answers still compared with
-	RadixCache's at every step.  The tensors evict() and free_kv_row()
-	hand SGLang's allocator (which copies them) are views of one buffer,
-	kept by length and used again: most frees make none."""
+	replay) is a method of kvmm._radix bound onto the cache, which enters
+	no Python frame of the adapter's (only the dataclass it returns, made
+	by its own __init__) and no cffi call, through the random requests of
+	test_requests_agree, the answers still compared with RadixCache's at
+	every step.  The tensors evict() and free_kv_row() hand SGLang's
+	allocator (which copies them) are views of one buffer, kept by length
+	and used again: most frees make none."""
 	r = Requests(ps)
+	for name in PER_REQUEST:
+		m = getattr(r.p.kv.cache, name)
+		assert getattr(m, "__self__", None) is r.p.kv.cache._fast, f"{name}: {m!r}"
 	rng = random.Random(ps)
 	systems = [[rng.randrange(1000) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
 	r.admit(systems[0], systems[0])		# the key namespace's first use names it
@@ -586,14 +586,13 @@ def test_per_request_calls_are_one_frame_and_one_c_call(ps):
 	while r.live:
 		r.finish()
 	r.p.kv.cache._ctx.check()
-	for name, most in PER_REQUEST.items():
+	for name in PER_REQUEST:
 		seen = counter.seen[name]
 		assert seen, f"{name} was never called"
 		for frames, calls in seen:
 			# a free of a length not freed before makes the view it keeps
-			assert frames[0] == name and set(frames[1:]) <= ALLOWED_FRAMES, \
-				f"{name}: Python frames {frames}"
-			assert calls <= most, f"{name}: {calls} C calls"
+			assert set(frames) <= ALLOWED_FRAMES, f"{name}: Python frames {frames}"
+			assert calls == 0, f"{name}: {calls} cffi calls"
 	frees = counter.seen["evict"] + counter.seen["free_kv_row"]
 	made = sum("_spare_view" in frames for frames, _ in frees)
 	assert len(counter.seen["evict"]) > 3 and made < len(frees) / 2, (made, len(frees))
