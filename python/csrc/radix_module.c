@@ -171,6 +171,27 @@ struct radix {
 #define SLOW_ARGS(self, slot, ...) \
 	PyObject_CallFunctionObjArgs((self)->o[slot], (self)->o[O_CACHE], __VA_ARGS__, NULL)
 
+/* the class's method @slot called with the cache and @args, @kwargs */
+static PyObject *slow_call(struct radix *self, int slot, PyObject *args, PyObject *kwargs)
+{
+	Py_ssize_t i, n = PyTuple_Size(args);
+	PyObject *all = PyTuple_New(n + 1), *res;
+
+	if (!all)
+		return NULL;
+	Py_INCREF(self->o[O_CACHE]);
+	PyTuple_SetItem(all, 0, self->o[O_CACHE]);
+	for (i = 0; i < n; i++) {
+		PyObject *a = PyTuple_GetItem(args, i);
+
+		Py_INCREF(a);
+		PyTuple_SetItem(all, i + 1, a);
+	}
+	res = PyObject_Call(self->o[slot], all, kwargs);
+	Py_DECREF(all);
+	return res;
+}
+
 /* ---- small helpers ---- */
 
 /* @o's attribute @name is truthy: 1, 0, or -1 with an exception set */
@@ -458,7 +479,7 @@ static int free_out(struct radix *self, PyObject *t, long long start)
 
 /* ---- the methods ---- */
 
-static PyObject *radix_match_prefix(struct radix *self, PyObject *params)
+static PyObject *radix_match_prefix_one(struct radix *self, PyObject *params)
 {
 	PyObject *key, *ids = NULL, *v, *extra = NULL, *salt = NULL, *res;
 	struct node *node;
@@ -581,7 +602,7 @@ static int lock_node(struct radix *self, PyObject *node, int delta)
 	return r ? 0 : -1;
 }
 
-static PyObject *radix_lock(struct radix *self, PyObject *node)
+static PyObject *radix_lock_one(struct radix *self, PyObject *node)
 {
 	int ret = go_slow(self);
 
@@ -594,7 +615,7 @@ static PyObject *radix_lock(struct radix *self, PyObject *node)
 	return PyObject_CallFunctionObjArgs(self->o[O_TREE_LOCK], node, self->o[O_RECEIPT], NULL);
 }
 
-static PyObject *radix_unlock(struct radix *self, PyObject *lock)
+static PyObject *radix_unlock_one(struct radix *self, PyObject *lock)
 {
 	PyObject *node;
 	int ret;
@@ -617,7 +638,7 @@ static PyObject *radix_unlock(struct radix *self, PyObject *lock)
 	Py_RETURN_NONE;
 }
 
-static PyObject *radix_path_device_indices(struct radix *self, PyObject *node)
+static PyObject *radix_path_device_indices_one(struct radix *self, PyObject *node)
 {
 	PyObject *out;
 	uint32_t room = 0;
@@ -777,7 +798,7 @@ static PyObject *ckpt_done(struct radix *self, PyObject *req, struct ckpt *c, Py
 static PyObject *radix_checkpoint(struct radix *self, PyObject *args, PyObject *kwargs)
 {
 	struct ckpt c = { 0 };
-	PyObject *req, *v, *extra, *salt, *res = NULL, *slow;
+	PyObject *req, *v, *extra, *salt, *res = NULL;
 	struct node *last = NULL;
 	long long up_to, ns;
 	int64_t ret, dups;
@@ -859,19 +880,7 @@ slow_or_err:
 	if (overflow < 0)
 		return NULL;
 slow:
-	v = PyTuple_New(PyTuple_Size(args) + 1);
-	if (!v)
-		return NULL;
-	Py_INCREF(self->o[O_CACHE]);
-	PyTuple_SetItem(v, 0, self->o[O_CACHE]);
-	for (ns = 0; ns < PyTuple_Size(args); ns++) {
-		slow = PyTuple_GetItem(args, ns);
-		Py_INCREF(slow);
-		PyTuple_SetItem(v, ns + 1, slow);
-	}
-	res = PyObject_Call(self->o[O_SLOW_CHECKPOINT], v, kwargs);
-	Py_DECREF(v);
-	return res;
+	return slow_call(self, O_SLOW_CHECKPOINT, args, kwargs);
 }
 
 /* free_kv_row()'s one range [*@start, *@end): 1, 0 (the Python method), -1 */
@@ -904,16 +913,20 @@ static int one_range(PyObject *kv, PyObject *ranges, long long *start, long long
 	return !ov1 && !ov2;
 }
 
-static PyObject *radix_free_kv_row(struct radix *self, PyObject *args)
+static PyObject *radix_free_kv_row(struct radix *self, PyObject *args, PyObject *kwargs)
 {
 	PyObject *kv, *ranges, *out;
 	long long start, end, idx, n;
 	uintptr_t row, ptr;
 	int ret;
 
-	if (!PyArg_ParseTuple(args, "OO:free_kv_row", &kv, &ranges))
-		return NULL;
 	ret = go_slow(self);
+	if (ret < 0)
+		return NULL;
+	if (ret || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 2)
+		return slow_call(self, O_SLOW_FREE_KV_ROW, args, kwargs);
+	kv = PyTuple_GetItem(args, 0);
+	ranges = PyTuple_GetItem(args, 1);
 	if (!ret)
 		ret = !one_range(kv, ranges, &start, &end);
 	if (!ret && 0 <= end && end <= start)
@@ -927,7 +940,7 @@ static PyObject *radix_free_kv_row(struct radix *self, PyObject *args)
 	if (ret) {
 		if (PyErr_Occurred())
 			return NULL;
-		return SLOW_ARGS(self, O_SLOW_FREE_KV_ROW, kv, ranges);
+		return slow_call(self, O_SLOW_FREE_KV_ROW, args, kwargs);
 	}
 	n = self->pages ? (end - start + self->page_size - 1) >> self->page_shift : end - start;
 	ret = n <= self->spare_len && self->o[O_FREE_NOW] != Py_None;
@@ -951,7 +964,7 @@ static PyObject *radix_free_kv_row(struct radix *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
-static PyObject *radix_evict(struct radix *self, PyObject *params)
+static PyObject *radix_evict_one(struct radix *self, PyObject *params)
 {
 	PyObject *out;
 	long long want, pages;
@@ -1009,6 +1022,53 @@ static PyObject *radix_evict(struct radix *self, PyObject *params)
 		Py_DECREF(out);
 		return res;
 	}
+}
+
+/*
+ * The methods SGLang calls with one argument: a call of another shape
+ * (a keyword, another count) goes to the Python method, which says what
+ * is wrong as it always did.
+ */
+static PyObject *slow_or_raise(struct radix *self, int slot, PyObject *args, PyObject *kwargs)
+{
+	if (go_slow(self) < 0)
+		return NULL;
+	return slow_call(self, slot, args, kwargs);
+}
+
+static PyObject *radix_match_prefix(struct radix *self, PyObject *args, PyObject *kwargs)
+{
+	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1)
+		return slow_or_raise(self, O_SLOW_MATCH, args, kwargs);
+	return radix_match_prefix_one(self, PyTuple_GetItem(args, 0));
+}
+
+static PyObject *radix_lock(struct radix *self, PyObject *args, PyObject *kwargs)
+{
+	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1)
+		return slow_or_raise(self, O_SLOW_LOCK, args, kwargs);
+	return radix_lock_one(self, PyTuple_GetItem(args, 0));
+}
+
+static PyObject *radix_unlock(struct radix *self, PyObject *args, PyObject *kwargs)
+{
+	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1)
+		return slow_or_raise(self, O_SLOW_UNLOCK, args, kwargs);
+	return radix_unlock_one(self, PyTuple_GetItem(args, 0));
+}
+
+static PyObject *radix_path_device_indices(struct radix *self, PyObject *args, PyObject *kwargs)
+{
+	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1)
+		return slow_or_raise(self, O_SLOW_PATH, args, kwargs);
+	return radix_path_device_indices_one(self, PyTuple_GetItem(args, 0));
+}
+
+static PyObject *radix_evict(struct radix *self, PyObject *args, PyObject *kwargs)
+{
+	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1)
+		return slow_or_raise(self, O_SLOW_EVICT, args, kwargs);
+	return radix_evict_one(self, PyTuple_GetItem(args, 0));
 }
 
 static PyObject *radix_invalidate(struct radix *self, PyObject *unused)
@@ -1212,18 +1272,18 @@ static void radix_dealloc(PyObject *obj)
 	Py_DECREF(tp);
 }
 
+/* SGLang's calls, each taking what the Python method takes */
+#define RADIX_METHOD(name, doc) \
+	{ #name, (PyCFunction)(void (*)(void))radix_##name, METH_VARARGS | METH_KEYWORDS, doc }
+
 static PyMethodDef radix_methods[] = {
-	{ "match_prefix", (PyCFunction)radix_match_prefix, METH_O,
-	  "KvmmRadixCache.match_prefix(params)" },
-	{ "lock", (PyCFunction)radix_lock, METH_O, "KvmmRadixCache.lock(node)" },
-	{ "unlock", (PyCFunction)radix_unlock, METH_O, "KvmmRadixCache.unlock(lock)" },
-	{ "path_device_indices", (PyCFunction)radix_path_device_indices, METH_O,
-	  "KvmmRadixCache.path_device_indices(node)" },
-	{ "checkpoint", (PyCFunction)(void (*)(void))radix_checkpoint,
-	  METH_VARARGS | METH_KEYWORDS, "KvmmRadixCache.checkpoint(req, *, up_to)" },
-	{ "free_kv_row", (PyCFunction)radix_free_kv_row, METH_VARARGS,
-	  "KvmmRadixCache.free_kv_row(kv, ranges)" },
-	{ "evict", (PyCFunction)radix_evict, METH_O, "KvmmRadixCache.evict(params)" },
+	RADIX_METHOD(match_prefix, "KvmmRadixCache.match_prefix(params)"),
+	RADIX_METHOD(lock, "KvmmRadixCache.lock(node)"),
+	RADIX_METHOD(unlock, "KvmmRadixCache.unlock(lock)"),
+	RADIX_METHOD(path_device_indices, "KvmmRadixCache.path_device_indices(node)"),
+	RADIX_METHOD(checkpoint, "KvmmRadixCache.checkpoint(req, *, up_to)"),
+	RADIX_METHOD(free_kv_row, "KvmmRadixCache.free_kv_row(kv, ranges)"),
+	RADIX_METHOD(evict, "KvmmRadixCache.evict(params)"),
 	{ "_invalidate", (PyCFunction)radix_invalidate, METH_NOARGS,
 	  "Hand every later call to the Python methods (the context is closing)." },
 	{ NULL }

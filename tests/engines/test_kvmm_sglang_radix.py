@@ -407,14 +407,15 @@ class Requests:
 
 @pytest.mark.parametrize("policy", ["lru", "slru"])
 @pytest.mark.parametrize("ps", [1, 4])
-@pytest.mark.parametrize("way", ["row", "int64 table", "free_segment", "events"])
+@pytest.mark.parametrize("way", ["row", "int64 table", "free_segment", "events", "python"])
 def test_requests_agree(ps, way, policy):
 	"""Admitted and finished requests over shared prefixes, under eviction
 	pressure: the same rows, slots and sizes at every step.  "int64 table"
 	is a req_to_token the C side cannot write (a device's, in SGLang): the
 	row goes through a CPU copy; "free_segment" an allocator whose
 	free_page_ids() the cache does not use; "events" with KV events on,
-	the same events queued at every step (checkpoint's stores among them)."""
+	the same events queued at every step (checkpoint's stores among them);
+	"python" through the class's Python methods, not kvmm._radix's."""
 	r = Requests(ps, policy=policy, events=way == "events")
 	if way == "int64 table":
 		for side in r.sides:
@@ -422,6 +423,10 @@ def test_requests_agree(ps, way, policy):
 	elif way == "free_segment":
 		kv = r.p.kv.cache			# as for an allocator not SGLang's own
 		kv._free_pages, kv._free_now, kv._prepends, kv._pages = None, None, 0, 0
+		kv._bind_fast()			# the C methods read them when made
+	elif way == "python":			# the Python methods the C ones hand rare calls
+		for name in PER_REQUEST:
+			delattr(r.p.kv.cache, name)
 	rng = random.Random(ps * 7 + len(way))
 	systems = [[rng.randrange(1000) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
 	seen = []
@@ -738,6 +743,112 @@ def test_bad_nodes_and_rows():
 	with pytest.raises(IndexError):
 		kv.checkpoint(req, up_to=4)
 	assert kv.evictable_size() == kv.protected_size() == 0
+
+
+def _errors(python):
+	"""The errors of the per-request calls, made on a kvmm cache through its
+	C methods or (@python) the class's Python ones: (the call, the
+	exception's type and message) each, and the tree checked after."""
+	p = Pair(1)
+	kv = p.kv.cache
+	if python:
+		for name in PER_REQUEST:
+			delattr(kv, name)
+	p.insert(K([1, 2, 3]), slots(1, 3, 1))
+	node = kv.match_prefix(MatchPrefixParams(key=K([1, 2, 3]))).last_device_node
+	out = []
+
+	def err(what, fn, *args, **kwargs):
+		try:
+			fn(*args, **kwargs)
+		except Exception as e:	# noqa: BLE001
+			out.append((what, type(e).__name__, str(e)))
+			kv._ctx.check()
+			return
+		out.append((what, None, None))
+
+	req = make_req(p.kv, [1, 2, 3, 1 << 32], 4)
+	err("match, an id past 32 bits", kv.match_prefix, MatchPrefixParams(key=K([1, 1 << 32])))
+	err("match, a negative id", kv.match_prefix, MatchPrefixParams(key=K([-1, 2])))
+	err("checkpoint, an id past 32 bits", kv.checkpoint, req, up_to=4)
+	req.full_untruncated_fill_ids = array("q", [1, 2, 3, 4])
+	err("checkpoint, a negative up_to", kv.checkpoint, req, up_to=-7)
+	err("checkpoint, up_to not by name", kv.checkpoint, req, 4)
+	err("checkpoint, no up_to", kv.checkpoint, req)
+	err("checkpoint, no request", kv.checkpoint, None, up_to=4)
+	idx = req.kv.req_pool_idx
+	req.kv.req_pool_idx = 10 ** 6
+	err("checkpoint, a row outside the table", kv.checkpoint, req, up_to=4)
+	err("free_kv_row, a row outside the table", kv.free_kv_row, req.kv, [(0, 4)])
+	req.kv.req_pool_idx = "0"
+	err("checkpoint, a row index not an int", kv.checkpoint, req, up_to=4)
+	req.kv.req_pool_idx = idx
+	err("free_kv_row, a range past the row", kv.free_kv_row, req.kv, [(0, 10 ** 9)])
+	err("free_kv_row, a range not a pair", kv.free_kv_row, req.kv, [(0, 1, 2)])
+	err("free_kv_row, one argument", kv.free_kv_row, req.kv)
+	lock = kv.lock(node)
+	kv.unlock(lock)
+	req.lock = lock
+	err("checkpoint, a lock not held", kv.checkpoint, req, up_to=4)
+	err("unlock, a lock not held", kv.unlock, lock)
+	err("unlock, not a lock", kv.unlock, object())
+	err("lock, not a node", kv.lock, object())
+	err("path, not a node", kv.path_device_indices, None)
+	err("match, not params", kv.match_prefix, object())
+	err("evict, a count not a number", kv.evict, EvictParams(num_tokens="3"))
+	err("evict", kv.evict, EvictParams(num_tokens=100))
+	err("path, an evicted node", kv.path_device_indices, node)
+	err("lock, an evicted node", kv.lock, node)
+	assert kv.evictable_size() == kv.protected_size() == 0
+	return out
+
+
+def test_c_methods_raise_as_python_ones():
+	"""Each error of a per-request call, bad arguments and the library's
+	errors alike, is the same exception with the same message through the
+	C methods as through the class's Python ones, the tree left checked."""
+	c, py = _errors(False), _errors(True)
+	assert [e[0] for e in c] == [e[0] for e in py]
+	for a, b in zip(c, py):
+		assert a == b, f"C {a}, Python {b}"
+	# up_to < 0 is a slice's (the key up to that many from the end)
+	assert [e[0] for e in c if e[1] is None] == ["checkpoint, a negative up_to", "evict"]
+
+
+def test_a_method_kept_past_reset():
+	"""A bound C method kept across reset() (which closes the context it
+	held) hands its calls to the Python method: the new tree answers."""
+	p = Pair(1)
+	kv = p.kv.cache
+	p.insert(K([1, 2, 3]), slots(1, 3, 1))
+	match, lock, unlock = kv.match_prefix, kv.lock, kv.unlock
+	node = match(MatchPrefixParams(key=K([1, 2, 3]))).last_device_node
+	old = kv._fast
+	kv.reset()
+	assert not old.valid and kv._fast.valid and kv.match_prefix.__self__ is kv._fast
+	assert match(MatchPrefixParams(key=K([1, 2, 3]))).device_prefix_len == 0
+	with pytest.raises(OSError):
+		lock(node)		# a node of the closed tree
+	p.kv.alloc.clear()
+	p.kv.cache.insert(InsertParams(key=K([4, 5]), value=slots(1, 2, 1)))
+	res = match(MatchPrefixParams(key=K([4, 5])))
+	unlock(lock(res.last_device_node))
+	assert res.device_prefix_len == 2 and kv.evictable_size() == 2
+	kv._ctx.check()
+
+
+def test_a_cache_is_collected():
+	"""The cache and its C methods (which hold it: a cycle through its
+	__dict__) are collected once dropped."""
+	import gc
+	import weakref
+
+	p = Pair(1)
+	p.insert(K([1, 2, 3]), slots(1, 3, 1))
+	ref = weakref.ref(p.kv.cache)
+	del p
+	gc.collect()
+	assert ref() is None
 
 
 # ---- what SGLang's own unit tests of RadixCache check, on both caches ----

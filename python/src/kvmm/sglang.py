@@ -737,9 +737,17 @@ class KvmmRadixCache(BasePrefixCache):
 		# with KV events: each page's namespace and hashes, by its frame
 		self._event_pages: Dict[int, Tuple[Any, str, Optional[str]]] = {}
 		self.kv_events.record_all_cleared()
-		# the hot methods in C (kvmm._radix), bound onto this instance over
-		# the class's Python ones, which they hand what they do not do
-		self._fast = _radix.Radix(self, r, _fast_env())
+		self._bind_fast()
+
+	def _bind_fast(self) -> None:
+		"""Bind the hot methods in C (kvmm._radix) onto this instance over the
+		class's Python ones, which they hand what they do not do.  They
+		hold what reset() set up (the scratch, the allocator's free): made
+		again by each reset()."""
+		fast = self.__dict__.get("_fast")
+		if fast is not None:
+			fast._invalidate()
+		self._fast = _radix.Radix(self, self._r, _fast_env())
 		for name in _FAST:
 			if getattr(type(self), name) is getattr(KvmmRadixCache, name):
 				setattr(self, name, getattr(self._fast, name))
