@@ -14,6 +14,7 @@ as SGLang sees it: a dec_lock_ref of an unlocked node is a ValueError
 here (RadixCache lets the count go negative), with nothing changed.
 Run by tests/engines/run.sh in the SGLang environment.
 """
+import gc
 import os
 import random
 import subprocess
@@ -564,6 +565,18 @@ class CallCounter:
 		return call
 
 
+def _random_requests(r, rng, systems):
+	"""80 random admissions and finishes of @r, then the rest finished."""
+	for _ in range(80):
+		if len(r.live) == 6 or (r.live and rng.random() < 0.4):
+			r.finish(rng.randrange(len(r.live)))
+			continue
+		prompt = rng.choice(systems) + [rng.randrange(1000) for _ in range(rng.randrange(1, 30))]
+		r.admit(prompt, prompt + [rng.randrange(1000) for _ in range(rng.randrange(0, 20))])
+	while r.live:
+		r.finish()
+
+
 @pytest.mark.parametrize("ps", [1, 4])
 def test_per_request_calls_are_c_methods(ps):
 	"""Each call the scheduler makes per request (python/bench/radix.py's
@@ -582,14 +595,12 @@ def test_per_request_calls_are_c_methods(ps):
 	systems = [[rng.randrange(1000) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
 	r.admit(systems[0], systems[0])		# the key namespace's first use names it
 	counter = CallCounter(r.p.kv.cache)
-	for _ in range(80):
-		if len(r.live) == 6 or (r.live and rng.random() < 0.4):
-			r.finish(rng.randrange(len(r.live)))
-			continue
-		prompt = rng.choice(systems) + [rng.randrange(1000) for _ in range(rng.randrange(1, 30))]
-		r.admit(prompt, prompt + [rng.randrange(1000) for _ in range(rng.randrange(0, 20))])
-	while r.live:
-		r.finish()
+	# no collection of other tests' garbage (a __del__ of theirs) under a call
+	gc.disable()
+	try:
+		_random_requests(r, rng, systems)
+	finally:
+		gc.enable()
 	r.p.kv.cache._ctx.check()
 	for name in PER_REQUEST:
 		seen = counter.seen[name]
@@ -840,7 +851,6 @@ def test_a_method_kept_past_reset():
 def test_a_cache_is_collected():
 	"""The cache and its C methods (which hold it: a cycle through its
 	__dict__) are collected once dropped."""
-	import gc
 	import weakref
 
 	p = Pair(1)
