@@ -1036,40 +1036,19 @@ static PyObject *slow_or_raise(struct radix *self, int slot, PyObject *args, PyO
 	return slow_call(self, slot, args, kwargs);
 }
 
-static PyObject *radix_match_prefix(struct radix *self, PyObject *args, PyObject *kwargs)
-{
-	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1)
-		return slow_or_raise(self, O_SLOW_MATCH, args, kwargs);
-	return radix_match_prefix_one(self, PyTuple_GetItem(args, 0));
+#define RADIX_ONE_ARG(name, slot)							\
+static PyObject *radix_##name(struct radix *self, PyObject *args, PyObject *kwargs)	\
+{											\
+	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1) \
+		return slow_or_raise(self, slot, args, kwargs);				\
+	return radix_##name##_one(self, PyTuple_GetItem(args, 0));			\
 }
 
-static PyObject *radix_lock(struct radix *self, PyObject *args, PyObject *kwargs)
-{
-	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1)
-		return slow_or_raise(self, O_SLOW_LOCK, args, kwargs);
-	return radix_lock_one(self, PyTuple_GetItem(args, 0));
-}
-
-static PyObject *radix_unlock(struct radix *self, PyObject *args, PyObject *kwargs)
-{
-	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1)
-		return slow_or_raise(self, O_SLOW_UNLOCK, args, kwargs);
-	return radix_unlock_one(self, PyTuple_GetItem(args, 0));
-}
-
-static PyObject *radix_path_device_indices(struct radix *self, PyObject *args, PyObject *kwargs)
-{
-	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1)
-		return slow_or_raise(self, O_SLOW_PATH, args, kwargs);
-	return radix_path_device_indices_one(self, PyTuple_GetItem(args, 0));
-}
-
-static PyObject *radix_evict(struct radix *self, PyObject *args, PyObject *kwargs)
-{
-	if (!self->o[O_CACHE] || (kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != 1)
-		return slow_or_raise(self, O_SLOW_EVICT, args, kwargs);
-	return radix_evict_one(self, PyTuple_GetItem(args, 0));
-}
+RADIX_ONE_ARG(match_prefix, O_SLOW_MATCH)
+RADIX_ONE_ARG(lock, O_SLOW_LOCK)
+RADIX_ONE_ARG(unlock, O_SLOW_UNLOCK)
+RADIX_ONE_ARG(path_device_indices, O_SLOW_PATH)
+RADIX_ONE_ARG(evict, O_SLOW_EVICT)
 
 static PyObject *radix_invalidate(struct radix *self, PyObject *unused)
 {
