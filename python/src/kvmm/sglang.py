@@ -612,10 +612,14 @@ class KvmmRadixCache(BasePrefixCache):
 	sliding-window trees, policies other than lru and slru.
 
 	Each method the scheduler calls per request (match_prefix, lock,
-	path_device_indices, checkpoint, free_kv_row, unlock, evict) is one
-	C call (python/csrc/radix.c) over this object's scratch buffers, and
-	hands SGLang's allocator int64 tensors (page ids where the allocator
-	takes them) it frees with one concatenation.
+	path_device_indices, checkpoint, free_kv_row, unlock, evict) is a C
+	method of kvmm._radix bound onto the instance (_bind_fast()), which
+	makes one call into python/csrc/radix.c over this object's scratch
+	buffers and hands SGLang's allocator int64 tensors (page ids where
+	the allocator takes them) it frees with one concatenation.  What it
+	does not take (another type of ids, a device table, KV events, a
+	disabled cache, other arguments) it hands, unchanged, to the Python
+	method of the same name here, which does all.
 	"""
 
 	def __init__(self, params: Any) -> None:
