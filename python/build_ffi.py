@@ -59,22 +59,8 @@ void kvmm_py_kvev_destroy(struct kvev *ev);
 /* The package's own (below): arming the CQ doorbell for an event loop. */
 uint32_t kvmm_py_cq_arm(struct kvmm_ring *ring);
 void kvmm_py_cq_disarm(struct kvmm_ring *ring);
-/* csrc/radix.c: SGLang's radix-cache calls, one C call each. */
-struct kvmm_py_radix {
-	struct kvmm_ctx *ctx;
-	uint32_t page_size;
-	uint32_t page_shift;
-	uint32_t max_tokens;
-	uint32_t max_frames;
-	uint32_t *tokens;
-	int32_t *frames;
-	uint32_t nr_frames;
-	struct kvmm_fnode path_of;
-	uint32_t *leaves;
-	uint32_t nr_leaves;
-	int64_t *out;
-	uint32_t nr_out;
-};
+/* csrc/radix.c: SGLang's radix-cache calls, one C call each (struct
+   kvmm_py_radix: csrc/radix.h, added by cdef()). */
 int kvmm_py_radix_match(struct kvmm_py_radix *r, uint32_t ns, uintptr_t ids, uint32_t n,
 			struct kvmm_fnode *last);
 int64_t kvmm_py_radix_path_slots(struct kvmm_py_radix *r, const struct kvmm_fnode *node,
@@ -89,6 +75,11 @@ int64_t kvmm_py_radix_checkpoint(struct kvmm_py_radix *r, uint32_t ns, uintptr_t
 				 uint32_t protected, uint32_t inserted,
 				 const struct kvmm_fnode *unlock, struct kvmm_fnode *last, int pages);
 """
+
+
+# csrc/radix.h: the scratch struct csrc/radix.c's calls take (the cdef
+# takes its definition from there)
+RADIX_H = Path(__file__).resolve().parent / "csrc" / "radix.h"
 
 
 def _strip(text: str) -> str:
@@ -126,9 +117,10 @@ def cdef() -> str:
 			 ("int32", "s32")))
 	consts = "".join(f"#define {c} ...\n" for c in CONSTANTS)
 	inc = ROOT / "include"
+	radix = re.search(r"struct kvmm_py_radix \{.*?\};", _strip(RADIX_H.read_text()), flags=re.S)
 	return (types + consts + _uapi_structs((ROOT / "uapi/kvmm/ring.h").read_text()) +
 		_strip((inc / "libkvmm.h").read_text()) +
-		_strip((inc / "libkvmm-ring.h").read_text()) + EXTRA)
+		_strip((inc / "libkvmm-ring.h").read_text()) + radix.group(0) + "\n" + EXTRA)
 
 # An event loop waits on the CQ doorbell (an eventfd) instead of in
 # kvmm_wait_cqe(): before it sleeps it says so as kvmm_wait_cqe() does
@@ -191,11 +183,13 @@ ffibuilder.cdef(cdef())
 ffibuilder.set_source(
 	"kvmm._kvmm",
 	SOURCE,
-	include_dirs=[str(ROOT / "include"), str(ROOT / "uapi"), str(ROOT / "tools" / "lib")],
+	include_dirs=[str(ROOT / "include"), str(ROOT / "uapi"), str(ROOT / "tools" / "lib"),
+		      str(RADIX.parent)],
 	extra_objects=[str(OBJTREE / "libkvmm.a")],
 	# relink when the library changes: setuptools checks sources and depends only
 	depends=[str(OBJTREE / "libkvmm.a"), str(ROOT / "include" / "libkvmm.h"),
-		 str(ROOT / "include" / "libkvmm-ring.h"), str(RADIX), str(KVEV_C),
+		 str(ROOT / "include" / "libkvmm-ring.h"), str(RADIX),
+		 str(RADIX_H), str(KVEV_C),
 		 str(ROOT / "tools" / "lib" / "kvevents.h"), str(ROOT / "tools" / "lib" / "kvevents.c"),
 		 str(Path(__file__).resolve())],
 	libraries=["pthread"],

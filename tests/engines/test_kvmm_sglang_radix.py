@@ -14,6 +14,7 @@ as SGLang sees it: a dec_lock_ref of an unlocked node is a ValueError
 here (RadixCache lets the count go negative), with nothing changed.
 Run by tests/engines/run.sh in the SGLang environment.
 """
+import gc
 import os
 import random
 import subprocess
@@ -407,14 +408,15 @@ class Requests:
 
 @pytest.mark.parametrize("policy", ["lru", "slru"])
 @pytest.mark.parametrize("ps", [1, 4])
-@pytest.mark.parametrize("way", ["row", "int64 table", "free_segment", "events"])
+@pytest.mark.parametrize("way", ["row", "int64 table", "free_segment", "events", "python"])
 def test_requests_agree(ps, way, policy):
 	"""Admitted and finished requests over shared prefixes, under eviction
 	pressure: the same rows, slots and sizes at every step.  "int64 table"
 	is a req_to_token the C side cannot write (a device's, in SGLang): the
 	row goes through a CPU copy; "free_segment" an allocator whose
 	free_page_ids() the cache does not use; "events" with KV events on,
-	the same events queued at every step (checkpoint's stores among them)."""
+	the same events queued at every step (checkpoint's stores among them);
+	"python" through the class's Python methods, not kvmm._radix's."""
 	r = Requests(ps, policy=policy, events=way == "events")
 	if way == "int64 table":
 		for side in r.sides:
@@ -422,6 +424,10 @@ def test_requests_agree(ps, way, policy):
 	elif way == "free_segment":
 		kv = r.p.kv.cache			# as for an allocator not SGLang's own
 		kv._free_pages, kv._free_now, kv._prepends, kv._pages = None, None, 0, 0
+		kv._bind_fast()			# the C methods read them when made
+	elif way == "python":			# the Python methods the C ones hand rare calls
+		for name in PER_REQUEST:
+			delattr(r.p.kv.cache, name)
 	rng = random.Random(ps * 7 + len(way))
 	systems = [[rng.randrange(1000) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
 	seen = []
@@ -517,15 +523,13 @@ def test_frees_to_an_allocator_that_keeps_them():
 	p.kv.cache._ctx.check()
 
 
-# What the scheduler calls per request, and what each call may cost:
-# Python frames of its own (the method, and nothing it calls but the
-# allocator's free and the constructor of the SGLang type it returns) and
-# calls into kvmm's C library.
-PER_REQUEST = {"match_prefix": 1, "lock": 1, "path_device_indices": 1, "checkpoint": 1,
-	       "free_kv_row": 1, "unlock": 1, "evict": 1}
-# the frames a call may enter besides its own: a dataclass's generated
-# __init__ (TreeLock, EvictResult: quicker than filling in an instance's
-# __dict__ by hand), and the first free of a length (_spare_view())
+# What the scheduler calls per request: each a C method of kvmm._radix,
+# entering no Python frame of the adapter's and making no cffi call.
+PER_REQUEST = ("match_prefix", "lock", "path_device_indices", "checkpoint", "free_kv_row",
+	       "unlock", "evict")
+# the frames a call may enter: a dataclass's generated __init__ (TreeLock,
+# EvictResult, which the C methods construct), and the first free of a
+# length (_spare_view())
 ALLOWED_FRAMES = {"__init__", "_spare_view"}
 
 
@@ -533,7 +537,7 @@ class CallCounter:
 	"""Wraps @cache's per-request methods; for each call records the Python
 	frames entered under it (SGLang's allocator's aside: it frees what the
 	cache hands it, the same work under any tree) and the calls into
-	kvmm's C library (kvmm._kvmm.lib), by a profile hook set for the call."""
+	kvmm's cffi library (kvmm._kvmm.lib), by a profile hook set for the call."""
 
 	def __init__(self, cache):
 		from kvmm._kvmm import lib
@@ -561,22 +565,8 @@ class CallCounter:
 		return call
 
 
-@pytest.mark.parametrize("ps", [1, 4])
-def test_per_request_calls_are_one_frame_and_one_c_call(ps):
-	"""Each call the scheduler makes per request (python/bench/radix.py's
-	replay) is one Python frame, the method's own (no helper called; the
-	dataclass it returns made by its own __init__), and one call into the
-	C library (path_device_indices of the node the last match returned
-	included; evict's gives the leaves' slots too), through the random
-	requests of test_requests_agree, the answers still compared with
-	RadixCache's at every step.  The tensors evict() and free_kv_row()
-	hand SGLang's allocator (which copies them) are views of one buffer,
-	kept by length and used again: most frees make none."""
-	r = Requests(ps)
-	rng = random.Random(ps)
-	systems = [[rng.randrange(1000) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
-	r.admit(systems[0], systems[0])		# the key namespace's first use names it
-	counter = CallCounter(r.p.kv.cache)
+def _random_requests(r, rng, systems):
+	"""80 random admissions and finishes of @r, then the rest finished."""
 	for _ in range(80):
 		if len(r.live) == 6 or (r.live and rng.random() < 0.4):
 			r.finish(rng.randrange(len(r.live)))
@@ -585,15 +575,40 @@ def test_per_request_calls_are_one_frame_and_one_c_call(ps):
 		r.admit(prompt, prompt + [rng.randrange(1000) for _ in range(rng.randrange(0, 20))])
 	while r.live:
 		r.finish()
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_per_request_calls_are_c_methods(ps):
+	"""Each call the scheduler makes per request (python/bench/radix.py's
+	replay) is a method of kvmm._radix bound onto the cache, which enters
+	no Python frame of the adapter's (only the dataclass it returns, made
+	by its own __init__) and no cffi call, through the random requests of
+	test_requests_agree, the answers still compared with RadixCache's at
+	every step.  The tensors evict() and free_kv_row() hand SGLang's
+	allocator (which copies them) are views of one buffer, kept by length
+	and used again: most frees make none."""
+	r = Requests(ps)
+	for name in PER_REQUEST:
+		m = getattr(r.p.kv.cache, name)
+		assert getattr(m, "__self__", None) is r.p.kv.cache._fast, f"{name}: {m!r}"
+	rng = random.Random(ps)
+	systems = [[rng.randrange(1000) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
+	r.admit(systems[0], systems[0])		# the key namespace's first use names it
+	counter = CallCounter(r.p.kv.cache)
+	# no collection of other tests' garbage (a __del__ of theirs) under a call
+	gc.disable()
+	try:
+		_random_requests(r, rng, systems)
+	finally:
+		gc.enable()
 	r.p.kv.cache._ctx.check()
-	for name, most in PER_REQUEST.items():
+	for name in PER_REQUEST:
 		seen = counter.seen[name]
 		assert seen, f"{name} was never called"
 		for frames, calls in seen:
 			# a free of a length not freed before makes the view it keeps
-			assert frames[0] == name and set(frames[1:]) <= ALLOWED_FRAMES, \
-				f"{name}: Python frames {frames}"
-			assert calls <= most, f"{name}: {calls} C calls"
+			assert set(frames) <= ALLOWED_FRAMES, f"{name}: Python frames {frames}"
+			assert calls == 0, f"{name}: {calls} cffi calls"
 	frees = counter.seen["evict"] + counter.seen["free_kv_row"]
 	made = sum("_spare_view" in frames for frames, _ in frees)
 	assert len(counter.seen["evict"]) > 3 and made < len(frees) / 2, (made, len(frees))
@@ -739,6 +754,111 @@ def test_bad_nodes_and_rows():
 	with pytest.raises(IndexError):
 		kv.checkpoint(req, up_to=4)
 	assert kv.evictable_size() == kv.protected_size() == 0
+
+
+def _errors(python):
+	"""The errors of the per-request calls, made on a kvmm cache through its
+	C methods or (@python) the class's Python ones: (the call, the
+	exception's type and message) each, and the tree checked after."""
+	p = Pair(1)
+	kv = p.kv.cache
+	if python:
+		for name in PER_REQUEST:
+			delattr(kv, name)
+	p.insert(K([1, 2, 3]), slots(1, 3, 1))
+	node = kv.match_prefix(MatchPrefixParams(key=K([1, 2, 3]))).last_device_node
+	out = []
+
+	def err(what, fn, *args, **kwargs):
+		try:
+			fn(*args, **kwargs)
+		except Exception as e:	# noqa: BLE001
+			out.append((what, type(e).__name__, str(e)))
+			kv._ctx.check()
+			return
+		out.append((what, None, None))
+
+	req = make_req(p.kv, [1, 2, 3, 1 << 32], 4)
+	err("match, an id past 32 bits", kv.match_prefix, MatchPrefixParams(key=K([1, 1 << 32])))
+	err("match, a negative id", kv.match_prefix, MatchPrefixParams(key=K([-1, 2])))
+	err("checkpoint, an id past 32 bits", kv.checkpoint, req, up_to=4)
+	req.full_untruncated_fill_ids = array("q", [1, 2, 3, 4])
+	err("checkpoint, a negative up_to", kv.checkpoint, req, up_to=-7)
+	err("checkpoint, up_to not by name", kv.checkpoint, req, 4)
+	err("checkpoint, no up_to", kv.checkpoint, req)
+	err("checkpoint, no request", kv.checkpoint, None, up_to=4)
+	idx = req.kv.req_pool_idx
+	req.kv.req_pool_idx = 10 ** 6
+	err("checkpoint, a row outside the table", kv.checkpoint, req, up_to=4)
+	err("free_kv_row, a row outside the table", kv.free_kv_row, req.kv, [(0, 4)])
+	req.kv.req_pool_idx = "0"
+	err("checkpoint, a row index not an int", kv.checkpoint, req, up_to=4)
+	req.kv.req_pool_idx = idx
+	err("free_kv_row, a range past the row", kv.free_kv_row, req.kv, [(0, 10 ** 9)])
+	err("free_kv_row, a range not a pair", kv.free_kv_row, req.kv, [(0, 1, 2)])
+	err("free_kv_row, one argument", kv.free_kv_row, req.kv)
+	lock = kv.lock(node)
+	kv.unlock(lock)
+	req.lock = lock
+	err("checkpoint, a lock not held", kv.checkpoint, req, up_to=4)
+	err("unlock, a lock not held", kv.unlock, lock)
+	err("unlock, not a lock", kv.unlock, object())
+	err("lock, not a node", kv.lock, object())
+	err("path, not a node", kv.path_device_indices, None)
+	err("match, not params", kv.match_prefix, object())
+	err("evict, a count not a number", kv.evict, EvictParams(num_tokens="3"))
+	err("evict", kv.evict, EvictParams(num_tokens=100))
+	err("path, an evicted node", kv.path_device_indices, node)
+	err("lock, an evicted node", kv.lock, node)
+	assert kv.evictable_size() == kv.protected_size() == 0
+	return out
+
+
+def test_c_methods_raise_as_python_ones():
+	"""Each error of a per-request call, bad arguments and the library's
+	errors alike, is the same exception with the same message through the
+	C methods as through the class's Python ones, the tree left checked."""
+	c, py = _errors(False), _errors(True)
+	assert [e[0] for e in c] == [e[0] for e in py]
+	for a, b in zip(c, py):
+		assert a == b, f"C {a}, Python {b}"
+	# up_to < 0 is a slice's (the key up to that many from the end)
+	assert [e[0] for e in c if e[1] is None] == ["checkpoint, a negative up_to", "evict"]
+
+
+def test_a_method_kept_past_reset():
+	"""A bound C method kept across reset() (which closes the context it
+	held) hands its calls to the Python method: the new tree answers."""
+	p = Pair(1)
+	kv = p.kv.cache
+	p.insert(K([1, 2, 3]), slots(1, 3, 1))
+	match, lock, unlock = kv.match_prefix, kv.lock, kv.unlock
+	node = match(MatchPrefixParams(key=K([1, 2, 3]))).last_device_node
+	old = kv._fast
+	kv.reset()
+	assert not old.valid and kv._fast.valid and kv.match_prefix.__self__ is kv._fast
+	assert match(MatchPrefixParams(key=K([1, 2, 3]))).device_prefix_len == 0
+	with pytest.raises(OSError):
+		lock(node)		# a node of the closed tree
+	p.kv.alloc.clear()
+	p.kv.cache.insert(InsertParams(key=K([4, 5]), value=slots(1, 2, 1)))
+	res = match(MatchPrefixParams(key=K([4, 5])))
+	unlock(lock(res.last_device_node))
+	assert res.device_prefix_len == 2 and kv.evictable_size() == 2
+	kv._ctx.check()
+
+
+def test_a_cache_is_collected():
+	"""The cache and its C methods (which hold it: a cycle through its
+	__dict__) are collected once dropped."""
+	import weakref
+
+	p = Pair(1)
+	p.insert(K([1, 2, 3]), slots(1, 3, 1))
+	ref = weakref.ref(p.kv.cache)
+	del p
+	gc.collect()
+	assert ref() is None
 
 
 # ---- what SGLang's own unit tests of RadixCache check, on both caches ----

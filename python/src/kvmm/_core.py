@@ -23,6 +23,7 @@ import numpy as np
 
 from ._errors import Busy, InvalidArgument, make_error
 from ._kvmm import ffi, lib
+from ._radix import Node as _Node
 
 __all__ = ["Context", "DeviceArray", "FrameNode", "Sequence", "SeqInfo", "Stats", "STAT_NAMES",
 	   "backend_available", "default_params"]
@@ -380,35 +381,33 @@ def _i32p(arr: np.ndarray) -> Any:
 	return ffi.cast("int32_t *", arr.ctypes.data) if arr.size else ffi.NULL
 
 
-class FrameNode:
+_FNODE_P = ffi.typeof("struct kvmm_fnode *")
+
+
+class FrameNode(_Node):
 	"""A tree node as Context.frames_match()/frames_insert() name it: a
 	handle (the node and its id), equal and hashable by both, so an engine
-	can use it as a dict key.  The root's handle is falsy-named: ``is_root``."""
+	can use it as a dict key.  The root's handle is falsy-named: ``is_root``.
+	The handle is kept inline (kvmm._radix.Node, which the SGLang radix
+	cache's C methods fill); ``id``, ``is_root`` and ``_key()`` are Node's."""
 
-	__slots__ = ("_h", "__weakref__")
+	__slots__ = ("__weakref__",)
 
 	def __init__(self, h: Any = None) -> None:
-		self._h = ffi.new("struct kvmm_fnode *",
-				  {"node": h.node, "id": h.id} if h is not None else {})
+		if h is not None:
+			self._h.node = h.node
+			self._h.id = h.id
 
 	@classmethod
 	def _new(cls) -> "FrameNode":
 		"""A root's handle for a C call to fill in (the hot paths' constructor)."""
-		node = cls.__new__(cls)
-		node._h = ffi.new("struct kvmm_fnode *")
-		return node
+		return cls()
 
 	@property
-	def id(self) -> int:
-		"""The node's id (0 for a namespace's root)."""
-		return int(self._h.id)
-
-	@property
-	def is_root(self) -> bool:
-		return self._h.node == ffi.NULL
-
-	def _key(self) -> Tuple[int, int]:
-		return int(ffi.cast("uintptr_t", self._h.node)), int(self._h.id)
+	def _h(self) -> Any:
+		"""The handle as a struct kvmm_fnode * for a cffi call: borrowed, valid
+		while this node lives (use it within the expression that has the node)."""
+		return ffi.cast(_FNODE_P, self._addr)
 
 	def __eq__(self, other: object) -> bool:
 		return isinstance(other, FrameNode) and self._key() == other._key()

@@ -507,6 +507,7 @@ from sglang.srt.mem_cache.utils import (  # noqa: E402
 from ._core import Context, FrameNode  # noqa: E402
 from ._errors import make_error  # noqa: E402
 from ._kvmm import ffi, lib  # noqa: E402
+from . import _radix  # noqa: E402
 
 # SGLang's policies whose order kvmm's tree keeps in this mode: slru counts
 # a hit where SGLang's tree does (an insert, once a request, past the
@@ -521,11 +522,6 @@ _row_free = lib.kvmm_py_radix_row_free
 _checkpoint = lib.kvmm_py_radix_checkpoint
 _lock = lib.kvmm_frames_lock
 _NULL = ffi.NULL
-# FrameNode._new(), spelt out where a hot path makes a node for a C call to
-# fill
-_obj_new = object.__new__
-_fnode_h = ffi.new
-_FNODE_P = ffi.typeof("struct kvmm_fnode *")
 _I64 = torch.int64
 _ENOLCK = -errno.ENOLCK
 _SPARES = 4096
@@ -616,10 +612,14 @@ class KvmmRadixCache(BasePrefixCache):
 	sliding-window trees, policies other than lru and slru.
 
 	Each method the scheduler calls per request (match_prefix, lock,
-	path_device_indices, checkpoint, free_kv_row, unlock, evict) is one
-	C call (python/csrc/radix.c) over this object's scratch buffers, and
-	hands SGLang's allocator int64 tensors (page ids where the allocator
-	takes them) it frees with one concatenation.
+	path_device_indices, checkpoint, free_kv_row, unlock, evict) is a C
+	method of kvmm._radix bound onto the instance (_bind_fast()), which
+	makes one call into python/csrc/radix.c over this object's scratch
+	buffers and hands SGLang's allocator int64 tensors (page ids where
+	the allocator takes them) it frees with one concatenation.  What it
+	does not take (another type of ids, a device table, KV events, a
+	disabled cache, other arguments) it hands, unchanged, to the Python
+	method of the same name here, which does all.
 	"""
 
 	def __init__(self, params: Any) -> None:
@@ -693,6 +693,9 @@ class KvmmRadixCache(BasePrefixCache):
 	# ---- lifecycle ----
 	def reset(self) -> None:
 		"""Empty the tree (SGLang clears its allocator beside it)."""
+		fast = self.__dict__.get("_fast")
+		if fast is not None:	# its later calls (a bound method kept) go to Python's
+			fast._invalidate()
 		if self._ctx is not None:
 			self._ctx.close()
 		ps = self.page_size
@@ -738,6 +741,20 @@ class KvmmRadixCache(BasePrefixCache):
 		# with KV events: each page's namespace and hashes, by its frame
 		self._event_pages: Dict[int, Tuple[Any, str, Optional[str]]] = {}
 		self.kv_events.record_all_cleared()
+		self._bind_fast()
+
+	def _bind_fast(self) -> None:
+		"""Bind the hot methods in C (kvmm._radix) onto this instance over the
+		class's Python ones, which they hand what they do not do.  They
+		hold what reset() set up (the scratch, the allocator's free): made
+		again by each reset()."""
+		fast = self.__dict__.get("_fast")
+		if fast is not None:
+			fast._invalidate()
+		self._fast = _radix.Radix(self, self._r, _fast_env())
+		for name in _FAST:
+			if getattr(type(self), name) is getattr(KvmmRadixCache, name):
+				setattr(self, name, getattr(self._fast, name))
 
 	# ---- keys, rows, errors ----
 	def _ns_of(self, key: Any) -> int:
@@ -867,8 +884,7 @@ class KvmmRadixCache(BasePrefixCache):
 			ids = _ids(ids, n)
 		tag = (key.extra_key, getattr(key, "cache_salt", None))
 		ns = self._ns.get(tag)
-		node = _obj_new(FrameNode)
-		node._h = _fnode_h(_FNODE_P)
+		node = FrameNode()
 		got = _match(self._r, self._ns_tag(tag) if ns is None else ns, ids.buffer_info()[0], n,
 			     node._h)
 		if got < 0:
@@ -976,8 +992,7 @@ class KvmmRadixCache(BasePrefixCache):
 				"cpu", torch.int32, copy=True).contiguous()
 			row = copy.data_ptr()
 		old = req.lock
-		last = _obj_new(FrameNode)
-		last._h = _fnode_h(_FNODE_P)
+		last = FrameNode()
 		tag = (req.extra_key, req.cache_salt or None)
 		ns = self._ns.get(tag)
 		ret = _checkpoint(self._r, self._ns_tag(tag) if ns is None else ns,
@@ -1174,6 +1189,21 @@ class KvmmRadixCache(BasePrefixCache):
 	def dfs_weight_order(self, node_handles: Any) -> Any:
 		raise NotImplementedError("kvmm radix cache: the dfs-weight schedule policy walks "
 					  "SGLang's own tree nodes; use lpm or fcfs")
+
+
+# the methods kvmm._radix does in C
+_FAST = ("match_prefix", "lock", "path_device_indices", "checkpoint", "free_kv_row", "unlock",
+	 "evict")
+
+
+def _fast_env() -> Dict[str, Any]:
+	"""What kvmm._radix.Radix calls and answers with: SGLang's classes, the
+	tensor constructor, and the Python methods it hands the rest to."""
+	env = {"node_type": FrameNode, "radix_key": RadixKey, "match_result": MatchResult,
+	       "match_rest": _MATCH_REST, "tree_lock": _TreeLock, "evict_result": _EvictResult,
+	       "empty": torch.empty, "empty_kw": {"dtype": _I64}}
+	env.update((name, getattr(KvmmRadixCache, name)) for name in _FAST)
+	return env
 
 
 def cpu_tree_cache(cls: Any, page_size: int, tokens: int, rows: int = 8,
