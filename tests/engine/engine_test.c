@@ -363,6 +363,137 @@ static void engine_lookahead_passes_a_head_in_free_pages_or_cache(void)
 	workload_free(&wl[1]);
 }
 
+/*
+ * The guard's workloads: 128 pages of 16 tokens, no decode reserve.  A
+ * (1,000 tokens, 40 out) runs; the head B (1,600 tokens) fits only once A
+ * has finished, 39 decode steps on, and then leaves 441 tokens to spare.
+ * C (500 tokens, 200 out) fits beside A now but would still hold 539
+ * tokens then, so B would wait for it; D (500, 20 out) has finished by
+ * then; E and F (300, 200 out) would each hold 339.
+ */
+static const uint32_t guard_len[] = { 1000, 1600, 500, 500, 300, 300, 600 };
+
+static void load_guard(struct workload *wl, const char *const *reqs, uint32_t n)
+{
+	CU_ASSERT_EQUAL_FATAL(load_text(wl, guard_len, 7, reqs, n), 0);
+}
+
+/*
+ * Run @wl with --lookahead 16, guarded or not; every request must finish,
+ * kvmm_check() clean, and the first admissions come in the order @want
+ * (unguarded, C and D together outgrow the pool and one is retracted).
+ * Return: the event log (free() it).
+ */
+static struct evlog *run_guard(const struct workload *wl, bool guard, const uint32_t *want,
+			       uint32_t n)
+{
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct eng_report rep;
+	struct eng_opts o;
+	uint32_t order[8], k;
+
+	CU_ASSERT_FATAL(l != NULL && n <= 8);
+	opts_small(&o, l);
+	o.device_pages = 128;
+	o.decode_reserve = 0;
+	o.lookahead = 16;
+	o.lookahead_guard = guard;
+	CU_ASSERT_EQUAL_FATAL(eng_run(wl, &o, &rep), 0);
+	CU_ASSERT_EQUAL_FATAL(admit_order(l, order, n), n);
+	for (k = 0; k < n; k++)
+		CU_ASSERT_EQUAL(order[k], want[k]);
+	CU_ASSERT_EQUAL(rep.completed, wl->nreq);
+	if (guard)	/* the prediction holds: nothing is retracted */
+		CU_ASSERT_EQUAL(rep.retractions, 0);
+	CU_ASSERT(rep.check_ok);
+	eng_report_free(&rep);
+	return l;
+}
+
+/* The index in @l of request @req's first event of @type, or -1. */
+static int event_of(const struct evlog *l, int type, uint32_t req)
+{
+	uint32_t k;
+
+	for (k = 0; k < l->n; k++)
+		if (l->ev[k].type == type && l->ev[k].req == req)
+			return (int)k;
+	return -1;
+}
+
+/*
+ * C fits in the free pages beside A, and unguarded goes before the head;
+ * B then waits until C has finished.  The guard refuses C, and B goes in
+ * as soon as A is done.
+ */
+static void engine_lookahead_guard_refuses_a_backfill_that_delays_the_head(void)
+{
+	static const char *const reqs[] = { "1000 6 40 1 0", "1600 6 4 1 1", "500 6 200 1 2" };
+	static const uint32_t unguarded[] = { 0, 2, 1 }, guarded[] = { 0, 1, 2 };
+	struct workload wl;
+	struct evlog *l;
+
+	load_guard(&wl, reqs, 3);
+	l = run_guard(&wl, false, unguarded, 3);
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) > event_of(l, ENG_EV_FINISH, 2));
+	free(l);
+	l = run_guard(&wl, true, guarded, 3);
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) > event_of(l, ENG_EV_FINISH, 0));
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_ADMIT, 2));
+	free(l);
+	workload_free(&wl);
+}
+
+/*
+ * D would hold more than B leaves to spare, had it not finished: it has,
+ * 19 decode steps in, so it goes before the head, and C still waits.
+ * Unguarded, C takes the room first.
+ */
+static void engine_lookahead_guard_admits_one_done_before_the_shadow(void)
+{
+	static const char *const reqs[] = {
+		"1000 6 40 1 0", "1600 6 4 1 1", "500 6 200 1 2", "500 6 20 1 3",
+	};
+	static const uint32_t unguarded[] = { 0, 2, 3, 1 }, guarded[] = { 0, 3, 1, 2 };
+	struct workload wl;
+	struct evlog *l;
+
+	load_guard(&wl, reqs, 4);
+	free(run_guard(&wl, false, unguarded, 4));
+	l = run_guard(&wl, true, guarded, 4);
+	/* D is done before B goes in, and B before anything else finishes */
+	CU_ASSERT(event_of(l, ENG_EV_FINISH, 3) < event_of(l, ENG_EV_FINISH, 0));
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_FINISH, 1) &&
+		  event_of(l, ENG_EV_FINISH, 1) < event_of(l, ENG_EV_FINISH, 2));
+	free(l);
+	workload_free(&wl);
+}
+
+/*
+ * E outlives the shadow but fits in what B leaves to spare: it goes before
+ * the head, and what it holds then comes off the spare, so F, as large,
+ * no longer fits and waits behind B with C.
+ */
+static void engine_lookahead_guard_admits_one_in_the_extra(void)
+{
+	static const char *const reqs[] = {
+		"1000 6 40 1 0", "1600 6 4 1 1", "500 6 200 1 2", "300 6 200 1 4",
+		"300 6 200 1 5",
+	};
+	static const uint32_t unguarded[] = { 0, 2, 3, 4, 1 }, guarded[] = { 0, 3, 1 };
+	struct workload wl;
+	struct evlog *l;
+
+	load_guard(&wl, reqs, 5);
+	free(run_guard(&wl, false, unguarded, 5));
+	l = run_guard(&wl, true, guarded, 3);
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_ADMIT, 2));
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_ADMIT, 4));
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_FINISH, 3));
+	free(l);
+	workload_free(&wl);
+}
+
 /* A request larger than the whole pool: a clear error at once. */
 static void engine_pool_too_small_fails_cleanly(void)
 {
@@ -650,7 +781,13 @@ int register_engine_suite(void)
 	    !CU_add_test(s, "tiered runs repeat and add", engine_tiered_runs_repeat_and_add) ||
 	    !CU_add_test(s, "admission counts promotions", engine_admission_counts_promotions) ||
 	    !CU_add_test(s, "lookahead passes a head in free pages, or in cache",
-			 engine_lookahead_passes_a_head_in_free_pages_or_cache))
+			 engine_lookahead_passes_a_head_in_free_pages_or_cache) ||
+	    !CU_add_test(s, "lookahead guard refuses a backfill that delays the head",
+			 engine_lookahead_guard_refuses_a_backfill_that_delays_the_head) ||
+	    !CU_add_test(s, "lookahead guard admits one done before the shadow",
+			 engine_lookahead_guard_admits_one_done_before_the_shadow) ||
+	    !CU_add_test(s, "lookahead guard admits one in the extra",
+			 engine_lookahead_guard_admits_one_in_the_extra))
 		return -1;
 	return 0;
 }
