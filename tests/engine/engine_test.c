@@ -373,11 +373,6 @@ static void engine_lookahead_passes_a_head_in_free_pages_or_cache(void)
  */
 static const uint32_t guard_len[] = { 1000, 1600, 500, 500, 300, 300, 600 };
 
-static void load_guard(struct workload *wl, const char *const *reqs, uint32_t n)
-{
-	CU_ASSERT_EQUAL_FATAL(load_text(wl, guard_len, 7, reqs, n), 0);
-}
-
 /*
  * Run @wl with --lookahead 16, guarded or not; every request must finish,
  * kvmm_check() clean, and the first admissions come in the order @want
@@ -410,6 +405,29 @@ static struct evlog *run_guard(const struct workload *wl, bool guard, const uint
 	return l;
 }
 
+/*
+ * @reqs (@n of them) unguarded, first admitted in the order @unguarded,
+ * then guarded, the first @ng in the order @guarded.  Return: the guarded
+ * run's event log, and the unguarded one's in *@ulog unless it is NULL
+ * (free() them).
+ */
+static struct evlog *guard_runs(const char *const *reqs, uint32_t n, const uint32_t *unguarded,
+				const uint32_t *guarded, uint32_t ng, struct evlog **ulog)
+{
+	struct workload wl;
+	struct evlog *l;
+
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl, guard_len, 7, reqs, n), 0);
+	l = run_guard(&wl, false, unguarded, n);
+	if (ulog)
+		*ulog = l;
+	else
+		free(l);
+	l = run_guard(&wl, true, guarded, ng);
+	workload_free(&wl);
+	return l;
+}
+
 /* The index in @l of request @req's first event of @type, or -1. */
 static int event_of(const struct evlog *l, int type, uint32_t req)
 {
@@ -430,18 +448,13 @@ static void engine_lookahead_guard_refuses_a_backfill_that_delays_the_head(void)
 {
 	static const char *const reqs[] = { "1000 6 40 1 0", "1600 6 4 1 1", "500 6 200 1 2" };
 	static const uint32_t unguarded[] = { 0, 2, 1 }, guarded[] = { 0, 1, 2 };
-	struct workload wl;
-	struct evlog *l;
+	struct evlog *u, *l = guard_runs(reqs, 3, unguarded, guarded, 3, &u);
 
-	load_guard(&wl, reqs, 3);
-	l = run_guard(&wl, false, unguarded, 3);
-	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) > event_of(l, ENG_EV_FINISH, 2));
-	free(l);
-	l = run_guard(&wl, true, guarded, 3);
+	CU_ASSERT(event_of(u, ENG_EV_ADMIT, 1) > event_of(u, ENG_EV_FINISH, 2));
 	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) > event_of(l, ENG_EV_FINISH, 0));
 	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_ADMIT, 2));
+	free(u);
 	free(l);
-	workload_free(&wl);
 }
 
 /*
@@ -455,18 +468,13 @@ static void engine_lookahead_guard_admits_one_done_before_the_shadow(void)
 		"1000 6 40 1 0", "1600 6 4 1 1", "500 6 200 1 2", "500 6 20 1 3",
 	};
 	static const uint32_t unguarded[] = { 0, 2, 3, 1 }, guarded[] = { 0, 3, 1, 2 };
-	struct workload wl;
-	struct evlog *l;
+	struct evlog *l = guard_runs(reqs, 4, unguarded, guarded, 4, NULL);
 
-	load_guard(&wl, reqs, 4);
-	free(run_guard(&wl, false, unguarded, 4));
-	l = run_guard(&wl, true, guarded, 4);
 	/* D is done before B goes in, and B before anything else finishes */
 	CU_ASSERT(event_of(l, ENG_EV_FINISH, 3) < event_of(l, ENG_EV_FINISH, 0));
 	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_FINISH, 1) &&
 		  event_of(l, ENG_EV_FINISH, 1) < event_of(l, ENG_EV_FINISH, 2));
 	free(l);
-	workload_free(&wl);
 }
 
 /*
@@ -481,17 +489,12 @@ static void engine_lookahead_guard_admits_one_in_the_extra(void)
 		"300 6 200 1 5",
 	};
 	static const uint32_t unguarded[] = { 0, 2, 3, 4, 1 }, guarded[] = { 0, 3, 1 };
-	struct workload wl;
-	struct evlog *l;
+	struct evlog *l = guard_runs(reqs, 5, unguarded, guarded, 3, NULL);
 
-	load_guard(&wl, reqs, 5);
-	free(run_guard(&wl, false, unguarded, 5));
-	l = run_guard(&wl, true, guarded, 3);
 	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_ADMIT, 2));
 	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_ADMIT, 4));
 	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_FINISH, 3));
 	free(l);
-	workload_free(&wl);
 }
 
 /* A request larger than the whole pool: a clear error at once. */
