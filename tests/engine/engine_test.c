@@ -497,6 +497,55 @@ static void engine_lookahead_guard_admits_one_in_the_extra(void)
 	free(l);
 }
 
+/*
+ * The guard comes before a promotion: C's 400-token prefix P is on the
+ * host tier (X computed it, F's prompt pushed it down), and C would still
+ * hold 539 tokens when A is done, which B needs.  The guard refuses C
+ * before its PROMOTE, counting P as tokens C must bring up; C goes in
+ * after B and promotes P from the host then.  (FCFS, no PREFETCH, and the
+ * lookahead may evict, so that C's room is the cache F left.)
+ */
+static void engine_lookahead_guard_comes_before_a_promotion(void)
+{
+	static const uint32_t len[] = { 1000, 1600, 400, 100, 600, 1100, 600 };
+	static const char *const reqs[] = {
+		"400 4 1 1 2", "1700 4 1 2 5 6", "1000 4 40 1 0", "1600 4 4 1 1",
+		"500 4 200 2 2 3",
+	};
+	static const uint32_t unguarded[] = { 0, 1, 2, 4, 3 }, guarded[] = { 0, 1, 2, 3, 4 };
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct eng_report rep;
+	struct eng_opts o;
+	struct workload wl;
+	uint32_t order[5], k, g;
+
+	CU_ASSERT_FATAL(l != NULL);
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl, len, 7, reqs, 5), 0);
+	for (g = 0; g < 2; g++) {
+		opts_small(&o, l);
+		o.device_pages = 128;
+		o.host_pages = 512;
+		o.decode_reserve = 0;
+		o.policy = ENG_FCFS;
+		o.prefetch_budget = 0;
+		o.lookahead = 16;
+		o.lookahead_evict = true;
+		o.lookahead_guard = g;
+		l->n = 0;
+		CU_ASSERT_EQUAL_FATAL(eng_run(&wl, &o, &rep), 0);
+		CU_ASSERT_EQUAL_FATAL(admit_order(l, order, 5), 5);
+		for (k = 0; k < 5; k++)
+			CU_ASSERT_EQUAL(order[k], g ? guarded[k] : unguarded[k]);
+		/* P came up from the host for C, at its admission */
+		CU_ASSERT_EQUAL(rep.host_tokens, 400);
+		CU_ASSERT_EQUAL(rep.completed, 5);
+		CU_ASSERT(rep.check_ok);
+		eng_report_free(&rep);
+	}
+	workload_free(&wl);
+	free(l);
+}
+
 /* A request larger than the whole pool: a clear error at once. */
 static void engine_pool_too_small_fails_cleanly(void)
 {
@@ -790,7 +839,9 @@ int register_engine_suite(void)
 	    !CU_add_test(s, "lookahead guard admits one done before the shadow",
 			 engine_lookahead_guard_admits_one_done_before_the_shadow) ||
 	    !CU_add_test(s, "lookahead guard admits one in the extra",
-			 engine_lookahead_guard_admits_one_in_the_extra))
+			 engine_lookahead_guard_admits_one_in_the_extra) ||
+	    !CU_add_test(s, "lookahead guard comes before a promotion",
+			 engine_lookahead_guard_comes_before_a_promotion))
 		return -1;
 	return 0;
 }
