@@ -363,6 +363,189 @@ static void engine_lookahead_passes_a_head_in_free_pages_or_cache(void)
 	workload_free(&wl[1]);
 }
 
+/*
+ * The guard's workloads: 128 pages of 16 tokens, no decode reserve.  A
+ * (1,000 tokens, 40 out) runs; the head B (1,600 tokens) fits only once A
+ * has finished, 39 decode steps on, and then leaves 441 tokens to spare.
+ * C (500 tokens, 200 out) fits beside A now but would still hold 539
+ * tokens then, so B would wait for it; D (500, 20 out) has finished by
+ * then; E and F (300, 200 out) would each hold 339.
+ */
+static const uint32_t guard_len[] = { 1000, 1600, 500, 500, 300, 300, 600 };
+
+/*
+ * Run @wl with --lookahead 16, guarded or not; every request must finish,
+ * kvmm_check() clean, and the first admissions come in the order @want
+ * (unguarded, C and D together outgrow the pool and one is retracted).
+ * Return: the event log (free() it).
+ */
+static struct evlog *run_guard(const struct workload *wl, bool guard, const uint32_t *want,
+			       uint32_t n)
+{
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct eng_report rep;
+	struct eng_opts o;
+	uint32_t order[8], k;
+
+	CU_ASSERT_FATAL(l != NULL && n <= 8);
+	opts_small(&o, l);
+	o.device_pages = 128;
+	o.decode_reserve = 0;
+	o.lookahead = 16;
+	o.lookahead_guard = guard;
+	CU_ASSERT_EQUAL_FATAL(eng_run(wl, &o, &rep), 0);
+	CU_ASSERT_EQUAL_FATAL(admit_order(l, order, n), n);
+	for (k = 0; k < n; k++)
+		CU_ASSERT_EQUAL(order[k], want[k]);
+	CU_ASSERT_EQUAL(rep.completed, wl->nreq);
+	if (guard)	/* the prediction holds: nothing is retracted */
+		CU_ASSERT_EQUAL(rep.retractions, 0);
+	CU_ASSERT(rep.check_ok);
+	eng_report_free(&rep);
+	return l;
+}
+
+/*
+ * @reqs (@n of them) unguarded, first admitted in the order @unguarded,
+ * then guarded, the first @ng in the order @guarded.  Return: the guarded
+ * run's event log, and the unguarded one's in *@ulog unless it is NULL
+ * (free() them).
+ */
+static struct evlog *guard_runs(const char *const *reqs, uint32_t n, const uint32_t *unguarded,
+				const uint32_t *guarded, uint32_t ng, struct evlog **ulog)
+{
+	struct workload wl;
+	struct evlog *l;
+
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl, guard_len, 7, reqs, n), 0);
+	l = run_guard(&wl, false, unguarded, n);
+	if (ulog)
+		*ulog = l;
+	else
+		free(l);
+	l = run_guard(&wl, true, guarded, ng);
+	workload_free(&wl);
+	return l;
+}
+
+/* The index in @l of request @req's first event of @type, or -1. */
+static int event_of(const struct evlog *l, int type, uint32_t req)
+{
+	uint32_t k;
+
+	for (k = 0; k < l->n; k++)
+		if (l->ev[k].type == type && l->ev[k].req == req)
+			return (int)k;
+	return -1;
+}
+
+/*
+ * C fits in the free pages beside A, and unguarded goes before the head;
+ * B then waits until C has finished.  The guard refuses C, and B goes in
+ * as soon as A is done.
+ */
+static void engine_lookahead_guard_refuses_a_backfill_that_delays_the_head(void)
+{
+	static const char *const reqs[] = { "1000 6 40 1 0", "1600 6 4 1 1", "500 6 200 1 2" };
+	static const uint32_t unguarded[] = { 0, 2, 1 }, guarded[] = { 0, 1, 2 };
+	struct evlog *u, *l = guard_runs(reqs, 3, unguarded, guarded, 3, &u);
+
+	CU_ASSERT(event_of(u, ENG_EV_ADMIT, 1) > event_of(u, ENG_EV_FINISH, 2));
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) > event_of(l, ENG_EV_FINISH, 0));
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_ADMIT, 2));
+	free(u);
+	free(l);
+}
+
+/*
+ * D would hold more than B leaves to spare, had it not finished: it has,
+ * 19 decode steps in, so it goes before the head, and C still waits.
+ * Unguarded, C takes the room first.
+ */
+static void engine_lookahead_guard_admits_one_done_before_the_shadow(void)
+{
+	static const char *const reqs[] = {
+		"1000 6 40 1 0", "1600 6 4 1 1", "500 6 200 1 2", "500 6 20 1 3",
+	};
+	static const uint32_t unguarded[] = { 0, 2, 3, 1 }, guarded[] = { 0, 3, 1, 2 };
+	struct evlog *l = guard_runs(reqs, 4, unguarded, guarded, 4, NULL);
+
+	/* D is done before B goes in, and B before anything else finishes */
+	CU_ASSERT(event_of(l, ENG_EV_FINISH, 3) < event_of(l, ENG_EV_FINISH, 0));
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_FINISH, 1) &&
+		  event_of(l, ENG_EV_FINISH, 1) < event_of(l, ENG_EV_FINISH, 2));
+	free(l);
+}
+
+/*
+ * E outlives the shadow but fits in what B leaves to spare: it goes before
+ * the head, and what it holds then comes off the spare, so F, as large,
+ * no longer fits and waits behind B with C.
+ */
+static void engine_lookahead_guard_admits_one_in_the_extra(void)
+{
+	static const char *const reqs[] = {
+		"1000 6 40 1 0", "1600 6 4 1 1", "500 6 200 1 2", "300 6 200 1 4",
+		"300 6 200 1 5",
+	};
+	static const uint32_t unguarded[] = { 0, 2, 3, 4, 1 }, guarded[] = { 0, 3, 1 };
+	struct evlog *l = guard_runs(reqs, 5, unguarded, guarded, 3, NULL);
+
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_ADMIT, 2));
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_ADMIT, 4));
+	CU_ASSERT(event_of(l, ENG_EV_ADMIT, 1) < event_of(l, ENG_EV_FINISH, 3));
+	free(l);
+}
+
+/*
+ * The guard comes before a promotion: C's 400-token prefix P is on the
+ * host tier (X computed it, F's prompt pushed it down), and C would still
+ * hold 539 tokens when A is done, which B needs.  The guard refuses C
+ * before its PROMOTE, counting P as tokens C must bring up; C goes in
+ * after B and promotes P from the host then.  (FCFS, no PREFETCH, and the
+ * lookahead may evict, so that C's room is the cache F left.)
+ */
+static void engine_lookahead_guard_comes_before_a_promotion(void)
+{
+	static const uint32_t len[] = { 1000, 1600, 400, 100, 600, 1100, 600 };
+	static const char *const reqs[] = {
+		"400 4 1 1 2", "1700 4 1 2 5 6", "1000 4 40 1 0", "1600 4 4 1 1",
+		"500 4 200 2 2 3",
+	};
+	static const uint32_t unguarded[] = { 0, 1, 2, 4, 3 }, guarded[] = { 0, 1, 2, 3, 4 };
+	struct evlog *l = calloc(1, sizeof(*l));
+	struct eng_report rep;
+	struct eng_opts o;
+	struct workload wl;
+	uint32_t order[5], k, g;
+
+	CU_ASSERT_FATAL(l != NULL);
+	CU_ASSERT_EQUAL_FATAL(load_text(&wl, len, 7, reqs, 5), 0);
+	for (g = 0; g < 2; g++) {
+		opts_small(&o, l);
+		o.device_pages = 128;
+		o.host_pages = 512;
+		o.decode_reserve = 0;
+		o.policy = ENG_FCFS;
+		o.prefetch_budget = 0;
+		o.lookahead = 16;
+		o.lookahead_evict = true;
+		o.lookahead_guard = g;
+		l->n = 0;
+		CU_ASSERT_EQUAL_FATAL(eng_run(&wl, &o, &rep), 0);
+		CU_ASSERT_EQUAL_FATAL(admit_order(l, order, 5), 5);
+		for (k = 0; k < 5; k++)
+			CU_ASSERT_EQUAL(order[k], g ? guarded[k] : unguarded[k]);
+		/* P came up from the host for C, at its admission */
+		CU_ASSERT_EQUAL(rep.host_tokens, 400);
+		CU_ASSERT_EQUAL(rep.completed, 5);
+		CU_ASSERT(rep.check_ok);
+		eng_report_free(&rep);
+	}
+	workload_free(&wl);
+	free(l);
+}
+
 /* A request larger than the whole pool: a clear error at once. */
 static void engine_pool_too_small_fails_cleanly(void)
 {
@@ -650,7 +833,15 @@ int register_engine_suite(void)
 	    !CU_add_test(s, "tiered runs repeat and add", engine_tiered_runs_repeat_and_add) ||
 	    !CU_add_test(s, "admission counts promotions", engine_admission_counts_promotions) ||
 	    !CU_add_test(s, "lookahead passes a head in free pages, or in cache",
-			 engine_lookahead_passes_a_head_in_free_pages_or_cache))
+			 engine_lookahead_passes_a_head_in_free_pages_or_cache) ||
+	    !CU_add_test(s, "lookahead guard refuses a backfill that delays the head",
+			 engine_lookahead_guard_refuses_a_backfill_that_delays_the_head) ||
+	    !CU_add_test(s, "lookahead guard admits one done before the shadow",
+			 engine_lookahead_guard_admits_one_done_before_the_shadow) ||
+	    !CU_add_test(s, "lookahead guard admits one in the extra",
+			 engine_lookahead_guard_admits_one_in_the_extra) ||
+	    !CU_add_test(s, "lookahead guard comes before a promotion",
+			 engine_lookahead_guard_comes_before_a_promotion))
 		return -1;
 	return 0;
 }

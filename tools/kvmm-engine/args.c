@@ -74,6 +74,9 @@ static void usage(FILE *f)
 "                          none, the queue waits for its head)\n"
 "  --lookahead-evict       those requests may take cached pages too, as the\n"
 "                          head would (lower TTFT, more of the cache evicted)\n"
+"  --no-lookahead-guard    let in any that fits, even if the head then waits\n"
+"                          longer (guarded: only one that finishes before the\n"
+"                          head would fit, or fits in what the head leaves)\n"
 "  --max-running N         running requests at most (64)\n"
 "  --max-prefill-tokens N  tokens prefilled per step (16384)\n"
 "  --chunk N               chunked prefill size, 0 for none (8192)\n"
@@ -107,6 +110,7 @@ enum {
 	O_HOST_PAGES, O_NVME_FILE, O_NVME_PAGES, O_WRITE_POLICY, O_HOST_GBPS, O_NVME_GBPS, O_NVME_WRITE_GBPS,
 	O_REMOTE, O_REMOTE_SALT, O_REMOTE_GBPS, O_REMOTE_WRITE, O_PREFETCH_BUDGET, O_NO_PREFETCH,
 	O_PREFETCH_DEPTH, O_MAX_WAIT, O_LOOKAHEAD, O_LOOKAHEAD_EVICT,
+	O_NO_LOOKAHEAD_GUARD,
 };
 
 static uint32_t parse_u32(const char *opt, const char *s, uint32_t min)
@@ -180,6 +184,7 @@ static const struct option lopts[] = {
 	{ "no-prefetch", no_argument, NULL, O_NO_PREFETCH },
 	{ "lookahead", required_argument, NULL, O_LOOKAHEAD },
 	{ "lookahead-evict", no_argument, NULL, O_LOOKAHEAD_EVICT },
+	{ "no-lookahead-guard", no_argument, NULL, O_NO_LOOKAHEAD_GUARD },
 	{ "prefetch-depth", required_argument, NULL, O_PREFETCH_DEPTH },
 	{ 0 }
 };
@@ -303,6 +308,7 @@ void cli_parse(int argc, char **argv, struct cli *c)
 		case O_MAX_WAIT: o->max_wait = parse_double("--max-wait", optarg); break;
 		case O_LOOKAHEAD: o->lookahead = parse_u32("--lookahead", optarg, 0); break;
 		case O_LOOKAHEAD_EVICT: o->lookahead_evict = true; break;
+		case O_NO_LOOKAHEAD_GUARD: o->lookahead_guard = false; break;
 		case O_MAX_RUNNING: o->max_running = parse_u32("--max-running", optarg, 1); break;
 		case O_MAX_PREFILL:
 			o->max_prefill_tokens = parse_u32("--max-prefill-tokens", optarg, 1);

@@ -48,7 +48,8 @@
  *
  * A request that does not fit stops the step's admissions, as in SGLang;
  * with --lookahead N the next N behind it are tried, in free pages only
- * (prefill_admit_behind()).
+ * (prefill_admit_behind()), and each goes in only if it cannot delay the
+ * head (backfill_allowed()).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -112,6 +113,13 @@ struct eng {
 	uint64_t stats[NR_KVMM_STATS];
 	uint64_t progress_ns;
 	struct kvmm_extend_ent *ents;
+	struct eng_job *jobs;		/* backfill_shadow()'s scratch */
+};
+
+/* A request that holds KV until it finishes: backfill_shadow()'s view. */
+struct eng_job {
+	uint32_t steps;			/* decode steps until it finishes */
+	double back;			/* avail tokens its finish gives back */
 };
 
 /* ---- the ring ---- */
@@ -574,7 +582,126 @@ struct prefill_batch {
 	double flops;
 	double promote_secs;		/* lower-tier promotions, before compute */
 	double prefetch_wait;		/* until its requests' prefetches are over */
+	/* --lookahead's guard: backfill_allowed() */
+	int64_t lack;			/* avail tokens the last refused request lacked */
+	uint64_t ev_before;		/* evictable pages before the tried one's MATCH */
+	bool blocked;			/* the head was refused; those behind backfill */
+	bool checked;			/* the request being tried passed the guard */
+	uint32_t shadow;		/* decode steps until the head fits */
+	double extra;			/* avail tokens at the shadow it leaves */
+	uint32_t steps;			/* the request being tried: its decode steps, */
+	double use;			/* ... its want and the cache its MATCH locked */
 };
+
+/*
+ * DOC: the guard of --lookahead (EASY backfilling)
+ *
+ * Past a head that does not fit, --lookahead tries the requests behind it.
+ * Unguarded, what they take is part of the room the head waits for, and a
+ * head can wait behind request after request.  The guard is EASY
+ * backfilling, as HPC batch schedulers run it: it predicts when the head
+ * will fit, and lets a request behind it in only if it cannot move that
+ * time.  Everything is counted in the units admission counts, "avail"
+ * tokens: pool tokens free or evictable less the decode reserve
+ * (prefill_avail()).
+ *
+ * The head was refused lacking D avail tokens: what it wants (the tokens
+ * it must compute or promote, prefetched pages on the device being part
+ * of its match, plus the reserve for its output) less what the step had
+ * left; for a promotion, also the pages it needs past the free and
+ * evictable ones.  Requests admitted earlier in the step add their
+ * reserve to D (the next steps count it).  A running request k has s_k
+ * decode steps left and holds L_k tokens: each decode step costs the
+ * pool 1 - reserve tokens while it runs, and when it finishes its L_k
+ * tokens become cache and its reserve is let go: avail grows by
+ * L_k + reserve * s_k.  The head's shadow S is the first number of decode
+ * steps after which the growth covers D (with nothing left running the
+ * head goes in alone anyway: S is then the last finish); the extra E is
+ * the growth at S less D.
+ *
+ * A request j behind the head, whose prefill would give it its next token
+ * and leave s_j decode steps, goes in only if its whole prompt fits this
+ * step (a chunked prefill would hold the queue) and
+ *  (a) s_j <= S: it has finished and given back all it took by the
+ *      time the head fits; or
+ *  (b) it takes no more than E: its want (tokens to compute or promote
+ *      plus reserve), (1 - reserve) * S tokens it decodes by then, and the
+ *      cached pages its MATCH locked (evictable before, not after).  E
+ *      then shrinks by that much for the next request.
+ * The prediction assumes nothing is retracted, counts a finishing
+ * request's whole KV as given back, a prefix it shares with another
+ * running request included, and counts decode steps, not time: the
+ * prefill a request behind takes is a step the running requests do not
+ * decode in.
+ */
+
+static int cmp_job(const void *a, const void *b)
+{
+	const struct eng_job *x = a, *y = b;
+
+	return (x->steps > y->steps) - (x->steps < y->steps);
+}
+
+/* Decode steps @r has left after its next token (@next: a prefill gives it). */
+static uint32_t steps_left(const struct ereq *r, bool next)
+{
+	uint32_t left = r->w->output_len - r->decoded;
+
+	return next ? (left > 1 ? left - 1 : 0) : left;
+}
+
+/*
+ * The head was refused lacking b->lack avail tokens: its shadow is the
+ * first number of decode steps after which what the requests holding KV
+ * give back covers that, and what requests admitted in this step will
+ * hold back for their output (the next steps count it).
+ */
+static void backfill_shadow(struct eng *e, struct prefill_batch *b)
+{
+	double rs = e->o->decode_reserve, need = (double)b->lack, have = 0, gain = 0;
+	uint32_t n = 0, k, d = 0;
+
+	for (k = 0; k < e->nrun; k++) {
+		const struct ereq *r = &e->r[e->running[k]];
+		uint32_t s = steps_left(r, false);
+
+		e->jobs[n++] = (struct eng_job){ s, r->kvlen + rs * s };
+	}
+	for (k = 0; k < b->ndone; k++) {
+		const struct ereq *r = &e->r[b->done[k]];
+		uint32_t s = steps_left(r, true);
+
+		need += rs * s;
+		e->jobs[n++] = (struct eng_job){ s, r->kvlen + rs * s };
+	}
+	qsort(e->jobs, n, sizeof(*e->jobs), cmp_job);
+	for (k = 0;;) {
+		while (k < n && e->jobs[k].steps <= d)
+			gain += e->jobs[k++].back;
+		have = gain - (1 - rs) * d * (n - k);
+		if (have >= need || k == n)
+			break;
+		d = e->jobs[k].steps;
+	}
+	b->shadow = d;
+	b->extra = have > need ? have - need : 0;
+}
+
+/*
+ * May @r, behind the head, go in wanting @want avail tokens, with
+ * @ev_after evictable pages left after its MATCH?  (a) or (b) of the DOC
+ * above.
+ */
+static bool backfill_allowed(struct eng *e, struct prefill_batch *b, const struct ereq *r,
+			     uint64_t want, uint64_t ev_after)
+{
+	uint64_t locked = b->ev_before > ev_after ? b->ev_before - ev_after : 0;
+
+	b->steps = steps_left(r, true);
+	b->use = (double)want + (double)page_tokens(e, locked) +
+		 (1 - e->o->decode_reserve) * b->shadow;
+	return b->steps <= b->shadow || b->use <= b->extra;
+}
 
 /*
  * Admission counts what a promotion will take.  Run the prepared LOOKUP
@@ -614,8 +741,17 @@ static int admit_promotion(struct eng *e, struct ereq *r, uint32_t n,
 	room = st[KVMM_STAT_PAGES_FREE] + st[KVMM_STAT_PAGES_EVICTABLE];
 	want = r->input - (uint32_t)res[1] +
 	       (uint64_t)((r->w->output_len - r->decoded) * o->decode_reserve);
-	if (lower > room || (!alone && want > b->avail))
+	if (lower > room || (!alone && want > b->avail)) {
+		b->lack = (int64_t)want - (int64_t)b->avail;
+		if (lower > room && (int64_t)page_tokens(e, lower - room) > b->lack)
+			b->lack = (int64_t)page_tokens(e, lower - room);
 		return 1;
+	}
+	if (b->blocked && o->lookahead_guard) {
+		if (!backfill_allowed(e, b, r, want, st[KVMM_STAT_PAGES_EVICTABLE]))
+			return 1;
+		b->checked = true;
+	}
 	kvmm_prep_promote(sqe(e), r->seq, 0, stage(e, r->tok, n), n);
 	res[2] = kv1(e);
 	return 0;
@@ -820,6 +956,7 @@ static int prefill_admit(struct eng *e, struct prefill_batch *b, uint32_t k)
 			return ret;
 		r->seq = (uint32_t)ret;
 	}
+	b->checked = false;
 	if (!o->no_cache && r->input > 1) {
 		ret = match(e, r, &m, b, alone);
 		if (ret < 0)
@@ -832,14 +969,33 @@ static int prefill_admit(struct eng *e, struct prefill_batch *b, uint32_t k)
 	/* without chunking, a prompt over the budget goes alone, whole */
 	c = eng_chunk_len(need, !o->chunk && !b->ndone && need > b->budget ? need : b->budget,
 			  o->chunk, o->page_size);
-	if (!c || (want > b->avail && !alone))
+	if (!c || (want > b->avail && !alone)) {
+		b->lack = (int64_t)want - (int64_t)b->avail;
 		goto out_retract;	/* not this step: let go of the match */
+	}
+	if (b->blocked && o->lookahead_guard) {
+		if (c < need)
+			goto out_retract;	/* its next chunks would hold the queue */
+		if (!b->checked) {
+			ret = kv_stats(e);
+			if (ret)
+				return ret;
+			if (!backfill_allowed(e, b, r, want, e->stats[KVMM_STAT_PAGES_EVICTABLE]))
+				goto out_retract;
+		}
+	}
 	r->kvlen = m;
 	ret = prefill_chunk(e, i, c, &b->flops);
-	if (ret == -ENOSPC)
+	if (ret == -ENOSPC) {
+		b->lack = (int64_t)want - (int64_t)b->avail;
+		if (b->lack <= 0)
+			b->lack = o->page_size;	/* the pool had less than it said */
 		goto out_retract;
+	}
 	if (ret)
 		return ret;
+	if (b->blocked && o->lookahead_guard && b->steps > b->shadow)
+		b->extra -= b->use;	/* (b): it holds that at the shadow */
 	prefill_admitted(e, k, m, need);
 	prefill_take(b, c);
 	if (c < need)
@@ -862,19 +1018,22 @@ out_retract:
  * until running requests finish, as SGLang's get_new_batch_prefill()
  * stops at the first request that finds no room.  The price: the free
  * pages a request behind takes are part of the room the head waits for,
- * and more requests run at once, so more of the cache is reclaimed later.
- * With --lookahead-evict it may take cached pages too, as the head would.
+ * and more requests run at once, so more of the cache is reclaimed later;
+ * the guard (backfill_allowed()) keeps it from taking what the head will
+ * need, unless --no-lookahead-guard.  With --lookahead-evict it may take
+ * cached pages too, as the head would.
  */
 static int prefill_admit_behind(struct eng *e, struct prefill_batch *b, uint32_t k)
 {
 	uint64_t avail = b->avail, room, reserved;
 	int ret;
 
-	if (e->o->lookahead_evict)
-		return prefill_admit(e, b, k);
 	ret = kv_stats(e);
 	if (ret)
 		return ret;
+	b->ev_before = e->stats[KVMM_STAT_PAGES_EVICTABLE];
+	if (e->o->lookahead_evict)
+		return prefill_admit(e, b, k);
 	room = page_tokens(e, e->stats[KVMM_STAT_PAGES_FREE]);
 	reserved = decode_reserved(e);
 	room = room > reserved ? room - reserved : 0;
@@ -916,7 +1075,8 @@ static int prefill_charge(struct eng *e, struct prefill_batch *b)
 /*
  * get_new_batch_prefill(): the chunked request first, then the waiting
  * queue in policy order; past a request that does not fit, up to
- * --lookahead more, in free pages only (prefill_admit_behind()).
+ * --lookahead more, in free pages only (prefill_admit_behind()), where
+ * the head's shadow allows (backfill_shadow()).
  * Return: 1 if a prefill step ran, 0 if there was nothing to prefill, or
  * a negative errno.
  */
@@ -953,7 +1113,14 @@ static int step_prefill(struct eng *e)
 		ret = k ? prefill_admit_behind(e, &b, k) : prefill_admit(e, &b, 0);
 		if (ret < 0)
 			return ret;
-		if (!ret && ++k > o->lookahead)
+		if (ret)
+			continue;
+		if (!k && o->lookahead) {
+			b.blocked = true;	/* the head: those behind it backfill */
+			if (o->lookahead_guard)
+				backfill_shadow(e, &b);
+		}
+		if (++k > o->lookahead)
 			break;
 	}
 	return prefill_charge(e, &b);
@@ -1172,11 +1339,12 @@ static int setup(struct eng *e, const struct workload *wl, const struct eng_opts
 	e->waiting = malloc(wl->nreq * sizeof(*e->waiting));
 	e->running = malloc(((size_t)o->max_running + 1) * sizeof(*e->running));
 	e->ents = malloc(((size_t)o->max_running + 1) * sizeof(*e->ents));
+	e->jobs = malloc(((size_t)o->max_running + RING_SQ + 1) * sizeof(*e->jobs));
 	e->tpot = malloc(wl->nreq * sizeof(*e->tpot));
 	rep->ttft = malloc(wl->nreq * sizeof(*rep->ttft));
 	rep->slow = malloc(wl->nreq * sizeof(*rep->slow));
-	if (!e->r || !e->waiting || !e->running || !e->ents || !e->tpot || !rep->ttft ||
-	    !rep->slow)
+	if (!e->r || !e->waiting || !e->running || !e->ents || !e->jobs || !e->tpot ||
+	    !rep->ttft || !rep->slow)
 		return -ENOMEM;
 	for (i = 0; i < wl->nreq; i++) {
 		e->r[i] = (struct ereq){ .w = &wl->reqs[i], .seq = NONE, .child = NONE,
@@ -1210,6 +1378,7 @@ static void teardown(struct eng *e)
 	free(e->waiting);
 	free(e->running);
 	free(e->ents);
+	free(e->jobs);
 	free(e->tpot);
 	if (e->ctx) {
 		kvmm_ring_exit(&e->ring);
@@ -1401,6 +1570,7 @@ void eng_opts_default(struct eng_opts *o)
 		.prefetch_budget = 256,
 		.prefetch_depth = 16,
 		.admit_promotions = true,
+		.lookahead_guard = true,
 	};
 	eng_model_default(&o->model);
 }

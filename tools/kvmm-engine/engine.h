@@ -67,6 +67,8 @@ struct eng_opts {
 	uint32_t lookahead;		/* requests tried past one that does not fit,
 					 * in free pages only; 0: none */
 	bool lookahead_evict;		/* ... in cached pages too */
+	bool lookahead_guard;		/* ... only those that cannot delay the
+					 * head (EASY backfilling) */
 	bool progress;			/* a progress bar on stderr */
 	struct eng_model model;
 	/* tests: every scheduling event */

@@ -271,7 +271,7 @@ int report_json(const struct cli *c, const char *input, const struct eng_report 
 	int ret;
 
 	json_object_set_new(j, "config", json_pack(
-		"{s:I,s:I,s:s,s:s,s:I,s:f,s:I,s:b,s:I,s:I,s:I,s:f,s:b,s:b}",
+		"{s:I,s:I,s:s,s:s,s:I,s:f,s:I,s:b,s:b,s:I,s:I,s:I,s:f,s:b,s:b}",
 		"device_pages", (json_int_t)o->device_pages,
 		"page_size", (json_int_t)o->page_size,
 		"evict", o->evict, "policy", cli_policy_names[o->policy],
@@ -279,6 +279,7 @@ int report_json(const struct cli *c, const char *input, const struct eng_report 
 		"max_wait", o->max_wait,
 		"lookahead", (json_int_t)o->lookahead,
 		"lookahead_evict", o->lookahead_evict,
+		"lookahead_guard", o->lookahead_guard,
 		"max_running", (json_int_t)o->max_running,
 		"max_prefill_tokens", (json_int_t)o->max_prefill_tokens,
 		"chunk", (json_int_t)o->chunk,
