@@ -1570,6 +1570,7 @@ void eng_opts_default(struct eng_opts *o)
 		.prefetch_budget = 256,
 		.prefetch_depth = 16,
 		.admit_promotions = true,
+		.lookahead = 16,
 		.lookahead_guard = true,
 	};
 	eng_model_default(&o->model);
