@@ -64,6 +64,7 @@
 
 #define HASH_MAX	32
 #define HUGE_BYTES	(2u << 20)	/* a huge page */
+#define CACHE_LINE	64
 #define TOPIC_MAX	96
 
 const char *const kvev_hash_names[NR_KVEV_HASH + 1] = {
@@ -280,8 +281,8 @@ struct kvev_msg {
  * @ring: messages kept for replay, @p.buffer_steps slots
  * @toks: with @p.stored_tokens, the token ids of the pages in the table,
  *	as the msgpack a BlockStored carries them (tok_at()): @ntoks slots of
- *	@tok_stride bytes, the free ones chained through their first word
- *	from @tfree (slot + 1; 0: none)
+ *	@tok_stride bytes, whole cache lines; the numbers (slot + 1) of the
+ *	@ntfree free ones at @tfree, a stack
  * @ntokmax: the most token ids an event that carries none may name
  * @st: what it did; @st.messages is the next sequence number
  */
@@ -311,7 +312,8 @@ struct kvev {
 	uint32_t ns;
 	struct kvev_msg *ring;
 	uint8_t *toks;
-	uint32_t ntoks, tfree, tok_stride;
+	uint32_t *tfree;
+	uint32_t ntoks, ntfree, tok_stride;
 	uint32_t ntokmax;
 	struct kvev_stats st;
 };
@@ -406,9 +408,10 @@ static void *table_alloc(size_t n, size_t size)
 
 	if (size && n > (SIZE_MAX - HUGE_BYTES) / size)
 		return NULL;
-	if (bytes < HUGE_BYTES)
-		p = malloc(bytes);
-	else
+	if (bytes < HUGE_BYTES) {
+		bytes = (bytes + CACHE_LINE - 1) & ~(size_t)(CACHE_LINE - 1);
+		p = aligned_alloc(CACHE_LINE, bytes);
+	} else
 		p = huge_alloc(&bytes);
 	if (p)
 		memset(p, 0, bytes);
@@ -545,6 +548,13 @@ static void rev_del(struct kvev *ev, const uint8_t *hash, uint32_t ns, const str
  * in (a 16-bit length, then each id as put_uint() writes it), so that
  * the BlockStored of a demotion or promotion, most of what a tiered
  * cache publishes, copies them instead of writing each id again.
+ *
+ * Moves are looked up at random, one cache miss per line a page's
+ * bytes touch: a slot starts on a cache line (whole lines, on huge
+ * pages), so that the ids of a page of 16 (about 50 bytes) are one
+ * line, not the two that a slot straddling lines costs; and the free
+ * slots are a stack of their numbers, which taking one reads in order,
+ * not a chain through the slots, which read one more line at random.
  */
 
 static uint8_t *tok_at(const struct kvev *ev, uint32_t slot)
@@ -552,24 +562,31 @@ static uint8_t *tok_at(const struct kvev *ev, uint32_t slot)
 	return ev->toks + (size_t)(slot - 1) * ev->tok_stride;
 }
 
-/* Chain slot @slot (slot + 1) to the free ones. */
+/* Give slot @slot (slot + 1) back. */
 static void tok_free(struct kvev *ev, uint32_t slot)
 {
-	memcpy(tok_at(ev, slot), &ev->tfree, sizeof(ev->tfree));
-	ev->tfree = slot;
+	ev->tfree[ev->ntfree++] = slot;
 }
 
 /* Room for @n slots (all of them free, as the table grows).  Return: 0 or -ENOMEM. */
 static int tok_grow(struct kvev *ev, uint32_t n)
 {
+	uint32_t *f;
 	uint8_t *t;
 	uint32_t i;
 
 	if (n <= ev->ntoks)	/* 2^31 pages named: no more */
 		return -ENOMEM;
-	t = realloc(ev->toks, (size_t)n * ev->tok_stride);
+	f = realloc(ev->tfree, (size_t)n * sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	ev->tfree = f;
+	t = table_alloc(n, ev->tok_stride);
 	if (!t)
 		return -ENOMEM;
+	if (ev->toks)
+		memcpy(t, ev->toks, (size_t)ev->ntoks * ev->tok_stride);
+	free(ev->toks);
 	ev->toks = t;
 	for (i = n; i > ev->ntoks; i--)
 		tok_free(ev, i);
@@ -580,15 +597,9 @@ static int tok_grow(struct kvev *ev, uint32_t n)
 /* A slot for a page's token ids.  Return: slot + 1, or 0 with no memory. */
 static uint32_t tok_alloc(struct kvev *ev)
 {
-	uint32_t slot = ev->tfree;
-
-	if (!slot) {
-		if (tok_grow(ev, ev->ntoks ? ev->ntoks * 2 : 1024))
-			return 0;
-		slot = ev->tfree;
-	}
-	memcpy(&ev->tfree, tok_at(ev, slot), sizeof(ev->tfree));
-	return slot;
+	if (!ev->ntfree && tok_grow(ev, ev->ntoks ? ev->ntoks * 2 : 1024))
+		return 0;
+	return ev->tfree[--ev->ntfree];
 }
 
 static size_t put_uint(uint8_t *p, uint32_t t);
@@ -796,7 +807,7 @@ static void pack_token_slots(struct kvev *ev, uint32_t n)
 	uint8_t *p;
 	uint32_t j;
 
-	if (buf_reserve(ev, 5 + (size_t)n * (ev->tok_stride - sizeof(uint16_t))))
+	if (buf_reserve(ev, 5 + (size_t)n * 5 * ev->p.page_size))
 		return;
 	p = (uint8_t *)b->data + b->len;
 	p += put_array_head(p, n * ev->p.page_size);
@@ -1425,7 +1436,8 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->found = malloc(KVMM_EVENT_MAX_PAGES * sizeof(*ev->found));
 	/* an event that carries token ids is cut at KVMM_EVENT_MAX_TOKENS (one page at least) */
 	ev->ntokmax = p->page_size > KVMM_EVENT_MAX_TOKENS ? p->page_size : KVMM_EVENT_MAX_TOKENS;
-	ev->tok_stride = (uint32_t)((sizeof(uint16_t) + 5 * (size_t)p->page_size + 7) & ~(size_t)7);
+	ev->tok_stride = (uint32_t)((sizeof(uint16_t) + 5 * (size_t)p->page_size + CACHE_LINE - 1) &
+				    ~(size_t)(CACHE_LINE - 1));
 	/* made for the pages the tiers hold, half full, up to TABLE_MADE_MAX slots */
 	for (slots = 1024; slots < TABLE_MADE_MAX && slots < 2 * p->pages; slots *= 2)
 		;
@@ -1514,6 +1526,7 @@ void kvev_destroy(struct kvev *ev)
 	free(ev->hashes);
 	free(ev->found);
 	free(ev->toks);
+	free(ev->tfree);
 	free(ev->cbor);
 	free(ev->topic);
 	free(ev);
