@@ -46,7 +46,7 @@ static int kvmm_py_kvev_create(struct kvmm_ctx *ctx, const char *endpoint, const
 	struct kvev_params p = {
 		.endpoint = endpoint, .replay = replay, .topic = topic,
 		.hash = (enum kvev_hash)hash, .seed = seed, .page_size = kvmm_page_size(ctx),
-		.stored_tokens = true,
+		.stored_tokens = true, .yield_pages = KVEV_YIELD_PAGES,
 	};
 	int ret;
 

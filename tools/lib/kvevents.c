@@ -38,6 +38,18 @@
  * slash keeps namespace 1's subscribers off namespace 10's topic, since
  * ZMQ matches prefixes), and a message never mixes namespaces.
  *
+ * A publisher's thread shares the machine with the engine's, and on
+ * one with fewer cores than busy threads (kvmmd's client, its serving
+ * thread and the publisher on two cores) it takes a core from one of
+ * them whenever it runs: a thread woken or preempted there then waits
+ * for the publisher's time slice to end, and the engine's round trips
+ * with it.  So the publisher offers its CPU (sched_yield()) after every
+ * few dozen microseconds of work (kvev_params.yield_pages): a thread
+ * waiting for that core gets it back at once, and where none waits the
+ * call returns at once.  The publisher keeps its share of the CPU (it is
+ * not lowered in priority, which could starve it) and publishes every
+ * event as soon as before.
+ *
  * The same table answers a router that asks by vLLM block hashes which
  * tier holds them (kvev_lookup(), kvmmd's prefix query): a second table,
  * kept only for a publisher made to answer (kvev_params.index_hashes),
@@ -50,6 +62,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,6 +297,7 @@ struct kvev_msg {
  *	@tok_stride bytes, whole cache lines; the numbers (slot + 1) of the
  *	@ntfree free ones at @tfree, a stack
  * @ntokmax: the most token ids an event that carries none may name
+ * @unyielded: pages published since the CPU was last offered (@p.yield_pages)
  * @st: what it did; @st.messages is the next sequence number
  */
 struct kvev {
@@ -315,6 +329,7 @@ struct kvev {
 	uint32_t *tfree;
 	uint32_t ntoks, ntfree, tok_stride;
 	uint32_t ntokmax;
+	uint32_t unyielded;
 	struct kvev_stats st;
 };
 
@@ -1306,6 +1321,11 @@ int kvev_publish(struct kvev *ev, const struct kvmm_events_hdr *hdr)
 		else
 			ret = publish_one(ev, e);
 		p += sizeof(*e) + e->pages * sizeof(struct kvmm_key) + tok_bytes;
+		if (ev->p.yield_pages && (ev->unyielded += e->pages) >= ev->p.yield_pages) {
+			ev->unyielded = 0;
+			ev->st.yields++;
+			sched_yield();
+		}
 	}
 	if (!ret)
 		ret = flush_batch(ev);
@@ -1592,8 +1612,10 @@ static void *kvev_thread_fn(void *arg)
  * The engine never waits for the thread: events wait in @ctx's buffer,
  * which the thread drains one EVENTS read at a time, under the context's
  * lock only while it copies.  Unless @p says otherwise, the publisher's
- * tables are made for the pages of @ctx's tiers, and as much memory is
- * made ready for the messages kept for replay as the event buffer has.
+ * tables are made for the pages of @ctx's tiers, as much memory is
+ * made ready for the messages kept for replay as the event buffer has,
+ * and the thread offers its CPU every KVEV_YIELD_PAGES pages it
+ * publishes (kvev_params.yield_pages).
  *
  * Return: 0, or -errno (the events' settings, the sockets, the thread).
  */
@@ -1644,6 +1666,8 @@ int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_
 		pp.prepare_bytes = st[KVMM_STAT_EVENTS_BYTES] >= KVMM_EVENTS_TOKENS_BUF_MIN ?
 				   st[KVMM_STAT_EVENTS_BYTES] : events_bytes;
 	pp.stored_tokens = true;
+	if (!pp.yield_pages)
+		pp.yield_pages = KVEV_YIELD_PAGES;
 	t->buf = aligned_alloc(8, PUMP_BYTES);
 	ret = t->buf ? kvev_create(&pp, &t->ev) : -ENOMEM;
 	if (ret)
