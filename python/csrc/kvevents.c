@@ -19,6 +19,8 @@
 #if KVMM_PY_KVEVENTS
 /* compiled into the extension (setuptools takes no source outside python/) */
 #include "kvevents.c"
+#include "kvevents_buf.c"
+#include "kvevents_pack.c"
 
 /* Token ids on, then a buffer of @bytes unless one big enough is there. */
 static int kvmm_py_kvev_enable(struct kvmm_ctx *ctx, uint64_t bytes)
