@@ -196,8 +196,9 @@ ffibuilder.set_source(
 	# relink when the library changes: setuptools checks sources and depends only
 	depends=[str(OBJTREE / "libkvmm.a"), str(ROOT / "include" / "libkvmm.h"),
 		 str(ROOT / "include" / "libkvmm-ring.h"), str(RADIX), str(KVEV_C),
-		 *(str(ROOT / "tools" / "lib" / f) for f in ("kvevents.h", "kvevents_int.h", "kvevents.c",
-							       "kvevents_buf.c", "kvevents_pack.c")),
+		 str(ROOT / "tools" / "lib" / "kvevents.h"), str(ROOT / "tools" / "lib" / "kvevents.c"),
+		 *(str(ROOT / "tools" / "lib" / f) for f in ("kvevents_int.h", "kvevents_buf.c",
+							       "kvevents_pack.c")),
 		 str(Path(__file__).resolve())],
 	libraries=["pthread"],
 	extra_compile_args=["-O3"],	# csrc/radix.c's loops vectorize
