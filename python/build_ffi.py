@@ -167,7 +167,7 @@ static void kvmm_py_cq_disarm(struct kvmm_ring *ring)
 }
 """
 
-# KV events (csrc/kvevents.c), with tools/lib/kvevents.c where the build
+# KV events (csrc/kvevents.c), with tools/lib/kvevents*.c where the build
 # found libzmq, msgpack-c and libcrypto (config.mk's CONFIG_KVMM_KVEVENTS).
 KVEVENTS = "CONFIG_KVMM_KVEVENTS := y" in (OBJTREE / "config.mk").read_text() \
 	if (OBJTREE / "config.mk").exists() else False
@@ -191,6 +191,8 @@ ffibuilder.set_source(
 		 str(ROOT / "include" / "libkvmm-ring.h"), str(RADIX),
 		 str(RADIX_H), str(KVEV_C),
 		 str(ROOT / "tools" / "lib" / "kvevents.h"), str(ROOT / "tools" / "lib" / "kvevents.c"),
+		 *(str(ROOT / "tools" / "lib" / f) for f in ("kvevents_int.h", "kvevents_buf.c",
+							       "kvevents_pack.c")),
 		 str(Path(__file__).resolve())],
 	libraries=["pthread"],
 	extra_compile_args=["-O3"],	# csrc/radix.c's loops vectorize

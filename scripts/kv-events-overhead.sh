@@ -1,18 +1,25 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# scripts/kv-events-overhead.sh [OBJTREE [RUNS [kvmmd|ring]]] - what
-# publishing vLLM's KV events costs an engine: the shared workload
-# replayed with host and NVMe tiers (as the events' exactness test) with
-# the publisher off and on, RUNS times each, alternating, in one run;
-# prints the median us/request of each and their ratio
-# (Documentation/performance.rst).  kvmmd (the default): through kvmmd,
-# --kv-events off and on; ring: in-process through a ring, kvmm-bench's
-# publisher thread (tools/lib/kvevents.c) off and on.  Through kvmmd it
-# also prints the CPU time of kvmmd's publisher thread (kvmm-kvevents)
-# over each replay with events on.
+# scripts/kv-events-overhead.sh [OBJTREE[:OBJTREE...] [PAIRS [kvmmd|ring]]] -
+# what publishing vLLM's KV events costs an engine: the shared workload
+# replayed with host and NVMe tiers (as the events' exactness test), in
+# PAIRS pairs of one replay with the publisher off and one with it on,
+# one right after the other (the order swapped every other pair, so that
+# neither side always runs first), in one run; prints each side's median
+# us/request and, what the bar is about, the median of the pairs' on/off
+# ratios with their quartiles and extremes (Documentation/performance.rst).
+# With several OBJTREEs (a build and the build it is compared with) each
+# round runs a pair of each, interleaved.
+#
+# kvmmd (the default): through kvmmd, --kv-events off and on; the two
+# kvmmds are started with the same options apart from the events', and
+# each replay starts once kvmmd answers a probe.  It also prints the CPU
+# time of kvmmd's publisher thread (kvmm-kvevents) over each replay with
+# events on.  ring: in-process through a ring, kvmm-bench's publisher
+# thread (tools/lib/kvevents.c) off and on.
 set -eu
-O=${1:-build}
-RUNS=${2:-5}
+OS=${1:-build}
+PAIRS=${2:-15}
 MODE=${3:-kvmmd}
 W=${KVMM_SHARED:-$(dirname "$0")/../../shared}/bench/workload.jsonl
 dir=$(mktemp -d)
@@ -26,7 +33,9 @@ pub_ns() {	# CPU ns of kvmmd's publisher thread so far, or nothing
 	done
 	return 0
 }
-one() {	# one replay; $@: kvmmd's extra options
+viad() {	# one replay through kvmmd; $1: the objtree, $@: kvmmd's extra options
+	O=$1
+	shift
 	rm -f "$dir/s" "$dir/nvme"
 	"$O/bin/kvmmd" --socket "$dir/s" --quiet --page-size 16 --pages 4000 \
 		--layers 1 --kv-heads 1 --head-dim 4 --host-pages 4000 \
@@ -38,40 +47,72 @@ one() {	# one replay; $@: kvmmd's extra options
 		sleep 0.05
 	done
 	cpu0=$(pub_ns)
-	"$O/bin/kvmm-bench" replay --workload "$W" --page-size 16 --via remote \
+	us=$("$O/bin/kvmm-bench" replay --workload "$W" --page-size 16 --via remote \
 		--socket "$dir/s" --repeat 1 --capacity-tokens 64000 --json |
-		sed -n 's/.*"us_per_request":\([0-9.]*\).*/\1/p'
-	[ -z "$cpu0" ] || echo "$cpu0 $(pub_ns)" >>"$dir/pub"
+		sed -n 's/.*"us_per_request":\([0-9.]*\).*/\1/p')
+	cpu1=$(pub_ns)
 	kill $pid
 	wait $pid || true
+	echo "$us ${cpu0:+$((cpu1 - cpu0))}"
 }
-inproc() {	# one in-process replay; $@: kvmm-bench's extra options
-	"$O/bin/kvmm-bench" replay --workload "$W" --page-size 16 --via ring --repeat 1 \
+inproc() {	# one in-process replay; $1: the objtree, $@: kvmm-bench's extra options
+	O=$1
+	shift
+	rm -f "$dir/nvme"
+	us=$("$O/bin/kvmm-bench" replay --workload "$W" --page-size 16 --via ring --repeat 1 \
 		--capacity-tokens 64000 --host-tokens 64000 --nvme-tokens 256000 \
 		--nvme-file "$dir/nvme" --json "$@" |
-		sed -n 's/.*"us_per_request":\([0-9.]*\).*/\1/p'
+		sed -n 's/.*"us_per_request":\([0-9.]*\).*/\1/p')
+	echo "$us"
 }
-off= on=
-for _ in $(seq "$RUNS"); do
+one() {	# one replay; $1: the objtree, $2: off or on
 	if [ "$MODE" = ring ]; then
-		off="$off $(inproc)"
-		on="$on $(inproc --kv-events "ipc://$dir/ev")"
+		if [ "$2" = on ]; then
+			inproc "$1" --kv-events "ipc://$dir/ev"
+		else
+			inproc "$1"
+		fi
+	elif [ "$2" = on ]; then
+		viad "$1" --kv-events "ipc://$dir/ev" --kv-events-replay "ipc://$dir/rep"
 	else
-		off="$off $(one)"
-		on="$on $(one --kv-events "ipc://$dir/ev" --kv-events-replay "ipc://$dir/rep")"
+		viad "$1"
 	fi
+}
+: >"$dir/runs"
+for i in $(seq "$PAIRS"); do
+	for O in $(echo "$OS" | tr : ' '); do
+		if [ $((i % 2)) = 1 ]; then sides="off on"; else sides="on off"; fi
+		for s in $sides; do
+			echo "$O $i $s $(one "$O" "$s")" >>"$dir/runs"
+		done
+	done
 done
-touch "$dir/pub"
-python3 - "$off" "$on" "$dir/pub" <<'PY'
+python3 - "$dir/runs" <<'PY'
 import statistics, sys
-off = [float(x) for x in sys.argv[1].split()]
-on = [float(x) for x in sys.argv[2].split()]
-pub = [(int(b) - int(a)) / 1e6 for a, b in (l.split() for l in open(sys.argv[3]) if l.strip())]
-mo, mn = statistics.median(off), statistics.median(on)
-print(f"events off: {mo:.1f} us/request (runs: {' '.join(f'{x:.1f}' for x in off)})")
-print(f"events on:  {mn:.1f} us/request (runs: {' '.join(f'{x:.1f}' for x in on)})")
-print(f"on/off:     {mn / mo:.3f}")
-if pub:
-    print(f"publisher:  {statistics.median(pub):.1f} ms CPU per replay "
-          f"(runs: {' '.join(f'{x:.1f}' for x in pub)})")
+runs = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    runs.setdefault(f[0], {}).setdefault(int(f[1]), {})[f[2]] = f[3:]
+def q(xs, p):   # the p-quantile, interpolated
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p
+    i = int(k)
+    return xs[i] + (xs[min(i + 1, len(xs) - 1)] - xs[i]) * (k - i)
+for o, pairs in runs.items():
+    off = [float(p["off"][0]) for p in pairs.values()]
+    on = [float(p["on"][0]) for p in pairs.values()]
+    ratio = [b / a for a, b in zip(off, on)]
+    pub = [int(p["on"][1]) / 1e6 for p in pairs.values() if len(p["on"]) > 1]
+    if len(runs) > 1:
+        print(f"{o}:")
+    print(f"events off: {statistics.median(off):.1f} us/request (runs: {' '.join(f'{x:.1f}' for x in off)})")
+    print(f"events on:  {statistics.median(on):.1f} us/request (runs: {' '.join(f'{x:.1f}' for x in on)})")
+    print(f"on/off:     {statistics.median(ratio):.3f} median of {len(ratio)} pairs "
+          f"(quartiles {q(ratio, .25):.3f} {q(ratio, .75):.3f}, "
+          f"range {min(ratio):.3f} {max(ratio):.3f}; "
+          f"medians' ratio {statistics.median(on) / statistics.median(off):.3f})")
+    print(f"pairs:      {' '.join(f'{x:.3f}' for x in ratio)}")
+    if pub:
+        print(f"publisher:  {statistics.median(pub):.1f} ms CPU per replay "
+              f"(runs: {' '.join(f'{x:.1f}' for x in pub)})")
 PY

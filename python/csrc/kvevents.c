@@ -19,6 +19,8 @@
 #if KVMM_PY_KVEVENTS
 /* compiled into the extension (setuptools takes no source outside python/) */
 #include "kvevents.c"
+#include "kvevents_buf.c"
+#include "kvevents_pack.c"
 
 /* Token ids on, then a buffer of @bytes unless one big enough is there. */
 static int kvmm_py_kvev_enable(struct kvmm_ctx *ctx, uint64_t bytes)
@@ -46,7 +48,7 @@ static int kvmm_py_kvev_create(struct kvmm_ctx *ctx, const char *endpoint, const
 	struct kvev_params p = {
 		.endpoint = endpoint, .replay = replay, .topic = topic,
 		.hash = (enum kvev_hash)hash, .seed = seed, .page_size = kvmm_page_size(ctx),
-		.stored_tokens = true,
+		.stored_tokens = true, .yield_pages = KVEV_YIELD_PAGES,
 	};
 	int ret;
 

@@ -8,9 +8,14 @@
  * them; a page it never saw stored cannot be named and is counted.
  * Messages are built in the replay buffer's chunks, which are reused:
  * a replay after the buffer wrapped around returns exactly the messages
- * subscribers were sent.
+ * subscribers were sent.  A publisher offers its CPU every yield_pages
+ * pages and sends the same messages; its thread, sharing its one CPU
+ * with a thread that never sleeps, still publishes everything.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -604,6 +609,150 @@ static void kvevents_lookup_without_index_finds_nothing(void)
 	CU_ASSERT(!memcmp(m[0].hash0[0], want, 32));
 	teardown(&f);
 }
+/*
+ * With yield_pages a publisher offers its CPU once per that many pages
+ * (counted across events and calls), and sends exactly the messages one
+ * without it sends.
+ */
+static void kvevents_publish_offers_the_cpu_every_yield_pages(void)
+{
+	struct kvev_params p = { .hash = KVEV_HASH_SHA256_CBOR, .page_size = PS,
+				 .stored_tokens = true, .yield_pages = 4 };
+	uint32_t tok[3 * PS], i, j;
+	struct msg_seen m[2][12];
+	struct kvev_stats st[2];
+	struct fixture f[2];
+	struct evout o;
+
+	for (i = 0; i < 3 * PS; i++)
+		tok[i] = 500 + i;
+	setup_params(&f[0], p);
+	p.yield_pages = 0;
+	setup_params(&f[1], p);
+	for (j = 0; j < 2; j++) {
+		/* ten events of three pages, each its own call: one offer per 4 pages or more */
+		for (i = 0; i < 10; i++) {
+			evout_init(&o);
+			evout_add(&o, KVMM_EVENT_STORED, KVMM_TIER_DEVICE, KVMM_TIER_DEVICE,
+				  100 + 3 * i, i ? 100 + 3 * i - 1 : 0, 3, tok);
+			CU_ASSERT_EQUAL(kvev_publish(f[j].ev, (const void *)o.buf), 0);
+		}
+		evout_init(&o);
+		evout_add(&o, KVMM_EVENT_DEMOTED, KVMM_TIER_DEVICE, KVMM_TIER_HOST, 100, 0, 3, NULL);
+		CU_ASSERT_EQUAL(kvev_publish(f[j].ev, (const void *)o.buf), 0);
+		kvev_get_stats(f[j].ev, &st[j]);
+		CU_ASSERT_EQUAL_FATAL(replay(f[j].ev, f[j].dealer, 0, m[j], 12), 11);
+	}
+	CU_ASSERT_EQUAL(st[0].yields, 5);	/* 3+3, 3+3, ... then 3+3 with the demotion */
+	CU_ASSERT_EQUAL(st[1].yields, 0);
+	CU_ASSERT_EQUAL(st[0].messages, st[1].messages);
+	CU_ASSERT_EQUAL(st[0].stored, st[1].stored);
+	CU_ASSERT_EQUAL(st[0].removed, st[1].removed);
+	CU_ASSERT(!memcmp(m[0], m[1], 11 * sizeof(m[0][0])));
+	teardown(&f[0]);
+	teardown(&f[1]);
+}
+
+static atomic_bool spin_on;
+
+/* A thread of the engine that never sleeps. */
+static void *spinner(void *arg)
+{
+	(void)arg;
+	while (atomic_load_explicit(&spin_on, memory_order_relaxed))
+		;
+	return NULL;
+}
+
+/*
+ * The publisher's thread and one that never sleeps share one CPU: the
+ * publisher, offering its CPU every few pages, still publishes every
+ * page of every prompt cached meanwhile, unprompted (its stop, which
+ * publishes what is left itself, comes after), and offered its CPU.
+ */
+static void kvevents_thread_keeps_up_beside_a_busy_core(void)
+{
+	enum { PROMPTS = 24, LEN = 64 };	/* pages of 4 tokens: 16 a prompt */
+	struct kvmm_ctx *ctx = test_ctx(PS, 4096, 8, 1024);
+	char dir[] = "/tmp/kvmm-kvev-XXXXXX", ep[96];
+	struct kvev_params p = { .hash = KVEV_HASH_SHA256_CBOR, .index_hashes = true,
+				 .yield_pages = 8 };
+	uint8_t (*want)[32] = malloc(LEN / PS * 32);
+	uint32_t tok[LEN], tiers[KVMM_NR_TIERS], i, got = 0;
+	cpu_set_t mask, one;
+	struct kvev_thread *t;
+	struct kvev_stats st;
+	struct kvev_params namer_p = { .hash = KVEV_HASH_SHA256_CBOR, .page_size = PS,
+				       .endpoint = "inproc://namer" };
+	struct kvev *namer;
+	pthread_t spin;
+	int cpu = sched_getcpu(), ret;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(want);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+	snprintf(ep, sizeof(ep), "ipc://%s/pub", dir);
+	p.endpoint = ep;
+	/* the last prompt's blocks, named by a publisher of the same hash */
+	CU_ASSERT_EQUAL_FATAL(kvev_create(&namer_p, &namer), 0);
+	for (i = 0; i < PROMPTS; i++)
+		test_tokens(tok, LEN, 1000 + i);	/* the last one stays in @tok */
+	for (i = 0; i < LEN / PS; i++)
+		kvev_block_hash(namer, i ? want[i - 1] : NULL, tok + i * PS, want[i]);
+	kvev_destroy(namer);
+
+	/* this thread, the spinner and the publisher (they inherit it) on one CPU */
+	CU_ASSERT_EQUAL_FATAL(sched_getaffinity(0, sizeof(mask), &mask), 0);
+	CPU_ZERO(&one);
+	CPU_SET(cpu < 0 ? 0 : cpu, &one);
+	CU_ASSERT_EQUAL_FATAL(sched_setaffinity(0, sizeof(one), &one), 0);
+	atomic_store(&spin_on, true);
+	ret = -pthread_create(&spin, NULL, spinner, NULL);
+	CU_ASSERT_EQUAL(ret, 0);
+	if (!ret) {
+		ret = kvev_thread_start(ctx, &p, 1u << 20, 2, &t);
+		CU_ASSERT_EQUAL(ret, 0);
+		if (ret) {
+			atomic_store(&spin_on, false);
+			pthread_join(spin, NULL);
+		}
+	}
+	for (i = 0; !ret && i < PROMPTS; i++) {
+		test_tokens(tok, LEN, 1000 + i);
+		kvmm_lock(ctx);
+		CU_ASSERT_EQUAL(test_cache(ctx, 0, tok, LEN), 0);
+		CU_ASSERT_EQUAL(kvmm_check(ctx), 0);
+		kvmm_unlock(ctx);
+	}
+	/* a deadline far past any delay, for a loaded machine: it is not a timing test */
+	for (i = 0; !ret && i < 3000 && got < LEN / PS; i++) {
+		got = kvev_lookup(kvev_thread_publisher(t), 0, &want[0][0], LEN / PS, tiers);
+		if (got < LEN / PS)
+			usleep(10000);
+	}
+	CU_ASSERT_EQUAL(got, LEN / PS);
+	CU_ASSERT_EQUAL(tiers[KVMM_TIER_DEVICE], LEN);
+
+	/* the spinner stops and the CPUs come back whatever happened above */
+	if (!ret) {
+		atomic_store(&spin_on, false);
+		pthread_join(spin, NULL);
+	}
+	CU_ASSERT_EQUAL(sched_setaffinity(0, sizeof(mask), &mask), 0);
+	if (!ret) {
+		CU_ASSERT_EQUAL(kvev_thread_stop(t, &st), 0);
+		CU_ASSERT_EQUAL(st.stored, PROMPTS);
+		CU_ASSERT_EQUAL(st.lost, 0);
+		CU_ASSERT_EQUAL(st.unnamed, 0);
+		/* each prompt's pages are one event of more than yield_pages: an offer each */
+		CU_ASSERT_EQUAL(st.yields, st.stored);
+	}
+	kvmm_destroy(ctx);
+	snprintf(ep, sizeof(ep), "%s/pub", dir);
+	unlink(ep);
+	rmdir(dir);
+	free(want);
+}
 #endif /* CONFIG_KVMM_KVEVENTS */
 
 int register_kvevents_suite(void)
@@ -618,6 +767,8 @@ int register_kvevents_suite(void)
 	ADD_TEST(s, kvevents_replay_after_wraparound_is_exact);
 	ADD_TEST(s, kvevents_tables_grow_past_their_made_size);
 	ADD_TEST(s, kvevents_lookup_without_index_finds_nothing);
+	ADD_TEST(s, kvevents_publish_offers_the_cpu_every_yield_pages);
+	ADD_TEST(s, kvevents_thread_keeps_up_beside_a_busy_core);
 #else
 	fprintf(stderr, "kvmm_kvevents: built without libzmq, msgpack-c or libcrypto\n");
 #endif

@@ -38,11 +38,28 @@
  * slash keeps namespace 1's subscribers off namespace 10's topic, since
  * ZMQ matches prefixes), and a message never mixes namespaces.
  *
+ * A publisher's thread shares the machine with the engine's, and on
+ * one with fewer cores than busy threads (kvmmd's client, its serving
+ * thread and the publisher on two cores) it takes a core from one of
+ * them whenever it runs: a thread woken or preempted there then waits
+ * for the publisher's time slice to end, and the engine's round trips
+ * with it.  So the publisher offers its CPU (sched_yield()) after every
+ * few dozen microseconds of work (kvev_params.yield_pages): a thread
+ * waiting for that core gets it back at once, and where none waits the
+ * call returns at once.  The publisher keeps its share of the CPU (it is
+ * not lowered in priority, which could starve it) and publishes every
+ * event as soon as before.
+ *
  * The same table answers a router that asks by vLLM block hashes which
  * tier holds them (kvev_lookup(), kvmmd's prefix query): a second table,
  * kept only for a publisher made to answer (kvev_params.index_hashes),
  * indexes the pages by their vLLM hash and namespace.  The publisher's
  * thread and the asker's share both under @lock.
+ *
+ * This file is the publisher: vLLM's block hashes, the tables, events
+ * in, and the thread; the messages are written by kvevents_pack.c, and
+ * built, sent and kept for replay by kvevents_buf.c
+ * (kvevents_int.h is what they share).
  */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -50,270 +67,21 @@
 #include <errno.h>
 #include <stddef.h>
 #include <pthread.h>
-#include <stdatomic.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <sys/mman.h>
 
 #include <openssl/evp.h>
 #include <zmq.h>
 
-#include "kvevents.h"
+#include "kvevents_int.h"
 
-#define HASH_MAX	32
-#define HUGE_BYTES	(2u << 20)	/* a huge page */
-#define TOPIC_MAX	96
 
 const char *const kvev_hash_names[NR_KVEV_HASH + 1] = {
 	[KVEV_HASH_SHA256_CBOR] = "sha256_cbor",
 	[KVEV_HASH_XXHASH_CBOR] = "xxhash_cbor",
 	NULL,
-};
-
-/* A page the publisher has seen stored: its vLLM hash and tier. */
-struct kvev_ent {
-	uint64_t lo, hi;	/* its kvmm key; lo == hi == 0: a free slot */
-	uint32_t ns;
-	uint8_t tier;
-	uint8_t hash[HASH_MAX];
-	uint32_t tok;		/* with stored_tokens: its token ids' slot + 1 (tok_at()) */
-};
-
-/* A page by its vLLM hash (the first 8 bytes) and namespace: its kvmm key. */
-struct kvev_rev {
-	uint64_t h;
-	uint32_t ns;
-	uint32_t used;
-	struct kvmm_key key;
-};
-
-/*
- * The message being built, which the packers below write into
- * (buf_reserve(), then the bytes): @len bytes
- * at @data, the free end of the chunk being filled (@cap bytes of room
- * there); after HDR_ROOM bytes, its KVEventBatch header is written into
- * once the events are counted.
- */
-struct kvev_buf {
-	char *data;		/* NULL: no room yet */
-	size_t len, cap;
-	int err;		/* -ENOMEM once a write did not fit */
-};
-
-/*
- * Messages kept for replay, and sent from there (ZMQ takes no copy),
- * are built in place in chunks filled one after the other, as a log: a
- * message that outgrows the room left in its chunk moves, what it has
- * so far, to a new one.  A message goes when its replay slot is taken,
- * in the order they came, so a chunk is free once its last message went
- * and ZMQ's I/O thread is done with all of them.  A chunk counts its
- * holders: the publisher while it fills it, each message kept in it,
- * each message ZMQ still sends from it.
- *
- * Chunks are huge pages where the kernel gives them, and a free one
- * goes back to a pool for the next, up to as many as the publisher made
- * ready when it was created (kvev_params.prepare_bytes): those are
- * touched there, so that the stream's first pass over them does not
- * wait for the kernel to fault and zero fresh memory, and no later pass
- * does either.  A chunk from the pool keeps the bytes of the messages it
- * held before; nothing reads them, as a message is sent and replayed
- * from exactly the bytes written for it.
- */
-struct kvev_pool {
-	pthread_mutex_t lock;		/* the publisher's thread and ZMQ's I/O thread */
-	struct kvev_chunk *free;	/* chained through ->next */
-	uint32_t nr, max;
-};
-
-struct kvev_chunk {
-	atomic_uint refs;
-	struct kvev_pool *pool;
-	struct kvev_chunk *next;	/* in the pool */
-	size_t size;			/* bytes at @data */
-	size_t used;			/* by messages kept */
-	char data[];
-};
-
-#define CHUNK_BYTES	HUGE_BYTES
-#define CHUNK_DATA	(CHUNK_BYTES - offsetof(struct kvev_chunk, data))
-
-/*
- * *@bytes rounded up to whole huge pages, allocated on that boundary and
- * asked for huge pages (a hint: small pages do too); NULL if there is none.
- */
-static void *huge_alloc(size_t *bytes)
-{
-	void *p;
-
-	*bytes = (*bytes + HUGE_BYTES - 1) & ~(size_t)(HUGE_BYTES - 1);
-	p = aligned_alloc(HUGE_BYTES, *bytes);
-	if (p)
-		madvise(p, *bytes, MADV_HUGEPAGE);
-	return p;
-}
-
-/* A chunk with room for @size bytes (one huge page at least), not in the pool. */
-static struct kvev_chunk *chunk_new(struct kvev_pool *pool, size_t size)
-{
-	size_t bytes = offsetof(struct kvev_chunk, data) + size;
-	struct kvev_chunk *c;
-
-	if (size > SIZE_MAX - 2 * CHUNK_BYTES)
-		return NULL;
-	c = huge_alloc(&bytes);
-	if (!c)
-		return NULL;
-	atomic_init(&c->refs, 1);
-	c->pool = pool;
-	c->size = bytes - offsetof(struct kvev_chunk, data);
-	c->used = 0;
-	return c;
-}
-
-/* Let go of chunk @c: the last holder gives it back to the pool, or frees it. */
-static void chunk_put(struct kvev_chunk *c)
-{
-	struct kvev_pool *pool = c->pool;
-
-	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
-		return;
-	pthread_mutex_lock(&pool->lock);
-	if (c->size == CHUNK_DATA && pool->nr < pool->max) {
-		c->next = pool->free;
-		pool->free = c;
-		pool->nr++;
-		c = NULL;
-	}
-	pthread_mutex_unlock(&pool->lock);
-	free(c);
-}
-
-/* A chunk with room for @size bytes, from the pool where one is free. */
-static struct kvev_chunk *chunk_get(struct kvev_pool *pool, size_t size)
-{
-	struct kvev_chunk *c = NULL;
-
-	if (size <= CHUNK_DATA) {
-		pthread_mutex_lock(&pool->lock);
-		c = pool->free;
-		if (c) {
-			pool->free = c->next;
-			pool->nr--;
-		}
-		pthread_mutex_unlock(&pool->lock);
-	}
-	if (!c)
-		return chunk_new(pool, size);
-	atomic_init(&c->refs, 1);
-	c->used = 0;
-	return c;
-}
-
-/*
- * Make @nr chunks ready in the pool: each 4 KiB written once, so that
- * the kernel faults (and zeroes) it here.  Return: 0 or -ENOMEM.
- */
-static int pool_prepare(struct kvev_pool *pool, uint32_t nr)
-{
-	uint32_t i;
-	size_t off;
-
-	pool->max = nr ? nr : 1;
-	for (i = 0; i < nr; i++) {
-		struct kvev_chunk *c = chunk_new(pool, CHUNK_DATA);
-
-		if (!c)
-			return -ENOMEM;
-		for (off = 0; off < c->size; off += 4096)
-			c->data[off] = 0;
-		chunk_put(c);
-	}
-	return 0;
-}
-
-static void pool_drain(struct kvev_pool *pool)
-{
-	while (pool->free) {
-		struct kvev_chunk *c = pool->free;
-
-		pool->free = c->next;
-		free(c);
-	}
-	pool->nr = 0;
-}
-
-/* zmq_free_fn: ZMQ is done with a message sent from chunk @hint */
-static void chunk_put_zmq(void *data, void *hint)
-{
-	(void)data;
-	chunk_put(hint);
-}
-
-/* [ts, [events...], rank]: fixarray, float64, array32 at most */
-#define HDR_ROOM	(1 + 9 + 5)
-
-/* One message kept for replay: @len bytes at @data, within @chunk. */
-struct kvev_msg {
-	uint64_t seq;
-	char topic[TOPIC_MAX];
-	struct kvev_chunk *chunk;
-	const char *data;
-	size_t len;
-};
-
-/**
- * struct kvev - a publisher
- * @p: its parameters (strings owned: @endpoint, @topic copied)
- * @zctx, @pub, @router: the ZMQ context and sockets
- * @none_hash: NONE_HASH, @hlen bytes
- * @cbor: scratch for one block's CBOR
- * @ents: the table of pages, @mask + 1 slots, @nr used
- * @hashes: scratch for one event's page hashes
- * @found: scratch for one event's pages in the table (page_lookup())
- * @md, @mdctx: sha256, fetched once, and a context reused for every block
- * @out: the message being built (msgpack), @nev events after HDR_ROOM
- * @chunk: the chunk messages are built and kept in (NULL: none yet)
- * @pool: free chunks
- * @ns: the namespace of the message being built
- * @ring: messages kept for replay, @p.buffer_steps slots
- * @toks: with @p.stored_tokens, the token ids of the pages in the table,
- *	as the msgpack a BlockStored carries them (tok_at()): @ntoks slots of
- *	@tok_stride bytes, the free ones chained through their first word
- *	from @tfree (slot + 1; 0: none)
- * @ntokmax: the most token ids an event that carries none may name
- * @st: what it did; @st.messages is the next sequence number
- */
-struct kvev {
-	struct kvev_params p;
-	char *topic;
-	void *zctx, *pub, *router;
-	uint8_t none_hash[HASH_MAX];
-	uint32_t hlen;
-	uint8_t *cbor;
-	struct kvev_ent *ents;
-	uint64_t mask, nr;
-	struct kvev_rev *revs;		/* @rmask + 1 slots, half full at most; NULL: none */
-	uint64_t rmask;
-	pthread_mutex_t lock;		/* the tables, between publisher and askers */
-	uint8_t *hashes;
-	struct kvev_ent **found;
-	EVP_MD *md;
-	EVP_MD_CTX *mdctx;
-	struct kvev_buf out;
-	struct kvev_chunk *chunk;
-	struct kvev_pool pool;
-	uint8_t stored_tail[KVMM_NR_TIERS][64];
-	uint8_t removed_tail[KVMM_NR_TIERS][24];
-	uint8_t stored_tail_len[KVMM_NR_TIERS], removed_tail_len[KVMM_NR_TIERS];
-	uint32_t nev;
-	uint32_t ns;
-	struct kvev_msg *ring;
-	uint8_t *toks;
-	uint32_t ntoks, tfree, tok_stride;
-	uint32_t ntokmax;
-	struct kvev_stats st;
 };
 
 /* ---- vLLM's block hashes ---- */
@@ -406,10 +174,11 @@ static void *table_alloc(size_t n, size_t size)
 
 	if (size && n > (SIZE_MAX - HUGE_BYTES) / size)
 		return NULL;
-	if (bytes < HUGE_BYTES)
-		p = malloc(bytes);
-	else
-		p = huge_alloc(&bytes);
+	if (bytes < HUGE_BYTES) {
+		bytes = (bytes + CACHE_LINE - 1) & ~(size_t)(CACHE_LINE - 1);
+		p = aligned_alloc(CACHE_LINE, bytes);
+	} else
+		p = kvev_huge_alloc(&bytes);
 	if (p)
 		memset(p, 0, bytes);
 	return p;
@@ -542,34 +311,43 @@ static void rev_del(struct kvev *ev, const uint8_t *hash, uint32_t ns, const str
  * ---- the token ids of the pages in the table (stored_tokens) ----
  *
  * A page's token ids are kept as the bytes a BlockStored carries them
- * in (a 16-bit length, then each id as put_uint() writes it), so that
+ * in (a 16-bit length, then each id as kvev_put_uint() writes it), so that
  * the BlockStored of a demotion or promotion, most of what a tiered
  * cache publishes, copies them instead of writing each id again.
+ *
+ * Moves are looked up at random, one cache miss per line a page's
+ * bytes touch: a slot starts on a cache line (whole lines, on huge
+ * pages), so that the ids of a page of 16 (about 50 bytes) are one
+ * line, not the two that a slot straddling lines costs; and the free
+ * slots are a stack of their numbers, which taking one reads in order,
+ * not a chain through the slots, which read one more line at random.
  */
 
-static uint8_t *tok_at(const struct kvev *ev, uint32_t slot)
-{
-	return ev->toks + (size_t)(slot - 1) * ev->tok_stride;
-}
-
-/* Chain slot @slot (slot + 1) to the free ones. */
+/* Give slot @slot (slot + 1) back. */
 static void tok_free(struct kvev *ev, uint32_t slot)
 {
-	memcpy(tok_at(ev, slot), &ev->tfree, sizeof(ev->tfree));
-	ev->tfree = slot;
+	ev->tfree[ev->ntfree++] = slot;
 }
 
 /* Room for @n slots (all of them free, as the table grows).  Return: 0 or -ENOMEM. */
 static int tok_grow(struct kvev *ev, uint32_t n)
 {
+	uint32_t *f;
 	uint8_t *t;
 	uint32_t i;
 
 	if (n <= ev->ntoks)	/* 2^31 pages named: no more */
 		return -ENOMEM;
-	t = realloc(ev->toks, (size_t)n * ev->tok_stride);
+	f = realloc(ev->tfree, (size_t)n * sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	ev->tfree = f;
+	t = table_alloc(n, ev->tok_stride);
 	if (!t)
 		return -ENOMEM;
+	if (ev->toks)
+		memcpy(t, ev->toks, (size_t)ev->ntoks * ev->tok_stride);
+	free(ev->toks);
 	ev->toks = t;
 	for (i = n; i > ev->ntoks; i--)
 		tok_free(ev, i);
@@ -580,28 +358,20 @@ static int tok_grow(struct kvev *ev, uint32_t n)
 /* A slot for a page's token ids.  Return: slot + 1, or 0 with no memory. */
 static uint32_t tok_alloc(struct kvev *ev)
 {
-	uint32_t slot = ev->tfree;
-
-	if (!slot) {
-		if (tok_grow(ev, ev->ntoks ? ev->ntoks * 2 : 1024))
-			return 0;
-		slot = ev->tfree;
-	}
-	memcpy(&ev->tfree, tok_at(ev, slot), sizeof(ev->tfree));
-	return slot;
+	if (!ev->ntfree && tok_grow(ev, ev->ntoks ? ev->ntoks * 2 : 1024))
+		return 0;
+	return ev->tfree[--ev->ntfree];
 }
-
-static size_t put_uint(uint8_t *p, uint32_t t);
 
 /* Keep @tok, a page's token ids, in slot @slot. */
 static void tok_set(struct kvev *ev, uint32_t slot, const uint32_t *tok)
 {
-	uint8_t *p = tok_at(ev, slot), *q = p + sizeof(uint16_t);
+	uint8_t *p = kvev_tok_at(ev, slot), *q = p + sizeof(uint16_t);
 	uint16_t len;
 	uint32_t i;
 
 	for (i = 0; i < ev->p.page_size; i++)
-		q += put_uint(q, tok[i]);
+		q += kvev_put_uint(q, tok[i]);
 	len = (uint16_t)(q - p - sizeof(len));
 	memcpy(p, &len, sizeof(len));
 }
@@ -677,463 +447,6 @@ static void ent_del(struct kvev *ev, const struct kvmm_key *k)
 	ev->nr--;
 }
 
-/* ---- msgpack: the structures msgspec makes of vLLM's classes ---- */
-
-/*
- * Room for @n more bytes at ev->out.len: where the chunk being filled
- * has none left, the message so far moves to a new chunk (from the pool
- * while it fits one; else one with room for twice as much), and the
- * publisher lets go of the old one (the messages kept in it hold it
- * still).  Return: 0, or -ENOMEM (kept in out.err).
- */
-static int buf_reserve(struct kvev *ev, size_t n)
-{
-	struct kvev_buf *b = &ev->out;
-	struct kvev_chunk *c;
-
-	if (b->len + n <= b->cap)
-		return 0;
-	if (b->err)
-		return b->err;
-	c = chunk_get(&ev->pool, b->len + n <= CHUNK_DATA ? CHUNK_DATA : 2 * (b->len + n));
-	if (!c)
-		return b->err = -ENOMEM;
-	if (b->data)
-		memcpy(c->data, b->data, b->len);
-	if (ev->chunk)
-		chunk_put(ev->chunk);
-	ev->chunk = c;
-	b->data = c->data;
-	b->cap = c->size;
-	return 0;
-}
-
-/* @n bytes at @p onto the message being built (failure: kept in out.err) */
-static void buf_put(struct kvev *ev, const void *p, size_t n)
-{
-	struct kvev_buf *b = &ev->out;
-
-	if (buf_reserve(ev, n))
-		return;
-	memcpy(b->data + b->len, p, n);
-	b->len += n;
-}
-
-/*
- * The msgpack the publisher writes is written here byte by byte, as
- * msgpack-c writes it (and msgspec, which vLLM's routers decode with):
- * every value in its shortest form, strings shorter than 32 bytes as
- * fixstr.  What never changes within an event is one constant.
- */
-
-/* An array head of @n elements into @p.  Return: its bytes, 5 at most. */
-static size_t put_array_head(uint8_t *p, uint32_t n)
-{
-	if (n < 16) {
-		p[0] = (uint8_t)(0x90 | n);	/* fixarray */
-		return 1;
-	}
-	if (n < 0x10000) {
-		p[0] = 0xdc;			/* array 16 */
-		p[1] = (uint8_t)(n >> 8);
-		p[2] = (uint8_t)n;
-		return 3;
-	}
-	p[0] = 0xdd;				/* array 32 */
-	p[1] = (uint8_t)(n >> 24);
-	p[2] = (uint8_t)(n >> 16);
-	p[3] = (uint8_t)(n >> 8);
-	p[4] = (uint8_t)n;
-	return 5;
-}
-
-/* An unsigned int into @p, as msgpack_pack_uint32() writes it.  Return: 5 bytes at most. */
-static size_t put_uint(uint8_t *p, uint32_t t)
-{
-	if (t < 0x80) {
-		p[0] = (uint8_t)t;
-		return 1;
-	}
-	if (t < 0x100) {
-		p[0] = 0xcc;
-		p[1] = (uint8_t)t;
-		return 2;
-	}
-	if (t < 0x10000) {
-		p[0] = 0xcd;
-		p[1] = (uint8_t)(t >> 8);
-		p[2] = (uint8_t)t;
-		return 3;
-	}
-	p[0] = 0xce;
-	p[1] = (uint8_t)(t >> 24);
-	p[2] = (uint8_t)(t >> 16);
-	p[3] = (uint8_t)(t >> 8);
-	p[4] = (uint8_t)t;
-	return 5;
-}
-
-/* @n token ids as an array of uints: one reserve for the worst case. */
-static void pack_tokens(struct kvev *ev, const uint32_t *tok, uint64_t n)
-{
-	struct kvev_buf *b = &ev->out;
-	uint8_t *p;
-	uint64_t i;
-
-	if (buf_reserve(ev, 5 + 5 * n))
-		return;
-	p = (uint8_t *)b->data + b->len;
-	p += put_array_head(p, (uint32_t)n);
-	for (i = 0; i < n; i++)
-		p += put_uint(p, tok[i]);
-	b->len = (size_t)((char *)p - b->data);
-}
-
-/* The token ids of @n pages found in the table (ev->found), from their slots. */
-static void pack_token_slots(struct kvev *ev, uint32_t n)
-{
-	struct kvev_buf *b = &ev->out;
-	uint8_t *p;
-	uint32_t j;
-
-	if (buf_reserve(ev, 5 + (size_t)n * (ev->tok_stride - sizeof(uint16_t))))
-		return;
-	p = (uint8_t *)b->data + b->len;
-	p += put_array_head(p, n * ev->p.page_size);
-	for (j = 0; j < n; j++) {
-		const uint8_t *t = tok_at(ev, ev->found[j]->tok);
-		uint16_t len;
-
-		memcpy(&len, t, sizeof(len));
-		memcpy(p, t + sizeof(len), len);
-		p += len;
-	}
-	b->len = (size_t)((char *)p - b->data);
-}
-
-static const char *const media[] = {
-	[KVMM_TIER_DEVICE] = "GPU", [KVMM_TIER_HOST] = "CPU", [KVMM_TIER_NVME] = "STORAGE",
-};
-
-/* The value of "block_hashes": an array of @n bin 8 of ev->hlen bytes each. */
-static void pack_hashes(struct kvev *ev, const uint8_t *h, uint32_t n)
-{
-	struct kvev_buf *b = &ev->out;
-	uint8_t *p;
-	uint32_t i;
-
-	if (buf_reserve(ev, 5 + (size_t)n * (2 + ev->hlen)))
-		return;
-	p = (uint8_t *)b->data + b->len;
-	p += put_array_head(p, n);
-	for (i = 0; i < n; i++, p += ev->hlen) {
-		*p++ = 0xc4;
-		*p++ = (uint8_t)ev->hlen;
-		memcpy(p, h + (size_t)i * ev->hlen, ev->hlen);
-	}
-	b->len = (size_t)((char *)p - b->data);
-}
-
-/*
- * What follows the token ids in a BlockStored on @tier, and the medium
- * that ends a BlockRemoved, into ev->tail (kvev_create()).
- */
-static void make_tails(struct kvev *ev)
-{
-	uint8_t *p;
-	int t;
-
-	for (t = 0; t < KVMM_NR_TIERS; t++) {
-		size_t ml = strlen(media[t]);
-
-		p = ev->stored_tail[t];
-		memcpy(p, "\xaa" "block_size", 11);
-		p += 11;
-		p += put_uint(p, ev->p.page_size);
-		memcpy(p, "\xa7" "lora_id" "\xc0" "\xa6" "medium", 16);
-		p += 16;
-		*p++ = (uint8_t)(0xa0 | ml);
-		memcpy(p, media[t], ml);
-		p += ml;
-		memcpy(p, "\xa9" "lora_name" "\xc0", 11);
-		p += 11;
-		ev->stored_tail_len[t] = (uint8_t)(p - ev->stored_tail[t]);
-
-		p = ev->removed_tail[t];
-		memcpy(p, "\xa6" "medium", 7);
-		p += 7;
-		*p++ = (uint8_t)(0xa0 | ml);
-		memcpy(p, media[t], ml);
-		p += ml;
-		ev->removed_tail_len[t] = (uint8_t)(p - ev->removed_tail[t]);
-	}
-}
-
-/*
- * BlockStored, a tagged msgspec Struct of 16 fields of which 8 have no
- * default: msgspec writes a map16 head for it whatever the count, so
- * the head is written here as it does, for byte-identical messages.
- * @tok: the pages' token ids; NULL: those of the pages found in the
- * table (ev->found).
- */
-static void pack_stored(struct kvev *ev, const uint8_t *h, uint32_t n, const uint8_t *parent,
-			const uint32_t *tok, uint8_t tier)
-{
-	static const char head[] = "\xde\x00\x08" "\xa4" "type" "\xab" "BlockStored"
-				   "\xac" "block_hashes";
-	static const char par[] = "\xb1" "parent_block_hash";
-	static const char toks[] = "\xa9" "token_ids";
-	uint8_t bin[2 + HASH_MAX] = { 0xc4, (uint8_t)ev->hlen };
-
-	buf_put(ev, head, sizeof(head) - 1);
-	pack_hashes(ev, h, n);
-	buf_put(ev, par, sizeof(par) - 1);
-	if (parent) {
-		memcpy(bin + 2, parent, ev->hlen);
-		buf_put(ev, bin, 2 + ev->hlen);
-	} else {
-		buf_put(ev, "\xc0", 1);			/* nil */
-	}
-	buf_put(ev, toks, sizeof(toks) - 1);
-	if (tok)
-		pack_tokens(ev, tok, (uint64_t)n * ev->p.page_size);
-	else
-		pack_token_slots(ev, n);
-	buf_put(ev, ev->stored_tail[tier], ev->stored_tail_len[tier]);
-	ev->nev++;
-	ev->st.stored++;
-}
-
-static void pack_removed(struct kvev *ev, const uint8_t *h, uint32_t n, uint8_t tier)
-{
-	static const char head[] = "\x83" "\xa4" "type" "\xac" "BlockRemoved"
-				   "\xac" "block_hashes";
-
-	buf_put(ev, head, sizeof(head) - 1);
-	pack_hashes(ev, h, n);
-	buf_put(ev, ev->removed_tail[tier], ev->removed_tail_len[tier]);
-	ev->nev++;
-	ev->st.removed++;
-}
-
-/* ---- sending, and replay ---- */
-
-static void topic_of(const struct kvev *ev, uint32_t ns, char *buf)
-{
-	snprintf(buf, TOPIC_MAX, "%s/ns/%u/", ev->topic, ns);
-}
-
-/* @n frames, copied; @last: the flags of the last (ZMQ_SNDMORE: more follow) */
-static int send_frames(void *sock, const void *const *f, const size_t *len, int n, int last)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		if (zmq_send(sock, f[i], len[i], i < n - 1 ? ZMQ_SNDMORE : last) < 0)
-			return -zmq_errno();
-	return 0;
-}
-
-/* The last frame: message @m's bytes, sent from its chunk, which ZMQ holds till done. */
-static int send_kept(void *sock, const struct kvev_msg *m)
-{
-	zmq_msg_t msg;
-
-	atomic_fetch_add_explicit(&m->chunk->refs, 1, memory_order_relaxed);
-	if (zmq_msg_init_data(&msg, (void *)m->data, m->len, chunk_put_zmq, m->chunk)) {
-		atomic_fetch_sub_explicit(&m->chunk->refs, 1, memory_order_relaxed);
-		return -zmq_errno();
-	}
-	if (zmq_msg_send(&msg, sock, 0) < 0) {
-		int ret = -zmq_errno();
-
-		zmq_msg_close(&msg);	/* lets go of the chunk */
-		return ret;
-	}
-	return 0;
-}
-
-static void seq_bytes(uint64_t seq, uint8_t *b)
-{
-	int i;
-
-	for (i = 0; i < 8; i++)
-		b[i] = (uint8_t)(seq >> (56 - 8 * i));
-}
-
-/*
- * Start the next message where the chunk's messages end: its events go
- * after the header's room (and with less room than that left, into the
- * next chunk).
- */
-static void batch_reset(struct kvev *ev)
-{
-	struct kvev_chunk *c = ev->chunk;
-
-	ev->out.data = NULL;
-	ev->out.cap = 0;
-	if (c && c->size - c->used >= HDR_ROOM) {
-		ev->out.data = c->data + c->used;
-		ev->out.cap = c->size - c->used;
-	}
-	ev->out.len = HDR_ROOM;
-	ev->out.err = 0;
-	ev->nev = 0;
-}
-
-/*
- * KVEventBatch's head into @p: [ts, [@nev events (they follow), and
- * its length, HDR_ROOM at most.
- */
-static size_t pack_head(uint8_t *p, double ts, uint32_t nev)
-{
-	uint64_t bits;
-	size_t n = 0;
-	int i;
-
-	p[n++] = 0x93;				/* fixarray 3 */
-	memcpy(&bits, &ts, sizeof(bits));
-	p[n++] = 0xcb;				/* float 64 */
-	for (i = 7; i >= 0; i--)
-		p[n++] = (uint8_t)(bits >> (8 * i));
-	return n + put_array_head(p + n, nev);
-}
-
-/*
- * Send the message being built, as KVEventBatch [ts, events, 0] (vLLM's
- * publisher fills data_parallel_rank with its rank, 0 for one), and keep
- * it for replay: its header goes right before its events, in the chunk
- * it was built in, and ZMQ sends it from there.
- */
-static int flush_batch(struct kvev *ev)
-{
-	struct kvev_buf *b = &ev->out;
-	uint8_t head[HDR_ROOM];
-	struct kvev_chunk *c;
-	struct kvev_msg *m;
-	struct timespec ts;
-	uint8_t sb[8];
-	const void *f[2];
-	size_t len[2], hl, end;
-	int ret;
-
-	if (!ev->nev)
-		return 0;
-	buf_put(ev, "\x00", 1);		/* data_parallel_rank */
-	if (b->err) {
-		batch_reset(ev);
-		return -ENOMEM;
-	}
-	clock_gettime(CLOCK_REALTIME, &ts);
-	hl = pack_head(head, ts.tv_sec + ts.tv_nsec / 1e9, ev->nev);
-	memcpy(b->data + HDR_ROOM - hl, head, hl);
-
-	m = &ev->ring[ev->st.messages % ev->p.buffer_steps];
-	if (m->chunk) {		/* the oldest message kept goes */
-		chunk_put(m->chunk);
-		m->chunk = NULL;
-		m->len = 0;
-	}
-	c = ev->chunk;
-	m->chunk = c;
-	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
-	m->data = b->data + HDR_ROOM - hl;
-	m->len = b->len - (HDR_ROOM - hl);
-	end = (size_t)(b->data - c->data) + b->len;
-	c->used = (end + 7) & ~(size_t)7;
-	if (c->used > c->size)
-		c->used = c->size;
-	batch_reset(ev);
-	m->seq = ev->st.messages++;
-	topic_of(ev, ev->ns, m->topic);
-	seq_bytes(m->seq, sb);
-	f[0] = m->topic, len[0] = strlen(m->topic);
-	f[1] = sb, len[1] = 8;
-	ret = send_frames(ev->pub, f, len, 2, ZMQ_SNDMORE);
-	if (!ret)
-		ret = send_kept(ev->pub, m);
-	/* a PUB socket drops what subscribers cannot take: replay has it */
-	return ret == -EAGAIN ? 0 : ret;
-}
-
-/**
- * kvev_serve_replay() - answer replay requests, waiting up to @timeout_ms
- * @ev: the publisher
- * @timeout_ms: how long to wait for the first (0: do not wait; -1: forever)
- *
- * A request is (identity, "", 8-byte big-endian start); the answer, as
- * vLLM's, is every kept message from start on as (identity, "", topic,
- * seq, payload), then (identity, "", "", -1, "").
- *
- * Return: requests answered, or -errno.
- */
-int kvev_serve_replay(struct kvev *ev, int timeout_ms)
-{
-	zmq_pollitem_t it = { .socket = ev->router, .events = ZMQ_POLLIN };
-	static const uint8_t end_seq[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
-	int served = 0;
-
-	if (!ev->router) {	/* nothing to answer: just the wait */
-		if (timeout_ms > 0) {
-			struct timespec ts = { timeout_ms / 1000, (timeout_ms % 1000) * 1000000L };
-
-			nanosleep(&ts, NULL);
-		}
-		return 0;
-	}
-	while (zmq_poll(&it, 1, served ? 0 : timeout_ms) > 0 && (it.revents & ZMQ_POLLIN)) {
-		uint8_t id[256], frame[16], sb[8];
-		uint64_t start = 0, s, first;
-		const void *f[5];
-		size_t len[5];
-		int n, idn, more, nframes = 1, i, ret;
-		size_t ml = sizeof(more);
-
-		idn = zmq_recv(ev->router, id, sizeof(id), 0);
-		if (idn < 0)
-			return -zmq_errno();
-		n = 0;
-		for (;;) {
-			if (zmq_getsockopt(ev->router, ZMQ_RCVMORE, &more, &ml) || !more)
-				break;
-			n = zmq_recv(ev->router, frame, sizeof(frame), 0);
-			nframes++;
-		}
-		if (nframes != 3 || n != 8 || idn > (int)sizeof(id))
-			continue;	/* not a replay request: ignored, as vLLM does */
-		for (i = 0; i < 8; i++)
-			start = start << 8 | frame[i];
-		first = ev->st.messages > ev->p.buffer_steps ?
-			ev->st.messages - ev->p.buffer_steps : 0;
-		for (s = start > first ? start : first; s < ev->st.messages; s++) {
-			const struct kvev_msg *m = &ev->ring[s % ev->p.buffer_steps];
-
-			if (!m->len)
-				continue;
-			seq_bytes(m->seq, sb);
-			f[0] = id, len[0] = (size_t)idn;
-			f[1] = "", len[1] = 0;
-			f[2] = m->topic, len[2] = strlen(m->topic);
-			f[3] = sb, len[3] = 8;
-			f[4] = m->data, len[4] = m->len;
-			ret = send_frames(ev->router, f, len, 5, 0);
-			if (ret)
-				return ret;
-		}
-		f[0] = id, len[0] = (size_t)idn;
-		f[1] = "", len[1] = 0;
-		f[2] = "", len[2] = 0;
-		f[3] = end_seq, len[3] = 8;
-		f[4] = "", len[4] = 0;
-		ret = send_frames(ev->router, f, len, 5, 0);
-		if (ret)
-			return ret;
-		ev->st.replays++;
-		served++;
-	}
-	return served;
-}
-
 /* ---- events in, messages out ---- */
 
 /*
@@ -1174,7 +487,7 @@ static void page_lookup(struct kvev *ev, const struct kvmm_cache_event *e, const
 
 		ev->found[j] = pe;
 		if (pe && pe->tok && !tok)
-			__builtin_prefetch(tok_at(ev, pe->tok));
+			__builtin_prefetch(kvev_tok_at(ev, pe->tok));
 	}
 }
 
@@ -1243,15 +556,15 @@ static int publish_one(struct kvev *ev, const struct kvmm_cache_event *e)
 		return 0;
 	}
 	if (ev->nev && ev->ns != e->ns) {
-		ret = flush_batch(ev);
+		ret = kvev_flush_batch(ev);
 		if (ret)
 			return ret;
 	}
 	ev->ns = e->ns;
 	if (e->type != KVMM_EVENT_STORED)
-		pack_removed(ev, ev->hashes, e->pages, e->tier);
+		kvev_pack_removed(ev, ev->hashes, e->pages, e->tier);
 	if (e->type != KVMM_EVENT_REMOVED)
-		pack_stored(ev, ev->hashes, e->pages, parent, tok, e->to);
+		kvev_pack_stored(ev, ev->hashes, e->pages, parent, tok, e->to);
 	if (e->type == KVMM_EVENT_REMOVED) {
 		for (j = 0; j < e->pages; j++)
 			ent_del(ev, &keys[j]);
@@ -1295,9 +608,14 @@ int kvev_publish(struct kvev *ev, const struct kvmm_events_hdr *hdr)
 		else
 			ret = publish_one(ev, e);
 		p += sizeof(*e) + e->pages * sizeof(struct kvmm_key) + tok_bytes;
+		if (ev->p.yield_pages && (ev->unyielded += e->pages) >= ev->p.yield_pages) {
+			ev->unyielded = 0;
+			ev->st.yields++;
+			sched_yield();
+		}
 	}
 	if (!ret)
-		ret = flush_batch(ev);
+		ret = kvev_flush_batch(ev);
 	pthread_mutex_unlock(&ev->lock);
 	return ret;
 }
@@ -1425,7 +743,8 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	ev->found = malloc(KVMM_EVENT_MAX_PAGES * sizeof(*ev->found));
 	/* an event that carries token ids is cut at KVMM_EVENT_MAX_TOKENS (one page at least) */
 	ev->ntokmax = p->page_size > KVMM_EVENT_MAX_TOKENS ? p->page_size : KVMM_EVENT_MAX_TOKENS;
-	ev->tok_stride = (uint32_t)((sizeof(uint16_t) + 5 * (size_t)p->page_size + 7) & ~(size_t)7);
+	ev->tok_stride = (uint32_t)((sizeof(uint16_t) + 5 * (size_t)p->page_size + CACHE_LINE - 1) &
+				    ~(size_t)(CACHE_LINE - 1));
 	/* made for the pages the tiers hold, half full, up to TABLE_MADE_MAX slots */
 	for (slots = 1024; slots < TABLE_MADE_MAX && slots < 2 * p->pages; slots *= 2)
 		;
@@ -1437,9 +756,9 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	}
 	pthread_mutex_init(&ev->lock, NULL);
 	ev->ring = table_alloc(ev->p.buffer_steps, sizeof(*ev->ring));
-	make_tails(ev);
+	kvev_make_tails(ev);
 	pthread_mutex_init(&ev->pool.lock, NULL);
-	batch_reset(ev);
+	kvev_batch_reset(ev);
 	ev->md = EVP_MD_fetch(NULL, "SHA256", NULL);
 	ev->mdctx = EVP_MD_CTX_new();
 	sbuf = malloc(sizeof(head) + sn);
@@ -1459,7 +778,7 @@ int kvev_create(const struct kvev_params *p, struct kvev **out)
 	free(sbuf);
 	sbuf = NULL;
 	if (ev->p.prepare_bytes > (uint64_t)UINT32_MAX * CHUNK_BYTES ||
-	    pool_prepare(&ev->pool, (uint32_t)((ev->p.prepare_bytes + CHUNK_BYTES - 1) / CHUNK_BYTES))) {
+	    kvev_pool_prepare(&ev->pool, (uint32_t)((ev->p.prepare_bytes + CHUNK_BYTES - 1) / CHUNK_BYTES))) {
 		ret = ev->p.prepare_bytes > (uint64_t)UINT32_MAX * CHUNK_BYTES ? -EINVAL : -ENOMEM;
 		goto out_free;
 	}
@@ -1500,11 +819,11 @@ void kvev_destroy(struct kvev *ev)
 		zmq_ctx_term(ev->zctx);
 	for (i = 0; ev->ring && i < ev->p.buffer_steps; i++)
 		if (ev->ring[i].chunk)
-			chunk_put(ev->ring[i].chunk);
+			kvev_chunk_put(ev->ring[i].chunk);
 	free(ev->ring);
 	if (ev->chunk)
-		chunk_put(ev->chunk);
-	pool_drain(&ev->pool);
+		kvev_chunk_put(ev->chunk);
+	kvev_pool_drain(&ev->pool);
 	pthread_mutex_destroy(&ev->pool.lock);
 	EVP_MD_CTX_free(ev->mdctx);
 	EVP_MD_free(ev->md);
@@ -1514,6 +833,7 @@ void kvev_destroy(struct kvev *ev)
 	free(ev->hashes);
 	free(ev->found);
 	free(ev->toks);
+	free(ev->tfree);
 	free(ev->cbor);
 	free(ev->topic);
 	free(ev);
@@ -1579,8 +899,10 @@ static void *kvev_thread_fn(void *arg)
  * The engine never waits for the thread: events wait in @ctx's buffer,
  * which the thread drains one EVENTS read at a time, under the context's
  * lock only while it copies.  Unless @p says otherwise, the publisher's
- * tables are made for the pages of @ctx's tiers, and as much memory is
- * made ready for the messages kept for replay as the event buffer has.
+ * tables are made for the pages of @ctx's tiers, as much memory is
+ * made ready for the messages kept for replay as the event buffer has,
+ * and the thread offers its CPU every KVEV_YIELD_PAGES pages it
+ * publishes (kvev_params.yield_pages).
  *
  * Return: 0, or -errno (the events' settings, the sockets, the thread).
  */
@@ -1631,6 +953,8 @@ int kvev_thread_start(struct kvmm_ctx *ctx, const struct kvev_params *p, uint64_
 		pp.prepare_bytes = st[KVMM_STAT_EVENTS_BYTES] >= KVMM_EVENTS_TOKENS_BUF_MIN ?
 				   st[KVMM_STAT_EVENTS_BYTES] : events_bytes;
 	pp.stored_tokens = true;
+	if (!pp.yield_pages)
+		pp.yield_pages = KVEV_YIELD_PAGES;
 	t->buf = aligned_alloc(8, PUMP_BYTES);
 	ret = t->buf ? kvev_create(&pp, &t->ev) : -ENOMEM;
 	if (ret)

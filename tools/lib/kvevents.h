@@ -30,6 +30,8 @@ extern const char *const kvev_hash_names[NR_KVEV_HASH + 1];
 #define KVEV_BUFFER_STEPS	10000	/* batches kept for replay, as vLLM */
 #define KVEV_HWM		100000
 #define KVEV_PREPARE_BYTES	(8ull << 20)	/* replay buffer made ready */
+/* pages a publisher's thread publishes between two offers of its CPU (about 20 us) */
+#define KVEV_YIELD_PAGES	128
 
 /**
  * struct kvev_params - what kvev_create() sets up
@@ -59,6 +61,13 @@ extern const char *const kvev_hash_names[NR_KVEV_HASH + 1];
  *	the publisher keeps each page's from its STORED event on, for the
  *	BlockStored a demotion or promotion sends (kvev_thread_start() sets
  *	both)
+ * @yield_pages: offer the CPU (sched_yield()) after every that many
+ *	pages published, so that a thread of the engine the publisher's
+ *	took a core from (the engine's own, or kvmmd's serving one, on a
+ *	machine with fewer cores than busy threads) gets it back within a
+ *	few tens of microseconds, not at the end of the publisher's time
+ *	slice; where nothing else waits for the core it returns at once
+ *	(0: never; kvev_thread_start(): KVEV_YIELD_PAGES)
  */
 struct kvev_params {
 	const char *endpoint;
@@ -73,6 +82,7 @@ struct kvev_params {
 	uint64_t pages;
 	bool stored_tokens;
 	bool index_hashes;
+	uint32_t yield_pages;
 };
 
 /* What a publisher did, for its owner's log and tests. */
@@ -83,6 +93,7 @@ struct kvev_stats {
 	uint64_t lost;		/* kvmm events overwritten before the publisher read them */
 	uint64_t unnamed;	/* kvmm events whose parent hash it did not know */
 	uint64_t replays;	/* replay requests answered */
+	uint64_t yields;	/* offers of the CPU (kvev_params.yield_pages) */
 };
 
 struct kvev;
