@@ -304,6 +304,27 @@ static int ids_buffer(PyObject *ids, uintptr_t *addr, Py_ssize_t *n)
 	return ret;
 }
 
+/*
+ * @ids's buffer read again, and the struct checked valid, just before a C
+ * call: what came before it may have run Python code (a key's __hash__, an
+ * attribute's getter, a finalizer the collector ran under an allocation)
+ * that resized the array (freeing the memory its address named) or reset
+ * the cache (closing the context and freeing the scratch @r names).  The
+ * array's buffer_info() allocates its tuple before it reads the address,
+ * so nothing runs between this and the call.  0 with *@addr and *@n (at
+ * least @min of them), 1 for the Python method (nothing changed yet), -1
+ * with an exception set.
+ */
+static int ids_again(struct radix *self, PyObject *ids, Py_ssize_t min, uintptr_t *addr,
+		     Py_ssize_t *n)
+{
+	int ret = ids_buffer(ids, addr, n);
+
+	if (ret <= 0)
+		return ret < 0 ? -1 : 1;
+	return !self->valid || *n < min || *n > UINT32_MAX;
+}
+
 /* the namespace of (@extra, @salt), made when new (the cache's _ns_tag()):
  * >= 0, or -1 with an exception set */
 static long long ns_of(struct radix *self, PyObject *extra, PyObject *salt)
@@ -357,16 +378,18 @@ static int raise_ret(struct radix *self, int64_t ret, const char *call)
 	return 0;
 }
 
-/* the cache is disabled, or this struct outlived its context: 1, 0, -1 */
+/* the cache is disabled, or this struct outlived its context: 1, 0, -1
+ * (valid read last: reading disable may run a getter that resets the cache) */
 static int go_slow(struct radix *self)
 {
+	int ret;
+
 	if (!self->o[O_CACHE]) {
 		PyErr_SetString(PyExc_RuntimeError, "kvmm._radix.Radix: not initialised");
 		return -1;
 	}
-	if (!self->valid)
-		return 1;
-	return attr_true(self->o[O_CACHE], S_disable);
+	ret = attr_true(self->o[O_CACHE], S_disable);
+	return ret ? ret : !self->valid;
 }
 
 /* kv_events.enabled, or a page with slots of its own: 1, 0, -1 */
@@ -484,7 +507,7 @@ static PyObject *radix_match_prefix_one(struct radix *self, PyObject *params)
 	PyObject *key, *ids = NULL, *v, *extra = NULL, *salt = NULL, *res;
 	struct node *node;
 	PyTypeObject *tp;
-	Py_ssize_t n, i;
+	Py_ssize_t n, len, i;
 	long long ns;
 	uintptr_t addr;
 	int ret, got;
@@ -534,6 +557,16 @@ static PyObject *radix_match_prefix_one(struct radix *self, PyObject *params)
 	if (!node) {
 		Py_DECREF(ids);
 		return NULL;
+	}
+	/* the key's hash, a finalizer: the array resized, the cache reset */
+	ret = ids_again(self, ids, 1, &addr, &len);
+	n = len < n ? len : n;	/* as the Python method reads it */
+	if (ret) {
+		Py_DECREF(node);
+		Py_DECREF(ids);
+		if (ret < 0)
+			return NULL;
+		goto slow;
 	}
 	got = ops.match(self->r, (uint32_t)ns, addr, (uint32_t)n, &node->h);
 	Py_DECREF(ids);
@@ -590,11 +623,14 @@ slow:
 	return SLOW_ARGS(self, O_SLOW_MATCH, params);
 }
 
-/* lock() and unlock(): @delta on @node's lock, raising as _lock_ref() does */
+/* lock() and unlock(): @delta on @node's lock, raising as _lock_ref() does:
+ * 0, 1 for the Python method (the cache was reset meanwhile), -1 */
 static int lock_node(struct radix *self, PyObject *node, int delta)
 {
 	PyObject *r;
 
+	if (!self->valid)
+		return 1;
 	if (ops.lock(self->r->ctx, &((struct node *)node)->h, delta) >= 0)
 		return 0;
 	r = PyObject_CallMethod(self->o[O_CACHE], "_lock_ref", "Oi", node, delta);
@@ -608,10 +644,12 @@ static PyObject *radix_lock_one(struct radix *self, PyObject *node)
 
 	if (ret < 0)
 		return NULL;
-	if (ret || !is_node(node))
-		return SLOW_ARGS(self, O_SLOW_LOCK, node);
-	if (lock_node(self, node, 1))
+	if (!ret)
+		ret = is_node(node) ? lock_node(self, node, 1) : 1;
+	if (ret < 0)
 		return NULL;
+	if (ret)
+		return SLOW_ARGS(self, O_SLOW_LOCK, node);
 	return PyObject_CallFunctionObjArgs(self->o[O_TREE_LOCK], node, self->o[O_RECEIPT], NULL);
 }
 
@@ -623,8 +661,6 @@ static PyObject *radix_unlock_one(struct radix *self, PyObject *lock)
 	ret = go_slow(self);
 	if (ret < 0 || lock == Py_None)
 		return ret < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
-	if (ret < 0)
-		return NULL;
 	node = ret ? NULL : PyObject_GetAttr(lock, s[S_node]);
 	if (!node || !is_node(node)) {
 		Py_XDECREF(node);
@@ -633,8 +669,10 @@ static PyObject *radix_unlock_one(struct radix *self, PyObject *lock)
 	}
 	ret = lock_node(self, node, -1);
 	Py_DECREF(node);
-	if (ret)
+	if (ret < 0)
 		return NULL;
+	if (ret)
+		return SLOW_ARGS(self, O_SLOW_UNLOCK, lock);
 	Py_RETURN_NONE;
 }
 
@@ -661,6 +699,10 @@ static PyObject *radix_path_device_indices_one(struct radix *self, PyObject *nod
 		out = self->o[O_EMPTY];
 		Py_INCREF(out);
 	}
+	if (!self->valid) {	/* reset by a finalizer under torch.empty() */
+		Py_DECREF(out);
+		return SLOW_ARGS(self, O_SLOW_PATH, node);
+	}
 	n = ops.path_slots(self->r, &((struct node *)node)->h, ptr, room);
 	if (n <= 0) {
 		Py_DECREF(out);
@@ -674,6 +716,10 @@ static PyObject *radix_path_device_indices_one(struct radix *self, PyObject *nod
 		out = empty_i64(self, (Py_ssize_t)n, &ptr);
 		if (!out)
 			return NULL;
+		if (!self->valid) {	/* r->frames freed by a reset */
+			Py_DECREF(out);
+			return SLOW_ARGS(self, O_SLOW_PATH, node);
+		}
 		ops.slots(self->r, ptr, 1);
 	}
 	if (PyDict_Size(self->o[O_PAGE_SLOTS]) > 0) {
@@ -802,6 +848,7 @@ static PyObject *radix_checkpoint(struct radix *self, PyObject *args, PyObject *
 	struct node *last = NULL;
 	long long up_to, ns;
 	int64_t ret, dups;
+	Py_ssize_t len;
 	int overflow;
 
 	overflow = go_slow(self);
@@ -840,6 +887,11 @@ static PyObject *radix_checkpoint(struct radix *self, PyObject *args, PyObject *
 	last = node_new(self);
 	if (!last)
 		goto out;
+	overflow = ids_again(self, c.ids_obj, up_to, &c.ids, &len);
+	if (overflow) {
+		Py_DECREF(last);
+		goto slow_or_err;
+	}
 	ret = ops.checkpoint(self->r, (uint32_t)ns, c.ids, (uint32_t)c.key_len,
 			     (uint32_t)c.prompt, c.row, (uint32_t)c.protected,
 			     (uint32_t)c.inserted, c.old ? &((struct node *)c.old)->h : NULL,
@@ -931,8 +983,10 @@ static PyObject *radix_free_kv_row(struct radix *self, PyObject *args, PyObject 
 		ret = !one_range(kv, ranges, &start, &end);
 	if (!ret && 0 <= end && end <= start)
 		Py_RETURN_NONE;		/* nothing to free */
+	/* an end before the start (a negative one) is the Python method's */
 	if (!ret)
-		ret = start < 0 || (start & (self->page_size - 1)) || end > UINT32_MAX;
+		ret = start < 0 || end < start || (start & (self->page_size - 1)) ||
+		      end > UINT32_MAX;
 	if (!ret)
 		ret = attr_int(kv, S_req_pool_idx, 0, PY_SSIZE_T_MAX, &idx);
 	if (!ret)
@@ -979,6 +1033,8 @@ static PyObject *radix_evict_one(struct radix *self, PyObject *params)
 		ret = self->o[O_FREE_NOW] == Py_None;
 	if (!ret)
 		ret = attr_int(params, S_num_tokens, 1, LLONG_MAX - ps, &want);
+	if (!ret)
+		ret = !self->valid;	/* num_tokens's getter may reset the cache */
 	if (ret) {
 		if (PyErr_Occurred())
 			return NULL;

@@ -643,16 +643,107 @@ def _free_of_a_wider_row(ps):
 	p.kv.cache._ctx.check()
 
 
+def in_child(call):
+	"""This module's @call (a string: a function and its arguments) in a
+	child interpreter: a crash in it is a failed test, not a crashed pytest."""
+	env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+		[os.path.dirname(os.path.abspath(__file__))] + sys.path))
+	run = subprocess.run([sys.executable, "-c", "import test_kvmm_sglang_radix as t; "
+			      f"t.{call}; print('agreed')"],
+			     env=env, capture_output=True, text=True, timeout=300)
+	assert run.returncode == 0 and "agreed" in run.stdout, \
+		f"exit {run.returncode}: {run.stderr[-2000:]}"
+
+
 @pytest.mark.parametrize("ps", [1, 4])
 def test_free_kv_row_of_a_wider_table(ps):
 	"""_free_of_a_wider_row() in a child interpreter: a write past the
 	cache's scratch is a failed test, not a crashed pytest."""
-	env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-		[os.path.dirname(os.path.abspath(__file__))] + sys.path))
-	run = subprocess.run([sys.executable, "-c", "import test_kvmm_sglang_radix as t; "
-			      f"t._free_of_a_wider_row({ps}); print('agreed')"],
-			     env=env, capture_output=True, text=True, timeout=300)
-	assert run.returncode == 0 and "agreed" in run.stdout, run.stderr[-2000:]
+	in_child(f"_free_of_a_wider_row({ps})")
+
+
+def _free_of_a_range_ending_before_it(ps, python):
+	"""free_kv_row of a range whose end is before its start (a negative
+	end), through the C method or (@python) the class's: (the exception's
+	type, the allocator's free size), the tree checked."""
+	side = build(KvmmRadixCache, ps)
+	if python:
+		for name in PER_REQUEST:
+			delattr(side.cache, name)
+	req = make_req(side, list(range(1, 9)), 8)
+	before = side.alloc.available_size()
+	try:
+		side.cache.free_kv_row(req.kv, [(0, -ps)])
+		err = None
+	except Exception as e:	# noqa: BLE001
+		err = type(e).__name__
+	side.cache._ctx.check()
+	return err, side.alloc.available_size() - before
+
+
+def _range_ending_before_it(ps):
+	c, py = (_free_of_a_range_ending_before_it(ps, python) for python in (False, True))
+	assert c == py, f"C {c}, Python {py}"
+	assert c[1] == 0, f"{c[1]} slots freed"
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_free_kv_row_of_a_range_ending_before_it(ps):
+	"""A range with a negative end is the Python method's (which refuses it
+	as it did): never a row read from its start up to 4G entries on."""
+	in_child(f"_range_ending_before_it({ps})")
+
+
+# a key long enough that its array is its own mapping (past malloc's
+# largest mmap threshold): memory read after its free is a fault
+LONG = (32 << 20) // 8 + 4096
+
+
+class Evil:
+	"""An extra_key whose first hash runs @fn (later ones are plain)."""
+
+	def __init__(self, fn):
+		self.fn = fn
+
+	def __hash__(self):
+		fn, self.fn = self.fn, None
+		if fn:
+			fn()
+		return 7
+
+	def __eq__(self, other):
+		return self is other
+
+
+def _hostile_hash(what, call):
+	"""A match_prefix (@call "match") or checkpoint ("checkpoint") whose
+	key's extra_key's hash empties the token ids' array (@what "shrink":
+	their memory freed) or resets the cache (@what "reset": its context
+	and scratch freed) between the C method's reading the request and its
+	call: the call reads what is there then, or hands it to the Python
+	method; the tree checked after."""
+	side = cpu_tree_cache(KvmmRadixCache, 1, 1 << 16, rows=2, max_context_len=LONG)
+	cache = side.cache
+	ids = array("q", range(1, LONG + 1))
+	fn = (lambda: ids.__delitem__(slice(None))) if what == "shrink" else cache.reset
+	if call == "match":
+		res = cache.match_prefix(MatchPrefixParams(key=RadixKey(ids, extra_key=Evil(fn))))
+		assert res.device_prefix_len == 0
+	else:
+		req = make_req(side, list(range(1, 9)), 8)
+		req.full_untruncated_fill_ids = ids
+		req.extra_key = Evil(fn)
+		try:
+			cache.checkpoint(req, up_to=8)
+		except IndexError:	# the key shrunk under the Python method
+			assert what == "shrink"
+	cache._ctx.check()
+
+
+@pytest.mark.parametrize("what", ["shrink", "reset"])
+@pytest.mark.parametrize("call", ["match", "checkpoint"])
+def test_a_hash_that_frees_what_a_call_reads(what, call):
+	in_child(f"_hostile_hash({what!r}, {call!r})")
 
 
 def test_bad_token_ids_are_refused():

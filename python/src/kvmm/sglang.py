@@ -884,9 +884,14 @@ class KvmmRadixCache(BasePrefixCache):
 			ids = _ids(ids, n)
 		tag = (key.extra_key, getattr(key, "cache_salt", None))
 		ns = self._ns.get(tag)
+		if ns is None:
+			ns = self._ns_tag(tag)
 		node = FrameNode()
-		got = _match(self._r, self._ns_tag(tag) if ns is None else ns, ids.buffer_info()[0], n,
-			     node._h)
+		h = node._h
+		# the address last, after what may run Python code (the key's hash
+		# may resize the array; it is read as it is now)
+		addr, have = ids.buffer_info()
+		got = _match(self._r, ns, addr, min(n, have), h)
 		if got < 0:
 			self._raise(got, "kvmm_frames_match")
 		self._matched = node, got
@@ -995,10 +1000,19 @@ class KvmmRadixCache(BasePrefixCache):
 		last = FrameNode()
 		tag = (req.extra_key, req.cache_salt or None)
 		ns = self._ns.get(tag)
-		ret = _checkpoint(self._r, self._ns_tag(tag) if ns is None else ns,
-				  ids.buffer_info()[0], key_len, prompt, row, protected,
-				  kv.cache_inserted_len, old.node._h if old is not None else _NULL,
-				  last._h, self._pages)
+		if ns is None:
+			ns = self._ns_tag(tag)
+		inserted = kv.cache_inserted_len
+		unlock = old.node._h if old is not None else _NULL
+		h = last._h
+		# the address last, after what may run Python code (the key's hash
+		# may resize the array, freeing the memory it was at)
+		addr, have = ids.buffer_info()
+		if have < key_len:
+			raise IndexError(f"kvmm radix cache: the request's token ids shrank to {have} "
+					 f"under checkpoint(up_to={up_to})")
+		ret = _checkpoint(self._r, ns, addr, key_len, prompt, row, protected, inserted,
+				  unlock, h, self._pages)
 		dups = ret
 		if ret < 0:
 			if ret != _ENOLCK:
