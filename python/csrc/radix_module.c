@@ -144,15 +144,26 @@ static const char *const cache_names[] = {
 	"_spare_buf", "_out", "kv_events",
 };
 
+/*
+ * @owner is the serial of the context whose tree @h names a node of
+ * (Context._serial; 0 for a root's handle, which names none): a handle
+ * names a node by its address and an id that counts from 1 in each
+ * context, so one of another context (or of one a reset closed, whose
+ * memory the next context's nodes may reuse) could name a live node of
+ * this one, or memory no longer a node.  Such a node is refused before
+ * the library sees it.
+ */
 struct node {
 	PyObject_HEAD
 	struct kvmm_fnode h;
+	unsigned long long owner;
 };
 
 struct radix {
 	PyObject_HEAD
 	PyObject *o[NR_O];
 	struct kvmm_py_radix *r;
+	unsigned long long serial;	/* the context's: what its nodes' owner is */
 	uint32_t page_size;
 	uint32_t page_shift;
 	uint32_t max_frames;
@@ -358,13 +369,19 @@ static struct node *node_new(struct radix *self)
 {
 	PyTypeObject *tp = (PyTypeObject *)self->o[O_NODE_TYPE];
 	allocfunc alloc = (allocfunc)PyType_GetSlot(tp, Py_tp_alloc);
+	struct node *n = (struct node *)alloc(tp, 0);	/* a root's handle: zeroed */
 
-	return (struct node *)alloc(tp, 0);	/* a root's handle: zeroed */
+	if (n)
+		n->owner = self->serial;
+	return n;
 }
 
-static int is_node(PyObject *o)
+/* @o is a Node of this cache's context (or a root's handle) */
+static int is_node(struct radix *self, PyObject *o)
 {
-	return PyObject_TypeCheck(o, node_type);
+	struct node *n = (struct node *)o;
+
+	return PyObject_TypeCheck(o, node_type) && (!n->h.node || n->owner == self->serial);
 }
 
 /* the cache's _raise(@ret, @call): raises as the Python methods do */
@@ -645,7 +662,7 @@ static PyObject *radix_lock_one(struct radix *self, PyObject *node)
 	if (ret < 0)
 		return NULL;
 	if (!ret)
-		ret = is_node(node) ? lock_node(self, node, 1) : 1;
+		ret = is_node(self, node) ? lock_node(self, node, 1) : 1;
 	if (ret < 0)
 		return NULL;
 	if (ret)
@@ -662,7 +679,7 @@ static PyObject *radix_unlock_one(struct radix *self, PyObject *lock)
 	if (ret < 0 || lock == Py_None)
 		return ret < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
 	node = ret ? NULL : PyObject_GetAttr(lock, s[S_node]);
-	if (!node || !is_node(node)) {
+	if (!node || !is_node(self, node)) {
 		Py_XDECREF(node);
 		PyErr_Clear();
 		return SLOW_ARGS(self, O_SLOW_UNLOCK, lock);
@@ -686,7 +703,7 @@ static PyObject *radix_path_device_indices_one(struct radix *self, PyObject *nod
 
 	if (ret < 0)
 		return NULL;
-	if (ret || !self->on_cpu || !is_node(node))
+	if (ret || !self->on_cpu || !is_node(self, node))
 		return SLOW_ARGS(self, O_SLOW_PATH, node);
 	/* the node the last match returned: its path is as long as the match said */
 	if (node == self->o[O_MATCHED])
@@ -805,7 +822,7 @@ static int ckpt_read(struct radix *self, PyObject *req, long long up_to, struct 
 		Py_DECREF(v);
 		if (!c->old)
 			return -1;
-		if (!is_node(c->old))
+		if (!is_node(self, c->old))
 			return 0;
 	} else {
 		Py_DECREF(v);
@@ -1138,6 +1155,22 @@ static int init_int(PyObject *obj, const char *name, long long hi, long long *ou
 	return 0;
 }
 
+/* the cache's context's serial (cache._ctx._serial), its nodes' owner */
+static int init_serial(struct radix *self, PyObject *cache)
+{
+	PyObject *ctx = PyObject_GetAttrString(cache, "_ctx");
+	long long v;
+	int ret;
+
+	if (!ctx)
+		return -1;
+	ret = init_int(ctx, "_serial", LLONG_MAX, &v);
+	Py_DECREF(ctx);
+	if (!ret)
+		self->serial = (unsigned long long)v;
+	return ret;
+}
+
 /* the cffi struct's address, checked to be one: the module's ffi.typeof() */
 static int init_struct(struct radix *self, PyObject *r)
 {
@@ -1246,6 +1279,8 @@ static int radix_init(PyObject *obj, PyObject *args, PyObject *kwargs)
 		PyErr_SetString(PyExc_ValueError, "kvmm._radix.Radix: a page size not a power of two");
 		goto fail;
 	}
+	if (init_serial(self, cache))
+		goto fail;
 	if (init_int(cache, "_pages", 1, &v))
 		goto fail;
 	self->pages = (int)v;
@@ -1365,6 +1400,26 @@ static PyObject *node_get_is_root(PyObject *self, void *closure)
 	return PyBool_FromLong(!((struct node *)self)->h.node);
 }
 
+static PyObject *node_get_owner(PyObject *self, void *closure)
+{
+	return PyLong_FromUnsignedLongLong(((struct node *)self)->owner);
+}
+
+static int node_set_owner(PyObject *self, PyObject *v, void *closure)
+{
+	unsigned long long owner;
+
+	if (!v) {
+		PyErr_SetString(PyExc_AttributeError, "kvmm._radix.Node: _owner is not deletable");
+		return -1;
+	}
+	owner = PyLong_AsUnsignedLongLong(v);
+	if (owner == (unsigned long long)-1 && PyErr_Occurred())
+		return -1;
+	((struct node *)self)->owner = owner;
+	return 0;
+}
+
 static PyObject *node_key(PyObject *self, PyObject *unused)
 {
 	struct node *n = (struct node *)self;
@@ -1386,6 +1441,8 @@ static PyGetSetDef node_getset[] = {
 	  NULL },
 	{ "id", node_get_id, NULL, "The node's id (0 for a namespace's root)", NULL },
 	{ "is_root", node_get_is_root, NULL, "Whether this is a root's handle", NULL },
+	{ "_owner", node_get_owner, node_set_owner,
+	  "The serial of the context whose node this names (0: none's)", NULL },
 	{ NULL }
 };
 

@@ -939,6 +939,53 @@ def test_a_method_kept_past_reset():
 	kv._ctx.check()
 
 
+def _foreign_nodes(python):
+	"""Nodes of another cache, and of this one before a reset (whose memory
+	the new tree's nodes reuse, their ids counting from 1 again), handed
+	to lock, unlock, path_device_indices and checkpoint (as its request's
+	lock), through the C methods or (@python) the class's: each refused
+	as a node that is gone, neither tree changed, both checked."""
+	a, b = build(KvmmRadixCache, 1), build(KvmmRadixCache, 1)
+	if python:
+		for side in (a, b):
+			for name in PER_REQUEST:
+				delattr(side.cache, name)
+	for side in (a, b):
+		side.cache.insert(InsertParams(key=K([1, 2, 3]), value=slots(1, 3, 1)))
+	old = b.cache.match_prefix(MatchPrefixParams(key=K([1, 2, 3]))).last_device_node
+	b.cache.reset()
+	b.alloc.clear()
+	b.cache.insert(InsertParams(key=K([1, 2, 3]), value=slots(1, 3, 1)))
+	held = b.cache.lock(b.cache.match_prefix(MatchPrefixParams(key=K([1, 2, 3])))
+			    .last_device_node)
+	other = a.cache.match_prefix(MatchPrefixParams(key=K([1, 2, 3]))).last_device_node
+	for node in (other, old):
+		with pytest.raises(OSError):
+			b.cache.lock(node)
+		with pytest.raises(ValueError):
+			b.cache.unlock(TreeLock(node, DecLockRefParams()))
+		with pytest.raises(OSError):
+			b.cache.path_device_indices(node)
+		req = make_req(b, [1, 2, 3, 4], 4)
+		req.lock = TreeLock(node, DecLockRefParams())
+		with pytest.raises(ValueError):
+			b.cache.checkpoint(req, up_to=4)
+		assert req.kv.cache_protected_len == 0
+		with pytest.raises(OSError):
+			b.cache._ctx.frames_lock(node)
+		for side in (a, b):
+			side.cache._ctx.check()
+		assert (a.cache.evictable_size(), a.cache.protected_size()) == (3, 0)
+		assert (b.cache.evictable_size(), b.cache.protected_size()) == (0, 3)
+	b.cache.unlock(held)
+	assert b.cache.protected_size() == 0
+
+
+@pytest.mark.parametrize("python", [False, True])
+def test_nodes_of_another_tree_are_refused(python):
+	in_child(f"_foreign_nodes({python})")
+
+
 def test_a_cache_is_collected():
 	"""The cache and its C methods (which hold it: a cycle through its
 	__dict__) are collected once dropped."""

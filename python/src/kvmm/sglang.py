@@ -768,6 +768,12 @@ class KvmmRadixCache(BasePrefixCache):
 			ns = self._ns[tag] = len(self._ns)
 		return ns
 
+	def _mine(self, node: Any) -> bool:
+		"""@node (a FrameNode) names a node of this cache's tree, or is a root's:
+		not another cache's, nor this one's before a reset (whose memory
+		the tree's nodes may be now), which the library is never handed."""
+		return node._owner == self._ctx._serial or node.is_root
+
 	def _raise(self, ret: int, call: str) -> None:
 		if ret == -errno.ERANGE:
 			raise ValueError("kvmm radix cache: token ids must fit 32 bits")
@@ -887,6 +893,7 @@ class KvmmRadixCache(BasePrefixCache):
 		if ns is None:
 			ns = self._ns_tag(tag)
 		node = FrameNode()
+		node._owner = self._ctx._serial
 		h = node._h
 		# the address last, after what may run Python code (the key's hash
 		# may resize the array; it is read as it is now)
@@ -905,6 +912,8 @@ class KvmmRadixCache(BasePrefixCache):
 		except AttributeError:
 			raise TypeError(f"path_device_indices() takes a FrameNode, not "
 					f"{type(node).__name__}") from None
+		if not self._mine(node):
+			self._raise(-errno.ESTALE, "kvmm_frames_path")
 		# the node the last match returned: its path is as long as the match
 		# said (unless the tree changed since), and one call fills it in
 		last, room = self._matched
@@ -997,7 +1006,11 @@ class KvmmRadixCache(BasePrefixCache):
 				"cpu", torch.int32, copy=True).contiguous()
 			row = copy.data_ptr()
 		old = req.lock
+		if old is not None and not self._mine(old.node):
+			raise ValueError(f"kvmm radix cache: unlock of {old.node!r}, a node of another "
+					 f"tree (another cache's, or this one's before a reset)")
 		last = FrameNode()
+		last._owner = self._ctx._serial
 		tag = (req.extra_key, req.cache_salt or None)
 		ns = self._ns.get(tag)
 		if ns is None:
@@ -1134,7 +1147,7 @@ class KvmmRadixCache(BasePrefixCache):
 		which its unlock() does not read)."""
 		if not self.disable:
 			h = getattr(node, "_h", None)
-			if h is None or _lock(self._c, h, 1) < 0:
+			if h is None or not self._mine(node) or _lock(self._c, h, 1) < 0:
 				self._lock_ref(node, 1)		# raises
 		return _TreeLock(node, self._receipt)
 
@@ -1142,7 +1155,7 @@ class KvmmRadixCache(BasePrefixCache):
 		if lock is not None and not self.disable:
 			node = lock.node
 			h = getattr(node, "_h", None)
-			if h is None or _lock(self._c, h, -1) < 0:
+			if h is None or not self._mine(node) or _lock(self._c, h, -1) < 0:
 				self._lock_ref(node, -1)	# raises
 
 	def _lock_ref(self, node: Any, delta: int) -> int:
@@ -1151,7 +1164,7 @@ class KvmmRadixCache(BasePrefixCache):
 		except AttributeError:
 			raise TypeError(f"kvmm radix cache: a lock of a FrameNode, not "
 					f"{type(node).__name__}") from None
-		ret = _lock(self._c, h, delta)
+		ret = _lock(self._c, h, delta) if self._mine(node) else -errno.ESTALE
 		if ret < 0:
 			err = make_error(ret, "kvmm_frames_lock")
 			if delta < 0:
