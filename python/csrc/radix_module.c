@@ -144,15 +144,26 @@ static const char *const cache_names[] = {
 	"_spare_buf", "_out", "kv_events",
 };
 
+/*
+ * @owner is the serial of the context whose tree @h names a node of
+ * (Context._serial; 0 for a root's handle, which names none): a handle
+ * names a node by its address and an id that counts from 1 in each
+ * context, so one of another context (or of one a reset closed, whose
+ * memory the next context's nodes may reuse) could name a live node of
+ * this one, or memory no longer a node.  Such a node is refused before
+ * the library sees it.
+ */
 struct node {
 	PyObject_HEAD
 	struct kvmm_fnode h;
+	unsigned long long owner;
 };
 
 struct radix {
 	PyObject_HEAD
 	PyObject *o[NR_O];
 	struct kvmm_py_radix *r;
+	unsigned long long serial;	/* the context's: what its nodes' owner is */
 	uint32_t page_size;
 	uint32_t page_shift;
 	uint32_t max_frames;
@@ -304,6 +315,27 @@ static int ids_buffer(PyObject *ids, uintptr_t *addr, Py_ssize_t *n)
 	return ret;
 }
 
+/*
+ * @ids's buffer read again, and the struct checked valid, just before a C
+ * call: what came before it may have run Python code (a key's __hash__, an
+ * attribute's getter, a finalizer the collector ran under an allocation)
+ * that resized the array (freeing the memory its address named) or reset
+ * the cache (closing the context and freeing the scratch @r names).  The
+ * array's buffer_info() allocates its tuple before it reads the address,
+ * so nothing runs between this and the call.  0 with *@addr and *@n (at
+ * least @min of them), 1 for the Python method (nothing changed yet), -1
+ * with an exception set.
+ */
+static int ids_again(struct radix *self, PyObject *ids, Py_ssize_t min, uintptr_t *addr,
+		     Py_ssize_t *n)
+{
+	int ret = ids_buffer(ids, addr, n);
+
+	if (ret <= 0)
+		return ret < 0 ? -1 : 1;
+	return !self->valid || *n < min || *n > UINT32_MAX;
+}
+
 /* the namespace of (@extra, @salt), made when new (the cache's _ns_tag()):
  * >= 0, or -1 with an exception set */
 static long long ns_of(struct radix *self, PyObject *extra, PyObject *salt)
@@ -337,13 +369,19 @@ static struct node *node_new(struct radix *self)
 {
 	PyTypeObject *tp = (PyTypeObject *)self->o[O_NODE_TYPE];
 	allocfunc alloc = (allocfunc)PyType_GetSlot(tp, Py_tp_alloc);
+	struct node *n = (struct node *)alloc(tp, 0);	/* a root's handle: zeroed */
 
-	return (struct node *)alloc(tp, 0);	/* a root's handle: zeroed */
+	if (n)
+		n->owner = self->serial;
+	return n;
 }
 
-static int is_node(PyObject *o)
+/* @o is a Node of this cache's context (or a root's handle) */
+static int is_node(struct radix *self, PyObject *o)
 {
-	return PyObject_TypeCheck(o, node_type);
+	struct node *n = (struct node *)o;
+
+	return PyObject_TypeCheck(o, node_type) && (!n->h.node || n->owner == self->serial);
 }
 
 /* the cache's _raise(@ret, @call): raises as the Python methods do */
@@ -357,16 +395,18 @@ static int raise_ret(struct radix *self, int64_t ret, const char *call)
 	return 0;
 }
 
-/* the cache is disabled, or this struct outlived its context: 1, 0, -1 */
+/* the cache is disabled, or this struct outlived its context: 1, 0, -1
+ * (valid read last: reading disable may run a getter that resets the cache) */
 static int go_slow(struct radix *self)
 {
+	int ret;
+
 	if (!self->o[O_CACHE]) {
 		PyErr_SetString(PyExc_RuntimeError, "kvmm._radix.Radix: not initialised");
 		return -1;
 	}
-	if (!self->valid)
-		return 1;
-	return attr_true(self->o[O_CACHE], S_disable);
+	ret = attr_true(self->o[O_CACHE], S_disable);
+	return ret ? ret : !self->valid;
 }
 
 /* kv_events.enabled, or a page with slots of its own: 1, 0, -1 */
@@ -484,7 +524,7 @@ static PyObject *radix_match_prefix_one(struct radix *self, PyObject *params)
 	PyObject *key, *ids = NULL, *v, *extra = NULL, *salt = NULL, *res;
 	struct node *node;
 	PyTypeObject *tp;
-	Py_ssize_t n, i;
+	Py_ssize_t n, len, i;
 	long long ns;
 	uintptr_t addr;
 	int ret, got;
@@ -534,6 +574,16 @@ static PyObject *radix_match_prefix_one(struct radix *self, PyObject *params)
 	if (!node) {
 		Py_DECREF(ids);
 		return NULL;
+	}
+	/* the key's hash, a finalizer: the array resized, the cache reset */
+	ret = ids_again(self, ids, 1, &addr, &len);
+	n = len < n ? len : n;	/* as the Python method reads it */
+	if (ret) {
+		Py_DECREF(node);
+		Py_DECREF(ids);
+		if (ret < 0)
+			return NULL;
+		goto slow;
 	}
 	got = ops.match(self->r, (uint32_t)ns, addr, (uint32_t)n, &node->h);
 	Py_DECREF(ids);
@@ -590,11 +640,14 @@ slow:
 	return SLOW_ARGS(self, O_SLOW_MATCH, params);
 }
 
-/* lock() and unlock(): @delta on @node's lock, raising as _lock_ref() does */
+/* lock() and unlock(): @delta on @node's lock, raising as _lock_ref() does:
+ * 0, 1 for the Python method (the cache was reset meanwhile), -1 */
 static int lock_node(struct radix *self, PyObject *node, int delta)
 {
 	PyObject *r;
 
+	if (!self->valid)
+		return 1;
 	if (ops.lock(self->r->ctx, &((struct node *)node)->h, delta) >= 0)
 		return 0;
 	r = PyObject_CallMethod(self->o[O_CACHE], "_lock_ref", "Oi", node, delta);
@@ -608,10 +661,12 @@ static PyObject *radix_lock_one(struct radix *self, PyObject *node)
 
 	if (ret < 0)
 		return NULL;
-	if (ret || !is_node(node))
-		return SLOW_ARGS(self, O_SLOW_LOCK, node);
-	if (lock_node(self, node, 1))
+	if (!ret)
+		ret = is_node(self, node) ? lock_node(self, node, 1) : 1;
+	if (ret < 0)
 		return NULL;
+	if (ret)
+		return SLOW_ARGS(self, O_SLOW_LOCK, node);
 	return PyObject_CallFunctionObjArgs(self->o[O_TREE_LOCK], node, self->o[O_RECEIPT], NULL);
 }
 
@@ -623,18 +678,18 @@ static PyObject *radix_unlock_one(struct radix *self, PyObject *lock)
 	ret = go_slow(self);
 	if (ret < 0 || lock == Py_None)
 		return ret < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
-	if (ret < 0)
-		return NULL;
 	node = ret ? NULL : PyObject_GetAttr(lock, s[S_node]);
-	if (!node || !is_node(node)) {
+	if (!node || !is_node(self, node)) {
 		Py_XDECREF(node);
 		PyErr_Clear();
 		return SLOW_ARGS(self, O_SLOW_UNLOCK, lock);
 	}
 	ret = lock_node(self, node, -1);
 	Py_DECREF(node);
-	if (ret)
+	if (ret < 0)
 		return NULL;
+	if (ret)
+		return SLOW_ARGS(self, O_SLOW_UNLOCK, lock);
 	Py_RETURN_NONE;
 }
 
@@ -648,7 +703,7 @@ static PyObject *radix_path_device_indices_one(struct radix *self, PyObject *nod
 
 	if (ret < 0)
 		return NULL;
-	if (ret || !self->on_cpu || !is_node(node))
+	if (ret || !self->on_cpu || !is_node(self, node))
 		return SLOW_ARGS(self, O_SLOW_PATH, node);
 	/* the node the last match returned: its path is as long as the match said */
 	if (node == self->o[O_MATCHED])
@@ -660,6 +715,10 @@ static PyObject *radix_path_device_indices_one(struct radix *self, PyObject *nod
 	} else {
 		out = self->o[O_EMPTY];
 		Py_INCREF(out);
+	}
+	if (!self->valid) {	/* reset by a finalizer under torch.empty() */
+		Py_DECREF(out);
+		return SLOW_ARGS(self, O_SLOW_PATH, node);
 	}
 	n = ops.path_slots(self->r, &((struct node *)node)->h, ptr, room);
 	if (n <= 0) {
@@ -674,6 +733,10 @@ static PyObject *radix_path_device_indices_one(struct radix *self, PyObject *nod
 		out = empty_i64(self, (Py_ssize_t)n, &ptr);
 		if (!out)
 			return NULL;
+		if (!self->valid) {	/* r->frames freed by a reset */
+			Py_DECREF(out);
+			return SLOW_ARGS(self, O_SLOW_PATH, node);
+		}
 		ops.slots(self->r, ptr, 1);
 	}
 	if (PyDict_Size(self->o[O_PAGE_SLOTS]) > 0) {
@@ -759,7 +822,7 @@ static int ckpt_read(struct radix *self, PyObject *req, long long up_to, struct 
 		Py_DECREF(v);
 		if (!c->old)
 			return -1;
-		if (!is_node(c->old))
+		if (!is_node(self, c->old))
 			return 0;
 	} else {
 		Py_DECREF(v);
@@ -802,6 +865,7 @@ static PyObject *radix_checkpoint(struct radix *self, PyObject *args, PyObject *
 	struct node *last = NULL;
 	long long up_to, ns;
 	int64_t ret, dups;
+	Py_ssize_t len;
 	int overflow;
 
 	overflow = go_slow(self);
@@ -840,6 +904,11 @@ static PyObject *radix_checkpoint(struct radix *self, PyObject *args, PyObject *
 	last = node_new(self);
 	if (!last)
 		goto out;
+	overflow = ids_again(self, c.ids_obj, up_to, &c.ids, &len);
+	if (overflow) {
+		Py_DECREF(last);
+		goto slow_or_err;
+	}
 	ret = ops.checkpoint(self->r, (uint32_t)ns, c.ids, (uint32_t)c.key_len,
 			     (uint32_t)c.prompt, c.row, (uint32_t)c.protected,
 			     (uint32_t)c.inserted, c.old ? &((struct node *)c.old)->h : NULL,
@@ -931,8 +1000,10 @@ static PyObject *radix_free_kv_row(struct radix *self, PyObject *args, PyObject 
 		ret = !one_range(kv, ranges, &start, &end);
 	if (!ret && 0 <= end && end <= start)
 		Py_RETURN_NONE;		/* nothing to free */
+	/* an end before the start (a negative one) is the Python method's */
 	if (!ret)
-		ret = start < 0 || (start & (self->page_size - 1)) || end > UINT32_MAX;
+		ret = start < 0 || end < start || (start & (self->page_size - 1)) ||
+		      end > UINT32_MAX;
 	if (!ret)
 		ret = attr_int(kv, S_req_pool_idx, 0, PY_SSIZE_T_MAX, &idx);
 	if (!ret)
@@ -979,6 +1050,8 @@ static PyObject *radix_evict_one(struct radix *self, PyObject *params)
 		ret = self->o[O_FREE_NOW] == Py_None;
 	if (!ret)
 		ret = attr_int(params, S_num_tokens, 1, LLONG_MAX - ps, &want);
+	if (!ret)
+		ret = !self->valid;	/* num_tokens's getter may reset the cache */
 	if (ret) {
 		if (PyErr_Occurred())
 			return NULL;
@@ -1080,6 +1153,22 @@ static int init_int(PyObject *obj, const char *name, long long hi, long long *ou
 		return -1;
 	}
 	return 0;
+}
+
+/* the cache's context's serial (cache._ctx._serial), its nodes' owner */
+static int init_serial(struct radix *self, PyObject *cache)
+{
+	PyObject *ctx = PyObject_GetAttrString(cache, "_ctx");
+	long long v;
+	int ret;
+
+	if (!ctx)
+		return -1;
+	ret = init_int(ctx, "_serial", LLONG_MAX, &v);
+	Py_DECREF(ctx);
+	if (!ret)
+		self->serial = (unsigned long long)v;
+	return ret;
 }
 
 /* the cffi struct's address, checked to be one: the module's ffi.typeof() */
@@ -1190,6 +1279,8 @@ static int radix_init(PyObject *obj, PyObject *args, PyObject *kwargs)
 		PyErr_SetString(PyExc_ValueError, "kvmm._radix.Radix: a page size not a power of two");
 		goto fail;
 	}
+	if (init_serial(self, cache))
+		goto fail;
 	if (init_int(cache, "_pages", 1, &v))
 		goto fail;
 	self->pages = (int)v;
@@ -1309,6 +1400,26 @@ static PyObject *node_get_is_root(PyObject *self, void *closure)
 	return PyBool_FromLong(!((struct node *)self)->h.node);
 }
 
+static PyObject *node_get_owner(PyObject *self, void *closure)
+{
+	return PyLong_FromUnsignedLongLong(((struct node *)self)->owner);
+}
+
+static int node_set_owner(PyObject *self, PyObject *v, void *closure)
+{
+	unsigned long long owner;
+
+	if (!v) {
+		PyErr_SetString(PyExc_AttributeError, "kvmm._radix.Node: _owner is not deletable");
+		return -1;
+	}
+	owner = PyLong_AsUnsignedLongLong(v);
+	if (owner == (unsigned long long)-1 && PyErr_Occurred())
+		return -1;
+	((struct node *)self)->owner = owner;
+	return 0;
+}
+
 static PyObject *node_key(PyObject *self, PyObject *unused)
 {
 	struct node *n = (struct node *)self;
@@ -1330,6 +1441,8 @@ static PyGetSetDef node_getset[] = {
 	  NULL },
 	{ "id", node_get_id, NULL, "The node's id (0 for a namespace's root)", NULL },
 	{ "is_root", node_get_is_root, NULL, "Whether this is a root's handle", NULL },
+	{ "_owner", node_get_owner, node_set_owner,
+	  "The serial of the context whose node this names (0: none's)", NULL },
 	{ NULL }
 };
 

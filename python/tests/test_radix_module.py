@@ -40,7 +40,8 @@ FAKE = """
 	r.page_size, r.page_shift, r.max_frames = 4, 2, 8
 	cache = SimpleNamespace(_ns={}, _page_slots={}, _spare={}, _free_now=None, _alloc=None,
 				_receipt=None, _empty=None, _spare_buf=Buf(32), _out=None,
-				kv_events=None, _pages=0, _prepends=0, _on_cpu=1, disable=False)
+				kv_events=None, _pages=0, _prepends=0, _on_cpu=1, disable=False,
+				_ctx=SimpleNamespace(_serial=1))
 	def slow(*args, **kwargs):
 		return ("slow", len(args))
 	env = dict(node_type=Frame, radix_key=SimpleNamespace, match_result=Result, match_rest=None,
@@ -71,11 +72,13 @@ def test_radix_of_the_wrong_arguments_is_refused():
 	for name, bad in (("node_type", int), ("node_type", 3), ("match_result", list),
 			  ("match_result", 3), ("match_rest", [1]), ("empty_kw", ())):
 		refused(TypeError, Radix, cache, r, dict(env, **{name: bad}))
-	for name in ("_ns", "_spare_buf", "_pages", "kv_events"):
+	for name in ("_ns", "_spare_buf", "_pages", "kv_events", "_ctx"):
 		c = SimpleNamespace(**{k: v for k, v in vars(cache).items() if k != name})
 		refused(AttributeError, Radix, c, r, env)
 	refused(TypeError, Radix, SimpleNamespace(**dict(vars(cache), _ns=[])), r, env)
 	refused(ValueError, Radix, SimpleNamespace(**dict(vars(cache), _pages=2)), r, env)
+	refused(ValueError, Radix, SimpleNamespace(**dict(vars(cache), _ctx=SimpleNamespace(
+		_serial=-1))), r, env)
 	refused(ValueError, Radix, SimpleNamespace(**dict(vars(cache), _spare_buf=Buf(31))), r, env)
 	r.page_shift = 1
 	refused(ValueError, Radix, cache, r, env)
@@ -154,3 +157,29 @@ def test_node_is_a_handle():
 	import weakref
 	assert weakref.ref(n)() is n
 	assert Node().is_root and isinstance(Radix, type)
+
+
+def test_a_node_of_another_context_goes_to_python():
+	"""A Node carries the serial of the context that named it (_owner, 0
+	for none: a root's handle); the C methods hand one of another serial
+	to the class's method without reading the node its handle names (an
+	address that is no node here: read, it would fault)."""
+	out = run_child(FAKE + """
+	import kvmm
+	fast = Radix(cache, r, env)
+	n = kvmm.FrameNode()
+	assert n._owner == 0
+	n._h.node = ffi.cast("void *", 4096)
+	n._h.id = 7
+	n._owner = 2
+	assert n._owner == 2
+	assert fast.lock(n) == ("slow", 2)
+	assert fast.unlock(SimpleNamespace(node=n)) == ("slow", 2)
+	assert fast.path_device_indices(n) == ("slow", 2)
+	refused(OverflowError, setattr, n, "_owner", -1)
+	refused(TypeError, setattr, n, "_owner", "1")
+	refused(AttributeError, delattr, n, "_owner")
+	assert n._owner == 2
+	print("handed")
+	""")
+	assert "handed" in out

@@ -643,16 +643,110 @@ def _free_of_a_wider_row(ps):
 	p.kv.cache._ctx.check()
 
 
+def in_child(call):
+	"""This module's @call (a string: a function and its arguments) in a
+	child interpreter: a crash in it is a failed test, not a crashed pytest."""
+	env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+		[os.path.dirname(os.path.abspath(__file__))] + sys.path))
+	run = subprocess.run([sys.executable, "-c", "import test_kvmm_sglang_radix as t; "
+			      f"t.{call}; print('agreed')"],
+			     env=env, capture_output=True, text=True, timeout=300)
+	assert run.returncode == 0 and "agreed" in run.stdout, \
+		f"exit {run.returncode}: {run.stderr[-2000:]}"
+
+
 @pytest.mark.parametrize("ps", [1, 4])
 def test_free_kv_row_of_a_wider_table(ps):
 	"""_free_of_a_wider_row() in a child interpreter: a write past the
 	cache's scratch is a failed test, not a crashed pytest."""
-	env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-		[os.path.dirname(os.path.abspath(__file__))] + sys.path))
-	run = subprocess.run([sys.executable, "-c", "import test_kvmm_sglang_radix as t; "
-			      f"t._free_of_a_wider_row({ps}); print('agreed')"],
-			     env=env, capture_output=True, text=True, timeout=300)
-	assert run.returncode == 0 and "agreed" in run.stdout, run.stderr[-2000:]
+	in_child(f"_free_of_a_wider_row({ps})")
+
+
+def _free_of_a_range_ending_before_it(ps, python):
+	"""free_kv_row of a range whose end is before its start (a negative
+	end), through the C method or (@python) the class's: (the exception's
+	type, the allocator's free size), the tree checked."""
+	side = build(KvmmRadixCache, ps)
+	if python:
+		for name in PER_REQUEST:
+			delattr(side.cache, name)
+	req = make_req(side, list(range(1, 9)), 8)
+	before = side.alloc.available_size()
+	try:
+		side.cache.free_kv_row(req.kv, [(0, -ps)])
+		err = None
+	except Exception as e:	# noqa: BLE001
+		err = type(e).__name__
+	side.cache._ctx.check()
+	return err, side.alloc.available_size() - before
+
+
+def _range_ending_before_it(ps):
+	c, py = (_free_of_a_range_ending_before_it(ps, python) for python in (False, True))
+	assert c == py, f"C {c}, Python {py}"
+	assert c[1] == 0, f"{c[1]} slots freed"
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_free_kv_row_of_a_range_ending_before_it(ps):
+	"""A range with a negative end is the Python method's (which refuses it
+	as it did): never a row read from its start up to 4G entries on."""
+	in_child(f"_range_ending_before_it({ps})")
+
+
+# a key long enough that its array is its own mapping (past malloc's
+# largest mmap threshold): memory read after its free is a fault
+LONG = (32 << 20) // 8 + 4096
+
+
+class Evil:
+	"""An extra_key whose first hash runs @fn (later ones are plain)."""
+
+	def __init__(self, fn):
+		self.fn = fn
+
+	def __hash__(self):
+		fn, self.fn = self.fn, None
+		if fn:
+			fn()
+		return 7
+
+	def __eq__(self, other):
+		return self is other
+
+
+def _hostile_hash(what, call):
+	"""A match_prefix (@call "match") or checkpoint ("checkpoint") whose
+	key's extra_key's hash empties the token ids' array (@what "shrink":
+	their memory freed) or resets the cache (@what "reset": its context
+	and scratch freed) between the C method's reading the request and its
+	call: the call reads what is there then, or hands it to the Python
+	method; the tree checked after.  (Before, the shrink faulted; the
+	reset's freed scratch is mostly remapped at once by the new context's,
+	so only AddressSanitizer saw it read: see Documentation/admin-guide/
+	security.rst.)"""
+	side = cpu_tree_cache(KvmmRadixCache, 1, 1 << 16, rows=2, max_context_len=LONG)
+	cache = side.cache
+	ids = array("q", range(1, LONG + 1))
+	fn = (lambda: ids.__delitem__(slice(None))) if what == "shrink" else cache.reset
+	if call == "match":
+		res = cache.match_prefix(MatchPrefixParams(key=RadixKey(ids, extra_key=Evil(fn))))
+		assert res.device_prefix_len == 0
+	else:
+		req = make_req(side, list(range(1, 9)), 8)
+		req.full_untruncated_fill_ids = ids
+		req.extra_key = Evil(fn)
+		try:
+			cache.checkpoint(req, up_to=8)
+		except IndexError:	# the key shrunk under the Python method
+			assert what == "shrink"
+	cache._ctx.check()
+
+
+@pytest.mark.parametrize("what", ["shrink", "reset"])
+@pytest.mark.parametrize("call", ["match", "checkpoint"])
+def test_a_hash_that_frees_what_a_call_reads(what, call):
+	in_child(f"_hostile_hash({what!r}, {call!r})")
 
 
 def test_bad_token_ids_are_refused():
@@ -846,6 +940,53 @@ def test_a_method_kept_past_reset():
 	unlock(lock(res.last_device_node))
 	assert res.device_prefix_len == 2 and kv.evictable_size() == 2
 	kv._ctx.check()
+
+
+def _foreign_nodes(python):
+	"""Nodes of another cache, and of this one before a reset (whose memory
+	the new tree's nodes reuse, their ids counting from 1 again), handed
+	to lock, unlock, path_device_indices and checkpoint (as its request's
+	lock), through the C methods or (@python) the class's: each refused
+	as a node that is gone, neither tree changed, both checked."""
+	a, b = build(KvmmRadixCache, 1), build(KvmmRadixCache, 1)
+	if python:
+		for side in (a, b):
+			for name in PER_REQUEST:
+				delattr(side.cache, name)
+	for side in (a, b):
+		side.cache.insert(InsertParams(key=K([1, 2, 3]), value=slots(1, 3, 1)))
+	old = b.cache.match_prefix(MatchPrefixParams(key=K([1, 2, 3]))).last_device_node
+	b.cache.reset()
+	b.alloc.clear()
+	b.cache.insert(InsertParams(key=K([1, 2, 3]), value=slots(1, 3, 1)))
+	held = b.cache.lock(b.cache.match_prefix(MatchPrefixParams(key=K([1, 2, 3])))
+			    .last_device_node)
+	other = a.cache.match_prefix(MatchPrefixParams(key=K([1, 2, 3]))).last_device_node
+	for node in (other, old):
+		with pytest.raises(OSError):
+			b.cache.lock(node)
+		with pytest.raises(ValueError):
+			b.cache.unlock(TreeLock(node, DecLockRefParams()))
+		with pytest.raises(OSError):
+			b.cache.path_device_indices(node)
+		req = make_req(b, [1, 2, 3, 4], 4)
+		req.lock = TreeLock(node, DecLockRefParams())
+		with pytest.raises(ValueError):
+			b.cache.checkpoint(req, up_to=4)
+		assert req.kv.cache_protected_len == 0
+		with pytest.raises(OSError):
+			b.cache._ctx.frames_lock(node)
+		for side in (a, b):
+			side.cache._ctx.check()
+		assert (a.cache.evictable_size(), a.cache.protected_size()) == (3, 0)
+		assert (b.cache.evictable_size(), b.cache.protected_size()) == (0, 3)
+	b.cache.unlock(held)
+	assert b.cache.protected_size() == 0
+
+
+@pytest.mark.parametrize("python", [False, True])
+def test_nodes_of_another_tree_are_refused(python):
+	in_child(f"_foreign_nodes({python})")
 
 
 def test_a_cache_is_collected():

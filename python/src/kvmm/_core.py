@@ -13,6 +13,7 @@ import collections
 import ctypes
 import dataclasses
 import errno
+import itertools
 import logging
 import operator
 import threading
@@ -690,6 +691,9 @@ class _KvEvents:
 			self._ev = None
 
 
+_serials = itertools.count(1)
+
+
 class Context(ViewOwner):
 	"""A kvmm context: one KV pool, its page table, prefix cache and tiers.
 
@@ -716,6 +720,9 @@ class Context(ViewOwner):
 
 	def __init__(self, **params: Any) -> None:
 		self._ptr = None
+		# what this context's FrameNodes carry (_owner): a node of another
+		# context, or of a closed one, is refused, never handed to the library
+		self._serial = next(_serials)
 		self._live = 0
 		self._kvev = None
 		kv_events = {k: params.pop(k) for k in list(params) if k.startswith("kv_events")}
@@ -997,7 +1004,24 @@ class Context(ViewOwner):
 		last = ffi.new("struct kvmm_fnode *")
 		got = self._call(lib.kvmm_frames_match, "kvmm_frames_match", ns, buf, n, _i32p(frames),
 				 last)
-		return got, frames[:got // self.page_size], FrameNode(last)
+		return got, frames[:got // self.page_size], self._frame_node(last)
+
+	def _frame_node(self, h: Any) -> "FrameNode":
+		"""A FrameNode of the handle @h, one of this context's."""
+		node = FrameNode(h)
+		if h.node != ffi.NULL:
+			node._owner = self._serial
+		return node
+
+	def _frame_h(self, node: Any, call: str) -> Any:
+		"""@node's handle for a call of this context's: a FrameNode of
+		another context (or of a closed one: its memory may be a node of
+		this one's now) raises Error (ESTALE), as a node that is gone."""
+		if not isinstance(node, FrameNode):
+			raise TypeError(f"{call}() takes a FrameNode, not {type(node).__name__}")
+		if node._owner != self._serial and not node.is_root:
+			raise make_error(-errno.ESTALE, "kvmm_" + call)
+		return node._h
 
 	def frames_insert(self, tokens: Any, frames: Any, ns: int = 0) -> Tuple[int, "FrameNode"]:
 		"""Cache @tokens (a whole number of pages) whose KV is in @frames, the
@@ -1014,7 +1038,7 @@ class Context(ViewOwner):
 		last = ffi.new("struct kvmm_fnode *")
 		had = self._call(lib.kvmm_frames_insert, "kvmm_frames_insert", ns, buf, n, _i32p(fr),
 				 last)
-		return had, FrameNode(last)
+		return had, self._frame_node(last)
 
 	def frames_extend(self, tokens: Any, frames: Any, node: "FrameNode", node_len: int,
 			  split: int = 0, inserted_len: int = 0,
@@ -1034,22 +1058,20 @@ class Context(ViewOwner):
 		namespace @ns, Error (ESTALE) for a node that was evicted, Busy as
 		frames_insert(); nothing changed on error.
 		"""
-		if not isinstance(node, FrameNode):
-			raise TypeError(f"frames_extend() takes a FrameNode, not {type(node).__name__}")
+		h = self._frame_h(node, "frames_extend")
 		buf, n = tokens_arg(tokens)
 		fr = frames_arg(frames, n // self.page_size).copy()
 		last = ffi.new("struct kvmm_fnode *")
 		had = self._call(lib.kvmm_frames_extend, "kvmm_frames_extend", ns, buf, n, _i32p(fr),
-				 node._h, node_len, split, inserted_len, last)
-		return had, fr[node_len // self.page_size:], FrameNode(last)
+				 h, node_len, split, inserted_len, last)
+		return had, fr[node_len // self.page_size:], self._frame_node(last)
 
 	def frames_lock(self, node: "FrameNode", delta: int = 1) -> int:
 		"""Lock (+1) or unlock (-1) the path to @node; return the tokens that
 		moved between evictable and protected.  A node that was evicted
 		raises Error (ESTALE); unlocking an unlocked one InvalidArgument."""
-		if not isinstance(node, FrameNode):
-			raise TypeError(f"frames_lock() takes a FrameNode, not {type(node).__name__}")
-		return self._call(lib.kvmm_frames_lock, "kvmm_frames_lock", node._h, delta)
+		return self._call(lib.kvmm_frames_lock, "kvmm_frames_lock",
+				  self._frame_h(node, "frames_lock"), delta)
 
 	def frames_evict(self, nr_pages: int, max_pages: Optional[int] = None) -> np.ndarray:
 		"""Evict whole unlocked leaves, least recently used first, until
@@ -1071,12 +1093,10 @@ class Context(ViewOwner):
 		"""The frames (int32, a page each) of the path from the root to
 		@node; empty for the root.  A node that was evicted raises Error
 		(ESTALE)."""
-		if not isinstance(node, FrameNode):
-			raise TypeError(f"frames_path() takes a FrameNode, not {type(node).__name__}")
+		h = self._frame_h(node, "frames_path")
 		room = max(self.max_seq_len // self.page_size, 1)
 		out = np.empty(room, dtype=np.int32)
-		got = self._call(lib.kvmm_frames_path, "kvmm_frames_path", node._h, _i32p(out),
-				 room)
+		got = self._call(lib.kvmm_frames_path, "kvmm_frames_path", h, _i32p(out), room)
 		return out[:got]
 
 	def frames_sizes(self) -> Tuple[int, int]:

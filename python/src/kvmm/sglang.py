@@ -768,6 +768,12 @@ class KvmmRadixCache(BasePrefixCache):
 			ns = self._ns[tag] = len(self._ns)
 		return ns
 
+	def _mine(self, node: Any) -> bool:
+		"""@node (a FrameNode) names a node of this cache's tree, or is a root's:
+		not another cache's, nor this one's before a reset (whose memory
+		the tree's nodes may be now), which the library is never handed."""
+		return node._owner == self._ctx._serial or node.is_root
+
 	def _raise(self, ret: int, call: str) -> None:
 		if ret == -errno.ERANGE:
 			raise ValueError("kvmm radix cache: token ids must fit 32 bits")
@@ -884,9 +890,15 @@ class KvmmRadixCache(BasePrefixCache):
 			ids = _ids(ids, n)
 		tag = (key.extra_key, getattr(key, "cache_salt", None))
 		ns = self._ns.get(tag)
+		if ns is None:
+			ns = self._ns_tag(tag)
 		node = FrameNode()
-		got = _match(self._r, self._ns_tag(tag) if ns is None else ns, ids.buffer_info()[0], n,
-			     node._h)
+		node._owner = self._ctx._serial
+		h = node._h
+		# the address last, after what may run Python code (the key's hash
+		# may resize the array; it is read as it is now)
+		addr, have = ids.buffer_info()
+		got = _match(self._r, ns, addr, min(n, have), h)
 		if got < 0:
 			self._raise(got, "kvmm_frames_match")
 		self._matched = node, got
@@ -900,6 +912,8 @@ class KvmmRadixCache(BasePrefixCache):
 		except AttributeError:
 			raise TypeError(f"path_device_indices() takes a FrameNode, not "
 					f"{type(node).__name__}") from None
+		if not self._mine(node):
+			self._raise(-errno.ESTALE, "kvmm_frames_path")
 		# the node the last match returned: its path is as long as the match
 		# said (unless the tree changed since), and one call fills it in
 		last, room = self._matched
@@ -992,13 +1006,26 @@ class KvmmRadixCache(BasePrefixCache):
 				"cpu", torch.int32, copy=True).contiguous()
 			row = copy.data_ptr()
 		old = req.lock
+		if old is not None and not self._mine(old.node):
+			raise ValueError(f"kvmm radix cache: unlock of {old.node!r}, a node of another "
+					 f"tree (another cache's, or this one's before a reset)")
 		last = FrameNode()
+		last._owner = self._ctx._serial
 		tag = (req.extra_key, req.cache_salt or None)
 		ns = self._ns.get(tag)
-		ret = _checkpoint(self._r, self._ns_tag(tag) if ns is None else ns,
-				  ids.buffer_info()[0], key_len, prompt, row, protected,
-				  kv.cache_inserted_len, old.node._h if old is not None else _NULL,
-				  last._h, self._pages)
+		if ns is None:
+			ns = self._ns_tag(tag)
+		inserted = kv.cache_inserted_len
+		unlock = old.node._h if old is not None else _NULL
+		h = last._h
+		# the address last, after what may run Python code (the key's hash
+		# may resize the array, freeing the memory it was at)
+		addr, have = ids.buffer_info()
+		if have < key_len:
+			raise IndexError(f"kvmm radix cache: the request's token ids shrank to {have} "
+					 f"under checkpoint(up_to={up_to})")
+		ret = _checkpoint(self._r, ns, addr, key_len, prompt, row, protected, inserted,
+				  unlock, h, self._pages)
 		dups = ret
 		if ret < 0:
 			if ret != _ENOLCK:
@@ -1120,7 +1147,7 @@ class KvmmRadixCache(BasePrefixCache):
 		which its unlock() does not read)."""
 		if not self.disable:
 			h = getattr(node, "_h", None)
-			if h is None or _lock(self._c, h, 1) < 0:
+			if h is None or not self._mine(node) or _lock(self._c, h, 1) < 0:
 				self._lock_ref(node, 1)		# raises
 		return _TreeLock(node, self._receipt)
 
@@ -1128,7 +1155,7 @@ class KvmmRadixCache(BasePrefixCache):
 		if lock is not None and not self.disable:
 			node = lock.node
 			h = getattr(node, "_h", None)
-			if h is None or _lock(self._c, h, -1) < 0:
+			if h is None or not self._mine(node) or _lock(self._c, h, -1) < 0:
 				self._lock_ref(node, -1)	# raises
 
 	def _lock_ref(self, node: Any, delta: int) -> int:
@@ -1137,7 +1164,7 @@ class KvmmRadixCache(BasePrefixCache):
 		except AttributeError:
 			raise TypeError(f"kvmm radix cache: a lock of a FrameNode, not "
 					f"{type(node).__name__}") from None
-		ret = _lock(self._c, h, delta)
+		ret = _lock(self._c, h, delta) if self._mine(node) else -errno.ESTALE
 		if ret < 0:
 			err = make_error(ret, "kvmm_frames_lock")
 			if delta < 0:
