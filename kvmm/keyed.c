@@ -634,8 +634,18 @@ static void kjob_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t chan
 	}
 }
 
-/* Settle a put's value: it joins the index, or its frames go back. */
-static void put_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
+/**
+ * kjob_store() - a value the job copied into new host frames (a put's, or
+ *	a remote get's) joins its space's index
+ * @ctx: the context, its lock held where it has one
+ * @job: the job, which holds the frames (state IO)
+ * @v: the value; unless it failed (@v->err), it is stored
+ *
+ * Return: its node, touched and its bytes counted in; NULL when it failed,
+ * its key got there first meanwhile, or memory ran out: its frames are
+ * given back.
+ */
+struct kvmm_node *kjob_store(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
 {
 	struct kvmm_kspace *s = job->space;
 	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
@@ -644,22 +654,29 @@ static void put_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_
 	uint32_t w[KVMM_KEY_WORDS];
 
 	ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
-	keyed_key_words(&v->key, w);
-	if (!v->err)
+	if (!v->err) {
+		keyed_key_words(&v->key, w);
 		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST,
 					   v->edge);
-	if (node)
-		v->edge = NULL;		/* the node's now */
-	if (!node) {	/* there first, failed, or no memory: ours go */
+	}
+	if (!node) {
 		kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
 		kvmm_free_pages(ctx, host, pfns, s->pages);
-		if (!v->err && !keyed_value_find(ctx, s, &v->key))
-			v->err = -ENOMEM;
-		return;
+		return NULL;
 	}
+	v->edge = NULL;		/* the node's now */
 	kvmm_lru_update(ctx, node);
-	kvmm_count(ctx, EV_KEYED_PUTS, 1);
 	kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN, (uint64_t)s->pages * keyed_page_bytes(ctx));
+	return node;
+}
+
+/* Settle a put's value: it joins the index, or its frames go back. */
+static void put_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
+{
+	if (kjob_store(ctx, job, v))
+		kvmm_count(ctx, EV_KEYED_PUTS, 1);
+	else if (!v->err && !keyed_value_find(ctx, job->space, &v->key))
+		v->err = -ENOMEM;	/* not there first: no memory */
 }
 
 /*

@@ -180,9 +180,10 @@ void kspace_store_keys(const struct kvmm_ctx *ctx, const struct kvmm_kspace *s,
 		       const struct kvmm_node *node, uint32_t from, uint32_t nr,
 		       struct kvmm_store_key *keys);
 
-/* keyed.c: the jobs' copy step */
+/* keyed.c: the jobs' copy and settle steps */
 void kjob_copy_frames_out(struct kvmm_ctx *ctx, struct kvmm_kjob *job, uint32_t tier,
 			  const int32_t *pfns, char *dst);
+struct kvmm_node *kjob_store(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v);
 
 /* keyed_remote.c: a job's part on the remote tier */
 void kjob_remote_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job);

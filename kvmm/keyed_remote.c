@@ -129,30 +129,12 @@ void kjob_remote_copy(struct kvmm_ctx *ctx, struct kvmm_kjob *job)
 /* Settle a value asked of the remote tier: stored here now, or a miss. */
 void kjob_remote_settle(struct kvmm_ctx *ctx, struct kvmm_kjob *job, struct kjob_val *v)
 {
-	struct kvmm_kspace *s = job->space;
-	struct kvmm_zone *host = &ctx->zone[KVMM_TIER_HOST];
-	int32_t *pfns = job->frames + v->first;
-	struct kvmm_node *node = NULL;
-	uint32_t w[KVMM_KEY_WORDS];
-
-	ctx->io_pages[KVMM_TIER_HOST] -= s->pages;
-	if (!v->err) {
-		keyed_key_words(&v->key, w);
-		node = kvmm_tree_add_keyed(ctx, s->root, w, s->pages, pfns, KVMM_TIER_HOST,
-					   v->edge);
-	}
-	if (node)
-		v->edge = NULL;		/* the node's now */
-	if (!node) {	/* a miss, or there first meanwhile, or no memory: ours go */
-		kvmm_pages_set_state(host, pfns, s->pages, KVMM_PAGE_OWNED);
-		kvmm_free_pages(ctx, host, pfns, s->pages);
+	if (kjob_store(ctx, job, v)) {
+		kvmm_count(ctx, EV_KEYED_GETS, 1);
+		kvmm_count(ctx, EV_KEYED_REMOTE_GETS, 1);
+	} else {	/* a miss, or there first meanwhile, or no memory */
 		kvmm_count(ctx, v->err ? EV_KEYED_MISSES : EV_KEYED_GETS, 1);
-		return;
 	}
-	kvmm_lru_update(ctx, node);
-	kvmm_count(ctx, EV_KEYED_GETS, 1);
-	kvmm_count(ctx, EV_KEYED_REMOTE_GETS, 1);
-	kvmm_tier_count(ctx, KVMM_TIER_HOST, TEV_BYTES_IN, (uint64_t)s->pages * keyed_page_bytes(ctx));
 }
 
 /*
